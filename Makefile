@@ -1,0 +1,39 @@
+# Front door: `make demo`, `make test`, `make bench`. Each installs what is
+# missing (scripts/setup.sh), configures and builds with CMake.
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+ifeq ($(CI),true)
+CMAKE_FLAGS += -DPARADEV_WERROR=ON
+endif
+
+.PHONY: all setup build demo test test-sanitize bench clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The main example against a daemon on the CPU backend (see README).
+demo: build
+	@bash scripts/demo.sh $(BUILD)
+
+# Every test, then every test again under AddressSanitizer + UBSan.
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+	@$(MAKE) --no-print-directory test-sanitize
+
+test-sanitize: setup
+	@cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DPARADEV_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD)-sanitize -j $(JOBS)
+	@cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+bench: build
+	@bash scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-sanitize

@@ -1,0 +1,620 @@
+/* The paradev engine: parallel tensors, the op registry and the executors that
+ * run every op on every device of a mesh.
+ *
+ * This is the one header other layers (scheduler/, server/, tests, bench)
+ * include. It never includes a gRPC or protobuf header.
+ *
+ * Conventions
+ *  - Functions that can fail return a pd_code and take a `dev_status *` last;
+ *    the status (may be NULL) receives the code and a message that names what
+ *    was wrong and what was expected. Out-parameters are written only on
+ *    success. Library code never logs.
+ *  - A parallel tensor (dev_tensor) has one component per device. Tensors are
+ *    reference-counted: dev_tensor_retain / dev_tensor_release. Every tensor
+ *    handed out by a function is owned by the caller (one reference).
+ *  - Execution is asynchronous and stream-ordered: each device runs its ops in
+ *    submission order on its own executor; dev_execute returns once the op is
+ *    validated, its output dtypes and shapes inferred, and it is queued on
+ *    every device. A failure while running is stored on the op's outputs and
+ *    propagates to every op that consumes them.
+ *  - Every device receives ops in one global order (submission holds one
+ *    engine-wide lock across the devices), so a collective never waits on a
+ *    peer that is busy with another collective.
+ *
+ * Source of the semantics: TensorFlow's parallel device
+ * (tensorflow/c/eager/parallel_device) for components, mirrored and sharded
+ * values and DeviceId; TensorFlow raw ops for op names, attributes and shape
+ * rules; NumPy for broadcasting; NCCL for the collectives.
+ */
+#ifndef PARADEV_DEVICE_H
+#define PARADEV_DEVICE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "paradev/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                    */
+
+#define DEV_STATUS_MSG_MAX 512
+
+typedef struct dev_status {
+  pd_code code;
+  char msg[DEV_STATUS_MSG_MAX];
+} dev_status;
+
+#define DEV_STATUS_INIT {PD_OK, {0}}
+
+/* Sets `st` (if not NULL) to `code` and a printf-formatted message; returns
+ * `code`, so error paths read `return dev_error(st, PD_INVALID_ARGUMENT, ...)`.
+ * Thread-safe (writes only *st). */
+pd_code dev_error(dev_status *st, pd_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Resets `st` to PD_OK with an empty message. Accepts NULL. */
+void dev_status_clear(dev_status *st);
+
+/* ------------------------------------------------------------------------ */
+/* dtypes (see paradev/types.h for the enum)                                  */
+
+/* True for float32, float64, float16 and bfloat16. */
+bool dev_dtype_is_floating(pd_dtype dt);
+/* True for int32, int64 and uint8. */
+bool dev_dtype_is_integer(pd_dtype dt);
+/* True for a value of the enum other than PD_DTYPE_INVALID. */
+bool dev_dtype_is_valid(pd_dtype dt);
+
+/* IEEE binary16 and bfloat16 conversions; float -> 16 bits rounds to nearest
+ * even and keeps NaN a NaN. Thread-safe, no state. */
+uint16_t dev_float_to_half(float f);
+float dev_half_to_float(uint16_t h);
+uint16_t dev_float_to_bfloat16(float f);
+float dev_bfloat16_to_float(uint16_t b);
+
+/* Reads element `i` of a buffer of `dt` as double / writes double into it
+ * (rounding and saturation as a C cast; bool is 0 or 1). Slow generic path
+ * for kernels and tests, not for hot loops. */
+double dev_load_f64(pd_dtype dt, const void *data, int64_t i);
+void dev_store_f64(pd_dtype dt, void *data, int64_t i, double v);
+
+/* ------------------------------------------------------------------------ */
+/* Shapes                                                                    */
+
+/* A shape of rank 0..PD_MAX_RANK. In a parallel tensor's overall shape a dim
+ * of -1 marks an axis on which the components differ; component shapes and
+ * host shapes never hold -1. */
+typedef struct dev_shape {
+  int rank;
+  int64_t dims[PD_MAX_RANK];
+} dev_shape;
+
+/* Builds a shape from `rank` dims; rejects rank outside 0..PD_MAX_RANK or a
+ * negative dim (INVALID_ARGUMENT naming the axis). */
+pd_code dev_shape_make(int rank, const int64_t *dims, dev_shape *out,
+                       dev_status *st);
+
+/* Element count with overflow checks: INVALID_ARGUMENT if a dim is negative or
+ * the product exceeds INT64_MAX. */
+pd_code dev_shape_num_elements(const dev_shape *s, int64_t *out,
+                               dev_status *st);
+
+/* Byte size of a dense tensor of `dt` and shape `s`: INVALID_ARGUMENT if the
+ * element count or the byte size overflows (int64 / size_t). */
+pd_code dev_shape_byte_size(pd_dtype dt, const dev_shape *s, size_t *out,
+                            dev_status *st);
+
+bool dev_shape_equal(const dev_shape *a, const dev_shape *b);
+
+/* Writes "[2, 3, -1]" into buf (always NUL-terminated); returns buf. */
+char *dev_shape_str(const dev_shape *s, char *buf, size_t len);
+
+/* NumPy broadcasting of two shapes. INVALID_ARGUMENT (naming both shapes)
+ * when they do not broadcast. */
+pd_code dev_shape_broadcast(const dev_shape *a, const dev_shape *b,
+                            dev_shape *out, dev_status *st);
+
+/* ------------------------------------------------------------------------ */
+/* Attributes                                                                */
+
+typedef enum dev_attr_type {
+  DEV_ATTR_NONE = 0, /* declared but absent (no default) */
+  DEV_ATTR_INT = 1,
+  DEV_ATTR_FLOAT = 2,
+  DEV_ATTR_BOOL = 3,
+  DEV_ATTR_STRING = 4,
+  DEV_ATTR_DTYPE = 5,
+  DEV_ATTR_SHAPE = 6,
+  DEV_ATTR_INT_LIST = 7,
+  DEV_ATTR_FLOAT_LIST = 8,
+} dev_attr_type;
+
+/* Limits on attribute values a client controls. */
+#define DEV_ATTR_LIST_MAX 64
+#define DEV_ATTR_STRING_MAX 256
+
+/* A typed attribute value. Strings and lists point at memory the caller owns
+ * for the duration of the call that takes them; the engine copies what it
+ * keeps. */
+typedef struct dev_attr_value {
+  dev_attr_type type;
+  union {
+    int64_t i;
+    double f;
+    bool b;
+    pd_dtype dtype;
+    dev_shape shape;
+    struct {
+      const char *ptr;
+      size_t len;
+    } s;
+    struct {
+      const int64_t *v;
+      int n;
+    } ilist;
+    struct {
+      const double *v;
+      int n;
+    } flist;
+  } u;
+} dev_attr_value;
+
+/* A named attribute as a client gives it. */
+typedef struct dev_attr {
+  const char *name;
+  dev_attr_value value;
+} dev_attr;
+
+/* Convenience constructors for dev_attr (no allocation). */
+dev_attr dev_attr_int(const char *name, int64_t v);
+dev_attr dev_attr_float(const char *name, double v);
+dev_attr dev_attr_bool(const char *name, bool v);
+dev_attr dev_attr_string(const char *name, const char *s);
+dev_attr dev_attr_dtype(const char *name, pd_dtype v);
+dev_attr dev_attr_shape(const char *name, int rank, const int64_t *dims);
+dev_attr dev_attr_int_list(const char *name, const int64_t *v, int n);
+dev_attr dev_attr_float_list(const char *name, const double *v, int n);
+
+/* ------------------------------------------------------------------------ */
+/* Op registry                                                               */
+
+#define DEV_MAX_ARGS 8   /* input or output args declared by one op */
+#define DEV_MAX_ATTRS 12 /* attrs declared by one op */
+#define DEV_MAX_INPUTS 64 /* flattened inputs of one op (list args count each) */
+#define DEV_MAX_OUTPUTS 8
+
+typedef struct dev_op_def dev_op_def;
+typedef struct dev_kernel_ctx dev_kernel_ctx;
+typedef struct dev_infer_ctx dev_infer_ctx;
+
+/* One declared input or output argument. A list argument (is_list) takes
+ * min_len or more tensors, as TFE_OpGetInputLength describes; an op declares
+ * at most one list input. */
+typedef struct dev_arg_def {
+  const char *name;
+  bool is_list;
+  int min_len;
+} dev_arg_def;
+
+/* One declared attribute: its type and its default (type DEV_ATTR_NONE when
+ * the attribute is required). */
+typedef struct dev_attr_def {
+  const char *name;
+  dev_attr_type type;
+  dev_attr_value default_value;
+} dev_attr_def;
+
+/* Shape/dtype inference for one component: reads ctx->in_dtype/in_shape of
+ * device ctx->device and the resolved attrs; writes ctx->out_dtype/out_shape.
+ * Must validate everything the kernel relies on (dtypes, ranks, dims,
+ * attribute ranges) and return INVALID_ARGUMENT naming the op, the input or
+ * attribute, what it got and what was expected. Runs on the caller's thread,
+ * never touches data. */
+typedef pd_code (*dev_infer_fn)(dev_infer_ctx *ctx, dev_status *st);
+
+/* A kernel for one backend: computes the outputs of one component.
+ * Outputs are already allocated (ctx->out_data) unless the op sets
+ * DEV_OP_ALIASES_INPUT, in which case the kernel may alias. */
+typedef pd_code (*dev_kernel_fn)(dev_kernel_ctx *ctx, dev_status *st);
+
+typedef enum dev_op_flags {
+  DEV_OP_COLLECTIVE = 1 << 0,   /* runs through backend->collective */
+  DEV_OP_MESH_INFER = 1 << 1,   /* infer sees every component at once */
+  DEV_OP_STATEFUL_RANDOM = 1 << 2,
+  DEV_OP_ALIASES_INPUT = 1 << 3, /* output 0 may share input 0's buffer */
+} dev_op_flags;
+
+/* Backend kinds that kernels are registered for. */
+typedef enum dev_backend_kind {
+  DEV_BACKEND_CPU = 0,
+  DEV_BACKEND_CUDA = 1,
+  DEV_BACKEND_KINDS = 2,
+} dev_backend_kind;
+
+struct dev_op_def {
+  const char *name;
+  int num_inputs;
+  dev_arg_def inputs[DEV_MAX_ARGS];
+  int num_outputs;
+  dev_arg_def outputs[DEV_MAX_ARGS]; /* outputs are never lists */
+  int num_attrs;
+  dev_attr_def attrs[DEV_MAX_ATTRS];
+  unsigned flags;
+  dev_infer_fn infer;
+  dev_kernel_fn kernels[DEV_BACKEND_KINDS];
+  /* Collective kind for DEV_OP_COLLECTIVE ops (dev_collective_kind). */
+  int collective;
+};
+
+/* Registers an op (the registry keeps the pointer; `def` must outlive the
+ * process, normally a static). ALREADY_EXISTS for a duplicate name. Called
+ * from dev_registry_init only; not thread-safe against lookups. */
+pd_code dev_op_register(dev_op_def *def, dev_status *st);
+
+/* Sets the kernel of `op_name` for `kind`. NOT_FOUND for an unknown op. */
+pd_code dev_kernel_register(dev_backend_kind kind, const char *op_name,
+                            dev_kernel_fn fn, dev_status *st);
+
+/* Registers every built-in op and its CPU kernels, once (pthread_once).
+ * Called by dev_engine_create; safe to call from any thread, many times. */
+void dev_registry_init(void);
+
+/* Looks an op up by name (TensorFlow raw-op spelling). NULL if unknown.
+ * Thread-safe after dev_registry_init. */
+const dev_op_def *dev_op_lookup(const char *name);
+
+/* Number of registered ops and the i-th in name order (for listings). */
+int dev_op_count(void);
+const dev_op_def *dev_op_at(int i);
+
+/* Index of attr `name` in def->attrs, or -1. */
+int dev_op_attr_index(const dev_op_def *def, const char *name);
+
+/* Number of tensors that input argument `arg` of `def` takes when the op is
+ * given `num_inputs` flattened inputs (TFE_OpGetInputLength). -1 when
+ * num_inputs cannot be split among the args. */
+int dev_op_input_length(const dev_op_def *def, int arg, int num_inputs);
+
+/* Resolved inputs of an infer call, per component. */
+struct dev_infer_ctx {
+  const dev_op_def *op;
+  int device;      /* which component is being inferred */
+  int num_devices; /* mesh size */
+  int num_inputs;
+  const pd_dtype *in_dtype;            /* [num_inputs] */
+  const dev_shape *in_shape;           /* [num_inputs] this component's */
+  const dev_shape *const *all_in_shape; /* [num_inputs][num_devices], for
+                                          DEV_OP_MESH_INFER ops */
+  const dev_attr_value *attrs;         /* [op->num_attrs], defaults filled */
+  int num_outputs;
+  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
+  dev_shape out_shape[DEV_MAX_OUTPUTS];
+};
+
+/* Per-component arguments of a kernel call. */
+struct dev_kernel_ctx {
+  const dev_op_def *op;
+  const dev_attr_value *attrs; /* [op->num_attrs] */
+  int device;
+  int num_devices;
+  struct dev_backend *backend;
+  uint64_t op_seq; /* engine-wide sequence number of this op */
+  int num_inputs;
+  const pd_dtype *in_dtype;
+  const dev_shape *in_shape;
+  const void *const *in_data;
+  int num_outputs;
+  const pd_dtype *out_dtype;
+  const dev_shape *out_shape;
+  void **out_data;
+  /* Set by an aliasing kernel (DEV_OP_ALIASES_INPUT) to make output i share
+   * input j's buffer: out_alias[i] = j. -1 otherwise. */
+  int *out_alias;
+  /* The collective rendezvous of DEV_OP_COLLECTIVE ops (backend-private). */
+  void *collective;
+};
+
+/* Helpers for infer functions: each returns INVALID_ARGUMENT with a message
+ * naming the op and the input when the check fails. */
+pd_code dev_check_dtype_in(const dev_infer_ctx *c, int input, unsigned mask,
+                           const char *expected, dev_status *st);
+pd_code dev_check_same_dtype(const dev_infer_ctx *c, int a, int b,
+                             dev_status *st);
+pd_code dev_check_rank(const dev_infer_ctx *c, int input, int min_rank,
+                       int max_rank, dev_status *st);
+/* Normalizes a possibly negative axis against `rank` (valid: -rank..rank-1),
+ * INVALID_ARGUMENT naming the attribute otherwise. */
+pd_code dev_normalize_axis(const dev_infer_ctx *c, const char *attr,
+                           int64_t axis, int rank, int *out, dev_status *st);
+
+#define DEV_DTYPE_BIT(dt) (1u << (unsigned)(dt))
+#define DEV_MASK_FLOAT                                                     \
+  (DEV_DTYPE_BIT(PD_FLOAT32) | DEV_DTYPE_BIT(PD_FLOAT64) |                 \
+   DEV_DTYPE_BIT(PD_FLOAT16) | DEV_DTYPE_BIT(PD_BFLOAT16))
+#define DEV_MASK_INT                                                       \
+  (DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64) |                     \
+   DEV_DTYPE_BIT(PD_UINT8))
+#define DEV_MASK_NUMBER (DEV_MASK_FLOAT | DEV_MASK_INT)
+#define DEV_MASK_ALL (DEV_MASK_NUMBER | DEV_DTYPE_BIT(PD_BOOL))
+
+/* ------------------------------------------------------------------------ */
+/* Backends                                                                  */
+
+typedef struct dev_memory_stats {
+  size_t struct_size;
+  uint64_t bytes_in_use;
+  uint64_t peak_bytes_in_use;
+  uint64_t bytes_limit; /* 0: no limit */
+  uint64_t bytes_total; /* physical memory of the device, 0 if unknown */
+  uint64_t num_allocs;
+} dev_memory_stats;
+
+#define DEV_MEMORY_STATS_STRUCT_SIZE sizeof(dev_memory_stats)
+
+/* Collective kinds and reductions (NCCL's names). */
+typedef enum dev_collective_kind {
+  DEV_COLL_NONE = 0,
+  DEV_COLL_ALL_REDUCE = 1,
+  DEV_COLL_BROADCAST = 2,
+  DEV_COLL_ALL_GATHER = 3,
+  DEV_COLL_REDUCE_SCATTER = 4,
+} dev_collective_kind;
+
+typedef enum dev_reduction {
+  DEV_RED_SUM = 0,
+  DEV_RED_PROD = 1,
+  DEV_RED_MAX = 2,
+  DEV_RED_MIN = 3,
+  DEV_RED_MEAN = 4,
+} dev_reduction;
+
+/* Parses "sum|prod|max|min|mean"; -1 when unknown. */
+int dev_reduction_from_name(const char *s, size_t len);
+
+/* A backend: a table of functions over N devices. It starts with
+ * struct_size so it can grow without breaking older code, as TensorFlow's
+ * pluggable-device structs (SP_StreamExecutor) do. All functions may be called
+ * concurrently for different devices; for one device they are called from that
+ * device's executor thread, except allocate/deallocate/copy_* used by uploads
+ * and downloads, which the backend must make thread-safe. */
+typedef struct dev_backend {
+  size_t struct_size;
+  const char *name; /* "cpu", "cuda" */
+  dev_backend_kind kind;
+  int num_devices;
+  void *impl;
+
+  /* Allocates `bytes` on `device`; RESOURCE_EXHAUSTED (naming the device,
+   * the request and the limit) when over the device's limit. bytes == 0 gives
+   * a unique non-NULL pointer. */
+  pd_code (*allocate)(struct dev_backend *b, int device, size_t bytes,
+                      void **out, dev_status *st);
+  void (*deallocate)(struct dev_backend *b, int device, void *ptr,
+                     size_t bytes);
+  pd_code (*copy_h2d)(struct dev_backend *b, int device, void *dst,
+                      const void *src, size_t bytes, dev_status *st);
+  pd_code (*copy_d2h)(struct dev_backend *b, int device, void *dst,
+                      const void *src, size_t bytes, dev_status *st);
+  pd_code (*copy_d2d)(struct dev_backend *b, int dst_device, void *dst,
+                      int src_device, const void *src, size_t bytes,
+                      dev_status *st);
+  /* Runs a kernel for one component, on that device's executor. */
+  pd_code (*run_kernel)(struct dev_backend *b, dev_kernel_fn fn,
+                        dev_kernel_ctx *ctx, dev_status *st);
+  /* Creates the shared state of one collective across all devices; called
+   * once per collective op at submission. */
+  void *(*collective_create)(struct dev_backend *b, dev_collective_kind kind,
+                             int num_devices);
+  /* Runs device ctx->device's part of a collective. Every device calls it
+   * (with ctx->collective from collective_create), in the same global order;
+   * a device whose inputs failed still calls it with `failed` set so peers
+   * learn of it instead of waiting. Returns the collective's status, the same
+   * on every device. */
+  pd_code (*collective_run)(struct dev_backend *b, dev_kernel_ctx *ctx,
+                            const dev_status *failed, dev_status *st);
+  void (*collective_release)(struct dev_backend *b, void *coll);
+  /* Waits for all work issued on `device` (a no-op on the CPU backend). */
+  pd_code (*synchronize)(struct dev_backend *b, int device, dev_status *st);
+  pd_code (*memory_stats)(struct dev_backend *b, int device,
+                          dev_memory_stats *out, dev_status *st);
+  /* A short description of the device ("cpu:0 (simulated)"). */
+  const char *(*device_name)(struct dev_backend *b, int device);
+  void (*destroy)(struct dev_backend *b);
+} dev_backend;
+
+#define DEV_BACKEND_STRUCT_SIZE sizeof(dev_backend)
+
+/* Configuration of the CPU backend; starts with struct_size. */
+typedef struct dev_cpu_config {
+  size_t struct_size;
+  int num_devices;            /* 1..PD_MAX_DEVICES */
+  uint64_t memory_limit;      /* per device, bytes; 0: none */
+} dev_cpu_config;
+
+#define DEV_CPU_CONFIG_INITIALIZER {sizeof(dev_cpu_config), 4, 0}
+
+/* Creates the CPU backend of `cfg->num_devices` simulated devices.
+ * INVALID_ARGUMENT for a device count outside 1..64. */
+pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
+                               dev_status *st);
+
+/* ------------------------------------------------------------------------ */
+/* Engine                                                                    */
+
+typedef struct dev_engine dev_engine;
+typedef struct dev_tensor dev_tensor;
+
+/* Engine configuration; starts with struct_size. */
+typedef struct dev_engine_config {
+  size_t struct_size;
+  const char *backend;   /* "cpu" (default when NULL) or "cuda" */
+  int num_devices;       /* cpu: simulated devices, default 4 */
+  uint64_t memory_limit; /* cpu: per-device limit in bytes, 0: none */
+} dev_engine_config;
+
+#define DEV_ENGINE_CONFIG_INITIALIZER {sizeof(dev_engine_config), NULL, 4, 0}
+
+/* Creates an engine over a new backend and starts one executor thread per
+ * device. Errors: INVALID_ARGUMENT (unknown backend, bad device count),
+ * UNAVAILABLE (backend cannot start, e.g. no GPU). Thread-safe. */
+pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
+                          dev_status *st);
+
+/* Waits for all queued work, stops the executors and frees the engine. Every
+ * tensor must have been released. Accepts NULL. */
+void dev_engine_destroy(dev_engine *e);
+
+int dev_engine_num_devices(const dev_engine *e);
+dev_backend *dev_engine_backend(dev_engine *e);
+
+/* Waits until every op submitted so far has run on every device. Returns OK
+ * (per-op failures are stored on their outputs, not reported here). */
+pd_code dev_engine_sync(dev_engine *e, dev_status *st);
+
+/* Memory statistics of one device (see dev_memory_stats). */
+pd_code dev_engine_memory_stats(dev_engine *e, int device,
+                                dev_memory_stats *out, dev_status *st);
+
+/* --- Parallel tensors ---------------------------------------------------- */
+
+/* How a host value maps onto components (upload and download). */
+typedef enum dev_layout_kind {
+  DEV_LAYOUT_MIRRORED = 0,      /* one host value, copied to every device */
+  DEV_LAYOUT_SHARDED = 1,       /* split / concatenated along `axis` */
+  DEV_LAYOUT_PER_COMPONENT = 2, /* one host value per component */
+  DEV_LAYOUT_COMPONENT = 3,     /* download only: one component, `component` */
+} dev_layout_kind;
+
+typedef struct dev_layout {
+  dev_layout_kind kind;
+  int axis;      /* SHARDED */
+  int component; /* COMPONENT */
+} dev_layout;
+
+/* Shape of shard `i` of `n` when splitting `host` along `axis`: dims[axis]/n
+ * each, the first dims[axis]%n one longer. */
+void dev_shard_shape(const dev_shape *host, int axis, int n, int i,
+                     dev_shape *out);
+
+/* Creates a tensor of `dtype` with the given component shapes
+ * ([num_devices]), allocates its components synchronously and leaves the
+ * data unset (for uploads). RESOURCE_EXHAUSTED when a device is over its
+ * limit (nothing stays allocated); INVALID_ARGUMENT for a bad dtype/shape. */
+pd_code dev_tensor_create(dev_engine *e, pd_dtype dtype,
+                          const dev_shape *component_shapes, dev_tensor **out,
+                          dev_status *st);
+
+/* Creates a tensor for an upload of a host value of `dtype` and `host_shape`
+ * (or, for PER_COMPONENT, `component_shapes[num_devices]`) laid out by
+ * `layout`. INVALID_ARGUMENT for an axis out of range. */
+pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
+                                     const dev_layout *layout,
+                                     const dev_shape *host_shape,
+                                     const dev_shape *component_shapes,
+                                     dev_tensor **out, dev_status *st);
+
+/* Writes bytes [offset, offset+len) of the host value of an upload into the
+ * components per `layout` (for PER_COMPONENT, of component `component`'s
+ * value). Chunks may arrive in any sizes. OUT_OF_RANGE past the end.
+ * Not thread-safe for one tensor; the tensor must not yet be used by ops. */
+pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout,
+                         int component, uint64_t offset, const void *data,
+                         size_t len, dev_status *st);
+
+/* Host byte size of a download of `t` by `layout` (for PER_COMPONENT, of
+ * component `component`). INVALID_ARGUMENT for a layout that does not fit
+ * (axis out of range, components that differ off the axis). */
+pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout,
+                             int component, dev_shape *host_shape,
+                             uint64_t *bytes, dev_status *st);
+
+/* Reads bytes [offset, offset+len) of the host value of a download. The tensor
+ * must be ready (call dev_tensor_wait first). */
+pd_code dev_tensor_read(dev_tensor *t, const dev_layout *layout, int component,
+                        uint64_t offset, void *data, size_t len,
+                        dev_status *st);
+
+/* Convenience: upload a whole host value in one call. `data` holds the host
+ * value (PER_COMPONENT: `datas[num_devices]`). */
+pd_code dev_tensor_from_host(dev_engine *e, pd_dtype dtype,
+                             const dev_layout *layout,
+                             const dev_shape *host_shape, const void *data,
+                             dev_tensor **out, dev_status *st);
+pd_code dev_tensor_from_components(dev_engine *e, pd_dtype dtype,
+                                   const dev_shape *shapes,
+                                   const void *const *datas, dev_tensor **out,
+                                   dev_status *st);
+
+/* Convenience: waits, then downloads the whole value into `data`, which
+ * holds `capacity` bytes. Returns the tensor's error if it failed. */
+pd_code dev_tensor_to_host(dev_tensor *t, const dev_layout *layout,
+                           int component, void *data, size_t capacity,
+                           dev_status *st);
+
+void dev_tensor_retain(dev_tensor *t);
+/* Drops one reference; at zero the components are freed once no queued op
+ * uses them. Accepts NULL. Thread-safe. */
+void dev_tensor_release(dev_tensor *t);
+
+pd_dtype dev_tensor_dtype(const dev_tensor *t);
+/* The common shape of the components, -1 on axes where they differ. */
+const dev_shape *dev_tensor_shape(const dev_tensor *t);
+const dev_shape *dev_tensor_component_shape(const dev_tensor *t, int device);
+int dev_tensor_num_components(const dev_tensor *t);
+/* Bytes of all components together. */
+uint64_t dev_tensor_bytes(const dev_tensor *t);
+
+/* Non-blocking: true when every component has been computed (or failed). */
+bool dev_tensor_is_ready(const dev_tensor *t);
+
+/* Waits until every component is computed; returns the tensor's status (the
+ * first failing component's error, naming the device). */
+pd_code dev_tensor_wait(dev_tensor *t, dev_status *st);
+
+/* --- Ops ----------------------------------------------------------------- */
+
+typedef struct dev_op dev_op;
+
+/* Validates and prepares one op: looks it up, checks arity (list inputs per
+ * TFE_OpGetInputLength), attributes (known names, types, required ones),
+ * runs shape inference for every component, and creates its outputs (not yet
+ * allocated). Nothing is queued. Errors: INVALID_ARGUMENT for an unknown op, a wrong arity, an unknown/mistyped/missing attribute, or
+ * what inference rejects; FAILED_PRECONDITION for an input that belongs to
+ * another engine. Thread-safe. */
+pd_code dev_op_prepare(dev_engine *e, const char *op_name,
+                       dev_tensor *const *inputs, int num_inputs,
+                       const dev_attr *attrs, int num_attrs, dev_op **out,
+                       dev_status *st);
+
+int dev_op_num_outputs(const dev_op *op);
+/* Borrowed output i of a prepared op (retain it to keep it). */
+dev_tensor *dev_op_output(const dev_op *op, int i);
+/* Bytes the outputs will occupy across all devices (for quotas). */
+uint64_t dev_op_output_bytes(const dev_op *op);
+
+/* Queues a prepared op on every device in the one global order and takes
+ * ownership of `op`. Thread-safe. */
+void dev_op_submit(dev_engine *e, dev_op *op);
+
+/* Drops a prepared op without running it; its outputs fail with `code` and
+ * `msg` (e.g. CANCELLED). Takes ownership of `op`. */
+void dev_op_abandon(dev_op *op, pd_code code, const char *msg);
+
+/* Prepare + submit in one call. On success writes the outputs (owned by the
+ * caller) into outputs[0..*num_outputs); `*num_outputs` holds the capacity
+ * on entry (INVALID_ARGUMENT when too small). */
+pd_code dev_execute(dev_engine *e, const char *op_name,
+                    dev_tensor *const *inputs, int num_inputs,
+                    const dev_attr *attrs, int num_attrs, dev_tensor **outputs,
+                    int *num_outputs, dev_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PARADEV_DEVICE_H */

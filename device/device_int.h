@@ -1,0 +1,89 @@
+/* Private header of device/: what the engine's own files share. Not for
+ * other layers (they include device/device.h only). */
+#ifndef PARADEV_DEVICE_INT_H
+#define PARADEV_DEVICE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "device.h"
+
+/* A device buffer, shared by tensors that alias it (Reshape, Identity). */
+typedef struct dev_buffer {
+  atomic_int refs;
+  int device;
+  void *data;
+  size_t bytes;
+  dev_backend *backend;
+} dev_buffer;
+
+/* One component of a parallel tensor. `buf`, `code` and `msg` are written by
+ * the device's executor before it publishes `ready_seq` as done; readers look
+ * at them only after dev_exec_done(device) >= ready_seq. */
+typedef struct dev_component {
+  dev_shape shape;
+  size_t bytes;
+  dev_buffer *buf;
+  _Atomic uint64_t ready_seq; /* 0: ready at creation (uploads);
+                               UINT64_MAX: prepared, not yet submitted */
+  pd_code code;
+  char *msg; /* heap, when code != PD_OK */
+} dev_component;
+
+struct dev_tensor {
+  atomic_int refs;
+  dev_engine *engine;
+  pd_dtype dtype;
+  dev_shape shape; /* common shape, -1 where components differ */
+  int n;
+  uint64_t bytes;
+  dev_component comps[];
+};
+
+/* Deep-copied attribute storage of a queued op. */
+struct dev_op {
+  const dev_op_def *def;
+  dev_engine *engine;
+  uint64_t seq;
+  atomic_int pending; /* devices that have not run it yet */
+  int num_inputs;
+  dev_tensor *inputs[DEV_MAX_INPUTS];
+  int num_outputs;
+  dev_tensor *outputs[DEV_MAX_OUTPUTS];
+  dev_attr_value attrs[DEV_MAX_ATTRS];
+  void *attr_arena; /* strings and lists of attrs */
+  void *collective;
+  struct dev_op *next_free;
+};
+
+/* Allocates a buffer of `bytes` on `device` through the backend. */
+pd_code dev_buffer_alloc(dev_backend *b, int device, size_t bytes,
+                         dev_buffer **out, dev_status *st);
+void dev_buffer_retain(dev_buffer *buf);
+void dev_buffer_release(dev_buffer *buf);
+
+/* Creates a tensor with unallocated components (executor allocates). */
+pd_code dev_tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
+                       dev_tensor **out, dev_status *st);
+/* Sets component `d`'s error (copies msg). */
+void dev_component_set_error(dev_component *c, pd_code code, const char *msg);
+
+/* Largest sequence number that `device`'s executor has finished. */
+uint64_t dev_exec_done(dev_engine *e, int device);
+/* Blocks until `device`'s executor has finished op `seq`. */
+void dev_exec_wait(dev_engine *e, int device, uint64_t seq);
+
+/* Registration of the built-in op groups (device/ops/ files). Each registers
+ * its op defs and their CPU kernels. */
+void dev_register_elementwise_ops(void);
+void dev_register_linalg_ops(void);
+void dev_register_reduce_ops(void);
+void dev_register_array_ops(void);
+void dev_register_random_ops(void);
+void dev_register_collective_ops(void);
+
+/* Registers an op def and its CPU kernel; aborts on a registration error
+ * (a programming error caught by any test run). */
+void dev_register_or_die(dev_op_def *def);
+
+#endif /* PARADEV_DEVICE_INT_H */

@@ -1,0 +1,625 @@
+/* The engine: one executor thread per device, each running its queue of ops
+ * in the one global submission order (a CUDA stream's semantics), plus op
+ * validation, attribute resolution and shape inference at preparation. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device_int.h"
+
+typedef struct dev_exec {
+  dev_engine *engine;
+  int device;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv;
+  pthread_cond_t done_cv;
+  dev_op **ring;
+  size_t cap, head, count;
+  bool stop;
+  _Atomic uint64_t done_seq;
+  atomic_int waiters;
+} dev_exec;
+
+struct dev_engine {
+  dev_backend *backend;
+  int n;
+  pthread_mutex_t submit_mu;
+  uint64_t seq;
+  dev_exec *execs;
+};
+
+int dev_engine_num_devices(const dev_engine *e) { return e->n; }
+dev_backend *dev_engine_backend(dev_engine *e) { return e->backend; }
+
+uint64_t dev_exec_done(dev_engine *e, int device) {
+  return atomic_load(&e->execs[device].done_seq);
+}
+
+void dev_exec_wait(dev_engine *e, int device, uint64_t seq) {
+  dev_exec *x = &e->execs[device];
+  if (atomic_load(&x->done_seq) >= seq) return;
+  pthread_mutex_lock(&x->mu);
+  atomic_fetch_add(&x->waiters, 1);
+  while (atomic_load(&x->done_seq) < seq) pthread_cond_wait(&x->done_cv, &x->mu);
+  atomic_fetch_sub(&x->waiters, 1);
+  pthread_mutex_unlock(&x->mu);
+}
+
+/* --- op lifetime ---------------------------------------------------------- */
+
+static void op_free(dev_op *op) {
+  dev_backend *b = op->engine->backend;
+  if (op->collective && b->collective_release) b->collective_release(b, op->collective);
+  for (int i = 0; i < op->num_inputs; i++) dev_tensor_release(op->inputs[i]);
+  for (int i = 0; i < op->num_outputs; i++) dev_tensor_release(op->outputs[i]);
+  free(op->attr_arena);
+  free(op);
+}
+
+/* --- executor ------------------------------------------------------------- */
+
+static void run_op(dev_exec *x, dev_op *op) {
+  const int d = x->device;
+  dev_engine *e = x->engine;
+  dev_backend *b = e->backend;
+  const dev_op_def *def = op->def;
+  dev_status st = DEV_STATUS_INIT;
+  bool failed = false;
+
+  pd_dtype in_dtype[DEV_MAX_INPUTS];
+  dev_shape in_shape[DEV_MAX_INPUTS];
+  const void *in_data[DEV_MAX_INPUTS];
+  for (int i = 0; i < op->num_inputs; i++) {
+    dev_component *c = &op->inputs[i]->comps[d];
+    in_dtype[i] = op->inputs[i]->dtype;
+    in_shape[i] = c->shape;
+    in_data[i] = c->buf ? c->buf->data : NULL;
+    if (!failed && c->code != PD_OK) {
+      failed = true;
+      dev_error(&st, c->code, "%s", c->msg ? c->msg : "");
+    }
+  }
+
+  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
+  dev_shape out_shape[DEV_MAX_OUTPUTS];
+  void *out_data[DEV_MAX_OUTPUTS] = {0};
+  int out_alias[DEV_MAX_OUTPUTS];
+  for (int i = 0; i < op->num_outputs; i++) {
+    dev_component *c = &op->outputs[i]->comps[d];
+    out_dtype[i] = op->outputs[i]->dtype;
+    out_shape[i] = c->shape;
+    out_alias[i] = -1;
+    if (failed) continue;
+    if (i == 0 && (def->flags & DEV_OP_ALIASES_INPUT) && op->num_inputs > 0 &&
+        op->inputs[0]->comps[d].buf && op->inputs[0]->comps[d].bytes == c->bytes) {
+      dev_buffer_retain(op->inputs[0]->comps[d].buf);
+      c->buf = op->inputs[0]->comps[d].buf;
+      out_alias[i] = 0;
+    } else {
+      dev_status ast = DEV_STATUS_INIT;
+      if (dev_buffer_alloc(b, d, c->bytes, &c->buf, &ast) != PD_OK) {
+        failed = true;
+        dev_error(&st, ast.code, "%s: %s", def->name, ast.msg);
+        continue;
+      }
+    }
+    out_data[i] = c->buf->data;
+  }
+
+  dev_kernel_ctx ctx = {
+      .op = def, .attrs = op->attrs, .device = d, .num_devices = e->n, .backend = b,
+      .op_seq = op->seq, .num_inputs = op->num_inputs, .in_dtype = in_dtype,
+      .in_shape = in_shape, .in_data = in_data, .num_outputs = op->num_outputs,
+      .out_dtype = out_dtype, .out_shape = out_shape, .out_data = out_data,
+      .out_alias = out_alias, .collective = op->collective,
+  };
+
+  if (def->flags & DEV_OP_COLLECTIVE) {
+    /* Every device takes part, failed or not, so no peer waits forever. */
+    dev_status cst = DEV_STATUS_INIT;
+    if (b->collective_run(b, &ctx, failed ? &st : NULL, &cst) != PD_OK) {
+      failed = true;
+      st = cst;
+    }
+  } else if (!failed) {
+    bool all_aliased = op->num_outputs > 0;
+    for (int i = 0; i < op->num_outputs; i++) all_aliased &= out_alias[i] >= 0;
+    dev_kernel_fn fn = def->kernels[b->kind];
+    if (all_aliased && (def->flags & DEV_OP_ALIASES_INPUT)) {
+      /* The output shares the input's bytes: nothing to run. */
+    } else if (!fn && (def->flags & DEV_OP_ALIASES_INPUT)) {
+      /* Aliasing op whose sizes differ cannot happen (infer keeps bytes). */
+      failed = true;
+      dev_error(&st, PD_INTERNAL, "%s: cannot alias input of %zu bytes to output of %zu bytes",
+                def->name, op->inputs[0]->comps[d].bytes, op->outputs[0]->comps[d].bytes);
+    } else if (!fn) {
+      failed = true;
+      dev_error(&st, PD_UNIMPLEMENTED, "%s has no kernel for the %s backend", def->name, b->name);
+    } else {
+      dev_status kst = DEV_STATUS_INIT;
+      if (b->run_kernel(b, fn, &ctx, &kst) != PD_OK) {
+        failed = true;
+        if (strncmp(kst.msg, def->name, strlen(def->name)) == 0)
+          dev_error(&st, kst.code, "%s (on %s)", kst.msg, b->device_name(b, d));
+        else
+          dev_error(&st, kst.code, "%s on %s: %s", def->name, b->device_name(b, d), kst.msg);
+      }
+    }
+  }
+
+  if (failed)
+    for (int i = 0; i < op->num_outputs; i++)
+      dev_component_set_error(&op->outputs[i]->comps[d], st.code, st.msg);
+}
+
+static void *exec_main(void *arg) {
+  dev_exec *x = arg;
+  for (;;) {
+    pthread_mutex_lock(&x->mu);
+    while (x->count == 0 && !x->stop) pthread_cond_wait(&x->work_cv, &x->mu);
+    if (x->count == 0 && x->stop) {
+      pthread_mutex_unlock(&x->mu);
+      return NULL;
+    }
+    dev_op *op = x->ring[x->head];
+    x->head = (x->head + 1) % x->cap;
+    x->count--;
+    pthread_mutex_unlock(&x->mu);
+
+    run_op(x, op);
+    uint64_t seq = op->seq;
+    if (atomic_fetch_sub(&op->pending, 1) == 1) op_free(op);
+    atomic_store(&x->done_seq, seq);
+    if (atomic_load(&x->waiters) > 0) {
+      pthread_mutex_lock(&x->mu);
+      pthread_cond_broadcast(&x->done_cv);
+      pthread_mutex_unlock(&x->mu);
+    }
+  }
+}
+
+/* Makes room for one more op; called under the engine's submit lock, so the
+ * room stays (the executor only removes ops). */
+static bool exec_reserve(dev_exec *x) {
+  bool ok = true;
+  pthread_mutex_lock(&x->mu);
+  if (x->count == x->cap) {
+    size_t ncap = x->cap ? x->cap * 2 : 256;
+    dev_op **nr = malloc(ncap * sizeof *nr);
+    if (nr) {
+      for (size_t i = 0; i < x->count; i++) nr[i] = x->ring[(x->head + i) % x->cap];
+      free(x->ring);
+      x->ring = nr;
+      x->cap = ncap;
+      x->head = 0;
+    } else {
+      ok = false;
+    }
+  }
+  pthread_mutex_unlock(&x->mu);
+  return ok;
+}
+
+static void exec_push(dev_exec *x, dev_op *op) {
+  pthread_mutex_lock(&x->mu);
+  x->ring[(x->head + x->count) % x->cap] = op;
+  x->count++;
+  pthread_cond_signal(&x->work_cv);
+  pthread_mutex_unlock(&x->mu);
+}
+
+/* --- engine lifetime ------------------------------------------------------ */
+
+pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_status *st) {
+  dev_engine_config def = DEV_ENGINE_CONFIG_INITIALIZER;
+  if (!cfg) cfg = &def;
+  dev_registry_init();
+  const char *name = cfg->backend ? cfg->backend : "cpu";
+  dev_backend *b = NULL;
+  pd_code rc;
+  if (strcmp(name, "cpu") == 0) {
+    dev_cpu_config cc = DEV_CPU_CONFIG_INITIALIZER;
+    cc.num_devices = cfg->num_devices;
+    cc.memory_limit = cfg->memory_limit;
+    rc = dev_cpu_backend_create(&cc, &b, st);
+  } else if (strcmp(name, "cuda") == 0) {
+    rc = dev_error(st, PD_UNAVAILABLE,
+                   "the cuda backend is not built into this engine; run with --backend=cpu");
+  } else {
+    rc = dev_error(st, PD_INVALID_ARGUMENT, "unknown backend '%s'; expected cpu or cuda", name);
+  }
+  if (rc != PD_OK) return rc;
+
+  dev_engine *e = calloc(1, sizeof *e);
+  if (!e) goto fail_backend;
+  e->backend = b;
+  e->n = b->num_devices;
+  e->execs = calloc((size_t)e->n, sizeof *e->execs);
+  if (!e->execs) goto fail_engine;
+  pthread_mutex_init(&e->submit_mu, NULL);
+  int started = 0;
+  for (; started < e->n; started++) {
+    dev_exec *x = &e->execs[started];
+    x->engine = e;
+    x->device = started;
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->work_cv, NULL);
+    pthread_cond_init(&x->done_cv, NULL);
+    atomic_init(&x->done_seq, 0);
+    atomic_init(&x->waiters, 0);
+    if (pthread_create(&x->thread, NULL, exec_main, x) != 0) goto fail_threads;
+  }
+  *out = e;
+  return PD_OK;
+
+fail_threads:
+  for (int i = 0; i < started; i++) {
+    dev_exec *x = &e->execs[i];
+    pthread_mutex_lock(&x->mu);
+    x->stop = true;
+    pthread_cond_signal(&x->work_cv);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(x->thread, NULL);
+  }
+  free(e->execs);
+fail_engine:
+  free(e);
+fail_backend:
+  b->destroy(b);
+  return dev_error(st, PD_RESOURCE_EXHAUSTED, "could not start the engine's executor threads");
+}
+
+void dev_engine_destroy(dev_engine *e) {
+  if (!e) return;
+  for (int i = 0; i < e->n; i++) {
+    dev_exec *x = &e->execs[i];
+    pthread_mutex_lock(&x->mu);
+    x->stop = true;
+    pthread_cond_signal(&x->work_cv);
+    pthread_mutex_unlock(&x->mu);
+  }
+  for (int i = 0; i < e->n; i++) {
+    dev_exec *x = &e->execs[i];
+    pthread_join(x->thread, NULL);
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->work_cv);
+    pthread_cond_destroy(&x->done_cv);
+    free(x->ring);
+  }
+  pthread_mutex_destroy(&e->submit_mu);
+  e->backend->destroy(e->backend);
+  free(e->execs);
+  free(e);
+}
+
+pd_code dev_engine_sync(dev_engine *e, dev_status *st) {
+  pthread_mutex_lock(&e->submit_mu);
+  uint64_t seq = e->seq;
+  pthread_mutex_unlock(&e->submit_mu);
+  for (int d = 0; d < e->n; d++) {
+    dev_exec_wait(e, d, seq);
+    pd_code rc = e->backend->synchronize(e->backend, d, st);
+    if (rc != PD_OK) return rc;
+  }
+  return PD_OK;
+}
+
+pd_code dev_engine_memory_stats(dev_engine *e, int device, dev_memory_stats *out, dev_status *st) {
+  if (device < 0 || device >= e->n)
+    return dev_error(st, PD_INVALID_ARGUMENT, "device %d is out of range; expected 0 to %d", device,
+                     e->n - 1);
+  return e->backend->memory_stats(e->backend, device, out, st);
+}
+
+/* --- preparation ---------------------------------------------------------- */
+
+static const char *attr_type_name(dev_attr_type t) {
+  static const char *const names[] = {"none",   "int",   "float", "bool",     "string",
+                                      "dtype",  "shape", "int list", "float list"};
+  return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
+}
+
+static void list_attr_names(const dev_op_def *def, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = '\0';
+  if (def->num_attrs == 0) {
+    snprintf(buf, len, "no attributes");
+    return;
+  }
+  for (int i = 0; i < def->num_attrs && off < len; i++) {
+    int n = snprintf(buf + off, len - off, "%s%s", i ? ", " : "one of ", def->attrs[i].name);
+    if (n < 0) break;
+    off += (size_t)n;
+  }
+}
+
+static void list_input_names(const dev_op_def *def, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < def->num_inputs && off < len; i++) {
+    int n = snprintf(buf + off, len - off, "%s%s%s", i ? ", " : "", def->inputs[i].name,
+                     def->inputs[i].is_list ? "..." : "");
+    if (n < 0) break;
+    off += (size_t)n;
+  }
+}
+
+/* Checks and resolves attributes into op->attrs (defaults filled), deep
+ * copying strings and lists into one arena. */
+static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs, int num_attrs,
+                             dev_op *op, dev_status *st) {
+  if (num_attrs < 0 || (num_attrs > 0 && !attrs))
+    return dev_error(st, PD_INVALID_ARGUMENT, "%s: malformed attribute list", def->name);
+  bool seen[DEV_MAX_ATTRS] = {0};
+  size_t arena = 0;
+  for (int i = 0; i < def->num_attrs; i++) op->attrs[i] = def->attrs[i].default_value;
+  for (int k = 0; k < num_attrs; k++) {
+    const dev_attr *a = &attrs[k];
+    if (!a->name)
+      return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute %d has no name", def->name, k);
+    int idx = dev_op_attr_index(def, a->name);
+    if (idx < 0) {
+      char names[256];
+      list_attr_names(def, names, sizeof names);
+      return dev_error(st, PD_INVALID_ARGUMENT, "%s: unknown attribute '%.64s'; expected %s",
+                       def->name, a->name, names);
+    }
+    if (seen[idx])
+      return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' is given twice", def->name,
+                       a->name);
+    seen[idx] = true;
+    dev_attr_type want = def->attrs[idx].type;
+    if (a->value.type != want)
+      return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' has type %s; expected %s",
+                       def->name, a->name, attr_type_name(a->value.type), attr_type_name(want));
+    const dev_attr_value *v = &a->value;
+    switch (want) {
+      case DEV_ATTR_STRING:
+        if (v->u.s.len > DEV_ATTR_STRING_MAX || (v->u.s.len && !v->u.s.ptr))
+          return dev_error(st, PD_INVALID_ARGUMENT,
+                           "%s: attribute '%s' is a string of %zu bytes; the limit is %d",
+                           def->name, a->name, v->u.s.len, DEV_ATTR_STRING_MAX);
+        arena += v->u.s.len + 1;
+        break;
+      case DEV_ATTR_INT_LIST:
+      case DEV_ATTR_FLOAT_LIST: {
+        int n = want == DEV_ATTR_INT_LIST ? v->u.ilist.n : v->u.flist.n;
+        const void *p = want == DEV_ATTR_INT_LIST ? (const void *)v->u.ilist.v : (const void *)v->u.flist.v;
+        if (n < 0 || n > DEV_ATTR_LIST_MAX || (n && !p))
+          return dev_error(st, PD_INVALID_ARGUMENT,
+                           "%s: attribute '%s' is a list of %d values; expected 0 to %d",
+                           def->name, a->name, n, DEV_ATTR_LIST_MAX);
+        arena += (size_t)n * 8;
+        break;
+      }
+      case DEV_ATTR_DTYPE:
+        if (!dev_dtype_is_valid(v->u.dtype))
+          return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' is dtype %d; expected a valid dtype",
+                           def->name, a->name, (int)v->u.dtype);
+        break;
+      case DEV_ATTR_SHAPE: {
+        dev_shape tmp;
+        dev_status sst = DEV_STATUS_INIT;
+        if (dev_shape_make(v->u.shape.rank, v->u.shape.dims, &tmp, &sst) != PD_OK)
+          return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s': %s", def->name, a->name,
+                           sst.msg);
+        break;
+      }
+      case DEV_ATTR_FLOAT:
+      case DEV_ATTR_INT:
+      case DEV_ATTR_BOOL:
+      case DEV_ATTR_NONE:
+        break;
+    }
+  }
+  for (int i = 0; i < def->num_attrs; i++)
+    if (!seen[i] && def->attrs[i].default_value.type == DEV_ATTR_NONE)
+      return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' (%s) is required", def->name,
+                       def->attrs[i].name, attr_type_name(def->attrs[i].type));
+  if (arena) {
+    op->attr_arena = malloc(arena);
+    if (!op->attr_arena) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  }
+  char *p = op->attr_arena;
+  for (int k = 0; k < num_attrs; k++) {
+    int idx = dev_op_attr_index(def, attrs[k].name);
+    dev_attr_value v = attrs[k].value;
+    if (v.type == DEV_ATTR_STRING) {
+      if (v.u.s.len) memcpy(p, v.u.s.ptr, v.u.s.len);
+      p[v.u.s.len] = '\0';
+      v.u.s.ptr = p;
+      p += v.u.s.len + 1;
+    } else if (v.type == DEV_ATTR_INT_LIST && v.u.ilist.n) {
+      memcpy(p, v.u.ilist.v, (size_t)v.u.ilist.n * 8);
+      v.u.ilist.v = (const int64_t *)(void *)p;
+      p += (size_t)v.u.ilist.n * 8;
+    } else if (v.type == DEV_ATTR_FLOAT_LIST && v.u.flist.n) {
+      memcpy(p, v.u.flist.v, (size_t)v.u.flist.n * 8);
+      v.u.flist.v = (const double *)(void *)p;
+      p += (size_t)v.u.flist.n * 8;
+    }
+    op->attrs[idx] = v;
+  }
+  return PD_OK;
+}
+
+pd_code dev_op_prepare(dev_engine *e, const char *op_name, dev_tensor *const *inputs,
+                       int num_inputs, const dev_attr *attrs, int num_attrs, dev_op **out,
+                       dev_status *st) {
+  const dev_op_def *def = dev_op_lookup(op_name);
+  if (!def)
+    return dev_error(st, PD_INVALID_ARGUMENT, "unknown op '%.64s'; expected a registered op name",
+                     op_name ? op_name : "(null)");
+  if (num_inputs < 0 || num_inputs > DEV_MAX_INPUTS)
+    return dev_error(st, PD_INVALID_ARGUMENT, "%s: %d inputs; the limit is %d", def->name,
+                     num_inputs, DEV_MAX_INPUTS);
+  if (def->num_inputs == 0 ? num_inputs != 0 : dev_op_input_length(def, 0, num_inputs) < 0) {
+    char names[200];
+    list_input_names(def, names, sizeof names);
+    int list_arg = -1, fixed = def->num_inputs;
+    for (int i = 0; i < def->num_inputs; i++)
+      if (def->inputs[i].is_list) list_arg = i;
+    if (list_arg >= 0)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: got %d inputs; expected at least %d (%s, with '%s' a list of at least %d)",
+                       def->name, num_inputs, fixed - 1 + def->inputs[list_arg].min_len, names,
+                       def->inputs[list_arg].name, def->inputs[list_arg].min_len);
+    return dev_error(st, PD_INVALID_ARGUMENT, "%s: got %d inputs; expected %d (%s)", def->name,
+                     num_inputs, fixed, fixed ? names : "none");
+  }
+  for (int i = 0; i < num_inputs; i++) {
+    if (!inputs[i])
+      return dev_error(st, PD_INVALID_ARGUMENT, "%s: input %d is missing", def->name, i);
+    if (inputs[i]->engine != e)
+      return dev_error(st, PD_FAILED_PRECONDITION, "%s: input %d belongs to another engine",
+                       def->name, i);
+  }
+
+  dev_op *op = calloc(1, sizeof *op);
+  if (!op) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  op->def = def;
+  op->engine = e;
+  pd_code rc = resolve_attrs(def, attrs, num_attrs, op, st);
+  if (rc != PD_OK) goto fail;
+
+  const int n = e->n;
+  pd_dtype in_dtype[DEV_MAX_INPUTS];
+  for (int i = 0; i < num_inputs; i++) in_dtype[i] = inputs[i]->dtype;
+  dev_shape *in_shape = malloc(sizeof(dev_shape) * (size_t)(num_inputs ? num_inputs : 1));
+  dev_shape *out_shapes = malloc(sizeof(dev_shape) * (size_t)n * DEV_MAX_OUTPUTS);
+  const dev_shape **all = NULL;
+  dev_shape *all_store = NULL;
+  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
+  if (!in_shape || !out_shapes) {
+    rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+    goto fail_infer;
+  }
+  if (def->flags & DEV_OP_MESH_INFER) {
+    all = malloc(sizeof *all * (size_t)(num_inputs ? num_inputs : 1));
+    all_store = malloc(sizeof(dev_shape) * (size_t)n * (size_t)(num_inputs ? num_inputs : 1));
+    if (!all || !all_store) {
+      rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+      goto fail_infer;
+    }
+    for (int i = 0; i < num_inputs; i++) {
+      for (int d = 0; d < n; d++) all_store[i * n + d] = inputs[i]->comps[d].shape;
+      all[i] = &all_store[i * n];
+    }
+  }
+  for (int d = 0; d < n; d++) {
+    for (int i = 0; i < num_inputs; i++) in_shape[i] = inputs[i]->comps[d].shape;
+    dev_infer_ctx ic = {
+        .op = def, .device = d, .num_devices = n, .num_inputs = num_inputs,
+        .in_dtype = in_dtype, .in_shape = in_shape, .all_in_shape = all,
+        .attrs = op->attrs, .num_outputs = def->num_outputs,
+    };
+    rc = def->infer(&ic, st);
+    if (rc != PD_OK) {
+      /* Name the component only when components differ. */
+      goto fail_infer;
+    }
+    for (int o = 0; o < def->num_outputs; o++) {
+      if (d == 0) out_dtype[o] = ic.out_dtype[o];
+      else if (out_dtype[o] != ic.out_dtype[o]) {
+        rc = dev_error(st, PD_INTERNAL, "%s: inferred dtypes differ between devices", def->name);
+        goto fail_infer;
+      }
+      out_shapes[o * n + d] = ic.out_shape[o];
+    }
+  }
+  op->num_inputs = num_inputs;
+  for (int i = 0; i < num_inputs; i++) {
+    dev_tensor_retain(inputs[i]);
+    op->inputs[i] = inputs[i];
+  }
+  for (int o = 0; o < def->num_outputs; o++) {
+    rc = dev_tensor_new(e, out_dtype[o], &out_shapes[o * n], &op->outputs[o], st);
+    if (rc != PD_OK) {
+      char msg[DEV_STATUS_MSG_MAX];
+      snprintf(msg, sizeof msg, "%s", st ? st->msg : "");
+      rc = dev_error(st, rc, "%s: output '%s': %s", def->name, def->outputs[o].name, msg);
+      goto fail_infer;
+    }
+    op->num_outputs = o + 1;
+    for (int d = 0; d < n; d++) atomic_store(&op->outputs[o]->comps[d].ready_seq, UINT64_MAX);
+  }
+  if (def->flags & DEV_OP_COLLECTIVE) {
+    op->collective = e->backend->collective_create(e->backend, (dev_collective_kind)def->collective, n);
+    if (!op->collective) {
+      rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+      goto fail_infer;
+    }
+  }
+  atomic_init(&op->pending, n);
+  free(in_shape);
+  free(out_shapes);
+  free(all);
+  free(all_store);
+  *out = op;
+  return PD_OK;
+
+fail_infer:
+  free(in_shape);
+  free(out_shapes);
+  free(all);
+  free(all_store);
+fail:
+  op_free(op);
+  return rc;
+}
+
+int dev_op_num_outputs(const dev_op *op) { return op->num_outputs; }
+dev_tensor *dev_op_output(const dev_op *op, int i) {
+  return i >= 0 && i < op->num_outputs ? op->outputs[i] : NULL;
+}
+uint64_t dev_op_output_bytes(const dev_op *op) {
+  uint64_t s = 0;
+  for (int i = 0; i < op->num_outputs; i++) s += op->outputs[i]->bytes;
+  return s;
+}
+
+void dev_op_submit(dev_engine *e, dev_op *op) {
+  pthread_mutex_lock(&e->submit_mu);
+  for (int d = 0; d < e->n; d++) {
+    if (!exec_reserve(&e->execs[d])) {
+      pthread_mutex_unlock(&e->submit_mu);
+      dev_op_abandon(op, PD_RESOURCE_EXHAUSTED, "host out of memory while queueing the op");
+      return;
+    }
+  }
+  op->seq = ++e->seq;
+  for (int o = 0; o < op->num_outputs; o++)
+    for (int d = 0; d < e->n; d++) atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
+  for (int d = 0; d < e->n; d++) exec_push(&e->execs[d], op);
+  pthread_mutex_unlock(&e->submit_mu);
+}
+
+void dev_op_abandon(dev_op *op, pd_code code, const char *msg) {
+  for (int o = 0; o < op->num_outputs; o++)
+    for (int d = 0; d < op->outputs[o]->n; d++) {
+      dev_component_set_error(&op->outputs[o]->comps[d], code, msg);
+      atomic_store(&op->outputs[o]->comps[d].ready_seq, 0);
+    }
+  op_free(op);
+}
+
+pd_code dev_execute(dev_engine *e, const char *op_name, dev_tensor *const *inputs,
+                    int num_inputs, const dev_attr *attrs, int num_attrs, dev_tensor **outputs,
+                    int *num_outputs, dev_status *st) {
+  const dev_op_def *def = dev_op_lookup(op_name);
+  if (def && *num_outputs < def->num_outputs)
+    return dev_error(st, PD_INVALID_ARGUMENT, "%s has %d outputs; room was given for %d",
+                     def->name, def->num_outputs, *num_outputs);
+  dev_op *op;
+  pd_code rc = dev_op_prepare(e, op_name, inputs, num_inputs, attrs, num_attrs, &op, st);
+  if (rc != PD_OK) return rc;
+  int n = op->num_outputs;
+  for (int i = 0; i < n; i++) {
+    dev_tensor_retain(op->outputs[i]);
+    outputs[i] = op->outputs[i];
+  }
+  dev_op_submit(e, op);
+  *num_outputs = n;
+  return PD_OK;
+}

@@ -1,0 +1,150 @@
+/* Collective ops across the mesh: AllReduce, Broadcast, AllGather and
+ * ReduceScatter, with NCCL's semantics (ncclAllReduce, ncclBroadcast,
+ * ncclAllGather, ncclReduceScatter). They take one input per device (the
+ * parallel tensor's components) and run through the backend's collective
+ * functions; every device takes them in the one global order.
+ *
+ * The first attribute of each op is the one the backends read by position
+ * (see device/cpu/collective.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "device_int.h"
+
+#define COLL_DTYPES DEV_MASK_ALL
+
+static pd_code check_reduction(const dev_infer_ctx *c, const dev_attr_value *v, bool scatter,
+                               dev_status *st) {
+  int red = dev_reduction_from_name(v->u.s.ptr, v->u.s.len);
+  if (red < 0)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: attribute 'reduction' is '%.*s'; expected sum, mean, max, min or prod",
+                     c->op->name, (int)(v->u.s.len > 64 ? 64 : v->u.s.len), v->u.s.ptr);
+  if (c->in_dtype[0] == PD_BOOL && (red == DEV_RED_MEAN))
+    return dev_error(st, PD_INVALID_ARGUMENT, "%s: reduction 'mean' is not defined for bool; expected sum, max, min or prod",
+                     c->op->name);
+  (void)scatter;
+  return PD_OK;
+}
+
+/* All components must share one shape (NCCL requires equal counts). */
+static pd_code check_same_shapes(const dev_infer_ctx *c, dev_status *st) {
+  const dev_shape *s0 = &c->all_in_shape[0][0];
+  for (int d = 1; d < c->num_devices; d++)
+    if (!dev_shape_equal(s0, &c->all_in_shape[0][d])) {
+      char a[160], b[160];
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: component 0 has shape %s but component %d has shape %s; expected the same shape on every device",
+                       c->op->name, dev_shape_str(s0, a, sizeof a), d,
+                       dev_shape_str(&c->all_in_shape[0][d], b, sizeof b));
+    }
+  return PD_OK;
+}
+
+static pd_code all_reduce_infer(dev_infer_ctx *c, dev_status *st) {
+  pd_code rc;
+  if ((rc = dev_check_dtype_in(c, 0, COLL_DTYPES, NULL, st))) return rc;
+  if ((rc = check_reduction(c, &c->attrs[0], false, st))) return rc;
+  if ((rc = check_same_shapes(c, st))) return rc;
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = c->in_shape[0];
+  return PD_OK;
+}
+
+static pd_code broadcast_infer(dev_infer_ctx *c, dev_status *st) {
+  int64_t root = c->attrs[0].u.i;
+  if (root < 0 || root >= c->num_devices)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "Broadcast: attribute 'root' is %lld; expected a device index 0 to %d",
+                     (long long)root, c->num_devices - 1);
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = c->all_in_shape[0][root];
+  return PD_OK;
+}
+
+static pd_code all_gather_infer(dev_infer_ctx *c, dev_status *st) {
+  pd_code rc;
+  const dev_shape *s0 = &c->all_in_shape[0][0];
+  if ((rc = dev_check_rank(c, 0, 1, PD_MAX_RANK, st))) return rc;
+  int axis;
+  if ((rc = dev_normalize_axis(c, "axis", c->attrs[0].u.i, s0->rank, &axis, st))) return rc;
+  dev_shape out = *s0;
+  out.dims[axis] = 0;
+  for (int d = 0; d < c->num_devices; d++) {
+    const dev_shape *s = &c->all_in_shape[0][d];
+    for (int i = 0; i < s0->rank; i++)
+      if (i != axis && s->dims[i] != s0->dims[i]) {
+        char a[160], b[160];
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "AllGather: component 0 has shape %s but component %d has shape %s; "
+                         "expected equal dims except on axis %d",
+                         dev_shape_str(s0, a, sizeof a), d, dev_shape_str(s, b, sizeof b), axis);
+      }
+    if (__builtin_add_overflow(out.dims[axis], s->dims[axis], &out.dims[axis]))
+      return dev_error(st, PD_INVALID_ARGUMENT, "AllGather: gathered axis %d overflows", axis);
+  }
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = out;
+  return PD_OK;
+}
+
+static pd_code reduce_scatter_infer(dev_infer_ctx *c, dev_status *st) {
+  pd_code rc;
+  if ((rc = dev_check_dtype_in(c, 0, COLL_DTYPES, NULL, st))) return rc;
+  if ((rc = check_reduction(c, &c->attrs[0], true, st))) return rc;
+  if ((rc = dev_check_rank(c, 0, 1, PD_MAX_RANK, st))) return rc;
+  if ((rc = check_same_shapes(c, st))) return rc;
+  c->out_dtype[0] = c->in_dtype[0];
+  dev_shard_shape(&c->in_shape[0], 0, c->num_devices, c->device, &c->out_shape[0]);
+  return PD_OK;
+}
+
+#define STR_DEFAULT(str) {DEV_ATTR_STRING, {.s = {str, sizeof(str) - 1}}}
+#define INT_DEFAULT(v) {DEV_ATTR_INT, {.i = v}}
+
+static dev_op_def all_reduce_def = {
+    .name = "AllReduce",
+    .num_inputs = 1, .inputs = {{"input", false, 1}},
+    .num_outputs = 1, .outputs = {{"output", false, 1}},
+    .num_attrs = 1, .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum")}},
+    .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
+    .infer = all_reduce_infer,
+    .collective = DEV_COLL_ALL_REDUCE,
+};
+
+static dev_op_def broadcast_def = {
+    .name = "Broadcast",
+    .num_inputs = 1, .inputs = {{"input", false, 1}},
+    .num_outputs = 1, .outputs = {{"output", false, 1}},
+    .num_attrs = 1, .attrs = {{"root", DEV_ATTR_INT, INT_DEFAULT(0)}},
+    .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
+    .infer = broadcast_infer,
+    .collective = DEV_COLL_BROADCAST,
+};
+
+static dev_op_def all_gather_def = {
+    .name = "AllGather",
+    .num_inputs = 1, .inputs = {{"input", false, 1}},
+    .num_outputs = 1, .outputs = {{"output", false, 1}},
+    .num_attrs = 1, .attrs = {{"axis", DEV_ATTR_INT, INT_DEFAULT(0)}},
+    .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
+    .infer = all_gather_infer,
+    .collective = DEV_COLL_ALL_GATHER,
+};
+
+static dev_op_def reduce_scatter_def = {
+    .name = "ReduceScatter",
+    .num_inputs = 1, .inputs = {{"input", false, 1}},
+    .num_outputs = 1, .outputs = {{"output", false, 1}},
+    .num_attrs = 1, .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum")}},
+    .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
+    .infer = reduce_scatter_infer,
+    .collective = DEV_COLL_REDUCE_SCATTER,
+};
+
+void dev_register_collective_ops(void) {
+  dev_register_or_die(&all_reduce_def);
+  dev_register_or_die(&broadcast_def);
+  dev_register_or_die(&all_gather_def);
+  dev_register_or_die(&reduce_scatter_def);
+}
