@@ -97,7 +97,7 @@ float dev_bfloat16_to_float(uint16_t b) { return u2f((uint32_t)b << 16); }
 static int64_t sat_i64(double v, double lo, double hi) {
   if (isnan(v)) return 0;
   if (v <= lo) return (int64_t)lo;
-  if (v >= hi) return v >= 9223372036854775807.0 ? INT64_MAX : (int64_t)hi;
+  if (v >= hi) return hi >= 9223372036854775807.0 ? INT64_MAX : (int64_t)hi;
   return (int64_t)v;
 }
 
