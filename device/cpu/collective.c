@@ -120,8 +120,6 @@ static inline float b2f(uint16_t h) { return dev_bfloat16_to_float(h); }
 /* Integers wrap on overflow (two's complement), never undefined behaviour:
  * they are summed as unsigned 64-bit and truncated on store, except for
  * mean/max/min, which need the signed value. */
-static inline int64_t i32_to_i64(int32_t v) { return v; }
-static inline int32_t i64_to_i32(int64_t v) { return (int32_t)(uint32_t)(uint64_t)v; }
 static inline uint64_t u8_to_u64(uint8_t v) { return v; }
 static inline uint8_t u64_to_u8(uint64_t v) { return (uint8_t)v; }
 
