@@ -1,0 +1,223 @@
+/* Benchmark helpers; see benchutil.h. */
+#include "benchutil.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BU_MAX_REPS 1000
+#define BU_MAX_RECORDS 256
+
+typedef struct bu_record_entry {
+  char bench[48];
+  char params[256];
+  char metric[48];
+  double value;
+  char baseline[48];
+  double baseline_value;
+  bool has_baseline;
+} bu_record_entry;
+
+static bu_record_entry records[BU_MAX_RECORDS];
+static int num_records;
+static bool write_failed;
+static char results_path[PATH_MAX];
+
+double bu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+bu_timing bu_measure(bu_fn fn, void *arg, double min_time_s, int min_reps) {
+  static double times[BU_MAX_REPS];
+  if (min_reps < 1) min_reps = 1;
+  if (min_reps > BU_MAX_REPS) min_reps = BU_MAX_REPS;
+  fn(arg); /* warm-up: page faults, lazy allocation, thread start */
+  int n = 0;
+  double start = bu_now();
+  while (n < BU_MAX_REPS && (n < min_reps || bu_now() - start < min_time_s)) {
+    double t0 = bu_now();
+    fn(arg);
+    times[n++] = bu_now() - t0;
+  }
+  qsort(times, (size_t)n, sizeof times[0], cmp_double);
+  bu_timing t;
+  t.reps = n;
+  t.min_s = times[0];
+  t.median_s = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  return t;
+}
+
+typedef struct memcpy_arg {
+  void *dst;
+  const void *src;
+  size_t bytes;
+} memcpy_arg;
+
+static void do_memcpy(void *p) {
+  memcpy_arg *a = p;
+  memcpy(a->dst, a->src, a->bytes);
+  /* Keep the copy observable so it cannot be optimized away. */
+  __asm__ __volatile__("" : : "r"(a->dst) : "memory");
+}
+
+double bu_memcpy_gbps(size_t bytes, double min_time_s) {
+  if (bytes == 0) return 0;
+  unsigned char *src = malloc(bytes), *dst = malloc(bytes);
+  if (!src || !dst) {
+    free(src);
+    free(dst);
+    return 0;
+  }
+  /* Touch every page of both buffers first, so page faults are not timed. */
+  for (size_t i = 0; i < bytes; i++) src[i] = (unsigned char)(i * 131u);
+  memset(dst, 1, bytes);
+  memcpy_arg a = {dst, src, bytes};
+  bu_timing t = bu_measure(do_memcpy, &a, min_time_s, 3);
+  free(src);
+  free(dst);
+  return (double)bytes / t.median_s / 1e9;
+}
+
+bool bu_quick(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--quick")) return true;
+  const char *q = getenv("PARADEV_BENCH_QUICK");
+  return q && *q && strcmp(q, "0") != 0;
+}
+
+char *bu_size_str(size_t bytes, char *buf, size_t len) {
+  if (bytes >= (1u << 30) && bytes % (1u << 30) == 0)
+    snprintf(buf, len, "%zu GiB", bytes >> 30);
+  else if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
+    snprintf(buf, len, "%zu MiB", bytes >> 20);
+  else if (bytes >= (1u << 10) && bytes % (1u << 10) == 0)
+    snprintf(buf, len, "%zu KiB", bytes >> 10);
+  else
+    snprintf(buf, len, "%zu B", bytes);
+  return buf;
+}
+
+static const char *path_of_results(void) {
+  if (results_path[0]) return results_path;
+  const char *env = getenv("PARADEV_BENCH_RESULTS");
+  if (env && *env) {
+    snprintf(results_path, sizeof results_path, "%s", env);
+    return results_path;
+  }
+  char exe[PATH_MAX - 32]; /* leaves room for the file name */
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      snprintf(results_path, sizeof results_path, "%s/bench-results.jsonl",
+               exe);
+      return results_path;
+    }
+  }
+  snprintf(results_path, sizeof results_path, "bench-results.jsonl");
+  return results_path;
+}
+
+/* A JSON number, or null for NaN/inf (not representable in JSON). */
+static void put_number(FILE *f, double v) {
+  if (isfinite(v))
+    fprintf(f, "%.6g", v);
+  else
+    fputs("null", f);
+}
+
+/* Names here are program constants: ASCII without quotes or backslashes. */
+static void put_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++)
+    if (*s != '"' && *s != '\\' && (unsigned char)*s >= 0x20) fputc(*s, f);
+  fputc('"', f);
+}
+
+void bu_record(const char *bench, const char *params_json, const char *metric,
+               double value, const char *baseline, double baseline_value) {
+  if (num_records < BU_MAX_RECORDS) {
+    bu_record_entry *r = &records[num_records++];
+    snprintf(r->bench, sizeof r->bench, "%s", bench);
+    snprintf(r->params, sizeof r->params, "%s", params_json ? params_json : "");
+    snprintf(r->metric, sizeof r->metric, "%s", metric);
+    r->value = value;
+    r->has_baseline = baseline != NULL;
+    snprintf(r->baseline, sizeof r->baseline, "%s", baseline ? baseline : "");
+    r->baseline_value = baseline_value;
+  }
+  const char *path = path_of_results();
+  FILE *f = fopen(path, "a");
+  if (!f) {
+    if (!write_failed)
+      fprintf(stderr, "bench: cannot append to %s: %s\n", path,
+              strerror(errno));
+    write_failed = true;
+    return;
+  }
+  fputs("{\"bench\": ", f);
+  put_string(f, bench);
+  fprintf(f, ", \"params\": {%s}, \"metric\": ", params_json ? params_json : "");
+  put_string(f, metric);
+  fputs(", \"value\": ", f);
+  put_number(f, value);
+  fputs(", \"baseline\": ", f);
+  if (baseline) {
+    put_string(f, baseline);
+    fputs(", \"baseline_value\": ", f);
+    put_number(f, baseline_value);
+    fputs(", \"ratio\": ", f);
+    put_number(f, baseline_value != 0 ? value / baseline_value : NAN);
+  } else {
+    fputs("null, \"baseline_value\": null, \"ratio\": null", f);
+  }
+  fputs("}\n", f);
+  if (fclose(f) != 0) write_failed = true;
+}
+
+/* params without quotes, for reading. */
+static void plain_params(const char *in, char *out, size_t len) {
+  size_t k = 0;
+  for (const char *s = in; *s && k + 1 < len; s++)
+    if (*s != '"') out[k++] = *s;
+  out[k] = '\0';
+}
+
+int bu_print_table(void) {
+  int pw = 6; /* width of the params column */
+  for (int i = 0; i < num_records; i++) {
+    char p[sizeof records[i].params];
+    plain_params(records[i].params, p, sizeof p);
+    if ((int)strlen(p) > pw) pw = (int)strlen(p);
+  }
+  printf("\n%-10s %-*s %-12s %10s %-20s %10s %8s\n", "bench", pw, "params",
+         "metric", "value", "baseline", "base", "ratio");
+  for (int i = 0; i < num_records; i++) {
+    const bu_record_entry *r = &records[i];
+    char p[sizeof r->params];
+    plain_params(r->params, p, sizeof p);
+    printf("%-10s %-*s %-12s %10.3f", r->bench, pw, p, r->metric, r->value);
+    if (r->has_baseline)
+      printf(" %-20s %10.3f %8.4f\n", r->baseline, r->baseline_value,
+             r->baseline_value != 0 ? r->value / r->baseline_value : NAN);
+    else
+      printf(" %-20s %10s %8s\n", "-", "-", "-");
+  }
+  printf("\n%d measurement(s) appended to %s\n", num_records,
+         path_of_results());
+  return write_failed ? 1 : 0;
+}
