@@ -9,7 +9,24 @@
 
 #include "cpu_int.h"
 
+/* Freed blocks of 1 MiB and more are kept per device for reuse, as a CUDA
+ * memory pool keeps memory up to its release threshold. Large blocks come
+ * from the kernel as fresh pages (glibc mmaps anything above 32 MiB at most),
+ * and faulting them in again on every op costs more than the op itself. */
+#define CACHE_MIN_BYTES (1u << 20)
+#define CACHE_SLOTS 8
+#define CACHE_MAX_BYTES ((uint64_t)1 << 30) /* per device */
+
+typedef struct cached_block {
+  void *ptr;
+  size_t size; /* rounded allocation size */
+} cached_block;
+
 typedef struct cpu_device {
+  pthread_mutex_t cache_mu;
+  cached_block cache[CACHE_SLOTS];
+  int cached;
+  uint64_t cached_bytes;
   _Atomic uint64_t in_use;
   _Atomic uint64_t peak;
   _Atomic uint64_t allocs;
@@ -38,7 +55,19 @@ static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes, void **out
   }
   /* 64-byte alignment suits SIMD loads and BLAS. */
   size_t sz = bytes ? (bytes + 63) & ~(size_t)63 : 64;
-  void *p = sz >= bytes ? aligned_alloc(64, sz) : NULL;
+  void *p = NULL;
+  if (sz >= CACHE_MIN_BYTES) {
+    pthread_mutex_lock(&d->cache_mu);
+    for (int i = 0; i < d->cached; i++)
+      if (d->cache[i].size == sz) {
+        p = d->cache[i].ptr;
+        d->cached_bytes -= sz;
+        d->cache[i] = d->cache[--d->cached];
+        break;
+      }
+    pthread_mutex_unlock(&d->cache_mu);
+  }
+  if (!p && sz >= bytes) p = aligned_alloc(64, sz);
   if (!p) {
     atomic_fetch_sub(&d->in_use, bytes);
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "%s: host allocation of %zu bytes failed", d->name,
@@ -54,8 +83,24 @@ static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes, void **out
 
 static void cpu_deallocate(dev_backend *b, int device, void *ptr, size_t bytes) {
   if (!ptr) return;
+  cpu_device *d = &cpu(b)->devs[device];
+  atomic_fetch_sub(&d->in_use, bytes);
+  size_t sz = bytes ? (bytes + 63) & ~(size_t)63 : 64;
+  if (sz >= CACHE_MIN_BYTES) {
+    pthread_mutex_lock(&d->cache_mu);
+    if (d->cached == CACHE_SLOTS) { /* evict the oldest-placed slot */
+      free(d->cache[0].ptr);
+      d->cached_bytes -= d->cache[0].size;
+      d->cache[0] = d->cache[--d->cached];
+    }
+    if (d->cached_bytes + sz <= CACHE_MAX_BYTES) {
+      d->cache[d->cached++] = (cached_block){ptr, sz};
+      d->cached_bytes += sz;
+      ptr = NULL;
+    }
+    pthread_mutex_unlock(&d->cache_mu);
+  }
   free(ptr);
-  atomic_fetch_sub(&cpu(b)->devs[device].in_use, bytes);
 }
 
 static pd_code cpu_copy(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
@@ -97,7 +142,14 @@ static const char *cpu_device_name(dev_backend *b, int device) {
   return device >= 0 && device < b->num_devices ? cpu(b)->devs[device].name : "cpu:?";
 }
 
-static void cpu_destroy(dev_backend *b) { free(b); }
+static void cpu_destroy(dev_backend *b) {
+  for (int i = 0; i < b->num_devices; i++) {
+    cpu_device *d = &cpu(b)->devs[i];
+    for (int k = 0; k < d->cached; k++) free(d->cache[k].ptr);
+    pthread_mutex_destroy(&d->cache_mu);
+  }
+  free(b);
+}
 
 pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out, dev_status *st) {
   if (!cfg || cfg->struct_size < sizeof(dev_cpu_config))
@@ -130,7 +182,10 @@ pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out, dev
   c->limit = cfg->memory_limit;
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
   c->total = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / (uint64_t)n : 0;
-  for (int i = 0; i < n; i++) snprintf(c->devs[i].name, sizeof c->devs[i].name, "cpu:%d", i);
+  for (int i = 0; i < n; i++) {
+    snprintf(c->devs[i].name, sizeof c->devs[i].name, "cpu:%d", i);
+    pthread_mutex_init(&c->devs[i].cache_mu, NULL);
+  }
   *out = b;
   return PD_OK;
 }
