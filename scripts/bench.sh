@@ -16,6 +16,7 @@ args=("$@")
 # The benchmarks, in order: binary name (built from bench/<name>.c).
 BENCHES=(
   bench_engine
+  bench_dispatch
 )
 
 if [ ! -d "$build" ]; then
