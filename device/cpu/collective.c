@@ -4,9 +4,9 @@
  * calls dev_cpu_collective_run. The devices meet at a barrier, learn whether
  * any of them failed (then all fail, naming the device), and then split the
  * work: for an all-reduce each device reduces 1/n of the elements from every
- * input into its own output (a reduce-scatter), meets the others again, and
- * copies the other devices' reduced parts into its output (an all-gather).
- * So all devices compute at once, on as many cores as there are.
+ * input and writes the result into every device's output, then meets the
+ * others again. So all devices compute at once, on as many cores as there
+ * are, and each byte is read once and written once per output.
  *
  * Attributes read here (positions fixed by device/ops/collective.c):
  *   AllReduce, ReduceScatter: attrs[0] "reduction" (string)
@@ -68,8 +68,8 @@ static void barrier(cpu_coll *c) {
 #define BLK 2048
 
 #define DEFINE_REDUCE(NAME, T, ACC, LOAD, STORE)                                  \
-  static void NAME(int red, int n, const void *const *in, void *out, int64_t b,   \
-                   int64_t e) {                                                   \
+  static void NAME(int red, int n, const void *const *in, void *const *out,       \
+                   int n_out, int64_t b, int64_t e) {                             \
     ACC acc[BLK];                                                                 \
     for (int64_t s = b; s < e; s += BLK) {                                        \
       int64_t m = e - s < BLK ? e - s : BLK;                                      \
@@ -99,11 +99,12 @@ static void barrier(cpu_coll *c) {
             break;                                                                \
         }                                                                         \
       }                                                                           \
-      T *o = (T *)out + s;                                                        \
       if (red == DEV_RED_MEAN)                                                    \
-        for (int64_t i = 0; i < m; i++) o[i] = STORE(mean_of(acc[i], n));         \
-      else                                                                        \
+        for (int64_t i = 0; i < m; i++) acc[i] = mean_of(acc[i], n);              \
+      for (int j = 0; j < n_out; j++) {                                           \
+        T *o = (T *)out[j] + s;                                                   \
         for (int64_t i = 0; i < m; i++) o[i] = STORE(acc[i]);                     \
+      }                                                                           \
     }                                                                             \
   }
 
@@ -132,8 +133,8 @@ DEFINE_REDUCE(reduce_u8, uint8_t, uint64_t, u8_to_u64, u64_to_u8)
 /* Signed integers: sums and products in unsigned arithmetic (wrap-around),
  * comparisons signed. */
 #define DEFINE_REDUCE_SIGNED(NAME, T, UT)                                         \
-  static void NAME(int red, int n, const void *const *in, void *out, int64_t b,   \
-                   int64_t e) {                                                   \
+  static void NAME(int red, int n, const void *const *in, void *const *out,       \
+                   int n_out, int64_t b, int64_t e) {                             \
     for (int64_t i = b; i < e; i++) {                                             \
       T v0 = ((const T *)in[0])[i];                                               \
       int64_t acc = v0;                                                           \
@@ -152,14 +153,15 @@ DEFINE_REDUCE(reduce_u8, uint8_t, uint64_t, u8_to_u64, u64_to_u8)
       if (red == DEV_RED_SUM || red == DEV_RED_PROD) r = (T)uacc;                 \
       else if (red == DEV_RED_MEAN) r = (T)(acc / n);                             \
       else r = (T)acc;                                                            \
-      ((T *)out)[i] = r;                                                          \
+      for (int j = 0; j < n_out; j++) ((T *)out[j])[i] = r;                       \
     }                                                                             \
   }
 
 DEFINE_REDUCE_SIGNED(reduce_i32, int32_t, uint32_t)
 
 /* int64 means sum in unsigned 64-bit too (wrap-around rather than overflow). */
-static void reduce_i64(int red, int n, const void *const *in, void *out, int64_t b, int64_t e) {
+static void reduce_i64(int red, int n, const void *const *in, void *const *out, int n_out,
+                       int64_t b, int64_t e) {
   for (int64_t i = b; i < e; i++) {
     int64_t acc = ((const int64_t *)in[0])[i];
     uint64_t uacc = (uint64_t)acc;
@@ -175,12 +177,13 @@ static void reduce_i64(int red, int n, const void *const *in, void *out, int64_t
     int64_t r = acc;
     if (red == DEV_RED_SUM || red == DEV_RED_PROD) r = (int64_t)uacc;
     else if (red == DEV_RED_MEAN) r = (int64_t)uacc / n;
-    ((int64_t *)out)[i] = r;
+    for (int j = 0; j < n_out; j++) ((int64_t *)out[j])[i] = r;
   }
 }
 
 /* bool: sum and max are logical or; prod and min are logical and. */
-static void reduce_bool(int red, int n, const void *const *in, void *out, int64_t b, int64_t e) {
+static void reduce_bool(int red, int n, const void *const *in, void *const *out, int n_out,
+                        int64_t b, int64_t e) {
   bool any = red == DEV_RED_SUM || red == DEV_RED_MAX || red == DEV_RED_MEAN;
   for (int64_t i = b; i < e; i++) {
     uint8_t acc = ((const uint8_t *)in[0])[i] != 0;
@@ -188,11 +191,14 @@ static void reduce_bool(int red, int n, const void *const *in, void *out, int64_
       uint8_t v = ((const uint8_t *)in[k])[i] != 0;
       acc = any ? (acc | v) : (acc & v);
     }
-    ((uint8_t *)out)[i] = acc;
+    for (int j = 0; j < n_out; j++) ((uint8_t *)out[j])[i] = acc;
   }
 }
 
-typedef void (*reduce_fn)(int red, int n, const void *const *in, void *out, int64_t b, int64_t e);
+/* Reduces elements [b, e) of the n inputs and stores the result into each of
+ * the n_out outputs (same element indices). */
+typedef void (*reduce_fn)(int red, int n, const void *const *in, void *const *out, int n_out,
+                          int64_t b, int64_t e);
 
 static reduce_fn reducer(pd_dtype dt) {
   switch (dt) {
@@ -243,18 +249,15 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
   const size_t es = pd_dtype_size(dt);
   switch (c->kind) {
     case DEV_COLL_ALL_REDUCE: {
+      /* Device d reduces its 1/n of the elements and writes the result into
+       * every device's output: n*S bytes read and n*S written in all, the
+       * least an all-reduce with n outputs can move. A last barrier keeps any
+       * device from finishing while peers still write into its output. */
       int red = parse_reduction(&ctx->attrs[0]);
       int64_t count = elems(&c->in_shape[d]);
       int64_t lo = count * d / n, hi = count * (d + 1) / n;
-      reducer(dt)(red, n, c->in, c->out[d], lo, hi);
+      reducer(dt)(red, n, c->in, c->out, n, lo, hi);
       barrier(c);
-      for (int p = 0; p < n; p++) {
-        if (p == d) continue;
-        int64_t plo = count * p / n, phi = count * (p + 1) / n;
-        if (phi > plo)
-          memcpy((char *)c->out[d] + plo * (int64_t)es, (const char *)c->out[p] + plo * (int64_t)es,
-                 (size_t)(phi - plo) * es);
-      }
       return PD_OK;
     }
     case DEV_COLL_BROADCAST: {
@@ -295,7 +298,7 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
       int64_t mine = q + (d < r ? 1 : 0);
       const void *shifted[PD_MAX_DEVICES];
       for (int p = 0; p < n; p++) shifted[p] = (const char *)c->in[p] + first * row_elems * (int64_t)es;
-      reducer(dt)(red, n, shifted, c->out[d], 0, mine * row_elems);
+      reducer(dt)(red, n, shifted, &c->out[d], 1, 0, mine * row_elems);
       return PD_OK;
     }
     case DEV_COLL_NONE:
