@@ -1,0 +1,1069 @@
+/* Sessions, handle tables, leases and op queueing (see scheduler.h). */
+#include "scheduler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------ */
+/* Handle table: open addressing on the id (ids are client-chosen, so mix
+ * them first), linear probing, tombstones, grows at 1/2 load. */
+
+typedef struct sched_slot {
+  uint64_t id; /* 0: empty */
+  dev_tensor *t; /* NULL with id != 0: tombstone */
+  uint64_t bytes;
+} sched_slot;
+
+typedef struct sched_htab {
+  sched_slot *slots;
+  size_t cap;  /* power of two */
+  size_t live;
+  size_t used; /* live + tombstones */
+} sched_htab;
+
+static uint64_t sched_mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+static sched_slot *sched_htab_find(sched_htab *h, uint64_t id) {
+  if (h->cap == 0) return NULL;
+  size_t mask = h->cap - 1;
+  for (size_t i = sched_mix(id) & mask;; i = (i + 1) & mask) {
+    sched_slot *sl = &h->slots[i];
+    if (sl->id == 0) return NULL;
+    if (sl->id == id && sl->t != NULL) return sl;
+  }
+}
+
+static bool sched_htab_grow(sched_htab *h) {
+  size_t ncap = h->cap ? h->cap * 2 : 64;
+  while (h->live * 2 >= ncap) ncap *= 2;
+  sched_slot *ns = calloc(ncap, sizeof(*ns));
+  if (!ns) return false;
+  for (size_t i = 0; i < h->cap; i++) {
+    sched_slot *sl = &h->slots[i];
+    if (sl->id == 0 || sl->t == NULL) continue;
+    size_t j = sched_mix(sl->id) & (ncap - 1);
+    while (ns[j].id != 0) j = (j + 1) & (ncap - 1);
+    ns[j] = *sl;
+  }
+  free(h->slots);
+  h->slots = ns;
+  h->cap = ncap;
+  h->used = h->live;
+  return true;
+}
+
+/* Inserts a new id (caller checked it is absent). False on ENOMEM. */
+static bool sched_htab_insert(sched_htab *h, uint64_t id, dev_tensor *t,
+                              uint64_t bytes) {
+  if ((h->used + 1) * 2 > h->cap && !sched_htab_grow(h)) return false;
+  size_t mask = h->cap - 1;
+  size_t i = sched_mix(id) & mask;
+  while (h->slots[i].id != 0 && h->slots[i].t != NULL) i = (i + 1) & mask;
+  if (h->slots[i].id == 0) h->used++;
+  h->slots[i] = (sched_slot){id, t, bytes};
+  h->live++;
+  return true;
+}
+
+static void sched_htab_remove(sched_htab *h, sched_slot *sl) {
+  sl->t = NULL; /* tombstone: id stays so probing continues */
+  sl->bytes = 0;
+  h->live--;
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* One prepared op waiting in its session's queue. */
+typedef struct sched_qop {
+  dev_op *op;
+  uint64_t tag;
+  struct sched_qop *next;
+} sched_qop;
+
+struct sched_session {
+  atomic_int refs;
+  sched *owner;
+  uint8_t token[SCHED_TOKEN_BYTES];
+  uint64_t seq;
+  char client[SCHED_NAME_MAX + 1];
+  char job[SCHED_NAME_MAX + 1];
+  uint32_t lease_s;
+  uint64_t quota;
+  _Atomic int64_t expires_ms; /* monotonic */
+
+  pthread_mutex_t mu; /* guards everything below */
+  bool closed;
+  sched_htab handles;
+  uint64_t bytes;
+  sched_session *next; /* in the scheduler's list (under sched->mu) */
+
+  /* The op queue, under sched->qmu. */
+  sched_qop *qhead, *qtail;
+  int qlen;
+  bool in_ready;         /* in the dispatcher's ready list (holds a ref) */
+  sched_session *rnext;  /* next in the ready list */
+  uint64_t enqueued;     /* ops ever queued */
+  uint64_t dispatched;   /* ops ever submitted or dropped */
+};
+
+struct sched {
+  dev_engine *engine;
+  sched_config cfg;
+  pthread_mutex_t mu; /* guards sessions, num_sessions, next_seq, stopping */
+  sched_session *sessions;
+  int num_sessions;
+  uint64_t next_seq;
+  bool stopping;
+  pthread_cond_t cv;
+  pthread_t lease_thread;
+
+  /* Dispatcher: the ready list of sessions with queued ops. */
+  pthread_mutex_t qmu;
+  pthread_cond_t qcv;  /* work arrived or stopping */
+  pthread_cond_t dcv;  /* ops were dispatched or dropped */
+  sched_session *rhead, *rtail;
+  bool qstop;
+  bool paused;
+  pthread_t dispatch_thread;
+  atomic_uint_fast64_t next_tag;
+};
+
+struct sched_upload {
+  sched_session *ss;
+  uint64_t id;
+  dev_tensor *t;
+  dev_layout layout;
+};
+
+static int64_t sched_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Constant-time comparison: a token must not leak through timing. */
+static bool sched_token_eq(const uint8_t *a, const uint8_t *b) {
+  unsigned d = 0;
+  for (int i = 0; i < SCHED_TOKEN_BYTES; i++) d |= (unsigned)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+static void sched_put_le64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t sched_get_le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Unlinks the queued ops of `ss` with `tag` (every op when all) into a list
+ * for the caller to abandon outside the lock (caller holds s->qmu). */
+static sched_qop *sched_unqueue_locked(sched_session *ss, bool all,
+                                       uint64_t tag, int *count) {
+  sched_qop *dropped = NULL, **pp = &ss->qhead, *last = NULL;
+  int n = 0;
+  while (*pp) {
+    sched_qop *q = *pp;
+    if (all || q->tag == tag) {
+      *pp = q->next;
+      q->next = dropped;
+      dropped = q;
+      n++;
+    } else {
+      last = q;
+      pp = &q->next;
+    }
+  }
+  ss->qtail = last;
+  ss->qlen -= n;
+  ss->dispatched += (uint64_t)n;
+  *count = n;
+  return dropped;
+}
+
+/* Abandons dropped ops in queue order (the list is reversed). */
+static void sched_abandon_list(sched_qop *q, const char *why) {
+  sched_qop *rev = NULL;
+  while (q) {
+    sched_qop *next = q->next;
+    q->next = rev;
+    rev = q;
+    q = next;
+  }
+  while (rev) {
+    sched_qop *next = rev->next;
+    dev_op_abandon(rev->op, PD_CANCELLED, why);
+    free(rev);
+    rev = next;
+  }
+}
+
+/* Drops every queued op of a session being closed. */
+static void sched_drop_queue(sched_session *ss, const char *why) {
+  sched *s = ss->owner;
+  int n = 0;
+  pthread_mutex_lock(&s->qmu);
+  sched_qop *d = sched_unqueue_locked(ss, true, 0, &n);
+  if (n) pthread_cond_broadcast(&s->dcv);
+  pthread_mutex_unlock(&s->qmu);
+  sched_abandon_list(d, why);
+}
+
+static void *sched_dispatch_main(void *arg) {
+  sched *s = arg;
+  dev_op *batch[SCHED_DISPATCH_BATCH];
+  pthread_mutex_lock(&s->qmu);
+  for (;;) {
+    while ((!s->rhead || s->paused) && !s->qstop)
+      pthread_cond_wait(&s->qcv, &s->qmu);
+    if (s->qstop) break;
+    sched_session *ss = s->rhead;
+    s->rhead = ss->rnext;
+    if (!s->rhead) s->rtail = NULL;
+    ss->rnext = NULL;
+    int k = 0;
+    while (ss->qhead && k < SCHED_DISPATCH_BATCH) {
+      sched_qop *q = ss->qhead;
+      ss->qhead = q->next;
+      batch[k++] = q->op;
+      free(q);
+    }
+    ss->qlen -= k;
+    bool drop_ref = false;
+    if (ss->qhead) { /* back of the line: others get their turn */
+      if (s->rtail)
+        s->rtail->rnext = ss;
+      else
+        s->rhead = ss;
+      s->rtail = ss;
+    } else {
+      ss->qtail = NULL;
+      ss->in_ready = false;
+      drop_ref = true;
+    }
+    pthread_mutex_unlock(&s->qmu);
+    for (int i = 0; i < k; i++) dev_op_submit(s->engine, batch[i]);
+    pthread_mutex_lock(&s->qmu);
+    ss->dispatched += (uint64_t)k;
+    pthread_cond_broadcast(&s->dcv);
+    if (drop_ref) {
+      pthread_mutex_unlock(&s->qmu);
+      sched_session_put(ss);
+      pthread_mutex_lock(&s->qmu);
+    }
+  }
+  pthread_mutex_unlock(&s->qmu);
+  return NULL;
+}
+
+/* Releases every handle of a session (caller holds ss->mu). */
+static uint64_t sched_release_all_locked(sched_session *ss) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < ss->handles.cap; i++) {
+    sched_slot *sl = &ss->handles.slots[i];
+    if (sl->id != 0 && sl->t != NULL) {
+      dev_tensor_release(sl->t);
+      n++;
+    }
+  }
+  free(ss->handles.slots);
+  memset(&ss->handles, 0, sizeof(ss->handles));
+  ss->bytes = 0;
+  ss->closed = true;
+  return n;
+}
+
+static void sched_session_free(sched_session *ss) {
+  pthread_mutex_lock(&ss->mu);
+  if (!ss->closed) sched_release_all_locked(ss);
+  pthread_mutex_unlock(&ss->mu);
+  pthread_mutex_destroy(&ss->mu);
+  free(ss);
+}
+
+void sched_session_put(sched_session *ss) {
+  if (ss && atomic_fetch_sub(&ss->refs, 1) == 1) sched_session_free(ss);
+}
+
+/* Unlinks `ss` from the list (caller holds s->mu). */
+static void sched_unlink_locked(sched *s, sched_session *ss) {
+  for (sched_session **pp = &s->sessions; *pp; pp = &(*pp)->next) {
+    if (*pp == ss) {
+      *pp = ss->next;
+      ss->next = NULL;
+      s->num_sessions--;
+      return;
+    }
+  }
+}
+
+static void *sched_lease_main(void *arg) {
+  sched *s = arg;
+  pthread_mutex_lock(&s->mu);
+  while (!s->stopping) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += s->cfg.lease_check_ms / 1000;
+    ts.tv_nsec += (long)(s->cfg.lease_check_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    if (s->stopping) break;
+    int64_t now = sched_now_ms();
+    sched_session *expired = NULL;
+    for (sched_session **pp = &s->sessions; *pp;) {
+      sched_session *ss = *pp;
+      if (atomic_load(&ss->expires_ms) <= now) {
+        *pp = ss->next;
+        s->num_sessions--;
+        ss->next = expired;
+        expired = ss;
+      } else {
+        pp = &ss->next;
+      }
+    }
+    pthread_mutex_unlock(&s->mu);
+    while (expired) {
+      sched_session *ss = expired;
+      expired = ss->next;
+      pthread_mutex_lock(&ss->mu);
+      uint64_t n = sched_release_all_locked(ss);
+      pthread_mutex_unlock(&ss->mu);
+      sched_drop_queue(ss, "the session's lease expired before the op ran");
+      if (s->cfg.on_expired)
+        s->cfg.on_expired(s->cfg.on_expired_arg, ss->seq, ss->client, n);
+      sched_session_put(ss); /* the table's reference */
+    }
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+pd_code sched_create(dev_engine *e, const sched_config *cfg, sched **out,
+                     dev_status *st) {
+  if (!e || !cfg || !out)
+    return dev_error(st, PD_INVALID_ARGUMENT, "sched_create: NULL argument");
+  if (cfg->struct_size != sizeof(sched_config))
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "sched_config.struct_size is %zu, expected %zu",
+                     cfg->struct_size, sizeof(sched_config));
+  if (cfg->default_lease_s == 0 || cfg->max_lease_s < cfg->default_lease_s ||
+      cfg->max_sessions <= 0 || cfg->max_handles_per_session <= 0 ||
+      cfg->max_ops_per_request <= 0 || cfg->lease_check_ms == 0 ||
+      cfg->max_queued_ops <= 0)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "sched_config: every limit must be positive and "
+                     "default_lease_s <= max_lease_s");
+  sched *s = calloc(1, sizeof(*s));
+  if (!s) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  s->engine = e;
+  s->cfg = *cfg;
+  s->next_seq = 1;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&s->qmu, NULL);
+  pthread_cond_init(&s->qcv, NULL);
+  pthread_cond_init(&s->dcv, NULL);
+  atomic_init(&s->next_tag, 1);
+  int rc = pthread_create(&s->lease_thread, NULL, sched_lease_main, s);
+  if (rc != 0) goto fail_lease;
+  rc = pthread_create(&s->dispatch_thread, NULL, sched_dispatch_main, s);
+  if (rc != 0) goto fail_dispatch;
+  *out = s;
+  return PD_OK;
+
+fail_dispatch:
+  pthread_mutex_lock(&s->mu);
+  s->stopping = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->lease_thread, NULL);
+fail_lease:
+  pthread_cond_destroy(&s->dcv);
+  pthread_cond_destroy(&s->qcv);
+  pthread_mutex_destroy(&s->qmu);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  return dev_error(st, PD_INTERNAL, "cannot start the scheduler's threads: %s",
+                   strerror(rc));
+}
+
+void sched_destroy(sched *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->stopping = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->lease_thread, NULL);
+  pthread_mutex_lock(&s->qmu);
+  s->qstop = true;
+  pthread_cond_broadcast(&s->qcv);
+  pthread_mutex_unlock(&s->qmu);
+  pthread_join(s->dispatch_thread, NULL);
+  /* The dispatcher is gone: drop what it did not reach. */
+  while (s->rhead) {
+    sched_session *ss = s->rhead;
+    s->rhead = ss->rnext;
+    ss->rnext = NULL;
+    ss->in_ready = false;
+    sched_drop_queue(ss, "the daemon shut down before the op ran");
+    sched_session_put(ss);
+  }
+  s->rtail = NULL;
+  while (s->sessions) {
+    sched_session *ss = s->sessions;
+    s->sessions = ss->next;
+    sched_session_put(ss);
+  }
+  pthread_cond_destroy(&s->dcv);
+  pthread_cond_destroy(&s->qcv);
+  pthread_mutex_destroy(&s->qmu);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+void sched_pause(sched *s, bool paused) {
+  pthread_mutex_lock(&s->qmu);
+  s->paused = paused;
+  pthread_cond_broadcast(&s->qcv);
+  pthread_mutex_unlock(&s->qmu);
+}
+
+int sched_num_sessions(sched *s) {
+  pthread_mutex_lock(&s->mu);
+  int n = s->num_sessions;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+static pd_code sched_copy_name(char *dst, const char *src, const char *what,
+                               dev_status *st) {
+  size_t len = src ? strlen(src) : 0;
+  if (len > SCHED_NAME_MAX)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s is %zu bytes; the limit (max_string_bytes) is %d",
+                     what, len, SCHED_NAME_MAX);
+  if (len) memcpy(dst, src, len);
+  dst[len] = '\0';
+  return PD_OK;
+}
+
+pd_code sched_session_create(sched *s, const sched_session_params *p,
+                             sched_session_info *out, dev_status *st) {
+  uint32_t lease = p->lease_s ? p->lease_s : s->cfg.default_lease_s;
+  if (lease > s->cfg.max_lease_s)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "lease_seconds %u is over the limit max_lease_seconds = %u",
+                     lease, s->cfg.max_lease_s);
+  sched_session *ss = calloc(1, sizeof(*ss));
+  if (!ss) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  pd_code c;
+  if ((c = sched_copy_name(ss->client, p->client_name, "client_name", st)) ||
+      (c = sched_copy_name(ss->job, p->job_id, "job_id", st))) {
+    free(ss);
+    return c;
+  }
+  sched_put_le64(ss->token, s->cfg.incarnation);
+  size_t got = 0;
+  while (got < 16) {
+    ssize_t r = getrandom(ss->token + 8 + got, 16 - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      free(ss);
+      return dev_error(st, PD_INTERNAL, "getrandom failed: %s",
+                       strerror(errno));
+    }
+    got += (size_t)r;
+  }
+  atomic_init(&ss->refs, 1); /* the table's */
+  ss->owner = s;
+  ss->lease_s = lease;
+  ss->quota = p->memory_quota;
+  atomic_init(&ss->expires_ms, sched_now_ms() + (int64_t)lease * 1000);
+  pthread_mutex_init(&ss->mu, NULL);
+
+  pthread_mutex_lock(&s->mu);
+  if (s->num_sessions >= s->cfg.max_sessions) {
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_destroy(&ss->mu);
+    free(ss);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "the daemon holds max_sessions = %d sessions; close one "
+                     "or wait for a lease to end",
+                     s->cfg.max_sessions);
+  }
+  ss->seq = s->next_seq++;
+  ss->next = s->sessions;
+  s->sessions = ss;
+  s->num_sessions++;
+  pthread_mutex_unlock(&s->mu);
+
+  memcpy(out->token, ss->token, SCHED_TOKEN_BYTES);
+  out->seq = ss->seq;
+  out->lease_s = lease;
+  out->memory_quota = ss->quota;
+  return PD_OK;
+}
+
+/* Finds the session of a token (caller holds s->mu). */
+static pd_code sched_find_locked(sched *s, const void *token, size_t len,
+                                 sched_session **out, dev_status *st) {
+  if (len != SCHED_TOKEN_BYTES)
+    return dev_error(st, PD_UNAUTHENTICATED,
+                     "malformed session token: %zu bytes, expected %d (the "
+                     "session_token CreateSession returned)",
+                     len, SCHED_TOKEN_BYTES);
+  if (sched_get_le64(token) != s->cfg.incarnation)
+    return dev_error(st, PD_NOT_FOUND,
+                     "session not found: the daemon restarted since the "
+                     "session was created (incarnation differs); create a "
+                     "new session");
+  for (sched_session *ss = s->sessions; ss; ss = ss->next) {
+    if (sched_token_eq(ss->token, token)) {
+      *out = ss;
+      return PD_OK;
+    }
+  }
+  return dev_error(st, PD_NOT_FOUND,
+                   "session not found: closed, lease expired, or never "
+                   "created");
+}
+
+pd_code sched_session_open(sched *s, const void *token, size_t len,
+                           sched_session **out, dev_status *st) {
+  pthread_mutex_lock(&s->mu);
+  sched_session *ss = NULL;
+  pd_code c = sched_find_locked(s, token, len, &ss, st);
+  if (c == PD_OK) {
+    atomic_fetch_add(&ss->refs, 1);
+    atomic_store(&ss->expires_ms, sched_now_ms() + (int64_t)ss->lease_s * 1000);
+    *out = ss;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return c;
+}
+
+pd_code sched_session_close(sched *s, const void *token, size_t len,
+                            uint64_t *handles_freed, dev_status *st) {
+  pthread_mutex_lock(&s->mu);
+  sched_session *ss = NULL;
+  pd_code c = sched_find_locked(s, token, len, &ss, st);
+  if (c == PD_OK) sched_unlink_locked(s, ss);
+  pthread_mutex_unlock(&s->mu);
+  if (c != PD_OK) return c;
+  pthread_mutex_lock(&ss->mu);
+  uint64_t n = sched_release_all_locked(ss);
+  pthread_mutex_unlock(&ss->mu);
+  sched_drop_queue(ss, "the session was closed before the op ran");
+  sched_session_put(ss);
+  if (handles_freed) *handles_freed = n;
+  return PD_OK;
+}
+
+void sched_session_touch(sched_session *ss) {
+  atomic_store(&ss->expires_ms, sched_now_ms() + (int64_t)ss->lease_s * 1000);
+}
+
+uint64_t sched_session_seq(const sched_session *ss) { return ss->seq; }
+uint32_t sched_session_lease_s(const sched_session *ss) { return ss->lease_s; }
+
+/* ------------------------------------------------------------------------ */
+/* Handles */
+
+static pd_code sched_closed_error(dev_status *st) {
+  return dev_error(st, PD_NOT_FOUND,
+                   "session not found: closed or lease expired during the "
+                   "call");
+}
+
+static pd_code sched_not_found(uint64_t id, dev_status *st) {
+  return dev_error(st, PD_NOT_FOUND,
+                   "handle %llu not found in this session (never created, "
+                   "deleted, or another session's)",
+                   (unsigned long long)id);
+}
+
+pd_code sched_handle_get(sched_session *ss, uint64_t id, dev_tensor **out,
+                         dev_status *st) {
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = PD_OK;
+  sched_slot *sl = NULL;
+  if (ss->closed) {
+    c = sched_closed_error(st);
+  } else if ((sl = sched_htab_find(&ss->handles, id)) == NULL) {
+    c = sched_not_found(id, st);
+  } else {
+    dev_tensor_retain(sl->t);
+    *out = sl->t;
+  }
+  pthread_mutex_unlock(&ss->mu);
+  return c;
+}
+
+pd_code sched_handle_delete(sched_session *ss, const uint64_t *ids, int n,
+                            dev_status *st) {
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = PD_OK;
+  if (ss->closed) c = sched_closed_error(st);
+  for (int i = 0; c == PD_OK && i < n; i++) {
+    if (!sched_htab_find(&ss->handles, ids[i])) c = sched_not_found(ids[i], st);
+    for (int j = 0; c == PD_OK && j < i; j++)
+      if (ids[j] == ids[i])
+        c = dev_error(st, PD_INVALID_ARGUMENT,
+                      "handle %llu is listed twice (positions %d and %d)",
+                      (unsigned long long)ids[i], j, i);
+  }
+  if (c == PD_OK) {
+    for (int i = 0; i < n; i++) {
+      sched_slot *sl = sched_htab_find(&ss->handles, ids[i]);
+      dev_tensor *t = sl->t;
+      ss->bytes -= sl->bytes;
+      sched_htab_remove(&ss->handles, sl);
+      dev_tensor_release(t);
+    }
+  }
+  pthread_mutex_unlock(&ss->mu);
+  return c;
+}
+
+void sched_session_usage(sched_session *ss, int *handles, uint64_t *bytes) {
+  pthread_mutex_lock(&ss->mu);
+  if (handles) *handles = (int)ss->handles.live;
+  if (bytes) *bytes = ss->bytes;
+  pthread_mutex_unlock(&ss->mu);
+}
+
+/* Checks that `extra_handles` more handles of `extra_bytes` fit (ss->mu held). */
+static pd_code sched_check_room_locked(sched_session *ss, int extra_handles,
+                                       uint64_t extra_bytes, dev_status *st) {
+  sched *s = ss->owner;
+  if (ss->handles.live + (size_t)extra_handles >
+      (size_t)s->cfg.max_handles_per_session)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "the session would hold %zu handles; the limit "
+                     "max_handles_per_session is %d (delete some)",
+                     ss->handles.live + (size_t)extra_handles,
+                     s->cfg.max_handles_per_session);
+  if (ss->quota && (extra_bytes > ss->quota || ss->bytes > ss->quota - extra_bytes))
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "session memory quota exceeded: %llu bytes held + %llu "
+                     "new > quota %llu bytes",
+                     (unsigned long long)ss->bytes,
+                     (unsigned long long)extra_bytes,
+                     (unsigned long long)ss->quota);
+  return PD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Uploads */
+
+pd_code sched_upload_begin(sched_session *ss, uint64_t id, pd_dtype dtype,
+                           const dev_layout *layout,
+                           const dev_shape *host_shape,
+                           const dev_shape *component_shapes,
+                           sched_upload **out, dev_status *st) {
+  if (id == 0)
+    return dev_error(st, PD_INVALID_ARGUMENT, "handle id 0 is reserved");
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = PD_OK;
+  if (ss->closed)
+    c = sched_closed_error(st);
+  else if (sched_htab_find(&ss->handles, id))
+    c = dev_error(st, PD_ALREADY_EXISTS,
+                  "handle %llu is already live in this session",
+                  (unsigned long long)id);
+  else
+    c = sched_check_room_locked(ss, 1, 0, st);
+  pthread_mutex_unlock(&ss->mu);
+  if (c != PD_OK) return c;
+
+  dev_tensor *t = NULL;
+  c = dev_tensor_create_for_layout(ss->owner->engine, dtype, layout,
+                                   host_shape, component_shapes, &t, st);
+  if (c != PD_OK) return c;
+  pthread_mutex_lock(&ss->mu);
+  c = sched_check_room_locked(ss, 1, dev_tensor_bytes(t), st);
+  pthread_mutex_unlock(&ss->mu);
+  if (c != PD_OK) {
+    dev_tensor_release(t);
+    return c;
+  }
+  sched_upload *u = calloc(1, sizeof(*u));
+  if (!u) {
+    dev_tensor_release(t);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  atomic_fetch_add(&ss->refs, 1);
+  u->ss = ss;
+  u->id = id;
+  u->t = t;
+  u->layout = *layout;
+  *out = u;
+  return PD_OK;
+}
+
+uint64_t sched_upload_expected(const sched_upload *u, int component) {
+  uint64_t bytes = 0;
+  if (dev_tensor_host_size(u->t, &u->layout, component, NULL, &bytes, NULL) !=
+      PD_OK)
+    return 0;
+  return bytes;
+}
+
+pd_code sched_upload_write(sched_upload *u, int component, uint64_t offset,
+                           const void *data, size_t len, dev_status *st) {
+  return dev_tensor_write(u->t, &u->layout, component, offset, data, len, st);
+}
+
+const dev_tensor *sched_upload_tensor(const sched_upload *u) { return u->t; }
+
+pd_code sched_upload_commit(sched_upload *u, dev_status *st) {
+  sched_session *ss = u->ss;
+  uint64_t bytes = dev_tensor_bytes(u->t);
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = PD_OK;
+  if (ss->closed)
+    c = sched_closed_error(st);
+  else if (sched_htab_find(&ss->handles, u->id))
+    c = dev_error(st, PD_ALREADY_EXISTS,
+                  "handle %llu is already live in this session",
+                  (unsigned long long)u->id);
+  else if ((c = sched_check_room_locked(ss, 1, bytes, st)) == PD_OK) {
+    if (sched_htab_insert(&ss->handles, u->id, u->t, bytes)) {
+      ss->bytes += bytes;
+      u->t = NULL; /* the table owns it now */
+    } else {
+      c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+  }
+  pthread_mutex_unlock(&ss->mu);
+  sched_upload_abort(u);
+  return c;
+}
+
+void sched_upload_abort(sched_upload *u) {
+  if (!u) return;
+  dev_tensor_release(u->t);
+  sched_session_put(u->ss);
+  free(u);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ops */
+
+/* Prefixes an error message with the op's index and name. */
+static pd_code sched_op_error(dev_status *st, int i, const char *name,
+                              const dev_status *inner) {
+  if (!st) return inner->code;
+  dev_status tmp = *inner;
+  return dev_error(st, tmp.code, "op %d (%.64s): %s", i, name ? name : "",
+                   tmp.msg);
+}
+
+typedef struct sched_pending {
+  uint64_t id;
+  dev_tensor *t; /* borrowed from its prepared op */
+} sched_pending;
+
+pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
+                      uint64_t tag, sched_op_result *results, int *failed_op,
+                      dev_status *st) {
+  sched *s = ss->owner;
+  if (n <= 0 || n > s->cfg.max_ops_per_request) {
+    if (failed_op) *failed_op = n > 0 ? s->cfg.max_ops_per_request : 0;
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "a request holds %d ops; expected 1 to "
+                     "max_ops_per_request = %d",
+                     n, s->cfg.max_ops_per_request);
+  }
+  dev_op **prepared = calloc((size_t)n, sizeof(*prepared));
+  sched_pending *pend = calloc((size_t)n * DEV_MAX_OUTPUTS, sizeof(*pend));
+  if (!prepared || !pend) {
+    free(prepared);
+    free(pend);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  int npend = 0, bad = -1;
+  uint64_t new_bytes = 0;
+  dev_status inner = DEV_STATUS_INIT;
+  dev_tensor *inputs[DEV_MAX_INPUTS];
+  sched_qop *chain = NULL;
+  pd_code c = PD_OK;
+
+  pthread_mutex_lock(&ss->mu);
+  if (ss->closed) {
+    c = sched_closed_error(st);
+    bad = 0;
+    goto unwind;
+  }
+  for (int i = 0; i < n; i++) {
+    const sched_op *op = &ops[i];
+    bad = i;
+    if (op->num_inputs < 0 || op->num_inputs > DEV_MAX_INPUTS) {
+      c = dev_error(&inner, PD_INVALID_ARGUMENT,
+                    "%d inputs; the limit max_inputs_per_op is %d",
+                    op->num_inputs, DEV_MAX_INPUTS);
+      goto op_failed;
+    }
+    if (op->num_outputs < 0 || op->num_outputs > DEV_MAX_OUTPUTS) {
+      c = dev_error(&inner, PD_INVALID_ARGUMENT,
+                    "%d output ids; no op has more than %d outputs",
+                    op->num_outputs, DEV_MAX_OUTPUTS);
+      goto op_failed;
+    }
+    /* Resolve inputs: live handles first, then outputs of earlier ops of
+     * this request (the latest one wins; ids are unique anyway). */
+    for (int j = 0; j < op->num_inputs; j++) {
+      uint64_t id = op->inputs[j];
+      sched_slot *sl = sched_htab_find(&ss->handles, id);
+      dev_tensor *t = sl ? sl->t : NULL;
+      for (int k = npend - 1; !t && k >= 0; k--)
+        if (pend[k].id == id) t = pend[k].t;
+      if (!t) {
+        c = dev_error(&inner, PD_NOT_FOUND,
+                      "input %d: handle %llu not found in this session "
+                      "(never created, deleted, or another session's)",
+                      j, (unsigned long long)id);
+        goto op_failed;
+      }
+      inputs[j] = t;
+    }
+    for (int j = 0; j < op->num_outputs; j++) {
+      uint64_t id = op->output_ids[j];
+      if (id == 0) {
+        c = dev_error(&inner, PD_INVALID_ARGUMENT,
+                      "output %d: handle id 0 is reserved", j);
+        goto op_failed;
+      }
+      bool dup = sched_htab_find(&ss->handles, id) != NULL;
+      for (int k = 0; !dup && k < npend; k++) dup = pend[k].id == id;
+      for (int k = 0; !dup && k < j; k++) dup = op->output_ids[k] == id;
+      if (dup) {
+        c = dev_error(&inner, PD_ALREADY_EXISTS,
+                      "output %d: handle %llu is already live in this "
+                      "session (or named twice in this request)",
+                      j, (unsigned long long)id);
+        goto op_failed;
+      }
+    }
+    c = dev_op_prepare(s->engine, op->op_name, inputs, op->num_inputs,
+                       op->attrs, op->num_attrs, &prepared[i], &inner);
+    if (c != PD_OK) goto op_failed;
+    int nout = dev_op_num_outputs(prepared[i]);
+    if (nout != op->num_outputs) {
+      c = dev_error(&inner, PD_INVALID_ARGUMENT,
+                    "the op has %d outputs; the request names %d output ids",
+                    nout, op->num_outputs);
+      goto op_failed;
+    }
+    results[i].num_outputs = nout;
+    for (int j = 0; j < nout; j++) {
+      dev_tensor *t = dev_op_output(prepared[i], j);
+      results[i].dtype[j] = dev_tensor_dtype(t);
+      results[i].shape[j] = *dev_tensor_shape(t);
+      pend[npend++] = (sched_pending){op->output_ids[j], t};
+    }
+    new_bytes += dev_op_output_bytes(prepared[i]);
+  }
+  bad = -1;
+  c = sched_check_room_locked(ss, npend, new_bytes, st);
+  if (c != PD_OK) {
+    bad = 0;
+    goto unwind;
+  }
+  /* Commit: make room first so that nothing can fail after publishing. */
+  while ((ss->handles.used + (size_t)npend + 1) * 2 > ss->handles.cap) {
+    if (!sched_htab_grow(&ss->handles)) {
+      c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      bad = 0;
+      goto unwind;
+    }
+  }
+  for (int i = n - 1; i >= 0; i--) { /* the queue entries, in order */
+    sched_qop *q = calloc(1, sizeof(*q));
+    if (!q) {
+      c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      bad = 0;
+      goto unwind;
+    }
+    q->tag = tag;
+    q->next = chain;
+    chain = q;
+  }
+  pthread_mutex_lock(&s->qmu);
+  if (ss->qlen + n > s->cfg.max_queued_ops) {
+    int ql = ss->qlen;
+    pthread_mutex_unlock(&s->qmu);
+    c = dev_error(st, PD_RESOURCE_EXHAUSTED,
+                  "the session has %d ops queued; with %d more it would pass "
+                  "the limit max_queued_ops = %d (Sync, or send fewer at once)",
+                  ql, n, s->cfg.max_queued_ops);
+    bad = 0;
+    goto unwind;
+  }
+  {
+    int k = 0;
+    sched_qop *q = chain, *last = NULL;
+    for (int i = 0; i < n; i++, last = q, q = q->next) {
+      int nout = dev_op_num_outputs(prepared[i]);
+      for (int j = 0; j < nout; j++, k++) {
+        dev_tensor *t = pend[k].t;
+        dev_tensor_retain(t);
+        uint64_t b = dev_tensor_bytes(t);
+        sched_htab_insert(&ss->handles, pend[k].id, t, b);
+        ss->bytes += b;
+      }
+      q->op = prepared[i];
+      prepared[i] = NULL;
+    }
+    if (ss->qtail)
+      ss->qtail->next = chain;
+    else
+      ss->qhead = chain;
+    ss->qtail = last;
+    chain = NULL;
+  }
+  ss->qlen += n;
+  ss->enqueued += (uint64_t)n;
+  if (!ss->in_ready) {
+    ss->in_ready = true;
+    atomic_fetch_add(&ss->refs, 1);
+    if (s->rtail)
+      s->rtail->rnext = ss;
+    else
+      s->rhead = ss;
+    s->rtail = ss;
+    pthread_cond_signal(&s->qcv);
+  }
+  pthread_mutex_unlock(&s->qmu);
+  pthread_mutex_unlock(&ss->mu);
+  free(prepared);
+  free(pend);
+  return PD_OK;
+
+op_failed:
+  sched_op_error(st, bad, ops[bad].op_name, &inner);
+unwind:
+  pthread_mutex_unlock(&ss->mu);
+  while (chain) {
+    sched_qop *q = chain;
+    chain = q->next;
+    free(q);
+  }
+  for (int i = 0; i < n; i++)
+    if (prepared[i])
+      dev_op_abandon(prepared[i], PD_CANCELLED,
+                     "another op of the same request was rejected");
+  free(prepared);
+  free(pend);
+  if (failed_op) *failed_op = bad < 0 ? 0 : bad;
+  return c;
+}
+
+int sched_cancel(sched_session *ss, uint64_t tag) {
+  sched *s = ss->owner;
+  int n = 0;
+  pthread_mutex_lock(&s->qmu);
+  sched_qop *d = sched_unqueue_locked(ss, false, tag, &n);
+  if (n) pthread_cond_broadcast(&s->dcv);
+  pthread_mutex_unlock(&s->qmu);
+  sched_abandon_list(d, "the call that queued the op was cancelled");
+  return n;
+}
+
+uint64_t sched_new_tag(sched *s) { return atomic_fetch_add(&s->next_tag, 1); }
+
+/* Waits until every op the session queued so far was submitted or dropped:
+ * only then do its outputs have a place in the devices' order to wait on. */
+static void sched_wait_dispatched(sched_session *ss) {
+  sched *s = ss->owner;
+  pthread_mutex_lock(&s->qmu);
+  uint64_t target = ss->enqueued;
+  while (ss->dispatched < target && !s->qstop)
+    pthread_cond_wait(&s->dcv, &s->qmu);
+  pthread_mutex_unlock(&s->qmu);
+}
+
+pd_code sched_tensor_wait(sched_session *ss, dev_tensor *t, dev_status *st) {
+  if (!dev_tensor_is_ready(t)) sched_wait_dispatched(ss);
+  return dev_tensor_wait(t, st);
+}
+
+pd_code sched_sync(sched_session *ss, const uint64_t *ids, int n,
+                   dev_status *tensor_err, uint64_t *failed_id,
+                   dev_status *st) {
+  pthread_mutex_lock(&ss->mu);
+  if (ss->closed) {
+    pthread_mutex_unlock(&ss->mu);
+    return sched_closed_error(st);
+  }
+  size_t cnt = n > 0 ? (size_t)n : ss->handles.live;
+  sched_pending *list = calloc(cnt ? cnt : 1, sizeof(*list));
+  if (!list) {
+    pthread_mutex_unlock(&ss->mu);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  size_t k = 0;
+  pd_code c = PD_OK;
+  if (n > 0) {
+    for (int i = 0; i < n && c == PD_OK; i++) {
+      sched_slot *sl = sched_htab_find(&ss->handles, ids[i]);
+      if (!sl) {
+        c = sched_not_found(ids[i], st);
+        break;
+      }
+      list[k++] = (sched_pending){ids[i], sl->t};
+    }
+  } else {
+    for (size_t i = 0; i < ss->handles.cap; i++) {
+      sched_slot *sl = &ss->handles.slots[i];
+      if (sl->id != 0 && sl->t != NULL)
+        list[k++] = (sched_pending){sl->id, sl->t};
+    }
+  }
+  if (c == PD_OK)
+    for (size_t i = 0; i < k; i++) dev_tensor_retain(list[i].t);
+  pthread_mutex_unlock(&ss->mu);
+  if (c != PD_OK) {
+    free(list);
+    return c;
+  }
+  dev_status first = DEV_STATUS_INIT;
+  uint64_t first_id = 0;
+  sched_wait_dispatched(ss);
+  for (size_t i = 0; i < k; i++) {
+    dev_status ts = DEV_STATUS_INIT;
+    if (dev_tensor_wait(list[i].t, &ts) != PD_OK && first.code == PD_OK) {
+      first = ts;
+      first_id = list[i].id;
+    }
+    dev_tensor_release(list[i].t);
+  }
+  free(list);
+  if (tensor_err) *tensor_err = first;
+  if (failed_id) *failed_id = first_id;
+  return PD_OK;
+}

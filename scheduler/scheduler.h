@@ -1,0 +1,248 @@
+/* The scheduler: sessions, their handle tables and leases, and the queueing of
+ * their ops onto the engine.
+ *
+ * This is the one header other layers (server/, tests) include. It never
+ * includes a gRPC header; it speaks device.h's types and pd_code.
+ *
+ * Conventions (as device.h): functions that can fail return a pd_code and take
+ * a `dev_status *` last (may be NULL); out-parameters are written only on
+ * success; nothing here logs (events reach the daemon through a callback).
+ *
+ * Model: TensorFlow's remote eager service (eager_service.proto). A session is
+ * its "context": a namespace of client-named handles (RemoteTensorHandle ids)
+ * with a lease that any call renews (KeepAlive for idle clients). When the
+ * lease runs out, or the session is closed, every handle is released and the
+ * engine frees the memory once no queued op uses it.
+ *
+ * Session tokens are SCHED_TOKEN_BYTES opaque bytes: the daemon's incarnation
+ * (8 bytes, little-endian) followed by 128 bits from getrandom(). A token is
+ * checked in this order: wrong length -> UNAUTHENTICATED; another incarnation
+ * -> NOT_FOUND "daemon restarted"; unknown -> NOT_FOUND. An id of another
+ * session is NOT_FOUND with the same message as one that never existed.
+ *
+ * Queueing: sched_execute validates an op, runs its shape inference and
+ * publishes its outputs' handles at once (so the reply carries dtypes and
+ * shapes), then appends the prepared op to its session's queue. One
+ * dispatcher thread takes ops from the sessions' queues in turn (up to
+ * SCHED_DISPATCH_BATCH from one session before moving to the next, so a busy
+ * session cannot starve the others) and submits them to the engine, which
+ * gives every device the same global order. Ops still queued can be dropped:
+ * those of a cancelled call (sched_cancel), and all of a closed or expired
+ * session; their outputs then fail with CANCELLED. Ops already submitted run
+ * to the end. Priorities and deadlines come next.
+ *
+ * Thread safety: every function may be called from any thread. A session's
+ * calls are serialized on the session's own lock; different sessions proceed
+ * in parallel.
+ */
+#ifndef PARADEV_SCHEDULER_H
+#define PARADEV_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SCHED_TOKEN_BYTES 24
+#define SCHED_NAME_MAX 256 /* client name and job id, bytes */
+#define SCHED_DISPATCH_BATCH 64 /* ops from one session per dispatcher turn */
+
+typedef struct sched sched;
+typedef struct sched_session sched_session;
+
+/* Called (from the scheduler's lease thread) when a session's lease ran out,
+ * after its handles were released. `client` is the client's name. */
+typedef void (*sched_expired_fn)(void *arg, uint64_t session_seq,
+                                 const char *client, uint64_t handles_freed);
+
+/* Scheduler configuration; starts with struct_size (grow at the end only). */
+typedef struct sched_config {
+  size_t struct_size;
+  uint64_t incarnation;         /* the daemon's, embedded in tokens */
+  uint32_t default_lease_s;     /* lease when a client asks for 0 */
+  uint32_t max_lease_s;         /* larger requests are INVALID_ARGUMENT */
+  int max_sessions;             /* RESOURCE_EXHAUSTED beyond */
+  int max_handles_per_session;  /* RESOURCE_EXHAUSTED beyond */
+  int max_ops_per_request;      /* INVALID_ARGUMENT beyond */
+  uint32_t lease_check_ms;      /* how often the lease thread looks */
+  int max_queued_ops;           /* per session; RESOURCE_EXHAUSTED beyond */
+  sched_expired_fn on_expired;  /* may be NULL */
+  void *on_expired_arg;
+} sched_config;
+
+#define SCHED_CONFIG_INITIALIZER \
+  {sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, \
+   NULL, NULL}
+
+/* Creates a scheduler over engine `e` (borrowed; it must outlive the
+ * scheduler) and starts its lease and dispatcher threads. INVALID_ARGUMENT for a config with
+ * a zero limit or a wrong struct_size; INTERNAL if the thread cannot start. */
+pd_code sched_create(dev_engine *e, const sched_config *cfg, sched **out,
+                     dev_status *st);
+
+/* Stops the threads, drops the ops still queued (CANCELLED), closes every
+ * session (releasing its handles) and frees the scheduler. Calls must have
+ * ended. Accepts NULL. */
+void sched_destroy(sched *s);
+
+/* Current number of open sessions. */
+int sched_num_sessions(sched *s);
+
+/* Holds (true) or resumes (false) the dispatcher: while held, executed ops
+ * stay queued (ops it is submitting at the moment still go). For draining a
+ * daemon before maintenance, and for tests of queueing and cancellation. */
+void sched_pause(sched *s, bool paused);
+
+/* --- Sessions ------------------------------------------------------------ */
+
+typedef struct sched_session_params {
+  const char *client_name; /* may be NULL; at most SCHED_NAME_MAX bytes */
+  const char *job_id;      /* may be NULL; at most SCHED_NAME_MAX bytes */
+  uint32_t lease_s;        /* 0: the default */
+  uint64_t memory_quota;   /* bytes over all devices; 0: none */
+} sched_session_params;
+
+typedef struct sched_session_info {
+  uint8_t token[SCHED_TOKEN_BYTES];
+  uint64_t seq;            /* small number for logs (1, 2, ...) */
+  uint32_t lease_s;
+  uint64_t memory_quota;
+} sched_session_info;
+
+/* Opens a session. Errors: INVALID_ARGUMENT (a name over SCHED_NAME_MAX, a
+ * lease over max_lease_s, each naming the limit), RESOURCE_EXHAUSTED (at
+ * max_sessions), INTERNAL (getrandom failed). */
+pd_code sched_session_create(sched *s, const sched_session_params *p,
+                             sched_session_info *out, dev_status *st);
+
+/* Looks a session up by token and renews its lease. On success the caller
+ * holds a reference: drop it with sched_session_put. Errors as described at
+ * the top (UNAUTHENTICATED, NOT_FOUND). */
+pd_code sched_session_open(sched *s, const void *token, size_t len,
+                           sched_session **out, dev_status *st);
+
+/* Drops a reference from sched_session_open. Accepts NULL. */
+void sched_session_put(sched_session *ss);
+
+/* Closes the session of `token`: it leaves the table and releases every
+ * handle. *handles_freed (may be NULL) receives their number. Errors as
+ * sched_session_open. */
+pd_code sched_session_close(sched *s, const void *token, size_t len,
+                            uint64_t *handles_freed, dev_status *st);
+
+/* Renews the lease of a session the caller holds (long-lived streams). */
+void sched_session_touch(sched_session *ss);
+
+uint64_t sched_session_seq(const sched_session *ss);
+uint32_t sched_session_lease_s(const sched_session *ss);
+
+/* --- Handles ------------------------------------------------------------- */
+
+/* Retains the tensor of handle `id` into *out. NOT_FOUND when the session has
+ * no live handle `id` (or the session was closed meanwhile). */
+pd_code sched_handle_get(sched_session *ss, uint64_t id, dev_tensor **out,
+                         dev_status *st);
+
+/* Drops handles `ids[0..n)`, all or nothing: NOT_FOUND for the first unknown
+ * id (nothing deleted), INVALID_ARGUMENT for an id given twice. */
+pd_code sched_handle_delete(sched_session *ss, const uint64_t *ids, int n,
+                            dev_status *st);
+
+/* Number of live handles and their bytes (for quotas and tests). */
+void sched_session_usage(sched_session *ss, int *handles, uint64_t *bytes);
+
+/* --- Uploads ------------------------------------------------------------- */
+
+typedef struct sched_upload sched_upload;
+
+/* Starts an upload into a new handle `id`: creates the tensor (allocated,
+ * data unset) per `layout`; see dev_tensor_create_for_layout for the shapes.
+ * Errors: INVALID_ARGUMENT (id 0, bad dtype/shape/layout), ALREADY_EXISTS
+ * (a live id), RESOURCE_EXHAUSTED (session quota, handle limit, device
+ * memory). The upload holds a reference on the session. */
+pd_code sched_upload_begin(sched_session *ss, uint64_t id, pd_dtype dtype,
+                           const dev_layout *layout,
+                           const dev_shape *host_shape,
+                           const dev_shape *component_shapes,
+                           sched_upload **out, dev_status *st);
+
+/* Host bytes the upload expects for `component` (PER_COMPONENT) or in all. */
+uint64_t sched_upload_expected(const sched_upload *u, int component);
+
+/* Writes a chunk (see dev_tensor_write). */
+pd_code sched_upload_write(sched_upload *u, int component, uint64_t offset,
+                           const void *data, size_t len, dev_status *st);
+
+/* Publishes the tensor under its id (ALREADY_EXISTS if the id was taken
+ * meanwhile, NOT_FOUND if the session closed) and frees `u` in every case.
+ * Read what the reply needs (sched_upload_tensor) before committing. */
+pd_code sched_upload_commit(sched_upload *u, dev_status *st);
+
+/* The upload's tensor (borrowed, for metadata). */
+const dev_tensor *sched_upload_tensor(const sched_upload *u);
+
+/* Drops an upload; frees `u`. Accepts NULL. */
+void sched_upload_abort(sched_upload *u);
+
+/* --- Ops ----------------------------------------------------------------- */
+
+/* One op of a request, as the server decoded it (borrowed memory). */
+typedef struct sched_op {
+  const char *op_name;
+  const uint64_t *inputs; /* handle ids */
+  int num_inputs;
+  const dev_attr *attrs;
+  int num_attrs;
+  const uint64_t *output_ids; /* fresh ids, one per output of the op */
+  int num_outputs;
+} sched_op;
+
+typedef struct sched_op_result {
+  int num_outputs;
+  pd_dtype dtype[DEV_MAX_OUTPUTS];
+  dev_shape shape[DEV_MAX_OUTPUTS];
+} sched_op_result;
+
+/* Validates, infers and queues ops[0..n) in order, all or nothing: an op may
+ * consume outputs of earlier ops of the same call. On success results[i]
+ * gives op i's outputs' dtypes and shapes, known before the devices run.
+ * `tag` (0: none) marks the queued ops for sched_cancel.
+ * Errors (the message starts with "op <i> (<name>): ", *failed_op = i, and
+ * nothing is queued): INVALID_ARGUMENT (too many ops, id 0, an output id
+ * given twice, the wrong number of output ids, anything dev_op_prepare
+ * rejects), NOT_FOUND (an input not in the session), ALREADY_EXISTS (an
+ * output id that is live), RESOURCE_EXHAUSTED (quota, handle limit). */
+pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
+                      uint64_t tag, sched_op_result *results, int *failed_op,
+                      dev_status *st);
+
+/* Drops the session's ops queued with `tag` (not yet given to the engine);
+ * their outputs fail with CANCELLED. Returns how many were dropped. */
+int sched_cancel(sched_session *ss, uint64_t tag);
+
+/* A tag no other caller of this scheduler got (never 0). */
+uint64_t sched_new_tag(sched *s);
+
+/* Waits until `t` (a tensor of session `ss`, e.g. from sched_handle_get) is
+ * computed: first until the session's queue has handed over every op queued
+ * so far, then on the devices. Returns the tensor's stored error, if any. */
+pd_code sched_tensor_wait(sched_session *ss, dev_tensor *t, dev_status *st);
+
+/* Waits for handles ids[0..n) (n == 0: every live handle of the session),
+ * as sched_tensor_wait.
+ * Returns OK or a lookup error (NOT_FOUND); the first error stored on the
+ * tensors goes to *tensor_err (code OK when none) and its id to *failed_id
+ * (0 when none). */
+pd_code sched_sync(sched_session *ss, const uint64_t *ids, int n,
+                   dev_status *tensor_err, uint64_t *failed_id,
+                   dev_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PARADEV_SCHEDULER_H */

@@ -1,0 +1,582 @@
+/* gRPC C-core plumbing of paradevd: completion queues and their threads,
+ * registered methods, per-call state machines, the generic UNIMPLEMENTED
+ * answer, and shutdown. See server.h for the threading model and NOTES.md for
+ * the C-core facts this relies on. */
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "server.h"
+
+/* A bidi stream stops reading while this many replies wait to be sent, and
+ * resumes below half of it (backpressure instead of unbounded memory). */
+#define SRV_WQ_HIGH 64
+
+static pthread_t srv_threads[SRV_MAX_THREADS];
+
+static void srv_on_request(srv_call *c, bool ok);
+static void srv_on_generic(srv_call *c, bool ok);
+static void srv_on_recv(srv_call *c, bool ok);
+static void srv_on_send(srv_call *c, bool ok);
+static void srv_on_close(srv_call *c, bool ok);
+static void srv_on_final(srv_call *c, bool ok);
+static void srv_pump(srv_call *c);
+
+static bool srv_unary_like(const srv_call *c) {
+  return c->m && (c->m->kind == SRV_UNARY || c->m->kind == SRV_SERVER_STREAM);
+}
+
+static srv_call *srv_call_new(srv *s, const srv_method *m, int cqi) {
+  srv_call *c = calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  c->s = s;
+  c->m = m;
+  c->cq_index = cqi;
+  atomic_init(&c->refs, 1);
+  atomic_init(&c->cancelled, false);
+  grpc_metadata_array_init(&c->md);
+  c->t_req = (struct srv_tag){m ? srv_on_request : srv_on_generic, c};
+  c->t_recv = (struct srv_tag){srv_on_recv, c};
+  c->t_send = (struct srv_tag){srv_on_send, c};
+  c->t_close = (struct srv_tag){srv_on_close, c};
+  c->t_final = (struct srv_tag){srv_on_final, c};
+  atomic_fetch_add(&s->active_calls, 1);
+  return c;
+}
+
+static void srv_wq_clear(srv_call *c) {
+  while (c->wq_len) {
+    grpc_byte_buffer_destroy(c->wq[c->wq_head]);
+    c->wq_head = (c->wq_head + 1) % c->wq_cap;
+    c->wq_len--;
+  }
+}
+
+static void srv_call_destroy(srv_call *c) {
+  if (c->m && c->m->on_destroy) c->m->on_destroy(c);
+  if (c->req) protobuf_c_message_free_unpacked(c->req, &c->budget.alloc);
+  if (!c->m && c->user) {
+    grpc_call_details_destroy(c->user);
+    free(c->user);
+  }
+  if (c->payload) grpc_byte_buffer_destroy(c->payload);
+  if (c->in_flight) grpc_byte_buffer_destroy(c->in_flight);
+  srv_wq_clear(c);
+  free(c->wq);
+  grpc_metadata_array_destroy(&c->md);
+  if (c->call) grpc_call_unref(c->call);
+  free(c->fin_msg);
+  atomic_fetch_sub(&c->s->active_calls, 1);
+  free(c);
+}
+
+static void srv_call_unref(srv_call *c) {
+  if (atomic_fetch_sub(&c->refs, 1) == 1) srv_call_destroy(c);
+}
+
+/* Starts a batch holding a reference for it. */
+static bool srv_batch(srv_call *c, const grpc_op *ops, size_t n,
+                      struct srv_tag *tag) {
+  atomic_fetch_add(&c->refs, 1);
+  grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+  if (e != GRPC_CALL_OK) {
+    SRV_ERROR("internal: grpc_call_start_batch failed (%d) on %s", (int)e,
+              c->m ? c->m->path : "(generic)");
+    atomic_fetch_sub(&c->refs, 1); /* the caller still holds one */
+    return false;
+  }
+  return true;
+}
+
+/* --- arming --------------------------------------------------------------- */
+
+static void srv_arm(srv *s, const srv_method *m, int cqi) {
+  srv_call *c = srv_call_new(s, m, cqi);
+  if (!c) {
+    SRV_ERROR("out of memory arming %s", m ? m->path : "(generic)");
+    return;
+  }
+  grpc_call_error e;
+  if (m) {
+    e = grpc_server_request_registered_call(
+        s->server, m->registered, &c->call, &c->deadline, &c->md,
+        srv_unary_like(c) ? &c->payload : NULL, s->cqs[cqi], s->cqs[cqi],
+        &c->t_req);
+  } else {
+    grpc_call_details *d = calloc(1, sizeof(*d));
+    if (!d) {
+      srv_call_destroy(c);
+      return;
+    }
+    grpc_call_details_init(d);
+    c->user = d;
+    e = grpc_server_request_call(s->server, &c->call, d, &c->md, s->cqs[cqi],
+                                 s->cqs[cqi], &c->t_req);
+  }
+  if (e != GRPC_CALL_OK) {
+    SRV_ERROR("internal: request_call failed (%d) for %s", (int)e,
+              m ? m->path : "(generic)");
+    srv_call_destroy(c);
+  }
+}
+
+static void srv_on_generic(srv_call *c, bool ok) {
+  srv *s = c->s;
+  if (!ok) { /* shutting down */
+    srv_call_unref(c);
+    return;
+  }
+  if (!atomic_load(&s->shutting_down)) srv_arm(s, NULL, c->cq_index);
+  grpc_call_details *d = c->user;
+  char method[256];
+  size_t len = GRPC_SLICE_LENGTH(d->method);
+  if (len >= sizeof(method)) len = sizeof(method) - 1;
+  memcpy(method, GRPC_SLICE_START_PTR(d->method), len);
+  method[len] = '\0';
+  for (size_t i = 0; i < len; i++)
+    if (method[i] < 0x20 || method[i] > 0x7e) method[i] = '?';
+  SRV_DEBUG("unknown method %s: UNIMPLEMENTED", method);
+  c->finishing = true;
+  c->md_sent = true;
+  c->status_sent = true;
+  char msg[400];
+  snprintf(msg, sizeof(msg),
+           "method %s is not implemented by paradevd %s (see "
+           "paradev/v1/paradev.proto for the service)",
+           method, SRV_VERSION);
+  grpc_slice details = grpc_slice_from_copied_string(msg);
+  grpc_op ops[3];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
+  ops[1].data.send_status_from_server.status_details = &details;
+  ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[2].data.recv_close_on_server.cancelled = &c->close_cancelled;
+  srv_batch(c, ops, 3, &c->t_final);
+  grpc_slice_unref(details);
+  srv_call_unref(c);
+}
+
+/* --- per-call events ------------------------------------------------------- */
+
+static void srv_start_close(srv_call *c) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+  srv_batch(c, &op, 1, &c->t_close);
+}
+
+static void srv_read(srv_call *c) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &c->payload;
+  c->reading = true;
+  if (!srv_batch(c, &op, 1, &c->t_recv)) c->reading = false;
+}
+
+/* Unpack budget. Small nested messages (an Operation with its attrs) grow
+ * about tenfold when unpacked, bytes fields not at all; so allow 16x, but at
+ * most 256 MiB beyond the message itself, whatever its shape. */
+static size_t srv_budget_for(grpc_byte_buffer *bb) {
+  size_t len = grpc_byte_buffer_length(bb);
+  size_t extra = len * 15;
+  if (extra > ((size_t)256 << 20)) extra = (size_t)256 << 20;
+  return len + extra + ((size_t)1 << 20);
+}
+
+static void srv_on_request(srv_call *c, bool ok) {
+  srv *s = c->s;
+  if (!ok) { /* the server is shutting down: the slot was never used */
+    srv_call_unref(c);
+    return;
+  }
+  if (!atomic_load(&s->shutting_down)) srv_arm(s, c->m, c->cq_index);
+  const srv_method *m = c->m;
+  SRV_DEBUG("call %s", m->path);
+  if (srv_unary_like(c)) {
+    if (m->kind == SRV_SERVER_STREAM) srv_start_close(c);
+    if (!c->payload) {
+      srv_call_finish(c, PD_INVALID_ARGUMENT,
+                      "%s: the call carried no request message", m->path);
+    } else {
+      dev_status st = DEV_STATUS_INIT;
+      srv_budget_init(&c->budget, srv_budget_for(c->payload));
+      c->req = srv_unpack(m->request, c->payload, &c->budget, &st);
+      grpc_byte_buffer_destroy(c->payload);
+      c->payload = NULL;
+      if (!c->req)
+        srv_call_fail(c, &st);
+      else
+        m->on_request(c, c->req);
+    }
+  } else {
+    srv_start_close(c);
+    srv_read(c);
+  }
+  srv_call_unref(c);
+}
+
+static void srv_on_recv(srv_call *c, bool ok) {
+  c->reading = false;
+  if (!ok || atomic_load(&c->cancelled)) {
+    if (c->payload) grpc_byte_buffer_destroy(c->payload);
+    c->payload = NULL;
+    c->eof = true;
+    srv_call_unref(c);
+    return;
+  }
+  if (!c->payload) { /* the client closed its side */
+    c->eof = true;
+    if (!c->finishing) c->m->on_message(c, NULL);
+    srv_call_unref(c);
+    return;
+  }
+  dev_status st = DEV_STATUS_INIT;
+  srv_budget b;
+  srv_budget_init(&b, srv_budget_for(c->payload));
+  ProtobufCMessage *msg = srv_unpack(c->m->request, c->payload, &b, &st);
+  grpc_byte_buffer_destroy(c->payload);
+  c->payload = NULL;
+  if (!msg) {
+    srv_call_fail(c, &st);
+  } else {
+    if (!c->finishing) c->m->on_message(c, msg);
+    protobuf_c_message_free_unpacked(msg, &b.alloc);
+  }
+  if (!c->finishing && !c->eof) {
+    if (c->wq_len < SRV_WQ_HIGH)
+      srv_read(c);
+    else
+      c->read_paused = true;
+  }
+  srv_call_unref(c);
+}
+
+static void srv_on_send(srv_call *c, bool ok) {
+  c->writing = false;
+  if (c->in_flight) grpc_byte_buffer_destroy(c->in_flight);
+  c->in_flight = NULL;
+  if (!ok) { /* the call is gone: nothing more will be sent */
+    atomic_store(&c->cancelled, true);
+    srv_wq_clear(c);
+    srv_call_unref(c);
+    return;
+  }
+  if (c->read_paused && c->wq_len < SRV_WQ_HIGH / 2 && !c->finishing) {
+    c->read_paused = false;
+    srv_read(c);
+  }
+  if (c->wq_len == 0 && !c->finishing && c->m->on_drained &&
+      !atomic_load(&c->cancelled))
+    c->m->on_drained(c);
+  srv_pump(c);
+  srv_call_unref(c);
+}
+
+static void srv_on_close(srv_call *c, bool ok) {
+  if (c->close_cancelled) atomic_store(&c->cancelled, true);
+  srv_call_unref(c);
+}
+
+static void srv_on_final(srv_call *c, bool ok) { srv_call_unref(c); }
+
+/* Sends the next queued message, or the status once the queue is empty. */
+static void srv_pump(srv_call *c) {
+  if (c->writing || c->status_sent) return;
+  grpc_op ops[4];
+  memset(ops, 0, sizeof(ops));
+  size_t n = 0;
+  if (!c->md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  }
+  if (c->wq_len) {
+    c->in_flight = c->wq[c->wq_head];
+    c->wq_head = (c->wq_head + 1) % c->wq_cap;
+    c->wq_len--;
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = c->in_flight;
+    c->writing = true;
+    c->md_sent = true;
+    if (!srv_batch(c, ops, n, &c->t_send)) {
+      c->writing = false;
+      grpc_byte_buffer_destroy(c->in_flight);
+      c->in_flight = NULL;
+    }
+    return;
+  }
+  if (!c->finishing) return;
+  grpc_slice details = grpc_slice_from_copied_string(c->fin_msg ? c->fin_msg : "");
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = c->fin_code;
+  ops[n++].data.send_status_from_server.status_details = &details;
+  if (srv_unary_like(c) && c->m->kind == SRV_UNARY) {
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &c->close_cancelled;
+  }
+  c->md_sent = true;
+  c->status_sent = true;
+  srv_batch(c, ops, n, &c->t_final);
+  grpc_slice_unref(details);
+}
+
+/* --- the handlers' API ------------------------------------------------------ */
+
+void srv_call_reply(srv_call *c, const ProtobufCMessage *resp) {
+  if (c->finishing || c->status_sent) return;
+  grpc_byte_buffer *bb = srv_pack(resp);
+  grpc_op ops[4];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = bb;
+  ops[2].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[2].data.send_status_from_server.status = GRPC_STATUS_OK;
+  size_t n = 3;
+  if (c->m->kind == SRV_UNARY) {
+    ops[3].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[3].data.recv_close_on_server.cancelled = &c->close_cancelled;
+    n = 4;
+  }
+  c->finishing = c->status_sent = c->md_sent = true;
+  c->fin_code = GRPC_STATUS_OK;
+  c->in_flight = bb; /* freed when the call is destroyed */
+  srv_batch(c, ops, n, &c->t_final);
+}
+
+void srv_call_write(srv_call *c, const ProtobufCMessage *msg) {
+  if (c->finishing || c->status_sent || atomic_load(&c->cancelled)) return;
+  srv_call_write_buffer(c, srv_pack(msg));
+}
+
+void srv_call_write_buffer(srv_call *c, grpc_byte_buffer *bb) {
+  if (c->finishing || c->status_sent || atomic_load(&c->cancelled)) {
+    grpc_byte_buffer_destroy(bb);
+    return;
+  }
+  if (c->wq_len == c->wq_cap) {
+    size_t ncap = c->wq_cap ? c->wq_cap * 2 : 8;
+    grpc_byte_buffer **nq = malloc(ncap * sizeof(*nq));
+    if (!nq) {
+      grpc_byte_buffer_destroy(bb);
+      srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      return;
+    }
+    for (size_t i = 0; i < c->wq_len; i++)
+      nq[i] = c->wq[(c->wq_head + i) % c->wq_cap];
+    free(c->wq);
+    c->wq = nq;
+    c->wq_cap = ncap;
+    c->wq_head = 0;
+  }
+  c->wq[(c->wq_head + c->wq_len) % c->wq_cap] = bb;
+  c->wq_len++;
+  srv_pump(c);
+}
+
+size_t srv_call_queued(const srv_call *c) { return c->wq_len; }
+
+void srv_call_finish(srv_call *c, pd_code code, const char *fmt, ...) {
+  if (c->finishing || c->status_sent) return;
+  c->finishing = true;
+  c->fin_code = (grpc_status_code)code;
+  char buf[DEV_STATUS_MSG_MAX + 128];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  /* Messages quote what the client sent (op names, ids); keep the status
+   * printable ASCII whatever those bytes were. */
+  char clean[sizeof(buf)];
+  c->fin_msg = strdup(srv_log_clean(buf, clean, sizeof(clean)));
+  if (code != PD_OK) {
+    srv_wq_clear(c);
+    SRV_DEBUG("%s -> %s: %s", c->m ? c->m->path : "?", pd_code_name(code),
+              clean);
+  }
+  srv_pump(c);
+}
+
+void srv_call_fail(srv_call *c, const dev_status *st) {
+  pd_code code = st->code == PD_OK ? PD_INTERNAL : st->code;
+  srv_call_finish(c, code, "%s", st->msg[0] ? st->msg : pd_code_name(code));
+}
+
+typedef struct srv_spawn_arg {
+  srv_call *c;
+  void (*fn)(srv_call *c);
+} srv_spawn_arg;
+
+static void *srv_spawn_main(void *p) {
+  srv_spawn_arg a = *(srv_spawn_arg *)p;
+  free(p);
+  a.fn(a.c);
+  srv_call_unref(a.c);
+  return NULL;
+}
+
+bool srv_call_spawn(srv_call *c, void (*fn)(srv_call *c)) {
+  srv_spawn_arg *a = malloc(sizeof(*a));
+  if (!a) return false;
+  a->c = c;
+  a->fn = fn;
+  atomic_fetch_add(&c->refs, 1);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t th;
+  int rc = pthread_create(&th, &attr, srv_spawn_main, a);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    atomic_fetch_sub(&c->refs, 1);
+    free(a);
+    return false;
+  }
+  return true;
+}
+
+/* --- threads, start, stop -------------------------------------------------- */
+
+static void *srv_cq_main(void *arg) {
+  grpc_completion_queue *cq = arg;
+  for (;;) {
+    grpc_event ev =
+        grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.type != GRPC_OP_COMPLETE) continue;
+    struct srv_tag *t = ev.tag;
+    t->fn(t->c, ev.success != 0);
+  }
+  return NULL;
+}
+
+/* "127.0.0.1:0" bound to port 41234 -> "127.0.0.1:41234". */
+static void srv_bound_name(const char *addr, int port, char *out, size_t len) {
+  const char *colon = strrchr(addr, ':');
+  if (strncmp(addr, "unix:", 5) == 0 || !colon) {
+    snprintf(out, len, "%s", addr);
+    return;
+  }
+  snprintf(out, len, "%.*s:%d", (int)(colon - addr), addr, port);
+}
+
+int srv_start(srv *s) {
+  grpc_init();
+  grpc_arg args[2];
+  int maxmsg = s->opt.limits.max_message_bytes > INT_MAX
+                   ? INT_MAX
+                   : (int)s->opt.limits.max_message_bytes;
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = maxmsg;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[1].value.integer = maxmsg;
+  grpc_channel_args chargs = {2, args};
+  s->server = grpc_server_create(&chargs, NULL);
+  s->num_cqs = s->opt.num_threads;
+  for (int i = 0; i < s->num_cqs; i++) {
+    s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);
+  }
+  for (int i = 0; srv_methods[i]; i++) {
+    srv_method *m = srv_methods[i];
+    grpc_server_register_method_payload_handling ph =
+        (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM)
+            ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+            : GRPC_SRM_PAYLOAD_NONE;
+    m->registered = grpc_server_register_method(s->server, m->path, NULL, ph, 0);
+    if (!m->registered) {
+      SRV_ERROR("internal: cannot register %s", m->path);
+      goto fail;
+    }
+  }
+  for (int i = 0; i < s->opt.num_listen; i++) {
+    const char *addr = s->opt.listen[i];
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(s->server, addr, creds);
+    grpc_server_credentials_release(creds);
+    if (port == 0) {
+      SRV_ERROR("cannot listen on %s (address in use, bad address, or no "
+                "permission; run with GRPC_VERBOSITY=DEBUG for gRPC's reason)",
+                addr);
+      goto fail;
+    }
+    char name[512];
+    srv_bound_name(addr, port, name, sizeof(name));
+    SRV_INFO("listening on %s", name);
+  }
+  grpc_server_start(s->server);
+  for (int i = 0; i < s->num_cqs; i++) {
+    for (int j = 0; srv_methods[j]; j++) srv_arm(s, srv_methods[j], i);
+    srv_arm(s, NULL, i);
+  }
+  for (int i = 0; i < s->num_cqs; i++)
+    pthread_create(&srv_threads[i], NULL, srv_cq_main, s->cqs[i]);
+  return 0;
+
+fail:
+  grpc_server_destroy(s->server);
+  s->server = NULL;
+  for (int i = 0; i < s->num_cqs; i++) {
+    grpc_completion_queue_shutdown(s->cqs[i]);
+    while (grpc_completion_queue_next(s->cqs[i],
+                                      gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(s->cqs[i]);
+  }
+  grpc_shutdown();
+  return -1;
+}
+
+void srv_stop(srv *s) {
+  atomic_store(&s->shutting_down, true);
+  grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
+  int tag_storage;
+  void *tag = &tag_storage;
+  grpc_server_shutdown_and_notify(s->server, scq, tag);
+  gpr_timespec grace = gpr_time_add(
+      gpr_now(GPR_CLOCK_MONOTONIC),
+      gpr_time_from_millis(s->opt.grace_ms, GPR_TIMESPAN));
+  grpc_event ev = grpc_completion_queue_pluck(scq, tag, grace, NULL);
+  if (ev.type == GRPC_QUEUE_TIMEOUT) {
+    SRV_INFO("grace period of %d ms over: cancelling the remaining calls",
+             s->opt.grace_ms);
+    grpc_server_cancel_all_calls(s->server);
+    grpc_completion_queue_pluck(scq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                NULL);
+  }
+  grpc_completion_queue_shutdown(scq);
+  while (grpc_completion_queue_pluck(scq, NULL,
+                                     gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+             .type != GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(scq);
+  /* Let calls handed to helper threads (Sync, Download) end: their last
+   * operations still complete on the queues, which the threads drain. */
+  for (int waited = 0; atomic_load(&s->active_calls) > 0; waited += 10) {
+    if (waited == 10000) {
+      SRV_WARN("%d calls still active after 10 s; shutting down anyway",
+               atomic_load(&s->active_calls));
+      break;
+    }
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  grpc_server_destroy(s->server);
+  s->server = NULL;
+  for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_shutdown(s->cqs[i]);
+  for (int i = 0; i < s->num_cqs; i++) pthread_join(srv_threads[i], NULL);
+  for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_destroy(s->cqs[i]);
+  grpc_shutdown();
+}

@@ -1,0 +1,47 @@
+/* Helpers shared by the method handlers (handlers.c, stream.c): reply arenas
+ * and conversions between paradev.proto messages and device.h types. */
+#ifndef PARADEV_SERVER_SRV_INT_H
+#define PARADEV_SERVER_SRV_INT_H
+
+#include "paradev/v1/paradev.pb-c.h"
+#include "server.h"
+
+/* Blocks freed together once a reply is packed. */
+typedef struct srv_arena {
+  struct srv_arena_block {
+    struct srv_arena_block *next;
+    max_align_t align[];
+  } *head;
+} srv_arena;
+
+/* Zeroed memory that lives until srv_arena_free; NULL when out of memory. */
+void *srv_arena_alloc(srv_arena *a, size_t bytes);
+void srv_arena_free(srv_arena *a);
+
+/* Proto Shape (NULL: a scalar) -> dev_shape: INVALID_ARGUMENT (naming `what`)
+ * for rank over PD_MAX_RANK or a negative dim. */
+pd_code srv_shape_from_pb(const Paradev__V1__Shape *pb, const char *what,
+                          dev_shape *out, dev_status *st);
+Paradev__V1__Shape *srv_shape_to_pb(srv_arena *a, const dev_shape *s);
+/* Wire dtype -> pd_dtype: INVALID_ARGUMENT outside 1..PD_DTYPE_COUNT-1. */
+pd_code srv_dtype_from_pb(int v, const char *what, pd_dtype *out,
+                          dev_status *st);
+Paradev__V1__TensorInfo *srv_info_to_pb(srv_arena *a, uint64_t id, pd_dtype dt,
+                                        const dev_shape *shape);
+
+/* Proto Operation -> sched_op, checking the per-op limits. `attrs` holds
+ * DEV_MAX_ATTRS entries; the result points into `pb` and `attrs`. */
+pd_code srv_op_from_pb(const Paradev__V1__Operation *pb, int index,
+                       dev_attr *attrs, sched_op *out, dev_status *st);
+Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
+                                        const sched_op_result *r);
+
+/* Opens (and renews) the session of a token; on failure ends the call with
+ * the error and returns NULL. */
+sched_session *srv_open_session(srv_call *c, ProtobufCBinaryData token);
+
+/* Streaming methods (stream.c). */
+extern srv_method srv_m_upload, srv_m_download, srv_m_enqueue,
+    srv_m_echo_stream;
+
+#endif /* PARADEV_SERVER_SRV_INT_H */

@@ -1,0 +1,381 @@
+/* The scheduler on a real CPU engine, without gRPC: session tokens, handle
+ * isolation, all-or-nothing execution, queueing, cancellation, leases,
+ * quotas, and a multi-threaded stress run (meant for the sanitizer build).
+ * Expected values are worked out by hand in each test. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "scheduler.h"
+#include "testutil.h"
+
+#define INC 0x1122334455667788ULL
+
+static dev_engine *g_engine;
+
+static sched *new_sched(uint32_t lease_check_ms, sched_expired_fn fn,
+                        void *arg) {
+  sched_config cfg = SCHED_CONFIG_INITIALIZER;
+  cfg.incarnation = INC;
+  cfg.lease_check_ms = lease_check_ms;
+  cfg.on_expired = fn;
+  cfg.on_expired_arg = arg;
+  cfg.max_handles_per_session = 100;
+  sched *s = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_create(g_engine, &cfg, &s, &st), PD_OK);
+  return s;
+}
+
+static sched_session *open_new(sched *s, const char *name, uint32_t lease,
+                               uint64_t quota, sched_session_info *info) {
+  sched_session_params p = {name, "job", lease, quota};
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
+  sched_session *ss = NULL;
+  assert_int_equal(
+      sched_session_open(s, info->token, SCHED_TOKEN_BYTES, &ss, &st), PD_OK);
+  return ss;
+}
+
+/* Uploads a mirrored float32 vector under `id`. */
+static pd_code upload(sched_session *ss, uint64_t id, int n, const float *v,
+                      dev_status *st) {
+  dev_shape shape = {1, {n}};
+  dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
+  sched_upload *u = NULL;
+  pd_code c = sched_upload_begin(ss, id, PD_FLOAT32, &lay, &shape, NULL, &u, st);
+  if (c != PD_OK) return c;
+  assert_int_equal(sched_upload_expected(u, 0), (uint64_t)n * 4);
+  assert_int_equal(sched_upload_write(u, 0, 0, v, (size_t)n * 4, st), PD_OK);
+  return sched_upload_commit(u, st);
+}
+
+static sched_op op1(const char *name, const uint64_t *in, int nin,
+                    const uint64_t *out) {
+  sched_op o = {name, in, nin, NULL, 0, out, 1};
+  return o;
+}
+
+static void read_f32(sched_session *ss, uint64_t id, float *out, int n) {
+  dev_tensor *t = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_handle_get(ss, id, &t, &st), PD_OK);
+  assert_int_equal(sched_tensor_wait(ss, t, &st), PD_OK);
+  dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
+  assert_int_equal(dev_tensor_to_host(t, &lay, 0, out, (size_t)n * 4, &st),
+                   PD_OK);
+  dev_tensor_release(t);
+}
+
+static void test_tokens(void **state) {
+  sched *s = new_sched(500, NULL, NULL);
+  sched_session_info info;
+  sched_session *ss = open_new(s, "a", 0, 0, &info);
+  assert_int_equal(info.lease_s, 60);
+  uint64_t inc = 0;
+  for (int i = 0; i < 8; i++) inc |= (uint64_t)info.token[i] << (8 * i);
+  assert_true(inc == INC);
+  dev_status st = DEV_STATUS_INIT;
+  sched_session *x = NULL;
+  assert_int_equal(sched_session_open(s, info.token, 23, &x, &st),
+                   PD_UNAUTHENTICATED);
+  uint8_t tok[SCHED_TOKEN_BYTES];
+  memcpy(tok, info.token, sizeof tok);
+  tok[0] ^= 1; /* another incarnation */
+  assert_int_equal(sched_session_open(s, tok, sizeof tok, &x, &st), PD_NOT_FOUND);
+  assert_non_null(strstr(st.msg, "restarted"));
+  memcpy(tok, info.token, sizeof tok);
+  tok[20] ^= 1; /* right incarnation, unknown session */
+  assert_int_equal(sched_session_open(s, tok, sizeof tok, &x, &st), PD_NOT_FOUND);
+  assert_null(strstr(st.msg, "restarted"));
+  sched_session_params p = {NULL, NULL, 86401, 0};
+  assert_int_equal(sched_session_create(s, &p, &info, &st), PD_INVALID_ARGUMENT);
+  assert_non_null(strstr(st.msg, "max_lease_seconds"));
+  uint64_t freed = 99;
+  sched_session_info i2;
+  sched_session *ss2 = open_new(s, "b", 0, 0, &i2);
+  assert_int_equal(sched_session_close(s, i2.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
+  assert_int_equal(freed, 0);
+  assert_int_equal(sched_session_open(s, i2.token, SCHED_TOKEN_BYTES, &x, &st), PD_NOT_FOUND);
+  /* A call still holding the closed session gets NOT_FOUND, not a crash. */
+  dev_tensor *t = NULL;
+  assert_int_equal(sched_handle_get(ss2, 1, &t, &st), PD_NOT_FOUND);
+  sched_session_put(ss2);
+  assert_int_equal(sched_num_sessions(s), 1);
+  sched_session_put(ss);
+  sched_destroy(s);
+}
+
+static void test_isolation_and_execute(void **state) {
+  sched *s = new_sched(500, NULL, NULL);
+  sched_session_info ia, ib;
+  sched_session *a = open_new(s, "a", 0, 0, &ia);
+  sched_session *b = open_new(s, "b", 0, 0, &ib);
+  dev_status st = DEV_STATUS_INIT;
+  const float x[3] = {1.f, 2.f, -4.f};
+  assert_int_equal(upload(a, 1, 3, x, &st), PD_OK);
+  assert_int_equal(upload(a, 1, 3, x, &st), PD_ALREADY_EXISTS);
+  assert_int_equal(upload(a, 0, 3, x, &st), PD_INVALID_ARGUMENT);
+  /* b cannot see a's handle; the message is that of a never-seen id. */
+  dev_tensor *t = NULL;
+  char m1[DEV_STATUS_MSG_MAX], m2[DEV_STATUS_MSG_MAX];
+  assert_int_equal(sched_handle_get(b, 1, &t, &st), PD_NOT_FOUND);
+  snprintf(m1, sizeof m1, "%s", st.msg);
+  assert_int_equal(sched_handle_get(b, 2, &t, &st), PD_NOT_FOUND);
+  snprintf(m2, sizeof m2, "%s", st.msg);
+  m1[strcspn(m1, "0123456789")] = '\0';
+  m2[strcspn(m2, "0123456789")] = '\0';
+  assert_string_equal(m1, m2);
+
+  /* Chained ops in one request: y = x + x; z = y * x = 2x^2. */
+  uint64_t in_xx[2] = {1, 1}, in_yx[2] = {2, 1}, o2 = 2, o3 = 3;
+  sched_op ops[2] = {op1("Add", in_xx, 2, &o2), op1("Mul", in_yx, 2, &o3)};
+  sched_op_result res[2];
+  int failed = -1;
+  assert_int_equal(sched_execute(a, ops, 2, 0, res, &failed, &st), PD_OK);
+  assert_int_equal(res[1].num_outputs, 1);
+  assert_int_equal(res[1].dtype[0], PD_FLOAT32);
+  tu_assert_shape(&res[1].shape[0], 1, 3);
+  float z[3];
+  read_f32(a, 3, z, 3);
+  assert_true(z[0] == 2.f && z[1] == 8.f && z[2] == 32.f);
+
+  /* All or nothing: op 1 names a missing input, so op 0's output 4 must not
+   * appear. */
+  uint64_t o4 = 4, o5 = 5, in_missing[2] = {1, 77};
+  sched_op bad[2] = {op1("Neg", in_xx, 1, &o4), op1("Add", in_missing, 2, &o5)};
+  assert_int_equal(sched_execute(a, bad, 2, 0, res, &failed, &st), PD_NOT_FOUND);
+  assert_int_equal(failed, 1);
+  assert_non_null(strstr(st.msg, "op 1 (Add)"));
+  assert_int_equal(sched_handle_get(a, 4, &t, &st), PD_NOT_FOUND);
+  /* b cannot use a's handle as an input either. */
+  assert_int_equal(sched_execute(b, ops, 1, 0, res, &failed, &st), PD_NOT_FOUND);
+  /* An output id that is live. */
+  sched_op dup = op1("Neg", in_xx, 1, &o2);
+  assert_int_equal(sched_execute(a, &dup, 1, 0, res, &failed, &st), PD_ALREADY_EXISTS);
+  /* Delete is all or nothing too. */
+  uint64_t del_bad[2] = {2, 99}, del[2] = {2, 3};
+  assert_int_equal(sched_handle_delete(a, del_bad, 2, &st), PD_NOT_FOUND);
+  int nh = 0;
+  sched_session_usage(a, &nh, NULL);
+  assert_int_equal(nh, 3);
+  assert_int_equal(sched_handle_delete(a, del, 2, &st), PD_OK);
+  sched_session_usage(a, &nh, NULL);
+  assert_int_equal(nh, 1);
+  sched_session_put(a);
+  sched_session_put(b);
+  sched_destroy(s);
+}
+
+static void test_queue_cancel(void **state) {
+  sched *s = new_sched(500, NULL, NULL);
+  sched_session_info ia;
+  sched_session *a = open_new(s, "a", 0, 0, &ia);
+  dev_status st = DEV_STATUS_INIT;
+  const float x[2] = {3.f, -1.f};
+  assert_int_equal(upload(a, 1, 2, x, &st), PD_OK);
+  sched_pause(s, true);
+  uint64_t in1 = 1, o10 = 10, o11 = 11, o12 = 12;
+  sched_op neg10 = op1("Neg", &in1, 1, &o10);
+  sched_op neg11 = op1("Neg", &o10, 1, &o11); /* consumes a cancelled op */
+  sched_op neg12 = op1("Neg", &in1, 1, &o12);
+  sched_op_result res;
+  int failed;
+  assert_int_equal(sched_execute(a, &neg10, 1, 7, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_execute(a, &neg11, 1, 8, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_execute(a, &neg12, 1, 7, &res, &failed, &st), PD_OK);
+  dev_tensor *t = NULL;
+  assert_int_equal(sched_handle_get(a, 11, &t, &st), PD_OK);
+  assert_false(dev_tensor_is_ready(t)); /* still queued */
+  assert_int_equal(sched_cancel(a, 7), 2);
+  assert_int_equal(sched_cancel(a, 7), 0);
+  sched_pause(s, false);
+  dev_status err = DEV_STATUS_INIT;
+  uint64_t failed_id = 0;
+  assert_int_equal(sched_sync(a, NULL, 0, &err, &failed_id, &st), PD_OK);
+  assert_int_equal(err.code, PD_CANCELLED);
+  assert_true(failed_id == 10 || failed_id == 11 || failed_id == 12);
+  /* 11 ran on a cancelled input: it carries the CANCELLED error too. */
+  assert_int_equal(sched_tensor_wait(a, t, &st), PD_CANCELLED);
+  dev_tensor_release(t);
+  /* Closing a session with ops still queued drops them (no leak). */
+  sched_pause(s, true);
+  uint64_t o13 = 13;
+  sched_op neg13 = op1("Neg", &in1, 1, &o13);
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(sched_execute(a, &neg13, 1, 0, &res, &failed, &st), PD_OK);
+    assert_int_equal(sched_handle_delete(a, &o13, 1, &st), PD_OK);
+  }
+  uint64_t freed = 0;
+  assert_int_equal(sched_session_close(s, ia.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
+  assert_int_equal(freed, 4); /* 1, 10, 11, 12 */
+  sched_pause(s, false);
+  sched_session_put(a);
+  sched_destroy(s);
+}
+
+static atomic_int g_expired;
+
+static void on_expired(void *arg, uint64_t seq, const char *client,
+                       uint64_t freed) {
+  assert_string_equal(client, "short");
+  assert_int_equal(freed, 1);
+  atomic_fetch_add(&g_expired, 1);
+}
+
+static void test_lease_and_quota(void **state) {
+  sched *s = new_sched(20, on_expired, NULL);
+  sched_session_info i1, i2;
+  sched_session *a = open_new(s, "short", 1, 0, &i1);
+  dev_status st = DEV_STATUS_INIT;
+  const float x[4] = {1, 2, 3, 4};
+  assert_int_equal(upload(a, 1, 4, x, &st), PD_OK);
+  sched_session_put(a);
+  dev_memory_stats ms = {sizeof ms, 0, 0, 0, 0, 0};
+  assert_int_equal(dev_engine_memory_stats(g_engine, 0, &ms, &st), PD_OK);
+  uint64_t held = ms.bytes_in_use;
+  assert_true(held >= 16);
+  struct timespec ts = {1, 300 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  assert_int_equal(atomic_load(&g_expired), 1);
+  sched_session *x2 = NULL;
+  assert_int_equal(sched_session_open(s, i1.token, SCHED_TOKEN_BYTES, &x2, &st), PD_NOT_FOUND);
+  assert_int_equal(dev_engine_memory_stats(g_engine, 0, &ms, &st), PD_OK);
+  assert_int_equal(ms.bytes_in_use, held - 16);
+
+  /* Quota: 2 devices x 16 bytes per 4-float tensor; 100 bytes hold 3. */
+  sched_session *q = open_new(s, "quota", 0, 100, &i2);
+  assert_int_equal(upload(q, 1, 4, x, &st), PD_OK);
+  uint64_t in[2] = {1, 1}, o2 = 2, o3 = 3, o4 = 4;
+  sched_op ops[3] = {op1("Add", in, 2, &o2), op1("Add", in, 2, &o3),
+                     op1("Add", in, 2, &o4)};
+  sched_op_result res[3];
+  int failed;
+  assert_int_equal(sched_execute(q, ops, 3, 0, res, &failed, &st),
+                   PD_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(st.msg, "quota 100"));
+  assert_int_equal(sched_execute(q, ops, 2, 0, res, &failed, &st), PD_OK);
+  assert_int_equal(upload(q, 9, 4, x, &st), PD_RESOURCE_EXHAUSTED);
+  uint64_t bytes = 0;
+  sched_session_usage(q, NULL, &bytes);
+  assert_int_equal(bytes, 96);
+  sched_session_put(q);
+  sched_destroy(s);
+}
+
+static void test_limits(void **state) {
+  sched_config cfg = SCHED_CONFIG_INITIALIZER;
+  cfg.incarnation = INC;
+  cfg.max_sessions = 2;
+  cfg.max_handles_per_session = 5;
+  cfg.max_ops_per_request = 3;
+  sched *s = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_create(g_engine, &cfg, &s, &st), PD_OK);
+  sched_session_info i1, i2, i3;
+  sched_session *a = open_new(s, "a", 0, 0, &i1);
+  sched_session *b = open_new(s, "b", 0, 0, &i2);
+  sched_session_params p = {"c", NULL, 0, 0};
+  assert_int_equal(sched_session_create(s, &p, &i3, &st), PD_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(st.msg, "max_sessions = 2"));
+  char longname[SCHED_NAME_MAX + 2];
+  memset(longname, 'x', sizeof longname - 1);
+  longname[sizeof longname - 1] = '\0';
+  p.client_name = longname;
+  assert_int_equal(sched_session_create(s, &p, &i3, &st), PD_INVALID_ARGUMENT);
+  const float x[1] = {1};
+  for (uint64_t id = 1; id <= 5; id++)
+    assert_int_equal(upload(a, id, 1, x, &st), PD_OK);
+  assert_int_equal(upload(a, 6, 1, x, &st), PD_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(st.msg, "max_handles_per_session is 5"));
+  uint64_t in = 1, o[4] = {7, 8, 9, 10};
+  sched_op ops[4] = {op1("Neg", &in, 1, &o[0]), op1("Neg", &in, 1, &o[1]),
+                     op1("Neg", &in, 1, &o[2]), op1("Neg", &in, 1, &o[3])};
+  sched_op_result res[4];
+  int failed;
+  assert_int_equal(sched_execute(a, ops, 4, 0, res, &failed, &st), PD_INVALID_ARGUMENT);
+  assert_non_null(strstr(st.msg, "max_ops_per_request = 3"));
+  assert_int_equal(sched_execute(a, ops, 1, 0, res, &failed, &st), PD_RESOURCE_EXHAUSTED);
+  uint64_t del = 5;
+  assert_int_equal(sched_handle_delete(a, &del, 1, &st), PD_OK);
+  assert_int_equal(sched_execute(a, ops, 1, 0, res, &failed, &st), PD_OK);
+  sched_session_put(a);
+  sched_session_put(b);
+  sched_destroy(s);
+}
+
+/* Several threads, each with its own session, executing, syncing and
+ * deleting while another thread closes and reopens sessions. Run under
+ * AddressSanitizer, it checks for races that lose or double-free memory. */
+typedef struct stress_arg {
+  sched *s;
+  int k;
+  atomic_bool *stop;
+} stress_arg;
+
+static void *stress_worker(void *p) {
+  stress_arg *a = p;
+  while (!atomic_load(a->stop)) {
+    sched_session_info info;
+    sched_session_params prm = {"stress", NULL, 0, 0};
+    dev_status st = DEV_STATUS_INIT;
+    if (sched_session_create(a->s, &prm, &info, &st) != PD_OK) continue;
+    sched_session *ss = NULL;
+    if (sched_session_open(a->s, info.token, SCHED_TOKEN_BYTES, &ss, &st) != PD_OK)
+      continue;
+    const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    if (upload(ss, 1, 8, x, &st) == PD_OK) {
+      for (uint64_t i = 2; i < 40; i++) {
+        uint64_t in[2] = {i - 1, 1};
+        sched_op o = op1("Add", in, 2, &i);
+        sched_op_result r;
+        int failed;
+        if (sched_execute(ss, &o, 1, (uint64_t)a->k, &r, &failed, &st) != PD_OK)
+          break;
+        if (i % 9 == 0) sched_cancel(ss, (uint64_t)a->k);
+      }
+      dev_status err = DEV_STATUS_INIT;
+      uint64_t fid;
+      sched_sync(ss, NULL, 0, &err, &fid, &st);
+    }
+    if (a->k % 2)
+      sched_session_close(a->s, info.token, SCHED_TOKEN_BYTES, NULL, &st);
+    sched_session_put(ss);
+  }
+  return NULL;
+}
+
+static void test_stress(void **state) {
+  sched *s = new_sched(5, NULL, NULL);
+  atomic_bool stop;
+  atomic_init(&stop, false);
+  pthread_t th[4];
+  stress_arg args[4];
+  for (int k = 0; k < 4; k++) {
+    args[k] = (stress_arg){s, k + 1, &stop};
+    pthread_create(&th[k], NULL, stress_worker, &args[k]);
+  }
+  struct timespec ts = {1, 0};
+  nanosleep(&ts, NULL);
+  atomic_store(&stop, true);
+  for (int k = 0; k < 4; k++) pthread_join(th[k], NULL);
+  sched_destroy(s); /* sessions left open are freed here */
+}
+
+int main(void) {
+  g_engine = tu_engine(2, 0);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tokens),
+      cmocka_unit_test(test_isolation_and_execute),
+      cmocka_unit_test(test_queue_cancel),
+      cmocka_unit_test(test_lease_and_quota),
+      cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_stress),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  dev_engine_destroy(g_engine);
+  return rc;
+}
