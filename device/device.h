@@ -426,6 +426,12 @@ typedef struct dev_backend {
   /* A short description of the device ("cpu:0 (simulated)"). */
   const char *(*device_name)(struct dev_backend *b, int device);
   void (*destroy)(struct dev_backend *b);
+  /* False once `device` has hit an unrecoverable error (a sticky CUDA error:
+   * the device's context is lost and every later op on it fails with
+   * UNAVAILABLE). NULL means always healthy (the CPU backend). Check
+   * struct_size before reading it from a backend built against an older
+   * header. Thread-safe. */
+  bool (*healthy)(struct dev_backend *b, int device);
 } dev_backend;
 
 #define DEV_BACKEND_STRUCT_SIZE sizeof(dev_backend)
@@ -455,10 +461,13 @@ typedef struct dev_engine_config {
   size_t struct_size;
   const char *backend;   /* "cpu" (default when NULL) or "cuda" */
   int num_devices;       /* cpu: simulated devices, default 4 */
-  uint64_t memory_limit; /* cpu: per-device limit in bytes, 0: none */
+  uint64_t memory_limit; /* per-device limit in bytes, 0: none (cpu and cuda) */
+  /* cuda: the mesh, "cuda:0,cuda:1", "cuda:all" or "cuda:0,cuda:0" (see
+   * dev_cuda_config.mesh); NULL: "cuda:all". Ignored by the cpu backend. */
+  const char *mesh;
 } dev_engine_config;
 
-#define DEV_ENGINE_CONFIG_INITIALIZER {sizeof(dev_engine_config), NULL, 4, 0}
+#define DEV_ENGINE_CONFIG_INITIALIZER {sizeof(dev_engine_config), NULL, 4, 0, NULL}
 
 /* Creates an engine over a new backend and starts one executor thread per
  * device. Errors: INVALID_ARGUMENT (unknown backend, bad device count),
@@ -574,8 +583,28 @@ uint64_t dev_tensor_bytes(const dev_tensor *t);
 bool dev_tensor_is_ready(const dev_tensor *t);
 
 /* Waits until every component is computed; returns the tensor's status (the
- * first failing component's error, naming the device). */
+ * first failing component's error, naming the device). FAILED_PRECONDITION
+ * for the output of an op that was prepared but not yet submitted. */
 pd_code dev_tensor_wait(dev_tensor *t, dev_status *st);
+
+/* dev_tensor_wait with a deadline in CLOCK_MONOTONIC seconds (as from
+ * dev_monotonic_now()); DEADLINE_EXCEEDED when it passes first (the tensor's
+ * op goes on). A deadline <= 0 means no deadline. */
+pd_code dev_tensor_wait_until(dev_tensor *t, double deadline, dev_status *st);
+
+/* Seconds on CLOCK_MONOTONIC. */
+double dev_monotonic_now(void);
+
+/* Calls fn(arg, t, code) exactly once when every component of `t` is
+ * computed, where code is the tensor's status (read the message with
+ * dev_tensor_wait, which then returns at once). It runs on the caller's thread
+ * when `t` is ready already, else on the executor thread that finishes last:
+ * it must not block or call back into the engine's waits. The tensor is kept
+ * alive until fn returns. Returns RESOURCE_EXHAUSTED (host memory) or
+ * FAILED_PRECONDITION (op not yet submitted); fn is then never called.
+ * Thread-safe. Source: cudaLaunchHostFunc / TF's AsyncValue::AndThen. */
+typedef void (*dev_ready_fn)(void *arg, dev_tensor *t, pd_code code);
+pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg, dev_status *st);
 
 /* --- Ops ----------------------------------------------------------------- */
 
@@ -595,8 +624,12 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
 int dev_op_num_outputs(const dev_op *op);
 /* Borrowed output i of a prepared op (retain it to keep it). */
 dev_tensor *dev_op_output(const dev_op *op, int i);
-/* Bytes the outputs will occupy across all devices (for quotas). */
+/* Bytes the outputs will occupy across all devices. */
 uint64_t dev_op_output_bytes(const dev_op *op);
+/* Bytes the op will newly allocate across all devices (for quotas): like
+ * dev_op_output_bytes, but an output that shares its input's buffer
+ * (Identity, Reshape) counts 0. */
+uint64_t dev_op_new_bytes(const dev_op *op);
 
 /* Queues a prepared op on every device in the one global order and takes
  * ownership of `op`. Thread-safe. */
@@ -613,6 +646,167 @@ pd_code dev_execute(dev_engine *e, const char *op_name,
                     dev_tensor *const *inputs, int num_inputs,
                     const dev_attr *attrs, int num_attrs, dev_tensor **outputs,
                     int *num_outputs, dev_status *st);
+
+/* ------------------------------------------------------------------------ */
+/* Gradient tape                                                             */
+/*
+ * A tape records the ops that depend on the tensors it watches and computes
+ * gradients by walking them backwards, as TensorFlow's GradientTape
+ * (tensorflow/c/eager/tape.h; the vector-Jacobian products follow
+ * tensorflow/python/ops/math_grad.py, nn_grad.py and array_grad.py).
+ *
+ *  - Tracked tensors are the watched ones and the floating outputs of
+ *    recorded ops. dev_tape_record records an op when one of its inputs is
+ *    tracked and it has a floating output; integer and bool values are never
+ *    tracked, so they carry no gradient.
+ *  - Gradients are parallel tensors like any other: one gradient per
+ *    component, computed by ordinary engine ops queued with dev_execute
+ *    (asynchronous; a failure shows on the gradient tensors). Gradient ops
+ *    are not themselves recorded (no higher-order gradients).
+ *  - A tape keeps a reference to every input and output of every op it
+ *    recorded (references only, no copies of data) until dev_tape_destroy,
+ *    or, for a one-shot tape, until its one successful dev_tape_gradient.
+ *  - Gradient ops that need a shape which may differ between components
+ *    (uneven shards) take the forward tensor as a `like` input and read only
+ *    its shape: BroadcastToLike, SumToLike, ReshapeLike, SliceGrad,
+ *    ConcatGrad, GatherGrad (device/ops/grad_ops.c), beside TensorFlow's
+ *    ReluGrad, SqrtGrad, RsqrtGrad, TanhGrad and SigmoidGrad.
+ *
+ * Ops with a gradient: Add Sub Mul Div Neg Exp Log Sqrt Rsqrt Square Tanh
+ * Sigmoid Relu Pow Maximum Minimum MatMul BatchMatMul BiasAdd Sum Mean Reshape
+ * Transpose Concat Slice Gather Cast Identity Softmax LogSoftmax
+ * SparseSoftmaxCrossEntropyWithLogits AllReduce (sum and mean). Broadcasting
+ * is undone: an input's gradient is summed over the axes it was broadcast
+ * along. Maximum/Minimum send the gradient of a tie to x, as TensorFlow.
+ *
+ * Thread safety: a tape is not thread-safe; it is used by one thread at a
+ * time (the session's). Different tapes are independent.
+ */
+
+typedef struct dev_tape dev_tape;
+
+/* Creates an empty tape on engine `e`. A persistent tape answers any number
+ * of dev_tape_gradient calls; a one-shot tape answers one and then releases
+ * what it recorded. Errors: RESOURCE_EXHAUSTED (host memory). */
+pd_code dev_tape_create(dev_engine *e, bool persistent, dev_tape **out,
+                        dev_status *st);
+
+/* Releases every tensor reference the tape holds and frees it. Accepts NULL.
+ * Must be called before dev_engine_destroy. */
+void dev_tape_destroy(dev_tape *tape);
+
+/* Watches `t`: ops that consume it are recorded from now on, and it can be a
+ * source of dev_tape_gradient. The tape keeps a reference. Watching a tensor
+ * twice is a no-op; watching one of an integer or bool dtype is accepted and
+ * does nothing (its gradient is zeros, as TensorFlow ignores it).
+ * Errors: INVALID_ARGUMENT (t is NULL), FAILED_PRECONDITION (t belongs to
+ * another engine, or the tape is one-shot and already used),
+ * RESOURCE_EXHAUSTED (host memory). */
+pd_code dev_tape_watch(dev_tape *tape, dev_tensor *t, dev_status *st);
+
+/* Offers a prepared op to the tape. Called by whoever executes ops, for each
+ * active tape, after dev_op_prepare and before dev_op_submit (submission
+ * hands the op over). The tape records the op if an input is tracked and an
+ * output is floating, keeping references to its inputs and outputs and a
+ * copy of its attributes; otherwise it does nothing. Cost: one allocation
+ * and a hash lookup per input; no data is touched and nothing waits.
+ * Recording the same op twice records it once; a used one-shot tape records
+ * nothing. Errors: INVALID_ARGUMENT (NULL op), FAILED_PRECONDITION (the op
+ * belongs to another engine), RESOURCE_EXHAUSTED (host memory; nothing is
+ * recorded and the op itself is unaffected). */
+pd_code dev_tape_record(dev_tape *tape, const dev_op *op, dev_status *st);
+
+/* Computes d(target)/d(sources[i]) for i < n_sources, weighted by the
+ * upstream gradient: the vector-Jacobian product of every recorded op from
+ * `target` back to each source, summed over all paths.
+ *
+ * target:           a floating tensor (normally a loss); need not be tracked.
+ * sources:          n_sources >= 0 tensors; a source that is not tracked, or
+ *                   that target does not depend on through recorded ops, gets
+ *                   zeros of its own dtype and component shapes. A source
+ *                   equal to target gets the upstream gradient.
+ * output_gradients: NULL for ones like target, or output_gradients[0] is the
+ *                   upstream gradient of target: target's dtype and, on
+ *                   every component, target's shape.
+ * out_grads:        room for n_sources tensors; on success out_grads[i] is a
+ *                   new reference to a tensor of sources[i]'s dtype and
+ *                   component shapes. The values are computed asynchronously
+ *                   (dev_tensor_wait reports a failure of any op on the way).
+ * Errors: INVALID_ARGUMENT (a NULL or non-floating target; n_sources < 0; a
+ *         NULL source; an output gradient of the wrong dtype or shape; the
+ *         target depends on a source through an op that has no gradient --
+ *         the message names the op -- or through AllReduce with a reduction
+ *         other than sum or mean), FAILED_PRECONDITION (a one-shot tape used
+ *         before; a tensor of another engine), RESOURCE_EXHAUSTED (host
+ *         memory). On error nothing is written and the tape is unchanged (a
+ *         one-shot tape can be asked again).
+ * Source: GradientTape.gradient and imperative_grad (TensorFlow eager). */
+pd_code dev_tape_gradient(dev_tape *tape, dev_tensor *target,
+                          dev_tensor *const *sources, int n_sources,
+                          dev_tensor *const *output_gradients,
+                          dev_tensor **out_grads, dev_status *st);
+
+/* ------------------------------------------------------------------------ */
+/* CUDA backend (device/cuda/; built when CMake's PARADEV_CUDA is on, which   */
+/* defines PARADEV_HAVE_CUDA for users of this library)                      */
+
+/* Which path collectives take (DEV_CUDA_COLL_AUTO: NCCL when every mesh entry
+ * is a distinct GPU and NCCL was built in, the copy path otherwise). */
+typedef enum dev_cuda_collectives {
+  DEV_CUDA_COLL_AUTO = 0,
+  DEV_CUDA_COLL_NCCL = 1, /* NCCL even for one device; distinct GPUs only */
+  DEV_CUDA_COLL_COPY = 2, /* copy-and-reduce kernels on the GPUs */
+} dev_cuda_collectives;
+
+/* Configuration of the CUDA backend; starts with struct_size (use
+ * DEV_CUDA_CONFIG_INITIALIZER, then set fields by name). */
+typedef struct dev_cuda_config {
+  size_t struct_size;
+  /* The mesh: comma-separated entries "cuda:N" (N an ordinal among the GPUs
+   * CUDA_VISIBLE_DEVICES leaves visible), or "cuda:all" alone. An ordinal may
+   * repeat: each entry is one device of the mesh (a logical device with its
+   * own stream and memory accounting), so "cuda:0,cuda:0" is a mesh of two on
+   * one GPU, as TensorFlow's virtual GPUs. NULL or "": "cuda:all". */
+  const char *mesh;
+  /* float32 MatMul/BatchMatMul may use TF32 tensor cores (10-bit mantissa
+   * inputs). Default false: float32 products are exact float32. */
+  bool allow_tf32;
+  /* Bytes each GPU's memory pool keeps cached across synchronizations
+   * (cudaMemPoolAttrReleaseThreshold). Default UINT64_MAX: keep everything. */
+  uint64_t pool_release_threshold;
+  /* Per mesh entry limit in bytes, 0: none (the GPU's memory is the limit). */
+  uint64_t memory_limit;
+  /* A collective that has not completed after this many milliseconds fails,
+   * and the NCCL communicator is aborted and rebuilt. 0: 300000 (5 min). */
+  int collective_timeout_ms;
+  dev_cuda_collectives collectives;
+} dev_cuda_config;
+
+#define DEV_CUDA_CONFIG_INITIALIZER \
+  {sizeof(dev_cuda_config), NULL, false, UINT64_MAX, 0, 0, DEV_CUDA_COLL_AUTO}
+
+/* Creates the CUDA backend: one device per mesh entry, each with its own
+ * stream; memory from a stream-ordered pool per GPU (cudaMallocAsync); host
+ * copies through pinned staging buffers; cuBLAS for matrix products; NCCL or
+ * copy-and-reduce kernels for collectives (NCCL's communicator is created in
+ * the background, so this returns quickly). Registers the CUDA kernels once.
+ *
+ * Errors: INVALID_ARGUMENT (malformed mesh, ordinal out of range, more than
+ * PD_MAX_DEVICES entries, NCCL asked for a mesh that repeats a GPU);
+ * UNAVAILABLE when no GPU can be used ("no CUDA GPU found (cudaGetDeviceCount:
+ * <CUDA's reason>); run with --backend=cpu"), or when the build has no kernel
+ * image for the GPU. Never crashes on a machine without a GPU or driver.
+ * Thread safety: the backend's functions follow dev_backend's rules.
+ * Defined only when PARADEV_HAVE_CUDA is; otherwise dev_engine_create with
+ * backend "cuda" reports UNAVAILABLE. */
+pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out,
+                                dev_status *st);
+
+/* Registers the CUDA kernels of every built-in op (pthread_once; called by
+ * dev_cuda_backend_create). Needs no GPU, so tests call it to check that
+ * every name it registers is an op. Aborts on a name the registry does not
+ * know (a programming error, as dev_register_or_die). */
+void dev_register_cuda_kernels(void);
 
 #ifdef __cplusplus
 }

@@ -72,6 +72,9 @@ void dev_component_set_error(dev_component *c, pd_code code, const char *msg);
 uint64_t dev_exec_done(dev_engine *e, int device);
 /* Blocks until `device`'s executor has finished op `seq`. */
 void dev_exec_wait(dev_engine *e, int device, uint64_t seq);
+/* The same with a CLOCK_MONOTONIC deadline in seconds (<= 0: none); false
+ * when the deadline passed first. */
+bool dev_exec_wait_until(dev_engine *e, int device, uint64_t seq, double deadline);
 
 /* Registration of the built-in op groups (device/ops/ files). Each registers
  * its op defs and their CPU kernels. */

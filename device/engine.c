@@ -1,11 +1,32 @@
 /* The engine: one executor thread per device, each running its queue of ops
  * in the one global submission order (a CUDA stream's semantics), plus op
  * validation, attribute resolution and shape inference at preparation. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device_int.h"
+
+/* A dev_tensor_notify registration: one group per call, with one waiter per
+ * device that had not finished when it was made. Each waiter leaves its
+ * executor's list before it counts down, so the last count frees it all. */
+typedef struct notify_group notify_group;
+
+typedef struct dev_waiter {
+  uint64_t seq;
+  notify_group *g;
+  struct dev_waiter *next;
+} dev_waiter;
+
+struct notify_group {
+  atomic_int remaining;
+  dev_tensor *t;
+  dev_ready_fn fn;
+  void *arg;
+  dev_waiter w[];
+};
 
 typedef struct dev_exec {
   dev_engine *engine;
@@ -19,6 +40,8 @@ typedef struct dev_exec {
   bool stop;
   _Atomic uint64_t done_seq;
   atomic_int waiters;
+  dev_waiter *notify; /* under mu */
+  atomic_int notify_count;
 } dev_exec;
 
 struct dev_engine {
@@ -37,13 +60,83 @@ uint64_t dev_exec_done(dev_engine *e, int device) {
 }
 
 void dev_exec_wait(dev_engine *e, int device, uint64_t seq) {
+  (void)dev_exec_wait_until(e, device, seq, 0);
+}
+
+double dev_monotonic_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+bool dev_exec_wait_until(dev_engine *e, int device, uint64_t seq, double deadline) {
   dev_exec *x = &e->execs[device];
-  if (atomic_load(&x->done_seq) >= seq) return;
+  if (atomic_load(&x->done_seq) >= seq) return true;
+  struct timespec ts;
+  if (deadline > 0) {
+    ts.tv_sec = (time_t)deadline;
+    ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+  }
+  bool done = true;
   pthread_mutex_lock(&x->mu);
   atomic_fetch_add(&x->waiters, 1);
-  while (atomic_load(&x->done_seq) < seq) pthread_cond_wait(&x->done_cv, &x->mu);
+  while (atomic_load(&x->done_seq) < seq) {
+    if (deadline > 0) {
+      if (pthread_cond_timedwait(&x->done_cv, &x->mu, &ts) == ETIMEDOUT &&
+          atomic_load(&x->done_seq) < seq) {
+        done = false;
+        break;
+      }
+    } else {
+      pthread_cond_wait(&x->done_cv, &x->mu);
+    }
+  }
   atomic_fetch_sub(&x->waiters, 1);
   pthread_mutex_unlock(&x->mu);
+  return done;
+}
+
+static void notify_fire(notify_group *g) {
+  pd_code code = PD_OK;
+  for (int d = 0; d < g->t->n && code == PD_OK; d++) code = g->t->comps[d].code;
+  g->fn(g->arg, g->t, code);
+  dev_tensor_release(g->t);
+  free(g);
+}
+
+pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg, dev_status *st) {
+  dev_engine *e = t->engine;
+  for (int d = 0; d < t->n; d++)
+    if (atomic_load(&t->comps[d].ready_seq) == UINT64_MAX)
+      return dev_error(st, PD_FAILED_PRECONDITION, "tensor's op was prepared but never submitted");
+  notify_group *g = malloc(sizeof *g + sizeof(dev_waiter) * (size_t)t->n);
+  if (!g) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  dev_tensor_retain(t);
+  g->t = t;
+  g->fn = fn;
+  g->arg = arg;
+  /* One extra count held by this function, so the group cannot fire while
+   * waiters are still being added. */
+  atomic_init(&g->remaining, 1);
+  int used = 0;
+  for (int d = 0; d < t->n; d++) {
+    dev_exec *x = &e->execs[d];
+    uint64_t seq = atomic_load(&t->comps[d].ready_seq);
+    pthread_mutex_lock(&x->mu);
+    if (atomic_load(&x->done_seq) < seq) {
+      dev_waiter *w = &g->w[used++];
+      w->seq = seq;
+      w->g = g;
+      w->next = x->notify;
+      x->notify = w;
+      atomic_fetch_add(&x->notify_count, 1);
+      atomic_fetch_add(&g->remaining, 1);
+    }
+    pthread_mutex_unlock(&x->mu);
+  }
+  if (atomic_fetch_sub(&g->remaining, 1) == 1) notify_fire(g);
+  return PD_OK;
 }
 
 /* --- op lifetime ---------------------------------------------------------- */
@@ -153,6 +246,30 @@ static void run_op(dev_exec *x, dev_op *op) {
       dev_component_set_error(&op->outputs[i]->comps[d], st.code, st.msg);
 }
 
+/* Fires the notify waiters of `x` whose op has finished. */
+static void exec_fire_notify(dev_exec *x, uint64_t done) {
+  dev_waiter *ready = NULL;
+  pthread_mutex_lock(&x->mu);
+  for (dev_waiter **pp = &x->notify; *pp;) {
+    dev_waiter *w = *pp;
+    if (w->seq <= done) {
+      *pp = w->next;
+      w->next = ready;
+      ready = w;
+      atomic_fetch_sub(&x->notify_count, 1);
+    } else {
+      pp = &w->next;
+    }
+  }
+  pthread_mutex_unlock(&x->mu);
+  while (ready) {
+    dev_waiter *w = ready;
+    ready = w->next;
+    notify_group *g = w->g;
+    if (atomic_fetch_sub(&g->remaining, 1) == 1) notify_fire(g);
+  }
+}
+
 static void *exec_main(void *arg) {
   dev_exec *x = arg;
   for (;;) {
@@ -176,6 +293,7 @@ static void *exec_main(void *arg) {
       pthread_cond_broadcast(&x->done_cv);
       pthread_mutex_unlock(&x->mu);
     }
+    if (atomic_load(&x->notify_count) > 0) exec_fire_notify(x, seq);
   }
 }
 
@@ -224,8 +342,16 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_st
     cc.memory_limit = cfg->memory_limit;
     rc = dev_cpu_backend_create(&cc, &b, st);
   } else if (strcmp(name, "cuda") == 0) {
+#ifdef PARADEV_HAVE_CUDA
+    dev_cuda_config cc = DEV_CUDA_CONFIG_INITIALIZER;
+    if (cfg->struct_size >= offsetof(dev_engine_config, mesh) + sizeof cfg->mesh)
+      cc.mesh = cfg->mesh;
+    cc.memory_limit = cfg->memory_limit;
+    rc = dev_cuda_backend_create(&cc, &b, st);
+#else
     rc = dev_error(st, PD_UNAVAILABLE,
                    "the cuda backend is not built into this engine; run with --backend=cpu");
+#endif
   } else {
     rc = dev_error(st, PD_INVALID_ARGUMENT, "unknown backend '%s'; expected cpu or cuda", name);
   }
@@ -245,7 +371,11 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_st
     x->device = started;
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->work_cv, NULL);
-    pthread_cond_init(&x->done_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* for dev_exec_wait_until */
+    pthread_cond_init(&x->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
     atomic_init(&x->done_seq, 0);
     atomic_init(&x->waiters, 0);
     if (pthread_create(&x->thread, NULL, exec_main, x) != 0) goto fail_threads;
@@ -576,6 +706,14 @@ dev_tensor *dev_op_output(const dev_op *op, int i) {
 uint64_t dev_op_output_bytes(const dev_op *op) {
   uint64_t s = 0;
   for (int i = 0; i < op->num_outputs; i++) s += op->outputs[i]->bytes;
+  return s;
+}
+
+uint64_t dev_op_new_bytes(const dev_op *op) {
+  uint64_t s = dev_op_output_bytes(op);
+  if ((op->def->flags & DEV_OP_ALIASES_INPUT) && op->num_outputs > 0 && op->num_inputs > 0 &&
+      op->outputs[0]->bytes == op->inputs[0]->bytes)
+    s -= op->outputs[0]->bytes;
   return s;
 }
 

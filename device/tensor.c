@@ -367,13 +367,18 @@ bool dev_tensor_is_ready(const dev_tensor *t) {
   return true;
 }
 
-pd_code dev_tensor_wait(dev_tensor *t, dev_status *st) {
+pd_code dev_tensor_wait(dev_tensor *t, dev_status *st) { return dev_tensor_wait_until(t, 0, st); }
+
+pd_code dev_tensor_wait_until(dev_tensor *t, double deadline, dev_status *st) {
   dev_backend *b = dev_engine_backend(t->engine);
   for (int d = 0; d < t->n; d++) {
     uint64_t seq = atomic_load(&t->comps[d].ready_seq);
     if (seq == UINT64_MAX)
       return dev_error(st, PD_FAILED_PRECONDITION, "tensor's op was prepared but never submitted");
-    dev_exec_wait(t->engine, d, seq);
+    if (!dev_exec_wait_until(t->engine, d, seq, deadline))
+      return dev_error(st, PD_DEADLINE_EXCEEDED,
+                       "deadline passed before the tensor was computed (waiting on %s)",
+                       b->device_name(b, d));
   }
   for (int d = 0; d < t->n; d++)
     if (t->comps[d].code != PD_OK)

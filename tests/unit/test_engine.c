@@ -1,6 +1,7 @@
 /* The engine core: dtypes, shapes, parallel tensors and their layouts, the
  * registry's validation, memory accounting and limits, asynchronous errors. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -328,6 +329,100 @@ static void test_prepare_abandon(void **state) {
   dev_engine_destroy(e);
 }
 
+typedef struct notify_rec {
+  atomic_int calls;
+  pd_code code;
+  dev_tensor *seen;
+} notify_rec;
+
+static void on_ready(void *arg, dev_tensor *t, pd_code code) {
+  notify_rec *r = arg;
+  r->code = code;
+  r->seen = t;
+  atomic_fetch_add(&r->calls, 1);
+}
+
+/* dev_tensor_notify fires once, with the tensor's status, whether the tensor
+ * is ready already or finishes later on another thread. */
+static void test_notify_and_deadline(void **state) {
+  dev_engine *e = tu_engine(3, 4096);
+  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){4}, (double[]){1, 2, 3, 4});
+  dev_status st = DEV_STATUS_INIT;
+  notify_rec r1 = {0};
+  assert_int_equal(dev_tensor_notify(x, on_ready, &r1, &st), PD_OK); /* ready: runs now */
+  assert_int_equal(atomic_load(&r1.calls), 1);
+  assert_int_equal(r1.code, PD_OK);
+  assert_ptr_equal(r1.seen, x);
+  /* many queued ops, then a notify on the last output */
+  dev_tensor *y = x;
+  dev_tensor_retain(y);
+  for (int i = 0; i < 100; i++) {
+    dev_tensor *z = tu_exec(e, "AllReduce", &y, 1, NULL, 0, 0);
+    dev_tensor_release(y);
+    y = z;
+  }
+  notify_rec r2 = {0};
+  assert_int_equal(dev_tensor_notify(y, on_ready, &r2, &st), PD_OK);
+  assert_int_equal(dev_tensor_wait_until(y, dev_monotonic_now() + 30, &st), PD_OK);
+  assert_int_equal(dev_engine_sync(e, &st), PD_OK);
+  while (atomic_load(&r2.calls) == 0) { /* fires right after the last executor */
+  }
+  assert_int_equal(atomic_load(&r2.calls), 1);
+  assert_int_equal(r2.code, PD_OK);
+  /* a failed tensor: notify reports its code */
+  double big[1000] = {0};
+  dev_tensor *b = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){1000}, big);
+  dev_tensor *f = tu_exec(e, "AllReduce", &b, 1, NULL, 0, 0); /* 4000 + 4000 > 4096 */
+  notify_rec r3 = {0};
+  assert_int_equal(dev_tensor_notify(f, on_ready, &r3, &st), PD_OK);
+  assert_int_equal(dev_tensor_wait(f, &st), PD_RESOURCE_EXHAUSTED);
+  assert_int_equal(dev_engine_sync(e, &st), PD_OK);
+  while (atomic_load(&r3.calls) == 0) {
+  }
+  assert_int_equal(r3.code, PD_RESOURCE_EXHAUSTED);
+  /* a prepared, unsubmitted op: notify refuses, wait_until with a deadline
+   * refuses too (it would never finish) */
+  dev_op *op;
+  assert_int_equal(dev_op_prepare(e, "AllReduce", &x, 1, NULL, 0, &op, &st), PD_OK);
+  notify_rec r4 = {0};
+  assert_int_equal(dev_tensor_notify(dev_op_output(op, 0), on_ready, &r4, &st), PD_FAILED_PRECONDITION);
+  assert_int_equal(dev_tensor_wait_until(dev_op_output(op, 0), dev_monotonic_now() + 0.01, &st),
+                   PD_FAILED_PRECONDITION);
+  dev_op_abandon(op, PD_CANCELLED, "dropped");
+  assert_int_equal(atomic_load(&r4.calls), 0);
+  dev_tensor *tensors[] = {x, y, b, f};
+  for (int i = 0; i < 4; i++) dev_tensor_release(tensors[i]);
+  dev_engine_destroy(e);
+}
+
+/* A deadline that passes while the op is still queued gives
+ * DEADLINE_EXCEEDED; the op itself goes on and completes. */
+static void test_wait_deadline_exceeded(void **state) {
+  dev_engine *e = tu_engine(2, 0);
+  /* a large MatMul keeps the executors busy for a while */
+  int64_t n = 768;
+  double *v = malloc(sizeof(double) * (size_t)(n * n));
+  tu_fill_random(v, n * n, -1, 1, 7);
+  dev_tensor *a = tu_mirrored(e, PD_FLOAT64, 2, (int64_t[]){n, n}, v);
+  free(v);
+  dev_tensor *in[2] = {a, a};
+  dev_tensor *c = NULL;
+  for (int i = 0; i < 8; i++) {
+    dev_tensor *m = tu_exec(e, "MatMul", in, 2, NULL, 0, 0);
+    dev_tensor_release(c);
+    c = m;
+  }
+  dev_status st = DEV_STATUS_INIT;
+  pd_code rc = dev_tensor_wait_until(c, dev_monotonic_now() + 1e-4, &st);
+  /* eight 768^3 float64 products take far more than 100 us */
+  assert_int_equal(rc, PD_DEADLINE_EXCEEDED);
+  assert_non_null(strstr(st.msg, "deadline"));
+  assert_int_equal(dev_tensor_wait(c, &st), PD_OK);
+  dev_tensor_release(c);
+  dev_tensor_release(a);
+  dev_engine_destroy(e);
+}
+
 static void test_registry_listing(void **state) {
   int n = dev_op_count();
   assert_true(n >= 4);
@@ -353,6 +448,8 @@ int main(void) {
       cmocka_unit_test(test_engine_config_errors),
       cmocka_unit_test(test_prepare_abandon),
       cmocka_unit_test(test_registry_listing),
+      cmocka_unit_test(test_notify_and_deadline),
+      cmocka_unit_test(test_wait_deadline_exceeded),
   };
   return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
