@@ -658,7 +658,8 @@ pd_code dev_execute(dev_engine *e, const char *op_name,
  *  - Tracked tensors are the watched ones and the floating outputs of
  *    recorded ops. dev_tape_record records an op when one of its inputs is
  *    tracked and it has a floating output; integer and bool values are never
- *    tracked, so they carry no gradient.
+ *    tracked, so they carry no gradient. OnesLike and ZerosLike have a zero
+ *    gradient (TensorFlow's NotDifferentiable) and are not recorded.
  *  - Gradients are parallel tensors like any other: one gradient per
  *    component, computed by ordinary engine ops queued with dev_execute
  *    (asynchronous; a failure shows on the gradient tensors). Gradient ops

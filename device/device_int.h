@@ -84,6 +84,7 @@ void dev_register_reduce_ops(void);
 void dev_register_array_ops(void);
 void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
+void dev_register_grad_ops(void);
 
 /* Registers an op def and its CPU kernel; aborts on a registration error
  * (a programming error caught by any test run). */

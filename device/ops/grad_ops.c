@@ -1,0 +1,772 @@
+/* Gradient ops: what the gradient tape's vector-Jacobian products (tape.c)
+ * need beyond the forward ops.
+ *
+ *  ReluGrad, SqrtGrad, RsqrtGrad, TanhGrad, SigmoidGrad
+ *      TensorFlow raw ops of the same names (same inputs, same formulas).
+ *  BroadcastToLike, SumToLike, ReshapeLike, SliceGrad, ConcatGrad, GatherGrad
+ *      paradev's own. TensorFlow's gradients take shapes from tensors computed
+ *      at run time (Shape, BroadcastGradientArgs, ConcatOffset). Here a
+ *      component's shape is known at preparation, but the components of one
+ *      parallel tensor may differ in shape (uneven shards), so a single shape
+ *      attribute cannot describe them all. These ops therefore take a `like`
+ *      input and read only its per-component SHAPE, never its data (the tape
+ *      passes the forward op's input; its buffers are not touched).
+ *
+ * Kernels work on float32 and float64 directly; float16 and bfloat16 are
+ * widened to float32 scratch and rounded back to nearest even, as the other
+ * op files do. Ops that only move bytes (BroadcastToLike without `mean`,
+ * ReshapeLike, SliceGrad, ConcatGrad) take every dtype. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device_int.h"
+
+/* ------------------------------------------------------------------------ */
+/* Shared helpers                                                            */
+
+static int64_t num_elems(const dev_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
+  return n;
+}
+
+static int64_t dims_prod(const dev_shape *s, int lo, int hi) {
+  int64_t n = 1;
+  for (int i = lo; i < hi; i++) n *= s->dims[i];
+  return n;
+}
+
+static void widen(pd_dtype dt, const uint16_t *src, float *dst, int64_t n) {
+  if (dt == PD_FLOAT16)
+    for (int64_t i = 0; i < n; i++) dst[i] = dev_half_to_float(src[i]);
+  else
+    for (int64_t i = 0; i < n; i++) dst[i] = dev_bfloat16_to_float(src[i]);
+}
+
+static void narrow(pd_dtype dt, const float *src, uint16_t *dst, int64_t n) {
+  if (dt == PD_FLOAT16)
+    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_half(src[i]);
+  else
+    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_bfloat16(src[i]);
+}
+
+static pd_code scratch_error(const dev_kernel_ctx *c, int64_t n, dev_status *st) {
+  return dev_error(st, PD_RESOURCE_EXHAUSTED, "%s: cannot allocate %lld float32 scratch elements",
+                   c->op->name, (long long)n);
+}
+
+/* float32 scratch of n elements (at least one, zeroed). */
+static float *scratch(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+
+static pd_code check_out_size(const dev_infer_ctx *c, pd_dtype dt, const dev_shape *s,
+                              dev_status *st) {
+  size_t bytes;
+  dev_status tmp = DEV_STATUS_INIT;
+  if (dev_shape_byte_size(dt, s, &bytes, &tmp) != PD_OK) {
+    char sb[160];
+    return dev_error(st, PD_INVALID_ARGUMENT, "%s: output shape %s of dtype %s is too large (%s)",
+                     c->op->name, dev_shape_str(s, sb, sizeof sb), pd_dtype_name(dt), tmp.msg);
+  }
+  return PD_OK;
+}
+
+/* Copies n elements of es bytes from src[i*sstride] to dst[i] (sstride 0
+ * repeats one element). */
+static void copy_strided(char *dst, const char *src, int64_t n, int64_t sstride, size_t es) {
+  if (sstride == 1) {
+    memcpy(dst, src, (size_t)n * es);
+    return;
+  }
+  switch (es) {
+  case 1: { uint8_t v = *(const uint8_t *)src; memset(dst, v, (size_t)n); break; }
+  case 2: {
+    uint16_t v; memcpy(&v, src, 2);
+    for (int64_t i = 0; i < n; i++) memcpy(dst + 2 * i, &v, 2);
+    break;
+  }
+  case 4: {
+    uint32_t v; memcpy(&v, src, 4);
+    for (int64_t i = 0; i < n; i++) memcpy(dst + 4 * i, &v, 4);
+    break;
+  }
+  default: {
+    uint64_t v; memcpy(&v, src, 8);
+    for (int64_t i = 0; i < n; i++) memcpy(dst + 8 * i, &v, 8);
+    break;
+  }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* ReluGrad, SqrtGrad, RsqrtGrad, TanhGrad, SigmoidGrad                      */
+/* (TensorFlow raw ops): both inputs of one floating dtype and one shape.
+ *   ReluGrad(gradients, features) = gradients * (features > 0)
+ *   SqrtGrad(y, dy)    = dy * 0.5 / y          (y = sqrt(x))
+ *   RsqrtGrad(y, dy)   = dy * -0.5 * y^3       (y = 1/sqrt(x))
+ *   TanhGrad(y, dy)    = dy * (1 - y^2)        (y = tanh(x))
+ *   SigmoidGrad(y, dy) = dy * y * (1 - y)      (y = sigmoid(x))             */
+
+enum { EG_RELU, EG_SQRT, EG_RSQRT, EG_TANH, EG_SIGMOID };
+
+static pd_code eg_infer(dev_infer_ctx *c, dev_status *st) {
+  pd_code rc;
+  if ((rc = dev_check_dtype_in(c, 0, DEV_MASK_FLOAT, NULL, st)) ||
+      (rc = dev_check_same_dtype(c, 0, 1, st)))
+    return rc;
+  if (!dev_shape_equal(&c->in_shape[0], &c->in_shape[1])) {
+    char a[160], b[160];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: input '%s' has shape %s but input '%s' has shape %s; expected the same "
+                     "shape (no broadcasting)",
+                     c->op->name, c->op->inputs[0].name, dev_shape_str(&c->in_shape[0], a, sizeof a),
+                     c->op->inputs[1].name, dev_shape_str(&c->in_shape[1], b, sizeof b));
+  }
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = c->in_shape[0];
+  return PD_OK;
+}
+
+#define EG_LOOPS(T)                                                               \
+  switch (kind) {                                                                 \
+  case EG_RELU:                                                                   \
+    for (int64_t i = 0; i < n; i++) o[i] = b[i] > (T)0 ? a[i] : (T)0;             \
+    break;                                                                        \
+  case EG_SQRT:                                                                   \
+    for (int64_t i = 0; i < n; i++) o[i] = b[i] * (T)0.5 / a[i];                  \
+    break;                                                                        \
+  case EG_RSQRT:                                                                  \
+    for (int64_t i = 0; i < n; i++) o[i] = (T)-0.5 * (a[i] * a[i] * a[i]) * b[i]; \
+    break;                                                                        \
+  case EG_TANH:                                                                   \
+    for (int64_t i = 0; i < n; i++) o[i] = b[i] * ((T)1 - a[i] * a[i]);           \
+    break;                                                                        \
+  default:                                                                        \
+    for (int64_t i = 0; i < n; i++) o[i] = b[i] * a[i] * ((T)1 - a[i]);           \
+    break;                                                                        \
+  }
+
+static void eg_f32(int kind, const float *a, const float *b, float *o, int64_t n) { EG_LOOPS(float) }
+static void eg_f64(int kind, const double *a, const double *b, double *o, int64_t n) { EG_LOOPS(double) }
+
+static pd_code eg_kernel(dev_kernel_ctx *c, int kind, dev_status *st) {
+  int64_t n = num_elems(&c->out_shape[0]);
+  if (n == 0) return PD_OK;
+  pd_dtype dt = c->out_dtype[0];
+  if (dt == PD_FLOAT32) {
+    eg_f32(kind, c->in_data[0], c->in_data[1], c->out_data[0], n);
+  } else if (dt == PD_FLOAT64) {
+    eg_f64(kind, c->in_data[0], c->in_data[1], c->out_data[0], n);
+  } else {
+    float *buf = scratch(3 * n);
+    if (!buf) return scratch_error(c, 3 * n, st);
+    widen(dt, c->in_data[0], buf, n);
+    widen(dt, c->in_data[1], buf + n, n);
+    eg_f32(kind, buf, buf + n, buf + 2 * n, n);
+    narrow(dt, buf + 2 * n, c->out_data[0], n);
+    free(buf);
+  }
+  return PD_OK;
+}
+
+static pd_code relu_grad_cpu(dev_kernel_ctx *c, dev_status *st) { return eg_kernel(c, EG_RELU, st); }
+static pd_code sqrt_grad_cpu(dev_kernel_ctx *c, dev_status *st) { return eg_kernel(c, EG_SQRT, st); }
+static pd_code rsqrt_grad_cpu(dev_kernel_ctx *c, dev_status *st) { return eg_kernel(c, EG_RSQRT, st); }
+static pd_code tanh_grad_cpu(dev_kernel_ctx *c, dev_status *st) { return eg_kernel(c, EG_TANH, st); }
+static pd_code sigmoid_grad_cpu(dev_kernel_ctx *c, dev_status *st) {
+  return eg_kernel(c, EG_SIGMOID, st);
+}
+
+#define EG_DEF(NAME, IN0, IN1, OUT, KERNEL)                                   \
+  {                                                                           \
+    .name = NAME, .num_inputs = 2, .inputs = {{IN0, false, 0}, {IN1, false, 0}}, \
+    .num_outputs = 1, .outputs = {{OUT, false, 0}}, .infer = eg_infer,        \
+    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                  \
+  }
+
+static dev_op_def eg_defs[] = {
+    EG_DEF("ReluGrad", "gradients", "features", "backprops", relu_grad_cpu),
+    EG_DEF("SqrtGrad", "y", "dy", "z", sqrt_grad_cpu),
+    EG_DEF("RsqrtGrad", "y", "dy", "z", rsqrt_grad_cpu),
+    EG_DEF("TanhGrad", "y", "dy", "z", tanh_grad_cpu),
+    EG_DEF("SigmoidGrad", "y", "dy", "z", sigmoid_grad_cpu),
+};
+
+/* ------------------------------------------------------------------------ */
+/* BroadcastToLike(input, like; axis = [], mean = false)                     */
+/* output has like's shape: input broadcast to it as NumPy does. With `axis`
+ * (the adjoint of a reduction without keep_dims) input's shape is like's with
+ * those axes removed, and size-1 axes are put back there first. With `mean`
+ * every element is divided by how many output elements each input element
+ * fills (the adjoint of Mean). Every dtype; `mean` needs a floating one.    */
+
+enum { BTL_AXIS = 0, BTL_MEAN = 1 };
+
+/* Writes input's shape as aligned with like (rank like->rank). `op` names the
+ * op in errors; st may be NULL (kernels, after infer accepted the shapes). */
+static pd_code btl_expand(const char *op, const dev_shape *in, const dev_shape *like,
+                          const dev_attr_value *axis, dev_shape *xe, dev_status *st) {
+  char a[160], b[160];
+  const int L = like->rank;
+  unsigned mask = 0;
+  for (int i = 0; i < axis->u.ilist.n; i++) {
+    int64_t v = axis->u.ilist.v[i];
+    if (v < -(int64_t)L || v >= L)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: attribute 'axis' has %lld; expected -%d to %d for input 'like' of rank %d",
+                       op, (long long)v, L, L - 1, L);
+    int ax = (int)(v < 0 ? v + L : v);
+    if (mask & (1u << ax))
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: attribute 'axis' lists axis %d more than once; expected distinct axes",
+                       op, ax);
+    mask |= 1u << ax;
+  }
+  int nred = axis->u.ilist.n;
+  xe->rank = L;
+  if (nred > 0 && in->rank == L - nred) {
+    for (int i = 0, k = 0; i < L; i++) xe->dims[i] = (mask & (1u << i)) ? 1 : in->dims[k++];
+  } else if (in->rank <= L && (nred == 0 || in->rank == L)) {
+    for (int i = 0; i < L; i++) {
+      int k = i - (L - in->rank);
+      xe->dims[i] = k >= 0 ? in->dims[k] : 1;
+    }
+  } else {
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: input 'input' has shape %s (rank %d) and input 'like' has shape %s "
+                     "(rank %d) with %d axes in 'axis'; expected input of rank %d (axes removed), "
+                     "%d or less",
+                     op, dev_shape_str(in, a, sizeof a), in->rank, dev_shape_str(like, b, sizeof b),
+                     L, nred, L - nred, L);
+  }
+  for (int i = 0; i < L; i++)
+    if (xe->dims[i] != 1 && xe->dims[i] != like->dims[i])
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: input 'input' of shape %s does not broadcast to shape %s of input "
+                       "'like' (axis %d has %lld and %lld); expected equal sizes or 1",
+                       op, dev_shape_str(in, a, sizeof a), dev_shape_str(like, b, sizeof b), i,
+                       (long long)xe->dims[i], (long long)like->dims[i]);
+  return PD_OK;
+}
+
+static pd_code btl_infer(dev_infer_ctx *c, dev_status *st) {
+  bool mean = c->attrs[BTL_MEAN].u.b;
+  pd_code rc = mean ? dev_check_dtype_in(c, 0, DEV_MASK_FLOAT,
+                                         "a floating dtype (mean=true divides)", st)
+                    : dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st);
+  if (rc) return rc;
+  dev_shape xe;
+  if ((rc = btl_expand(c->op->name, &c->in_shape[0], &c->in_shape[1], &c->attrs[BTL_AXIS], &xe,
+                       st)))
+    return rc;
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = c->in_shape[1];
+  return check_out_size(c, c->out_dtype[0], &c->out_shape[0], st);
+}
+
+/* Divides n elements of a floating buffer by `count`. */
+static void divide_by(pd_dtype dt, void *p, int64_t n, double count) {
+  switch (dt) {
+  case PD_FLOAT32: {
+    float *f = p, d = (float)count;
+    for (int64_t i = 0; i < n; i++) f[i] /= d;
+    break;
+  }
+  case PD_FLOAT64: {
+    double *f = p;
+    for (int64_t i = 0; i < n; i++) f[i] /= count;
+    break;
+  }
+  default: {
+    uint16_t *h = p;
+    float d = (float)count;
+    if (dt == PD_FLOAT16)
+      for (int64_t i = 0; i < n; i++) h[i] = dev_float_to_half(dev_half_to_float(h[i]) / d);
+    else
+      for (int64_t i = 0; i < n; i++)
+        h[i] = dev_float_to_bfloat16(dev_bfloat16_to_float(h[i]) / d);
+    break;
+  }
+  }
+}
+
+static pd_code btl_cpu(dev_kernel_ctx *c, dev_status *st) {
+  const dev_shape *os = &c->out_shape[0];
+  int64_t total = num_elems(os);
+  if (total == 0) return PD_OK;
+  dev_shape xe;
+  btl_expand(c->op->name, &c->in_shape[0], &c->in_shape[1], &c->attrs[BTL_AXIS], &xe, NULL);
+  size_t es = pd_dtype_size(c->out_dtype[0]);
+  const char *src = c->in_data[0];
+  char *dst = c->out_data[0];
+  const int L = os->rank;
+  if (L == 0) {
+    memcpy(dst, src, es);
+  } else {
+    int64_t xs[PD_MAX_RANK]; /* input strides in elements, 0 on broadcast axes */
+    int64_t acc = 1;
+    for (int i = L - 1; i >= 0; i--) {
+      xs[i] = xe.dims[i] == 1 ? 0 : acc;
+      acc *= xe.dims[i];
+    }
+    int64_t row = os->dims[L - 1], outer = total / row;
+    int64_t idx[PD_MAX_RANK] = {0}, off = 0;
+    for (int64_t it = 0; it < outer; it++) {
+      copy_strided(dst, src + (size_t)off * es, row, xs[L - 1], es);
+      dst += (size_t)row * es;
+      for (int d = L - 2; d >= 0; d--) {
+        off += xs[d];
+        if (++idx[d] < os->dims[d]) break;
+        off -= xs[d] * os->dims[d];
+        idx[d] = 0;
+      }
+    }
+  }
+  if (c->attrs[BTL_MEAN].u.b) {
+    int64_t in_n = num_elems(&xe);
+    if (in_n > 0 && total != in_n) divide_by(c->out_dtype[0], c->out_data[0], total,
+                                             (double)(total / in_n));
+  }
+  (void)st;
+  return PD_OK;
+}
+
+static dev_op_def btl_def = {
+    .name = "BroadcastToLike",
+    .num_inputs = 2,
+    .inputs = {{"input", false, 0}, {"like", false, 0}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 0}},
+    .num_attrs = 2,
+    .attrs = {{"axis", DEV_ATTR_INT_LIST, {.type = DEV_ATTR_INT_LIST, .u.ilist = {NULL, 0}}},
+              {"mean", DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false}}},
+    .infer = btl_infer,
+    .kernels = {[DEV_BACKEND_CPU] = btl_cpu},
+};
+
+/* ------------------------------------------------------------------------ */
+/* SumToLike(input, like)                                                    */
+/* The adjoint of NumPy broadcasting: input summed over the axes that
+ * broadcasting like's shape to input's shape created or stretched, so the
+ * output has like's shape. Floating dtypes; sums accumulate in float64.     */
+
+static pd_code stl_infer(dev_infer_ctx *c, dev_status *st) {
+  pd_code rc = dev_check_dtype_in(c, 0, DEV_MASK_FLOAT, NULL, st);
+  if (rc) return rc;
+  const dev_shape *in = &c->in_shape[0], *like = &c->in_shape[1];
+  bool ok = like->rank <= in->rank;
+  for (int i = 0; ok && i < like->rank; i++) {
+    int64_t d = in->dims[in->rank - like->rank + i];
+    ok = like->dims[i] == d || like->dims[i] == 1;
+  }
+  if (!ok) {
+    char a[160], b[160];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "SumToLike: input 'like' has shape %s, which does not broadcast to shape %s "
+                     "of input 'input'; expected like's trailing dims to equal input's or be 1",
+                     dev_shape_str(like, b, sizeof b), dev_shape_str(in, a, sizeof a));
+  }
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = *like;
+  return PD_OK;
+}
+
+#define DEFINE_STL(FN, T)                                                          \
+  static void FN(const T *x, double *acc, const dev_shape *in, const int64_t *os) { \
+    const int R = in->rank;                                                        \
+    int64_t row = in->dims[R - 1], outer = num_elems(in) / row;                    \
+    int64_t idx[PD_MAX_RANK] = {0}, off = 0;                                       \
+    for (int64_t it = 0; it < outer; it++, x += row) {                             \
+      if (os[R - 1]) {                                                             \
+        for (int64_t j = 0; j < row; j++) acc[off + j] += (double)x[j];            \
+      } else {                                                                     \
+        double s = 0;                                                              \
+        for (int64_t j = 0; j < row; j++) s += (double)x[j];                       \
+        acc[off] += s;                                                             \
+      }                                                                            \
+      for (int d = R - 2; d >= 0; d--) {                                           \
+        off += os[d];                                                              \
+        if (++idx[d] < in->dims[d]) break;                                         \
+        off -= os[d] * in->dims[d];                                                \
+        idx[d] = 0;                                                                \
+      }                                                                            \
+    }                                                                              \
+  }
+
+DEFINE_STL(stl_f32, float)
+DEFINE_STL(stl_f64, double)
+
+static pd_code stl_cpu(dev_kernel_ctx *c, dev_status *st) {
+  const dev_shape *in = &c->in_shape[0], *like = &c->in_shape[1];
+  pd_dtype dt = c->out_dtype[0];
+  int64_t on = num_elems(like), inn = num_elems(in);
+  if (on == 0) return PD_OK;
+  double *acc = calloc((size_t)on, sizeof(double));
+  if (!acc) return dev_error(st, PD_RESOURCE_EXHAUSTED, "SumToLike: cannot allocate %lld float64 scratch elements", (long long)on);
+  if (inn > 0 && in->rank > 0) {
+    /* Output strides per input axis, 0 on the summed ones. */
+    int64_t os[PD_MAX_RANK], s = 1;
+    for (int i = in->rank - 1; i >= 0; i--) {
+      int k = i - (in->rank - like->rank);
+      bool kept = k >= 0 && like->dims[k] == in->dims[i] && in->dims[i] != 1;
+      os[i] = kept ? s : 0;
+      if (k >= 0) s *= like->dims[k];
+    }
+    if (dt == PD_FLOAT32) {
+      stl_f32(c->in_data[0], acc, in, os);
+    } else if (dt == PD_FLOAT64) {
+      stl_f64(c->in_data[0], acc, in, os);
+    } else {
+      float *buf = scratch(inn);
+      if (!buf) { free(acc); return scratch_error(c, inn, st); }
+      widen(dt, c->in_data[0], buf, inn);
+      stl_f32(buf, acc, in, os);
+      free(buf);
+    }
+  } else if (inn > 0) { /* scalar to scalar */
+    acc[0] = dev_load_f64(dt, c->in_data[0], 0);
+  }
+  for (int64_t i = 0; i < on; i++) dev_store_f64(dt, c->out_data[0], i, acc[i]);
+  free(acc);
+  return PD_OK;
+}
+
+static dev_op_def stl_def = {
+    .name = "SumToLike",
+    .num_inputs = 2,
+    .inputs = {{"input", false, 0}, {"like", false, 0}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 0}},
+    .infer = stl_infer,
+    .kernels = {[DEV_BACKEND_CPU] = stl_cpu},
+};
+
+/* ------------------------------------------------------------------------ */
+/* ReshapeLike(input, like): input's elements with like's shape (equal
+ * element counts). Output 0 aliases input 0, no kernel runs (as Reshape).   */
+
+static pd_code rsl_infer(dev_infer_ctx *c, dev_status *st) {
+  pd_code rc = dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st);
+  if (rc) return rc;
+  const dev_shape *in = &c->in_shape[0], *like = &c->in_shape[1];
+  if (num_elems(in) != num_elems(like)) {
+    char a[160], b[160];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "ReshapeLike: input 'input' has shape %s (%lld elements) but input 'like' has "
+                     "shape %s (%lld elements); expected equal element counts",
+                     dev_shape_str(in, a, sizeof a), (long long)num_elems(in),
+                     dev_shape_str(like, b, sizeof b), (long long)num_elems(like));
+  }
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = *like;
+  return PD_OK;
+}
+
+static dev_op_def rsl_def = {
+    .name = "ReshapeLike",
+    .num_inputs = 2,
+    .inputs = {{"input", false, 0}, {"like", false, 0}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 0}},
+    .flags = DEV_OP_ALIASES_INPUT,
+    .infer = rsl_infer,
+    .kernels = {NULL, NULL},
+};
+
+/* ------------------------------------------------------------------------ */
+/* SliceGrad(grad, like; begin): zeros of like's shape with grad written at
+ * `begin` (the adjoint of Slice; TensorFlow pads instead). Every dtype.     */
+
+enum { SG_BEGIN = 0 };
+
+static pd_code sg_infer(dev_infer_ctx *c, dev_status *st) {
+  pd_code rc = dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st);
+  if (rc) return rc;
+  const dev_shape *g = &c->in_shape[0], *like = &c->in_shape[1];
+  const dev_attr_value *b = &c->attrs[SG_BEGIN];
+  char a[160], sb[160];
+  if (g->rank != like->rank || b->u.ilist.n != like->rank)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "SliceGrad: input 'grad' has shape %s, input 'like' has shape %s and "
+                     "attribute 'begin' has %d entries; expected one rank for all three",
+                     dev_shape_str(g, a, sizeof a), dev_shape_str(like, sb, sizeof sb), b->u.ilist.n);
+  for (int d = 0; d < g->rank; d++) {
+    int64_t bg = b->u.ilist.v[d];
+    if (bg < 0 || bg > like->dims[d] || g->dims[d] > like->dims[d] - bg)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "SliceGrad: axis %d: begin %lld and grad's size %lld do not fit in dim %lld "
+                       "of input 'like' of shape %s; expected 0 <= begin <= %lld - size",
+                       d, (long long)bg, (long long)g->dims[d], (long long)like->dims[d],
+                       dev_shape_str(like, sb, sizeof sb), (long long)like->dims[d]);
+  }
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = *like;
+  return PD_OK;
+}
+
+static pd_code sg_cpu(dev_kernel_ctx *c, dev_status *st) {
+  const dev_shape *g = &c->in_shape[0], *os = &c->out_shape[0];
+  const int64_t *begin = c->attrs[SG_BEGIN].u.ilist.v;
+  size_t es = pd_dtype_size(c->out_dtype[0]);
+  int64_t total = num_elems(os);
+  if (total == 0) return PD_OK;
+  char *dst = c->out_data[0];
+  memset(dst, 0, (size_t)total * es);
+  if (num_elems(g) == 0) return PD_OK;
+  const char *src = c->in_data[0];
+  int r = g->rank;
+  if (r == 0) {
+    memcpy(dst, src, es);
+    return PD_OK;
+  }
+  /* Innermost axes taken whole extend the contiguous run. */
+  int k = r - 1;
+  while (k > 0 && begin[k] == 0 && g->dims[k] == os->dims[k]) k--;
+  int64_t ostr[PD_MAX_RANK];
+  ostr[r - 1] = 1;
+  for (int d = r - 2; d >= 0; d--) ostr[d] = ostr[d + 1] * os->dims[d + 1];
+  size_t run = (size_t)(g->dims[k] * ostr[k]) * es;
+  int64_t off = 0;
+  for (int d = 0; d <= k; d++) off += begin[d] * ostr[d];
+  int64_t outer = dims_prod(g, 0, k);
+  int64_t idx[PD_MAX_RANK] = {0};
+  for (int64_t it = 0; it < outer; it++) {
+    memcpy(dst + (size_t)off * es, src, run);
+    src += run;
+    for (int d = k - 1; d >= 0; d--) {
+      off += ostr[d];
+      if (++idx[d] < g->dims[d]) break;
+      off -= ostr[d] * g->dims[d];
+      idx[d] = 0;
+    }
+  }
+  (void)st;
+  return PD_OK;
+}
+
+static dev_op_def sg_def = {
+    .name = "SliceGrad",
+    .num_inputs = 2,
+    .inputs = {{"grad", false, 0}, {"like", false, 0}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 0}},
+    .num_attrs = 1,
+    .attrs = {{"begin", DEV_ATTR_INT_LIST, {.type = DEV_ATTR_NONE}}},
+    .infer = sg_infer,
+    .kernels = {[DEV_BACKEND_CPU] = sg_cpu},
+};
+
+/* ------------------------------------------------------------------------ */
+/* ConcatGrad(grad, values...; axis, from_end = false): the part of grad that
+ * Concat along `axis` took from one of its inputs. `values` are Concat's
+ * inputs values[0..i] (only their shapes are read) and the output is the
+ * part of the LAST of them, at offset sum(values[0..i-1].dims[axis]). With
+ * from_end, `values` are Concat's inputs values[i..n-1] and the output is the
+ * part of the FIRST of them, at offset grad.dims[axis] - sum(their dims);
+ * the tape uses it when i+2 inputs would pass the input limit. Every dtype. */
+
+enum { CG_AXIS = 0, CG_FROM_END = 1 };
+
+/* Offset and size along the axis of the part ConcatGrad returns. */
+static void cg_part(const dev_shape *g, const dev_shape *vals, int nv, int axis, bool from_end,
+                    int64_t *offset, int64_t *size) {
+  int64_t sum = 0;
+  for (int k = 0; k < nv; k++) sum += vals[k].dims[axis];
+  if (from_end) {
+    *offset = g->dims[axis] - sum;
+    *size = vals[0].dims[axis];
+  } else {
+    *size = vals[nv - 1].dims[axis];
+    *offset = sum - *size;
+  }
+}
+
+static pd_code cg_infer(dev_infer_ctx *c, dev_status *st) {
+  const dev_shape *g = &c->in_shape[0];
+  pd_code rc;
+  if ((rc = dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st)) ||
+      (rc = dev_check_rank(c, 0, 1, PD_MAX_RANK, st)))
+    return rc;
+  int axis;
+  if ((rc = dev_normalize_axis(c, "axis", c->attrs[CG_AXIS].u.i, g->rank, &axis, st))) return rc;
+  int nv = c->num_inputs - 1;
+  int64_t sum = 0;
+  char a[160], b[160];
+  for (int k = 0; k < nv; k++) {
+    const dev_shape *v = &c->in_shape[1 + k];
+    bool ok = v->rank == g->rank;
+    for (int d = 0; ok && d < g->rank; d++) ok = d == axis || v->dims[d] == g->dims[d];
+    if (!ok)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "ConcatGrad: input 'values[%d]' has shape %s but 'grad' has shape %s; "
+                       "expected the same rank and equal dims except on axis %d",
+                       k, dev_shape_str(v, a, sizeof a), dev_shape_str(g, b, sizeof b), axis);
+    sum += v->dims[axis];
+  }
+  if (sum > g->dims[axis])
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "ConcatGrad: 'values' have %lld elements on axis %d together but 'grad' of "
+                     "shape %s has %lld; expected at most grad's",
+                     (long long)sum, axis, dev_shape_str(g, a, sizeof a), (long long)g->dims[axis]);
+  int64_t off, size;
+  cg_part(g, &c->in_shape[1], nv, axis, c->attrs[CG_FROM_END].u.b, &off, &size);
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = *g;
+  c->out_shape[0].dims[axis] = size;
+  return PD_OK;
+}
+
+static pd_code cg_cpu(dev_kernel_ctx *c, dev_status *st) {
+  const dev_shape *g = &c->in_shape[0];
+  int64_t a = c->attrs[CG_AXIS].u.i;
+  int axis = (int)(a < 0 ? a + g->rank : a);
+  int64_t off, size;
+  cg_part(g, &c->in_shape[1], c->num_inputs - 1, axis, c->attrs[CG_FROM_END].u.b, &off, &size);
+  size_t es = pd_dtype_size(c->out_dtype[0]);
+  int64_t outer = dims_prod(g, 0, axis), inner = dims_prod(g, axis + 1, g->rank);
+  size_t run = (size_t)(size * inner) * es, grow = (size_t)(g->dims[axis] * inner) * es;
+  if (run == 0) return PD_OK;
+  const char *src = (const char *)c->in_data[0] + (size_t)(off * inner) * es;
+  char *dst = c->out_data[0];
+  for (int64_t o = 0; o < outer; o++) memcpy(dst + (size_t)o * run, src + (size_t)o * grow, run);
+  (void)st;
+  return PD_OK;
+}
+
+static dev_op_def cg_def = {
+    .name = "ConcatGrad",
+    .num_inputs = 2,
+    .inputs = {{"grad", false, 0}, {"values", true, 1}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 0}},
+    .num_attrs = 2,
+    .attrs = {{"axis", DEV_ATTR_INT, {.type = DEV_ATTR_NONE}},
+              {"from_end", DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false}}},
+    .infer = cg_infer,
+    .kernels = {[DEV_BACKEND_CPU] = cg_cpu},
+};
+
+/* ------------------------------------------------------------------------ */
+/* GatherGrad(grad, indices, like; axis = 0): zeros of like's shape with
+ * grad's slices added at `indices` along `axis` (the adjoint of Gather;
+ * TensorFlow's UnsortedSegmentSum of the IndexedSlices). grad has Gather's
+ * output shape like[:axis] + indices.shape + like[axis+1:]. Repeated indices
+ * add up. An index outside [0, like.dims[axis]) fails the op. Floating
+ * dtypes for grad; int32 or int64 indices.                                  */
+
+enum { GG_AXIS = 0 };
+
+static pd_code gg_infer(dev_infer_ctx *c, dev_status *st) {
+  const dev_shape *g = &c->in_shape[0], *is = &c->in_shape[1], *like = &c->in_shape[2];
+  pd_code rc;
+  if ((rc = dev_check_dtype_in(c, 0, DEV_MASK_FLOAT, NULL, st)) ||
+      (rc = dev_check_dtype_in(c, 1, DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64),
+                               "int32 or int64", st)) ||
+      (rc = dev_check_rank(c, 2, 1, PD_MAX_RANK, st)))
+    return rc;
+  int axis;
+  if ((rc = dev_normalize_axis(c, "axis", c->attrs[GG_AXIS].u.i, like->rank, &axis, st)))
+    return rc;
+  dev_shape want;
+  want.rank = like->rank - 1 + is->rank;
+  bool ok = want.rank <= PD_MAX_RANK;
+  if (ok) {
+    int o = 0;
+    for (int d = 0; d < axis; d++) want.dims[o++] = like->dims[d];
+    for (int d = 0; d < is->rank; d++) want.dims[o++] = is->dims[d];
+    for (int d = axis + 1; d < like->rank; d++) want.dims[o++] = like->dims[d];
+    ok = dev_shape_equal(&want, g);
+  }
+  if (!ok) {
+    char a[160], b[160], ib[160], w[160];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "GatherGrad: input 'grad' has shape %s; expected Gather's output shape for "
+                     "'like' of shape %s, indices of shape %s and axis %d (%s)",
+                     dev_shape_str(g, a, sizeof a), dev_shape_str(like, b, sizeof b),
+                     dev_shape_str(is, ib, sizeof ib), axis,
+                     want.rank <= PD_MAX_RANK ? dev_shape_str(&want, w, sizeof w) : "too many axes");
+  }
+  c->out_dtype[0] = c->in_dtype[0];
+  c->out_shape[0] = *like;
+  return PD_OK;
+}
+
+#define DEFINE_GG(FN, T)                                                              \
+  static void FN(const T *g, T *out, const dev_kernel_ctx *c, int64_t outer, int64_t n, \
+                 int64_t ni, int64_t inner) {                                         \
+    bool i64 = c->in_dtype[1] == PD_INT64;                                            \
+    const int32_t *ix32 = c->in_data[1];                                              \
+    const int64_t *ix64 = c->in_data[1];                                              \
+    for (int64_t o = 0; o < outer; o++)                                               \
+      for (int64_t i = 0; i < ni; i++, g += inner) {                                  \
+        int64_t v = i64 ? ix64[i] : ix32[i];                                          \
+        T *dst = out + (o * n + v) * inner;                                           \
+        for (int64_t k = 0; k < inner; k++) dst[k] += g[k];                           \
+      }                                                                               \
+  }
+
+DEFINE_GG(gg_f32, float)
+DEFINE_GG(gg_f64, double)
+
+static pd_code gg_cpu(dev_kernel_ctx *c, dev_status *st) {
+  const dev_shape *like = &c->in_shape[2];
+  int64_t a = c->attrs[GG_AXIS].u.i;
+  int axis = (int)(a < 0 ? a + like->rank : a);
+  int64_t outer = dims_prod(like, 0, axis), n = like->dims[axis];
+  int64_t inner = dims_prod(like, axis + 1, like->rank);
+  int64_t ni = num_elems(&c->in_shape[1]);
+  bool i64 = c->in_dtype[1] == PD_INT64;
+  for (int64_t i = 0; i < ni; i++) {
+    int64_t v = i64 ? ((const int64_t *)c->in_data[1])[i] : ((const int32_t *)c->in_data[1])[i];
+    if (v < 0 || v >= n)
+      return dev_error(st, PD_INVALID_ARGUMENT, "GatherGrad: indices[%lld] = %lld is not in [0, %lld)",
+                       (long long)i, (long long)v, (long long)n);
+  }
+  pd_dtype dt = c->out_dtype[0];
+  int64_t total = num_elems(like), gn = num_elems(&c->in_shape[0]);
+  if (total == 0) return PD_OK;
+  if (dt == PD_FLOAT32 || dt == PD_FLOAT64) {
+    memset(c->out_data[0], 0, (size_t)total * pd_dtype_size(dt));
+    if (gn == 0) return PD_OK;
+    if (dt == PD_FLOAT32) gg_f32(c->in_data[0], c->out_data[0], c, outer, n, ni, inner);
+    else gg_f64(c->in_data[0], c->out_data[0], c, outer, n, ni, inner);
+    return PD_OK;
+  }
+  float *buf = scratch(gn + total);
+  if (!buf) return scratch_error(c, gn + total, st);
+  widen(dt, c->in_data[0], buf, gn);
+  gg_f32(buf, buf + gn, c, outer, n, ni, inner);
+  narrow(dt, buf + gn, c->out_data[0], total);
+  free(buf);
+  return PD_OK;
+}
+
+static dev_op_def gg_def = {
+    .name = "GatherGrad",
+    .num_inputs = 3,
+    .inputs = {{"grad", false, 0}, {"indices", false, 0}, {"like", false, 0}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 0}},
+    .num_attrs = 1,
+    .attrs = {{"axis", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}}},
+    .infer = gg_infer,
+    .kernels = {[DEV_BACKEND_CPU] = gg_cpu},
+};
+
+/* ------------------------------------------------------------------------ */
+/* Registration                                                              */
+
+void dev_register_grad_ops(void);
+
+/* Registers the gradient ops and their CPU kernels (called by
+ * dev_registry_init). */
+void dev_register_grad_ops(void) {
+  for (size_t i = 0; i < sizeof eg_defs / sizeof eg_defs[0]; i++) dev_register_or_die(&eg_defs[i]);
+  dev_register_or_die(&btl_def);
+  dev_register_or_die(&stl_def);
+  dev_register_or_die(&rsl_def);
+  dev_register_or_die(&sg_def);
+  dev_register_or_die(&cg_def);
+  dev_register_or_die(&gg_def);
+}
