@@ -12,6 +12,7 @@ PKGS=(
   python3-grpcio         # second client implementation in tests
   libinih-dev libmicrohttpd-dev libsystemd-dev
   gnuplot-nox
+  zlib1g-dev             # reading the examples' gzip data
 )
 
 missing=()
