@@ -86,6 +86,19 @@ void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
 void dev_register_grad_ops(void);
 
+/* Widens n float16 (dt == PD_FLOAT16) or bfloat16 values to float32 (exact),
+ * and rounds n float32 values back to nearest even: the float32 compute path
+ * of the 16-bit dtypes. */
+void dev_widen_16(pd_dtype dt, const uint16_t *src, float *dst, int64_t n);
+void dev_narrow_16(pd_dtype dt, const float *src, uint16_t *dst, int64_t n);
+
+/* Copies the box of `box_shape` at offset `begin` of a dense tensor of
+ * `full_shape` (elements of `es` bytes) out of it into the dense `box`
+ * (to_box), or from `box` into it. Runs of whole inner axes are copied with
+ * one memcpy. Slice and its gradient. */
+void dev_copy_box(char *full, const dev_shape *full_shape, const int64_t *begin, char *box,
+                  const dev_shape *box_shape, size_t es, bool to_box);
+
 /* Registers an op def and its CPU kernel; aborts on a registration error
  * (a programming error caught by any test run). */
 void dev_register_or_die(dev_op_def *def);

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "device.h"
+#include "device_int.h"
 
 static const char *const dtype_names[PD_DTYPE_COUNT] = {
     "invalid", "float32", "float64", "float16", "bfloat16",
@@ -126,5 +126,55 @@ void dev_store_f64(pd_dtype dt, void *data, int64_t i, double v) {
     case PD_UINT8: ((uint8_t *)data)[i] = (uint8_t)sat_i64(v, 0.0, 255.0); break;
     case PD_BOOL: ((uint8_t *)data)[i] = v != 0.0; break;
     default: break;
+  }
+}
+
+void dev_widen_16(pd_dtype dt, const uint16_t *src, float *dst, int64_t n) {
+  if (dt == PD_FLOAT16)
+    for (int64_t i = 0; i < n; i++) dst[i] = dev_half_to_float(src[i]);
+  else
+    for (int64_t i = 0; i < n; i++) dst[i] = dev_bfloat16_to_float(src[i]);
+}
+
+void dev_narrow_16(pd_dtype dt, const float *src, uint16_t *dst, int64_t n) {
+  if (dt == PD_FLOAT16)
+    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_half(src[i]);
+  else
+    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_bfloat16(src[i]);
+}
+
+void dev_copy_box(char *full, const dev_shape *full_shape, const int64_t *begin, char *box,
+                  const dev_shape *box_shape, size_t es, bool to_box) {
+  int r = box_shape->rank;
+  int64_t outer_total = 1;
+  for (int d = 0; d < r; d++) outer_total *= box_shape->dims[d];
+  if (outer_total == 0) return;
+  if (r == 0) {
+    if (to_box) memcpy(box, full, es);
+    else memcpy(full, box, es);
+    return;
+  }
+  /* Innermost axes taken whole extend the contiguous run. */
+  int k = r - 1;
+  while (k > 0 && begin[k] == 0 && box_shape->dims[k] == full_shape->dims[k]) k--;
+  int64_t fs[PD_MAX_RANK];
+  fs[r - 1] = 1;
+  for (int d = r - 2; d >= 0; d--) fs[d] = fs[d + 1] * full_shape->dims[d + 1];
+  size_t run = (size_t)(box_shape->dims[k] * fs[k]) * es;
+  int64_t off = 0;
+  for (int d = 0; d <= k; d++) off += begin[d] * fs[d];
+  int64_t outer = 1;
+  for (int d = 0; d < k; d++) outer *= box_shape->dims[d];
+  int64_t idx[PD_MAX_RANK] = {0};
+  for (int64_t it = 0; it < outer; it++) {
+    if (to_box) memcpy(box, full + (size_t)off * es, run);
+    else memcpy(full + (size_t)off * es, box, run);
+    box += run;
+    for (int d = k - 1; d >= 0; d--) {
+      off += fs[d];
+      if (++idx[d] < box_shape->dims[d]) break;
+      off -= fs[d] * box_shape->dims[d];
+      idx[d] = 0;
+    }
   }
 }

@@ -484,39 +484,9 @@ static pd_code slice_infer(dev_infer_ctx *c, dev_status *st) {
 }
 
 static pd_code slice_kernel(dev_kernel_ctx *c, dev_status *st) {
-  const dev_shape *in = &c->in_shape[0], *out = &c->out_shape[0];
-  const int64_t *begin = c->attrs[SLICE_BEGIN].u.ilist.v;
-  size_t es = pd_dtype_size(c->in_dtype[0]);
-  int r = in->rank;
-  if (num_elems(out) == 0) return PD_OK;
-  const char *src = c->in_data[0];
-  char *dst = c->out_data[0];
-  if (r == 0) {
-    memcpy(dst, src, es);
-    return PD_OK;
-  }
-  /* Innermost axes taken whole extend the contiguous run. */
-  int k = r - 1;
-  while (k > 0 && begin[k] == 0 && out->dims[k] == in->dims[k]) k--;
-  int64_t is[PD_MAX_RANK];
-  is[r - 1] = 1;
-  for (int d = r - 2; d >= 0; d--) is[d] = is[d + 1] * in->dims[d + 1];
-  size_t run = (size_t)(out->dims[k] * is[k]) * es;
-  int64_t off = 0;
-  for (int d = 0; d <= k; d++) off += begin[d] * is[d];
-  int64_t outer = dims_prod(out, 0, k);
-  int64_t idx[PD_MAX_RANK] = {0};
-  for (int64_t it = 0; it < outer; it++) {
-    memcpy(dst, src + (size_t)off * es, run);
-    dst += run;
-    for (int d = k - 1; d >= 0; d--) {
-      off += is[d];
-      if (++idx[d] < out->dims[d]) break;
-      off -= is[d] * out->dims[d];
-      idx[d] = 0;
-    }
-  }
   (void)st;
+  dev_copy_box((char *)c->in_data[0], &c->in_shape[0], c->attrs[SLICE_BEGIN].u.ilist.v,
+               c->out_data[0], &c->out_shape[0], pd_dtype_size(c->in_dtype[0]), true);
   return PD_OK;
 }
 

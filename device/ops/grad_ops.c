@@ -38,20 +38,6 @@ static int64_t dims_prod(const dev_shape *s, int lo, int hi) {
   return n;
 }
 
-static void widen(pd_dtype dt, const uint16_t *src, float *dst, int64_t n) {
-  if (dt == PD_FLOAT16)
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_half_to_float(src[i]);
-  else
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_bfloat16_to_float(src[i]);
-}
-
-static void narrow(pd_dtype dt, const float *src, uint16_t *dst, int64_t n) {
-  if (dt == PD_FLOAT16)
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_half(src[i]);
-  else
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_bfloat16(src[i]);
-}
-
 static pd_code scratch_error(const dev_kernel_ctx *c, int64_t n, dev_status *st) {
   return dev_error(st, PD_RESOURCE_EXHAUSTED, "%s: cannot allocate %lld float32 scratch elements",
                    c->op->name, (long long)n);
@@ -161,10 +147,10 @@ static pd_code eg_kernel(dev_kernel_ctx *c, int kind, dev_status *st) {
   } else {
     float *buf = scratch(3 * n);
     if (!buf) return scratch_error(c, 3 * n, st);
-    widen(dt, c->in_data[0], buf, n);
-    widen(dt, c->in_data[1], buf + n, n);
+    dev_widen_16(dt, c->in_data[0], buf, n);
+    dev_widen_16(dt, c->in_data[1], buf + n, n);
     eg_f32(kind, buf, buf + n, buf + 2 * n, n);
-    narrow(dt, buf + 2 * n, c->out_data[0], n);
+    dev_narrow_16(dt, buf + 2 * n, c->out_data[0], n);
     free(buf);
   }
   return PD_OK;
@@ -420,7 +406,7 @@ static pd_code stl_cpu(dev_kernel_ctx *c, dev_status *st) {
     } else {
       float *buf = scratch(inn);
       if (!buf) { free(acc); return scratch_error(c, inn, st); }
-      widen(dt, c->in_data[0], buf, inn);
+      dev_widen_16(dt, c->in_data[0], buf, inn);
       stl_f32(buf, acc, in, os);
       free(buf);
     }
@@ -506,42 +492,14 @@ static pd_code sg_infer(dev_infer_ctx *c, dev_status *st) {
 }
 
 static pd_code sg_cpu(dev_kernel_ctx *c, dev_status *st) {
-  const dev_shape *g = &c->in_shape[0], *os = &c->out_shape[0];
-  const int64_t *begin = c->attrs[SG_BEGIN].u.ilist.v;
+  (void)st;
+  const dev_shape *os = &c->out_shape[0];
   size_t es = pd_dtype_size(c->out_dtype[0]);
   int64_t total = num_elems(os);
   if (total == 0) return PD_OK;
-  char *dst = c->out_data[0];
-  memset(dst, 0, (size_t)total * es);
-  if (num_elems(g) == 0) return PD_OK;
-  const char *src = c->in_data[0];
-  int r = g->rank;
-  if (r == 0) {
-    memcpy(dst, src, es);
-    return PD_OK;
-  }
-  /* Innermost axes taken whole extend the contiguous run. */
-  int k = r - 1;
-  while (k > 0 && begin[k] == 0 && g->dims[k] == os->dims[k]) k--;
-  int64_t ostr[PD_MAX_RANK];
-  ostr[r - 1] = 1;
-  for (int d = r - 2; d >= 0; d--) ostr[d] = ostr[d + 1] * os->dims[d + 1];
-  size_t run = (size_t)(g->dims[k] * ostr[k]) * es;
-  int64_t off = 0;
-  for (int d = 0; d <= k; d++) off += begin[d] * ostr[d];
-  int64_t outer = dims_prod(g, 0, k);
-  int64_t idx[PD_MAX_RANK] = {0};
-  for (int64_t it = 0; it < outer; it++) {
-    memcpy(dst + (size_t)off * es, src, run);
-    src += run;
-    for (int d = k - 1; d >= 0; d--) {
-      off += ostr[d];
-      if (++idx[d] < g->dims[d]) break;
-      off -= ostr[d] * g->dims[d];
-      idx[d] = 0;
-    }
-  }
-  (void)st;
+  memset(c->out_data[0], 0, (size_t)total * es);
+  dev_copy_box(c->out_data[0], os, c->attrs[SG_BEGIN].u.ilist.v, (char *)c->in_data[0],
+               &c->in_shape[0], es, false);
   return PD_OK;
 }
 
@@ -735,9 +693,9 @@ static pd_code gg_cpu(dev_kernel_ctx *c, dev_status *st) {
   }
   float *buf = scratch(gn + total);
   if (!buf) return scratch_error(c, gn + total, st);
-  widen(dt, c->in_data[0], buf, gn);
+  dev_widen_16(dt, c->in_data[0], buf, gn);
   gg_f32(buf, buf + gn, c, outer, n, ni, inner);
-  narrow(dt, buf + gn, c->out_data[0], total);
+  dev_narrow_16(dt, buf + gn, c->out_data[0], total);
   free(buf);
   return PD_OK;
 }

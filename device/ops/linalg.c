@@ -34,22 +34,6 @@ static pd_code check_output(const dev_infer_ctx *c, int i, dev_status *st) {
   return dev_shape_byte_size(c->out_dtype[i], &c->out_shape[i], &bytes, st);
 }
 
-/* Widens n float16/bfloat16 values to float32. */
-static void widen(pd_dtype dt, const uint16_t *src, float *dst, int64_t n) {
-  if (dt == PD_FLOAT16)
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_half_to_float(src[i]);
-  else
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_bfloat16_to_float(src[i]);
-}
-
-/* Rounds n float32 values to float16/bfloat16 (nearest even). */
-static void narrow(pd_dtype dt, const float *src, uint16_t *dst, int64_t n) {
-  if (dt == PD_FLOAT16)
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_half(src[i]);
-  else
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_bfloat16(src[i]);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Matrix products                                                           */
 
@@ -177,10 +161,10 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty, dev_status *st) 
                      "%s: cannot allocate %lld float32 scratch elements",
                      ctx->op->name, (long long)(nx + ny + no));
   float *fx = buf, *fy = buf + nx, *fo = buf + nx + ny;
-  widen(dt, ctx->in_data[0], fx, nx);
-  widen(dt, ctx->in_data[1], fy, ny);
+  dev_widen_16(dt, ctx->in_data[0], fx, nx);
+  dev_widen_16(dt, ctx->in_data[1], fy, ny);
   mm_run(&p, false, fx, fy, fo);
-  narrow(dt, fo, ctx->out_data[0], no);
+  dev_narrow_16(dt, fo, ctx->out_data[0], no);
   free(buf);
   return PD_OK;
 }

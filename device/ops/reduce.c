@@ -40,20 +40,6 @@ static pd_code check_output(const dev_infer_ctx *c, int i, dev_status *st) {
 
 static bool is_half(pd_dtype dt) { return dt == PD_FLOAT16 || dt == PD_BFLOAT16; }
 
-static void widen(pd_dtype dt, const uint16_t *src, float *dst, int64_t n) {
-  if (dt == PD_FLOAT16)
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_half_to_float(src[i]);
-  else
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_bfloat16_to_float(src[i]);
-}
-
-static void narrow(pd_dtype dt, const float *src, uint16_t *dst, int64_t n) {
-  if (dt == PD_FLOAT16)
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_half(src[i]);
-  else
-    for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_bfloat16(src[i]);
-}
-
 static pd_code scratch_error(const dev_kernel_ctx *ctx, int64_t n,
                              dev_status *st) {
   return dev_error(st, PD_RESOURCE_EXHAUSTED,
@@ -73,15 +59,15 @@ static pd_code run_widened(dev_kernel_ctx *ctx, f32_body fn, int64_t in_count,
                            dev_status *st) {
   pd_dtype dt = ctx->in_dtype[0];
   int64_t total = in_count + out_count + out_count2;
-  /* calloc: GCC 12 at -O3 cannot see that widen() fills the input part. */
+  /* calloc: GCC 12 at -O3 cannot see that dev_widen_16() fills the input part. */
   float *buf = calloc((size_t)(total > 0 ? total : 1), sizeof(float));
   if (!buf) return scratch_error(ctx, total, st);
   float *fin = buf, *fout = buf + in_count, *fout2 = fout + out_count;
-  widen(dt, ctx->in_data[0], fin, in_count);
+  dev_widen_16(dt, ctx->in_data[0], fin, in_count);
   pd_code rc = fn(ctx, fin, fout, fout2, st);
   if (rc == PD_OK) {
-    narrow(dt, fout, ctx->out_data[0], out_count);
-    if (out_count2) narrow(dt, fout2, ctx->out_data[1], out_count2);
+    dev_narrow_16(dt, fout, ctx->out_data[0], out_count);
+    if (out_count2) dev_narrow_16(dt, fout2, ctx->out_data[1], out_count2);
   }
   free(buf);
   return rc;
@@ -533,7 +519,7 @@ static pd_code argmax_cpu(dev_kernel_ctx *ctx, dev_status *st) {
     int64_t n = outer * L * inner;
     float *buf = malloc((size_t)n * sizeof(float));
     if (!buf) return scratch_error(ctx, n, st);
-    widen(dt, in, buf, n); /* exact: every half/bfloat16 is a float32 */
+    dev_widen_16(dt, in, buf, n); /* exact: every half/bfloat16 is a float32 */
     argmax_f32(buf, outer, L, inner, o64, o32);
     free(buf);
     break;
