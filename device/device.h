@@ -717,6 +717,20 @@ pd_code dev_tape_watch(dev_tape *tape, dev_tensor *t, dev_status *st);
  * recorded and the op itself is unaffected). */
 pd_code dev_tape_record(dev_tape *tape, const dev_op *op, dev_status *st);
 
+/* How a tape runs its gradient ops: dev_execute's contract (validate, infer,
+ * queue; outputs are new references). A daemon passes a function that queues
+ * the op on the session's queue, so gradient ops keep the session's order
+ * after the forward ops that may not have reached the devices yet. */
+typedef pd_code (*dev_execute_fn)(void *arg, const char *op_name,
+                                  dev_tensor *const *inputs, int num_inputs,
+                                  const dev_attr *attrs, int num_attrs,
+                                  dev_tensor **outputs, int *num_outputs,
+                                  dev_status *st);
+
+/* Sets the executor of `tape`'s gradient ops (NULL: dev_execute on the
+ * tape's engine). Not thread-safe against a running dev_tape_gradient. */
+void dev_tape_set_executor(dev_tape *tape, dev_execute_fn fn, void *arg);
+
 /* Computes d(target)/d(sources[i]) for i < n_sources, weighted by the
  * upstream gradient: the vector-Jacobian product of every recorded op from
  * `target` back to each source, summed over all paths.
@@ -752,7 +766,9 @@ pd_code dev_tape_gradient(dev_tape *tape, dev_tensor *target,
 /* defines PARADEV_HAVE_CUDA for users of this library)                      */
 
 /* Which path collectives take (DEV_CUDA_COLL_AUTO: NCCL when every mesh entry
- * is a distinct GPU and NCCL was built in, the copy path otherwise). */
+ * is a distinct GPU and NCCL was built in, the copy path otherwise). With
+ * AUTO, the environment variable PARADEV_CUDA_COLLECTIVES=nccl|copy|auto
+ * chooses instead (for tests and for ruling NCCL out on a machine). */
 typedef enum dev_cuda_collectives {
   DEV_CUDA_COLL_AUTO = 0,
   DEV_CUDA_COLL_NCCL = 1, /* NCCL even for one device; distinct GPUs only */

@@ -111,6 +111,8 @@ typedef struct tape_rec {
 
 struct dev_tape {
   dev_engine *engine;
+  dev_execute_fn exec; /* how gradient ops run: dev_execute unless set */
+  void *exec_arg;
   bool persistent;
   bool used; /* a one-shot tape after its gradient */
   /* tracked tensor -> index of the record that produced it + 1 (0: watched) */
@@ -120,6 +122,19 @@ struct dev_tape {
   tape_rec **recs;
   size_t n_recs, cap_recs;
 };
+
+/* Runs one gradient op through the tape's executor. */
+static pd_code tape_exec(const dev_tape *tp, const char *op, dev_tensor *const *in, int n,
+                         const dev_attr *attrs, int n_attrs, dev_tensor **outs, int *n_out,
+                         dev_status *st) {
+  if (tp->exec) return tp->exec(tp->exec_arg, op, in, n, attrs, n_attrs, outs, n_out, st);
+  return dev_execute(tp->engine, op, in, n, attrs, n_attrs, outs, n_out, st);
+}
+
+void dev_tape_set_executor(dev_tape *tp, dev_execute_fn fn, void *arg) {
+  tp->exec = fn;
+  tp->exec_arg = arg;
+}
 
 static bool is_float(const dev_tensor *t) { return dev_dtype_is_floating(t->dtype); }
 
@@ -292,6 +307,7 @@ pd_code dev_tape_record(dev_tape *tp, const dev_op *op, dev_status *st) {
  * code and the caller checks rc once. */
 typedef struct vjp_ctx {
   dev_engine *e;
+  const dev_tape *tp;
   const tape_rec *r;
   dev_tensor *dy[DEV_MAX_OUTPUTS];
   bool need[DEV_MAX_INPUTS];
@@ -319,7 +335,7 @@ static dev_tensor *run(vjp_ctx *c, const char *op, dev_tensor *const *in, int n,
   dev_tensor *outs[DEV_MAX_OUTPUTS] = {0};
   int n_out = DEV_MAX_OUTPUTS;
   dev_status s = DEV_STATUS_INIT;
-  if (dev_execute(c->e, op, in, n, attrs, n_attrs, outs, &n_out, &s) != PD_OK) {
+  if (tape_exec(c->tp, op, in, n, attrs, n_attrs, outs, &n_out, &s) != PD_OK) {
     c->rc = dev_error(c->st, s.code, "gradient of %s: %s", c->r->def->name, s.msg);
     return NULL;
   }
@@ -685,7 +701,7 @@ static vjp_fn vjp_for(const dev_op_def *def) {
 /* The backward walk                                                         */
 
 /* Adds g (consumed) to the gradient of `key` in `grads`. */
-static pd_code accumulate(dev_engine *e, pmap *grads, dev_tensor *key, dev_tensor *g,
+static pd_code accumulate(const dev_tape *tp, pmap *grads, dev_tensor *key, dev_tensor *g,
                           const char *op_name, dev_status *st) {
   void *old;
   if (!pmap_get(grads, key, &old)) {
@@ -699,7 +715,7 @@ static pd_code accumulate(dev_engine *e, pmap *grads, dev_tensor *key, dev_tenso
   dev_tensor *in[2] = {old, g}, *sum = NULL;
   int n_out = 1;
   dev_status s = DEV_STATUS_INIT;
-  pd_code rc = dev_execute(e, "Add", in, 2, NULL, 0, &sum, &n_out, &s);
+  pd_code rc = tape_exec(tp, "Add", in, 2, NULL, 0, &sum, &n_out, &s);
   dev_tensor_release(g);
   if (rc != PD_OK) return dev_error(st, rc, "gradient of %s: summing gradients: %s", op_name, s.msg);
   dev_tensor_release(old);
@@ -797,7 +813,7 @@ pd_code dev_tape_gradient(dev_tape *tp, dev_tensor *target, dev_tensor *const *s
     } else {
       int n_out = 1;
       dev_status s = DEV_STATUS_INIT;
-      if ((rc = dev_execute(e, "OnesLike", &target, 1, NULL, 0, &dy, &n_out, &s)) != PD_OK) {
+      if ((rc = tape_exec(tp, "OnesLike", &target, 1, NULL, 0, &dy, &n_out, &s)) != PD_OK) {
         rc = dev_error(st, rc, "gradient: ones like the target: %s", s.msg);
         goto fail;
       }
@@ -837,6 +853,7 @@ pd_code dev_tape_gradient(dev_tape *tp, dev_tensor *target, dev_tensor *const *s
       goto fail;
     }
     c.e = e;
+    c.tp = tp;
     c.r = rec;
     c.st = st;
     c.rc = PD_OK;
@@ -861,7 +878,7 @@ pd_code dev_tape_gradient(dev_tape *tp, dev_tensor *target, dev_tensor *const *s
         dev_tensor_release(g);
         continue;
       }
-      rc = accumulate(e, &grads, rec->in[j], g, rec->def->name, st);
+      rc = accumulate(tp, &grads, rec->in[j], g, rec->def->name, st);
     }
     if (rc != PD_OK) goto fail;
   }
@@ -880,7 +897,7 @@ pd_code dev_tape_gradient(dev_tape *tp, dev_tensor *target, dev_tensor *const *s
     }
     int n_out = 1;
     dev_status s = DEV_STATUS_INIT;
-    if ((rc = dev_execute(e, "ZerosLike", &sources[i], 1, NULL, 0, &results[i], &n_out, &s))) {
+    if ((rc = tape_exec(tp, "ZerosLike", &sources[i], 1, NULL, 0, &results[i], &n_out, &s))) {
       rc = dev_error(st, rc, "gradient: zeros like source %d: %s", i, s.msg);
       goto fail;
     }

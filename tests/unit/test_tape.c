@@ -1085,6 +1085,83 @@ static void test_two_tapes_and_async_failure(void **state) {
   dev_engine_destroy(e);
 }
 
+
+/* --- a deferred queue, as the daemon's scheduler keeps per session -------- */
+
+typedef struct dq {
+  dev_engine *e;
+  dev_op *ops[64];
+  int n;
+  int exec_calls;
+} dq;
+
+static dev_tensor *dq_prepare(dq *q, dev_tape *tp, const char *op, dev_tensor *const *in, int n,
+                              const dev_attr *attrs, int na) {
+  dev_op *o = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  if (dev_op_prepare(q->e, op, in, n, attrs, na, &o, &st) != PD_OK) fail_msg("%s: %s", op, st.msg);
+  if (tp && dev_tape_record(tp, o, &st) != PD_OK) fail_msg("record: %s", st.msg);
+  dev_tensor *out = dev_op_output(o, 0);
+  dev_tensor_retain(out);
+  assert_true(q->n < 64);
+  q->ops[q->n++] = o;
+  return out;
+}
+
+static pd_code dq_exec(void *arg, const char *op, dev_tensor *const *in, int n,
+                       const dev_attr *attrs, int na, dev_tensor **outs, int *n_out,
+                       dev_status *st) {
+  dq *q = arg;
+  q->exec_calls++;
+  dev_op *o = NULL;
+  pd_code rc = dev_op_prepare(q->e, op, in, n, attrs, na, &o, st);
+  if (rc != PD_OK) return rc;
+  if (*n_out < dev_op_num_outputs(o)) {
+    dev_op_abandon(o, PD_CANCELLED, "no room");
+    return dev_error(st, PD_INVALID_ARGUMENT, "no room for outputs");
+  }
+  *n_out = dev_op_num_outputs(o);
+  for (int i = 0; i < *n_out; i++) {
+    outs[i] = dev_op_output(o, i);
+    dev_tensor_retain(outs[i]);
+  }
+  assert_true(q->n < 64);
+  q->ops[q->n++] = o;
+  return PD_OK;
+}
+
+/* Gradient ops go through the tape's executor: with the forward ops still
+ * unsubmitted in a queue, the gradient's ops queue after them and the whole
+ * queue then runs in order. d/dx sum(x*x + x) = 2x + 1. */
+static void test_gradient_through_deferred_executor(void **state) {
+  dev_engine *e = tu_engine(2, 0);
+  dq q = {.e = e};
+  dev_tape *tp;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_tape_create(e, false, &tp, &st), PD_OK);
+  dev_tape_set_executor(tp, dq_exec, &q);
+  dev_tensor *x = tu_mirrored(e, PD_FLOAT64, 1, (int64_t[]){3}, (double[]){1, 2, -3});
+  assert_int_equal(dev_tape_watch(tp, x, &st), PD_OK);
+  dev_tensor *xx[2] = {x, x};
+  dev_tensor *sq = dq_prepare(&q, tp, "Mul", xx, 2, NULL, 0);
+  dev_tensor *ys[2] = {sq, x};
+  dev_tensor *y = dq_prepare(&q, tp, "Add", ys, 2, NULL, 0);
+  dev_tensor *loss = dq_prepare(&q, tp, "Sum", &y, 1, NULL, 0);
+  int forward = q.n;
+  dev_tensor *g = NULL;
+  assert_int_equal(dev_tape_gradient(tp, loss, &x, 1, NULL, &g, &st), PD_OK);
+  assert_true(q.exec_calls > 0);
+  assert_true(q.n > forward); /* the gradient's ops queued behind the forward ops */
+  for (int i = 0; i < q.n; i++) dev_op_submit(e, q.ops[i]);
+  double got[3];
+  tu_read(g, 1, got, 3);
+  tu_assert_close(got, ((double[]){3, 5, -5}), 3, 1e-12, 0);
+  dev_tensor *ts[] = {x, sq, y, loss, g};
+  for (int i = 0; i < 5; i++) dev_tensor_release(ts[i]);
+  dev_tape_destroy(tp);
+  dev_engine_destroy(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_vjps),
@@ -1107,6 +1184,7 @@ int main(void) {
       cmocka_unit_test(test_no_vjp),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_two_tapes_and_async_failure),
+      cmocka_unit_test(test_gradient_through_deferred_executor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
