@@ -1,36 +1,9 @@
-/* dtypes: names, sizes, float16/bfloat16 conversions and a generic slow
- * element accessor. */
+/* dtypes: classes, float16/bfloat16 conversions and a generic slow element
+ * accessor (names and sizes: common/types.c). */
 #include <math.h>
 #include <string.h>
 
 #include "device_int.h"
-
-static const char *const dtype_names[PD_DTYPE_COUNT] = {
-    "invalid", "float32", "float64", "float16", "bfloat16",
-    "int32",   "int64",   "uint8",   "bool",
-};
-
-const char *pd_dtype_name(pd_dtype dt) {
-  if ((unsigned)dt < PD_DTYPE_COUNT) return dtype_names[dt];
-  return "invalid";
-}
-
-pd_dtype pd_dtype_from_name(const char *name) {
-  if (!name) return PD_DTYPE_INVALID;
-  for (int i = 1; i < PD_DTYPE_COUNT; i++)
-    if (strcmp(name, dtype_names[i]) == 0) return (pd_dtype)i;
-  return PD_DTYPE_INVALID;
-}
-
-size_t pd_dtype_size(pd_dtype dt) {
-  switch (dt) {
-    case PD_FLOAT32: case PD_INT32: return 4;
-    case PD_FLOAT64: case PD_INT64: return 8;
-    case PD_FLOAT16: case PD_BFLOAT16: return 2;
-    case PD_UINT8: case PD_BOOL: return 1;
-    default: return 0;
-  }
-}
 
 bool dev_dtype_is_valid(pd_dtype dt) { return dt > PD_DTYPE_INVALID && dt < PD_DTYPE_COUNT; }
 

@@ -85,12 +85,44 @@ static void sched_htab_remove(sched_htab *h, sched_slot *sl) {
 
 /* ------------------------------------------------------------------------ */
 
-/* One prepared op waiting in its session's queue. */
+/* One prepared op waiting in its session's queue. Once submitted, the same
+ * block rides along as the context of the op's completion callback. */
 typedef struct sched_qop {
   dev_op *op;
   uint64_t tag;
+  uint64_t seq;       /* position in its session's queue order (1, 2, ...) */
   struct sched_qop *next;
+  sched *owner;
+  int op_index;       /* into sched->op_stats */
+  uint64_t t_enq_ns;  /* sched_execute */
+  uint64_t t_sub_ns;  /* submission to the engine */
 } sched_qop;
+
+/* A sched_tensor_notify registration waiting for its session's queue. */
+typedef struct sched_dwait {
+  uint64_t target; /* every op with seq <= target must be submitted/dropped */
+  dev_tensor *t;
+  dev_ready_fn fn;
+  void *arg;
+  struct sched_dwait *next;
+} sched_dwait;
+
+/* A sched_fence request for the dispatcher. */
+typedef struct sched_fence_req {
+  dev_ready_fn fn;
+  void *arg;
+  struct sched_fence_req *next;
+} sched_fence_req;
+
+typedef struct sched_op_counter {
+  _Atomic uint64_t by_code[SCHED_NUM_CODES];
+  _Atomic uint64_t run_ns;
+} sched_op_counter;
+
+typedef struct sched_op_name {
+  const char *name;
+  int index;
+} sched_op_name;
 
 struct sched_session {
   atomic_int refs;
@@ -101,6 +133,7 @@ struct sched_session {
   char job[SCHED_NAME_MAX + 1];
   uint32_t lease_s;
   uint64_t quota;
+  int64_t created_ms;         /* monotonic */
   _Atomic int64_t expires_ms; /* monotonic */
 
   pthread_mutex_t mu; /* guards everything below */
@@ -114,15 +147,29 @@ struct sched_session {
   int qlen;
   bool in_ready;         /* in the dispatcher's ready list (holds a ref) */
   sched_session *rnext;  /* next in the ready list */
-  uint64_t enqueued;     /* ops ever queued */
-  uint64_t dispatched;   /* ops ever submitted or dropped */
+  uint64_t enqueued;     /* ops ever queued = seq of the last one */
+  /* Ops taken off the queue and not yet handed over: the dispatcher's batch
+   * (seq >= sub_lo, 0: none) and drops being abandoned. */
+  uint64_t sub_lo;
+  int dropping;
+  sched_dwait *dwait;    /* sched_tensor_notify registrations */
 };
+
+/* The limits sched_reconfigure may change while sessions run. */
+typedef struct sched_limits {
+  _Atomic uint32_t default_lease_s, max_lease_s;
+  atomic_int max_sessions, max_handles, max_ops, max_queued;
+  _Atomic uint64_t default_quota, max_quota;
+} sched_limits;
+
+#define SCHED_LIM(s, f) atomic_load_explicit(&(s)->lim.f, memory_order_relaxed)
 
 struct sched {
   dev_engine *engine;
-  sched_config cfg;
+  sched_config cfg; /* incarnation, lease_check_ms, callbacks */
+  sched_limits lim;
   pthread_mutex_t mu; /* guards sessions, num_sessions, next_seq, stopping */
-  sched_session *sessions;
+  sched_session *sessions; /* newest first */
   int num_sessions;
   uint64_t next_seq;
   bool stopping;
@@ -134,10 +181,22 @@ struct sched {
   pthread_cond_t qcv;  /* work arrived or stopping */
   pthread_cond_t dcv;  /* ops were dispatched or dropped */
   sched_session *rhead, *rtail;
+  sched_fence_req *fences;
   bool qstop;
   bool paused;
   pthread_t dispatch_thread;
   atomic_uint_fast64_t next_tag;
+
+  /* Counters. */
+  _Atomic uint64_t n_created, n_closed, n_expired, n_killed;
+  _Atomic uint64_t n_queued, n_submitted, n_completed, n_dropped;
+  _Atomic uint64_t lat_buckets[SCHED_LATENCY_BUCKETS + 1];
+  _Atomic uint64_t lat_sum_ns;
+  int num_ops;
+  sched_op_name *op_names; /* sorted by name */
+  sched_op_counter *op_stats;
+  pthread_mutex_t done_mu; /* sched_destroy waits for in-flight callbacks */
+  pthread_cond_t done_cv;
 };
 
 struct sched_upload {
@@ -170,8 +229,39 @@ static uint64_t sched_get_le64(const uint8_t *p) {
   return v;
 }
 
+static uint64_t sched_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+const double sched_latency_bounds[SCHED_LATENCY_BUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+
+static int sched_op_name_cmp(const void *a, const void *b) {
+  return strcmp(((const sched_op_name *)a)->name,
+                ((const sched_op_name *)b)->name);
+}
+
+/* Index of op `name` into op_stats, or -1 (unknown names never get queued). */
+static int sched_op_index(const sched *s, const char *name) {
+  sched_op_name key = {name, 0};
+  const sched_op_name *e = bsearch(&key, s->op_names, (size_t)s->num_ops,
+                                   sizeof(key), sched_op_name_cmp);
+  return e ? e->index : -1;
+}
+
+static void sched_count_outcome(sched *s, int op_index, pd_code code) {
+  if (op_index < 0) return;
+  unsigned c = (unsigned)code < SCHED_NUM_CODES ? (unsigned)code : PD_UNKNOWN;
+  atomic_fetch_add_explicit(&s->op_stats[op_index].by_code[c], 1,
+                            memory_order_relaxed);
+}
+
 /* Unlinks the queued ops of `ss` with `tag` (every op when all) into a list
- * for the caller to abandon outside the lock (caller holds s->qmu). */
+ * for the caller to abandon outside the lock (caller holds s->qmu). The ops
+ * count as `dropping` until sched_dropped says they were abandoned. */
 static sched_qop *sched_unqueue_locked(sched_session *ss, bool all,
                                        uint64_t tag, int *count) {
   sched_qop *dropped = NULL, **pp = &ss->qhead, *last = NULL;
@@ -190,7 +280,8 @@ static sched_qop *sched_unqueue_locked(sched_session *ss, bool all,
   }
   ss->qtail = last;
   ss->qlen -= n;
-  ss->dispatched += (uint64_t)n;
+  ss->dropping += n;
+  atomic_fetch_sub(&ss->owner->n_queued, (uint64_t)n);
   *count = n;
   return dropped;
 }
@@ -207,9 +298,63 @@ static void sched_abandon_list(sched_qop *q, const char *why) {
   while (rev) {
     sched_qop *next = rev->next;
     dev_op_abandon(rev->op, PD_CANCELLED, why);
+    sched_count_outcome(rev->owner, rev->op_index, PD_CANCELLED);
+    atomic_fetch_add(&rev->owner->n_dropped, 1);
     free(rev);
     rev = next;
   }
+}
+
+/* True when every op of `ss` with seq <= target was submitted or dropped
+ * (caller holds s->qmu). */
+static bool sched_handed_over_locked(const sched_session *ss, uint64_t target) {
+  if (ss->qhead && ss->qhead->seq <= target) return false;
+  if (ss->sub_lo && ss->sub_lo <= target) return false;
+  return ss->dropping == 0;
+}
+
+/* Unlinks the registrations whose ops were all handed over, or whose
+ * tensor is computed already (its op dropped, say) (s->qmu held). */
+static sched_dwait *sched_take_waiters_locked(sched_session *ss) {
+  sched_dwait *ready = NULL;
+  for (sched_dwait **pp = &ss->dwait; *pp;) {
+    sched_dwait *w = *pp;
+    if (sched_handed_over_locked(ss, w->target) || dev_tensor_is_ready(w->t)) {
+      *pp = w->next;
+      w->next = ready;
+      ready = w;
+    } else {
+      pp = &w->next;
+    }
+  }
+  return ready;
+}
+
+/* Hands registrations on to the engine (no lock held). */
+static void sched_fire_waiters(sched_dwait *w) {
+  while (w) {
+    sched_dwait *next = w->next;
+    dev_status st = DEV_STATUS_INIT;
+    if (dev_tensor_notify(w->t, w->fn, w->arg, &st) != PD_OK)
+      w->fn(w->arg, w->t, st.code);
+    dev_tensor_release(w->t);
+    free(w);
+    w = next;
+  }
+}
+
+/* Abandons dropped ops, then lets waiters on them go. */
+static void sched_finish_drop(sched_session *ss, sched_qop *dropped, int n,
+                              const char *why) {
+  if (n == 0) return;
+  sched *s = ss->owner;
+  sched_abandon_list(dropped, why);
+  pthread_mutex_lock(&s->qmu);
+  ss->dropping -= n;
+  sched_dwait *w = sched_take_waiters_locked(ss);
+  pthread_cond_broadcast(&s->dcv);
+  pthread_mutex_unlock(&s->qmu);
+  sched_fire_waiters(w);
 }
 
 /* Drops every queued op of a session being closed. */
@@ -218,19 +363,91 @@ static void sched_drop_queue(sched_session *ss, const char *why) {
   int n = 0;
   pthread_mutex_lock(&s->qmu);
   sched_qop *d = sched_unqueue_locked(ss, true, 0, &n);
-  if (n) pthread_cond_broadcast(&s->dcv);
   pthread_mutex_unlock(&s->qmu);
-  sched_abandon_list(d, why);
+  sched_finish_drop(ss, d, n, why);
+}
+
+/* Completion of a submitted op (on the executor that finished it last). */
+static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
+  (void)t;
+  sched_qop *q = arg;
+  sched *s = q->owner;
+  uint64_t now = sched_now_ns();
+  double lat = (double)(now - q->t_enq_ns) * 1e-9;
+  int b = 0;
+  while (b < SCHED_LATENCY_BUCKETS && lat > sched_latency_bounds[b]) b++;
+  atomic_fetch_add_explicit(&s->lat_buckets[b], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&s->lat_sum_ns, now - q->t_enq_ns,
+                            memory_order_relaxed);
+  sched_count_outcome(s, q->op_index, code);
+  if (q->op_index >= 0)
+    atomic_fetch_add_explicit(&s->op_stats[q->op_index].run_ns,
+                              now - q->t_sub_ns, memory_order_relaxed);
+  free(q);
+  pthread_mutex_lock(&s->done_mu);
+  atomic_fetch_add(&s->n_completed, 1);
+  pthread_cond_broadcast(&s->done_cv);
+  pthread_mutex_unlock(&s->done_mu);
+}
+
+/* Submits one op and arranges for its completion to be counted. */
+static void sched_submit(sched *s, sched_qop *q) {
+  dev_op *op = q->op;
+  dev_tensor *out = dev_op_num_outputs(op) > 0 ? dev_op_output(op, 0) : NULL;
+  q->t_sub_ns = sched_now_ns();
+  atomic_fetch_add(&s->n_submitted, 1);
+  if (out) dev_tensor_retain(out); /* the op belongs to the engine after this */
+  dev_op_submit(s->engine, op);
+  dev_status st = DEV_STATUS_INIT;
+  if (!out)
+    sched_op_done(q, NULL, PD_OK);
+  else if (dev_tensor_notify(out, sched_op_done, q, &st) != PD_OK)
+    sched_op_done(q, out, PD_OK); /* host memory: count it now, untimed */
+  dev_tensor_release(out);
+}
+
+/* The op that sched_fence queues behind all others: an empty Fill, which
+ * holds no memory while its callback runs. */
+static void sched_submit_fence(sched *s, sched_fence_req *f) {
+  dev_op *op = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  const int64_t dims[1] = {0};
+  const dev_attr attrs[3] = {dev_attr_shape("shape", 1, dims),
+                             dev_attr_float("value", 0),
+                             dev_attr_dtype("dtype", PD_FLOAT32)};
+  if (dev_op_prepare(s->engine, "Fill", NULL, 0, attrs, 3, &op, &st) != PD_OK) {
+    f->fn(f->arg, NULL, st.code);
+    return;
+  }
+  dev_tensor *out = dev_op_output(op, 0);
+  dev_tensor_retain(out);
+  dev_op_submit(s->engine, op);
+  if (dev_tensor_notify(out, f->fn, f->arg, &st) != PD_OK)
+    f->fn(f->arg, NULL, st.code);
+  dev_tensor_release(out);
 }
 
 static void *sched_dispatch_main(void *arg) {
   sched *s = arg;
-  dev_op *batch[SCHED_DISPATCH_BATCH];
+  sched_qop *batch[SCHED_DISPATCH_BATCH];
   pthread_mutex_lock(&s->qmu);
   for (;;) {
-    while ((!s->rhead || s->paused) && !s->qstop)
+    while (!s->fences && (!s->rhead || s->paused) && !s->qstop)
       pthread_cond_wait(&s->qcv, &s->qmu);
     if (s->qstop) break;
+    if (s->fences) { /* every batch taken before was submitted */
+      sched_fence_req *f = s->fences;
+      s->fences = NULL;
+      pthread_mutex_unlock(&s->qmu);
+      while (f) {
+        sched_fence_req *next = f->next;
+        sched_submit_fence(s, f);
+        free(f);
+        f = next;
+      }
+      pthread_mutex_lock(&s->qmu);
+      continue;
+    }
     sched_session *ss = s->rhead;
     s->rhead = ss->rnext;
     if (!s->rhead) s->rtail = NULL;
@@ -239,10 +456,12 @@ static void *sched_dispatch_main(void *arg) {
     while (ss->qhead && k < SCHED_DISPATCH_BATCH) {
       sched_qop *q = ss->qhead;
       ss->qhead = q->next;
-      batch[k++] = q->op;
-      free(q);
+      q->next = NULL;
+      batch[k++] = q;
     }
     ss->qlen -= k;
+    ss->sub_lo = k ? batch[0]->seq : 0;
+    atomic_fetch_sub(&s->n_queued, (uint64_t)k);
     bool drop_ref = false;
     if (ss->qhead) { /* back of the line: others get their turn */
       if (s->rtail)
@@ -256,13 +475,15 @@ static void *sched_dispatch_main(void *arg) {
       drop_ref = true;
     }
     pthread_mutex_unlock(&s->qmu);
-    for (int i = 0; i < k; i++) dev_op_submit(s->engine, batch[i]);
+    for (int i = 0; i < k; i++) sched_submit(s, batch[i]);
     pthread_mutex_lock(&s->qmu);
-    ss->dispatched += (uint64_t)k;
+    ss->sub_lo = 0;
+    sched_dwait *w = sched_take_waiters_locked(ss);
     pthread_cond_broadcast(&s->dcv);
-    if (drop_ref) {
+    if (w || drop_ref) {
       pthread_mutex_unlock(&s->qmu);
-      sched_session_put(ss);
+      sched_fire_waiters(w);
+      if (drop_ref) sched_session_put(ss);
       pthread_mutex_lock(&s->qmu);
     }
   }
@@ -291,6 +512,9 @@ static void sched_session_free(sched_session *ss) {
   pthread_mutex_lock(&ss->mu);
   if (!ss->closed) sched_release_all_locked(ss);
   pthread_mutex_unlock(&ss->mu);
+  /* Registrations wait only on queued ops, and queued ops hold a reference:
+   * none can be left, but never strand a caller. */
+  sched_fire_waiters(ss->dwait);
   pthread_mutex_destroy(&ss->mu);
   free(ss);
 }
@@ -309,6 +533,18 @@ static void sched_unlink_locked(sched *s, sched_session *ss) {
       return;
     }
   }
+}
+
+/* Ends a session already unlinked from the table: releases its handles,
+ * drops its queue and the table's reference. Returns the handles freed. */
+static uint64_t sched_end_session(sched_session *ss, const char *why,
+                                  uint64_t *bytes) {
+  pthread_mutex_lock(&ss->mu);
+  if (bytes) *bytes = ss->bytes;
+  uint64_t n = ss->closed ? 0 : sched_release_all_locked(ss);
+  pthread_mutex_unlock(&ss->mu);
+  sched_drop_queue(ss, why);
+  return n;
 }
 
 static void *sched_lease_main(void *arg) {
@@ -342,10 +578,9 @@ static void *sched_lease_main(void *arg) {
     while (expired) {
       sched_session *ss = expired;
       expired = ss->next;
-      pthread_mutex_lock(&ss->mu);
-      uint64_t n = sched_release_all_locked(ss);
-      pthread_mutex_unlock(&ss->mu);
-      sched_drop_queue(ss, "the session's lease expired before the op ran");
+      uint64_t n = sched_end_session(
+          ss, "the session's lease expired before the op ran", NULL);
+      atomic_fetch_add(&s->n_expired, 1);
       if (s->cfg.on_expired)
         s->cfg.on_expired(s->cfg.on_expired_arg, ss->seq, ss->client, n);
       sched_session_put(ss); /* the table's reference */
@@ -356,6 +591,44 @@ static void *sched_lease_main(void *arg) {
   return NULL;
 }
 
+static bool sched_config_valid(const sched_config *cfg) {
+  return cfg->default_lease_s != 0 && cfg->max_lease_s >= cfg->default_lease_s &&
+         cfg->max_sessions > 0 && cfg->max_handles_per_session > 0 &&
+         cfg->max_ops_per_request > 0 && cfg->lease_check_ms != 0 &&
+         cfg->max_queued_ops > 0 &&
+         (cfg->max_memory_quota == 0 ||
+          cfg->default_memory_quota <= cfg->max_memory_quota);
+}
+
+static void sched_set_limits(sched *s, const sched_config *cfg) {
+  sched_limits *l = &s->lim;
+  atomic_store(&l->default_lease_s, cfg->default_lease_s);
+  atomic_store(&l->max_lease_s, cfg->max_lease_s);
+  atomic_store(&l->max_sessions, cfg->max_sessions);
+  atomic_store(&l->max_handles, cfg->max_handles_per_session);
+  atomic_store(&l->max_ops, cfg->max_ops_per_request);
+  atomic_store(&l->max_queued, cfg->max_queued_ops);
+  atomic_store(&l->default_quota, cfg->default_memory_quota);
+  atomic_store(&l->max_quota, cfg->max_memory_quota);
+}
+
+#define SCHED_CONFIG_RULES                                                  \
+  "every limit must be positive, default_lease_s <= max_lease_s, and "      \
+  "default_memory_quota <= max_memory_quota when a maximum is set"
+
+pd_code sched_reconfigure(sched *s, const sched_config *cfg, dev_status *st) {
+  if (!cfg || cfg->struct_size != sizeof(sched_config))
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "sched_config.struct_size is %zu, expected %zu",
+                     cfg ? cfg->struct_size : 0, sizeof(sched_config));
+  sched_config c = *cfg;
+  c.lease_check_ms = s->cfg.lease_check_ms;
+  if (!sched_config_valid(&c))
+    return dev_error(st, PD_INVALID_ARGUMENT, "sched_config: " SCHED_CONFIG_RULES);
+  sched_set_limits(s, &c);
+  return PD_OK;
+}
+
 pd_code sched_create(dev_engine *e, const sched_config *cfg, sched **out,
                      dev_status *st) {
   if (!e || !cfg || !out)
@@ -364,18 +637,29 @@ pd_code sched_create(dev_engine *e, const sched_config *cfg, sched **out,
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "sched_config.struct_size is %zu, expected %zu",
                      cfg->struct_size, sizeof(sched_config));
-  if (cfg->default_lease_s == 0 || cfg->max_lease_s < cfg->default_lease_s ||
-      cfg->max_sessions <= 0 || cfg->max_handles_per_session <= 0 ||
-      cfg->max_ops_per_request <= 0 || cfg->lease_check_ms == 0 ||
-      cfg->max_queued_ops <= 0)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "sched_config: every limit must be positive and "
-                     "default_lease_s <= max_lease_s");
+  if (!sched_config_valid(cfg))
+    return dev_error(st, PD_INVALID_ARGUMENT, "sched_config: " SCHED_CONFIG_RULES);
   sched *s = calloc(1, sizeof(*s));
   if (!s) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   s->engine = e;
   s->cfg = *cfg;
+  sched_set_limits(s, cfg);
   s->next_seq = 1;
+  s->num_ops = dev_op_count();
+  s->op_names = calloc((size_t)s->num_ops + 1, sizeof(*s->op_names));
+  s->op_stats = calloc((size_t)s->num_ops + 1, sizeof(*s->op_stats));
+  if (!s->op_names || !s->op_stats) {
+    free(s->op_names);
+    free(s->op_stats);
+    free(s);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  for (int i = 0; i < s->num_ops; i++) {
+    const dev_op_def *d = dev_op_at(i);
+    s->op_names[i] = (sched_op_name){d->name, i};
+  }
+  qsort(s->op_names, (size_t)s->num_ops, sizeof(*s->op_names),
+        sched_op_name_cmp);
   pthread_mutex_init(&s->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -385,6 +669,8 @@ pd_code sched_create(dev_engine *e, const sched_config *cfg, sched **out,
   pthread_mutex_init(&s->qmu, NULL);
   pthread_cond_init(&s->qcv, NULL);
   pthread_cond_init(&s->dcv, NULL);
+  pthread_mutex_init(&s->done_mu, NULL);
+  pthread_cond_init(&s->done_cv, NULL);
   atomic_init(&s->next_tag, 1);
   int rc = pthread_create(&s->lease_thread, NULL, sched_lease_main, s);
   if (rc != 0) goto fail_lease;
@@ -400,11 +686,15 @@ fail_dispatch:
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->lease_thread, NULL);
 fail_lease:
+  pthread_cond_destroy(&s->done_cv);
+  pthread_mutex_destroy(&s->done_mu);
   pthread_cond_destroy(&s->dcv);
   pthread_cond_destroy(&s->qcv);
   pthread_mutex_destroy(&s->qmu);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
+  free(s->op_names);
+  free(s->op_stats);
   free(s);
   return dev_error(st, PD_INTERNAL, "cannot start the scheduler's threads: %s",
                    strerror(rc));
@@ -420,8 +710,16 @@ void sched_destroy(sched *s) {
   pthread_mutex_lock(&s->qmu);
   s->qstop = true;
   pthread_cond_broadcast(&s->qcv);
+  sched_fence_req *f = s->fences;
+  s->fences = NULL;
   pthread_mutex_unlock(&s->qmu);
   pthread_join(s->dispatch_thread, NULL);
+  while (f) {
+    sched_fence_req *next = f->next;
+    f->fn(f->arg, NULL, PD_CANCELLED);
+    free(f);
+    f = next;
+  }
   /* The dispatcher is gone: drop what it did not reach. */
   while (s->rhead) {
     sched_session *ss = s->rhead;
@@ -437,11 +735,20 @@ void sched_destroy(sched *s) {
     s->sessions = ss->next;
     sched_session_put(ss);
   }
+  /* Ops on the devices still report their completion here. */
+  pthread_mutex_lock(&s->done_mu);
+  while (atomic_load(&s->n_completed) < atomic_load(&s->n_submitted))
+    pthread_cond_wait(&s->done_cv, &s->done_mu);
+  pthread_mutex_unlock(&s->done_mu);
+  pthread_cond_destroy(&s->done_cv);
+  pthread_mutex_destroy(&s->done_mu);
   pthread_cond_destroy(&s->dcv);
   pthread_cond_destroy(&s->qcv);
   pthread_mutex_destroy(&s->qmu);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
+  free(s->op_names);
+  free(s->op_stats);
   free(s);
 }
 
@@ -473,11 +780,20 @@ static pd_code sched_copy_name(char *dst, const char *src, const char *what,
 
 pd_code sched_session_create(sched *s, const sched_session_params *p,
                              sched_session_info *out, dev_status *st) {
-  uint32_t lease = p->lease_s ? p->lease_s : s->cfg.default_lease_s;
-  if (lease > s->cfg.max_lease_s)
+  uint32_t max_lease = SCHED_LIM(s, max_lease_s);
+  uint32_t lease = p->lease_s ? p->lease_s : SCHED_LIM(s, default_lease_s);
+  if (lease > max_lease)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "lease_seconds %u is over the limit max_lease_seconds = %u",
-                     lease, s->cfg.max_lease_s);
+                     lease, max_lease);
+  uint64_t max_quota = SCHED_LIM(s, max_quota);
+  uint64_t quota = p->memory_quota ? p->memory_quota : SCHED_LIM(s, default_quota);
+  if (max_quota && quota > max_quota)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "memory_quota_bytes %llu is over the limit "
+                     "max_memory_quota = %llu bytes",
+                     (unsigned long long)quota, (unsigned long long)max_quota);
+  if (max_quota && quota == 0) quota = max_quota;
   sched_session *ss = calloc(1, sizeof(*ss));
   if (!ss) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   pd_code c;
@@ -501,25 +817,28 @@ pd_code sched_session_create(sched *s, const sched_session_params *p,
   atomic_init(&ss->refs, 1); /* the table's */
   ss->owner = s;
   ss->lease_s = lease;
-  ss->quota = p->memory_quota;
-  atomic_init(&ss->expires_ms, sched_now_ms() + (int64_t)lease * 1000);
+  ss->quota = quota;
+  ss->created_ms = sched_now_ms();
+  atomic_init(&ss->expires_ms, ss->created_ms + (int64_t)lease * 1000);
   pthread_mutex_init(&ss->mu, NULL);
 
   pthread_mutex_lock(&s->mu);
-  if (s->num_sessions >= s->cfg.max_sessions) {
+  int max_sessions = SCHED_LIM(s, max_sessions);
+  if (s->num_sessions >= max_sessions) {
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_destroy(&ss->mu);
     free(ss);
     return dev_error(st, PD_RESOURCE_EXHAUSTED,
                      "the daemon holds max_sessions = %d sessions; close one "
                      "or wait for a lease to end",
-                     s->cfg.max_sessions);
+                     max_sessions);
   }
   ss->seq = s->next_seq++;
   ss->next = s->sessions;
   s->sessions = ss;
   s->num_sessions++;
   pthread_mutex_unlock(&s->mu);
+  atomic_fetch_add(&s->n_created, 1);
 
   memcpy(out->token, ss->token, SCHED_TOKEN_BYTES);
   out->seq = ss->seq;
@@ -574,10 +893,9 @@ pd_code sched_session_close(sched *s, const void *token, size_t len,
   if (c == PD_OK) sched_unlink_locked(s, ss);
   pthread_mutex_unlock(&s->mu);
   if (c != PD_OK) return c;
-  pthread_mutex_lock(&ss->mu);
-  uint64_t n = sched_release_all_locked(ss);
-  pthread_mutex_unlock(&ss->mu);
-  sched_drop_queue(ss, "the session was closed before the op ran");
+  uint64_t n =
+      sched_end_session(ss, "the session was closed before the op ran", NULL);
+  atomic_fetch_add(&s->n_closed, 1);
   sched_session_put(ss);
   if (handles_freed) *handles_freed = n;
   return PD_OK;
@@ -660,13 +978,12 @@ void sched_session_usage(sched_session *ss, int *handles, uint64_t *bytes) {
 static pd_code sched_check_room_locked(sched_session *ss, int extra_handles,
                                        uint64_t extra_bytes, dev_status *st) {
   sched *s = ss->owner;
-  if (ss->handles.live + (size_t)extra_handles >
-      (size_t)s->cfg.max_handles_per_session)
+  int max_handles = SCHED_LIM(s, max_handles);
+  if (ss->handles.live + (size_t)extra_handles > (size_t)max_handles)
     return dev_error(st, PD_RESOURCE_EXHAUSTED,
                      "the session would hold %zu handles; the limit "
                      "max_handles_per_session is %d (delete some)",
-                     ss->handles.live + (size_t)extra_handles,
-                     s->cfg.max_handles_per_session);
+                     ss->handles.live + (size_t)extra_handles, max_handles);
   if (ss->quota && (extra_bytes > ss->quota || ss->bytes > ss->quota - extra_bytes))
     return dev_error(st, PD_RESOURCE_EXHAUSTED,
                      "session memory quota exceeded: %llu bytes held + %llu "
@@ -785,19 +1102,21 @@ static pd_code sched_op_error(dev_status *st, int i, const char *name,
 
 typedef struct sched_pending {
   uint64_t id;
-  dev_tensor *t; /* borrowed from its prepared op */
+  dev_tensor *t;  /* borrowed from its prepared op */
+  uint64_t bytes; /* what it is charged: 0 for a buffer shared with an input */
 } sched_pending;
 
 pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
                       uint64_t tag, sched_op_result *results, int *failed_op,
                       dev_status *st) {
   sched *s = ss->owner;
-  if (n <= 0 || n > s->cfg.max_ops_per_request) {
-    if (failed_op) *failed_op = n > 0 ? s->cfg.max_ops_per_request : 0;
+  int max_ops = SCHED_LIM(s, max_ops);
+  if (n <= 0 || n > max_ops) {
+    if (failed_op) *failed_op = n > 0 ? max_ops : 0;
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "a request holds %d ops; expected 1 to "
                      "max_ops_per_request = %d",
-                     n, s->cfg.max_ops_per_request);
+                     n, max_ops);
   }
   dev_op **prepared = calloc((size_t)n, sizeof(*prepared));
   sched_pending *pend = calloc((size_t)n * DEV_MAX_OUTPUTS, sizeof(*pend));
@@ -880,13 +1199,18 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
       goto op_failed;
     }
     results[i].num_outputs = nout;
+    /* Only output 0 can share input 0's buffer (DEV_OP_ALIASES_INPUT). */
+    uint64_t nb = dev_op_new_bytes(prepared[i]);
+    uint64_t shared = dev_op_output_bytes(prepared[i]) - nb;
     for (int j = 0; j < nout; j++) {
       dev_tensor *t = dev_op_output(prepared[i], j);
       results[i].dtype[j] = dev_tensor_dtype(t);
       results[i].shape[j] = *dev_tensor_shape(t);
-      pend[npend++] = (sched_pending){op->output_ids[j], t};
+      uint64_t b = dev_tensor_bytes(t);
+      uint64_t cut = j == 0 ? (shared < b ? shared : b) : 0;
+      pend[npend++] = (sched_pending){op->output_ids[j], t, b - cut};
     }
-    new_bytes += dev_op_output_bytes(prepared[i]);
+    new_bytes += nb;
   }
   bad = -1;
   c = sched_check_room_locked(ss, npend, new_bytes, st);
@@ -910,17 +1234,21 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
       goto unwind;
     }
     q->tag = tag;
+    q->owner = s;
+    q->op_index = sched_op_index(s, ops[i].op_name);
     q->next = chain;
     chain = q;
   }
+  uint64_t t_enq = sched_now_ns();
   pthread_mutex_lock(&s->qmu);
-  if (ss->qlen + n > s->cfg.max_queued_ops) {
+  int max_queued = SCHED_LIM(s, max_queued);
+  if (ss->qlen + n > max_queued) {
     int ql = ss->qlen;
     pthread_mutex_unlock(&s->qmu);
     c = dev_error(st, PD_RESOURCE_EXHAUSTED,
                   "the session has %d ops queued; with %d more it would pass "
                   "the limit max_queued_ops = %d (Sync, or send fewer at once)",
-                  ql, n, s->cfg.max_queued_ops);
+                  ql, n, max_queued);
     bad = 0;
     goto unwind;
   }
@@ -932,11 +1260,12 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
       for (int j = 0; j < nout; j++, k++) {
         dev_tensor *t = pend[k].t;
         dev_tensor_retain(t);
-        uint64_t b = dev_tensor_bytes(t);
-        sched_htab_insert(&ss->handles, pend[k].id, t, b);
-        ss->bytes += b;
+        sched_htab_insert(&ss->handles, pend[k].id, t, pend[k].bytes);
+        ss->bytes += pend[k].bytes;
       }
       q->op = prepared[i];
+      q->seq = ++ss->enqueued;
+      q->t_enq_ns = t_enq;
       prepared[i] = NULL;
     }
     if (ss->qtail)
@@ -947,7 +1276,7 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
     chain = NULL;
   }
   ss->qlen += n;
-  ss->enqueued += (uint64_t)n;
+  atomic_fetch_add(&s->n_queued, (uint64_t)n);
   if (!ss->in_ready) {
     ss->in_ready = true;
     atomic_fetch_add(&ss->refs, 1);
@@ -988,9 +1317,8 @@ int sched_cancel(sched_session *ss, uint64_t tag) {
   int n = 0;
   pthread_mutex_lock(&s->qmu);
   sched_qop *d = sched_unqueue_locked(ss, false, tag, &n);
-  if (n) pthread_cond_broadcast(&s->dcv);
   pthread_mutex_unlock(&s->qmu);
-  sched_abandon_list(d, "the call that queued the op was cancelled");
+  sched_finish_drop(ss, d, n, "the call that queued the op was cancelled");
   return n;
 }
 
@@ -1002,7 +1330,7 @@ static void sched_wait_dispatched(sched_session *ss) {
   sched *s = ss->owner;
   pthread_mutex_lock(&s->qmu);
   uint64_t target = ss->enqueued;
-  while (ss->dispatched < target && !s->qstop)
+  while (!sched_handed_over_locked(ss, target) && !s->qstop)
     pthread_cond_wait(&s->dcv, &s->qmu);
   pthread_mutex_unlock(&s->qmu);
 }
@@ -1012,16 +1340,38 @@ pd_code sched_tensor_wait(sched_session *ss, dev_tensor *t, dev_status *st) {
   return dev_tensor_wait(t, st);
 }
 
-pd_code sched_sync(sched_session *ss, const uint64_t *ids, int n,
-                   dev_status *tensor_err, uint64_t *failed_id,
-                   dev_status *st) {
+pd_code sched_tensor_notify(sched_session *ss, dev_tensor *t, dev_ready_fn fn,
+                            void *arg, dev_status *st) {
+  sched *s = ss->owner;
+  if (!dev_tensor_is_ready(t)) {
+    pthread_mutex_lock(&s->qmu);
+    uint64_t target = ss->enqueued;
+    if (!sched_handed_over_locked(ss, target)) {
+      sched_dwait *w = calloc(1, sizeof(*w));
+      if (!w) {
+        pthread_mutex_unlock(&s->qmu);
+        return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      }
+      dev_tensor_retain(t);
+      *w = (sched_dwait){target, t, fn, arg, ss->dwait};
+      ss->dwait = w;
+      pthread_mutex_unlock(&s->qmu);
+      return PD_OK;
+    }
+    pthread_mutex_unlock(&s->qmu);
+  }
+  return dev_tensor_notify(t, fn, arg, st);
+}
+
+pd_code sched_collect(sched_session *ss, const uint64_t *ids, int n,
+                      sched_ref **out, size_t *count, dev_status *st) {
   pthread_mutex_lock(&ss->mu);
   if (ss->closed) {
     pthread_mutex_unlock(&ss->mu);
     return sched_closed_error(st);
   }
   size_t cnt = n > 0 ? (size_t)n : ss->handles.live;
-  sched_pending *list = calloc(cnt ? cnt : 1, sizeof(*list));
+  sched_ref *list = calloc(cnt ? cnt : 1, sizeof(*list));
   if (!list) {
     pthread_mutex_unlock(&ss->mu);
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -1029,19 +1379,18 @@ pd_code sched_sync(sched_session *ss, const uint64_t *ids, int n,
   size_t k = 0;
   pd_code c = PD_OK;
   if (n > 0) {
-    for (int i = 0; i < n && c == PD_OK; i++) {
+    for (int i = 0; i < n; i++) {
       sched_slot *sl = sched_htab_find(&ss->handles, ids[i]);
       if (!sl) {
         c = sched_not_found(ids[i], st);
         break;
       }
-      list[k++] = (sched_pending){ids[i], sl->t};
+      list[k++] = (sched_ref){ids[i], sl->t};
     }
   } else {
     for (size_t i = 0; i < ss->handles.cap; i++) {
       sched_slot *sl = &ss->handles.slots[i];
-      if (sl->id != 0 && sl->t != NULL)
-        list[k++] = (sched_pending){sl->id, sl->t};
+      if (sl->id != 0 && sl->t != NULL) list[k++] = (sched_ref){sl->id, sl->t};
     }
   }
   if (c == PD_OK)
@@ -1051,6 +1400,23 @@ pd_code sched_sync(sched_session *ss, const uint64_t *ids, int n,
     free(list);
     return c;
   }
+  *out = list;
+  *count = k;
+  return PD_OK;
+}
+
+void sched_refs_release(sched_ref *refs, size_t count) {
+  for (size_t i = 0; refs && i < count; i++) dev_tensor_release(refs[i].t);
+  free(refs);
+}
+
+pd_code sched_sync(sched_session *ss, const uint64_t *ids, int n,
+                   dev_status *tensor_err, uint64_t *failed_id,
+                   dev_status *st) {
+  sched_ref *list = NULL;
+  size_t k = 0;
+  pd_code c = sched_collect(ss, ids, n, &list, &k, st);
+  if (c != PD_OK) return c;
   dev_status first = DEV_STATUS_INIT;
   uint64_t first_id = 0;
   sched_wait_dispatched(ss);
@@ -1060,10 +1426,202 @@ pd_code sched_sync(sched_session *ss, const uint64_t *ids, int n,
       first = ts;
       first_id = list[i].id;
     }
-    dev_tensor_release(list[i].t);
   }
-  free(list);
+  sched_refs_release(list, k);
   if (tensor_err) *tensor_err = first;
   if (failed_id) *failed_id = first_id;
   return PD_OK;
+}
+
+pd_code sched_fence(sched *s, dev_ready_fn fn, void *arg, dev_status *st) {
+  sched_fence_req *f = calloc(1, sizeof(*f));
+  if (!f) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  f->fn = fn;
+  f->arg = arg;
+  pthread_mutex_lock(&s->qmu);
+  if (s->qstop) {
+    pthread_mutex_unlock(&s->qmu);
+    free(f);
+    fn(arg, NULL, PD_CANCELLED);
+    return PD_OK;
+  }
+  f->next = s->fences;
+  s->fences = f;
+  pthread_cond_signal(&s->qcv);
+  pthread_mutex_unlock(&s->qmu);
+  return PD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Operators */
+
+int sched_list_sessions(sched *s, const char *job, sched_session_view **out) {
+  bool all = !job || !*job;
+  pthread_mutex_lock(&s->mu);
+  size_t cap = (size_t)s->num_sessions;
+  sched_session **list = calloc(cap ? cap : 1, sizeof(*list));
+  if (!list) {
+    pthread_mutex_unlock(&s->mu);
+    return -1;
+  }
+  size_t n = 0;
+  for (sched_session *ss = s->sessions; ss && n < cap; ss = ss->next) {
+    if (!all && strcmp(ss->job, job) != 0) continue;
+    atomic_fetch_add(&ss->refs, 1);
+    list[n++] = ss;
+  }
+  pthread_mutex_unlock(&s->mu);
+  sched_session_view *v = calloc(n ? n : 1, sizeof(*v));
+  int64_t now = sched_now_ms();
+  for (size_t i = 0; i < n; i++) {
+    sched_session *ss = list[n - 1 - i]; /* the table is newest first */
+    if (v) {
+      sched_session_view *e = &v[i];
+      e->seq = ss->seq;
+      memcpy(e->client, ss->client, sizeof(e->client));
+      memcpy(e->job, ss->job, sizeof(e->job));
+      e->memory_quota = ss->quota;
+      e->lease_s = ss->lease_s;
+      e->age_s = (double)(now - ss->created_ms) / 1000.0;
+      int64_t last = atomic_load(&ss->expires_ms) - (int64_t)ss->lease_s * 1000;
+      e->idle_s = now > last ? (double)(now - last) / 1000.0 : 0.0;
+      pthread_mutex_lock(&ss->mu);
+      e->bytes = ss->bytes;
+      e->handles = ss->handles.live;
+      pthread_mutex_unlock(&ss->mu);
+      pthread_mutex_lock(&s->qmu);
+      e->queued_ops = (uint64_t)ss->qlen;
+      pthread_mutex_unlock(&s->qmu);
+    }
+    sched_session_put(ss);
+  }
+  free(list);
+  if (!v) return -1;
+  *out = v;
+  return (int)n;
+}
+
+pd_code sched_kill(sched *s, const sched_kill_target *t,
+                   sched_kill_result *out, dev_status *st) {
+  int given = (t->token != NULL || t->token_len != 0) +
+              (t->job != NULL) + (t->seq != 0);
+  if (given != 1)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "name exactly one of: a session token, a job id, a "
+                     "session number (%d given)",
+                     given);
+  if (t->job && !*t->job)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "an empty job id names no job (sessions without a job "
+                     "id are killed by token or number)");
+  sched_session *victims = NULL;
+  pd_code c = PD_OK;
+  pthread_mutex_lock(&s->mu);
+  if (t->job) {
+    for (sched_session **pp = &s->sessions; *pp;) {
+      sched_session *ss = *pp;
+      if (strcmp(ss->job, t->job) == 0) {
+        *pp = ss->next;
+        s->num_sessions--;
+        ss->next = victims;
+        victims = ss;
+      } else {
+        pp = &ss->next;
+      }
+    }
+  } else {
+    sched_session *ss = NULL;
+    if (t->seq) {
+      for (ss = s->sessions; ss && ss->seq != t->seq; ss = ss->next) {
+      }
+      if (!ss)
+        c = dev_error(st, PD_NOT_FOUND, "no open session numbered %llu",
+                      (unsigned long long)t->seq);
+    } else {
+      c = sched_find_locked(s, t->token, t->token_len, &ss, st);
+    }
+    if (c == PD_OK) {
+      sched_unlink_locked(s, ss);
+      victims = ss;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (c != PD_OK) return c;
+  sched_kill_result r = {0, 0, 0};
+  while (victims) {
+    sched_session *ss = victims;
+    victims = ss->next;
+    uint64_t bytes = 0;
+    r.handles += sched_end_session(
+        ss, "the session was killed by an operator before the op ran", &bytes);
+    r.bytes += bytes;
+    r.sessions++;
+    atomic_fetch_add(&s->n_killed, 1);
+    sched_session_put(ss);
+  }
+  if (out) *out = r;
+  return PD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Counters */
+
+void sched_get_stats(sched *s, sched_stats *out) {
+  sched_stats r;
+  memset(&r, 0, sizeof(r));
+  r.struct_size = sizeof(r);
+  pthread_mutex_lock(&s->mu);
+  r.sessions = s->num_sessions;
+  for (sched_session *ss = s->sessions; ss; ss = ss->next) {
+    pthread_mutex_lock(&ss->mu);
+    r.handles += ss->handles.live;
+    r.bytes += ss->bytes;
+    pthread_mutex_unlock(&ss->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  r.sessions_created = atomic_load(&s->n_created);
+  r.sessions_closed = atomic_load(&s->n_closed);
+  r.sessions_expired = atomic_load(&s->n_expired);
+  r.sessions_killed = atomic_load(&s->n_killed);
+  r.ops_queued = atomic_load(&s->n_queued);
+  /* Completed before submitted: in_flight is never negative. */
+  r.ops_completed = atomic_load(&s->n_completed);
+  r.ops_submitted = atomic_load(&s->n_submitted);
+  r.ops_in_flight = r.ops_submitted - r.ops_completed;
+  r.ops_dropped = atomic_load(&s->n_dropped);
+  uint64_t cum = 0;
+  for (int b = 0; b <= SCHED_LATENCY_BUCKETS; b++) {
+    cum += atomic_load_explicit(&s->lat_buckets[b], memory_order_relaxed);
+    r.latency_buckets[b] = cum;
+  }
+  r.latency_sum_s = (double)atomic_load(&s->lat_sum_ns) * 1e-9;
+  *out = r;
+}
+
+void sched_op_stats(sched *s, int op_index, uint64_t by_code[SCHED_NUM_CODES],
+                    double *run_seconds) {
+  if (op_index < 0 || op_index >= s->num_ops) {
+    memset(by_code, 0, sizeof(uint64_t) * SCHED_NUM_CODES);
+    if (run_seconds) *run_seconds = 0;
+    return;
+  }
+  sched_op_counter *c = &s->op_stats[op_index];
+  for (int i = 0; i < SCHED_NUM_CODES; i++)
+    by_code[i] = atomic_load_explicit(&c->by_code[i], memory_order_relaxed);
+  if (run_seconds) *run_seconds = (double)atomic_load(&c->run_ns) * 1e-9;
+}
+
+bool sched_check_progress(sched *s, sched_progress *p, double now,
+                          double stall_s) {
+  uint64_t completed = atomic_load(&s->n_completed);
+  bool outstanding = atomic_load(&s->n_queued) > 0 ||
+                     atomic_load(&s->n_submitted) > completed;
+  bool stalled = false;
+  if (!outstanding || !p->outstanding || completed != p->completed)
+    p->since = now; /* idle, new work, or progress: the wait starts again */
+  else
+    stalled = now - p->since > stall_s;
+  p->completed = completed;
+  p->outstanding = outstanding;
+  return stalled;
 }

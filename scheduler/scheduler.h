@@ -27,9 +27,20 @@
  * SCHED_DISPATCH_BATCH from one session before moving to the next, so a busy
  * session cannot starve the others) and submits them to the engine, which
  * gives every device the same global order. Ops still queued can be dropped:
- * those of a cancelled call (sched_cancel), and all of a closed or expired
- * session; their outputs then fail with CANCELLED. Ops already submitted run
- * to the end. Priorities and deadlines come next.
+ * those of a cancelled call (sched_cancel), and all of a closed, expired or
+ * killed session; their outputs then fail with CANCELLED. Ops already
+ * submitted run to the end. Priorities and deadlines come next.
+ *
+ * Waiting: sched_tensor_notify calls back when a handle's tensor is computed
+ * without blocking a thread, so a server can honour its callers' deadlines
+ * and cancellation (the blocking sched_tensor_wait / sched_sync remain for
+ * programs that have a thread to spare).
+ *
+ * Accounting: a session's bytes are what its ops newly allocate
+ * (dev_op_new_bytes: an output that shares its input's buffer, as Reshape's
+ * and Identity's do, costs nothing), and its quota is checked against them.
+ * Counters of sessions and ops (by op and outcome, with latencies) are kept
+ * for a metrics endpoint (sched_get_stats, sched_op_stats).
  *
  * Thread safety: every function may be called from any thread. A session's
  * calls are serialized on the session's own lock; different sessions proceed
@@ -73,11 +84,13 @@ typedef struct sched_config {
   int max_queued_ops;           /* per session; RESOURCE_EXHAUSTED beyond */
   sched_expired_fn on_expired;  /* may be NULL */
   void *on_expired_arg;
+  uint64_t default_memory_quota; /* bytes; for sessions that ask 0; 0: none */
+  uint64_t max_memory_quota;     /* bytes; 0: no cap (see sched_session_create) */
 } sched_config;
 
 #define SCHED_CONFIG_INITIALIZER \
   {sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, \
-   NULL, NULL}
+   NULL, NULL, 0, 0}
 
 /* Creates a scheduler over engine `e` (borrowed; it must outlive the
  * scheduler) and starts its lease and dispatcher threads. INVALID_ARGUMENT for a config with
@@ -92,6 +105,14 @@ void sched_destroy(sched *s);
 
 /* Current number of open sessions. */
 int sched_num_sessions(sched *s);
+
+/* Replaces the limits of a running scheduler (a daemon's reload): the lease
+ * defaults, max_sessions, max_handles_per_session, max_ops_per_request,
+ * max_queued_ops and the memory quotas of `cfg`; the other fields are
+ * ignored. Sessions already open keep their lease and quota; a limit that
+ * shrinks below what a session holds stops it from growing, nothing is
+ * taken away. INVALID_ARGUMENT (nothing changed) as sched_create. */
+pd_code sched_reconfigure(sched *s, const sched_config *cfg, dev_status *st);
 
 /* Holds (true) or resumes (false) the dispatcher: while held, executed ops
  * stay queued (ops it is submitting at the moment still go). For draining a
@@ -114,9 +135,12 @@ typedef struct sched_session_info {
   uint64_t memory_quota;
 } sched_session_info;
 
-/* Opens a session. Errors: INVALID_ARGUMENT (a name over SCHED_NAME_MAX, a
- * lease over max_lease_s, each naming the limit), RESOURCE_EXHAUSTED (at
- * max_sessions), INTERNAL (getrandom failed). */
+/* Opens a session. Its quota is p->memory_quota, or default_memory_quota
+ * when that is 0; with max_memory_quota set, a session asking for none gets
+ * max_memory_quota. Errors: INVALID_ARGUMENT (a name over SCHED_NAME_MAX, a
+ * lease over max_lease_s, a quota over max_memory_quota, each naming the
+ * limit), RESOURCE_EXHAUSTED (at max_sessions), INTERNAL (getrandom
+ * failed). */
 pd_code sched_session_create(sched *s, const sched_session_params *p,
                              sched_session_info *out, dev_status *st);
 
@@ -241,6 +265,134 @@ pd_code sched_tensor_wait(sched_session *ss, dev_tensor *t, dev_status *st);
 pd_code sched_sync(sched_session *ss, const uint64_t *ids, int n,
                    dev_status *tensor_err, uint64_t *failed_id,
                    dev_status *st);
+
+
+/* Calls fn(arg, t, code) once `t` (a tensor of session `ss`) is computed, as
+ * dev_tensor_notify does, but also for the output of an op still in the
+ * session's queue: the registration then waits, without a thread, until
+ * every op queued before it was submitted or dropped. fn runs on the
+ * caller's thread (already computed), the dispatcher's, or an executor's; it
+ * must not block. Returns RESOURCE_EXHAUSTED (host memory); fn is then never
+ * called. */
+pd_code sched_tensor_notify(sched_session *ss, dev_tensor *t, dev_ready_fn fn,
+                            void *arg, dev_status *st);
+
+/* A handle and a reference on its tensor (sched_collect). */
+typedef struct sched_ref {
+  uint64_t id;
+  dev_tensor *t;
+} sched_ref;
+
+/* Retains the tensors of handles ids[0..n) (n == 0: every live handle) into
+ * a new array *out of *count entries; free it with sched_refs_release.
+ * Errors: NOT_FOUND (an unknown id, nothing retained), RESOURCE_EXHAUSTED. */
+pd_code sched_collect(sched_session *ss, const uint64_t *ids, int n,
+                      sched_ref **out, size_t *count, dev_status *st);
+void sched_refs_release(sched_ref *refs, size_t count);
+
+/* Calls fn(arg, NULL, code) once every op submitted to the engine so far,
+ * by any session, has run on every device and released what it used, so
+ * the memory of released tensors is free again. Queues a tiny op on every
+ * device behind all others (devices run their ops in order). fn runs on an
+ * executor thread and must not block; code is OK, or CANCELLED when the
+ * scheduler is destroyed first, or the error of the fence op itself.
+ * Errors: RESOURCE_EXHAUSTED (host memory; fn is never called). */
+pd_code sched_fence(sched *s, dev_ready_fn fn, void *arg, dev_status *st);
+
+/* --- Operators: listing and killing sessions ------------------------------ */
+
+typedef struct sched_session_view {
+  uint64_t seq;                     /* the session's number (logs, admin) */
+  char client[SCHED_NAME_MAX + 1];
+  char job[SCHED_NAME_MAX + 1];
+  uint64_t bytes;                   /* accounted as for the quota */
+  uint64_t handles;
+  uint64_t memory_quota;            /* 0: none */
+  uint32_t lease_s;
+  double age_s;                     /* since it was created */
+  double idle_s;                    /* since the last call that renewed it */
+  uint64_t queued_ops;
+} sched_session_view;
+
+/* Snapshot of the open sessions (those of job `job` only, when not NULL or
+ * empty), oldest first, into a new array (free() it). Returns the number,
+ * or -1 when out of host memory. */
+int sched_list_sessions(sched *s, const char *job, sched_session_view **out);
+
+/* Which sessions sched_kill ends: exactly one of the three. */
+typedef struct sched_kill_target {
+  const void *token; /* a session token, token_len bytes */
+  size_t token_len;
+  const char *job;   /* every session of this job id (may be none) */
+  uint64_t seq;      /* the session numbered seq */
+} sched_kill_target;
+
+typedef struct sched_kill_result {
+  int sessions;
+  uint64_t handles;
+  uint64_t bytes;
+} sched_kill_result;
+
+/* Ends sessions as CloseSession does (handles released, queued ops dropped
+ * with CANCELLED), on an operator's order. Killing a job with no session is
+ * OK with zero sessions. Errors: INVALID_ARGUMENT (no target or more than
+ * one, an empty job id), UNAUTHENTICATED / NOT_FOUND (token, seq). Follow
+ * with sched_fence to learn when the memory is free. */
+pd_code sched_kill(sched *s, const sched_kill_target *target,
+                   sched_kill_result *out, dev_status *st);
+
+/* --- Counters ---------------------------------------------------------------- */
+
+#define SCHED_NUM_CODES 17 /* pd_code values 0..16 */
+#define SCHED_LATENCY_BUCKETS 18
+
+/* Upper bounds (seconds) of the op latency histogram's buckets, ascending;
+ * a last, implicit bucket is +Inf. */
+extern const double sched_latency_bounds[SCHED_LATENCY_BUCKETS];
+
+typedef struct sched_stats {
+  size_t struct_size;
+  int sessions;                 /* open now */
+  uint64_t handles;             /* live handles, all sessions */
+  uint64_t bytes;               /* accounted bytes, all sessions */
+  uint64_t sessions_created;
+  uint64_t sessions_closed;     /* by their clients */
+  uint64_t sessions_expired;    /* leases that ran out */
+  uint64_t sessions_killed;     /* by sched_kill */
+  uint64_t ops_queued;          /* now: in session queues */
+  uint64_t ops_in_flight;       /* now: submitted, not yet computed */
+  uint64_t ops_submitted;       /* ever */
+  uint64_t ops_completed;       /* ever (any outcome) */
+  uint64_t ops_dropped;         /* ever: dropped from queues (CANCELLED) */
+  /* Latency of ops from sched_execute to computed: cumulative counts per
+   * bucket of sched_latency_bounds, plus +Inf (= count). */
+  uint64_t latency_buckets[SCHED_LATENCY_BUCKETS + 1];
+  double latency_sum_s;
+} sched_stats;
+
+void sched_get_stats(sched *s, sched_stats *out);
+
+/* Per op (index 0..dev_op_count()-1 as dev_op_at): how many ran to each
+ * outcome (by pd_code; dropped ops count as CANCELLED) and the seconds from
+ * submission to the engine until computed, summed. */
+void sched_op_stats(sched *s, int op_index, uint64_t by_code[SCHED_NUM_CODES],
+                    double *run_seconds);
+
+/* --- Progress (for a watchdog) ------------------------------------------- */
+
+/* The caller's memory between sched_check_progress calls; zero it first. */
+typedef struct sched_progress {
+  uint64_t completed;
+  bool outstanding;
+  double since; /* when the current wait for progress began */
+} sched_progress;
+
+/* Says whether the scheduler is stalled at time `now` (seconds, any clock
+ * the caller uses consistently): ops were outstanding (queued or on the
+ * devices) and none completed for longer than `stall_s`. Idle is not
+ * stalled. Call it periodically with the same `p`. */
+bool sched_check_progress(sched *s, sched_progress *p, double now,
+                          double stall_s);
 
 #ifdef __cplusplus
 }

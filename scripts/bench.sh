@@ -17,6 +17,7 @@ args=("$@")
 BENCHES=(
   bench_engine
   bench_dispatch
+  bench_rpc
 )
 
 if [ ! -d "$build" ]; then

@@ -1,10 +1,10 @@
-/* paradevd's unary methods: server info, health, sessions, Execute, Sync,
- * Describe, Delete, Echo. Each decodes and checks its request against the
- * limits, calls the scheduler, and encodes the reply. */
+/* paradevd's unary methods: server info, sessions, Execute, Sync, Describe,
+ * Delete, Echo. Each decodes and checks its request against the limits,
+ * calls the scheduler, and encodes the reply. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "grpc/health/v1/health.pb-c.h"
+#define SRV_LOG_SUB SRV_SUB_RPC
 #include "log.h"
 #include "paradev/v1/paradev.pb-c.h"
 #include "server.h"
@@ -93,18 +93,13 @@ sched_session *srv_open_session(srv_call *c, ProtobufCBinaryData token) {
   return ss;
 }
 
-/* Session reference held by a call, dropped when it is destroyed. */
-static void srv_put_session(srv_call *c) {
-  sched_session_put(c->user);
-  c->user = NULL;
-}
-
 static bool srv_check_ids(srv_call *c, size_t n) {
-  if (n > (size_t)c->s->opt.limits.max_ids_per_request) {
+  int max_ids = SRV_RT(c->s, max_ids_per_request);
+  if (n > (size_t)max_ids) {
     srv_call_finish(c, PD_INVALID_ARGUMENT,
                     "%zu ids in one request; the limit max_ids_per_request is "
                     "%d",
-                    n, c->s->opt.limits.max_ids_per_request);
+                    n, max_ids);
     return false;
   }
   return true;
@@ -155,18 +150,18 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
   const srv_limits *l = &s->opt.limits;
   Paradev__V1__Limits lim = PARADEV__V1__LIMITS__INIT;
   lim.max_message_bytes = l->max_message_bytes;
-  lim.max_tensor_bytes = l->max_tensor_bytes;
+  lim.max_tensor_bytes = SRV_RT(s, max_tensor_bytes);
   lim.max_rank = PD_MAX_RANK;
-  lim.max_ops_per_request = l->max_ops_per_request;
-  lim.max_handles_per_session = l->max_handles_per_session;
-  lim.max_sessions = l->max_sessions;
+  lim.max_ops_per_request = SRV_RT(s, max_ops_per_request);
+  lim.max_handles_per_session = SRV_RT(s, max_handles_per_session);
+  lim.max_sessions = SRV_RT(s, max_sessions);
   lim.max_string_bytes = l->max_string_bytes;
   lim.max_inputs_per_op = DEV_MAX_INPUTS;
   lim.max_attrs_per_op = DEV_MAX_ATTRS;
   lim.max_list_length = DEV_ATTR_LIST_MAX;
-  lim.max_ids_per_request = l->max_ids_per_request;
-  lim.default_lease_seconds = l->default_lease_s;
-  lim.max_lease_seconds = l->max_lease_s;
+  lim.max_ids_per_request = SRV_RT(s, max_ids_per_request);
+  lim.default_lease_seconds = SRV_RT(s, default_lease_s);
+  lim.max_lease_seconds = SRV_RT(s, max_lease_s);
   lim.max_chunk_bytes = l->max_chunk_bytes;
 
   Paradev__V1__GetServerInfoResponse resp =
@@ -182,45 +177,18 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
   srv_arena_free(&a);
 }
 
-/* --- grpc.health.v1.Health/Check -------------------------------------------- */
-
-static void srv_health_check(srv_call *c, const ProtobufCMessage *m) {
-  const Grpc__Health__V1__HealthCheckRequest *req = (const void *)m;
-  const char *svc = req->service ? req->service : "";
-  if (svc[0] != '\0' && strcmp(svc, "paradev.v1.ParallelDevice") != 0) {
-    srv_call_finish(c, PD_NOT_FOUND,
-                    "unknown service \"%.200s\"; this server has \"\" and "
-                    "\"paradev.v1.ParallelDevice\"",
-                    svc);
-    return;
-  }
-  Grpc__Health__V1__HealthCheckResponse resp =
-      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-  resp.status = atomic_load(&c->s->shutting_down)
-                    ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
-                    : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-  srv_call_reply(c, &resp.base);
-}
-
-/* Watch: the current status now; later changes would follow, but the status
- * only changes at shutdown, which ends the stream (after the grace period). */
-static void srv_health_watch(srv_call *c, const ProtobufCMessage *m) {
-  const Grpc__Health__V1__HealthCheckRequest *req = (const void *)m;
-  const char *svc = req->service ? req->service : "";
-  Grpc__Health__V1__HealthCheckResponse resp =
-      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-  if (svc[0] != '\0' && strcmp(svc, "paradev.v1.ParallelDevice") != 0)
-    resp.status =
-        GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
-  else
-    resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-  srv_call_write(c, &resp.base);
-}
-
 /* --- sessions ---------------------------------------------------------------- */
 
 static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__CreateSessionRequest *req = (const void *)m;
+  if (atomic_load(&c->s->draining)) {
+    srv_call_finish(c, PD_UNAVAILABLE,
+                    "paradevd is draining (%s): it takes no new sessions; "
+                    "open one on another daemon or retry later",
+                    atomic_load(&c->s->exiting) ? "shutting down"
+                                                : "out of service");
+    return;
+  }
   sched_session_params p = {req->client_name, req->job_id, req->lease_seconds,
                             req->memory_quota_bytes};
   sched_session_info info;
@@ -230,7 +198,7 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     return;
   }
   char cn[65], job[65];
-  SRV_INFO("session %llu opened: client \"%s\" job \"%s\" lease %u s "
+  SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO, "session %llu opened: client \"%s\" job \"%s\" lease %u s "
            "quota %llu bytes",
            (unsigned long long)info.seq,
            srv_log_clean(req->client_name, cn, sizeof cn),
@@ -267,7 +235,8 @@ static void srv_close_session(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &st);
     return;
   }
-  SRV_INFO("session closed by its client: %llu handles freed",
+  SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
+             "session closed by its client: %llu handles freed",
            (unsigned long long)freed);
   Paradev__V1__CloseSessionResponse resp =
       PARADEV__V1__CLOSE_SESSION_RESPONSE__INIT;
@@ -402,12 +371,12 @@ Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
 
 static void srv_execute(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__ExecuteRequest *req = (const void *)m;
-  const srv_limits *l = &c->s->opt.limits;
-  if (req->n_ops == 0 || req->n_ops > (size_t)l->max_ops_per_request) {
+  int max_ops = SRV_RT(c->s, max_ops_per_request);
+  if (req->n_ops == 0 || req->n_ops > (size_t)max_ops) {
     srv_call_finish(c, PD_INVALID_ARGUMENT,
                     "%zu ops in one request; expected 1 to "
                     "max_ops_per_request = %d",
-                    req->n_ops, l->max_ops_per_request);
+                    req->n_ops, max_ops);
     return;
   }
   sched_session *ss = srv_open_session(c, req->session_token);
@@ -450,36 +419,100 @@ fail:
   sched_session_put(ss);
 }
 
-/* --- Sync (blocks: runs on its own thread) ---------------------------------- */
+/* --- Sync ------------------------------------------------------------------- */
 
-static void srv_sync_thread(srv_call *c) {
-  const Paradev__V1__SyncRequest *req = (const void *)c->req;
-  dev_status err = DEV_STATUS_INIT, st = DEV_STATUS_INIT;
-  uint64_t failed_id = 0;
-  if (sched_sync(c->user, req->ids, (int)req->n_ids, &err, &failed_id, &st) !=
-      PD_OK) {
-    srv_call_fail(c, &st);
-    return;
+/* Sync waits for its handles one at a time without holding a thread: each
+ * tensor not yet computed gets a wake-up (sched_tensor_notify), and the
+ * call's deadline or cancellation ends the wait at once. */
+typedef struct srv_sync_state {
+  sched_session *ss;
+  sched_ref *refs;
+  size_t n, next;
+  srv_wait *w; /* the wake-up in flight, if any */
+  dev_status first;
+  uint64_t first_id;
+} srv_sync_state;
+
+static void srv_sync_destroy(srv_call *c) {
+  srv_sync_state *y = c->user;
+  if (!y) return;
+  srv_wait_cancel(y->w);
+  srv_wait_put(y->w, false);
+  sched_refs_release(y->refs, y->n);
+  sched_session_put(y->ss);
+  free(y);
+  c->user = NULL;
+}
+
+static void srv_sync_step(srv_call *c) {
+  srv_sync_state *y = c->user;
+  if (y->w) { /* woken: that wait is over */
+    srv_wait_put(y->w, false);
+    y->w = NULL;
+  }
+  while (y->next < y->n) {
+    dev_tensor *t = y->refs[y->next].t;
+    if (!dev_tensor_is_ready(t)) {
+      dev_status st = DEV_STATUS_INIT;
+      srv_wait *w = srv_wait_new(c);
+      if (!w) {
+        srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
+        return;
+      }
+      if (sched_tensor_notify(y->ss, t, srv_wait_ready, w, &st) != PD_OK) {
+        srv_wait_cancel(w);
+        srv_wait_put(w, true);
+        srv_call_fail(c, &st);
+        return;
+      }
+      y->w = w; /* on_wake comes back here */
+      return;
+    }
+    dev_status ts = DEV_STATUS_INIT;
+    if (dev_tensor_wait(t, &ts) != PD_OK && y->first.code == PD_OK) {
+      y->first = ts;
+      y->first_id = y->refs[y->next].id;
+    }
+    y->next++;
   }
   Paradev__V1__Status es = PARADEV__V1__STATUS__INIT;
   char msg[DEV_STATUS_MSG_MAX];
-  es.code = (int32_t)err.code;
-  es.message = srv_log_clean(err.msg, msg, sizeof msg); /* proto3: UTF-8 */
+  es.code = (int32_t)y->first.code;
+  es.message = srv_log_clean(y->first.msg, msg, sizeof msg); /* proto3: UTF-8 */
   Paradev__V1__SyncResponse resp = PARADEV__V1__SYNC_RESPONSE__INIT;
   resp.error = &es;
-  resp.failed_id = failed_id;
+  resp.failed_id = y->first_id;
   srv_call_reply(c, &resp.base);
+}
+
+static void srv_sync_cancel(srv_call *c) {
+  srv_sync_state *y = c->user;
+  if (y && y->w) {
+    srv_wait_cancel(y->w);
+    srv_wait_put(y->w, false);
+    y->w = NULL;
+  }
+  srv_call_finish_cancelled(c, "Sync");
 }
 
 static void srv_sync(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__SyncRequest *req = (const void *)m;
   if (!srv_check_ids(c, req->n_ids)) return;
-  sched_session *ss = srv_open_session(c, req->session_token);
-  if (!ss) return;
-  c->user = ss;
-  if (!srv_call_spawn(c, srv_sync_thread))
-    srv_call_finish(c, PD_RESOURCE_EXHAUSTED,
-                    "cannot start a thread to wait on the devices");
+  srv_sync_state *y = calloc(1, sizeof(*y));
+  if (!y) {
+    srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    return;
+  }
+  c->user = y;
+  y->ss = srv_open_session(c, req->session_token);
+  if (!y->ss) return;
+  dev_status st = DEV_STATUS_INIT;
+  if (sched_collect(y->ss, req->ids, (int)req->n_ids, &y->refs, &y->n, &st) !=
+      PD_OK) {
+    srv_call_fail(c, &st);
+    return;
+  }
+  srv_sync_step(c);
 }
 
 /* --- Describe, Delete --------------------------------------------------------- */
@@ -566,52 +599,40 @@ static void srv_delete(srv_call *c, const ProtobufCMessage *m) {
 /* --- the method table ---------------------------------------------------------- */
 
 #define SRV_PD "/paradev.v1.ParallelDevice/"
-#define SRV_UNARY_METHOD(var, name, desc, fn, destroy)                    \
-  static srv_method var = {SRV_PD name, SRV_UNARY, &desc, fn, NULL, NULL, \
-                           destroy, NULL}
+#define SRV_UNARY_METHOD(var, name, desc, fn)                       \
+  static srv_method var = {.path = SRV_PD name, .kind = SRV_UNARY, \
+                           .request = &desc, .on_request = fn}
 
 SRV_UNARY_METHOD(m_echo, "Echo", paradev__v1__echo_request__descriptor,
-                 srv_echo, NULL);
+                 srv_echo);
 SRV_UNARY_METHOD(m_info, "GetServerInfo",
                  paradev__v1__get_server_info_request__descriptor,
-                 srv_get_server_info, NULL);
+                 srv_get_server_info);
 SRV_UNARY_METHOD(m_create, "CreateSession",
                  paradev__v1__create_session_request__descriptor,
-                 srv_create_session, NULL);
+                 srv_create_session);
 SRV_UNARY_METHOD(m_keep, "KeepAlive", paradev__v1__keep_alive_request__descriptor,
-                 srv_keep_alive, NULL);
+                 srv_keep_alive);
 SRV_UNARY_METHOD(m_close, "CloseSession",
                  paradev__v1__close_session_request__descriptor,
-                 srv_close_session, NULL);
+                 srv_close_session);
 SRV_UNARY_METHOD(m_execute, "Execute", paradev__v1__execute_request__descriptor,
-                 srv_execute, NULL);
-SRV_UNARY_METHOD(m_sync, "Sync", paradev__v1__sync_request__descriptor,
-                 srv_sync, srv_put_session);
+                 srv_execute);
 SRV_UNARY_METHOD(m_describe, "Describe",
-                 paradev__v1__describe_request__descriptor, srv_describe, NULL);
+                 paradev__v1__describe_request__descriptor, srv_describe);
 SRV_UNARY_METHOD(m_delete, "Delete", paradev__v1__delete_request__descriptor,
-                 srv_delete, NULL);
-static srv_method m_health = {"/grpc.health.v1.Health/Check",
-                              SRV_UNARY,
-                              &grpc__health__v1__health_check_request__descriptor,
-                              srv_health_check,
-                              NULL,
-                              NULL,
-                              NULL,
-                              NULL};
-
-static srv_method m_health_watch = {
-    "/grpc.health.v1.Health/Watch",
-    SRV_SERVER_STREAM,
-    &grpc__health__v1__health_check_request__descriptor,
-    srv_health_watch,
-    NULL,
-    NULL,
-    NULL,
-    NULL};
+                 srv_delete);
+static srv_method m_sync = {.path = SRV_PD "Sync",
+                            .kind = SRV_UNARY,
+                            .request = &paradev__v1__sync_request__descriptor,
+                            .on_request = srv_sync,
+                            .on_destroy = srv_sync_destroy,
+                            .on_wake = srv_sync_step,
+                            .on_cancel = srv_sync_cancel,
+                            .early_close = true};
 
 srv_method *const srv_methods[] = {
-    &m_echo,     &m_info,   &m_create, &m_keep,
-    &m_close,    &m_execute, &m_sync,  &m_describe,
-    &m_delete,   &m_health, &m_health_watch, &srv_m_upload, &srv_m_download,
-    &srv_m_enqueue, &srv_m_echo_stream, NULL};
+    &m_echo,     &m_info,    &m_create,  &m_keep,
+    &m_close,    &m_execute, &m_sync,    &m_describe,
+    &m_delete,   &srv_m_health_check, &srv_m_health_watch, &srv_m_upload,
+    &srv_m_download, &srv_m_enqueue, &srv_m_echo_stream, NULL};

@@ -7,7 +7,21 @@
 #include <strings.h>
 #include <unistd.h>
 
-int srv_log_threshold = SRV_LOG_INFO;
+_Atomic int srv_log_levels[SRV_SUB_COUNT] = {
+    SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO,
+    SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO};
+
+static const char *const srv_sub_names[SRV_SUB_COUNT] = {
+    "core", "config", "rpc", "sched", "health", "http", "admin"};
+
+static const char *srv_level_name(int level) {
+  switch (level) {
+    case SRV_LOG_ERROR: return "error";
+    case SRV_LOG_WARN: return "warn";
+    case SRV_LOG_INFO: return "info";
+    default: return "debug";
+  }
+}
 
 bool srv_log_parse(const char *name, srv_log_level *out) {
   static const struct {
@@ -25,6 +39,89 @@ bool srv_log_parse(const char *name, srv_log_level *out) {
   return false;
 }
 
+bool srv_log_parse_spec(const char *spec, int levels[SRV_SUB_COUNT], char *err,
+                        size_t errlen) {
+  int tmp[SRV_SUB_COUNT];
+  memcpy(tmp, levels, sizeof(tmp));
+  const char *p = spec ? spec : "";
+  bool any = false;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    char item[64];
+    /* Trim spaces around the item. */
+    const char *b = p, *e = p + n;
+    while (b < e && (*b == ' ' || *b == '\t')) b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    if (e > b) {
+      if ((size_t)(e - b) >= sizeof(item)) {
+        snprintf(err, errlen, "'%.40s...' is too long to be a log item", b);
+        return false;
+      }
+      memcpy(item, b, (size_t)(e - b));
+      item[e - b] = '\0';
+      char *eq = strchr(item, '=');
+      const char *lvname = eq ? eq + 1 : item;
+      srv_log_level lv;
+      if (!srv_log_parse(lvname, &lv)) {
+        snprintf(err, errlen,
+                 "'%s': level '%s' is not one of error, warn, info, debug",
+                 item, lvname);
+        return false;
+      }
+      if (eq) {
+        *eq = '\0';
+        int sub = -1;
+        for (int i = 0; i < SRV_SUB_COUNT; i++)
+          if (strcasecmp(item, srv_sub_names[i]) == 0) sub = i;
+        if (sub < 0) {
+          snprintf(err, errlen,
+                   "'%s=%s': unknown subsystem '%s' (expected core, config, "
+                   "rpc, sched, health, http or admin)",
+                   item, lvname, item);
+          return false;
+        }
+        tmp[sub] = (int)lv;
+      } else {
+        for (int i = 0; i < SRV_SUB_COUNT; i++) tmp[i] = (int)lv;
+      }
+      any = true;
+    }
+    p += n;
+    if (*p == ',') p++;
+  }
+  if (!any) {
+    snprintf(err, errlen,
+             "empty log spec (expected a level such as 'info', optionally "
+             "with subsystem=level items: 'info,sched=debug')");
+    return false;
+  }
+  memcpy(levels, tmp, sizeof(tmp));
+  return true;
+}
+
+void srv_log_get(int levels[SRV_SUB_COUNT]) {
+  for (int i = 0; i < SRV_SUB_COUNT; i++) levels[i] = atomic_load(&srv_log_levels[i]);
+}
+
+void srv_log_set(const int levels[SRV_SUB_COUNT]) {
+  for (int i = 0; i < SRV_SUB_COUNT; i++) atomic_store(&srv_log_levels[i], levels[i]);
+}
+
+void srv_log_spec(const int levels[SRV_SUB_COUNT], char *out, size_t len) {
+  /* The default is the level most subsystems have. */
+  int best = levels[0], best_n = 0;
+  for (int i = 0; i < SRV_SUB_COUNT; i++) {
+    int n = 0;
+    for (int j = 0; j < SRV_SUB_COUNT; j++) n += levels[j] == levels[i];
+    if (n > best_n) best = levels[i], best_n = n;
+  }
+  size_t used = (size_t)snprintf(out, len, "%s", srv_level_name(best));
+  for (int i = 0; i < SRV_SUB_COUNT && used < len; i++)
+    if (levels[i] != best)
+      used += (size_t)snprintf(out + used, len - used, ",%s=%s",
+                               srv_sub_names[i], srv_level_name(levels[i]));
+}
+
 char *srv_log_clean(const char *in, char *out, size_t len) {
   size_t i = 0;
   for (; in && in[i] && i + 1 < len; i++)
@@ -33,10 +130,15 @@ char *srv_log_clean(const char *in, char *out, size_t len) {
   return out;
 }
 
-void srv_log_write(srv_log_level level, const char *file, int line,
-                   const char *fmt, ...) {
+void srv_log_write(srv_log_sub sub, srv_log_level level, const char *file,
+                   int line, const char *fmt, ...) {
   char buf[1024];
-  int n = snprintf(buf, sizeof(buf), "<%d>paradevd: ", (int)level);
+  int n;
+  if (sub == SRV_SUB_CORE)
+    n = snprintf(buf, sizeof(buf), "<%d>paradevd: ", (int)level);
+  else
+    n = snprintf(buf, sizeof(buf), "<%d>paradevd: %s: ", (int)level,
+                 srv_sub_names[sub]);
   if (level == SRV_LOG_DEBUG) {
     const char *base = strrchr(file, '/');
     n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s:%d: ",

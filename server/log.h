@@ -2,13 +2,21 @@
  * priority ("<3>" error, "<4>" warning, "<6>" info, "<7>" debug) so that
  * journald files it under the right level.
  *
+ * Each subsystem has its own threshold, set from the config file's [log]
+ * level, then PARADEV_LOG, then --log, at run time by SIGHUP and the Admin
+ * service's SetLogLevel. All take one syntax, NCCL's: a default level and
+ * per-subsystem overrides, "info,sched=debug,rpc=warn".
+ *
  * The macros test the level before evaluating or formatting anything (as
- * NCCL's INFO/WARN do), so a debug line costs one load and one compare when
- * debug is off. Thread-safe: each line is written with one write(2).
+ * NCCL's INFO/WARN do), so a debug line costs one relaxed load and a compare
+ * when debug is off. A file picks its subsystem by defining SRV_LOG_SUB before
+ * including this header (default: core). Thread-safe: each line is written
+ * with one write(2).
  */
 #ifndef PARADEV_SERVER_LOG_H
 #define PARADEV_SERVER_LOG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -19,11 +27,35 @@ typedef enum srv_log_level {
   SRV_LOG_DEBUG = 7, /* LOG_DEBUG */
 } srv_log_level;
 
-/* The current threshold: lines above it are skipped. Written at start-up only. */
-extern int srv_log_threshold;
+typedef enum srv_log_sub {
+  SRV_SUB_CORE = 0, /* start-up, signals, shutdown, drain, systemd */
+  SRV_SUB_CONFIG,   /* configuration and reloads */
+  SRV_SUB_RPC,      /* gRPC calls */
+  SRV_SUB_SCHED,    /* sessions, leases, queueing */
+  SRV_SUB_HEALTH,   /* health, watchdog, devices */
+  SRV_SUB_HTTP,     /* /metrics, /healthz, /readyz */
+  SRV_SUB_ADMIN,    /* the Admin service */
+  SRV_SUB_COUNT
+} srv_log_sub;
 
-/* Parses "error|warn|info|debug" (case-insensitive); false when unknown. */
+/* Threshold per subsystem: lines above it are skipped. */
+extern _Atomic int srv_log_levels[SRV_SUB_COUNT];
+
+/* Parses "error|warn|warning|info|debug" (case-insensitive). */
 bool srv_log_parse(const char *name, srv_log_level *out);
+
+/* Applies a spec ("info,sched=debug") to levels[SRV_SUB_COUNT]: an item
+ * without '=' sets every subsystem, later items win. On error returns false
+ * with a message in err (naming the item and what was expected) and leaves
+ * `levels` as it was. */
+bool srv_log_parse_spec(const char *spec, int levels[SRV_SUB_COUNT], char *err,
+                        size_t errlen);
+
+/* Current thresholds / replaces them all. */
+void srv_log_get(int levels[SRV_SUB_COUNT]);
+void srv_log_set(const int levels[SRV_SUB_COUNT]);
+/* The shortest spec that gives `levels` ("info,sched=debug"). */
+void srv_log_spec(const int levels[SRV_SUB_COUNT], char *out, size_t len);
 
 /* Copies client-controlled text for a log line or a reply's string field
  * (which proto3 wants UTF-8): bytes outside printable ASCII become '?', and
@@ -31,15 +63,22 @@ bool srv_log_parse(const char *name, srv_log_level *out);
 char *srv_log_clean(const char *in, char *out, size_t len);
 
 /* Formats and writes one line; use the macros. */
-void srv_log_write(srv_log_level level, const char *file, int line,
-                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void srv_log_write(srv_log_sub sub, srv_log_level level, const char *file,
+                   int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
-#define SRV_LOG(level, ...)                                           \
-  do {                                                                \
-    if ((int)(level) <= srv_log_threshold)                            \
-      srv_log_write((level), __FILE__, __LINE__, __VA_ARGS__);        \
+#ifndef SRV_LOG_SUB
+#define SRV_LOG_SUB SRV_SUB_CORE
+#endif
+
+#define SRV_LOG_AT(sub, level, ...)                                         \
+  do {                                                                      \
+    if ((int)(level) <= atomic_load_explicit(&srv_log_levels[(sub)],        \
+                                             memory_order_relaxed))         \
+      srv_log_write((sub), (level), __FILE__, __LINE__, __VA_ARGS__);       \
   } while (0)
 
+#define SRV_LOG(level, ...) SRV_LOG_AT(SRV_LOG_SUB, level, __VA_ARGS__)
 #define SRV_ERROR(...) SRV_LOG(SRV_LOG_ERROR, __VA_ARGS__)
 #define SRV_WARN(...) SRV_LOG(SRV_LOG_WARN, __VA_ARGS__)
 #define SRV_INFO(...) SRV_LOG(SRV_LOG_INFO, __VA_ARGS__)

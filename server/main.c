@@ -1,11 +1,27 @@
-/* paradevd: the daemon's entry point. Parses the command line (DESIGN.md),
- * creates the engine and the scheduler, serves until SIGINT or SIGTERM, and
- * shuts down in order (see srv_stop). Exit status: 0 after a clean shutdown,
- * 1 when start-up fails, 2 for a bad command line. */
+/* paradevd: the daemon's entry point and its service loop.
+ *
+ * Start-up: configuration (config.c), the engine and the scheduler, the gRPC
+ * listeners and the admin socket (rpc.c), the HTTP listener (http.c); then,
+ * and only then, READY=1 to systemd (Type=notify).
+ *
+ * The main thread then waits for signals with sigtimedwait and, at least
+ * once a second (and at half of WatchdogSec), looks at the service: whether
+ * the devices make progress (sched_check_progress) and are healthy, which
+ * feeds the health status; WATCHDOG=1 only while they make progress, so a
+ * stuck engine lets systemd's watchdog fire; a STATUS= line when something
+ * changed; and, while draining to exit, whether the queued work is done or
+ * the drain timeout has passed.
+ *
+ * Signals: SIGTERM or SIGINT drains (health NOT_SERVING, no new sessions,
+ * queued work finishes for up to drain_timeout_seconds, then the rest is
+ * cancelled) and exits 0; a second one exits at once with status 1. SIGHUP
+ * reloads log levels, limits and quotas (RELOADING=1 ... READY=1).
+ *
+ * Exit status: 0 after a clean shutdown, 1 when start-up fails (or a second
+ * SIGTERM cut a drain short), 2 for a bad command line or configuration. */
 #include <errno.h>
 #include <grpc/grpc.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -13,250 +29,340 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "server.h"
 
-static const char srv_usage[] =
-    "Usage: paradevd [OPTIONS]\n"
-    "Serve this machine's devices as one parallel device over gRPC\n"
-    "(service paradev.v1.ParallelDevice and grpc.health.v1.Health).\n"
-    "\n"
-    "  --listen ADDR          unix:/path or host:port; repeat for several.\n"
-    "                         127.0.0.1:0 picks a free port (logged).\n"
-    "                         Default: 127.0.0.1:7478 and\n"
-    "                         unix:$XDG_RUNTIME_DIR/paradevd.sock\n"
-    "  --backend cpu|cuda     device backend (default cpu)\n"
-    "  --devices N            devices of the mesh, 1..64 (default 4)\n"
-    "  --memory-limit BYTES   per-device memory limit (cpu backend; 0: none)\n"
-    "  --max-message-bytes N  gRPC message limit, both ways (default 64 MiB)\n"
-    "  --threads N            completion-queue threads, 1..16 (default 4)\n"
-    "  --grace-ms N           shutdown grace period (default 5000)\n"
-    "  --log LEVEL            error|warn|info|debug (default info;\n"
-    "                         also PARADEV_LOG)\n"
-    "  --help                 this text\n"
-    "  --version              print the version\n";
-
-/* Parses a non-negative decimal with an optional K/M/G (powers of 1024). */
-static bool srv_parse_u64(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-') return false;
-  errno = 0;
-  char *end = NULL;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return false;
-  unsigned shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10, end++;
-  else if (*end == 'M' || *end == 'm') shift = 20, end++;
-  else if (*end == 'G' || *end == 'g') shift = 30, end++;
-  if (*end) return false;
-  if (shift && v > (ULLONG_MAX >> shift)) return false;
-  *out = (uint64_t)v << shift;
-  return true;
+static double srv_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int srv_usage_error(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-static int srv_usage_error(const char *fmt, ...) {
-  fprintf(stderr, "paradevd: ");
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\nTry 'paradevd --help'.\n");
-  return 2;
+/* Before the log is set up: plain lines on stderr. */
+static void srv_report_stderr(bool error, const char *msg) {
+  fprintf(stderr, "paradevd: %s%s\n", error ? "" : "warning: ", msg);
 }
 
-/* Returns -1 to go on, or an exit status. */
-static int srv_parse_args(int argc, char **argv, srv_options *o) {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *val = NULL;
-    char name[64];
-    const char *eq = strchr(a, '=');
-    if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < sizeof(name)) {
-      memcpy(name, a, (size_t)(eq - a));
-      name[eq - a] = '\0';
-      val = eq + 1;
-      a = name;
-    }
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      fputs(srv_usage, stdout);
-      return 0;
-    }
-    if (strcmp(a, "--version") == 0) {
-      printf("paradevd %s\n", SRV_VERSION);
-      return 0;
-    }
-    static const char *const with_value[] = {
-        "--listen", "--backend", "--devices", "--memory-limit",
-        "--max-message-bytes", "--threads", "--grace-ms", "--log",
-        "--config", "--mesh", "--metrics-listen", NULL};
-    bool known = false;
-    for (int k = 0; with_value[k]; k++) known |= strcmp(a, with_value[k]) == 0;
-    if (!known) {
-      if (strcmp(a, "--check-config") == 0)
-        return srv_usage_error("%s is not supported yet", a);
-      return srv_usage_error("unknown option '%s'", argv[i]);
-    }
-    if (!val) {
-      if (i + 1 >= argc) return srv_usage_error("%s needs a value", a);
-      val = argv[++i];
-    }
-    uint64_t v = 0;
-    if (strcmp(a, "--listen") == 0) {
-      if (o->num_listen == SRV_MAX_LISTEN)
-        return srv_usage_error("too many --listen (the limit is %d)", SRV_MAX_LISTEN);
-      if (!*val) return srv_usage_error("--listen needs an address");
-      o->listen[o->num_listen++] = val;
-    } else if (strcmp(a, "--backend") == 0) {
-      if (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0)
-        return srv_usage_error("--backend '%s': expected cpu or cuda", val);
-      o->backend = val;
-    } else if (strcmp(a, "--devices") == 0) {
-      if (!srv_parse_u64(val, &v) || v < 1 || v > PD_MAX_DEVICES)
-        return srv_usage_error("--devices '%s': expected 1..64", val);
-      o->num_devices = (int)v;
-    } else if (strcmp(a, "--memory-limit") == 0) {
-      if (!srv_parse_u64(val, &v))
-        return srv_usage_error("--memory-limit '%s': expected bytes", val);
-      o->memory_limit = v;
-    } else if (strcmp(a, "--max-message-bytes") == 0) {
-      if (!srv_parse_u64(val, &v) || v < 4096 || v > INT_MAX)
-        return srv_usage_error(
-            "--max-message-bytes '%s': expected 4096..2147483647", val);
-      o->limits.max_message_bytes = v;
-    } else if (strcmp(a, "--threads") == 0) {
-      if (!srv_parse_u64(val, &v) || v < 1 || v > SRV_MAX_THREADS)
-        return srv_usage_error("--threads '%s': expected 1..16", val);
-      o->num_threads = (int)v;
-    } else if (strcmp(a, "--grace-ms") == 0) {
-      if (!srv_parse_u64(val, &v) || v > 600000)
-        return srv_usage_error("--grace-ms '%s': expected 0..600000", val);
-      o->grace_ms = (int)v;
-    } else if (strcmp(a, "--log") == 0) {
-      srv_log_level lv;
-      if (!srv_log_parse(val, &lv))
-        return srv_usage_error("--log '%s': expected error|warn|info|debug",
-                               val);
-      srv_log_threshold = (int)lv;
-    } else {
-      return srv_usage_error("%s is not supported yet", a);
-    }
-  }
-  return -1;
+static void srv_report_log(bool error, const char *msg) {
+  if (error)
+    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_ERROR, "%s", msg);
+  else
+    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_WARN, "%s", msg);
+}
+
+/* Copies what SIGHUP may change into the running daemon. */
+static void srv_apply_runtime(srv *s, const srv_options *o) {
+  srv_runtime *rt = &s->rt;
+  const srv_limits *l = &o->limits;
+  atomic_store(&rt->max_tensor_bytes, l->max_tensor_bytes);
+  atomic_store(&rt->max_ops_per_request, l->max_ops_per_request);
+  atomic_store(&rt->max_handles_per_session, l->max_handles_per_session);
+  atomic_store(&rt->max_sessions, l->max_sessions);
+  atomic_store(&rt->max_ids_per_request, l->max_ids_per_request);
+  atomic_store(&rt->max_queued_ops, l->max_queued_ops);
+  atomic_store(&rt->default_lease_s, l->default_lease_s);
+  atomic_store(&rt->max_lease_s, l->max_lease_s);
+  atomic_store(&rt->default_memory_quota, l->default_memory_quota);
+  atomic_store(&rt->max_memory_quota, l->max_memory_quota);
+  atomic_store(&rt->drain_timeout_s, o->drain_timeout_s);
+  atomic_store(&rt->stall_timeout_s, o->stall_timeout_s);
+  srv_log_set(o->log_levels);
+}
+
+static void srv_sched_config(const srv_options *o, sched_config *sc) {
+  const srv_limits *l = &o->limits;
+  sc->default_lease_s = l->default_lease_s;
+  sc->max_lease_s = l->max_lease_s;
+  sc->max_sessions = l->max_sessions;
+  sc->max_handles_per_session = l->max_handles_per_session;
+  sc->max_ops_per_request = l->max_ops_per_request;
+  sc->max_queued_ops = l->max_queued_ops;
+  sc->default_memory_quota = l->default_memory_quota;
+  sc->max_memory_quota = l->max_memory_quota;
 }
 
 static void srv_on_expired(void *arg, uint64_t seq, const char *client,
                            uint64_t freed) {
   (void)arg;
   char cn[65];
-  SRV_INFO("session %" PRIu64 " (client \"%s\") lease expired: %" PRIu64
-           " handles freed",
-           seq, srv_log_clean(client, cn, sizeof cn), freed);
+  SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
+             "session %" PRIu64 " (client \"%s\") lease expired: %" PRIu64
+             " handles freed",
+             seq, srv_log_clean(client, cn, sizeof cn), freed);
 }
 
-int main(int argc, char **argv) {
-  static srv s;
-  srv_options *o = &s.opt;
-  o->backend = "cpu";
-  o->num_devices = 4;
-  o->num_threads = 4;
-  o->grace_ms = 5000;
-  o->limits = (srv_limits){
-      .max_message_bytes = 64u << 20,
-      .max_tensor_bytes = (uint64_t)4 << 30,
-      .max_ops_per_request = 4096,
-      .max_handles_per_session = 1000000,
-      .max_sessions = 1024,
-      .max_string_bytes = DEV_ATTR_STRING_MAX,
-      .max_ids_per_request = 65536,
-      .default_lease_s = 60,
-      .max_lease_s = 86400,
-      .max_chunk_bytes = 0,
-      .default_chunk_bytes = 1u << 20,
-  };
-  const char *env = getenv("PARADEV_LOG");
-  srv_log_level lv;
-  if (env && srv_log_parse(env, &lv)) srv_log_threshold = (int)lv;
-  int rc = srv_parse_args(argc, argv, o);
-  if (rc >= 0) return rc;
-  /* Chunks leave room for the rest of their message under the limit. */
-  o->limits.max_chunk_bytes = o->limits.max_message_bytes - 1024;
-  if (o->limits.default_chunk_bytes > o->limits.max_chunk_bytes)
-    o->limits.default_chunk_bytes = o->limits.max_chunk_bytes;
+/* The STATUS= text: what an operator sees in `systemctl status`. */
+static void srv_status_text(srv *s, const sched_stats *st, double drain_left,
+                            char *out, size_t len) {
+  const char *state = srv_serving(s)              ? "serving"
+                      : atomic_load(&s->exiting)  ? "draining to exit"
+                      : atomic_load(&s->draining) ? "draining"
+                      : !atomic_load(&s->devices_ok) ? "NOT SERVING: a device is unhealthy"
+                      : atomic_load(&s->stalled)  ? "NOT SERVING: the devices make no progress"
+                                                  : "starting";
+  dev_backend *b = dev_engine_backend(s->engine);
+  int n = snprintf(out, len,
+                   "%s: %d session%s on %d %s device%s, %" PRIu64
+                   " ops queued, %" PRIu64 " running",
+                   state, st->sessions, st->sessions == 1 ? "" : "s",
+                   dev_engine_num_devices(s->engine),
+                   b && b->name ? b->name : s->opt.backend,
+                   dev_engine_num_devices(s->engine) == 1 ? "" : "s",
+                   st->ops_queued, st->ops_in_flight);
+  if (drain_left >= 0 && n > 0 && (size_t)n < len)
+    snprintf(out + n, len - (size_t)n, ", %.0f s of drain left", drain_left);
+}
 
-  static char default_unix[512];
-  if (o->num_listen == 0) {
-    const char *rt = getenv("XDG_RUNTIME_DIR");
-    if (rt && *rt)
-      snprintf(default_unix, sizeof(default_unix), "unix:%s/paradevd.sock", rt);
-    else
-      snprintf(default_unix, sizeof(default_unix), "unix:/tmp/paradevd-%u.sock",
-               (unsigned)getuid());
-    o->listen[o->num_listen++] = "127.0.0.1:7478";
-    o->listen[o->num_listen++] = default_unix;
+static void srv_reload(srv *s) {
+  uint64_t usec = (uint64_t)(srv_now() * 1e6);
+  sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=reloading %s",
+             usec, s->opt.config_path);
+  srv_options o;
+  bool check = false;
+  if (srv_config_load(s->argc, s->argv, &o, &check, srv_report_log) ==
+      SRV_CONFIG_RUN) {
+    srv_config_restart_keys(&s->opt, &o, srv_report_log);
+    sched_config sc = SCHED_CONFIG_INITIALIZER;
+    srv_sched_config(&o, &sc);
+    dev_status st = DEV_STATUS_INIT;
+    if (sched_reconfigure(s->sched, &sc, &st) != PD_OK) {
+      SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_ERROR,
+                 "reload: %s; keeping the running configuration", st.msg);
+    } else {
+      srv_apply_runtime(s, &o);
+      char spec[256];
+      srv_log_spec(o.log_levels, spec, sizeof(spec));
+      SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO,
+                 "reloaded %s: log %s, max_sessions %d, "
+                 "max_handles_per_session %d, quotas default %" PRIu64
+                 " max %" PRIu64 " bytes",
+                 o.config_loaded ? o.config_path : "(no file)", spec,
+                 o.limits.max_sessions, o.limits.max_handles_per_session,
+                 o.limits.default_memory_quota, o.limits.max_memory_quota);
+    }
+  } else {
+    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_ERROR,
+               "reload failed: keeping the running configuration");
   }
+  sd_notify(0, "READY=1");
+}
 
-  /* Signals are taken by sigwait on this thread only; block them before any
-   * thread (ours, gRPC's, the engine's) starts, so all inherit the mask. */
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-  signal(SIGPIPE, SIG_IGN);
-
-  if (getrandom(&s.incarnation, sizeof(s.incarnation), 0) !=
-      (ssize_t)sizeof(s.incarnation)) {
+static int srv_start_all(srv *s) {
+  srv_options *o = &s->opt;
+  if (getrandom(&s->incarnation, sizeof(s->incarnation), 0) !=
+      (ssize_t)sizeof(s->incarnation)) {
     SRV_ERROR("getrandom failed: %s", strerror(errno));
-    return 1;
+    return -1;
   }
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  s.start_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+  s->start_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 
   dev_status st = DEV_STATUS_INIT;
   dev_engine_config ec = DEV_ENGINE_CONFIG_INITIALIZER;
   ec.backend = o->backend;
   ec.num_devices = o->num_devices;
   ec.memory_limit = o->memory_limit;
-  if (dev_engine_create(&ec, &s.engine, &st) != PD_OK) {
-    SRV_ERROR("cannot start the %s backend with %d devices: %s", o->backend,
-              o->num_devices, st.msg);
-    return 1;
+  ec.mesh = o->mesh[0] ? o->mesh : NULL;
+  if (dev_engine_create(&ec, &s->engine, &st) != PD_OK) {
+    SRV_ERROR("cannot start the %s backend: %s", o->backend, st.msg);
+    sd_notifyf(0, "STATUS=failed: cannot start the %s backend: %s",
+               o->backend, st.msg);
+    return -1;
   }
   sched_config sc = SCHED_CONFIG_INITIALIZER;
-  sc.incarnation = s.incarnation;
-  sc.default_lease_s = o->limits.default_lease_s;
-  sc.max_lease_s = o->limits.max_lease_s;
-  sc.max_sessions = o->limits.max_sessions;
-  sc.max_handles_per_session = o->limits.max_handles_per_session;
-  sc.max_ops_per_request = o->limits.max_ops_per_request;
+  sc.incarnation = s->incarnation;
+  srv_sched_config(o, &sc);
   sc.on_expired = srv_on_expired;
-  if (sched_create(s.engine, &sc, &s.sched, &st) != PD_OK) {
+  if (sched_create(s->engine, &sc, &s->sched, &st) != PD_OK) {
     SRV_ERROR("cannot start the scheduler: %s", st.msg);
-    dev_engine_destroy(s.engine);
-    return 1;
+    goto fail_engine;
   }
-  if (srv_start(&s) != 0) {
-    sched_destroy(s.sched);
-    dev_engine_destroy(s.engine);
-    return 1;
+  if (srv_health_init(s) != 0) {
+    SRV_ERROR("out of memory");
+    goto fail_sched;
   }
+  if (srv_start(s) != 0) goto fail_health;
+  if (srv_http_start(s) != 0) goto fail_grpc;
+  return 0;
+
+fail_grpc:
+  srv_stop(s);
+fail_health:
+  srv_health_destroy(s);
+fail_sched:
+  sched_destroy(s->sched);
+fail_engine:
+  dev_engine_destroy(s->engine);
+  sd_notify(0, "STATUS=failed to start (see the log)");
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  static srv s;
+  s.argc = argc;
+  s.argv = argv;
+  bool check = false;
+  switch (srv_config_load(argc, argv, &s.opt, &check, srv_report_stderr)) {
+    case SRV_CONFIG_EXIT_OK: return 0;
+    case SRV_CONFIG_EXIT_BAD:
+      if (!check) fprintf(stderr, "Try 'paradevd --help'.\n");
+      return 2;
+    case SRV_CONFIG_RUN: break;
+  }
+  srv_apply_runtime(&s, &s.opt);
+
+  /* Signals are taken by sigtimedwait on this thread only; block them before
+   * any thread (ours, gRPC's, the engine's, libmicrohttpd's) starts, so all
+   * inherit the mask. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (s.opt.config_loaded)
+    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "configuration from %s",
+               s.opt.config_path);
+  else
+    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO,
+               "no %s: built-in defaults and flags", s.opt.config_path);
+  sd_notify(0, "STATUS=starting");
+  if (srv_start_all(&s) != 0) return 1;
+
+  /* Every listener accepts from here on (grpc_server_start and
+   * MHD_start_daemon have bound and listen). */
+  atomic_store(&s.ready, true);
+  atomic_store(&s.devices_ok, srv_devices_healthy(&s));
+  srv_health_update(&s);
+  srv_options *o = &s.opt;
   SRV_INFO("ready: paradevd %s, backend %s, %d devices, incarnation "
            "%016" PRIx64 ", max message %" PRIu64 " bytes",
            SRV_VERSION, o->backend, dev_engine_num_devices(s.engine),
            s.incarnation, o->limits.max_message_bytes);
+  sched_stats stats = {.struct_size = sizeof(stats)};
+  sched_get_stats(s.sched, &stats);
+  char status[256], last_status[256] = "";
+  srv_status_text(&s, &stats, -1, status, sizeof(status));
+  sd_notifyf(0, "READY=1\nSTATUS=%s\nMAINPID=%lu", status,
+             (unsigned long)getpid());
+  snprintf(last_status, sizeof(last_status), "%s", status);
 
-  int sig = 0;
-  while (sigwait(&sigs, &sig) != 0) {
+  uint64_t wd_usec = 0;
+  bool watchdog = sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0;
+  double wd_period = watchdog ? (double)wd_usec * 1e-6 / 2 : 0;
+  if (watchdog)
+    SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_INFO,
+               "systemd watchdog: WATCHDOG=1 every %.3f s while the devices "
+               "make progress",
+               wd_period);
+  double now = srv_now(), next_tick = now, next_wd = now;
+  double drain_start = -1;
+  sched_progress prog = {0, false, 0};
+  bool timed_out = false, stopping_sent = false;
+
+  for (;;) {
+    now = srv_now();
+    double wake = next_tick;
+    if (watchdog && next_wd < wake) wake = next_wd;
+    double wait = wake - now;
+    if (wait < 0) wait = 0;
+    struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+    int sig = sigtimedwait(&sigs, NULL, &ts);
+    if (sig == SIGTERM || sig == SIGINT) {
+      const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      if (drain_start >= 0) {
+        SRV_WARN("second %s: exiting now, abandoning the queued work", name);
+        sd_notify(0, "STATUS=exiting at once (second signal)");
+        _exit(1);
+      }
+      srv_drain(&s, true);
+      SRV_INFO("%s: draining: no new sessions; queued work has %u s to finish "
+               "(a second %s exits at once)",
+               name, SRV_RT(&s, drain_timeout_s), name);
+    } else if (sig == SIGHUP) {
+      srv_reload(&s);
+    }
+
+    now = srv_now();
+    /* Progress, device health, and with them the health status. */
+    bool stalled = sched_check_progress(s.sched, &prog, now,
+                                        (double)SRV_RT(&s, stall_timeout_s));
+    if (stalled != atomic_load(&s.stalled)) {
+      atomic_store(&s.stalled, stalled);
+      if (stalled)
+        SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_ERROR,
+                   "no op completed for %u s while work is outstanding: "
+                   "NOT_SERVING%s",
+                   SRV_RT(&s, stall_timeout_s),
+                   watchdog ? ", and no more WATCHDOG=1" : "");
+      else
+        SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_INFO, "the devices make progress again");
+    }
+    atomic_store(&s.devices_ok, srv_devices_healthy(&s));
+    srv_health_update(&s);
+    sched_get_stats(s.sched, &stats);
+
+    /* Draining to exit (SIGTERM, or Admin Drain with exit_when_drained). */
+    double drain_left = -1;
+    if (atomic_load(&s.exiting)) {
+      if (drain_start < 0) drain_start = now;
+      if (!stopping_sent) {
+        sd_notify(0, "STOPPING=1");
+        stopping_sent = true;
+      }
+      uint64_t outstanding = stats.ops_queued + stats.ops_in_flight;
+      double limit = (double)SRV_RT(&s, drain_timeout_s);
+      if (outstanding == 0) {
+        SRV_INFO("drained: the queued work is done (%.1f s)", now - drain_start);
+        break;
+      }
+      if (now - drain_start >= limit) {
+        SRV_WARN("drain timeout (%.0f s): cancelling %" PRIu64
+                 " queued ops; %" PRIu64 " running on the devices are left",
+                 limit, stats.ops_queued, stats.ops_in_flight);
+        timed_out = true;
+        break;
+      }
+      drain_left = limit - (now - drain_start);
+    }
+
+    srv_status_text(&s, &stats, drain_left, status, sizeof(status));
+    if (strcmp(status, last_status) != 0) {
+      sd_notifyf(0, "STATUS=%s", status);
+      snprintf(last_status, sizeof(last_status), "%s", status);
+    }
+    if (watchdog && now >= next_wd) {
+      if (!stalled) sd_notify(0, "WATCHDOG=1");
+      next_wd = now + wd_period;
+    }
+    if (now >= next_tick) next_tick = now + 1.0;
   }
-  SRV_INFO("%s: shutting down (grace period %d ms)",
-           sig == SIGINT ? "SIGINT" : "SIGTERM", o->grace_ms);
+
+  if (!stopping_sent) sd_notify(0, "STOPPING=1");
+  sd_notify(0, "STATUS=stopping: closing the listeners");
+  SRV_INFO("shutting down (grace period %d ms for calls in progress)",
+           o->grace_ms);
+  srv_health_update(&s);
+  srv_health_close(&s);
   srv_stop(&s);
+  srv_http_stop(&s);
+  sched_get_stats(s.sched, &stats);
+  if (timed_out && stats.ops_in_flight > 0) {
+    /* The devices still run ops the drain gave up on: exit without waiting
+     * for them (the kernel and the driver free the memory). */
+    SRV_WARN("exiting with %" PRIu64 " ops still running on the devices",
+             stats.ops_in_flight);
+    _exit(0);
+  }
   sched_destroy(s.sched);
+  srv_health_destroy(&s);
   dev_engine_destroy(s.engine);
   SRV_INFO("stopped");
   return 0;

@@ -2,6 +2,7 @@
  * registered methods, per-call state machines, the generic UNIMPLEMENTED
  * answer, and shutdown. See server.h for the threading model and NOTES.md for
  * the C-core facts this relies on. */
+#include <errno.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <limits.h>
@@ -10,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#define SRV_LOG_SUB SRV_SUB_RPC
 #include "log.h"
 #include "server.h"
 
@@ -27,17 +30,20 @@ static void srv_on_recv(srv_call *c, bool ok);
 static void srv_on_send(srv_call *c, bool ok);
 static void srv_on_close(srv_call *c, bool ok);
 static void srv_on_final(srv_call *c, bool ok);
+static void srv_on_wake(srv_call *c, bool ok);
 static void srv_pump(srv_call *c);
 
 static bool srv_unary_like(const srv_call *c) {
   return c->m && (c->m->kind == SRV_UNARY || c->m->kind == SRV_SERVER_STREAM);
 }
 
-static srv_call *srv_call_new(srv *s, const srv_method *m, int cqi) {
+static srv_call *srv_call_new(srv *s, const srv_method *m, grpc_server *gs,
+                              int cqi) {
   srv_call *c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   c->s = s;
   c->m = m;
+  c->gs = gs;
   c->cq_index = cqi;
   atomic_init(&c->refs, 1);
   atomic_init(&c->cancelled, false);
@@ -47,6 +53,7 @@ static srv_call *srv_call_new(srv *s, const srv_method *m, int cqi) {
   c->t_send = (struct srv_tag){srv_on_send, c};
   c->t_close = (struct srv_tag){srv_on_close, c};
   c->t_final = (struct srv_tag){srv_on_final, c};
+  c->t_wake = (struct srv_tag){srv_on_wake, c};
   atomic_fetch_add(&s->active_calls, 1);
   return c;
 }
@@ -59,7 +66,21 @@ static void srv_wq_clear(srv_call *c) {
   }
 }
 
+/* Counts a finished call under its status (metrics). */
+static void srv_count(srv_call *c) {
+  if (!c->started || !c->m) return;
+  grpc_status_code code = c->fin_code;
+  if (!c->status_sent) {
+    bool late = gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0;
+    code = late ? GRPC_STATUS_DEADLINE_EXCEEDED : GRPC_STATUS_CANCELLED;
+  }
+  unsigned k = (unsigned)code < SRV_NUM_CODES ? (unsigned)code : 2u;
+  atomic_fetch_add_explicit(&((srv_method *)c->m)->codes[k], 1,
+                            memory_order_relaxed);
+}
+
 static void srv_call_destroy(srv_call *c) {
+  srv_count(c);
   if (c->m && c->m->on_destroy) c->m->on_destroy(c);
   if (c->req) protobuf_c_message_free_unpacked(c->req, &c->budget.alloc);
   if (!c->m && c->user) {
@@ -77,7 +98,9 @@ static void srv_call_destroy(srv_call *c) {
   free(c);
 }
 
-static void srv_call_unref(srv_call *c) {
+void srv_call_ref(srv_call *c) { atomic_fetch_add(&c->refs, 1); }
+
+void srv_call_unref(srv_call *c) {
   if (atomic_fetch_sub(&c->refs, 1) == 1) srv_call_destroy(c);
 }
 
@@ -97,8 +120,8 @@ static bool srv_batch(srv_call *c, const grpc_op *ops, size_t n,
 
 /* --- arming --------------------------------------------------------------- */
 
-static void srv_arm(srv *s, const srv_method *m, int cqi) {
-  srv_call *c = srv_call_new(s, m, cqi);
+static void srv_arm(srv *s, const srv_method *m, grpc_server *gs, int cqi) {
+  srv_call *c = srv_call_new(s, m, gs, cqi);
   if (!c) {
     SRV_ERROR("out of memory arming %s", m ? m->path : "(generic)");
     return;
@@ -106,7 +129,7 @@ static void srv_arm(srv *s, const srv_method *m, int cqi) {
   grpc_call_error e;
   if (m) {
     e = grpc_server_request_registered_call(
-        s->server, m->registered, &c->call, &c->deadline, &c->md,
+        gs, m->registered, &c->call, &c->deadline, &c->md,
         srv_unary_like(c) ? &c->payload : NULL, s->cqs[cqi], s->cqs[cqi],
         &c->t_req);
   } else {
@@ -117,7 +140,7 @@ static void srv_arm(srv *s, const srv_method *m, int cqi) {
     }
     grpc_call_details_init(d);
     c->user = d;
-    e = grpc_server_request_call(s->server, &c->call, d, &c->md, s->cqs[cqi],
+    e = grpc_server_request_call(gs, &c->call, d, &c->md, s->cqs[cqi],
                                  s->cqs[cqi], &c->t_req);
   }
   if (e != GRPC_CALL_OK) {
@@ -133,7 +156,8 @@ static void srv_on_generic(srv_call *c, bool ok) {
     srv_call_unref(c);
     return;
   }
-  if (!atomic_load(&s->shutting_down)) srv_arm(s, NULL, c->cq_index);
+  if (!atomic_load(&s->shutting_down)) srv_arm(s, NULL, c->gs, c->cq_index);
+  atomic_fetch_add(&s->unknown_method_calls, 1);
   grpc_call_details *d = c->user;
   char method[256];
   size_t len = GRPC_SLICE_LENGTH(d->method);
@@ -168,6 +192,7 @@ static void srv_on_generic(srv_call *c, bool ok) {
 /* --- per-call events ------------------------------------------------------- */
 
 static void srv_start_close(srv_call *c) {
+  c->close_started = true;
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -200,11 +225,12 @@ static void srv_on_request(srv_call *c, bool ok) {
     srv_call_unref(c);
     return;
   }
-  if (!atomic_load(&s->shutting_down)) srv_arm(s, c->m, c->cq_index);
+  if (!atomic_load(&s->shutting_down)) srv_arm(s, c->m, c->gs, c->cq_index);
   const srv_method *m = c->m;
+  c->started = true;
   SRV_DEBUG("call %s", m->path);
   if (srv_unary_like(c)) {
-    if (m->kind == SRV_SERVER_STREAM) srv_start_close(c);
+    if (m->kind == SRV_SERVER_STREAM || m->early_close) srv_start_close(c);
     if (!c->payload) {
       srv_call_finish(c, PD_INVALID_ARGUMENT,
                       "%s: the call carried no request message", m->path);
@@ -284,11 +310,38 @@ static void srv_on_send(srv_call *c, bool ok) {
 }
 
 static void srv_on_close(srv_call *c, bool ok) {
-  if (c->close_cancelled) atomic_store(&c->cancelled, true);
+  if (c->close_cancelled) {
+    atomic_store(&c->cancelled, true);
+    if (!c->finishing && !c->status_sent && c->m && c->m->on_cancel)
+      c->m->on_cancel(c);
+  }
   srv_call_unref(c);
 }
 
 static void srv_on_final(srv_call *c, bool ok) { srv_call_unref(c); }
+
+static void srv_on_wake(srv_call *c, bool ok) {
+  if (!c->finishing && !c->status_sent && c->m && c->m->on_wake)
+    c->m->on_wake(c);
+  srv_call_unref(c);
+}
+
+bool srv_call_wake(srv_call *c) {
+  /* A batch of no operations completes at once on the call's queue: the
+   * way to run code on the call's thread. */
+  return srv_batch(c, NULL, 0, &c->t_wake);
+}
+
+void srv_call_finish_cancelled(srv_call *c, const char *what) {
+  bool late = gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0;
+  if (late)
+    srv_call_finish(c, PD_DEADLINE_EXCEEDED,
+                    "%s: the deadline passed first (the work goes on; call "
+                    "again with a longer deadline to wait for it)",
+                    what);
+  else
+    srv_call_finish(c, PD_CANCELLED, "%s: cancelled by the client", what);
+}
 
 /* Sends the next queued message, or the status once the queue is empty. */
 static void srv_pump(srv_call *c) {
@@ -319,9 +372,10 @@ static void srv_pump(srv_call *c) {
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = c->fin_code;
   ops[n++].data.send_status_from_server.status_details = &details;
-  if (srv_unary_like(c) && c->m->kind == SRV_UNARY) {
+  if (srv_unary_like(c) && c->m->kind == SRV_UNARY && !c->close_started) {
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &c->close_cancelled;
+    c->close_started = true;
   }
   c->md_sent = true;
   c->status_sent = true;
@@ -342,9 +396,10 @@ void srv_call_reply(srv_call *c, const ProtobufCMessage *resp) {
   ops[2].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[2].data.send_status_from_server.status = GRPC_STATUS_OK;
   size_t n = 3;
-  if (c->m->kind == SRV_UNARY) {
+  if (c->m->kind == SRV_UNARY && !c->close_started) {
     ops[3].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[3].data.recv_close_on_server.cancelled = &c->close_cancelled;
+    c->close_started = true;
     n = 4;
   }
   c->finishing = c->status_sent = c->md_sent = true;
@@ -411,39 +466,6 @@ void srv_call_fail(srv_call *c, const dev_status *st) {
   srv_call_finish(c, code, "%s", st->msg[0] ? st->msg : pd_code_name(code));
 }
 
-typedef struct srv_spawn_arg {
-  srv_call *c;
-  void (*fn)(srv_call *c);
-} srv_spawn_arg;
-
-static void *srv_spawn_main(void *p) {
-  srv_spawn_arg a = *(srv_spawn_arg *)p;
-  free(p);
-  a.fn(a.c);
-  srv_call_unref(a.c);
-  return NULL;
-}
-
-bool srv_call_spawn(srv_call *c, void (*fn)(srv_call *c)) {
-  srv_spawn_arg *a = malloc(sizeof(*a));
-  if (!a) return false;
-  a->c = c;
-  a->fn = fn;
-  atomic_fetch_add(&c->refs, 1);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t th;
-  int rc = pthread_create(&th, &attr, srv_spawn_main, a);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    atomic_fetch_sub(&c->refs, 1);
-    free(a);
-    return false;
-  }
-  return true;
-}
-
 /* --- threads, start, stop -------------------------------------------------- */
 
 static void *srv_cq_main(void *arg) {
@@ -483,21 +505,29 @@ int srv_start(srv *s) {
   args[1].value.integer = maxmsg;
   grpc_channel_args chargs = {2, args};
   s->server = grpc_server_create(&chargs, NULL);
+  if (s->opt.admin_socket[0]) s->admin_server = grpc_server_create(NULL, NULL);
   s->num_cqs = s->opt.num_threads;
   for (int i = 0; i < s->num_cqs; i++) {
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);
+    if (s->admin_server)
+      grpc_server_register_completion_queue(s->admin_server, s->cqs[i], NULL);
   }
-  for (int i = 0; srv_methods[i]; i++) {
-    srv_method *m = srv_methods[i];
-    grpc_server_register_method_payload_handling ph =
-        (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM)
-            ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
-            : GRPC_SRM_PAYLOAD_NONE;
-    m->registered = grpc_server_register_method(s->server, m->path, NULL, ph, 0);
-    if (!m->registered) {
-      SRV_ERROR("internal: cannot register %s", m->path);
-      goto fail;
+  for (int k = 0; k < 2; k++) {
+    grpc_server *gs = k == 0 ? s->server : s->admin_server;
+    srv_method *const *table = k == 0 ? srv_methods : srv_admin_methods;
+    for (int i = 0; gs && table[i]; i++) {
+      srv_method *m = table[i];
+      grpc_server_register_method_payload_handling ph =
+          (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM)
+              ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+              : GRPC_SRM_PAYLOAD_NONE;
+      m->server = gs;
+      m->registered = grpc_server_register_method(gs, m->path, NULL, ph, 0);
+      if (!m->registered) {
+        SRV_ERROR("internal: cannot register %s", m->path);
+        goto fail;
+      }
     }
   }
   for (int i = 0; i < s->opt.num_listen; i++) {
@@ -515,10 +545,41 @@ int srv_start(srv *s) {
     srv_bound_name(addr, port, name, sizeof(name));
     SRV_INFO("listening on %s", name);
   }
+  if (s->admin_server) {
+    /* The socket's mode decides who may use the Admin service: create it
+     * with no more than admin_socket_mode, then set exactly that. */
+    char addr[SRV_ADDR_MAX + 8];
+    snprintf(addr, sizeof(addr), "unix:%s", s->opt.admin_socket);
+    mode_t old = umask((mode_t)(~s->opt.admin_socket_mode & 0777));
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(s->admin_server, addr, creds);
+    grpc_server_credentials_release(creds);
+    umask(old);
+    if (port == 0) {
+      SRV_ERROR("cannot listen on the admin socket %s (its directory must "
+                "exist and be writable; set [daemon] admin_socket or "
+                "--admin-socket, or '' to turn the Admin service off)",
+                s->opt.admin_socket);
+      goto fail;
+    }
+    if (chmod(s->opt.admin_socket, (mode_t)s->opt.admin_socket_mode) != 0) {
+      SRV_ERROR("cannot set mode %04o on the admin socket %s: %s",
+                s->opt.admin_socket_mode, s->opt.admin_socket, strerror(errno));
+      goto fail;
+    }
+    SRV_INFO("admin service on unix:%s (mode %04o)", s->opt.admin_socket,
+             s->opt.admin_socket_mode);
+  }
   grpc_server_start(s->server);
+  if (s->admin_server) grpc_server_start(s->admin_server);
   for (int i = 0; i < s->num_cqs; i++) {
-    for (int j = 0; srv_methods[j]; j++) srv_arm(s, srv_methods[j], i);
-    srv_arm(s, NULL, i);
+    for (int j = 0; srv_methods[j]; j++) srv_arm(s, srv_methods[j], s->server, i);
+    srv_arm(s, NULL, s->server, i);
+    if (s->admin_server) {
+      for (int j = 0; srv_admin_methods[j]; j++)
+        srv_arm(s, srv_admin_methods[j], s->admin_server, i);
+      srv_arm(s, NULL, s->admin_server, i);
+    }
   }
   for (int i = 0; i < s->num_cqs; i++)
     pthread_create(&srv_threads[i], NULL, srv_cq_main, s->cqs[i]);
@@ -527,6 +588,8 @@ int srv_start(srv *s) {
 fail:
   grpc_server_destroy(s->server);
   s->server = NULL;
+  if (s->admin_server) grpc_server_destroy(s->admin_server);
+  s->admin_server = NULL;
   for (int i = 0; i < s->num_cqs; i++) {
     grpc_completion_queue_shutdown(s->cqs[i]);
     while (grpc_completion_queue_next(s->cqs[i],
@@ -542,19 +605,23 @@ fail:
 void srv_stop(srv *s) {
   atomic_store(&s->shutting_down, true);
   grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
-  int tag_storage;
-  void *tag = &tag_storage;
-  grpc_server_shutdown_and_notify(s->server, scq, tag);
+  int tags[2];
+  grpc_server *servers[2] = {s->server, s->admin_server};
+  for (int k = 0; k < 2; k++)
+    if (servers[k]) grpc_server_shutdown_and_notify(servers[k], scq, &tags[k]);
   gpr_timespec grace = gpr_time_add(
       gpr_now(GPR_CLOCK_MONOTONIC),
       gpr_time_from_millis(s->opt.grace_ms, GPR_TIMESPAN));
-  grpc_event ev = grpc_completion_queue_pluck(scq, tag, grace, NULL);
-  if (ev.type == GRPC_QUEUE_TIMEOUT) {
-    SRV_INFO("grace period of %d ms over: cancelling the remaining calls",
-             s->opt.grace_ms);
-    grpc_server_cancel_all_calls(s->server);
-    grpc_completion_queue_pluck(scq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                NULL);
+  for (int k = 0; k < 2; k++) {
+    if (!servers[k]) continue;
+    grpc_event ev = grpc_completion_queue_pluck(scq, &tags[k], grace, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+      SRV_INFO("grace period of %d ms over: cancelling the remaining calls",
+               s->opt.grace_ms);
+      grpc_server_cancel_all_calls(servers[k]);
+      grpc_completion_queue_pluck(scq, &tags[k],
+                                  gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    }
   }
   grpc_completion_queue_shutdown(scq);
   while (grpc_completion_queue_pluck(scq, NULL,
@@ -562,21 +629,84 @@ void srv_stop(srv *s) {
              .type != GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(scq);
-  /* Let calls handed to helper threads (Sync, Download) end: their last
-   * operations still complete on the queues, which the threads drain. */
+  /* Calls still end on the queues (their last operations complete there).
+   * None waits on the devices (see server.h), so this is quick; a queue
+   * must not shut down while a call could still wake on it. */
   for (int waited = 0; atomic_load(&s->active_calls) > 0; waited += 10) {
-    if (waited == 10000) {
-      SRV_WARN("%d calls still active after 10 s; shutting down anyway",
+    if (waited == 30000) {
+      SRV_WARN("%d calls still active after 30 s; exiting without "
+               "releasing gRPC",
                atomic_load(&s->active_calls));
-      break;
+      return;
     }
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
   grpc_server_destroy(s->server);
   s->server = NULL;
+  if (s->admin_server) grpc_server_destroy(s->admin_server);
+  s->admin_server = NULL;
   for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_shutdown(s->cqs[i]);
   for (int i = 0; i < s->num_cqs; i++) pthread_join(srv_threads[i], NULL);
   for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_destroy(s->cqs[i]);
   grpc_shutdown();
+}
+
+/* --- one-shot waits ---------------------------------------------------------- */
+
+struct srv_wait {
+  atomic_int refs; /* the call's side and the callback's side */
+  pthread_mutex_t mu;
+  srv_call *c;     /* set while the call waits; holds a call reference */
+  pd_code code;
+};
+
+srv_wait *srv_wait_new(srv_call *c) {
+  srv_wait *w = calloc(1, sizeof(*w));
+  if (!w) return NULL;
+  atomic_init(&w->refs, 2);
+  pthread_mutex_init(&w->mu, NULL);
+  srv_call_ref(c);
+  w->c = c;
+  return w;
+}
+
+void srv_wait_put(srv_wait *w, bool both) {
+  if (!w) return;
+  int n = both ? 2 : 1;
+  if (atomic_fetch_sub(&w->refs, n) == n) {
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+  }
+}
+
+void srv_wait_ready(void *arg, dev_tensor *t, pd_code code) {
+  (void)t;
+  srv_wait *w = arg;
+  pthread_mutex_lock(&w->mu);
+  srv_call *c = w->c;
+  w->c = NULL;
+  w->code = code;
+  pthread_mutex_unlock(&w->mu);
+  if (c) {
+    srv_call_wake(c);
+    srv_call_unref(c); /* the wake-up holds its own */
+  }
+  srv_wait_put(w, false);
+}
+
+pd_code srv_wait_code(const srv_wait *w) {
+  pthread_mutex_lock((pthread_mutex_t *)&w->mu);
+  pd_code code = w->code;
+  pthread_mutex_unlock((pthread_mutex_t *)&w->mu);
+  return code;
+}
+
+void srv_wait_cancel(srv_wait *w) {
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  srv_call *c = w->c;
+  w->c = NULL;
+  pthread_mutex_unlock(&w->mu);
+  if (c) srv_call_unref(c);
 }

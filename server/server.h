@@ -1,60 +1,37 @@
 /* Private header of server/: paradevd's gRPC plumbing (rpc.c), its method
- * handlers (handlers.c, stream.c) and the wire helpers (wire.c).
+ * handlers (handlers.c, stream.c, admin.c), health (health.c), the HTTP
+ * listener and metrics (http.c, metrics.c), the configuration (config.c) and
+ * the wire helpers (wire.c).
  *
  * Threading model: the server has `num_threads` completion queues, each
  * driven by one thread, and every call lives on the queue its request was
  * armed on. So all events of one call run on one thread, one at a time, and a
- * call's state needs no lock. The exception is a handler that must block
- * (Sync, Download of a tensor not yet computed): it hands the call to a
- * detached thread (srv_call_spawn), which owns the call until it starts the
- * call's next gRPC operation.
+ * call's state needs no lock. Nothing blocks a queue thread: a handler that
+ * must wait (Sync, Download of a tensor not yet computed, KillSession until
+ * the devices caught up, a health Watch) registers a callback and returns;
+ * the callback, on whatever thread it runs, only wakes the call
+ * (srv_call_wake), whose method's on_wake then runs on the call's own thread.
  *
  * Lifetime: a call holds a reference per gRPC batch in flight plus one for
- * whoever is running its handler; it is destroyed (method's on_destroy, then
- * grpc_call_unref) when the last one is dropped.
+ * whoever is running its handler, and one per registered wake-up; it is
+ * destroyed (method's on_destroy, then grpc_call_unref) when the last one is
+ * dropped.
  */
 #ifndef PARADEV_SERVER_H
 #define PARADEV_SERVER_H
 
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "device.h"
 #include "scheduler.h"
 
-#define SRV_VERSION "0.1.0"
-#define SRV_MAX_LISTEN 16
-#define SRV_MAX_THREADS 16
-
-/* What a client controls is bounded by these (reported by GetServerInfo). */
-typedef struct srv_limits {
-  uint64_t max_message_bytes;  /* gRPC receive and send limit */
-  uint64_t max_tensor_bytes;   /* host bytes of one upload */
-  int max_ops_per_request;
-  int max_handles_per_session;
-  int max_sessions;
-  int max_string_bytes;
-  int max_ids_per_request;
-  uint32_t default_lease_s;
-  uint32_t max_lease_s;
-  uint64_t max_chunk_bytes;     /* Upload chunk / Download chunk_bytes */
-  uint64_t default_chunk_bytes; /* Download when the client says 0 */
-} srv_limits;
-
-/* Daemon options (command line). */
-typedef struct srv_options {
-  const char *listen[SRV_MAX_LISTEN];
-  int num_listen;
-  const char *backend; /* "cpu" (default) or "cuda" */
-  int num_devices;
-  uint64_t memory_limit; /* per device, bytes; 0: none */
-  int num_threads;       /* completion-queue threads */
-  int grace_ms;          /* shutdown grace period */
-  srv_limits limits;
-} srv_options;
+#define SRV_NUM_CODES 17 /* gRPC status codes 0..16 */
 
 typedef struct srv srv;
 typedef struct srv_call srv_call;
@@ -82,7 +59,17 @@ struct srv_method {
   void (*on_drained)(srv_call *c);
   /* The call is being destroyed: free c->user. May be NULL. */
   void (*on_destroy)(srv_call *c);
-  void *registered; /* grpc_server_register_method's handle */
+  /* A wake-up (srv_call_wake) arrived, on the call's thread. */
+  void (*on_wake)(srv_call *c);
+  /* The client cancelled or the deadline passed before the call finished;
+   * on the call's thread. NULL: nothing to undo (the call just ends). */
+  void (*on_cancel)(srv_call *c);
+  /* Unary methods that wait: learn of cancellation while waiting. */
+  bool early_close;
+  void *registered;    /* grpc_server_register_method's handle */
+  grpc_server *server; /* the server it is registered on */
+  /* Finished calls by status code (metrics). */
+  _Atomic uint64_t codes[SRV_NUM_CODES];
 };
 
 /* Byte-budget allocator for unpacking untrusted messages (protobuf-c has no
@@ -96,6 +83,7 @@ typedef struct srv_budget {
 struct srv_call {
   srv *s;
   const srv_method *m;
+  grpc_server *gs; /* the server whose request this call answered */
   int cq_index;
   grpc_call *call;
   gpr_timespec deadline;
@@ -103,7 +91,9 @@ struct srv_call {
   grpc_byte_buffer *payload;   /* initial payload, then each stream read */
   atomic_int refs;
   atomic_bool cancelled;       /* the client went away or the deadline passed */
+  bool started;                /* a request arrived (counted in metrics) */
   bool md_sent, status_sent, finishing, reading, writing, read_paused, eof;
+  bool close_started;
   grpc_status_code fin_code;
   char *fin_msg;
   /* pending writes */
@@ -119,30 +109,65 @@ struct srv_call {
   struct srv_tag {
     void (*fn)(srv_call *c, bool ok);
     srv_call *c;
-  } t_req, t_recv, t_send, t_close, t_final;
+  } t_req, t_recv, t_send, t_close, t_final, t_wake;
   int close_cancelled;
 };
 
+/* Values SIGHUP may change, read by any thread. */
+typedef struct srv_runtime {
+  _Atomic uint64_t max_tensor_bytes;
+  atomic_int max_ops_per_request;
+  atomic_int max_handles_per_session;
+  atomic_int max_sessions;
+  atomic_int max_ids_per_request;
+  atomic_int max_queued_ops;
+  _Atomic uint32_t default_lease_s, max_lease_s;
+  _Atomic uint64_t default_memory_quota, max_memory_quota;
+  _Atomic uint32_t drain_timeout_s, stall_timeout_s;
+} srv_runtime;
+
+#define SRV_RT(s, f) atomic_load_explicit(&(s)->rt.f, memory_order_relaxed)
+
+typedef struct srv_health srv_health;
+
 struct srv {
-  srv_options opt;
+  srv_options opt; /* as started; never written after start */
+  srv_runtime rt;
+  int argc;
+  char **argv;
   uint64_t incarnation;
   int64_t start_unix_ms;
   dev_engine *engine;
   sched *sched;
-  grpc_server *server;
+  grpc_server *server;       /* ParallelDevice, Health */
+  grpc_server *admin_server; /* Admin, on the admin socket; may be NULL */
   grpc_completion_queue *cqs[SRV_MAX_THREADS];
   int num_cqs;
   atomic_bool shutting_down;
   atomic_int active_calls; /* calls created and not yet destroyed */
+  /* Service state. */
+  atomic_bool ready;     /* every listener accepts */
+  atomic_bool draining;  /* no new sessions */
+  atomic_bool exiting;   /* the drain ends in exit */
+  atomic_bool stalled;   /* no op completed for stall_timeout_s */
+  atomic_bool devices_ok;
+  srv_health *health;
+  /* Counters the handlers keep. */
+  _Atomic uint64_t upload_bytes, download_bytes;
+  _Atomic uint64_t unknown_method_calls;
+  /* HTTP listener (http.c). */
+  void *http;
+  int http_port;
 };
 
 /* --- rpc.c --------------------------------------------------------------- */
 
-/* Starts gRPC, binds every listen address (logging the bound ones), starts
- * the threads. Returns 0 or -1 after logging why (nothing left running). */
+/* Starts gRPC, binds every listen address and the admin socket (logging the
+ * bound ones), starts the threads. Returns 0 or -1 after logging why
+ * (nothing left running). */
 int srv_start(srv *s);
 /* Shutdown in NOTES.md order: stop accepting, grace period, cancel what
- * remains, destroy the server, drain and destroy the queues, grpc_shutdown. */
+ * remains, destroy the servers, drain and destroy the queues, grpc_shutdown. */
 void srv_stop(srv *s);
 
 /* Unary success: sends `resp` and status OK; the call ends. */
@@ -159,10 +184,33 @@ void srv_call_finish(srv_call *c, pd_code code, const char *fmt, ...)
 void srv_call_fail(srv_call *c, const dev_status *st);
 /* Pending writes (backpressure for bidi streams). */
 size_t srv_call_queued(const srv_call *c);
-/* Runs fn(c) on a new detached thread that owns the call until it starts an
- * operation on it (reply, write, finish). Returns false (and does nothing)
- * when no thread can be started. */
-bool srv_call_spawn(srv_call *c, void (*fn)(srv_call *c));
+/* Takes / drops a reference on a call (for a registered wake-up). */
+void srv_call_ref(srv_call *c);
+void srv_call_unref(srv_call *c);
+/* Makes the method's on_wake run on the call's thread. Any thread; the
+ * caller must hold a reference. False when gRPC refused (logged). */
+bool srv_call_wake(srv_call *c);
+/* Ends a call that waits when its client cancelled or its deadline passed:
+ * DEADLINE_EXCEEDED or CANCELLED naming `what`. */
+void srv_call_finish_cancelled(srv_call *c, const char *what);
+
+/* A one-shot wake-up for a call that waits on an engine callback
+ * (dev_ready_fn): the callback may outlive the call, so it holds this small
+ * object, not the call. */
+typedef struct srv_wait srv_wait;
+/* Creates a wait for `c` (holds a call reference until it fires or is
+ * cancelled). NULL when out of memory. */
+srv_wait *srv_wait_new(srv_call *c);
+/* The dev_ready_fn to register with arg = the wait: wakes the call once. */
+void srv_wait_ready(void *arg, dev_tensor *t, pd_code code);
+/* The status code the callback reported (after the wake-up). */
+pd_code srv_wait_code(const srv_wait *w);
+/* The call no longer waits (cancelled, or registration failed): it will not
+ * be woken. Then srv_wait_put. */
+void srv_wait_cancel(srv_wait *w);
+/* Drops the call side's reference (and, after a failed registration, the
+ * callback side's, with `both`). Accepts NULL. */
+void srv_wait_put(srv_wait *w, bool both);
 
 /* --- wire.c -------------------------------------------------------------- */
 
@@ -175,9 +223,47 @@ ProtobufCMessage *srv_unpack(const ProtobufCMessageDescriptor *d,
 /* Packs a message into a new byte buffer (one copy). */
 grpc_byte_buffer *srv_pack(const ProtobufCMessage *m);
 
-/* --- handlers.c ---------------------------------------------------------- */
+/* --- handlers.c, admin.c --------------------------------------------------- */
 
-/* The methods paradevd registers (NULL-terminated). */
+/* The methods paradevd registers (NULL-terminated): on the listen
+ * addresses, and on the admin socket. */
 extern srv_method *const srv_methods[];
+extern srv_method *const srv_admin_methods[];
+
+/* --- health.c --------------------------------------------------------------- */
+
+/* SERVING: every listener accepts, not draining, every device healthy and
+ * the devices making progress. */
+bool srv_serving(srv *s);
+/* Recomputes the status (after any input changed; any thread) and streams
+ * a change to every Watch. */
+void srv_health_update(srv *s);
+/* Devices' health (backend `healthy`); logs changes. Returns all healthy. */
+bool srv_devices_healthy(srv *s);
+/* Ends every Watch stream (at shutdown, after the last update). */
+void srv_health_close(srv *s);
+int srv_health_init(srv *s);
+void srv_health_destroy(srv *s);
+extern srv_method srv_m_health_check, srv_m_health_watch;
+
+/* Starts draining (no new sessions, health NOT_SERVING); with `exit`, the
+ * daemon exits once queued work is done or the drain timeout passes.
+ * Any thread. Returns false if it was draining already. */
+bool srv_drain(srv *s, bool exit);
+/* Back in service (not once exiting). */
+bool srv_resume(srv *s);
+
+/* --- metrics.c, http.c ------------------------------------------------------ */
+
+/* Appends the Prometheus text exposition (format 0.0.4) to a new string
+ * (free() it); NULL when out of memory. */
+char *srv_metrics_render(srv *s, size_t *len);
+/* Starts / stops the HTTP listener of opt.metrics_listen (no-op when empty).
+ * srv_http_start logs the bound address; -1 after logging why. */
+int srv_http_start(srv *s);
+void srv_http_stop(srv *s);
+
+/* Sums bytes_in_use over the devices. */
+uint64_t srv_device_memory_used(srv *s);
 
 #endif /* PARADEV_SERVER_H */

@@ -1,10 +1,11 @@
 /* paradevd's streaming methods: Upload (client stream), Download (server
  * stream), Enqueue and EchoStream (bidirectional). All run on their call's
- * completion-queue thread (see server.h), except the wait for a tensor that
- * Download hands to a helper thread. */
+ * completion-queue thread (see server.h); Download waits for its tensor with
+ * a wake-up, never a blocked thread. */
 #include <stdlib.h>
 #include <string.h>
 
+#define SRV_LOG_SUB SRV_SUB_RPC
 #include "log.h"
 #include "server.h"
 #include "srv_int.h"
@@ -87,11 +88,11 @@ static void srv_upload_header(srv_call *c, srv_upload_state *u,
       goto fail;
     total = b;
   }
-  if (total > s->opt.limits.max_tensor_bytes) {
+  uint64_t max_tensor = SRV_RT(s, max_tensor_bytes);
+  if (total > max_tensor) {
     dev_error(&st, PD_RESOURCE_EXHAUSTED,
               "the upload holds %llu bytes; the limit max_tensor_bytes is %llu",
-              (unsigned long long)total,
-              (unsigned long long)s->opt.limits.max_tensor_bytes);
+              (unsigned long long)total, (unsigned long long)max_tensor);
     goto fail;
   }
   if (sched_upload_begin(u->ss, h->id, dt, &layout, &host,
@@ -221,16 +222,15 @@ static void srv_upload_msg(srv_call *c, const ProtobufCMessage *m) {
   }
   u->offset += ch->data.len;
   u->received += ch->data.len;
+  atomic_fetch_add_explicit(&c->s->upload_bytes, ch->data.len,
+                            memory_order_relaxed);
 }
 
-srv_method srv_m_upload = {"/paradev.v1.ParallelDevice/Upload",
-                           SRV_CLIENT_STREAM,
-                           &paradev__v1__upload_request__descriptor,
-                           NULL,
-                           srv_upload_msg,
-                           NULL,
-                           srv_upload_destroy,
-                           NULL};
+srv_method srv_m_upload = {.path = "/paradev.v1.ParallelDevice/Upload",
+                           .kind = SRV_CLIENT_STREAM,
+                           .request = &paradev__v1__upload_request__descriptor,
+                           .on_message = srv_upload_msg,
+                           .on_destroy = srv_upload_destroy};
 
 /* --- Download ------------------------------------------------------------------ */
 
@@ -263,11 +263,14 @@ typedef struct srv_download_state {
   dev_shape shape[PD_MAX_DEVICES];
   uint64_t chunk;
   bool started;
+  srv_wait *w; /* waiting for the tensor to be computed */
 } srv_download_state;
 
 static void srv_download_destroy(srv_call *c) {
   srv_download_state *d = c->user;
   if (!d) return;
+  srv_wait_cancel(d->w);
+  srv_wait_put(d->w, false);
   dev_tensor_release(d->t);
   sched_session_put(d->ss);
   free(d);
@@ -324,14 +327,20 @@ static void srv_download_more(srv_call *c) {
     grpc_slice_unref(sl);
     srv_call_write_buffer(c, bb);
     d->offset += len;
+    atomic_fetch_add_explicit(&c->s->download_bytes, len, memory_order_relaxed);
   }
 }
 
-/* Sends the header once the tensor is computed, or its stored error. */
+/* Sends the header once the tensor is computed, or its stored error. Runs
+ * on the call's thread: at once, or as on_wake when the tensor is ready. */
 static void srv_download_begin(srv_call *c) {
   srv_download_state *d = c->user;
+  if (d->w) { /* woken: that wait is over */
+    srv_wait_put(d->w, false);
+    d->w = NULL;
+  }
   dev_status st = DEV_STATUS_INIT;
-  if (sched_tensor_wait(d->ss, d->t, &st) != PD_OK) {
+  if (dev_tensor_wait(d->t, &st) != PD_OK) { /* ready: returns at once */
     srv_call_fail(c, &st);
     return;
   }
@@ -357,8 +366,7 @@ static void srv_download_begin(srv_call *c) {
   Paradev__V1__DownloadResponse resp = PARADEV__V1__DOWNLOAD_RESPONSE__INIT;
   resp.item_case = PARADEV__V1__DOWNLOAD_RESPONSE__ITEM_HEADER;
   resp.header = &h;
-  /* Chunks follow from on_drained, on the call's own thread: after this
-   * write starts, a helper thread must not touch the call again. */
+  /* Chunks follow from on_drained. */
   d->started = true;
   srv_call_write(c, &resp.base);
   srv_arena_free(&a);
@@ -432,20 +440,41 @@ static void srv_download(srv_call *c, const ProtobufCMessage *m) {
   }
   if (dev_tensor_is_ready(d->t)) {
     srv_download_begin(c);
-  } else if (!srv_call_spawn(c, srv_download_begin)) {
-    srv_call_finish(c, PD_RESOURCE_EXHAUSTED,
-                    "cannot start a thread to wait on the devices");
+    return;
+  }
+  srv_wait *w = srv_wait_new(c);
+  if (!w) {
+    srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    return;
+  }
+  if (sched_tensor_notify(d->ss, d->t, srv_wait_ready, w, &st) != PD_OK) {
+    srv_wait_cancel(w);
+    srv_wait_put(w, true);
+    srv_call_fail(c, &st);
+    return;
+  }
+  d->w = w; /* srv_download_begin runs when it is computed */
+}
+
+static void srv_download_cancel(srv_call *c) {
+  srv_download_state *d = c->user;
+  if (d && d->w) {
+    srv_wait_cancel(d->w);
+    srv_wait_put(d->w, false);
+    d->w = NULL;
+    srv_call_finish_cancelled(c, "Download");
   }
 }
 
-srv_method srv_m_download = {"/paradev.v1.ParallelDevice/Download",
-                             SRV_SERVER_STREAM,
-                             &paradev__v1__download_request__descriptor,
-                             srv_download,
-                             NULL,
-                             srv_download_more,
-                             srv_download_destroy,
-                             NULL};
+srv_method srv_m_download = {
+    .path = "/paradev.v1.ParallelDevice/Download",
+    .kind = SRV_SERVER_STREAM,
+    .request = &paradev__v1__download_request__descriptor,
+    .on_request = srv_download,
+    .on_drained = srv_download_more,
+    .on_destroy = srv_download_destroy,
+    .on_wake = srv_download_begin,
+    .on_cancel = srv_download_cancel};
 
 /* --- Enqueue ------------------------------------------------------------------- */
 
@@ -532,11 +561,12 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     srv_arena_free(&a);
   } else if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_DELETE) {
     const Paradev__V1__DeleteItem *di = req->delete_;
-    if (di->n_ids > (size_t)c->s->opt.limits.max_ids_per_request)
+    int max_ids = SRV_RT(c->s, max_ids_per_request);
+    if (di->n_ids > (size_t)max_ids)
       dev_error(&st, PD_INVALID_ARGUMENT,
                 "%zu ids in one delete item; the limit max_ids_per_request "
                 "is %d",
-                di->n_ids, c->s->opt.limits.max_ids_per_request);
+                di->n_ids, max_ids);
     else
       sched_handle_delete(e->ss, di->ids, (int)di->n_ids, &st);
     srv_enqueue_reply(c, index, &st, NULL);
@@ -548,14 +578,11 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
   }
 }
 
-srv_method srv_m_enqueue = {"/paradev.v1.ParallelDevice/Enqueue",
-                            SRV_BIDI,
-                            &paradev__v1__enqueue_request__descriptor,
-                            NULL,
-                            srv_enqueue_msg,
-                            NULL,
-                            srv_enqueue_destroy,
-                            NULL};
+srv_method srv_m_enqueue = {.path = "/paradev.v1.ParallelDevice/Enqueue",
+                            .kind = SRV_BIDI,
+                            .request = &paradev__v1__enqueue_request__descriptor,
+                            .on_message = srv_enqueue_msg,
+                            .on_destroy = srv_enqueue_destroy};
 
 /* --- EchoStream ---------------------------------------------------------------- */
 
@@ -570,11 +597,8 @@ static void srv_echo_stream_msg(srv_call *c, const ProtobufCMessage *m) {
   srv_call_write(c, &resp.base);
 }
 
-srv_method srv_m_echo_stream = {"/paradev.v1.ParallelDevice/EchoStream",
-                                SRV_BIDI,
-                                &paradev__v1__echo_request__descriptor,
-                                NULL,
-                                srv_echo_stream_msg,
-                                NULL,
-                                NULL,
-                                NULL};
+srv_method srv_m_echo_stream = {
+    .path = "/paradev.v1.ParallelDevice/EchoStream",
+    .kind = SRV_BIDI,
+    .request = &paradev__v1__echo_request__descriptor,
+    .on_message = srv_echo_stream_msg};

@@ -1,0 +1,346 @@
+/* bench_rpc: what the daemon adds to gRPC's own cost, measured in one run
+ * against one daemon (started here on a Unix socket, CPU backend, 4 devices)
+ * with libparadev, each figure beside an Echo baseline of the same size
+ * through the same client machinery:
+ *
+ *  execute   a tiny op's Execute round trip (Add of two float32 [1]) beside
+ *            a unary Echo whose payload is the Execute request's size:
+ *            p50 and p99 latency, ratio Execute/Echo (aim <= 1.3)
+ *  enqueue   ops per second streamed through one Enqueue call (each op's
+ *            reply awaited only at the end) beside EchoStream messages per
+ *            second of the Enqueue item's size (aim >= 0.7); and items the
+ *            daemon refuses at validation, which isolates the stream path
+ *            from the scheduler's and engine's per-op cost
+ *  upload    Upload bytes per second (sharded, so each byte lands on one
+ *  download  device once) beside EchoStream bytes per second at the same
+ *            chunk size, counting the bytes that cross the transport (each
+ *            echoed byte twice: there and back) (aim >= 0.7)
+ *
+ * Usage: bench_rpc [--quick] [--paradevd PATH] [--target ADDR]
+ *   --target uses a running daemon instead of starting one.
+ * Results: a table and JSON lines (benchutil.h). Exit status 1 on a failed
+ * call. Built from client/CMakeLists.txt (it needs libparadev; bench_*.c are
+ * linked against the engine only). */
+#include <grpc/byte_buffer_reader.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "benchutil.h"
+#include "client_int.h"
+
+#ifndef PARADEVD_PATH
+#define PARADEVD_PATH "paradevd"
+#endif
+
+#define DEVICES 4
+#define CHUNK ((size_t)1 << 20)
+
+static pd_status *st;
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_rpc: %s: %s: %s\n", what,
+          pd_code_name(pd_status_code(st)), pd_status_message(st));
+  exit(1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double pct(const double *sorted, int n, double p) {
+  int rank = (int)ceil(p / 100.0 * n);
+  if (rank < 1) rank = 1;
+  if (rank > n) rank = n;
+  return sorted[rank - 1];
+}
+
+/* --- the daemon --------------------------------------------------------------- */
+
+static pid_t daemon_pid;
+static char daemon_dir[64];
+
+static void stop_daemon(void) {
+  if (daemon_pid <= 0) return;
+  kill(daemon_pid, SIGTERM);
+  int status;
+  waitpid(daemon_pid, &status, 0);
+  daemon_pid = 0;
+  char p[128];
+  snprintf(p, sizeof(p), "%s/pd.sock", daemon_dir);
+  unlink(p);
+  rmdir(daemon_dir);
+}
+
+static const char *start_daemon(const char *path, char *target, size_t len) {
+  snprintf(daemon_dir, sizeof(daemon_dir), "/tmp/bench-rpc-XXXXXX");
+  if (!mkdtemp(daemon_dir)) {
+    perror("mkdtemp");
+    exit(1);
+  }
+  snprintf(target, len, "unix:%s/pd.sock", daemon_dir);
+  daemon_pid = fork();
+  if (daemon_pid == 0) {
+    execl(path, path, "--listen", target, "--devices", "4", "--log", "warn",
+          "--max-message-bytes", "67108864", (char *)NULL);
+    fprintf(stderr, "bench_rpc: cannot run %s\n", path);
+    _exit(127);
+  }
+  atexit(stop_daemon);
+  return target;
+}
+
+/* --- Execute beside Echo --------------------------------------------------------- */
+
+static void bench_execute(pd_client *c, pd_session *s, int n) {
+  const float one[1] = {1};
+  const int64_t d1[1] = {1};
+  if (pd_upload(s, 1, PD_FLOAT32, d1, 1, one, sizeof(one), pd_layout_mirrored(),
+                NULL, NULL, st) != PD_OK)
+    die("Upload");
+  /* The Echo payload: as many bytes as the Execute request. */
+  uint64_t in[2] = {1, 1}, out = 1000;
+  Paradev__V1__Operation op;
+  pdc_op_build(&op, s, "Add", in, 2, NULL, &out, 1, NULL);
+  Paradev__V1__Operation *ops[1] = {&op};
+  Paradev__V1__ExecuteRequest req = PARADEV__V1__EXECUTE_REQUEST__INIT;
+  req.session_token.data = s->token;
+  req.session_token.len = s->token_len;
+  req.n_ops = 1;
+  req.ops = ops;
+  size_t req_bytes = protobuf_c_message_get_packed_size(&req.base);
+  Paradev__V1__EchoRequest ereq = PARADEV__V1__ECHO_REQUEST__INIT;
+  ereq.payload.len = 1;
+  size_t payload = req_bytes - (protobuf_c_message_get_packed_size(&ereq.base) - 1);
+  char *buf = calloc(1, payload + 1);
+
+  double *te = malloc(sizeof(double) * (size_t)n);
+  double *tx = malloc(sizeof(double) * (size_t)n);
+  uint64_t ids[1000];
+  int nid = 0;
+  for (int i = -n / 10; i < n; i++) { /* the first tenth warms up */
+    double t0 = bu_now();
+    if (pd_client_echo(c, buf, payload, NULL, 0, NULL, NULL, st) != PD_OK)
+      die("Echo");
+    double t1 = bu_now();
+    out = 0;
+    if (pd_execute(s, "Add", in, 2, NULL, &out, 1, NULL, NULL, st) != PD_OK)
+      die("Execute");
+    double t2 = bu_now();
+    if (i >= 0) {
+      te[i] = t1 - t0;
+      tx[i] = t2 - t1;
+    }
+    ids[nid++] = out;
+    if (nid == 1000) { /* untimed: keep the handle table small */
+      if (pd_delete(s, ids, nid, NULL, st) != PD_OK) die("Delete");
+      nid = 0;
+    }
+  }
+  if (nid && pd_delete(s, ids, nid, NULL, st) != PD_OK) die("Delete");
+  qsort(te, (size_t)n, sizeof(double), cmp_double);
+  qsort(tx, (size_t)n, sizeof(double), cmp_double);
+  char params[256];
+  snprintf(params, sizeof(params),
+           "\"op\": \"Add\", \"dtype\": \"float32\", \"shape\": [1], "
+           "\"devices\": %d, \"request_bytes\": %zu, \"calls\": %d",
+           DEVICES, req_bytes, n);
+  bu_record("rpc", params, "execute_p50_us", pct(tx, n, 50) * 1e6,
+            "echo_p50_us", pct(te, n, 50) * 1e6);
+  bu_record("rpc", params, "execute_p99_us", pct(tx, n, 99) * 1e6,
+            "echo_p99_us", pct(te, n, 99) * 1e6);
+  free(te);
+  free(tx);
+  free(buf);
+  uint64_t one_id = 1;
+  pd_delete(s, &one_id, 1, NULL, st);
+}
+
+/* --- streams ----------------------------------------------------------------------- */
+
+static void on_echo(void *arg, grpc_byte_buffer *bb) {
+  /* Decode as a client of Echo would (Enqueue replies are decoded too). */
+  ProtobufCMessage *m = pdc_unpack(&paradev__v1__echo_response__descriptor, bb);
+  if (!m) (*(int *)arg)++;
+  else protobuf_c_message_free_unpacked(m, NULL);
+}
+
+/* EchoStream of `n` messages of `payload` bytes; returns seconds. */
+static double echo_stream(pd_client *c, int n, size_t payload) {
+  int bad = 0;
+  pdc_bidi *b = pdc_bidi_new(c, PDC_ECHO_STREAM, -1, 4096, on_echo, &bad, st);
+  if (!b) die("EchoStream");
+  char *buf = calloc(1, payload + 1);
+  Paradev__V1__EchoRequest r = PARADEV__V1__ECHO_REQUEST__INIT;
+  r.payload.data = (uint8_t *)buf;
+  r.payload.len = payload;
+  double t0 = bu_now();
+  for (int i = 0; i < n; i++)
+    if (pdc_bidi_write(b, pdc_pack(&r.base), st) != PD_OK) die("EchoStream write");
+  if (pdc_bidi_wait(b, (uint64_t)n, -1, st) != PD_OK) die("EchoStream wait");
+  double t = bu_now() - t0;
+  if (pdc_bidi_close(b, -1, st) != PD_OK) die("EchoStream close");
+  pdc_bidi_delete(b);
+  free(buf);
+  if (bad) {
+    fprintf(stderr, "bench_rpc: %d EchoStream replies did not decode\n", bad);
+    exit(1);
+  }
+  return t;
+}
+
+static void bench_enqueue(pd_session *s, int n) {
+  const float one[1] = {1};
+  const int64_t d1[1] = {1};
+  if (pd_upload(s, 2, PD_FLOAT32, d1, 1, one, sizeof(one), pd_layout_mirrored(),
+                NULL, NULL, st) != PD_OK)
+    die("Upload");
+  /* An Enqueue item's size (after the first, which carries the token). */
+  uint64_t in[2] = {2, 2}, out = PD_FIRST_LIBRARY_ID + 123456;
+  Paradev__V1__Operation op;
+  pdc_op_build(&op, s, "Add", in, 2, NULL, &out, 1, NULL);
+  Paradev__V1__EnqueueRequest item = PARADEV__V1__ENQUEUE_REQUEST__INIT;
+  item.item_case = PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE;
+  item.execute = &op;
+  size_t item_bytes = protobuf_c_message_get_packed_size(&item.base);
+  Paradev__V1__EchoRequest ereq = PARADEV__V1__ECHO_REQUEST__INIT;
+  ereq.payload.len = 1;
+  size_t payload =
+      item_bytes - (protobuf_c_message_get_packed_size(&ereq.base) - 1);
+
+  /* Add runs on the devices; "Nop" (no such op) is refused at validation,
+   * which measures the stream path without the scheduler and engine. */
+  const char *names[2] = {"Add", "Nop"};
+  double best_q[2] = {1e30, 1e30}, best_e = 1e30;
+  for (int rep = 0; rep < 3; rep++) {
+    double te = echo_stream(s->c, n, payload);
+    if (te < best_e) best_e = te;
+    for (int k = 0; k < 2; k++) {
+      pd_stream *t = pd_stream_new(s, NULL, st);
+      if (!t) die("Enqueue");
+      double t0 = bu_now();
+      for (int i = 0; i < n; i++) {
+        out = 0;
+        if (pd_stream_execute(t, names[k], in, 2, NULL, &out, 1, NULL, st) !=
+            PD_OK)
+          die("Enqueue write");
+      }
+      pd_code rc = pd_stream_wait(t, PD_TIMEOUT_NONE, st);
+      if (rc != (k == 0 ? PD_OK : PD_INVALID_ARGUMENT)) die("Enqueue wait");
+      double tq = bu_now() - t0;
+      if (tq < best_q[k]) best_q[k] = tq;
+      if (pd_stream_close(t, PD_TIMEOUT_NONE, st) != PD_OK) die("Enqueue close");
+      pd_stream_delete(t);
+    }
+    if (pd_sync(s, NULL, 0, NULL, NULL, st) != PD_OK) die("Sync");
+  }
+  char params[256];
+  snprintf(params, sizeof(params),
+           "\"op\": \"Add\", \"shape\": [1], \"devices\": %d, \"ops\": %d, "
+           "\"item_bytes\": %zu",
+           DEVICES, n, item_bytes);
+  bu_record("rpc", params, "enqueue_ops_per_s", n / best_q[0],
+            "echo_stream_msgs_per_s", n / best_e);
+  snprintf(params, sizeof(params),
+           "\"op\": \"Nop (refused at validation)\", \"ops\": %d, "
+           "\"item_bytes\": %zu",
+           n, item_bytes);
+  bu_record("rpc", params, "enqueue_refused_ops_per_s", n / best_q[1],
+            "echo_stream_msgs_per_s", n / best_e);
+}
+
+static void bench_transfer(pd_session *s, size_t bytes, int reps) {
+  size_t n = bytes / sizeof(float);
+  float *x = malloc(bytes), *y = malloc(bytes);
+  for (size_t i = 0; i < n; i++) x[i] = (float)i;
+  const int64_t dims[2] = {(int64_t)(n / 256), 256};
+  int msgs = (int)(bytes / CHUNK);
+  double best_up = 1e30, best_down = 1e30, best_echo = 1e30;
+  for (int rep = 0; rep < reps; rep++) {
+    double te = echo_stream(s->c, msgs, CHUNK);
+    if (te < best_echo) best_echo = te;
+    double t0 = bu_now();
+    if (pd_upload(s, 10, PD_FLOAT32, dims, 2, x, bytes, pd_layout_sharded(0),
+                  NULL, NULL, st) != PD_OK)
+      die("Upload");
+    double t1 = bu_now();
+    if (pd_download(s, 10, pd_layout_sharded(0), y, bytes, NULL, NULL, NULL,
+                    st) != PD_OK)
+      die("Download");
+    double t2 = bu_now();
+    if (memcmp(x, y, bytes) != 0) {
+      fprintf(stderr, "bench_rpc: the download differs from the upload\n");
+      exit(1);
+    }
+    uint64_t id = 10;
+    if (pd_delete(s, &id, 1, NULL, st) != PD_OK) die("Delete");
+    if (t1 - t0 < best_up) best_up = t1 - t0;
+    if (t2 - t1 < best_down) best_down = t2 - t1;
+  }
+  char params[256];
+  snprintf(params, sizeof(params),
+           "\"bytes\": %zu, \"chunk_bytes\": %zu, \"layout\": \"sharded\", "
+           "\"devices\": %d, \"echo\": \"EchoStream, bytes both ways\"",
+           bytes, CHUNK, DEVICES);
+  double echo_bps = 2.0 * (double)msgs * CHUNK / best_echo / 1e9;
+  bu_record("rpc", params, "upload_GBps", bytes / best_up / 1e9,
+            "echo_stream_GBps", echo_bps);
+  bu_record("rpc", params, "download_GBps", bytes / best_down / 1e9,
+            "echo_stream_GBps", echo_bps);
+  free(x);
+  free(y);
+}
+
+int main(int argc, char **argv) {
+  bool quick = bu_quick(argc, argv);
+  const char *path = getenv("PARADEVD") ? getenv("PARADEVD") : PARADEVD_PATH;
+  const char *target = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--paradevd") == 0 && i + 1 < argc) path = argv[++i];
+    else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc) target = argv[++i];
+    else if (strcmp(argv[i], "--quick") != 0) {
+      fprintf(stderr, "usage: bench_rpc [--quick] [--paradevd PATH] [--target ADDR]\n");
+      return 2;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  char tbuf[128];
+  if (!target) target = start_daemon(path, tbuf, sizeof(tbuf));
+  st = pd_status_new();
+  pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
+  co.chunk_bytes = CHUNK;
+  pd_client *c = pd_client_new(target, &co, st);
+  if (!c) die("connect");
+  pd_serving_status ss = PD_SERVING_UNKNOWN;
+  for (int i = 0; i < 200; i++) {
+    pd_call_options o = PD_CALL_OPTIONS_INITIALIZER;
+    o.timeout_ms = 1000;
+    if (pd_client_health(c, "", &ss, &o, st) == PD_OK && ss == PD_SERVING) break;
+    usleep(50000);
+  }
+  if (ss != PD_SERVING) die("the daemon did not become ready");
+  pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
+  so.client_name = "bench_rpc";
+  pd_session *s = pd_session_new(c, &so, NULL, st);
+  if (!s) die("CreateSession");
+  if (pd_session_num_devices(s) != DEVICES)
+    fprintf(stderr, "bench_rpc: note: the daemon has %d devices\n",
+            pd_session_num_devices(s));
+
+  bench_execute(c, s, quick ? 500 : 5000);
+  bench_enqueue(s, quick ? 2000 : 20000);
+  pd_session_delete(s);
+  s = pd_session_new(c, &so, NULL, st); /* frees the streamed outputs */
+  if (!s) die("CreateSession");
+  bench_transfer(s, quick ? ((size_t)16 << 20) : ((size_t)64 << 20), quick ? 2 : 4);
+  pd_session_delete(s);
+  pd_client_delete(c);
+  pd_status_delete(st);
+  stop_daemon();
+  return bu_print_table();
+}

@@ -1,0 +1,471 @@
+/* paradev: the command-line client. `info` shows the daemon (version,
+ * backend, devices and their memory, limits), `health` runs the standard gRPC
+ * health check, `ping` measures Echo round trips. Uses libparadev's public API
+ * only. Exit status: 0 success, 1 a failed call (or a health status other than
+ * SERVING), 2 a bad command line. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "paradev/paradev.h"
+
+static const char cli_usage[] =
+    "Usage: paradev [--target ADDR] [--timeout MS] COMMAND [OPTIONS]\n"
+    "Talk to a paradevd daemon (a machine's devices as one parallel device).\n"
+    "\n"
+    "Commands:\n"
+    "  info     the daemon: version, backend, devices and their memory, limits\n"
+    "  health   the standard gRPC health check; exit 0 only when SERVING\n"
+    "  ping     Echo round trips and their latency percentiles\n"
+#ifdef PARADEV_CLI_ADMIN
+    "  admin    operators' commands on the admin socket (sessions, kill,\n"
+    "           drain, log-level); 'paradev admin --help'\n"
+#endif
+    "\n"
+    "Options:\n"
+    "  --target ADDR  unix:/path or host:port. Default: $PARADEV_TARGET, else\n"
+    "                 unix:$XDG_RUNTIME_DIR/paradevd.sock when that socket\n"
+    "                 exists, else 127.0.0.1:7478 (paradevd's defaults)\n"
+    "  --timeout MS   deadline of each call in milliseconds (default 10000)\n"
+    "  --help         this text; 'paradev COMMAND --help' for a command\n"
+    "  --version      print the version\n"
+    "\n"
+    "Exit status: 0 success, 1 a failed call, 2 a bad command line.\n";
+
+static const char cli_info_usage[] =
+    "Usage: paradev [--target ADDR] info\n"
+    "Show the daemon's version, incarnation, backend and start time, every\n"
+    "device of its mesh with memory total/limit/used/free/peak, and the limits\n"
+    "it puts on clients (GetServerInfo).\n";
+
+static const char cli_health_usage[] =
+    "Usage: paradev [--target ADDR] health [--service NAME]\n"
+    "Run grpc.health.v1.Health/Check and print the serving status.\n"
+    "  --service NAME  \"\" (default: the whole server) or\n"
+    "                  paradev.v1.ParallelDevice\n"
+    "Exit status: 0 only when SERVING; 1 otherwise (or when unreachable).\n";
+
+static const char cli_ping_usage[] =
+    "Usage: paradev [--target ADDR] ping [--count N] [--size BYTES] [--quiet]\n"
+    "Send N Echo calls of BYTES payload one after another and print each\n"
+    "round trip, then the latency percentiles p50/p90/p99 and the maximum.\n"
+    "  --count N       round trips (default 10, 1..1000000)\n"
+    "  --size BYTES    payload bytes (default 64; K/M suffixes allowed)\n"
+    "  --quiet         only the summary\n";
+
+#ifdef PARADEV_CLI_ADMIN
+/* cli_admin.c: `paradev admin ...`; argv[0] is "admin". */
+int cli_admin(int argc, char **argv);
+#endif
+
+typedef struct cli_opts {
+  const char *target;
+  int64_t timeout_ms;
+} cli_opts;
+
+static int cli_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  fprintf(stderr, "paradev%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nTry 'paradev %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+  return 2;
+}
+
+/* Parses a non-negative decimal with an optional K/M/G (powers of 1024). */
+static bool cli_parse_u64(const char *s, uint64_t *out) {
+  if (!s || !*s || *s == '-') return false;
+  errno = 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return false;
+  unsigned shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10, end++;
+  else if (*end == 'M' || *end == 'm') shift = 20, end++;
+  else if (*end == 'G' || *end == 'g') shift = 30, end++;
+  if (*end) return false;
+  if (shift && v > (ULLONG_MAX >> shift)) return false;
+  *out = (uint64_t)v << shift;
+  return true;
+}
+
+static const char *cli_default_target(char *buf, size_t len) {
+  const char *env = getenv("PARADEV_TARGET");
+  if (env && *env) return env;
+  const char *rt = getenv("XDG_RUNTIME_DIR");
+  char path[400];
+  if (rt && *rt)
+    snprintf(path, sizeof(path), "%s/paradevd.sock", rt);
+  else
+    snprintf(path, sizeof(path), "/tmp/paradevd-%u.sock", (unsigned)getuid());
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+    snprintf(buf, len, "unix:%s", path);
+    return buf;
+  }
+  return "127.0.0.1:7478";
+}
+
+static char *cli_size(uint64_t bytes, char *buf, size_t len) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%" PRIu64 " B", bytes);
+  else
+    snprintf(buf, len, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+/* Reports a failed call on stderr; returns 1. */
+static int cli_fail(const char *cmd, const pd_status *st) {
+  pd_code code = pd_status_code(st);
+  fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
+  fprintf(stderr, "paradev %s: %s (%s)\n", cmd, pd_code_name(code),
+          pd_status_str(code));
+  return 1;
+}
+
+static pd_client *cli_connect(const cli_opts *o, const char *cmd,
+                              pd_status *st) {
+  pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
+  co.default_timeout_ms = o->timeout_ms;
+  co.user_agent = "paradev-cli";
+  pd_client *c = pd_client_new(o->target, &co, st);
+  if (!c) cli_fail(cmd, st);
+  return c;
+}
+
+/* --- info ----------------------------------------------------------------------- */
+
+static int cli_info(const cli_opts *o, int argc, char **argv) {
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(cli_info_usage, stdout);
+      return 0;
+    }
+    return cli_usage_error("info", "unknown argument '%s'", argv[i]);
+  }
+  pd_status *st = pd_status_new();
+  pd_client *c = cli_connect(o, "info", st);
+  if (!c) {
+    pd_status_delete(st);
+    return 1;
+  }
+  int rc = 0;
+  pd_server_info *info = pd_client_get_server_info(c, NULL, st);
+  if (!info) {
+    rc = cli_fail("info", st);
+    goto out;
+  }
+  char b1[32], b2[32], b3[32], b4[32], b5[32];
+  printf("paradevd %s at %s\n", pd_server_info_version(info), o->target);
+  printf("  incarnation  %016" PRIx64 "\n", pd_server_info_incarnation(info));
+  printf("  backend      %s\n", pd_server_info_backend(info));
+  int64_t start_ms = pd_server_info_start_time_ms(info);
+  if (start_ms > 0) {
+    time_t t = (time_t)(start_ms / 1000);
+    struct tm tm;
+    char when[64];
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+    int64_t up = (int64_t)time(NULL) - (int64_t)t;
+    if (up < 0) up = 0;
+    printf("  started      %s (up %" PRId64 "h %02" PRId64 "m %02" PRId64 "s)\n",
+           when, up / 3600, up / 60 % 60, up % 60);
+  }
+  int n = pd_server_info_num_devices(info);
+  printf("devices: %d\n", n);
+  printf("  %-3s %-28s %-5s %10s %10s %10s %10s %10s\n", "#", "NAME", "KIND",
+         "TOTAL", "LIMIT", "USED", "FREE", "PEAK");
+  for (int i = 0; i < n; i++) {
+    const pd_device_info *d = pd_server_info_device(info, i);
+    printf("  %-3d %-28s %-5s %10s %10s %10s %10s %10s\n", d->index, d->name,
+           d->kind,
+           d->memory_total_bytes ? cli_size(d->memory_total_bytes, b1, sizeof b1)
+                                 : "-",
+           d->memory_limit_bytes ? cli_size(d->memory_limit_bytes, b2, sizeof b2)
+                                 : "-",
+           cli_size(d->memory_used_bytes, b3, sizeof b3),
+           d->memory_total_bytes || d->memory_limit_bytes
+               ? cli_size(d->memory_free_bytes, b4, sizeof b4)
+               : "-",
+           cli_size(d->memory_peak_bytes, b5, sizeof b5));
+  }
+  const pd_limits *l = pd_server_info_limits(info);
+  printf("limits:\n");
+  printf("  max_message_bytes        %" PRIu64 " (%s)\n", l->max_message_bytes,
+         cli_size(l->max_message_bytes, b1, sizeof b1));
+  printf("  max_tensor_bytes         %" PRIu64 " (%s)\n", l->max_tensor_bytes,
+         cli_size(l->max_tensor_bytes, b1, sizeof b1));
+  printf("  max_chunk_bytes          %" PRIu64 "\n", l->max_chunk_bytes);
+  printf("  max_rank                 %d\n", l->max_rank);
+  printf("  max_ops_per_request      %d\n", l->max_ops_per_request);
+  printf("  max_inputs_per_op        %d\n", l->max_inputs_per_op);
+  printf("  max_attrs_per_op         %d\n", l->max_attrs_per_op);
+  printf("  max_list_length          %d\n", l->max_list_length);
+  printf("  max_string_bytes         %d\n", l->max_string_bytes);
+  printf("  max_ids_per_request      %d\n", l->max_ids_per_request);
+  printf("  max_handles_per_session  %d\n", l->max_handles_per_session);
+  printf("  max_sessions             %d\n", l->max_sessions);
+  printf("  lease_seconds            %u default, %u max\n",
+         l->default_lease_seconds, l->max_lease_seconds);
+  pd_server_info_delete(info);
+out:
+  pd_client_delete(c);
+  pd_status_delete(st);
+  return rc;
+}
+
+/* --- health --------------------------------------------------------------------- */
+
+static int cli_health(const cli_opts *o, int argc, char **argv) {
+  const char *service = "";
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(cli_health_usage, stdout);
+      return 0;
+    }
+    if (strcmp(argv[i], "--service") == 0) {
+      if (i + 1 >= argc)
+        return cli_usage_error("health", "%s needs a value", argv[i]);
+      service = argv[++i];
+    } else if (strncmp(argv[i], "--service=", 10) == 0) {
+      service = argv[i] + 10;
+    } else {
+      return cli_usage_error("health", "unknown argument '%s'", argv[i]);
+    }
+  }
+  pd_status *st = pd_status_new();
+  pd_client *c = cli_connect(o, "health", st);
+  if (!c) {
+    pd_status_delete(st);
+    return 1;
+  }
+  pd_serving_status s = PD_SERVING_UNKNOWN;
+  int rc;
+  if (pd_client_health(c, service, &s, NULL, st) != PD_OK) {
+    rc = cli_fail("health", st);
+  } else {
+    static const char *const names[] = {"UNKNOWN", "SERVING", "NOT_SERVING",
+                                        "SERVICE_UNKNOWN"};
+    printf("%s\n", names[s]);
+    rc = s == PD_SERVING ? 0 : 1;
+  }
+  pd_client_delete(c);
+  pd_status_delete(st);
+  return rc;
+}
+
+/* --- ping ----------------------------------------------------------------------- */
+
+static int cli_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted samples. */
+static double cli_percentile(const double *v, size_t n, double p) {
+  size_t rank = (size_t)ceil(p / 100.0 * (double)n);
+  if (rank < 1) rank = 1;
+  if (rank > n) rank = n;
+  return v[rank - 1];
+}
+
+static double cli_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cli_ping(const cli_opts *o, int argc, char **argv) {
+  uint64_t count = 10, size = 64;
+  bool quiet = false;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(cli_ping_usage, stdout);
+      return 0;
+    }
+    if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+      quiet = true;
+      continue;
+    }
+    const char *val = NULL;
+    bool is_count = strncmp(a, "--count", 7) == 0 && (a[7] == '\0' || a[7] == '=');
+    bool is_size = strncmp(a, "--size", 6) == 0 && (a[6] == '\0' || a[6] == '=');
+    if (!is_count && !is_size)
+      return cli_usage_error("ping", "unknown argument '%s'", a);
+    const char *eq = strchr(a, '=');
+    if (eq) {
+      val = eq + 1;
+    } else {
+      if (i + 1 >= argc) return cli_usage_error("ping", "%s needs a value", a);
+      val = argv[++i];
+    }
+    if (is_count) {
+      if (!cli_parse_u64(val, &count) || count < 1 || count > 1000000)
+        return cli_usage_error("ping", "--count '%s': expected 1..1000000", val);
+    } else if (!cli_parse_u64(val, &size) || size > (uint64_t)INT_MAX) {
+      return cli_usage_error("ping", "--size '%s': expected bytes", val);
+    }
+  }
+  unsigned char *payload = malloc(size ? size : 1);
+  unsigned char *reply = malloc(size ? size : 1);
+  double *ms = malloc(sizeof(double) * count);
+  if (!payload || !reply || !ms) {
+    fprintf(stderr, "paradev ping: out of memory\n");
+    free(payload);
+    free(reply);
+    free(ms);
+    return 1;
+  }
+  for (uint64_t i = 0; i < size; i++) payload[i] = (unsigned char)(i * 31 + 7);
+  pd_status *st = pd_status_new();
+  pd_client *c = cli_connect(o, "ping", st);
+  int rc = 0;
+  if (!c) {
+    rc = 1;
+    goto out;
+  }
+  /* The first call also connects: timed and shown apart. */
+  double t0 = cli_now_ms();
+  if (pd_client_echo(c, payload, (size_t)size, reply, (size_t)size, NULL, NULL,
+                     st) != PD_OK) {
+    rc = cli_fail("ping", st);
+    goto out;
+  }
+  printf("PING %s: %" PRIu64 "-byte Echo, connected in %.3f ms\n", o->target,
+         size, cli_now_ms() - t0);
+  for (uint64_t i = 0; i < count; i++) {
+    payload[0] = (unsigned char)i;
+    size_t got = 0;
+    double a = cli_now_ms();
+    if (pd_client_echo(c, payload, (size_t)size, reply, (size_t)size, &got,
+                       NULL, st) != PD_OK) {
+      rc = cli_fail("ping", st);
+      goto out;
+    }
+    ms[i] = cli_now_ms() - a;
+    if (got != size || (size && memcmp(payload, reply, (size_t)size) != 0)) {
+      fprintf(stderr, "paradev ping: seq=%" PRIu64 ": the echo differs from "
+              "what was sent\n", i);
+      rc = 1;
+      goto out;
+    }
+    if (!quiet) printf("seq=%" PRIu64 " time=%.3f ms\n", i, ms[i]);
+  }
+  double sum = 0;
+  for (uint64_t i = 0; i < count; i++) sum += ms[i];
+  qsort(ms, (size_t)count, sizeof(double), cli_cmp_double);
+  printf("--- %s ping statistics ---\n", o->target);
+  printf("%" PRIu64 " round trips of %" PRIu64 " bytes: min %.3f ms, mean %.3f ms\n",
+         count, size, ms[0], sum / (double)count);
+  printf("latency p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+         cli_percentile(ms, (size_t)count, 50), cli_percentile(ms, (size_t)count, 90),
+         cli_percentile(ms, (size_t)count, 99), ms[count - 1]);
+out:
+  pd_client_delete(c);
+  pd_status_delete(st);
+  free(payload);
+  free(reply);
+  free(ms);
+  return rc;
+}
+
+/* --- main ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv) {
+  cli_opts o = {NULL, 10000};
+  char defbuf[512];
+  const char *cmd = NULL;
+  char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
+  int nrest = 0;
+  if (!rest) return 1;
+  int rc = -1;
+  bool want_help = false;
+  for (int i = 1; i < argc && rc < 0; i++) {
+    const char *a = argv[i];
+    const char *val = NULL;
+    bool is_target = strncmp(a, "--target", 8) == 0 && (a[8] == '\0' || a[8] == '=');
+    bool is_timeout = strncmp(a, "--timeout", 9) == 0 && (a[9] == '\0' || a[9] == '=');
+    if (is_target || is_timeout) {
+      const char *eq = strchr(a, '=');
+      if (eq) {
+        val = eq + 1;
+      } else if (i + 1 < argc) {
+        val = argv[++i];
+      } else {
+        rc = cli_usage_error(cmd, "%s needs a value", a);
+        break;
+      }
+      if (is_target) {
+        if (!*val) rc = cli_usage_error(cmd, "--target needs an address");
+        o.target = val;
+      } else {
+        uint64_t v;
+        if (!cli_parse_u64(val, &v) || v < 1 || v > 86400000)
+          rc = cli_usage_error(cmd, "--timeout '%s': expected 1..86400000 ms",
+                               val);
+        else
+          o.timeout_ms = (int64_t)v;
+      }
+    } else if (!cmd && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ||
+                        strcmp(a, "help") == 0)) {
+      want_help = true;
+    } else if (!cmd && strcmp(a, "--version") == 0) {
+      printf("paradev %s\n", pd_version());
+      rc = 0;
+    } else if (!cmd && a[0] == '-') {
+      rc = cli_usage_error(NULL, "unknown option '%s'", a);
+    } else if (!cmd) {
+      cmd = a;
+      /* admin has options of its own (--timeout in seconds): all of the
+       * rest is its. */
+      if (strcmp(cmd, "admin") == 0) {
+        rest[nrest++] = argv[i];
+        for (i++; i < argc; i++) rest[nrest++] = argv[i];
+        break;
+      }
+    } else {
+      rest[nrest++] = argv[i];
+    }
+  }
+  if (rc < 0 && want_help) {
+    fputs(cli_usage, stdout);
+    rc = 0;
+  }
+  if (rc < 0 && !cmd) rc = cli_usage_error(NULL, "no command given");
+  if (rc < 0) {
+    if (!o.target) o.target = cli_default_target(defbuf, sizeof(defbuf));
+    if (strcmp(cmd, "info") == 0)
+      rc = cli_info(&o, nrest, rest);
+    else if (strcmp(cmd, "health") == 0)
+      rc = cli_health(&o, nrest, rest);
+    else if (strcmp(cmd, "ping") == 0)
+      rc = cli_ping(&o, nrest, rest);
+#ifdef PARADEV_CLI_ADMIN
+    else if (strcmp(cmd, "admin") == 0)
+      rc = cli_admin(nrest, rest);
+#endif
+    else
+      rc = cli_usage_error(NULL, "unknown command '%s'", cmd);
+  }
+  free(rest);
+  return rc;
+}

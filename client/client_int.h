@@ -1,0 +1,198 @@
+/* Private header of client/ (libparadev). Internal names carry `pdc_`.
+ *
+ * Calls: every RPC creates its grpc_call on a completion queue of its own
+ * (pluck for unary and client/server-streaming calls, driven by the calling
+ * thread; next for bidirectional streams, driven by the stream's thread), as
+ * gRPC's own synchronous C++ API does. Methods are registered on the channel
+ * once (grpc_channel_register_call) so a call costs no method lookup.
+ */
+#ifndef PARADEV_CLIENT_INT_H
+#define PARADEV_CLIENT_INT_H
+
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "paradev/paradev.h"
+#include "paradev/v1/paradev.pb-c.h"
+
+#define PDC_MSG_MAX 2048
+
+struct pd_status {
+  pd_code code;
+  char msg[PDC_MSG_MAX];
+};
+
+/* Sets a status (st may be NULL) and returns the code. */
+pd_code pdc_error(pd_status *st, pd_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void pdc_ok(pd_status *st);
+
+/* The methods, in the order they are registered. */
+typedef enum pdc_method {
+  PDC_GET_SERVER_INFO,
+  PDC_CREATE_SESSION,
+  PDC_KEEP_ALIVE,
+  PDC_CLOSE_SESSION,
+  PDC_UPLOAD,
+  PDC_DOWNLOAD,
+  PDC_EXECUTE,
+  PDC_ENQUEUE,
+  PDC_SYNC,
+  PDC_DESCRIBE,
+  PDC_DELETE,
+  PDC_ECHO,
+  PDC_ECHO_STREAM,
+  PDC_HEALTH_CHECK,
+  PDC_NUM_METHODS
+} pdc_method;
+
+extern const char *const pdc_method_paths[PDC_NUM_METHODS];
+
+struct pd_client {
+  char *target;
+  grpc_channel *channel;
+  void *reg[PDC_NUM_METHODS];
+  uint64_t max_message_bytes;
+  int64_t default_timeout_ms;
+  uint64_t chunk_bytes_opt;
+  /* Server limits, fetched once (GetServerInfo) when a transfer needs them. */
+  pthread_mutex_t mu;
+  bool have_limits;
+  uint64_t server_max_chunk;
+};
+
+struct pd_cancel {
+  pthread_mutex_t mu;
+  atomic_bool triggered;
+  grpc_call **calls;
+  size_t n, cap;
+};
+
+/* One call in flight, with what its status batch receives. */
+typedef struct pdc_call {
+  pd_client *c;
+  pdc_method method;
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  pd_cancel *cancel; /* registered with, or NULL */
+  int64_t timeout_ms; /* effective; < 0: none */
+  grpc_metadata_array md_initial, md_trailing;
+  grpc_status_code status;
+  grpc_slice details;
+  const char *error_string;
+  bool status_started;
+  bool next_cq; /* the queue is of the `next` kind (bidi streams) */
+} pdc_call;
+
+/* Resolves the call options (NULL: defaults). timeout_ms < 0: none. */
+void pdc_call_opts(pd_client *c, const pd_call_options *o, bool stream,
+                   int64_t *timeout_ms, pd_cancel **cancel);
+
+/* Starts a call on a new completion queue (`next` kind when use_next, else
+ * pluck), registered with the cancel token. With a pluck queue, a batch with
+ * RECV_STATUS_ON_CLIENT is started at once (tag &k->status). */
+pd_code pdc_call_start(pdc_call *k, pd_client *c, pdc_method m,
+                       int64_t timeout_ms, pd_cancel *cancel, bool use_next,
+                       pd_status *st);
+/* Starts a batch on a pluck call and waits for it; returns its success. */
+bool pdc_call_batch(pdc_call *k, const grpc_op *ops, size_t n, void *tag);
+/* Waits for the status (pluck) and converts it. */
+pd_code pdc_call_finish(pdc_call *k, pd_status *st);
+/* Converts a received status into pd_code + message. */
+pd_code pdc_call_status(pdc_call *k, pd_status *st);
+/* Cancels (when not finished), unregisters, frees everything. */
+void pdc_call_destroy(pdc_call *k);
+
+/* Packs a message into a new byte buffer (one copy). NULL when out of
+ * memory. */
+grpc_byte_buffer *pdc_pack(const ProtobufCMessage *m);
+/* Unpacks a received buffer; NULL on malformed bytes. */
+ProtobufCMessage *pdc_unpack(const ProtobufCMessageDescriptor *d,
+                             grpc_byte_buffer *bb);
+
+/* A unary call: packs `req`, waits for the reply and unpacks it into *resp
+ * (free with protobuf_c_message_free_unpacked(*resp, NULL)). */
+pd_code pdc_unary(pd_client *c, pdc_method m, const ProtobufCMessage *req,
+                  const ProtobufCMessageDescriptor *resp_desc,
+                  ProtobufCMessage **resp, const pd_call_options *o,
+                  pd_status *st);
+
+/* The chunk size for transfers: options, the daemon's limit, the channel's. */
+pd_code pdc_chunk_bytes(pd_client *c, const pd_call_options *o, size_t *out,
+                        pd_status *st);
+
+/* --- sessions (session.c) -------------------------------------------------- */
+
+struct pd_session {
+  pd_client *c;
+  uint8_t *token;
+  size_t token_len;
+  uint32_t lease_s;
+  uint64_t incarnation;
+  uint64_t memory_quota;
+  int num_devices;
+  atomic_bool closed;
+  atomic_uint_fast64_t next_id;
+  atomic_int_fast64_t last_call_ms; /* CLOCK_MONOTONIC; the lease's renewal */
+  /* keep-alive */
+  bool ka_running;
+  pthread_t ka_thread;
+  pthread_mutex_t ka_mu;
+  pthread_cond_t ka_cv;
+  bool ka_stop;
+  pd_cancel *ka_cancel; /* ends a renewal in flight when the session closes */
+  pd_code ka_code;
+  char ka_msg[PDC_MSG_MAX];
+};
+
+int64_t pdc_now_ms(void);
+/* Fails with FAILED_PRECONDITION when the session was closed. */
+pd_code pdc_session_check(pd_session *s, pd_status *st);
+/* Notes a successful call (renews the lease as the daemon does). */
+void pdc_session_touch(pd_session *s);
+
+/* --- attributes and ops (ops.c) ------------------------------------------- */
+
+/* Fills `op` with pointers to the arguments (nothing is copied or
+ * allocated: `op` lives as long as they do). Output ids of 0 are replaced
+ * with fresh ids of `s`. */
+pd_code pdc_op_build(Paradev__V1__Operation *op, pd_session *s,
+                     const char *name, const uint64_t *inputs, int n_inputs,
+                     const pd_attrs *attrs, uint64_t *output_ids,
+                     int n_outputs, pd_status *st);
+/* Copies every attribute of src into dst; false when out of memory. */
+bool pdc_attrs_copy(pd_attrs *dst, const pd_attrs *src);
+/* Copies a wire TensorInfo; false when it cannot be represented. */
+bool pdc_info_from_pb(const Paradev__V1__TensorInfo *ti, pd_tensor_info *out);
+bool pdc_shape_from_pb(const Paradev__V1__Shape *sh, pd_tensor_info *out);
+
+/* --- bidirectional streams (bidi.c) ---------------------------------------- */
+
+/* A bidirectional call with a write queue: writers append byte buffers,
+ * the stream's thread sends them one at a time (gRPC allows one send in
+ * flight) and reads the replies, handing each to on_message. */
+typedef struct pdc_bidi pdc_bidi;
+typedef void (*pdc_bidi_msg_fn)(void *arg, grpc_byte_buffer *bb);
+
+/* Starts the call and its thread. max_in_flight: items written and not yet
+ * answered before pdc_bidi_write waits. */
+pdc_bidi *pdc_bidi_new(pd_client *c, pdc_method m, int64_t timeout_ms,
+                       int max_in_flight, pdc_bidi_msg_fn on_message,
+                       void *arg, pd_status *st);
+/* Queues one message (takes ownership of bb, also on failure). */
+pd_code pdc_bidi_write(pdc_bidi *b, grpc_byte_buffer *bb, pd_status *st);
+/* Waits until `count` replies arrived or the call ended; deadline_ms is
+ * CLOCK_MONOTONIC ms (< 0: none). Returns PD_OK, PD_DEADLINE_EXCEEDED, or the
+ * call's final error when it ended before. */
+pd_code pdc_bidi_wait(pdc_bidi *b, uint64_t count, int64_t deadline_ms,
+                      pd_status *st);
+/* Half-closes and waits for the call's status (deadline as above; on timeout
+ * the call is cancelled). */
+pd_code pdc_bidi_close(pdc_bidi *b, int64_t deadline_ms, pd_status *st);
+uint64_t pdc_bidi_written(const pdc_bidi *b);
+uint64_t pdc_bidi_received(const pdc_bidi *b);
+/* Cancels if still running, joins the thread, frees. */
+void pdc_bidi_delete(pdc_bidi *b);
+
+#endif /* PARADEV_CLIENT_INT_H */

@@ -1,0 +1,741 @@
+/* Collectives of the CUDA backend: AllReduce, Broadcast, AllGather and
+ * ReduceScatter, with the semantics of device/ops/collective.c.
+ *
+ * Every device's executor reaches a collective in the same global order and
+ * calls cu_collective_run. The devices first meet on the host (as the CPU
+ * backend's do), so a device whose inputs failed makes every peer fail at
+ * once, naming it, instead of leaving a peer inside a kernel that waits.
+ * Then one of two paths runs, chosen when the backend is created:
+ *
+ * NCCL, when every mesh entry is a distinct GPU. One communicator per mesh,
+ * created non-blocking by a background thread right after start-up (the
+ * daemon is ready before NCCL is; the first collective waits for it). Each
+ * device issues its rank's calls inside ncclGroupStart/End on its stream,
+ * then waits for them with a deadline, polling the communicator's
+ * asynchronous error. On an NCCL error or a timeout the communicator is
+ * aborted (ncclCommAbort also stops kernels that wait on a peer), the op
+ * fails on every device with a message naming the device and NCCL's error,
+ * and a new communicator is built in the background for the next one.
+ *
+ * Copy path, when entries share a GPU (NCCL refuses one GPU twice in a
+ * communicator), or when NCCL is not built in. Devices read their peers'
+ * buffers directly with CUDA kernels and copies on their own streams; events
+ * order the streams:
+ *   ev[0] "inputs ready"   recorded by each device before the first meeting;
+ *                          every device's stream waits for all of them.
+ *   ev[1] "reduced part"   (AllReduce) after each device has reduced its
+ *                          1/n of the elements from all inputs (a
+ *                          reduce-scatter); the others copy it from there
+ *                          (an all-gather).
+ *   ev[2] "done reading"   after each device's last read of a peer buffer;
+ *                          every stream waits for all of them, so no buffer
+ *                          is freed or reused (stream-ordered frees) while a
+ *                          peer still reads it.
+ * Each device has one event per phase, reused by every collective: a device
+ * records phase k again only after the host meeting that follows its peers'
+ * waits on the previous record.
+ *
+ * Attributes read here (positions fixed by device/ops/collective.c):
+ *   AllReduce, ReduceScatter: attrs[0] "reduction"; Broadcast: attrs[0]
+ *   "root"; AllGather: attrs[0] "axis". */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef PARADEV_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include "cuda_int.h"
+
+/* ------------------------------------------------------------------------ */
+/* The host meeting of one collective                                        */
+
+typedef struct cu_coll {
+  dev_collective_kind kind;
+  int n;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int arrived;
+  unsigned generation;
+  /* A device whose inputs failed (before anything ran). */
+  bool failed;
+  int fail_device;
+  dev_status fail_st;
+  /* A device that failed while running its part. */
+  bool run_failed;
+  int run_device;
+  dev_status run_st;
+  const void *in[PD_MAX_DEVICES];
+  void *out[PD_MAX_DEVICES];
+  dev_shape in_shape[PD_MAX_DEVICES];
+  /* NCCL path: decided once, by the last device to arrive. */
+  bool comm_ok;
+  uint64_t comm_gen;
+  dev_status comm_st;
+} cu_coll;
+
+void *cu_collective_create(dev_backend *b, dev_collective_kind kind, int n) {
+  cu_coll *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->kind = kind;
+  c->n = n;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  return c;
+}
+
+void cu_collective_release(dev_backend *b, void *coll) {
+  cu_coll *c = coll;
+  if (!c) return;
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c);
+}
+
+/* Waits until all n devices have arrived. The last one runs `last(arg)`
+ * first, under the lock, before it releases the others. */
+static void meet(cu_coll *c, void (*last)(cu_coll *, void *), void *arg) {
+  pthread_mutex_lock(&c->mu);
+  unsigned gen = c->generation;
+  if (++c->arrived == c->n) {
+    if (last) last(c, arg);
+    c->arrived = 0;
+    c->generation++;
+    pthread_cond_broadcast(&c->cv);
+  } else {
+    while (gen == c->generation) pthread_cond_wait(&c->cv, &c->mu);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Records device d's failure while running (the first one wins). */
+static void run_failed(cu_coll *c, int d, const dev_status *st) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->run_failed) {
+    c->run_failed = true;
+    c->run_device = d;
+    c->run_st = *st;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* The collective's result on device d once everyone has met after running:
+ * OK, the device's own error, or the error of the device that failed. */
+static pd_code run_result(dev_backend *b, cu_coll *c, dev_kernel_ctx *ctx, dev_status *st) {
+  if (!c->run_failed) return PD_OK;
+  if (c->run_device == ctx->device) return dev_error(st, c->run_st.code, "%s", c->run_st.msg);
+  return dev_error(st, c->run_st.code, "%s: cancelled because %s failed: %s", ctx->op->name,
+                   b->device_name(b, c->run_device), c->run_st.msg);
+}
+
+static int64_t elems(const dev_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
+  return n;
+}
+
+static int reduction_of(const dev_kernel_ctx *ctx) {
+  return dev_reduction_from_name(ctx->attrs[0].u.s.ptr, ctx->attrs[0].u.s.len);
+}
+
+/* ------------------------------------------------------------------------ */
+/* NCCL                                                                      */
+
+#ifdef PARADEV_HAVE_NCCL
+
+enum { COMM_IDLE, COMM_INIT, COMM_READY, COMM_FAILED };
+
+struct cu_nccl {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int state;
+  char error[DEV_STATUS_MSG_MAX];
+  ncclComm_t comm[PD_MAX_DEVICES];
+  uint64_t generation; /* bumped when the communicator is aborted */
+  pthread_t thread;
+  bool thread_live; /* a thread to join */
+  bool stop;
+  /* Readers use comm[] (ncclCommGetAsyncError, issuing ops); the writer
+   * aborts and clears it. */
+  pthread_rwlock_t use;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleeps a little longer each time: spins first, for short collectives. */
+static void backoff(int *k) {
+  if (*k < 64) {
+    sched_yield();
+  } else {
+    int us = *k < 200 ? 20 : 200;
+    struct timespec ts = {0, us * 1000L};
+    nanosleep(&ts, NULL);
+  }
+  (*k)++;
+}
+
+static void abort_comms(ncclComm_t *comm, int n) {
+  for (int i = 0; i < n; i++)
+    if (comm[i]) {
+      (void)ncclCommAbort(comm[i]);
+      comm[i] = NULL;
+    }
+}
+
+/* Background thread: builds the communicator of the whole mesh, one rank per
+ * device, non-blocking, and polls it until ready, failed or past the
+ * deadline. */
+static void *nccl_init_main(void *arg) {
+  cu_backend *c = arg;
+  cu_nccl *x = c->nccl;
+  const int n = c->base.num_devices;
+  ncclComm_t comm[PD_MAX_DEVICES] = {0};
+  char err[DEV_STATUS_MSG_MAX] = "";
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) {
+    snprintf(err, sizeof err, "ncclGetUniqueId: %s", ncclGetErrorString(r));
+    goto done;
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  r = ncclGroupStart();
+  for (int i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++) {
+    if (cudaSetDevice(c->devs[i].ordinal) != cudaSuccess) {
+      snprintf(err, sizeof err, "cudaSetDevice(%d): %s", c->devs[i].ordinal,
+               cudaGetErrorString(cudaGetLastError()));
+      break;
+    }
+    r = ncclCommInitRankConfig(&comm[i], n, id, i, &config);
+    if (r != ncclSuccess && r != ncclInProgress)
+      snprintf(err, sizeof err, "ncclCommInitRankConfig(rank %d, %s): %s", i, c->devs[i].name,
+               ncclGetErrorString(r));
+  }
+  ncclResult_t ge = ncclGroupEnd();
+  if (!err[0] && ge != ncclSuccess && ge != ncclInProgress)
+    snprintf(err, sizeof err, "ncclGroupEnd: %s", ncclGetErrorString(ge));
+  double deadline = now_s() + c->coll_timeout_ms / 1000.0;
+  for (int i = 0, k = 0; !err[0] && i < n;) {
+    ncclResult_t s = ncclSuccess;
+    r = ncclCommGetAsyncError(comm[i], &s);
+    if (r != ncclSuccess || (s != ncclSuccess && s != ncclInProgress)) {
+      snprintf(err, sizeof err, "communicator of %s: %s (%s)", c->devs[i].name,
+               ncclGetErrorString(r != ncclSuccess ? r : s), ncclGetLastError(comm[i]));
+    } else if (s == ncclSuccess) {
+      i++;
+    } else if (x->stop) {
+      snprintf(err, sizeof err, "the backend is shutting down");
+    } else if (now_s() > deadline) {
+      snprintf(err, sizeof err, "ncclCommInitRankConfig did not finish in %d ms",
+               c->coll_timeout_ms);
+    } else {
+      backoff(&k);
+    }
+  }
+done:
+  if (err[0]) abort_comms(comm, n);
+  (void)cudaGetLastError();
+  pthread_mutex_lock(&x->mu);
+  if (err[0]) {
+    snprintf(x->error, sizeof x->error, "%s", err);
+    x->state = COMM_FAILED;
+  } else {
+    memcpy(x->comm, comm, sizeof comm);
+    x->state = COMM_READY;
+  }
+  pthread_cond_broadcast(&x->cv);
+  pthread_mutex_unlock(&x->mu);
+  return NULL;
+}
+
+/* Starts building a communicator; under x->mu, state IDLE or FAILED. */
+static void nccl_start(cu_backend *c) {
+  cu_nccl *x = c->nccl;
+  if (x->thread_live) pthread_join(x->thread, NULL); /* finished: state says so */
+  x->thread_live = false;
+  x->state = COMM_INIT;
+  if (pthread_create(&x->thread, NULL, nccl_init_main, c) == 0) {
+    x->thread_live = true;
+  } else {
+    x->state = COMM_FAILED;
+    snprintf(x->error, sizeof x->error, "could not start the thread that builds the communicator");
+  }
+}
+
+/* Aborts the communicator of generation `gen` (if it is still the current
+ * one) and starts building the next. `why` goes into the error of those who
+ * wait for it. */
+static void nccl_abort(cu_backend *c, uint64_t gen) {
+  cu_nccl *x = c->nccl;
+  pthread_rwlock_wrlock(&x->use);
+  pthread_mutex_lock(&x->mu);
+  if (x->generation == gen && x->state == COMM_READY) {
+    abort_comms(x->comm, c->base.num_devices);
+    x->generation++;
+    (void)cudaGetLastError();
+    if (!x->stop) nccl_start(c);
+  }
+  pthread_mutex_unlock(&x->mu);
+  pthread_rwlock_unlock(&x->use);
+}
+
+/* Run by the last device to arrive: makes sure a communicator exists
+ * (rebuilding a failed one) and waits for it, bounded by the timeout. */
+static void nccl_decide(cu_coll *k, void *arg) {
+  cu_backend *c = arg;
+  cu_nccl *x = c->nccl;
+  if (k->failed) return;
+  pthread_mutex_lock(&x->mu);
+  if (x->state == COMM_FAILED || x->state == COMM_IDLE) nccl_start(c);
+  double deadline = now_s() + c->coll_timeout_ms / 1000.0;
+  struct timespec ts = {(time_t)deadline, (long)((deadline - (double)(time_t)deadline) * 1e9)};
+  while (x->state == COMM_INIT)
+    if (pthread_cond_timedwait(&x->cv, &x->mu, &ts) == ETIMEDOUT) break;
+  if (x->state == COMM_READY) {
+    k->comm_ok = true;
+    k->comm_gen = x->generation;
+  } else if (x->state == COMM_INIT) {
+    dev_error(&k->comm_st, PD_DEADLINE_EXCEEDED,
+              "the NCCL communicator is still being built after %d ms", c->coll_timeout_ms);
+  } else {
+    dev_error(&k->comm_st, PD_UNAVAILABLE, "the NCCL communicator could not be built: %s",
+              x->error);
+  }
+  pthread_mutex_unlock(&x->mu);
+}
+
+static bool nccl_type(pd_dtype dt, ncclDataType_t *t) {
+  switch (dt) {
+    case PD_FLOAT32: *t = ncclFloat32; return true;
+    case PD_FLOAT64: *t = ncclFloat64; return true;
+    case PD_FLOAT16: *t = ncclFloat16; return true;
+    case PD_BFLOAT16: *t = ncclBfloat16; return true;
+    case PD_INT32: *t = ncclInt32; return true;
+    case PD_INT64: *t = ncclInt64; return true;
+    case PD_UINT8:
+    case PD_BOOL: *t = ncclUint8; return true;
+    default: return false;
+  }
+}
+
+/* NCCL's op for a reduction: mean is a sum divided afterwards (so integer
+ * means truncate as the CPU backend's); bool or/and are max/min of 0/1. */
+static ncclRedOp_t nccl_op(pd_dtype dt, int red) {
+  if (dt == PD_BOOL)
+    return red == DEV_RED_PROD || red == DEV_RED_MIN ? ncclMin : ncclMax;
+  switch (red) {
+    case DEV_RED_PROD: return ncclProd;
+    case DEV_RED_MAX: return ncclMax;
+    case DEV_RED_MIN: return ncclMin;
+    default: return ncclSum;
+  }
+}
+
+#define NCCL_ISSUE(CALL)                                                        \
+  do {                                                                          \
+    ncclResult_t nr_ = (CALL);                                                  \
+    if (nr_ != ncclSuccess && nr_ != ncclInProgress && !err[0])                 \
+      snprintf(err, sizeof err, "%s: %s (%s)", #CALL, ncclGetErrorString(nr_),  \
+               ncclGetLastError(comm));                                         \
+  } while (0)
+
+/* Issues device d's part on its stream and waits for it. */
+static pd_code nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st) {
+  dev_backend *b = &c->base;
+  cu_nccl *x = c->nccl;
+  const int d = ctx->device, n = k->n;
+  cu_device *dev = &c->devs[d];
+  const pd_dtype dt = ctx->in_dtype[0];
+  const size_t es = pd_dtype_size(dt);
+  ncclDataType_t type;
+  char err[DEV_STATUS_MSG_MAX] = "";
+  void *tmp = NULL;
+  size_t tmp_bytes = 0;
+  pd_code rc = PD_OK;
+  if (!nccl_type(dt, &type))
+    return dev_error(st, PD_INTERNAL, "%s: dtype %s has no NCCL type", ctx->op->name,
+                     pd_dtype_name(dt));
+  if (ctx->num_outputs > 0 && k->kind == DEV_COLL_ALL_GATHER) {
+    /* A gather along an inner axis lands in a temporary buffer first. */
+    int axis = (int)ctx->attrs[0].u.i;
+    if (axis < 0) axis += k->in_shape[0].rank;
+    int64_t outer = 1;
+    for (int i = 0; i < axis; i++) outer *= k->in_shape[0].dims[i];
+    if (outer > 1) {
+      for (int p = 0; p < n; p++) tmp_bytes += (size_t)elems(&k->in_shape[p]) * es;
+      rc = b->allocate(b, d, tmp_bytes, &tmp, st);
+      if (rc != PD_OK) return rc;
+    }
+  }
+
+  pthread_rwlock_rdlock(&x->use);
+  if (x->generation != k->comm_gen || !x->comm[d]) {
+    pthread_rwlock_unlock(&x->use);
+    if (tmp) b->deallocate(b, d, tmp, tmp_bytes);
+    return dev_error(st, PD_ABORTED, "%s on %s: the NCCL communicator was aborted by a failure "
+                     "in another collective", ctx->op->name, dev->name);
+  }
+  ncclComm_t comm = x->comm[d];
+  const dev_shape *s = &k->in_shape[d];
+  const int red = k->kind == DEV_COLL_ALL_REDUCE || k->kind == DEV_COLL_REDUCE_SCATTER
+                      ? reduction_of(ctx) : DEV_RED_SUM;
+  int64_t post_count = 0; /* elements of out to divide (mean) or normalize (bool) */
+  NCCL_ISSUE(ncclGroupStart());
+  switch (k->kind) {
+    case DEV_COLL_ALL_REDUCE: {
+      int64_t count = elems(s);
+      NCCL_ISSUE(ncclAllReduce(k->in[d], k->out[d], (size_t)count, type, nccl_op(dt, red), comm,
+                               dev->stream));
+      post_count = count;
+      break;
+    }
+    case DEV_COLL_BROADCAST: {
+      int root = (int)ctx->attrs[0].u.i;
+      NCCL_ISSUE(ncclBroadcast(k->in[d], k->out[d], (size_t)elems(&k->in_shape[root]), type, root,
+                               comm, dev->stream));
+      break;
+    }
+    case DEV_COLL_ALL_GATHER: {
+      bool equal = true;
+      for (int p = 1; p < n; p++) equal &= elems(&k->in_shape[p]) == elems(&k->in_shape[0]);
+      if (!tmp && equal) {
+        NCCL_ISSUE(ncclAllGather(k->in[d], k->out[d], (size_t)elems(s), type, comm, dev->stream));
+      } else { /* uneven parts: one broadcast from each rank */
+        char *base = tmp ? tmp : k->out[d];
+        size_t off = 0;
+        for (int p = 0; p < n; p++) {
+          int64_t cnt = elems(&k->in_shape[p]);
+          NCCL_ISSUE(ncclBroadcast(k->in[d], base + off, (size_t)cnt, type, p, comm, dev->stream));
+          off += (size_t)cnt * es;
+        }
+      }
+      break;
+    }
+    case DEV_COLL_REDUCE_SCATTER: {
+      int64_t rows = s->rank ? s->dims[0] : 1;
+      int64_t row_elems = rows ? elems(s) / rows : 0;
+      int64_t q = rows / n, r = rows % n;
+      if (r == 0) {
+        NCCL_ISSUE(ncclReduceScatter(k->in[d], k->out[d], (size_t)(q * row_elems), type,
+                                     nccl_op(dt, red), comm, dev->stream));
+      } else { /* uneven shards: a reduce to each rank of its rows */
+        for (int p = 0; p < n; p++) {
+          int64_t first = p * q + (p < r ? p : r), mine = q + (p < r ? 1 : 0);
+          NCCL_ISSUE(ncclReduce((const char *)k->in[d] + first * row_elems * (int64_t)es,
+                                k->out[d], (size_t)(mine * row_elems), type, nccl_op(dt, red), p,
+                                comm, dev->stream));
+        }
+      }
+      int64_t mine = q + (d < r ? 1 : 0);
+      post_count = mine * row_elems;
+      break;
+    }
+    case DEV_COLL_NONE:
+      break;
+  }
+  NCCL_ISSUE(ncclGroupEnd());
+  /* Non-blocking communicator: the calls may still be being enqueued. */
+  double deadline = now_s() + c->coll_timeout_ms / 1000.0;
+  for (int spin = 0; !err[0];) {
+    ncclResult_t s2 = ncclSuccess;
+    NCCL_ISSUE(ncclCommGetAsyncError(comm, &s2));
+    if (s2 == ncclSuccess) break;
+    if (s2 != ncclInProgress) {
+      snprintf(err, sizeof err, "%s (%s)", ncclGetErrorString(s2), ncclGetLastError(comm));
+      break;
+    }
+    if (now_s() > deadline)
+      snprintf(err, sizeof err, "enqueueing the calls did not finish in %d ms", c->coll_timeout_ms);
+    backoff(&spin);
+  }
+  pthread_rwlock_unlock(&x->use);
+
+  cudaError_t ce = cudaSuccess;
+  if (!err[0] && k->kind == DEV_COLL_ALL_GATHER && tmp) {
+    /* Interleave the parts: [outer, rows_p, inner] each, concatenated on the
+     * axis. */
+    int axis = (int)ctx->attrs[0].u.i;
+    if (axis < 0) axis += s->rank;
+    int64_t outer = 1, inner = (int64_t)es, out_rows = 0;
+    for (int i = 0; i < axis; i++) outer *= s->dims[i];
+    for (int i = axis + 1; i < s->rank; i++) inner *= s->dims[i];
+    for (int p = 0; p < n; p++) out_rows += k->in_shape[p].dims[axis];
+    size_t off = 0;
+    int64_t row = 0;
+    for (int p = 0; p < n && ce == cudaSuccess; p++) {
+      int64_t rows = k->in_shape[p].dims[axis];
+      size_t w = (size_t)(rows * inner);
+      if (w && outer)
+        ce = cudaMemcpy2DAsync((char *)k->out[d] + row * inner, (size_t)(out_rows * inner),
+                               (char *)tmp + off, w, w, (size_t)outer, cudaMemcpyDeviceToDevice,
+                               dev->stream);
+      off += (size_t)elems(&k->in_shape[p]) * es;
+      row += rows;
+    }
+  }
+  if (!err[0] && ce == cudaSuccess && post_count > 0) {
+    if (dt == PD_BOOL) ce = dev_cuda_bool_normalize(k->out[d], post_count, dev->stream);
+    else if (red == DEV_RED_MEAN) ce = dev_cuda_div_by(dt, k->out[d], post_count, n, dev->stream);
+  }
+  if (!err[0] && ce == cudaSuccess) ce = cudaEventRecord(dev->coll_ev[0], dev->stream);
+  if (ce != cudaSuccess) rc = dev_cuda_fail(b, d, ce, "collective post-processing", st);
+  if (tmp) b->deallocate(b, d, tmp, tmp_bytes); /* stream-ordered */
+
+  /* Wait for completion, bounded, watching for NCCL errors and for an abort
+   * by a peer. */
+  deadline = now_s() + c->coll_timeout_ms / 1000.0;
+  for (int spin = 0; !err[0] && rc == PD_OK;) {
+    cudaError_t q = cudaEventQuery(dev->coll_ev[0]);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) {
+      rc = dev_cuda_fail(b, d, q, "cudaEventQuery(collective)", st);
+      break;
+    }
+    pthread_rwlock_rdlock(&x->use);
+    if (x->generation != k->comm_gen) {
+      pthread_rwlock_unlock(&x->use);
+      rc = dev_error(st, PD_ABORTED, "%s on %s: the NCCL communicator was aborted", ctx->op->name,
+                     dev->name);
+      break;
+    }
+    ncclResult_t as = ncclSuccess;
+    ncclResult_t gr = ncclCommGetAsyncError(comm, &as);
+    if (gr != ncclSuccess || (as != ncclSuccess && as != ncclInProgress))
+      snprintf(err, sizeof err, "%s (%s)", ncclGetErrorString(gr != ncclSuccess ? gr : as),
+               ncclGetLastError(comm));
+    pthread_rwlock_unlock(&x->use);
+    if (!err[0] && now_s() > deadline)
+      snprintf(err, sizeof err, "timed out after %d ms (a peer may be stuck)", c->coll_timeout_ms);
+    backoff(&spin);
+  }
+  if (err[0]) {
+    rc = dev_error(st, PD_UNAVAILABLE, "%s on %s: NCCL: %s; the communicator is aborted and "
+                   "rebuilt", ctx->op->name, dev->name, err);
+    run_failed(k, d, st); /* the cause, before peers see the abort */
+    nccl_abort(c, k->comm_gen);
+  }
+  return rc;
+}
+
+static pd_code nccl_init(cu_backend *c, dev_status *st) {
+  cu_nccl *x = calloc(1, sizeof *x);
+  if (!x) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  pthread_mutex_init(&x->mu, NULL);
+  pthread_condattr_t ca; /* deadlines are CLOCK_MONOTONIC (now_s) */
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&x->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_rwlock_init(&x->use, NULL);
+  c->nccl = x;
+  pthread_mutex_lock(&x->mu);
+  nccl_start(c); /* in the background: creation returns now */
+  pthread_mutex_unlock(&x->mu);
+  return PD_OK;
+}
+
+static void nccl_destroy(cu_backend *c) {
+  cu_nccl *x = c->nccl;
+  pthread_mutex_lock(&x->mu);
+  x->stop = true;
+  pthread_mutex_unlock(&x->mu);
+  if (x->thread_live) pthread_join(x->thread, NULL);
+  /* Streams were drained by the engine; abort frees a healthy communicator
+   * as well and never waits on a peer. */
+  abort_comms(x->comm, c->base.num_devices);
+  pthread_rwlock_destroy(&x->use);
+  pthread_cond_destroy(&x->cv);
+  pthread_mutex_destroy(&x->mu);
+  free(x);
+  c->nccl = NULL;
+}
+
+#else /* !PARADEV_HAVE_NCCL */
+
+struct cu_nccl {
+  int unused;
+};
+
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Copy path                                                                 */
+
+/* Runs `call` unless an earlier step failed; a failure lands in rc/lst. */
+#define TRY(CALL)                                                     \
+  do {                                                                \
+    if (rc == PD_OK) {                                                \
+      cudaError_t try_e_ = (CALL);                                    \
+      if (try_e_ != cudaSuccess) rc = dev_cuda_fail(b, d, try_e_, #CALL, &lst); \
+    }                                                                 \
+  } while (0)
+
+/* Every device meets its peers the same number of times whatever fails on
+ * the way (a device that skipped a meeting would leave its peers waiting):
+ * failures are recorded and acted on only after the meetings. */
+static pd_code copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st) {
+  dev_backend *b = &c->base;
+  const int d = ctx->device, n = k->n;
+  cu_device *dev = &c->devs[d];
+  cudaStream_t s = dev->stream;
+  const pd_dtype dt = ctx->in_dtype[0];
+  const int64_t es = (int64_t)pd_dtype_size(dt);
+  pd_code rc = PD_OK;
+  dev_status lst = DEV_STATUS_INIT;
+
+  /* Phase 0 was recorded before the first meeting: wait for every input. */
+  for (int p = 0; p < n; p++)
+    if (p != d) TRY(cudaStreamWaitEvent(s, c->devs[p].coll_ev[0], 0));
+
+  switch (k->kind) {
+    case DEV_COLL_ALL_REDUCE: {
+      /* Reduce-scatter: my 1/n of the elements, from every input. */
+      int red = reduction_of(ctx);
+      int64_t count = elems(&k->in_shape[d]);
+      int64_t lo = count * d / n, hi = count * (d + 1) / n;
+      if (hi > lo)
+        TRY(dev_cuda_coll_reduce(dt, red, n, k->in, lo, (char *)k->out[d] + lo * es, hi - lo, s));
+      TRY(cudaEventRecord(dev->coll_ev[1], s));
+      if (rc != PD_OK) run_failed(k, d, &lst);
+      meet(k, NULL, NULL);
+      if (k->run_failed) break;
+      /* All-gather: everyone else's parts, from their outputs. */
+      for (int p = 0; p < n; p++) {
+        if (p == d) continue;
+        int64_t plo = count * p / n, phi = count * (p + 1) / n;
+        TRY(cudaStreamWaitEvent(s, c->devs[p].coll_ev[1], 0));
+        if (phi > plo)
+          TRY(cudaMemcpyAsync((char *)k->out[d] + plo * es, (const char *)k->out[p] + plo * es,
+                              (size_t)((phi - plo) * es), cudaMemcpyDefault, s));
+      }
+      break;
+    }
+    case DEV_COLL_BROADCAST: {
+      int root = (int)ctx->attrs[0].u.i;
+      size_t bytes = (size_t)(elems(&k->in_shape[root]) * es);
+      if (bytes) TRY(cudaMemcpyAsync(k->out[d], k->in[root], bytes, cudaMemcpyDefault, s));
+      break;
+    }
+    case DEV_COLL_ALL_GATHER: {
+      int axis = (int)ctx->attrs[0].u.i;
+      int rank = k->in_shape[0].rank;
+      if (axis < 0) axis += rank;
+      int64_t outer = 1, inner = es, out_rows = 0;
+      for (int i = 0; i < axis; i++) outer *= k->in_shape[0].dims[i];
+      for (int i = axis + 1; i < rank; i++) inner *= k->in_shape[0].dims[i];
+      for (int p = 0; p < n; p++) out_rows += k->in_shape[p].dims[axis];
+      int64_t row = 0;
+      for (int p = 0; p < n; p++) {
+        int64_t rows = k->in_shape[p].dims[axis];
+        size_t w = (size_t)(rows * inner);
+        if (w && outer)
+          TRY(cudaMemcpy2DAsync((char *)k->out[d] + row * inner, (size_t)(out_rows * inner),
+                                k->in[p], w, w, (size_t)outer, cudaMemcpyDefault, s));
+        row += rows;
+      }
+      break;
+    }
+    case DEV_COLL_REDUCE_SCATTER: {
+      int red = reduction_of(ctx);
+      const dev_shape *sh = &k->in_shape[d];
+      int64_t rows = sh->dims[0], row_elems = rows ? elems(sh) / rows : 0;
+      int64_t q = rows / n, r = rows % n;
+      int64_t first = d * q + (d < r ? d : r), mine = q + (d < r ? 1 : 0);
+      if (mine * row_elems > 0)
+        TRY(dev_cuda_coll_reduce(dt, red, n, k->in, first * row_elems, k->out[d],
+                                 mine * row_elems, s));
+      break;
+    }
+    case DEV_COLL_NONE:
+      break;
+  }
+  TRY(cudaEventRecord(dev->coll_ev[2], s));
+  if (rc != PD_OK) run_failed(k, d, &lst);
+  meet(k, NULL, NULL);
+  /* Nobody frees or overwrites a buffer a peer may still read. */
+  pd_code wrc = PD_OK;
+  for (int p = 0; p < n; p++) {
+    if (p == d) continue;
+    cudaError_t e = cudaStreamWaitEvent(s, c->devs[p].coll_ev[2], 0);
+    if (e != cudaSuccess && wrc == PD_OK) wrc = dev_cuda_fail(b, d, e, "cudaStreamWaitEvent", &lst);
+  }
+  if (wrc != PD_OK) return dev_error(st, wrc, "%s", lst.msg);
+  return run_result(b, k, ctx, st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entry points                                                              */
+
+pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_status *failed,
+                          dev_status *st) {
+  cu_backend *c = cu_of(b);
+  cu_coll *k = ctx->collective;
+  const int d = ctx->device;
+  dev_status lst = DEV_STATUS_INIT;
+  /* A device that cannot run says so at the meeting, like a failed input. */
+  if (!failed && cu_check_healthy(c, d, &lst) != PD_OK) failed = &lst;
+  if (!failed && cu_bind(c, d, &lst) != PD_OK) failed = &lst;
+  if (!failed && !c->use_nccl &&
+      cudaEventRecord(c->devs[d].coll_ev[0], c->devs[d].stream) != cudaSuccess) {
+    dev_cuda_fail(b, d, cudaGetLastError(), "cudaEventRecord", &lst);
+    failed = &lst;
+  }
+  pthread_mutex_lock(&k->mu);
+  k->in[d] = ctx->num_inputs > 0 ? ctx->in_data[0] : NULL;
+  k->out[d] = ctx->num_outputs > 0 ? ctx->out_data[0] : NULL;
+  if (ctx->num_inputs > 0) k->in_shape[d] = ctx->in_shape[0];
+  if (failed && (!k->failed || d < k->fail_device)) {
+    k->failed = true;
+    k->fail_device = d;
+    k->fail_st = *failed;
+  }
+  pthread_mutex_unlock(&k->mu);
+
+#ifdef PARADEV_HAVE_NCCL
+  meet(k, c->use_nccl ? nccl_decide : NULL, c);
+#else
+  meet(k, NULL, NULL);
+#endif
+  if (k->failed) {
+    if (k->fail_device == d) return dev_error(st, k->fail_st.code, "%s", k->fail_st.msg);
+    return dev_error(st, k->fail_st.code, "%s: cancelled because %s failed: %s", ctx->op->name,
+                     b->device_name(b, k->fail_device), k->fail_st.msg);
+  }
+  if (!c->use_nccl) {
+    if (!c->peer_ok)
+      return dev_error(st, PD_FAILED_PRECONDITION, "%s: %s", ctx->op->name, c->peer_why);
+    return copy_run(c, k, ctx, st);
+  }
+#ifdef PARADEV_HAVE_NCCL
+  if (!k->comm_ok) return dev_error(st, k->comm_st.code, "%s: %s", ctx->op->name, k->comm_st.msg);
+  pd_code rc = nccl_run(c, k, ctx, &lst);
+  if (rc != PD_OK) run_failed(k, d, &lst);
+  meet(k, NULL, NULL); /* the same result on every device */
+  return run_result(b, k, ctx, st);
+#else
+  return dev_error(st, PD_INTERNAL, "%s: NCCL is not built in", ctx->op->name);
+#endif
+}
+
+pd_code cu_collectives_init(cu_backend *c, dev_status *st) {
+#ifdef PARADEV_HAVE_NCCL
+  if (c->use_nccl) return nccl_init(c, st);
+#endif
+  return PD_OK;
+}
+
+void cu_collectives_destroy(cu_backend *c) {
+#ifdef PARADEV_HAVE_NCCL
+  if (c->nccl) nccl_destroy(c);
+#else
+  (void)c;
+#endif
+}

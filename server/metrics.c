@@ -1,0 +1,294 @@
+/* /metrics: the Prometheus text exposition format (version 0.0.4), named as
+ * Prometheus asks (https://prometheus.io/docs/practices/naming/): a
+ * paradev_ prefix, base units (bytes, seconds), _total on counters.
+ *
+ * Everything is read when scraped: the scheduler's counters, the devices'
+ * memory statistics, the RPC counters of every registered method. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server.h"
+
+typedef struct srv_buf {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} srv_buf;
+
+static void srv_buf_printf(srv_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void srv_buf_printf(srv_buf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < b->cap - b->len) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t ncap = (b->cap + (size_t)n + 1) * 2;
+    char *np = realloc(b->p, ncap);
+    if (!np) {
+      b->oom = true;
+      return;
+    }
+    b->p = np;
+    b->cap = ncap;
+  }
+}
+
+static void srv_family(srv_buf *b, const char *name, const char *type,
+                       const char *help) {
+  srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value: the client's bytes, cleaned to printable ASCII, with \ and
+ * " escaped as the format requires. */
+static void srv_label(const char *in, char *out, size_t len) {
+  char clean[SCHED_NAME_MAX + 1];
+  srv_log_clean(in, clean, sizeof(clean));
+  size_t j = 0;
+  for (size_t i = 0; clean[i] && j + 3 < len; i++) {
+    if (clean[i] == '\\' || clean[i] == '"') out[j++] = '\\';
+    out[j++] = clean[i];
+  }
+  out[j] = '\0';
+}
+
+uint64_t srv_device_memory_used(srv *s) {
+  uint64_t sum = 0;
+  int n = dev_engine_num_devices(s->engine);
+  for (int i = 0; i < n; i++) {
+    dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
+    if (dev_engine_memory_stats(s->engine, i, &ms, NULL) == PD_OK)
+      sum += ms.bytes_in_use;
+  }
+  return sum;
+}
+
+/* "/paradev.v1.ParallelDevice/Execute" -> service, method. */
+static void srv_split_path(const char *path, char *svc, size_t slen,
+                           const char **method) {
+  const char *p = path[0] == '/' ? path + 1 : path;
+  const char *slash = strchr(p, '/');
+  size_t n = slash ? (size_t)(slash - p) : strlen(p);
+  snprintf(svc, slen, "%.*s", (int)n, p);
+  *method = slash ? slash + 1 : "";
+}
+
+static void srv_render_rpcs(srv_buf *b, srv *s) {
+  srv_family(b, "paradev_rpcs_total", "counter",
+             "gRPC calls finished, by service, method and status code.");
+  for (int k = 0; k < 2; k++) {
+    srv_method *const *table = k == 0 ? srv_methods : srv_admin_methods;
+    for (int i = 0; table[i]; i++) {
+      char svc[128];
+      const char *method;
+      srv_split_path(table[i]->path, svc, sizeof(svc), &method);
+      for (int code = 0; code < SRV_NUM_CODES; code++) {
+        uint64_t v = atomic_load_explicit(&table[i]->codes[code],
+                                          memory_order_relaxed);
+        if (v || code == 0)
+          srv_buf_printf(b,
+                         "paradev_rpcs_total{service=\"%s\",method=\"%s\","
+                         "code=\"%s\"} %" PRIu64 "\n",
+                         svc, method, pd_code_name((pd_code)code), v);
+      }
+    }
+  }
+  srv_family(b, "paradev_rpcs_unimplemented_total", "counter",
+             "Calls of methods this server does not have (UNIMPLEMENTED).");
+  srv_buf_printf(b, "paradev_rpcs_unimplemented_total %" PRIu64 "\n",
+                 atomic_load(&s->unknown_method_calls));
+}
+
+static void srv_render_sessions(srv_buf *b, srv *s, const sched_stats *st) {
+  srv_family(b, "paradev_sessions_open", "gauge", "Sessions open now.");
+  srv_buf_printf(b, "paradev_sessions_open %d\n", st->sessions);
+  srv_family(b, "paradev_sessions_created_total", "counter",
+             "Sessions created.");
+  srv_buf_printf(b, "paradev_sessions_created_total %" PRIu64 "\n",
+                 st->sessions_created);
+  srv_family(b, "paradev_sessions_closed_total", "counter",
+             "Sessions closed by their clients.");
+  srv_buf_printf(b, "paradev_sessions_closed_total %" PRIu64 "\n",
+                 st->sessions_closed);
+  srv_family(b, "paradev_session_lease_expiries_total", "counter",
+             "Sessions ended because their lease ran out.");
+  srv_buf_printf(b, "paradev_session_lease_expiries_total %" PRIu64 "\n",
+                 st->sessions_expired);
+  srv_family(b, "paradev_sessions_killed_total", "counter",
+             "Sessions ended by an operator (Admin KillSession).");
+  srv_buf_printf(b, "paradev_sessions_killed_total %" PRIu64 "\n",
+                 st->sessions_killed);
+
+  sched_session_view *v = NULL;
+  int n = sched_list_sessions(s->sched, NULL, &v);
+  srv_family(b, "paradev_session_tensors", "gauge",
+             "Tensor handles a session holds (each has a component on every "
+             "device).");
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1)
+      srv_family(b, "paradev_session_bytes", "gauge",
+                 "Device bytes a session holds over all devices, as counted "
+                 "against its quota.");
+    for (int i = 0; i < n; i++) {
+      char cn[2 * SCHED_NAME_MAX + 2], job[2 * SCHED_NAME_MAX + 2];
+      srv_label(v[i].client, cn, sizeof(cn));
+      srv_label(v[i].job, job, sizeof(job));
+      srv_buf_printf(b,
+                     "paradev_session_%s{session=\"%" PRIu64
+                     "\",client=\"%s\",job=\"%s\"} %" PRIu64 "\n",
+                     pass == 0 ? "tensors" : "bytes", v[i].seq, cn, job,
+                     pass == 0 ? v[i].handles : v[i].bytes);
+    }
+  }
+  free(v);
+}
+
+static void srv_render_devices(srv_buf *b, srv *s, const sched_stats *st) {
+  int n = dev_engine_num_devices(s->engine);
+  dev_backend *be = dev_engine_backend(s->engine);
+  dev_memory_stats ms[PD_MAX_DEVICES];
+  bool ok[PD_MAX_DEVICES];
+  for (int i = 0; i < n; i++) {
+    ms[i] = (dev_memory_stats){sizeof(ms[i]), 0, 0, 0, 0, 0};
+    ok[i] = dev_engine_memory_stats(s->engine, i, &ms[i], NULL) == PD_OK;
+  }
+  bool has_health = be && be->struct_size >= offsetof(dev_backend, healthy) +
+                                                 sizeof(be->healthy) &&
+                    be->healthy;
+  static const struct {
+    const char *name, *help;
+  } fam[] = {
+      {"paradev_device_tensors",
+       "Tensors with a component on the device (every live handle)."},
+      {"paradev_device_memory_used_bytes", "Device memory in use."},
+      {"paradev_device_memory_free_bytes",
+       "Device memory left under the limit (or the total)."},
+      {"paradev_device_memory_limit_bytes",
+       "Configured per-device memory limit (0: none)."},
+      {"paradev_device_memory_total_bytes",
+       "Physical memory of the device (0: unknown)."},
+      {"paradev_device_memory_peak_bytes", "Peak device memory in use."},
+      {"paradev_device_healthy", "1 when the device is healthy."},
+  };
+  for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+    srv_family(b, fam[f].name, "gauge", fam[f].help);
+    for (int i = 0; i < n; i++) {
+      uint64_t cap = ms[i].bytes_limit ? ms[i].bytes_limit : ms[i].bytes_total;
+      uint64_t v = 0;
+      switch (f) {
+        case 0: v = st->handles; break;
+        case 1: v = ms[i].bytes_in_use; break;
+        case 2:
+          if (!cap || !ok[i]) continue;
+          v = cap > ms[i].bytes_in_use ? cap - ms[i].bytes_in_use : 0;
+          break;
+        case 3: v = ms[i].bytes_limit; break;
+        case 4: v = ms[i].bytes_total; break;
+        case 5: v = ms[i].peak_bytes_in_use; break;
+        case 6: v = !has_health || be->healthy(be, i); break;
+      }
+      if (f != 0 && f != 6 && !ok[i]) continue;
+      srv_buf_printf(b, "%s{device=\"%d\"} %" PRIu64 "\n", fam[f].name, i, v);
+    }
+  }
+}
+
+static void srv_render_ops(srv_buf *b, srv *s, const sched_stats *st) {
+  srv_family(b, "paradev_ops_total", "counter",
+             "Ops that ran (or were dropped from a queue), by op and outcome "
+             "(a gRPC status code name).");
+  int nops = dev_op_count();
+  double coll_s[256];
+  int coll_i[256], ncoll = 0;
+  for (int i = 0; i < nops; i++) {
+    uint64_t by[SCHED_NUM_CODES];
+    double run = 0;
+    sched_op_stats(s->sched, i, by, &run);
+    const dev_op_def *d = dev_op_at(i);
+    for (int code = 0; code < SCHED_NUM_CODES; code++)
+      if (by[code])
+        srv_buf_printf(b, "paradev_ops_total{op=\"%s\",outcome=\"%s\"} %" PRIu64
+                       "\n",
+                       d->name, pd_code_name((pd_code)code), by[code]);
+    if ((d->flags & DEV_OP_COLLECTIVE) && ncoll < 256) {
+      coll_i[ncoll] = i;
+      coll_s[ncoll++] = run;
+    }
+  }
+  srv_family(b, "paradev_collective_seconds_total", "counter",
+             "Seconds collectives took from submission to the devices until "
+             "computed on all of them, by op.");
+  for (int k = 0; k < ncoll; k++)
+    srv_buf_printf(b, "paradev_collective_seconds_total{op=\"%s\"} %.9g\n",
+                   dev_op_at(coll_i[k])->name, coll_s[k]);
+  srv_family(b, "paradev_op_duration_seconds", "histogram",
+             "Seconds from an op's Execute until it was computed on every "
+             "device.");
+  for (int i = 0; i < SCHED_LATENCY_BUCKETS; i++)
+    srv_buf_printf(b, "paradev_op_duration_seconds_bucket{le=\"%g\"} %" PRIu64
+                   "\n",
+                   sched_latency_bounds[i], st->latency_buckets[i]);
+  uint64_t count = st->latency_buckets[SCHED_LATENCY_BUCKETS];
+  srv_buf_printf(b, "paradev_op_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64
+                 "\n",
+                 count);
+  srv_buf_printf(b, "paradev_op_duration_seconds_sum %.9g\n", st->latency_sum_s);
+  srv_buf_printf(b, "paradev_op_duration_seconds_count %" PRIu64 "\n", count);
+  srv_family(b, "paradev_queue_depth", "gauge",
+             "Ops queued in sessions, not yet submitted to the devices.");
+  srv_buf_printf(b, "paradev_queue_depth %" PRIu64 "\n", st->ops_queued);
+  srv_family(b, "paradev_ops_in_flight", "gauge",
+             "Ops submitted to the devices and not yet computed.");
+  srv_buf_printf(b, "paradev_ops_in_flight %" PRIu64 "\n", st->ops_in_flight);
+}
+
+char *srv_metrics_render(srv *s, size_t *len) {
+  srv_buf b = {malloc(16384), 0, 16384, false};
+  if (!b.p) return NULL;
+  b.p[0] = '\0';
+  sched_stats st = {.struct_size = sizeof(st)};
+  sched_get_stats(s->sched, &st);
+  dev_backend *be = dev_engine_backend(s->engine);
+  srv_family(&b, "paradev_build_info", "gauge",
+             "paradevd's version and backend (always 1).");
+  srv_buf_printf(&b, "paradev_build_info{version=\"%s\",backend=\"%s\"} 1\n",
+                 SRV_VERSION, be && be->name ? be->name : s->opt.backend);
+  srv_family(&b, "paradev_start_time_seconds", "gauge",
+             "When paradevd started (Unix time).");
+  srv_buf_printf(&b, "paradev_start_time_seconds %.3f\n",
+                 (double)s->start_unix_ms / 1000.0);
+  srv_family(&b, "paradev_serving", "gauge",
+             "1 when the daemon takes new sessions (health SERVING).");
+  srv_buf_printf(&b, "paradev_serving %d\n", srv_serving(s) ? 1 : 0);
+  srv_family(&b, "paradev_draining", "gauge",
+             "1 while draining (SIGTERM or Admin Drain).");
+  srv_buf_printf(&b, "paradev_draining %d\n", atomic_load(&s->draining) ? 1 : 0);
+  srv_render_sessions(&b, s, &st);
+  srv_render_devices(&b, s, &st);
+  srv_render_ops(&b, s, &st);
+  srv_render_rpcs(&b, s);
+  srv_family(&b, "paradev_upload_bytes_total", "counter",
+             "Tensor bytes received by Upload.");
+  srv_buf_printf(&b, "paradev_upload_bytes_total %" PRIu64 "\n",
+                 atomic_load(&s->upload_bytes));
+  srv_family(&b, "paradev_download_bytes_total", "counter",
+             "Tensor bytes sent by Download.");
+  srv_buf_printf(&b, "paradev_download_bytes_total %" PRIu64 "\n",
+                 atomic_load(&s->download_bytes));
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
+  *len = b.len;
+  return b.p;
+}

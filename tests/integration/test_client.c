@@ -1,0 +1,1356 @@
+/* Integration test of libparadev and the `paradev` command against the real
+ * daemon.
+ *
+ * Starts paradevd (the built binary) on a temporary Unix socket and on
+ * 127.0.0.1:0 (the bound port is read from the daemon's log), then goes
+ * through every RPC with libparadev over each of the two transports, checking
+ * values computed here by hand: upload -> Add/MatMul -> download, sharded
+ * upload + AllReduce, per-component tensors, chunked transfers over the
+ * message limit, 10,000 ops through one Enqueue stream, Describe before Sync,
+ * Delete, the error of an op that fails on the devices, batches, deadlines
+ * and cancellation, leases with and without the library's keep-alive, two
+ * clients at once, and the CLI's info/health/ping.
+ *
+ * The Python test (test_daemon.py) covers the wire itself with a second gRPC
+ * implementation, bad requests and shutdown; this one covers the C client.
+ *
+ * Usage: test_client PARADEVD PARADEV_CLI
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "paradev/paradev.h"
+
+#define NDEV 4
+#define MEM_LIMIT (64u << 20) /* per device */
+#define MAX_MSG (1u << 20)    /* the daemon's message limit here */
+
+static const char *paradevd_path;
+static const char *cli_path;
+
+/* --- the daemon ------------------------------------------------------------ */
+
+typedef struct daemon_proc {
+  pid_t pid;
+  int err_fd;
+  char dir[64];
+  char unix_target[128];
+  char tcp_target[64];
+  pthread_t reader;
+  pthread_mutex_t mu;
+  char *log;
+  size_t log_len, log_cap;
+} daemon_proc;
+
+static daemon_proc D;
+
+static void log_append(daemon_proc *d, const char *buf, size_t n) {
+  pthread_mutex_lock(&d->mu);
+  if (d->log_len + n + 1 > d->log_cap) {
+    size_t cap = (d->log_cap ? d->log_cap * 2 : 65536) + n;
+    char *p = realloc(d->log, cap);
+    if (!p) abort();
+    d->log = p;
+    d->log_cap = cap;
+  }
+  memcpy(d->log + d->log_len, buf, n);
+  d->log_len += n;
+  d->log[d->log_len] = '\0';
+  pthread_mutex_unlock(&d->mu);
+}
+
+/* Drains the daemon's stderr so it never blocks on a full pipe. */
+static void *log_reader(void *arg) {
+  daemon_proc *d = arg;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(d->err_fd, buf, sizeof(buf));
+    if (n > 0) {
+      log_append(d, buf, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  return NULL;
+}
+
+static bool log_has(daemon_proc *d, const char *needle) {
+  pthread_mutex_lock(&d->mu);
+  bool r = d->log && strstr(d->log, needle) != NULL;
+  pthread_mutex_unlock(&d->mu);
+  return r;
+}
+
+static void daemon_start(daemon_proc *d) {
+  memset(d, 0, sizeof(*d));
+  pthread_mutex_init(&d->mu, NULL);
+  snprintf(d->dir, sizeof(d->dir), "/tmp/pdclient-XXXXXX");
+  if (!mkdtemp(d->dir)) {
+    perror("mkdtemp");
+    exit(1);
+  }
+  snprintf(d->unix_target, sizeof(d->unix_target), "unix:%s/pd.sock", d->dir);
+  int p[2];
+  if (pipe(p) != 0) exit(1);
+  char mem[32], msg[32], ndev[8];
+  snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
+  snprintf(msg, sizeof(msg), "%u", MAX_MSG);
+  snprintf(ndev, sizeof(ndev), "%d", NDEV);
+  d->pid = fork();
+  if (d->pid == 0) {
+    dup2(p[1], 2);
+    close(p[0]);
+    close(p[1]);
+    execl(paradevd_path, paradevd_path, "--listen", d->unix_target, "--listen",
+          "127.0.0.1:0", "--devices", ndev, "--memory-limit", mem,
+          "--max-message-bytes", msg, "--grace-ms", "2000", (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  d->err_fd = p[0];
+  pthread_create(&d->reader, NULL, log_reader, d);
+  for (int i = 0; i < 400 && !log_has(d, "ready:"); i++) usleep(50000);
+  if (!log_has(d, "ready:")) {
+    fprintf(stderr, "paradevd not ready in 20 s; log:\n%s\n", d->log ? d->log : "");
+    kill(d->pid, SIGKILL);
+    exit(1);
+  }
+  pthread_mutex_lock(&d->mu);
+  const char *at = strstr(d->log, "listening on 127.0.0.1:");
+  int port = at ? atoi(at + strlen("listening on 127.0.0.1:")) : 0;
+  pthread_mutex_unlock(&d->mu);
+  if (port <= 0) {
+    fprintf(stderr, "no bound TCP port in the daemon's log:\n%s\n", d->log);
+    kill(d->pid, SIGKILL);
+    exit(1);
+  }
+  snprintf(d->tcp_target, sizeof(d->tcp_target), "127.0.0.1:%d", port);
+}
+
+/* SIGTERM; returns the exit status (or -1). */
+static int daemon_stop(daemon_proc *d) {
+  kill(d->pid, SIGTERM);
+  int status = 0;
+  waitpid(d->pid, &status, 0);
+  pthread_join(d->reader, NULL);
+  close(d->err_fd);
+  char sock[200];
+  snprintf(sock, sizeof(sock), "%s/pd.sock", d->dir);
+  unlink(sock);
+  rmdir(d->dir);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* --- helpers ------------------------------------------------------------------ */
+
+typedef struct env {
+  const char *target;
+  pd_client *c;
+  pd_session *s;
+  pd_status *st;
+} env;
+
+#define OK(e, call)                                                        \
+  do {                                                                     \
+    pd_code rc_ = (call);                                                  \
+    if (rc_ != PD_OK)                                                      \
+      fail_msg("%s\n  -> %s: %s", #call, pd_code_name(rc_),                \
+               pd_status_message((e)->st));                                \
+  } while (0)
+
+#define EXPECT_CODE(e, code, call)                                         \
+  do {                                                                     \
+    pd_code rc_ = (call);                                                  \
+    if (rc_ != (code))                                                     \
+      fail_msg("%s\n  -> expected %s, got %s: %s", #call,                  \
+               pd_code_name(code), pd_code_name(rc_),                      \
+               pd_status_message((e)->st));                                \
+  } while (0)
+
+#define ASSERT_MSG_HAS(e, needle)                                          \
+  do {                                                                     \
+    if (!strstr(pd_status_message((e)->st), (needle)))                     \
+      fail_msg("message \"%s\" does not contain \"%s\"",                   \
+               pd_status_message((e)->st), (needle));                      \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static pd_session *new_session(env *e, const char *name) {
+  pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
+  so.client_name = name;
+  pd_session *s = pd_session_new(e->c, &so, NULL, e->st);
+  if (!s) fail_msg("pd_session_new: %s", pd_status_message(e->st));
+  return s;
+}
+
+static void upload_f32(env *e, pd_session *s, uint64_t id, const int64_t *dims,
+                       int rank, const float *v, pd_layout layout) {
+  size_t n = 1;
+  for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
+  OK(e, pd_upload(s, id, PD_FLOAT32, dims, rank, v, n * sizeof(float), layout,
+                  NULL, NULL, e->st));
+}
+
+static void assert_floats(const float *got, const float *want, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != want[i])
+      fail_msg("element %zu: got %.9g, expected %.9g", i, (double)got[i],
+               (double)want[i]);
+}
+
+static void assert_shape(const pd_tensor_info *t, int rank, const int64_t *dims) {
+  assert_int_equal(t->rank, rank);
+  for (int i = 0; i < rank; i++) assert_int_equal(t->dims[i], dims[i]);
+}
+
+/* --- group setup ----------------------------------------------------------------- */
+
+static int group_setup(void **state, const char *target) {
+  env *e = calloc(1, sizeof(*e));
+  e->target = target;
+  e->st = pd_status_new();
+  pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
+  co.default_timeout_ms = 30000;
+  e->c = pd_client_new(target, &co, e->st);
+  if (!e->c) {
+    fprintf(stderr, "pd_client_new(%s): %s\n", target, pd_status_message(e->st));
+    return -1;
+  }
+  pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
+  so.client_name = "test_client";
+  so.job_id = "job-1";
+  e->s = pd_session_new(e->c, &so, NULL, e->st);
+  if (!e->s) {
+    fprintf(stderr, "pd_session_new(%s): %s\n", target, pd_status_message(e->st));
+    return -1;
+  }
+  *state = e;
+  return 0;
+}
+
+static int setup_unix(void **state) { return group_setup(state, D.unix_target); }
+static int setup_tcp(void **state) { return group_setup(state, D.tcp_target); }
+
+static int group_teardown(void **state) {
+  env *e = *state;
+  if (!e) return 0;
+  if (e->s) {
+    pd_code rc = pd_session_close(e->s, NULL, e->st);
+    pd_session_delete(e->s);
+    if (rc != PD_OK) {
+      fprintf(stderr, "pd_session_close: %s\n", pd_status_message(e->st));
+      return -1;
+    }
+  }
+  pd_client_delete(e->c);
+  pd_status_delete(e->st);
+  free(e);
+  return 0;
+}
+
+/* --- tests -------------------------------------------------------------------------- */
+
+static void test_server_info(void **state) {
+  env *e = *state;
+  pd_server_info *info = pd_client_get_server_info(e->c, NULL, e->st);
+  if (!info) fail_msg("GetServerInfo: %s", pd_status_message(e->st));
+  assert_string_equal(pd_server_info_version(info), "0.1.0");
+  assert_string_equal(pd_server_info_backend(info), "cpu");
+  assert_int_equal(pd_server_info_num_devices(info), NDEV);
+  assert_true(pd_server_info_incarnation(info) == pd_session_incarnation(e->s));
+  assert_true(pd_server_info_start_time_ms(info) > 1600000000000LL);
+  for (int i = 0; i < NDEV; i++) {
+    const pd_device_info *d = pd_server_info_device(info, i);
+    assert_non_null(d);
+    assert_int_equal(d->index, i);
+    assert_string_equal(d->kind, "cpu");
+    assert_true(strlen(d->name) > 0);
+    assert_int_equal(d->memory_limit_bytes, MEM_LIMIT);
+    assert_true(d->memory_free_bytes + d->memory_used_bytes == MEM_LIMIT);
+  }
+  assert_null(pd_server_info_device(info, NDEV));
+  const pd_limits *l = pd_server_info_limits(info);
+  assert_int_equal(l->max_message_bytes, MAX_MSG);
+  assert_int_equal(l->max_rank, PD_MAX_RANK);
+  assert_true(l->max_chunk_bytes > 0 && l->max_chunk_bytes < MAX_MSG);
+  assert_int_equal(l->default_lease_seconds, 60);
+  assert_int_equal(pd_session_lease_seconds(e->s), 60);
+  assert_int_equal(pd_session_num_devices(e->s), NDEV);
+  pd_server_info_delete(info);
+}
+
+static void test_health_and_echo(void **state) {
+  env *e = *state;
+  pd_serving_status s = PD_SERVING_UNKNOWN;
+  OK(e, pd_client_health(e->c, "", &s, NULL, e->st));
+  assert_int_equal(s, PD_SERVING);
+  OK(e, pd_client_health(e->c, "paradev.v1.ParallelDevice", &s, NULL, e->st));
+  assert_int_equal(s, PD_SERVING);
+  EXPECT_CODE(e, PD_NOT_FOUND, pd_client_health(e->c, "no.Such", &s, NULL, e->st));
+
+  size_t sizes[] = {0, 1, 1000, 700000};
+  unsigned char *buf = malloc(700000), *back = malloc(700000);
+  for (size_t i = 0; i < 700000; i++) buf[i] = (unsigned char)(i * 7 + 3);
+  for (size_t k = 0; k < 4; k++) {
+    size_t got = 12345;
+    memset(back, 0, 700000);
+    OK(e, pd_client_echo(e->c, buf, sizes[k], back, 700000, &got, NULL, e->st));
+    assert_int_equal(got, sizes[k]);
+    if (sizes[k]) assert_memory_equal(back, buf, sizes[k]);
+  }
+  /* Over the daemon's 1 MiB message limit. */
+  unsigned char *big = calloc(2, MAX_MSG);
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+              pd_client_echo(e->c, big, 2 * MAX_MSG, NULL, 0, NULL, NULL, e->st));
+  free(big);
+  free(buf);
+  free(back);
+}
+
+static void test_add_matmul(void **state) {
+  env *e = *state;
+  pd_session *s = e->s;
+  const float a[6] = {1, 2, 3, 4, 5, 6};       /* 2x3 */
+  const float b[6] = {7, 8, 9, 10, 11, 12};    /* 3x2 */
+  const int64_t da[2] = {2, 3}, db[2] = {3, 2};
+  pd_tensor_info ti;
+  OK(e, pd_upload(s, 1, PD_FLOAT32, da, 2, a, sizeof(a), pd_layout_mirrored(),
+                  &ti, NULL, e->st));
+  assert_int_equal(ti.id, 1);
+  assert_int_equal(ti.dtype, PD_FLOAT32);
+  assert_shape(&ti, 2, da);
+  upload_f32(e, s, 2, db, 2, b, pd_layout_mirrored());
+
+  /* Add with a client-chosen id, MatMul with one the library picks. */
+  uint64_t in_aa[2] = {1, 1}, in_ab[2] = {1, 2};
+  uint64_t sum_id = 10, mm_id = 0, mmt_id = 0;
+  pd_tensor_info out;
+  OK(e, pd_execute(s, "Add", in_aa, 2, NULL, &sum_id, 1, &out, NULL, e->st));
+  assert_int_equal(sum_id, 10);
+  assert_shape(&out, 2, da);
+  OK(e, pd_execute(s, "MatMul", in_ab, 2, NULL, &mm_id, 1, &out, NULL, e->st));
+  assert_true(mm_id >= PD_FIRST_LIBRARY_ID);
+  assert_int_equal(out.id, mm_id);
+  const int64_t d22[2] = {2, 2};
+  assert_shape(&out, 2, d22);
+  /* A x A^T through the attribute builder. */
+  pd_attrs *at = pd_attrs_new();
+  pd_attrs_set_bool(at, "transpose_b", true);
+  pd_attrs_set_bool(at, "transpose_a", false);
+  pd_attrs_set_bool(at, "transpose_b", true); /* replaces, does not add */
+  assert_int_equal(pd_attrs_count(at), 2);
+  OK(e, pd_execute(s, "MatMul", in_aa, 2, at, &mmt_id, 1, &out, NULL, e->st));
+  assert_shape(&out, 2, d22);
+  pd_attrs_delete(at);
+
+  float got[6];
+  size_t nbytes = 0;
+  OK(e, pd_download(s, sum_id, pd_layout_mirrored(), got, sizeof(got), &ti,
+                    &nbytes, NULL, e->st));
+  assert_int_equal(nbytes, sizeof(got));
+  assert_shape(&ti, 2, da);
+  const float want_sum[6] = {2, 4, 6, 8, 10, 12};
+  assert_floats(got, want_sum, 6);
+  /* [[1,2,3],[4,5,6]] x [[7,8],[9,10],[11,12]] */
+  const float want_mm[4] = {58, 64, 139, 154};
+  OK(e, pd_download(s, mm_id, pd_layout_component(3), got, sizeof(got), NULL,
+                    NULL, NULL, e->st));
+  assert_floats(got, want_mm, 4);
+  const float want_mmt[4] = {14, 32, 32, 77};
+  OK(e, pd_download(s, mmt_id, pd_layout_mirrored(), got, sizeof(got), NULL,
+                    NULL, NULL, e->st));
+  assert_floats(got, want_mmt, 4);
+  /* A buffer too small says how much is needed. */
+  EXPECT_CODE(e, PD_OUT_OF_RANGE,
+              pd_download(s, mm_id, pd_layout_mirrored(), got, 8, NULL, NULL,
+                          NULL, e->st));
+  ASSERT_MSG_HAS(e, "16 bytes");
+  OK(e, pd_delete(s, (uint64_t[]){1, 2, 10}, 3, NULL, e->st));
+  OK(e, pd_delete(s, (uint64_t[]){mm_id, mmt_id}, 2, NULL, e->st));
+}
+
+static void test_attrs_kinds(void **state) {
+  env *e = *state;
+  pd_session *s = e->s;
+  /* Fill: shape, float and dtype attributes. */
+  pd_attrs *at = pd_attrs_new();
+  const int64_t shp[2] = {2, 3};
+  pd_attrs_set_shape(at, "shape", shp, 2);
+  pd_attrs_set_float(at, "value", 2.5);
+  pd_attrs_set_dtype(at, "dtype", PD_FLOAT64);
+  uint64_t f = 0;
+  pd_tensor_info ti;
+  OK(e, pd_execute(s, "Fill", NULL, 0, at, &f, 1, &ti, NULL, e->st));
+  assert_int_equal(ti.dtype, PD_FLOAT64);
+  assert_shape(&ti, 2, shp);
+  /* Transpose: int list. */
+  pd_attrs_clear(at);
+  const int64_t perm[2] = {1, 0};
+  pd_attrs_set_int_list(at, "perm", perm, 2);
+  uint64_t tr = 0;
+  OK(e, pd_execute(s, "Transpose", &f, 1, at, &tr, 1, &ti, NULL, e->st));
+  const int64_t shp_t[2] = {3, 2};
+  assert_shape(&ti, 2, shp_t);
+  /* Sum over axis 1 with keep_dims: int list and bool. */
+  pd_attrs_clear(at);
+  const int64_t axis1[1] = {1};
+  pd_attrs_set_int_list(at, "axis", axis1, 1);
+  pd_attrs_set_bool(at, "keep_dims", true);
+  uint64_t sum = 0;
+  OK(e, pd_execute(s, "Sum", &tr, 1, at, &sum, 1, &ti, NULL, e->st));
+  const int64_t shp_s[2] = {3, 1};
+  assert_shape(&ti, 2, shp_s);
+  double dv[3];
+  OK(e, pd_download(s, sum, pd_layout_mirrored(), dv, sizeof(dv), &ti, NULL,
+                    NULL, e->st));
+  assert_int_equal(ti.dtype, PD_FLOAT64);
+  for (int i = 0; i < 3; i++) assert_true(dv[i] == 5.0);
+  /* Cast to int32 (dtype), ArgMax (int + dtype). */
+  pd_attrs_clear(at);
+  pd_attrs_set_dtype(at, "DstT", PD_INT32);
+  uint64_t ci = 0;
+  OK(e, pd_execute(s, "Cast", &sum, 1, at, &ci, 1, &ti, NULL, e->st));
+  assert_int_equal(ti.dtype, PD_INT32);
+  int32_t iv[3];
+  OK(e, pd_download(s, ci, pd_layout_mirrored(), iv, sizeof(iv), NULL, NULL,
+                    NULL, e->st));
+  for (int i = 0; i < 3; i++) assert_int_equal(iv[i], 5);
+  pd_attrs_clear(at);
+  pd_attrs_set_int(at, "axis", 0);
+  pd_attrs_set_dtype(at, "output_type", PD_INT32);
+  uint64_t am = 0;
+  OK(e, pd_execute(s, "ArgMax", &ci, 1, at, &am, 1, &ti, NULL, e->st));
+  assert_int_equal(ti.dtype, PD_INT32);
+  /* A float list where an int list belongs: the daemon names the attr. */
+  pd_attrs_clear(at);
+  const double fl[2] = {1.0, 0.0};
+  pd_attrs_set_float_list(at, "perm", fl, 2);
+  uint64_t bad = 0;
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_execute(s, "Transpose", &f, 1, at, &bad, 1, NULL, NULL, e->st));
+  ASSERT_MSG_HAS(e, "perm");
+  /* A bad value in the builder is reported by the call that uses it. */
+  pd_attrs_clear(at);
+  pd_attrs_set_shape(at, "shape", shp, PD_MAX_RANK + 1);
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_execute(s, "Fill", NULL, 0, at, &bad, 1, NULL, NULL, e->st));
+  ASSERT_MSG_HAS(e, "shape");
+  /* A string attribute of the wrong kind for its op. */
+  pd_attrs_clear(at);
+  pd_attrs_set_string(at, "reduction", "median");
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_execute(s, "AllReduce", &f, 1, at, &bad, 1, NULL, NULL, e->st));
+  ASSERT_MSG_HAS(e, "median");
+  pd_attrs_delete(at);
+  OK(e, pd_delete(s, (uint64_t[]){f, tr, sum, ci, am}, 5, NULL, e->st));
+}
+
+static void test_sharded_allreduce(void **state) {
+  env *e = *state;
+  pd_session *s = e->s;
+  /* x: 8x3 sharded on axis 0: component d holds rows 2d, 2d+1. */
+  float x[24];
+  for (int i = 0; i < 24; i++) x[i] = (float)(i * i % 17) - 3.0f;
+  const int64_t dx[2] = {8, 3};
+  pd_tensor_info ti;
+  OK(e, pd_upload(s, 100, PD_FLOAT32, dx, 2, x, sizeof(x), pd_layout_sharded(0),
+                  &ti, NULL, e->st));
+  const int64_t dc[2] = {2, 3};
+  assert_shape(&ti, 2, dc); /* every component is 2x3 */
+  /* Per-component download gives the shards. */
+  float parts[NDEV][6];
+  void *bufs[NDEV];
+  size_t caps[NDEV];
+  pd_tensor_info infos[NDEV];
+  for (int d = 0; d < NDEV; d++) {
+    bufs[d] = parts[d];
+    caps[d] = sizeof(parts[d]);
+  }
+  OK(e, pd_download_components(s, 100, NDEV, bufs, caps, infos, NULL, e->st));
+  for (int d = 0; d < NDEV; d++) {
+    assert_shape(&infos[d], 2, dc);
+    assert_floats(parts[d], x + 6 * d, 6);
+  }
+  /* AllReduce sum and max, by hand. */
+  float want_sum[6] = {0}, want_max[6];
+  for (int k = 0; k < 6; k++) {
+    want_max[k] = -1e30f;
+    for (int d = 0; d < NDEV; d++) {
+      want_sum[k] += x[6 * d + k];
+      if (x[6 * d + k] > want_max[k]) want_max[k] = x[6 * d + k];
+    }
+  }
+  pd_attrs *at = pd_attrs_new();
+  pd_attrs_set_string(at, "reduction", "sum");
+  uint64_t in = 100, sum_id = 101, max_id = 102;
+  OK(e, pd_execute(s, "AllReduce", &in, 1, at, &sum_id, 1, &ti, NULL, e->st));
+  assert_shape(&ti, 2, dc);
+  pd_attrs_set_string(at, "reduction", "max");
+  OK(e, pd_execute(s, "AllReduce", &in, 1, at, &max_id, 1, NULL, NULL, e->st));
+  pd_attrs_delete(at);
+  float got[24];
+  for (int d = 0; d < NDEV; d++) {
+    OK(e, pd_download(s, sum_id, pd_layout_component(d), got, sizeof(got), NULL,
+                      NULL, NULL, e->st));
+    assert_floats(got, want_sum, 6);
+  }
+  /* The concatenation along axis 0 is the sum four times. */
+  size_t n = 0;
+  OK(e, pd_download(s, max_id, pd_layout_sharded(0), got, sizeof(got), &ti, &n,
+                    NULL, e->st));
+  assert_int_equal(n, sizeof(got));
+  assert_shape(&ti, 2, dx);
+  for (int d = 0; d < NDEV; d++) assert_floats(got + 6 * d, want_max, 6);
+
+  /* Uneven shards (10 rows on 4 devices: 3, 3, 2, 2): -1 in the shape. */
+  float y[30];
+  for (int i = 0; i < 30; i++) y[i] = (float)i;
+  const int64_t dy[2] = {10, 3};
+  OK(e, pd_upload(s, 103, PD_FLOAT32, dy, 2, y, sizeof(y), pd_layout_sharded(0),
+                  &ti, NULL, e->st));
+  assert_int_equal(ti.dims[0], -1);
+  assert_int_equal(ti.dims[1], 3);
+  pd_description *desc = pd_describe(s, (uint64_t[]){103}, 1, NULL, e->st);
+  if (!desc) fail_msg("Describe: %s", pd_status_message(e->st));
+  assert_int_equal(pd_description_num_components(desc, 0), NDEV);
+  const int64_t rows[NDEV] = {3, 3, 2, 2};
+  for (int d = 0; d < NDEV; d++) {
+    pd_tensor_info ci;
+    assert_true(pd_description_component(desc, 0, d, &ci));
+    assert_int_equal(ci.dims[0], rows[d]);
+    assert_int_equal(ci.dims[1], 3);
+  }
+  assert_int_equal(pd_description_bytes(desc, 0), sizeof(y));
+  pd_description_delete(desc);
+  float yb[30];
+  OK(e, pd_download(s, 103, pd_layout_sharded(0), yb, sizeof(yb), &ti, NULL,
+                    NULL, e->st));
+  assert_shape(&ti, 2, dy);
+  assert_floats(yb, y, 30);
+  /* Sharded along axis 1 (3 columns on 4 devices: 1, 1, 1, 0). */
+  OK(e, pd_upload(s, 104, PD_FLOAT32, dy, 2, y, sizeof(y), pd_layout_sharded(1),
+                  NULL, NULL, e->st));
+  float col[10];
+  OK(e, pd_download(s, 104, pd_layout_component(1), col, sizeof(col), &ti, NULL,
+                    NULL, e->st));
+  for (int r = 0; r < 10; r++) assert_true(col[r] == y[r * 3 + 1]);
+  OK(e, pd_download(s, 104, pd_layout_sharded(1), yb, sizeof(yb), NULL, NULL,
+                    NULL, e->st));
+  assert_floats(yb, y, 30);
+  OK(e, pd_delete(s, (uint64_t[]){100, 101, 102, 103, 104}, 5, NULL, e->st));
+}
+
+static void test_per_component(void **state) {
+  env *e = *state;
+  pd_session *s = e->s;
+  int32_t v[NDEV][4];
+  int64_t dims_store[NDEV][1];
+  const int64_t *dims[NDEV];
+  int ranks[NDEV];
+  const void *data[NDEV];
+  size_t bytes[NDEV];
+  for (int d = 0; d < NDEV; d++) {
+    for (int i = 0; i <= d; i++) v[d][i] = 100 * d + i;
+    dims_store[d][0] = d + 1;
+    dims[d] = dims_store[d];
+    ranks[d] = 1;
+    data[d] = v[d];
+    bytes[d] = sizeof(int32_t) * (size_t)(d + 1);
+  }
+  pd_tensor_info ti;
+  OK(e, pd_upload_components(s, 200, PD_INT32, NDEV, dims, ranks, data, bytes,
+                             &ti, NULL, e->st));
+  assert_int_equal(ti.rank, 1);
+  assert_int_equal(ti.dims[0], -1);
+  /* Add to itself: per-component shapes carry through. */
+  uint64_t in[2] = {200, 200}, out = 201;
+  OK(e, pd_execute(s, "Add", in, 2, NULL, &out, 1, NULL, NULL, e->st));
+  int32_t got[NDEV][4];
+  void *bufs[NDEV];
+  size_t caps[NDEV];
+  pd_tensor_info infos[NDEV];
+  for (int d = 0; d < NDEV; d++) {
+    bufs[d] = got[d];
+    caps[d] = sizeof(got[d]);
+  }
+  OK(e, pd_download_components(s, 201, NDEV, bufs, caps, infos, NULL, e->st));
+  for (int d = 0; d < NDEV; d++) {
+    assert_int_equal(infos[d].dims[0], d + 1);
+    for (int i = 0; i <= d; i++) assert_int_equal(got[d][i], 2 * v[d][i]);
+  }
+  /* Concatenated: 1 + 2 + 3 + 4 values in component order. */
+  int32_t cat[10];
+  OK(e, pd_download(s, 200, pd_layout_sharded(0), cat, sizeof(cat), &ti, NULL,
+                    NULL, e->st));
+  assert_int_equal(ti.dims[0], 10);
+  int k = 0;
+  for (int d = 0; d < NDEV; d++)
+    for (int i = 0; i <= d; i++) assert_int_equal(cat[k++], v[d][i]);
+  /* A wrong component count is refused before anything is sent. */
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_upload_components(s, 202, PD_INT32, NDEV - 1, dims, ranks, data,
+                                   bytes, NULL, NULL, e->st));
+  OK(e, pd_delete(s, (uint64_t[]){200, 201}, 2, NULL, e->st));
+}
+
+static void test_chunked_transfer(void **state) {
+  env *e = *state;
+  pd_session *s = e->s;
+  /* 3 MiB + 12 bytes: over the 1 MiB message limit, not a chunk multiple. */
+  size_t n = (3u << 20) / 4 + 3;
+  float *x = malloc(n * 4), *y = malloc(n * 4);
+  for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1000003) * 0.5f;
+  const int64_t dims[1] = {(int64_t)n};
+  upload_f32(e, s, 300, dims, 1, x, pd_layout_mirrored());
+  memset(y, 0, n * 4);
+  OK(e, pd_download(s, 300, pd_layout_component(2), y, n * 4, NULL, NULL, NULL,
+                    e->st));
+  assert_memory_equal(x, y, n * 4);
+  /* Through an op: x + x, downloaded whole. */
+  uint64_t in[2] = {300, 300}, out = 301;
+  OK(e, pd_execute(s, "Add", in, 2, NULL, &out, 1, NULL, NULL, e->st));
+  OK(e, pd_download(s, 301, pd_layout_mirrored(), y, n * 4, NULL, NULL, NULL,
+                    e->st));
+  for (size_t i = 0; i < n; i++)
+    if (y[i] != 2 * x[i]) fail_msg("element %zu: %g != %g", i, (double)y[i], 2.0 * x[i]);
+  /* A byte count that does not match the shape is refused locally. */
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_upload(s, 302, PD_FLOAT32, dims, 1, x, n * 4 - 1,
+                        pd_layout_mirrored(), NULL, NULL, e->st));
+  /* A live id is ALREADY_EXISTS. */
+  EXPECT_CODE(e, PD_ALREADY_EXISTS,
+              pd_upload(s, 300, PD_FLOAT32, dims, 1, x, n * 4,
+                        pd_layout_mirrored(), NULL, NULL, e->st));
+  OK(e, pd_delete(s, (uint64_t[]){300, 301}, 2, NULL, e->st));
+  free(x);
+  free(y);
+}
+
+typedef struct replies {
+  uint64_t count;
+  uint64_t out_of_order;
+  uint64_t failed;
+  uint64_t last_failed_index;
+  pd_code last_failed_code;
+  uint64_t checked_outputs;
+  int64_t expect_dim;
+} replies;
+
+static void on_reply(void *arg, const pd_stream_reply *r) {
+  replies *p = arg;
+  if (r->index != p->count) p->out_of_order++;
+  p->count++;
+  if (r->code != PD_OK) {
+    p->failed++;
+    p->last_failed_index = r->index;
+    p->last_failed_code = r->code;
+  } else if (r->num_outputs == 1) {
+    if (r->outputs[0].rank == 1 && r->outputs[0].dims[0] == p->expect_dim &&
+        r->outputs[0].dtype == PD_FLOAT32)
+      p->checked_outputs++;
+  }
+}
+
+static void test_enqueue_10000(void **state) {
+  env *e = *state;
+  pd_session *s = e->s;
+  replies rep = {0};
+  rep.expect_dim = 4;
+  pd_stream_options so = PD_STREAM_OPTIONS_INITIALIZER;
+  so.on_reply = on_reply;
+  so.on_reply_arg = &rep;
+  so.max_in_flight = 512;
+  pd_stream *t = pd_stream_new(s, &so, e->st);
+  if (!t) fail_msg("pd_stream_new: %s", pd_status_message(e->st));
+  /* one = 1.0 [4]; x_0 = one; x_i = x_{i-1} + one, deleting x_{i-1}. */
+  pd_attrs *fill = pd_attrs_new();
+  const int64_t d4[1] = {4};
+  pd_attrs_set_shape(fill, "shape", d4, 1);
+  pd_attrs_set_float(fill, "value", 1.0);
+  uint64_t one = 0;
+  OK(e, pd_stream_execute(t, "Fill", NULL, 0, fill, &one, 1, NULL, e->st));
+  uint64_t prev = one;
+  const int N = 10000;
+  double t0 = now_s();
+  for (int i = 1; i <= N; i++) {
+    uint64_t in[2] = {prev, one}, out = 0, idx = 0;
+    OK(e, pd_stream_execute(t, "Add", in, 2, NULL, &out, 1, &idx, e->st));
+    if (prev != one) OK(e, pd_stream_delete_ids(t, &prev, 1, NULL, e->st));
+    prev = out;
+  }
+  double queued = now_s() - t0;
+  OK(e, pd_stream_wait(t, 60000, e->st));
+  double answered = now_s() - t0;
+  print_message("  10,000 Adds (+ deletes) queued in %.3f s, all answered in "
+                "%.3f s\n", queued, answered);
+  uint64_t items = pd_stream_num_items(t);
+  assert_int_equal(items, 1 + N + (N - 1));
+  assert_int_equal(pd_stream_num_replies(t), items);
+  assert_int_equal(rep.count, items);
+  assert_int_equal(rep.out_of_order, 0);
+  assert_int_equal(rep.failed, 0);
+  assert_int_equal(rep.checked_outputs, 1 + N); /* every execute's [4] */
+  float got[4];
+  OK(e, pd_download(s, prev, pd_layout_component(1), got, sizeof(got), NULL,
+                    NULL, NULL, e->st));
+  for (int i = 0; i < 4; i++) assert_true(got[i] == (float)(N + 1));
+
+  /* A failed item is reported with its index; the stream goes on. */
+  uint64_t bad_out = 0, bad_idx = 0;
+  OK(e, pd_stream_execute(t, "NoSuchOp", NULL, 0, NULL, &bad_out, 1, &bad_idx,
+                          e->st));
+  uint64_t in2[2] = {prev, one}, out2 = 0;
+  OK(e, pd_stream_execute(t, "Add", in2, 2, NULL, &out2, 1, NULL, e->st));
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT, pd_stream_wait(t, 30000, e->st));
+  char want[64];
+  snprintf(want, sizeof(want), "item %" PRIu64 ":", bad_idx);
+  ASSERT_MSG_HAS(e, want);
+  assert_int_equal(rep.last_failed_index, bad_idx);
+  assert_int_equal(pd_stream_num_failed(t), 1);
+  OK(e, pd_stream_wait(t, 30000, e->st)); /* reported once */
+  OK(e, pd_stream_close(t, 30000, e->st));
+  EXPECT_CODE(e, PD_FAILED_PRECONDITION,
+              pd_stream_execute(t, "Add", in2, 2, NULL, &out2, 1, NULL, e->st));
+  pd_stream_delete(t);
+  OK(e, pd_download(s, out2, pd_layout_mirrored(), got, sizeof(got), NULL, NULL,
+                    NULL, e->st));
+  for (int i = 0; i < 4; i++) assert_true(got[i] == (float)(N + 2));
+  OK(e, pd_delete(s, (uint64_t[]){one, prev, out2}, 3, NULL, e->st));
+  pd_attrs_delete(fill);
+}
+
+static void test_stream_bad_session(void **state) {
+  env *e = *state;
+  pd_session *s = new_session(e, "stream-closed");
+  pd_stream *t = pd_stream_new(s, NULL, e->st);
+  if (!t) fail_msg("pd_stream_new: %s", pd_status_message(e->st));
+  /* Close the session under the stream (another handle's view): the
+   * daemon ends the stream with the session's error. */
+  OK(e, pd_session_close(s, NULL, e->st));
+  uint64_t out = 0;
+  pd_code rc = pd_stream_execute(t, "ZerosLike", NULL, 0, NULL, &out, 1, NULL,
+                                 e->st);
+  if (rc == PD_OK) rc = pd_stream_wait(t, 10000, e->st);
+  assert_int_equal(rc, PD_NOT_FOUND);
+  pd_stream_delete(t);
+  pd_session_delete(s);
+  /* A stream deleted without pd_stream_close is cancelled, at once. */
+  t = pd_stream_new(e->s, NULL, e->st);
+  assert_non_null(t);
+  pd_attrs *at = pd_attrs_new();
+  const int64_t d2[1] = {2};
+  pd_attrs_set_shape(at, "shape", d2, 1);
+  pd_attrs_set_float(at, "value", 0.0);
+  uint64_t ids[200];
+  for (int i = 0; i < 200; i++) {
+    ids[i] = 0;
+    OK(e, pd_stream_execute(t, "Fill", NULL, 0, at, &ids[i], 1, NULL, e->st));
+  }
+  pd_attrs_delete(at);
+  double t0 = now_s();
+  pd_stream_delete(t);
+  assert_true(now_s() - t0 < 5.0);
+  /* Ops the daemon had not started fail with CANCELLED; the rest ran. */
+  uint64_t failed = 0;
+  pd_code rc2 = pd_sync(e->s, NULL, 0, &failed, NULL, e->st);
+  if (rc2 != PD_OK) {
+    assert_int_equal(rc2, PD_CANCELLED);
+    ASSERT_MSG_HAS(e, "cancelled");
+  }
+  /* The ids that reached the daemon are handles; drop them. */
+  pd_description *d = NULL;
+  for (int i = 0; i < 200; i++) {
+    d = pd_describe(e->s, &ids[i], 1, NULL, e->st);
+    if (d) {
+      pd_description_delete(d);
+      OK(e, pd_delete(e->s, &ids[i], 1, NULL, e->st));
+    } else {
+      assert_int_equal(pd_status_code(e->st), PD_NOT_FOUND);
+    }
+  }
+}
+
+static void test_describe_before_sync(void **state) {
+  env *e = *state;
+  pd_session *s = e->s;
+  const int64_t d[2] = {384, 384};
+  pd_attrs *at = pd_attrs_new();
+  pd_attrs_set_shape(at, "shape", d, 2);
+  pd_attrs_set_float(at, "value", 1.0 / 384);
+  uint64_t m = 400;
+  OK(e, pd_execute(s, "Fill", NULL, 0, at, &m, 1, NULL, NULL, e->st));
+  pd_attrs_delete(at);
+  /* 12 chained products: ~0.5 GFLOP per device in all. */
+  uint64_t prev = m;
+  for (int i = 0; i < 12; i++) {
+    uint64_t in[2] = {prev, m}, out = 401 + (uint64_t)i;
+    OK(e, pd_execute(s, "MatMul", in, 2, NULL, &out, 1, NULL, NULL, e->st));
+    prev = out;
+  }
+  double t0 = now_s();
+  pd_description *desc = pd_describe(s, &prev, 1, NULL, e->st);
+  double took = now_s() - t0;
+  if (!desc) fail_msg("Describe: %s", pd_status_message(e->st));
+  pd_tensor_info ti;
+  assert_true(pd_description_info(desc, 0, &ti));
+  assert_int_equal(ti.id, prev);
+  assert_int_equal(ti.dtype, PD_FLOAT32);
+  assert_shape(&ti, 2, d);
+  assert_int_equal(pd_description_bytes(desc, 0), 384u * 384u * 4u * NDEV);
+  print_message("  Describe answered in %.2f ms; ready: %s\n", took * 1e3,
+                pd_description_ready(desc, 0) ? "yes" : "not yet");
+  pd_description_delete(desc);
+  uint64_t failed = 99;
+  OK(e, pd_sync(s, &prev, 1, &failed, NULL, e->st));
+  assert_int_equal(failed, 0);
+  desc = pd_describe(s, &prev, 1, NULL, e->st);
+  assert_non_null(desc);
+  assert_true(pd_description_ready(desc, 0));
+  const char *msg = NULL;
+  assert_int_equal(pd_description_status(desc, 0, &msg), PD_OK);
+  assert_string_equal(msg, "");
+  pd_description_delete(desc);
+  /* (1/384 * ones)^13 = 1/384 * ones exactly in float32? Powers of the
+   * all-1/384 matrix stay 1/384 (each entry is 384 * (1/384)^2). */
+  float row[384];
+  float *full = malloc(384 * 384 * 4);
+  OK(e, pd_download(s, prev, pd_layout_mirrored(), full, 384 * 384 * 4, NULL,
+                    NULL, NULL, e->st));
+  memcpy(row, full, sizeof(row));
+  for (int i = 0; i < 384; i++)
+    if (fabsf(row[i] - 1.0f / 384) > 1e-6f)
+      fail_msg("element %d: %g, expected %g", i, (double)row[i], 1.0 / 384);
+  free(full);
+  uint64_t ids[13];
+  ids[0] = m;
+  for (int i = 0; i < 12; i++) ids[i + 1] = 401 + (uint64_t)i;
+  OK(e, pd_delete(s, ids, 13, NULL, e->st));
+}
+
+static void test_delete(void **state) {
+  env *e = *state;
+  pd_session *s = e->s;
+  const float v[2] = {1, 2};
+  const int64_t d[1] = {2};
+  upload_f32(e, s, 500, d, 1, v, pd_layout_mirrored());
+  upload_f32(e, s, 501, d, 1, v, pd_layout_mirrored());
+  upload_f32(e, s, 502, d, 1, v, pd_layout_mirrored());
+  OK(e, pd_delete(s, (uint64_t[]){500, 501}, 2, NULL, e->st));
+  uint64_t id = 500;
+  pd_description *desc = pd_describe(s, &id, 1, NULL, e->st);
+  assert_null(desc);
+  assert_int_equal(pd_status_code(e->st), PD_NOT_FOUND);
+  /* All or nothing: 502 stays when 999 is unknown. */
+  EXPECT_CODE(e, PD_NOT_FOUND, pd_delete(s, (uint64_t[]){502, 999}, 2, NULL, e->st));
+  id = 502;
+  desc = pd_describe(s, &id, 1, NULL, e->st);
+  assert_non_null(desc);
+  pd_description_delete(desc);
+  /* A deleted id may be used again. */
+  upload_f32(e, s, 500, d, 1, v, pd_layout_mirrored());
+  float got[2];
+  OK(e, pd_download(s, 500, pd_layout_mirrored(), got, sizeof(got), NULL, NULL,
+                    NULL, e->st));
+  assert_floats(got, v, 2);
+  EXPECT_CODE(e, PD_NOT_FOUND,
+              pd_download(s, 501, pd_layout_mirrored(), got, sizeof(got), NULL,
+                          NULL, NULL, e->st));
+  OK(e, pd_delete(s, (uint64_t[]){500, 502}, 2, NULL, e->st));
+}
+
+static void test_sync_error(void **state) {
+  env *e = *state;
+  pd_session *s = new_session(e, "oom");
+  /* Two of these do not fit one device's 64 MiB. */
+  int64_t n = MEM_LIMIT / 4 / 2 + 1;
+  pd_attrs *at = pd_attrs_new();
+  pd_attrs_set_shape(at, "shape", &n, 1);
+  pd_attrs_set_float(at, "value", 1.0);
+  pd_batch *b = pd_batch_new();
+  uint64_t o1 = 1, o2 = 2;
+  OK(e, pd_batch_add(b, s, "Fill", NULL, 0, at, &o1, 1, e->st));
+  OK(e, pd_batch_add(b, s, "Fill", NULL, 0, at, &o2, 1, e->st));
+  pd_code rc = pd_execute_batch(s, b, NULL, NULL, e->st);
+  pd_batch_delete(b);
+  pd_attrs_delete(at);
+  if (rc == PD_RESOURCE_EXHAUSTED) { /* refused at submission: also fine */
+    pd_session_delete(s);
+    return;
+  }
+  OK(e, rc);
+  /* A consumer of the failed tensor fails with its error. */
+  uint64_t c_in[2] = {1, 2}, c_out = 3;
+  OK(e, pd_execute(s, "Add", c_in, 2, NULL, &c_out, 1, NULL, NULL, e->st));
+  uint64_t failed = 0;
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED, pd_sync(s, NULL, 0, &failed, NULL, e->st));
+  assert_true(failed >= 1 && failed <= 3);
+  char want[32];
+  snprintf(want, sizeof(want), "handle %" PRIu64, failed);
+  ASSERT_MSG_HAS(e, want);
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+              pd_sync(s, &c_out, 1, &failed, NULL, e->st));
+  assert_int_equal(failed, 3);
+  float f;
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+              pd_download(s, 3, pd_layout_mirrored(), &f, sizeof(f), NULL, NULL,
+                          NULL, e->st));
+  pd_description *desc = pd_describe(s, &c_out, 1, NULL, e->st);
+  assert_non_null(desc);
+  assert_true(pd_description_ready(desc, 0));
+  const char *msg = NULL;
+  assert_int_equal(pd_description_status(desc, 0, &msg), PD_RESOURCE_EXHAUSTED);
+  assert_true(strlen(msg) > 0);
+  pd_description_delete(desc);
+  /* The session goes on. */
+  OK(e, pd_delete(s, (uint64_t[]){1, 2, 3}, 3, NULL, e->st));
+  const float v[1] = {21};
+  const int64_t d[1] = {1};
+  upload_f32(e, s, 4, d, 1, v, pd_layout_mirrored());
+  uint64_t in[2] = {4, 4}, out = 5;
+  OK(e, pd_execute(s, "Add", in, 2, NULL, &out, 1, NULL, NULL, e->st));
+  OK(e, pd_sync(s, NULL, 0, &failed, NULL, e->st));
+  OK(e, pd_download(s, 5, pd_layout_mirrored(), &f, sizeof(f), NULL, NULL, NULL,
+                    e->st));
+  assert_true(f == 42.0f);
+  OK(e, pd_session_close(s, NULL, e->st));
+  pd_session_delete(s);
+}
+
+static void test_batch(void **state) {
+  env *e = *state;
+  pd_session *s = e->s;
+  const float v[3] = {1, 2, 3};
+  const int64_t d[1] = {3};
+  upload_f32(e, s, 600, d, 1, v, pd_layout_mirrored());
+  pd_batch *b = pd_batch_new();
+  uint64_t sq = 0, sum = 0;
+  uint64_t in1[2] = {600, 600};
+  OK(e, pd_batch_add(b, s, "Mul", in1, 2, NULL, &sq, 1, e->st));
+  assert_true(sq >= PD_FIRST_LIBRARY_ID); /* picked now, usable below */
+  uint64_t in2[2] = {sq, 600};
+  OK(e, pd_batch_add(b, s, "Add", in2, 2, NULL, &sum, 1, e->st));
+  assert_int_equal(pd_batch_num_ops(b), 2);
+  assert_int_equal(pd_batch_num_outputs(b), 2);
+  pd_tensor_info outs[2];
+  OK(e, pd_execute_batch(s, b, outs, NULL, e->st));
+  assert_int_equal(outs[0].id, sq);
+  assert_int_equal(outs[1].id, sum);
+  float got[3];
+  OK(e, pd_download(s, sum, pd_layout_mirrored(), got, sizeof(got), NULL, NULL,
+                    NULL, e->st));
+  const float want[3] = {2, 6, 12};
+  assert_floats(got, want, 3);
+  /* All or nothing: op 1 is bad, so op 0's output does not exist. */
+  pd_batch_clear(b);
+  uint64_t ok_out = 0, bad_out = 0;
+  OK(e, pd_batch_add(b, s, "Neg", &in1[0], 1, NULL, &ok_out, 1, e->st));
+  OK(e, pd_batch_add(b, s, "MatMul", &in1[0], 1, NULL, &bad_out, 1, e->st));
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT, pd_execute_batch(s, b, NULL, NULL, e->st));
+  ASSERT_MSG_HAS(e, "op 1");
+  assert_null(pd_describe(s, &ok_out, 1, NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_NOT_FOUND);
+  pd_batch_clear(b);
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT, pd_execute_batch(s, b, NULL, NULL, e->st));
+  pd_batch_delete(b);
+  OK(e, pd_delete(s, (uint64_t[]){600, sq, sum}, 3, NULL, e->st));
+}
+
+/* Queues ~4 GFLOP per device of chained products on `s`; returns the last
+ * id. */
+static uint64_t queue_heavy(env *e, pd_session *s, uint64_t base) {
+  const int64_t d[2] = {512, 512};
+  pd_attrs *at = pd_attrs_new();
+  pd_attrs_set_shape(at, "shape", d, 2);
+  pd_attrs_set_float(at, "value", 1.0 / 512);
+  uint64_t m = base;
+  OK(e, pd_execute(s, "Fill", NULL, 0, at, &m, 1, NULL, NULL, e->st));
+  pd_attrs_delete(at);
+  pd_batch *b = pd_batch_new();
+  uint64_t prev = m;
+  for (int i = 1; i <= 16; i++) {
+    uint64_t in[2] = {prev, m}, out = base + (uint64_t)i;
+    OK(e, pd_batch_add(b, s, "MatMul", in, 2, NULL, &out, 1, e->st));
+    prev = out;
+  }
+  OK(e, pd_execute_batch(s, b, NULL, NULL, e->st));
+  pd_batch_delete(b);
+  return prev;
+}
+
+typedef struct canceller {
+  pd_cancel *c;
+  int delay_ms;
+} canceller;
+
+static void *cancel_later(void *arg) {
+  canceller *k = arg;
+  usleep((useconds_t)k->delay_ms * 1000);
+  pd_cancel_trigger(k->c);
+  return NULL;
+}
+
+static void test_deadline_and_cancel(void **state) {
+  env *e = *state;
+  pd_session *s = new_session(e, "deadline");
+  uint64_t last = queue_heavy(e, s, 1000);
+  /* A Sync with a 1 ms deadline on work that takes far longer. */
+  pd_call_options co = PD_CALL_OPTIONS_INITIALIZER;
+  co.timeout_ms = 1;
+  double t0 = now_s();
+  EXPECT_CODE(e, PD_DEADLINE_EXCEEDED, pd_sync(s, &last, 1, NULL, &co, e->st));
+  ASSERT_MSG_HAS(e, "deadline of 1 ms");
+  assert_true(now_s() - t0 < 5.0);
+  /* A Sync cancelled from another thread after 30 ms. */
+  OK(e, pd_sync(s, &last, 1, NULL, NULL, e->st));
+  last = queue_heavy(e, s, 2000);
+  pd_call_options cc = PD_CALL_OPTIONS_INITIALIZER;
+  cc.cancel = pd_cancel_new();
+  canceller k = {cc.cancel, 30};
+  pthread_t th;
+  pthread_create(&th, NULL, cancel_later, &k);
+  t0 = now_s();
+  pd_code rc = pd_sync(s, &last, 1, NULL, &cc, e->st);
+  double took = now_s() - t0;
+  pthread_join(th, NULL);
+  if (rc == PD_OK) {
+    print_message("  (the work finished before the cancel: %.3f s)\n", took);
+  } else {
+    assert_int_equal(rc, PD_CANCELLED);
+    ASSERT_MSG_HAS(e, "cancelled by the caller");
+  }
+  assert_true(pd_cancel_is_triggered(cc.cancel));
+  /* A triggered token fails new calls at once. */
+  float f;
+  EXPECT_CODE(e, PD_CANCELLED,
+              pd_download(s, last, pd_layout_mirrored(), &f, sizeof(f), NULL,
+                          NULL, &cc, e->st));
+  EXPECT_CODE(e, PD_CANCELLED,
+              pd_client_echo(e->c, "x", 1, NULL, 0, NULL, &cc, e->st));
+  pd_cancel_delete(cc.cancel);
+  /* The session is fine: the work completes and is right. */
+  uint64_t failed = 1;
+  OK(e, pd_sync(s, NULL, 0, &failed, NULL, e->st));
+  assert_int_equal(failed, 0);
+  float row[512];
+  float *full = malloc(512 * 512 * 4);
+  OK(e, pd_download(s, last, pd_layout_component(0), full, 512 * 512 * 4, NULL,
+                    NULL, NULL, e->st));
+  memcpy(row, full, sizeof(row));
+  free(full);
+  for (int i = 0; i < 512; i++) assert_true(fabsf(row[i] - 1.0f / 512) < 1e-6f);
+  OK(e, pd_session_close(s, NULL, e->st));
+  pd_session_delete(s);
+}
+
+static void test_sessions(void **state) {
+  env *e = *state;
+  pd_session *a = new_session(e, "a");
+  pd_session *b = new_session(e, "b");
+  const float v[1] = {7};
+  const int64_t d[1] = {1};
+  upload_f32(e, a, 1, d, 1, v, pd_layout_mirrored());
+  /* b does not see a's handle: NOT_FOUND as for an id that never existed. */
+  float f;
+  EXPECT_CODE(e, PD_NOT_FOUND,
+              pd_download(b, 1, pd_layout_mirrored(), &f, sizeof(f), NULL, NULL,
+                          NULL, e->st));
+  OK(e, pd_session_keep_alive(a, NULL, e->st));
+  OK(e, pd_session_keep_alive_status(a, e->st));
+  OK(e, pd_session_close(a, NULL, e->st));
+  /* A closed session refuses calls locally. */
+  EXPECT_CODE(e, PD_FAILED_PRECONDITION,
+              pd_download(a, 1, pd_layout_mirrored(), &f, sizeof(f), NULL, NULL,
+                          NULL, e->st));
+  EXPECT_CODE(e, PD_FAILED_PRECONDITION, pd_session_close(a, NULL, e->st));
+  pd_session_delete(a);
+  pd_session_delete(b); /* closes it */
+}
+
+/* Leases: 1 s; idle for 2.5 s. With the library's keep-alive the session
+ * lives on; without it, it is gone. */
+static void test_lease_keep_alive(void **state) {
+  env *e = *state;
+  pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
+  so.lease_seconds = 1;
+  so.client_name = "kept";
+  pd_session *kept = pd_session_new(e->c, &so, NULL, e->st);
+  assert_non_null(kept);
+  so.keep_alive = false;
+  so.client_name = "dropped";
+  pd_session *dropped = pd_session_new(e->c, &so, NULL, e->st);
+  assert_non_null(dropped);
+  assert_int_equal(pd_session_lease_seconds(kept), 1);
+  const float v[1] = {3};
+  const int64_t d[1] = {1};
+  upload_f32(e, kept, 1, d, 1, v, pd_layout_mirrored());
+  upload_f32(e, dropped, 1, d, 1, v, pd_layout_mirrored());
+  usleep(2500 * 1000);
+  float f = 0;
+  OK(e, pd_download(kept, 1, pd_layout_mirrored(), &f, sizeof(f), NULL, NULL,
+                    NULL, e->st));
+  assert_true(f == 3.0f);
+  OK(e, pd_session_keep_alive_status(kept, e->st));
+  EXPECT_CODE(e, PD_NOT_FOUND,
+              pd_download(dropped, 1, pd_layout_mirrored(), &f, sizeof(f), NULL,
+                          NULL, NULL, e->st));
+  EXPECT_CODE(e, PD_NOT_FOUND, pd_session_close(dropped, NULL, e->st));
+  pd_session_delete(dropped);
+  OK(e, pd_session_close(kept, NULL, e->st));
+  pd_session_delete(kept);
+}
+
+typedef struct worker {
+  const char *target;
+  int k;
+  char error[512];
+} worker;
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  pd_status *st = pd_status_new();
+  pd_client *c = pd_client_new(w->target, NULL, st);
+  pd_session *s = c ? pd_session_new(c, NULL, NULL, st) : NULL;
+  for (int i = 0; s && i < 30 && !w->error[0]; i++) {
+    float v[16], got[16];
+    for (int j = 0; j < 16; j++) v[j] = (float)(w->k * 1000 + i * 16 + j);
+    const int64_t d[1] = {16};
+    uint64_t in[2] = {1, 1}, out = 2;
+    /* Both workers use ids 1 and 2: sessions are separate namespaces. */
+    if (pd_upload(s, 1, PD_FLOAT32, d, 1, v, sizeof(v), pd_layout_mirrored(),
+                  NULL, NULL, st) != PD_OK ||
+        pd_execute(s, "Add", in, 2, NULL, &out, 1, NULL, NULL, st) != PD_OK ||
+        pd_download(s, 2, pd_layout_component(i % NDEV), got, sizeof(got), NULL,
+                    NULL, NULL, st) != PD_OK ||
+        pd_delete(s, (uint64_t[]){1, 2}, 2, NULL, st) != PD_OK) {
+      snprintf(w->error, sizeof(w->error), "worker %d step %d: %s", w->k, i,
+               pd_status_message(st));
+      break;
+    }
+    for (int j = 0; j < 16; j++)
+      if (got[j] != 2 * v[j]) {
+        snprintf(w->error, sizeof(w->error), "worker %d step %d: %g != %g",
+                 w->k, i, (double)got[j], 2.0 * v[j]);
+        break;
+      }
+  }
+  if (!s && !w->error[0])
+    snprintf(w->error, sizeof(w->error), "worker %d: %s", w->k,
+             pd_status_message(st));
+  pd_session_delete(s);
+  pd_client_delete(c);
+  pd_status_delete(st);
+  return NULL;
+}
+
+static void test_two_clients(void **state) {
+  (void)state;
+  worker w[2] = {{D.unix_target, 1, ""}, {D.tcp_target, 2, ""}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, worker_main, &w[i]);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2; i++)
+    if (w[i].error[0]) fail_msg("%s", w[i].error);
+}
+
+static void test_unreachable(void **state) {
+  env *e = *state;
+  pd_client *c = pd_client_new("unix:/nonexistent/paradevd.sock", NULL, e->st);
+  assert_non_null(c);
+  pd_call_options co = PD_CALL_OPTIONS_INITIALIZER;
+  co.timeout_ms = 5000;
+  EXPECT_CODE(e, PD_UNAVAILABLE, pd_client_echo(c, "x", 1, NULL, 0, NULL, &co, e->st));
+  ASSERT_MSG_HAS(e, "cannot reach unix:/nonexistent/paradevd.sock");
+  pd_client_delete(c);
+  assert_null(pd_client_new("", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  assert_null(pd_client_new("unix:", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+}
+
+/* --- the CLI ------------------------------------------------------------------- */
+
+typedef struct cli_out {
+  int rc;
+  char out[16384];
+  char err[4096];
+} cli_out;
+
+static void read_file(const char *path, char *buf, size_t len) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+/* Runs the CLI with `args` (a shell fragment); env_target sets
+ * PARADEV_TARGET (NULL: unset). */
+static void run_cli(cli_out *o, const char *env_target, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void run_cli(cli_out *o, const char *env_target, const char *fmt, ...) {
+  char args[1024], cmd[2048], outp[128], errp[128];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof(args), fmt, ap);
+  va_end(ap);
+  snprintf(outp, sizeof(outp), "%s/cli.out", D.dir);
+  snprintf(errp, sizeof(errp), "%s/cli.err", D.dir);
+  snprintf(cmd, sizeof(cmd), "%s%s %s %s >%s 2>%s",
+           env_target ? "PARADEV_TARGET=" : "env -u PARADEV_TARGET",
+           env_target ? env_target : "", cli_path, args, outp, errp);
+  int status = system(cmd);
+  o->rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  read_file(outp, o->out, sizeof(o->out));
+  read_file(errp, o->err, sizeof(o->err));
+  unlink(outp);
+  unlink(errp);
+}
+
+#define ASSERT_HAS(hay, needle)                                             \
+  do {                                                                      \
+    if (!strstr((hay), (needle)))                                           \
+      fail_msg("output does not contain \"%s\":\n%s", (needle), (hay));     \
+  } while (0)
+
+static void test_cli(void **state) {
+  env *e = *state;
+  cli_out *o = calloc(1, sizeof(*o));
+  run_cli(o, NULL, "--target %s info", e->target);
+  if (o->rc != 0) fail_msg("paradev info: rc %d\n%s%s", o->rc, o->out, o->err);
+  ASSERT_HAS(o->out, "paradevd 0.1.0 at ");
+  ASSERT_HAS(o->out, e->target);
+  ASSERT_HAS(o->out, "backend      cpu");
+  ASSERT_HAS(o->out, "devices: 4");
+  ASSERT_HAS(o->out, "  3   cpu:3");
+  ASSERT_HAS(o->out, "64.0 MiB"); /* the device memory limit */
+  ASSERT_HAS(o->out, "max_message_bytes        1048576 (1.0 MiB)");
+  ASSERT_HAS(o->out, "lease_seconds            60 default");
+  /* PARADEV_TARGET is the default target. */
+  run_cli(o, e->target, "health");
+  assert_int_equal(o->rc, 0);
+  assert_string_equal(o->out, "SERVING\n");
+  run_cli(o, NULL, "--target %s health --service paradev.v1.ParallelDevice",
+          e->target);
+  assert_int_equal(o->rc, 0);
+  run_cli(o, NULL, "--target %s health --service no.Such", e->target);
+  assert_int_equal(o->rc, 1);
+  ASSERT_HAS(o->err, "NOT_FOUND");
+  run_cli(o, NULL, "--target %s ping --count 25 --size 300", e->target);
+  if (o->rc != 0) fail_msg("paradev ping: rc %d\n%s%s", o->rc, o->out, o->err);
+  ASSERT_HAS(o->out, "300-byte Echo");
+  ASSERT_HAS(o->out, "seq=24 time=");
+  ASSERT_HAS(o->out, "25 round trips of 300 bytes");
+  double p50, p90, p99, mx;
+  const char *l = strstr(o->out, "latency p50");
+  assert_non_null(l);
+  assert_int_equal(sscanf(l, "latency p50 %lf ms, p90 %lf ms, p99 %lf ms, max %lf ms",
+                          &p50, &p90, &p99, &mx),
+                   4);
+  assert_true(p50 > 0 && p50 <= p90 && p90 <= p99 && p99 <= mx);
+  run_cli(o, NULL, "--target %s ping -q --count=3 --size=1K", e->target);
+  assert_int_equal(o->rc, 0);
+  assert_null(strstr(o->out, "seq="));
+  ASSERT_HAS(o->out, "3 round trips of 1024 bytes");
+  /* Errors: unreachable, bad usage. */
+  run_cli(o, NULL, "--target unix:/nonexistent/x.sock --timeout 5000 info");
+  assert_int_equal(o->rc, 1);
+  ASSERT_HAS(o->err, "cannot reach unix:/nonexistent/x.sock");
+  run_cli(o, "unix:/nonexistent/x.sock", "health");
+  assert_int_equal(o->rc, 1);
+  ASSERT_HAS(o->err, "cannot reach unix:/nonexistent/x.sock");
+  run_cli(o, NULL, "--target %s frobnicate", e->target);
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err, "unknown command 'frobnicate'");
+  run_cli(o, NULL, "ping --count 0");
+  assert_int_equal(o->rc, 2);
+  run_cli(o, NULL, "%s", "");
+  assert_int_equal(o->rc, 2);
+  /* --help: the top and every command. */
+  const char *helps[] = {"--help", "info --help", "health --help", "ping --help",
+                         "help"};
+  for (int i = 0; i < 5; i++) {
+    run_cli(o, NULL, "%s", helps[i]);
+    assert_int_equal(o->rc, 0);
+    ASSERT_HAS(o->out, "Usage: paradev");
+  }
+  run_cli(o, NULL, "--version");
+  assert_int_equal(o->rc, 0);
+  assert_string_equal(o->out, "paradev 0.1.0\n");
+  free(o);
+}
+
+/* --- main -------------------------------------------------------------------------- */
+
+#define RPC_TESTS                                                        \
+  cmocka_unit_test(test_server_info), cmocka_unit_test(test_health_and_echo), \
+      cmocka_unit_test(test_add_matmul), cmocka_unit_test(test_attrs_kinds), \
+      cmocka_unit_test(test_sharded_allreduce),                          \
+      cmocka_unit_test(test_per_component),                              \
+      cmocka_unit_test(test_chunked_transfer),                           \
+      cmocka_unit_test(test_enqueue_10000),                              \
+      cmocka_unit_test(test_stream_bad_session),                         \
+      cmocka_unit_test(test_describe_before_sync),                       \
+      cmocka_unit_test(test_delete), cmocka_unit_test(test_sync_error),  \
+      cmocka_unit_test(test_batch),                                      \
+      cmocka_unit_test(test_deadline_and_cancel),                        \
+      cmocka_unit_test(test_sessions), cmocka_unit_test(test_cli)
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s PARADEVD PARADEV_CLI\n", argv[0]);
+    return 2;
+  }
+  paradevd_path = argv[1];
+  cli_path = argv[2];
+  signal(SIGPIPE, SIG_IGN);
+  daemon_start(&D);
+  const struct CMUnitTest unix_tests[] = {RPC_TESTS};
+  const struct CMUnitTest tcp_tests[] = {RPC_TESTS};
+  const struct CMUnitTest other_tests[] = {
+      cmocka_unit_test(test_two_clients),
+      cmocka_unit_test(test_lease_keep_alive),
+      cmocka_unit_test(test_unreachable),
+  };
+  int failed = 0;
+  failed += cmocka_run_group_tests_name("libparadev over unix", unix_tests,
+                                        setup_unix, group_teardown);
+  failed += cmocka_run_group_tests_name("libparadev over tcp", tcp_tests,
+                                        setup_tcp, group_teardown);
+  failed += cmocka_run_group_tests_name("libparadev sessions and clients",
+                                        other_tests, setup_tcp, group_teardown);
+  int rc = daemon_stop(&D);
+  if (rc != 0) {
+    fprintf(stderr, "paradevd exited with %d after SIGTERM; log:\n%s\n", rc,
+            D.log ? D.log : "");
+    failed++;
+  }
+  if (D.log && (strstr(D.log, "AddressSanitizer") || strstr(D.log, "runtime error"))) {
+    fprintf(stderr, "sanitizer report in the daemon's log:\n%s\n", D.log);
+    failed++;
+  }
+  free(D.log);
+  return failed ? 1 : 0;
+}
