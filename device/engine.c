@@ -38,6 +38,7 @@ typedef struct dev_exec {
   dev_op **ring;
   size_t cap, head, count;
   bool stop;
+  bool sleeping; /* waiting on work_cv: only then does a push signal it */
   _Atomic uint64_t done_seq;
   atomic_int waiters;
   dev_waiter *notify; /* under mu */
@@ -272,28 +273,41 @@ static void exec_fire_notify(dev_exec *x, uint64_t done) {
 
 static void *exec_main(void *arg) {
   dev_exec *x = arg;
+  enum { BATCH = 32 };
+  dev_op *batch[BATCH];
   for (;;) {
+    /* Take every queued op (up to BATCH) under one lock. */
     pthread_mutex_lock(&x->mu);
-    while (x->count == 0 && !x->stop) pthread_cond_wait(&x->work_cv, &x->mu);
+    while (x->count == 0 && !x->stop) {
+      x->sleeping = true;
+      pthread_cond_wait(&x->work_cv, &x->mu);
+      x->sleeping = false;
+    }
     if (x->count == 0 && x->stop) {
       pthread_mutex_unlock(&x->mu);
       return NULL;
     }
-    dev_op *op = x->ring[x->head];
-    x->head = (x->head + 1) % x->cap;
-    x->count--;
+    int n = 0;
+    while (x->count > 0 && n < BATCH) {
+      batch[n++] = x->ring[x->head];
+      x->head = (x->head + 1) % x->cap;
+      x->count--;
+    }
     pthread_mutex_unlock(&x->mu);
 
-    run_op(x, op);
-    uint64_t seq = op->seq;
-    if (atomic_fetch_sub(&op->pending, 1) == 1) op_free(op);
-    atomic_store(&x->done_seq, seq);
-    if (atomic_load(&x->waiters) > 0) {
-      pthread_mutex_lock(&x->mu);
-      pthread_cond_broadcast(&x->done_cv);
-      pthread_mutex_unlock(&x->mu);
+    for (int b = 0; b < n; b++) {
+      dev_op *op = batch[b];
+      run_op(x, op);
+      uint64_t seq = op->seq;
+      if (atomic_fetch_sub(&op->pending, 1) == 1) op_free(op);
+      atomic_store(&x->done_seq, seq);
+      if (atomic_load(&x->waiters) > 0) {
+        pthread_mutex_lock(&x->mu);
+        pthread_cond_broadcast(&x->done_cv);
+        pthread_mutex_unlock(&x->mu);
+      }
+      if (atomic_load(&x->notify_count) > 0) exec_fire_notify(x, seq);
     }
-    if (atomic_load(&x->notify_count) > 0) exec_fire_notify(x, seq);
   }
 }
 
@@ -323,7 +337,7 @@ static void exec_push(dev_exec *x, dev_op *op) {
   pthread_mutex_lock(&x->mu);
   x->ring[(x->head + x->count) % x->cap] = op;
   x->count++;
-  pthread_cond_signal(&x->work_cv);
+  if (x->sleeping) pthread_cond_signal(&x->work_cv); /* no syscall when awake */
   pthread_mutex_unlock(&x->mu);
 }
 
