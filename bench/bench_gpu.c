@@ -362,6 +362,7 @@ static int bench_transfers(bool quick) {
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a killed run still shows where it was */
   int count = 0;
   cudaError_t ce = cudaGetDeviceCount(&count);
   if (ce != cudaSuccess || count == 0) {

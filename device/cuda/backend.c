@@ -248,13 +248,16 @@ static pd_code cu_memory_stats(dev_backend *b, int device, dev_memory_stats *out
 /* ------------------------------------------------------------------------ */
 /* Host copies                                                               */
 
+/* True when the DMA engines can reach `p` directly: pinned host memory (or
+ * device or managed memory, which the staging memcpy could not read). */
 static bool host_is_pinned(const void *p) {
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  return a.type == cudaMemoryTypeHost;
+  return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeDevice ||
+         a.type == cudaMemoryTypeManaged;
 }
 
 /* Allocates the device's staging slots at first use; under stage_mu. */
@@ -278,7 +281,7 @@ static pd_code cu_copy_h2d(dev_backend *b, int device, void *dst, const void *sr
   if (rc != PD_OK) return rc;
   if (host_is_pinned(src)) {
     /* Straight from the caller's pinned buffer; it is theirs again on return. */
-    CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->stream), st);
+    CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream), st);
     CU_CHECK(b, device, cudaStreamSynchronize(d->stream), st);
     return PD_OK;
   }
@@ -310,7 +313,7 @@ static pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *sr
   if (rc == PD_OK) rc = cu_bind(c, device, st);
   if (rc != PD_OK) return rc;
   if (host_is_pinned(dst)) {
-    CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, d->stream), st);
+    CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream), st);
     CU_CHECK(b, device, cudaStreamSynchronize(d->stream), st);
     return PD_OK;
   }
@@ -710,6 +713,7 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
     c->use_nccl = distinct && n > 1;
 #endif
   }
+  (void)distinct; /* only NCCL builds look at it */
   if (!c->use_nccl && c->num_gpus > 1) enable_peer_pools(c);
   else c->peer_ok = true;
   rc = cu_collectives_init(c, st);

@@ -1025,6 +1025,7 @@ static int teardown_all(void **state) {
 }
 
 int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a killed run still shows where it was */
   const char *b = getenv("PARADEV_GPU_TEST_BACKEND");
   if (b && !strcmp(b, "cpu")) {
     g_backend = "cpu";
