@@ -136,7 +136,9 @@ pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
   Paradev__V1__CreateSessionRequest req =
       PARADEV__V1__CREATE_SESSION_REQUEST__INIT;
   req.client_name = (char *)(o.client_name ? o.client_name : "libparadev");
-  req.job_id = (char *)(o.job_id ? o.job_id : "");
+  /* Under Slurm, sessions carry the job id so the epilog can kill them. */
+  const char *job = o.job_id ? o.job_id : getenv("SLURM_JOB_ID");
+  req.job_id = (char *)(job ? job : "");
   req.lease_seconds = o.lease_seconds;
   req.memory_quota_bytes = o.memory_quota_bytes;
   Paradev__V1__CreateSessionResponse *resp = NULL;

@@ -185,7 +185,7 @@ static void srv_default_paths(srv_options *o) {
     snprintf(o->listen[1], SRV_ADDR_MAX, "%.*s", SRV_ADDR_MAX - 1, unix_addr);
     o->num_listen = 2;
   }
-  if (o->admin_socket[0] == '\0')
+  if (!o->admin_socket_set)
     snprintf(o->admin_socket, SRV_ADDR_MAX, "%.*s", SRV_ADDR_MAX - 1,
              admin_path);
 }
@@ -317,6 +317,7 @@ static bool srv_key_set(const srv_key *k, srv_options *o, const char *value,
         return false;
       }
       snprintf(field, SRV_ADDR_MAX, "%s", value);
+      o->admin_socket_set = true; /* the one path key */
       return true;
     case SRV_K_HOSTPORT:
       if (*value && !srv_valid_hostport(value)) {

@@ -49,6 +49,7 @@ typedef struct srv_options {
   char listen[SRV_MAX_LISTEN][SRV_ADDR_MAX];
   int num_listen;
   char admin_socket[SRV_ADDR_MAX]; /* a path; "" disables the Admin service */
+  bool admin_socket_set;           /* by the file or a flag, not the default */
   unsigned admin_socket_mode;
   char metrics_listen[SRV_ADDR_MAX]; /* host:port; "" disables HTTP */
   int num_threads;

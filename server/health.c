@@ -58,8 +58,7 @@ static const char *srv_why_not(srv *s) {
   if (atomic_load(&s->draining))
     return atomic_load(&s->exiting) ? "draining to exit" : "draining";
   if (!atomic_load(&s->devices_ok)) return "a device is unhealthy";
-  if (atomic_load(&s->stalled)) return "the devices make no progress";
-  return "serving";
+  return "the devices make no progress";
 }
 
 void srv_health_update(srv *s) {
@@ -69,8 +68,10 @@ void srv_health_update(srv *s) {
   bool now = srv_serving(s);
   if (now != h->serving) {
     h->serving = now;
-    SRV_INFO("health: %s (%s)", now ? "SERVING" : "NOT_SERVING",
-             srv_why_not(s));
+    if (now)
+      SRV_INFO("SERVING");
+    else
+      SRV_INFO("NOT_SERVING: %s", srv_why_not(s));
     for (size_t i = 0; i < h->n; i++) srv_call_wake(h->watch[i]);
   }
   pthread_mutex_unlock(&h->mu);

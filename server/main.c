@@ -4,7 +4,7 @@
  * listeners and the admin socket (rpc.c), the HTTP listener (http.c); then,
  * and only then, READY=1 to systemd (Type=notify).
  *
- * The main thread then waits for signals with sigtimedwait and, at least
+ * The main thread then waits for signals (see srv_on_signal) and, at least
  * once a second (and at half of WatchdogSec), looks at the service: whether
  * the devices make progress (sched_check_progress) and are healthy, which
  * feeds the health status; WATCHDOG=1 only while they make progress, so a
@@ -20,7 +20,9 @@
  * Exit status: 0 after a clean shutdown, 1 when start-up fails (or a second
  * SIGTERM cut a drain short), 2 for a bad command line or configuration. */
 #include <errno.h>
+#include <fcntl.h>
 #include <grpc/grpc.h>
+#include <poll.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -35,6 +37,60 @@
 
 #include "log.h"
 #include "server.h"
+
+/* Signals. A library may start threads before main runs (OpenBLAS starts
+ * its pool from a constructor) with the default mask, and the kernel gives a
+ * process-directed signal to any thread that does not block it, so blocking
+ * SIGTERM in our threads is not enough: a handler catches it wherever it
+ * lands and writes its number to a pipe that the main loop polls. Our own
+ * threads block the signals; the main thread unblocks them only inside
+ * ppoll, so one left pending for it arrives there. */
+static int srv_sig_pipe[2] = {-1, -1};
+
+static void srv_on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  ssize_t w = write(srv_sig_pipe[1], &b, 1); /* full pipe: one is enough */
+  (void)w;
+  errno = saved;
+}
+
+static int srv_signals_init(sigset_t *wait_mask) {
+  if (pipe2(srv_sig_pipe, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
+  sigset_t blocked;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGINT);
+  sigaddset(&blocked, SIGTERM);
+  sigaddset(&blocked, SIGHUP);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = srv_on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigfillset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  /* Block them before any thread of ours (gRPC's, the engine's,
+   * libmicrohttpd's) starts, so all inherit the mask. */
+  pthread_sigmask(SIG_BLOCK, &blocked, wait_mask);
+  sigdelset(wait_mask, SIGINT);
+  sigdelset(wait_mask, SIGTERM);
+  sigdelset(wait_mask, SIGHUP);
+  signal(SIGPIPE, SIG_IGN);
+  return 0;
+}
+
+/* Waits up to `seconds` for a signal; returns its number, or 0. */
+static int srv_wait_signal(const sigset_t *wait_mask, double seconds) {
+  unsigned char b = 0;
+  if (read(srv_sig_pipe[0], &b, 1) == 1) return b;
+  struct pollfd p = {srv_sig_pipe[0], POLLIN, 0};
+  struct timespec ts = {(time_t)seconds,
+                        (long)((seconds - (double)(time_t)seconds) * 1e9)};
+  ppoll(&p, 1, &ts, wait_mask);
+  if (read(srv_sig_pipe[0], &b, 1) == 1) return b;
+  return 0;
+}
 
 static double srv_now(void) {
   struct timespec ts;
@@ -216,16 +272,11 @@ int main(int argc, char **argv) {
   }
   srv_apply_runtime(&s, &s.opt);
 
-  /* Signals are taken by sigtimedwait on this thread only; block them before
-   * any thread (ours, gRPC's, the engine's, libmicrohttpd's) starts, so all
-   * inherit the mask. */
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-  signal(SIGPIPE, SIG_IGN);
+  sigset_t wait_mask;
+  if (srv_signals_init(&wait_mask) != 0) {
+    SRV_ERROR("cannot create the signal pipe: %s", strerror(errno));
+    return 1;
+  }
 
   if (s.opt.config_loaded)
     SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "configuration from %s",
@@ -266,6 +317,7 @@ int main(int argc, char **argv) {
   double drain_start = -1;
   sched_progress prog = {0, false, 0};
   bool timed_out = false, stopping_sent = false;
+  int term_signals = 0;
 
   for (;;) {
     now = srv_now();
@@ -273,11 +325,10 @@ int main(int argc, char **argv) {
     if (watchdog && next_wd < wake) wake = next_wd;
     double wait = wake - now;
     if (wait < 0) wait = 0;
-    struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
-    int sig = sigtimedwait(&sigs, NULL, &ts);
+    int sig = srv_wait_signal(&wait_mask, wait);
     if (sig == SIGTERM || sig == SIGINT) {
       const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      if (drain_start >= 0) {
+      if (term_signals++ > 0) {
         SRV_WARN("second %s: exiting now, abandoning the queued work", name);
         sd_notify(0, "STATUS=exiting at once (second signal)");
         _exit(1);

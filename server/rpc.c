@@ -491,6 +491,24 @@ static void srv_bound_name(const char *addr, int port, char *out, size_t len) {
   snprintf(out, len, "%.*s:%d", (int)(colon - addr), addr, port);
 }
 
+/* Destroys a server that was never started: gRPC wants a shutdown first
+ * once it has listeners. */
+static void srv_server_abandon(grpc_server *gs) {
+  if (!gs) return;
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  int tag;
+  grpc_server_shutdown_and_notify(gs, cq, &tag);
+  grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                              NULL);
+  grpc_completion_queue_shutdown(cq);
+  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                     NULL)
+             .type != GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(cq);
+  grpc_server_destroy(gs);
+}
+
 int srv_start(srv *s) {
   grpc_init();
   grpc_arg args[2];
@@ -555,20 +573,29 @@ int srv_start(srv *s) {
     int port = grpc_server_add_http2_port(s->admin_server, addr, creds);
     grpc_server_credentials_release(creds);
     umask(old);
-    if (port == 0) {
+    if (port == 0 && !s->opt.admin_socket_set) {
+      /* Only the default path failed (no runtime directory, say): go on
+       * without the Admin service rather than not start at all. */
+      SRV_WARN("no admin service: cannot listen on the default admin socket "
+               "%s (set [daemon] admin_socket or --admin-socket)",
+               s->opt.admin_socket);
+      srv_server_abandon(s->admin_server);
+      s->admin_server = NULL;
+    } else if (port == 0) {
       SRV_ERROR("cannot listen on the admin socket %s (its directory must "
                 "exist and be writable; set [daemon] admin_socket or "
                 "--admin-socket, or '' to turn the Admin service off)",
                 s->opt.admin_socket);
       goto fail;
-    }
-    if (chmod(s->opt.admin_socket, (mode_t)s->opt.admin_socket_mode) != 0) {
+    } else if (chmod(s->opt.admin_socket, (mode_t)s->opt.admin_socket_mode) !=
+               0) {
       SRV_ERROR("cannot set mode %04o on the admin socket %s: %s",
                 s->opt.admin_socket_mode, s->opt.admin_socket, strerror(errno));
       goto fail;
+    } else {
+      SRV_INFO("admin service on unix:%s (mode %04o)", s->opt.admin_socket,
+               s->opt.admin_socket_mode);
     }
-    SRV_INFO("admin service on unix:%s (mode %04o)", s->opt.admin_socket,
-             s->opt.admin_socket_mode);
   }
   grpc_server_start(s->server);
   if (s->admin_server) grpc_server_start(s->admin_server);
@@ -586,9 +613,9 @@ int srv_start(srv *s) {
   return 0;
 
 fail:
-  grpc_server_destroy(s->server);
+  srv_server_abandon(s->server);
   s->server = NULL;
-  if (s->admin_server) grpc_server_destroy(s->admin_server);
+  srv_server_abandon(s->admin_server);
   s->admin_server = NULL;
   for (int i = 0; i < s->num_cqs; i++) {
     grpc_completion_queue_shutdown(s->cqs[i]);

@@ -259,7 +259,8 @@ typedef struct pd_session pd_session;
 typedef struct pd_session_options {
   size_t struct_size;
   const char *client_name;     /* for the daemon's logs; NULL: "libparadev" */
-  const char *job_id;          /* e.g. a Slurm job id; NULL: none */
+  const char *job_id;          /* e.g. a Slurm job id; NULL: $SLURM_JOB_ID
+                                  when set, else none */
   uint32_t lease_seconds;      /* 0: the daemon's default (60) */
   uint64_t memory_quota_bytes; /* 0: no quota of the session's own */
   bool keep_alive;             /* the library renews the lease while the
