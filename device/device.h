@@ -226,7 +226,6 @@ typedef pd_code (*dev_kernel_fn)(dev_kernel_ctx *ctx, dev_status *st);
 typedef enum dev_op_flags {
   DEV_OP_COLLECTIVE = 1 << 0,   /* runs through backend->collective */
   DEV_OP_MESH_INFER = 1 << 1,   /* infer sees every component at once */
-  DEV_OP_STATEFUL_RANDOM = 1 << 2,
   DEV_OP_ALIASES_INPUT = 1 << 3, /* output 0 may share input 0's buffer */
 } dev_op_flags;
 
@@ -485,6 +484,17 @@ dev_backend *dev_engine_backend(dev_engine *e);
 /* Waits until every op submitted so far has run on every device. Returns OK
  * (per-op failures are stored on their outputs, not reported here). */
 pd_code dev_engine_sync(dev_engine *e, dev_status *st);
+
+/* Seconds device `device`'s executor has spent running ops since the engine
+ * was created: the sum, over every op it ran, of the wall time of its part
+ * of the op (allocating outputs, the kernel, or the device's share of a
+ * collective, including the wait for its peers). On the CPU backend that is
+ * the compute time; on CUDA, where kernels are launched asynchronously, it is
+ * the time to issue them plus any synchronous wait. Idle time waiting for
+ * work is not counted. Monotonic; 0 for a device out of range. A daemon
+ * compares it with wall time to tell time on the devices from time spent
+ * elsewhere (RPC, queueing). Thread-safe, lock-free. */
+double dev_engine_busy_seconds(dev_engine *e, int device);
 
 /* Memory statistics of one device (see dev_memory_stats). */
 pd_code dev_engine_memory_stats(dev_engine *e, int device,
