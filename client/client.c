@@ -165,6 +165,10 @@ const char *const pdc_method_paths[PDC_NUM_METHODS] = {
     [PDC_ECHO] = "/paradev.v1.ParallelDevice/Echo",
     [PDC_ECHO_STREAM] = "/paradev.v1.ParallelDevice/EchoStream",
     [PDC_HEALTH_CHECK] = "/grpc.health.v1.Health/Check",
+    [PDC_START_TAPE] = "/paradev.v1.ParallelDevice/StartTape",
+    [PDC_WATCH_TAPE] = "/paradev.v1.ParallelDevice/WatchTape",
+    [PDC_GRADIENT] = "/paradev.v1.ParallelDevice/Gradient",
+    [PDC_DELETE_TAPE] = "/paradev.v1.ParallelDevice/DeleteTape",
 };
 
 pd_client *pd_client_new(const char *target, const pd_client_options *opts,
@@ -596,6 +600,7 @@ pd_server_info *pd_client_get_server_info(pd_client *c,
     o->memory_used_bytes = d->memory_used_bytes;
     o->memory_free_bytes = d->memory_free_bytes;
     o->memory_peak_bytes = d->memory_peak_bytes;
+    o->busy_seconds = d->busy_seconds;
   }
   const Paradev__V1__Limits *l = resp->limits;
   if (l) {

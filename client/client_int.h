@@ -44,6 +44,10 @@ typedef enum pdc_method {
   PDC_ECHO,
   PDC_ECHO_STREAM,
   PDC_HEALTH_CHECK,
+  PDC_START_TAPE,
+  PDC_WATCH_TAPE,
+  PDC_GRADIENT,
+  PDC_DELETE_TAPE,
   PDC_NUM_METHODS
 } pdc_method;
 
@@ -166,6 +170,15 @@ bool pdc_attrs_copy(pd_attrs *dst, const pd_attrs *src);
 /* Copies a wire TensorInfo; false when it cannot be represented. */
 bool pdc_info_from_pb(const Paradev__V1__TensorInfo *ti, pd_tensor_info *out);
 bool pdc_shape_from_pb(const Paradev__V1__Shape *sh, pd_tensor_info *out);
+
+/* --- streams (stream.c) -------------------------------------------------------- */
+
+/* Sends one Enqueue item (the session token goes with the first); *index
+ * (may be NULL) gets its position. Errors as pd_stream_execute. */
+pd_code pdc_stream_send(pd_stream *t, Paradev__V1__EnqueueRequest *r,
+                        uint64_t *index, pd_status *st);
+/* The session a stream was opened on. */
+pd_session *pdc_stream_session(const pd_stream *t);
 
 /* --- bidirectional streams (bidi.c) ---------------------------------------- */
 

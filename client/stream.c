@@ -115,8 +115,10 @@ pd_stream *pd_stream_new(pd_session *s, const pd_stream_options *opts,
   return t;
 }
 
-static pd_code pdc_stream_send(pd_stream *t, Paradev__V1__EnqueueRequest *r,
-                               uint64_t *index, pd_status *st) {
+pd_session *pdc_stream_session(const pd_stream *t) { return t->s; }
+
+pd_code pdc_stream_send(pd_stream *t, Paradev__V1__EnqueueRequest *r,
+                        uint64_t *index, pd_status *st) {
   if (t->closed)
     return pdc_error(st, PD_FAILED_PRECONDITION,
                      "the stream was closed (pd_stream_close)");

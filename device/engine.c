@@ -41,8 +41,13 @@ typedef struct dev_exec {
   bool sleeping; /* waiting on work_cv: only then does a push signal it */
   _Atomic uint64_t done_seq;
   atomic_int waiters;
-  dev_waiter *notify; /* under mu */
+  /* Under mu, ascending by seq: ops finish in seq order, so waiters are only
+   * ever taken from the head (a pipelining client can have an op's worth of
+   * waiters for every op it queued ahead, so walking them all per op would
+   * be quadratic). */
+  dev_waiter *notify, *notify_tail;
   atomic_int notify_count;
+  _Atomic uint64_t busy_ns; /* time spent in run_op (dev_engine_busy_seconds) */
 } dev_exec;
 
 struct dev_engine {
@@ -106,6 +111,25 @@ static void notify_fire(notify_group *g) {
   free(g);
 }
 
+/* Inserts w into x's notify list in seq order (x->mu held). Registrations
+ * come mostly in submission order and append at the tail; one for an older
+ * op walks from the head. */
+static void notify_insert_locked(dev_exec *x, dev_waiter *w) {
+  if (!x->notify_tail || x->notify_tail->seq <= w->seq) {
+    w->next = NULL;
+    if (x->notify_tail)
+      x->notify_tail->next = w;
+    else
+      x->notify = w;
+    x->notify_tail = w;
+    return;
+  }
+  dev_waiter **pp = &x->notify;
+  while ((*pp)->seq <= w->seq) pp = &(*pp)->next;
+  w->next = *pp;
+  *pp = w;
+}
+
 pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg, dev_status *st) {
   dev_engine *e = t->engine;
   for (int d = 0; d < t->n; d++)
@@ -129,8 +153,7 @@ pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg, dev_status 
       dev_waiter *w = &g->w[used++];
       w->seq = seq;
       w->g = g;
-      w->next = x->notify;
-      x->notify = w;
+      notify_insert_locked(x, w);
       atomic_fetch_add(&x->notify_count, 1);
       atomic_fetch_add(&g->remaining, 1);
     }
@@ -251,17 +274,14 @@ static void run_op(dev_exec *x, dev_op *op) {
 static void exec_fire_notify(dev_exec *x, uint64_t done) {
   dev_waiter *ready = NULL;
   pthread_mutex_lock(&x->mu);
-  for (dev_waiter **pp = &x->notify; *pp;) {
-    dev_waiter *w = *pp;
-    if (w->seq <= done) {
-      *pp = w->next;
-      w->next = ready;
-      ready = w;
-      atomic_fetch_sub(&x->notify_count, 1);
-    } else {
-      pp = &w->next;
-    }
+  while (x->notify && x->notify->seq <= done) {
+    dev_waiter *w = x->notify;
+    x->notify = w->next;
+    w->next = ready;
+    ready = w;
+    atomic_fetch_sub(&x->notify_count, 1);
   }
+  if (!x->notify) x->notify_tail = NULL;
   pthread_mutex_unlock(&x->mu);
   while (ready) {
     dev_waiter *w = ready;
@@ -269,6 +289,12 @@ static void exec_fire_notify(dev_exec *x, uint64_t done) {
     notify_group *g = w->g;
     if (atomic_fetch_sub(&g->remaining, 1) == 1) notify_fire(g);
   }
+}
+
+static uint64_t exec_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void *exec_main(void *arg) {
@@ -297,7 +323,9 @@ static void *exec_main(void *arg) {
 
     for (int b = 0; b < n; b++) {
       dev_op *op = batch[b];
+      uint64_t t0 = exec_now_ns();
       run_op(x, op);
+      atomic_fetch_add_explicit(&x->busy_ns, exec_now_ns() - t0, memory_order_relaxed);
       uint64_t seq = op->seq;
       if (atomic_fetch_sub(&op->pending, 1) == 1) op_free(op);
       atomic_store(&x->done_seq, seq);
@@ -392,6 +420,7 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_st
     pthread_condattr_destroy(&ca);
     atomic_init(&x->done_seq, 0);
     atomic_init(&x->waiters, 0);
+    atomic_init(&x->busy_ns, 0);
     if (pthread_create(&x->thread, NULL, exec_main, x) != 0) goto fail_threads;
   }
   *out = e;
@@ -447,6 +476,11 @@ pd_code dev_engine_sync(dev_engine *e, dev_status *st) {
     if (rc != PD_OK) return rc;
   }
   return PD_OK;
+}
+
+double dev_engine_busy_seconds(dev_engine *e, int device) {
+  if (!e || device < 0 || device >= e->n) return 0;
+  return (double)atomic_load_explicit(&e->execs[device].busy_ns, memory_order_relaxed) * 1e-9;
 }
 
 pd_code dev_engine_memory_stats(dev_engine *e, int device, dev_memory_stats *out, dev_status *st) {

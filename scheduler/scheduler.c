@@ -124,6 +124,12 @@ typedef struct sched_op_name {
   int index;
 } sched_op_name;
 
+/* A gradient tape of a session, under its client-chosen id. */
+typedef struct sched_tape_ent {
+  uint64_t id;
+  dev_tape *tape;
+} sched_tape_ent;
+
 struct sched_session {
   atomic_int refs;
   sched *owner;
@@ -140,6 +146,8 @@ struct sched_session {
   bool closed;
   sched_htab handles;
   uint64_t bytes;
+  sched_tape_ent *tapes; /* the session's gradient tapes */
+  int num_tapes, cap_tapes;
   sched_session *next; /* in the scheduler's list (under sched->mu) */
 
   /* The op queue, under sched->qmu. */
@@ -504,6 +512,11 @@ static uint64_t sched_release_all_locked(sched_session *ss) {
   free(ss->handles.slots);
   memset(&ss->handles, 0, sizeof(ss->handles));
   ss->bytes = 0;
+  /* Tapes hold references to what they recorded: release them too. */
+  for (int i = 0; i < ss->num_tapes; i++) dev_tape_destroy(ss->tapes[i].tape);
+  free(ss->tapes);
+  ss->tapes = NULL;
+  ss->num_tapes = ss->cap_tapes = 0;
   ss->closed = true;
   return n;
 }
@@ -1100,6 +1113,31 @@ static pd_code sched_op_error(dev_status *st, int i, const char *name,
                    tmp.msg);
 }
 
+/* Appends the queue entries first..last (n of them, seq already set) to the
+ * session's queue and puts the session in the dispatcher's ready list
+ * (caller holds s->qmu). */
+static void sched_queue_append_locked(sched_session *ss, sched_qop *first,
+                                      sched_qop *last, int n) {
+  sched *s = ss->owner;
+  if (ss->qtail)
+    ss->qtail->next = first;
+  else
+    ss->qhead = first;
+  ss->qtail = last;
+  ss->qlen += n;
+  atomic_fetch_add(&s->n_queued, (uint64_t)n);
+  if (!ss->in_ready) {
+    ss->in_ready = true;
+    atomic_fetch_add(&ss->refs, 1);
+    if (s->rtail)
+      s->rtail->rnext = ss;
+    else
+      s->rhead = ss;
+    s->rtail = ss;
+    pthread_cond_signal(&s->qcv);
+  }
+}
+
 typedef struct sched_pending {
   uint64_t id;
   dev_tensor *t;  /* borrowed from its prepared op */
@@ -1239,12 +1277,13 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
     q->next = chain;
     chain = q;
   }
-  uint64_t t_enq = sched_now_ns();
+  /* Only this session's calls add to its queue, and they hold ss->mu: the
+   * queue can only shrink between this check and the append below. */
   pthread_mutex_lock(&s->qmu);
+  int ql = ss->qlen;
+  pthread_mutex_unlock(&s->qmu);
   int max_queued = SCHED_LIM(s, max_queued);
-  if (ss->qlen + n > max_queued) {
-    int ql = ss->qlen;
-    pthread_mutex_unlock(&s->qmu);
+  if (ql + n > max_queued) {
     c = dev_error(st, PD_RESOURCE_EXHAUSTED,
                   "the session has %d ops queued; with %d more it would pass "
                   "the limit max_queued_ops = %d (Sync, or send fewer at once)",
@@ -1252,6 +1291,23 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
     bad = 0;
     goto unwind;
   }
+  /* Every op will run: offer each, in order, to the session's tapes (between
+   * preparation and queueing, as dev_tape_record asks). A tape that runs out
+   * of host memory fails the request before anything is published (records
+   * of earlier ops of this request may stay on a tape; their outputs are
+   * cancelled, so a gradient through them fails rather than being wrong). */
+  for (int i = 0; i < n && ss->num_tapes > 0; i++) {
+    for (int k = 0; k < ss->num_tapes; k++) {
+      if (dev_tape_record(ss->tapes[k].tape, prepared[i], &inner) != PD_OK) {
+        c = dev_error(&inner, inner.code, "gradient tape %llu: %s",
+                      (unsigned long long)ss->tapes[k].id, inner.msg);
+        bad = i;
+        goto op_failed;
+      }
+    }
+  }
+  uint64_t t_enq = sched_now_ns();
+  pthread_mutex_lock(&s->qmu);
   {
     int k = 0;
     sched_qop *q = chain, *last = NULL;
@@ -1268,24 +1324,8 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
       q->t_enq_ns = t_enq;
       prepared[i] = NULL;
     }
-    if (ss->qtail)
-      ss->qtail->next = chain;
-    else
-      ss->qhead = chain;
-    ss->qtail = last;
+    sched_queue_append_locked(ss, chain, last, n);
     chain = NULL;
-  }
-  ss->qlen += n;
-  atomic_fetch_add(&s->n_queued, (uint64_t)n);
-  if (!ss->in_ready) {
-    ss->in_ready = true;
-    atomic_fetch_add(&ss->refs, 1);
-    if (s->rtail)
-      s->rtail->rnext = ss;
-    else
-      s->rhead = ss;
-    s->rtail = ss;
-    pthread_cond_signal(&s->qcv);
   }
   pthread_mutex_unlock(&s->qmu);
   pthread_mutex_unlock(&ss->mu);
@@ -1309,6 +1349,311 @@ unwind:
   free(prepared);
   free(pend);
   if (failed_op) *failed_op = bad < 0 ? 0 : bad;
+  return c;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Gradient tapes */
+
+/* The tape of `id` (caller holds ss->mu), or NULL after a NOT_FOUND. */
+static sched_tape_ent *sched_tape_find_locked(sched_session *ss, uint64_t id,
+                                              dev_status *st) {
+  for (int i = 0; i < ss->num_tapes; i++)
+    if (ss->tapes[i].id == id) return &ss->tapes[i];
+  dev_error(st, PD_NOT_FOUND,
+            "gradient tape %llu not found in this session (never started, "
+            "or deleted)",
+            (unsigned long long)id);
+  return NULL;
+}
+
+pd_code sched_tape_start(sched_session *ss, uint64_t tape_id, bool persistent,
+                         dev_status *st) {
+  if (tape_id == 0)
+    return dev_error(st, PD_INVALID_ARGUMENT, "tape id 0 is reserved");
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = PD_OK;
+  dev_tape *tape = NULL;
+  if (ss->closed) {
+    c = sched_closed_error(st);
+    goto out;
+  }
+  for (int i = 0; i < ss->num_tapes; i++)
+    if (ss->tapes[i].id == tape_id) {
+      c = dev_error(st, PD_ALREADY_EXISTS,
+                    "gradient tape %llu already exists in this session "
+                    "(delete it first, or choose another id)",
+                    (unsigned long long)tape_id);
+      goto out;
+    }
+  if (ss->num_tapes >= SCHED_MAX_TAPES) {
+    c = dev_error(st, PD_RESOURCE_EXHAUSTED,
+                  "the session holds %d gradient tapes, the limit "
+                  "(delete tapes it no longer needs)",
+                  SCHED_MAX_TAPES);
+    goto out;
+  }
+  if (ss->num_tapes == ss->cap_tapes) {
+    int cap = ss->cap_tapes ? ss->cap_tapes * 2 : 4;
+    sched_tape_ent *nt = realloc(ss->tapes, sizeof(*nt) * (size_t)cap);
+    if (!nt) {
+      c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      goto out;
+    }
+    ss->tapes = nt;
+    ss->cap_tapes = cap;
+  }
+  c = dev_tape_create(ss->owner->engine, persistent, &tape, st);
+  if (c == PD_OK) ss->tapes[ss->num_tapes++] = (sched_tape_ent){tape_id, tape};
+out:
+  pthread_mutex_unlock(&ss->mu);
+  return c;
+}
+
+pd_code sched_tape_watch(sched_session *ss, uint64_t tape_id,
+                         const uint64_t *ids, int n, dev_status *st) {
+  if (n < 0 || (n > 0 && !ids))
+    return dev_error(st, PD_INVALID_ARGUMENT, "%d ids to watch", n);
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = PD_OK;
+  sched_tape_ent *te = NULL;
+  if (ss->closed) {
+    c = sched_closed_error(st);
+  } else if ((te = sched_tape_find_locked(ss, tape_id, st)) == NULL) {
+    c = PD_NOT_FOUND;
+  } else {
+    /* All or nothing: every id must be live before any is watched. */
+    for (int i = 0; c == PD_OK && i < n; i++)
+      if (!sched_htab_find(&ss->handles, ids[i])) c = sched_not_found(ids[i], st);
+    for (int i = 0; c == PD_OK && i < n; i++) {
+      dev_status inner = DEV_STATUS_INIT;
+      if (dev_tape_watch(te->tape, sched_htab_find(&ss->handles, ids[i])->t,
+                         &inner) != PD_OK)
+        c = dev_error(st, inner.code, "gradient tape %llu: handle %llu: %s",
+                      (unsigned long long)tape_id,
+                      (unsigned long long)ids[i], inner.msg);
+    }
+  }
+  pthread_mutex_unlock(&ss->mu);
+  return c;
+}
+
+pd_code sched_tape_delete(sched_session *ss, uint64_t tape_id, dev_status *st) {
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = PD_OK;
+  sched_tape_ent *te = NULL;
+  if (ss->closed) {
+    c = sched_closed_error(st);
+  } else if ((te = sched_tape_find_locked(ss, tape_id, st)) == NULL) {
+    c = PD_NOT_FOUND;
+  } else {
+    dev_tape_destroy(te->tape);
+    *te = ss->tapes[--ss->num_tapes];
+  }
+  pthread_mutex_unlock(&ss->mu);
+  return c;
+}
+
+/* The state of one sched_tape_gradient call, for its executor. */
+typedef struct sched_grad_ctx {
+  sched_session *ss;
+  uint64_t tag;
+  uint64_t new_bytes; /* what the gradient's ops allocate, so far */
+  int ops;            /* gradient ops queued so far */
+} sched_grad_ctx;
+
+/* The tape's executor (dev_execute_fn): prepares one gradient op and appends
+ * it to the session's queue behind everything the session queued before
+ * (the forward ops it differentiates may not have reached the devices yet).
+ * Runs under ss->mu, inside sched_tape_gradient. Gradient ops are counted
+ * against the session's queue limit and its memory quota like any op; as
+ * their outputs are not handles, the quota check is conservative: every
+ * byte a gradient's ops allocate counts until the call returns. */
+static pd_code sched_grad_exec(void *arg, const char *op_name,
+                               dev_tensor *const *inputs, int num_inputs,
+                               const dev_attr *attrs, int num_attrs,
+                               dev_tensor **outputs, int *num_outputs,
+                               dev_status *st) {
+  sched_grad_ctx *g = arg;
+  sched_session *ss = g->ss;
+  sched *s = ss->owner;
+  dev_op *op = NULL;
+  pd_code c = dev_op_prepare(s->engine, op_name, inputs, num_inputs, attrs,
+                             num_attrs, &op, st);
+  if (c != PD_OK) return c;
+  int nout = dev_op_num_outputs(op);
+  uint64_t nb = dev_op_new_bytes(op);
+  sched_qop *q = NULL;
+  if (nout > *num_outputs) {
+    c = dev_error(st, PD_INTERNAL, "%s has %d outputs; room for %d", op_name,
+                  nout, *num_outputs);
+  } else if (ss->quota &&
+             (nb > ss->quota || g->new_bytes > ss->quota - nb ||
+              ss->bytes > ss->quota - nb - g->new_bytes)) {
+    c = dev_error(st, PD_RESOURCE_EXHAUSTED,
+                  "session memory quota exceeded by the gradient's ops: %llu "
+                  "bytes held + %llu bytes of gradient ops so far + %llu new "
+                  "(%s) > quota %llu bytes",
+                  (unsigned long long)ss->bytes,
+                  (unsigned long long)g->new_bytes, (unsigned long long)nb,
+                  op_name, (unsigned long long)ss->quota);
+  } else if ((q = calloc(1, sizeof(*q))) == NULL) {
+    c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  if (c != PD_OK) {
+    dev_op_abandon(op, PD_CANCELLED, "the gradient was not computed");
+    return c;
+  }
+  q->tag = g->tag;
+  q->owner = s;
+  q->op_index = sched_op_index(s, op_name);
+  q->op = op;
+  pthread_mutex_lock(&s->qmu);
+  int max_queued = SCHED_LIM(s, max_queued);
+  if (ss->qlen + 1 > max_queued) {
+    int ql = ss->qlen;
+    pthread_mutex_unlock(&s->qmu);
+    free(q);
+    dev_op_abandon(op, PD_CANCELLED, "the gradient was not computed");
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "the session has %d ops queued; the gradient's op %s "
+                     "would pass the limit max_queued_ops = %d (Sync before "
+                     "asking for gradients, or raise the limit)",
+                     ql, op_name, max_queued);
+  }
+  /* The caller's references, taken before the dispatcher may own the op. */
+  for (int j = 0; j < nout; j++) {
+    outputs[j] = dev_op_output(op, j);
+    dev_tensor_retain(outputs[j]);
+  }
+  q->seq = ++ss->enqueued;
+  q->t_enq_ns = sched_now_ns();
+  sched_queue_append_locked(ss, q, q, 1);
+  pthread_mutex_unlock(&s->qmu);
+  *num_outputs = nout;
+  g->new_bytes += nb;
+  g->ops++;
+  return PD_OK;
+}
+
+pd_code sched_tape_gradient(sched_session *ss, const sched_gradient *g,
+                            uint64_t tag, pd_dtype *dtypes, dev_shape *shapes,
+                            dev_status *st) {
+  int n = g->num_sources;
+  if (n < 0 || n > SCHED_MAX_GRAD_SOURCES || (n > 0 && (!g->sources || !g->result_ids)))
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%d sources; expected 0 to %d, each with a result id", n,
+                     SCHED_MAX_GRAD_SOURCES);
+  if (g->num_results != n)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%d sources but %d result ids; expected one result id "
+                     "per source",
+                     n, g->num_results);
+  for (int i = 0; i < n; i++) {
+    if (g->result_ids[i] == 0)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "result %d: handle id 0 is reserved", i);
+    for (int j = 0; j < i; j++)
+      if (g->result_ids[j] == g->result_ids[i])
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "result ids %d and %d are both %llu; expected "
+                         "distinct ids",
+                         j, i, (unsigned long long)g->result_ids[i]);
+  }
+  dev_tensor **srcs = calloc((size_t)(n ? n : 1), sizeof(*srcs));
+  dev_tensor **outs = calloc((size_t)(n ? n : 1), sizeof(*outs));
+  if (!srcs || !outs) {
+    free(srcs);
+    free(outs);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  pd_code c = PD_OK;
+  bool computed = false;
+  pthread_mutex_lock(&ss->mu);
+  sched_tape_ent *te = NULL;
+  sched_slot *sl = NULL;
+  dev_tensor *target = NULL, *og = NULL;
+  if (ss->closed) {
+    c = sched_closed_error(st);
+    goto out;
+  }
+  if ((te = sched_tape_find_locked(ss, g->tape_id, st)) == NULL) {
+    c = PD_NOT_FOUND;
+    goto out;
+  }
+  for (int i = 0; i < n; i++)
+    if (sched_htab_find(&ss->handles, g->result_ids[i])) {
+      c = dev_error(st, PD_ALREADY_EXISTS,
+                    "result %d: handle %llu is already live in this session",
+                    i, (unsigned long long)g->result_ids[i]);
+      goto out;
+    }
+  if ((c = sched_check_room_locked(ss, n, 0, st)) != PD_OK) goto out;
+  if ((sl = sched_htab_find(&ss->handles, g->target)) == NULL) {
+    c = dev_error(st, PD_NOT_FOUND,
+                  "target: handle %llu not found in this session (never "
+                  "created, deleted, or another session's)",
+                  (unsigned long long)g->target);
+    goto out;
+  }
+  target = sl->t;
+  if (g->output_gradient) {
+    if ((sl = sched_htab_find(&ss->handles, g->output_gradient)) == NULL) {
+      c = dev_error(st, PD_NOT_FOUND,
+                    "output gradient: handle %llu not found in this session "
+                    "(never created, deleted, or another session's)",
+                    (unsigned long long)g->output_gradient);
+      goto out;
+    }
+    og = sl->t;
+  }
+  for (int i = 0; i < n; i++) {
+    if ((sl = sched_htab_find(&ss->handles, g->sources[i])) == NULL) {
+      c = dev_error(st, PD_NOT_FOUND,
+                    "source %d: handle %llu not found in this session (never "
+                    "created, deleted, or another session's)",
+                    i, (unsigned long long)g->sources[i]);
+      goto out;
+    }
+    srcs[i] = sl->t;
+  }
+  sched_grad_ctx ctx = {ss, tag, 0, 0};
+  dev_status inner = DEV_STATUS_INIT;
+  dev_tape_set_executor(te->tape, sched_grad_exec, &ctx);
+  c = dev_tape_gradient(te->tape, target, srcs, n, og ? &og : NULL, outs,
+                        &inner);
+  dev_tape_set_executor(te->tape, NULL, NULL);
+  if (c != PD_OK) {
+    /* Gradient ops queued before the failure still run; nothing holds
+     * their outputs, so they are freed once they have. */
+    dev_error(st, c, "gradient tape %llu: %s", (unsigned long long)g->tape_id,
+              inner.msg);
+    goto out;
+  }
+  computed = true;
+  uint64_t bytes = 0;
+  for (int i = 0; i < n; i++) bytes += dev_tensor_bytes(outs[i]);
+  if ((c = sched_check_room_locked(ss, n, bytes, st)) != PD_OK) goto out;
+  while ((ss->handles.used + (size_t)n + 1) * 2 > ss->handles.cap) {
+    if (!sched_htab_grow(&ss->handles)) {
+      c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      goto out;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    uint64_t b = dev_tensor_bytes(outs[i]);
+    sched_htab_insert(&ss->handles, g->result_ids[i], outs[i], b);
+    ss->bytes += b;
+    dtypes[i] = dev_tensor_dtype(outs[i]);
+    shapes[i] = *dev_tensor_shape(outs[i]);
+    outs[i] = NULL; /* the table's now */
+  }
+out:
+  pthread_mutex_unlock(&ss->mu);
+  if (computed)
+    for (int i = 0; i < n; i++) dev_tensor_release(outs[i]);
+  free(srcs);
+  free(outs);
   return c;
 }
 

@@ -18,6 +18,7 @@ BENCHES=(
   bench_engine
   bench_dispatch
   bench_rpc
+  bench_train
 )
 
 if [ ! -d "$build" ]; then

@@ -145,6 +145,7 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
     } else {
       SRV_WARN("memory stats of device %d: %s", i, st.msg);
     }
+    dv[i].busy_seconds = dev_engine_busy_seconds(s->engine, i);
     devs[i] = &dv[i];
   }
   const srv_limits *l = &s->opt.limits;
@@ -635,4 +636,6 @@ srv_method *const srv_methods[] = {
     &m_echo,     &m_info,    &m_create,  &m_keep,
     &m_close,    &m_execute, &m_sync,    &m_describe,
     &m_delete,   &srv_m_health_check, &srv_m_health_watch, &srv_m_upload,
-    &srv_m_download, &srv_m_enqueue, &srv_m_echo_stream, NULL};
+    &srv_m_download, &srv_m_enqueue, &srv_m_echo_stream,
+    &srv_m_start_tape, &srv_m_watch_tape, &srv_m_gradient,
+    &srv_m_delete_tape, NULL};

@@ -203,6 +203,19 @@ static void srv_render_devices(srv_buf *b, srv *s, const sched_stats *st) {
   }
 }
 
+/* Seconds each device's executor spent running ops: a counter, so that
+ * rate(paradev_device_busy_seconds_total[1m]) is the device's utilisation
+ * (0..1) and 1 minus it the share of time the device waited for work. */
+static void srv_render_busy(srv_buf *b, srv *s) {
+  srv_family(b, "paradev_device_busy_seconds_total", "counter",
+             "Seconds the device's executor spent running ops (kernels and "
+             "its share of collectives).");
+  int n = dev_engine_num_devices(s->engine);
+  for (int i = 0; i < n; i++)
+    srv_buf_printf(b, "paradev_device_busy_seconds_total{device=\"%d\"} %.9g\n",
+                   i, dev_engine_busy_seconds(s->engine, i));
+}
+
 static void srv_render_ops(srv_buf *b, srv *s, const sched_stats *st) {
   srv_family(b, "paradev_ops_total", "counter",
              "Ops that ran (or were dropped from a queue), by op and outcome "
@@ -275,6 +288,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
   srv_buf_printf(&b, "paradev_draining %d\n", atomic_load(&s->draining) ? 1 : 0);
   srv_render_sessions(&b, s, &st);
   srv_render_devices(&b, s, &st);
+  srv_render_busy(&b, s);
   srv_render_ops(&b, s, &st);
   srv_render_rpcs(&b, s);
   srv_family(&b, "paradev_upload_bytes_total", "counter",

@@ -44,4 +44,16 @@ sched_session *srv_open_session(srv_call *c, ProtobufCBinaryData token);
 extern srv_method srv_m_upload, srv_m_download, srv_m_enqueue,
     srv_m_echo_stream;
 
+/* Gradient tapes (tape.c): the unary methods, and the Enqueue items. */
+extern srv_method srv_m_start_tape, srv_m_watch_tape, srv_m_gradient,
+    srv_m_delete_tape;
+/* Runs a tape item of an Enqueue stream (start_tape, watch_tape, gradient,
+ * delete_tape) with the stream's tag; its outcome goes to *st and a
+ * gradient's results to *out / *n_out (in `a`). False when `req` holds no
+ * tape item. */
+bool srv_tape_item(srv_call *c, sched_session *ss, uint64_t tag,
+                   const Paradev__V1__EnqueueRequest *req, srv_arena *a,
+                   Paradev__V1__TensorInfo ***out, size_t *n_out,
+                   dev_status *st);
+
 #endif /* PARADEV_SERVER_SRV_INT_H */

@@ -499,7 +499,7 @@ static void srv_enqueue_destroy(srv_call *c) {
 }
 
 static void srv_enqueue_reply(srv_call *c, uint64_t index, const dev_status *st,
-                              Paradev__V1__OpResult *res) {
+                              Paradev__V1__TensorInfo **outs, size_t n_outs) {
   Paradev__V1__Status ps = PARADEV__V1__STATUS__INIT;
   char msg[DEV_STATUS_MSG_MAX];
   ps.code = (int32_t)st->code;
@@ -507,9 +507,9 @@ static void srv_enqueue_reply(srv_call *c, uint64_t index, const dev_status *st,
   Paradev__V1__EnqueueResponse resp = PARADEV__V1__ENQUEUE_RESPONSE__INIT;
   resp.index = index;
   resp.status = &ps;
-  if (res) {
-    resp.n_outputs = res->n_outputs;
-    resp.outputs = res->outputs;
+  if (st->code == PD_OK && outs) {
+    resp.n_outputs = n_outs;
+    resp.outputs = outs;
   }
   srv_call_write(c, &resp.base);
 }
@@ -542,7 +542,7 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     dev_error(&st, PD_INVALID_ARGUMENT,
               "item %llu names another session than the stream's first item",
               (unsigned long long)index);
-    srv_enqueue_reply(c, index, &st, NULL);
+    srv_enqueue_reply(c, index, &st, NULL, 0);
     return;
   }
   if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE) {
@@ -557,7 +557,8 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
       pr = srv_result_to_pb(&a, &op, &res);
       if (!pr) dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     }
-    srv_enqueue_reply(c, index, &st, pr);
+    srv_enqueue_reply(c, index, &st, pr ? pr->outputs : NULL,
+                      pr ? pr->n_outputs : 0);
     srv_arena_free(&a);
   } else if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_DELETE) {
     const Paradev__V1__DeleteItem *di = req->delete_;
@@ -569,12 +570,18 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
                 di->n_ids, max_ids);
     else
       sched_handle_delete(e->ss, di->ids, (int)di->n_ids, &st);
-    srv_enqueue_reply(c, index, &st, NULL);
+    srv_enqueue_reply(c, index, &st, NULL, 0);
   } else {
-    dev_error(&st, PD_INVALID_ARGUMENT,
-              "item %llu has neither execute nor delete",
-              (unsigned long long)index);
-    srv_enqueue_reply(c, index, &st, NULL);
+    srv_arena a = {NULL};
+    Paradev__V1__TensorInfo **outs = NULL;
+    size_t n_outs = 0;
+    if (!srv_tape_item(c, e->ss, e->tag, req, &a, &outs, &n_outs, &st))
+      dev_error(&st, PD_INVALID_ARGUMENT,
+                "item %llu has no item (execute, delete, start_tape, "
+                "watch_tape, gradient or delete_tape)",
+                (unsigned long long)index);
+    srv_enqueue_reply(c, index, &st, outs, n_outs);
+    srv_arena_free(&a);
   }
 }
 

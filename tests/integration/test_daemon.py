@@ -204,6 +204,7 @@ def check_server_info(cl, d):
         assert dev.index == i and dev.kind == "cpu" and dev.name.startswith("cpu:%d" % i), dev
         assert dev.memory_limit_bytes == MEM_LIMIT
         assert dev.memory_free_bytes == MEM_LIMIT - dev.memory_used_bytes
+        assert dev.busy_seconds >= 0
     assert r.limits.max_message_bytes == MAX_MSG
     assert r.limits.max_rank == 8 and r.limits.default_lease_seconds == 60
     assert r.incarnation != 0
@@ -547,6 +548,13 @@ def check_fuzz(cl, d):
         "CreateSession": pb.CreateSessionRequest(client_name="f", job_id="j", lease_seconds=2),
         "KeepAlive": pb.KeepAliveRequest(session_token=tok),
         "GetServerInfo": pb.GetServerInfoRequest(),
+        "StartTape": pb.StartTapeRequest(session_token=tok, tape=pb.TapeStart(
+            tape_id=3, persistent=True)),
+        "WatchTape": pb.WatchTapeRequest(session_token=tok, watch=pb.TapeWatch(
+            tape_id=3, ids=[1, 2])),
+        "Gradient": pb.GradientRequest(session_token=tok, gradient=pb.TapeGradient(
+            tape_id=3, target=1, sources=[1, 2], output_gradient=1, result_ids=[5, 6])),
+        "DeleteTape": pb.DeleteTapeRequest(session_token=tok, tape=pb.TapeDelete(tape_id=3)),
     }
     codes = set()
     for method, msg in seeds.items():
@@ -581,11 +589,29 @@ def check_fuzz(cl, d):
         except grpc.RpcError as e:
             assert e.code() != C.INTERNAL, e
     items = [pb.EnqueueRequest(session_token=tok, execute=fill_op(500, [1], 1.0))]
-    for k in range(200):
-        op = pb.Operation(op=rnd.choice(["Add", "Neg", "MatMul", "Nope", "Reshape", "Fill"]),
-                          inputs=[rnd.choice([1, 500, 99, 0]) for _ in range(rnd.randint(0, 3))],
-                          output_ids=[rnd.randint(0, 2000) for _ in range(rnd.randint(0, 2))])
-        items.append(pb.EnqueueRequest(execute=op))
+    ids = lambda k: [rnd.choice([1, 500, 99, 0, rnd.randint(0, 2000)]) for _ in range(k)]
+    for k in range(300):
+        kind = rnd.randrange(6)
+        if kind == 0:
+            items.append(pb.EnqueueRequest(start_tape=pb.TapeStart(
+                tape_id=rnd.randint(0, 4), persistent=rnd.random() < 0.5)))
+        elif kind == 1:
+            items.append(pb.EnqueueRequest(watch_tape=pb.TapeWatch(
+                tape_id=rnd.randint(0, 4), ids=ids(rnd.randint(0, 3)))))
+        elif kind == 2:
+            n = rnd.randint(0, 3)
+            items.append(pb.EnqueueRequest(gradient=pb.TapeGradient(
+                tape_id=rnd.randint(0, 4), target=rnd.choice([1, 500, 99, 0]),
+                sources=ids(n), output_gradient=rnd.choice([0, 0, 1, 500]),
+                result_ids=ids(n + rnd.choice([0, 0, 0, 1])))))
+        elif kind == 3:
+            items.append(pb.EnqueueRequest(delete_tape=pb.TapeDelete(tape_id=rnd.randint(0, 4))))
+        else:
+            op = pb.Operation(op=rnd.choice(["Add", "Neg", "MatMul", "Nope", "Reshape", "Fill",
+                                             "Square", "Sum", "Abs"]),
+                              inputs=ids(rnd.randint(0, 3)),
+                              output_ids=[rnd.randint(0, 2000) for _ in range(rnd.randint(0, 2))])
+            items.append(pb.EnqueueRequest(execute=op))
     replies = cl.enqueue(items)
     assert len(replies) == len(items)
     assert all(r.status.code != C.INTERNAL.value[0] for r in replies)
@@ -663,10 +689,102 @@ def check_concurrent_clients(cl, d):
     assert not errors, errors[0]
 
 
+def check_tape(cl, d):
+    """Gradient tapes on the wire: a gradient checked against a value worked
+    out by hand, the same as Enqueue items, and requests that are wrong."""
+    tok = cl.session(client_name="tape").session_token
+    # x = [[1, 2], [3, 4]], w = [[0.5], [-1]], loss = sum((x w)^2) = 8.5;
+    # d loss / d w = 2 x^T (x w) = [[-18], [-26]].
+    upload_f32(cl, tok, 1, [2, 2], [1, 2, 3, 4])
+    upload_f32(cl, tok, 2, [2, 1], [0.5, -1])
+    call = lambda m, req, resp: cl.call(m, req, resp)
+    call("StartTape", pb.StartTapeRequest(session_token=tok, tape=pb.TapeStart(tape_id=7)),
+         pb.StartTapeResponse)
+    call("WatchTape", pb.WatchTapeRequest(session_token=tok, watch=pb.TapeWatch(tape_id=7, ids=[2])),
+         pb.WatchTapeResponse)
+    cl.call("Execute", pb.ExecuteRequest(session_token=tok, ops=[
+        pb.Operation(op="MatMul", inputs=[1, 2], output_ids=[3]),
+        pb.Operation(op="Square", inputs=[3], output_ids=[4]),
+        pb.Operation(op="Sum", inputs=[4], output_ids=[5])]), pb.ExecuteResponse)
+    grad = lambda **kw: pb.GradientRequest(session_token=tok, gradient=pb.TapeGradient(**kw))
+    r = call("Gradient", grad(tape_id=7, target=5, sources=[2, 1], result_ids=[10, 11]),
+             pb.GradientResponse)
+    assert [t.id for t in r.results] == [10, 11]
+    assert list(r.results[0].shape.dims) == [2, 1] and r.results[0].dtype == pb.DTYPE_FLOAT32
+    for comp in range(NDEV):
+        _, p = download_parts(cl, tok, 10, pb.Layout(kind=pb.LAYOUT_COMPONENT, component=comp))
+        assert unf32(p[0]) == [-18.0, -26.0], unf32(p[0])
+        _, p = download_parts(cl, tok, 11, pb.Layout(kind=pb.LAYOUT_COMPONENT, component=comp))
+        assert unf32(p[0]) == [0.0] * 4  # x was not watched: no path
+    expect_error(C.FAILED_PRECONDITION, call, "Gradient",
+                 grad(tape_id=7, target=5, sources=[2], result_ids=[12]), pb.GradientResponse,
+                 match="one-shot")
+    # Wrong requests: each a clear error, never a crash.
+    expect_error(C.INVALID_ARGUMENT, call, "StartTape", pb.StartTapeRequest(session_token=tok),
+                 pb.StartTapeResponse, match="no tape")
+    expect_error(C.INVALID_ARGUMENT, call, "StartTape",
+                 pb.StartTapeRequest(session_token=tok, tape=pb.TapeStart(tape_id=0)),
+                 pb.StartTapeResponse, match="reserved")
+    expect_error(C.ALREADY_EXISTS, call, "StartTape",
+                 pb.StartTapeRequest(session_token=tok, tape=pb.TapeStart(tape_id=7)),
+                 pb.StartTapeResponse)
+    expect_error(C.UNAUTHENTICATED, call, "StartTape",
+                 pb.StartTapeRequest(session_token=b"x", tape=pb.TapeStart(tape_id=8)),
+                 pb.StartTapeResponse)
+    expect_error(C.NOT_FOUND, call, "WatchTape",
+                 pb.WatchTapeRequest(session_token=tok, watch=pb.TapeWatch(tape_id=99, ids=[1])),
+                 pb.WatchTapeResponse, match="tape 99")
+    expect_error(C.INVALID_ARGUMENT, call, "WatchTape",
+                 pb.WatchTapeRequest(session_token=tok, watch=pb.TapeWatch(
+                     tape_id=7, ids=list(range(1, 70000)))),
+                 pb.WatchTapeResponse, match="max_ids_per_request")
+    call("StartTape", pb.StartTapeRequest(session_token=tok, tape=pb.TapeStart(
+        tape_id=8, persistent=True)), pb.StartTapeResponse)
+    expect_error(C.INVALID_ARGUMENT, call, "Gradient",
+                 grad(tape_id=8, target=5, sources=[2, 1], result_ids=[20]),
+                 pb.GradientResponse, match="result id")
+    expect_error(C.INVALID_ARGUMENT, call, "Gradient",
+                 grad(tape_id=8, target=5, sources=[2], result_ids=[0]),
+                 pb.GradientResponse, match="reserved")
+    expect_error(C.INVALID_ARGUMENT, call, "Gradient",
+                 grad(tape_id=8, target=5, sources=[2, 1], result_ids=[20, 20]),
+                 pb.GradientResponse, match="distinct")
+    expect_error(C.NOT_FOUND, call, "Gradient",
+                 grad(tape_id=99, target=5, sources=[2], result_ids=[20]),
+                 pb.GradientResponse, match="tape 99")
+    expect_error(C.INVALID_ARGUMENT, call, "Gradient",
+                 pb.GradientRequest(session_token=tok), pb.GradientResponse, match="no gradient")
+    expect_error(C.NOT_FOUND, call, "DeleteTape",
+                 pb.DeleteTapeRequest(session_token=tok, tape=pb.TapeDelete(tape_id=99)),
+                 pb.DeleteTapeResponse)
+    # The same as Enqueue items, one reply each, in order.
+    items = [pb.EnqueueRequest(session_token=tok, start_tape=pb.TapeStart(tape_id=30)),
+             pb.EnqueueRequest(watch_tape=pb.TapeWatch(tape_id=30, ids=[1])),
+             pb.EnqueueRequest(execute=pb.Operation(op="Square", inputs=[1], output_ids=[31])),
+             pb.EnqueueRequest(execute=pb.Operation(op="Sum", inputs=[31], output_ids=[32])),
+             pb.EnqueueRequest(gradient=pb.TapeGradient(tape_id=30, target=32, sources=[1],
+                                                        result_ids=[33])),
+             pb.EnqueueRequest(gradient=pb.TapeGradient(tape_id=31, target=32, sources=[1],
+                                                        result_ids=[34])),
+             pb.EnqueueRequest(delete_tape=pb.TapeDelete(tape_id=30)),
+             pb.EnqueueRequest(start_tape=pb.TapeStart()),
+             pb.EnqueueRequest(gradient=pb.TapeGradient())]
+    replies = cl.enqueue(items)
+    codes = [r.status.code for r in replies]
+    v = lambda c: c.value[0]
+    assert codes == [0, 0, 0, 0, 0, v(C.NOT_FOUND), 0, v(C.INVALID_ARGUMENT),
+                     v(C.NOT_FOUND)], replies
+    assert [t.id for t in replies[4].outputs] == [33]
+    _, p = download_parts(cl, tok, 33)
+    assert unf32(p[0]) == [2.0, 4.0, 6.0, 8.0]  # d sum(x^2) / dx = 2x
+    r = cl.call("Echo", pb.EchoRequest(payload=b"alive"), pb.EchoResponse)
+    assert r.payload == b"alive"
+
+
 CHECKS = [check_echo, check_server_info, check_health, check_sessions,
           check_bad_tokens, check_upload_download, check_execute, check_sync_error,
           check_quota, check_enqueue, check_echo_stream, check_unknown_method,
-          check_limits_and_garbage, check_fuzz]
+          check_limits_and_garbage, check_fuzz, check_tape]
 
 
 def main():

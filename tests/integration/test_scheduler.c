@@ -348,6 +348,133 @@ static void *stress_worker(void *p) {
   return NULL;
 }
 
+static void on_fence(void *arg, dev_tensor *t, pd_code code) {
+  (void)t;
+  (void)code;
+  atomic_store((atomic_bool *)arg, true);
+}
+
+/* Waits until everything submitted so far ran and released what it used
+ * (sched_fence). */
+static void fence_wait(sched *s) {
+  atomic_bool done;
+  atomic_init(&done, false);
+  assert_int_equal(sched_fence(s, on_fence, &done, NULL), PD_OK);
+  while (!atomic_load(&done)) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Device memory in use, summed over the engine's devices. */
+static uint64_t engine_bytes(void) {
+  uint64_t sum = 0;
+  for (int d = 0; d < dev_engine_num_devices(g_engine); d++) {
+    dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
+    assert_int_equal(dev_engine_memory_stats(g_engine, d, &ms, NULL), PD_OK);
+    sum += ms.bytes_in_use;
+  }
+  return sum;
+}
+
+/* Gradient tapes in the scheduler: gradient ops queue behind forward ops
+ * that have not reached the devices (the dispatcher is held), their results
+ * are published at once with dtype and shape, they are cancelled by tag,
+ * counted against max_queued_ops, and a killed session's tapes are freed.
+ * x = [3, -1]; d sum(x^2) / dx = 2x = [6, -2]. */
+static void test_tapes(void **state) {
+  sched_config cfg = SCHED_CONFIG_INITIALIZER;
+  cfg.incarnation = INC;
+  cfg.max_queued_ops = 6;
+  sched *s = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_create(g_engine, &cfg, &s, &st), PD_OK);
+  fence_wait(s);
+  uint64_t base = engine_bytes();
+  sched_session_info ia;
+  sched_session *a = open_new(s, "a", 0, 0, &ia);
+  const float x[2] = {3.f, -1.f};
+  assert_int_equal(upload(a, 1, 2, x, &st), PD_OK);
+  assert_int_equal(sched_tape_start(a, 100, false, &st), PD_OK);
+  assert_int_equal(sched_tape_start(a, 100, true, &st), PD_ALREADY_EXISTS);
+  uint64_t in1 = 1;
+  assert_int_equal(sched_tape_watch(a, 100, &in1, 1, &st), PD_OK);
+  sched_pause(s, true);
+  uint64_t o10 = 10, o11 = 11;
+  sched_op sq = op1("Square", &in1, 1, &o10), sum = op1("Sum", &o10, 1, &o11);
+  sched_op_result res;
+  int failed;
+  assert_int_equal(sched_execute(a, &sq, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_execute(a, &sum, 1, 0, &res, &failed, &st), PD_OK);
+  /* 2 queued; the gradient's 5 ops (ones, broadcast, 2, 2x, dy*2x) would
+   * make 7 > max_queued_ops = 6. */
+  uint64_t r20 = 20;
+  sched_gradient g = {100, 11, &in1, 1, 0, &r20, 1};
+  pd_dtype dt;
+  dev_shape shape;
+  assert_int_equal(sched_tape_gradient(a, &g, 0, &dt, &shape, &st),
+                   PD_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(st.msg, "max_queued_ops"));
+  sched_pause(s, false);
+  dev_tensor *t = NULL;
+  assert_int_equal(sched_handle_get(a, 11, &t, &st), PD_OK);
+  assert_int_equal(sched_tensor_wait(a, t, &st), PD_OK);
+  dev_tensor_release(t);
+  /* Queue empty again (the ops of the failed gradient ran and are gone):
+   * now held, the gradient queues behind nothing that ran yet. */
+  sched_pause(s, true);
+  assert_int_equal(sched_execute(a, &sq, 1, 0, &res, &failed, &st),
+                   PD_ALREADY_EXISTS); /* 10 is live */
+  assert_int_equal(sched_tape_gradient(a, &g, 0, &dt, &shape, &st), PD_OK);
+  assert_int_equal(dt, PD_FLOAT32);
+  assert_int_equal(shape.rank, 1);
+  assert_int_equal(shape.dims[0], 2);
+  assert_int_equal(sched_handle_get(a, 20, &t, &st), PD_OK);
+  assert_false(dev_tensor_is_ready(t)); /* queued, not run */
+  dev_tensor_release(t);
+  sched_pause(s, false);
+  float gx[2];
+  read_f32(a, 20, gx, 2);
+  assert_true(gx[0] == 6.f && gx[1] == -2.f);
+  /* One-shot: used. */
+  uint64_t r21 = 21;
+  sched_gradient g2 = {100, 11, &in1, 1, 0, &r21, 1};
+  assert_int_equal(sched_tape_gradient(a, &g2, 0, &dt, &shape, &st),
+                   PD_FAILED_PRECONDITION);
+  /* A persistent tape's gradient cancelled by its tag before it ran. */
+  assert_int_equal(sched_tape_start(a, 200, true, &st), PD_OK);
+  assert_int_equal(sched_tape_watch(a, 200, &in1, 1, &st), PD_OK);
+  uint64_t o30 = 30, o31 = 31;
+  sched_op sq2 = op1("Square", &in1, 1, &o30), sum2 = op1("Sum", &o30, 1, &o31);
+  assert_int_equal(sched_execute(a, &sq2, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_execute(a, &sum2, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_handle_get(a, 31, &t, &st), PD_OK);
+  assert_int_equal(sched_tensor_wait(a, t, &st), PD_OK); /* queue empty */
+  dev_tensor_release(t);
+  sched_pause(s, true);
+  sched_gradient g3 = {200, 31, &in1, 1, 0, &r21, 1};
+  assert_int_equal(sched_tape_gradient(a, &g3, 9, &dt, &shape, &st), PD_OK);
+  assert_int_equal(sched_cancel(a, 9), 5);
+  sched_pause(s, false);
+  assert_int_equal(sched_handle_get(a, 21, &t, &st), PD_OK);
+  assert_int_equal(sched_tensor_wait(a, t, &st), PD_CANCELLED);
+  dev_tensor_release(t);
+  /* Handles deleted, the tapes still hold x, x^2, sum: memory stays until
+   * the session is killed. */
+  const uint64_t all[7] = {1, 10, 11, 20, 21, 30, 31};
+  assert_int_equal(sched_handle_delete(a, all, 7, &st), PD_OK);
+  fence_wait(s);
+  assert_true(engine_bytes() > base);
+  sched_kill_target kt = {NULL, 0, NULL, ia.seq};
+  sched_kill_result kr;
+  assert_int_equal(sched_kill(s, &kt, &kr, &st), PD_OK);
+  fence_wait(s);
+  assert_int_equal(engine_bytes(), base);
+  assert_int_equal(sched_tape_delete(a, 200, &st), PD_NOT_FOUND);
+  sched_session_put(a);
+  sched_destroy(s);
+}
+
 static void test_stress(void **state) {
   sched *s = new_sched(5, NULL, NULL);
   atomic_bool stop;
@@ -373,6 +500,7 @@ int main(void) {
       cmocka_unit_test(test_queue_cancel),
       cmocka_unit_test(test_lease_and_quota),
       cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_tapes),
       cmocka_unit_test(test_stress),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -678,6 +678,13 @@ def check_metrics():
             assert metric(m, "paradev_device_memory_free_bytes", device=str(i)) == \
                 (1 << 20) - info.devices[i].memory_used_bytes
             assert metric(m, "paradev_device_healthy", device=str(i)) == 1
+            # Every op had run when GetServerInfo answered, and none since:
+            # the two readings of the device's busy time agree, and 5 ops
+            # took some of it.
+            busy = metric(m, "paradev_device_busy_seconds_total", device=str(i))
+            assert busy is not None and busy > 0, busy
+            assert abs(busy - info.devices[i].busy_seconds) < 1e-6, \
+                (busy, info.devices[i].busy_seconds)
         assert metric(m, "paradev_serving") == 1 and metric(m, "paradev_draining") == 0
         assert metric(m, "paradev_build_info", version=info.version, backend="cpu") == 1
         # Closing, lease expiry.

@@ -1,0 +1,419 @@
+/* A data-parallel MLP on paradevd (see dp_mlp.h). Every op is a raw op run
+ * on all devices of the daemon's mesh; every handle id comes from
+ * pd_session_new_id; everything but uploads and the waits at the end of an
+ * epoch goes through one Enqueue stream, so the client never waits for the
+ * devices during an epoch. */
+#include "dp_mlp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NW 4 /* weights: W1 [in, hidden], b1 [hidden], W2 [hidden, classes], b2 */
+
+/* The client runs ahead of the devices by at most 2 * SYNC_EVERY steps:
+ * every SYNC_EVERY steps it waits until the step SYNC_EVERY back has been
+ * computed. Uploads take device memory at once, so an unbounded run-ahead
+ * would hold a whole epoch of batches (and its queued ops) in memory. */
+#define SYNC_EVERY 16
+
+struct dp_mlp {
+  pd_session *s;
+  pd_stream *t;
+  dp_mlp_config cfg;
+  int ndev;
+  pd_attrs *a;          /* scratch attributes of the op being queued */
+  uint64_t w[NW];       /* the weights (mirrored) */
+  uint64_t m1[NW];      /* Adam's first moment, or SGD's velocity */
+  uint64_t m2[NW];      /* Adam's second moment */
+  uint64_t c_b1, c_1mb1, c_b2, c_1mb2, c_eps, c_mu, c_lr; /* scalars */
+  uint64_t acc_loss, acc_correct; /* per device, since the last epoch end */
+  long steps;
+  uint64_t mark;       /* a step's loss, kept to wait on (0: none) */
+  uint64_t mark_index; /* the stream item that computes it */
+  uint64_t *tmp; /* handles to delete at the end of the step */
+  int ntmp, captmp;
+  pd_status *err; /* the first failure while queueing (sticky) */
+};
+
+static const double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-7, kMomentum = 0.9;
+
+/* --- queueing helpers: each does nothing once a call has failed --------------- */
+
+static bool failed(dp_mlp *m) { return pd_status_code(m->err) != PD_OK; }
+
+static void keep_tmp(dp_mlp *m, uint64_t id) {
+  if (failed(m) || id == 0) return;
+  if (m->ntmp == m->captmp) {
+    int cap = m->captmp ? m->captmp * 2 : 64;
+    uint64_t *n = realloc(m->tmp, sizeof(*n) * (size_t)cap);
+    if (!n) {
+      pd_status_set(m->err, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      return;
+    }
+    m->tmp = n;
+    m->captmp = cap;
+  }
+  m->tmp[m->ntmp++] = id;
+}
+
+/* Queues `op` on inputs in[0..n) with attrs m->a (cleared afterwards) and
+ * returns its first output's fresh id (0 after a failure). With `outs`, the
+ * op has n_out outputs whose ids go there. */
+static uint64_t opn(dp_mlp *m, const char *op, const uint64_t *in, int n,
+                    uint64_t *outs, int n_out) {
+  uint64_t one = 0;
+  if (!outs) {
+    outs = &one;
+    n_out = 1;
+  }
+  for (int i = 0; i < n_out; i++) outs[i] = 0; /* fresh ids */
+  if (!failed(m) && pd_stream_execute(m->t, op, in, n, m->a, outs, n_out, NULL,
+                                      m->err) != PD_OK)
+    outs[0] = 0;
+  pd_attrs_clear(m->a);
+  return failed(m) ? 0 : outs[0];
+}
+
+static uint64_t op1(dp_mlp *m, const char *op, uint64_t x) {
+  return opn(m, op, &x, 1, NULL, 0);
+}
+
+static uint64_t op2(dp_mlp *m, const char *op, uint64_t x, uint64_t y) {
+  const uint64_t in[2] = {x, y};
+  return opn(m, op, in, 2, NULL, 0);
+}
+
+/* The same, the output kept for deletion at the end of the step. */
+static uint64_t t1(dp_mlp *m, const char *op, uint64_t x) {
+  uint64_t id = op1(m, op, x);
+  keep_tmp(m, id);
+  return id;
+}
+
+static uint64_t t2(dp_mlp *m, const char *op, uint64_t x, uint64_t y) {
+  uint64_t id = op2(m, op, x, y);
+  keep_tmp(m, id);
+  return id;
+}
+
+/* A float32 tensor of `rank` dims filled with v (rank 0: a scalar). */
+static uint64_t fill(dp_mlp *m, const int64_t *dims, int rank, double v) {
+  pd_attrs_set_shape(m->a, "shape", dims, rank);
+  pd_attrs_set_float(m->a, "value", v);
+  pd_attrs_set_dtype(m->a, "dtype", PD_FLOAT32);
+  return opn(m, "Fill", NULL, 0, NULL, 0);
+}
+
+static uint64_t scalar(dp_mlp *m, double v) { return fill(m, NULL, 0, v); }
+
+/* Sum over every axis (an empty axis list). */
+static uint64_t sum_all(dp_mlp *m, uint64_t x) { return t1(m, "Sum", x); }
+
+static uint64_t all_reduce(dp_mlp *m, uint64_t x, const char *reduction) {
+  pd_attrs_set_string(m->a, "reduction", reduction);
+  return t1(m, "AllReduce", x);
+}
+
+/* Deletes the step's temporaries with one stream item. */
+static void flush_tmp(dp_mlp *m) {
+  if (!failed(m) && m->ntmp > 0)
+    pd_stream_delete_ids(m->t, m->tmp, m->ntmp, NULL, m->err);
+  m->ntmp = 0;
+}
+
+static pd_code report(dp_mlp *m, pd_status *st) {
+  pd_code rc = pd_status_code(m->err);
+  if (rc != PD_OK) pd_status_set(st, rc, pd_status_message(m->err));
+  return rc;
+}
+
+/* Uploads x (rows x inputs) and y (rows) sharded along the rows. */
+static pd_code upload_batch(dp_mlp *m, const float *x, const int32_t *y,
+                            int rows, uint64_t *xid, uint64_t *yid) {
+  if (failed(m)) return pd_status_code(m->err);
+  *xid = pd_session_new_id(m->s);
+  *yid = pd_session_new_id(m->s);
+  const int64_t dx[2] = {rows, m->cfg.inputs}, dy[1] = {rows};
+  if (pd_upload(m->s, *xid, PD_FLOAT32, dx, 2, x,
+                sizeof(float) * (size_t)rows * (size_t)m->cfg.inputs,
+                pd_layout_sharded(0), NULL, NULL, m->err) != PD_OK ||
+      pd_upload(m->s, *yid, PD_INT32, dy, 1, y, sizeof(int32_t) * (size_t)rows,
+                pd_layout_sharded(0), NULL, NULL, m->err) != PD_OK)
+    return pd_status_code(m->err);
+  keep_tmp(m, *xid);
+  keep_tmp(m, *yid);
+  return PD_OK;
+}
+
+/* logits = relu(x W1 + b1) W2 + b2, every intermediate a temporary. */
+static uint64_t forward(dp_mlp *m, uint64_t x) {
+  uint64_t h = t2(m, "BiasAdd", t2(m, "MatMul", x, m->w[0]), m->w[1]);
+  uint64_t r = t1(m, "Relu", h);
+  return t2(m, "BiasAdd", t2(m, "MatMul", r, m->w[2]), m->w[3]);
+}
+
+/* Correct predictions among logits' rows: Sum(Cast(Equal(ArgMax, y))). */
+static uint64_t count_correct(dp_mlp *m, uint64_t logits, uint64_t y) {
+  pd_attrs_set_int(m->a, "axis", 1);
+  pd_attrs_set_dtype(m->a, "output_type", PD_INT32);
+  uint64_t pred = t1(m, "ArgMax", logits);
+  uint64_t eq = t2(m, "Equal", pred, y);
+  pd_attrs_set_dtype(m->a, "DstT", PD_FLOAT32);
+  return sum_all(m, t1(m, "Cast", eq));
+}
+
+/* --- the model -------------------------------------------------------------------- */
+
+dp_mlp *dp_mlp_new(pd_session *s, const dp_mlp_config *cfg, pd_status *st) {
+  dp_mlp *m = calloc(1, sizeof(*m));
+  if (!m || !(m->a = pd_attrs_new()) || !(m->err = pd_status_new())) {
+    pd_status_set(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    if (m) pd_attrs_delete(m->a);
+    free(m);
+    return NULL;
+  }
+  m->s = s;
+  m->cfg = *cfg;
+  m->ndev = pd_session_num_devices(s);
+  m->t = pd_stream_new(s, NULL, m->err);
+  if (!m->t) {
+    report(m, st);
+    dp_mlp_delete(m);
+    return NULL;
+  }
+  const int64_t shapes[NW][2] = {{cfg->inputs, cfg->hidden},
+                                 {cfg->hidden, 0},
+                                 {cfg->hidden, cfg->classes},
+                                 {cfg->classes, 0}};
+  const int ranks[NW] = {2, 1, 2, 1};
+  for (int i = 0; i < NW; i++) {
+    if (ranks[i] == 2) {
+      /* He-normal: stddev sqrt(2 / fan_in). per_device=false: the same
+       * stream on every device, so the weights start mirrored. */
+      pd_attrs_set_shape(m->a, "shape", shapes[i], 2);
+      pd_attrs_set_dtype(m->a, "dtype", PD_FLOAT32);
+      pd_attrs_set_int(m->a, "seed", (int64_t)(cfg->seed & INT64_MAX));
+      pd_attrs_set_int(m->a, "seed2", i + 1);
+      pd_attrs_set_float(m->a, "stddev", sqrt(2.0 / (double)shapes[i][0]));
+      pd_attrs_set_bool(m->a, "per_device", false);
+      m->w[i] = opn(m, "RandomNormal", NULL, 0, NULL, 0);
+    } else {
+      m->w[i] = fill(m, shapes[i], 1, 0.0);
+    }
+    m->m1[i] = fill(m, shapes[i], ranks[i], 0.0);
+    if (cfg->optimizer == DP_MLP_ADAM) m->m2[i] = fill(m, shapes[i], ranks[i], 0.0);
+  }
+  m->c_b1 = scalar(m, kBeta1);
+  m->c_1mb1 = scalar(m, 1 - kBeta1);
+  m->c_b2 = scalar(m, kBeta2);
+  m->c_1mb2 = scalar(m, 1 - kBeta2);
+  m->c_eps = scalar(m, kEps);
+  m->c_mu = scalar(m, kMomentum);
+  m->c_lr = scalar(m, cfg->lr);
+  m->acc_loss = scalar(m, 0);
+  m->acc_correct = scalar(m, 0);
+  if (report(m, st) != PD_OK) {
+    dp_mlp_delete(m);
+    return NULL;
+  }
+  return m;
+}
+
+long dp_mlp_steps(const dp_mlp *m) { return m->steps; }
+
+/* Waits until the devices computed the last marked step, then marks `loss`
+ * (just queued) as the next one to wait on. */
+static void bound_run_ahead(dp_mlp *m, uint64_t loss) {
+  if (failed(m)) return;
+  if (m->mark) {
+    /* The marker's item must have been answered (so that the handle exists)
+     * before Sync can name it; it almost always has. */
+    if (pd_stream_num_replies(m->t) <= m->mark_index)
+      pd_stream_wait(m->t, PD_TIMEOUT_NONE, m->err);
+    if (!failed(m)) pd_sync(m->s, &m->mark, 1, NULL, NULL, m->err);
+    keep_tmp(m, m->mark);
+  }
+  m->mark = loss;
+  m->mark_index = pd_stream_num_items(m->t) - 1;
+}
+
+/* Replaces handle *slot by `id`; the old one is deleted with the step's
+ * temporaries. */
+static void replace(dp_mlp *m, uint64_t *slot, uint64_t id) {
+  keep_tmp(m, *slot);
+  *slot = id;
+}
+
+pd_code dp_mlp_step(dp_mlp *m, const float *x, const int32_t *y, int rows,
+                    pd_status *st) {
+  if (rows <= 0) {
+    pd_status_set(st, PD_INVALID_ARGUMENT, "a step needs at least one row");
+    return PD_INVALID_ARGUMENT;
+  }
+  uint64_t xid = 0, yid = 0;
+  if (upload_batch(m, x, y, rows, &xid, &yid) != PD_OK) return report(m, st);
+  m->steps++;
+
+  /* The loss each device differentiates. Its shard holds b_d of the batch's
+   * B rows (b_d differs by one between devices, and may be 0, when B does
+   * not divide by the mesh size n). A per-device mean over the shard,
+   * averaged over the devices, would weight a row of a short shard more
+   * than one of a long shard. Instead each device takes the SUM of its
+   * rows' losses scaled by n / B: AllReduce(mean) of the gradients is then
+   * (1/n) sum_d (n/B) sum_{i in d} grad l_i = (1/B) sum_i grad l_i, exactly
+   * the gradient of the mean loss over the whole batch, for any mesh size
+   * and any split. */
+  uint64_t scale = scalar(m, (double)m->ndev / (double)rows);
+  keep_tmp(m, scale);
+  uint64_t tape = pd_session_new_id(m->s);
+  if (!failed(m)) pd_stream_tape_start(m->t, tape, false, NULL, m->err);
+  if (!failed(m)) pd_stream_tape_watch(m->t, tape, m->w, NW, NULL, m->err);
+  uint64_t logits = forward(m, xid);
+  uint64_t xent[2];
+  const uint64_t xin[2] = {logits, yid};
+  opn(m, "SparseSoftmaxCrossEntropyWithLogits", xin, 2, xent, 2);
+  keep_tmp(m, xent[0]);
+  keep_tmp(m, xent[1]);
+  uint64_t loss_sum = sum_all(m, xent[0]);
+  uint64_t loss = op2(m, "Mul", loss_sum, scale);
+  if (m->steps % SYNC_EVERY == 0)
+    bound_run_ahead(m, loss);
+  else
+    keep_tmp(m, loss);
+  uint64_t g[NW] = {0, 0, 0, 0};
+  if (!failed(m))
+    pd_stream_tape_gradient(m->t, tape, loss, m->w, NW, 0, g, NULL, m->err);
+  for (int i = 0; i < NW; i++) keep_tmp(m, g[i]);
+  /* The one-shot tape has done its work; the ops below are not recorded. */
+  if (!failed(m)) pd_stream_tape_delete(m->t, tape, NULL, m->err);
+  uint64_t gm[NW];
+  for (int i = 0; i < NW; i++) gm[i] = all_reduce(m, g[i], "mean");
+
+  /* Running loss and accuracy, on the devices. */
+  replace(m, &m->acc_loss, op2(m, "Add", m->acc_loss, loss_sum));
+  replace(m, &m->acc_correct, op2(m, "Add", m->acc_correct, count_correct(m, logits, yid)));
+
+  /* The same update on every device, from the same averaged gradients. */
+  if (m->cfg.optimizer == DP_MLP_ADAM) {
+    double t = (double)m->steps;
+    uint64_t lr_t = scalar(m, m->cfg.lr * sqrt(1 - pow(kBeta2, t)) /
+                                  (1 - pow(kBeta1, t)));
+    keep_tmp(m, lr_t);
+    for (int i = 0; i < NW; i++) {
+      uint64_t m1 = op2(m, "Add", t2(m, "Mul", m->m1[i], m->c_b1),
+                        t2(m, "Mul", gm[i], m->c_1mb1));
+      uint64_t m2 = op2(m, "Add", t2(m, "Mul", m->m2[i], m->c_b2),
+                        t2(m, "Mul", t1(m, "Square", gm[i]), m->c_1mb2));
+      uint64_t den = t2(m, "Add", t1(m, "Sqrt", m2), m->c_eps);
+      uint64_t upd = t2(m, "Mul", t2(m, "Div", m1, den), lr_t);
+      replace(m, &m->w[i], op2(m, "Sub", m->w[i], upd));
+      replace(m, &m->m1[i], m1);
+      replace(m, &m->m2[i], m2);
+    }
+  } else {
+    for (int i = 0; i < NW; i++) {
+      uint64_t v = op2(m, "Add", t2(m, "Mul", m->m1[i], m->c_mu), gm[i]);
+      replace(m, &m->w[i], op2(m, "Sub", m->w[i], t2(m, "Mul", v, m->c_lr)));
+      replace(m, &m->m1[i], v);
+    }
+  }
+  flush_tmp(m);
+  return report(m, st);
+}
+
+/* Waits for the stream's replies, then downloads a scalar (every component
+ * holds it after an AllReduce). */
+static pd_code fetch_scalar(dp_mlp *m, uint64_t id, double *out) {
+  float v = 0;
+  if (!failed(m) && pd_download(m->s, id, pd_layout_mirrored(), &v, sizeof(v),
+                                NULL, NULL, NULL, m->err) == PD_OK)
+    *out = v;
+  return pd_status_code(m->err);
+}
+
+pd_code dp_mlp_epoch_end(dp_mlp *m, double *loss_sum, double *correct,
+                         pd_status *st) {
+  uint64_t tl = all_reduce(m, m->acc_loss, "sum");
+  uint64_t tc = all_reduce(m, m->acc_correct, "sum");
+  replace(m, &m->acc_loss, scalar(m, 0));
+  replace(m, &m->acc_correct, scalar(m, 0));
+  keep_tmp(m, m->mark); /* everything is waited for below */
+  m->mark = 0;
+  /* Every item answered: the handles exist, and no item failed. */
+  if (!failed(m)) pd_stream_wait(m->t, PD_TIMEOUT_NONE, m->err);
+  fetch_scalar(m, tl, loss_sum);
+  fetch_scalar(m, tc, correct);
+  flush_tmp(m);
+  return report(m, st);
+}
+
+pd_code dp_mlp_evaluate(dp_mlp *m, const float *x, const int32_t *y, int rows,
+                        double *correct, pd_status *st) {
+  uint64_t xid = 0, yid = 0;
+  if (upload_batch(m, x, y, rows, &xid, &yid) != PD_OK) return report(m, st);
+  uint64_t total = all_reduce(m, count_correct(m, forward(m, xid), yid), "sum");
+  if (!failed(m)) pd_stream_wait(m->t, PD_TIMEOUT_NONE, m->err);
+  fetch_scalar(m, total, correct);
+  flush_tmp(m);
+  return report(m, st);
+}
+
+pd_code dp_mlp_check_replicas(dp_mlp *m, bool *identical, uint64_t *bytes,
+                              pd_status *st) {
+  if (!failed(m)) pd_stream_wait(m->t, PD_TIMEOUT_NONE, m->err);
+  const size_t n[NW] = {
+      (size_t)m->cfg.inputs * (size_t)m->cfg.hidden, (size_t)m->cfg.hidden,
+      (size_t)m->cfg.hidden * (size_t)m->cfg.classes, (size_t)m->cfg.classes};
+  bool same = true;
+  uint64_t total = 0;
+  for (int i = 0; i < NW && !failed(m); i++) {
+    float **comp = calloc((size_t)m->ndev, sizeof(*comp));
+    size_t *cap = calloc((size_t)m->ndev, sizeof(*cap));
+    bool ok = comp && cap;
+    for (int d = 0; ok && d < m->ndev; d++) {
+      cap[d] = n[i] * sizeof(float);
+      ok = (comp[d] = malloc(cap[d])) != NULL;
+    }
+    if (!ok)
+      pd_status_set(m->err, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    else if (pd_download_components(m->s, m->w[i], m->ndev, (void *const *)comp,
+                                    cap, NULL, NULL, m->err) == PD_OK)
+      for (int d = 1; d < m->ndev; d++)
+        same &= memcmp(comp[0], comp[d], cap[0]) == 0;
+    for (int d = 0; comp && d < m->ndev; d++) free(comp[d]);
+    free(comp);
+    free(cap);
+    total += n[i] * sizeof(float);
+  }
+  if (report(m, st) != PD_OK) return pd_status_code(st);
+  *identical = same;
+  if (bytes) *bytes = total;
+  return PD_OK;
+}
+
+void dp_mlp_delete(dp_mlp *m) {
+  if (!m) return;
+  if (m->t) {
+    /* The session's close frees everything anyway; deleting here keeps a
+     * long-lived session tidy. Errors no longer matter. */
+    pd_status_set(m->err, PD_OK, NULL);
+    keep_tmp(m, m->acc_loss);
+    keep_tmp(m, m->acc_correct);
+    keep_tmp(m, m->mark);
+    const uint64_t *lists[3] = {m->w, m->m1, m->m2};
+    for (int k = 0; k < 3; k++)
+      for (int i = 0; i < NW; i++) keep_tmp(m, lists[k][i]);
+    const uint64_t consts[7] = {m->c_b1,  m->c_1mb1, m->c_b2, m->c_1mb2,
+                                m->c_eps, m->c_mu,   m->c_lr};
+    for (int i = 0; i < 7; i++) keep_tmp(m, consts[i]);
+    flush_tmp(m);
+    pd_stream_close(m->t, 30000, NULL);
+    pd_stream_delete(m->t);
+  }
+  pd_attrs_delete(m->a);
+  pd_status_delete(m->err);
+  free(m->tmp);
+  free(m);
+}

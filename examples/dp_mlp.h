@@ -1,0 +1,76 @@
+/* A data-parallel multilayer perceptron trained on a paradevd daemon with
+ * libparadev: the weights live on the daemon, mirrored (the same on every
+ * device); each step's batch is uploaded sharded along its rows; every
+ * device runs the forward pass and the loss on its shard under a gradient
+ * tape, the gradients are averaged with AllReduce(mean), and every device
+ * applies the same update (Adam, or SGD with momentum). Everything after the
+ * upload is an item of one Enqueue stream: a step costs no round trip to
+ * the daemon beyond the batch's upload.
+ *
+ * Model: inputs -> hidden (ReLU) -> classes, softmax cross-entropy
+ * (SparseSoftmaxCrossEntropyWithLogits). Used by train_digits.c and by the
+ * training benchmark (bench/bench_train.c). Links libparadev only. */
+#ifndef PARADEV_EXAMPLES_DP_MLP_H
+#define PARADEV_EXAMPLES_DP_MLP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "paradev/paradev.h"
+
+typedef enum dp_mlp_optimizer {
+  DP_MLP_ADAM = 0, /* Kingma & Ba, with Keras's epsilon (1e-7) */
+  DP_MLP_SGD = 1,  /* SGD with momentum 0.9 (v = 0.9 v + g; w -= lr v) */
+} dp_mlp_optimizer;
+
+typedef struct dp_mlp_config {
+  int inputs;  /* features per row */
+  int hidden;  /* units of the hidden layer */
+  int classes; /* labels are 0..classes-1 */
+  dp_mlp_optimizer optimizer;
+  double lr;     /* learning rate */
+  uint64_t seed; /* of the weights' random initialisation */
+} dp_mlp_config;
+
+typedef struct dp_mlp dp_mlp;
+
+/* Creates the model on session `s`: opens an Enqueue stream and queues the
+ * weights' initialisation (He-normal from seeded RandomNormal with
+ * per_device=false, so every device draws the same values; zero biases) and
+ * the optimizer's state. Returns NULL with `st` set on failure. */
+dp_mlp *dp_mlp_new(pd_session *s, const dp_mlp_config *cfg, pd_status *st);
+
+/* Queues one training step on `rows` rows (x: rows*inputs floats, y: rows
+ * labels), uploaded sharded over the mesh: rows/n per device, the first
+ * rows%n devices one more (a device may get none). Returns once the batch is
+ * uploaded and the step's items are queued; errors of the items show in
+ * dp_mlp_epoch_end. The loss and correct predictions accumulate on the
+ * devices. */
+pd_code dp_mlp_step(dp_mlp *m, const float *x, const int32_t *y, int rows,
+                    pd_status *st);
+
+/* Waits for every step queued so far and returns, over them, the summed
+ * per-example loss and the number of correct predictions (with the weights
+ * of the step that saw each example); then resets both. */
+pd_code dp_mlp_epoch_end(dp_mlp *m, double *loss_sum, double *correct,
+                         pd_status *st);
+
+/* Number of correct predictions of the current weights on `rows` rows
+ * (sharded over the mesh like a batch). Waits. */
+pd_code dp_mlp_evaluate(dp_mlp *m, const float *x, const int32_t *y, int rows,
+                        double *correct, pd_status *st);
+
+/* Downloads every component of every weight and compares them bit for bit;
+ * *identical tells whether all devices hold the same weights. *bytes gets
+ * the bytes of one replica of the weights. */
+pd_code dp_mlp_check_replicas(dp_mlp *m, bool *identical, uint64_t *bytes,
+                              pd_status *st);
+
+/* Steps queued so far. */
+long dp_mlp_steps(const dp_mlp *m);
+
+/* Closes the stream and deletes the model's handles (best effort); frees
+ * `m`. NULL is a no-op. */
+void dp_mlp_delete(dp_mlp *m);
+
+#endif /* PARADEV_EXAMPLES_DP_MLP_H */

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Integration test of the main job: a short run of examples/train_digits
+# against a real daemon, through scripts/demo.sh (the `make demo` path: start
+# paradevd on a temporary socket, train, SIGTERM, exit 0). 3 devices and a
+# batch of 24, so the last batch (1438 = 59 * 24 + 22 rows) splits unevenly
+# (8, 7, 7). Asserts that the loss falls from the first epoch to the last,
+# that the test accuracy passes a lower bar, and that the weights ended up
+# identical on every device. No timing thresholds.
+#
+# Usage: test_train_digits.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1
+build=$2
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+DEMO_DEVICES=3 bash "$src/scripts/demo.sh" "$build" --epochs 3 --batch 24 \
+  --seed 7 --min-accuracy 85 >"$out" 2>&1
+rc=$?
+cat "$out"
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+[ "$rc" -eq 0 ] || fail "scripts/demo.sh exited with $rc"
+
+# "epoch  1/3  loss 1.3657  train accuracy  65.86%  483.0 steps/s"
+mapfile -t losses < <(awk '$1 == "epoch" { print $4 }' "$out")
+[ "${#losses[@]}" -eq 3 ] || fail "expected 3 epoch lines, got ${#losses[@]}"
+awk -v a="${losses[0]}" -v b="${losses[2]}" 'BEGIN { exit !(b < a) }' ||
+  fail "the loss did not fall: epoch 1 ${losses[0]}, epoch 3 ${losses[2]}"
+acc=$(awk '$1 == "test" && $2 == "accuracy" { sub("%", "", $3); print $3 }' "$out")
+[ -n "$acc" ] || fail "no test accuracy line"
+awk -v a="$acc" 'BEGIN { exit !(a >= 85) }' || fail "test accuracy $acc% < 85%"
+grep -q "weights bitwise identical on all 3 devices" "$out" ||
+  fail "the weights were not reported identical on every device"
+grep -q "paradevd stopped cleanly" "$out" || fail "the daemon did not stop cleanly"
+if grep -q -e "AddressSanitizer" -e "runtime error" "$out"; then
+  fail "sanitizer report"
+fi
+echo "PASS: loss ${losses[0]} -> ${losses[2]}, test accuracy $acc%"
