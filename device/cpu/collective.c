@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "cpu_int.h"
 
@@ -67,10 +70,46 @@ static void barrier(cpu_coll *c) {
 
 #define BLK 2048
 
+/* Outputs of a collective larger than this (per device) are written with
+ * non-temporal stores: they will not be read again before leaving the cache,
+ * and streaming them skips the read-for-ownership of every line. */
+#define STREAM_MIN_BYTES ((int64_t)2 << 20)
+
+/* Copies `bytes` to `dst`; with `nt`, through non-temporal stores where the
+ * CPU has them (callers fence before others read). */
+static void put_bytes(void *dst, const void *src, size_t bytes, bool nt) {
+#if defined(__SSE2__)
+  if (nt && bytes >= 64) {
+    char *d = dst;
+    const char *sp = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    memcpy(d, sp, head);
+    d += head;
+    sp += head;
+    bytes -= head;
+    size_t body = bytes & ~(size_t)15;
+    for (size_t i = 0; i < body; i += 16)
+      _mm_stream_si128((__m128i *)(void *)(d + i), _mm_loadu_si128((const __m128i *)(const void *)(sp + i)));
+    memcpy(d + body, sp + body, bytes - body);
+    return;
+  }
+#endif
+  (void)nt;
+  memcpy(dst, src, bytes);
+}
+
+static void stream_fence(bool nt) {
+#if defined(__SSE2__)
+  if (nt) _mm_sfence();
+#endif
+  (void)nt;
+}
+
 #define DEFINE_REDUCE(NAME, T, ACC, LOAD, STORE)                                  \
   static void NAME(int red, int n, const void *const *in, void *const *out,       \
-                   int n_out, int64_t b, int64_t e) {                             \
+                   int n_out, int64_t b, int64_t e, bool nt) {                    \
     ACC acc[BLK];                                                                 \
+    T res[BLK];                                                                   \
     for (int64_t s = b; s < e; s += BLK) {                                        \
       int64_t m = e - s < BLK ? e - s : BLK;                                      \
       const T *a0 = (const T *)in[0] + s;                                         \
@@ -101,10 +140,9 @@ static void barrier(cpu_coll *c) {
       }                                                                           \
       if (red == DEV_RED_MEAN)                                                    \
         for (int64_t i = 0; i < m; i++) acc[i] = mean_of(acc[i], n);              \
-      for (int j = 0; j < n_out; j++) {                                           \
-        T *o = (T *)out[j] + s;                                                   \
-        for (int64_t i = 0; i < m; i++) o[i] = STORE(acc[i]);                     \
-      }                                                                           \
+      for (int64_t i = 0; i < m; i++) res[i] = STORE(acc[i]);                     \
+      for (int j = 0; j < n_out; j++)                                             \
+        put_bytes((T *)out[j] + s, res, (size_t)m * sizeof(T), nt);              \
     }                                                                             \
   }
 
@@ -134,7 +172,8 @@ DEFINE_REDUCE(reduce_u8, uint8_t, uint64_t, u8_to_u64, u64_to_u8)
  * comparisons signed. */
 #define DEFINE_REDUCE_SIGNED(NAME, T, UT)                                         \
   static void NAME(int red, int n, const void *const *in, void *const *out,       \
-                   int n_out, int64_t b, int64_t e) {                             \
+                   int n_out, int64_t b, int64_t e, bool nt) {                    \
+    (void)nt;                                                                     \
     for (int64_t i = b; i < e; i++) {                                             \
       T v0 = ((const T *)in[0])[i];                                               \
       int64_t acc = v0;                                                           \
@@ -161,7 +200,8 @@ DEFINE_REDUCE_SIGNED(reduce_i32, int32_t, uint32_t)
 
 /* int64 means sum in unsigned 64-bit too (wrap-around rather than overflow). */
 static void reduce_i64(int red, int n, const void *const *in, void *const *out, int n_out,
-                       int64_t b, int64_t e) {
+                       int64_t b, int64_t e, bool nt) {
+  (void)nt;
   for (int64_t i = b; i < e; i++) {
     int64_t acc = ((const int64_t *)in[0])[i];
     uint64_t uacc = (uint64_t)acc;
@@ -183,7 +223,8 @@ static void reduce_i64(int red, int n, const void *const *in, void *const *out, 
 
 /* bool: sum and max are logical or; prod and min are logical and. */
 static void reduce_bool(int red, int n, const void *const *in, void *const *out, int n_out,
-                        int64_t b, int64_t e) {
+                        int64_t b, int64_t e, bool nt) {
+  (void)nt;
   bool any = red == DEV_RED_SUM || red == DEV_RED_MAX || red == DEV_RED_MEAN;
   for (int64_t i = b; i < e; i++) {
     uint8_t acc = ((const uint8_t *)in[0])[i] != 0;
@@ -196,9 +237,9 @@ static void reduce_bool(int red, int n, const void *const *in, void *const *out,
 }
 
 /* Reduces elements [b, e) of the n inputs and stores the result into each of
- * the n_out outputs (same element indices). */
+ * the n_out outputs (same element indices), streaming the stores with nt. */
 typedef void (*reduce_fn)(int red, int n, const void *const *in, void *const *out, int n_out,
-                          int64_t b, int64_t e);
+                          int64_t b, int64_t e, bool nt);
 
 static reduce_fn reducer(pd_dtype dt) {
   switch (dt) {
@@ -256,7 +297,9 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
       int red = parse_reduction(&ctx->attrs[0]);
       int64_t count = elems(&c->in_shape[d]);
       int64_t lo = count * d / n, hi = count * (d + 1) / n;
-      reducer(dt)(red, n, c->in, c->out, n, lo, hi);
+      bool nt = count * (int64_t)es >= STREAM_MIN_BYTES;
+      reducer(dt)(red, n, c->in, c->out, n, lo, hi, nt);
+      stream_fence(nt);
       barrier(c);
       return PD_OK;
     }
@@ -298,7 +341,9 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
       int64_t mine = q + (d < r ? 1 : 0);
       const void *shifted[PD_MAX_DEVICES];
       for (int p = 0; p < n; p++) shifted[p] = (const char *)c->in[p] + first * row_elems * (int64_t)es;
-      reducer(dt)(red, n, shifted, &c->out[d], 1, 0, mine * row_elems);
+      bool nt = mine * row_elems * (int64_t)es >= STREAM_MIN_BYTES;
+      reducer(dt)(red, n, shifted, &c->out[d], 1, 0, mine * row_elems, nt);
+      stream_fence(nt);
       return PD_OK;
     }
     case DEV_COLL_NONE:
