@@ -126,10 +126,10 @@ int srv_http_start(srv *s) {
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
   if (res->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   struct MHD_Daemon *d = MHD_start_daemon(
-      flags, 0, NULL, NULL, srv_http_handler, s, MHD_OPTION_SOCK_ADDR,
-      res->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER,
-      srv_http_log, (void *)NULL, MHD_OPTION_END);
+      flags, 0, NULL, NULL, srv_http_handler, s, MHD_OPTION_EXTERNAL_LOGGER,
+      srv_http_log, (void *)NULL, MHD_OPTION_SOCK_ADDR, res->ai_addr,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)10, MHD_OPTION_END);
   freeaddrinfo(res);
   if (!d) {
     SRV_ERROR("cannot listen on %s for /metrics (address in use or not "

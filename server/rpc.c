@@ -11,8 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SRV_LOG_SUB SRV_SUB_RPC
 #include "log.h"
@@ -509,9 +512,34 @@ static void srv_server_abandon(grpc_server *gs) {
   grpc_server_destroy(gs);
 }
 
+/* True when something accepts connections on the Unix socket `path`. gRPC
+ * unlinks a socket file before it binds, so without this check a second
+ * daemon would silently take a live daemon's socket away from it; a stale
+ * file (nothing listening) may go. */
+static bool unix_socket_live(const char *path) {
+  struct sockaddr_un sa;
+  if (strlen(path) >= sizeof(sa.sun_path)) return false;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  bool live = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+  close(fd);
+  return live;
+}
+
+/* Refuses an address another live process serves (see unix_socket_live). */
+static bool addr_taken(const char *addr) {
+  if (strncmp(addr, "unix:", 5) != 0 || !unix_socket_live(addr + 5)) return false;
+  SRV_ERROR("cannot listen on %s: another process is serving on this socket "
+            "(stop it first, or choose another path)", addr);
+  return true;
+}
+
 int srv_start(srv *s) {
   grpc_init();
-  grpc_arg args[2];
+  grpc_arg args[3];
   int maxmsg = s->opt.limits.max_message_bytes > INT_MAX
                    ? INT_MAX
                    : (int)s->opt.limits.max_message_bytes;
@@ -521,9 +549,15 @@ int srv_start(srv *s) {
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = maxmsg;
-  grpc_channel_args chargs = {2, args};
+  /* gRPC sets SO_REUSEPORT by default: a second daemon on the same port
+   * would then split the connections with the first. */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+  args[2].value.integer = 0;
+  grpc_channel_args chargs = {3, args};
+  grpc_channel_args admin_args = {1, &args[2]};
   s->server = grpc_server_create(&chargs, NULL);
-  if (s->opt.admin_socket[0]) s->admin_server = grpc_server_create(NULL, NULL);
+  if (s->opt.admin_socket[0]) s->admin_server = grpc_server_create(&admin_args, NULL);
   s->num_cqs = s->opt.num_threads;
   for (int i = 0; i < s->num_cqs; i++) {
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
@@ -550,6 +584,7 @@ int srv_start(srv *s) {
   }
   for (int i = 0; i < s->opt.num_listen; i++) {
     const char *addr = s->opt.listen[i];
+    if (addr_taken(addr)) goto fail;
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     int port = grpc_server_add_http2_port(s->server, addr, creds);
     grpc_server_credentials_release(creds);
@@ -568,6 +603,7 @@ int srv_start(srv *s) {
      * with no more than admin_socket_mode, then set exactly that. */
     char addr[SRV_ADDR_MAX + 8];
     snprintf(addr, sizeof(addr), "unix:%s", s->opt.admin_socket);
+    if (addr_taken(addr)) goto fail;
     mode_t old = umask((mode_t)(~s->opt.admin_socket_mode & 0777));
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     int port = grpc_server_add_http2_port(s->admin_server, addr, creds);

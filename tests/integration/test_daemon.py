@@ -10,6 +10,8 @@ the daemon.
 Usage: test_daemon.py PARADEVD PYTHON_PROTO_DIR
 Exit 0: all passed; 1: a check failed; 77: skipped (grpcio missing).
 """
+import shutil
+import atexit
 import os
 import random
 import re
@@ -38,6 +40,23 @@ sys.path.insert(0, sys.argv[2])
 from paradev.v1 import paradev_pb2 as pb  # noqa: E402
 import health_pb2  # noqa: E402
 
+
+_TEMP_DIRS = []
+
+
+def _mkdtemp(**kw):
+    """tempfile.mkdtemp whose directory is removed when the test exits."""
+    d = tempfile.mkdtemp(**kw)
+    _TEMP_DIRS.append(d)
+    return d
+
+
+@atexit.register
+def _remove_temp_dirs():
+    for d in _TEMP_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 SVC = "/paradev.v1.ParallelDevice/"
 C = grpc.StatusCode
 NDEV = 3
@@ -49,7 +68,7 @@ class Daemon:
     """A paradevd child process; `targets` are its bound addresses."""
 
     def __init__(self, *extra):
-        self.dir = tempfile.mkdtemp(prefix="paradevd-test-")
+        self.dir = _mkdtemp(prefix="paradevd-test-")
         self.sock = os.path.join(self.dir, "pd.sock")
         args = [PARADEVD, "--listen", "unix:" + self.sock,
                 "--listen", "127.0.0.1:0", "--devices", str(NDEV),

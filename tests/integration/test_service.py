@@ -26,6 +26,8 @@ generous limits that only catch hangs.
 Usage: test_service.py PARADEVD PYTHON_PROTO_DIR PARADEV_ADMIN_CLI DEPLOY_DIR
 Exit 0: all passed; 1: a check failed; 77: skipped (grpcio missing).
 """
+import shutil
+import atexit
 import json
 import os
 import re
@@ -58,6 +60,23 @@ from paradev.v1 import paradev_pb2 as pb  # noqa: E402
 from paradev.v1 import admin_pb2 as apb  # noqa: E402
 import health_pb2  # noqa: E402
 
+
+_TEMP_DIRS = []
+
+
+def _mkdtemp(**kw):
+    """tempfile.mkdtemp whose directory is removed when the test exits."""
+    d = tempfile.mkdtemp(**kw)
+    _TEMP_DIRS.append(d)
+    return d
+
+
+@atexit.register
+def _remove_temp_dirs():
+    for d in _TEMP_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 SVC = "/paradev.v1.ParallelDevice/"
 ADMIN = "/paradev.v1.Admin/"
 C = grpc.StatusCode
@@ -83,7 +102,7 @@ class Daemon:
 
     def __init__(self, *extra, config=None, env=None, ndev=2, mem=64 << 20,
                  admin=True, metrics=True):
-        self.dir = tempfile.mkdtemp(prefix="paradevd-svc-")
+        self.dir = _mkdtemp(prefix="paradevd-svc-")
         self.sock = os.path.join(self.dir, "pd.sock")
         self.admin = os.path.join(self.dir, "admin.sock")
         args = [PARADEVD, "--listen", "unix:" + self.sock, "--listen", "127.0.0.1:0",
@@ -371,7 +390,7 @@ def write(path, text):
 
 
 def check_config():
-    tmp = tempfile.mkdtemp(prefix="paradevd-conf-")
+    tmp = _mkdtemp(prefix="paradevd-conf-")
     run = lambda *a: subprocess.run([PARADEVD, "--check-config", *a], capture_output=True,
                                     text=True, timeout=60)
     good = write(os.path.join(tmp, "good.conf"),
@@ -513,7 +532,7 @@ class NotifySocket:
 
 
 def check_notify():
-    tmp = tempfile.mkdtemp(prefix="paradevd-notify-")
+    tmp = _mkdtemp(prefix="paradevd-notify-")
     ns = NotifySocket(os.path.join(tmp, "notify"))
     conf = write(os.path.join(tmp, "paradevd.conf"),
                  "[devices]\ndevices = 3\n[limits]\nmax_sessions = 8\n[log]\nlevel = info\n")
@@ -1017,7 +1036,7 @@ def check_waits():
     ndev = 2
     # Log levels: PARADEV_LOG overrides the file (whose "error" would hide
     # even the ready line); rpc=debug shows each call as it arrives.
-    conf = write(os.path.join(tempfile.mkdtemp(prefix="paradevd-waits-"), "p.conf"),
+    conf = write(os.path.join(_mkdtemp(prefix="paradevd-waits-"), "p.conf"),
                  "[log]\nlevel = error\n")
     d = Daemon(config=conf, env={"PARADEV_LOG": "info,rpc=debug"}, ndev=ndev)
     try:
