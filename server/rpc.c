@@ -603,7 +603,19 @@ int srv_start(srv *s) {
      * with no more than admin_socket_mode, then set exactly that. */
     char addr[SRV_ADDR_MAX + 8];
     snprintf(addr, sizeof(addr), "unix:%s", s->opt.admin_socket);
-    if (addr_taken(addr)) goto fail;
+    bool taken = !s->opt.admin_socket_set ? unix_socket_live(s->opt.admin_socket)
+                                          : addr_taken(addr);
+    if (taken && s->opt.admin_socket_set) goto fail;
+    if (taken) {
+      /* The default path is another daemon's: serve without the Admin
+       * service rather than take it away or not start at all. */
+      SRV_WARN("no admin service: another process serves the default admin "
+               "socket %s (set [daemon] admin_socket or --admin-socket)",
+               s->opt.admin_socket);
+      srv_server_abandon(s->admin_server);
+      s->admin_server = NULL;
+      goto admin_done;
+    }
     mode_t old = umask((mode_t)(~s->opt.admin_socket_mode & 0777));
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     int port = grpc_server_add_http2_port(s->admin_server, addr, creds);
@@ -633,6 +645,7 @@ int srv_start(srv *s) {
                s->opt.admin_socket_mode);
     }
   }
+admin_done:
   grpc_server_start(s->server);
   if (s->admin_server) grpc_server_start(s->admin_server);
   for (int i = 0; i < s->num_cqs; i++) {
