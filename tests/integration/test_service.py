@@ -650,8 +650,14 @@ def check_metrics():
         # Ops report their outcome when computed; Sync answered once they
         # were: the counts settle at once (polling only covers the callback
         # that counts finishing a moment after the one that answered Sync).
-        m = wait_for(lambda: (lambda m: m if sum(v for _, v in series(m, "paradev_ops_total"))
-                              == 5 else None)(scrape(d.http)), "5 ops counted", 30)
+        # An RPC is counted once its status has been sent, so the client can
+        # see the reply a moment before the count: wait for the last call's.
+        def settled(m):
+            ops_done = sum(v for _, v in series(m, "paradev_ops_total")) == 5
+            info_counted = any(l.get("method") == "GetServerInfo" and l.get("code") == "OK"
+                               and v == 1 for l, v in series(m, "paradev_rpcs_total"))
+            return m if ops_done and info_counted else None
+        m = wait_for(lambda: settled(scrape(d.http)), "5 ops and the last RPC counted", 30)
         ops = {(l["op"], l["outcome"]): v for l, v in series(m, "paradev_ops_total")}
         assert ops == {("Add", "OK"): 1, ("Mul", "OK"): 1, ("Neg", "OK"): 1,
                        ("AllReduce", "OK"): 1, ("Fill", "RESOURCE_EXHAUSTED"): 1}, ops
