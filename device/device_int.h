@@ -86,6 +86,19 @@ void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
 void dev_register_grad_ops(void);
 
+/* Element count of a shape already checked by infer (no overflow checks:
+ * for kernels), and the product of its dims[lo..hi). */
+static inline int64_t dev_num_elems(const dev_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
+  return n;
+}
+static inline int64_t dev_dims_prod(const dev_shape *s, int lo, int hi) {
+  int64_t n = 1;
+  for (int i = lo; i < hi; i++) n *= s->dims[i];
+  return n;
+}
+
 /* Widens n float16 (dt == PD_FLOAT16) or bfloat16 values to float32 (exact),
  * and rounds n float32 values back to nearest even: the float32 compute path
  * of the 16-bit dtypes. */

@@ -255,12 +255,6 @@ static reduce_fn reducer(pd_dtype dt) {
   }
 }
 
-static int64_t elems(const dev_shape *s) {
-  int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
-  return n;
-}
-
 static int parse_reduction(const dev_attr_value *v) {
   return dev_reduction_from_name(v->u.s.ptr, v->u.s.len);
 }
@@ -295,7 +289,7 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
        * least an all-reduce with n outputs can move. A last barrier keeps any
        * device from finishing while peers still write into its output. */
       int red = parse_reduction(&ctx->attrs[0]);
-      int64_t count = elems(&c->in_shape[d]);
+      int64_t count = dev_num_elems(&c->in_shape[d]);
       int64_t lo = count * d / n, hi = count * (d + 1) / n;
       bool nt = count * (int64_t)es >= STREAM_MIN_BYTES;
       reducer(dt)(red, n, c->in, c->out, n, lo, hi, nt);
@@ -305,7 +299,7 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
     }
     case DEV_COLL_BROADCAST: {
       int root = (int)ctx->attrs[0].u.i;
-      size_t bytes = (size_t)elems(&c->in_shape[root]) * es;
+      size_t bytes = (size_t)dev_num_elems(&c->in_shape[root]) * es;
       if (bytes) memcpy(c->out[d], c->in[root], bytes);
       return PD_OK;
     }
@@ -334,7 +328,7 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
     case DEV_COLL_REDUCE_SCATTER: {
       int red = parse_reduction(&ctx->attrs[0]);
       const dev_shape *s = &c->in_shape[d];
-      int64_t rows = s->dims[0], row_elems = elems(s) / (rows ? rows : 1);
+      int64_t rows = s->dims[0], row_elems = dev_num_elems(s) / (rows ? rows : 1);
       if (rows == 0) return PD_OK;
       int64_t q = rows / n, r = rows % n;
       int64_t first = d * q + (d < r ? d : r);

@@ -15,19 +15,6 @@
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
 
-static int64_t num_elems(const dev_shape *s) {
-  int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
-  return n;
-}
-
-/* Product of dims[lo..hi), for a shape already checked by infer. */
-static int64_t dims_prod(const dev_shape *s, int lo, int hi) {
-  int64_t n = 1;
-  for (int i = lo; i < hi; i++) n *= s->dims[i];
-  return n;
-}
-
 /* Formats an int list as "[1, -1, 3]" into buf. */
 static char *ilist_str(const int64_t *v, int n, char *buf, size_t len) {
   size_t off = 0;
@@ -122,7 +109,7 @@ static pd_code reshape_infer(dev_infer_ctx *c, dev_status *st) {
                        ilist_str(v, n, want, sizeof want), (long long)INT64_MAX);
     }
   }
-  int64_t in_count = num_elems(in);
+  int64_t in_count = dev_num_elems(in);
   dev_shape out;
   out.rank = n;
   for (int i = 0; i < n; i++) out.dims[i] = v[i];
@@ -292,7 +279,7 @@ typedef void (*tp_tile_fn)(const void *, void *, int64_t, int64_t, int64_t,
 static pd_code transpose_kernel(dev_kernel_ctx *c, dev_status *st) {
   const dev_shape *in = &c->in_shape[0];
   size_t es = pd_dtype_size(c->in_dtype[0]);
-  int64_t total = num_elems(in);
+  int64_t total = dev_num_elems(in);
   if (total == 0) return PD_OK;
   const char *src = c->in_data[0];
   char *dst = c->out_data[0];
@@ -414,9 +401,9 @@ static pd_code concat_kernel(dev_kernel_ctx *c, dev_status *st) {
   int64_t a = c->attrs[CONCAT_AXIS].u.i;
   int axis = (int)(a < 0 ? a + rank : a);
   size_t es = pd_dtype_size(c->out_dtype[0]);
-  int64_t outer = dims_prod(os, 0, axis);
-  int64_t inner = dims_prod(os, axis + 1, rank);
-  if (num_elems(os) == 0) return PD_OK;
+  int64_t outer = dev_dims_prod(os, 0, axis);
+  int64_t inner = dev_dims_prod(os, axis + 1, rank);
+  if (dev_num_elems(os) == 0) return PD_OK;
   size_t run[DEV_MAX_INPUTS];
   for (int k = 0; k < c->num_inputs; k++)
     run[k] = (size_t)(c->in_shape[k].dims[axis] * inner) * es;
@@ -570,9 +557,9 @@ static pd_code gather_kernel(dev_kernel_ctx *c, dev_status *st) {
   const dev_shape *ps = &c->in_shape[0];
   int64_t a = c->attrs[GATHER_AXIS].u.i;
   int axis = (int)(a < 0 ? a + ps->rank : a);
-  int64_t outer = dims_prod(ps, 0, axis), n = ps->dims[axis];
-  size_t inner = (size_t)dims_prod(ps, axis + 1, ps->rank) * pd_dtype_size(c->in_dtype[0]);
-  int64_t ni = num_elems(&c->in_shape[1]);
+  int64_t outer = dev_dims_prod(ps, 0, axis), n = ps->dims[axis];
+  size_t inner = (size_t)dev_dims_prod(ps, axis + 1, ps->rank) * pd_dtype_size(c->in_dtype[0]);
+  int64_t ni = dev_num_elems(&c->in_shape[1]);
   bool i64 = c->in_dtype[1] == PD_INT64;
   const int32_t *ix32 = c->in_data[1];
   const int64_t *ix64 = c->in_data[1];
@@ -730,7 +717,7 @@ static pd_code onehot_kernel(dev_kernel_ctx *c, dev_status *st) {
   int64_t axis = c->attrs[ONEHOT_AXIS].u.i;
   int ax = axis == -1 ? in->rank : (int)axis;
   pd_dtype dt = c->out_dtype[0];
-  int64_t outer = dims_prod(in, 0, ax), inner = dims_prod(in, ax, in->rank);
+  int64_t outer = dev_dims_prod(in, 0, ax), inner = dev_dims_prod(in, ax, in->rank);
   uint64_t on = 0, off = 0;
   store_scalar(dt, c->attrs[ONEHOT_ON].u.f, &on);
   store_scalar(dt, c->attrs[ONEHOT_OFF].u.f, &off);

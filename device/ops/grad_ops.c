@@ -26,18 +26,6 @@
 /* ------------------------------------------------------------------------ */
 /* Shared helpers                                                            */
 
-static int64_t num_elems(const dev_shape *s) {
-  int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
-  return n;
-}
-
-static int64_t dims_prod(const dev_shape *s, int lo, int hi) {
-  int64_t n = 1;
-  for (int i = lo; i < hi; i++) n *= s->dims[i];
-  return n;
-}
-
 static pd_code scratch_error(const dev_kernel_ctx *c, int64_t n, dev_status *st) {
   return dev_error(st, PD_RESOURCE_EXHAUSTED, "%s: cannot allocate %lld float32 scratch elements",
                    c->op->name, (long long)n);
@@ -137,7 +125,7 @@ static void eg_f32(int kind, const float *a, const float *b, float *o, int64_t n
 static void eg_f64(int kind, const double *a, const double *b, double *o, int64_t n) { EG_LOOPS(double) }
 
 static pd_code eg_kernel(dev_kernel_ctx *c, int kind, dev_status *st) {
-  int64_t n = num_elems(&c->out_shape[0]);
+  int64_t n = dev_num_elems(&c->out_shape[0]);
   if (n == 0) return PD_OK;
   pd_dtype dt = c->out_dtype[0];
   if (dt == PD_FLOAT32) {
@@ -279,7 +267,7 @@ static void divide_by(pd_dtype dt, void *p, int64_t n, double count) {
 
 static pd_code btl_cpu(dev_kernel_ctx *c, dev_status *st) {
   const dev_shape *os = &c->out_shape[0];
-  int64_t total = num_elems(os);
+  int64_t total = dev_num_elems(os);
   if (total == 0) return PD_OK;
   dev_shape xe;
   btl_expand(c->op->name, &c->in_shape[0], &c->in_shape[1], &c->attrs[BTL_AXIS], &xe, NULL);
@@ -310,7 +298,7 @@ static pd_code btl_cpu(dev_kernel_ctx *c, dev_status *st) {
     }
   }
   if (c->attrs[BTL_MEAN].u.b) {
-    int64_t in_n = num_elems(&xe);
+    int64_t in_n = dev_num_elems(&xe);
     if (in_n > 0 && total != in_n) divide_by(c->out_dtype[0], c->out_data[0], total,
                                              (double)(total / in_n));
   }
@@ -361,7 +349,7 @@ static pd_code stl_infer(dev_infer_ctx *c, dev_status *st) {
 #define DEFINE_STL(FN, T)                                                          \
   static void FN(const T *x, double *acc, const dev_shape *in, const int64_t *os) { \
     const int R = in->rank;                                                        \
-    int64_t row = in->dims[R - 1], outer = num_elems(in) / row;                    \
+    int64_t row = in->dims[R - 1], outer = dev_num_elems(in) / row;                    \
     int64_t idx[PD_MAX_RANK] = {0}, off = 0;                                       \
     for (int64_t it = 0; it < outer; it++, x += row) {                             \
       if (os[R - 1]) {                                                             \
@@ -386,7 +374,7 @@ DEFINE_STL(stl_f64, double)
 static pd_code stl_cpu(dev_kernel_ctx *c, dev_status *st) {
   const dev_shape *in = &c->in_shape[0], *like = &c->in_shape[1];
   pd_dtype dt = c->out_dtype[0];
-  int64_t on = num_elems(like), inn = num_elems(in);
+  int64_t on = dev_num_elems(like), inn = dev_num_elems(in);
   if (on == 0) return PD_OK;
   double *acc = calloc((size_t)on, sizeof(double));
   if (!acc) return dev_error(st, PD_RESOURCE_EXHAUSTED, "SumToLike: cannot allocate %lld float64 scratch elements", (long long)on);
@@ -436,13 +424,13 @@ static pd_code rsl_infer(dev_infer_ctx *c, dev_status *st) {
   pd_code rc = dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st);
   if (rc) return rc;
   const dev_shape *in = &c->in_shape[0], *like = &c->in_shape[1];
-  if (num_elems(in) != num_elems(like)) {
+  if (dev_num_elems(in) != dev_num_elems(like)) {
     char a[160], b[160];
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "ReshapeLike: input 'input' has shape %s (%lld elements) but input 'like' has "
                      "shape %s (%lld elements); expected equal element counts",
-                     dev_shape_str(in, a, sizeof a), (long long)num_elems(in),
-                     dev_shape_str(like, b, sizeof b), (long long)num_elems(like));
+                     dev_shape_str(in, a, sizeof a), (long long)dev_num_elems(in),
+                     dev_shape_str(like, b, sizeof b), (long long)dev_num_elems(like));
   }
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = *like;
@@ -495,7 +483,7 @@ static pd_code sg_cpu(dev_kernel_ctx *c, dev_status *st) {
   (void)st;
   const dev_shape *os = &c->out_shape[0];
   size_t es = pd_dtype_size(c->out_dtype[0]);
-  int64_t total = num_elems(os);
+  int64_t total = dev_num_elems(os);
   if (total == 0) return PD_OK;
   memset(c->out_data[0], 0, (size_t)total * es);
   dev_copy_box(c->out_data[0], os, c->attrs[SG_BEGIN].u.ilist.v, (char *)c->in_data[0],
@@ -582,7 +570,7 @@ static pd_code cg_cpu(dev_kernel_ctx *c, dev_status *st) {
   int64_t off, size;
   cg_part(g, &c->in_shape[1], c->num_inputs - 1, axis, c->attrs[CG_FROM_END].u.b, &off, &size);
   size_t es = pd_dtype_size(c->out_dtype[0]);
-  int64_t outer = dims_prod(g, 0, axis), inner = dims_prod(g, axis + 1, g->rank);
+  int64_t outer = dev_dims_prod(g, 0, axis), inner = dev_dims_prod(g, axis + 1, g->rank);
   size_t run = (size_t)(size * inner) * es, grow = (size_t)(g->dims[axis] * inner) * es;
   if (run == 0) return PD_OK;
   const char *src = (const char *)c->in_data[0] + (size_t)(off * inner) * es;
@@ -671,9 +659,9 @@ static pd_code gg_cpu(dev_kernel_ctx *c, dev_status *st) {
   const dev_shape *like = &c->in_shape[2];
   int64_t a = c->attrs[GG_AXIS].u.i;
   int axis = (int)(a < 0 ? a + like->rank : a);
-  int64_t outer = dims_prod(like, 0, axis), n = like->dims[axis];
-  int64_t inner = dims_prod(like, axis + 1, like->rank);
-  int64_t ni = num_elems(&c->in_shape[1]);
+  int64_t outer = dev_dims_prod(like, 0, axis), n = like->dims[axis];
+  int64_t inner = dev_dims_prod(like, axis + 1, like->rank);
+  int64_t ni = dev_num_elems(&c->in_shape[1]);
   bool i64 = c->in_dtype[1] == PD_INT64;
   for (int64_t i = 0; i < ni; i++) {
     int64_t v = i64 ? ((const int64_t *)c->in_data[1])[i] : ((const int32_t *)c->in_data[1])[i];
@@ -682,7 +670,7 @@ static pd_code gg_cpu(dev_kernel_ctx *c, dev_status *st) {
                        (long long)i, (long long)v, (long long)n);
   }
   pd_dtype dt = c->out_dtype[0];
-  int64_t total = num_elems(like), gn = num_elems(&c->in_shape[0]);
+  int64_t total = dev_num_elems(like), gn = dev_num_elems(&c->in_shape[0]);
   if (total == 0) return PD_OK;
   if (dt == PD_FLOAT32 || dt == PD_FLOAT64) {
     memset(c->out_data[0], 0, (size_t)total * pd_dtype_size(dt));
