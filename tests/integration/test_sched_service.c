@@ -76,7 +76,11 @@ static pd_code fill(sched_session *ss, uint64_t out, int n, uint64_t tag,
   return exec1(ss, "Fill", NULL, 0, a, 3, out, tag, st);
 }
 
+/* Device bytes in use once every op queued so far has run (tensors of an
+ * earlier test on the shared engine are freed when their last op runs). */
 static uint64_t mem_used(void) {
+  dev_status sst = DEV_STATUS_INIT;
+  assert_int_equal(dev_engine_sync(g_engine, &sst), PD_OK);
   uint64_t sum = 0;
   for (int d = 0; d < NDEV; d++) {
     dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
