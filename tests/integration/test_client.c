@@ -36,6 +36,7 @@
 #include <cmocka.h>
 
 #include "paradev/paradev.h"
+#include "harness.h"
 
 #define NDEV 4
 #define MEM_LIMIT (64u << 20) /* per device */
@@ -43,119 +44,16 @@
 
 static const char *paradevd_path;
 static const char *cli_path;
+static pdt_daemon D;
 
-/* --- the daemon ------------------------------------------------------------ */
-
-typedef struct daemon_proc {
-  pid_t pid;
-  int err_fd;
-  char dir[64];
-  char unix_target[128];
-  char tcp_target[64];
-  pthread_t reader;
-  pthread_mutex_t mu;
-  char *log;
-  size_t log_len, log_cap;
-} daemon_proc;
-
-static daemon_proc D;
-
-static void log_append(daemon_proc *d, const char *buf, size_t n) {
-  pthread_mutex_lock(&d->mu);
-  if (d->log_len + n + 1 > d->log_cap) {
-    size_t cap = (d->log_cap ? d->log_cap * 2 : 65536) + n;
-    char *p = realloc(d->log, cap);
-    if (!p) abort();
-    d->log = p;
-    d->log_cap = cap;
-  }
-  memcpy(d->log + d->log_len, buf, n);
-  d->log_len += n;
-  d->log[d->log_len] = '\0';
-  pthread_mutex_unlock(&d->mu);
-}
-
-/* Drains the daemon's stderr so it never blocks on a full pipe. */
-static void *log_reader(void *arg) {
-  daemon_proc *d = arg;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(d->err_fd, buf, sizeof(buf));
-    if (n > 0) {
-      log_append(d, buf, (size_t)n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    break;
-  }
-  return NULL;
-}
-
-static bool log_has(daemon_proc *d, const char *needle) {
-  pthread_mutex_lock(&d->mu);
-  bool r = d->log && strstr(d->log, needle) != NULL;
-  pthread_mutex_unlock(&d->mu);
-  return r;
-}
-
-static void daemon_start(daemon_proc *d) {
-  memset(d, 0, sizeof(*d));
-  pthread_mutex_init(&d->mu, NULL);
-  snprintf(d->dir, sizeof(d->dir), "/tmp/pdclient-XXXXXX");
-  if (!mkdtemp(d->dir)) {
-    perror("mkdtemp");
-    exit(1);
-  }
-  snprintf(d->unix_target, sizeof(d->unix_target), "unix:%s/pd.sock", d->dir);
-  int p[2];
-  if (pipe(p) != 0) exit(1);
+static void daemon_start(pdt_daemon *d) {
   char mem[32], msg[32], ndev[8];
   snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
   snprintf(msg, sizeof(msg), "%u", MAX_MSG);
   snprintf(ndev, sizeof(ndev), "%d", NDEV);
-  d->pid = fork();
-  if (d->pid == 0) {
-    dup2(p[1], 2);
-    close(p[0]);
-    close(p[1]);
-    execl(paradevd_path, paradevd_path, "--listen", d->unix_target, "--listen",
-          "127.0.0.1:0", "--devices", ndev, "--memory-limit", mem,
-          "--max-message-bytes", msg, "--grace-ms", "2000", (char *)NULL);
-    _exit(127);
-  }
-  close(p[1]);
-  d->err_fd = p[0];
-  pthread_create(&d->reader, NULL, log_reader, d);
-  for (int i = 0; i < 400 && !log_has(d, "ready:"); i++) usleep(50000);
-  if (!log_has(d, "ready:")) {
-    fprintf(stderr, "paradevd not ready in 20 s; log:\n%s\n", d->log ? d->log : "");
-    kill(d->pid, SIGKILL);
-    exit(1);
-  }
-  pthread_mutex_lock(&d->mu);
-  const char *at = strstr(d->log, "listening on 127.0.0.1:");
-  int port = at ? atoi(at + strlen("listening on 127.0.0.1:")) : 0;
-  pthread_mutex_unlock(&d->mu);
-  if (port <= 0) {
-    fprintf(stderr, "no bound TCP port in the daemon's log:\n%s\n", d->log);
-    kill(d->pid, SIGKILL);
-    exit(1);
-  }
-  snprintf(d->tcp_target, sizeof(d->tcp_target), "127.0.0.1:%d", port);
-}
-
-/* SIGTERM; returns the exit status (or -1). */
-static int daemon_stop(daemon_proc *d) {
-  kill(d->pid, SIGTERM);
-  int status = 0;
-  waitpid(d->pid, &status, 0);
-  pthread_join(d->reader, NULL);
-  close(d->err_fd);
-  char sock[200];
-  snprintf(sock, sizeof(sock), "%s/pd.sock", d->dir);
-  unlink(sock);
-  rmdir(d->dir);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const char *extra[] = {"--devices", ndev, "--memory-limit", mem, "--max-message-bytes", msg,
+                         "--grace-ms", "2000", NULL};
+  pdt_daemon_start(d, paradevd_path, "pdclient", true, extra);
 }
 
 /* --- helpers ------------------------------------------------------------------ */
@@ -166,36 +64,6 @@ typedef struct env {
   pd_session *s;
   pd_status *st;
 } env;
-
-#define OK(e, call)                                                        \
-  do {                                                                     \
-    pd_code rc_ = (call);                                                  \
-    if (rc_ != PD_OK)                                                      \
-      fail_msg("%s\n  -> %s: %s", #call, pd_code_name(rc_),                \
-               pd_status_message((e)->st));                                \
-  } while (0)
-
-#define EXPECT_CODE(e, code, call)                                         \
-  do {                                                                     \
-    pd_code rc_ = (call);                                                  \
-    if (rc_ != (code))                                                     \
-      fail_msg("%s\n  -> expected %s, got %s: %s", #call,                  \
-               pd_code_name(code), pd_code_name(rc_),                      \
-               pd_status_message((e)->st));                                \
-  } while (0)
-
-#define ASSERT_MSG_HAS(e, needle)                                          \
-  do {                                                                     \
-    if (!strstr(pd_status_message((e)->st), (needle)))                     \
-      fail_msg("message \"%s\" does not contain \"%s\"",                   \
-               pd_status_message((e)->st), (needle));                      \
-  } while (0)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static pd_session *new_session(env *e, const char *name) {
   pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
@@ -693,16 +561,16 @@ static void test_enqueue_10000(void **state) {
   OK(e, pd_stream_execute(t, "Fill", NULL, 0, fill, &one, 1, NULL, e->st));
   uint64_t prev = one;
   const int N = 10000;
-  double t0 = now_s();
+  double t0 = pdt_now();
   for (int i = 1; i <= N; i++) {
     uint64_t in[2] = {prev, one}, out = 0, idx = 0;
     OK(e, pd_stream_execute(t, "Add", in, 2, NULL, &out, 1, &idx, e->st));
     if (prev != one) OK(e, pd_stream_delete_ids(t, &prev, 1, NULL, e->st));
     prev = out;
   }
-  double queued = now_s() - t0;
+  double queued = pdt_now() - t0;
   OK(e, pd_stream_wait(t, 60000, e->st));
-  double answered = now_s() - t0;
+  double answered = pdt_now() - t0;
   print_message("  10,000 Adds (+ deletes) queued in %.3f s, all answered in "
                 "%.3f s\n", queued, answered);
   uint64_t items = pd_stream_num_items(t);
@@ -769,9 +637,9 @@ static void test_stream_bad_session(void **state) {
     OK(e, pd_stream_execute(t, "Fill", NULL, 0, at, &ids[i], 1, NULL, e->st));
   }
   pd_attrs_delete(at);
-  double t0 = now_s();
+  double t0 = pdt_now();
   pd_stream_delete(t);
-  assert_true(now_s() - t0 < 5.0);
+  assert_true(pdt_now() - t0 < 5.0);
   /* Ops the daemon had not started fail with CANCELLED; the rest ran. */
   uint64_t failed = 0;
   pd_code rc2 = pd_sync(e->s, NULL, 0, &failed, NULL, e->st);
@@ -809,9 +677,9 @@ static void test_describe_before_sync(void **state) {
     OK(e, pd_execute(s, "MatMul", in, 2, NULL, &out, 1, NULL, NULL, e->st));
     prev = out;
   }
-  double t0 = now_s();
+  double t0 = pdt_now();
   pd_description *desc = pd_describe(s, &prev, 1, NULL, e->st);
-  double took = now_s() - t0;
+  double took = pdt_now() - t0;
   if (!desc) fail_msg("Describe: %s", pd_status_message(e->st));
   pd_tensor_info ti;
   assert_true(pd_description_info(desc, 0, &ti));
@@ -1018,10 +886,10 @@ static void test_deadline_and_cancel(void **state) {
   /* A Sync with a 1 ms deadline on work that takes far longer. */
   pd_call_options co = PD_CALL_OPTIONS_INITIALIZER;
   co.timeout_ms = 1;
-  double t0 = now_s();
+  double t0 = pdt_now();
   EXPECT_CODE(e, PD_DEADLINE_EXCEEDED, pd_sync(s, &last, 1, NULL, &co, e->st));
   ASSERT_MSG_HAS(e, "deadline of 1 ms");
-  assert_true(now_s() - t0 < 5.0);
+  assert_true(pdt_now() - t0 < 5.0);
   /* A Sync cancelled from another thread after 30 ms. */
   OK(e, pd_sync(s, &last, 1, NULL, NULL, e->st));
   last = queue_heavy(e, s, 2000);
@@ -1030,9 +898,9 @@ static void test_deadline_and_cancel(void **state) {
   canceller k = {cc.cancel, 30};
   pthread_t th;
   pthread_create(&th, NULL, cancel_later, &k);
-  t0 = now_s();
+  t0 = pdt_now();
   pd_code rc = pd_sync(s, &last, 1, NULL, &cc, e->st);
-  double took = now_s() - t0;
+  double took = pdt_now() - t0;
   pthread_join(th, NULL);
   if (rc == PD_OK) {
     print_message("  (the work finished before the cancel: %.3f s)\n", took);
@@ -1341,7 +1209,7 @@ int main(int argc, char **argv) {
                                         setup_tcp, group_teardown);
   failed += cmocka_run_group_tests_name("libparadev sessions and clients",
                                         other_tests, setup_tcp, group_teardown);
-  int rc = daemon_stop(&D);
+  int rc = pdt_daemon_stop(&D);
   if (rc != 0) {
     fprintf(stderr, "paradevd exited with %d after SIGTERM; log:\n%s\n", rc,
             D.log ? D.log : "");

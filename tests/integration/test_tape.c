@@ -36,104 +36,20 @@
 #include <cmocka.h>
 
 #include "paradev/paradev.h"
+#include "harness.h"
 
 #define NDEV 4
 #define MEM_LIMIT (64u << 20) /* per device */
 
 static const char *paradevd_path;
+static pdt_daemon D;
 
-/* --- the daemon ------------------------------------------------------------ */
-
-typedef struct daemon_proc {
-  pid_t pid;
-  int err_fd;
-  char dir[64];
-  char target[128];
-  pthread_t reader;
-  pthread_mutex_t mu;
-  char *log;
-  size_t log_len, log_cap;
-} daemon_proc;
-
-static daemon_proc D;
-
-static void *log_reader(void *arg) {
-  daemon_proc *d = arg;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(d->err_fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    pthread_mutex_lock(&d->mu);
-    if (d->log_len + (size_t)n + 1 > d->log_cap) {
-      size_t cap = (d->log_cap ? d->log_cap * 2 : 65536) + (size_t)n;
-      char *p = realloc(d->log, cap);
-      if (!p) abort();
-      d->log = p;
-      d->log_cap = cap;
-    }
-    memcpy(d->log + d->log_len, buf, (size_t)n);
-    d->log_len += (size_t)n;
-    d->log[d->log_len] = '\0';
-    pthread_mutex_unlock(&d->mu);
-  }
-  return NULL;
-}
-
-static bool log_has(daemon_proc *d, const char *needle) {
-  pthread_mutex_lock(&d->mu);
-  bool r = d->log && strstr(d->log, needle) != NULL;
-  pthread_mutex_unlock(&d->mu);
-  return r;
-}
-
-static void daemon_start(daemon_proc *d) {
-  memset(d, 0, sizeof(*d));
-  pthread_mutex_init(&d->mu, NULL);
-  snprintf(d->dir, sizeof(d->dir), "/tmp/pdtape-XXXXXX");
-  if (!mkdtemp(d->dir)) {
-    perror("mkdtemp");
-    exit(1);
-  }
-  snprintf(d->target, sizeof(d->target), "unix:%s/pd.sock", d->dir);
-  int p[2];
-  if (pipe(p) != 0) exit(1);
+static void daemon_start(pdt_daemon *d) {
   char mem[32], ndev[8];
   snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
   snprintf(ndev, sizeof(ndev), "%d", NDEV);
-  d->pid = fork();
-  if (d->pid == 0) {
-    dup2(p[1], 2);
-    close(p[0]);
-    close(p[1]);
-    /* No admin socket: tests of other daemons may run at the same time. */
-    execl(paradevd_path, paradevd_path, "--config", "/dev/null", "--listen",
-          d->target, "--admin-socket", "", "--devices", ndev, "--memory-limit",
-          mem, "--grace-ms", "2000", (char *)NULL);
-    _exit(127);
-  }
-  close(p[1]);
-  d->err_fd = p[0];
-  pthread_create(&d->reader, NULL, log_reader, d);
-  for (int i = 0; i < 400 && !log_has(d, "ready:"); i++) usleep(50000);
-  if (!log_has(d, "ready:")) {
-    fprintf(stderr, "paradevd not ready in 20 s; log:\n%s\n", d->log ? d->log : "");
-    kill(d->pid, SIGKILL);
-    exit(1);
-  }
-}
-
-static int daemon_stop(daemon_proc *d) {
-  kill(d->pid, SIGTERM);
-  int status = 0;
-  waitpid(d->pid, &status, 0);
-  pthread_join(d->reader, NULL);
-  close(d->err_fd);
-  char sock[200];
-  snprintf(sock, sizeof(sock), "%s/pd.sock", d->dir);
-  unlink(sock);
-  rmdir(d->dir);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const char *extra[] = {"--devices", ndev, "--memory-limit", mem, "--grace-ms", "2000", NULL};
+  pdt_daemon_start(d, paradevd_path, "pdtape", false, extra);
 }
 
 /* --- helpers ------------------------------------------------------------------ */
@@ -142,36 +58,6 @@ typedef struct env {
   pd_client *c;
   pd_status *st;
 } env;
-
-#define OK(e, call)                                                        \
-  do {                                                                     \
-    pd_code rc_ = (call);                                                  \
-    if (rc_ != PD_OK)                                                      \
-      fail_msg("%s\n  -> %s: %s", #call, pd_code_name(rc_),                \
-               pd_status_message((e)->st));                                \
-  } while (0)
-
-#define EXPECT_CODE(e, code, call)                                         \
-  do {                                                                     \
-    pd_code rc_ = (call);                                                  \
-    if (rc_ != (code))                                                     \
-      fail_msg("%s\n  -> expected %s, got %s: %s", #call,                  \
-               pd_code_name(code), pd_code_name(rc_),                      \
-               pd_status_message((e)->st));                                \
-  } while (0)
-
-#define ASSERT_MSG_HAS(e, needle)                                          \
-  do {                                                                     \
-    if (!strstr(pd_status_message((e)->st), (needle)))                     \
-      fail_msg("message \"%s\" does not contain \"%s\"",                   \
-               pd_status_message((e)->st), (needle));                      \
-  } while (0)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static pd_session *new_session(env *e, const char *name, uint32_t lease_s,
                                bool keep_alive, uint64_t quota) {
@@ -252,7 +138,7 @@ static int setup(void **state) {
   e->st = pd_status_new();
   pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
   co.default_timeout_ms = 30000;
-  e->c = pd_client_new(D.target, &co, e->st);
+  e->c = pd_client_new(D.unix_target, &co, e->st);
   if (!e->c) {
     fprintf(stderr, "pd_client_new: %s\n", pd_status_message(e->st));
     return -1;
@@ -691,7 +577,7 @@ static void test_busy_seconds(void **state) {
   env *e = *state;
   pd_server_info *before = pd_client_get_server_info(e->c, NULL, e->st);
   assert_non_null(before);
-  double t0 = now_s();
+  double t0 = pdt_now();
   pd_session *s = new_session(e, "busy", 0, true, 0);
   const int64_t dims[2] = {256, 256};
   float *a = malloc(256 * 256 * sizeof(float));
@@ -704,7 +590,7 @@ static void test_busy_seconds(void **state) {
   }
   OK(e, pd_sync(s, NULL, 0, NULL, NULL, e->st));
   pd_server_info *after = pd_client_get_server_info(e->c, NULL, e->st);
-  double wall = now_s() - t0;
+  double wall = pdt_now() - t0;
   assert_non_null(after);
   for (int d = 0; d < NDEV; d++) {
     double b = pd_server_info_device(before, d)->busy_seconds;
@@ -741,7 +627,7 @@ int main(int argc, char **argv) {
   };
   int failed = cmocka_run_group_tests_name("gradient tapes through paradevd",
                                            tests, setup, teardown);
-  int rc = daemon_stop(&D);
+  int rc = pdt_daemon_stop(&D);
   if (rc != 0) {
     fprintf(stderr, "paradevd exited with %d after SIGTERM; log:\n%s\n", rc,
             D.log ? D.log : "");
