@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "scheduler.h"
@@ -76,11 +77,7 @@ static pd_code fill(sched_session *ss, uint64_t out, int n, uint64_t tag,
   return exec1(ss, "Fill", NULL, 0, a, 3, out, tag, st);
 }
 
-/* Device bytes in use once every op queued so far has run (tensors of an
- * earlier test on the shared engine are freed when their last op runs). */
-static uint64_t mem_used(void) {
-  dev_status sst = DEV_STATUS_INIT;
-  assert_int_equal(dev_engine_sync(g_engine, &sst), PD_OK);
+static uint64_t mem_read(void) {
   uint64_t sum = 0;
   for (int d = 0; d < NDEV; d++) {
     dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
@@ -89,6 +86,22 @@ static uint64_t mem_used(void) {
     sum += ms.bytes_in_use;
   }
   return sum;
+}
+
+/* Device bytes in use once every op queued so far has run and the value has
+ * settled: tests share one engine, and a tensor of an earlier test is freed
+ * when its last op runs, or just after, by a ready callback that holds it. */
+static uint64_t mem_used(void) {
+  dev_status sst = DEV_STATUS_INIT;
+  assert_int_equal(dev_engine_sync(g_engine, &sst), PD_OK);
+  uint64_t prev = mem_read();
+  for (int i = 0; i < 200; i++) {
+    usleep(2000);
+    uint64_t now = mem_read();
+    if (now == prev) break;
+    prev = now;
+  }
+  return prev;
 }
 
 /* A callback record: set once, from whatever thread. */
