@@ -431,6 +431,16 @@ typedef struct dev_backend {
    * struct_size before reading it from a backend built against an older
    * header. Thread-safe. */
   bool (*healthy)(struct dev_backend *b, int device);
+  /* Page-locks [ptr, ptr + bytes) of host memory (e.g. a client's shared
+   * memory region mapped by the daemon) so copy_h2d/copy_d2h to and from it
+   * run as direct DMA at copy-engine speed instead of through staging
+   * buffers, as cudaHostRegister does. NULL when the backend has nothing to
+   * do (the CPU backend). host_unregister undoes it; it is called only with
+   * a ptr that host_register accepted. Check struct_size before reading them.
+   * Thread-safe. */
+  pd_code (*host_register)(struct dev_backend *b, void *ptr, size_t bytes,
+                           dev_status *st);
+  void (*host_unregister)(struct dev_backend *b, void *ptr);
 } dev_backend;
 
 #define DEV_BACKEND_STRUCT_SIZE sizeof(dev_backend)
@@ -495,6 +505,21 @@ pd_code dev_engine_sync(dev_engine *e, dev_status *st);
  * compares it with wall time to tell time on the devices from time spent
  * elsewhere (RPC, queueing). Thread-safe, lock-free. */
 double dev_engine_busy_seconds(dev_engine *e, int device);
+
+/* Prepares host memory [ptr, ptr + bytes) for fast transfers: on CUDA it is
+ * page-locked (cudaHostRegister) so dev_tensor_write / dev_tensor_read from
+ * and into it are direct DMA; on the CPU backend it does nothing. Meant for
+ * long-lived buffers (shared memory regions), not per-transfer use: page
+ * locking costs about as much as one copy. Ranges must not overlap a range
+ * already registered. INVALID_ARGUMENT for NULL or bytes == 0;
+ * RESOURCE_EXHAUSTED when the OS refuses to lock the pages; UNAVAILABLE when
+ * the device is unhealthy. Thread-safe. */
+pd_code dev_engine_host_register(dev_engine *e, void *ptr, size_t bytes,
+                                 dev_status *st);
+/* Undoes dev_engine_host_register for the range starting at `ptr`. The caller
+ * must make sure no transfer from or into it is still running (a finished
+ * dev_tensor_write/dev_tensor_read has completed its copies). Thread-safe. */
+void dev_engine_host_unregister(dev_engine *e, void *ptr);
 
 /* Memory statistics of one device (see dev_memory_stats). */
 pd_code dev_engine_memory_stats(dev_engine *e, int device,

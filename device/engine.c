@@ -3,6 +3,7 @@
  * validation, attribute resolution and shape inference at preparation. */
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -481,6 +482,26 @@ pd_code dev_engine_sync(dev_engine *e, dev_status *st) {
 double dev_engine_busy_seconds(dev_engine *e, int device) {
   if (!e || device < 0 || device >= e->n) return 0;
   return (double)atomic_load_explicit(&e->execs[device].busy_ns, memory_order_relaxed) * 1e-9;
+}
+
+pd_code dev_engine_host_register(dev_engine *e, void *ptr, size_t bytes, dev_status *st) {
+  if (!ptr || bytes == 0)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "host memory to register is %s; expected a non-empty range",
+                     ptr ? "empty (0 bytes)" : "NULL");
+  dev_backend *b = e->backend;
+  if (b->struct_size < offsetof(dev_backend, host_unregister) + sizeof b->host_unregister ||
+      !b->host_register)
+    return PD_OK;
+  return b->host_register(b, ptr, bytes, st);
+}
+
+void dev_engine_host_unregister(dev_engine *e, void *ptr) {
+  dev_backend *b = e->backend;
+  if (!ptr || b->struct_size < offsetof(dev_backend, host_unregister) + sizeof b->host_unregister ||
+      !b->host_unregister)
+    return;
+  b->host_unregister(b, ptr);
 }
 
 pd_code dev_engine_memory_stats(dev_engine *e, int device, dev_memory_stats *out, dev_status *st) {
