@@ -5,12 +5,18 @@
  * Conventions of every kernel here:
  *  - float16 and bfloat16 are computed in float32 and rounded to nearest even
  *    on store (as the CPU kernels do); the conversions are the hardware's
- *    round-to-nearest-even instructions, equal to dev_float_to_half & co. for
- *    every non-NaN value.
+ *    round-to-nearest-even instructions (subnormals kept: nvcc's default
+ *    -ftz=false), equal to dev_float_to_half & co. for every non-NaN value;
+ *    a NaN stays a NaN, as the canonical 0x7fff rather than with the CPU's
+ *    sign and payload (the GPU's own arithmetic makes canonical NaNs too).
  *  - integer arithmetic wraps (computed in the unsigned type).
  *  - grid-stride loops with 64-bit indices; grids are capped (launch_grid),
  *    so any element count fits one launch.
- *  - no --use_fast_math: IEEE division and square roots, as on the CPU. */
+ *  - no --use_fast_math: IEEE division and square roots, as on the CPU.
+ *  - nvcc contracts a * b + c into one fused multiply-add by default
+ *    (--fmad=true); the CPU build never does (ISO C, no -mfma). Where a
+ *    product feeds a sum, kernels write it with mul_rn (or __fadd_rn &
+ *    co.), which nvcc never fuses, so both backends round twice. */
 #ifndef PARADEV_CUDA_KERNELS_CUH
 #define PARADEV_CUDA_KERNELS_CUH
 
@@ -94,6 +100,10 @@ template <>
 struct is_floating<bf16> {
   static constexpr bool value = true;
 };
+
+/* a * b rounded on its own (never fused into a following add, see above). */
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
 /* The unsigned type of a signed integer (wrap-around arithmetic). */
 template <class T>

@@ -218,6 +218,33 @@ pd_code transpose(dev_kernel_ctx *c, dev_status *st) {
 /* ---------------------------------------------------------------------- */
 /* Concat: one 2-D copy per input ([outer, rows_k * inner] blocks).         */
 
+/* Copies `rows` rows of `width` bytes from src (rows `spitch` apart) to dst
+ * (rows `dpitch` apart) on c's stream. cudaMemcpy2DAsync refuses a pitch over
+ * cudaDevAttrMaxPitch (2^31 - 1 bytes on current GPUs), which a Concat along
+ * axis 0 of tensors over 2 GiB reaches: contiguous rows go as one plain copy,
+ * and rows that far apart (so few rows: each is over 2 GiB) one copy each. */
+pd_code copy_rows(dev_kernel_ctx *c, void *dst, size_t dpitch, const void *src, size_t spitch,
+                  size_t width, size_t rows, dev_status *st) {
+  const size_t kMaxPitch = 2147483647; /* memPitch of every GPU CUDA 13 supports */
+  cudaStream_t s = dev_cuda_stream(c->backend, c->device);
+  if (width == 0 || rows == 0) return PD_OK;
+  if (rows == 1 || (dpitch == width && spitch == width)) {
+    CU_CHECK(c->backend, c->device,
+             cudaMemcpyAsync(dst, src, width * rows, cudaMemcpyDeviceToDevice, s), st);
+  } else if (dpitch <= kMaxPitch && spitch <= kMaxPitch) {
+    CU_CHECK(c->backend, c->device,
+             cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, s),
+             st);
+  } else {
+    for (size_t r = 0; r < rows; r++)
+      CU_CHECK(c->backend, c->device,
+               cudaMemcpyAsync((char *)dst + r * dpitch, (const char *)src + r * spitch, width,
+                               cudaMemcpyDeviceToDevice, s),
+               st);
+  }
+  return PD_OK;
+}
+
 pd_code concat(dev_kernel_ctx *c, dev_status *st) {
   const dev_shape *os = &c->out_shape[0];
   int rank = os->rank;
@@ -229,15 +256,12 @@ pd_code concat(dev_kernel_ctx *c, dev_status *st) {
   for (int i = 0; i < axis; i++) outer *= os->dims[i];
   for (int i = axis + 1; i < rank; i++) inner *= os->dims[i];
   size_t pitch = (size_t)(os->dims[axis] * inner) * es;
-  cudaStream_t s = dev_cuda_stream(c->backend, c->device);
   size_t col = 0;
   for (int k = 0; k < c->num_inputs; k++) {
     size_t run = (size_t)(c->in_shape[k].dims[axis] * inner) * es;
-    if (run)
-      CU_CHECK(c->backend, c->device,
-               cudaMemcpy2DAsync((char *)c->out_data[0] + col, pitch, c->in_data[k], run, run,
-                                 (size_t)outer, cudaMemcpyDeviceToDevice, s),
-               st);
+    pd_code rc = copy_rows(c, (char *)c->out_data[0] + col, pitch, c->in_data[k], run, run,
+                           (size_t)outer, st);
+    if (rc != PD_OK) return rc;
     col += run;
   }
   return PD_OK;
@@ -363,7 +387,9 @@ pd_code gather(dev_kernel_ctx *c, dev_status *st) {
   if (i64) k_gather_check<int64_t><<<cgrid, kThreads, 0, s>>>((const int64_t *)c->in_data[1], ni, n, flag);
   else k_gather_check<int32_t><<<cgrid, kThreads, 0, s>>>((const int32_t *)c->in_data[1], ni, n, flag);
   CU_CHECK_LAUNCH(c, "Gather", st);
-  if (row_bytes && outer) {
+  /* With no rows (n == 0) every index is bad and the op fails; the gather
+   * kernel, which reads row 0 for a bad index, must not run then. */
+  if (row_bytes && outer && n > 0) {
     size_t unit = row_bytes % 16 == 0 ? 16 : row_bytes % 8 == 0 ? 8 : row_bytes % 4 == 0 ? 4
                 : row_bytes % 2 == 0 ? 2 : 1;
     unsigned grid = launch_grid(outer * ni * (int64_t)(row_bytes / unit), sms);
@@ -633,14 +659,16 @@ __global__ void k_normal(PhiloxKey pk, T *out, int64_t n, double mean, double st
       double u1 = (double)(((((uint64_t)x[0] << 32) | x[1]) >> 11) + 1) * 0x1p-53;
       double u2 = u53(x[2], x[3]);
       double r = sqrt(-2.0 * log(u1)), t = 6.283185307179586476925 * u2;
-      out[i] = mean + stddev * r * cos(t);
-      if (i + 1 < n) out[i + 1] = mean + stddev * r * sin(t);
+      /* mean + stddev * r * cos(t) with the CPU's two roundings (no FMA) */
+      double sr = __dmul_rn(stddev, r);
+      out[i] = __dadd_rn(mean, __dmul_rn(sr, cos(t)));
+      if (i + 1 < n) out[i + 1] = __dadd_rn(mean, __dmul_rn(sr, sin(t)));
     } else {
       float z[4];
       box_muller_f(x[0], x[1], &z[0], &z[1]);
       box_muller_f(x[2], x[3], &z[2], &z[3]);
       for (int j = 0; j < 4 && i + j < n; j++) {
-        float v = m + s * z[j];
+        float v = __fadd_rn(m, __fmul_rn(s, z[j])); /* m + s * z unfused, as the CPU */
         if constexpr (std::is_same<T, float>::value) out[i + j] = v;
         else out[i + j] = Tr<T>::store(v);
       }
@@ -824,13 +852,8 @@ pd_code concat_grad(dev_kernel_ctx *c, dev_status *st) {
   for (int i = 0; i < axis; i++) outer *= g->dims[i];
   for (int i = axis + 1; i < g->rank; i++) inner *= g->dims[i];
   size_t run = (size_t)(size * inner) * es, grow = (size_t)(g->dims[axis] * inner) * es;
-  if (run == 0 || outer == 0) return PD_OK;
-  CU_CHECK(c->backend, c->device,
-           cudaMemcpy2DAsync(c->out_data[0], run, (const char *)c->in_data[0] + (size_t)(off * inner) * es,
-                             grow, run, (size_t)outer, cudaMemcpyDeviceToDevice,
-                             dev_cuda_stream(c->backend, c->device)),
-           st);
-  return PD_OK;
+  return copy_rows(c, c->out_data[0], run, (const char *)c->in_data[0] + (size_t)(off * inner) * es,
+                   grow, run, (size_t)outer, st);
 }
 
 /* GatherGrad(grad, indices, like; axis): zeros of like's shape with grad's

@@ -153,7 +153,8 @@ struct BinaryOp {
       else if constexpr (OP == BIN_RELU_GRAD) return y > (C)0 ? x : (C)0; /* (gradients, features) */
       else if constexpr (OP == BIN_SQRT_GRAD) return y * (C)0.5 / x;        /* (y, dy) */
       else if constexpr (OP == BIN_RSQRT_GRAD) return (C)-0.5 * (x * x * x) * y;
-      else if constexpr (OP == BIN_TANH_GRAD) return y * ((C)1 - x * x);
+      /* mul_rn: a fused 1 - x*x differs from the CPU's most near |x| = 1 */
+      else if constexpr (OP == BIN_TANH_GRAD) return y * ((C)1 - mul_rn(x, x));
       else return y * x * ((C)1 - x); /* sigmoid */
     } else {
       using U = typename Unsigned<T>::U;

@@ -346,9 +346,13 @@ pd_code reduce(dev_kernel_ctx *c, dev_status *st) {
   const dev_shape *s = &c->in_shape[0];
   bool last_reduced;
   Geom g = make_geom(s, red_mask(&c->attrs[0], s->rank), &last_reduced);
-  pd_code rc = PD_INTERNAL;
-  PDK_DISPATCH_NUMBER(c->in_dtype[0], rc = reduce_typed<T, KIND>(c, g, last_reduced, out_n, st))
-  if (rc == PD_INTERNAL)
+  /* `launched`, not rc == PD_INTERNAL: a failed launch is INTERNAL too, and
+   * its message must not be replaced. */
+  pd_code rc = PD_OK;
+  bool launched = false;
+  PDK_DISPATCH_NUMBER(c->in_dtype[0], rc = reduce_typed<T, KIND>(c, g, last_reduced, out_n, st);
+                      launched = true)
+  if (!launched)
     return dev_error(st, PD_INTERNAL, "%s: no CUDA kernel for dtype %s", c->op->name,
                      pd_dtype_name(c->in_dtype[0]));
   return rc;
@@ -369,9 +373,11 @@ pd_code sum_to_like(dev_kernel_ctx *c, dev_status *st) {
   }
   bool last_reduced;
   Geom g = make_geom(in, mask, &last_reduced);
-  pd_code rc = PD_INTERNAL;
-  PDK_DISPATCH_FLOAT(c->in_dtype[0], rc = reduce_typed<T, RED_SUM>(c, g, last_reduced, out_n, st))
-  if (rc == PD_INTERNAL)
+  pd_code rc = PD_OK;
+  bool launched = false;
+  PDK_DISPATCH_FLOAT(c->in_dtype[0], rc = reduce_typed<T, RED_SUM>(c, g, last_reduced, out_n, st);
+                     launched = true)
+  if (!launched)
     return dev_error(st, PD_INTERNAL, "SumToLike: no CUDA kernel for dtype %s",
                      pd_dtype_name(c->in_dtype[0]));
   return rc;
