@@ -15,7 +15,15 @@
  * asynchronous error. On an NCCL error or a timeout the communicator is
  * aborted (ncclCommAbort also stops kernels that wait on a peer), the op
  * fails on every device with a message naming the device and NCCL's error,
- * and a new communicator is built in the background for the next one.
+ * and a new communicator is built in the background for the next one. A
+ * device that fails before or after issuing its part records it at once, and
+ * peers still waiting for NCCL abort instead of running into the deadline.
+ * One thread per rank, each on its own communicator, is NCCL's "one device
+ * per thread" model (NCCL user guide, Thread Safety: no communicator is used
+ * by two threads at once; the abort takes the others' read lock first).
+ * Reductions where NCCL's arithmetic differs from the CPU's (float max/min
+ * drop NaN, 8- and 32-bit integer means wrap) gather the inputs with NCCL
+ * and reduce them with this backend's kernel (nccl_matches_cpu).
  *
  * Copy path, when entries share a GPU (NCCL refuses one GPU twice in a
  * communicator), or when NCCL is not built in. Devices read their peers'
@@ -33,12 +41,15 @@
  *                          peer still reads it.
  * Each device has one event per phase, reused by every collective: a device
  * records phase k again only after the host meeting that follows its peers'
- * waits on the previous record.
+ * waits on the previous record (cudaStreamWaitEvent waits for the record
+ * that was current when it was called; later records do not affect it).
+ * Copies between entries on distinct GPUs are peer copies (copy_rows).
  *
  * Attributes read here (positions fixed by device/ops/collective.c):
  *   AllReduce, ReduceScatter: attrs[0] "reduction"; Broadcast: attrs[0]
  *   "root"; AllGather: attrs[0] "axis". */
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +153,66 @@ static int reduction_of(const dev_kernel_ctx *ctx) {
   return dev_reduction_from_name(ctx->attrs[0].u.s.ptr, ctx->attrs[0].u.s.len);
 }
 
+#ifdef PARADEV_HAVE_NCCL
+/* True once a peer has recorded a failure while running its part. */
+static bool peer_failed(cu_coll *c) {
+  pthread_mutex_lock(&c->mu);
+  bool f = c->run_failed;
+  pthread_mutex_unlock(&c->mu);
+  return f;
+}
+#endif
+
+/* Copies `height` rows of `width` bytes, `spitch` apart at src on mesh entry
+ * sd's GPU, to rows `dpitch` apart at dst on entry dd's GPU, on stream s.
+ *  - Across GPUs it takes the peer copies (cudaMemcpyPeerAsync,
+ *    cudaMemcpy3DPeerAsync), which work on stream-ordered allocations of
+ *    another GPU whether or not its pool is mapped there; a plain
+ *    cudaMemcpyAsync of such memory from another device fails.
+ *  - 2D and 3D copies refuse pitches beyond the device's maximum (memPitch,
+ *    2^31 - 1 bytes: cudaErrorInvalidPitchValue), so a contiguous block is
+ *    one 1D copy and wider rows go one by one. */
+static cudaError_t copy_rows(cu_backend *c, int dd, void *dst, size_t dpitch, int sd,
+                             const void *src, size_t spitch, size_t width, size_t height,
+                             cudaStream_t s) {
+  if (width == 0 || height == 0) return cudaSuccess;
+  const int dord = c->devs[dd].ordinal, sord = c->devs[sd].ordinal;
+  const bool peer = dord != sord;
+  if (height == 1 || (dpitch == width && spitch == width)) {
+    size_t bytes = width * height;
+    return peer ? cudaMemcpyPeerAsync(dst, dord, src, sord, bytes, s)
+                : cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s);
+  }
+  if (dpitch <= (size_t)INT_MAX && spitch <= (size_t)INT_MAX) {
+    if (!peer)
+      return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, s);
+    struct cudaMemcpy3DPeerParms p;
+    memset(&p, 0, sizeof p);
+    p.srcPtr.ptr = (void *)src;
+    p.srcPtr.pitch = spitch;
+    p.srcPtr.xsize = width;
+    p.srcPtr.ysize = height;
+    p.srcDevice = sord;
+    p.dstPtr.ptr = dst;
+    p.dstPtr.pitch = dpitch;
+    p.dstPtr.xsize = width;
+    p.dstPtr.ysize = height;
+    p.dstDevice = dord;
+    p.extent.width = width; /* bytes, for linear memory */
+    p.extent.height = height;
+    p.extent.depth = 1;
+    return cudaMemcpy3DPeerAsync(&p, s);
+  }
+  cudaError_t e = cudaSuccess;
+  for (size_t r = 0; r < height && e == cudaSuccess; r++) {
+    char *to = (char *)dst + r * dpitch;
+    const char *from = (const char *)src + r * spitch;
+    e = peer ? cudaMemcpyPeerAsync(to, dord, from, sord, width, s)
+             : cudaMemcpyAsync(to, from, width, cudaMemcpyDeviceToDevice, s);
+  }
+  return e;
+}
+
 /* ------------------------------------------------------------------------ */
 /* NCCL                                                                      */
 
@@ -158,7 +229,7 @@ struct cu_nccl {
   uint64_t generation; /* bumped when the communicator is aborted */
   pthread_t thread;
   bool thread_live; /* a thread to join */
-  bool stop;
+  atomic_bool stop; /* read by the init thread without mu */
   /* Readers use comm[] (ncclCommGetAsyncError, issuing ops); the writer
    * aborts and clears it. */
   pthread_rwlock_t use;
@@ -231,7 +302,7 @@ static void *nccl_init_main(void *arg) {
                ncclGetErrorString(r != ncclSuccess ? r : s), ncclGetLastError(comm[i]));
     } else if (s == ncclSuccess) {
       i++;
-    } else if (x->stop) {
+    } else if (atomic_load(&x->stop)) {
       snprintf(err, sizeof err, "the backend is shutting down");
     } else if (now_s() > deadline) {
       snprintf(err, sizeof err, "ncclCommInitRankConfig did not finish in %d ms",
@@ -281,7 +352,7 @@ static void nccl_abort(cu_backend *c, uint64_t gen) {
     abort_comms(x->comm, c->base.num_devices);
     x->generation++;
     (void)cudaGetLastError();
-    if (!x->stop) nccl_start(c);
+    if (!atomic_load(&x->stop)) nccl_start(c);
   }
   pthread_mutex_unlock(&x->mu);
   pthread_rwlock_unlock(&x->use);
@@ -339,6 +410,21 @@ static ncclRedOp_t nccl_op(pd_dtype dt, int red) {
   }
 }
 
+/* False where NCCL's reduction gives other values than the CPU collectives
+ * (device/cpu/collective.c), which such reductions then match by gathering
+ * every input and reducing locally (dev_cuda_coll_reduce):
+ *  - float max/min: NCCL takes fmaxf/fminf (__hmax/__hmin for 16 bits),
+ *    which drop a NaN; the CPU propagates it.
+ *  - uint8 and int32 mean: NCCL's sum wraps in the dtype before the divide;
+ *    the CPU sums in 64 bits (int64 wraps in both).
+ * Float sums and products keep NCCL's ring order and, for 16-bit types, its
+ * 16-bit arithmetic: the result differs from the CPU's in rounding only. */
+static bool nccl_matches_cpu(pd_dtype dt, int red) {
+  if ((red == DEV_RED_MAX || red == DEV_RED_MIN) && dev_dtype_is_floating(dt)) return false;
+  if (red == DEV_RED_MEAN && (dt == PD_UINT8 || dt == PD_INT32)) return false;
+  return true;
+}
+
 #define NCCL_ISSUE(CALL)                                                        \
   do {                                                                          \
     ncclResult_t nr_ = (CALL);                                                  \
@@ -363,6 +449,17 @@ static pd_code nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
   if (!nccl_type(dt, &type))
     return dev_error(st, PD_INTERNAL, "%s: dtype %s has no NCCL type", ctx->op->name,
                      pd_dtype_name(dt));
+  const bool reducing = k->kind == DEV_COLL_ALL_REDUCE || k->kind == DEV_COLL_REDUCE_SCATTER;
+  const int red = reducing ? reduction_of(ctx) : DEV_RED_SUM;
+  /* Gather every input, then reduce here, where NCCL's own reduction would
+   * differ from the CPU's (also on a mesh of one, where it is cheap, so that
+   * one GPU tests this path). */
+  const bool gather = reducing && !nccl_matches_cpu(dt, red);
+  if (gather) {
+    tmp_bytes = (size_t)n * (size_t)elems(&k->in_shape[d]) * es;
+    rc = b->allocate(b, d, tmp_bytes, &tmp, st);
+    if (rc != PD_OK) return rc;
+  }
   if (ctx->num_outputs > 0 && k->kind == DEV_COLL_ALL_GATHER) {
     /* A gather along an inner axis lands in a temporary buffer first. */
     int axis = (int)ctx->attrs[0].u.i;
@@ -385,13 +482,15 @@ static pd_code nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
   }
   ncclComm_t comm = x->comm[d];
   const dev_shape *s = &k->in_shape[d];
-  const int red = k->kind == DEV_COLL_ALL_REDUCE || k->kind == DEV_COLL_REDUCE_SCATTER
-                      ? reduction_of(ctx) : DEV_RED_SUM;
   int64_t post_count = 0; /* elements of out to divide (mean) or normalize (bool) */
   NCCL_ISSUE(ncclGroupStart());
   switch (k->kind) {
     case DEV_COLL_ALL_REDUCE: {
       int64_t count = elems(s);
+      if (gather) {
+        NCCL_ISSUE(ncclAllGather(k->in[d], tmp, (size_t)count, type, comm, dev->stream));
+        break;
+      }
       NCCL_ISSUE(ncclAllReduce(k->in[d], k->out[d], (size_t)count, type, nccl_op(dt, red), comm,
                                dev->stream));
       post_count = count;
@@ -406,8 +505,9 @@ static pd_code nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
     case DEV_COLL_ALL_GATHER: {
       bool equal = true;
       for (int p = 1; p < n; p++) equal &= elems(&k->in_shape[p]) == elems(&k->in_shape[0]);
-      if (!tmp && equal) {
-        NCCL_ISSUE(ncclAllGather(k->in[d], k->out[d], (size_t)elems(s), type, comm, dev->stream));
+      if (equal) { /* into place, or into tmp for an inner axis */
+        NCCL_ISSUE(ncclAllGather(k->in[d], tmp ? tmp : k->out[d], (size_t)elems(s), type, comm,
+                                 dev->stream));
       } else { /* uneven parts: one broadcast from each rank */
         char *base = tmp ? tmp : k->out[d];
         size_t off = 0;
@@ -423,6 +523,10 @@ static pd_code nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
       int64_t rows = s->rank ? s->dims[0] : 1;
       int64_t row_elems = rows ? elems(s) / rows : 0;
       int64_t q = rows / n, r = rows % n;
+      if (gather) {
+        NCCL_ISSUE(ncclAllGather(k->in[d], tmp, (size_t)elems(s), type, comm, dev->stream));
+        break;
+      }
       if (r == 0) {
         NCCL_ISSUE(ncclReduceScatter(k->in[d], k->out[d], (size_t)(q * row_elems), type,
                                      nccl_op(dt, red), comm, dev->stream));
@@ -452,6 +556,12 @@ static pd_code nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
       snprintf(err, sizeof err, "%s (%s)", ncclGetErrorString(s2), ncclGetLastError(comm));
       break;
     }
+    /* A peer that failed before issuing its part never will: without this,
+     * its abort would wait for our read lock until the deadline. */
+    if (peer_failed(k)) {
+      snprintf(err, sizeof err, "cancelled because another device failed");
+      break;
+    }
     if (now_s() > deadline)
       snprintf(err, sizeof err, "enqueueing the calls did not finish in %d ms", c->coll_timeout_ms);
     backoff(&spin);
@@ -459,6 +569,19 @@ static pd_code nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
   pthread_rwlock_unlock(&x->use);
 
   cudaError_t ce = cudaSuccess;
+  if (!err[0] && gather) { /* every input is in tmp, in rank order */
+    const void *parts[PD_MAX_DEVICES];
+    const int64_t count = elems(s);
+    for (int p = 0; p < n; p++) parts[p] = (const char *)tmp + (size_t)(p * count) * es;
+    int64_t off = 0, cnt = count;
+    if (k->kind == DEV_COLL_REDUCE_SCATTER) {
+      int64_t rows = s->dims[0], row_elems = rows ? count / rows : 0;
+      int64_t q = rows / n, r = rows % n;
+      off = (d * q + (d < r ? d : r)) * row_elems;
+      cnt = (q + (d < r ? 1 : 0)) * row_elems;
+    }
+    ce = dev_cuda_coll_reduce(dt, red, n, parts, off, k->out[d], cnt, dev->stream);
+  }
   if (!err[0] && k->kind == DEV_COLL_ALL_GATHER && tmp) {
     /* Interleave the parts: [outer, rows_p, inner] each, concatenated on the
      * axis. */
@@ -473,10 +596,8 @@ static pd_code nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
     for (int p = 0; p < n && ce == cudaSuccess; p++) {
       int64_t rows = k->in_shape[p].dims[axis];
       size_t w = (size_t)(rows * inner);
-      if (w && outer)
-        ce = cudaMemcpy2DAsync((char *)k->out[d] + row * inner, (size_t)(out_rows * inner),
-                               (char *)tmp + off, w, w, (size_t)outer, cudaMemcpyDeviceToDevice,
-                               dev->stream);
+      ce = copy_rows(c, d, (char *)k->out[d] + row * inner, (size_t)(out_rows * inner), d,
+                     (char *)tmp + off, w, w, (size_t)outer, dev->stream);
       off += (size_t)elems(&k->in_shape[p]) * es;
       row += rows;
     }
@@ -512,6 +633,8 @@ static pd_code nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
       snprintf(err, sizeof err, "%s (%s)", ncclGetErrorString(gr != ncclSuccess ? gr : as),
                ncclGetLastError(comm));
     pthread_rwlock_unlock(&x->use);
+    if (!err[0] && peer_failed(k)) /* its part may never run: ours would wait forever */
+      snprintf(err, sizeof err, "cancelled because another device failed");
     if (!err[0] && now_s() > deadline)
       snprintf(err, sizeof err, "timed out after %d ms (a peer may be stuck)", c->coll_timeout_ms);
     backoff(&spin);
@@ -545,7 +668,7 @@ static pd_code nccl_init(cu_backend *c, dev_status *st) {
 static void nccl_destroy(cu_backend *c) {
   cu_nccl *x = c->nccl;
   pthread_mutex_lock(&x->mu);
-  x->stop = true;
+  atomic_store(&x->stop, true);
   pthread_mutex_unlock(&x->mu);
   if (x->thread_live) pthread_join(x->thread, NULL);
   /* Streams were drained by the engine; abort frees a healthy communicator
@@ -612,16 +735,15 @@ static pd_code copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
         if (p == d) continue;
         int64_t plo = count * p / n, phi = count * (p + 1) / n;
         TRY(cudaStreamWaitEvent(s, c->devs[p].coll_ev[1], 0));
-        if (phi > plo)
-          TRY(cudaMemcpyAsync((char *)k->out[d] + plo * es, (const char *)k->out[p] + plo * es,
-                              (size_t)((phi - plo) * es), cudaMemcpyDefault, s));
+        TRY(copy_rows(c, d, (char *)k->out[d] + plo * es, 0, p, (const char *)k->out[p] + plo * es,
+                      0, (size_t)((phi - plo) * es), 1, s));
       }
       break;
     }
     case DEV_COLL_BROADCAST: {
       int root = (int)ctx->attrs[0].u.i;
       size_t bytes = (size_t)(elems(&k->in_shape[root]) * es);
-      if (bytes) TRY(cudaMemcpyAsync(k->out[d], k->in[root], bytes, cudaMemcpyDefault, s));
+      TRY(copy_rows(c, d, k->out[d], 0, root, k->in[root], 0, bytes, 1, s));
       break;
     }
     case DEV_COLL_ALL_GATHER: {
@@ -636,9 +758,8 @@ static pd_code copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_stat
       for (int p = 0; p < n; p++) {
         int64_t rows = k->in_shape[p].dims[axis];
         size_t w = (size_t)(rows * inner);
-        if (w && outer)
-          TRY(cudaMemcpy2DAsync((char *)k->out[d] + row * inner, (size_t)(out_rows * inner),
-                                k->in[p], w, w, (size_t)outer, cudaMemcpyDefault, s));
+        TRY(copy_rows(c, d, (char *)k->out[d] + row * inner, (size_t)(out_rows * inner), p, k->in[p],
+                      w, w, (size_t)outer, s));
         row += rows;
       }
       break;
@@ -683,10 +804,12 @@ pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_status 
   /* A device that cannot run says so at the meeting, like a failed input. */
   if (!failed && cu_check_healthy(c, d, &lst) != PD_OK) failed = &lst;
   if (!failed && cu_bind(c, d, &lst) != PD_OK) failed = &lst;
-  if (!failed && !c->use_nccl &&
-      cudaEventRecord(c->devs[d].coll_ev[0], c->devs[d].stream) != cudaSuccess) {
-    dev_cuda_fail(b, d, cudaGetLastError(), "cudaEventRecord", &lst);
-    failed = &lst;
+  if (!failed && !c->use_nccl) {
+    cudaError_t e = cudaEventRecord(c->devs[d].coll_ev[0], c->devs[d].stream);
+    if (e != cudaSuccess) {
+      dev_cuda_fail(b, d, e, "cudaEventRecord(inputs ready)", &lst);
+      failed = &lst;
+    }
   }
   pthread_mutex_lock(&k->mu);
   k->in[d] = ctx->num_inputs > 0 ? ctx->in_data[0] : NULL;

@@ -161,6 +161,15 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty, dev_status *st) 
   if (!mm_types_for(ctx->in_dtype[0], c->allow_tf32, &t))
     return dev_error(st, PD_INTERNAL, "%s: no cuBLAS type for %s", ctx->op->name,
                      pd_dtype_name(ctx->in_dtype[0]));
+  /* cuBLAS takes int sizes and leading dimensions. Inference already refuses
+   * matrix dims over INT_MAX (linalg.c, check_blas_dims); this keeps a
+   * change there from turning into silently truncated sizes here. */
+  if (p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.xc > INT_MAX || p.yc > INT_MAX)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: a %lld x %lld by %lld x %lld product has a dimension over %d, the "
+                     "largest cuBLAS takes",
+                     ctx->op->name, (long long)p.m, (long long)p.k, (long long)p.k,
+                     (long long)p.n, INT_MAX);
   int64_t out_n = p.batch * p.m * p.n;
   if (out_n == 0) return PD_OK;
   if (p.k == 0) { /* an empty sum */

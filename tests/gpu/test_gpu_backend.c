@@ -34,8 +34,8 @@ static void expect_create_fails(const char *mesh, pd_code code, const char *need
   dev_status st = DEV_STATUS_INIT;
   pd_code rc = dev_cuda_backend_create(&cfg, &b, &st);
   if (rc != code || !strstr(st.msg, needle))
-    fail_msg("mesh \"%s\": got %s \"%s\"; expected %s containing \"%s\"", mesh, pd_code_name(rc),
-             st.msg, pd_code_name(code), needle);
+    fail_msg("mesh \"%s\": got %s \"%s\"; expected %s containing \"%s\"",
+             mesh ? mesh : "(NULL)", pd_code_name(rc), st.msg, pd_code_name(code), needle);
   assert_null(b);
 }
 
@@ -51,6 +51,23 @@ static void test_mesh_syntax(void **state) {
   char big[PD_MAX_DEVICES * 8 + 16] = "";
   for (int i = 0; i <= PD_MAX_DEVICES; i++) strcat(big, i ? ",cuda:0" : "cuda:0");
   expect_create_fails(big, PD_INVALID_ARGUMENT, "more than 64 entries");
+  expect_create_fails("cuda:0,,cuda:1", PD_INVALID_ARGUMENT, "entry 1 \"\" is not a CUDA device");
+  expect_create_fails("cuda:-1", PD_INVALID_ARGUMENT, "entry 0 \"cuda:-1\"");
+  expect_create_fails("cuda: 0", PD_INVALID_ARGUMENT, "entry 0 \"cuda: 0\"");
+  expect_create_fails("cuda:99999999999", PD_INVALID_ARGUMENT, "entry 0 \"cuda:99999999999\"");
+  expect_create_fails("cuda:0;cuda:1", PD_INVALID_ARGUMENT, "entry 0 \"cuda:0;cuda:1\"");
+  expect_create_fails("CUDA:0", PD_INVALID_ARGUMENT, "is not a CUDA device");
+}
+
+/* Well-formed meshes get past parsing: without a GPU they fail only for want
+ * of one (UNAVAILABLE), never as malformed. */
+static void test_mesh_accepted(void **state) {
+  (void)state;
+  if (!no_gpu_reason()) skip(); /* with a GPU, creation would succeed or fail on the GPU count */
+  static const char *const ok[] = {NULL, "", "cuda:all", " cuda:0 , cuda:0 ", "cuda:0,cuda:1,cuda:0",
+                                   "cuda:007", " cuda:all "};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+    expect_create_fails(ok[i], PD_UNAVAILABLE, "no CUDA GPU found");
 }
 
 static void test_config_validation(void **state) {
@@ -65,6 +82,14 @@ static void test_config_validation(void **state) {
   cfg.collectives = (dev_cuda_collectives)7;
   assert_int_equal(dev_cuda_backend_create(&cfg, &b, &st), PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "collectives"));
+  assert_null(b);
+  /* The environment's choice is checked before any GPU is looked for. */
+  cfg.collectives = DEV_CUDA_COLL_AUTO;
+  setenv("PARADEV_CUDA_COLLECTIVES", "ring", 1);
+  pd_code rc = dev_cuda_backend_create(&cfg, &b, &st);
+  unsetenv("PARADEV_CUDA_COLLECTIVES");
+  assert_int_equal(rc, PD_INVALID_ARGUMENT);
+  assert_string_equal(st.msg, "PARADEV_CUDA_COLLECTIVES=ring; expected auto, nccl or copy");
   assert_null(b);
 }
 
@@ -104,6 +129,8 @@ static void test_kernel_registration(void **state) {
     snprintf(missing + len, sizeof missing - len, "%s%s", nmiss++ ? ", " : "", def->name);
   }
   printf("ops with a CPU kernel but no CUDA kernel yet (%d): %s\n", nmiss, nmiss ? missing : "none");
+  /* Every op runs on the cuda backend: none may fail with UNIMPLEMENTED. */
+  if (nmiss) fail_msg("%d op(s) have a CPU kernel but no CUDA kernel: %s", nmiss, missing);
 }
 
 /* dev_engine_create("cuda"): on a machine without a GPU, UNAVAILABLE with a
@@ -156,6 +183,7 @@ static void test_cpu_backend_has_no_health_hook(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mesh_syntax),
+      cmocka_unit_test(test_mesh_accepted),
       cmocka_unit_test(test_config_validation),
       cmocka_unit_test(test_kernel_registration),
       cmocka_unit_test(test_engine_without_gpu),
