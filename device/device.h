@@ -16,7 +16,10 @@
  *    submission order on its own executor; dev_execute returns once the op is
  *    validated, its output dtypes and shapes inferred, and it is queued on
  *    every device. A failure while running is stored on the op's outputs and
- *    propagates to every op that consumes them.
+ *    propagates to every op that consumes them. An op counts as done (its
+ *    outputs ready, waits and notifications answered) when the device has
+ *    finished it: on CUDA, when an event recorded behind its kernels has
+ *    completed, not when the kernels were queued (dev_backend.fence_*).
  *  - Every device receives ops in one global order (submission holds one
  *    engine-wide lock across the devices), so a collective never waits on a
  *    peer that is busy with another collective.
@@ -381,7 +384,9 @@ int dev_reduction_from_name(const char *s, size_t len);
  * pluggable-device structs (SP_StreamExecutor) do. All functions may be called
  * concurrently for different devices; for one device they are called from that
  * device's executor thread, except allocate/deallocate/copy_* used by uploads
- * and downloads, which the backend must make thread-safe. */
+ * and downloads (and deallocate when an op's or a client's last reference
+ * goes, on any thread), and fence_wait and fence_release (the device's
+ * completion thread), which the backend must make thread-safe. */
 typedef struct dev_backend {
   size_t struct_size;
   const char *name; /* "cpu", "cuda" */
@@ -441,6 +446,28 @@ typedef struct dev_backend {
   pd_code (*host_register)(struct dev_backend *b, void *ptr, size_t bytes,
                            dev_status *st);
   void (*host_unregister)(struct dev_backend *b, void *ptr);
+  /* Completion fences, for a backend whose run_kernel and collective_run
+   * return once the work is queued on the device rather than done (CUDA).
+   * All three or none; NULL on the CPU backend, whose ops are done when
+   * run_kernel returns. Check struct_size before reading them.
+   *
+   * fence_record: called on `device`'s executor right after it issued an
+   *   op's work; returns in *fence a marker behind all work issued so far on
+   *   the device (cudaEventRecord on its stream). Errors name the device.
+   * fence_wait: blocks, without spinning, until that work has finished on
+   *   the device; returns the first error it hit (naming the device and the
+   *   backend's reason), e.g. an illegal address inside a kernel. Called on
+   *   the device's completion thread, in the order the fences were recorded.
+   * fence_release: gives the fence back once fence_wait has returned (on
+   *   the completion thread).
+   * The engine marks an op's outputs on the device ready only once its fence
+   * has been waited for, as TensorFlow's GPU EventMgr does. Source:
+   * tensorflow/core/common_runtime/device/device_event_mgr.h. */
+  pd_code (*fence_record)(struct dev_backend *b, int device, void **fence,
+                          dev_status *st);
+  pd_code (*fence_wait)(struct dev_backend *b, int device, void *fence,
+                        dev_status *st);
+  void (*fence_release)(struct dev_backend *b, int device, void *fence);
 } dev_backend;
 
 #define DEV_BACKEND_STRUCT_SIZE sizeof(dev_backend)
@@ -465,7 +492,19 @@ pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
 typedef struct dev_engine dev_engine;
 typedef struct dev_tensor dev_tensor;
 
-/* Engine configuration; starts with struct_size. */
+/* Which path collectives take (DEV_CUDA_COLL_AUTO: NCCL when every mesh entry
+ * is a distinct GPU and NCCL was built in, the copy path otherwise). With
+ * AUTO, the environment variable PARADEV_CUDA_COLLECTIVES=nccl|copy|auto
+ * chooses instead (for tests and for ruling NCCL out on a machine). */
+typedef enum dev_cuda_collectives {
+  DEV_CUDA_COLL_AUTO = 0,
+  DEV_CUDA_COLL_NCCL = 1, /* NCCL even for one device; distinct GPUs only */
+  DEV_CUDA_COLL_COPY = 2, /* copy-and-reduce kernels on the GPUs */
+} dev_cuda_collectives;
+
+/* Engine configuration; starts with struct_size (use
+ * DEV_ENGINE_CONFIG_INITIALIZER, then set fields by name). Fields are only
+ * ever appended; the engine reads a field only when struct_size covers it. */
 typedef struct dev_engine_config {
   size_t struct_size;
   const char *backend;   /* "cpu" (default when NULL) or "cuda" */
@@ -474,36 +513,56 @@ typedef struct dev_engine_config {
   /* cuda: the mesh, "cuda:0,cuda:1", "cuda:all" or "cuda:0,cuda:0" (see
    * dev_cuda_config.mesh); NULL: "cuda:all". Ignored by the cpu backend. */
   const char *mesh;
+  /* cuda only (the cpu backend ignores them); see dev_cuda_config for each:
+   * TF32 tensor cores for float32 products (default false), bytes each GPU's
+   * pool keeps cached (default UINT64_MAX: all), the collective timeout in
+   * milliseconds (0: 300000) and the collective path (default AUTO). */
+  bool cuda_allow_tf32;
+  uint64_t cuda_pool_release_threshold;
+  int cuda_collective_timeout_ms;
+  dev_cuda_collectives cuda_collectives;
 } dev_engine_config;
 
-#define DEV_ENGINE_CONFIG_INITIALIZER {sizeof(dev_engine_config), NULL, 4, 0, NULL}
+#define DEV_ENGINE_CONFIG_INITIALIZER \
+  {sizeof(dev_engine_config), NULL, 4, 0, NULL, false, UINT64_MAX, 0, DEV_CUDA_COLL_AUTO}
 
 /* Creates an engine over a new backend and starts one executor thread per
- * device. Errors: INVALID_ARGUMENT (unknown backend, bad device count),
- * UNAVAILABLE (backend cannot start, e.g. no GPU). Thread-safe. */
+ * device, plus, on a backend with fences (CUDA), one completion thread per
+ * device. Errors: INVALID_ARGUMENT (unknown backend, bad device count, a cuda
+ * setting out of range), UNAVAILABLE (backend cannot start, e.g. no GPU),
+ * RESOURCE_EXHAUSTED (threads). Thread-safe. */
 pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
                           dev_status *st);
 
-/* Waits for all queued work, stops the executors and frees the engine. Every
- * tensor must have been released. Accepts NULL. */
+/* Waits for all queued work (on a backend with fences, until the devices
+ * have finished it), stops the executor and completion threads and frees the
+ * engine. Every tensor must have been released. Accepts NULL. */
 void dev_engine_destroy(dev_engine *e);
 
 int dev_engine_num_devices(const dev_engine *e);
 dev_backend *dev_engine_backend(dev_engine *e);
 
-/* Waits until every op submitted so far has run on every device. Returns OK
- * (per-op failures are stored on their outputs, not reported here). */
+/* Waits until every op submitted so far has run on every device (finished on
+ * the device, not only issued). Returns OK (per-op failures are stored on
+ * their outputs, not reported here), or the backend's error when a device
+ * cannot be synchronized (UNAVAILABLE for an unhealthy GPU). */
 pd_code dev_engine_sync(dev_engine *e, dev_status *st);
 
-/* Seconds device `device`'s executor has spent running ops since the engine
- * was created: the sum, over every op it ran, of the wall time of its part
- * of the op (allocating outputs, the kernel, or the device's share of a
- * collective, including the wait for its peers). On the CPU backend that is
- * the compute time; on CUDA, where kernels are launched asynchronously, it is
- * the time to issue them plus any synchronous wait. Idle time waiting for
- * work is not counted. Monotonic; 0 for a device out of range. A daemon
- * compares it with wall time to tell time on the devices from time spent
- * elsewhere (RPC, queueing). Thread-safe, lock-free. */
+/* Seconds device `device` has spent busy with ops since the engine was
+ * created. Idle time waiting for work is not counted. Monotonic; 0 for a
+ * device out of range. A daemon compares it with wall time to tell time on
+ * the devices from time spent elsewhere (RPC, queueing). Thread-safe,
+ * lock-free.
+ *  - CPU backend (no fences): the sum, over every op, of the wall time of the
+ *    executor's part of it (allocating outputs, the kernel, or the device's
+ *    share of a collective, including the wait for its peers): compute time.
+ *  - CUDA (fences): the time the device had issued work that had not yet
+ *    finished: for each op, from when its issue began or the previous op
+ *    finished on the device, whichever is later, to when its fence reported
+ *    it finished. Overlapping ops count once. It includes the completion
+ *    thread's wake-up (microseconds) and time a kernel waits inside the GPU
+ *    (for a collective's peers), so it is an upper bound on the GPU's own
+ *    busy time, as nvidia-smi's utilisation is. */
 double dev_engine_busy_seconds(dev_engine *e, int device);
 
 /* Prepares host memory [ptr, ptr + bytes) for fast transfers: on CUDA it is
@@ -512,8 +571,9 @@ double dev_engine_busy_seconds(dev_engine *e, int device);
  * long-lived buffers (shared memory regions), not per-transfer use: page
  * locking costs about as much as one copy. Ranges must not overlap a range
  * already registered. INVALID_ARGUMENT for NULL or bytes == 0;
- * RESOURCE_EXHAUSTED when the OS refuses to lock the pages; UNAVAILABLE when
- * the device is unhealthy. Thread-safe. */
+ * RESOURCE_EXHAUSTED when the OS refuses to lock the pages; ALREADY_EXISTS
+ * for a range that overlaps one already registered; UNAVAILABLE when no
+ * device is healthy. Thread-safe. */
 pd_code dev_engine_host_register(dev_engine *e, void *ptr, size_t bytes,
                                  dev_status *st);
 /* Undoes dev_engine_host_register for the range starting at `ptr`. The caller
@@ -614,12 +674,17 @@ int dev_tensor_num_components(const dev_tensor *t);
 /* Bytes of all components together. */
 uint64_t dev_tensor_bytes(const dev_tensor *t);
 
-/* Non-blocking: true when every component has been computed (or failed). */
+/* Non-blocking: true when every component has been computed (or failed): on
+ * a backend with fences (CUDA), when the device has finished the op, not when
+ * it was queued. */
 bool dev_tensor_is_ready(const dev_tensor *t);
 
-/* Waits until every component is computed; returns the tensor's status (the
- * first failing component's error, naming the device). FAILED_PRECONDITION
- * for the output of an op that was prepared but not yet submitted. */
+/* Waits until every component is computed (on CUDA: finished on the GPU,
+ * see dev_backend.fence_wait); returns the tensor's status (the first failing
+ * component's error, naming the device; an error the GPU reported while
+ * running the op, such as an illegal address, is that op's).
+ * FAILED_PRECONDITION for the output of an op that was prepared but not yet
+ * submitted. */
 pd_code dev_tensor_wait(dev_tensor *t, dev_status *st);
 
 /* dev_tensor_wait with a deadline in CLOCK_MONOTONIC seconds (as from
@@ -633,9 +698,11 @@ double dev_monotonic_now(void);
 /* Calls fn(arg, t, code) exactly once when every component of `t` is
  * computed, where code is the tensor's status (read the message with
  * dev_tensor_wait, which then returns at once). It runs on the caller's thread
- * when `t` is ready already, else on the executor thread that finishes last:
- * it must not block or call back into the engine's waits. The tensor is kept
- * alive until fn returns. Returns RESOURCE_EXHAUSTED (host memory) or
+ * when `t` is ready already, else on the engine thread of the device that
+ * finishes last (its executor, or on a backend with fences its completion
+ * thread, once the device has finished the op): it must not block or call
+ * back into the engine's waits. The tensor is kept alive until fn returns.
+ * Returns RESOURCE_EXHAUSTED (host memory) or
  * FAILED_PRECONDITION (op not yet submitted); fn is then never called.
  * Thread-safe. Source: cudaLaunchHostFunc / TF's AsyncValue::AndThen. */
 typedef void (*dev_ready_fn)(void *arg, dev_tensor *t, pd_code code);
@@ -800,15 +867,8 @@ pd_code dev_tape_gradient(dev_tape *tape, dev_tensor *target,
 /* CUDA backend (device/cuda/; built when CMake's PARADEV_CUDA is on, which   */
 /* defines PARADEV_HAVE_CUDA for users of this library)                      */
 
-/* Which path collectives take (DEV_CUDA_COLL_AUTO: NCCL when every mesh entry
- * is a distinct GPU and NCCL was built in, the copy path otherwise). With
- * AUTO, the environment variable PARADEV_CUDA_COLLECTIVES=nccl|copy|auto
- * chooses instead (for tests and for ruling NCCL out on a machine). */
-typedef enum dev_cuda_collectives {
-  DEV_CUDA_COLL_AUTO = 0,
-  DEV_CUDA_COLL_NCCL = 1, /* NCCL even for one device; distinct GPUs only */
-  DEV_CUDA_COLL_COPY = 2, /* copy-and-reduce kernels on the GPUs */
-} dev_cuda_collectives;
+/* (dev_cuda_collectives, the collective path, is declared beside
+ * dev_engine_config above.) */
 
 /* Configuration of the CUDA backend; starts with struct_size (use
  * DEV_CUDA_CONFIG_INITIALIZER, then set fields by name). */

@@ -19,7 +19,11 @@ typedef struct dev_buffer {
 
 /* One component of a parallel tensor. `buf`, `code` and `msg` are written by
  * the device's executor before it publishes `ready_seq` as done; readers look
- * at them only after dev_exec_done(device) >= ready_seq. */
+ * at them only after dev_exec_done(device) >= ready_seq. On a backend with
+ * fences, the device's completion thread may still set `code` and `msg` (an
+ * error the device reported while running the op) until it publishes, under
+ * the executor's mutex and leaving `buf` in place (freed with the tensor), so
+ * the executor reads the codes of its ops' inputs under that mutex. */
 typedef struct dev_component {
   dev_shape shape;
   size_t bytes;
@@ -45,7 +49,12 @@ struct dev_op {
   const dev_op_def *def;
   dev_engine *engine;
   uint64_t seq;
-  atomic_int pending; /* devices that have not run it yet */
+  atomic_int pending; /* devices that have not run (issued) it yet */
+  /* Backends with fences: devices that have not finished it, plus one held
+   * by its inputs until every device has issued it (then the inputs are
+   * released, so their buffers are freed stream-ordered at once, not when
+   * the device catches up). The op is freed at zero. */
+  atomic_int inflight;
   int num_inputs;
   dev_tensor *inputs[DEV_MAX_INPUTS];
   int num_outputs;
@@ -68,7 +77,13 @@ pd_code dev_tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
 /* Sets component `d`'s error (copies msg). */
 void dev_component_set_error(dev_component *c, pd_code code, const char *msg);
 
-/* Largest sequence number that `device`'s executor has finished. */
+/* Creates an engine over `b` (taking ownership of it: on failure it is
+ * destroyed) and starts its threads: what dev_engine_create does once it has
+ * made the backend. For tests that wrap a backend (a fenced CPU backend). */
+pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out, dev_status *st);
+
+/* Largest sequence number that `device` has finished (on a backend with
+ * fences, finished on the device). */
 uint64_t dev_exec_done(dev_engine *e, int device);
 /* Blocks until `device`'s executor has finished op `seq`. */
 void dev_exec_wait(dev_engine *e, int device, uint64_t seq);

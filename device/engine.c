@@ -1,6 +1,23 @@
 /* The engine: one executor thread per device, each running its queue of ops
  * in the one global submission order (a CUDA stream's semantics), plus op
- * validation, attribute resolution and shape inference at preparation. */
+ * validation, attribute resolution and shape inference at preparation.
+ *
+ * Completion. On the CPU backend an op is done when the executor's kernel
+ * call returns, and the executor publishes it (done_seq, waiters, notify
+ * callbacks). A backend with fences (CUDA) only queues the work: there the
+ * executor records a fence behind each op it issued and hands it to the
+ * device's completion thread, which waits for the fences in order and only
+ * then publishes, as TensorFlow's GPU EventMgr does. The executor goes on
+ * issuing meanwhile, so the device's queue never drains between ops; stream
+ * order protects dependencies on one device. An op's error that the device
+ * reports late (an illegal address inside a kernel) lands on that op's
+ * outputs on that device, and on the outputs of later ops of that device
+ * that consumed them and were already issued (the executor records which
+ * in-flight ops each op read from; the completion thread keeps the late
+ * failures until no op issued before them is in flight). An op's inputs are
+ * released once every device has issued it, so buffers are freed
+ * stream-ordered as early as on the CPU, not when the device catches up;
+ * its outputs are held until every device has finished it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -48,8 +65,51 @@ typedef struct dev_exec {
    * be quadratic). */
   dev_waiter *notify, *notify_tail;
   atomic_int notify_count;
-  _Atomic uint64_t busy_ns; /* time spent in run_op (dev_engine_busy_seconds) */
+  _Atomic uint64_t busy_ns; /* dev_engine_busy_seconds */
+  /* Backends with fences only. Under mu: fring holds the ops issued on the
+   * device whose fence the completion thread has not yet taken, in issue
+   * order; `outstanding` counts the ops pushed to this device that are not
+   * yet taken by the completion thread, so that submission keeps room in
+   * fring for every one of them (the executor never allocates there);
+   * `pushed` counts the ops ever put in fring. */
+  bool fenced;
+  bool completer_started;
+  pthread_t completer;
+  pthread_cond_t fence_cv;
+  struct dev_inflight *fring;
+  size_t fcap, fhead, fcount, outstanding;
+  uint64_t pushed;
+  bool fstop, fsleeping;
+  /* Completion thread only: ops whose outputs failed late (after ops that
+   * consume them may have been issued), kept until every op issued before
+   * the failure was published has completed; and how many ops completed. */
+  struct dev_late *late;
+  int nlate, late_cap;
+  uint64_t completed;
+  uint64_t last_done_ns; /* when the previous op finished (busy time) */
 } dev_exec;
+
+/* Inputs of an issued op that were still in flight on the device when it was
+ * issued, as the seqs of the ops producing them. */
+#define DEV_INLINE_DEPS 4
+
+/* One op issued on a fenced device, waiting for the device to finish it. */
+typedef struct dev_inflight {
+  dev_op *op;
+  void *fence;      /* NULL: the op issued no work (it failed, or aliases) */
+  uint64_t t_issue; /* when the executor began issuing it (ns) */
+  int ndeps;
+  uint64_t dep[DEV_INLINE_DEPS];
+  uint64_t *more_deps; /* all ndeps of them when ndeps > DEV_INLINE_DEPS */
+} dev_inflight;
+
+/* An op whose outputs on a device failed after it was issued. */
+typedef struct dev_late {
+  uint64_t seq;
+  uint64_t horizon; /* ops pushed before this one may consume its outputs */
+  pd_code code;
+  char *msg;
+} dev_late;
 
 struct dev_engine {
   dev_backend *backend;
@@ -150,13 +210,18 @@ pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg, dev_status 
     dev_exec *x = &e->execs[d];
     uint64_t seq = atomic_load(&t->comps[d].ready_seq);
     pthread_mutex_lock(&x->mu);
+    /* Count first, then look at done_seq: the publisher stores done_seq,
+     * then looks at the count, so one of the two sees the other (a waiter
+     * added after the publisher looked would wait for the next op). */
+    atomic_fetch_add(&x->notify_count, 1);
     if (atomic_load(&x->done_seq) < seq) {
       dev_waiter *w = &g->w[used++];
       w->seq = seq;
       w->g = g;
       notify_insert_locked(x, w);
-      atomic_fetch_add(&x->notify_count, 1);
       atomic_fetch_add(&g->remaining, 1);
+    } else {
+      atomic_fetch_sub(&x->notify_count, 1);
     }
     pthread_mutex_unlock(&x->mu);
   }
@@ -177,7 +242,12 @@ static void op_free(dev_op *op) {
 
 /* --- executor ------------------------------------------------------------- */
 
-static void run_op(dev_exec *x, dev_op *op) {
+/* Runs (CPU) or issues (CUDA) device x's part of `op`. Returns true when
+ * work was issued that a fence must cover: the kernel or the collective ran
+ * without error. With fences, deps[0..*ndeps) receive the distinct seqs of
+ * the ops producing inputs that were still in flight (room for
+ * DEV_MAX_INPUTS). */
+static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
   const int d = x->device;
   dev_engine *e = x->engine;
   dev_backend *b = e->backend;
@@ -188,6 +258,12 @@ static void run_op(dev_exec *x, dev_op *op) {
   pd_dtype in_dtype[DEV_MAX_INPUTS];
   dev_shape in_shape[DEV_MAX_INPUTS];
   const void *in_data[DEV_MAX_INPUTS];
+  /* With fences an input may be in flight, its code still set by the
+   * completion thread (its buf is left in place). An input in flight whose
+   * code reads OK here may still fail: the completion thread checks the
+   * recorded producer against its late failures. */
+  if (x->fenced) pthread_mutex_lock(&x->mu);
+  const uint64_t done = x->fenced ? atomic_load(&x->done_seq) : 0;
   for (int i = 0; i < op->num_inputs; i++) {
     dev_component *c = &op->inputs[i]->comps[d];
     in_dtype[i] = op->inputs[i]->dtype;
@@ -197,7 +273,14 @@ static void run_op(dev_exec *x, dev_op *op) {
       failed = true;
       dev_error(&st, c->code, "%s", c->msg ? c->msg : "");
     }
+    uint64_t rs;
+    if (x->fenced && (rs = atomic_load(&c->ready_seq)) > done) {
+      int k = 0;
+      while (k < *ndeps && deps[k] != rs) k++;
+      if (k == *ndeps) deps[(*ndeps)++] = rs;
+    }
   }
+  if (x->fenced) pthread_mutex_unlock(&x->mu);
 
   pd_dtype out_dtype[DEV_MAX_OUTPUTS];
   dev_shape out_shape[DEV_MAX_OUTPUTS];
@@ -233,12 +316,15 @@ static void run_op(dev_exec *x, dev_op *op) {
       .out_alias = out_alias, .collective = op->collective,
   };
 
+  bool issued = false;
   if (def->flags & DEV_OP_COLLECTIVE) {
     /* Every device takes part, failed or not, so no peer waits forever. */
     dev_status cst = DEV_STATUS_INIT;
     if (b->collective_run(b, &ctx, failed ? &st : NULL, &cst) != PD_OK) {
       failed = true;
       st = cst;
+    } else {
+      issued = !failed;
     }
   } else if (!failed) {
     bool all_aliased = op->num_outputs > 0;
@@ -262,6 +348,8 @@ static void run_op(dev_exec *x, dev_op *op) {
           dev_error(&st, kst.code, "%s (on %s)", kst.msg, b->device_name(b, d));
         else
           dev_error(&st, kst.code, "%s on %s: %s", def->name, b->device_name(b, d), kst.msg);
+      } else {
+        issued = true;
       }
     }
   }
@@ -269,6 +357,7 @@ static void run_op(dev_exec *x, dev_op *op) {
   if (failed)
     for (int i = 0; i < op->num_outputs; i++)
       dev_component_set_error(&op->outputs[i]->comps[d], st.code, st.msg);
+  return issued && !failed;
 }
 
 /* Fires the notify waiters of `x` whose op has finished. */
@@ -298,6 +387,21 @@ static uint64_t exec_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Publishes that device x has finished op `seq` (after dropping its hold on
+ * the op): advances done_seq, wakes waiters and fires notify callbacks. */
+static void exec_publish(dev_exec *x, uint64_t seq) {
+  atomic_store(&x->done_seq, seq);
+  if (atomic_load(&x->waiters) > 0) {
+    pthread_mutex_lock(&x->mu);
+    pthread_cond_broadcast(&x->done_cv);
+    pthread_mutex_unlock(&x->mu);
+  }
+  if (atomic_load(&x->notify_count) > 0) exec_fire_notify(x, seq);
+}
+
+static void exec_queue_fence(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
+                             const uint64_t *deps, int ndeps);
+
 static void *exec_main(void *arg) {
   dev_exec *x = arg;
   enum { BATCH = 32 };
@@ -325,18 +429,186 @@ static void *exec_main(void *arg) {
     for (int b = 0; b < n; b++) {
       dev_op *op = batch[b];
       uint64_t t0 = exec_now_ns();
-      run_op(x, op);
+      uint64_t deps[DEV_MAX_INPUTS];
+      int ndeps = 0;
+      bool issued = run_op(x, op, deps, &ndeps);
+      if (x->fenced) {
+        exec_queue_fence(x, op, issued, t0, deps, ndeps);
+        continue;
+      }
       atomic_fetch_add_explicit(&x->busy_ns, exec_now_ns() - t0, memory_order_relaxed);
       uint64_t seq = op->seq;
       if (atomic_fetch_sub(&op->pending, 1) == 1) op_free(op);
-      atomic_store(&x->done_seq, seq);
-      if (atomic_load(&x->waiters) > 0) {
-        pthread_mutex_lock(&x->mu);
-        pthread_cond_broadcast(&x->done_cv);
-        pthread_mutex_unlock(&x->mu);
-      }
-      if (atomic_load(&x->notify_count) > 0) exec_fire_notify(x, seq);
+      exec_publish(x, seq);
     }
+  }
+}
+
+/* --- completion (backends with fences) ------------------------------------ */
+
+/* Drops one of a fenced op's `inflight` holds; frees it at zero. */
+static void op_unhold(dev_op *op) {
+  if (atomic_fetch_sub(&op->inflight, 1) == 1) op_free(op);
+}
+
+/* Records the fence of an op the executor has just issued and queues it for
+ * the completion thread. A fence that cannot be recorded fails the op here.
+ * Once every device has issued the op, its inputs are released: every use of
+ * their buffers is queued on the devices' streams, which order a
+ * stream-ordered free after it. */
+static void exec_queue_fence(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
+                             const uint64_t *deps, int ndeps) {
+  dev_backend *b = x->engine->backend;
+  const int d = x->device;
+  dev_inflight f = {.op = op, .t_issue = t0};
+  if (issued) {
+    dev_status fst = DEV_STATUS_INIT;
+    if (b->fence_record(b, d, &f.fence, &fst) != PD_OK) {
+      f.fence = NULL;
+      dev_status est = DEV_STATUS_INIT;
+      dev_error(&est, fst.code, "%s on %s: %s", op->def->name, b->device_name(b, d), fst.msg);
+      /* The completion thread has not seen this op: no lock needed. */
+      for (int i = 0; i < op->num_outputs; i++)
+        dev_component_set_error(&op->outputs[i]->comps[d], est.code, est.msg);
+    }
+  }
+  /* An op that failed here carries its error already. */
+  bool ok = true;
+  for (int i = 0; i < op->num_outputs && ok; i++) ok = op->outputs[i]->comps[d].code == PD_OK;
+  if (ok && ndeps > 0) {
+    f.ndeps = ndeps;
+    if (ndeps <= DEV_INLINE_DEPS) {
+      memcpy(f.dep, deps, sizeof *deps * (size_t)ndeps);
+    } else if ((f.more_deps = malloc(sizeof *deps * (size_t)ndeps))) {
+      memcpy(f.more_deps, deps, sizeof *deps * (size_t)ndeps);
+    } else {
+      /* Cannot record what it depends on: wait for them (rare). */
+      f.ndeps = 0;
+      uint64_t last = 0;
+      for (int i = 0; i < ndeps; i++) last = deps[i] > last ? deps[i] : last;
+      dev_exec_wait(x->engine, d, last);
+      pthread_mutex_lock(&x->mu);
+      for (int i = 0; i < op->num_inputs && ok; i++) {
+        const dev_component *c = &op->inputs[i]->comps[d];
+        if (c->code != PD_OK) {
+          ok = false;
+          for (int o = 0; o < op->num_outputs; o++)
+            dev_component_set_error(&op->outputs[o]->comps[d], c->code, c->msg);
+        }
+      }
+      pthread_mutex_unlock(&x->mu);
+    }
+  }
+  pthread_mutex_lock(&x->mu);
+  x->fring[(x->fhead + x->fcount) % x->fcap] = f;
+  x->fcount++;
+  x->pushed++;
+  if (x->fsleeping) pthread_cond_signal(&x->fence_cv);
+  pthread_mutex_unlock(&x->mu);
+  if (atomic_fetch_sub(&op->pending, 1) == 1) {
+    for (int i = 0; i < op->num_inputs; i++) dev_tensor_release(op->inputs[i]);
+    op->num_inputs = 0;
+    op_unhold(op);
+  }
+}
+
+/* Puts an error the device reported late on device x's component of each
+ * output of `op` that has none yet (x->mu held). The buffer stays: a later
+ * op already issued may still read it. */
+static void late_error_locked(dev_exec *x, dev_op *op, pd_code code, const char *msg) {
+  for (int i = 0; i < op->num_outputs; i++) {
+    dev_component *c = &op->outputs[i]->comps[x->device];
+    if (c->code != PD_OK) continue;
+    char *m = strdup(msg);
+    free(c->msg);
+    c->msg = m; /* NULL on host OOM: readers print "" */
+    c->code = code;
+  }
+}
+
+/* The late failure of op `seq` on device x, or NULL. */
+static const dev_late *late_find(const dev_exec *x, uint64_t seq) {
+  for (int i = 0; i < x->nlate; i++)
+    if (x->late[i].seq == seq) return &x->late[i];
+  return NULL;
+}
+
+/* Waits for the device to finish one issued op, then publishes it. */
+static void exec_complete(dev_exec *x, dev_inflight *f) {
+  dev_backend *b = x->engine->backend;
+  const int d = x->device;
+  dev_op *op = f->op;
+  const uint64_t seq = op->seq;
+  dev_status err = DEV_STATUS_INIT;
+  if (f->fence) {
+    dev_status fst = DEV_STATUS_INIT;
+    if (b->fence_wait(b, d, f->fence, &fst) != PD_OK)
+      dev_error(&err, fst.code, "%s on %s: %s", op->def->name, b->device_name(b, d), fst.msg);
+    b->fence_release(b, d, f->fence);
+  }
+  if (err.code == PD_OK && x->nlate > 0) {
+    /* An input whose op failed on the device after this op was issued:
+     * this op computed from garbage, so it fails with the input's error. */
+    const uint64_t *deps = f->ndeps > DEV_INLINE_DEPS ? f->more_deps : f->dep;
+    for (int i = 0; i < f->ndeps && err.code == PD_OK; i++) {
+      const dev_late *l = late_find(x, deps[i]);
+      if (l) dev_error(&err, l->code, "%s", l->msg ? l->msg : "");
+    }
+  }
+  free(f->more_deps);
+  if (err.code != PD_OK) {
+    pthread_mutex_lock(&x->mu);
+    late_error_locked(x, op, err.code, err.msg);
+    uint64_t horizon = x->pushed + 1; /* + the op the executor may be issuing */
+    pthread_mutex_unlock(&x->mu);
+    if (x->nlate == x->late_cap) {
+      int ncap = x->late_cap ? 2 * x->late_cap : 8;
+      dev_late *nl = realloc(x->late, sizeof *nl * (size_t)ncap);
+      if (nl) {
+        x->late = nl;
+        x->late_cap = ncap;
+      }
+    }
+    /* Without room (host OOM) its consumers already issued go unmarked. */
+    if (x->nlate < x->late_cap)
+      x->late[x->nlate++] = (dev_late){seq, horizon, err.code, strdup(err.msg)};
+  }
+  x->completed++;
+  for (int i = 0; i < x->nlate;) { /* forget failures no op in flight can see */
+    if (x->late[i].horizon <= x->completed) {
+      free(x->late[i].msg);
+      x->late[i] = x->late[--x->nlate];
+    } else {
+      i++;
+    }
+  }
+  uint64_t now = exec_now_ns();
+  uint64_t from = f->t_issue > x->last_done_ns ? f->t_issue : x->last_done_ns;
+  if (now > from) atomic_fetch_add_explicit(&x->busy_ns, now - from, memory_order_relaxed);
+  x->last_done_ns = now;
+  op_unhold(op);
+  exec_publish(x, seq);
+}
+
+static void *complete_main(void *arg) {
+  dev_exec *x = arg;
+  for (;;) {
+    pthread_mutex_lock(&x->mu);
+    while (x->fcount == 0 && !x->fstop) {
+      x->fsleeping = true;
+      pthread_cond_wait(&x->fence_cv, &x->mu);
+      x->fsleeping = false;
+    }
+    if (x->fcount == 0) { /* stopped, and every issued op is published */
+      pthread_mutex_unlock(&x->mu);
+      return NULL;
+    }
+    dev_inflight f = x->fring[x->fhead];
+    x->fhead = (x->fhead + 1) % x->fcap;
+    x->fcount--;
+    x->outstanding--;
+    pthread_mutex_unlock(&x->mu);
+    exec_complete(x, &f);
   }
 }
 
@@ -358,6 +630,20 @@ static bool exec_reserve(dev_exec *x) {
       ok = false;
     }
   }
+  if (ok && x->fenced && x->outstanding == x->fcap) {
+    /* Room in fring for every op that may reach it. */
+    size_t ncap = x->fcap ? x->fcap * 2 : 256;
+    dev_inflight *nf = malloc(ncap * sizeof *nf);
+    if (nf) {
+      for (size_t i = 0; i < x->fcount; i++) nf[i] = x->fring[(x->fhead + i) % x->fcap];
+      free(x->fring);
+      x->fring = nf;
+      x->fcap = ncap;
+      x->fhead = 0;
+    } else {
+      ok = false;
+    }
+  }
   pthread_mutex_unlock(&x->mu);
   return ok;
 }
@@ -366,6 +652,7 @@ static void exec_push(dev_exec *x, dev_op *op) {
   pthread_mutex_lock(&x->mu);
   x->ring[(x->head + x->count) % x->cap] = op;
   x->count++;
+  if (x->fenced) x->outstanding++;
   if (x->sleeping) pthread_cond_signal(&x->work_cv); /* no syscall when awake */
   pthread_mutex_unlock(&x->mu);
 }
@@ -375,7 +662,7 @@ static void exec_push(dev_exec *x, dev_op *op) {
 pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_status *st) {
   dev_engine_config def = DEV_ENGINE_CONFIG_INITIALIZER;
   if (!cfg) cfg = &def;
-  dev_registry_init();
+  dev_registry_init(); /* before a backend registers its kernels */
   const char *name = cfg->backend ? cfg->backend : "cpu";
   dev_backend *b = NULL;
   pd_code rc;
@@ -390,6 +677,18 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_st
     if (cfg->struct_size >= offsetof(dev_engine_config, mesh) + sizeof cfg->mesh)
       cc.mesh = cfg->mesh;
     cc.memory_limit = cfg->memory_limit;
+    if (cfg->struct_size >= offsetof(dev_engine_config, cuda_collectives) +
+                                sizeof cfg->cuda_collectives) {
+      if (cfg->cuda_collective_timeout_ms < 0)
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "cuda collective timeout is %d ms; expected a positive number of "
+                         "milliseconds, or 0 for the default (300000)",
+                         cfg->cuda_collective_timeout_ms);
+      cc.allow_tf32 = cfg->cuda_allow_tf32;
+      cc.pool_release_threshold = cfg->cuda_pool_release_threshold;
+      cc.collective_timeout_ms = cfg->cuda_collective_timeout_ms;
+      cc.collectives = cfg->cuda_collectives;
+    }
     rc = dev_cuda_backend_create(&cc, &b, st);
 #else
     rc = dev_error(st, PD_UNAVAILABLE,
@@ -399,7 +698,52 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_st
     rc = dev_error(st, PD_INVALID_ARGUMENT, "unknown backend '%s'; expected cpu or cuda", name);
   }
   if (rc != PD_OK) return rc;
+  return dev_engine_create_with_backend(b, out, st);
+}
 
+/* Stops and joins the threads of execs[0..n) (executors first, so that the
+ * completion threads see every issued op before they are told to stop). */
+static void engine_stop_threads(dev_engine *e, int n) {
+  for (int i = 0; i < n; i++) {
+    dev_exec *x = &e->execs[i];
+    pthread_mutex_lock(&x->mu);
+    x->stop = true;
+    pthread_cond_signal(&x->work_cv);
+    pthread_mutex_unlock(&x->mu);
+  }
+  for (int i = 0; i < n; i++) pthread_join(e->execs[i].thread, NULL);
+  for (int i = 0; i < n; i++) {
+    dev_exec *x = &e->execs[i];
+    if (!x->completer_started) continue;
+    pthread_mutex_lock(&x->mu);
+    x->fstop = true;
+    pthread_cond_signal(&x->fence_cv);
+    pthread_mutex_unlock(&x->mu);
+  }
+  for (int i = 0; i < n; i++)
+    if (e->execs[i].completer_started) pthread_join(e->execs[i].completer, NULL);
+}
+
+/* Frees what dev_engine_create_with_backend set up for one device. */
+static void exec_free(dev_exec *x) {
+  pthread_mutex_destroy(&x->mu);
+  pthread_cond_destroy(&x->work_cv);
+  pthread_cond_destroy(&x->done_cv);
+  if (x->fenced) pthread_cond_destroy(&x->fence_cv);
+  free(x->ring);
+  free(x->fring);
+  for (int i = 0; i < x->nlate; i++) free(x->late[i].msg);
+  free(x->late);
+}
+
+static void engine_free_execs(dev_engine *e, int n) {
+  for (int i = 0; i < n; i++) exec_free(&e->execs[i]);
+}
+
+pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out, dev_status *st) {
+  dev_registry_init();
+  bool fenced = b->struct_size >= offsetof(dev_backend, fence_release) + sizeof b->fence_release &&
+                b->fence_record && b->fence_wait && b->fence_release;
   dev_engine *e = calloc(1, sizeof *e);
   if (!e) goto fail_backend;
   e->backend = b;
@@ -412,6 +756,7 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_st
     dev_exec *x = &e->execs[started];
     x->engine = e;
     x->device = started;
+    x->fenced = fenced;
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->work_cv, NULL);
     pthread_condattr_t ca;
@@ -419,48 +764,41 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_st
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* for dev_exec_wait_until */
     pthread_cond_init(&x->done_cv, &ca);
     pthread_condattr_destroy(&ca);
+    if (fenced) pthread_cond_init(&x->fence_cv, NULL);
     atomic_init(&x->done_seq, 0);
     atomic_init(&x->waiters, 0);
     atomic_init(&x->busy_ns, 0);
-    if (pthread_create(&x->thread, NULL, exec_main, x) != 0) goto fail_threads;
+    if (pthread_create(&x->thread, NULL, exec_main, x) != 0) {
+      exec_free(x);
+      goto fail_threads;
+    }
+    if (fenced) {
+      if (pthread_create(&x->completer, NULL, complete_main, x) != 0) {
+        started++; /* its executor runs: stop it with the others */
+        goto fail_threads;
+      }
+      x->completer_started = true;
+    }
   }
   *out = e;
   return PD_OK;
 
 fail_threads:
-  for (int i = 0; i < started; i++) {
-    dev_exec *x = &e->execs[i];
-    pthread_mutex_lock(&x->mu);
-    x->stop = true;
-    pthread_cond_signal(&x->work_cv);
-    pthread_mutex_unlock(&x->mu);
-    pthread_join(x->thread, NULL);
-  }
+  engine_stop_threads(e, started);
+  engine_free_execs(e, started);
+  pthread_mutex_destroy(&e->submit_mu);
   free(e->execs);
 fail_engine:
   free(e);
 fail_backend:
   b->destroy(b);
-  return dev_error(st, PD_RESOURCE_EXHAUSTED, "could not start the engine's executor threads");
+  return dev_error(st, PD_RESOURCE_EXHAUSTED, "could not start the engine's threads");
 }
 
 void dev_engine_destroy(dev_engine *e) {
   if (!e) return;
-  for (int i = 0; i < e->n; i++) {
-    dev_exec *x = &e->execs[i];
-    pthread_mutex_lock(&x->mu);
-    x->stop = true;
-    pthread_cond_signal(&x->work_cv);
-    pthread_mutex_unlock(&x->mu);
-  }
-  for (int i = 0; i < e->n; i++) {
-    dev_exec *x = &e->execs[i];
-    pthread_join(x->thread, NULL);
-    pthread_mutex_destroy(&x->mu);
-    pthread_cond_destroy(&x->work_cv);
-    pthread_cond_destroy(&x->done_cv);
-    free(x->ring);
-  }
+  engine_stop_threads(e, e->n);
+  engine_free_execs(e, e->n);
   pthread_mutex_destroy(&e->submit_mu);
   e->backend->destroy(e->backend);
   free(e->execs);
@@ -751,6 +1089,7 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name, dev_tensor *const *in
     }
   }
   atomic_init(&op->pending, n);
+  atomic_init(&op->inflight, n + 1);
   free(in_shape);
   free(out_shapes);
   free(all);

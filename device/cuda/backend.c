@@ -3,21 +3,34 @@
  * Execution. The engine's executor thread of a device calls run_kernel, which
  * launches the op's kernels on the device's stream and returns: kernels run
  * asynchronously, in stream order, which is the engine's submission order.
- * synchronize() waits for the stream (dev_tensor_wait calls it after the
- * executor has passed the op), so a download never sees an unfinished value.
+ * After each op the executor records a completion fence (an event from a
+ * per-device pool) and the engine's completion thread for the device waits
+ * for it (fence_record / fence_wait), so an op's outputs are ready, and a
+ * download reads them, only once the GPU has finished it; an error the GPU
+ * hits inside a kernel comes back from that op's fence.
  *
  * Memory. cudaMallocFromPoolAsync / cudaFreeAsync on the device's stream,
  * from one memory pool per GPU (cudaMemPoolCreate, with the configured
  * release threshold) rather than an allocator of our own: a buffer freed on
  * the stream is reused by later allocations on that stream at once, and the
  * pool's cache makes allocation as cheap as a caching allocator's. Buffers
- * are freed stream-ordered, so a release while kernels still read a buffer is
- * safe. Memory statistics count the bytes each mesh entry holds; an optional
- * per-entry limit makes out-of-memory testable, as the CPU backend's.
+ * are freed stream-ordered, on the stream of the entry that owns them (from
+ * whichever thread drops the last reference: an executor, a completion
+ * thread, a download or a session close), and every op and copy that touches
+ * a buffer runs on that same stream, so a release while kernels still read a
+ * buffer is safe (the engine releases an op's inputs once every device has
+ * issued it, without waiting for its fences). The one exception, copy-path
+ * collectives reading peers' buffers from their own streams, ends with each
+ * stream waiting for its peers' reads (collective.c), so the owner's free
+ * still comes after them. Memory statistics count the bytes each mesh entry
+ * holds; an optional per-entry limit makes out-of-memory testable, as the CPU
+ * backend's.
  *
  * Host copies. Uploads and downloads go through pinned staging slots per
  * device, so the DMA of one chunk overlaps the copy of the next into (or out
- * of) pinned memory; a host buffer that is already pinned is copied directly.
+ * of) pinned memory; a host buffer that is already pinned (cudaHostAlloc, or
+ * registered with host_register: cudaHostRegister) is copied directly, and
+ * the copy waits for an event behind it, not for the whole stream.
  *
  * Errors. Every CUDA and cuBLAS call is checked (CU_CHECK); a sticky error
  * marks the GPU unhealthy (dev_backend.healthy), and every later call on its
@@ -46,6 +59,8 @@ int dev_cuda_error_is_sticky(cudaError_t e) {
     case cudaErrorInvalidPc:
     case cudaErrorLaunchFailure:
     case cudaErrorExternalDevice:
+    case cudaErrorContained:        /* driver_types.h: "leaves the process in an */
+    case cudaErrorTensorMemoryLeak: /* inconsistent state", as the ones above */
     case cudaErrorUnknown:
       return 1;
     default:
@@ -246,6 +261,123 @@ static pd_code cu_memory_stats(dev_backend *b, int device, dev_memory_stats *out
 }
 
 /* ------------------------------------------------------------------------ */
+/* Completion fences                                                         */
+
+/* A fence is an event recorded on a device's stream behind an op's work
+ * (dev_backend.fence_record), created with cudaEventBlockingSync, so that the
+ * completion thread waiting for it sleeps instead of spinning, and
+ * cudaEventDisableTiming, the cheapest kind. Events are reused from a free
+ * list per device, as TensorFlow's EventMgr does; the list grows to the most
+ * ops ever in flight at once (bounded by the stream's queue). The lists live
+ * in the backend's own allocation, after devs[] (cu_fence_pools). */
+typedef struct cu_fence {
+  cudaEvent_t ev;
+  struct cu_fence *next;
+} cu_fence;
+
+typedef struct cu_fence_pool {
+  pthread_mutex_t mu;
+  cu_fence *free;
+} cu_fence_pool;
+
+_Static_assert(_Alignof(cu_fence_pool) <= _Alignof(cu_device),
+               "cu_fence_pool follows devs[] in one allocation");
+
+static cu_fence_pool *cu_fence_pools(cu_backend *c) {
+  return (cu_fence_pool *)(void *)&c->devs[c->base.num_devices];
+}
+
+static void cu_fence_put(cu_backend *c, int device, cu_fence *f) {
+  cu_fence_pool *p = &cu_fence_pools(c)[device];
+  pthread_mutex_lock(&p->mu);
+  f->next = p->free;
+  p->free = f;
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Records a fence behind everything issued so far on `device`'s stream. The
+ * calling thread must have the device's GPU current (cu_bind). */
+static pd_code cu_fence_take(cu_backend *c, int device, cu_fence **out, dev_status *st) {
+  cu_fence_pool *p = &cu_fence_pools(c)[device];
+  pthread_mutex_lock(&p->mu);
+  cu_fence *f = p->free;
+  if (f) p->free = f->next;
+  pthread_mutex_unlock(&p->mu);
+  if (!f) {
+    f = calloc(1, sizeof *f);
+    if (!f) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+    cudaError_t e = cudaEventCreateWithFlags(&f->ev, cudaEventBlockingSync | cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      free(f);
+      return dev_cuda_fail(&c->base, device, e, "cudaEventCreateWithFlags(fence)", st);
+    }
+  }
+  cudaError_t e = cudaEventRecord(f->ev, c->devs[device].stream);
+  if (e != cudaSuccess) {
+    cu_fence_put(c, device, f);
+    return dev_cuda_fail(&c->base, device, e, "cudaEventRecord(fence)", st);
+  }
+  *out = f;
+  return PD_OK;
+}
+
+/* Blocks until the work before `f` has finished; the first error the GPU hit
+ * on the stream (an illegal address in a kernel) comes back here. */
+static pd_code cu_fence_sync(cu_backend *c, int device, cu_fence *f, dev_status *st) {
+  CU_CHECK(&c->base, device, cudaEventSynchronize(f->ev), st);
+  return PD_OK;
+}
+
+static pd_code cu_fence_record(dev_backend *b, int device, void **fence, dev_status *st) {
+  cu_backend *c = cu_of(b);
+  pd_code rc = cu_check_healthy(c, device, st);
+  if (rc == PD_OK) rc = cu_bind(c, device, st);
+  cu_fence *f = NULL;
+  if (rc == PD_OK) rc = cu_fence_take(c, device, &f, st);
+  if (rc == PD_OK) *fence = f;
+  return rc;
+}
+
+static pd_code cu_fence_wait(dev_backend *b, int device, void *fence, dev_status *st) {
+  cu_backend *c = cu_of(b);
+  /* Once the GPU is unhealthy, its outstanding ops fail without touching the
+   * lost context: their values could not be read anyway. */
+  pd_code rc = cu_check_healthy(c, device, st);
+  if (rc == PD_OK) rc = cu_bind(c, device, st); /* op_free may have bound another */
+  if (rc == PD_OK) rc = cu_fence_sync(c, device, fence, st);
+  return rc;
+}
+
+static void cu_fence_release(dev_backend *b, int device, void *fence) {
+  if (fence) cu_fence_put(cu_of(b), device, fence);
+}
+
+/* Waits for the work issued so far on `device`'s stream by this thread's
+ * caller (a copy), without waiting for what other threads queue after it, as
+ * cudaStreamSynchronize would. */
+static pd_code cu_wait_issued(cu_backend *c, int device, dev_status *st) {
+  cu_fence *f = NULL;
+  pd_code rc = cu_fence_take(c, device, &f, st);
+  if (rc != PD_OK) return rc;
+  rc = cu_fence_sync(c, device, f, st);
+  cu_fence_put(c, device, f);
+  return rc;
+}
+
+/* Frees device i's fences (at destroy: every fence is back in the pool).
+ * `ok`: the GPU's context is usable, so the events can be destroyed. */
+static void cu_fences_destroy(cu_backend *c, int i, bool ok) {
+  cu_fence_pool *p = &cu_fence_pools(c)[i];
+  while (p->free) {
+    cu_fence *f = p->free;
+    p->free = f->next;
+    if (ok) cudaEventDestroy(f->ev);
+    free(f);
+  }
+  pthread_mutex_destroy(&p->mu);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Host copies                                                               */
 
 /* True when the DMA engines can reach `p` directly: pinned host memory (or
@@ -279,11 +411,11 @@ static pd_code cu_copy_h2d(dev_backend *b, int device, void *dst, const void *sr
   pd_code rc = cu_check_healthy(c, device, st);
   if (rc == PD_OK) rc = cu_bind(c, device, st);
   if (rc != PD_OK) return rc;
-  if (host_is_pinned(src)) {
-    /* Straight from the caller's pinned buffer; it is theirs again on return. */
+  if (host_is_pinned(src) && host_is_pinned((const char *)src + bytes - 1)) {
+    /* Straight from the caller's pinned buffer (first and last byte: a range
+     * may run past a registered region); it is theirs again on return. */
     CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream), st);
-    CU_CHECK(b, device, cudaStreamSynchronize(d->stream), st);
-    return PD_OK;
+    return cu_wait_issued(c, device, st);
   }
   pthread_mutex_lock(&d->stage_mu);
   rc = stage_ready(c, device, st);
@@ -312,10 +444,9 @@ static pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *sr
   pd_code rc = cu_check_healthy(c, device, st);
   if (rc == PD_OK) rc = cu_bind(c, device, st);
   if (rc != PD_OK) return rc;
-  if (host_is_pinned(dst)) {
+  if (host_is_pinned(dst) && host_is_pinned((const char *)dst + bytes - 1)) {
     CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream), st);
-    CU_CHECK(b, device, cudaStreamSynchronize(d->stream), st);
-    return PD_OK;
+    return cu_wait_issued(c, device, st);
   }
   size_t chunks = (bytes + CU_STAGE_BYTES - 1) / CU_STAGE_BYTES;
   pthread_mutex_lock(&d->stage_mu);
@@ -345,6 +476,62 @@ out:
   return rc;
 }
 
+/* The first healthy mesh entry, made current, for calls that act on the
+ * whole process (cudaHostRegister); -1 with UNAVAILABLE when none is. */
+static int cu_bind_any(cu_backend *c, dev_status *st) {
+  for (int i = 0; i < c->base.num_devices; i++)
+    if (!atomic_load(&c->gpus[c->devs[i].gpu].unhealthy) &&
+        cudaSetDevice(c->devs[i].ordinal) == cudaSuccess)
+      return i;
+  (void)cudaGetLastError();
+  if (st && cu_check_healthy(c, 0, st) == PD_OK)
+    dev_error(st, PD_UNAVAILABLE, "no GPU of the mesh could be made current (cudaSetDevice)");
+  return -1;
+}
+
+/* Page-locks a host range for every GPU (cudaHostRegisterPortable), so that
+ * host_is_pinned() sends copies to and from it straight to the DMA engines. */
+static pd_code cu_host_register(dev_backend *b, void *ptr, size_t bytes, dev_status *st) {
+  cu_backend *c = cu_of(b);
+  int dev = cu_bind_any(c, st);
+  if (dev < 0) return st ? st->code : PD_UNAVAILABLE;
+  cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault | cudaHostRegisterPortable);
+  if (e == cudaSuccess) return PD_OK;
+  (void)cudaGetLastError();
+  switch (e) {
+    case cudaErrorHostMemoryAlreadyRegistered:
+      return dev_error(st, PD_ALREADY_EXISTS,
+                       "cannot page-lock %zu bytes of host memory at %p: the range overlaps one "
+                       "already registered (%s); unregister it first",
+                       bytes, ptr, cudaGetErrorName(e));
+    case cudaErrorMemoryAllocation:
+      return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                       "cannot page-lock %zu bytes of host memory at %p: %s (%s); the OS "
+                       "refused to lock the pages (see ulimit -l, or LimitMEMLOCK= in the "
+                       "systemd unit)",
+                       bytes, ptr, cudaGetErrorString(e), cudaGetErrorName(e));
+    case cudaErrorInvalidValue:
+    case cudaErrorNotSupported:
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "cannot page-lock %zu bytes of host memory at %p: %s (%s); expected "
+                       "a range of mapped, writable memory of this process",
+                       bytes, ptr, cudaGetErrorString(e), cudaGetErrorName(e));
+    default: {
+      dev_status fst = DEV_STATUS_INIT;
+      dev_cuda_fail(b, dev, e, "cudaHostRegister", &fst);
+      return dev_error(st, fst.code, "page-locking %zu bytes of host memory at %p: %s", bytes,
+                       ptr, fst.msg);
+    }
+  }
+}
+
+static void cu_host_unregister(dev_backend *b, void *ptr) {
+  cu_backend *c = cu_of(b);
+  /* With no healthy GPU the pages stay locked until the process exits. */
+  if (cu_bind_any(c, NULL) < 0) return;
+  if (cudaHostUnregister(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
 /* Device to device, possibly across GPUs. Synchronous: both streams are
  * drained, so neither side needs events afterwards. */
 static pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
@@ -357,7 +544,15 @@ static pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_de
   if (rc != PD_OK) return rc;
   cu_device *s = &c->devs[src_device], *d = &c->devs[dst_device];
   CU_CHECK(b, src_device, cudaStreamSynchronize(s->stream), st);
-  CU_CHECK(b, dst_device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream), st);
+  /* Pool memory of another GPU needs a peer copy: a plain cudaMemcpyAsync
+   * of it from another device fails unless that pool is mapped there
+   * (cudaMemPoolSetAccess, done only for the copy path's meshes). */
+  if (s->ordinal != d->ordinal)
+    CU_CHECK(b, dst_device, cudaMemcpyPeerAsync(dst, d->ordinal, src, s->ordinal, bytes, d->stream),
+             st);
+  else
+    CU_CHECK(b, dst_device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream),
+             st);
   CU_CHECK(b, dst_device, cudaStreamSynchronize(d->stream), st);
   return PD_OK;
 }
@@ -419,6 +614,7 @@ static void cu_destroy(dev_backend *b) {
       if (d->dflag) cudaFree(d->dflag);
       if (d->stream) cudaStreamDestroy(d->stream);
     }
+    cu_fences_destroy(c, i, ok);
     /* Pinned host memory belongs to the process, not to a context. */
     for (int k = 0; k < CU_STAGE_SLOTS; k++)
       if (d->stage[k]) cudaFreeHost(d->stage[k]);
@@ -614,7 +810,7 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
   dev_register_cuda_kernels();
 
   const int n = m.n;
-  cu_backend *c = calloc(1, sizeof *c + (size_t)n * sizeof(cu_device));
+  cu_backend *c = calloc(1, sizeof *c + (size_t)n * (sizeof(cu_device) + sizeof(cu_fence_pool)));
   if (!c) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   dev_backend *b = &c->base;
   b->struct_size = DEV_BACKEND_STRUCT_SIZE;
@@ -636,6 +832,11 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
   b->device_name = cu_device_name;
   b->destroy = cu_destroy;
   b->healthy = cu_healthy;
+  b->host_register = cu_host_register;
+  b->host_unregister = cu_host_unregister;
+  b->fence_record = cu_fence_record;
+  b->fence_wait = cu_fence_wait;
+  b->fence_release = cu_fence_release;
   c->allow_tf32 = cfg->allow_tf32;
   c->memory_limit = cfg->memory_limit;
   c->coll_timeout_ms = cfg->collective_timeout_ms > 0 ? cfg->collective_timeout_ms : 300000;
@@ -647,6 +848,7 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
     cu_device *d = &c->devs[i];
     d->ordinal = m.ordinal[i];
     pthread_mutex_init(&d->stage_mu, NULL);
+    pthread_mutex_init(&cu_fence_pools(c)[i].mu, NULL);
     int g = 0;
     while (g < c->num_gpus && c->gpus[g].ordinal != d->ordinal) g++;
     if (g == c->num_gpus) {
