@@ -38,6 +38,9 @@ const char srv_usage[] =
     "  --devices N            devices of a cpu mesh, 1..64 (default 4)\n"
     "  --mesh LIST            cuda mesh: cuda:0,cuda:1 or cuda:all (default)\n"
     "  --memory-limit BYTES   per-device memory limit (0: none)\n"
+    "  --allow-tf32 BOOL      cuda: float32 products may use TF32 tensor\n"
+    "                         cores (default false)\n"
+    "  --collectives PATH     cuda: auto (default), nccl or copy\n"
     "  --max-message-bytes N  gRPC message limit, both ways (default 64M)\n"
     "  --threads N            completion-queue threads, 1..16 (default 4)\n"
     "  --grace-ms N           shutdown grace period for calls (default 5000)\n"
@@ -65,6 +68,9 @@ typedef enum srv_key_type {
   SRV_K_SIZE,     /* uint64_t bytes with K/M/G/T, within [min, max] */
   SRV_K_MODE,     /* octal file mode */
   SRV_K_LOG,      /* log spec */
+  SRV_K_BOOL,     /* true|false (also yes|no, on|off, 1|0) */
+  SRV_K_SIZE_ALL, /* like SRV_K_SIZE, or "unlimited" for UINT64_MAX */
+  SRV_K_COLLECTIVES, /* auto|nccl|copy, as dev_cuda_collectives */
 } srv_key_type;
 
 typedef struct srv_key {
@@ -103,6 +109,14 @@ static const srv_key srv_keys[] = {
     {"devices", "mesh", "--mesh", SRV_K_MESH, OFF(mesh), 0, 0, false},
     {"devices", "memory_limit", "--memory-limit", SRV_K_SIZE, OFF(memory_limit),
      0, UINT64_MAX, false},
+    {"cuda", "allow_tf32", "--allow-tf32", SRV_K_BOOL, OFF(cuda_allow_tf32), 0, 0,
+     false},
+    {"cuda", "collectives", "--collectives", SRV_K_COLLECTIVES,
+     OFF(cuda_collectives), 0, 0, false},
+    {"cuda", "collective_timeout_ms", NULL, SRV_K_INT,
+     OFF(cuda_collective_timeout_ms), 1000, 86400000, false},
+    {"cuda", "pool_release_threshold", NULL, SRV_K_SIZE_ALL,
+     OFF(cuda_pool_release_threshold), 0, UINT64_MAX, false},
     {"limits", "max_message_bytes", "--max-message-bytes", SRV_K_SIZE,
      LIM(max_message_bytes), 4096, INT_MAX, false},
     {"limits", "max_tensor_bytes", NULL, SRV_K_SIZE, LIM(max_tensor_bytes), 1,
@@ -129,8 +143,10 @@ static const srv_key srv_keys[] = {
 };
 #define SRV_NUM_KEYS (sizeof(srv_keys) / sizeof(srv_keys[0]))
 
-static const char *const srv_sections[] = {"daemon", "devices", "limits",
-                                           "sessions", "log"};
+static const char *const srv_sections[] = {"daemon", "devices", "cuda",
+                                           "limits", "sessions", "log"};
+
+static const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 #define SRV_NUM_SECTIONS (sizeof(srv_sections) / sizeof(srv_sections[0]))
 
 static void srv_defaults(srv_options *o) {
@@ -142,6 +158,8 @@ static void srv_defaults(srv_options *o) {
   o->stall_timeout_s = 60;
   snprintf(o->backend, sizeof(o->backend), "cpu");
   o->num_devices = 4;
+  o->cuda_pool_release_threshold = UINT64_MAX;
+  o->cuda_collective_timeout_ms = 300000;
   o->limits = (srv_limits){
       .max_message_bytes = 64u << 20,
       .max_tensor_bytes = (uint64_t)4 << 30,
@@ -300,6 +318,18 @@ static bool srv_add_listen(srv_options *o, const char *value, char *err,
   return true;
 }
 
+static bool srv_parse_bool(const char *s, bool *out) {
+  static const char *const yes[] = {"true", "yes", "on", "1"};
+  static const char *const no[] = {"false", "no", "off", "0"};
+  for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+    if (strcasecmp(s, yes[i]) == 0 || strcasecmp(s, no[i]) == 0) {
+      *out = strcasecmp(s, yes[i]) == 0;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Sets key `k` from text. On error writes what was expected into err. */
 static bool srv_key_set(const srv_key *k, srv_options *o, const char *value,
                         char *err, size_t errlen) {
@@ -389,6 +419,32 @@ static bool srv_key_set(const srv_key *k, srv_options *o, const char *value,
     }
     case SRV_K_LOG:
       return srv_log_parse_spec(value, o->log_levels, err, errlen);
+    case SRV_K_BOOL:
+      if (!srv_parse_bool(value, (bool *)(void *)field)) {
+        snprintf(err, errlen, "expected true or false");
+        return false;
+      }
+      return true;
+    case SRV_K_SIZE_ALL:
+      if (strcasecmp(value, "unlimited") == 0) {
+        *(uint64_t *)(void *)field = UINT64_MAX;
+        return true;
+      }
+      if (!srv_parse_size(value, &v)) {
+        snprintf(err, errlen,
+                 "expected a byte count such as 0, 512M or 4G, or unlimited");
+        return false;
+      }
+      *(uint64_t *)(void *)field = v;
+      return true;
+    case SRV_K_COLLECTIVES:
+      for (size_t i = 0; i < sizeof(srv_collectives) / sizeof(srv_collectives[0]); i++)
+        if (strcmp(value, srv_collectives[i]) == 0) {
+          *(int *)(void *)field = (int)i;
+          return true;
+        }
+      snprintf(err, errlen, "expected auto, nccl or copy");
+      return false;
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;
@@ -471,7 +527,7 @@ static int srv_ini_handler(void *user, const char *section, const char *name,
   if (!section || !*section) {
     srv_ini_error(c,
                   "key '%s' before any section (put it under one of [daemon], "
-                  "[devices], [limits], [sessions], [log])",
+                  "[devices], [cuda], [limits], [sessions], [log])",
                   name);
     return 1;
   }
@@ -483,7 +539,7 @@ static int srv_ini_handler(void *user, const char *section, const char *name,
       snprintf(c->bad_section, sizeof(c->bad_section), "%s", section);
       srv_ini_error(c,
                     "unknown section [%s] (key '%s'); expected [daemon], "
-                    "[devices], [limits], [sessions] or [log]",
+                    "[devices], [cuda], [limits], [sessions] or [log]",
                     section, name);
     }
     return 1;
@@ -683,6 +739,16 @@ static int srv_check_options(const srv_options *o, srv_config_report_fn report) 
     report(true, msg);
     errors++;
   }
+  if (strcmp(o->backend, "cpu") == 0 &&
+      (o->cuda_allow_tf32 || o->cuda_collectives != 0 ||
+       o->cuda_collective_timeout_ms != 300000 ||
+       o->cuda_pool_release_threshold != UINT64_MAX)) {
+    snprintf(msg, sizeof(msg),
+             "%s: [cuda] settings other than the defaults apply to the cuda "
+             "backend only; the cpu backend ignores them",
+             where);
+    report(false, msg);
+  }
   return errors;
 }
 
@@ -748,6 +814,9 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
       printf("paradevd: no file at %s; the built-in defaults and flags are "
              "OK\n",
              o.config_path);
+    char devs[512];
+    srv_config_describe_devices(&o, devs, sizeof(devs));
+    printf("paradevd: devices: %s\n", devs);
     return SRV_CONFIG_EXIT_OK;
   }
   if (errors) return SRV_CONFIG_EXIT_BAD;
@@ -773,6 +842,9 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
       case SRV_K_SIZE: size = sizeof(uint64_t); break;
       case SRV_K_MODE: size = sizeof(unsigned); break;
       case SRV_K_LOG: size = 0; break;
+      case SRV_K_BOOL: size = sizeof(bool); break;
+      case SRV_K_SIZE_ALL: size = sizeof(uint64_t); break;
+      case SRV_K_COLLECTIVES: size = sizeof(int); break;
     }
     bool differ = memcmp((const char *)old + k->off, (const char *)now + k->off,
                          size) != 0;
@@ -786,4 +858,30 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
     }
   }
   return n;
+}
+
+void srv_config_describe_devices(const srv_options *o, char *buf, size_t len) {
+  char limit[32] = "none", pool[32] = "unlimited";
+  if (o->memory_limit)
+    snprintf(limit, sizeof(limit), "%llu bytes",
+             (unsigned long long)o->memory_limit);
+  if (o->cuda_pool_release_threshold != UINT64_MAX)
+    snprintf(pool, sizeof(pool), "%llu bytes",
+             (unsigned long long)o->cuda_pool_release_threshold);
+  int c = o->cuda_collectives;
+  const char *coll =
+      c >= 0 && c < (int)(sizeof(srv_collectives) / sizeof(srv_collectives[0]))
+          ? srv_collectives[c]
+          : "?";
+  if (strcmp(o->backend, "cuda") == 0)
+    snprintf(buf, len,
+             "backend cuda, mesh %s, memory_limit %s; [cuda] allow_tf32 %s, "
+             "collectives %s, collective_timeout_ms %d, "
+             "pool_release_threshold %s",
+             o->mesh[0] ? o->mesh : "cuda:all", limit,
+             o->cuda_allow_tf32 ? "true" : "false", coll,
+             o->cuda_collective_timeout_ms, pool);
+  else
+    snprintf(buf, len, "backend %s, %d devices, memory_limit %s", o->backend,
+             o->num_devices, limit);
 }

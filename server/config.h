@@ -14,6 +14,7 @@
 #define PARADEV_SERVER_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "log.h"
@@ -61,6 +62,11 @@ typedef struct srv_options {
   int num_devices;
   char mesh[SRV_ADDR_MAX];
   uint64_t memory_limit;
+  /* [cuda]: passed to the CUDA backend (dev_engine_config.cuda_*) */
+  bool cuda_allow_tf32;
+  uint64_t cuda_pool_release_threshold; /* bytes; UINT64_MAX: keep all */
+  int cuda_collective_timeout_ms;
+  int cuda_collectives;                 /* a dev_cuda_collectives */
   /* [limits], [sessions] */
   srv_limits limits;
   /* [log] */
@@ -91,6 +97,11 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
  * how many differ. */
 int srv_config_restart_keys(const srv_options *old, const srv_options *now,
                             srv_config_report_fn report);
+
+/* One line describing the device settings ("backend cuda, mesh cuda:all,
+ * ...; allow_tf32 false, collectives auto, ...") for --check-config and the
+ * start-up log. Always NUL-terminated. */
+void srv_config_describe_devices(const srv_options *o, char *buf, size_t len);
 
 /* Parses a byte count with an optional K/M/G/T suffix (powers of 1024). */
 bool srv_parse_size(const char *s, uint64_t *out);

@@ -224,6 +224,13 @@ static int srv_start_all(srv *s) {
   ec.num_devices = o->num_devices;
   ec.memory_limit = o->memory_limit;
   ec.mesh = o->mesh[0] ? o->mesh : NULL;
+  ec.cuda_allow_tf32 = o->cuda_allow_tf32;
+  ec.cuda_pool_release_threshold = o->cuda_pool_release_threshold;
+  ec.cuda_collective_timeout_ms = o->cuda_collective_timeout_ms;
+  ec.cuda_collectives = (dev_cuda_collectives)o->cuda_collectives;
+  char devs[512];
+  srv_config_describe_devices(o, devs, sizeof(devs));
+  SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "devices: %s", devs);
   if (dev_engine_create(&ec, &s->engine, &st) != PD_OK) {
     SRV_ERROR("cannot start the %s backend: %s", o->backend, st.msg);
     sd_notifyf(0, "STATUS=failed: cannot start the %s backend: %s",

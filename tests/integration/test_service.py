@@ -434,6 +434,47 @@ def check_config():
         "FILE:3: [daemon] threads is set twice (first on line 2)")
     bad("cross.conf", "[sessions]\ndefault_lease_seconds = 100\nmax_lease_seconds = 10\n",
         "default_lease_seconds (100) is over max_lease_seconds (10)")
+    # [cuda]: each key checked like the others, shown by --check-config, and
+    # overridden by its flag.
+    bad("tf32.conf", "[cuda]\nallow_tf32 = maybe\n",
+        "FILE:2: [cuda] allow_tf32 = 'maybe': expected true or false")
+    bad("coll.conf", "[cuda]\ncollectives = mpi\n",
+        "FILE:2: [cuda] collectives = 'mpi': expected auto, nccl or copy")
+    bad("ctimeout.conf", "[cuda]\ncollective_timeout_ms = 10\n",
+        "FILE:2: [cuda] collective_timeout_ms = '10': expected an integer from 1000 to "
+        "86400000")
+    bad("pool.conf", "[cuda]\npool_release_threshold = lots\n",
+        "FILE:2: [cuda] pool_release_threshold = 'lots': expected a byte count such as 0, "
+        "512M or 4G, or unlimited")
+    bad("cudaflag.conf", "[cuda]\n", "--collectives 'mpi': expected auto, nccl or copy",
+        flags=("--collectives", "mpi"))
+    cuda = write(os.path.join(tmp, "cuda.conf"),
+                 "[devices]\nbackend = cuda\nmesh = cuda:0,cuda:0\n[cuda]\nallow_tf32 = true\n"
+                 "collectives = copy\ncollective_timeout_ms = 60000\n"
+                 "pool_release_threshold = 2G\n")
+    r = run("--config", cuda)
+    assert r.returncode == 0 and (
+        "paradevd: devices: backend cuda, mesh cuda:0,cuda:0, memory_limit none; [cuda] "
+        "allow_tf32 true, collectives copy, collective_timeout_ms 60000, "
+        "pool_release_threshold 2147483648 bytes\n") in r.stdout, (r.stdout, r.stderr)
+    r = run("--config", cuda, "--allow-tf32", "no", "--collectives=nccl")
+    assert r.returncode == 0 and "[cuda] allow_tf32 false, collectives nccl," in r.stdout, \
+        (r.stdout, r.stderr)
+    r = run("--config", good, "--backend", "cuda")  # the built-in defaults
+    assert r.returncode == 0 and (
+        "paradevd: devices: backend cuda, mesh cuda:all, memory_limit none; [cuda] "
+        "allow_tf32 false, collectives auto, collective_timeout_ms 300000, "
+        "pool_release_threshold unlimited\n") in r.stdout, (r.stdout, r.stderr)
+    r = run("--config", good)
+    assert "paradevd: devices: backend cpu, 4 devices, memory_limit none\n" in r.stdout, r.stdout
+    # [cuda] under the cpu backend: a warning, not an error.
+    r = run("--config", write(os.path.join(tmp, "cpucuda.conf"), "[cuda]\nallow_tf32 = on\n"))
+    assert r.returncode == 0 and ("paradevd: warning: %s: [cuda] settings other than the "
+                                  "defaults apply to the cuda backend only"
+                                  % os.path.join(tmp, "cpucuda.conf")) in r.stderr, \
+        (r.stdout, r.stderr)
+    r = run("--config", os.path.join(DEPLOY, "paradevd.conf"))  # defaults: no warning
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
     # Every mistake of a file is reported in one run.
     err = bad("many.conf", "[daemon]\nthreads = 0\nnope = 1\n[limits]\nmax_sessions = -1\n",
               "FILE:2:", "FILE:3:", "FILE:5:", "configuration has 3 errors")
@@ -480,10 +521,10 @@ def check_config():
             example.setdefault(section, set())
         elif line and line[0] not in "#;" and "=" in line:
             example[section].add(line.split("=")[0].strip())
-    assert set(example) == {"daemon", "devices", "limits", "sessions", "log"}, example
+    assert set(example) == {"daemon", "devices", "cuda", "limits", "sessions", "log"}, example
     for section, keys in example.items():
         err = bad("probe-%s.conf" % section, "[%s]\nno_such_key = 1\n" % section)
-        m = re.search(r"expected one of: ([a-z_, ]+)\)", err)
+        m = re.search(r"expected one of: ([a-z0-9_, ]+)\)", err)
         assert m, err
         assert set(m.group(1).split(", ")) == keys, (section, m.group(1), keys)
 
