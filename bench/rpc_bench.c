@@ -15,6 +15,12 @@
  *  download  device once) beside EchoStream bytes per second at the same
  *            chunk size, counting the bytes that cross the transport (each
  *            echoed byte twice: there and back) (aim >= 0.7)
+ *  shm       UploadFromSharedMemory / DownloadToSharedMemory of 16 MiB and
+ *            256 MiB (sharded float32) beside one memcpy of the same size
+ *            (on the CPU backend a shared memory transfer is one copy per
+ *            component, plus the call and the first touch of the tensor's
+ *            fresh memory) and beside gRPC's Upload / Download of the same
+ *            value in the same run
  *
  * Usage: bench_rpc [--quick] [--paradevd PATH] [--target ADDR]
  *   --target uses a running daemon instead of starting one.
@@ -296,6 +302,74 @@ static void bench_transfer(pd_session *s, size_t bytes, int reps) {
   free(y);
 }
 
+/* --- shared memory beside memcpy and gRPC --------------------------------------- */
+
+static void bench_shm(pd_session *s, size_t bytes, int reps) {
+  size_t n = bytes / sizeof(float);
+  const int64_t dims[2] = {(int64_t)(n / 256), 256};
+  pd_shared_memory *r = NULL;
+  /* Upload from [0, bytes), download into [bytes, 2 bytes). */
+  if (pd_shared_memory_create(s, 2 * bytes, 0, &r, NULL, st) != PD_OK)
+    die("pd_shared_memory_create");
+  float *x = pd_shared_memory_data(r), *y = x + n;
+  for (size_t i = 0; i < n; i++) x[i] = (float)i;
+  memset(y, 0, bytes);
+  float *hy = malloc(bytes);
+  if (!hy) die("malloc");
+  double memcpy_gbps = bu_memcpy_gbps(bytes, 0.5);
+  double up = 1e30, down = 1e30, gup = 1e30, gdown = 1e30;
+  for (int rep = 0; rep < reps; rep++) {
+    double t0 = bu_now();
+    if (pd_upload_from_shared_memory(s, 20, PD_FLOAT32, dims, 2, r, 0,
+                                     pd_layout_sharded(0), NULL, NULL,
+                                     st) != PD_OK)
+      die("UploadFromSharedMemory");
+    double t1 = bu_now();
+    if (pd_download_to_shared_memory(s, 20, pd_layout_sharded(0), r, bytes,
+                                     NULL, NULL, NULL, st) != PD_OK)
+      die("DownloadToSharedMemory");
+    double t2 = bu_now();
+    if (rep == 0 && memcmp(x, y, bytes) != 0) {
+      fprintf(stderr, "bench_rpc: the shared memory download differs\n");
+      exit(1);
+    }
+    /* gRPC's Upload and Download of the same value from private memory. */
+    double t3 = bu_now();
+    if (pd_upload(s, 21, PD_FLOAT32, dims, 2, x, bytes, pd_layout_sharded(0),
+                  NULL, NULL, st) != PD_OK)
+      die("Upload");
+    double t4 = bu_now();
+    if (pd_download(s, 21, pd_layout_sharded(0), hy, bytes, NULL, NULL, NULL,
+                    st) != PD_OK)
+      die("Download");
+    double t5 = bu_now();
+    uint64_t ids[2] = {20, 21};
+    if (pd_delete(s, ids, 2, NULL, st) != PD_OK) die("Delete");
+    if (pd_sync(s, NULL, 0, NULL, NULL, st) != PD_OK) die("Sync");
+    if (t1 - t0 < up) up = t1 - t0;
+    if (t2 - t1 < down) down = t2 - t1;
+    if (t4 - t3 < gup) gup = t4 - t3;
+    if (t5 - t4 < gdown) gdown = t5 - t4;
+  }
+  char params[256];
+  snprintf(params, sizeof(params),
+           "\"bytes\": %zu, \"dtype\": \"float32\", \"layout\": "
+           "\"sharded\", \"devices\": %d, \"backend\": \"cpu\"",
+           bytes, DEVICES);
+  double gb = (double)bytes / 1e9;
+  bu_record("rpc", params, "shm_upload_GBps", gb / up, "memcpy_GBps",
+            memcpy_gbps);
+  bu_record("rpc", params, "shm_download_GBps", gb / down, "memcpy_GBps",
+            memcpy_gbps);
+  bu_record("rpc", params, "shm_upload_GBps", gb / up, "grpc_upload_GBps",
+            gb / gup);
+  bu_record("rpc", params, "shm_download_GBps", gb / down,
+            "grpc_download_GBps", gb / gdown);
+  free(hy);
+  if (pd_shared_memory_destroy(r, NULL, st) != PD_OK)
+    die("pd_shared_memory_destroy");
+}
+
 int main(int argc, char **argv) {
   bool quick = bu_quick(argc, argv);
   const char *path = getenv("PARADEVD") ? getenv("PARADEVD") : PARADEVD_PATH;
@@ -338,6 +412,8 @@ int main(int argc, char **argv) {
   s = pd_session_new(c, &so, NULL, st); /* frees the streamed outputs */
   if (!s) die("CreateSession");
   bench_transfer(s, quick ? ((size_t)16 << 20) : ((size_t)64 << 20), quick ? 2 : 4);
+  bench_shm(s, (size_t)16 << 20, quick ? 2 : 5);
+  if (!quick) bench_shm(s, (size_t)256 << 20, 3);
   pd_session_delete(s);
   pd_client_delete(c);
   pd_status_delete(st);

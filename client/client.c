@@ -169,6 +169,10 @@ const char *const pdc_method_paths[PDC_NUM_METHODS] = {
     [PDC_WATCH_TAPE] = "/paradev.v1.ParallelDevice/WatchTape",
     [PDC_GRADIENT] = "/paradev.v1.ParallelDevice/Gradient",
     [PDC_DELETE_TAPE] = "/paradev.v1.ParallelDevice/DeleteTape",
+    [PDC_REGISTER_SHM] = "/paradev.v1.ParallelDevice/RegisterSharedMemory",
+    [PDC_UNREGISTER_SHM] = "/paradev.v1.ParallelDevice/UnregisterSharedMemory",
+    [PDC_UPLOAD_SHM] = "/paradev.v1.ParallelDevice/UploadFromSharedMemory",
+    [PDC_DOWNLOAD_SHM] = "/paradev.v1.ParallelDevice/DownloadToSharedMemory",
 };
 
 pd_client *pd_client_new(const char *target, const pd_client_options *opts,

@@ -156,6 +156,7 @@ static void srv_admin_kill(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &st);
     return;
   }
+  srv_shm_sweep(s); /* their shared memory regions go with them */
   SRV_INFO("killed %s: %d session%s, %llu handles, %llu bytes", what,
            k->r.sessions, k->r.sessions == 1 ? "" : "s",
            (unsigned long long)k->r.handles, (unsigned long long)k->r.bytes);

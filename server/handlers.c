@@ -236,6 +236,7 @@ static void srv_close_session(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &st);
     return;
   }
+  srv_shm_sweep(c->s); /* its shared memory regions go with it */
   SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
              "session closed by its client: %llu handles freed",
            (unsigned long long)freed);
@@ -638,4 +639,5 @@ srv_method *const srv_methods[] = {
     &m_delete,   &srv_m_health_check, &srv_m_health_watch, &srv_m_upload,
     &srv_m_download, &srv_m_enqueue, &srv_m_echo_stream,
     &srv_m_start_tape, &srv_m_watch_tape, &srv_m_gradient,
-    &srv_m_delete_tape, NULL};
+    &srv_m_delete_tape, &srv_m_register_shm, &srv_m_unregister_shm,
+    &srv_m_upload_shm, &srv_m_download_shm, NULL};

@@ -299,6 +299,26 @@ char *srv_metrics_render(srv *s, size_t *len) {
              "Tensor bytes sent by Download.");
   srv_buf_printf(&b, "paradev_download_bytes_total %" PRIu64 "\n",
                  atomic_load(&s->download_bytes));
+  uint64_t shm_regions = 0, shm_bytes = 0;
+  srv_shm_stats(s, &shm_regions, &shm_bytes);
+  srv_family(&b, "paradev_shared_memory_regions", "gauge",
+             "Clients' shared memory regions registered (mapped) now.");
+  srv_buf_printf(&b, "paradev_shared_memory_regions %" PRIu64 "\n",
+                 shm_regions);
+  srv_family(&b, "paradev_shared_memory_mapped_bytes", "gauge",
+             "Bytes of clients' shared memory regions mapped now.");
+  srv_buf_printf(&b, "paradev_shared_memory_mapped_bytes %" PRIu64 "\n",
+                 shm_bytes);
+  srv_family(&b, "paradev_shared_memory_upload_bytes_total", "counter",
+             "Tensor bytes read from shared memory by UploadFromSharedMemory.");
+  srv_buf_printf(&b, "paradev_shared_memory_upload_bytes_total %" PRIu64 "\n",
+                 atomic_load(&s->shm_upload_bytes));
+  srv_family(&b, "paradev_shared_memory_download_bytes_total", "counter",
+             "Tensor bytes written to shared memory by "
+             "DownloadToSharedMemory.");
+  srv_buf_printf(&b,
+                 "paradev_shared_memory_download_bytes_total %" PRIu64 "\n",
+                 atomic_load(&s->shm_download_bytes));
   if (b.oom) {
     free(b.p);
     return NULL;

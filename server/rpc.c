@@ -538,6 +538,7 @@ static bool addr_taken(const char *addr) {
 }
 
 int srv_start(srv *s) {
+  if (srv_shm_init(s) != 0) return -1;
   grpc_init();
   grpc_arg args[3];
   int maxmsg = s->opt.limits.max_message_bytes > INT_MAX
@@ -675,6 +676,7 @@ fail:
     grpc_completion_queue_destroy(s->cqs[i]);
   }
   grpc_shutdown();
+  srv_shm_destroy(s);
   return -1;
 }
 
@@ -713,6 +715,7 @@ void srv_stop(srv *s) {
       SRV_WARN("%d calls still active after 30 s; exiting without "
                "releasing gRPC",
                atomic_load(&s->active_calls));
+      srv_shm_destroy(s); /* calls still copying keep their mappings */
       return;
     }
     struct timespec ts = {0, 10 * 1000 * 1000};
@@ -726,6 +729,7 @@ void srv_stop(srv *s) {
   for (int i = 0; i < s->num_cqs; i++) pthread_join(srv_threads[i], NULL);
   for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_destroy(s->cqs[i]);
   grpc_shutdown();
+  srv_shm_destroy(s);
 }
 
 /* --- one-shot waits ---------------------------------------------------------- */

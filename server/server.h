@@ -129,6 +129,7 @@ typedef struct srv_runtime {
 #define SRV_RT(s, f) atomic_load_explicit(&(s)->rt.f, memory_order_relaxed)
 
 typedef struct srv_health srv_health;
+typedef struct srv_shm srv_shm;
 
 struct srv {
   srv_options opt; /* as started; never written after start */
@@ -158,6 +159,9 @@ struct srv {
   /* HTTP listener (http.c). */
   void *http;
   int http_port;
+  /* Shared memory regions (shm.c) and the bytes their transfers moved. */
+  srv_shm *shm;
+  _Atomic uint64_t shm_upload_bytes, shm_download_bytes;
 };
 
 /* --- rpc.c --------------------------------------------------------------- */
@@ -262,6 +266,23 @@ char *srv_metrics_render(srv *s, size_t *len);
  * srv_http_start logs the bound address; -1 after logging why. */
 int srv_http_start(srv *s);
 void srv_http_stop(srv *s);
+
+/* --- shm.c: shared memory regions ------------------------------------------ */
+
+/* Creates the registry of regions and starts its sweeper thread (which
+ * unregisters the regions of sessions whose lease ran out); installs the
+ * SIGBUS guard of copies from and into mappings. Called by srv_start.
+ * Returns 0, or -1 after logging why. */
+int srv_shm_init(srv *s);
+/* Stops the sweeper and unregisters every region (a mapping goes once no
+ * transfer uses it). Called by srv_stop once calls have ended; accepts a
+ * server whose registry was never created. */
+void srv_shm_destroy(srv *s);
+/* Unregisters the regions of sessions that are no longer open: after
+ * CloseSession and KillSession, and periodically. Any thread. */
+void srv_shm_sweep(srv *s);
+/* Registered regions and their mapped bytes now (metrics). */
+void srv_shm_stats(srv *s, uint64_t *regions, uint64_t *bytes);
 
 /* Sums bytes_in_use over the devices. */
 uint64_t srv_device_memory_used(srv *s);

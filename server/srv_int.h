@@ -40,6 +40,32 @@ Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
  * the error and returns NULL. */
 sched_session *srv_open_session(srv_call *c, ProtobufCBinaryData token);
 
+/* What an upload's header says (Upload, UploadFromSharedMemory). */
+typedef struct srv_upload_spec {
+  pd_dtype dtype;
+  dev_layout layout;               /* MIRRORED, SHARDED or PER_COMPONENT */
+  dev_shape host;                  /* MIRRORED, SHARDED */
+  dev_shape comps[PD_MAX_DEVICES]; /* PER_COMPONENT: one per device */
+  uint64_t total;                  /* host bytes, all components together */
+} srv_upload_spec;
+
+/* Checks an upload header's dtype, shape, layout and component shapes
+ * against the mesh and max_tensor_bytes: INVALID_ARGUMENT naming what was
+ * wrong, RESOURCE_EXHAUSTED over max_tensor_bytes (stream.c). */
+pd_code srv_upload_spec_from_pb(srv *s, int dtype,
+                                const Paradev__V1__Shape *shape,
+                                const Paradev__V1__Layout *layout,
+                                size_t n_component_shapes,
+                                Paradev__V1__Shape *const *component_shapes,
+                                srv_upload_spec *out, dev_status *st);
+
+/* A download's layout (NULL: MIRRORED) for a tensor of `ndev` components;
+ * *num_parts gets the host values it makes (ndev for PER_COMPONENT, else 1).
+ * INVALID_ARGUMENT for an unknown kind or a component out of range. */
+pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
+                                    dev_layout *out, int *num_parts,
+                                    dev_status *st);
+
 /* Streaming methods (stream.c). */
 extern srv_method srv_m_upload, srv_m_download, srv_m_enqueue,
     srv_m_echo_stream;
@@ -55,5 +81,9 @@ bool srv_tape_item(srv_call *c, sched_session *ss, uint64_t tag,
                    const Paradev__V1__EnqueueRequest *req, srv_arena *a,
                    Paradev__V1__TensorInfo ***out, size_t *n_out,
                    dev_status *st);
+
+/* Shared memory regions (shm.c): the four unary methods. */
+extern srv_method srv_m_register_shm, srv_m_unregister_shm, srv_m_upload_shm,
+    srv_m_download_shm;
 
 #endif /* PARADEV_SERVER_SRV_INT_H */

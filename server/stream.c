@@ -33,74 +33,90 @@ static void srv_upload_destroy(srv_call *c) {
   c->user = NULL;
 }
 
+pd_code srv_upload_spec_from_pb(srv *s, int dtype,
+                                const Paradev__V1__Shape *shape,
+                                const Paradev__V1__Layout *layout,
+                                size_t n_component_shapes,
+                                Paradev__V1__Shape *const *component_shapes,
+                                srv_upload_spec *out, dev_status *st) {
+  int ndev = dev_engine_num_devices(s->engine);
+  srv_upload_spec *u = out;
+  u->host = (dev_shape){0, {0}};
+  u->layout = (dev_layout){DEV_LAYOUT_MIRRORED, 0, 0};
+  u->total = 0;
+  pd_code rc = srv_dtype_from_pb(dtype, "header", &u->dtype, st);
+  if (rc != PD_OK) return rc;
+  if (layout) {
+    switch ((int)layout->kind) {
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED:
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
+        u->layout.kind = DEV_LAYOUT_SHARDED;
+        u->layout.axis = layout->axis;
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_PER_COMPONENT:
+        u->layout.kind = DEV_LAYOUT_PER_COMPONENT;
+        break;
+      default:
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "upload layout kind %d; expected MIRRORED (0), "
+                         "SHARDED (1) or PER_COMPONENT (2)",
+                         (int)layout->kind);
+    }
+  }
+  if (u->layout.kind == DEV_LAYOUT_PER_COMPONENT) {
+    if (n_component_shapes != (size_t)ndev)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "a PER_COMPONENT upload needs %d component_shapes (one "
+                       "per device); got %zu",
+                       ndev, n_component_shapes);
+    for (int i = 0; i < ndev; i++) {
+      size_t b = 0;
+      if ((rc = srv_shape_from_pb(component_shapes[i], "component shape",
+                                  &u->comps[i], st)) != PD_OK ||
+          (rc = dev_shape_byte_size(u->dtype, &u->comps[i], &b, st)) != PD_OK)
+        return rc;
+      if (u->total + b < u->total)
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "the component shapes' bytes add up past 2^64");
+      u->total += b;
+    }
+  } else {
+    size_t b = 0;
+    if ((rc = srv_shape_from_pb(shape, "shape", &u->host, st)) != PD_OK ||
+        (rc = dev_shape_byte_size(u->dtype, &u->host, &b, st)) != PD_OK)
+      return rc;
+    u->total = b;
+  }
+  uint64_t max_tensor = SRV_RT(s, max_tensor_bytes);
+  if (u->total > max_tensor)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "the upload holds %llu bytes; the limit max_tensor_bytes "
+                     "is %llu",
+                     (unsigned long long)u->total,
+                     (unsigned long long)max_tensor);
+  return PD_OK;
+}
+
 static void srv_upload_header(srv_call *c, srv_upload_state *u,
                               const Paradev__V1__UploadHeader *h) {
   srv *s = c->s;
   dev_status st = DEV_STATUS_INIT;
   u->ss = srv_open_session(c, h->session_token);
   if (!u->ss) return;
-  pd_dtype dt;
-  dev_shape host = {0, {0}};
-  dev_shape comps[PD_MAX_DEVICES];
-  dev_layout layout = {DEV_LAYOUT_MIRRORED, 0, 0};
   int ndev = dev_engine_num_devices(s->engine);
-  if (srv_dtype_from_pb((int)h->dtype, "header", &dt, &st) != PD_OK) goto fail;
-  if (h->layout) {
-    switch ((int)h->layout->kind) {
-      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED:
-        break;
-      case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
-        layout.kind = DEV_LAYOUT_SHARDED;
-        layout.axis = h->layout->axis;
-        break;
-      case PARADEV__V1__LAYOUT_KIND__LAYOUT_PER_COMPONENT:
-        layout.kind = DEV_LAYOUT_PER_COMPONENT;
-        break;
-      default:
-        dev_error(&st, PD_INVALID_ARGUMENT,
-                  "upload layout kind %d; expected MIRRORED (0), SHARDED (1) "
-                  "or PER_COMPONENT (2)",
-                  (int)h->layout->kind);
-        goto fail;
-    }
-  }
-  uint64_t total = 0;
-  if (layout.kind == DEV_LAYOUT_PER_COMPONENT) {
-    if (h->n_component_shapes != (size_t)ndev) {
-      dev_error(&st, PD_INVALID_ARGUMENT,
-                "a PER_COMPONENT upload needs %d component_shapes (one per "
-                "device); got %zu",
-                ndev, h->n_component_shapes);
-      goto fail;
-    }
-    for (int i = 0; i < ndev; i++) {
-      size_t b = 0;
-      if (srv_shape_from_pb(h->component_shapes[i], "component shape",
-                            &comps[i], &st) != PD_OK ||
-          dev_shape_byte_size(dt, &comps[i], &b, &st) != PD_OK)
-        goto fail;
-      total += b;
-    }
-  } else {
-    size_t b = 0;
-    if (srv_shape_from_pb(h->shape, "shape", &host, &st) != PD_OK ||
-        dev_shape_byte_size(dt, &host, &b, &st) != PD_OK)
-      goto fail;
-    total = b;
-  }
-  uint64_t max_tensor = SRV_RT(s, max_tensor_bytes);
-  if (total > max_tensor) {
-    dev_error(&st, PD_RESOURCE_EXHAUSTED,
-              "the upload holds %llu bytes; the limit max_tensor_bytes is %llu",
-              (unsigned long long)total, (unsigned long long)max_tensor);
+  srv_upload_spec sp;
+  if (srv_upload_spec_from_pb(s, (int)h->dtype, h->shape, h->layout,
+                              h->n_component_shapes, h->component_shapes, &sp,
+                              &st) != PD_OK)
     goto fail;
-  }
-  if (sched_upload_begin(u->ss, h->id, dt, &layout, &host,
-                         layout.kind == DEV_LAYOUT_PER_COMPONENT ? comps : NULL,
+  if (sched_upload_begin(u->ss, h->id, sp.dtype, &sp.layout, &sp.host,
+                         sp.layout.kind == DEV_LAYOUT_PER_COMPONENT ? sp.comps
+                                                                    : NULL,
                          &u->up, &st) != PD_OK)
     goto fail;
   u->id = h->id;
-  u->per_component = layout.kind == DEV_LAYOUT_PER_COMPONENT;
+  u->per_component = sp.layout.kind == DEV_LAYOUT_PER_COMPONENT;
   u->num_components = u->per_component ? ndev : 1;
   u->component = 0;
   u->offset = 0;
@@ -372,6 +388,42 @@ static void srv_download_begin(srv_call *c) {
   srv_arena_free(&a);
 }
 
+pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
+                                    dev_layout *out, int *num_parts,
+                                    dev_status *st) {
+  dev_layout l = {DEV_LAYOUT_MIRRORED, 0, 0};
+  int parts = 1;
+  if (pb) {
+    switch ((int)pb->kind) {
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED:
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
+        l.kind = DEV_LAYOUT_SHARDED;
+        l.axis = pb->axis;
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_PER_COMPONENT:
+        l.kind = DEV_LAYOUT_PER_COMPONENT;
+        parts = ndev;
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_COMPONENT:
+        l.kind = DEV_LAYOUT_COMPONENT;
+        l.component = pb->component;
+        if (pb->component < 0 || pb->component >= ndev)
+          return dev_error(st, PD_INVALID_ARGUMENT,
+                           "component %d; the mesh has components 0..%d",
+                           pb->component, ndev - 1);
+        break;
+      default:
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "download layout kind %d; expected 0..3",
+                         (int)pb->kind);
+    }
+  }
+  *out = l;
+  *num_parts = parts;
+  return PD_OK;
+}
+
 static void srv_download(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__DownloadRequest *req = (const void *)m;
   srv *s = c->s;
@@ -397,37 +449,11 @@ static void srv_download(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &st);
     return;
   }
-  int ndev = dev_tensor_num_components(d->t);
-  d->num_components = 1;
-  d->layout = (dev_layout){DEV_LAYOUT_MIRRORED, 0, 0};
-  if (req->layout) {
-    switch ((int)req->layout->kind) {
-      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED:
-        break;
-      case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
-        d->layout.kind = DEV_LAYOUT_SHARDED;
-        d->layout.axis = req->layout->axis;
-        break;
-      case PARADEV__V1__LAYOUT_KIND__LAYOUT_PER_COMPONENT:
-        d->layout.kind = DEV_LAYOUT_PER_COMPONENT;
-        d->num_components = ndev;
-        break;
-      case PARADEV__V1__LAYOUT_KIND__LAYOUT_COMPONENT:
-        d->layout.kind = DEV_LAYOUT_COMPONENT;
-        d->layout.component = req->layout->component;
-        if (req->layout->component < 0 || req->layout->component >= ndev) {
-          srv_call_finish(c, PD_INVALID_ARGUMENT,
-                          "component %d; the mesh has components 0..%d",
-                          req->layout->component, ndev - 1);
-          return;
-        }
-        break;
-      default:
-        srv_call_finish(c, PD_INVALID_ARGUMENT,
-                        "download layout kind %d; expected 0..3",
-                        (int)req->layout->kind);
-        return;
-    }
+  if (srv_download_layout_from_pb(req->layout,
+                                  dev_tensor_num_components(d->t), &d->layout,
+                                  &d->num_components, &st) != PD_OK) {
+    srv_call_fail(c, &st);
+    return;
   }
   for (int i = 0; i < d->num_components; i++) {
     int comp = d->layout.kind == DEV_LAYOUT_PER_COMPONENT ? i
