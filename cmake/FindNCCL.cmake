@@ -5,7 +5,10 @@
 # and the shared library wherever they are.
 #
 # Hints: NCCL_ROOT (CMake variable or environment), NCCL_HOME, CUDAToolkit_ROOT
-# and the toolkit found by find_package(CUDAToolkit).
+# and the toolkit found by find_package(CUDAToolkit). When none of those holds
+# it, the python3 on PATH is asked for its site-packages, where pip's
+# nvidia-nccl-cu* wheels put nvidia/nccl/{include,lib} (the library there is
+# only libnccl.so.2, without the libnccl.so link).
 #
 # Result variables:
 #   NCCL_FOUND, NCCL_INCLUDE_DIR, NCCL_LIBRARY, NCCL_VERSION (MAJOR.MINOR.PATCH)
@@ -19,12 +22,39 @@ if(CUDAToolkit_INCLUDE_DIRS)
   list(APPEND _nccl_hints ${CUDAToolkit_INCLUDE_DIRS}/..)
 endif()
 
+set(_nccl_suffixes lib64 lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu)
 find_path(NCCL_INCLUDE_DIR nccl.h
           HINTS ${_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS}
           PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY NAMES nccl
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
              HINTS ${_nccl_hints} ${CUDAToolkit_LIBRARY_DIR}
-             PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu)
+             PATH_SUFFIXES ${_nccl_suffixes})
+
+# pip's wheels (nvidia-nccl-cu12, -cu13): site-packages/nvidia/nccl.
+if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+  find_program(NCCL_PYTHON3 NAMES python3)
+  mark_as_advanced(NCCL_PYTHON3)
+  if(NCCL_PYTHON3)
+    execute_process(
+      COMMAND ${NCCL_PYTHON3} -c
+        "import site, sysconfig; print(';'.join(site.getsitepackages() + [sysconfig.get_paths()['purelib']]))"
+      OUTPUT_VARIABLE _nccl_sites OUTPUT_STRIP_TRAILING_WHITESPACE
+      ERROR_QUIET TIMEOUT 20)
+    set(_nccl_pip_hints)
+    foreach(_site ${_nccl_sites})
+      list(APPEND _nccl_pip_hints ${_site}/nvidia/nccl)
+    endforeach()
+    if(_nccl_pip_hints)
+      find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_pip_hints} PATH_SUFFIXES include
+                NO_DEFAULT_PATH)
+      find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_pip_hints}
+                   PATH_SUFFIXES ${_nccl_suffixes} NO_DEFAULT_PATH)
+    endif()
+    unset(_nccl_sites)
+    unset(_nccl_pip_hints)
+    unset(_site)
+  endif()
+endif()
 
 if(NCCL_INCLUDE_DIR AND EXISTS ${NCCL_INCLUDE_DIR}/nccl.h)
   file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h _nccl_defs
@@ -50,4 +80,5 @@ if(NCCL_FOUND AND NOT TARGET NCCL::nccl)
 endif()
 mark_as_advanced(NCCL_INCLUDE_DIR NCCL_LIBRARY)
 unset(_nccl_hints)
+unset(_nccl_suffixes)
 unset(_nccl_defs)

@@ -4,6 +4,8 @@
 # (format: DESIGN.md, "Benchmark output"); the previous run's file is kept as
 # bench-results.jsonl.prev. Benchmarks are not tests: nothing here pass/fails
 # on a number, only on a benchmark that crashed or reported an error.
+# bench_gpu (the CUDA backend; built when it is) runs too where it was built:
+# its exit status 77 (no GPU here) counts as skipped, not failed.
 #
 # Usage: scripts/bench.sh [BUILDDIR] [--quick]
 #   --quick (or PARADEV_BENCH_QUICK=1) asks each benchmark for a short run.
@@ -20,6 +22,10 @@ BENCHES=(
   bench_rpc
   bench_train
 )
+# Optional: run when built (bench_gpu needs the CUDA backend), never missed.
+OPTIONAL_BENCHES=(
+  bench_gpu
+)
 
 if [ ! -d "$build" ]; then
   echo "bench: build directory $build not found (run make build first)" >&2
@@ -33,21 +39,32 @@ export PARADEV_BENCH_RESULTS
 PARADEV_BENCH_RESULTS=$(cd "$build" && pwd)/bench-results.jsonl
 
 failed=()
-for b in "${BENCHES[@]}"; do
+skipped=()
+for b in "${BENCHES[@]}" "${OPTIONAL_BENCHES[@]}"; do
   exe="$build/$b"
   if [ ! -x "$exe" ]; then
+    case " ${OPTIONAL_BENCHES[*]} " in
+      *" $b "*) continue ;;
+    esac
     echo "bench: $exe not built" >&2
     failed+=("$b")
     continue
   fi
   echo "=== $b"
-  if ! "$exe" "${args[@]}"; then
+  "$exe" "${args[@]}"
+  rc=$?
+  if [ "$rc" -eq 77 ]; then
+    skipped+=("$b")
+  elif [ "$rc" -ne 0 ]; then
     failed+=("$b")
   fi
   echo
 done
 
 echo "bench: results in $PARADEV_BENCH_RESULTS"
+if [ ${#skipped[@]} -ne 0 ]; then
+  echo "bench: skipped (exit 77: cannot run here): ${skipped[*]}"
+fi
 if [ ${#failed[@]} -ne 0 ]; then
   echo "bench: failed: ${failed[*]}" >&2
   exit 1

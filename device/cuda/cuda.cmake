@@ -15,7 +15,7 @@ target_sources(paradev_device PRIVATE
   ${PARADEV_CUDA_DIR}/kernels_reduce.cu
   ${PARADEV_CUDA_DIR}/kernels_array.cu)
 target_compile_definitions(paradev_device PUBLIC PARADEV_HAVE_CUDA=1)
-target_link_libraries(paradev_device PUBLIC CUDA::cudart CUDA::cublas)
+target_link_libraries(paradev_device PUBLIC ${PARADEV_CUDART} CUDA::cublas)
 if(PARADEV_HAVE_NCCL)
   target_compile_definitions(paradev_device PRIVATE PARADEV_HAVE_NCCL=1)
   target_link_libraries(paradev_device PUBLIC NCCL::nccl)
