@@ -17,7 +17,8 @@
  * Session tokens are SCHED_TOKEN_BYTES opaque bytes: the daemon's incarnation
  * (8 bytes, little-endian) followed by 128 bits from getrandom(). A token is
  * checked in this order: wrong length -> UNAUTHENTICATED; another incarnation
- * -> NOT_FOUND "daemon restarted"; unknown -> NOT_FOUND. An id of another
+ * -> NOT_FOUND "not from this run of paradevd" (an earlier run's token and a
+ * forged one cannot be told apart); unknown -> NOT_FOUND. An id of another
  * session is NOT_FOUND with the same message as one that never existed.
  *
  * Queueing: sched_execute validates an op, runs its shape inference and

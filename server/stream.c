@@ -576,16 +576,29 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     sched_op op;
     sched_op_result res;
     int failed = 0;
-    srv_arena a = {NULL};
-    Paradev__V1__OpResult *pr = NULL;
+    /* The reply of one op, built here rather than in an arena: this is the
+     * path of every streamed op, and allocation shows in its profile. */
+    Paradev__V1__TensorInfo info[DEV_MAX_OUTPUTS], *outs[DEV_MAX_OUTPUTS];
+    Paradev__V1__Shape shape[DEV_MAX_OUTPUTS];
+    int64_t dims[DEV_MAX_OUTPUTS][PD_MAX_RANK];
+    size_t n_outs = 0;
     if (srv_op_from_pb(req->execute, 0, attrs, &op, &st) == PD_OK &&
         sched_execute(e->ss, &op, 1, e->tag, &res, &failed, &st) == PD_OK) {
-      pr = srv_result_to_pb(&a, &op, &res);
-      if (!pr) dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      for (int j = 0; j < res.num_outputs; j++) {
+        paradev__v1__shape__init(&shape[j]);
+        shape[j].n_dims = (size_t)res.shape[j].rank;
+        shape[j].dims = dims[j];
+        for (int k = 0; k < res.shape[j].rank; k++)
+          dims[j][k] = res.shape[j].dims[k];
+        paradev__v1__tensor_info__init(&info[j]);
+        info[j].id = op.output_ids[j];
+        info[j].dtype = (Paradev__V1__DType)res.dtype[j];
+        info[j].shape = &shape[j];
+        outs[j] = &info[j];
+      }
+      n_outs = (size_t)res.num_outputs;
     }
-    srv_enqueue_reply(c, index, &st, pr ? pr->outputs : NULL,
-                      pr ? pr->n_outputs : 0);
-    srv_arena_free(&a);
+    srv_enqueue_reply(c, index, &st, outs, n_outs);
   } else if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_DELETE) {
     const Paradev__V1__DeleteItem *di = req->delete_;
     int max_ids = SRV_RT(c->s, max_ids_per_request);

@@ -2,6 +2,7 @@
  * isolation, all-or-nothing execution, queueing, cancellation, leases,
  * quotas, and a multi-threaded stress run (meant for the sanitizer build).
  * Expected values are worked out by hand in each test. */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -167,6 +168,73 @@ static void test_isolation_and_execute(void **state) {
   assert_int_equal(nh, 1);
   sched_session_put(a);
   sched_session_put(b);
+  sched_destroy(s);
+}
+
+/* An op of two outputs alone in a call (the shape of every streamed op):
+ * both outputs are published with their metadata, and a later call can use
+ * the second. SparseSoftmaxCrossEntropyWithLogits of rows of equal logits
+ * over 3 classes: softmax = 1/3 each, so loss = ln 3 per row and backprop =
+ * 1/3 minus 1 at the label. */
+static void test_two_outputs(void **state) {
+  sched *s = new_sched(500, NULL, NULL);
+  sched_session_info ia;
+  sched_session *a = open_new(s, "a", 0, 0, &ia);
+  dev_status st = DEV_STATUS_INIT;
+  const float feat[6] = {0.f, 0.f, 0.f, 1.f, 1.f, 1.f};
+  const int32_t labels[2] = {1, 0};
+  dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
+  dev_shape fshape = {2, {2, 3}}, lshape = {1, {2}};
+  sched_upload *u = NULL;
+  assert_int_equal(sched_upload_begin(a, 1, PD_FLOAT32, &lay, &fshape, NULL,
+                                      &u, &st), PD_OK);
+  assert_int_equal(sched_upload_write(u, 0, 0, feat, sizeof feat, &st), PD_OK);
+  assert_int_equal(sched_upload_commit(u, &st), PD_OK);
+  assert_int_equal(sched_upload_begin(a, 2, PD_INT32, &lay, &lshape, NULL, &u,
+                                      &st), PD_OK);
+  assert_int_equal(sched_upload_write(u, 0, 0, labels, sizeof labels, &st),
+                   PD_OK);
+  assert_int_equal(sched_upload_commit(u, &st), PD_OK);
+
+  const uint64_t in[2] = {1, 2}, outs[2] = {10, 11};
+  sched_op op = {"SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, outs, 2};
+  sched_op_result res;
+  int failed = -1;
+  assert_int_equal(sched_execute(a, &op, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(res.num_outputs, 2);
+  assert_int_equal(res.dtype[0], PD_FLOAT32);
+  assert_int_equal(res.dtype[1], PD_FLOAT32);
+  tu_assert_shape(&res.shape[0], 1, 2);
+  tu_assert_shape(&res.shape[1], 2, 2, 3);
+  /* The second output feeds a call of its own: n = -backprop. */
+  const uint64_t in_n[1] = {11}, o_n = 12;
+  sched_op neg = op1("Neg", in_n, 1, &o_n);
+  assert_int_equal(sched_execute(a, &neg, 1, 0, &res, &failed, &st), PD_OK);
+  const double third = 1.0 / 3.0, ln3 = 1.0986122886681098;
+  const double want_loss[2] = {ln3, ln3};
+  const double want_neg[6] = {-third, 1 - third, -third,
+                              1 - third, -third, -third};
+  float loss[2], n[6];
+  read_f32(a, 10, loss, 2);
+  read_f32(a, 12, n, 6);
+  for (int i = 0; i < 2; i++)
+    assert_true(fabs(loss[i] - want_loss[i]) <= 1e-6 * ln3);
+  for (int i = 0; i < 6; i++) assert_true(fabs(n[i] - want_neg[i]) <= 1e-6);
+
+  /* One output id for two outputs: refused, and nothing is published. */
+  const uint64_t one_out = 20;
+  sched_op short_op = {"SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0,
+                       &one_out, 1};
+  assert_int_equal(sched_execute(a, &short_op, 1, 0, &res, &failed, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_int_equal(failed, 0);
+  assert_non_null(strstr(st.msg, "the op has 2 outputs; the request names 1"));
+  dev_tensor *t = NULL;
+  assert_int_equal(sched_handle_get(a, 20, &t, &st), PD_NOT_FOUND);
+  int nh = 0;
+  sched_session_usage(a, &nh, NULL);
+  assert_int_equal(nh, 5); /* 1, 2, 10, 11, 12 */
+  sched_session_put(a);
   sched_destroy(s);
 }
 
@@ -497,6 +565,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tokens),
       cmocka_unit_test(test_isolation_and_execute),
+      cmocka_unit_test(test_two_outputs),
       cmocka_unit_test(test_queue_cancel),
       cmocka_unit_test(test_lease_and_quota),
       cmocka_unit_test(test_limits),
