@@ -2,7 +2,8 @@
  * backend, devices and their memory, limits), `health` runs the standard gRPC
  * health check, `ping` measures Echo round trips. Uses libparadev's public API
  * only. Exit status: 0 success, 1 a failed call (or a health status other than
- * SERVING), 2 a bad command line. */
+ * SERVING), 2 a bad command line (a bad --target included), 3 `admin kill
+ * --verify` found memory still in use; the usage text says the same. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -15,10 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_int.h"
 #include "paradev/paradev.h"
 
 static const char cli_usage[] =
-    "Usage: paradev [--target ADDR] [--timeout MS] COMMAND [OPTIONS]\n"
+    "Usage: paradev [--target ADDR] [--timeout TIME] COMMAND [OPTIONS]\n"
     "Talk to a paradevd daemon (a machine's devices as one parallel device).\n"
     "\n"
     "Commands:\n"
@@ -31,14 +33,21 @@ static const char cli_usage[] =
 #endif
     "\n"
     "Options:\n"
-    "  --target ADDR  unix:/path or host:port. Default: $PARADEV_TARGET, else\n"
-    "                 unix:$XDG_RUNTIME_DIR/paradevd.sock when that socket\n"
-    "                 exists, else 127.0.0.1:7478 (paradevd's defaults)\n"
-    "  --timeout MS   deadline of each call in milliseconds (default 10000)\n"
-    "  --help         this text; 'paradev COMMAND --help' for a command\n"
-    "  --version      print the version\n"
+    "  --target ADDR   unix:/path or host:port (port 1..65535). Default:\n"
+    "                  $PARADEV_TARGET, else the first of\n"
+    "                  unix:$XDG_RUNTIME_DIR/paradevd.sock and\n"
+    "                  unix:/tmp/paradevd-UID/paradevd.sock (a directory of\n"
+    "                  yours, mode 0700) that exists, else 127.0.0.1:7478\n"
+    "                  (paradevd's defaults)\n"
+    "  --timeout TIME  deadline of each call, 1ms to 24h: 500ms, 2s, 1m, 1h;\n"
+    "                  a bare number is milliseconds (default 10s)\n"
+    "  --help          this text; 'paradev COMMAND --help' for a command\n"
+    "  --version       print the version\n"
     "\n"
-    "Exit status: 0 success, 1 a failed call, 2 a bad command line.\n";
+    "Exit status: 0 success; 1 a failed call (the daemon unreachable or\n"
+    "refusing; for health, a status other than SERVING); 2 a bad command\n"
+    "line, a bad --target included; 3 'admin kill --verify' found device\n"
+    "memory still in use.\n";
 
 static const char cli_info_usage[] =
     "Usage: paradev [--target ADDR] info\n"
@@ -51,7 +60,8 @@ static const char cli_health_usage[] =
     "Run grpc.health.v1.Health/Check and print the serving status.\n"
     "  --service NAME  \"\" (default: the whole server) or\n"
     "                  paradev.v1.ParallelDevice\n"
-    "Exit status: 0 only when SERVING; 1 otherwise (or when unreachable).\n";
+    "Exit status: 0 only when SERVING; 1 otherwise (or when unreachable, or\n"
+    "for a service the daemon does not know); 2 a bad command line.\n";
 
 static const char cli_ping_usage[] =
     "Usage: paradev [--target ADDR] ping [--count N] [--size BYTES] [--quiet]\n"
@@ -100,19 +110,29 @@ static bool cli_parse_u64(const char *s, uint64_t *out) {
   return true;
 }
 
+/* paradevd's default Unix socket: in $XDG_RUNTIME_DIR, else in
+ * /tmp/paradevd-UID/ when that is the user's private directory
+ * (cli_private_dir_ok). */
 static const char *cli_default_target(char *buf, size_t len) {
   const char *env = getenv("PARADEV_TARGET");
   if (env && *env) return env;
   const char *rt = getenv("XDG_RUNTIME_DIR");
   char path[400];
-  if (rt && *rt)
-    snprintf(path, sizeof(path), "%s/paradevd.sock", rt);
-  else
-    snprintf(path, sizeof(path), "/tmp/paradevd-%u.sock", (unsigned)getuid());
   struct stat sb;
-  if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
-    snprintf(buf, len, "unix:%s", path);
-    return buf;
+  if (rt && *rt) {
+    snprintf(path, sizeof(path), "%s/paradevd.sock", rt);
+    if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+      snprintf(buf, len, "unix:%s", path);
+      return buf;
+    }
+  }
+  cli_tmp_socket_dir(path, sizeof(path));
+  if (cli_private_dir_ok(path)) {
+    snprintf(path + strlen(path), sizeof(path) - strlen(path), "/paradevd.sock");
+    if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+      snprintf(buf, len, "unix:%s", path);
+      return buf;
+    }
   }
   return "127.0.0.1:7478";
 }
@@ -132,23 +152,37 @@ static char *cli_size(uint64_t bytes, char *buf, size_t len) {
   return buf;
 }
 
-/* Reports a failed call on stderr; returns 1. */
-static int cli_fail(const char *cmd, const pd_status *st) {
+/* Reports a failed call on stderr with `hint` (NULL: the code's general
+ * advice, pd_status_str); returns 1. */
+static int cli_fail_hint(const char *cmd, const pd_status *st,
+                         const char *hint) {
   pd_code code = pd_status_code(st);
   fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
   fprintf(stderr, "paradev %s: %s (%s)\n", cmd, pd_code_name(code),
-          pd_status_str(code));
+          hint ? hint : pd_status_str(code));
   return 1;
 }
 
+static int cli_fail(const char *cmd, const pd_status *st) {
+  return cli_fail_hint(cmd, st, NULL);
+}
+
+/* Opens the channel; NULL after reporting why, with *rc set: 2 when the
+ * target itself is wrong (a usage error: pd_client_new says
+ * INVALID_ARGUMENT only for the target, the options here being fixed), else
+ * 1. */
 static pd_client *cli_connect(const cli_opts *o, const char *cmd,
-                              pd_status *st) {
+                              pd_status *st, int *rc) {
   pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
   co.default_timeout_ms = o->timeout_ms;
   co.user_agent = "paradev-cli";
   pd_client *c = pd_client_new(o->target, &co, st);
-  if (!c) cli_fail(cmd, st);
-  return c;
+  if (c) return c;
+  if (pd_status_code(st) == PD_INVALID_ARGUMENT)
+    *rc = cli_usage_error(NULL, "%s", pd_status_message(st));
+  else
+    *rc = cli_fail(cmd, st);
+  return NULL;
 }
 
 /* --- info ----------------------------------------------------------------------- */
@@ -162,12 +196,12 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
     return cli_usage_error("info", "unknown argument '%s'", argv[i]);
   }
   pd_status *st = pd_status_new();
-  pd_client *c = cli_connect(o, "info", st);
+  int rc = 0;
+  pd_client *c = cli_connect(o, "info", st, &rc);
   if (!c) {
     pd_status_delete(st);
-    return 1;
+    return rc;
   }
-  int rc = 0;
   pd_server_info *info = pd_client_get_server_info(c, NULL, st);
   if (!info) {
     rc = cli_fail("info", st);
@@ -252,15 +286,20 @@ static int cli_health(const cli_opts *o, int argc, char **argv) {
     }
   }
   pd_status *st = pd_status_new();
-  pd_client *c = cli_connect(o, "health", st);
+  int rc = 0;
+  pd_client *c = cli_connect(o, "health", st, &rc);
   if (!c) {
     pd_status_delete(st);
-    return 1;
+    return rc;
   }
   pd_serving_status s = PD_SERVING_UNKNOWN;
-  int rc;
   if (pd_client_health(c, service, &s, NULL, st) != PD_OK) {
-    rc = cli_fail("health", st);
+    /* NOT_FOUND here is the health protocol's unknown service, not a
+     * session's: the daemon's message lists the services it has. */
+    rc = cli_fail_hint("health", st,
+                       pd_status_code(st) == PD_NOT_FOUND
+                           ? "no such service; use one the message lists"
+                           : NULL);
   } else {
     static const char *const names[] = {"UNKNOWN", "SERVING", "NOT_SERVING",
                                         "SERVICE_UNKNOWN"};
@@ -337,12 +376,9 @@ static int cli_ping(const cli_opts *o, int argc, char **argv) {
   }
   for (uint64_t i = 0; i < size; i++) payload[i] = (unsigned char)(i * 31 + 7);
   pd_status *st = pd_status_new();
-  pd_client *c = cli_connect(o, "ping", st);
   int rc = 0;
-  if (!c) {
-    rc = 1;
-    goto out;
-  }
+  pd_client *c = cli_connect(o, "ping", st, &rc);
+  if (!c) goto out;
   /* The first call also connects: timed and shown apart. */
   double t0 = cli_now_ms();
   if (pd_client_echo(c, payload, (size_t)size, reply, (size_t)size, NULL, NULL,
@@ -418,12 +454,12 @@ int main(int argc, char **argv) {
         if (!*val) rc = cli_usage_error(cmd, "--target needs an address");
         o.target = val;
       } else {
-        uint64_t v;
-        if (!cli_parse_u64(val, &v) || v < 1 || v > 86400000)
-          rc = cli_usage_error(cmd, "--timeout '%s': expected 1..86400000 ms",
+        if (!cli_parse_duration_ms(val, 1, &o.timeout_ms))
+          rc = cli_usage_error(cmd,
+                               "--timeout '%s': expected a time from 1ms to "
+                               "24h, such as 500ms, 2s or 1m (a bare number "
+                               "is milliseconds)",
                                val);
-        else
-          o.timeout_ms = (int64_t)v;
       }
     } else if (!cmd && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ||
                         strcmp(a, "help") == 0)) {
@@ -435,8 +471,8 @@ int main(int argc, char **argv) {
       rc = cli_usage_error(NULL, "unknown option '%s'", a);
     } else if (!cmd) {
       cmd = a;
-      /* admin has options of its own (--timeout in seconds): all of the
-       * rest is its. */
+      /* admin has options of its own (a bare --timeout is seconds there):
+       * all of the rest is its. */
       if (strcmp(cmd, "admin") == 0) {
         rest[nrest++] = argv[i];
         for (i++; i < argc; i++) rest[nrest++] = argv[i];

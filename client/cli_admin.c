@@ -2,7 +2,7 @@
  * socket (service paradev.v1.Admin, proto/paradev/v1/admin.proto). The
  * socket's file mode decides who may run them (paradevd creates it 0660).
  *
- *   paradev admin [--socket PATH] [--timeout SECONDS] COMMAND
+ *   paradev admin [--socket PATH] [--timeout TIME] COMMAND
  *     sessions [--job ID] [--json]    the open sessions, oldest first
  *     kill (--job ID | --session N | --token HEX) [--verify]
  *                                     end sessions; answers once the devices
@@ -15,7 +15,10 @@
  *
  * The socket: --socket, else $PARADEV_ADMIN_SOCKET, else paradevd's default
  * (/run/paradev/admin.sock under systemd, $XDG_RUNTIME_DIR/paradevd-admin.sock
- * otherwise).
+ * otherwise, /tmp/paradevd-UID/paradevd-admin.sock without a runtime
+ * directory). --timeout takes a unit (500ms, 2s, 1m); a bare number is
+ * seconds, as it always was here (the top level's bare number is
+ * milliseconds).
  *
  * Exit status: 0 done, 1 the daemon said no (its message is printed), 2 a
  * bad command line, 3 --verify found memory still in use.
@@ -37,12 +40,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli_int.h"
 #include "paradev/v1/admin.pb-c.h"
 
 int cli_admin(int argc, char **argv);
 
 static const char cli_admin_usage[] =
-    "Usage: paradev admin [--socket PATH] [--timeout SECONDS] COMMAND\n"
+    "Usage: paradev admin [--socket PATH] [--timeout TIME] COMMAND\n"
     "Operate a paradevd through its admin socket.\n"
     "\n"
     "Commands:\n"
@@ -58,8 +62,14 @@ static const char cli_admin_usage[] =
     "Options:\n"
     "  --socket PATH      the admin socket (default $PARADEV_ADMIN_SOCKET, or\n"
     "                     /run/paradev/admin.sock when it exists, or\n"
-    "                     $XDG_RUNTIME_DIR/paradevd-admin.sock)\n"
-    "  --timeout SECONDS  give up after this long (default 60)\n";
+    "                     $XDG_RUNTIME_DIR/paradevd-admin.sock, or without\n"
+    "                     XDG_RUNTIME_DIR /tmp/paradevd-UID/paradevd-admin.sock)\n"
+    "  --timeout TIME     give up after this long, 1ms to 24h: 500ms, 2s, 1m;\n"
+    "                     a bare number is seconds (default 60s)\n"
+    "\n"
+    "Exit status: 0 done; 1 the daemon said no or could not be reached (its\n"
+    "message is printed); 2 a bad command line; 3 kill --verify found device\n"
+    "memory still in use.\n";
 
 static int cli_admin_bad(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
@@ -83,7 +93,9 @@ static void cli_admin_default_socket(char *out, size_t len) {
   } else if ((env = getenv("XDG_RUNTIME_DIR")) && *env) {
     snprintf(out, len, "%s/paradevd-admin.sock", env);
   } else {
-    snprintf(out, len, "/tmp/paradevd-admin-%u.sock", (unsigned)getuid());
+    char dir[64];
+    cli_tmp_socket_dir(dir, sizeof(dir));
+    snprintf(out, len, "%s/paradevd-admin.sock", dir);
   }
 }
 
@@ -105,7 +117,7 @@ static int cli_admin_call(const char *socket_path, double timeout_s,
   grpc_slice mslice = grpc_slice_from_copied_string(path);
   gpr_timespec deadline = gpr_time_add(
       gpr_now(GPR_CLOCK_REALTIME),
-      gpr_time_from_millis((int64_t)(timeout_s * 1000), GPR_TIMESPAN));
+      gpr_time_from_millis((int64_t)(timeout_s * 1000 + 0.5), GPR_TIMESPAN));
   grpc_call *call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS,
                                              cq, mslice, NULL, deadline, NULL);
   grpc_slice_unref(mslice);
@@ -450,11 +462,13 @@ int cli_admin(int argc, char **argv) {
         return cli_admin_bad("--socket '%s': expected a path", v);
       snprintf(sock, sizeof(sock), "%s", v);
     } else {
-      char *end = NULL;
-      timeout = strtod(v, &end);
-      if (!*v || *end || !(timeout > 0) || timeout > 86400)
-        return cli_admin_bad("--timeout '%s': expected seconds, 0 to 86400",
+      int64_t ms;
+      if (!cli_parse_duration_ms(v, 1000, &ms))
+        return cli_admin_bad("--timeout '%s': expected a time from 1ms to 24h, "
+                             "such as 500ms, 2s or 1m (a bare number is "
+                             "seconds)",
                              v);
+      timeout = (double)ms / 1000;
     }
   }
   if (i >= argc) {
@@ -477,6 +491,23 @@ int cli_admin(int argc, char **argv) {
     return cli_admin_bad("unknown command '%s' (sessions, kill, drain, "
                          "log-level)",
                          cmd);
+  /* A socket in /tmp/paradevd-UID is paradevd's only when that directory
+   * is ours alone (see cli_private_dir_ok); one that does not exist is
+   * reported by the call. */
+  char dir[64];
+  struct stat sb;
+  cli_tmp_socket_dir(dir, sizeof(dir));
+  size_t dl = strlen(dir);
+  if (strncmp(sock, dir, dl) == 0 && sock[dl] == '/' && lstat(dir, &sb) == 0 &&
+      !cli_private_dir_ok(dir)) {
+    fprintf(stderr,
+            "paradev admin: %s is not a directory of yours that only you may "
+            "enter (owner uid %u, mode %04o; expected uid %u, mode 0700), so "
+            "%s may not be paradevd's; remove the directory or pass --socket\n",
+            dir, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777),
+            (unsigned)getuid(), sock);
+    return 1;
+  }
   grpc_init();
   int rc = fn(sock, timeout, sub_argc, sub_argv);
   grpc_shutdown();

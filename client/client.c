@@ -175,6 +175,34 @@ const char *const pdc_method_paths[PDC_NUM_METHODS] = {
     [PDC_DOWNLOAD_SHM] = "/paradev.v1.ParallelDevice/DownloadToSharedMemory",
 };
 
+/* gRPC reads a port past 65535 modulo 65536 (127.0.0.1:99999 dials port
+ * 34463) and cannot dial port 0: refuse both. Checks "host:port",
+ * "[v6]:port" and "scheme:///host:port"; other forms are left to gRPC. */
+static pd_code pdc_check_port(const char *target, pd_status *st) {
+  const char *a = target, *port;
+  if (strncmp(a, "unix:", 5) == 0 || strncmp(a, "unix-abstract:", 14) == 0)
+    return PD_OK;
+  const char *slashes = strstr(a, "///");
+  if (slashes) a = slashes + 3;
+  if (a[0] == '[') {
+    const char *rb = strchr(a, ']');
+    if (!rb || rb[1] != ':') return PD_OK;
+    port = rb + 2;
+  } else {
+    port = strchr(a, ':');
+    if (!port || strchr(port + 1, ':')) return PD_OK; /* none, or bare IPv6 */
+    port++;
+  }
+  size_t n = strlen(port);
+  if (n == 0 || strspn(port, "0123456789") != n) return PD_OK;
+  unsigned long v = n > 9 ? 0 : strtoul(port, NULL, 10);
+  if (v >= 1 && v <= 65535) return PD_OK;
+  return pdc_error(st, PD_INVALID_ARGUMENT,
+                   "target \"%s\": port %s is out of range; a port must be 1 "
+                   "to 65535",
+                   target, port);
+}
+
 pd_client *pd_client_new(const char *target, const pd_client_options *opts,
                          pd_status *st) {
   pd_client_options o = PD_CLIENT_OPTIONS_INITIALIZER;
@@ -202,6 +230,7 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
               "target \"unix:\" has no path; expected \"unix:/path\"");
     return NULL;
   }
+  if (pdc_check_port(target, st) != PD_OK) return NULL;
   if (o.max_message_bytes > INT_MAX) {
     pdc_error(st, PD_INVALID_ARGUMENT,
               "max_message_bytes %llu is over gRPC's limit of %d",
@@ -376,6 +405,10 @@ pd_code pdc_call_status(pdc_call *k, pd_status *st) {
   if (code == PD_DEADLINE_EXCEEDED && k->timeout_ms >= 0)
     return pdc_error(st, code, "%s: deadline of %lld ms exceeded (%.*s)",
                      method, (long long)k->timeout_ms, dlen, d);
+  /* The daemon's own UNAVAILABLE (it is draining) says what happened; a
+   * transport's does not name the daemon. */
+  if (code == PD_UNAVAILABLE && dlen > 9 && memcmp(d, "paradevd ", 9) == 0)
+    return pdc_error(st, code, "%.*s", dlen, d);
   if (code == PD_UNAVAILABLE)
     return pdc_error(st, code, "cannot reach %s: %.*s", k->c->target, dlen,
                      dlen ? d : "unavailable");

@@ -60,7 +60,10 @@ static void pdc_attrs_fail(pd_attrs *a, pd_code code, const char *name,
   if (a->err != PD_OK) return; /* keep the first */
   a->err = code;
   pd_status tmp;
-  pdc_error(&tmp, code, "attr \"%.64s\": %s", name ? name : "(null)", why);
+  if (name)
+    pdc_error(&tmp, code, "attr \"%.64s\": %s", name, why);
+  else
+    pdc_error(&tmp, code, "%s", why);
   memcpy(a->err_msg, tmp.msg, sizeof(a->err_msg) - 1);
   a->err_msg[sizeof(a->err_msg) - 1] = '\0';
 }
@@ -68,7 +71,13 @@ static void pdc_attrs_fail(pd_attrs *a, pd_code code, const char *name,
 /* Returns the entry for `name`, emptied, or NULL after recording an error. */
 static pdc_attr *pdc_attrs_slot(pd_attrs *a, const char *name) {
   if (!a) return NULL;
-  if (!name || !*name) {
+  if (!name) {
+    pdc_attrs_fail(a, PD_INVALID_ARGUMENT, NULL,
+                   "attribute name is NULL; expected the attribute's name, "
+                   "such as \"transpose_a\"");
+    return NULL;
+  }
+  if (!*name) {
     pdc_attrs_fail(a, PD_INVALID_ARGUMENT, name, "the name is empty");
     return NULL;
   }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -30,7 +31,8 @@ const char srv_usage[] =
     "  --listen ADDR          unix:/path or host:port; repeat for several.\n"
     "                         127.0.0.1:0 picks a free port (logged).\n"
     "                         Default: 127.0.0.1:7478 and a Unix socket in\n"
-    "                         $RUNTIME_DIRECTORY or $XDG_RUNTIME_DIR\n"
+    "                         $RUNTIME_DIRECTORY or $XDG_RUNTIME_DIR, else in\n"
+    "                         /tmp/paradevd-UID/ (made mode 0700)\n"
     "  --admin-socket PATH    Unix socket of the Admin service ('' : none)\n"
     "  --metrics-listen ADDR  host:port of the HTTP listener for /metrics,\n"
     "                         /healthz, /readyz (default: none)\n"
@@ -176,8 +178,39 @@ static void srv_defaults(srv_options *o) {
   snprintf(o->config_path, sizeof(o->config_path), "%s", SRV_DEFAULT_CONFIG);
 }
 
+void srv_tmp_socket_dir(char *out, size_t len) {
+  snprintf(out, len, "/tmp/paradevd-%u", (unsigned)getuid());
+}
+
+bool srv_private_dir_prepare(const char *dir, char *err, size_t errlen) {
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    snprintf(err, errlen, "cannot create the directory %s: %s", dir,
+             strerror(errno));
+    return false;
+  }
+  struct stat sb;
+  if (lstat(dir, &sb) != 0) {
+    snprintf(err, errlen, "cannot inspect %s: %s", dir, strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 077)) {
+    snprintf(err, errlen,
+             "%s is %s owned by uid %u with mode %04o; expected a directory "
+             "of uid %u with mode 0700 (another user may have created it to "
+             "take the socket): remove it, or set XDG_RUNTIME_DIR or "
+             "--listen and --admin-socket",
+             dir, S_ISLNK(sb.st_mode) ? "a symbolic link"
+                  : S_ISDIR(sb.st_mode) ? "a directory" : "not a directory",
+             (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777),
+             (unsigned)geteuid());
+    return false;
+  }
+  return true;
+}
+
 /* The directory for default sockets: systemd's RuntimeDirectory, else the
- * user's runtime directory. */
+ * user's runtime directory, else a private directory in /tmp (created by
+ * srv_start; a socket straight in /tmp could be pre-created by anyone). */
 static void srv_default_paths(srv_options *o) {
   const char *rd = getenv("RUNTIME_DIRECTORY"); /* may list several: a:b */
   char dir[SRV_ADDR_MAX] = "";
@@ -193,10 +226,9 @@ static void srv_default_paths(srv_options *o) {
     snprintf(unix_addr, sizeof(unix_addr), "unix:%s/%s", dir, sock);
     snprintf(admin_path, sizeof(admin_path), "%s/%s", dir, admin);
   } else {
-    snprintf(unix_addr, sizeof(unix_addr), "unix:/tmp/paradevd-%u.sock",
-             (unsigned)getuid());
-    snprintf(admin_path, sizeof(admin_path), "/tmp/paradevd-admin-%u.sock",
-             (unsigned)getuid());
+    srv_tmp_socket_dir(dir, sizeof(dir));
+    snprintf(unix_addr, sizeof(unix_addr), "unix:%s/%s", dir, sock);
+    snprintf(admin_path, sizeof(admin_path), "%s/%s", dir, admin);
   }
   if (o->num_listen == 0) {
     snprintf(o->listen[0], SRV_ADDR_MAX, "127.0.0.1:7478");
@@ -487,7 +519,20 @@ static char *srv_ini_read(char *str, int num, void *stream) {
   ssize_t n = getline(&c->buf, &c->cap, c->f);
   if (n < 0) return NULL;
   c->line++;
+  const char *nul = memchr(c->buf, '\0', (size_t)n);
+  if (nul) {
+    /* A text file has none; inih would silently end the line there. */
+    srv_ini_error(c,
+                  "line %d contains a NUL byte (byte %zu of the line); "
+                  "expected a text file",
+                  c->line, (size_t)(nul - c->buf) + 1);
+    snprintf(str, (size_t)num, ";\n");
+    return str;
+  }
   char *p = c->buf;
+  /* A UTF-8 byte order mark, as some editors write: skipped. inih would
+   * skip it too (ini_allow_bom), but this reader checks the line first. */
+  if (c->line == 1 && n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
   while (*p == ' ' || *p == '\t') p++;
   size_t len = strlen(p);
   while (len && (p[len - 1] == '\n' || p[len - 1] == '\r')) p[--len] = '\0';

@@ -103,6 +103,18 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
  * start-up log. Always NUL-terminated. */
 void srv_config_describe_devices(const srv_options *o, char *buf, size_t len);
 
+/* Writes /tmp/paradevd-UID: the directory of the default sockets when the
+ * environment names no runtime directory. */
+void srv_tmp_socket_dir(char *out, size_t len);
+
+/* Makes `dir` ready to hold sockets only this user can reach: creates it
+ * mode 0700 when it is missing, and accepts an existing one only when it is
+ * a directory (not a link) of the effective user with no access for group
+ * or others. Otherwise returns false with the reason and the way out in
+ * `err`: in a world-writable /tmp another user could have created the name
+ * first, to serve in the daemon's place or read what clients send. */
+bool srv_private_dir_prepare(const char *dir, char *err, size_t errlen);
+
 /* Parses a byte count with an optional K/M/G/T suffix (powers of 1024). */
 bool srv_parse_size(const char *s, uint64_t *out);
 

@@ -1,6 +1,7 @@
 /* paradevd's unary methods: server info, sessions, Execute, Sync, Describe,
  * Delete, Echo. Each decodes and checks its request against the limits,
  * calls the scheduler, and encodes the reply. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,10 +63,18 @@ Paradev__V1__Shape *srv_shape_to_pb(srv_arena *a, const dev_shape *s) {
 
 pd_code srv_dtype_from_pb(int v, const char *what, pd_dtype *out,
                           dev_status *st) {
-  if (v <= PD_DTYPE_INVALID || v >= PD_DTYPE_COUNT)
+  if (v <= PD_DTYPE_INVALID || v >= PD_DTYPE_COUNT) {
+    char names[128];
+    size_t used = 0;
+    names[0] = '\0';
+    for (int d = 1; d < PD_DTYPE_COUNT && used < sizeof(names); d++)
+      used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
+                               d > 1 ? ", " : "", pd_dtype_name((pd_dtype)d));
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: dtype %d is not a valid DType (1..%d)", what, v,
-                     PD_DTYPE_COUNT - 1);
+                     "%s: dtype %d is not a valid dtype; expected one of %s "
+                     "(DType 1 to %d)",
+                     what, v, names, PD_DTYPE_COUNT - 1);
+  }
   *out = (pd_dtype)v;
   return PD_OK;
 }

@@ -250,6 +250,18 @@ static void test_add_matmul(void **state) {
   OK(e, pd_download(s, mmt_id, pd_layout_mirrored(), got, sizeof(got), NULL,
                     NULL, NULL, e->st));
   assert_floats(got, want_mmt, 4);
+  /* A dtype that is none of pd_dtype's values: named, with the valid ones. */
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_upload(s, 3, (pd_dtype)99, da, 2, a, sizeof(a),
+                        pd_layout_mirrored(), NULL, NULL, e->st));
+  assert_string_equal(pd_status_message(e->st),
+                      "pd_upload: dtype 99 is not a valid dtype; expected one "
+                      "of float32, float64, float16, bfloat16, int32, int64, "
+                      "uint8, bool");
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_upload(s, 3, PD_DTYPE_INVALID, da, 2, a, sizeof(a),
+                        pd_layout_mirrored(), NULL, NULL, e->st));
+  ASSERT_MSG_HAS(e, "dtype 0 is not a valid dtype");
   /* A buffer too small says how much is needed. */
   EXPECT_CODE(e, PD_OUT_OF_RANGE,
               pd_download(s, mm_id, pd_layout_mirrored(), got, 8, NULL, NULL,
@@ -331,6 +343,14 @@ static void test_attrs_kinds(void **state) {
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
               pd_execute(s, "AllReduce", &f, 1, at, &bad, 1, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "median");
+  /* A NULL attribute name is named as such, not printed as "(null)". */
+  pd_attrs_clear(at);
+  pd_attrs_set_int(at, NULL, 1);
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_execute(s, "Fill", NULL, 0, at, &bad, 1, NULL, NULL, e->st));
+  assert_string_equal(pd_status_message(e->st),
+                      "op Fill: attribute name is NULL; expected the "
+                      "attribute's name, such as \"transpose_a\"");
   pd_attrs_delete(at);
   OK(e, pd_delete(s, (uint64_t[]){f, tr, sum, ci, am}, 5, NULL, e->st));
 }
@@ -1055,6 +1075,26 @@ static void test_unreachable(void **state) {
   assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
   assert_null(pd_client_new("unix:", NULL, e->st));
   assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  /* Ports outside 1..65535 are refused (gRPC would dial 99999 - 65536). */
+  assert_null(pd_client_new("127.0.0.1:99999", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  assert_string_equal(pd_status_message(e->st),
+                      "target \"127.0.0.1:99999\": port 99999 is out of range; "
+                      "a port must be 1 to 65535");
+  const char *bad[] = {"localhost:0", "[::1]:65536", "dns:///localhost:70000",
+                       "127.0.0.1:18446744073709551617"};
+  for (int i = 0; i < 4; i++) {
+    assert_null(pd_client_new(bad[i], NULL, e->st));
+    assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+    ASSERT_MSG_HAS(e, "a port must be 1 to 65535");
+  }
+  const char *good[] = {"127.0.0.1:1", "[::1]:65535", "dns:///localhost:7478",
+                        "localhost", "unix:/tmp/x:99999"};
+  for (int i = 0; i < 5; i++) {
+    pd_client *ok = pd_client_new(good[i], NULL, e->st);
+    if (!ok) fail_msg("%s: %s", good[i], pd_status_message(e->st));
+    pd_client_delete(ok);
+  }
 }
 
 /* --- the CLI ------------------------------------------------------------------- */
@@ -1125,7 +1165,37 @@ static void test_cli(void **state) {
   assert_int_equal(o->rc, 0);
   run_cli(o, NULL, "--target %s health --service no.Such", e->target);
   assert_int_equal(o->rc, 1);
-  ASSERT_HAS(o->err, "NOT_FOUND");
+  ASSERT_HAS(o->err, "unknown service \"no.Such\"");
+  ASSERT_HAS(o->err, "NOT_FOUND (no such service");
+  assert_null(strstr(o->err, "session")); /* not the sessions' advice */
+  /* --timeout: a unit, or a bare number of milliseconds; 1ms to 24h. */
+  const char *timeouts[] = {"10000", "10s", "1m", "24h", "2.5s", "1500ms"};
+  for (int i = 0; i < 6; i++) {
+    run_cli(o, NULL, "--target %s --timeout %s health", e->target, timeouts[i]);
+    if (o->rc != 0)
+      fail_msg("--timeout %s: rc %d\n%s", timeouts[i], o->rc, o->err);
+  }
+  const char *bad_timeouts[] = {"0", "0ms", "0.4ms", "86400001", "25h", "-1s",
+                                "1e3", "10x", "s", "inf"};
+  for (int i = 0; i < 10; i++) {
+    run_cli(o, NULL, "--target %s --timeout %s health", e->target,
+            bad_timeouts[i]);
+    if (o->rc != 2)
+      fail_msg("--timeout %s: rc %d, expected 2\n%s", bad_timeouts[i], o->rc,
+               o->err);
+    ASSERT_HAS(o->err, "expected a time from 1ms to 24h, such as 500ms, 2s or "
+                       "1m (a bare number is milliseconds)");
+  }
+  /* A bad target is a usage error (2), named with what is allowed. */
+  run_cli(o, NULL, "--target 127.0.0.1:99999 info");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err, "port 99999 is out of range; a port must be 1 to 65535");
+  ASSERT_HAS(o->err, "Try 'paradev --help'");
+  run_cli(o, "127.0.0.1:0", "health");
+  assert_int_equal(o->rc, 2);
+  run_cli(o, NULL, "--target unix: ping");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err, "has no path");
   run_cli(o, NULL, "--target %s ping --count 25 --size 300", e->target);
   if (o->rc != 0) fail_msg("paradev ping: rc %d\n%s%s", o->rc, o->out, o->err);
   ASSERT_HAS(o->out, "300-byte Echo");
@@ -1164,6 +1234,17 @@ static void test_cli(void **state) {
     assert_int_equal(o->rc, 0);
     ASSERT_HAS(o->out, "Usage: paradev");
   }
+  run_cli(o, NULL, "--help");
+  ASSERT_HAS(o->out, "2 a bad command\nline, a bad --target included");
+  ASSERT_HAS(o->out, "a bare number is milliseconds (default 10s)");
+  run_cli(o, NULL, "admin --help");
+  assert_int_equal(o->rc, 0);
+  ASSERT_HAS(o->out, "a bare number is seconds (default 60s)");
+  ASSERT_HAS(o->out, "Exit status: 0 done;");
+  run_cli(o, NULL, "admin --timeout 0 sessions");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err, "--timeout '0': expected a time from 1ms to 24h, such as "
+                     "500ms, 2s or 1m (a bare number is seconds)");
   run_cli(o, NULL, "--version");
   assert_int_equal(o->rc, 0);
   assert_string_equal(o->out, "paradev 0.1.0\n");

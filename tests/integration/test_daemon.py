@@ -292,8 +292,14 @@ def check_bad_tokens(cl, d):
     expect_error(C.UNAUTHENTICATED, ka, b"", match="malformed session token")
     expect_error(C.UNAUTHENTICATED, ka, b"x" * 23)
     expect_error(C.NOT_FOUND, ka, inc + os.urandom(16), match="session not found")
+    # A 24-byte token of another incarnation: an earlier run's or a forged
+    # one, which the daemon cannot tell apart; the message says both.
     other = struct.pack("<Q", info.incarnation ^ 1)
-    expect_error(C.NOT_FOUND, ka, other + os.urandom(16), match="restarted")
+    msg = expect_error(C.NOT_FOUND, ka, other + os.urandom(16))
+    assert msg == ("session token is not from this run of paradevd (token incarnation "
+                   "%016x, this daemon %016x): the daemon restarted since the session "
+                   "was created, or the token was not issued by it; create a new session"
+                   % (info.incarnation ^ 1, info.incarnation)), msg
     # Every session-scoped method checks the token.
     expect_error(C.UNAUTHENTICATED, cl.call, "Execute",
                  pb.ExecuteRequest(ops=[fill_op(1, [1], 0.0)]), pb.ExecuteResponse)
