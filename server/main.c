@@ -4,7 +4,7 @@
  * listeners and the admin socket (rpc.c), the HTTP listener (http.c); then,
  * and only then, READY=1 to systemd (Type=notify).
  *
- * The main thread then waits for signals (see srv_on_signal) and, at least
+ * The main thread then waits for signals (see srv_signal_main) and, at least
  * once a second (and at half of WatchdogSec), looks at the service: whether
  * the devices make progress (sched_check_progress) and are healthy, which
  * feeds the health status; WATCHDOG=1 only while they make progress, so a
@@ -14,19 +14,29 @@
  *
  * Signals: SIGTERM or SIGINT drains (health NOT_SERVING, no new sessions,
  * queued work finishes for up to drain_timeout_seconds, then the rest is
- * cancelled) and exits 0; a second one exits at once with status 1. SIGHUP
+ * cancelled) and exits 0; a second one exits at once with status 1, in any
+ * phase of the shutdown or of start-up (see srv_signal_main). SIGHUP
  * reloads log levels, limits and quotas (RELOADING=1 ... READY=1).
  *
- * Exit status: 0 after a clean shutdown, 1 when start-up fails (or a second
- * SIGTERM cut a drain short), 2 for a bad command line or configuration. */
+ * The shutdown is bounded: once the drain's timeout and the calls' grace
+ * period (shutdown_grace_ms) are over, the rest (gRPC's shutdown, the HTTP
+ * listener, the scheduler and the engine) has SRV_TEARDOWN_S; a part that
+ * has not returned by then (a wedged device, a blocked library call) is
+ * logged with what is left, and the process exits with status 1.
+ *
+ * Exit status: 0 after a clean shutdown (a drain that timed out included),
+ * 1 when start-up fails, a second SIGTERM cut the shutdown short or the
+ * shutdown was stuck, 2 for a bad command line or configuration. */
 #include <errno.h>
 #include <fcntl.h>
 #include <grpc/grpc.h>
 #include <poll.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,14 +48,47 @@
 #include "log.h"
 #include "server.h"
 
-/* Signals. A library may start threads before main runs (OpenBLAS starts
- * its pool from a constructor) with the default mask, and the kernel gives a
+/* Signals, and the shutdown's watchdog.
+ *
+ * A library may start threads before main runs (OpenBLAS starts its pool
+ * from a constructor) with the default mask, and the kernel gives a
  * process-directed signal to any thread that does not block it, so blocking
  * SIGTERM in our threads is not enough: a handler catches it wherever it
- * lands and writes its number to a pipe that the main loop polls. Our own
- * threads block the signals; the main thread unblocks them only inside
- * ppoll, so one left pending for it arrives there. */
-static int srv_sig_pipe[2] = {-1, -1};
+ * lands and only writes its number to srv_sig_pipe (write(2) is
+ * async-signal-safe). Every thread of ours blocks the signals but one,
+ * srv_signal_main, which lives as long as the process and reads that pipe,
+ * so a signal is acted on whatever the main thread is doing, blocked in a
+ * teardown call that does not return included. It hands the first SIGTERM or
+ * SIGINT and every SIGHUP to the main loop (srv_evt_pipe); a second SIGTERM
+ * or SIGINT, in any phase, it answers itself: a log line, STOPPING=1, exit
+ * status 1.
+ *
+ * It is also the shutdown's watchdog: from the first SIGTERM (or a drain
+ * that ends in exit) the whole shutdown must be over by srv_deadline_ms (the
+ * drain's timeout, then the calls' grace period, then SRV_TEARDOWN_S for the
+ * rest); past it, the thread logs where the main thread is stuck and what is
+ * left (ops on the devices, calls) and exits with status 1, rather than let
+ * a wedged device, gRPC or library hang the stop until systemd's SIGKILL.
+ * It reads only atomics the main thread publishes (srv_phase, the counts),
+ * never the scheduler or the engine, which may be what is stuck. */
+
+/* Seconds the shutdown may take after the calls' grace period: stopping the
+ * HTTP listener, gRPC's own shutdown, the scheduler and the engine. Each is
+ * quick unless something is stuck. deploy/systemd/paradevd.service's
+ * TimeoutStopSec must exceed drain_timeout_seconds + shutdown_grace_ms +
+ * this. */
+#define SRV_TEARDOWN_S 10
+
+static int srv_sig_pipe[2] = {-1, -1}; /* handler -> srv_signal_main */
+static int srv_evt_pipe[2] = {-1, -1}; /* srv_signal_main -> main loop */
+static atomic_int srv_term_signals;
+/* CLOCK_MONOTONIC milliseconds by which the shutdown must be over; 0: none
+ * yet. */
+static _Atomic int64_t srv_deadline_ms;
+/* What the main thread is doing (a static string), and the scheduler's
+ * counts as it last read them (ops queued, ops on the devices). */
+static _Atomic(const char *) srv_phase = "starting up";
+static _Atomic uint64_t srv_last_queued, srv_last_running;
 
 static void srv_on_signal(int sig) {
   int saved = errno;
@@ -55,13 +98,115 @@ static void srv_on_signal(int sig) {
   errno = saved;
 }
 
-static int srv_signals_init(sigset_t *wait_mask) {
-  if (pipe2(srv_sig_pipe, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
+static int64_t srv_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sets the shutdown's deadline `ms_from_now` ms ahead and wakes the
+ * watchdog to see it; with `if_unset`, only when none was set. */
+static void srv_set_deadline(int64_t ms_from_now, bool if_unset) {
+  int64_t want = srv_now_ms() + ms_from_now, none = 0;
+  if (if_unset)
+    atomic_compare_exchange_strong(&srv_deadline_ms, &none, want);
+  else
+    atomic_store(&srv_deadline_ms, want);
+  unsigned char b = 0; /* not a signal: "look at the deadline again" */
+  ssize_t w = write(srv_sig_pipe[1], &b, 1);
+  (void)w;
+}
+
+/* The drain's timeout, the calls' grace period and SRV_TEARDOWN_S, in ms. */
+static int64_t srv_shutdown_ms(srv *s, bool with_drain) {
+  return (with_drain ? (int64_t)SRV_RT(s, drain_timeout_s) * 1000 : 0) +
+         (int64_t)s->opt.grace_ms + (int64_t)SRV_TEARDOWN_S * 1000;
+}
+
+static void srv_set_phase(const char *phase) { atomic_store(&srv_phase, phase); }
+
+/* Records the scheduler's counts for the watchdog's and second signal's
+ * log lines. Main thread, while the scheduler exists. */
+static void srv_note_counts(const sched_stats *st) {
+  atomic_store(&srv_last_queued, st->ops_queued);
+  atomic_store(&srv_last_running, st->ops_in_flight);
+}
+
+/* A second SIGTERM or SIGINT: exit at once, whatever the main thread does. */
+static _Noreturn void srv_exit_second_signal(int sig) {
+  const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  SRV_WARN("second %s: exiting now with status 1, the drain and shutdown cut "
+           "short while %s; abandoning %" PRIu64 " queued ops and %" PRIu64
+           " running on the devices (at the last count), %d calls in progress",
+           name, atomic_load(&srv_phase), atomic_load(&srv_last_queued),
+           atomic_load(&srv_last_running), srv_calls_in_progress());
+  sd_notifyf(0, "STOPPING=1\nSTATUS=exited at once (second %s)", name);
+  _exit(1);
+}
+
+/* The watchdog fired: the shutdown is past its deadline. */
+static _Noreturn void srv_exit_stuck(srv *s) {
+  SRV_ERROR("shutdown stuck: still %s when the shutdown's time was up (the "
+            "drain's %u s, the calls' %d ms grace period, %d s for the "
+            "rest); %" PRIu64 " ops queued and %" PRIu64
+            " running on the devices (at the last count), %d calls in "
+            "progress: exiting with status 1 without waiting any longer",
+            atomic_load(&srv_phase), SRV_RT(s, drain_timeout_s),
+            s->opt.grace_ms, SRV_TEARDOWN_S, atomic_load(&srv_last_queued),
+            atomic_load(&srv_last_running), srv_calls_in_progress());
+  sd_notify(0, "STOPPING=1\nSTATUS=exited: the shutdown was stuck (see the "
+               "log)");
+  _exit(1);
+}
+
+static void *srv_signal_main(void *arg) {
+  srv *s = arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+  for (;;) {
+    int64_t deadline = atomic_load(&srv_deadline_ms);
+    int timeout = -1;
+    if (deadline > 0) {
+      int64_t left = deadline - srv_now_ms();
+      if (left <= 0) srv_exit_stuck(s);
+      timeout = left > INT_MAX ? INT_MAX : (int)left;
+    }
+    struct pollfd p = {srv_sig_pipe[0], POLLIN, 0};
+    poll(&p, 1, timeout); /* EINTR: a signal landed here; read the pipe */
+    unsigned char b;
+    while (read(srv_sig_pipe[0], &b, 1) == 1) {
+      if (b == 0) continue;
+      if (b == SIGTERM || b == SIGINT) {
+        if (atomic_fetch_add(&srv_term_signals, 1) > 0)
+          srv_exit_second_signal(b);
+        /* Even if the main loop never gets to it (stuck), the shutdown
+         * ends in time. */
+        srv_set_deadline(srv_shutdown_ms(s, true), true);
+      }
+      ssize_t w = write(srv_evt_pipe[1], &b, 1);
+      (void)w;
+    }
+  }
+  return NULL;
+}
+
+static int srv_signals_init(srv *s) {
+  if (pipe2(srv_sig_pipe, O_NONBLOCK | O_CLOEXEC) != 0 ||
+      pipe2(srv_evt_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
+    return -1;
   sigset_t blocked;
   sigemptyset(&blocked);
   sigaddset(&blocked, SIGINT);
   sigaddset(&blocked, SIGTERM);
   sigaddset(&blocked, SIGHUP);
+  /* Block them before any thread of ours (gRPC's, the engine's,
+   * libmicrohttpd's) starts, so all inherit the mask; srv_signal_main
+   * unblocks them for itself. */
+  pthread_sigmask(SIG_BLOCK, &blocked, NULL);
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = srv_on_signal;
@@ -70,25 +215,21 @@ static int srv_signals_init(sigset_t *wait_mask) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
-  /* Block them before any thread of ours (gRPC's, the engine's,
-   * libmicrohttpd's) starts, so all inherit the mask. */
-  pthread_sigmask(SIG_BLOCK, &blocked, wait_mask);
-  sigdelset(wait_mask, SIGINT);
-  sigdelset(wait_mask, SIGTERM);
-  sigdelset(wait_mask, SIGHUP);
   signal(SIGPIPE, SIG_IGN);
+  pthread_t t;
+  if (pthread_create(&t, NULL, srv_signal_main, s) != 0) return -1;
+  pthread_detach(t);
   return 0;
 }
 
-/* Waits up to `seconds` for a signal; returns its number, or 0. */
-static int srv_wait_signal(const sigset_t *wait_mask, double seconds) {
+/* Waits up to `seconds` for a signal srv_signal_main hands on; returns its
+ * number, or 0. */
+static int srv_wait_signal(double seconds) {
   unsigned char b = 0;
-  if (read(srv_sig_pipe[0], &b, 1) == 1) return b;
-  struct pollfd p = {srv_sig_pipe[0], POLLIN, 0};
-  struct timespec ts = {(time_t)seconds,
-                        (long)((seconds - (double)(time_t)seconds) * 1e9)};
-  ppoll(&p, 1, &ts, wait_mask);
-  if (read(srv_sig_pipe[0], &b, 1) == 1) return b;
+  if (read(srv_evt_pipe[0], &b, 1) == 1) return b;
+  struct pollfd p = {srv_evt_pipe[0], POLLIN, 0};
+  poll(&p, 1, (int)(seconds * 1000) + 1);
+  if (read(srv_evt_pipe[0], &b, 1) == 1) return b;
   return 0;
 }
 
@@ -279,9 +420,9 @@ int main(int argc, char **argv) {
   }
   srv_apply_runtime(&s, &s.opt);
 
-  sigset_t wait_mask;
-  if (srv_signals_init(&wait_mask) != 0) {
-    SRV_ERROR("cannot create the signal pipe: %s", strerror(errno));
+  if (srv_signals_init(&s) != 0) {
+    SRV_ERROR("cannot set up signal handling (pipes, a thread): %s",
+              strerror(errno));
     return 1;
   }
 
@@ -306,6 +447,7 @@ int main(int argc, char **argv) {
            s.incarnation, o->limits.max_message_bytes);
   sched_stats stats = {.struct_size = sizeof(stats)};
   sched_get_stats(s.sched, &stats);
+  srv_set_phase("serving (the main loop)");
   char status[256], last_status[256] = "";
   srv_status_text(&s, &stats, -1, status, sizeof(status));
   sd_notifyf(0, "READY=1\nSTATUS=%s\nMAINPID=%lu", status,
@@ -324,7 +466,6 @@ int main(int argc, char **argv) {
   double drain_start = -1;
   sched_progress prog = {0, false, 0};
   bool timed_out = false, stopping_sent = false;
-  int term_signals = 0;
 
   for (;;) {
     now = srv_now();
@@ -332,14 +473,10 @@ int main(int argc, char **argv) {
     if (watchdog && next_wd < wake) wake = next_wd;
     double wait = wake - now;
     if (wait < 0) wait = 0;
-    int sig = srv_wait_signal(&wait_mask, wait);
+    int sig = srv_wait_signal(wait);
     if (sig == SIGTERM || sig == SIGINT) {
+      /* The first one (srv_signal_main answers a second itself). */
       const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      if (term_signals++ > 0) {
-        SRV_WARN("second %s: exiting now, abandoning the queued work", name);
-        sd_notify(0, "STATUS=exiting at once (second signal)");
-        _exit(1);
-      }
       srv_drain(&s, true);
       SRV_INFO("%s: draining: no new sessions; queued work has %u s to finish "
                "(a second %s exits at once)",
@@ -366,15 +503,24 @@ int main(int argc, char **argv) {
     atomic_store(&s.devices_ok, srv_devices_healthy(&s));
     srv_health_update(&s);
     sched_get_stats(s.sched, &stats);
+    srv_note_counts(&stats);
 
     /* Draining to exit (SIGTERM, or Admin Drain with exit_when_drained). */
     double drain_left = -1;
     if (atomic_load(&s.exiting)) {
-      if (drain_start < 0) drain_start = now;
+      if (drain_start < 0) {
+        drain_start = now;
+        srv_set_phase("draining (the main loop)");
+      }
       if (!stopping_sent) {
         sd_notify(0, "STOPPING=1");
         stopping_sent = true;
       }
+      /* The watchdog's deadline follows the drain's timeout (which a
+       * SIGHUP may change). */
+      srv_set_deadline(
+          (int64_t)((drain_start - now) * 1000) + srv_shutdown_ms(&s, true),
+          false);
       uint64_t outstanding = stats.ops_queued + stats.ops_in_flight;
       double limit = (double)SRV_RT(&s, drain_timeout_s);
       if (outstanding == 0) {
@@ -403,15 +549,23 @@ int main(int argc, char **argv) {
     if (now >= next_tick) next_tick = now + 1.0;
   }
 
+  /* The rest must be over within the calls' grace period and
+   * SRV_TEARDOWN_S, or srv_signal_main ends the process with status 1. */
+  srv_set_deadline(srv_shutdown_ms(&s, false), false);
   if (!stopping_sent) sd_notify(0, "STOPPING=1");
   sd_notify(0, "STATUS=stopping: closing the listeners");
-  SRV_INFO("shutting down (grace period %d ms for calls in progress)",
-           o->grace_ms);
+  SRV_INFO("shutting down (grace period %d ms for calls in progress, then "
+           "%d s for the rest)",
+           o->grace_ms, SRV_TEARDOWN_S);
+  srv_set_phase("closing the gRPC listeners (srv_stop: the calls' grace "
+                "period, then grpc_shutdown)");
   srv_health_update(&s);
   srv_health_close(&s);
   srv_stop(&s);
+  srv_set_phase("stopping the HTTP listener");
   srv_http_stop(&s);
   sched_get_stats(s.sched, &stats);
+  srv_note_counts(&stats);
   if (timed_out && stats.ops_in_flight > 0) {
     /* The devices still run ops the drain gave up on: exit without waiting
      * for them (the kernel and the driver free the memory). */
@@ -419,9 +573,16 @@ int main(int argc, char **argv) {
              stats.ops_in_flight);
     _exit(0);
   }
+  srv_set_phase("stopping the scheduler (sched_destroy: the ops on the "
+                "devices end)");
   sched_destroy(s.sched);
   srv_health_destroy(&s);
+  srv_set_phase("stopping the engine (dev_engine_destroy)");
   dev_engine_destroy(s.engine);
+  /* exit() runs the libraries' destructors (and a sanitizer's leak check):
+   * SRV_TEARDOWN_S of their own. */
+  srv_set_phase("exiting (library destructors)");
+  srv_set_deadline((int64_t)SRV_TEARDOWN_S * 1000, false);
   SRV_INFO("stopped");
   return 0;
 }

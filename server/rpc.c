@@ -27,6 +27,16 @@
 
 static pthread_t srv_threads[SRV_MAX_THREADS];
 
+/* The calls in progress (started, not yet destroyed), so that srv_stop can
+ * end the ones still open after the grace period with a status that says
+ * why; and set then, so that their wake-ups end them. */
+static pthread_mutex_t srv_live_mu = PTHREAD_MUTEX_INITIALIZER;
+static srv_call **srv_live;
+static size_t srv_live_n, srv_live_cap;
+static atomic_bool srv_ending_calls;
+/* Started calls not yet destroyed (srv_calls_in_progress). */
+static atomic_int srv_started_calls;
+
 static void srv_on_request(srv_call *c, bool ok);
 static void srv_on_generic(srv_call *c, bool ok);
 static void srv_on_recv(srv_call *c, bool ok);
@@ -82,7 +92,37 @@ static void srv_count(srv_call *c) {
                             memory_order_relaxed);
 }
 
+/* Adds a started call to srv_live. Out of memory, it goes untracked: the
+ * grace period's gRPC cancellation still ends it. */
+static void srv_live_add(srv_call *c) {
+  pthread_mutex_lock(&srv_live_mu);
+  if (srv_live_n == srv_live_cap) {
+    size_t cap = srv_live_cap ? srv_live_cap * 2 : 64;
+    srv_call **n = realloc(srv_live, cap * sizeof(*n));
+    if (n) {
+      srv_live = n;
+      srv_live_cap = cap;
+    }
+  }
+  if (srv_live_n < srv_live_cap) srv_live[srv_live_n++] = c;
+  pthread_mutex_unlock(&srv_live_mu);
+}
+
+static void srv_live_remove(srv_call *c) {
+  pthread_mutex_lock(&srv_live_mu);
+  for (size_t i = srv_live_n; i-- > 0;)
+    if (srv_live[i] == c) {
+      srv_live[i] = srv_live[--srv_live_n];
+      break;
+    }
+  pthread_mutex_unlock(&srv_live_mu);
+}
+
 static void srv_call_destroy(srv_call *c) {
+  if (c->started) {
+    srv_live_remove(c);
+    atomic_fetch_sub(&srv_started_calls, 1);
+  }
   srv_count(c);
   if (c->m && c->m->on_destroy) c->m->on_destroy(c);
   if (c->req) protobuf_c_message_free_unpacked(c->req, &c->budget.alloc);
@@ -231,6 +271,8 @@ static void srv_on_request(srv_call *c, bool ok) {
   if (!atomic_load(&s->shutting_down)) srv_arm(s, c->m, c->gs, c->cq_index);
   const srv_method *m = c->m;
   c->started = true;
+  atomic_fetch_add(&srv_started_calls, 1);
+  srv_live_add(c);
   SRV_DEBUG("call %s", m->path);
   if (srv_unary_like(c)) {
     if (m->kind == SRV_SERVER_STREAM || m->early_close) srv_start_close(c);
@@ -324,9 +366,49 @@ static void srv_on_close(srv_call *c, bool ok) {
 static void srv_on_final(srv_call *c, bool ok) { srv_call_unref(c); }
 
 static void srv_on_wake(srv_call *c, bool ok) {
+  if (atomic_load(&srv_ending_calls) && c->m && !c->finishing &&
+      !c->status_sent) {
+    /* srv_stop: the grace period is over. UNAVAILABLE is gRPC's code for a
+     * server going away (retry elsewhere). Then on_cancel undoes the
+     * method's waits, as for a client that went away (its own status comes
+     * too late to replace this one). */
+    const char *method = strrchr(c->m->path, '/');
+    srv_call_finish(c, PD_UNAVAILABLE,
+                    "paradevd is draining (shutting down): %s was still in "
+                    "progress when the %d ms grace period for calls ended; "
+                    "its session is gone with the daemon, retry on a daemon "
+                    "that is serving",
+                    method ? method + 1 : c->m->path, c->s->opt.grace_ms);
+    if (c->m->on_cancel) c->m->on_cancel(c);
+  }
   if (!c->finishing && !c->status_sent && c->m && c->m->on_wake)
     c->m->on_wake(c);
   srv_call_unref(c);
+}
+
+/* Ends every call in progress from its own thread (srv_on_wake); returns
+ * how many were asked to end. */
+static int srv_end_live_calls(void) {
+  atomic_store(&srv_ending_calls, true);
+  pthread_mutex_lock(&srv_live_mu);
+  size_t n = 0;
+  srv_call **calls = srv_live_n ? malloc(srv_live_n * sizeof(*calls)) : NULL;
+  for (size_t i = 0; calls && i < srv_live_n; i++) {
+    /* A reference unless the call is already being destroyed (its count
+     * reached 0 and it waits for this lock to leave the list). */
+    srv_call *c = srv_live[i];
+    int r = atomic_load(&c->refs);
+    while (r > 0 && !atomic_compare_exchange_weak(&c->refs, &r, r + 1)) {
+    }
+    if (r > 0) calls[n++] = c;
+  }
+  pthread_mutex_unlock(&srv_live_mu);
+  for (size_t i = 0; i < n; i++) {
+    srv_call_wake(calls[i]);
+    srv_call_unref(calls[i]);
+  }
+  free(calls);
+  return (int)n;
 }
 
 bool srv_call_wake(srv_call *c) {
@@ -537,7 +619,19 @@ static bool addr_taken(const char *addr) {
   return true;
 }
 
+/* A socket in /tmp/paradevd-UID (the default without a runtime directory)
+ * is bound only once that directory is this user's alone
+ * (srv_private_dir_prepare); false with the reason in `err` otherwise. */
+static bool srv_socket_dir_ready(const char *path, char *err, size_t errlen) {
+  char dir[SRV_ADDR_MAX];
+  srv_tmp_socket_dir(dir, sizeof(dir));
+  size_t n = strlen(dir);
+  if (strncmp(path, dir, n) != 0 || path[n] != '/') return true;
+  return srv_private_dir_prepare(dir, err, errlen);
+}
+
 int srv_start(srv *s) {
+  atomic_store(&srv_ending_calls, false);
   if (srv_shm_init(s) != 0) return -1;
   grpc_init();
   grpc_arg args[3];
@@ -585,6 +679,12 @@ int srv_start(srv *s) {
   }
   for (int i = 0; i < s->opt.num_listen; i++) {
     const char *addr = s->opt.listen[i];
+    char why[768];
+    if (strncmp(addr, "unix:", 5) == 0 &&
+        !srv_socket_dir_ready(addr + 5, why, sizeof(why))) {
+      SRV_ERROR("cannot listen on %s: %s", addr, why);
+      goto fail;
+    }
     if (addr_taken(addr)) goto fail;
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     int port = grpc_server_add_http2_port(s->server, addr, creds);
@@ -602,8 +702,20 @@ int srv_start(srv *s) {
   if (s->admin_server) {
     /* The socket's mode decides who may use the Admin service: create it
      * with no more than admin_socket_mode, then set exactly that. */
-    char addr[SRV_ADDR_MAX + 8];
+    char addr[SRV_ADDR_MAX + 8], why[768];
     snprintf(addr, sizeof(addr), "unix:%s", s->opt.admin_socket);
+    if (!srv_socket_dir_ready(s->opt.admin_socket, why, sizeof(why))) {
+      if (s->opt.admin_socket_set) {
+        SRV_ERROR("cannot listen on the admin socket %s: %s",
+                  s->opt.admin_socket, why);
+        goto fail;
+      }
+      SRV_WARN("no admin service on the default admin socket %s: %s",
+               s->opt.admin_socket, why);
+      srv_server_abandon(s->admin_server);
+      s->admin_server = NULL;
+      goto admin_done;
+    }
     bool taken = !s->opt.admin_socket_set ? unix_socket_live(s->opt.admin_socket)
                                           : addr_taken(addr);
     if (taken && s->opt.admin_socket_set) goto fail;
@@ -680,6 +792,8 @@ fail:
   return -1;
 }
 
+int srv_calls_in_progress(void) { return atomic_load(&srv_started_calls); }
+
 void srv_stop(srv *s) {
   atomic_store(&s->shutting_down, true);
   grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
@@ -690,12 +804,25 @@ void srv_stop(srv *s) {
   gpr_timespec grace = gpr_time_add(
       gpr_now(GPR_CLOCK_MONOTONIC),
       gpr_time_from_millis(s->opt.grace_ms, GPR_TIMESPAN));
+  bool ended = false;
   for (int k = 0; k < 2; k++) {
     if (!servers[k]) continue;
     grpc_event ev = grpc_completion_queue_pluck(scq, &tags[k], grace, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT && !ended) {
+      /* End the remaining calls ourselves, saying why (gRPC's own
+       * cancellation says only "Cancelling all calls"); then, after a
+       * second for those statuses to go out, cancel what is left. */
+      ended = true;
+      int n = srv_end_live_calls();
+      SRV_INFO("grace period of %d ms over: ending the %d remaining calls "
+               "with UNAVAILABLE",
+               s->opt.grace_ms, n);
+      grace = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                           gpr_time_from_millis(1000, GPR_TIMESPAN));
+      ev = grpc_completion_queue_pluck(scq, &tags[k], grace, NULL);
+    }
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
-      SRV_INFO("grace period of %d ms over: cancelling the remaining calls",
-               s->opt.grace_ms);
+      SRV_INFO("cancelling the calls that are still open");
       grpc_server_cancel_all_calls(servers[k]);
       grpc_completion_queue_pluck(scq, &tags[k],
                                   gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
@@ -715,7 +842,8 @@ void srv_stop(srv *s) {
       SRV_WARN("%d calls still active after 30 s; exiting without "
                "releasing gRPC",
                atomic_load(&s->active_calls));
-      srv_shm_destroy(s); /* calls still copying keep their mappings */
+      /* Not srv_shm_destroy: a call still copying may be using a region,
+       * and the process is about to exit anyway. */
       return;
     }
     struct timespec ts = {0, 10 * 1000 * 1000};
@@ -730,6 +858,11 @@ void srv_stop(srv *s) {
   for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_destroy(s->cqs[i]);
   grpc_shutdown();
   srv_shm_destroy(s);
+  pthread_mutex_lock(&srv_live_mu); /* empty: every call is destroyed */
+  free(srv_live);
+  srv_live = NULL;
+  srv_live_n = srv_live_cap = 0;
+  pthread_mutex_unlock(&srv_live_mu);
 }
 
 /* --- one-shot waits ---------------------------------------------------------- */

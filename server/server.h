@@ -171,8 +171,16 @@ struct srv {
  * (nothing left running). */
 int srv_start(srv *s);
 /* Shutdown in NOTES.md order: stop accepting, grace period, cancel what
- * remains, destroy the servers, drain and destroy the queues, grpc_shutdown. */
+ * remains, destroy the servers, drain and destroy the queues, grpc_shutdown.
+ * It can block past the grace period when a call or gRPC itself is stuck
+ * (a queue thread blocked in a device call); paradevd's shutdown watchdog
+ * (main.c, srv_signal_main) bounds the whole shutdown and exits with status
+ * 1 then. Main thread. */
 void srv_stop(srv *s);
+/* Calls a client started and the server has not yet destroyed (requests
+ * armed for future calls do not count). Lock-free: any thread, the
+ * shutdown's watchdog included. */
+int srv_calls_in_progress(void);
 
 /* Unary success: sends `resp` and status OK; the call ends. */
 void srv_call_reply(srv_call *c, const ProtobufCMessage *resp);

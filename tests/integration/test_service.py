@@ -12,7 +12,9 @@
              against what the workload did.
  - drain:    /healthz, /readyz, health Check and Watch through an Admin
              drain and back; SIGTERM: queued ops complete, new sessions get
-             UNAVAILABLE, exit 0; the drain timeout; a second SIGTERM.
+             UNAVAILABLE, exit 0; the drain timeout; a second SIGTERM; a
+             shutdown stuck in grpc_shutdown (a preloaded stand-in) ends
+             with status 1 by itself, or at once on a second SIGTERM.
  - admin:    kill by job id frees every byte (GetServerInfo and /metrics),
              ListSessions, kill by number and token, SetLogLevel, the admin
              socket only; `paradev admin` and the Slurm prolog and epilog.
@@ -430,6 +432,19 @@ def check_config():
         "FILE:2: [daemon] has no key 'max_sessions'; it belongs in [limits]")
     bad("syntax.conf", "[daemon]\nthreads 2\n",
         "FILE:2: syntax error: not 'key = value'")
+    # A NUL byte would end inih's line early: the file is refused.
+    bad("nul.conf", "[daemon]\nthreads = 2\x004\n",
+        "FILE:2: line 2 contains a NUL byte (byte 12 of the line); expected a text file")
+    # A UTF-8 byte order mark at the start is skipped.
+    bom = os.path.join(tmp, "bom.conf")
+    with open(bom, "wb") as f:
+        f.write(b"\xef\xbb\xbf[daemon]\nthreads = 3\n")
+    r = run("--config", bom)
+    assert r.returncode == 0 and "configuration OK" in r.stdout, (r.stdout, r.stderr)
+    with open(bom, "wb") as f:  # elsewhere it is still a mistake
+        f.write(b"[daemon]\n\xef\xbb\xbfthreads = 3\n")
+    r = run("--config", bom)
+    assert r.returncode != 0 and "bom.conf:2: unknown key" in r.stderr, r.stderr
     bad("twice.conf", "[daemon]\nthreads = 2\nthreads = 3\n",
         "FILE:3: [daemon] threads is set twice (first on line 2)")
     bad("cross.conf", "[sessions]\ndefault_lease_seconds = 100\nmax_lease_seconds = 10\n",
@@ -866,19 +881,59 @@ def check_drain():
 
 
 def check_drain_timeout_and_second_signal():
-    # The drain timeout: queued work is cut short, exit 0 all the same.
-    d = Daemon("--drain-timeout", "1")
+    # The drain timeout: queued work is cut short, exit 0 all the same. The
+    # calls still open when the grace period ends (a Sync and a Download
+    # waiting on that work, an idle Enqueue stream) are ended by the daemon
+    # with UNAVAILABLE, saying it is shutting down.
+    d = Daemon("--drain-timeout", "1", "--log", "info,rpc=debug")
     try:
         cl = Client(d.target)
         tok = cl.session(client_name="slow")
         per_op = seconds_per_matmul(d)
-        busy_work(d, cl, tok, max(20.0, 400 * per_op))
+        last = busy_work(d, cl, tok, max(20.0, 400 * per_op))
+        ended, idle = {}, threading.Event()
+
+        def open_call(name, fn):
+            try:
+                fn()
+                ended[name] = "OK"
+            except grpc.RpcError as e:
+                ended[name] = (e.code(), e.details())
+
+        def no_items():
+            idle.wait(300)
+            return
+            yield
+
+        enqueue = cl.ch.stream_stream(SVC + "Enqueue",
+                                      request_serializer=lambda m: m.SerializeToString(),
+                                      response_deserializer=pb.EnqueueResponse.FromString)
+        calls = {"Sync": lambda: cl.sync(tok, [last], timeout=300),
+                 "Download": lambda: cl.download(tok, last, timeout=300),
+                 "Enqueue": lambda: list(enqueue(no_items(), timeout=300))}
+        started = re.compile(r" call /paradev\.v1\.ParallelDevice/(Sync|Download|Enqueue)$")
+        count = lambda: sum(1 for line in list(d.lines) if started.search(line))
+        before = count()
+        threads = [threading.Thread(target=open_call, args=kv) for kv in calls.items()]
+        for t in threads:
+            t.start()
+        wait_for(lambda: count() == before + 3, "the three calls to reach the daemon")
         d.proc.send_signal(signal.SIGTERM)
         rc = d.proc.wait(300)
         d.reader.join(5)
+        idle.set()
+        for t in threads:
+            t.join(60)
         assert rc == 0, d.log()
         assert d.find(r"drain timeout \(1 s\)"), d.log()
         assert not d.find(r"drained:")
+        assert d.find(r"grace period of 2000 ms over: ending the \d+ remaining calls with "
+                      r"UNAVAILABLE"), d.log()
+        for name in calls:
+            assert ended.get(name) == (
+                C.UNAVAILABLE, "paradevd is draining (shutting down): %s was still in "
+                "progress when the 2000 ms grace period for calls ended; its session is gone "
+                "with the daemon, retry on a daemon that is serving" % name), (name, ended)
     finally:
         if d.proc.poll() is None:
             d.proc.kill()
@@ -894,7 +949,150 @@ def check_drain_timeout_and_second_signal():
         rc = d.proc.wait(300)
         d.reader.join(5)
         assert rc == 1, (rc, d.log())
-        assert d.find(r"second SIGTERM: exiting now"), d.log()
+        m = d.find(r"second SIGTERM: exiting now with status 1, the drain and shutdown cut "
+                   r"short while draining \(the main loop\); abandoning \d+ queued ops and "
+                   r"(\d+) running on the devices \(at the last count\), 0 calls in progress$")
+        assert m and int(m.group(1)) > 0, d.log()
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+
+
+# A stand-in for a teardown that never returns (the trial's wedged devices
+# left the daemon's main thread in grpc_shutdown for minutes): preloaded into
+# paradevd, it makes paradevd's own call of grpc_shutdown (srv_stop's last
+# step, on the main thread) block forever and says so on stderr. gRPC's own
+# calls (a channel's destructor calls it too) go to gRPC.
+WEDGE_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+void grpc_shutdown(void) {
+  Dl_info caller;
+  if (syscall(SYS_gettid) == getpid() &&
+      dladdr(__builtin_return_address(0), &caller) && caller.dli_fname &&
+      !strstr(caller.dli_fname, "libgrpc")) {
+    static const char m[] = "wedge: grpc_shutdown blocks forever\n";
+    ssize_t w = write(2, m, sizeof m - 1);
+    (void)w;
+    for (;;) pause();
+  }
+  ((void (*)(void))dlsym(RTLD_NEXT, "grpc_shutdown"))();
+}
+"""
+
+
+def build_wedge():
+    """Compiles WEDGE_C; (path, None), or (None, why not)."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if not cc:
+        return None, "no C compiler (cc, gcc or $CC) to build the stand-in"
+    d = _mkdtemp(prefix="paradevd-wedge-")
+    src, lib = os.path.join(d, "wedge.c"), os.path.join(d, "wedge.so")
+    write(src, WEDGE_C)
+    r = subprocess.run([cc, "-shared", "-fPIC", "-o", lib, src, "-ldl"],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        return None, "the stand-in did not build: " + r.stderr
+    return lib, None
+
+
+def wedged_env(lib, ns):
+    # An ASan build wants its runtime first among the libraries: the
+    # stand-in comes first instead.
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    return {"LD_PRELOAD": lib, "NOTIFY_SOCKET": ns.path,
+            "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
+
+
+def check_stuck_shutdown():
+    """The shutdown is bounded, and a second SIGTERM ends it in any phase:
+    with grpc_shutdown wedged, a daemon whose devices are still busy after
+    the drain timeout exits 1 once the calls' grace period and 10 s more
+    are over, saying where it was stuck and what was left; a second SIGTERM
+    while it is wedged exits 1 at once. Both send STOPPING=1."""
+    # systemd's stop timeout outlasts the whole bounded shutdown with the
+    # shipped settings, so the daemon, not SIGKILL, ends a stuck one.
+    unit = open(os.path.join(DEPLOY, "systemd", "paradevd.service")).read()
+    conf = open(os.path.join(DEPLOY, "paradevd.conf")).read()
+    key = lambda k, text: int(re.search(r"(?m)^%s\s*=\s*(\d+)" % k, text).group(1))
+    bound = key("drain_timeout_seconds", conf) + key("shutdown_grace_ms", conf) / 1000 + 10
+    assert key("TimeoutStopSec", unit) > bound, (key("TimeoutStopSec", unit), bound)
+
+    lib, why = build_wedge()
+    if not lib:
+        print("SKIP check_stuck_shutdown: " + why)
+        return
+    tmp = _mkdtemp(prefix="paradevd-stuck-")
+    ns = NotifySocket(os.path.join(tmp, "notify"))
+    d = Daemon("--drain-timeout", "1", env=wedged_env(lib, ns))
+    try:
+        cl = Client(d.target)
+        tok = cl.session(client_name="busy")
+        last = busy_work(d, cl, tok, max(20.0, 400 * seconds_per_matmul(d)))
+        result = {}
+
+        def sync():
+            try:
+                result["sync"] = cl.sync(tok, [last], timeout=300)
+            except grpc.RpcError as e:
+                result["sync"] = e.code()
+
+        t = threading.Thread(target=sync)
+        t.start()
+        d.proc.send_signal(signal.SIGTERM)
+        rc = d.proc.wait(60)  # 1 s drain + 2 s grace + 10 s: only a hang is slower
+        d.reader.join(5)
+        t.join(60)
+        assert rc == 1, (rc, d.log())
+        timeout = d.find(r"drain timeout \(1 s\): cancelling (\d+) queued ops; (\d+) running "
+                         r"on the devices are left")
+        assert timeout and int(timeout.group(2)) > 0, d.log()
+        assert d.find(r"^wedge: grpc_shutdown blocks forever$"), d.log()
+        assert not d.find(r"stopped$")
+        # The counts are those of the drain's end: the main thread never
+        # came back to read others.
+        stuck = d.find(r"shutdown stuck: still closing the gRPC listeners \(srv_stop: .*\) when "
+                       r"the shutdown's time was up \(the drain's 1 s, the calls' 2000 ms grace "
+                       r"period, 10 s for the rest\); (\d+) ops queued and (\d+) running on the "
+                       r"devices \(at the last count\), 0 calls in progress: exiting with "
+                       r"status 1 without waiting any longer")
+        assert stuck, d.log()
+        assert stuck.groups() == timeout.groups(), (stuck.groups(), timeout.groups())
+        # The Sync waiting on that work ended in the grace period, as always.
+        assert result.get("sync") == C.UNAVAILABLE, result
+        last_msg = "STOPPING=1\nSTATUS=exited: the shutdown was stuck (see the log)"
+        wait_for(lambda: ns.msgs[-1:] == [last_msg], "the last notification", 30)
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+
+    # A second SIGTERM while the main thread is wedged exits at once. The
+    # grace period (60 s) keeps the watchdog out of the way: the exit must be
+    # the signal's.
+    ns = NotifySocket(os.path.join(tmp, "notify2"))
+    d = Daemon("--grace-ms", "60000", env=wedged_env(lib, ns))
+    try:
+        cl = Client(d.target)
+        tok = cl.session(client_name="busy")
+        busy_work(d, cl, tok, 2.0)
+        d.proc.send_signal(signal.SIGTERM)
+        d.wait_line(r"^wedge: grpc_shutdown blocks forever$")
+        assert d.find(r"drained: the queued work is done"), d.log()
+        assert d.find(r"shutting down \(grace period 60000 ms"), d.log()
+        d.proc.send_signal(signal.SIGTERM)
+        rc = d.proc.wait(60)  # only a hang takes this long
+        d.reader.join(5)
+        assert rc == 1, (rc, d.log())
+        assert d.find(r"second SIGTERM: exiting now with status 1, the drain and shutdown cut "
+                      r"short while closing the gRPC listeners \(srv_stop: .*\); abandoning 0 "
+                      r"queued ops and 0 running on the devices \(at the last count\), 0 calls "
+                      r"in progress$"), d.log()
+        assert not d.find(r"shutdown stuck"), d.log()
+        last_msg = "STOPPING=1\nSTATUS=exited at once (second SIGTERM)"
+        wait_for(lambda: ns.msgs[-1:] == [last_msg], "the last notification", 30)
     finally:
         if d.proc.poll() is None:
             d.proc.kill()
@@ -1033,6 +1231,15 @@ def check_admin():
         assert r.returncode == 2 and "expected a session number" in r.stderr, r.stderr
         r = cli(d, "frobnicate")
         assert r.returncode == 2, r.stderr
+        # --timeout: a unit, or a bare number of seconds; 1ms to 24h.
+        for t in ("60", "2.5", "1500ms", "1m", "24h"):
+            r = cli(d, "--timeout", t, "sessions")
+            assert r.returncode == 0, (t, r.stderr)
+        for t in ("0", "0s", "86401", "25h", "-1", "1e3", "10x"):
+            r = cli(d, "--timeout", t, "sessions")
+            assert r.returncode == 2 and (
+                "--timeout '%s': expected a time from 1ms to 24h, such as 500ms, 2s or 1m "
+                "(a bare number is seconds)" % t) in r.stderr, (t, r.returncode, r.stderr)
         r = subprocess.run([ADMIN_CLI, "admin", "--socket", d.admin + ".nope", "sessions"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 1 and "is paradevd running" in r.stderr, r.stderr
@@ -1130,8 +1337,81 @@ def check_waits():
             d.proc.kill()
 
 
+# --------------------------------------------------------------------------
+# default sockets without a runtime directory
+
+# Run in new mount and network namespaces with a tmpfs on /tmp, so that
+# /tmp/paradevd-UID and 127.0.0.1:7478 are this test's alone. $1 paradevd,
+# $2 the paradev command, $3 the admin stand-in.
+SOCKET_DIR_SCRIPT = r"""
+mount -t tmpfs tmpfs /tmp && ip link set lo up || { echo "SKIP: no tmpfs or lo"; exit 0; }
+unset XDG_RUNTIME_DIR RUNTIME_DIRECTORY PARADEV_TARGET PARADEV_ADMIN_SOCKET NOTIFY_SOCKET
+d=/tmp/paradevd-$(id -u)
+echo "uid $(id -u)"
+mkdir -m 0777 "$d"
+"$1" --devices 1 2>/tmp/log; echo "world-writable rc=$?"; grep 'cannot listen' /tmp/log
+chmod 0700 "$d"; chown 12345 "$d"
+"$1" --devices 1 2>/tmp/log; echo "other owner rc=$?"; grep 'cannot listen' /tmp/log
+rmdir "$d"
+"$1" --devices 1 --grace-ms 1000 2>/tmp/log & pid=$!
+i=0; until grep -q 'ready:' /tmp/log || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done
+stat -c "dir %a %u" "$d"
+"$2" health; echo "health rc=$?"
+"$2" info | head -1
+"$3" admin sessions | tail -1; echo "admin rc=$?"
+chmod 0755 "$d"
+"$2" info 2>&1 | head -1
+"$3" admin sessions 2>&1; echo "untrusted admin rc=$?"
+chmod 0700 "$d"
+kill -TERM $pid; wait $pid; echo "daemon rc=$?"
+"""
+
+
+def check_default_socket_dir():
+    """Without a runtime directory the default sockets live in
+    /tmp/paradevd-UID, made mode 0700: the daemon refuses one another user
+    could have made or can enter, and paradev and paradev admin find the
+    daemon there (and trust nothing else there)."""
+    cli_path = os.path.join(os.path.dirname(ADMIN_CLI), "..", "..", "client", "paradev")
+    if not shutil.which("unshare") or not os.path.exists(cli_path):
+        print("SKIP check_default_socket_dir: needs unshare(1) and %s" % cli_path)
+        return
+    r = subprocess.run(["unshare", "--mount", "--net", "/bin/sh", "-c", SOCKET_DIR_SCRIPT,
+                        "sh", PARADEVD, cli_path, ADMIN_CLI],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PATH=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"))
+    out = r.stdout
+    if r.returncode != 0 or "SKIP" in out or "uid " not in out:
+        print("SKIP check_default_socket_dir: cannot make namespaces here (unshare "
+              "needs root or user namespaces): %s" % (r.stderr.strip() or out.strip()))
+        return
+    uid = int(re.search(r"uid (\d+)", out).group(1))
+    d = "/tmp/paradevd-%d" % uid
+    want = [
+        "world-writable rc=1",
+        "cannot listen on unix:%s/paradevd.sock: %s is a directory owned by uid %d with "
+        "mode 0777; expected a directory of uid %d with mode 0700" % (d, d, uid, uid),
+        "other owner rc=1",
+        "%s is a directory owned by uid 12345 with mode 0700" % d,
+        "dir 700 %d" % uid,
+        "SERVING\nhealth rc=0",
+        "paradevd 0.1.0 at unix:%s/paradevd.sock" % d,
+        "(0 sessions; device memory in use: 0 B)\nadmin rc=0",
+        # Not private any more: paradev does not use the socket there (it
+        # takes the daemon's TCP default), and paradev admin says why.
+        "paradevd 0.1.0 at 127.0.0.1:7478",
+        "paradev admin: %s is not a directory of yours that only you may enter (owner uid "
+        "%d, mode 0755; expected uid %d, mode 0700)" % (d, uid, uid),
+        "untrusted admin rc=1",
+        "daemon rc=0",
+    ]
+    for w in want:
+        assert w in out, "%r not in:\n%s\n%s" % (w, out, r.stderr)
+
+
 CHECKS = [check_config, check_notify, check_metrics, check_drain,
-          check_drain_timeout_and_second_signal, check_admin, check_waits]
+          check_drain_timeout_and_second_signal, check_stuck_shutdown, check_admin,
+          check_waits, check_default_socket_dir]
 
 
 def main():
