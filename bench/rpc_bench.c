@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,8 +91,12 @@ static const char *start_daemon(const char *path, char *target, size_t len) {
     exit(1);
   }
   snprintf(target, len, "unix:%s/pd.sock", daemon_dir);
+  pid_t parent = getpid();
   daemon_pid = fork();
   if (daemon_pid == 0) {
+    /* The daemon stops with us even when we die without running atexit
+     * (a signal, a crash): SIGTERM when this process ends. */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
     execl(path, path, "--listen", target, "--devices", "4", "--log", "warn",
           "--max-message-bytes", "67108864", (char *)NULL);
     fprintf(stderr, "bench_rpc: cannot run %s\n", path);

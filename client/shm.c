@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "client_int.h"
@@ -93,6 +94,34 @@ static pd_code pdc_shm_errno(int e, const char *what, const char *key,
                      : PD_INVALID_ARGUMENT;
   return pdc_error(st, code, "%s of shared memory object %s: %s", what, key,
                    strerror(e));
+}
+
+/* Reserves bytes [0, len) of the object open on fd (posix_fallocate), so
+ * that touching them never raises SIGBUS for want of room in /dev/shm: tmpfs
+ * allocates a sparse object's pages only when first touched, and a full one
+ * then kills the program (Docker gives containers 64 MiB by default). */
+static pd_code pdc_shm_reserve(int fd, const char *key, size_t len,
+                               const char *what, pd_status *st) {
+  int e;
+  do e = posix_fallocate(fd, 0, (off_t)len);
+  while (e == EINTR);
+  if (e == 0) return PD_OK;
+  if (e != ENOSPC) return pdc_shm_errno(e, "posix_fallocate", key, st);
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v) != 0)
+    return pdc_error(st, PD_RESOURCE_EXHAUSTED,
+                     "no room in /dev/shm for %s: shared memory object %s "
+                     "needs %zu bytes; free some or make /dev/shm larger "
+                     "(Docker: --shm-size)",
+                     what, key, len);
+  return pdc_error(st, PD_RESOURCE_EXHAUSTED,
+                   "no room in /dev/shm for %s: shared memory object %s needs "
+                   "%zu bytes and /dev/shm (tmpfs) has %llu of its %llu bytes "
+                   "free; free some or make /dev/shm larger (Docker: "
+                   "--shm-size)",
+                   what, key, len,
+                   (unsigned long long)v.f_bavail * v.f_frsize,
+                   (unsigned long long)v.f_blocks * v.f_frsize);
 }
 
 /* Sends RegisterSharedMemory for r (name, key, map_bytes). */
@@ -178,12 +207,14 @@ pd_code pd_shared_memory_create(pd_session *s, size_t bytes, unsigned mode,
   }
   r->owned = true;
   size_t total = bytes + PD_SHARED_MEMORY_HEADER_BYTES;
-  /* Exactly `mode`, whatever the umask took away. */
+  /* Exactly `mode`, whatever the umask took away; then every page reserved
+   * (it also sets the size), so no write into the region can fault. */
+  char what[96];
+  snprintf(what, sizeof what, "a region of %zu bytes of data and the %d-byte header",
+           bytes, PD_SHARED_MEMORY_HEADER_BYTES);
   if (fchmod(fd, (mode_t)mode) != 0)
     rc = pdc_shm_errno(errno, "fchmod", r->key, st);
-  else if (ftruncate(fd, (off_t)total) != 0)
-    rc = pdc_shm_errno(errno, "ftruncate", r->key, st);
-  else
+  else if ((rc = pdc_shm_reserve(fd, r->key, total, what, st)) == PD_OK)
     rc = pdc_shm_map(r, fd, total, st);
   close(fd);
   if (rc == PD_OK) rc = pd_shared_memory_write_header(s, r->base, total, st);
@@ -223,13 +254,20 @@ pd_code pd_shared_memory_register(pd_session *s, const char *key,
       rc = pdc_shm_errno(errno, "shm_open", key, st);
       goto fail;
     }
-    if (byte_size == 0) {
-      struct stat sb;
-      if (fstat(fd, &sb) != 0) {
-        rc = pdc_shm_errno(errno, "fstat", key, st);
-        goto fail;
-      }
-      byte_size = (size_t)sb.st_size;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+      rc = pdc_shm_errno(errno, "fstat", key, st);
+      goto fail;
+    }
+    if (byte_size == 0) byte_size = (size_t)sb.st_size;
+    /* Writing the header into a mapping past the object's end would raise
+     * SIGBUS here: refuse it as the daemon would. */
+    if (byte_size > PD_SHARED_MEMORY_HEADER_BYTES && (uint64_t)sb.st_size < byte_size) {
+      rc = pdc_error(st, PD_INVALID_ARGUMENT,
+                     "shared memory object %s holds %lld bytes; byte_size is %zu "
+                     "(ftruncate it to at least byte_size first)",
+                     key, (long long)sb.st_size, byte_size);
+      goto fail;
     }
     if (byte_size <= PD_SHARED_MEMORY_HEADER_BYTES) {
       rc = pdc_error(st, PD_INVALID_ARGUMENT,
@@ -238,6 +276,12 @@ pd_code pd_shared_memory_register(pd_session *s, const char *key,
                      key, byte_size, PD_SHARED_MEMORY_HEADER_BYTES);
       goto fail;
     }
+    /* The header's page, so that writing it cannot fault (the rest of the
+     * object is the program's to reserve). */
+    if (write_header &&
+        (rc = pdc_shm_reserve(fd, key, PD_SHARED_MEMORY_HEADER_BYTES,
+                              "the region's header", st)) != PD_OK)
+      goto fail;
     if ((rc = pdc_shm_map(r, fd, byte_size, st)) != PD_OK) goto fail;
     if (write_header &&
         (rc = pd_shared_memory_write_header(s, r->base, byte_size, st)) !=

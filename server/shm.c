@@ -15,18 +15,32 @@
  *
  * Lifetime. A region belongs to one session (by its number, seq) and is
  * reference-counted: the registry holds one reference, and every transfer
- * holds one while it copies, so Unregister or the end of the session never
- * unmaps memory a copy is using. A session ends in the scheduler (close,
- * lease expiry, kill); CloseSession and KillSession sweep the registry at
- * once, and a thread sweeps it every SRV_SHM_SWEEP_MS for leases that ran
- * out (the scheduler has no end-of-session hook).
+ * holds one from its lookup to its reply (a download also while it waits for
+ * its tensor). Unregistering it, or the end of its session, retires it: it
+ * leaves the registry, is marked retired, waits for the copies already
+ * running (they are short: waiting for a tensor comes before its copy), and
+ * unmaps it at once; a transfer that reaches its copy later fails with
+ * CANCELLED. So once UnregisterSharedMemory or CloseSession has returned, the
+ * daemon never touches the client's memory again. A session ends in the
+ * scheduler (close, lease expiry, kill); CloseSession and KillSession sweep
+ * the registry at once, and a thread sweeps it every SRV_SHM_SWEEP_MS for
+ * leases that ran out (the scheduler has no end-of-session hook).
+ *
+ * Limits. Mappings cost address space, and page-locked ones (CUDA) physical
+ * memory: a sparse object of terabytes maps for free and would then starve
+ * the daemon's allocations. So registered bytes (byte_size, header included)
+ * are capped per daemon at half the machine's physical memory, and per
+ * session at the same, or at the session's memory quota when it has one.
  *
  * Truncation. A client may shrink its object while it is mapped; touching a
  * page past the new end raises SIGBUS. Copies from and into a mapping run
  * under a guard (a thread-local sigjmp_buf that a SIGBUS handler jumps to
  * when the fault lies in the region being copied), so that the call fails
- * with FAILED_PRECONDITION instead of the daemon dying. A SIGBUS anywhere
- * else goes to the previous disposition. */
+ * with FAILED_PRECONDITION instead of the daemon dying. A SIGBUS while the
+ * object still has its registered size means that tmpfs could not allocate
+ * the page touched (/dev/shm is full; the object is sparse): that is
+ * RESOURCE_EXHAUSTED, and the message says so. A SIGBUS anywhere else goes
+ * to the previous disposition. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -51,23 +65,36 @@
 #define SRV_SHM_MAX_PER_SESSION 64   /* RESOURCE_EXHAUSTED beyond */
 #define SRV_SHM_MAX_REGIONS 4096     /* per daemon: mappings are a resource */
 #define SRV_SHM_SWEEP_MS 500         /* how often ended sessions are swept */
+/* Registered bytes (byte_size, header included) are limited per daemon and
+ * per session to half the machine's physical memory (srv_shm_max_bytes), and
+ * for a session with a memory quota to its quota: RESOURCE_EXHAUSTED beyond.
+ * This is the limit where physical memory cannot be learned. */
+#define SRV_SHM_MAX_BYTES_FALLBACK ((uint64_t)64 << 30)
 
 typedef struct srv_shm_region {
   struct srv_shm_region *next; /* in the registry (under srv_shm.mu) */
   atomic_int refs;             /* the registry's, plus one per transfer */
   uint64_t seq;                /* the session's number */
   dev_engine *engine;
-  uint8_t *base;               /* the mapping: byte_size bytes */
+  uint8_t *base;               /* the mapping: byte_size bytes; NULL once retired */
   size_t size;
   bool pinned;                 /* dev_engine_host_register accepted it */
+  int fd;                      /* the object, kept open to notice truncation */
   char *name;                  /* the client's name for it */
   char *key;                   /* the POSIX shm name */
+  /* Copies against retirement (srv_shm_copy_begin, srv_shm_retire). */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int copying;                 /* copies running now */
+  bool retired;                /* unregistered: no copy may start */
+  bool session_ended;          /* retired because its session ended */
 } srv_shm_region;
 
 struct srv_shm {
   pthread_mutex_t mu;
   srv_shm_region *head;
   uint64_t count, bytes; /* registered regions and their mapped bytes */
+  uint64_t max_bytes;    /* srv_shm_max_bytes(): per daemon and per session */
   /* the sweeper */
   pthread_mutex_t tmu;
   pthread_cond_t tcv;
@@ -77,13 +104,60 @@ struct srv_shm {
 
 /* --- regions ----------------------------------------------------------------- */
 
+/* Unpins and unmaps the mapping and closes the object. Only when no copy
+ * can run: retired with none running, or the last reference gone. */
+static void srv_shm_region_release(srv_shm_region *r) {
+  if (r->pinned) dev_engine_host_unregister(r->engine, r->base);
+  r->pinned = false;
+  if (r->base) munmap(r->base, r->size);
+  r->base = NULL;
+  if (r->fd >= 0) close(r->fd);
+  r->fd = -1;
+}
+
 static void srv_shm_region_unref(srv_shm_region *r) {
   if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
-  if (r->pinned) dev_engine_host_unregister(r->engine, r->base);
-  if (r->base) munmap(r->base, r->size);
+  srv_shm_region_release(r);
+  pthread_cond_destroy(&r->cv);
+  pthread_mutex_destroy(&r->mu);
   free(r->name);
   free(r->key);
   free(r);
+}
+
+/* Retires a region that has left the registry: no copy starts on it any
+ * more, the ones running finish first, then it is unmapped. Transfers that
+ * still hold it keep only the struct. Blocks for as long as a copy runs. */
+static void srv_shm_retire(srv_shm_region *r, bool session_ended) {
+  pthread_mutex_lock(&r->mu);
+  r->retired = true;
+  r->session_ended = session_ended;
+  while (r->copying > 0) pthread_cond_wait(&r->cv, &r->mu);
+  srv_shm_region_release(r);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Admits one copy: CANCELLED once the region is retired (the transfer found
+ * it registered, but it was unregistered before the copy began). */
+static pd_code srv_shm_copy_begin(srv_shm_region *r, bool reading,
+                                  dev_status *st) {
+  pthread_mutex_lock(&r->mu);
+  bool retired = r->retired, ended = r->session_ended;
+  if (!retired) r->copying++;
+  pthread_mutex_unlock(&r->mu);
+  if (!retired) return PD_OK;
+  return dev_error(st, PD_CANCELLED,
+                   "shared memory region \"%.128s\" was unregistered%s "
+                   "before the %s could %s it; nothing was %s",
+                   r->name, ended ? " (its session ended)" : "",
+                   reading ? "upload" : "download", reading ? "read" : "write",
+                   reading ? "read" : "written");
+}
+
+static void srv_shm_copy_end(srv_shm_region *r) {
+  pthread_mutex_lock(&r->mu);
+  if (--r->copying == 0 && r->retired) pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
 }
 
 static int srv_u64_cmp(const void *a, const void *b) {
@@ -138,6 +212,7 @@ static void srv_shm_sweep_impl(srv *s, bool all) {
                "session %" PRIu64 " ended: shared memory region \"%s\" (%s) "
                "unregistered",
                r->seq, srv_log_clean(r->name, name, sizeof name), r->key);
+    srv_shm_retire(r, true);
     srv_shm_region_unref(r);
   }
 }
@@ -202,27 +277,67 @@ static void srv_bus_handler(int sig, siginfo_t *si, void *uc) {
 
 typedef pd_code (*srv_copy_fn)(void *arg, dev_status *st);
 
-/* Runs fn(arg) (a copy from or into `r`) under the guard. */
-static pd_code srv_shm_guarded(const srv_shm_region *r, srv_copy_fn fn,
-                               void *arg, dev_status *st) {
+/* The SIGBUS branch: the object's size tells truncation from a full tmpfs. */
+static pd_code srv_shm_bus_error(const srv_shm_region *r, bool reading,
+                                 dev_status *st) {
+  struct stat sb;
+  if (r->fd >= 0 && fstat(r->fd, &sb) == 0 && (uint64_t)sb.st_size >= r->size)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "shared memory region \"%.128s\" (%s) could not be %s: "
+                     "/dev/shm (tmpfs) is out of space, so the pages of the "
+                     "object (%zu bytes, its registered size) that the daemon "
+                     "touched could not be allocated; free /dev/shm or make "
+                     "it larger (Docker: --shm-size), and reserve the "
+                     "object's pages when creating it (posix_fallocate; "
+                     "pd_shared_memory_create does)",
+                     r->name, r->key, reading ? "read" : "written", r->size);
+  return dev_error(st, PD_FAILED_PRECONDITION,
+                   "shared memory region \"%.128s\" (%s) was truncated "
+                   "below the %zu bytes it was registered with while the "
+                   "daemon copied; keep the object at least byte_size "
+                   "bytes while it is registered",
+                   r->name, r->key, r->size);
+}
+
+/* Runs fn(arg) (a copy from or into `r`) under the SIGBUS guard. */
+static pd_code srv_shm_guarded_copy(const srv_shm_region *r, bool reading,
+                                    srv_copy_fn fn, void *arg,
+                                    dev_status *st) {
   srv_bus_guard g;
   g.lo = r->base;
   g.hi = r->base + r->size;
   if (sigsetjmp(g.jb, 1)) {
     srv_bus_current = NULL;
     atomic_signal_fence(memory_order_seq_cst);
-    return dev_error(st, PD_FAILED_PRECONDITION,
-                     "shared memory region \"%.128s\" (%s) was truncated "
-                     "below the %zu bytes it was registered with while the "
-                     "daemon copied; keep the object at least byte_size "
-                     "bytes while it is registered",
-                     r->name, r->key, r->size);
+    return srv_shm_bus_error(r, reading, st);
   }
   srv_bus_current = &g;
   atomic_signal_fence(memory_order_seq_cst);
   pd_code rc = fn(arg, st);
   atomic_signal_fence(memory_order_seq_cst);
   srv_bus_current = NULL;
+  /* Page-locked (CUDA) mappings never fault: the copy went through pages the
+   * object no longer has, so look at the object's size instead. */
+  struct stat sb;
+  if (rc == PD_OK && r->fd >= 0 && fstat(r->fd, &sb) == 0 && (uint64_t)sb.st_size < r->size)
+    return dev_error(st, PD_FAILED_PRECONDITION,
+                     "shared memory region \"%.128s\" (%s) was truncated "
+                     "to %lld of the %zu bytes it was registered with; keep "
+                     "the object at least byte_size bytes while it is "
+                     "registered",
+                     r->name, r->key, (long long)sb.st_size, r->size);
+  return rc;
+}
+
+/* One copy between `r` and a tensor: admitted unless `r` was retired, run
+ * under the guard, and counted so that retiring `r` waits for it. `reading`:
+ * the copy reads the region (an upload, the header check). */
+static pd_code srv_shm_guarded(srv_shm_region *r, bool reading,
+                               srv_copy_fn fn, void *arg, dev_status *st) {
+  pd_code rc = srv_shm_copy_begin(r, reading, st);
+  if (rc != PD_OK) return rc;
+  rc = srv_shm_guarded_copy(r, reading, fn, arg, st);
+  srv_shm_copy_end(r);
   return rc;
 }
 
@@ -248,12 +363,30 @@ static void *srv_shm_sweeper(void *arg) {
   return NULL;
 }
 
+/* Half the machine's physical memory: the most bytes of shared memory the
+ * daemon maps (and, on CUDA, page-locks) for all sessions together, and for
+ * any one session. */
+static uint64_t srv_shm_max_bytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) {
+    SRV_WARN("cannot learn the machine's physical memory (sysconf: %s); "
+             "shared memory regions are limited to %" PRIu64 " bytes",
+             strerror(errno), SRV_SHM_MAX_BYTES_FALLBACK);
+    return SRV_SHM_MAX_BYTES_FALLBACK;
+  }
+  return (uint64_t)pages * (uint64_t)page / 2;
+}
+
 int srv_shm_init(srv *s) {
   srv_shm *h = calloc(1, sizeof(*h));
   if (!h) {
     SRV_ERROR("out of memory");
     return -1;
   }
+  h->max_bytes = srv_shm_max_bytes();
+  SRV_DEBUG("shared memory: at most %" PRIu64 " bytes registered per daemon "
+            "and per session (half the physical memory)",
+            h->max_bytes);
   pthread_mutex_init(&h->mu, NULL);
   pthread_mutex_init(&h->tmu, NULL);
   pthread_condattr_t ca;
@@ -360,15 +493,19 @@ static bool srv_ct_equal(const uint8_t *a, const uint8_t *b, size_t n) {
   return d == 0;
 }
 
-/* The name's uniqueness in the session and the limits; the caller holds
- * h->mu. */
+/* The name's uniqueness in the session and the limits, for a region of
+ * `want` bytes in a session with memory quota `quota` (0: none); the caller
+ * holds h->mu. */
 static pd_code srv_shm_room_locked(srv_shm *h, uint64_t seq, const char *name,
+                                   uint64_t want, uint64_t quota,
                                    dev_status *st) {
   int mine = 0;
   bool dup = false;
+  uint64_t mine_bytes = 0;
   for (srv_shm_region *r = h->head; r; r = r->next) {
     if (r->seq != seq) continue;
     mine++;
+    mine_bytes += r->size;
     if (strcmp(r->name, name) == 0) dup = true;
   }
   char clean[129];
@@ -388,15 +525,50 @@ static pd_code srv_shm_room_locked(srv_shm *h, uint64_t seq, const char *name,
                      "paradevd has %" PRIu64 " shared memory regions "
                      "registered; the limit is %d per daemon",
                      h->count, SRV_SHM_MAX_REGIONS);
+  bool by_quota = quota != 0 && quota < h->max_bytes;
+  uint64_t limit = by_quota ? quota : h->max_bytes;
+  if (want > limit || mine_bytes > limit - want)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "registering %" PRIu64 " more bytes of shared memory "
+                     "would exceed the session's limit of %" PRIu64 " bytes "
+                     "(%s): the session has %" PRIu64 " bytes in %d "
+                     "region%s registered (unregister some first, or "
+                     "register less)",
+                     want, limit,
+                     by_quota ? "its memory quota"
+                              : "half the machine's physical memory",
+                     mine_bytes, mine, mine == 1 ? "" : "s");
+  if (want > h->max_bytes || h->bytes > h->max_bytes - want)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "registering %" PRIu64 " more bytes of shared memory "
+                     "would exceed paradevd's limit of %" PRIu64 " bytes for "
+                     "all sessions together (half the machine's physical "
+                     "memory): %" PRIu64 " bytes in %" PRIu64 " region%s "
+                     "%s registered",
+                     want, h->max_bytes, h->bytes, h->count,
+                     h->count == 1 ? "" : "s", h->count == 1 ? "is" : "are");
   return PD_OK;
 }
 
 static pd_code srv_shm_room(srv_shm *h, uint64_t seq, const char *name,
-                            dev_status *st) {
+                            uint64_t want, uint64_t quota, dev_status *st) {
   pthread_mutex_lock(&h->mu);
-  pd_code rc = srv_shm_room_locked(h, seq, name, st);
+  pd_code rc = srv_shm_room_locked(h, seq, name, want, quota, st);
   pthread_mutex_unlock(&h->mu);
   return rc;
+}
+
+/* The memory quota of session `seq` (0: none) into *quota. */
+static pd_code srv_shm_session_quota(srv *s, uint64_t seq, uint64_t *quota,
+                                     dev_status *st) {
+  sched_session_view *v = NULL;
+  int n = sched_list_sessions(s->sched, NULL, &v);
+  if (n < 0) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  *quota = 0;
+  for (int i = 0; i < n; i++)
+    if (v[i].seq == seq) *quota = v[i].memory_quota;
+  free(v);
+  return PD_OK;
 }
 
 /* Opens and maps `key`, checks its header against `token`: a new region
@@ -456,20 +628,25 @@ static pd_code srv_shm_map(srv *s, const char *name, const char *key,
   void *p = mmap(NULL, (size_t)byte_size, PROT_READ | PROT_WRITE, MAP_SHARED,
                  fd, 0);
   int e = errno;
-  close(fd);
-  if (p == MAP_FAILED)
+  if (p == MAP_FAILED) {
+    close(fd);
     return dev_error(st, e == ENOMEM ? PD_RESOURCE_EXHAUSTED
                                      : PD_INVALID_ARGUMENT,
                      "paradevd cannot map %" PRIu64 " bytes of shared "
                      "memory object %s: %s",
                      byte_size, key, strerror(e));
+  }
   srv_shm_region *r = calloc(1, sizeof(*r));
   if (!r) {
     munmap(p, (size_t)byte_size);
+    close(fd);
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
   atomic_init(&r->refs, 1);
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
   r->engine = s->engine;
+  r->fd = fd;
   r->base = p;
   r->size = (size_t)byte_size;
   r->name = strdup(name);
@@ -481,7 +658,7 @@ static pd_code srv_shm_map(srv *s, const char *name, const char *key,
   /* The header: the session's, compared in constant time. */
   uint8_t got[SRV_SHM_HEADER_BYTES], want[SRV_SHM_HEADER_BYTES];
   srv_hdr_copy hc = {r->base, got};
-  rc = srv_shm_guarded(r, srv_hdr_copy_fn, &hc, st);
+  rc = srv_shm_guarded(r, true, srv_hdr_copy_fn, &hc, st);
   if (rc == PD_OK) {
     srv_shm_expected_header(token.data, token.len, want);
     if (!srv_ct_equal(got, want, SRV_SHM_HEADER_BYTES))
@@ -539,7 +716,10 @@ static void srv_register_shm(srv_call *c, const ProtobufCMessage *m) {
     goto fail;
   }
   srv_shm *h = s->shm;
-  if (srv_shm_room(h, seq, name, &st) != PD_OK) goto fail;
+  uint64_t quota = 0;
+  if (srv_shm_session_quota(s, seq, &quota, &st) != PD_OK ||
+      srv_shm_room(h, seq, name, req->byte_size, quota, &st) != PD_OK)
+    goto fail;
   if (srv_shm_map(s, name, key, req->byte_size, req->session_token, &r,
                   &st) != PD_OK)
     goto fail;
@@ -552,7 +732,7 @@ static void srv_register_shm(srv_call *c, const ProtobufCMessage *m) {
   size_t size = r->size; /* once listed, the registry owns `r` */
   /* Checked again: another call of the session may have raced this one. */
   pthread_mutex_lock(&h->mu);
-  pd_code room = srv_shm_room_locked(h, seq, name, &st);
+  pd_code room = srv_shm_room_locked(h, seq, name, size, quota, &st);
   if (room == PD_OK) {
     r->next = h->head;
     h->head = r;
@@ -615,10 +795,13 @@ static void srv_unregister_shm(srv_call *c, const ProtobufCMessage *m) {
                     srv_log_clean(name, clean, sizeof clean));
     return;
   }
+  /* Waits for the copies running now; later ones fail with CANCELLED. Once
+   * the reply goes, the daemon never touches the mapping again. */
+  srv_shm_retire(r, false);
   char cn[129];
   SRV_INFO("session %" PRIu64 ": shared memory region \"%s\" unregistered",
            seq, srv_log_clean(r->name, cn, sizeof cn));
-  srv_shm_region_unref(r); /* unmapped once no transfer uses it */
+  srv_shm_region_unref(r); /* unmapped already; freed once no transfer holds it */
   Paradev__V1__UnregisterSharedMemoryResponse resp =
       PARADEV__V1__UNREGISTER_SHARED_MEMORY_RESPONSE__INIT;
   srv_call_reply(c, &resp.base);
@@ -651,12 +834,15 @@ typedef struct srv_shm_copy {
   dev_layout layout;
   int n;
   const uint64_t *sizes;
-  uint8_t *at;        /* the first part's bytes in the mapping */
+  const srv_shm_region *r;
+  uint64_t offset;    /* the first part's data offset (checked in range) */
 } srv_shm_copy;
 
 static pd_code srv_shm_copy_fn(void *arg, dev_status *st) {
   srv_shm_copy *k = arg;
-  uint8_t *p = k->at;
+  /* The mapping's address is read only now, inside the copy's admission:
+   * a retired region has none. */
+  uint8_t *p = k->r->base + SRV_SHM_HEADER_BYTES + k->offset;
   for (int i = 0; i < k->n; i++) {
     size_t len = (size_t)k->sizes[i];
     if (len) {
@@ -702,9 +888,8 @@ static void srv_upload_shm(srv_call *c, const ProtobufCMessage *m) {
   int parts = per_comp ? dev_engine_num_devices(s->engine) : 1;
   uint64_t sizes[PD_MAX_DEVICES];
   for (int i = 0; i < parts; i++) sizes[i] = sched_upload_expected(up, i);
-  srv_shm_copy k = {true, up, NULL, sp->layout, parts, sizes,
-                    r->base + SRV_SHM_HEADER_BYTES + req->offset};
-  if (srv_shm_guarded(r, srv_shm_copy_fn, &k, &st) != PD_OK) goto fail;
+  srv_shm_copy k = {true, up, NULL, sp->layout, parts, sizes, r, req->offset};
+  if (srv_shm_guarded(r, true, srv_shm_copy_fn, &k, &st) != PD_OK) goto fail;
   const dev_tensor *t = sched_upload_tensor(up);
   Paradev__V1__TensorInfo *ti =
       srv_info_to_pb(&a, req->id, dev_tensor_dtype(t), dev_tensor_shape(t));
@@ -773,9 +958,9 @@ static void srv_download_shm_finish(srv_call *c) {
     srv_call_fail(c, &st);
     return;
   }
-  srv_shm_copy k = {false, NULL, d->t, d->layout, d->parts, d->size,
-                    d->r->base + SRV_SHM_HEADER_BYTES + d->offset};
-  if (srv_shm_guarded(d->r, srv_shm_copy_fn, &k, &st) != PD_OK) {
+  srv_shm_copy k = {false, NULL, d->t, d->layout, d->parts, d->size, d->r,
+                    d->offset};
+  if (srv_shm_guarded(d->r, false, srv_shm_copy_fn, &k, &st) != PD_OK) {
     srv_call_fail(c, &st);
     return;
   }
@@ -849,6 +1034,11 @@ static void srv_download_shm(srv_call *c, const ProtobufCMessage *m) {
     srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
     return;
   }
+  char cn[129];
+  SRV_DEBUG("session %" PRIu64 ": DownloadToSharedMemory of tensor %" PRIu64
+            " into region \"%s\" waits for the tensor",
+            sched_session_seq(d->ss), req->id,
+            srv_log_clean(d->r->name, cn, sizeof cn));
   if (sched_tensor_notify(d->ss, d->t, srv_wait_ready, w, &st) != PD_OK) {
     srv_wait_cancel(w);
     srv_wait_put(w, true);

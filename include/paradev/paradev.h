@@ -149,7 +149,8 @@ typedef struct pd_client_options {
 /* Opens a channel to the daemon at `target`: "unix:/path" (a Unix socket) or
  * "host:port" (TCP, e.g. "127.0.0.1:7478"). Nothing is sent yet: a daemon that
  * is not there shows as PD_UNAVAILABLE on the first call. `opts` may be NULL.
- * Errors:   PD_INVALID_ARGUMENT (empty or over-long target, bad options),
+ * Errors:   PD_INVALID_ARGUMENT (empty or over-long target, a TCP port
+ *           outside 1..65535, bad options),
  *           PD_RESOURCE_EXHAUSTED (out of memory), PD_INTERNAL (gRPC refused
  *           to create the channel).
  * Thread safety: the client may be shared by threads.
@@ -454,6 +455,12 @@ pd_code pd_download_components(pd_session *s, uint64_t id, int num_components,
  * a group only the daemon's user is in). A region ends when destroyed, when
  * the session is closed, or when its lease runs out (the daemon unmaps it);
  * tensors uploaded from it count toward the session's quota as pd_upload's.
+ * Once pd_shared_memory_destroy or pd_session_close has returned, the daemon
+ * never touches the object again: it waited for the copies running, and a
+ * transfer still waiting for its tensor then fails with PD_CANCELLED.
+ * Limits: 64 regions per session and 4096 per daemon; registered bytes
+ * (data and headers) at most half the machine's physical memory per daemon
+ * and per session, and at most the session's memory quota when it has one.
  * Source: NVIDIA Triton's system shared memory extension
  * (RegisterSystemSharedMemory; tritonclient.utils.shared_memory);
  * paradev.v1.ParallelDevice/RegisterSharedMemory. */
@@ -467,10 +474,16 @@ typedef struct pd_shared_memory pd_shared_memory;
  * O_CREAT|O_EXCL, then exactly `mode`: 0 means 0600), maps it, writes the
  * session's header and registers it with the daemon under the key's name.
  * *out gets the region; free it with pd_shared_memory_destroy (which also
- * unlinks the object). The data starts zeroed.
+ * unlinks the object). The data starts zeroed. Every page of the object is
+ * reserved at once (posix_fallocate: time and memory in proportion to
+ * `bytes`), so a /dev/shm without room fails here instead of killing the
+ * program with SIGBUS at its first write (Docker's /dev/shm is 64 MiB unless
+ * --shm-size says otherwise).
  * Errors:   PD_INVALID_ARGUMENT (bytes 0, mode with bits beyond 0777),
- *           PD_RESOURCE_EXHAUSTED (no room in /dev/shm or the address space;
- *           64 regions per session or 4096 per daemon), PD_PERMISSION_DENIED
+ *           PD_RESOURCE_EXHAUSTED (no room in /dev/shm: the message gives
+ *           the bytes needed and free, and no object is left; no room in the
+ *           address space; the limits above: the message names the limit,
+ *           what is registered and what was asked), PD_PERMISSION_DENIED
  *           (the daemon's user cannot open the object: see `mode`),
  *           PD_FAILED_PRECONDITION (session closed), transport errors.
  * Thread safety: thread-safe; the region may be used by several threads.
@@ -488,13 +501,18 @@ pd_code pd_shared_memory_create(pd_session *s, size_t bytes, unsigned mode,
  * writes the session's header into the object first (it must be writable
  * here); without it, the program wrote it (pd_shared_memory_write_header)
  * and the daemon checks it before the library maps the object. The object
- * is not unlinked by pd_shared_memory_destroy.
+ * is not unlinked by pd_shared_memory_destroy. Reserving its pages is the
+ * program's part (posix_fallocate; the library reserves the header's page
+ * before writing it): on a full /dev/shm, copies that touch a page never
+ * allocated fail with PD_RESOURCE_EXHAUSTED in the daemon, and the
+ * program's own first write to one raises SIGBUS.
  * Errors:   PD_INVALID_ARGUMENT (bad key or name, byte_size not over the
  *           header, an object smaller than byte_size or not a regular one),
  *           PD_NOT_FOUND (no such object), PD_PERMISSION_DENIED (the daemon's
  *           user cannot open it for reading and writing, or its header is not
  *           this session's), PD_ALREADY_EXISTS (a live name),
- *           PD_RESOURCE_EXHAUSTED (the region limits), transport errors.
+ *           PD_RESOURCE_EXHAUSTED (the region and byte limits above; no room
+ *           in /dev/shm for the header), transport errors.
  * Thread safety: thread-safe.
  * Source: RegisterSystemSharedMemory of Triton's extension. */
 pd_code pd_shared_memory_register(pd_session *s, const char *key,
@@ -522,6 +540,9 @@ const char *pd_shared_memory_key(const pd_shared_memory *r);
  * already dropped with its session counts as done), unmaps it here, unlinks
  * an object pd_shared_memory_create made, and frees `r` in every case. The
  * session must still exist (pd_session_delete comes after). NULL is a no-op.
+ * When it returns, the daemon has unmapped the object and will not touch it
+ * again (copies running when the request arrived finished first; a download
+ * still waiting for its tensor fails with PD_CANCELLED, writing nothing).
  * Errors:   transport errors of the unregistration (the region is freed
  *           here anyway).
  * Thread safety: no transfer may be using `r`. */
@@ -535,7 +556,11 @@ pd_code pd_shared_memory_destroy(pd_shared_memory *r,
  * Errors:   as pd_upload, plus PD_NOT_FOUND (the region is not registered in
  *           this session), PD_OUT_OF_RANGE (the value runs past the region's
  *           data: the message gives offset, size and the region's size),
- *           PD_FAILED_PRECONDITION (the object was truncated while mapped).
+ *           PD_FAILED_PRECONDITION (the object was truncated while mapped),
+ *           PD_RESOURCE_EXHAUSTED (also: a page of the object could not be
+ *           allocated because /dev/shm is full; the object's pages were not
+ *           reserved), PD_CANCELLED (the region was unregistered, or its
+ *           session ended, before the daemon began to read it).
  * Thread safety: thread-safe.
  * Source: paradev.v1.ParallelDevice/UploadFromSharedMemory; Triton's
  *         shared_memory_region / shared_memory_offset input parameters. */
@@ -566,7 +591,10 @@ pd_code pd_upload_components_from_shared_memory(
  * Errors:   as pd_download (the error stored on a failed tensor included),
  *           plus PD_NOT_FOUND (region not registered in this session),
  *           PD_OUT_OF_RANGE (the value does not fit at `offset`: the message
- *           gives the size needed), PD_FAILED_PRECONDITION (truncated).
+ *           gives the size needed), PD_FAILED_PRECONDITION (truncated),
+ *           PD_RESOURCE_EXHAUSTED (also: /dev/shm full, as for uploads),
+ *           PD_CANCELLED (the region was unregistered, or its session
+ *           ended, while the call waited for the tensor: nothing written).
  * Thread safety: thread-safe.
  * Source: paradev.v1.ParallelDevice/DownloadToSharedMemory; Triton's
  *         shared memory output parameters. */
