@@ -386,9 +386,10 @@ pd_code dev_tensor_wait_until(dev_tensor *t, double deadline, dev_status *st) {
       return dev_error(st, t->comps[d].code, "%s", t->comps[d].msg ? t->comps[d].msg : "");
   /* A backend with completion fences (CUDA) marks a component ready only
    * once its device finished it, so there is nothing left to wait for;
-   * synchronizing would also wait for every op queued after this tensor's. */
-  if (b->struct_size >= offsetof(dev_backend, fence_record) + sizeof b->fence_record &&
-      b->fence_record)
+   * synchronizing would also wait for every op queued after this tensor's.
+   * The engine uses fences only when all three are there (as here). */
+  if (b->struct_size >= offsetof(dev_backend, fence_release) + sizeof b->fence_release &&
+      b->fence_record && b->fence_wait && b->fence_release)
     return PD_OK;
   for (int d = 0; d < t->n; d++) {
     pd_code rc = b->synchronize(b, d, st);

@@ -12,9 +12,18 @@
  * that cannot be recorded fails its op; an op's inputs are released once
  * every device has issued it, before its fences complete; engine destruction
  * with fences pending neither hangs nor leaks (the sanitizer build checks
- * leaks). */
+ * leaks). Then stress, for the ThreadSanitizer and AddressSanitizer builds as
+ * much as for the values: late failures with fences completed in random
+ * interleavings (against a simulation of which components must fail), a
+ * failure recorded while its consumer is being issued, notifies registered
+ * as their op is published, several submitting threads with the engine
+ * destroyed under them, and the fence ring growing while it wraps. The
+ * fake backend learns which op a fence follows from the kernel the executor
+ * ran last (run_kernel is wrapped). */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +36,7 @@
 
 typedef struct tfence {
   int device;
+  uint64_t seq; /* the op it follows (the last run_kernel on this thread) */
   bool done;
   pd_code code;
   char msg[160];
@@ -44,8 +54,25 @@ static struct { /* under t_mu */
   bool fail_record[PD_MAX_DEVICES];
   int waits;                     /* fence_wait calls */
   void (*cpu_destroy)(dev_backend *b);
+  pd_code (*cpu_run_kernel)(dev_backend *b, dev_kernel_fn fn, dev_kernel_ctx *ctx,
+                            dev_status *st);
   int destroyed_with_live;       /* live fences when the backend was destroyed */
+  /* Fences random_completer fails: device fail_dev[i] after op fail_seq[i]. */
+  int num_fail;
+  int fail_dev[8];
+  uint64_t fail_seq[8];
+  int fail_odd_dev; /* >= 0: every fence of this device behind an odd op fails */
 } T;
+
+/* The op whose kernel this executor thread ran last: the op a fence it
+ * records next follows (an executor records a fence right after issuing). */
+static _Thread_local uint64_t tl_last_seq;
+
+static pd_code tf_run_kernel(dev_backend *b, dev_kernel_fn fn, dev_kernel_ctx *ctx,
+                             dev_status *st) {
+  tl_last_seq = ctx->op_seq;
+  return T.cpu_run_kernel(b, fn, ctx, st);
+}
 
 static pd_code tf_record(dev_backend *b, int device, void **fence, dev_status *st) {
   pthread_mutex_lock(&t_mu);
@@ -58,7 +85,14 @@ static pd_code tf_record(dev_backend *b, int device, void **fence, dev_status *s
   tfence *f = calloc(1, sizeof *f);
   if (!f) abort(); /* an executor thread: no cmocka assertions here */
   f->device = device;
+  f->seq = tl_last_seq;
   f->done = T.auto_done;
+  if (device == T.fail_odd_dev && f->seq % 2 == 1) { /* fails as soon as recorded */
+    f->done = true;
+    f->code = PD_UNAVAILABLE;
+    snprintf(f->msg, sizeof f->msg, "cpu:%d: op %llu faulted (injected)", device,
+             (unsigned long long)f->seq);
+  }
   tfence **pp = &T.live[device];
   while (*pp) pp = &(*pp)->next;
   *pp = f;
@@ -110,6 +144,8 @@ static dev_engine *fenced_engine(int n) {
   T.auto_done = false;
   T.waits = 0;
   T.destroyed_with_live = -1;
+  T.num_fail = 0;
+  T.fail_odd_dev = -1;
   pthread_mutex_unlock(&t_mu);
   dev_cpu_config cc = DEV_CPU_CONFIG_INITIALIZER;
   cc.num_devices = n;
@@ -123,6 +159,8 @@ static dev_engine *fenced_engine(int n) {
   b->fence_release = tf_release;
   T.cpu_destroy = b->destroy;
   b->destroy = tf_destroy;
+  T.cpu_run_kernel = b->run_kernel;
+  b->run_kernel = tf_run_kernel;
   dev_engine *e = NULL;
   assert_int_equal(dev_engine_create_with_backend(b, &e, &st), PD_OK);
   return e;
@@ -414,6 +452,466 @@ static void test_destroy_with_pending_fences(void **state) {
   assert_int_equal(n.code, PD_UNAVAILABLE);
 }
 
+/* --- stress: threads racing the completion path ---------------------------- */
+
+/* Completes the live fences of devices [0, ndev) in a pseudo-random
+ * interleaving of the devices (each device's in record order, a few at a
+ * time), failing the ones T.fail_* names, until told to stop: so the
+ * executors, the completion threads and the test's own threads race freely. */
+typedef struct rcompleter {
+  pthread_t th;
+  int ndev;
+  uint32_t seed;
+  atomic_bool stop;
+} rcompleter;
+
+static bool tf_should_fail(const tfence *f) { /* t_mu held */
+  for (int i = 0; i < T.num_fail; i++)
+    if (T.fail_dev[i] == f->device && T.fail_seq[i] == f->seq) return true;
+  return false;
+}
+
+static void *rcompleter_main(void *arg) {
+  rcompleter *r = arg;
+  uint32_t s = r->seed;
+  while (!atomic_load(&r->stop)) {
+    s ^= s << 13;
+    s ^= s >> 17;
+    s ^= s << 5;
+    int d = (int)(s % (uint32_t)r->ndev);
+    int burst = 1 + (int)((s >> 8) % 4);
+    bool any = false;
+    pthread_mutex_lock(&t_mu);
+    for (tfence *f = T.live[d]; f && burst > 0; f = f->next) {
+      if (f->done) continue;
+      f->done = true;
+      if (tf_should_fail(f)) {
+        f->code = PD_UNAVAILABLE;
+        snprintf(f->msg, sizeof f->msg, "cpu:%d: the device failed behind op %llu (injected)", d,
+                 (unsigned long long)f->seq);
+      }
+      burst--;
+      any = true;
+    }
+    if (any) pthread_cond_broadcast(&t_cv);
+    pthread_mutex_unlock(&t_mu);
+    if (!any || (s >> 12) % 8 == 0) {
+      struct timespec ts = {0, 20 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return NULL;
+}
+
+static void rcompleter_start(rcompleter *r, int ndev, uint32_t seed) {
+  r->ndev = ndev;
+  r->seed = seed;
+  atomic_init(&r->stop, false);
+  assert_int_equal(pthread_create(&r->th, NULL, rcompleter_main, r), 0);
+}
+
+static void rcompleter_stop(rcompleter *r) {
+  atomic_store(&r->stop, true);
+  pthread_join(r->th, NULL);
+}
+
+static const int64_t dims2[1] = {2};
+
+/* Late failures with every interleaving the scheduler gives: one thread
+ * submits a DAG of 600 ops over 6 chains (Add of a ones tensor; every fifth op
+ * a Maximum with the next chain), now and then waiting for its last output so
+ * that later consumers are issued after a failure showed; fences complete in
+ * a random interleaving of the devices, six of them with an error (two in a
+ * row on device 1, and the very last op); another thread registers a notify
+ * on every output as it appears and polls them. Each component must fail
+ * exactly when its op's fence, or that of an op upstream on the same device,
+ * failed (a simulation in the test says which); every other value is the
+ * simulated one (exact: small integers); every notify fires once, with
+ * UNAVAILABLE exactly when some component failed. */
+#define LF_CHAINS 6
+#define LF_OPS 600
+#define LF_DEV 3
+
+typedef struct lf_watch {
+  atomic_int calls;
+  atomic_int code;
+} lf_watch;
+
+static struct {
+  dev_tensor *out[LF_OPS];
+  atomic_int published; /* out[0..published) are set */
+  lf_watch w[LF_OPS];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int fired;
+} LF = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void lf_note(void *arg, dev_tensor *t, pd_code code) {
+  (void)t;
+  lf_watch *w = arg;
+  atomic_store(&w->code, (int)code);
+  atomic_fetch_add(&w->calls, 1);
+  pthread_mutex_lock(&LF.mu);
+  LF.fired++;
+  pthread_cond_broadcast(&LF.cv);
+  pthread_mutex_unlock(&LF.mu);
+}
+
+static void *lf_watcher(void *arg) {
+  (void)arg;
+  for (int i = 0; i < LF_OPS; i++) {
+    while (atomic_load(&LF.published) <= i) sched_yield();
+    dev_tensor *t = LF.out[i];
+    (void)dev_tensor_is_ready(t);
+    dev_status st = DEV_STATUS_INIT;
+    if (dev_tensor_notify(t, lf_note, &LF.w[i], &st) != PD_OK) abort(); /* not a cmocka thread */
+    if (i % 9 == 0) (void)dev_tensor_wait_until(t, dev_monotonic_now() + 1e-4, &st);
+  }
+  return NULL;
+}
+
+static void test_stress_late_failures(void **state) {
+  dev_engine *e = fenced_engine(LF_DEV);
+  /* {device, op index}; op i is the engine's (i+1)-th, so its seq is i + 1. */
+  static const int fails[][2] = {{1, 40}, {1, 41}, {2, 45}, {0, 300}, {1, 301}, {2, LF_OPS - 1}};
+  const int nfail = (int)(sizeof fails / sizeof fails[0]);
+  pthread_mutex_lock(&t_mu);
+  T.num_fail = nfail;
+  for (int i = 0; i < nfail; i++) {
+    T.fail_dev[i] = fails[i][0];
+    T.fail_seq[i] = (uint64_t)fails[i][1] + 1;
+  }
+  pthread_mutex_unlock(&t_mu);
+  atomic_store(&LF.published, 0);
+  LF.fired = 0;
+  for (int i = 0; i < LF_OPS; i++) {
+    atomic_store(&LF.w[i].calls, 0);
+    atomic_store(&LF.w[i].code, -1);
+  }
+  rcompleter rc;
+  rcompleter_start(&rc, LF_DEV, 0x9e3779b9u);
+  pthread_t watcher;
+  assert_int_equal(pthread_create(&watcher, NULL, lf_watcher, NULL), 0);
+
+  static double want[LF_OPS][2];
+  static bool want_bad[LF_OPS][LF_DEV];
+  double val[LF_CHAINS][2];
+  bool bad[LF_DEV][LF_CHAINS] = {{0}};
+  dev_tensor *x[LF_CHAINS];
+  for (int c = 0; c < LF_CHAINS; c++) {
+    val[c][0] = c;
+    val[c][1] = -c;
+    x[c] = tu_mirrored(e, PD_FLOAT32, 1, dims2, val[c]);
+  }
+  dev_tensor *one = tu_mirrored(e, PD_FLOAT32, 1, dims2, (double[]){1, 1});
+  for (int i = 0; i < LF_OPS; i++) {
+    int c = i % LF_CHAINS, c2 = (c + 1) % LF_CHAINS;
+    bool mix = i % 5 == 0;
+    dev_tensor *in[2] = {x[c], mix ? x[c2] : one};
+    dev_tensor *y = tu_exec(e, mix ? "Maximum" : "Add", in, 2, NULL, 0, 0);
+    assert_int_equal(atomic_load(&y->comps[0].ready_seq), (uint64_t)i + 1);
+    for (int d = 0; d < LF_DEV; d++) {
+      bool injected = false;
+      for (int k = 0; k < nfail; k++) injected |= fails[k][0] == d && fails[k][1] == i;
+      want_bad[i][d] = bad[d][c] || (mix && bad[d][c2]) || injected;
+      bad[d][c] = want_bad[i][d];
+    }
+    for (int k = 0; k < 2; k++) {
+      want[i][k] = mix ? (val[c][k] > val[c2][k] ? val[c][k] : val[c2][k]) : val[c][k] + 1;
+      val[c][k] = want[i][k];
+    }
+    dev_tensor_release(x[c]);
+    x[c] = y;
+    dev_tensor_retain(y); /* LF.out's reference */
+    LF.out[i] = y;
+    atomic_store(&LF.published, i + 1);
+    if (i % 50 == 49) { /* later consumers issue after earlier failures showed */
+      dev_status st = DEV_STATUS_INIT;
+      (void)dev_tensor_wait(y, &st);
+    }
+  }
+  /* The last op done on every device: so is every op (in-order publication). */
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_tensor_wait(LF.out[LF_OPS - 1], &st), PD_UNAVAILABLE);
+  pthread_join(watcher, NULL);
+  pthread_mutex_lock(&LF.mu);
+  while (LF.fired < LF_OPS) pthread_cond_wait(&LF.cv, &LF.mu);
+  pthread_mutex_unlock(&LF.mu);
+  rcompleter_stop(&rc);
+
+  int nbad = 0, nconsumers_bad = 0;
+  for (int i = 0; i < LF_OPS; i++) {
+    dev_tensor *t = LF.out[i];
+    bool any_bad = false;
+    for (int d = 0; d < LF_DEV; d++) {
+      pd_code code = t->comps[d].code;
+      if (want_bad[i][d] != (code != PD_OK))
+        fail_msg("op %d on device %d: expected %s, got %s (%s)", i, d,
+                 want_bad[i][d] ? "UNAVAILABLE" : "OK", pd_code_name(code),
+                 t->comps[d].msg ? t->comps[d].msg : "");
+      if (code != PD_OK) {
+        assert_int_equal(code, PD_UNAVAILABLE);
+        assert_non_null(t->comps[d].msg);
+        assert_non_null(strstr(t->comps[d].msg, "(injected)"));
+        nbad++;
+        any_bad = true;
+      }
+    }
+    assert_int_equal(atomic_load(&LF.w[i].calls), 1);
+    assert_int_equal(atomic_load(&LF.w[i].code), any_bad ? PD_UNAVAILABLE : PD_OK);
+    if (!any_bad) {
+      double got[2];
+      for (int d = 0; d < LF_DEV; d++) {
+        tu_read(t, d, got, 2);
+        tu_assert_close(got, want[i], 2, 0, 0);
+      }
+    }
+  }
+  for (int i = 0; i < LF_OPS; i++)
+    for (int d = 0; d < LF_DEV; d++) nconsumers_bad += want_bad[i][d];
+  assert_int_equal(nbad, nconsumers_bad);
+  assert_true(nbad > nfail); /* the failures did propagate to consumers */
+  for (int i = 0; i < LF_OPS; i++) dev_tensor_release(LF.out[i]);
+  for (int c = 0; c < LF_CHAINS; c++) dev_tensor_release(x[c]);
+  dev_tensor_release(one);
+  dev_engine_destroy(e);
+  assert_int_equal(T.destroyed_with_live, 0);
+}
+
+/* A failure the completion thread records while the executor is issuing a
+ * consumer of the failed op (the consumer read its input as fine a moment
+ * before): pairs of ops, a producer whose fence on device 1 fails the moment
+ * it is recorded and a consumer submitted right behind it, 2000 times, so the
+ * two threads meet in that window now and then. Every consumer must fail on
+ * device 1, and only there. */
+static void test_late_failure_meets_issue(void **state) {
+  dev_engine *e = fenced_engine(2);
+  dev_tensor *a = tu_mirrored(e, PD_FLOAT32, 1, dims3, (double[]){1, 2, 3});
+  pthread_mutex_lock(&t_mu);
+  T.fail_odd_dev = 1; /* the producers are the odd seqs: 1, 3, 5, ... */
+  pthread_mutex_unlock(&t_mu);
+  complete_all();
+  enum { PAIRS = 2000 };
+  static dev_tensor *prod[PAIRS], *cons[PAIRS];
+  for (int i = 0; i < PAIRS; i++) {
+    prod[i] = exec2(e, "Add", a, a);
+    cons[i] = exec2(e, "Neg", prod[i], NULL);
+  }
+  for (int i = 0; i < PAIRS; i++) {
+    dev_status st = DEV_STATUS_INIT;
+    assert_int_equal(atomic_load(&prod[i]->comps[0].ready_seq), (uint64_t)(2 * i + 1));
+    assert_int_equal(dev_tensor_wait(cons[i], &st), PD_UNAVAILABLE);
+    if (!strstr(st.msg, "faulted (injected)")) fail_msg("pair %d: %s", i, st.msg);
+    assert_int_equal(prod[i]->comps[1].code, PD_UNAVAILABLE);
+    assert_int_equal(cons[i]->comps[1].code, PD_UNAVAILABLE);
+    assert_int_equal(prod[i]->comps[0].code, PD_OK);
+    assert_int_equal(cons[i]->comps[0].code, PD_OK);
+  }
+  double got[3];
+  dev_layout comp0 = {DEV_LAYOUT_COMPONENT, 0, 0};
+  dev_status st = DEV_STATUS_INIT;
+  float f[3];
+  /* Device 0's values are right ((a + a) negated); dev_tensor_read refuses a
+   * tensor with a failed component, so read the buffer. */
+  memcpy(f, cons[PAIRS - 1]->comps[0].buf->data, sizeof f);
+  for (int k = 0; k < 3; k++) got[k] = f[k];
+  tu_assert_close(got, ((double[]){-2, -4, -6}), 3, 0, 0);
+  assert_int_equal(dev_tensor_read(cons[0], &comp0, 0, 0, f, sizeof f, &st), PD_UNAVAILABLE);
+  for (int i = 0; i < PAIRS; i++) {
+    dev_tensor_release(prod[i]);
+    dev_tensor_release(cons[i]);
+  }
+  dev_tensor_release(a);
+  dev_engine_destroy(e);
+  assert_int_equal(T.destroyed_with_live, 0);
+}
+
+/* Notifies registered while the device publishes that very op, with no op
+ * after it to publish again: each round a fresh engine runs one op, the
+ * test registers 16 notifies on its output at once (one of them likely
+ * straddles the publication) and destroys the engine; each callback must
+ * have fired exactly once (a registration the publisher missed would never
+ * fire). On the fenced and on the plain CPU backend. */
+static void test_notify_races_publication(void **state) {
+  for (int r = 0; r < 400; r++) {
+    bool fenced = r % 2;
+    dev_engine *e = fenced ? fenced_engine(2) : tu_engine(2, 0);
+    if (fenced) complete_all();
+    dev_tensor *a = tu_mirrored(e, PD_FLOAT32, 1, dims3, (double[]){1, 2, 3});
+    dev_tensor *c = exec2(e, "Neg", a, NULL);
+    note n[16];
+    dev_status st = DEV_STATUS_INIT;
+    for (int k = 0; k < 16; k++) {
+      n[k] = (note)NOTE_INIT;
+      assert_int_equal(dev_tensor_notify(c, note_fn, &n[k], &st), PD_OK);
+    }
+    dev_tensor_release(c);
+    dev_tensor_release(a);
+    dev_engine_destroy(e);
+    for (int k = 0; k < 16; k++) {
+      if (n[k].calls != 1)
+        fail_msg("round %d (%s), notify %d: %d calls", r, fenced ? "fenced" : "cpu", k,
+                 n[k].calls);
+      assert_int_equal(n[k].code, PD_OK);
+    }
+  }
+}
+
+/* Several threads submit chains to one engine at once, register a notify on
+ * every output and drop their references as they go; the engine is destroyed
+ * while their ops are still in flight. Every notify fires exactly once, and
+ * the last one of each chain sees its value: x + 300 (exact). On the fenced
+ * backend (fences completed in a random interleaving) and, for comparison,
+ * the plain CPU backend. */
+#define ST_THREADS 3
+#define ST_OPS 300
+#define ST_DEV 3
+
+typedef struct st_thread {
+  dev_engine *e;
+  int id;
+  pthread_t th;
+  atomic_int calls; /* notifies fired for this thread's outputs */
+  atomic_int failed;
+  atomic_int last_calls;
+  double last[ST_DEV][2]; /* written by the last notify */
+  char err[DEV_STATUS_MSG_MAX + 32]; /* the submitter's error, when failed */
+} st_thread;
+
+static void st_note(void *arg, dev_tensor *t, pd_code code) {
+  (void)t;
+  st_thread *th = arg;
+  if (code != PD_OK) atomic_store(&th->failed, 1);
+  atomic_fetch_add(&th->calls, 1);
+}
+
+static void st_note_last(void *arg, dev_tensor *t, pd_code code) {
+  st_thread *th = (st_thread *)((char *)arg - offsetof(st_thread, last_calls));
+  if (code != PD_OK) atomic_store(&th->failed, 1);
+  for (int d = 0; d < ST_DEV && code == PD_OK; d++) {
+    float f[2];
+    dev_layout lay = {DEV_LAYOUT_COMPONENT, 0, d};
+    dev_status st = DEV_STATUS_INIT;
+    if (dev_tensor_read(t, &lay, 0, 0, f, sizeof f, &st) != PD_OK) atomic_store(&th->failed, 1);
+    th->last[d][0] = f[0];
+    th->last[d][1] = f[1];
+  }
+  atomic_fetch_add(&th->calls, 1);
+  atomic_fetch_add(&th->last_calls, 1);
+}
+
+static void *st_submitter(void *arg) {
+  st_thread *th = arg;
+  dev_status st = DEV_STATUS_INIT;
+  dev_tensor *x = NULL, *one = NULL;
+  dev_shape s;
+  dev_layout mir = {DEV_LAYOUT_MIRRORED, 0, 0};
+  float v0[2] = {(float)th->id, (float)(10 * th->id)}, v1[2] = {1, 1};
+  if (dev_shape_make(1, dims2, &s, &st) != PD_OK ||
+      dev_tensor_from_host(th->e, PD_FLOAT32, &mir, &s, v0, &x, &st) != PD_OK ||
+      dev_tensor_from_host(th->e, PD_FLOAT32, &mir, &s, v1, &one, &st) != PD_OK)
+    goto fail;
+  for (int i = 0; i < ST_OPS; i++) {
+    dev_tensor *in[2] = {x, one}, *out[1] = {NULL};
+    int n_out = 1;
+    if (dev_execute(th->e, "Add", in, 2, NULL, 0, out, &n_out, &st) != PD_OK) goto fail;
+    dev_tensor_release(x);
+    x = out[0];
+    bool last = i == ST_OPS - 1;
+    if (dev_tensor_notify(x, last ? st_note_last : st_note,
+                          last ? (void *)&th->last_calls : (void *)th, &st) != PD_OK)
+      goto fail;
+    if (i % 37 == 0) (void)dev_tensor_wait_until(x, dev_monotonic_now() + 1e-4, &st);
+  }
+  dev_tensor_release(x);
+  dev_tensor_release(one);
+  return NULL;
+fail:
+  snprintf(th->err, sizeof th->err, "%s: %s", pd_code_name(st.code), st.msg);
+  atomic_store(&th->failed, 1);
+  dev_tensor_release(x);
+  dev_tensor_release(one);
+  return NULL;
+}
+
+static void stress_threads(bool fenced) {
+  dev_engine *e = fenced ? fenced_engine(ST_DEV) : tu_engine(ST_DEV, 0);
+  rcompleter rc;
+  if (fenced) rcompleter_start(&rc, ST_DEV, 12345u);
+  static st_thread th[ST_THREADS];
+  for (int t = 0; t < ST_THREADS; t++) {
+    memset(&th[t], 0, sizeof th[t]);
+    th[t].e = e;
+    th[t].id = t + 1;
+    assert_int_equal(pthread_create(&th[t].th, NULL, st_submitter, &th[t]), 0);
+  }
+  for (int t = 0; t < ST_THREADS; t++) pthread_join(th[t].th, NULL);
+  dev_engine_destroy(e); /* with ops in flight: runs and publishes them all */
+  if (fenced) {
+    rcompleter_stop(&rc);
+    assert_int_equal(T.destroyed_with_live, 0);
+  }
+  for (int t = 0; t < ST_THREADS; t++) {
+    if (atomic_load(&th[t].failed)) fail_msg("thread %d failed: %s", t, th[t].err);
+    assert_int_equal(atomic_load(&th[t].calls), ST_OPS);
+    assert_int_equal(atomic_load(&th[t].last_calls), 1);
+    double want[2] = {th[t].id + ST_OPS, 10 * th[t].id + ST_OPS};
+    for (int d = 0; d < ST_DEV; d++) tu_assert_close(th[t].last[d], want, 2, 0, 0);
+  }
+}
+
+static void test_stress_threads_fenced(void **state) { stress_threads(true); }
+static void test_stress_threads_cpu(void **state) { stress_threads(false); }
+
+/* The fence ring grows while it holds ops and wraps: 200 ops issued with no
+ * fence complete, 150 of them completed (the ring's head moves to 150), then
+ * 400 more (the ring, 256 entries at first, must double with its 50 live
+ * entries starting at 150). Every op completes, in order: x + 600. */
+static void test_fence_ring_growth(void **state) {
+  dev_engine *e = fenced_engine(2);
+  dev_tensor *one = tu_mirrored(e, PD_FLOAT32, 1, dims3, (double[]){1, 1, 1});
+  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, dims3, (double[]){0, 1, 2});
+  note n = NOTE_INIT;
+  dev_tensor *mark = NULL;
+  for (int i = 0; i < 600; i++) {
+    dev_tensor *y = exec2(e, "Add", x, one);
+    dev_tensor_release(x);
+    x = y;
+    if (i == 149) {
+      mark = x;
+      dev_tensor_retain(mark);
+    }
+    if (i == 199) {
+      for (int d = 0; d < 2; d++) {
+        wait_recorded(d, 200);
+        for (int k = 0; k < 150; k++) complete_next(d, PD_OK, NULL);
+      }
+      dev_status st = DEV_STATUS_INIT;
+      assert_int_equal(dev_tensor_wait(mark, &st), PD_OK); /* both heads at 150 */
+      assert_false(dev_tensor_is_ready(x));
+    }
+  }
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_tensor_notify(x, note_fn, &n, &st), PD_OK);
+  for (int d = 0; d < 2; d++) wait_recorded(d, 600);
+  assert_int_equal(note_calls(&n), 0);
+  complete_all();
+  note_wait(&n);
+  assert_int_equal(n.code, PD_OK);
+  double got[3];
+  for (int d = 0; d < 2; d++) {
+    tu_read(x, d, got, 3);
+    tu_assert_close(got, ((double[]){600, 601, 602}), 3, 0, 0);
+    tu_read(mark, d, got, 3);
+    tu_assert_close(got, ((double[]){150, 151, 152}), 3, 0, 0);
+  }
+  dev_tensor_release(mark);
+  dev_tensor_release(x);
+  dev_tensor_release(one);
+  dev_engine_destroy(e);
+  assert_int_equal(T.destroyed_with_live, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ready_waits_for_fence),
@@ -422,6 +920,12 @@ int main(void) {
       cmocka_unit_test(test_inputs_freed_at_issue),
       cmocka_unit_test(test_fence_record_failure),
       cmocka_unit_test(test_destroy_with_pending_fences),
+      cmocka_unit_test(test_stress_late_failures),
+      cmocka_unit_test(test_late_failure_meets_issue),
+      cmocka_unit_test(test_notify_races_publication),
+      cmocka_unit_test(test_stress_threads_fenced),
+      cmocka_unit_test(test_stress_threads_cpu),
+      cmocka_unit_test(test_fence_ring_growth),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
