@@ -2,7 +2,7 @@
  * repeat-until-min-time measurement, a memcpy baseline, and the result writer.
  *
  * Every measurement is appended as one JSON object per line to
- * bench-results.jsonl (DESIGN.md, "Benchmark output"):
+ * bench-results.jsonl (the project's benchmark format; README, "Benchmarks"):
  *   {"bench": "allreduce", "params": {...}, "metric": "busbw_GBps",
  *    "value": 3.1, "baseline": "memcpy_GBps", "baseline_value": 8.2,
  *    "ratio": 0.38}

@@ -79,6 +79,9 @@ enum {
   ID_PIPE = 100, /* .. ID_PIPE + PIPELINE - 1 */
 };
 
+/* The daemon's backend (and "no baseline" under --no-baseline), for params. */
+static char g_backend[48] = "unknown";
+
 static pd_status *st;
 static pd_session *sess;
 static bool baseline = true;
@@ -409,9 +412,10 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   const double tf_rpc = flops / t_rpc * 1e-12, tf_pipe = flops / t_pipe * 1e-12;
   char params[256];
   snprintf(params, sizeof params,
-           "\"dtype\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"devices\": %d%s",
+           "\"dtype\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"devices\": %d%s, "
+           "\"backend\": \"%s\"",
            pd_dtype_name(dt), m, n, k, mesh_devices,
-           mesh_devices > 1 ? ", \"per_device\": true" : "");
+           mesh_devices > 1 ? ", \"per_device\": true" : "", g_backend);
   printf("  MatMul %s %dx%dx%d: daemon %.4g TFLOP/s (%.3f ms), pipelined x%d "
          "%.4g TFLOP/s",
          pd_dtype_name(dt), m, n, k, tf_rpc, t_rpc * 1e3, PIPELINE, tf_pipe);
@@ -564,8 +568,8 @@ static int bench_shm(const float *up, size_t bytes, double min_time,
   char params[256], sb[32];
   bu_size_str(bytes, sb, sizeof sb);
   snprintf(params, sizeof params,
-           "\"bytes\": %zu, \"path\": \"shm\", \"devices\": %d", bytes,
-           mesh_devices);
+           "\"bytes\": %zu, \"path\": \"shm\", \"devices\": %d, \"backend\": \"%s\"",
+           bytes, mesh_devices, g_backend);
   double g_up = (double)bytes / t_up * 1e-9, g_down = (double)bytes / t_down * 1e-9;
   if (baseline) {
     printf("  upload %s from shared memory: %.2f GB/s (ratio %.3f)\n", sb, g_up,
@@ -621,8 +625,8 @@ static int bench_transfers(size_t bytes, double min_time) {
   bu_size_str(bytes, sb, sizeof sb);
   snprintf(params, sizeof params,
            "\"bytes\": %zu, \"path\": \"grpc\", \"chunk_bytes\": %zu, "
-           "\"host_memory\": \"pageable\", \"devices\": %d",
-           bytes, CHUNK, mesh_devices);
+           "\"host_memory\": \"pageable\", \"devices\": %d, \"backend\": \"%s\"",
+           bytes, CHUNK, mesh_devices, g_backend);
   double g_up = (double)bytes / t_up * 1e-9, g_down = (double)bytes / t_down * 1e-9;
   if (baseline) {
     printf("  upload %s through Upload: %.2f GB/s (cudaMemcpy from pinned %.1f "
@@ -725,6 +729,9 @@ int main(int argc, char **argv) {
   mesh_devices = pd_server_info_num_devices(info);
   char backend[32];
   snprintf(backend, sizeof backend, "%s", pd_server_info_backend(info));
+  /* Recorded in every result, so rows of a --no-baseline run against a CPU
+   * daemon are never mistaken for GPU figures. */
+  snprintf(g_backend, sizeof g_backend, "%s%s", backend, baseline ? "" : ", no baseline");
   const pd_device_info *d0 = pd_server_info_device(info, 0);
   char dev_name[256];
   snprintf(dev_name, sizeof dev_name, "%s", d0 && d0->name ? d0->name : "?");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: runs every benchmark in BENCHES against the build in BUILDDIR.
 # Each prints a table and appends JSON lines to BUILDDIR/bench-results.jsonl
-# (format: DESIGN.md, "Benchmark output"); the previous run's file is kept as
+# (format: bench/benchutil.h); the previous run's file is kept as
 # bench-results.jsonl.prev. Benchmarks are not tests: nothing here pass/fails
 # on a number, only on a benchmark that crashed or reported an error.
 # bench_gpu (the CUDA backend; built when it is) runs too where it was built:

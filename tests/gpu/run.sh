@@ -195,7 +195,11 @@ step_daemon_mesh4() {
     record "$name" FAIL $((SECONDS - t0)) "$start_why"
     return
   fi
-  note "paradevd (mesh of 4 on cuda:0) ready on $daemon_target after $((SECONDS - t0)) s"
+  if [ "${PARADEV_GPU_DAEMON_BACKEND:-cuda}" = cpu ]; then
+    note "paradevd (CPU backend, 4 devices, standing in for the GPU) ready on $daemon_target after $((SECONDS - t0)) s"
+  else
+    note "paradevd (mesh of 4 on cuda:0) ready on $daemon_target after $((SECONDS - t0)) s"
+  fi
   if ! timeout -k 5 20 env LD_LIBRARY_PATH="$ldp" "$bin/paradev" --target "$daemon_target" \
     info >"$logs/paradev-info.log" 2>&1 </dev/null; then
     problems+=("paradev info failed: $(why_fail "$logs/paradev-info.log")")
