@@ -1344,7 +1344,16 @@ def check_waits():
 # /tmp/paradevd-UID and 127.0.0.1:7478 are this test's alone. $1 paradevd,
 # $2 the paradev command, $3 the admin stand-in.
 SOCKET_DIR_SCRIPT = r"""
-mount -t tmpfs tmpfs /tmp && ip link set lo up || { echo "SKIP: no tmpfs or lo"; exit 0; }
+# A fresh /tmp; a build tree under /tmp (a CI clone there) is bound back in
+# from the old /tmp, kept at $4, so the binaries stay where they were.
+mount --bind /tmp "$4" && mount -t tmpfs tmpfs /tmp && ip link set lo up ||
+  { echo "SKIP: no tmpfs, bind mount or lo"; exit 0; }
+for p in "$1" "$2" "$3"; do
+  case "$p" in
+    /tmp/*) top=${p#/tmp/}; top=${top%%/*}
+            [ -d "/tmp/$top" ] || { mkdir "/tmp/$top" && mount --bind "$4/$top" "/tmp/$top"; } ;;
+  esac
+done
 unset XDG_RUNTIME_DIR RUNTIME_DIRECTORY PARADEV_TARGET PARADEV_ADMIN_SOCKET NOTIFY_SOCKET
 d=/tmp/paradevd-$(id -u)
 echo "uid $(id -u)"
@@ -1376,10 +1385,16 @@ def check_default_socket_dir():
     if not shutil.which("unshare") or not os.path.exists(cli_path):
         print("SKIP check_default_socket_dir: needs unshare(1) and %s" % cli_path)
         return
-    r = subprocess.run(["unshare", "--mount", "--net", "/bin/sh", "-c", SOCKET_DIR_SCRIPT,
-                        "sh", PARADEVD, cli_path, ADMIN_CLI],
-                       capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PATH=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"))
+    old_tmp = tempfile.mkdtemp(prefix="paradev-oldtmp.", dir="/var/tmp")
+    try:
+        r = subprocess.run(["unshare", "--mount", "--net", "/bin/sh", "-c", SOCKET_DIR_SCRIPT,
+                            "sh", os.path.realpath(PARADEVD), os.path.realpath(cli_path),
+                            os.path.realpath(ADMIN_CLI), old_tmp],
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ,
+                                    PATH=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"))
+    finally:
+        os.rmdir(old_tmp)
     out = r.stdout
     if r.returncode != 0 or "SKIP" in out or "uid " not in out:
         print("SKIP check_default_socket_dir: cannot make namespaces here (unshare "
