@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "client_int.h"
+#include "common.h"
 
 /* Bytes of a dense value of `rank` dims, or false on a negative dim or
  * overflow. */
@@ -29,14 +30,9 @@ static pd_code pdc_check_shape(pd_dtype dtype, const int64_t *dims, int rank,
                                size_t bytes, const char *what, pd_status *st) {
   if (pd_dtype_size(dtype) == 0) {
     char names[128];
-    size_t used = 0;
-    names[0] = '\0';
-    for (int d = 1; d < PD_DTYPE_COUNT && used < sizeof(names); d++)
-      used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
-                               d > 1 ? ", " : "", pd_dtype_name((pd_dtype)d));
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "%s: dtype %d is not a valid dtype; expected one of %s",
-                     what, (int)dtype, names);
+                     what, (int)dtype, pdcom_dtype_list(names, sizeof(names)));
   }
   if (rank < 0 || rank > PD_MAX_RANK || (rank > 0 && !dims))
     return pdc_error(st, PD_INVALID_ARGUMENT,

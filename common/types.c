@@ -2,8 +2,10 @@
  * (the paradev_common object library) that both the engine (device/) and
  * libparadev (client/) take in, so the two layers share this code and
  * nothing else, and a program linking both still has one definition. */
+#include <stdio.h>
 #include <string.h>
 
+#include "common.h"
 #include "paradev/types.h"
 
 static const char *const pdc_dtype_names[PD_DTYPE_COUNT] = {
@@ -53,4 +55,13 @@ size_t pd_dtype_size(pd_dtype dt) {
     default:
       return 0;
   }
+}
+
+const char *pdcom_dtype_list(char *buf, size_t len) {
+  size_t used = 0;
+  if (len) buf[0] = '\0';
+  for (int d = 1; d < PD_DTYPE_COUNT && used < len; d++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", d > 1 ? ", " : "",
+                             pdc_dtype_names[d]);
+  return buf;
 }

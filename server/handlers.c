@@ -6,6 +6,7 @@
 #include <string.h>
 
 #define SRV_LOG_SUB SRV_SUB_RPC
+#include "common.h"
 #include "log.h"
 #include "paradev/v1/paradev.pb-c.h"
 #include "server.h"
@@ -65,15 +66,10 @@ pd_code srv_dtype_from_pb(int v, const char *what, pd_dtype *out,
                           dev_status *st) {
   if (v <= PD_DTYPE_INVALID || v >= PD_DTYPE_COUNT) {
     char names[128];
-    size_t used = 0;
-    names[0] = '\0';
-    for (int d = 1; d < PD_DTYPE_COUNT && used < sizeof(names); d++)
-      used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
-                               d > 1 ? ", " : "", pd_dtype_name((pd_dtype)d));
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "%s: dtype %d is not a valid dtype; expected one of %s "
                      "(DType 1 to %d)",
-                     what, v, names, PD_DTYPE_COUNT - 1);
+                     what, v, pdcom_dtype_list(names, sizeof(names)), PD_DTYPE_COUNT - 1);
   }
   *out = (pd_dtype)v;
   return PD_OK;

@@ -31,8 +31,8 @@ static pthread_t srv_threads[SRV_MAX_THREADS];
  * end the ones still open after the grace period with a status that says
  * why; and set then, so that their wake-ups end them. */
 static pthread_mutex_t srv_live_mu = PTHREAD_MUTEX_INITIALIZER;
-static srv_call **srv_live;
-static size_t srv_live_n, srv_live_cap;
+static srv_call *srv_live; /* linked through live_prev/live_next */
+static size_t srv_live_n;
 static atomic_bool srv_ending_calls;
 /* Started calls not yet destroyed (srv_calls_in_progress). */
 static atomic_int srv_started_calls;
@@ -92,29 +92,24 @@ static void srv_count(srv_call *c) {
                             memory_order_relaxed);
 }
 
-/* Adds a started call to srv_live. Out of memory, it goes untracked: the
- * grace period's gRPC cancellation still ends it. */
+/* Adds a started call to srv_live (O(1): every RPC passes here). */
 static void srv_live_add(srv_call *c) {
   pthread_mutex_lock(&srv_live_mu);
-  if (srv_live_n == srv_live_cap) {
-    size_t cap = srv_live_cap ? srv_live_cap * 2 : 64;
-    srv_call **n = realloc(srv_live, cap * sizeof(*n));
-    if (n) {
-      srv_live = n;
-      srv_live_cap = cap;
-    }
-  }
-  if (srv_live_n < srv_live_cap) srv_live[srv_live_n++] = c;
+  c->live_prev = NULL;
+  c->live_next = srv_live;
+  if (srv_live) srv_live->live_prev = c;
+  srv_live = c;
+  srv_live_n++;
   pthread_mutex_unlock(&srv_live_mu);
 }
 
 static void srv_live_remove(srv_call *c) {
   pthread_mutex_lock(&srv_live_mu);
-  for (size_t i = srv_live_n; i-- > 0;)
-    if (srv_live[i] == c) {
-      srv_live[i] = srv_live[--srv_live_n];
-      break;
-    }
+  if (c->live_prev) c->live_prev->live_next = c->live_next;
+  else srv_live = c->live_next;
+  if (c->live_next) c->live_next->live_prev = c->live_prev;
+  c->live_prev = c->live_next = NULL;
+  srv_live_n--;
   pthread_mutex_unlock(&srv_live_mu);
 }
 
@@ -393,10 +388,9 @@ static int srv_end_live_calls(void) {
   pthread_mutex_lock(&srv_live_mu);
   size_t n = 0;
   srv_call **calls = srv_live_n ? malloc(srv_live_n * sizeof(*calls)) : NULL;
-  for (size_t i = 0; calls && i < srv_live_n; i++) {
+  for (srv_call *c = calls ? srv_live : NULL; c; c = c->live_next) {
     /* A reference unless the call is already being destroyed (its count
      * reached 0 and it waits for this lock to leave the list). */
-    srv_call *c = srv_live[i];
     int r = atomic_load(&c->refs);
     while (r > 0 && !atomic_compare_exchange_weak(&c->refs, &r, r + 1)) {
     }
@@ -858,11 +852,6 @@ void srv_stop(srv *s) {
   for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_destroy(s->cqs[i]);
   grpc_shutdown();
   srv_shm_destroy(s);
-  pthread_mutex_lock(&srv_live_mu); /* empty: every call is destroyed */
-  free(srv_live);
-  srv_live = NULL;
-  srv_live_n = srv_live_cap = 0;
-  pthread_mutex_unlock(&srv_live_mu);
 }
 
 /* --- one-shot waits ---------------------------------------------------------- */
