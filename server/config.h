@@ -23,7 +23,11 @@
 #define SRV_MAX_LISTEN 16
 #define SRV_MAX_THREADS 16
 #define SRV_ADDR_MAX 256
+/* server/CMakeLists.txt sets it to the installed configuration
+ * (CMAKE_INSTALL_FULL_SYSCONFDIR/paradev/paradevd.conf). */
+#ifndef SRV_DEFAULT_CONFIG
 #define SRV_DEFAULT_CONFIG "/etc/paradev/paradevd.conf"
+#endif
 
 /* What a client controls is bounded by these (reported by GetServerInfo). */
 typedef struct srv_limits {

@@ -1015,7 +1015,7 @@ def check_stuck_shutdown():
     while it is wedged exits 1 at once. Both send STOPPING=1."""
     # systemd's stop timeout outlasts the whole bounded shutdown with the
     # shipped settings, so the daemon, not SIGKILL, ends a stuck one.
-    unit = open(os.path.join(DEPLOY, "systemd", "paradevd.service")).read()
+    unit = open(os.path.join(DEPLOY, "systemd", "paradevd.service.in")).read()
     conf = open(os.path.join(DEPLOY, "paradevd.conf")).read()
     key = lambda k, text: int(re.search(r"(?m)^%s\s*=\s*(\d+)" % k, text).group(1))
     bound = key("drain_timeout_seconds", conf) + key("shutdown_grace_ms", conf) / 1000 + 10
