@@ -32,6 +32,7 @@
 #include <cuda_runtime_api.h>
 
 #include "device.h"
+#include "testutil.h"
 
 /* ------------------------------------------------------------------------ */
 /* Engines                                                                   */
@@ -108,12 +109,6 @@ typedef struct tin {
   double special;
 } tin;
 
-static int64_t count_of(int rank, const int64_t *dims) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= dims[i];
-  return n;
-}
-
 static void *make_values(const tin *t, int64_t n) {
   size_t es = pd_dtype_size(t->dt);
   void *buf = malloc(n ? (size_t)n * es : 1);
@@ -146,16 +141,6 @@ static dev_tensor *upload(dev_engine *e, pd_dtype dt, int rank, const int64_t *d
 /* ------------------------------------------------------------------------ */
 /* Comparison                                                                */
 
-static double tolerance(pd_dtype dt) {
-  switch (dt) {
-    case PD_FLOAT32: return 1e-5;
-    case PD_FLOAT64: return 1e-12;
-    case PD_FLOAT16: return 2e-3;
-    case PD_BFLOAT16: return 1e-2;
-    default: return 0;
-  }
-}
-
 static long long g_compared; /* elements compared, for the summary line */
 static int g_cases;           /* ops run on both backends */
 static int g_refused;  /* cases both engines refused at validation */
@@ -173,7 +158,7 @@ static void compare_component(const char *what, dev_tensor *want, dev_tensor *go
     fail_msg("%s: component %d has shape %s on the GPU, %s on the CPU", what, c,
              dev_shape_str(gs, a, sizeof a), dev_shape_str(ws, b, sizeof b));
   }
-  int64_t n = count_of(ws->rank, ws->dims);
+  int64_t n = tu_count(ws->rank, ws->dims);
   size_t bytes = (size_t)n * pd_dtype_size(dt);
   void *wb = malloc(bytes ? bytes : 1), *gb = malloc(bytes ? bytes : 1);
   assert_non_null(wb);
@@ -181,7 +166,7 @@ static void compare_component(const char *what, dev_tensor *want, dev_tensor *go
   dev_layout lay = {DEV_LAYOUT_COMPONENT, 0, c};
   if (dev_tensor_to_host(want, &lay, 0, wb, bytes, &st) != PD_OK) fail_msg("%s: cpu download: %s", what, st.msg);
   if (dev_tensor_to_host(got, &lay, 0, gb, bytes, &st) != PD_OK) fail_msg("%s: gpu download: %s", what, st.msg);
-  if (rtol < 0) rtol = tolerance(dt);
+  if (rtol < 0) rtol = tu_rtol_backends(dt);
   if (dt == PD_BOOL) /* comparisons and casts write bytes 0 or 1, never other truths */
     for (int64_t i = 0; i < n; i++)
       if (((unsigned char *)gb)[i] > 1 || ((unsigned char *)wb)[i] > 1)
@@ -298,7 +283,7 @@ static void check_op(const char *what, const char *op, const tin *ins, int n_in,
   const int n = 2;
   dev_tensor *ci[8] = {0}, *gi[8] = {0};
   for (int k = 0; k < n_in; k++) {
-    int64_t cnt = count_of(ins[k].rank, ins[k].dims);
+    int64_t cnt = tu_count(ins[k].rank, ins[k].dims);
     void *vals = make_values(&ins[k], cnt);
     ci[k] = upload(cpu_engine(n), ins[k].dt, ins[k].rank, ins[k].dims, vals);
     gi[k] = upload(gpu_engine(n), ins[k].dt, ins[k].rank, ins[k].dims, vals);
@@ -1189,7 +1174,7 @@ static void collective_case(dev_engine *ce, dev_engine *ge, int n, const char *o
     tin t = TIN0(dt, shapes[c].rank, dt == PD_UINT8 || dt == PD_BOOL ? 0 : -9, dt == PD_BOOL ? 1 : 9);
     t.special = 0.01; /* floats: NaN must survive max/min, as on the CPU */
     memcpy(t.dims, shapes[c].dims, sizeof t.dims);
-    vals[c] = make_values(&t, count_of(t.rank, t.dims));
+    vals[c] = make_values(&t, tu_count(t.rank, t.dims));
     cv[c] = vals[c];
   }
   dev_tensor *ct = NULL, *gt = NULL;

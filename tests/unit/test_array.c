@@ -26,18 +26,6 @@ static double *vals_for(pd_dtype dt, int64_t n) {
   return v;
 }
 
-static void check_component(dev_tensor *t, int c, const double *want, int64_t n) {
-  double *got = malloc((size_t)(n > 0 ? n : 1) * sizeof *got);
-  assert_non_null(got);
-  assert_int_equal(tu_read(t, c, got, n), n);
-  tu_assert_close(got, want, n, 0, 0);
-  free(got);
-}
-
-static void check_all(dev_tensor *t, const double *want, int64_t n) {
-  for (int c = 0; c < dev_tensor_num_components(t); c++) check_component(t, c, want, n);
-}
-
 /* Flat index from a multi-index. */
 static int64_t flat(int rank, const int64_t *dims, const int64_t *idx) {
   int64_t f = 0;
@@ -60,7 +48,7 @@ static void engine_still_works(dev_engine *e) {
   dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 2, dims, (double[]){1, 2, 3, 4});
   dev_attr a = dev_attr_int_list("perm", (int64_t[]){1, 0}, 2);
   dev_tensor *y = tu_exec(e, "Transpose", &x, 1, &a, 1, 0);
-  check_all(y, (double[]){1, 3, 2, 4}, 4);
+  tu_assert_components_close(y, ((double[]){1, 3, 2, 4}), 4, 0, 0);
   dev_tensor_release(x);
   dev_tensor_release(y);
 }
@@ -79,7 +67,7 @@ static void test_identity(void **state) {
       dev_tensor *y = tu_exec(e, "Identity", &x, 1, NULL, 0, 0);
       assert_int_equal(dev_tensor_dtype(y), dt);
       tu_assert_shape(dev_tensor_shape(y), 2, 2, 3);
-      check_all(y, v, 6);
+      tu_assert_components_close(y, v, 6, 0, 0);
       dev_tensor_release(x);
       dev_tensor_release(y);
       free(v);
@@ -87,11 +75,11 @@ static void test_identity(void **state) {
     /* rank 0 and zero-size */
     dev_tensor *s = tu_mirrored(e, PD_INT64, 0, NULL, (double[]){-5});
     dev_tensor *ys = tu_exec(e, "Identity", &s, 1, NULL, 0, 0);
-    check_all(ys, (double[]){-5}, 1);
+    tu_assert_components_close(ys, ((double[]){-5}), 1, 0, 0);
     dev_tensor *z = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){0, 4}, NULL);
     dev_tensor *yz = tu_exec(e, "Identity", &z, 1, NULL, 0, 0);
     tu_assert_shape(dev_tensor_shape(yz), 2, 0, 4);
-    check_all(yz, NULL, 0);
+    tu_assert_components_close(yz, NULL, 0, 0, 0);
     dev_tensor_release(s);
     dev_tensor_release(ys);
     dev_tensor_release(z);
@@ -108,10 +96,10 @@ static void test_identity_lifetimes(void **state) {
   dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
   dev_tensor *y = tu_exec(e, "Identity", &x, 1, NULL, 0, 0);
   dev_tensor_release(x);
-  check_all(y, (double[]){1, 2, 3}, 3);
+  tu_assert_components_close(y, ((double[]){1, 2, 3}), 3, 0, 0);
   dev_tensor *z = tu_exec(e, "Identity", &y, 1, NULL, 0, 0);
   dev_tensor_release(z);
-  check_all(y, (double[]){1, 2, 3}, 3);
+  tu_assert_components_close(y, ((double[]){1, 2, 3}), 3, 0, 0);
   dev_tensor_release(y);
   dev_engine_destroy(e);
 }
@@ -130,7 +118,7 @@ static void test_reshape(void **state) {
     dev_tensor *y = tu_exec(e, "Reshape", &x, 1, &a, 1, 0);
     assert_int_equal(dev_tensor_dtype(y), dt);
     tu_assert_shape(dev_tensor_shape(y), 2, 4, 6);
-    check_all(y, v, 24); /* row-major order is kept */
+    tu_assert_components_close(y, v, 24, 0, 0); /* row-major order is kept */
     dev_tensor_release(y);
     a = dev_attr_int_list("shape", (int64_t[]){-1}, 1);
     y = tu_exec(e, "Reshape", &x, 1, &a, 1, 0);
@@ -139,7 +127,7 @@ static void test_reshape(void **state) {
     a = dev_attr_int_list("shape", (int64_t[]){3, 2, -1, 2}, 4);
     y = tu_exec(e, "Reshape", &x, 1, &a, 1, 0);
     tu_assert_shape(dev_tensor_shape(y), 4, 3, 2, 2, 2);
-    check_all(y, v, 24);
+    tu_assert_components_close(y, v, 24, 0, 0);
     dev_tensor_release(y);
     dev_tensor_release(x);
     free(v);
@@ -149,11 +137,11 @@ static void test_reshape(void **state) {
   dev_attr a = dev_attr_int_list("shape", (int64_t[]){1, -1}, 2);
   dev_tensor *y = tu_exec(e, "Reshape", &s, 1, &a, 1, 0);
   tu_assert_shape(dev_tensor_shape(y), 2, 1, 1);
-  check_all(y, (double[]){2.5}, 1);
+  tu_assert_components_close(y, ((double[]){2.5}), 1, 0, 0);
   dev_attr a0 = dev_attr_int_list("shape", NULL, 0);
   dev_tensor *y0 = tu_exec(e, "Reshape", &y, 1, &a0, 1, 0);
   tu_assert_shape(dev_tensor_shape(y0), 0);
-  check_all(y0, (double[]){2.5}, 1);
+  tu_assert_components_close(y0, ((double[]){2.5}), 1, 0, 0);
   dev_tensor_release(s);
   dev_tensor_release(y);
   dev_tensor_release(y0);
@@ -166,7 +154,7 @@ static void test_reshape(void **state) {
   a = dev_attr_int_list("shape", (int64_t[]){2, 0, 3}, 3);
   y = tu_exec(e, "Reshape", &z, 1, &a, 1, 0);
   tu_assert_shape(dev_tensor_shape(y), 3, 2, 0, 3);
-  check_all(y, NULL, 0);
+  tu_assert_components_close(y, NULL, 0, 0, 0);
   dev_tensor_release(y);
   dev_tensor_release(z);
   dev_engine_destroy(e);
@@ -186,16 +174,16 @@ static void test_reshape_sharded(void **state) {
   tu_assert_shape(dev_tensor_component_shape(y, 1), 1, 4);
   tu_assert_shape(dev_tensor_component_shape(y, 2), 1, 4);
   tu_assert_shape(dev_tensor_shape(y), 1, -1);
-  check_component(y, 0, (double[]){0, 1, 2, 3, 4, 5}, 6);
-  check_component(y, 1, (double[]){6, 7, 8, 9}, 4);
-  check_component(y, 2, (double[]){10, 11, 12, 13}, 4);
+  tu_assert_tensor_close(y, 0, ((double[]){0, 1, 2, 3, 4, 5}), 6, 0, 0);
+  tu_assert_tensor_close(y, 1, ((double[]){6, 7, 8, 9}), 4, 0, 0);
+  tu_assert_tensor_close(y, 2, ((double[]){10, 11, 12, 13}), 4, 0, 0);
   dev_tensor_release(y);
   /* [-1, 2, 1]: [3, 2, 1], [2, 2, 1], [2, 2, 1] */
   a = dev_attr_int_list("shape", (int64_t[]){-1, 2, 1}, 3);
   y = tu_exec(e, "Reshape", &x, 1, &a, 1, 0);
   tu_assert_shape(dev_tensor_component_shape(y, 0), 3, 3, 2, 1);
   tu_assert_shape(dev_tensor_component_shape(y, 2), 3, 2, 2, 1);
-  check_component(y, 2, (double[]){10, 11, 12, 13}, 4);
+  tu_assert_tensor_close(y, 2, ((double[]){10, 11, 12, 13}), 4, 0, 0);
   dev_tensor_release(y);
   /* [3, -1] fits component 0 (6) but not components 1, 2 (4 elements). */
   a = dev_attr_int_list("shape", (int64_t[]){3, -1}, 2);
@@ -248,18 +236,18 @@ static void test_transpose_2x3(void **state) {
       dev_tensor *y = tu_exec(e, "Transpose", &x, 1, &a, 1, 0);
       assert_int_equal(dev_tensor_dtype(y), dt);
       tu_assert_shape(dev_tensor_shape(y), 2, 3, 2);
-      check_all(y, want, 6);
+      tu_assert_components_close(y, want, 6, 0, 0);
       dev_tensor_release(y);
       /* empty perm reverses the axes (numpy.transpose) */
       a = dev_attr_int_list("perm", NULL, 0);
       y = tu_exec(e, "Transpose", &x, 1, &a, 1, 0);
       tu_assert_shape(dev_tensor_shape(y), 2, 3, 2);
-      check_all(y, want, 6);
+      tu_assert_components_close(y, want, 6, 0, 0);
       dev_tensor_release(y);
       /* identity perm */
       a = dev_attr_int_list("perm", (int64_t[]){0, 1}, 2);
       y = tu_exec(e, "Transpose", &x, 1, &a, 1, 0);
-      check_all(y, in, 6);
+      tu_assert_components_close(y, in, 6, 0, 0);
       dev_tensor_release(y);
       dev_tensor_release(x);
     }
@@ -291,7 +279,7 @@ static void check_transpose(dev_engine *e, pd_dtype dt, int rank, const int64_t 
   const dev_shape *ys = dev_tensor_shape(y);
   assert_int_equal(ys->rank, rank);
   for (int d = 0; d < rank; d++) assert_int_equal(ys->dims[d], od[d]);
-  check_all(y, want, n);
+  tu_assert_components_close(y, want, n, 0, 0);
   dev_tensor_release(x);
   dev_tensor_release(y);
   free(in);
@@ -345,9 +333,9 @@ static void test_transpose_sharded(void **state) {
   dev_tensor *y = tu_exec(e, "Transpose", &x, 1, &a, 1, 0);
   tu_assert_shape(dev_tensor_component_shape(y, 0), 2, 2, 2);
   tu_assert_shape(dev_tensor_component_shape(y, 1), 2, 2, 1);
-  check_component(y, 0, (double[]){0, 2, 1, 3}, 4);
-  check_component(y, 1, (double[]){4, 5}, 2);
-  check_component(y, 2, (double[]){6, 7}, 2);
+  tu_assert_tensor_close(y, 0, ((double[]){0, 2, 1, 3}), 4, 0, 0);
+  tu_assert_tensor_close(y, 1, ((double[]){4, 5}), 2, 0, 0);
+  tu_assert_tensor_close(y, 2, ((double[]){6, 7}), 2, 0, 0);
   dev_tensor_release(x);
   dev_tensor_release(y);
   dev_engine_destroy(e);
@@ -400,7 +388,7 @@ static void test_concat_hand(void **state) {
         dev_tensor *y = tu_exec(e, "Concat", in, 2, &a, 1, 0);
         assert_int_equal(dev_tensor_dtype(y), dt);
         tu_assert_shape(dev_tensor_shape(y), 2, 2, 3);
-        check_all(y, want1, 6);
+        tu_assert_components_close(y, want1, 6, 0, 0);
         dev_tensor_release(y);
       }
       /* axis 0 and -2 with d = [[7 8]]: [[1 2] [3 4] [7 8]] */
@@ -411,7 +399,7 @@ static void test_concat_hand(void **state) {
         dev_attr a = dev_attr_int("axis", ax);
         dev_tensor *y = tu_exec(e, "Concat", in, 2, &a, 1, 0);
         tu_assert_shape(dev_tensor_shape(y), 2, 3, 2);
-        check_all(y, want0, 6);
+        tu_assert_components_close(y, want0, 6, 0, 0);
         dev_tensor_release(y);
       }
       dev_tensor_release(in[0]);
@@ -432,7 +420,7 @@ static void test_concat_lists(void **state) {
   dev_attr a = dev_attr_int("axis", 1);
   dev_tensor *y = tu_exec(e, "Concat", &x, 1, &a, 1, 0);
   tu_assert_shape(dev_tensor_shape(y), 3, 2, 3, 4);
-  check_all(y, v, 24);
+  tu_assert_components_close(y, v, 24, 0, 0);
   dev_tensor_release(y);
   dev_tensor_release(x);
 
@@ -469,7 +457,7 @@ static void test_concat_lists(void **state) {
     y = tu_exec(e, "Concat", in, 5, &a, 1, 0);
     const dev_shape *ys = dev_tensor_shape(y);
     for (int d = 0; d < 3; d++) assert_int_equal(ys->dims[d], od[d]);
-    check_all(y, want, n);
+    tu_assert_components_close(y, want, n, 0, 0);
     dev_tensor_release(y);
     free(want);
     for (int k = 0; k < 5; k++) {
@@ -489,9 +477,9 @@ static void test_concat_sharded(void **state) {
   in[1] = tu_sharded(e, PD_FLOAT64, 1, (int64_t[]){3}, 0, w);  /* 1, 1, 1 */
   dev_attr a = dev_attr_int("axis", 0);
   dev_tensor *y = tu_exec(e, "Concat", in, 2, &a, 1, 0);
-  check_component(y, 0, (double[]){0, 1, 10}, 3);
-  check_component(y, 1, (double[]){2, 3, 11}, 3);
-  check_component(y, 2, (double[]){4, 12}, 2);
+  tu_assert_tensor_close(y, 0, ((double[]){0, 1, 10}), 3, 0, 0);
+  tu_assert_tensor_close(y, 1, ((double[]){2, 3, 11}), 3, 0, 0);
+  tu_assert_tensor_close(y, 2, ((double[]){4, 12}), 2, 0, 0);
   tu_assert_shape(dev_tensor_shape(y), 1, -1);
   dev_tensor_release(y);
   dev_tensor_release(in[0]);
@@ -523,7 +511,7 @@ static void test_concat_errors(void **state) {
   tu_exec_fails(e, "Concat", in, 2, NULL, 0, PD_INVALID_ARGUMENT, "axis");
   ax = dev_attr_int("axis", 1);
   dev_tensor *y = tu_exec(e, "Concat", in, 2, &ax, 1, 0);
-  check_all(y, (double[]){1, 2, 1, 2, 3, 3, 4, 4, 5, 6}, 10);
+  tu_assert_components_close(y, ((double[]){1, 2, 1, 2, 3, 3, 4, 4, 5, 6}), 10, 0, 0);
   dev_tensor_release(y);
   dev_tensor_release(a22);
   dev_tensor_release(i22);
@@ -550,28 +538,28 @@ static void test_slice(void **state) {
     dev_tensor *y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
     assert_int_equal(dev_tensor_dtype(y), dt);
     tu_assert_shape(dev_tensor_shape(y), 2, 2, 2);
-    check_all(y, (double[]){v[5], v[6], v[9], v[10]}, 4);
+    tu_assert_components_close(y, ((double[]){v[5], v[6], v[9], v[10]}), 4, 0, 0);
     dev_tensor_release(y);
     /* size -1: x[1:, 2:] */
     a[0] = dev_attr_int_list("begin", (int64_t[]){1, 2}, 2);
     a[1] = dev_attr_int_list("size", (int64_t[]){-1, -1}, 2);
     y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
     tu_assert_shape(dev_tensor_shape(y), 2, 2, 2);
-    check_all(y, (double[]){v[6], v[7], v[10], v[11]}, 4);
+    tu_assert_components_close(y, ((double[]){v[6], v[7], v[10], v[11]}), 4, 0, 0);
     dev_tensor_release(y);
     /* whole rows: x[2:3, :] */
     a[0] = dev_attr_int_list("begin", (int64_t[]){2, 0}, 2);
     a[1] = dev_attr_int_list("size", (int64_t[]){1, -1}, 2);
     y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
     tu_assert_shape(dev_tensor_shape(y), 2, 1, 4);
-    check_all(y, (double[]){v[8], v[9], v[10], v[11]}, 4);
+    tu_assert_components_close(y, ((double[]){v[8], v[9], v[10], v[11]}), 4, 0, 0);
     dev_tensor_release(y);
     /* empty: begin at the end, size 0 */
     a[0] = dev_attr_int_list("begin", (int64_t[]){3, 4}, 2);
     a[1] = dev_attr_int_list("size", (int64_t[]){0, -1}, 2);
     y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
     tu_assert_shape(dev_tensor_shape(y), 2, 0, 0);
-    check_all(y, NULL, 0);
+    tu_assert_components_close(y, NULL, 0, 0, 0);
     dev_tensor_release(y);
     dev_tensor_release(x);
     free(v);
@@ -595,7 +583,7 @@ static void test_slice(void **state) {
     dev_attr a[2] = {dev_attr_int_list("begin", b, 3), dev_attr_int_list("size", s, 3)};
     dev_tensor *y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
     tu_assert_shape(dev_tensor_shape(y), 3, sz[0], sz[1], sz[2]);
-    check_all(y, want, o);
+    tu_assert_components_close(y, want, o, 0, 0);
     dev_tensor_release(y);
   }
   dev_tensor_release(x);
@@ -603,7 +591,7 @@ static void test_slice(void **state) {
   dev_tensor *s0 = tu_mirrored(e, PD_INT32, 0, NULL, (double[]){9});
   dev_attr a0[2] = {dev_attr_int_list("begin", NULL, 0), dev_attr_int_list("size", NULL, 0)};
   dev_tensor *y0 = tu_exec(e, "Slice", &s0, 1, a0, 2, 0);
-  check_all(y0, (double[]){9}, 1);
+  tu_assert_components_close(y0, ((double[]){9}), 1, 0, 0);
   dev_tensor_release(y0);
   dev_tensor_release(s0);
   dev_engine_destroy(e);
@@ -619,8 +607,8 @@ static void test_slice_sharded_and_errors(void **state) {
   dev_attr a[2] = {dev_attr_int_list("begin", (int64_t[]){1, 1}, 2),
                    dev_attr_int_list("size", (int64_t[]){-1, -1}, 2)};
   dev_tensor *y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
-  check_component(y, 0, (double[]){3}, 1);
-  check_component(y, 1, (double[]){7}, 1);
+  tu_assert_tensor_close(y, 0, ((double[]){3}), 1, 0, 0);
+  tu_assert_tensor_close(y, 1, ((double[]){7}), 1, 0, 0);
   tu_assert_shape(dev_tensor_component_shape(y, 2), 2, 0, 1);
   dev_tensor_release(y);
   /* size 2 on axis 0 fits components 0, 1 but not 2 */
@@ -669,7 +657,7 @@ static void test_gather(void **state) {
         dev_tensor *y = tu_exec(e, "Gather", in, 2, NULL, 0, 0);
         assert_int_equal(dev_tensor_dtype(y), dt);
         tu_assert_shape(dev_tensor_shape(y), 2, 3, 3);
-        check_all(y, (double[]){pv[9], pv[10], pv[11], pv[0], pv[1], pv[2], pv[9], pv[10], pv[11]}, 9);
+        tu_assert_components_close(y, ((double[]){pv[9], pv[10], pv[11], pv[0], pv[1], pv[2], pv[9], pv[10], pv[11]}), 9, 0, 0);
         dev_tensor_release(y);
         /* axis 1 (and -1), indices [2, 1] -> columns 2, 1 */
         dev_tensor_release(in[1]);
@@ -678,7 +666,7 @@ static void test_gather(void **state) {
           dev_attr a = dev_attr_int("axis", ax);
           y = tu_exec(e, "Gather", in, 2, &a, 1, 0);
           tu_assert_shape(dev_tensor_shape(y), 2, 4, 2);
-          check_all(y, (double[]){pv[2], pv[1], pv[5], pv[4], pv[8], pv[7], pv[11], pv[10]}, 8);
+          tu_assert_components_close(y, ((double[]){pv[2], pv[1], pv[5], pv[4], pv[8], pv[7], pv[11], pv[10]}), 8, 0, 0);
           dev_tensor_release(y);
         }
         dev_tensor_release(in[1]);
@@ -686,8 +674,8 @@ static void test_gather(void **state) {
         in[1] = tu_mirrored(e, idt, 2, (int64_t[]){2, 2}, (double[]){1, 2, 0, 1});
         y = tu_exec(e, "Gather", in, 2, NULL, 0, 0);
         tu_assert_shape(dev_tensor_shape(y), 3, 2, 2, 3);
-        check_all(y, (double[]){pv[3], pv[4], pv[5], pv[6], pv[7], pv[8],
-                                pv[0], pv[1], pv[2], pv[3], pv[4], pv[5]}, 12);
+        tu_assert_components_close(y, ((double[]){pv[3], pv[4], pv[5], pv[6], pv[7], pv[8],
+                                pv[0], pv[1], pv[2], pv[3], pv[4], pv[5]}), 12, 0, 0);
         dev_tensor_release(y);
         /* rank-2 indices on axis 1 -> [4, 2, 2] */
         dev_attr a1 = dev_attr_int("axis", 1);
@@ -697,21 +685,21 @@ static void test_gather(void **state) {
         const int ix[4] = {1, 2, 0, 1};
         for (int r = 0; r < 4; r++)
           for (int j = 0; j < 4; j++) want[r * 4 + j] = pv[r * 3 + ix[j]];
-        check_all(y, want, 16);
+        tu_assert_components_close(y, want, 16, 0, 0);
         dev_tensor_release(y);
         dev_tensor_release(in[1]);
         /* scalar index drops the axis: params[2] -> [3] */
         in[1] = tu_mirrored(e, idt, 0, NULL, (double[]){2});
         y = tu_exec(e, "Gather", in, 2, NULL, 0, 0);
         tu_assert_shape(dev_tensor_shape(y), 1, 3);
-        check_all(y, (double[]){pv[6], pv[7], pv[8]}, 3);
+        tu_assert_components_close(y, ((double[]){pv[6], pv[7], pv[8]}), 3, 0, 0);
         dev_tensor_release(y);
         dev_tensor_release(in[1]);
         /* empty indices -> [0, 3] */
         in[1] = tu_mirrored(e, idt, 1, (int64_t[]){0}, NULL);
         y = tu_exec(e, "Gather", in, 2, NULL, 0, 0);
         tu_assert_shape(dev_tensor_shape(y), 2, 0, 3);
-        check_all(y, NULL, 0);
+        tu_assert_components_close(y, NULL, 0, 0, 0);
         dev_tensor_release(y);
         dev_tensor_release(in[1]);
       }
@@ -741,7 +729,7 @@ static void test_gather_random_and_sharded(void **state) {
   for (int i = 0; i < 5; i++)
     for (int j = 0; j < 8; j++)
       for (int k = 0; k < 7; k++) want[o++] = pv[(i * 6 + (int)ir[j]) * 7 + k];
-  check_all(y, want, o);
+  tu_assert_components_close(y, want, o, 0, 0);
   dev_tensor_release(y);
   dev_tensor_release(idx);
   /* indices sharded [5] -> 2, 2, 1 per component */
@@ -753,8 +741,8 @@ static void test_gather_random_and_sharded(void **state) {
   double w1[84];
   memcpy(w1, pv + 1 * 42, 42 * sizeof(double)); /* component 1: rows 1, 3 */
   memcpy(w1 + 42, pv + 3 * 42, 42 * sizeof(double));
-  check_component(y, 1, w1, 84);
-  check_component(y, 2, pv + 2 * 42, 42);        /* component 2: row 2 */
+  tu_assert_tensor_close(y, 1, w1, 84, 0, 0);
+  tu_assert_tensor_close(y, 2, pv + 2 * 42, 42, 0, 0);        /* component 2: row 2 */
   dev_tensor_release(y);
   dev_tensor_release(idx);
   dev_tensor_release(params);
@@ -829,7 +817,7 @@ static void test_gather_errors(void **state) {
   in[0] = p;
   in[1] = good;
   y = tu_exec(e, "Gather", in, 2, NULL, 0, 0);
-  check_all(y, (double[]){1}, 1);
+  tu_assert_components_close(y, ((double[]){1}), 1, 0, 0);
   dev_tensor_release(y);
   dev_tensor_release(good);
   dev_tensor_release(p);
@@ -853,20 +841,20 @@ static void test_onehot(void **state) {
       dev_tensor *y = tu_exec(e, "OneHot", &ind, 1, &a, 1, 0);
       assert_int_equal(dev_tensor_dtype(y), PD_FLOAT32);
       tu_assert_shape(dev_tensor_shape(y), 2, 4, 3);
-      check_all(y, (double[]){1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}, 12);
+      tu_assert_components_close(y, ((double[]){1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}), 12, 0, 0);
       dev_tensor_release(y);
       /* axis 0: [3, 4], transposed */
       dev_attr a2[4] = {dev_attr_int("depth", 3), dev_attr_int("axis", 0),
                         dev_attr_float("on_value", 5), dev_attr_float("off_value", -1)};
       y = tu_exec(e, "OneHot", &ind, 1, a2, 4, 0);
       tu_assert_shape(dev_tensor_shape(y), 2, 3, 4);
-      check_all(y, (double[]){5, -1, -1, -1, -1, -1, -1, 5, -1, 5, -1, -1}, 12);
+      tu_assert_components_close(y, ((double[]){5, -1, -1, -1, -1, -1, -1, 5, -1, 5, -1, -1}), 12, 0, 0);
       dev_tensor_release(y);
       dev_tensor_release(ind);
       /* index == depth and a large index: rows of off */
       ind = tu_mirrored(e, idts[it], 1, (int64_t[]){3}, (double[]){3, 200, 2});
       y = tu_exec(e, "OneHot", &ind, 1, &a, 1, 0);
-      check_all(y, (double[]){0, 0, 0, 0, 0, 0, 0, 0, 1}, 9);
+      tu_assert_components_close(y, ((double[]){0, 0, 0, 0, 0, 0, 0, 0, 1}), 9, 0, 0);
       dev_tensor_release(y);
       dev_tensor_release(ind);
     }
@@ -878,18 +866,18 @@ static void test_onehot(void **state) {
     assert_int_equal(dev_tensor_dtype(y), PD_INT64);
     tu_assert_shape(dev_tensor_shape(y), 3, 2, 2, 2);
     /* out[i, d, j] = ind[i, j] == d ? 1 : 7 */
-    check_all(y, (double[]){7, 7, 1, 7, 1, 7, 7, 1}, 8);
+    tu_assert_components_close(y, ((double[]){7, 7, 1, 7, 1, 7, 7, 1}), 8, 0, 0);
     dev_tensor_release(y);
     /* axis -1 explicitly on rank 2 equals the default */
     a[1] = dev_attr_int("axis", -1);
     y = tu_exec(e, "OneHot", &ind, 1, a, 4, 0);
     tu_assert_shape(dev_tensor_shape(y), 3, 2, 2, 2);
-    check_all(y, (double[]){7, 1, 7, 7, 1, 7, 7, 1}, 8);
+    tu_assert_components_close(y, ((double[]){7, 1, 7, 7, 1, 7, 7, 1}), 8, 0, 0);
     dev_tensor_release(y);
     /* axis 2 == rank behaves as -1 */
     a[1] = dev_attr_int("axis", 2);
     y = tu_exec(e, "OneHot", &ind, 1, a, 4, 0);
-    check_all(y, (double[]){7, 1, 7, 7, 1, 7, 7, 1}, 8);
+    tu_assert_components_close(y, ((double[]){7, 1, 7, 7, 1, 7, 7, 1}), 8, 0, 0);
     dev_tensor_release(y);
     /* every number dtype: on 2.5 / off -1.5 convert as to that dtype */
     const pd_dtype odts[7] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16, PD_BFLOAT16,
@@ -903,31 +891,31 @@ static void test_onehot(void **state) {
       y = tu_exec(e, "OneHot", &i1, 1, b, 4, 0);
       assert_int_equal(dev_tensor_dtype(y), odts[k]);
       double on = on_want[k], off = off_want[k];
-      check_all(y, (double[]){off, on, on, off}, 4);
+      tu_assert_components_close(y, ((double[]){off, on, on, off}), 4, 0, 0);
       dev_tensor_release(y);
     }
     /* saturation and NaN into integer dtypes */
     dev_attr c[4] = {dev_attr_int("depth", 2), dev_attr_dtype("dtype", PD_UINT8),
                      dev_attr_float("on_value", 1e9), dev_attr_float("off_value", NAN)};
     y = tu_exec(e, "OneHot", &i1, 1, c, 4, 0);
-    check_all(y, (double[]){0, 255, 255, 0}, 4);
+    tu_assert_components_close(y, ((double[]){0, 255, 255, 0}), 4, 0, 0);
     dev_tensor_release(y);
     c[1] = dev_attr_dtype("dtype", PD_INT32);
     c[2] = dev_attr_float("on_value", -1e20);
     y = tu_exec(e, "OneHot", &i1, 1, c, 4, 0);
-    check_all(y, (double[]){0, -2147483648.0, -2147483648.0, 0}, 4);
+    tu_assert_components_close(y, ((double[]){0, -2147483648.0, -2147483648.0, 0}), 4, 0, 0);
     dev_tensor_release(y);
     /* depth 0 and scalar indices */
     dev_attr d0 = dev_attr_int("depth", 0);
     y = tu_exec(e, "OneHot", &i1, 1, &d0, 1, 0);
     tu_assert_shape(dev_tensor_shape(y), 2, 2, 0);
-    check_all(y, NULL, 0);
+    tu_assert_components_close(y, NULL, 0, 0, 0);
     dev_tensor_release(y);
     dev_tensor *s = tu_mirrored(e, PD_UINT8, 0, NULL, (double[]){2});
     dev_attr d4 = dev_attr_int("depth", 4);
     y = tu_exec(e, "OneHot", &s, 1, &d4, 1, 0);
     tu_assert_shape(dev_tensor_shape(y), 1, 4);
-    check_all(y, (double[]){0, 0, 1, 0}, 4);
+    tu_assert_components_close(y, ((double[]){0, 0, 1, 0}), 4, 0, 0);
     dev_tensor_release(y);
     dev_tensor_release(s);
     dev_tensor_release(i1);
@@ -942,9 +930,9 @@ static void test_onehot_sharded_and_errors(void **state) {
   dev_tensor *ind = tu_sharded(e, PD_INT32, 1, (int64_t[]){4}, 0, (double[]){2, 0, 1, 9});
   dev_attr a = dev_attr_int("depth", 3);
   dev_tensor *y = tu_exec(e, "OneHot", &ind, 1, &a, 1, 0);
-  check_component(y, 0, (double[]){0, 0, 1, 1, 0, 0}, 6);
-  check_component(y, 1, (double[]){0, 1, 0}, 3);
-  check_component(y, 2, (double[]){0, 0, 0}, 3);
+  tu_assert_tensor_close(y, 0, ((double[]){0, 0, 1, 1, 0, 0}), 6, 0, 0);
+  tu_assert_tensor_close(y, 1, ((double[]){0, 1, 0}), 3, 0, 0);
+  tu_assert_tensor_close(y, 2, ((double[]){0, 0, 0}), 3, 0, 0);
   dev_tensor_release(y);
   a = dev_attr_int("depth", -1);
   tu_exec_fails(e, "OneHot", &ind, 1, &a, 1, PD_INVALID_ARGUMENT, "depth");

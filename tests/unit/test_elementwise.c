@@ -26,21 +26,6 @@ static const pd_dtype k_all_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
                                         PD_BFLOAT16, PD_INT32, PD_INT64,
                                         PD_UINT8, PD_BOOL};
 
-/* Relative tolerance of a result rounded to `dt` (a few units in the last
- * place), for values computed in float64 by the reference. */
-static double rtol_of(pd_dtype dt) {
-  switch (dt) {
-    case PD_FLOAT64: return 1e-14;
-    case PD_FLOAT32: return 1e-6;
-    case PD_FLOAT16: return 1.5e-3;  /* 2^-11 = 4.9e-4 per rounding */
-    case PD_BFLOAT16: return 1.2e-2; /* 2^-8 = 3.9e-3 per rounding */
-    default: return 0;
-  }
-}
-
-/* Absolute tolerance for results that fall among float16's subnormals. */
-static double atol_of(pd_dtype dt) { return dt == PD_FLOAT16 ? 0x1p-24 : 0; }
-
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
 
@@ -66,24 +51,8 @@ static dev_tensor *cast(dev_engine *e, dev_tensor *x, pd_dtype dst) {
   return tu_exec(e, "Cast", in, 1, a, 1, 0);
 }
 
-/* Reads component c of t and compares n elements with want. */
-static void check_at(dev_tensor *t, int c, const double *want, int64_t n,
-                     double rtol, double atol, const char *file, int line) {
-  double *got = calloc((size_t)(n > 0 ? n : 1), sizeof *got);
-  assert_non_null(got);
-  int64_t cnt = tu_read(t, c, got, n > 0 ? n : 1);
-  if (cnt != n) {
-    /* got is leaked on purpose: GCC does not know _fail never returns and
-     * would warn about a use after free below (-Werror in Release). */
-    print_error("element count %lld, want %lld\n", (long long)cnt, (long long)n);
-    _fail(file, line);
-  } else {
-    tu_assert_close_impl(got, want, n, rtol, atol, file, line);
-  }
-  free(got);
-}
 #define check(t, want, n, rtol, atol) \
-  check_at((t), 0, (want), (n), (rtol), (atol), __FILE__, __LINE__)
+  tu_assert_tensor_close((t), 0, (want), (n), (rtol), (atol))
 
 static dev_tensor *raw_mirrored(dev_engine *e, pd_dtype dt, int rank,
                                 const int64_t *dims, const void *data) {
@@ -188,7 +157,7 @@ static void test_unary_special_values(void **state) {
     };
     for (int c = 0; c < N_OF(cases); c++) {
       dev_tensor *y = run1(e, cases[c].op, t);
-      check(y, cases[c].want, 4, rtol_of(dt), 0);
+      check(y, cases[c].want, 4, tu_rtol_f64_op(dt), 0);
       dev_tensor_release(y);
     }
     dev_tensor_release(t);
@@ -226,7 +195,7 @@ static void test_unary_math(void **state) {
       dev_tensor *t = mk(e, dt, 1, d, cases[c].x);
       dev_tensor *y = run1(e, cases[c].op, t);
       assert_int_equal(dev_tensor_dtype(y), dt);
-      check(y, cases[c].want, 5, rtol_of(dt), 0);
+      check(y, cases[c].want, 5, tu_rtol_f64_op(dt), 0);
       dev_tensor_release(y);
       dev_tensor_release(t);
     }
@@ -248,7 +217,7 @@ static void test_sigmoid_stable(void **state) {
     dev_tensor *y = run1(e, "Sigmoid", t);
     /* float16/bfloat16 cannot hold 3.7e-44 (flush to 0), float32 holds it as
      * a subnormal: absolute tolerance far below any normal number. */
-    check(y, want, 6, rtol_of(dt), 1e-40);
+    check(y, want, 6, tu_rtol_f64_op(dt), 1e-40);
     dev_tensor_release(y);
     dev_tensor_release(t);
   }
@@ -339,7 +308,7 @@ static void test_unary_half_long(void **state) {
       assert_int_equal(tu_read(t, 0, xr, n), n); /* the rounded inputs */
       for (int64_t i = 0; i < n; i++) want[i] = tanh(xr[i]);
       dev_tensor *y = run1(e, "Tanh", t);
-      check(y, want, n, rtol_of(dts[k]), 1e-6);
+      check(y, want, n, tu_rtol_f64_op(dts[k]), 1e-6);
       dev_tensor_release(y);
       for (int64_t i = 0; i < n; i++) want[i] = -xr[i];
       y = run1(e, "Neg", t);
@@ -404,7 +373,7 @@ static void test_binary_floats(void **state) {
       bool cmp = c >= 7;
       assert_int_equal(dev_tensor_dtype(z), cmp ? PD_BOOL : dt);
       tu_assert_shape(dev_tensor_shape(z), 1, 6);
-      check(z, cases[c].want, 6, rtol_of(dt), 0);
+      check(z, cases[c].want, 6, tu_rtol_f64_op(dt), 0);
       dev_tensor_release(z);
     }
     dev_tensor_release(tx);
@@ -773,12 +742,6 @@ static void ref_broadcast(const char *op, const dev_shape *o,
   }
 }
 
-static int64_t numel(const dev_shape *s) {
-  int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
-  return n;
-}
-
 /* Random pairs of broadcasting shapes (rank up to 5, dims 1..4, sometimes 0),
  * every binary op, every floating dtype, against the float64 reference. */
 static void test_broadcast_random_reference(void **state) {
@@ -813,7 +776,7 @@ static void test_broadcast_random_reference(void **state) {
       int64_t da = ja >= 0 ? sa.dims[ja] : 1, db = jb >= 0 ? sb.dims[jb] : 1;
       want.dims[i] = da == 1 ? db : da;
     }
-    int64_t na = numel(&sa), nb = numel(&sb), no = numel(&want);
+    int64_t na = tu_numel(&sa), nb = tu_numel(&sb), no = tu_numel(&want);
     double *va = malloc(sizeof(double) * (size_t)(na + 1));
     double *vb = malloc(sizeof(double) * (size_t)(nb + 1));
     double *ra = malloc(sizeof(double) * (size_t)(na + 1));
@@ -842,7 +805,7 @@ static void test_broadcast_random_reference(void **state) {
         const dev_shape *zs = dev_tensor_shape(z);
         assert_true(dev_shape_equal(zs, &want));
         assert_int_equal(dev_tensor_dtype(z), cmp ? PD_BOOL : dt);
-        check(z, ref, no, cmp ? 0 : rtol_of(dt), cmp ? 0 : atol_of(dt));
+        check(z, ref, no, cmp ? 0 : tu_rtol_f64_op(dt), cmp ? 0 : tu_atol_f64_op(dt));
         dev_tensor_release(z);
         dev_tensor_release(ta);
         dev_tensor_release(tb);
@@ -925,9 +888,9 @@ static void test_sharded_mesh(void **state) {
           wmul[i * 4 + j] = vx[gi * 4 + j] * vc[gi];
           wneg[i * 4 + j] = -vx[gi * 4 + j];
         }
-      check_at(z, d, want, rows[d] * 4, rtol_of(dt), 0, __FILE__, __LINE__);
-      check_at(w, d, wmul, rows[d] * 4, rtol_of(dt), 0, __FILE__, __LINE__);
-      check_at(n, d, wneg, rows[d] * 4, 0, 0, __FILE__, __LINE__);
+      tu_assert_tensor_close_impl(z, d, want, rows[d] * 4, tu_rtol_f64_op(dt), 0, __FILE__, __LINE__);
+      tu_assert_tensor_close_impl(w, d, wmul, rows[d] * 4, tu_rtol_f64_op(dt), 0, __FILE__, __LINE__);
+      tu_assert_tensor_close_impl(n, d, wneg, rows[d] * 4, 0, 0, __FILE__, __LINE__);
     }
     dev_tensor_release(z);
     dev_tensor_release(w);
@@ -940,14 +903,14 @@ static void test_sharded_mesh(void **state) {
   dev_tensor *a = mk(e, PD_FLOAT32, 0, NULL, (const double[]){1.5});
   dev_tensor *z = run2(e, "Mul", a, a);
   for (int d = 0; d < 3; d++)
-    check_at(z, d, (const double[]){2.25}, 1, 0, 0, __FILE__, __LINE__);
+    tu_assert_tensor_close_impl(z, d, (const double[]){2.25}, 1, 0, 0, __FILE__, __LINE__);
   dev_tensor_release(z);
   dev_tensor_release(a);
   const int64_t fd[2] = {2, 2};
   dev_attr fa[2] = {dev_attr_shape("shape", 2, fd), dev_attr_float("value", -2)};
   z = tu_exec(e, "Fill", NULL, 0, fa, 2, 0);
   for (int d = 0; d < 3; d++)
-    check_at(z, d, (const double[]){-2, -2, -2, -2}, 4, 0, 0, __FILE__, __LINE__);
+    tu_assert_tensor_close_impl(z, d, (const double[]){-2, -2, -2, -2}, 4, 0, 0, __FILE__, __LINE__);
   dev_tensor_release(z);
   dev_engine_destroy(e);
 }
@@ -1561,11 +1524,11 @@ static void test_binary_half_long(void **state) {
     assert_int_equal(tu_read(tx, 0, xr, n), n);
     for (int64_t i = 0; i < n; i++) want[i] = xr[i] * 0.75;
     dev_tensor *z = run2(e, "Mul", tx, ty);
-    check(z, want, n, rtol_of(dts[k]), 1e-6);
+    check(z, want, n, tu_rtol_f64_op(dts[k]), 1e-6);
     dev_tensor_release(z);
     for (int64_t i = 0; i < n; i++) want[i] = 0.75 - xr[i];
     z = run2(e, "Sub", ty, tx);
-    check(z, want, n, rtol_of(dts[k]), 1e-6);
+    check(z, want, n, tu_rtol_f64_op(dts[k]), 1e-6);
     dev_tensor_release(z);
     for (int64_t i = 0; i < n; i++) want[i] = xr[i] < 0.75;
     z = run2(e, "Less", tx, ty);

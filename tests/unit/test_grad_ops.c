@@ -16,28 +16,12 @@ static const pd_dtype k_float_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16, PD
 static const pd_dtype k_all_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16, PD_BFLOAT16,
                                         PD_INT32,   PD_INT64,   PD_UINT8,   PD_BOOL};
 
-/* Relative tolerance of a result computed in float32 and rounded to dt. */
-static double tol(pd_dtype dt) {
-  switch (dt) {
-  case PD_FLOAT16: return 2e-3;
-  case PD_BFLOAT16: return 1.6e-2;
-  case PD_FLOAT32: return 2e-6;
-  default: return 1e-14;
-  }
-}
-
-static int64_t count(const dev_shape *s) {
-  int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
-  return n;
-}
-
 /* Uploads values rounded to dt and gives back the rounded values. */
 static dev_tensor *up(dev_engine *e, pd_dtype dt, int rank, const int64_t *dims, double *vals) {
   dev_tensor *t = tu_mirrored(e, dt, rank, dims, vals);
   dev_shape s;
   assert_int_equal(dev_shape_make(rank, dims, &s, NULL), PD_OK);
-  tu_read(t, 0, vals, count(&s));
+  tu_read(t, 0, vals, tu_numel(&s));
   return t;
 }
 
@@ -74,7 +58,7 @@ static void test_elementwise_grads(void **state) {
       assert_int_equal(dev_tensor_dtype(out), dt);
       tu_assert_shape(dev_tensor_shape(out), 2, 37, 1);
       tu_read(out, 1, got, N);
-      tu_assert_close(got, want, N, tol(dt), dt == PD_FLOAT64 ? 1e-15 : 1e-6);
+      tu_assert_close(got, want, N, tu_rtol_f32_op(dt), dt == PD_FLOAT64 ? 1e-15 : 1e-6);
       dev_tensor_release(out);
       dev_tensor_release(ta);
       dev_tensor_release(tb);
@@ -262,7 +246,7 @@ static void test_sum_to_like(void **state) {
         dev_tensor *o = exec2(e, "SumToLike", tv, tl, NULL, 0);
         assert_int_equal(dev_tensor_dtype(o), dt);
         tu_read(o, 0, got, on);
-        tu_assert_close(got, want, on, tol(dt), dt == PD_FLOAT64 ? 1e-13 : 1e-5);
+        tu_assert_close(got, want, on, tu_rtol_f32_op(dt), dt == PD_FLOAT64 ? 1e-13 : 1e-5);
         dev_tensor_release(o);
         dev_tensor_release(tl);
       }

@@ -12,16 +12,6 @@ static const double Z[64]; /* zeros */
 static const pd_dtype k_float_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
                                           PD_BFLOAT16};
 
-/* Relative tolerance of a result rounded once to `dt`. */
-static double round_tol(pd_dtype dt) {
-  switch (dt) {
-  case PD_FLOAT16: return 1.0 / 1024;
-  case PD_BFLOAT16: return 1.0 / 128;
-  case PD_FLOAT32: return 1e-6;
-  default: return 1e-13;
-  }
-}
-
 static dev_tensor *mm(dev_engine *e, const char *op, dev_tensor *a,
                       dev_tensor *b, bool t1, bool t2) {
   bool bmm = strcmp(op, "BatchMatMul") == 0;
@@ -122,7 +112,7 @@ static void check_random_matmul(dev_engine *e, pd_dtype dt, int64_t m,
     assert_int_equal(tu_read(c, d, got, m * n), m * n);
     /* Inputs are exact in dt; sums of k products of magnitude <= 1. */
     double atol = half ? 0 : dt == PD_FLOAT32 ? 4e-7 * (double)(k + 1) : 1e-14 * (double)(k + 1);
-    tu_assert_close(got, want, m * n, round_tol(dt), atol);
+    tu_assert_close(got, want, m * n, tu_rtol_rounded(dt), atol);
   }
   dev_tensor_release(c);
   dev_tensor_release(ta_t);
@@ -235,16 +225,10 @@ static void ref_bmm(const double *x, int xr, const int64_t *xd, const double *y,
   }
 }
 
-static int64_t prod(const int64_t *d, int r) {
-  int64_t p = 1;
-  for (int i = 0; i < r; i++) p *= d[i];
-  return p;
-}
-
 static void check_bmm(dev_engine *e, pd_dtype dt, int xr, const int64_t *xd,
                       int yr, const int64_t *yd, bool ax, bool ay,
                       uint64_t seed) {
-  int64_t nx = prod(xd, xr), ny = prod(yd, yr);
+  int64_t nx = tu_count(xr, xd), ny = tu_count(yr, yd);
   double *x = malloc(sizeof(double) * (size_t)(nx + 1));
   double *y = malloc(sizeof(double) * (size_t)(ny + 1));
   tu_fill_random(x, nx, -1, 1, seed);
@@ -256,14 +240,14 @@ static void check_bmm(dev_engine *e, pd_dtype dt, int xr, const int64_t *xd,
   double *want = malloc(sizeof(double) * 4096);
   double *got = malloc(sizeof(double) * 4096);
   ref_bmm(x, xr, xd, y, yr, yd, ax, ay, want, od, &orank);
-  int64_t no = prod(od, orank);
+  int64_t no = tu_count(orank, od);
   assert_true(no <= 4096);
   dev_tensor *tx = tu_mirrored(e, dt, xr, xd, x);
   dev_tensor *ty = tu_mirrored(e, dt, yr, yd, y);
   dev_tensor *c = mm(e, "BatchMatMul", tx, ty, ax, ay);
   tu_assert_shape_impl(dev_tensor_shape(c), orank, od, __FILE__, __LINE__);
   assert_int_equal(tu_read(c, dev_engine_num_devices(e) - 1, got, 4096), no);
-  tu_assert_close(got, want, no, round_tol(dt), 0);
+  tu_assert_close(got, want, no, tu_rtol_rounded(dt), 0);
   dev_tensor_release(c);
   dev_tensor_release(tx);
   dev_tensor_release(ty);

@@ -19,17 +19,6 @@ static bool is_int(pd_dtype dt) {
   return dt == PD_INT32 || dt == PD_INT64 || dt == PD_UINT8;
 }
 
-/* Relative tolerance of one rounding to `dt` (plus float32 slack). */
-static double round_tol(pd_dtype dt) {
-  switch (dt) {
-  case PD_FLOAT16: return 1.0 / 1024;
-  case PD_BFLOAT16: return 1.0 / 128;
-  case PD_FLOAT32: return 1e-6;
-  case PD_FLOAT64: return 1e-13;
-  default: return 0;
-  }
-}
-
 static dev_tensor *reduce(dev_engine *e, const char *op, dev_tensor *t,
                           const int64_t *axes, int n, bool keep) {
   dev_attr attrs[2] = {dev_attr_int_list("axis", axes, n),
@@ -163,7 +152,7 @@ static void check_subsets(dev_engine *e, pd_dtype dt, const int64_t *dims,
         tu_assert_shape_impl(dev_tensor_shape(o), wr, wd, __FILE__, __LINE__);
         int dev = dev_engine_num_devices(e) - 1;
         assert_int_equal(tu_read(o, dev, got, n + 1), on);
-        double rtol = round_tol(dt);
+        double rtol = tu_rtol_rounded(dt);
         /* float32 Mean divides once more; sums are accurate in float64. */
         if (dt == PD_FLOAT32) rtol = 2e-6;
         double atol = dt == PD_FLOAT32 ? 1e-4 : dt == PD_FLOAT64 ? 1e-9 : 0;
@@ -528,7 +517,7 @@ static void check_softmax(dev_engine *e, pd_dtype dt, int rank,
       lsm[r * L + j] = xs[r * L + j] - m - log(s);
     }
   }
-  double rtol = dt == PD_FLOAT64 ? 1e-13 : dt == PD_FLOAT32 ? 1e-5 : round_tol(dt) * 2;
+  double rtol = dt == PD_FLOAT64 ? 1e-13 : dt == PD_FLOAT32 ? 1e-5 : tu_rtol_rounded(dt) * 2;
   dev_tensor *o = tu_exec(e, "Softmax", &t, 1, NULL, 0, 0);
   assert_int_equal(dev_tensor_dtype(o), dt);
   tu_assert_shape_impl(dev_tensor_shape(o), rank, dims, __FILE__, __LINE__);
@@ -639,7 +628,7 @@ static void test_sxent_hand(void **state) {
       tu_assert_shape(dev_tensor_shape(loss), 1, 2);
       tu_assert_shape(dev_tensor_shape(bp), 2, 2, 3);
       double got[6];
-      double rtol = dt == PD_FLOAT64 ? 1e-13 : dt == PD_FLOAT32 ? 1e-6 : round_tol(dt) * 2;
+      double rtol = dt == PD_FLOAT64 ? 1e-13 : dt == PD_FLOAT32 ? 1e-6 : tu_rtol_rounded(dt) * 2;
       tu_read(loss, 0, got, 2);
       tu_assert_close(got, want_loss, 2, rtol, 0);
       tu_read(bp, 0, got, 6);

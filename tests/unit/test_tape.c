@@ -71,17 +71,11 @@ static int64_t rnd(int64_t lo, int64_t hi) {
   return v > hi ? hi : v;
 }
 
-static int64_t count(const dev_shape *s) {
-  int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
-  return n;
-}
-
 static dev_tensor *upload(dev_engine *e, pd_dtype dt, const dev_shape *shapes, double *const *vals) {
   int n = dev_engine_num_devices(e);
   void *bufs[MAXDEV];
   for (int d = 0; d < n; d++) {
-    int64_t c = count(&shapes[d]);
+    int64_t c = tu_numel(&shapes[d]);
     bufs[d] = malloc((size_t)(c ? c : 1) * pd_dtype_size(dt));
     for (int64_t i = 0; i < c; i++) dev_store_f64(dt, bufs[d], i, vals[d][i]);
   }
@@ -160,7 +154,7 @@ typedef struct gvals {
 static void make_vals(const gspec *s, gvals *g) {
   for (int j = 0; j < s->n_in; j++)
     for (int d = 0; d < s->n_dev; d++) {
-      int64_t c = count(&s->shape[j][d]);
+      int64_t c = tu_numel(&s->shape[j][d]);
       g->n[j][d] = c;
       g->v[j][d] = malloc(sizeof(double) * (size_t)(c ? c : 1));
       tu_fill_random(g->v[j][d], c, s->lo[j], s->hi[j], g_seed++);
@@ -191,7 +185,7 @@ static double eval_loss(dev_engine *e, const gspec *s, const gvals *g, double *c
   dev_tensor *t = s->build(&f, in, s->arg);
   double L = 0;
   for (int d = 0; d < s->n_dev; d++) {
-    int64_t c = count(dev_tensor_component_shape(t, d));
+    int64_t c = tu_numel(dev_tensor_component_shape(t, d));
     double *buf = malloc(sizeof(double) * (size_t)(c ? c : 1));
     tu_read(t, d, buf, c);
     for (int64_t i = 0; i < c; i++) L += w[d][i] * buf[i];
@@ -228,7 +222,7 @@ static void check(const gspec *s) {
   dev_shape ts[MAXDEV];
   for (int d = 0; d < s->n_dev; d++) {
     ts[d] = *dev_tensor_component_shape(target, d);
-    int64_t c = count(&ts[d]);
+    int64_t c = tu_numel(&ts[d]);
     w[d] = malloc(sizeof(double) * (size_t)(c ? c : 1));
     tu_fill_random(w[d], c, -1, 1, g_seed++);
   }

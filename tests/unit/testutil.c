@@ -117,15 +117,90 @@ void tu_assert_close_impl(const double *got, const double *want, int64_t n,
   }
 }
 
+void tu_assert_tensor_close_impl(dev_tensor *t, int c, const double *want,
+                                 int64_t n, double rtol, double atol,
+                                 const char *file, int line) {
+  double *got = calloc((size_t)(n > 0 ? n : 1), sizeof *got);
+  assert_non_null(got);
+  int64_t cnt = tu_read(t, c, got, n > 0 ? n : 1);
+  if (cnt != n) {
+    /* got is leaked on purpose: GCC does not know _fail never returns and
+     * would warn about a use after free below (-Werror in Release). */
+    print_error("component %d: element count %lld, want %lld\n", c,
+                (long long)cnt, (long long)n);
+    _fail(file, line);
+  } else {
+    tu_assert_close_impl(got, want, n, rtol, atol, file, line);
+    free(got);
+  }
+}
+
 void tu_assert_shape_impl(const dev_shape *s, int rank, const int64_t *dims,
                           const char *file, int line) {
   int ok = s->rank == rank;
   for (int i = 0; ok && i < rank; i++) ok = s->dims[i] == dims[i];
   if (!ok) {
-    char buf[128];
-    { print_error("shape %s, want rank %d\n", dev_shape_str(s, buf, sizeof buf), rank); _fail(file, line); }
+    char got[128], want[128];
+    int len = snprintf(want, sizeof want, "[");
+    for (int i = 0; i < rank && len > 0 && (size_t)len < sizeof want; i++)
+      len += snprintf(want + len, sizeof want - (size_t)len, "%s%lld",
+                      i ? ", " : "", (long long)dims[i]);
+    if (len > 0 && (size_t)len < sizeof want)
+      snprintf(want + len, sizeof want - (size_t)len, "]");
+    print_error("shape %s, want %s (rank %d)\n",
+                dev_shape_str(s, got, sizeof got), want, rank);
+    _fail(file, line);
   }
 }
+
+double tu_rtol_rounded(pd_dtype dt) {
+  switch (dt) {
+    case PD_FLOAT16: return 1.0 / 1024;
+    case PD_BFLOAT16: return 1.0 / 128;
+    case PD_FLOAT32: return 1e-6;
+    case PD_FLOAT64: return 1e-13;
+    default: return 0;
+  }
+}
+
+double tu_rtol_f64_op(pd_dtype dt) {
+  switch (dt) {
+    case PD_FLOAT64: return 1e-14;
+    case PD_FLOAT32: return 1e-6;
+    case PD_FLOAT16: return 1.5e-3;  /* 2^-11 = 4.9e-4 per rounding */
+    case PD_BFLOAT16: return 1.2e-2; /* 2^-8 = 3.9e-3 per rounding */
+    default: return 0;
+  }
+}
+
+double tu_atol_f64_op(pd_dtype dt) { return dt == PD_FLOAT16 ? 0x1p-24 : 0; }
+
+double tu_rtol_f32_op(pd_dtype dt) {
+  switch (dt) {
+    case PD_FLOAT16: return 2e-3;
+    case PD_BFLOAT16: return 1.6e-2;
+    case PD_FLOAT32: return 2e-6;
+    default: return 1e-14;
+  }
+}
+
+double tu_rtol_backends(pd_dtype dt) {
+  switch (dt) {
+    case PD_FLOAT32: return 1e-5;
+    case PD_FLOAT64: return 1e-12;
+    case PD_FLOAT16: return 2e-3;
+    case PD_BFLOAT16: return 1e-2;
+    default: return 0;
+  }
+}
+
+int64_t tu_count(int rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  return n;
+}
+
+int64_t tu_numel(const dev_shape *s) { return tu_count(s->rank, s->dims); }
 
 void tu_fill_random(double *out, int64_t n, double lo, double hi, uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
