@@ -7,7 +7,7 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DPARADEV_WERROR=ON
 endif
 
-.PHONY: all setup build demo test test-sanitize bench clean
+.PHONY: all setup build demo test test-sanitize bench format clean
 
 all: build
 
@@ -34,6 +34,11 @@ test-sanitize: setup
 
 bench: build
 	@bash scripts/bench.sh $(BUILD)
+
+# clang-format (.clang-format) over the tracked .c and .h files, in place;
+# scripts/format.sh --check only lists what would change.
+format:
+	@bash scripts/format.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-sanitize
