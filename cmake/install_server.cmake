@@ -48,7 +48,7 @@ string(CONFIGURE "${_pd_unit}" _pd_unit @ONLY)
 set(_pd_unit_file "${_pd_prefix}/lib/systemd/system/paradevd.service")
 message(STATUS "Installing: $ENV{DESTDIR}${_pd_unit_file}")
 file(WRITE "$ENV{DESTDIR}${_pd_unit_file}" "${_pd_unit}")
-list(APPEND CMAKE_INSTALL_MANIFEST_FILES "$ENV{DESTDIR}${_pd_unit_file}")
+list(APPEND CMAKE_INSTALL_MANIFEST_FILES "${_pd_unit_file}")  # as file(INSTALL) records: without DESTDIR
 file(INSTALL DESTINATION "${_pd_prefix}/lib/sysusers.d" TYPE FILE
      RENAME paradev.conf FILES "${PARADEV_SOURCE_DIR}/deploy/systemd/paradevd.sysusers")
 
