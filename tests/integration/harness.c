@@ -1,6 +1,13 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "paradev/paradev.h"
 #include "harness.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +15,37 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+static void shape_str(int rank, const int64_t *dims, char *buf, size_t len) {
+  size_t n = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < rank && n < len; i++)
+    n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)dims[i]);
+  if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+void pdt_assert_shape(const pd_tensor_info *t, int rank, const int64_t *dims) {
+  bool ok = t->rank == rank;
+  for (int i = 0; ok && i < rank; i++) ok = t->dims[i] == dims[i];
+  if (!ok) {
+    char got[160], want[160];
+    shape_str(t->rank < 0 || t->rank > PD_MAX_RANK ? 0 : t->rank, t->dims, got, sizeof got);
+    shape_str(rank, dims, want, sizeof want);
+    fail_msg("shape %s (rank %d), want %s (rank %d)", got, t->rank, want, rank);
+  }
+}
+
+void pdt_assert_bytes(const void *got, const void *want, size_t n, const char *what) {
+  const uint8_t *g = got, *w = want;
+  for (size_t i = 0; i < n; i++)
+    if (g[i] != w[i])
+      fail_msg("%s: byte %zu is 0x%02x, expected 0x%02x", what, i, g[i], w[i]);
+}
+
+void pdt_assert_close_f32(const float *got, const double *want, size_t n, double tol) {
+  for (size_t i = 0; i < n; i++)
+    if (fabs((double)got[i] - want[i]) > tol * (1.0 + fabs(want[i])))
+      fail_msg("element %zu: got %.9g, expected %.9g", i, (double)got[i], want[i]);
+}
 
 double pdt_now(void) {
   struct timespec ts;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct pdt_daemon {
@@ -40,6 +41,17 @@ int pdt_daemon_stop(pdt_daemon *d);
 
 /* Seconds on CLOCK_MONOTONIC. */
 double pdt_now(void);
+
+/* Comparisons shared by the C integration tests; each failure prints both
+ * sides. */
+/* Asserts that t has rank `rank` and dims[rank]. */
+void pdt_assert_shape(const pd_tensor_info *t, int rank, const int64_t *dims);
+/* Asserts that n bytes are equal; a failure names `what`, the first byte
+ * that differs and both values. */
+void pdt_assert_bytes(const void *got, const void *want, size_t n, const char *what);
+/* Asserts |got[i] - want[i]| <= tol * (1 + |want[i]|): float32 results of the
+ * devices against a float64 reference. */
+void pdt_assert_close_f32(const float *got, const double *want, size_t n, double tol);
 
 /* Each expects an `e` with a `pd_status *st` member. */
 #define OK(e, call)                                                        \

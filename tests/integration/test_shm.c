@@ -147,18 +147,6 @@ static void fill(pd_dtype dt, void *buf, size_t n, int seed) {
   for (size_t i = 0; i < n; i++) put_elem(dt, (char *)buf + i * es, i, seed);
 }
 
-static void assert_bytes(const void *got, const void *want, size_t n, const char *what) {
-  const uint8_t *g = got, *w = want;
-  for (size_t i = 0; i < n; i++)
-    if (g[i] != w[i])
-      fail_msg("%s: byte %zu is 0x%02x, expected 0x%02x", what, i, g[i], w[i]);
-}
-
-static void assert_shape(const pd_tensor_info *t, int rank, const int64_t *dims) {
-  assert_int_equal(t->rank, rank);
-  for (int i = 0; i < rank; i++) assert_int_equal(t->dims[i], dims[i]);
-}
-
 /* Rows [r0, r0+nr) and columns [c0, c0+nc) of a row-major rows x cols value. */
 static void block(const uint8_t *src, size_t es, int64_t cols, int64_t r0, int64_t nr,
                   int64_t c0, int64_t nc, uint8_t *dst) {
@@ -201,20 +189,20 @@ static void test_round_trips(void **state) {
     OK(e, pd_upload_from_shared_memory(s, mid, dt, md, 2, r, in_off, pd_layout_mirrored(), &ti,
                                        NULL, e->st));
     assert_int_equal(ti.dtype, dt);
-    assert_shape(&ti, 2, md);
+    pdt_assert_shape(&ti, 2, md);
     /* Independently, through gRPC's Download. */
     OK(e, pd_download(s, mid, pd_layout_mirrored(), got, sizeof got, NULL, NULL, NULL, e->st));
     snprintf(what, sizeof what, "%s mirrored, gRPC download", pd_dtype_name(dt));
-    assert_bytes(got, want, 15 * es, what);
+    pdt_assert_bytes(got, want, 15 * es, what);
     for (int c = 0; c < NDEV; c++) {
       memset(data + out_off, 0xAB, 15 * es + 1);
       size_t nb = 0;
       OK(e, pd_download_to_shared_memory(s, mid, pd_layout_component(c), r, out_off, &ti, &nb,
                                          NULL, e->st));
       assert_int_equal(nb, 15 * es);
-      assert_shape(&ti, 2, md);
+      pdt_assert_shape(&ti, 2, md);
       snprintf(what, sizeof what, "%s mirrored, component %d", pd_dtype_name(dt), c);
-      assert_bytes(data + out_off, want, 15 * es, what);
+      pdt_assert_bytes(data + out_off, want, 15 * es, what);
       assert_int_equal(data[out_off + 15 * es], 0xAB); /* nothing past the value */
     }
 
@@ -226,22 +214,22 @@ static void test_round_trips(void **state) {
     uint64_t sid = id++;
     OK(e, pd_upload_from_shared_memory(s, sid, dt, sd, 2, r, in_off, pd_layout_sharded(0), &ti,
                                        NULL, e->st));
-    assert_shape(&ti, 2, (int64_t[]){-1, 3});
+    pdt_assert_shape(&ti, 2, (int64_t[]){-1, 3});
     for (int c = 0; c < NDEV; c++) {
       OK(e, pd_download_to_shared_memory(s, sid, pd_layout_component(c), r, out_off, &ti, NULL,
                                          NULL, e->st));
-      assert_shape(&ti, 2, (int64_t[]){rows[c], 3});
+      pdt_assert_shape(&ti, 2, (int64_t[]){rows[c], 3});
       block(want, es, 3, row0[c], rows[c], 0, 3, part);
       snprintf(what, sizeof what, "%s sharded axis 0, component %d", pd_dtype_name(dt), c);
-      assert_bytes(data + out_off, part, (size_t)rows[c] * 3 * es, what);
+      pdt_assert_bytes(data + out_off, part, (size_t)rows[c] * 3 * es, what);
     }
     size_t nb = 0;
     OK(e, pd_download_to_shared_memory(s, sid, pd_layout_sharded(0), r, out_off, &ti, &nb, NULL,
                                        e->st));
     assert_int_equal(nb, 21 * es);
-    assert_shape(&ti, 2, sd);
+    pdt_assert_shape(&ti, 2, sd);
     snprintf(what, sizeof what, "%s sharded axis 0, concatenated", pd_dtype_name(dt));
-    assert_bytes(data + out_off, want, 21 * es, what);
+    pdt_assert_bytes(data + out_off, want, 21 * es, what);
 
     /* SHARDED along axis 1, [2, 5]: columns 2, 1, 1, 1. */
     int64_t cd[2] = {2, 5};
@@ -254,15 +242,15 @@ static void test_round_trips(void **state) {
     for (int c = 0; c < NDEV; c++) {
       OK(e, pd_download_to_shared_memory(s, cid, pd_layout_component(c), r, out_off, &ti, NULL,
                                          NULL, e->st));
-      assert_shape(&ti, 2, (int64_t[]){2, cols[c]});
+      pdt_assert_shape(&ti, 2, (int64_t[]){2, cols[c]});
       block(want, es, 5, 0, 2, col0[c], cols[c], part);
       snprintf(what, sizeof what, "%s sharded axis 1, component %d", pd_dtype_name(dt), c);
-      assert_bytes(data + out_off, part, (size_t)(2 * cols[c]) * es, what);
+      pdt_assert_bytes(data + out_off, part, (size_t)(2 * cols[c]) * es, what);
     }
     OK(e, pd_download_to_shared_memory(s, cid, pd_layout_sharded(1), r, out_off, NULL, NULL,
                                        NULL, e->st));
     snprintf(what, sizeof what, "%s sharded axis 1, concatenated", pd_dtype_name(dt));
-    assert_bytes(data + out_off, want, 10 * es, what);
+    pdt_assert_bytes(data + out_off, want, 10 * es, what);
 
     /* PER_COMPONENT [1, 3], [2, 3], [0, 3], [3, 3]: one after another. */
     int64_t d0[2] = {1, 3}, d1[2] = {2, 3}, d2[2] = {0, 3}, d3[2] = {3, 3};
@@ -274,7 +262,7 @@ static void test_round_trips(void **state) {
     uint64_t pid_ = id++;
     OK(e, pd_upload_components_from_shared_memory(s, pid_, dt, NDEV, pd, ranks, r, in_off, &ti,
                                                   NULL, e->st));
-    assert_shape(&ti, 2, (int64_t[]){-1, 3});
+    pdt_assert_shape(&ti, 2, (int64_t[]){-1, 3});
     pd_tensor_info infos[NDEV];
     nb = 0;
     memset(data + out_off, 0, 18 * es);
@@ -282,7 +270,7 @@ static void test_round_trips(void **state) {
                                                   e->st));
     assert_int_equal(nb, 18 * es);
     snprintf(what, sizeof what, "%s per component", pd_dtype_name(dt));
-    assert_bytes(data + out_off, want, 18 * es, what);
+    pdt_assert_bytes(data + out_off, want, 18 * es, what);
     /* And each component through gRPC. */
     uint8_t c0[64], c1[64], c2[8], c3[128];
     void *const bufs[NDEV] = {c0, c1, c2, c3};
@@ -290,9 +278,9 @@ static void test_round_trips(void **state) {
     OK(e, pd_download_components(s, pid_, NDEV, bufs, caps, NULL, NULL, e->st));
     size_t at = 0;
     for (int c = 0; c < NDEV; c++) {
-      assert_shape(&infos[c], 2, pd[c]);
+      pdt_assert_shape(&infos[c], 2, pd[c]);
       snprintf(what, sizeof what, "%s per component, gRPC component %d", pd_dtype_name(dt), c);
-      assert_bytes(bufs[c], want + at, n_el[c] * es, what);
+      pdt_assert_bytes(bufs[c], want + at, n_el[c] * es, what);
       at += n_el[c] * es;
     }
 
@@ -303,7 +291,7 @@ static void test_round_trips(void **state) {
     OK(e, pd_download_to_shared_memory(s, gid, pd_layout_mirrored(), r, out_off, NULL, NULL,
                                        NULL, e->st));
     snprintf(what, sizeof what, "%s gRPC upload, region download", pd_dtype_name(dt));
-    assert_bytes(data + out_off, want, 15 * es, what);
+    pdt_assert_bytes(data + out_off, want, 15 * es, what);
   }
 
   /* A value through an op: 2 * x computed by Add on every device. */
@@ -1400,7 +1388,7 @@ static void test_in_full_dev_shm(void **state) {
   /* With room again, the same download goes through. */
   shm_unlink("/pdtest-filler2");
   OK(e, pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, 0, NULL, NULL, NULL, e->st));
-  assert_bytes(pd_shared_memory_data(r), want, n, "the download once /dev/shm had room");
+  pdt_assert_bytes(pd_shared_memory_data(r), want, n, "the download once /dev/shm had room");
   /* Truncation is still called truncation. */
   int fd = shm_open(key, O_RDWR, 0);
   assert_true(fd >= 0);

@@ -91,21 +91,10 @@ static void download_f32(env *e, pd_session *s, uint64_t id, pd_layout l,
   OK(e, pd_download(s, id, l, out, n * sizeof(float), NULL, NULL, NULL, e->st));
 }
 
-/* got[i] == want[i] within a relative tolerance (float32 arithmetic on the
- * devices against a float64 reference). */
-static void assert_close(const float *got, const double *want, size_t n,
-                         double tol) {
-  for (size_t i = 0; i < n; i++)
-    if (fabs((double)got[i] - want[i]) > tol * (1.0 + fabs(want[i])))
-      fail_msg("element %zu: got %.9g, expected %.9g", i, (double)got[i],
-               want[i]);
-}
-
 static void assert_shape(const pd_tensor_info *t, pd_dtype dt, int rank,
                          const int64_t *dims) {
   assert_int_equal(t->dtype, dt);
-  assert_int_equal(t->rank, rank);
-  for (int i = 0; i < rank; i++) assert_int_equal(t->dims[i], dims[i]);
+  pdt_assert_shape(t, rank, dims);
 }
 
 /* Device memory in use, summed over the devices. */
@@ -207,9 +196,9 @@ static void test_gradient_unary(void **state) {
   assert_true(loss == 8.5f);
   for (int d = 0; d < NDEV; d++) { /* every component, the same values */
     download_f32(e, s, ID_GW, pd_layout_component(d), gw, 2);
-    assert_close(gw, GW, 2, 1e-6);
+    pdt_assert_close_f32(gw, GW, 2, 1e-6);
     download_f32(e, s, ID_GX, pd_layout_component(d), gx, 4);
-    assert_close(gx, GX, 4, 1e-6);
+    pdt_assert_close_f32(gx, GX, 4, 1e-6);
   }
   /* One-shot: a second gradient, or a watch, is FAILED_PRECONDITION. */
   uint64_t res2[1] = {100};
@@ -252,10 +241,10 @@ static void test_persistent_and_no_path(void **state) {
     assert_shape(&info[1], PD_FLOAT32, 1, dz);
     float gw[2], gz[3];
     download_f32(e, s, res[0], pd_layout_mirrored(), gw, 2);
-    assert_close(gw, GW, 2, 1e-6);
+    pdt_assert_close_f32(gw, GW, 2, 1e-6);
     download_f32(e, s, res[1], pd_layout_mirrored(), gz, 3);
     const double zeros[3] = {0, 0, 0};
-    assert_close(gz, zeros, 3, 0);
+    pdt_assert_close_f32(gz, zeros, 3, 0);
   }
   /* An output gradient of 3 triples the gradient. */
   const float three = 3;
@@ -266,7 +255,7 @@ static void test_persistent_and_no_path(void **state) {
   float gw3[2];
   download_f32(e, s, 51, pd_layout_mirrored(), gw3, 2);
   const double want3[2] = {3 * GW[0], 3 * GW[1]};
-  assert_close(gw3, want3, 2, 1e-6);
+  pdt_assert_close_f32(gw3, want3, 2, 1e-6);
   /* The target itself as the source: the upstream gradient (ones). */
   const uint64_t src_l[1] = {ID_LOSS};
   uint64_t res4[1] = {52};
@@ -324,14 +313,14 @@ static void test_sharded_allreduce(void **state) {
     }
     float got[2];
     download_f32(e, s, ID_GW, pd_layout_component(d), got, 2);
-    assert_close(got, want, 2, 1e-6);
+    pdt_assert_close_f32(got, want, 2, 1e-6);
     total[0] += want[0];
     total[1] += want[1];
   }
   for (int d = 0; d < NDEV; d++) {
     float got[2];
     download_f32(e, s, 60, pd_layout_component(d), got, 2);
-    assert_close(got, total, 2, 1e-6);
+    pdt_assert_close_f32(got, total, 2, 1e-6);
   }
   OK(e, pd_session_close(s, NULL, e->st));
   pd_session_delete(s);
@@ -403,7 +392,7 @@ static void test_stream_items(void **state) {
   assert_shape(&log.out0[6], PD_FLOAT32, 2, DX);
   float gx[4];
   download_f32(e, s, ID_GX, pd_layout_mirrored(), gx, 4);
-  assert_close(gx, GX, 4, 1e-6);
+  pdt_assert_close_f32(gx, GX, 4, 1e-6);
   OK(e, pd_session_close(s, NULL, e->st));
   pd_session_delete(s);
 }
@@ -480,7 +469,7 @@ static void test_errors(void **state) {
   OK(e, pd_tape_gradient(s, 65, ID_LOSS, srcs, 1, 0, res, NULL, NULL, e->st));
   float gx[4];
   download_f32(e, s, 40, pd_layout_mirrored(), gx, 4);
-  assert_close(gx, GX, 4, 1e-6);
+  pdt_assert_close_f32(gx, GX, 4, 1e-6);
   /* A closed session: the library says so. */
   OK(e, pd_session_close(s, NULL, e->st));
   EXPECT_CODE(e, PD_FAILED_PRECONDITION, pd_tape_start(s, 70, false, NULL, e->st));
@@ -519,7 +508,7 @@ static void test_quota(void **state) {
   double *want = malloc(64 * 64 * sizeof(double));
   for (int i = 0; i < 64 * 64; i++) want[i] = 2.0 * x[i];
   download_f32(e, s, ID_GX, pd_layout_mirrored(), g, 64 * 64);
-  assert_close(g, want, 64 * 64, 0);
+  pdt_assert_close_f32(g, want, 64 * 64, 0);
   free(g);
   free(want);
   free(x);
