@@ -14,8 +14,9 @@ The file graph comes from the build tree's object files: `nm -P` on each .o
 gives the symbols it defines (T D B R, and the weak and small-data kinds) and
 the ones it needs (U); file A -> file B when A needs a symbol that B defines.
 Each object under BUILD/**/CMakeFiles/<target>.dir/ is mapped back to its
-source through the target's DependInfo.cmake (or, failing that, the first
-dependency in its .o.d file).  Strongly connected components (Tarjan) of more
+source through the target's DependInfo.cmake (objects it does not list are
+stale and skipped), or, for a target without one (other generators), the
+first dependency in its .o.d file.  Strongly connected components (Tarjan) of more
 than one file are the circles; each is printed with the symbols that make
 each edge, and with its elementary cycles.
 
@@ -43,7 +44,8 @@ MAX_CYCLES_PRINTED = 12
 # --- (a) long files ------------------------------------------------------------
 
 def _is_build_dir(path):
-    return os.path.exists(os.path.join(path, "CMakeCache.txt"))
+    return (os.path.exists(os.path.join(path, "CMakeCache.txt")) or
+            os.path.isdir(os.path.join(path, "CMakeFiles")))
 
 
 def source_files(source_dir, exclude=()):
@@ -93,18 +95,17 @@ def long_files(source_dir, max_lines=MAX_LINES, exclude=()):
 _DEPINFO_RE = re.compile(r'"([^"]+)"\s+"([^"]+\.o)"\s+"[^"]*"\s+"[^"]*"')
 
 
-def _depinfo_map(target_dir):
+def _depinfo_map(target_dir, build_dir):
     """{object abspath: source abspath} from CMake's DependInfo.cmake."""
     path = os.path.join(target_dir, "DependInfo.cmake")
     out = {}
     if not os.path.exists(path):
         return out
-    # Object paths there are relative to the folder above CMakeFiles/.
-    base = os.path.dirname(os.path.dirname(target_dir))
+    # Object paths there are relative to the top of the build tree.
     with open(path) as f:
         for m in _DEPINFO_RE.finditer(f.read()):
             src, obj = m.group(1), m.group(2)
-            out[os.path.normpath(os.path.join(base, obj))] = os.path.normpath(src)
+            out[os.path.normpath(os.path.join(build_dir, obj))] = os.path.normpath(src)
     return out
 
 
@@ -134,14 +135,19 @@ def object_sources(build_dir):
         if not (root.endswith(".dir") and
                 os.path.basename(os.path.dirname(root)) == "CMakeFiles"):
             continue
-        mapping = _depinfo_map(root)
+        mapping = _depinfo_map(root, build_dir)
         for sub, _, objs in os.walk(root):
             for o in objs:
                 if not o.endswith(".o"):
                     continue
                 obj = os.path.normpath(os.path.join(sub, o))
-                src = mapping.get(obj) or _source_from_depfile(
-                    obj, os.path.dirname(os.path.dirname(root)))
+                if mapping:
+                    # DependInfo.cmake lists the target's sources of today;
+                    # an object it does not name is left from an older build.
+                    src = mapping.get(obj)
+                else:
+                    src = _source_from_depfile(
+                        obj, os.path.dirname(os.path.dirname(root)))
                 if src is None or not os.path.exists(src):
                     continue  # a stale object, or one we cannot place
                 out.setdefault(src, []).append(obj)

@@ -138,23 +138,30 @@ class EndToEnd(unittest.TestCase):
         self.src = os.path.join(self.dir, "src")
         self.build = os.path.join(self.dir, "build")
         os.makedirs(os.path.join(self.src, "client"))
-        self.tdir = os.path.join(self.build, "client", "CMakeFiles", "lib.dir")
-        os.makedirs(self.tdir)
+        self.tdirs = [os.path.join(self.build, "client", "CMakeFiles", t)
+                      for t in ("lib.dir", "other.dir")]
+        for d in self.tdirs:
+            os.makedirs(d)
         open(os.path.join(self.build, "CMakeCache.txt"), "w").close()
 
     def tearDown(self):
         shutil.rmtree(self.dir)
 
-    def compile(self, name, text, in_depinfo):
+    def compile(self, name, text, in_depinfo, listed=True):
+        """Compiles client/name into lib.dir (listed in its DependInfo.cmake
+        when `listed`) or, without in_depinfo, into other.dir, which has no
+        DependInfo.cmake (found through the .o.d file)."""
         src = os.path.join(self.src, "client", name)
         with open(src, "w") as f:
             f.write(text)
-        obj = os.path.join(self.tdir, name + ".o")
+        tdir = self.tdirs[0 if in_depinfo else 1]
+        obj = os.path.join(tdir, name + ".o")
         subprocess.check_call(["cc", "-c", "-MD", "-MF", obj + ".d", src, "-o", obj])
-        if in_depinfo:
-            with open(os.path.join(self.tdir, "DependInfo.cmake"), "a") as f:
-                f.write('set(CMAKE_DEPENDS_DEPENDENCY_FILES\n  "%s" "CMakeFiles/lib.dir/%s.o"'
-                        ' "gcc" "CMakeFiles/lib.dir/%s.o.d"\n  )\n' % (src, name, name))
+        if in_depinfo and listed:
+            with open(os.path.join(tdir, "DependInfo.cmake"), "a") as f:
+                # As CMake writes it: object paths from the top of the build.
+                f.write('set(CMAKE_DEPENDS_DEPENDENCY_FILES\n  "%s" "client/CMakeFiles/lib.dir/%s.o"'
+                        ' "gcc" "client/CMakeFiles/lib.dir/%s.o.d"\n  )\n' % (src, name, name))
 
     def run_check(self):
         out = io.StringIO()
@@ -174,6 +181,16 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(rc, 1, text)
         self.assertIn("client/a.c -> client/b.c: pdc_b", text)
         self.assertIn("client/b.c -> client/a.c: pdc_a", text)
+
+    def test_stale_object_ignored(self):
+        # c.o is in lib.dir but its DependInfo.cmake no longer lists it (the
+        # source left the target): its calls do not count.
+        self.compile("a.c", "int pdc_b(void);\nint pdc_a(void) { return pdc_b(); }\n", True)
+        self.compile("b.c", "int pdc_c(void);\nint pdc_b(void) { return pdc_c(); }\n", False)
+        self.compile("c.c", "int pdc_a(void);\n"
+                     "int pdc_c(void) { return pdc_a(); }\n", True, listed=False)
+        rc, text = self.run_check()
+        self.assertEqual(rc, 0, text)
 
     def test_one_way_passes(self):
         self.compile("a.c", "int pdc_b(void);\nint pdc_a(void) { return pdc_b(); }\n", True)
