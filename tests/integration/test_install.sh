@@ -95,8 +95,14 @@ echo "PASS the unit's Documentation= files are installed"
 if command -v systemd-analyze >/dev/null; then
   systemd-analyze verify "$unit" >"$tmp/verify.log" 2>&1 ||
     { cat "$tmp/verify.log"; fail "systemd-analyze verify $unit"; }
-  [ ! -s "$tmp/verify.log" ] || { cat "$tmp/verify.log"; fail "systemd-analyze verify warned"; }
-  echo "PASS systemd-analyze verify $unit"
+  # Warnings about our unit fail; others (the host's own units, a container
+  # without a running systemd) are shown, not judged.
+  if grep -q 'paradevd\.service' "$tmp/verify.log"; then
+    cat "$tmp/verify.log"
+    fail "systemd-analyze verify warned about the unit"
+  fi
+  [ ! -s "$tmp/verify.log" ] && echo "PASS systemd-analyze verify $unit" ||
+    echo "PASS systemd-analyze verify $unit (nothing about paradevd.service; it said: $(tr '\n' ' ' <"$tmp/verify.log"))"
 else
   echo "SKIP systemd-analyze verify: systemd-analyze is not installed (Debian: systemd)"
 fi
