@@ -35,7 +35,8 @@ void sched_policy_init(sched_policy_queue *q);
 void sched_policy_ready(sched_policy_queue *q, sched_session *ss);
 
 /* Removes the session to serve next from the set and sets *budget to the
- * most ops it may submit this turn; NULL when the set is empty. */
+ * most ops it may submit this turn (1 to SCHED_DISPATCH_BATCH, the size of
+ * the dispatcher's batch; larger is cut to it); NULL when the set is empty. */
 sched_session *sched_policy_pick(sched_policy_queue *q, int *budget);
 
 /* Accounts `ops` ops taken from `ss` (picked before); `more`: ops remain

@@ -515,9 +515,12 @@ typedef struct end_rec {
   uint64_t handles;
   void *state;
   char client[32], job[32];
+  uint64_t queued; /* the scheduler's queued ops when it was called */
 } end_rec;
 
 typedef struct end_log {
+  sched *s; /* when set, the callback reads the counters (takes the
+             * scheduler's locks: none may be held) */
   pthread_mutex_t mu;
   int n;
   end_rec recs[16];
@@ -525,6 +528,12 @@ typedef struct end_log {
 
 static void on_end_rec(void *arg, const sched_end_info *info, void *state) {
   end_log *l = arg;
+  uint64_t queued = 0;
+  if (l->s) {
+    sched_stats a = {.struct_size = sizeof(a)};
+    sched_get_stats(l->s, &a);
+    queued = a.ops_queued;
+  }
   pthread_mutex_lock(&l->mu);
   assert_true(l->n < 16);
   end_rec *r = &l->recs[l->n++];
@@ -534,6 +543,7 @@ static void on_end_rec(void *arg, const sched_end_info *info, void *state) {
   r->state = state;
   snprintf(r->client, sizeof r->client, "%s", info->client);
   snprintf(r->job, sizeof r->job, "%s", info->job_id);
+  r->queued = queued;
   pthread_mutex_unlock(&l->mu);
 }
 
@@ -562,8 +572,8 @@ static end_rec end_find(end_log *l, uint64_t seq) {
 
 static void test_session_end_events(void **state) {
   sched *s = new_sched(20, NULL, NULL);
-  end_log la = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
-  end_log lb = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+  end_log la = {s, PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+  end_log lb = {NULL, PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
   sched_observer oa = {"a", on_end_rec, &la}, ob = {"b", on_end_rec, &lb};
   int ka = sched_observer_add(s, &oa), kb = sched_observer_add(s, &ob);
   assert_int_equal(ka, 0);
@@ -572,7 +582,6 @@ static void test_session_end_events(void **state) {
   dev_status st = DEV_STATUS_INIT;
   sched_session_info ic, ie, ik, is;
   sched_session *c = open_new(s, "closer", 0, 0, &ic);
-  sched_session *e = open_new(s, "short", 1, 0, &ie);
   sched_session *k = open_new(s, "victim", 0, 0, &ik);
   sched_session *d = open_new(s, "left", 0, 0, &is);
   /* Keys: bad ones, a double attach, and what comes back. */
@@ -586,25 +595,42 @@ static void test_session_end_events(void **state) {
   assert_ptr_equal(sched_session_attached(c, ka), &sa);
   assert_null(sched_session_attached(c, kb));
   assert_null(sched_session_attached(c, -1));
-  assert_int_equal(sched_session_attach(e, kb, &sb, &st), PD_OK);
   assert_int_equal(sched_session_attach(k, ka, &sc, &st), PD_OK);
   assert_int_equal(sched_session_attach(k, kb, &sd, &st), PD_OK);
   assert_ptr_equal(sched_session_attached(k, kb), &sd);
   const float x[2] = {1, 2};
   assert_int_equal(upload(c, 1, 2, x, &st), PD_OK);
   assert_int_equal(upload(c, 2, 2, x, &st), PD_OK);
-  assert_int_equal(upload(e, 1, 2, x, &st), PD_OK);
   assert_int_equal(upload(k, 1, 2, x, &st), PD_OK);
+  /* The short-lived session last, so its lease (1 s) runs from here. */
+  sched_session *e = open_new(s, "short", 1, 0, &ie);
+  assert_int_equal(sched_session_attach(e, kb, &sb, &st), PD_OK);
+  assert_int_equal(upload(e, 1, 2, x, &st), PD_OK);
   sched_session_put(e); /* so that its lease can run out */
 
+  /* Ops queued on the closing session (the dispatcher held) are dropped
+   * before the observers hear of the end. */
+  sched_pause(s, true);
+  uint64_t in_c[2] = {1, 2}, o_c[3] = {10, 11, 12};
+  for (int i = 0; i < 3; i++) {
+    sched_op o = op1("Add", in_c, 2, &o_c[i]);
+    sched_op_result res;
+    int failed = -1;
+    assert_int_equal(sched_execute(c, &o, 1, 0, &res, &failed, &st), PD_OK);
+  }
+  sched_stats stq = {.struct_size = sizeof(stq)};
+  sched_get_stats(s, &stq);
+  assert_int_equal(stq.ops_queued, 3);
   /* Close: heard at once, on this thread (the short lease may have run out
    * meanwhile on a slow machine, so records are looked up by session). */
   uint64_t freed = 0;
   assert_int_equal(sched_session_close(s, ic.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
-  assert_int_equal(freed, 2);
+  assert_int_equal(freed, 5);
+  sched_pause(s, false);
   end_rec r = end_find(&la, ic.seq);
   assert_int_equal(r.why, SCHED_END_CLOSED);
-  assert_int_equal(r.handles, 2);
+  assert_int_equal(r.handles, 5);
+  assert_int_equal(r.queued, 0);
   assert_ptr_equal(r.state, &sa);
   assert_string_equal(r.client, "closer");
   assert_string_equal(r.job, "job");
@@ -673,7 +699,7 @@ static void test_session_end_events(void **state) {
 /* At most SCHED_MAX_OBSERVERS observers. */
 static void test_observer_slots(void **state) {
   sched *s = new_sched(500, NULL, NULL);
-  end_log l = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+  end_log l = {NULL, PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
   sched_observer o = {"x", on_end_rec, &l};
   for (int i = 0; i < SCHED_MAX_OBSERVERS; i++)
     assert_int_equal(sched_observer_add(s, &o), i);
