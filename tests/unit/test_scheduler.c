@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -306,8 +307,12 @@ static void test_lease_and_quota(void **state) {
   assert_int_equal(dev_engine_memory_stats(g_engine, 0, &ms, &st), PD_OK);
   uint64_t held = ms.bytes_in_use;
   assert_true(held >= 16);
-  struct timespec ts = {1, 300 * 1000 * 1000};
-  nanosleep(&ts, NULL);
+  /* The lease is 1 s; wait for the lease thread (up to 60 s: a hang, not a
+   * timing assumption). */
+  for (int i = 0; i < 6000 && atomic_load(&g_expired) == 0; i++) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
   assert_int_equal(atomic_load(&g_expired), 1);
   sched_session *x2 = NULL;
   assert_int_equal(sched_session_open(s, i1.token, SCHED_TOKEN_BYTES, &x2, &st), PD_NOT_FOUND);
@@ -373,47 +378,6 @@ static void test_limits(void **state) {
   sched_session_put(a);
   sched_session_put(b);
   sched_destroy(s);
-}
-
-/* Several threads, each with its own session, executing, syncing and
- * deleting while another thread closes and reopens sessions. Run under
- * AddressSanitizer, it checks for races that lose or double-free memory. */
-typedef struct stress_arg {
-  sched *s;
-  int k;
-  atomic_bool *stop;
-} stress_arg;
-
-static void *stress_worker(void *p) {
-  stress_arg *a = p;
-  while (!atomic_load(a->stop)) {
-    sched_session_info info;
-    sched_session_params prm = {"stress", NULL, 0, 0};
-    dev_status st = DEV_STATUS_INIT;
-    if (sched_session_create(a->s, &prm, &info, &st) != PD_OK) continue;
-    sched_session *ss = NULL;
-    if (sched_session_open(a->s, info.token, SCHED_TOKEN_BYTES, &ss, &st) != PD_OK)
-      continue;
-    const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    if (upload(ss, 1, 8, x, &st) == PD_OK) {
-      for (uint64_t i = 2; i < 40; i++) {
-        uint64_t in[2] = {i - 1, 1};
-        sched_op o = op1("Add", in, 2, &i);
-        sched_op_result r;
-        int failed;
-        if (sched_execute(ss, &o, 1, (uint64_t)a->k, &r, &failed, &st) != PD_OK)
-          break;
-        if (i % 9 == 0) sched_cancel(ss, (uint64_t)a->k);
-      }
-      dev_status err = DEV_STATUS_INIT;
-      uint64_t fid;
-      sched_sync(ss, NULL, 0, &err, &fid, &st);
-    }
-    if (a->k % 2)
-      sched_session_close(a->s, info.token, SCHED_TOKEN_BYTES, NULL, &st);
-    sched_session_put(ss);
-  }
-  return NULL;
 }
 
 static void on_fence(void *arg, dev_tensor *t, pd_code code) {
@@ -543,20 +507,372 @@ static void test_tapes(void **state) {
   sched_destroy(s);
 }
 
+/* Session ends as events: two observers each hear every end once, with the
+ * reason and the state attached under their own key. */
+typedef struct end_rec {
+  uint64_t seq;
+  sched_end_reason why;
+  uint64_t handles;
+  void *state;
+  char client[32], job[32];
+  uint64_t queued; /* the scheduler's queued ops when it was called */
+} end_rec;
+
+typedef struct end_log {
+  sched *s; /* when set, the callback reads the counters (takes the
+             * scheduler's locks: none may be held) */
+  pthread_mutex_t mu;
+  int n;
+  end_rec recs[16];
+} end_log;
+
+static void on_end_rec(void *arg, const sched_end_info *info, void *state) {
+  end_log *l = arg;
+  uint64_t queued = 0;
+  if (l->s) {
+    sched_stats a = {.struct_size = sizeof(a)};
+    sched_get_stats(l->s, &a);
+    queued = a.ops_queued;
+  }
+  pthread_mutex_lock(&l->mu);
+  assert_true(l->n < 16);
+  end_rec *r = &l->recs[l->n++];
+  r->seq = info->session_seq;
+  r->why = info->why;
+  r->handles = info->handles_freed;
+  r->state = state;
+  snprintf(r->client, sizeof r->client, "%s", info->client);
+  snprintf(r->job, sizeof r->job, "%s", info->job_id);
+  r->queued = queued;
+  pthread_mutex_unlock(&l->mu);
+}
+
+static int end_count(end_log *l) {
+  pthread_mutex_lock(&l->mu);
+  int n = l->n;
+  pthread_mutex_unlock(&l->mu);
+  return n;
+}
+
+/* A copy of the one record of session `seq` in `l` (asserts there is
+ * exactly one). */
+static end_rec end_find(end_log *l, uint64_t seq) {
+  pthread_mutex_lock(&l->mu);
+  int found = -1;
+  for (int i = 0; i < l->n; i++) {
+    if (l->recs[i].seq != seq) continue;
+    assert_int_equal(found, -1);
+    found = i;
+  }
+  assert_true(found >= 0);
+  end_rec r = l->recs[found];
+  pthread_mutex_unlock(&l->mu);
+  return r;
+}
+
+static void test_session_end_events(void **state) {
+  sched *s = new_sched(20, NULL, NULL);
+  end_log la = {s, PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+  end_log lb = {NULL, PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+  sched_observer oa = {"a", on_end_rec, &la}, ob = {"b", on_end_rec, &lb};
+  int ka = sched_observer_add(s, &oa), kb = sched_observer_add(s, &ob);
+  assert_int_equal(ka, 0);
+  assert_int_equal(kb, 1);
+  int sa = 0, sb = 0, sc = 0, sd = 0; /* the states: their addresses */
+  dev_status st = DEV_STATUS_INIT;
+  sched_session_info ic, ie, ik, is;
+  sched_session *c = open_new(s, "closer", 0, 0, &ic);
+  sched_session *k = open_new(s, "victim", 0, 0, &ik);
+  sched_session *d = open_new(s, "left", 0, 0, &is);
+  /* Keys: bad ones, a double attach, and what comes back. */
+  assert_int_equal(sched_session_attach(c, -1, &sa, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(sched_session_attach(c, 2, &sa, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(sched_session_attach(c, SCHED_MAX_OBSERVERS, &sa, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_null(sched_session_attached(c, ka));
+  assert_int_equal(sched_session_attach(c, ka, &sa, &st), PD_OK);
+  assert_int_equal(sched_session_attach(c, ka, &sb, &st), PD_ALREADY_EXISTS);
+  assert_ptr_equal(sched_session_attached(c, ka), &sa);
+  assert_null(sched_session_attached(c, kb));
+  assert_null(sched_session_attached(c, -1));
+  assert_int_equal(sched_session_attach(k, ka, &sc, &st), PD_OK);
+  assert_int_equal(sched_session_attach(k, kb, &sd, &st), PD_OK);
+  assert_ptr_equal(sched_session_attached(k, kb), &sd);
+  const float x[2] = {1, 2};
+  assert_int_equal(upload(c, 1, 2, x, &st), PD_OK);
+  assert_int_equal(upload(c, 2, 2, x, &st), PD_OK);
+  assert_int_equal(upload(k, 1, 2, x, &st), PD_OK);
+  /* The short-lived session last, so its lease (1 s) runs from here. */
+  sched_session *e = open_new(s, "short", 1, 0, &ie);
+  assert_int_equal(sched_session_attach(e, kb, &sb, &st), PD_OK);
+  assert_int_equal(upload(e, 1, 2, x, &st), PD_OK);
+  sched_session_put(e); /* so that its lease can run out */
+
+  /* Ops queued on the closing session (the dispatcher held) are dropped
+   * before the observers hear of the end. */
+  sched_pause(s, true);
+  uint64_t in_c[2] = {1, 2}, o_c[3] = {10, 11, 12};
+  for (int i = 0; i < 3; i++) {
+    sched_op o = op1("Add", in_c, 2, &o_c[i]);
+    sched_op_result res;
+    int failed = -1;
+    assert_int_equal(sched_execute(c, &o, 1, 0, &res, &failed, &st), PD_OK);
+  }
+  sched_stats stq = {.struct_size = sizeof(stq)};
+  sched_get_stats(s, &stq);
+  assert_int_equal(stq.ops_queued, 3);
+  /* Close: heard at once, on this thread (the short lease may have run out
+   * meanwhile on a slow machine, so records are looked up by session). */
+  uint64_t freed = 0;
+  assert_int_equal(sched_session_close(s, ic.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
+  assert_int_equal(freed, 5);
+  sched_pause(s, false);
+  end_rec r = end_find(&la, ic.seq);
+  assert_int_equal(r.why, SCHED_END_CLOSED);
+  assert_int_equal(r.handles, 5);
+  assert_int_equal(r.queued, 0);
+  assert_ptr_equal(r.state, &sa);
+  assert_string_equal(r.client, "closer");
+  assert_string_equal(r.job, "job");
+  r = end_find(&lb, ic.seq);
+  assert_int_equal(r.why, SCHED_END_CLOSED);
+  assert_null(r.state);
+  /* After the end: nothing attaches, nothing is attached. */
+  assert_int_equal(sched_session_attach(c, kb, &sb, &st), PD_FAILED_PRECONDITION);
+  assert_null(sched_session_attached(c, ka));
+  sched_session_put(c);
+
+  /* Kill. */
+  sched_kill_target kt = {NULL, 0, NULL, ik.seq};
+  sched_kill_result kr;
+  assert_int_equal(sched_kill(s, &kt, &kr, &st), PD_OK);
+  r = end_find(&la, ik.seq);
+  assert_int_equal(r.why, SCHED_END_KILLED);
+  assert_int_equal(r.handles, 1);
+  assert_ptr_equal(r.state, &sc);
+  r = end_find(&lb, ik.seq);
+  assert_int_equal(r.why, SCHED_END_KILLED);
+  assert_ptr_equal(r.state, &sd);
+  assert_int_equal(sched_session_attach(k, ka, &sa, &st), PD_FAILED_PRECONDITION);
+  sched_session_put(k);
+
+  /* Expiry (a lease of 1 s): heard on the lease thread; wait for it. */
+  for (int i = 0; i < 3000 && (end_count(&la) < 3 || end_count(&lb) < 3); i++) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(end_count(&la), 3);
+  assert_int_equal(end_count(&lb), 3);
+  r = end_find(&la, ie.seq);
+  assert_int_equal(r.why, SCHED_END_EXPIRED);
+  assert_int_equal(r.handles, 1);
+  assert_null(r.state);
+  assert_string_equal(r.client, "short");
+  r = end_find(&lb, ie.seq);
+  assert_int_equal(r.why, SCHED_END_EXPIRED);
+  assert_ptr_equal(r.state, &sb);
+
+  /* Stop: the session still open ends in sched_destroy. */
+  assert_int_equal(sched_session_attach(d, ka, &sd, &st), PD_OK);
+  sched_session_put(d);
+  sched_destroy(s);
+  assert_int_equal(la.n, 4);
+  assert_int_equal(lb.n, 4);
+  r = end_find(&la, is.seq);
+  assert_int_equal(r.why, SCHED_END_STOPPED);
+  assert_int_equal(r.handles, 0);
+  assert_ptr_equal(r.state, &sd);
+  assert_string_equal(r.client, "left");
+  r = end_find(&lb, is.seq);
+  assert_int_equal(r.why, SCHED_END_STOPPED);
+  assert_null(r.state);
+  /* Every session once per observer: four distinct sequence numbers. */
+  end_find(&la, ic.seq);
+  end_find(&lb, ie.seq);
+
+  assert_string_equal(sched_end_reason_name(SCHED_END_CLOSED), "closed");
+  assert_string_equal(sched_end_reason_name(SCHED_END_EXPIRED), "expired");
+  assert_string_equal(sched_end_reason_name(SCHED_END_KILLED), "killed");
+  assert_string_equal(sched_end_reason_name(SCHED_END_STOPPED), "stopped");
+}
+
+/* At most SCHED_MAX_OBSERVERS observers. */
+static void test_observer_slots(void **state) {
+  sched *s = new_sched(500, NULL, NULL);
+  end_log l = {NULL, PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+  sched_observer o = {"x", on_end_rec, &l};
+  for (int i = 0; i < SCHED_MAX_OBSERVERS; i++)
+    assert_int_equal(sched_observer_add(s, &o), i);
+  assert_int_equal(sched_observer_add(s, &o), -1);
+  sched_session_info info;
+  sched_session *ss = open_new(s, "a", 0, 0, &info);
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_session_attach(ss, SCHED_MAX_OBSERVERS - 1, &l, &st), PD_OK);
+  sched_session_put(ss);
+  sched_destroy(s);
+  assert_int_equal(l.n, SCHED_MAX_OBSERVERS); /* one session, 8 observers */
+  int with_state = 0;
+  for (int i = 0; i < l.n; i++) {
+    assert_int_equal(l.recs[i].why, SCHED_END_STOPPED);
+    with_state += l.recs[i].state == &l;
+  }
+  assert_int_equal(with_state, 1);
+}
+
+/* Several threads, each opening sessions in turn, executing a chain of ops
+ * into each, cancelling some while they are queued, syncing, and closing the
+ * session (odd workers) or leaving it open (even workers), while another
+ * thread reads the counters and the session list. Run under
+ * AddressSanitizer, it checks for races that lose or double-free memory;
+ * every call's outcome is asserted, and afterwards (behind a fence) the
+ * counters must add up to what the workers did. */
+#define STRESS_WORKERS 4
+#define STRESS_ROUNDS 25
+#define STRESS_CHAIN 40 /* handles 1 (uploaded) .. 39 per session */
+
+typedef struct stress_arg {
+  sched *s;
+  int k;
+  /* What the worker did. */
+  uint64_t created, executed, dropped, closed, open_handles;
+} stress_arg;
+
+/* One session's life in a stress worker. */
+static void stress_round(stress_arg *a) {
+  sched_session_info info;
+  sched_session_params prm = {"stress", NULL, 86400, 0}; /* never expires */
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_session_create(a->s, &prm, &info, &st), PD_OK);
+  a->created++;
+  sched_session *ss = NULL;
+  assert_int_equal(
+      sched_session_open(a->s, info.token, SCHED_TOKEN_BYTES, &ss, &st), PD_OK);
+  const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  assert_int_equal(upload(ss, 1, 8, x, &st), PD_OK);
+  uint64_t dropped = 0;
+  for (uint64_t i = 2; i < STRESS_CHAIN; i++) {
+    uint64_t in[2] = {i - 1, 1};
+    sched_op o = op1("Add", in, 2, &i);
+    sched_op_result r;
+    int failed = -1;
+    assert_int_equal(sched_execute(ss, &o, 1, (uint64_t)a->k, &r, &failed, &st),
+                     PD_OK);
+    a->executed++;
+    if (i % 9 == 0) dropped += (uint64_t)sched_cancel(ss, (uint64_t)a->k);
+  }
+  a->dropped += dropped;
+  dev_status err = DEV_STATUS_INIT;
+  uint64_t fid = 0;
+  assert_int_equal(sched_sync(ss, NULL, 0, &err, &fid, &st), PD_OK);
+  /* Each op consumes the one before: a dropped op fails everything after
+   * it with CANCELLED, and nothing else fails. */
+  assert_int_equal(err.code, dropped ? PD_CANCELLED : PD_OK);
+  assert_true(dropped ? fid >= 2 && fid < STRESS_CHAIN : fid == 0);
+  int handles = 0;
+  sched_session_usage(ss, &handles, NULL);
+  assert_int_equal(handles, STRESS_CHAIN - 1);
+  if (a->k % 2) {
+    uint64_t freed = 0;
+    assert_int_equal(
+        sched_session_close(a->s, info.token, SCHED_TOKEN_BYTES, &freed, &st),
+        PD_OK);
+    assert_int_equal(freed, STRESS_CHAIN - 1);
+    a->closed++;
+  } else {
+    a->open_handles += STRESS_CHAIN - 1;
+  }
+  sched_session_put(ss);
+}
+
+static void *stress_worker(void *p) {
+  stress_arg *a = p;
+  for (int r = 0; r < STRESS_ROUNDS; r++) stress_round(a);
+  return NULL;
+}
+
+typedef struct stress_reader {
+  sched *s;
+  atomic_bool stop;
+  uint64_t reads;
+} stress_reader;
+
+/* Reads the counters and the session list while the workers run. */
+static void *stress_read(void *p) {
+  stress_reader *rd = p;
+  while (!atomic_load(&rd->stop)) {
+    sched_stats a = {.struct_size = sizeof(a)};
+    sched_get_stats(rd->s, &a);
+    assert_true(a.ops_completed <= a.ops_submitted);
+    assert_true(a.sessions >= 0 &&
+                a.sessions <= STRESS_WORKERS * STRESS_ROUNDS);
+    sched_session_view *v = NULL;
+    int n = sched_list_sessions(rd->s, NULL, &v);
+    assert_true(n >= 0);
+    for (int i = 0; i < n; i++) assert_string_equal(v[i].client, "stress");
+    free(v);
+    rd->reads++;
+  }
+  return NULL;
+}
+
 static void test_stress(void **state) {
   sched *s = new_sched(5, NULL, NULL);
-  atomic_bool stop;
-  atomic_init(&stop, false);
-  pthread_t th[4];
-  stress_arg args[4];
-  for (int k = 0; k < 4; k++) {
-    args[k] = (stress_arg){s, k + 1, &stop};
-    pthread_create(&th[k], NULL, stress_worker, &args[k]);
+  pthread_t th[STRESS_WORKERS], reader;
+  stress_arg args[STRESS_WORKERS];
+  stress_reader rd = {s, false, 0};
+  assert_int_equal(pthread_create(&reader, NULL, stress_read, &rd), 0);
+  for (int k = 0; k < STRESS_WORKERS; k++) {
+    args[k] = (stress_arg){s, k + 1, 0, 0, 0, 0, 0};
+    assert_int_equal(pthread_create(&th[k], NULL, stress_worker, &args[k]), 0);
   }
-  struct timespec ts = {1, 0};
-  nanosleep(&ts, NULL);
-  atomic_store(&stop, true);
-  for (int k = 0; k < 4; k++) pthread_join(th[k], NULL);
+  for (int k = 0; k < STRESS_WORKERS; k++) pthread_join(th[k], NULL);
+  atomic_store(&rd.stop, true);
+  pthread_join(reader, NULL);
+  assert_true(rd.reads > 0);
+
+  uint64_t created = 0, executed = 0, dropped = 0, closed = 0, handles = 0;
+  for (int k = 0; k < STRESS_WORKERS; k++) {
+    const stress_arg *a = &args[k];
+    assert_int_equal(a->created, STRESS_ROUNDS);
+    assert_int_equal(a->executed, STRESS_ROUNDS * (STRESS_CHAIN - 2));
+    assert_int_equal(a->closed, a->k % 2 ? STRESS_ROUNDS : 0);
+    assert_int_equal(a->open_handles,
+                     a->k % 2 ? 0 : STRESS_ROUNDS * (STRESS_CHAIN - 1));
+    created += a->created;
+    executed += a->executed;
+    dropped += a->dropped;
+    closed += a->closed;
+    handles += a->open_handles;
+  }
+  /* Every op was submitted or dropped (each session was synced); once the
+   * fence passed, every submitted op has completed and been counted. */
+  fence_wait(s);
+  sched_stats st = {.struct_size = sizeof(st)};
+  sched_get_stats(s, &st);
+  assert_int_equal(st.sessions_created, created);
+  assert_int_equal(st.sessions_closed, closed);
+  assert_int_equal(st.sessions_expired, 0);
+  assert_int_equal(st.sessions_killed, 0);
+  assert_int_equal(st.sessions, (int)(created - closed));
+  assert_int_equal(sched_num_sessions(s), (int)(created - closed));
+  assert_int_equal(st.handles, handles);
+  assert_int_equal(st.ops_queued, 0);
+  assert_int_equal(st.ops_dropped, dropped);
+  assert_int_equal(st.ops_submitted + st.ops_dropped, executed);
+  assert_int_equal(st.ops_completed, st.ops_submitted);
+  assert_int_equal(st.ops_in_flight, 0);
+  assert_int_equal(st.latency_buckets[SCHED_LATENCY_BUCKETS], st.ops_completed);
+  /* Per op: every Add ran to some outcome or was dropped (CANCELLED). */
+  int add = -1;
+  for (int i = 0; i < dev_op_count(); i++)
+    if (strcmp(dev_op_at(i)->name, "Add") == 0) add = i;
+  assert_true(add >= 0);
+  uint64_t by[SCHED_NUM_CODES], outcomes = 0;
+  sched_op_stats(s, add, by, NULL);
+  for (int c = 0; c < SCHED_NUM_CODES; c++) outcomes += by[c];
+  assert_int_equal(outcomes, executed);
+  assert_true(by[PD_CANCELLED] >= dropped);
+  assert_int_equal(by[PD_OK] + by[PD_CANCELLED], executed);
   sched_destroy(s); /* sessions left open are freed here */
 }
 
@@ -570,6 +886,8 @@ int main(void) {
       cmocka_unit_test(test_lease_and_quota),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_tapes),
+      cmocka_unit_test(test_session_end_events),
+      cmocka_unit_test(test_observer_slots),
       cmocka_unit_test(test_stress),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,273 @@
+/* Op preparation and queueing (sched_execute): a request's ops are checked,
+ * resolved against the session's handles, prepared by the engine (shape
+ * inference), charged against the session's limits, offered to its tapes,
+ * and then, all or nothing, published as handles and appended to its queue
+ * for the dispatcher. Everything runs under the session's mu. */
+#include <stdlib.h>
+
+#include "sched_int.h"
+
+/* An output of the request, before it is published. */
+typedef struct sched_pending {
+  uint64_t id;
+  dev_tensor *t;  /* borrowed from its prepared op */
+  uint64_t bytes; /* what it is charged: 0 for a buffer shared with an input */
+} sched_pending;
+
+/* The work of one sched_execute call. */
+typedef struct sched_exec {
+  sched_session *ss;
+  const sched_op *ops;
+  int n;
+  dev_op **prepared;   /* n; NULL once queued or abandoned */
+  sched_pending *pend; /* every output, in order */
+  int npend;
+  uint64_t new_bytes;
+  sched_qop *chain;    /* the n queue entries, once allocated */
+  /* A call of one op (every streamed op) needs no allocation. */
+  dev_op *prepared1[1];
+  sched_pending pend1[DEV_MAX_OUTPUTS];
+} sched_exec;
+
+static pd_code exec_init(sched_exec *x, sched_session *ss, const sched_op *ops,
+                         int n, dev_status *st) {
+  x->ss = ss;
+  x->ops = ops;
+  x->n = n;
+  x->npend = 0;
+  x->new_bytes = 0;
+  x->chain = NULL;
+  x->prepared1[0] = NULL;
+  x->prepared = x->prepared1;
+  x->pend = x->pend1;
+  if (n > 1) {
+    x->prepared = calloc((size_t)n, sizeof(*x->prepared));
+    x->pend = calloc((size_t)n * DEV_MAX_OUTPUTS, sizeof(*x->pend));
+    if (!x->prepared || !x->pend) {
+      free(x->prepared);
+      free(x->pend);
+      return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+  }
+  return PD_OK;
+}
+
+/* Frees what was not queued: entries, and prepared ops (abandoned). */
+static void exec_free(sched_exec *x) {
+  while (x->chain) {
+    sched_qop *q = x->chain;
+    x->chain = q->next;
+    free(q);
+  }
+  for (int i = 0; i < x->n; i++)
+    if (x->prepared[i])
+      dev_op_abandon(x->prepared[i], PD_CANCELLED,
+                     "another op of the same request was rejected");
+  if (x->n > 1) {
+    free(x->prepared);
+    free(x->pend);
+  }
+}
+
+/* Prefixes an error message with the op's index and name. */
+static pd_code sched_op_error(dev_status *st, int i, const char *name,
+                              const dev_status *inner) {
+  if (!st) return inner->code;
+  dev_status tmp = *inner;
+  return dev_error(st, tmp.code, "op %d (%.64s): %s", i, name ? name : "",
+                   tmp.msg);
+}
+
+/* The counts fit the arrays below (the server checks them first; a direct
+ * caller may not). */
+static pd_code exec_check_arity(const sched_op *op, dev_status *inner) {
+  if (op->num_inputs < 0 || op->num_inputs > DEV_MAX_INPUTS)
+    return dev_error(inner, PD_INVALID_ARGUMENT,
+                     "%d inputs; the limit max_inputs_per_op is %d",
+                     op->num_inputs, DEV_MAX_INPUTS);
+  if (op->num_outputs < 0 || op->num_outputs > DEV_MAX_OUTPUTS)
+    return dev_error(inner, PD_INVALID_ARGUMENT,
+                     "%d output ids; no op has more than %d outputs",
+                     op->num_outputs, DEV_MAX_OUTPUTS);
+  return PD_OK;
+}
+
+/* Live handles first, then outputs of earlier ops of this request (the
+ * latest one wins; ids are unique anyway). */
+static pd_code exec_resolve_inputs(sched_exec *x, const sched_op *op,
+                                   dev_tensor **inputs, dev_status *inner) {
+  for (int j = 0; j < op->num_inputs; j++) {
+    uint64_t id = op->inputs[j];
+    sched_slot *sl = sched_htab_find(&x->ss->handles, id);
+    dev_tensor *t = sl ? sl->t : NULL;
+    for (int k = x->npend - 1; !t && k >= 0; k--)
+      if (x->pend[k].id == id) t = x->pend[k].t;
+    if (!t)
+      return dev_error(inner, PD_NOT_FOUND,
+                       "input %d: handle %llu not found in this session "
+                       "(never created, deleted, or another session's)",
+                       j, (unsigned long long)id);
+    inputs[j] = t;
+  }
+  return PD_OK;
+}
+
+/* Output ids: not 0, not live, not named before in this request. */
+static pd_code exec_check_outputs(sched_exec *x, const sched_op *op,
+                                  dev_status *inner) {
+  for (int j = 0; j < op->num_outputs; j++) {
+    uint64_t id = op->output_ids[j];
+    if (id == 0)
+      return dev_error(inner, PD_INVALID_ARGUMENT,
+                       "output %d: handle id 0 is reserved", j);
+    bool dup = sched_htab_find(&x->ss->handles, id) != NULL;
+    for (int k = 0; !dup && k < x->npend; k++) dup = x->pend[k].id == id;
+    for (int k = 0; !dup && k < j; k++) dup = op->output_ids[k] == id;
+    if (dup)
+      return dev_error(inner, PD_ALREADY_EXISTS,
+                       "output %d: handle %llu is already live in this "
+                       "session (or named twice in this request)",
+                       j, (unsigned long long)id);
+  }
+  return PD_OK;
+}
+
+/* Prepares op i and notes its outputs (dtypes and shapes into *res). */
+static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
+                               dev_status *inner) {
+  const sched_op *op = &x->ops[i];
+  dev_tensor *inputs[DEV_MAX_INPUTS];
+  PD_TRY(exec_check_arity(op, inner));
+  PD_TRY(exec_resolve_inputs(x, op, inputs, inner));
+  PD_TRY(exec_check_outputs(x, op, inner));
+  PD_TRY(dev_op_prepare(x->ss->owner->engine, op->op_name, inputs,
+                        op->num_inputs, op->attrs, op->num_attrs,
+                        &x->prepared[i], inner));
+  dev_op *p = x->prepared[i];
+  int nout = dev_op_num_outputs(p);
+  if (nout != op->num_outputs)
+    return dev_error(inner, PD_INVALID_ARGUMENT,
+                     "the op has %d outputs; the request names %d output ids",
+                     nout, op->num_outputs);
+  res->num_outputs = nout;
+  /* Only output 0 can share input 0's buffer (DEV_OP_ALIASES_INPUT). */
+  uint64_t nb = dev_op_new_bytes(p);
+  uint64_t shared = dev_op_output_bytes(p) - nb;
+  for (int j = 0; j < nout; j++) {
+    dev_tensor *t = dev_op_output(p, j);
+    res->dtype[j] = dev_tensor_dtype(t);
+    res->shape[j] = *dev_tensor_shape(t);
+    uint64_t b = dev_tensor_bytes(t);
+    uint64_t cut = j == 0 ? (shared < b ? shared : b) : 0;
+    x->pend[x->npend++] = (sched_pending){op->output_ids[j], t, b - cut};
+  }
+  x->new_bytes += nb;
+  return PD_OK;
+}
+
+/* Everything that can fail before publishing: the session's room for the
+ * outputs, the table's room, the queue entries, the queue limit. */
+static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
+                                   dev_status *st) {
+  sched_session *ss = x->ss;
+  sched *s = ss->owner;
+  PD_TRY(sched_check_room_locked(ss, x->npend, x->new_bytes, st));
+  if (!sched_htab_reserve(&ss->handles, (size_t)x->npend))
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  for (int i = x->n - 1; i >= 0; i--) { /* the queue entries, in order */
+    sched_qop *q = calloc(1, sizeof(*q));
+    if (!q) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    q->tag = tag;
+    q->owner = s;
+    q->op_index = sched_op_index(s, x->ops[i].op_name);
+    q->next = x->chain;
+    x->chain = q;
+  }
+  /* Only this session's calls add to its queue, and they hold ss->mu: the
+   * queue can only shrink between this check and the append. */
+  pthread_mutex_lock(&s->qmu);
+  int ql = ss->qlen;
+  pthread_mutex_unlock(&s->qmu);
+  int max_queued = SCHED_LIM(s, max_queued);
+  if (ql + x->n > max_queued)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "the session has %d ops queued; with %d more it would pass "
+                     "the limit max_queued_ops = %d (Sync, or send fewer at once)",
+                     ql, x->n, max_queued);
+  return PD_OK;
+}
+
+/* Every op will run: offers each, in order, to the session's tapes (between
+ * preparation and queueing, as dev_tape_record asks). A tape that runs out
+ * of host memory fails the request before anything is published (records
+ * of earlier ops of this request may stay on a tape; their outputs are
+ * cancelled, so a gradient through them fails rather than being wrong).
+ * *bad gets the op that failed. */
+static pd_code exec_record_locked(sched_exec *x, int *bad, dev_status *inner) {
+  sched_session *ss = x->ss;
+  for (int i = 0; i < x->n && ss->num_tapes > 0; i++) {
+    for (int k = 0; k < ss->num_tapes; k++) {
+      if (dev_tape_record(ss->tapes[k].tape, x->prepared[i], inner) != PD_OK) {
+        *bad = i;
+        return dev_error(inner, inner->code, "gradient tape %llu: %s",
+                         (unsigned long long)ss->tapes[k].id, inner->msg);
+      }
+    }
+  }
+  return PD_OK;
+}
+
+/* Publishes the outputs and queues the ops (cannot fail). */
+static void exec_publish_locked(sched_exec *x) {
+  sched_session *ss = x->ss;
+  sched *s = ss->owner;
+  uint64_t t_enq = sched_now_ns();
+  pthread_mutex_lock(&s->qmu);
+  int k = 0;
+  sched_qop *q = x->chain, *last = NULL;
+  for (int i = 0; i < x->n; i++, last = q, q = q->next) {
+    int nout = dev_op_num_outputs(x->prepared[i]);
+    for (int j = 0; j < nout; j++, k++) {
+      dev_tensor *t = x->pend[k].t;
+      dev_tensor_retain(t);
+      sched_htab_insert(&ss->handles, x->pend[k].id, t, x->pend[k].bytes);
+      ss->bytes += x->pend[k].bytes;
+    }
+    q->op = x->prepared[i];
+    q->seq = ++ss->enqueued;
+    q->t_enq_ns = t_enq;
+    x->prepared[i] = NULL;
+  }
+  sched_queue_append_locked(ss, x->chain, last, x->n);
+  x->chain = NULL;
+  pthread_mutex_unlock(&s->qmu);
+}
+
+pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
+                      uint64_t tag, sched_op_result *results, int *failed_op,
+                      dev_status *st) {
+  int max_ops = SCHED_LIM(ss->owner, max_ops);
+  if (n <= 0 || n > max_ops) {
+    if (failed_op) *failed_op = n > 0 ? max_ops : 0;
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "a request holds %d ops; expected 1 to "
+                     "max_ops_per_request = %d",
+                     n, max_ops);
+  }
+  sched_exec x;
+  PD_TRY(exec_init(&x, ss, ops, n, st));
+  dev_status inner = DEV_STATUS_INIT;
+  int bad = -1; /* the op an error names; -1: the request's error, in st */
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = ss->closed ? sched_closed_error(st) : PD_OK;
+  for (int i = 0; c == PD_OK && i < n; i++)
+    if ((c = exec_prepare_op(&x, i, &results[i], &inner)) != PD_OK) bad = i;
+  if (c == PD_OK) c = exec_reserve_locked(&x, tag, st);
+  if (c == PD_OK) c = exec_record_locked(&x, &bad, &inner);
+  if (c == PD_OK) exec_publish_locked(&x);
+  pthread_mutex_unlock(&ss->mu);
+  if (c != PD_OK && bad >= 0) sched_op_error(st, bad, ops[bad].op_name, &inner);
+  exec_free(&x);
+  if (c != PD_OK && failed_op) *failed_op = bad < 0 ? 0 : bad;
+  return c;
+}

@@ -1,0 +1,168 @@
+/* A session's handles: lookup, deletion, usage, the room checks against the
+ * handle limit and the memory quota, collecting references (Sync, Download)
+ * and releasing everything a session holds when it ends. The table itself
+ * is htab.c; every function here runs under the session's mu. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_int.h"
+
+pd_code sched_closed_error(dev_status *st) {
+  return dev_error(st, PD_NOT_FOUND,
+                   "session not found: closed or lease expired during the "
+                   "call");
+}
+
+pd_code sched_not_found(uint64_t id, dev_status *st) {
+  return dev_error(st, PD_NOT_FOUND,
+                   "handle %llu not found in this session (never created, "
+                   "deleted, or another session's)",
+                   (unsigned long long)id);
+}
+
+pd_code sched_handle_get(sched_session *ss, uint64_t id, dev_tensor **out,
+                         dev_status *st) {
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = PD_OK;
+  sched_slot *sl = NULL;
+  if (ss->closed) {
+    c = sched_closed_error(st);
+  } else if ((sl = sched_htab_find(&ss->handles, id)) == NULL) {
+    c = sched_not_found(id, st);
+  } else {
+    dev_tensor_retain(sl->t);
+    *out = sl->t;
+  }
+  pthread_mutex_unlock(&ss->mu);
+  return c;
+}
+
+/* Every id live and none twice (ss->mu held). */
+static pd_code sched_check_delete_locked(sched_session *ss, const uint64_t *ids,
+                                         int n, dev_status *st) {
+  if (ss->closed) return sched_closed_error(st);
+  for (int i = 0; i < n; i++) {
+    if (!sched_htab_find(&ss->handles, ids[i])) return sched_not_found(ids[i], st);
+    for (int j = 0; j < i; j++)
+      if (ids[j] == ids[i])
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "handle %llu is listed twice (positions %d and %d)",
+                         (unsigned long long)ids[i], j, i);
+  }
+  return PD_OK;
+}
+
+pd_code sched_handle_delete(sched_session *ss, const uint64_t *ids, int n,
+                            dev_status *st) {
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = sched_check_delete_locked(ss, ids, n, st);
+  for (int i = 0; c == PD_OK && i < n; i++) {
+    sched_slot *sl = sched_htab_find(&ss->handles, ids[i]);
+    dev_tensor *t = sl->t;
+    ss->bytes -= sl->bytes;
+    sched_htab_remove(&ss->handles, sl);
+    dev_tensor_release(t);
+  }
+  pthread_mutex_unlock(&ss->mu);
+  return c;
+}
+
+void sched_session_usage(sched_session *ss, int *handles, uint64_t *bytes) {
+  pthread_mutex_lock(&ss->mu);
+  if (handles) *handles = (int)ss->handles.live;
+  if (bytes) *bytes = ss->bytes;
+  pthread_mutex_unlock(&ss->mu);
+}
+
+pd_code sched_check_room_locked(sched_session *ss, int extra_handles,
+                                uint64_t extra_bytes, dev_status *st) {
+  sched *s = ss->owner;
+  int max_handles = SCHED_LIM(s, max_handles);
+  if (ss->handles.live + (size_t)extra_handles > (size_t)max_handles)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "the session would hold %zu handles; the limit "
+                     "max_handles_per_session is %d (delete some)",
+                     ss->handles.live + (size_t)extra_handles, max_handles);
+  if (ss->quota && (extra_bytes > ss->quota || ss->bytes > ss->quota - extra_bytes))
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "session memory quota exceeded: %llu bytes held + %llu "
+                     "new > quota %llu bytes",
+                     (unsigned long long)ss->bytes,
+                     (unsigned long long)extra_bytes,
+                     (unsigned long long)ss->quota);
+  return PD_OK;
+}
+
+uint64_t sched_release_all_locked(sched_session *ss) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < ss->handles.cap; i++) {
+    sched_slot *sl = &ss->handles.slots[i];
+    if (sl->id != 0 && sl->t != NULL) {
+      dev_tensor_release(sl->t);
+      n++;
+    }
+  }
+  free(ss->handles.slots);
+  memset(&ss->handles, 0, sizeof(ss->handles));
+  ss->bytes = 0;
+  /* Tapes hold references to what they recorded: release them too. */
+  for (int i = 0; i < ss->num_tapes; i++) dev_tape_destroy(ss->tapes[i].tape);
+  free(ss->tapes);
+  ss->tapes = NULL;
+  ss->num_tapes = ss->cap_tapes = 0;
+  ss->closed = true;
+  return n;
+}
+
+/* Fills list[] with ids[0..n) (n == 0: every live handle), borrowed
+ * (ss->mu held); *k gets the number. */
+static pd_code sched_collect_locked(sched_session *ss, const uint64_t *ids,
+                                    int n, sched_ref *list, size_t *k,
+                                    dev_status *st) {
+  *k = 0;
+  if (n > 0) {
+    for (int i = 0; i < n; i++) {
+      sched_slot *sl = sched_htab_find(&ss->handles, ids[i]);
+      if (!sl) return sched_not_found(ids[i], st);
+      list[(*k)++] = (sched_ref){ids[i], sl->t};
+    }
+    return PD_OK;
+  }
+  for (size_t i = 0; i < ss->handles.cap; i++) {
+    sched_slot *sl = &ss->handles.slots[i];
+    if (sl->id != 0 && sl->t != NULL) list[(*k)++] = (sched_ref){sl->id, sl->t};
+  }
+  return PD_OK;
+}
+
+pd_code sched_collect(sched_session *ss, const uint64_t *ids, int n,
+                      sched_ref **out, size_t *count, dev_status *st) {
+  pthread_mutex_lock(&ss->mu);
+  if (ss->closed) {
+    pthread_mutex_unlock(&ss->mu);
+    return sched_closed_error(st);
+  }
+  size_t cnt = n > 0 ? (size_t)n : ss->handles.live;
+  sched_ref *list = calloc(cnt ? cnt : 1, sizeof(*list));
+  if (!list) {
+    pthread_mutex_unlock(&ss->mu);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  size_t k = 0;
+  pd_code c = sched_collect_locked(ss, ids, n, list, &k, st);
+  if (c == PD_OK)
+    for (size_t i = 0; i < k; i++) dev_tensor_retain(list[i].t);
+  pthread_mutex_unlock(&ss->mu);
+  if (c != PD_OK) {
+    free(list);
+    return c;
+  }
+  *out = list;
+  *count = k;
+  return PD_OK;
+}
+
+void sched_refs_release(sched_ref *refs, size_t count) {
+  for (size_t i = 0; refs && i < count; i++) dev_tensor_release(refs[i].t);
+  free(refs);
+}

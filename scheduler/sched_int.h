@@ -1,0 +1,299 @@
+/* The scheduler's private header: its data structures, its locks and the
+ * functions its files share (SQLite's btreeInt.h beside btree.h). Nothing
+ * outside scheduler/ includes it; scheduler.h is the interface.
+ *
+ * Locks, in the order they nest (a thread holding one may take only those
+ * below it; none is held across a call into another layer except the engine,
+ * and none while an observer, a waiter's callback or a fence's runs):
+ *
+ *   1. sched.mu       the session table: sessions, num_sessions, next_seq,
+ *                     stopping (and cv, the lease thread's sleep).
+ *   2. session.mu     one session's handles, bytes, tapes, closed and
+ *                     attached[]; held through a whole sched_execute /
+ *                     sched_tape_gradient, so a session's calls are serial.
+ *   3. sched.qmu      every session's op queue (qhead..dwait below), the
+ *                     policy's ready set, fences, paused, qstop (qcv: work
+ *                     arrived; dcv: ops were handed over or dropped).
+ *   4. sched.done_mu  only to wake sched_destroy when n_completed moves
+ *                     (done_cv); never held with another.
+ *   5. the engine's own locks (dev_*), taken inside dev_* calls.
+ *
+ * Nestings that occur: mu -> session.mu (sched_get_stats), session.mu ->
+ * qmu (sched_execute, the tape executor), qmu -> engine
+ * (dev_tensor_is_ready). A session's `refs`, `expires_ms`, the limits and the
+ * counters are atomics and need no lock. The observers table is written
+ * before serving only.
+ *
+ * Files, lowest first (each calls only files listed before it; the call
+ * graph is acyclic):
+ *   htab.c, policy_rr.c, stats.c, observers.c   no scheduler calls
+ *   handles.c     handle table use, room checks, release of a session's state
+ *   waits.c       handed-over checks, queue waiters, Sync
+ *   queue.c       appending, unqueueing and dropping ops; cancel
+ *   sessions.c    tokens, create/open/close, ending a session, refs
+ *   uploads.c, execute.c, tapes.c, lease.c, dispatch.c, operators.c
+ *   sched.c       create, destroy, reconfigure, pause
+ */
+#ifndef PARADEV_SCHED_INT_H
+#define PARADEV_SCHED_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "check.h"
+#include "sched_policy.h"
+#include "scheduler.h"
+
+/* --- Handle table (htab.c) ------------------------------------------------
+ * Open addressing on the id (ids are client-chosen, so mixed first), linear
+ * probing, tombstones, grows at 1/2 load. Used under its session's mu. */
+
+typedef struct sched_slot {
+  uint64_t id;   /* 0: empty */
+  dev_tensor *t; /* NULL with id != 0: tombstone */
+  uint64_t bytes;
+} sched_slot;
+
+typedef struct sched_htab {
+  sched_slot *slots;
+  size_t cap;  /* power of two */
+  size_t live;
+  size_t used; /* live + tombstones */
+} sched_htab;
+
+sched_slot *sched_htab_find(sched_htab *h, uint64_t id);
+bool sched_htab_grow(sched_htab *h);
+/* Grows until `extra` inserts cannot fail. False on ENOMEM. */
+bool sched_htab_reserve(sched_htab *h, size_t extra);
+/* Inserts a new id (the caller checked it is absent). False on ENOMEM. */
+bool sched_htab_insert(sched_htab *h, uint64_t id, dev_tensor *t,
+                       uint64_t bytes);
+void sched_htab_remove(sched_htab *h, sched_slot *sl);
+
+/* --- Queue entries and waiters ------------------------------------------- */
+
+/* One prepared op waiting in its session's queue. Once submitted, the same
+ * block rides along as the context of the op's completion callback. */
+typedef struct sched_qop {
+  dev_op *op;
+  uint64_t tag;
+  uint64_t seq;       /* position in its session's queue order (1, 2, ...) */
+  struct sched_qop *next;
+  sched *owner;
+  int op_index;       /* into sched->op_stats */
+  uint64_t t_enq_ns;  /* sched_execute */
+  uint64_t t_sub_ns;  /* submission to the engine */
+} sched_qop;
+
+/* A sched_tensor_notify registration waiting for its session's queue. */
+typedef struct sched_dwait {
+  uint64_t target; /* every op with seq <= target must be submitted/dropped */
+  dev_tensor *t;
+  dev_ready_fn fn;
+  void *arg;
+  struct sched_dwait *next;
+} sched_dwait;
+
+/* A sched_fence request for the dispatcher. */
+typedef struct sched_fence_req {
+  dev_ready_fn fn;
+  void *arg;
+  struct sched_fence_req *next;
+} sched_fence_req;
+
+/* --- Counters (stats.c) ---------------------------------------------------- */
+
+typedef struct sched_op_counter {
+  _Atomic uint64_t by_code[SCHED_NUM_CODES];
+  _Atomic uint64_t run_ns;
+} sched_op_counter;
+
+typedef struct sched_op_name {
+  const char *name;
+  int index;
+} sched_op_name;
+
+/* --- Sessions and the scheduler ---------------------------------------- */
+
+/* A gradient tape of a session, under its client-chosen id. */
+typedef struct sched_tape_ent {
+  uint64_t id;
+  dev_tape *tape;
+} sched_tape_ent;
+
+struct sched_session {
+  atomic_int refs;
+  sched *owner;
+  uint8_t token[SCHED_TOKEN_BYTES];
+  uint64_t seq;
+  char client[SCHED_NAME_MAX + 1];
+  char job[SCHED_NAME_MAX + 1];
+  uint32_t lease_s;
+  uint64_t quota;
+  int64_t created_ms;         /* monotonic */
+  _Atomic int64_t expires_ms; /* monotonic */
+
+  pthread_mutex_t mu; /* lock 2: guards closed .. attached */
+  bool closed;        /* ended: handles released, nothing attaches */
+  sched_htab handles;
+  uint64_t bytes;
+  sched_tape_ent *tapes; /* the session's gradient tapes */
+  int num_tapes, cap_tapes;
+  /* Observers' state (sched_session_attach); cleared when the session ends. */
+  void *attached[SCHED_MAX_OBSERVERS];
+  sched_session *next; /* in the scheduler's table (under sched->mu) */
+
+  /* The op queue, under sched->qmu. */
+  sched_qop *qhead, *qtail;
+  int qlen;
+  bool in_ready;         /* in the policy's ready set (holds a ref) */
+  sched_policy_node pol; /* the policy's per-session state */
+  uint64_t enqueued;     /* ops ever queued = seq of the last one */
+  /* Ops taken off the queue and not yet handed over: the dispatcher's batch
+   * (seq >= sub_lo, 0: none) and drops being abandoned. */
+  uint64_t sub_lo;
+  int dropping;
+  sched_dwait *dwait;    /* sched_tensor_notify registrations */
+};
+
+/* The limits sched_reconfigure may change while sessions run. */
+typedef struct sched_limits {
+  _Atomic uint32_t default_lease_s, max_lease_s;
+  atomic_int max_sessions, max_handles, max_ops, max_queued;
+  _Atomic uint64_t default_quota, max_quota;
+} sched_limits;
+
+#define SCHED_LIM(s, f) atomic_load_explicit(&(s)->lim.f, memory_order_relaxed)
+
+struct sched {
+  dev_engine *engine;
+  sched_config cfg; /* incarnation, lease_check_ms, callbacks */
+  sched_limits lim;
+  pthread_mutex_t mu; /* lock 1: the session table */
+  sched_session *sessions; /* newest first */
+  int num_sessions;
+  uint64_t next_seq;
+  bool stopping;
+  pthread_cond_t cv;
+  pthread_t lease_thread;
+
+  /* Dispatcher (lock 3). */
+  pthread_mutex_t qmu;
+  pthread_cond_t qcv;  /* work arrived or stopping */
+  pthread_cond_t dcv;  /* ops were dispatched or dropped */
+  sched_policy_queue ready; /* sessions with queued ops */
+  sched_fence_req *fences;
+  bool qstop;
+  bool paused;
+  pthread_t dispatch_thread;
+  atomic_uint_fast64_t next_tag;
+
+  /* Counters. */
+  _Atomic uint64_t n_created, n_closed, n_expired, n_killed;
+  _Atomic uint64_t n_queued, n_submitted, n_completed, n_dropped;
+  _Atomic uint64_t lat_buckets[SCHED_LATENCY_BUCKETS + 1];
+  _Atomic uint64_t lat_sum_ns;
+  int num_ops;
+  sched_op_name *op_names; /* sorted by name */
+  sched_op_counter *op_stats;
+  pthread_mutex_t done_mu; /* lock 4: sched_destroy waits for callbacks */
+  pthread_cond_t done_cv;
+
+  /* Observers of sessions' ends; set before serving, read-only after. */
+  sched_observer observers[SCHED_MAX_OBSERVERS];
+  int num_observers;
+};
+
+static inline int64_t sched_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline uint64_t sched_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void sched_session_ref(sched_session *ss) {
+  atomic_fetch_add(&ss->refs, 1);
+}
+
+/* --- stats.c --------------------------------------------------------------- */
+
+/* Builds the op-name index and the per-op counters. False on ENOMEM. */
+bool sched_stats_init(sched *s);
+void sched_stats_free(sched *s);
+/* Index of op `name` into op_stats, or -1 (unknown names never get queued). */
+int sched_op_index(const sched *s, const char *name);
+void sched_count_outcome(sched *s, int op_index, pd_code code);
+/* Counts a submitted op's completion: latency, outcome, run time. */
+void sched_count_done(sched *s, const sched_qop *q, pd_code code);
+
+/* --- observers.c ----------------------------------------------------------- */
+
+/* Tells every observer that `ss` ended, with states[k] for observer k (no
+ * lock held). */
+void sched_notify_end(sched_session *ss, sched_end_reason why,
+                      uint64_t handles, void *const *states);
+
+/* --- handles.c ------------------------------------------------------------- */
+
+pd_code sched_closed_error(dev_status *st);
+pd_code sched_not_found(uint64_t id, dev_status *st);
+/* Checks that `extra_handles` more handles of `extra_bytes` fit (ss->mu). */
+pd_code sched_check_room_locked(sched_session *ss, int extra_handles,
+                                uint64_t extra_bytes, dev_status *st);
+/* Releases every handle and tape and marks the session closed (ss->mu).
+ * Returns the handles released. */
+uint64_t sched_release_all_locked(sched_session *ss);
+
+/* --- waits.c --------------------------------------------------------------- */
+
+/* True when every op of `ss` with seq <= target was submitted or dropped
+ * (qmu held). */
+bool sched_handed_over_locked(const sched_session *ss, uint64_t target);
+/* Unlinks the registrations that may go on to the engine (qmu held). */
+sched_dwait *sched_take_waiters_locked(sched_session *ss);
+/* Hands registrations on to the engine (no lock held). */
+void sched_fire_waiters(sched_dwait *w);
+/* Waits until every op the session queued so far was handed over. */
+void sched_wait_dispatched(sched_session *ss);
+/* Submits fence requests behind everything submitted so far and frees them
+ * (the dispatcher, no lock held). */
+void sched_run_fences(sched *s, sched_fence_req *f);
+/* Answers fence requests with CANCELLED and frees them (sched_destroy). */
+void sched_cancel_fences(sched_fence_req *f);
+
+/* --- queue.c --------------------------------------------------------------- */
+
+/* Appends first..last (n entries, seq set) to the session's queue and makes
+ * the session ready (qmu held). */
+void sched_queue_append_locked(sched_session *ss, sched_qop *first,
+                               sched_qop *last, int n);
+/* Drops every queued op of a session being ended (no lock held). */
+void sched_drop_queue(sched_session *ss, const char *why);
+
+/* --- sessions.c ------------------------------------------------------------ */
+
+/* Finds the session of a token (sched->mu held); errors as
+ * sched_session_open. */
+pd_code sched_find_locked(sched *s, const void *token, size_t len,
+                          sched_session **out, dev_status *st);
+/* Unlinks `ss` from the table (sched->mu held). */
+void sched_unlink_locked(sched *s, sched_session *ss);
+/* Ends a session already unlinked from the table (no lock held): releases
+ * its handles, drops its queue, waits for what the dispatcher took of it and
+ * tells the observers. The caller then drops the table's reference.
+ * *bytes (may be NULL) gets its accounted bytes. Returns the handles freed. */
+uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
+                           const char *msg, uint64_t *bytes);
+
+/* --- lease.c, dispatch.c: the threads ------------------------------------ */
+
+void *sched_lease_main(void *arg);
+void *sched_dispatch_main(void *arg);
+
+#endif /* PARADEV_SCHED_INT_H */
