@@ -18,7 +18,9 @@ prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" --component client >/dev/null
 pc=$(find "$prefix" -name paradev.pc | head -n1)
 cfg=$(find "$prefix" -name paradevConfig.cmake | head -n1)
-for f in "$pc" "$cfg" "$prefix/include/paradev/paradev.h" "$prefix/include/paradev/types.h"; do
+for f in "$pc" "$cfg" "$prefix/include/paradev/paradev.h" "$prefix/include/paradev/types.h" \
+         "$prefix/include/paradev/transfer.h" "$prefix/include/paradev/shm.h" \
+         "$prefix/include/paradev/stream.h" "$prefix/include/paradev/tape.h"; do
   [ -n "$f" ] && [ -f "$f" ] || { echo "FAIL: not installed: $f"; exit 1; }
 done
 libdir=$(dirname "$(dirname "$pc")")
