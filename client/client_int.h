@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "paradev/paradev.h"
+#include "paradev/v1/methods.h"
 #include "paradev/v1/paradev.pb-c.h"
 
 #define PDC_MSG_MAX 2048
@@ -28,33 +29,18 @@ pd_code pdc_error(pd_status *st, pd_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void pdc_ok(pd_status *st);
 
-/* The methods, in the order they are registered. */
+/* The methods the library calls, one per entry of proto/paradev/v1/methods.h
+ * (PD_PARALLEL_DEVICE_METHODS, then PD_HEALTH_METHODS): PDC_M_Execute,
+ * PDC_M_Check, ... in that order, which is the order they are registered. */
+#define PDC_METHOD_ENUM(SERVICE, METHOD, KIND, REQUEST, RESPONSE) PDC_M_##METHOD,
 typedef enum pdc_method {
-  PDC_GET_SERVER_INFO,
-  PDC_CREATE_SESSION,
-  PDC_KEEP_ALIVE,
-  PDC_CLOSE_SESSION,
-  PDC_UPLOAD,
-  PDC_DOWNLOAD,
-  PDC_EXECUTE,
-  PDC_ENQUEUE,
-  PDC_SYNC,
-  PDC_DESCRIBE,
-  PDC_DELETE,
-  PDC_ECHO,
-  PDC_ECHO_STREAM,
-  PDC_HEALTH_CHECK,
-  PDC_START_TAPE,
-  PDC_WATCH_TAPE,
-  PDC_GRADIENT,
-  PDC_DELETE_TAPE,
-  PDC_REGISTER_SHM,
-  PDC_UNREGISTER_SHM,
-  PDC_UPLOAD_SHM,
-  PDC_DOWNLOAD_SHM,
+  PD_PARALLEL_DEVICE_METHODS(PDC_METHOD_ENUM)
+  PD_HEALTH_METHODS(PDC_METHOD_ENUM)
   PDC_NUM_METHODS
 } pdc_method;
+#undef PDC_METHOD_ENUM
 
+/* "/paradev.v1.ParallelDevice/Execute", ... (methods.c). */
 extern const char *const pdc_method_paths[PDC_NUM_METHODS];
 
 struct pd_client {
@@ -73,9 +59,15 @@ struct pd_client {
 struct pd_cancel {
   pthread_mutex_t mu;
   atomic_bool triggered;
-  grpc_call **calls;
+  grpc_call **calls; /* in flight with the token, under mu */
   size_t n, cap;
 };
+
+/* Registers a call with a token (cancel.c): PD_CANCELLED when the token was
+ * already triggered, PD_RESOURCE_EXHAUSTED when out of memory. */
+pd_code pdc_cancel_add(pd_cancel *c, grpc_call *call, pd_status *st);
+/* Unregisters a call (a no-op when it is not registered). */
+void pdc_cancel_remove(pd_cancel *c, grpc_call *call);
 
 /* One call in flight, with what its status batch receives. */
 typedef struct pdc_call {
@@ -160,7 +152,12 @@ pd_code pdc_session_check(pd_session *s, pd_status *st);
 /* Notes a successful call (renews the lease as the daemon does). */
 void pdc_session_touch(pd_session *s);
 
-/* --- attributes and ops (ops.c) ------------------------------------------- */
+/* --- attributes (attrs.c) and op encoding (encode.c) ---------------------- */
+
+/* The wire attributes of a set (borrowed: valid while `a` is unchanged), or
+ * the first error a setter recorded, with its message. */
+pd_code pdc_attrs_encoded(const pd_attrs *a, Paradev__V1__Attr ***attrs,
+                          size_t *n, const char **err_msg);
 
 /* Fills `op` with pointers to the arguments (nothing is copied or
  * allocated: `op` lives as long as they do). Output ids of 0 are replaced

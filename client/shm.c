@@ -136,7 +136,7 @@ static pd_code pdc_shm_register_rpc(pd_shared_memory *r,
   req.key = r->key;
   req.byte_size = r->map_bytes;
   ProtobufCMessage *resp = NULL;
-  pd_code rc = pdc_unary(r->s->c, PDC_REGISTER_SHM, &req.base,
+  pd_code rc = pdc_unary(r->s->c, PDC_M_RegisterSharedMemory, &req.base,
                          &paradev__v1__register_shared_memory_response__descriptor,
                          &resp, call, st);
   if (rc != PD_OK) return rc;
@@ -306,7 +306,7 @@ pd_code pd_shared_memory_register(pd_session *s, const char *key,
       ur.session_token.len = s->token_len;
       ur.name = r->name;
       ProtobufCMessage *resp = NULL;
-      if (pdc_unary(s->c, PDC_UNREGISTER_SHM, &ur.base,
+      if (pdc_unary(s->c, PDC_M_UnregisterSharedMemory, &ur.base,
                     &paradev__v1__unregister_shared_memory_response__descriptor,
                     &resp, call, ignored) == PD_OK)
         protobuf_c_message_free_unpacked(resp, NULL);
@@ -338,7 +338,7 @@ pd_code pd_shared_memory_destroy(pd_shared_memory *r,
     req.session_token.len = r->s->token_len;
     req.name = r->name;
     ProtobufCMessage *resp = NULL;
-    rc = pdc_unary(r->s->c, PDC_UNREGISTER_SHM, &req.base,
+    rc = pdc_unary(r->s->c, PDC_M_UnregisterSharedMemory, &req.base,
                    &paradev__v1__unregister_shared_memory_response__descriptor,
                    &resp, call, st);
     if (rc == PD_OK) {
@@ -373,7 +373,7 @@ static pd_code pdc_upload_shm(pd_session *s, Paradev__V1__UploadFromSharedMemory
   req->region = region->name;
   req->offset = offset;
   ProtobufCMessage *m = NULL;
-  pd_code rc = pdc_unary(s->c, PDC_UPLOAD_SHM, &req->base,
+  pd_code rc = pdc_unary(s->c, PDC_M_UploadFromSharedMemory, &req->base,
                          &paradev__v1__upload_response__descriptor, &m, call,
                          st);
   if (rc != PD_OK) return rc;
@@ -485,7 +485,7 @@ static pd_code pdc_download_shm(pd_session *s, uint64_t id, pd_layout layout,
   req.region = region->name;
   req.offset = offset;
   ProtobufCMessage *m = NULL;
-  pd_code rc = pdc_unary(s->c, PDC_DOWNLOAD_SHM, &req.base,
+  pd_code rc = pdc_unary(s->c, PDC_M_DownloadToSharedMemory, &req.base,
                          &paradev__v1__download_to_shared_memory_response__descriptor,
                          &m, call, st);
   if (rc != PD_OK) return rc;

@@ -105,7 +105,7 @@ pd_stream *pd_stream_new(pd_session *s, const pd_stream_options *opts,
   t->on_reply_arg = o.on_reply_arg;
   t->deadline_ms = o.timeout_ms ? pdc_now_ms() + o.timeout_ms : -1;
   pthread_mutex_init(&t->mu, NULL);
-  t->b = pdc_bidi_new(s->c, PDC_ENQUEUE, o.timeout_ms ? o.timeout_ms : -1,
+  t->b = pdc_bidi_new(s->c, PDC_M_Enqueue, o.timeout_ms ? o.timeout_ms : -1,
                       o.max_in_flight, pdc_stream_on_message, t, st);
   if (!t->b) {
     pthread_mutex_destroy(&t->mu);

@@ -54,7 +54,7 @@ pd_code pd_tape_start(pd_session *s, uint64_t tape_id, bool persistent,
   req.session_token.len = s->token_len;
   req.tape = &t;
   ProtobufCMessage *resp = NULL;
-  rc = pdc_unary(s->c, PDC_START_TAPE, &req.base,
+  rc = pdc_unary(s->c, PDC_M_StartTape, &req.base,
                  &paradev__v1__start_tape_response__descriptor, &resp, call,
                  st);
   if (rc != PD_OK) return rc;
@@ -80,7 +80,7 @@ pd_code pd_tape_watch(pd_session *s, uint64_t tape_id, const uint64_t *ids,
   req.session_token.len = s->token_len;
   req.watch = &w;
   ProtobufCMessage *resp = NULL;
-  rc = pdc_unary(s->c, PDC_WATCH_TAPE, &req.base,
+  rc = pdc_unary(s->c, PDC_M_WatchTape, &req.base,
                  &paradev__v1__watch_tape_response__descriptor, &resp, call,
                  st);
   if (rc != PD_OK) return rc;
@@ -106,7 +106,7 @@ pd_code pd_tape_gradient(pd_session *s, uint64_t tape_id, uint64_t target,
   req.session_token.len = s->token_len;
   req.gradient = &g;
   Paradev__V1__GradientResponse *resp = NULL;
-  rc = pdc_unary(s->c, PDC_GRADIENT, &req.base,
+  rc = pdc_unary(s->c, PDC_M_Gradient, &req.base,
                  &paradev__v1__gradient_response__descriptor,
                  (ProtobufCMessage **)&resp, call, st);
   if (rc != PD_OK) return rc;
@@ -138,7 +138,7 @@ pd_code pd_tape_delete(pd_session *s, uint64_t tape_id,
   req.session_token.len = s->token_len;
   req.tape = &t;
   ProtobufCMessage *resp = NULL;
-  rc = pdc_unary(s->c, PDC_DELETE_TAPE, &req.base,
+  rc = pdc_unary(s->c, PDC_M_DeleteTape, &req.base,
                  &paradev__v1__delete_tape_response__descriptor, &resp, call,
                  st);
   if (rc != PD_OK) return rc;

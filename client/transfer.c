@@ -87,7 +87,7 @@ static pd_code pdc_upload(pd_session *s, Paradev__V1__UploadHeader *h,
   char t_status, t_send, t_final;
   int pending = 0;
   bool status_done = false, send_ok = true, final_started = false;
-  rc = pdc_call_start(&k, s->c, PDC_UPLOAD, timeout, cancel, true, st);
+  rc = pdc_call_start(&k, s->c, PDC_M_Upload, timeout, cancel, true, st);
   if (rc != PD_OK) goto done;
   /* Initial metadata is asked for now, with the status: gRPC delivers a
    * trailers-only answer (an early refusal) only once it was. */
@@ -493,7 +493,7 @@ static pd_code pdc_download(pd_session *s, uint64_t id, pd_layout layout,
   d->cap = cap;
   pdc_call k;
   grpc_byte_buffer *send = NULL, *recv = NULL;
-  rc = pdc_call_start(&k, s->c, PDC_DOWNLOAD, timeout, cancel, false, st);
+  rc = pdc_call_start(&k, s->c, PDC_M_Download, timeout, cancel, false, st);
   if (rc != PD_OK) goto done;
   send = pdc_pack(&req.base);
   grpc_op ops[4];
