@@ -4,19 +4,36 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <stddef.h>
 #include <string.h>
 
+#include "check.h"
 #include "client_int.h"
 
 /* --- calls ------------------------------------------------------------------------ */
 
-void pdc_call_opts(pd_client *c, const pd_call_options *o, bool stream,
-                   int64_t *timeout_ms, pd_cancel **cancel) {
-  int64_t t = o ? o->timeout_ms : PD_TIMEOUT_DEFAULT;
-  if (t == PD_TIMEOUT_DEFAULT) t = stream ? -1 : c->default_timeout_ms;
-  if (t < 0) t = -1;
-  *timeout_ms = t;
-  *cancel = o ? o->cancel : NULL;
+pd_code pdc_call_opts(pd_client *c, const pd_call_options *opts,
+                      int64_t *timeout_ms, pd_cancel **cancel, pd_status *st) {
+  pd_call_options o = PD_CALL_OPTIONS_INITIALIZER;
+  if (opts) {
+    if (opts->struct_size < offsetof(pd_call_options, cancel) ||
+        opts->struct_size > sizeof(o))
+      return pdc_error(st, PD_INVALID_ARGUMENT,
+                       "pd_call_options.struct_size is %zu; expected %zu: "
+                       "start from PD_CALL_OPTIONS_INITIALIZER",
+                       opts->struct_size, sizeof(o));
+    memcpy(&o, opts, opts->struct_size);
+  }
+  if (o.timeout_ms < PD_TIMEOUT_NONE)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "pd_call_options.timeout_ms is %lld; expected a number "
+                     "of milliseconds > 0, PD_TIMEOUT_DEFAULT (0) or "
+                     "PD_TIMEOUT_NONE (-1)",
+                     (long long)o.timeout_ms);
+  *timeout_ms = o.timeout_ms == PD_TIMEOUT_DEFAULT ? c->default_timeout_ms
+                                                   : o.timeout_ms;
+  *cancel = o.cancel;
+  return PD_OK;
 }
 
 static gpr_timespec pdc_deadline(int64_t timeout_ms) {
@@ -187,7 +204,7 @@ pd_code pdc_unary(pd_client *c, pdc_method m, const ProtobufCMessage *req,
                   pd_status *st) {
   int64_t timeout;
   pd_cancel *cancel;
-  pdc_call_opts(c, o, false, &timeout, &cancel);
+  PD_TRY(pdc_call_opts(c, o, &timeout, &cancel, st));
   size_t len = protobuf_c_message_get_packed_size(req);
   if (len > c->max_message_bytes)
     return pdc_error(st, PD_RESOURCE_EXHAUSTED,

@@ -2,9 +2,11 @@
  * registering every method on it (pdc_method_paths, methods.c). */
 #include <grpc/grpc_security.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "client_int.h"
 
 #define PDC_DEFAULT_MAX_MESSAGE ((uint64_t)64 << 20)
@@ -12,32 +14,64 @@
 #define PDC_DEFAULT_CHUNK ((uint64_t)1 << 20)
 #define PDC_TARGET_MAX 4096
 
-/* gRPC reads a port past 65535 modulo 65536 (127.0.0.1:99999 dials port
- * 34463) and cannot dial port 0: refuse both. Checks "host:port",
- * "[v6]:port" and "scheme:///host:port"; other forms are left to gRPC. */
-static pd_code pdc_check_port(const char *target, pd_status *st) {
-  const char *a = target, *port;
-  if (strncmp(a, "unix:", 5) == 0 || strncmp(a, "unix-abstract:", 14) == 0)
-    return PD_OK;
-  const char *slashes = strstr(a, "///");
-  if (slashes) a = slashes + 3;
-  if (a[0] == '[') {
-    const char *rb = strchr(a, ']');
-    if (!rb || rb[1] != ':') return PD_OK;
-    port = rb + 2;
-  } else {
-    port = strchr(a, ':');
-    if (!port || strchr(port + 1, ':')) return PD_OK; /* none, or bare IPv6 */
-    port++;
-  }
+/* Checks a port's digits: gRPC reads a port past 65535 modulo 65536
+ * (127.0.0.1:99999 dials port 34463) and cannot dial port 0: refuse both,
+ * and an empty port. Names that are not digits are left to gRPC. */
+static pd_code pdc_check_port(const char *target, const char *port,
+                              pd_status *st) {
   size_t n = strlen(port);
-  if (n == 0 || strspn(port, "0123456789") != n) return PD_OK;
+  if (n == 0)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "target \"%s\": the port is empty; expected host:port "
+                     "(port 1 to 65535), host (port %d) or unix:/path",
+                     target, PD_DEFAULT_PORT);
+  if (strspn(port, "0123456789") != n) return PD_OK;
   unsigned long v = n > 9 ? 0 : strtoul(port, NULL, 10);
   if (v >= 1 && v <= 65535) return PD_OK;
   return pdc_error(st, PD_INVALID_ARGUMENT,
                    "target \"%s\": port %s is out of range; a port must be 1 "
                    "to 65535",
                    target, port);
+}
+
+/* The address gRPC dials for `target` (a new string in *out):
+ *  - "unix:..." and "unix-abstract:..." as they are;
+ *  - a path, "/..." or "./..." or "../...", is a Unix socket: "unix:PATH";
+ *  - "host:port", "[v6]:port" and "scheme:///host:port" as they are, once
+ *    the port is checked;
+ *  - "host", "[v6]" and "scheme:///host" get paradevd's port,
+ *    PD_DEFAULT_PORT (gRPC's own default would be 443);
+ * anything else (a bare IPv6 address, other schemes) is left to gRPC. */
+static pd_code pdc_target(const char *target, char **out, pd_status *st) {
+  const char *prefix = "", *a = target;
+  char port[16] = "";
+  if (strncmp(target, "unix:", 5) == 0 || strncmp(target, "unix-abstract:", 14) == 0) {
+    if (target[5] == '\0')
+      return pdc_error(st, PD_INVALID_ARGUMENT,
+                       "target \"unix:\" has no path; expected \"unix:/path\"");
+  } else if (target[0] == '/' || strncmp(target, "./", 2) == 0 ||
+             strncmp(target, "../", 3) == 0) {
+    prefix = "unix:";
+  } else {
+    const char *slashes = strstr(a, "///");
+    if (slashes) a = slashes + 3;
+    const char *colon = NULL;
+    if (a[0] == '[') {
+      const char *rb = strchr(a, ']');
+      if (rb && rb[1] == ':') colon = rb + 1;
+      else if (rb && rb[1] == '\0') snprintf(port, sizeof(port), ":%d", PD_DEFAULT_PORT);
+    } else if (!(colon = strchr(a, ':'))) {
+      snprintf(port, sizeof(port), ":%d", PD_DEFAULT_PORT);
+    } else if (strchr(colon + 1, ':')) {
+      colon = NULL; /* a bare IPv6 address, or a scheme of gRPC's */
+    }
+    if (colon) PD_TRY(pdc_check_port(target, colon + 1, st));
+  }
+  size_t n = strlen(prefix) + strlen(target) + strlen(port) + 1;
+  if (!(*out = malloc(n)))
+    return pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  snprintf(*out, n, "%s%s%s", prefix, target, port);
+  return PD_OK;
 }
 
 pd_client *pd_client_new(const char *target, const pd_client_options *opts,
@@ -62,12 +96,6 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
               tlen, PDC_TARGET_MAX);
     return NULL;
   }
-  if (strncmp(target, "unix:", 5) == 0 && target[5] == '\0') {
-    pdc_error(st, PD_INVALID_ARGUMENT,
-              "target \"unix:\" has no path; expected \"unix:/path\"");
-    return NULL;
-  }
-  if (pdc_check_port(target, st) != PD_OK) return NULL;
   if (o.max_message_bytes > INT_MAX) {
     pdc_error(st, PD_INVALID_ARGUMENT,
               "max_message_bytes %llu is over gRPC's limit of %d",
@@ -87,9 +115,12 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
     return NULL;
   }
   pd_client *c = calloc(1, sizeof(*c));
-  if (!c || !(c->target = strdup(target))) {
-    free(c);
+  if (!c) {
     pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    return NULL;
+  }
+  if (pdc_target(target, &c->target, st) != PD_OK) {
+    free(c);
     return NULL;
   }
   c->max_message_bytes = o.max_message_bytes ? o.max_message_bytes
@@ -115,10 +146,10 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
   }
   grpc_channel_args chargs = {nargs, args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-  c->channel = grpc_channel_create(target, creds, &chargs);
+  c->channel = grpc_channel_create(c->target, creds, &chargs);
   grpc_channel_credentials_release(creds);
   if (!c->channel) {
-    pdc_error(st, PD_INTERNAL, "gRPC could not create a channel to %s", target);
+    pdc_error(st, PD_INTERNAL, "gRPC could not create a channel to %s", c->target);
     goto fail;
   }
   for (int i = 0; i < PDC_NUM_METHODS; i++) {

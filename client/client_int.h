@@ -85,9 +85,10 @@ typedef struct pdc_call {
   bool next_cq; /* the queue is of the `next` kind (bidi streams) */
 } pdc_call;
 
-/* Resolves the call options (NULL: defaults). timeout_ms < 0: none. */
-void pdc_call_opts(pd_client *c, const pd_call_options *o, bool stream,
-                   int64_t *timeout_ms, pd_cancel **cancel);
+/* Checks and resolves the call options (NULL: defaults): *timeout_ms < 0
+ * means none. PD_INVALID_ARGUMENT names a bad struct_size or timeout_ms. */
+pd_code pdc_call_opts(pd_client *c, const pd_call_options *opts,
+                      int64_t *timeout_ms, pd_cancel **cancel, pd_status *st);
 
 /* Starts a call on a new completion queue (`next` kind when use_next, else
  * pluck), registered with the cancel token. With a pluck queue, a batch with

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "client_int.h"
 #include "common.h"
 
@@ -81,7 +82,7 @@ static pd_code pdc_upload(pd_session *s, Paradev__V1__UploadHeader *h,
   h->session_token.len = s->token_len;
   int64_t timeout;
   pd_cancel *cancel;
-  pdc_call_opts(s->c, call, false, &timeout, &cancel);
+  PD_TRY(pdc_call_opts(s->c, call, &timeout, &cancel, st));
   pdc_call k;
   grpc_byte_buffer *out = NULL, *next = NULL, *recv = NULL;
   char t_status, t_send, t_final;
@@ -485,7 +486,7 @@ static pd_code pdc_download(pd_session *s, uint64_t id, pd_layout layout,
   req.chunk_bytes = chunk;
   int64_t timeout;
   pd_cancel *cancel;
-  pdc_call_opts(s->c, call, false, &timeout, &cancel);
+  PD_TRY(pdc_call_opts(s->c, call, &timeout, &cancel, st));
   pdc_dl *d = calloc(1, sizeof(*d));
   if (!d) return pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   d->ncomp = ncomp;

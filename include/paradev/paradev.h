@@ -121,7 +121,10 @@ void pd_cancel_delete(pd_cancel *c);
 #define PD_TIMEOUT_DEFAULT 0   /* the client's default_timeout_ms */
 #define PD_TIMEOUT_NONE (-1)   /* no deadline */
 
-/* Options of one call; NULL means PD_CALL_OPTIONS_INITIALIZER. */
+/* Options of one call; NULL means PD_CALL_OPTIONS_INITIALIZER. Every call
+ * that takes them fails with PD_INVALID_ARGUMENT, naming the field, when
+ * struct_size is not one this library knows (start from the initializer) or
+ * timeout_ms is under PD_TIMEOUT_NONE. */
 typedef struct pd_call_options {
   size_t struct_size;
   int64_t timeout_ms; /* > 0: deadline this long after the call starts;
@@ -152,11 +155,20 @@ typedef struct pd_client_options {
 #define PD_CLIENT_OPTIONS_INITIALIZER \
   {sizeof(pd_client_options), 0, 0, 0, NULL}
 
-/* Opens a channel to the daemon at `target`: "unix:/path" (a Unix socket) or
- * "host:port" (TCP, e.g. "127.0.0.1:7478"). Nothing is sent yet: a daemon that
- * is not there shows as PD_UNAVAILABLE on the first call. `opts` may be NULL.
- * Errors:   PD_INVALID_ARGUMENT (empty or over-long target, a TCP port
- *           outside 1..65535, bad options),
+/* paradevd's TCP port, for a target that names none. */
+#define PD_DEFAULT_PORT 7478
+
+/* Opens a channel to the daemon at `target`: "unix:/path" (a Unix socket; a
+ * bare path that starts with "/", "./" or "../" means the same), or
+ * "host:port" (TCP, e.g. "127.0.0.1:7478"; "[::1]:7478" for IPv6). A host
+ * without a port ("localhost", "[::1]") gets PD_DEFAULT_PORT, not gRPC's 443.
+ * pd_client_target gives the address as dialed ("unix:/path", "host:7478").
+ * Nothing is sent yet: a daemon that is not there shows as PD_UNAVAILABLE on
+ * the first call. `opts` may be NULL.
+ * Errors:   PD_INVALID_ARGUMENT (empty or over-long target, "unix:" without
+ *           a path, an empty TCP port or one outside 1..65535: the message
+ *           names the target and the forms expected; bad options, among
+ *           them a struct_size that is not the initializer's),
  *           PD_RESOURCE_EXHAUSTED (out of memory), PD_INTERNAL (gRPC refused
  *           to create the channel).
  * Thread safety: the client may be shared by threads.
@@ -168,7 +180,8 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
  * info made from it must have been deleted first. NULL is a no-op. */
 void pd_client_delete(pd_client *c);
 
-/* The target the client was opened on. Valid as long as the client. */
+/* The address the client dials (the target with "unix:" or the default port
+ * added, see pd_client_new). Valid as long as the client. */
 const char *pd_client_target(const pd_client *c);
 
 /* Echo: sends `len` payload bytes and receives them back; the transport
