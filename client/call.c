@@ -66,8 +66,7 @@ pd_code pdc_call_start(pdc_call *k, pd_client *c, pdc_method m,
     return pdc_error(st, PD_INTERNAL, "gRPC could not create a call to %s",
                      pdc_method_paths[m]);
   if (cancel) {
-    pd_code rc = pdc_cancel_add(cancel, k->call, st);
-    if (rc != PD_OK) return rc;
+    PD_TRY(pdc_cancel_add(cancel, k->call, st));
     k->cancel = cancel;
   }
   if (!use_next) {

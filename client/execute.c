@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "client_int.h"
 
 /* --- Execute -------------------------------------------------------------------- */
@@ -17,10 +18,10 @@ static pd_code pdc_execute_ops(pd_session *s, Paradev__V1__Operation **ops,
   req.n_ops = n;
   req.ops = ops;
   Paradev__V1__ExecuteResponse *resp = NULL;
-  pd_code rc = pdc_unary(s->c, PDC_M_Execute, &req.base,
-                         &paradev__v1__execute_response__descriptor,
-                         (ProtobufCMessage **)&resp, call, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(s->c, PDC_M_Execute, &req.base,
+                   &paradev__v1__execute_response__descriptor,
+                   (ProtobufCMessage **)&resp, call, st));
+  pd_code rc = PD_OK;
   pdc_session_touch(s);
   if (resp->n_results != n) {
     rc = pdc_error(st, PD_INTERNAL, "Execute: %zu results for %zu ops",
@@ -54,12 +55,10 @@ pd_code pd_execute(pd_session *s, const char *op, const uint64_t *inputs,
                    int n_inputs, const pd_attrs *attrs, uint64_t *output_ids,
                    int n_outputs, pd_tensor_info *outputs,
                    const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   Paradev__V1__Operation o;
-  rc = pdc_op_build(&o, s, op, inputs, n_inputs, attrs, output_ids, n_outputs,
-                    st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_op_build(&o, s, op, inputs, n_inputs, attrs, output_ids, n_outputs,
+                      st));
   Paradev__V1__Operation *ops[1] = {&o};
   return pdc_execute_ops(s, ops, 1, outputs, call, st);
 }
@@ -112,9 +111,8 @@ pd_code pd_batch_add(pd_batch *b, pd_session *s, const char *op,
   if (!b || !s)
     return pdc_error(st, PD_INVALID_ARGUMENT, "batch or session is NULL");
   Paradev__V1__Operation probe;
-  pd_code rc = pdc_op_build(&probe, s, op, inputs, n_inputs, attrs, output_ids,
-                            n_outputs, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_op_build(&probe, s, op, inputs, n_inputs, attrs, output_ids,
+                      n_outputs, st));
   if (b->n == b->cap) {
     int cap = b->cap ? b->cap * 2 : 16;
     pdc_batch_op *n = realloc(b->ops, (size_t)cap * sizeof(*n));
@@ -151,8 +149,8 @@ pd_code pd_batch_add(pd_batch *b, pd_session *s, const char *op,
 pd_code pd_execute_batch(pd_session *s, const pd_batch *b,
                          pd_tensor_info *outputs, const pd_call_options *call,
                          pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
+  pd_code rc = PD_OK;
   if (!b || b->n == 0)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "the batch is empty; add ops with pd_batch_add");

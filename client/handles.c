@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "check.h"
 #include "client_int.h"
 
 /* --- Sync, Describe, Delete ------------------------------------------------------- */
@@ -17,9 +18,9 @@ static pd_code pdc_check_ids(const uint64_t *ids, int n, pd_status *st) {
 
 pd_code pd_sync(pd_session *s, const uint64_t *ids, int n, uint64_t *failed_id,
                 const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc == PD_OK) rc = pdc_check_ids(ids, n, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
+  PD_TRY(pdc_check_ids(ids, n, st));
+  pd_code rc = PD_OK;
   Paradev__V1__SyncRequest req = PARADEV__V1__SYNC_REQUEST__INIT;
   req.session_token.data = s->token;
   req.session_token.len = s->token_len;
@@ -153,19 +154,17 @@ pd_code pd_description_status(const pd_description *d, int i,
 
 pd_code pd_delete(pd_session *s, const uint64_t *ids, int n,
                   const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc == PD_OK) rc = pdc_check_ids(ids, n, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
+  PD_TRY(pdc_check_ids(ids, n, st));
   Paradev__V1__DeleteRequest req = PARADEV__V1__DELETE_REQUEST__INIT;
   req.session_token.data = s->token;
   req.session_token.len = s->token_len;
   req.n_ids = (size_t)n;
   req.ids = (uint64_t *)ids;
   Paradev__V1__DeleteResponse *resp = NULL;
-  rc = pdc_unary(s->c, PDC_M_Delete, &req.base,
-                 &paradev__v1__delete_response__descriptor,
-                 (ProtobufCMessage **)&resp, call, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(s->c, PDC_M_Delete, &req.base,
+                   &paradev__v1__delete_response__descriptor,
+                   (ProtobufCMessage **)&resp, call, st));
   pdc_session_touch(s);
   protobuf_c_message_free_unpacked(&resp->base, NULL);
   return PD_OK;

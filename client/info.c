@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "client_int.h"
 #include "grpc/health/v1/health.pb-c.h"
 
@@ -19,10 +20,10 @@ pd_code pd_client_echo(pd_client *c, const void *payload, size_t len,
   req.payload.data = (uint8_t *)payload;
   req.payload.len = len;
   Paradev__V1__EchoResponse *resp = NULL;
-  pd_code rc = pdc_unary(c, PDC_M_Echo, &req.base,
-                         &paradev__v1__echo_response__descriptor,
-                         (ProtobufCMessage **)&resp, call, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(c, PDC_M_Echo, &req.base,
+                   &paradev__v1__echo_response__descriptor,
+                   (ProtobufCMessage **)&resp, call, st));
+  pd_code rc = PD_OK;
   size_t n = resp->payload.len;
   if (n != len)
     rc = pdc_error(st, PD_DATA_LOSS, "Echo: sent %zu bytes, %zu came back", len,
@@ -47,10 +48,9 @@ pd_code pd_client_health(pd_client *c, const char *service,
       GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
   req.service = (char *)(service ? service : "");
   Grpc__Health__V1__HealthCheckResponse *resp = NULL;
-  pd_code rc = pdc_unary(c, PDC_M_Check, &req.base,
-                         &grpc__health__v1__health_check_response__descriptor,
-                         (ProtobufCMessage **)&resp, call, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(c, PDC_M_Check, &req.base,
+                   &grpc__health__v1__health_check_response__descriptor,
+                   (ProtobufCMessage **)&resp, call, st));
   int v = (int)resp->status;
   if (out) *out = v >= 0 && v <= 3 ? (pd_serving_status)v : PD_SERVING_UNKNOWN;
   protobuf_c_message_free_unpacked(&resp->base, NULL);

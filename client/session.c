@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
 #include "client_int.h"
 
 int64_t pdc_now_ms(void) {
@@ -41,10 +42,10 @@ static pd_code pdc_keep_alive_rpc(pd_session *s, const pd_call_options *call,
   req.session_token.data = s->token;
   req.session_token.len = s->token_len;
   Paradev__V1__KeepAliveResponse *resp = NULL;
-  pd_code rc = pdc_unary(s->c, PDC_M_KeepAlive, &req.base,
-                         &paradev__v1__keep_alive_response__descriptor,
-                         (ProtobufCMessage **)&resp, call, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(s->c, PDC_M_KeepAlive, &req.base,
+                   &paradev__v1__keep_alive_response__descriptor,
+                   (ProtobufCMessage **)&resp, call, st));
+  pd_code rc = PD_OK;
   if (resp->incarnation != s->incarnation)
     rc = pdc_error(st, PD_NOT_FOUND,
                    "the daemon restarted (incarnation %016" PRIx64
@@ -192,8 +193,8 @@ pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
 
 pd_code pd_session_close(pd_session *s, const pd_call_options *call,
                          pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
+  pd_code rc = PD_OK;
   atomic_store(&s->closed, true);
   pdc_ka_stop(s);
   Paradev__V1__CloseSessionRequest req = PARADEV__V1__CLOSE_SESSION_REQUEST__INIT;
@@ -224,8 +225,7 @@ void pd_session_delete(pd_session *s) {
 
 pd_code pd_session_keep_alive(pd_session *s, const pd_call_options *call,
                               pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   return pdc_keep_alive_rpc(s, call, st);
 }
 

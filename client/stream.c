@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "client_int.h"
 
 struct pd_stream {
@@ -133,8 +134,7 @@ pd_code pdc_stream_send(pd_stream *t, Paradev__V1__EnqueueRequest *r,
                      "max_message_bytes is %llu",
                      len, (unsigned long long)t->s->c->max_message_bytes);
   grpc_byte_buffer *bb = pdc_pack(&r->base);
-  pd_code rc = pdc_bidi_write(t->b, bb, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_bidi_write(t->b, bb, st));
   t->token_sent = true;
   if (index) *index = t->items;
   t->items++;
@@ -148,9 +148,8 @@ pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
                           uint64_t *index, pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
   Paradev__V1__Operation o;
-  pd_code rc = pdc_op_build(&o, t->s, op, inputs, n_inputs, attrs, output_ids,
-                            n_outputs, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_op_build(&o, t->s, op, inputs, n_inputs, attrs, output_ids,
+                      n_outputs, st));
   Paradev__V1__EnqueueRequest r = PARADEV__V1__ENQUEUE_REQUEST__INIT;
   r.item_case = PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE;
   r.execute = &o;
@@ -201,9 +200,8 @@ static int64_t pdc_stream_deadline(const pd_stream *t, int64_t timeout_ms) {
 
 pd_code pd_stream_wait(pd_stream *t, int64_t timeout_ms, pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
-  pd_code rc = pdc_bidi_wait(t->b, t->items, pdc_stream_deadline(t, timeout_ms),
-                             st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_bidi_wait(t->b, t->items, pdc_stream_deadline(t, timeout_ms),
+                       st));
   return pdc_stream_failures(t, st);
 }
 
@@ -213,8 +211,7 @@ pd_code pd_stream_close(pd_stream *t, int64_t timeout_ms, pd_status *st) {
     return pdc_error(st, PD_FAILED_PRECONDITION,
                      "the stream was already closed");
   t->closed = true;
-  pd_code rc = pdc_bidi_close(t->b, pdc_stream_deadline(t, timeout_ms), st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_bidi_close(t->b, pdc_stream_deadline(t, timeout_ms), st));
   uint64_t got = pdc_bidi_received(t->b);
   if (got != t->items)
     return pdc_error(st, PD_INTERNAL,

@@ -76,8 +76,8 @@ static pd_code pdc_upload(pd_session *s, Paradev__V1__UploadHeader *h,
                           const size_t *bytes, pd_tensor_info *info,
                           const pd_call_options *call, pd_status *st) {
   size_t chunk = 0;
-  pd_code rc = pdc_chunk_bytes(s->c, call, &chunk, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_chunk_bytes(s->c, call, &chunk, st));
+  pd_code rc = PD_OK;
   h->session_token.data = s->token;
   h->session_token.len = s->token_len;
   int64_t timeout;
@@ -199,15 +199,13 @@ pd_code pd_upload(pd_session *s, uint64_t id, pd_dtype dtype,
                   const int64_t *dims, int rank, const void *data, size_t bytes,
                   pd_layout layout, pd_tensor_info *info,
                   const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (layout.kind != PD_LAYOUT_MIRRORED && layout.kind != PD_LAYOUT_SHARDED)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload takes layout MIRRORED or SHARDED; got kind %d "
                      "(PER_COMPONENT: use pd_upload_components)",
                      (int)layout.kind);
-  rc = pdc_check_shape(dtype, dims, rank, bytes, "pd_upload", st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_check_shape(dtype, dims, rank, bytes, "pd_upload", st));
   if (bytes && !data)
     return pdc_error(st, PD_INVALID_ARGUMENT, "pd_upload: data is NULL");
   Paradev__V1__Shape shape = PARADEV__V1__SHAPE__INIT;
@@ -229,8 +227,7 @@ pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
                              const int *ranks, const void *const *data,
                              const size_t *bytes, pd_tensor_info *info,
                              const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (num_components != s->num_devices || !dims || !ranks || !data || !bytes)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload_components: %d components; the session's mesh "
@@ -242,8 +239,7 @@ pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
   for (int i = 0; i < num_components; i++) {
     char what[64];
     snprintf(what, sizeof(what), "pd_upload_components: component %d", i);
-    rc = pdc_check_shape(dtype, dims[i], ranks[i], bytes[i], what, st);
-    if (rc != PD_OK) return rc;
+    PD_TRY(pdc_check_shape(dtype, dims[i], ranks[i], bytes[i], what, st));
     if (bytes[i] && !data[i])
       return pdc_error(st, PD_INVALID_ARGUMENT, "%s: data is NULL", what);
     paradev__v1__shape__init(&shapes[i]);
@@ -472,8 +468,8 @@ static pd_code pdc_download(pd_session *s, uint64_t id, pd_layout layout,
                             pd_tensor_info *infos, size_t *total,
                             const pd_call_options *call, pd_status *st) {
   size_t chunk = 0;
-  pd_code rc = pdc_chunk_bytes(s->c, call, &chunk, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_chunk_bytes(s->c, call, &chunk, st));
+  pd_code rc = PD_OK;
   Paradev__V1__Layout lay = PARADEV__V1__LAYOUT__INIT;
   lay.kind = (Paradev__V1__LayoutKind)layout.kind;
   lay.axis = layout.axis;
@@ -558,8 +554,7 @@ done:
 pd_code pd_download(pd_session *s, uint64_t id, pd_layout layout, void *data,
                     size_t capacity, pd_tensor_info *info, size_t *bytes_out,
                     const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (layout.kind == PD_LAYOUT_PER_COMPONENT)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_download takes one host value; for layout "
@@ -575,8 +570,7 @@ pd_code pd_download_components(pd_session *s, uint64_t id, int num_components,
                                void *const *data, const size_t *capacity,
                                pd_tensor_info *infos,
                                const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (num_components != s->num_devices || !data || !capacity)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_download_components: %d components; the session's "
