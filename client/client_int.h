@@ -5,6 +5,14 @@
  * thread; next for bidirectional streams, driven by the stream's thread), as
  * gRPC's own synchronous C++ API does. Methods are registered on the channel
  * once (grpc_channel_register_call) so a call costs no method lookup.
+ *
+ * Files, each one domain, none calling another in a circle (README.md has
+ * the order): status.c, cancel.c, methods.c, client.c, call.c, info.c,
+ * session.c, attrs.c, encode.c, execute.c, handles.c, transfer.c, shm.c,
+ * bidi.c, stream.c, tape.c. Locks: pd_client.mu, pd_cancel.mu, the
+ * session's ka_mu, a stream's and a bidi call's own mutex; none is held
+ * while another is taken, except that pd_cancel_trigger (cancel.c) calls
+ * grpc_call_cancel under the token's mutex.
  */
 #ifndef PARADEV_CLIENT_INT_H
 #define PARADEV_CLIENT_INT_H
@@ -23,6 +31,8 @@ struct pd_status {
   pd_code code;
   char msg[PDC_MSG_MAX];
 };
+
+/* --- statuses (status.c) ---------------------------------------------------- */
 
 /* Sets a status (st may be NULL) and returns the code. */
 pd_code pdc_error(pd_status *st, pd_code code, const char *fmt, ...)
@@ -43,6 +53,8 @@ typedef enum pdc_method {
 /* "/paradev.v1.ParallelDevice/Execute", ... (methods.c). */
 extern const char *const pdc_method_paths[PDC_NUM_METHODS];
 
+/* --- the client (client.c) and its calls (call.c, info.c) ------------------ */
+
 struct pd_client {
   char *target;
   grpc_channel *channel;
@@ -56,6 +68,7 @@ struct pd_client {
   uint64_t server_max_chunk;
 };
 
+/* Cancellation tokens (cancel.c). */
 struct pd_cancel {
   pthread_mutex_t mu;
   atomic_bool triggered;
@@ -119,7 +132,8 @@ pd_code pdc_unary(pd_client *c, pdc_method m, const ProtobufCMessage *req,
                   ProtobufCMessage **resp, const pd_call_options *o,
                   pd_status *st);
 
-/* The chunk size for transfers: options, the daemon's limit, the channel's. */
+/* The chunk size for transfers: options, the daemon's limit, the channel's
+ * (info.c: it asks GetServerInfo once). */
 pd_code pdc_chunk_bytes(pd_client *c, const pd_call_options *o, size_t *out,
                         pd_status *st);
 
