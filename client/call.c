@@ -102,12 +102,11 @@ pd_code pdc_call_status(pdc_call *k, pd_status *st) {
   const char *method = strrchr(path, '/') + 1;
   int dlen = (int)GRPC_SLICE_LENGTH(k->details);
   const char *d = (const char *)GRPC_SLICE_START_PTR(k->details);
-  pd_code code = (pd_code)k->status;
+  pd_code code = pdc_code_from_wire(k->status);
   if (code == PD_OK) {
     pdc_ok(st);
     return PD_OK;
   }
-  if ((unsigned)code > PD_UNAUTHENTICATED) code = PD_UNKNOWN;
   if (code == PD_CANCELLED && k->cancel && atomic_load(&k->cancel->triggered))
     return pdc_error(st, code, "%s: cancelled by the caller (pd_cancel)",
                      method);

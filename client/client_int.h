@@ -38,6 +38,8 @@ struct pd_status {
 pd_code pdc_error(pd_status *st, pd_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void pdc_ok(pd_status *st);
+/* A status code from the wire as a pd_code: PD_UNKNOWN when out of range. */
+pd_code pdc_code_from_wire(int64_t code);
 
 /* The methods the library calls, one per entry of proto/paradev/v1/methods.h
  * (PD_PARALLEL_DEVICE_METHODS, then PD_HEALTH_METHODS): PDC_M_Execute,
@@ -181,6 +183,8 @@ pd_code pdc_op_build(Paradev__V1__Operation *op, pd_session *s,
                      const char *name, const uint64_t *inputs, int n_inputs,
                      const pd_attrs *attrs, uint64_t *output_ids,
                      int n_outputs, pd_status *st);
+/* INVALID_ARGUMENT unless n >= 0 and ids is given when n > 0. */
+pd_code pdc_check_ids(const uint64_t *ids, int n, pd_status *st);
 /* Copies every attribute of src into dst; false when out of memory. */
 bool pdc_attrs_copy(pd_attrs *dst, const pd_attrs *src);
 /* Copies a wire TensorInfo; false when it cannot be represented. */

@@ -1,5 +1,6 @@
 /* libparadev: encoding shared by Execute, batches and streams (an op into
- * its wire Operation) and decoding wire TensorInfo and Shape. */
+ * its wire Operation, the check of a list of ids) and decoding wire
+ * TensorInfo and Shape. */
 #include "client_int.h"
 
 /* --- op encoding ------------------------------------------------------------ */
@@ -60,4 +61,12 @@ bool pdc_info_from_pb(const Paradev__V1__TensorInfo *ti, pd_tensor_info *out) {
   if (!pdc_shape_from_pb(ti->shape, &t)) return false;
   *out = t;
   return true;
+}
+
+pd_code pdc_check_ids(const uint64_t *ids, int n, pd_status *st) {
+  if (n < 0 || (n > 0 && !ids))
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "%d ids (ids %s); expected n >= 0 and the ids", n,
+                     ids ? "given" : "NULL");
+  return PD_OK;
 }

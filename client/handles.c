@@ -8,14 +8,6 @@
 
 /* --- Sync, Describe, Delete ------------------------------------------------------- */
 
-static pd_code pdc_check_ids(const uint64_t *ids, int n, pd_status *st) {
-  if (n < 0 || (n > 0 && !ids))
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%d ids (ids %s); expected n >= 0 and the ids", n,
-                     ids ? "given" : "NULL");
-  return PD_OK;
-}
-
 pd_code pd_sync(pd_session *s, const uint64_t *ids, int n, uint64_t *failed_id,
                 const pd_call_options *call, pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
@@ -37,8 +29,7 @@ pd_code pd_sync(pd_session *s, const uint64_t *ids, int n, uint64_t *failed_id,
   pdc_session_touch(s);
   const Paradev__V1__Status *e = resp->error;
   if (e && e->code != 0) {
-    pd_code code = (unsigned)e->code <= PD_UNAUTHENTICATED ? (pd_code)e->code
-                                                           : PD_UNKNOWN;
+    pd_code code = pdc_code_from_wire(e->code);
     rc = pdc_error(st, code, "handle %" PRIu64 " failed: %s", resp->failed_id,
                    e->message ? e->message : "");
     if (failed_id) *failed_id = resp->failed_id;
@@ -147,9 +138,7 @@ pd_code pd_description_status(const pd_description *d, int i,
     return PD_OK;
   }
   if (message) *message = t->status->message ? t->status->message : "";
-  return (unsigned)t->status->code <= PD_UNAUTHENTICATED
-             ? (pd_code)t->status->code
-             : PD_UNKNOWN;
+  return pdc_code_from_wire(t->status->code);
 }
 
 pd_code pd_delete(pd_session *s, const uint64_t *ids, int n,

@@ -71,3 +71,7 @@ const char *pd_status_str(pd_code code) {
 }
 
 /* pd_code_name, pd_dtype_* (paradev/types.h) are defined in types.c. */
+
+pd_code pdc_code_from_wire(int64_t code) {
+  return code >= 0 && code <= PD_UNAUTHENTICATED ? (pd_code)code : PD_UNKNOWN;
+}

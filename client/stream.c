@@ -41,7 +41,7 @@ static void pdc_stream_on_message(void *arg, grpc_byte_buffer *bb) {
   } else {
     rep.index = r->index;
     int code = r->status ? r->status->code : 0;
-    rep.code = (unsigned)code <= PD_UNAUTHENTICATED ? (pd_code)code : PD_UNKNOWN;
+    rep.code = pdc_code_from_wire(code);
     rep.message = r->status && r->status->message ? r->status->message : "";
     if (rep.code == PD_OK && r->n_outputs) {
       if (r->n_outputs > 8) outs = calloc(r->n_outputs, sizeof(*outs));
@@ -159,10 +159,7 @@ pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
 pd_code pd_stream_delete_ids(pd_stream *t, const uint64_t *ids, int n,
                              uint64_t *index, pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
-  if (n < 0 || (n > 0 && !ids))
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%d ids (ids %s); expected n >= 0 and the ids", n,
-                     ids ? "given" : "NULL");
+  PD_TRY(pdc_check_ids(ids, n, st));
   Paradev__V1__DeleteItem d = PARADEV__V1__DELETE_ITEM__INIT;
   d.n_ids = (size_t)n;
   d.ids = (uint64_t *)ids;

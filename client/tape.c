@@ -65,10 +65,7 @@ pd_code pd_tape_start(pd_session *s, uint64_t tape_id, bool persistent,
 pd_code pd_tape_watch(pd_session *s, uint64_t tape_id, const uint64_t *ids,
                       int n, const pd_call_options *call, pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
-  if (n < 0 || (n > 0 && !ids))
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%d ids (ids %s); expected n >= 0 and the ids", n,
-                     ids ? "given" : "NULL");
+  PD_TRY(pdc_check_ids(ids, n, st));
   Paradev__V1__TapeWatch w = PARADEV__V1__TAPE_WATCH__INIT;
   w.tape_id = tape_id;
   w.n_ids = (size_t)n;
@@ -158,10 +155,7 @@ pd_code pd_stream_tape_watch(pd_stream *t, uint64_t tape_id,
                              const uint64_t *ids, int n, uint64_t *index,
                              pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
-  if (n < 0 || (n > 0 && !ids))
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%d ids (ids %s); expected n >= 0 and the ids", n,
-                     ids ? "given" : "NULL");
+  PD_TRY(pdc_check_ids(ids, n, st));
   Paradev__V1__TapeWatch m = PARADEV__V1__TAPE_WATCH__INIT;
   m.tape_id = tape_id;
   m.n_ids = (size_t)n;
