@@ -97,6 +97,21 @@ bool pdc_call_batch(pdc_call *k, const grpc_op *ops, size_t n, void *tag) {
   return pdc_pluck(k, tag);
 }
 
+bool pdc_call_request(pdc_call *k, grpc_byte_buffer *send,
+                      grpc_byte_buffer **recv) {
+  grpc_op ops[5];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k->md_initial;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = recv;
+  return pdc_call_batch(k, ops, recv ? 5 : 4, &k->md_initial);
+}
+
 pd_code pdc_call_status(pdc_call *k, pd_status *st) {
   const char *path = pdc_method_paths[k->method];
   const char *method = strrchr(path, '/') + 1;
@@ -215,17 +230,7 @@ pd_code pdc_unary(pd_client *c, pdc_method m, const ProtobufCMessage *req,
   pd_code rc = pdc_call_start(&k, c, m, timeout, cancel, false, st);
   if (rc != PD_OK) goto out;
   send = pdc_pack(req);
-  grpc_op ops[5];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k.md_initial;
-  ops[4].op = GRPC_OP_RECV_MESSAGE;
-  ops[4].data.recv_message.recv_message = &recv;
-  pdc_call_batch(&k, ops, 5, &k.md_initial);
+  pdc_call_request(&k, send, &recv);
   rc = pdc_call_finish(&k, st);
   if (rc != PD_OK) goto out;
   if (!recv) {

@@ -113,6 +113,11 @@ pd_code pdc_call_start(pdc_call *k, pd_client *c, pdc_method m,
                        pd_status *st);
 /* Starts a batch on a pluck call and waits for it; returns its success. */
 bool pdc_call_batch(pdc_call *k, const grpc_op *ops, size_t n, void *tag);
+/* Sends a unary or server-streaming call's request (initial metadata, the
+ * message, half-close) and waits for the initial metadata and, when recv is
+ * not NULL, the first reply; returns the batch's success. */
+bool pdc_call_request(pdc_call *k, grpc_byte_buffer *send,
+                      grpc_byte_buffer **recv);
 /* Waits for the status (pluck) and converts it. */
 pd_code pdc_call_finish(pdc_call *k, pd_status *st);
 /* Converts a received status into pd_code + message. */

@@ -493,15 +493,8 @@ static pd_code pdc_download(pd_session *s, uint64_t id, pd_layout layout,
   rc = pdc_call_start(&k, s->c, PDC_M_Download, timeout, cancel, false, st);
   if (rc != PD_OK) goto done;
   send = pdc_pack(&req.base);
-  grpc_op ops[4];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k.md_initial;
-  bool alive = pdc_call_batch(&k, ops, 4, &k.md_initial);
+  bool alive = pdc_call_request(&k, send, NULL);
+  grpc_op ops[1];
   pd_code local = PD_OK;
   pd_status lst;
   while (alive) {
