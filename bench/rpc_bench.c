@@ -184,7 +184,7 @@ static void on_echo(void *arg, grpc_byte_buffer *bb) {
 /* EchoStream of `n` messages of `payload` bytes; returns seconds. */
 static double echo_stream(pd_client *c, int n, size_t payload) {
   int bad = 0;
-  pdc_bidi *b = pdc_bidi_new(c, PDC_ECHO_STREAM, -1, 4096, on_echo, &bad, st);
+  pdc_bidi *b = pdc_bidi_new(c, PDC_M_EchoStream, -1, 4096, on_echo, &bad, st);
   if (!b) die("EchoStream");
   char *buf = calloc(1, payload + 1);
   Paradev__V1__EchoRequest r = PARADEV__V1__ECHO_REQUEST__INIT;

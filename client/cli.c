@@ -33,14 +33,16 @@ static const char cli_usage[] =
 #endif
     "\n"
     "Options:\n"
-    "  --target ADDR   unix:/path or host:port (port 1..65535). Default:\n"
+    "  --target ADDR   unix:/path or host:port (port 1..65535); a path that\n"
+    "                  starts with / or ./ is a Unix socket too, and a host\n"
+    "                  without a port gets paradevd's 7478. Default:\n"
     "                  $PARADEV_TARGET, else the first of\n"
     "                  unix:$XDG_RUNTIME_DIR/paradevd.sock and\n"
     "                  unix:/tmp/paradevd-UID/paradevd.sock (a directory of\n"
     "                  yours, mode 0700) that exists, else 127.0.0.1:7478\n"
     "                  (paradevd's defaults)\n"
     "  --timeout TIME  deadline of each call, 1ms to 24h: 500ms, 2s, 1m, 1h;\n"
-    "                  a bare number is milliseconds (default 10s)\n"
+    "                  a number needs a unit (default 10s)\n"
     "  --help          this text; 'paradev COMMAND --help' for a command\n"
     "  --version       print the version\n"
     "\n"
@@ -454,11 +456,8 @@ int main(int argc, char **argv) {
         if (!*val) rc = cli_usage_error(cmd, "--target needs an address");
         o.target = val;
       } else {
-        if (!cli_parse_duration_ms(val, 1, &o.timeout_ms))
-          rc = cli_usage_error(cmd,
-                               "--timeout '%s': expected a time from 1ms to "
-                               "24h, such as 500ms, 2s or 1m (a bare number "
-                               "is milliseconds)",
+        if (!cli_parse_duration_ms(val, &o.timeout_ms))
+          rc = cli_usage_error(cmd, "--timeout '%s': " CLI_TIMEOUT_EXPECTED,
                                val);
       }
     } else if (!cmd && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ||
@@ -471,7 +470,7 @@ int main(int argc, char **argv) {
       rc = cli_usage_error(NULL, "unknown option '%s'", a);
     } else if (!cmd) {
       cmd = a;
-      /* admin has options of its own (a bare --timeout is seconds there):
+      /* admin has options of its own (its --timeout reads as this one):
        * all of the rest is its. */
       if (strcmp(cmd, "admin") == 0) {
         rest[nrest++] = argv[i];

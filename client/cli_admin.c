@@ -16,9 +16,8 @@
  * The socket: --socket, else $PARADEV_ADMIN_SOCKET, else paradevd's default
  * (/run/paradev/admin.sock under systemd, $XDG_RUNTIME_DIR/paradevd-admin.sock
  * otherwise, /tmp/paradevd-UID/paradevd-admin.sock without a runtime
- * directory). --timeout takes a unit (500ms, 2s, 1m); a bare number is
- * seconds, as it always was here (the top level's bare number is
- * milliseconds).
+ * directory). --timeout takes a unit (500ms, 2s, 1m), as the top level's;
+ * a bare number is refused.
  *
  * Exit status: 0 done, 1 the daemon said no (its message is printed), 2 a
  * bad command line, 3 --verify found memory still in use.
@@ -50,7 +49,9 @@ static const char cli_admin_usage[] =
     "Operate a paradevd through its admin socket.\n"
     "\n"
     "Commands:\n"
-    "  sessions [--job ID] [--json]   list the open sessions\n"
+    "  sessions [--job ID] [--json]   list the open sessions (--json: one\n"
+    "                                 document, {\"count\": N, ...,\n"
+    "                                 \"sessions\": [...]})\n"
     "  kill --job ID | --session N | --token HEX [--verify]\n"
     "                                 end sessions and free their memory;\n"
     "                                 --verify: exit 3 if no session is left\n"
@@ -65,7 +66,7 @@ static const char cli_admin_usage[] =
     "                     $XDG_RUNTIME_DIR/paradevd-admin.sock, or without\n"
     "                     XDG_RUNTIME_DIR /tmp/paradevd-UID/paradevd-admin.sock)\n"
     "  --timeout TIME     give up after this long, 1ms to 24h: 500ms, 2s, 1m;\n"
-    "                     a bare number is seconds (default 60s)\n"
+    "                     a number needs a unit (default 60s)\n"
     "\n"
     "Exit status: 0 done; 1 the daemon said no or could not be reached (its\n"
     "message is printed); 2 a bad command line; 3 kill --verify found device\n"
@@ -109,7 +110,9 @@ static int cli_admin_call(const char *socket_path, double timeout_s,
   char target[4200];
   snprintf(target, sizeof(target), "unix:%s", socket_path);
   char path[256];
-  snprintf(path, sizeof(path), "/paradev.v1.Admin/%s", method);
+  /* "/paradev.v1.Admin/METHOD": the service's name from its descriptor. */
+  snprintf(path, sizeof(path), "/%s/%s", paradev__v1__admin__descriptor.name,
+           method);
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   grpc_channel *ch = grpc_channel_create(target, creds, NULL);
   grpc_channel_credentials_release(creds);
@@ -262,19 +265,31 @@ static int cli_admin_sessions(const char *sock, double timeout, int argc,
     return 1;
   char b1[32], b2[32], b3[32], b4[32];
   if (json) {
+    /* One document: the summary the table's last line gives, then the list
+     * (an empty list when there are none). The incarnation is a string: a
+     * 64-bit number does not survive JSON readers that use doubles. */
+    printf("{\"incarnation\": \"%016" PRIx64 "\", \"job_id\": ",
+           r->incarnation);
+    cli_admin_json_str(job);
+    printf(", \"count\": %zu, \"draining\": %s, "
+           "\"device_memory_used_bytes\": %" PRIu64 ", \"sessions\": [",
+           r->n_sessions, r->draining ? "true" : "false",
+           r->device_memory_used_bytes);
     for (size_t i = 0; i < r->n_sessions; i++) {
       const Paradev__V1__SessionSummary *e = r->sessions[i];
-      printf("{\"session_id\": %" PRIu64 ", \"client_name\": ", e->session_id);
+      printf("%s\n  {\"session_id\": %" PRIu64 ", \"client_name\": ",
+             i ? "," : "", e->session_id);
       cli_admin_json_str(e->client_name);
       printf(", \"job_id\": ");
       cli_admin_json_str(e->job_id);
       printf(", \"memory_bytes\": %" PRIu64 ", \"handles\": %" PRIu64
              ", \"queued_ops\": %" PRIu64 ", \"age_seconds\": %.3f, "
              "\"idle_seconds\": %.3f, \"lease_seconds\": %u, "
-             "\"memory_quota_bytes\": %" PRIu64 "}\n",
+             "\"memory_quota_bytes\": %" PRIu64 "}",
              e->memory_bytes, e->handles, e->queued_ops, e->age_seconds,
              e->idle_seconds, e->lease_seconds, e->memory_quota_bytes);
     }
+    printf("%s]}\n", r->n_sessions ? "\n" : "");
   } else {
     printf("%-6s %-20s %-12s %11s %8s %7s %8s %7s %6s %11s\n", "ID", "CLIENT",
            "JOB", "MEMORY", "HANDLES", "QUEUED", "AGE", "IDLE", "LEASE",
@@ -463,11 +478,8 @@ int cli_admin(int argc, char **argv) {
       snprintf(sock, sizeof(sock), "%s", v);
     } else {
       int64_t ms;
-      if (!cli_parse_duration_ms(v, 1000, &ms))
-        return cli_admin_bad("--timeout '%s': expected a time from 1ms to 24h, "
-                             "such as 500ms, 2s or 1m (a bare number is "
-                             "seconds)",
-                             v);
+      if (!cli_parse_duration_ms(v, &ms))
+        return cli_admin_bad("--timeout '%s': " CLI_TIMEOUT_EXPECTED, v);
       timeout = (double)ms / 1000;
     }
   }

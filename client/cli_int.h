@@ -13,22 +13,26 @@
 /* Longest --timeout either command takes: 24 h, in milliseconds. */
 #define CLI_TIMEOUT_MAX_MS 86400000
 
-/* Parses a duration for --timeout: a non-negative decimal (fractions
- * allowed) with an optional unit, ms, s, m or h; a bare number is in
- * `bare_ms` milliseconds per unit (1 for the top level's --timeout, 1000 for
- * `admin --timeout`, as they always were). The result is rounded to whole
- * milliseconds and must be 1 ms to 24 h. Returns false on anything else.
+/* What --timeout says when it cannot read a time (both commands). */
+#define CLI_TIMEOUT_EXPECTED                                            \
+  "expected a time from 1ms to 24h, such as 500ms, 2s or 1m (a number " \
+  "needs a unit: ms, s, m or h)"
+
+/* Parses a duration for --timeout, the same for `paradev` and `paradev
+ * admin`: a non-negative decimal (fractions allowed) and a unit, ms, s, m or
+ * h. A bare number is refused: it meant milliseconds at the top level and
+ * seconds under admin, so a unit is the only reading both agree on. The
+ * result is rounded to whole milliseconds and must be 1 ms to 24 h. Returns
+ * false on anything else.
  * Source: the unit suffixes of systemd.time(7) and Go's time.ParseDuration. */
-static inline bool cli_parse_duration_ms(const char *s, int64_t bare_ms,
-                                         int64_t *out) {
+static inline bool cli_parse_duration_ms(const char *s, int64_t *out) {
   if (!s) return false;
   char *end = NULL;
   double v = strtod(s, &end);
   /* Digits and a point only: no sign, exponent, hex, inf or nan. */
   if (end == s || strspn(s, "0123456789.") != (size_t)(end - s)) return false;
   double unit;
-  if (*end == '\0') unit = (double)bare_ms;
-  else if (strcmp(end, "ms") == 0) unit = 1;
+  if (strcmp(end, "ms") == 0) unit = 1;
   else if (strcmp(end, "s") == 0) unit = 1e3;
   else if (strcmp(end, "m") == 0) unit = 60e3;
   else if (strcmp(end, "h") == 0) unit = 3600e3;

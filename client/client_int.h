@@ -5,6 +5,14 @@
  * thread; next for bidirectional streams, driven by the stream's thread), as
  * gRPC's own synchronous C++ API does. Methods are registered on the channel
  * once (grpc_channel_register_call) so a call costs no method lookup.
+ *
+ * Files, each one domain, none calling another in a circle (README.md has
+ * the order): status.c, cancel.c, methods.c, client.c, call.c, info.c,
+ * session.c, attrs.c, encode.c, execute.c, handles.c, transfer.c, shm.c,
+ * bidi.c, stream.c, tape.c. Locks: pd_client.mu, pd_cancel.mu, the
+ * session's ka_mu, a stream's and a bidi call's own mutex; none is held
+ * while another is taken, except that pd_cancel_trigger (cancel.c) calls
+ * grpc_call_cancel under the token's mutex.
  */
 #ifndef PARADEV_CLIENT_INT_H
 #define PARADEV_CLIENT_INT_H
@@ -14,6 +22,7 @@
 #include <stdatomic.h>
 
 #include "paradev/paradev.h"
+#include "paradev/v1/methods.h"
 #include "paradev/v1/paradev.pb-c.h"
 
 #define PDC_MSG_MAX 2048
@@ -23,39 +32,30 @@ struct pd_status {
   char msg[PDC_MSG_MAX];
 };
 
+/* --- statuses (status.c) ---------------------------------------------------- */
+
 /* Sets a status (st may be NULL) and returns the code. */
 pd_code pdc_error(pd_status *st, pd_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void pdc_ok(pd_status *st);
+/* A status code from the wire as a pd_code: PD_UNKNOWN when out of range. */
+pd_code pdc_code_from_wire(int64_t code);
 
-/* The methods, in the order they are registered. */
+/* The methods the library calls, one per entry of proto/paradev/v1/methods.h
+ * (PD_PARALLEL_DEVICE_METHODS, then PD_HEALTH_METHODS): PDC_M_Execute,
+ * PDC_M_Check, ... in that order, which is the order they are registered. */
+#define PDC_METHOD_ENUM(SERVICE, METHOD, KIND, REQUEST, RESPONSE) PDC_M_##METHOD,
 typedef enum pdc_method {
-  PDC_GET_SERVER_INFO,
-  PDC_CREATE_SESSION,
-  PDC_KEEP_ALIVE,
-  PDC_CLOSE_SESSION,
-  PDC_UPLOAD,
-  PDC_DOWNLOAD,
-  PDC_EXECUTE,
-  PDC_ENQUEUE,
-  PDC_SYNC,
-  PDC_DESCRIBE,
-  PDC_DELETE,
-  PDC_ECHO,
-  PDC_ECHO_STREAM,
-  PDC_HEALTH_CHECK,
-  PDC_START_TAPE,
-  PDC_WATCH_TAPE,
-  PDC_GRADIENT,
-  PDC_DELETE_TAPE,
-  PDC_REGISTER_SHM,
-  PDC_UNREGISTER_SHM,
-  PDC_UPLOAD_SHM,
-  PDC_DOWNLOAD_SHM,
+  PD_PARALLEL_DEVICE_METHODS(PDC_METHOD_ENUM)
+  PD_HEALTH_METHODS(PDC_METHOD_ENUM)
   PDC_NUM_METHODS
 } pdc_method;
+#undef PDC_METHOD_ENUM
 
+/* "/paradev.v1.ParallelDevice/Execute", ... (methods.c). */
 extern const char *const pdc_method_paths[PDC_NUM_METHODS];
+
+/* --- the client (client.c) and its calls (call.c, info.c) ------------------ */
 
 struct pd_client {
   char *target;
@@ -70,12 +70,19 @@ struct pd_client {
   uint64_t server_max_chunk;
 };
 
+/* Cancellation tokens (cancel.c). */
 struct pd_cancel {
   pthread_mutex_t mu;
   atomic_bool triggered;
-  grpc_call **calls;
+  grpc_call **calls; /* in flight with the token, under mu */
   size_t n, cap;
 };
+
+/* Registers a call with a token (cancel.c): PD_CANCELLED when the token was
+ * already triggered, PD_RESOURCE_EXHAUSTED when out of memory. */
+pd_code pdc_cancel_add(pd_cancel *c, grpc_call *call, pd_status *st);
+/* Unregisters a call (a no-op when it is not registered). */
+void pdc_cancel_remove(pd_cancel *c, grpc_call *call);
 
 /* One call in flight, with what its status batch receives. */
 typedef struct pdc_call {
@@ -93,9 +100,10 @@ typedef struct pdc_call {
   bool next_cq; /* the queue is of the `next` kind (bidi streams) */
 } pdc_call;
 
-/* Resolves the call options (NULL: defaults). timeout_ms < 0: none. */
-void pdc_call_opts(pd_client *c, const pd_call_options *o, bool stream,
-                   int64_t *timeout_ms, pd_cancel **cancel);
+/* Checks and resolves the call options (NULL: defaults): *timeout_ms < 0
+ * means none. PD_INVALID_ARGUMENT names a bad struct_size or timeout_ms. */
+pd_code pdc_call_opts(pd_client *c, const pd_call_options *opts,
+                      int64_t *timeout_ms, pd_cancel **cancel, pd_status *st);
 
 /* Starts a call on a new completion queue (`next` kind when use_next, else
  * pluck), registered with the cancel token. With a pluck queue, a batch with
@@ -105,6 +113,11 @@ pd_code pdc_call_start(pdc_call *k, pd_client *c, pdc_method m,
                        pd_status *st);
 /* Starts a batch on a pluck call and waits for it; returns its success. */
 bool pdc_call_batch(pdc_call *k, const grpc_op *ops, size_t n, void *tag);
+/* Sends a unary or server-streaming call's request (initial metadata, the
+ * message, half-close) and waits for the initial metadata and, when recv is
+ * not NULL, the first reply; returns the batch's success. */
+bool pdc_call_request(pdc_call *k, grpc_byte_buffer *send,
+                      grpc_byte_buffer **recv);
 /* Waits for the status (pluck) and converts it. */
 pd_code pdc_call_finish(pdc_call *k, pd_status *st);
 /* Converts a received status into pd_code + message. */
@@ -126,7 +139,8 @@ pd_code pdc_unary(pd_client *c, pdc_method m, const ProtobufCMessage *req,
                   ProtobufCMessage **resp, const pd_call_options *o,
                   pd_status *st);
 
-/* The chunk size for transfers: options, the daemon's limit, the channel's. */
+/* The chunk size for transfers: options, the daemon's limit, the channel's
+ * (info.c: it asks GetServerInfo once). */
 pd_code pdc_chunk_bytes(pd_client *c, const pd_call_options *o, size_t *out,
                         pd_status *st);
 
@@ -160,7 +174,12 @@ pd_code pdc_session_check(pd_session *s, pd_status *st);
 /* Notes a successful call (renews the lease as the daemon does). */
 void pdc_session_touch(pd_session *s);
 
-/* --- attributes and ops (ops.c) ------------------------------------------- */
+/* --- attributes (attrs.c) and op encoding (encode.c) ---------------------- */
+
+/* The wire attributes of a set (borrowed: valid while `a` is unchanged), or
+ * the first error a setter recorded, with its message. */
+pd_code pdc_attrs_encoded(const pd_attrs *a, Paradev__V1__Attr ***attrs,
+                          size_t *n, const char **err_msg);
 
 /* Fills `op` with pointers to the arguments (nothing is copied or
  * allocated: `op` lives as long as they do). Output ids of 0 are replaced
@@ -169,6 +188,8 @@ pd_code pdc_op_build(Paradev__V1__Operation *op, pd_session *s,
                      const char *name, const uint64_t *inputs, int n_inputs,
                      const pd_attrs *attrs, uint64_t *output_ids,
                      int n_outputs, pd_status *st);
+/* INVALID_ARGUMENT unless n >= 0 and ids is given when n > 0. */
+pd_code pdc_check_ids(const uint64_t *ids, int n, pd_status *st);
 /* Copies every attribute of src into dst; false when out of memory. */
 bool pdc_attrs_copy(pd_attrs *dst, const pd_attrs *src);
 /* Copies a wire TensorInfo; false when it cannot be represented. */

@@ -19,6 +19,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "client_int.h"
 
 #define PDC_SHM_VERSION 1
@@ -136,10 +137,9 @@ static pd_code pdc_shm_register_rpc(pd_shared_memory *r,
   req.key = r->key;
   req.byte_size = r->map_bytes;
   ProtobufCMessage *resp = NULL;
-  pd_code rc = pdc_unary(r->s->c, PDC_REGISTER_SHM, &req.base,
-                         &paradev__v1__register_shared_memory_response__descriptor,
-                         &resp, call, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(r->s->c, PDC_M_RegisterSharedMemory, &req.base,
+                   &paradev__v1__register_shared_memory_response__descriptor,
+                   &resp, call, st));
   pdc_session_touch(r->s);
   protobuf_c_message_free_unpacked(resp, NULL);
   return PD_OK;
@@ -158,8 +158,8 @@ static pd_code pdc_shm_map(pd_shared_memory *r, int fd, size_t bytes,
 pd_code pd_shared_memory_create(pd_session *s, size_t bytes, unsigned mode,
                                 pd_shared_memory **out,
                                 const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
+  pd_code rc = PD_OK;
   if (!out)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_shared_memory_create: out is NULL");
@@ -231,8 +231,8 @@ pd_code pd_shared_memory_register(pd_session *s, const char *key,
                                   const char *name, size_t byte_size,
                                   bool write_header, pd_shared_memory **out,
                                   const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
+  pd_code rc = PD_OK;
   if (!out || !key)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_shared_memory_register: %s is NULL",
@@ -306,7 +306,7 @@ pd_code pd_shared_memory_register(pd_session *s, const char *key,
       ur.session_token.len = s->token_len;
       ur.name = r->name;
       ProtobufCMessage *resp = NULL;
-      if (pdc_unary(s->c, PDC_UNREGISTER_SHM, &ur.base,
+      if (pdc_unary(s->c, PDC_M_UnregisterSharedMemory, &ur.base,
                     &paradev__v1__unregister_shared_memory_response__descriptor,
                     &resp, call, ignored) == PD_OK)
         protobuf_c_message_free_unpacked(resp, NULL);
@@ -338,7 +338,7 @@ pd_code pd_shared_memory_destroy(pd_shared_memory *r,
     req.session_token.len = r->s->token_len;
     req.name = r->name;
     ProtobufCMessage *resp = NULL;
-    rc = pdc_unary(r->s->c, PDC_UNREGISTER_SHM, &req.base,
+    rc = pdc_unary(r->s->c, PDC_M_UnregisterSharedMemory, &req.base,
                    &paradev__v1__unregister_shared_memory_response__descriptor,
                    &resp, call, st);
     if (rc == PD_OK) {
@@ -373,10 +373,10 @@ static pd_code pdc_upload_shm(pd_session *s, Paradev__V1__UploadFromSharedMemory
   req->region = region->name;
   req->offset = offset;
   ProtobufCMessage *m = NULL;
-  pd_code rc = pdc_unary(s->c, PDC_UPLOAD_SHM, &req->base,
-                         &paradev__v1__upload_response__descriptor, &m, call,
-                         st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(s->c, PDC_M_UploadFromSharedMemory, &req->base,
+                   &paradev__v1__upload_response__descriptor, &m, call,
+                   st));
+  pd_code rc = PD_OK;
   pdc_session_touch(s);
   Paradev__V1__UploadResponse *resp = (Paradev__V1__UploadResponse *)m;
   pd_tensor_info ti;
@@ -397,8 +397,7 @@ pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id,
                                      pd_tensor_info *info,
                                      const pd_call_options *call,
                                      pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (!region)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload_from_shared_memory: region is NULL");
@@ -408,8 +407,7 @@ pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id,
                      "SHARDED; got kind %d (PER_COMPONENT: use "
                      "pd_upload_components_from_shared_memory)",
                      (int)layout.kind);
-  rc = pdc_check_dims(dims, rank, "pd_upload_from_shared_memory", st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_check_dims(dims, rank, "pd_upload_from_shared_memory", st));
   Paradev__V1__Shape shape = PARADEV__V1__SHAPE__INIT;
   shape.n_dims = (size_t)rank;
   shape.dims = (int64_t *)dims;
@@ -430,8 +428,7 @@ pd_code pd_upload_components_from_shared_memory(
     const int64_t *const *dims, const int *ranks, pd_shared_memory *region,
     uint64_t offset, pd_tensor_info *info, const pd_call_options *call,
     pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (!region)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload_components_from_shared_memory: region is "
@@ -448,8 +445,7 @@ pd_code pd_upload_components_from_shared_memory(
     char what[80];
     snprintf(what, sizeof(what),
              "pd_upload_components_from_shared_memory: component %d", i);
-    rc = pdc_check_dims(dims[i], ranks[i], what, st);
-    if (rc != PD_OK) return rc;
+    PD_TRY(pdc_check_dims(dims[i], ranks[i], what, st));
     paradev__v1__shape__init(&shapes[i]);
     shapes[i].n_dims = (size_t)ranks[i];
     shapes[i].dims = (int64_t *)dims[i];
@@ -485,10 +481,10 @@ static pd_code pdc_download_shm(pd_session *s, uint64_t id, pd_layout layout,
   req.region = region->name;
   req.offset = offset;
   ProtobufCMessage *m = NULL;
-  pd_code rc = pdc_unary(s->c, PDC_DOWNLOAD_SHM, &req.base,
-                         &paradev__v1__download_to_shared_memory_response__descriptor,
-                         &m, call, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(s->c, PDC_M_DownloadToSharedMemory, &req.base,
+                   &paradev__v1__download_to_shared_memory_response__descriptor,
+                   &m, call, st));
+  pd_code rc = PD_OK;
   pdc_session_touch(s);
   Paradev__V1__DownloadToSharedMemoryResponse *resp = (void *)m;
   pd_tensor_info got[PD_MAX_DEVICES];
@@ -520,8 +516,7 @@ pd_code pd_download_to_shared_memory(pd_session *s, uint64_t id,
                                      pd_tensor_info *info, size_t *bytes_out,
                                      const pd_call_options *call,
                                      pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (!region)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_download_to_shared_memory: region is NULL");
@@ -538,8 +533,7 @@ pd_code pd_download_components_to_shared_memory(
     pd_session *s, uint64_t id, int num_components, pd_shared_memory *region,
     uint64_t offset, pd_tensor_info *infos, size_t *bytes_out,
     const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (!region)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_download_components_to_shared_memory: region is "

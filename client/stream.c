@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "client_int.h"
 
 struct pd_stream {
@@ -40,7 +41,7 @@ static void pdc_stream_on_message(void *arg, grpc_byte_buffer *bb) {
   } else {
     rep.index = r->index;
     int code = r->status ? r->status->code : 0;
-    rep.code = (unsigned)code <= PD_UNAUTHENTICATED ? (pd_code)code : PD_UNKNOWN;
+    rep.code = pdc_code_from_wire(code);
     rep.message = r->status && r->status->message ? r->status->message : "";
     if (rep.code == PD_OK && r->n_outputs) {
       if (r->n_outputs > 8) outs = calloc(r->n_outputs, sizeof(*outs));
@@ -105,7 +106,7 @@ pd_stream *pd_stream_new(pd_session *s, const pd_stream_options *opts,
   t->on_reply_arg = o.on_reply_arg;
   t->deadline_ms = o.timeout_ms ? pdc_now_ms() + o.timeout_ms : -1;
   pthread_mutex_init(&t->mu, NULL);
-  t->b = pdc_bidi_new(s->c, PDC_ENQUEUE, o.timeout_ms ? o.timeout_ms : -1,
+  t->b = pdc_bidi_new(s->c, PDC_M_Enqueue, o.timeout_ms ? o.timeout_ms : -1,
                       o.max_in_flight, pdc_stream_on_message, t, st);
   if (!t->b) {
     pthread_mutex_destroy(&t->mu);
@@ -133,8 +134,7 @@ pd_code pdc_stream_send(pd_stream *t, Paradev__V1__EnqueueRequest *r,
                      "max_message_bytes is %llu",
                      len, (unsigned long long)t->s->c->max_message_bytes);
   grpc_byte_buffer *bb = pdc_pack(&r->base);
-  pd_code rc = pdc_bidi_write(t->b, bb, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_bidi_write(t->b, bb, st));
   t->token_sent = true;
   if (index) *index = t->items;
   t->items++;
@@ -148,9 +148,8 @@ pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
                           uint64_t *index, pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
   Paradev__V1__Operation o;
-  pd_code rc = pdc_op_build(&o, t->s, op, inputs, n_inputs, attrs, output_ids,
-                            n_outputs, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_op_build(&o, t->s, op, inputs, n_inputs, attrs, output_ids,
+                      n_outputs, st));
   Paradev__V1__EnqueueRequest r = PARADEV__V1__ENQUEUE_REQUEST__INIT;
   r.item_case = PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE;
   r.execute = &o;
@@ -160,10 +159,7 @@ pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
 pd_code pd_stream_delete_ids(pd_stream *t, const uint64_t *ids, int n,
                              uint64_t *index, pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
-  if (n < 0 || (n > 0 && !ids))
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%d ids (ids %s); expected n >= 0 and the ids", n,
-                     ids ? "given" : "NULL");
+  PD_TRY(pdc_check_ids(ids, n, st));
   Paradev__V1__DeleteItem d = PARADEV__V1__DELETE_ITEM__INIT;
   d.n_ids = (size_t)n;
   d.ids = (uint64_t *)ids;
@@ -201,9 +197,8 @@ static int64_t pdc_stream_deadline(const pd_stream *t, int64_t timeout_ms) {
 
 pd_code pd_stream_wait(pd_stream *t, int64_t timeout_ms, pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
-  pd_code rc = pdc_bidi_wait(t->b, t->items, pdc_stream_deadline(t, timeout_ms),
-                             st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_bidi_wait(t->b, t->items, pdc_stream_deadline(t, timeout_ms),
+                       st));
   return pdc_stream_failures(t, st);
 }
 
@@ -213,8 +208,7 @@ pd_code pd_stream_close(pd_stream *t, int64_t timeout_ms, pd_status *st) {
     return pdc_error(st, PD_FAILED_PRECONDITION,
                      "the stream was already closed");
   t->closed = true;
-  pd_code rc = pdc_bidi_close(t->b, pdc_stream_deadline(t, timeout_ms), st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_bidi_close(t->b, pdc_stream_deadline(t, timeout_ms), st));
   uint64_t got = pdc_bidi_received(t->b);
   if (got != t->items)
     return pdc_error(st, PD_INTERNAL,

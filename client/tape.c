@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "client_int.h"
 
 /* Checks the arguments of a gradient and fills result ids of 0 with fresh
@@ -44,8 +45,7 @@ static void pdc_gradient_msg(Paradev__V1__TapeGradient *g, uint64_t tape_id,
 
 pd_code pd_tape_start(pd_session *s, uint64_t tape_id, bool persistent,
                       const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   Paradev__V1__TapeStart t = PARADEV__V1__TAPE_START__INIT;
   t.tape_id = tape_id;
   t.persistent = persistent;
@@ -54,10 +54,9 @@ pd_code pd_tape_start(pd_session *s, uint64_t tape_id, bool persistent,
   req.session_token.len = s->token_len;
   req.tape = &t;
   ProtobufCMessage *resp = NULL;
-  rc = pdc_unary(s->c, PDC_START_TAPE, &req.base,
-                 &paradev__v1__start_tape_response__descriptor, &resp, call,
-                 st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(s->c, PDC_M_StartTape, &req.base,
+                   &paradev__v1__start_tape_response__descriptor, &resp, call,
+                   st));
   pdc_session_touch(s);
   protobuf_c_message_free_unpacked(resp, NULL);
   return PD_OK;
@@ -65,12 +64,8 @@ pd_code pd_tape_start(pd_session *s, uint64_t tape_id, bool persistent,
 
 pd_code pd_tape_watch(pd_session *s, uint64_t tape_id, const uint64_t *ids,
                       int n, const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
-  if (n < 0 || (n > 0 && !ids))
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%d ids (ids %s); expected n >= 0 and the ids", n,
-                     ids ? "given" : "NULL");
+  PD_TRY(pdc_session_check(s, st));
+  PD_TRY(pdc_check_ids(ids, n, st));
   Paradev__V1__TapeWatch w = PARADEV__V1__TAPE_WATCH__INIT;
   w.tape_id = tape_id;
   w.n_ids = (size_t)n;
@@ -80,10 +75,9 @@ pd_code pd_tape_watch(pd_session *s, uint64_t tape_id, const uint64_t *ids,
   req.session_token.len = s->token_len;
   req.watch = &w;
   ProtobufCMessage *resp = NULL;
-  rc = pdc_unary(s->c, PDC_WATCH_TAPE, &req.base,
-                 &paradev__v1__watch_tape_response__descriptor, &resp, call,
-                 st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(s->c, PDC_M_WatchTape, &req.base,
+                   &paradev__v1__watch_tape_response__descriptor, &resp, call,
+                   st));
   pdc_session_touch(s);
   protobuf_c_message_free_unpacked(resp, NULL);
   return PD_OK;
@@ -94,10 +88,9 @@ pd_code pd_tape_gradient(pd_session *s, uint64_t tape_id, uint64_t target,
                          uint64_t output_gradient, uint64_t *result_ids,
                          pd_tensor_info *results, const pd_call_options *call,
                          pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
-  rc = pdc_gradient_args(s, target, sources, n_sources, result_ids, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
+  pd_code rc = PD_OK;
+  PD_TRY(pdc_gradient_args(s, target, sources, n_sources, result_ids, st));
   Paradev__V1__TapeGradient g;
   pdc_gradient_msg(&g, tape_id, target, sources, n_sources, output_gradient,
                    result_ids);
@@ -106,10 +99,9 @@ pd_code pd_tape_gradient(pd_session *s, uint64_t tape_id, uint64_t target,
   req.session_token.len = s->token_len;
   req.gradient = &g;
   Paradev__V1__GradientResponse *resp = NULL;
-  rc = pdc_unary(s->c, PDC_GRADIENT, &req.base,
-                 &paradev__v1__gradient_response__descriptor,
-                 (ProtobufCMessage **)&resp, call, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(s->c, PDC_M_Gradient, &req.base,
+                   &paradev__v1__gradient_response__descriptor,
+                   (ProtobufCMessage **)&resp, call, st));
   pdc_session_touch(s);
   if (resp->n_results != (size_t)n_sources) {
     rc = pdc_error(st, PD_INTERNAL, "Gradient: %zu results for %d sources",
@@ -129,8 +121,7 @@ pd_code pd_tape_gradient(pd_session *s, uint64_t tape_id, uint64_t target,
 
 pd_code pd_tape_delete(pd_session *s, uint64_t tape_id,
                        const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   Paradev__V1__TapeDelete t = PARADEV__V1__TAPE_DELETE__INIT;
   t.tape_id = tape_id;
   Paradev__V1__DeleteTapeRequest req = PARADEV__V1__DELETE_TAPE_REQUEST__INIT;
@@ -138,10 +129,9 @@ pd_code pd_tape_delete(pd_session *s, uint64_t tape_id,
   req.session_token.len = s->token_len;
   req.tape = &t;
   ProtobufCMessage *resp = NULL;
-  rc = pdc_unary(s->c, PDC_DELETE_TAPE, &req.base,
-                 &paradev__v1__delete_tape_response__descriptor, &resp, call,
-                 st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_unary(s->c, PDC_M_DeleteTape, &req.base,
+                   &paradev__v1__delete_tape_response__descriptor, &resp, call,
+                   st));
   pdc_session_touch(s);
   protobuf_c_message_free_unpacked(resp, NULL);
   return PD_OK;
@@ -165,10 +155,7 @@ pd_code pd_stream_tape_watch(pd_stream *t, uint64_t tape_id,
                              const uint64_t *ids, int n, uint64_t *index,
                              pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
-  if (n < 0 || (n > 0 && !ids))
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%d ids (ids %s); expected n >= 0 and the ids", n,
-                     ids ? "given" : "NULL");
+  PD_TRY(pdc_check_ids(ids, n, st));
   Paradev__V1__TapeWatch m = PARADEV__V1__TAPE_WATCH__INIT;
   m.tape_id = tape_id;
   m.n_ids = (size_t)n;
@@ -185,9 +172,8 @@ pd_code pd_stream_tape_gradient(pd_stream *t, uint64_t tape_id,
                                 uint64_t *result_ids, uint64_t *index,
                                 pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
-  pd_code rc = pdc_gradient_args(pdc_stream_session(t), target, sources,
-                                 n_sources, result_ids, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_gradient_args(pdc_stream_session(t), target, sources,
+                           n_sources, result_ids, st));
   Paradev__V1__TapeGradient m;
   pdc_gradient_msg(&m, tape_id, target, sources, n_sources, output_gradient,
                    result_ids);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "client_int.h"
 #include "common.h"
 
@@ -75,19 +76,19 @@ static pd_code pdc_upload(pd_session *s, Paradev__V1__UploadHeader *h,
                           const size_t *bytes, pd_tensor_info *info,
                           const pd_call_options *call, pd_status *st) {
   size_t chunk = 0;
-  pd_code rc = pdc_chunk_bytes(s->c, call, &chunk, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_chunk_bytes(s->c, call, &chunk, st));
+  pd_code rc = PD_OK;
   h->session_token.data = s->token;
   h->session_token.len = s->token_len;
   int64_t timeout;
   pd_cancel *cancel;
-  pdc_call_opts(s->c, call, false, &timeout, &cancel);
+  PD_TRY(pdc_call_opts(s->c, call, &timeout, &cancel, st));
   pdc_call k;
   grpc_byte_buffer *out = NULL, *next = NULL, *recv = NULL;
   char t_status, t_send, t_final;
   int pending = 0;
   bool status_done = false, send_ok = true, final_started = false;
-  rc = pdc_call_start(&k, s->c, PDC_UPLOAD, timeout, cancel, true, st);
+  rc = pdc_call_start(&k, s->c, PDC_M_Upload, timeout, cancel, true, st);
   if (rc != PD_OK) goto done;
   /* Initial metadata is asked for now, with the status: gRPC delivers a
    * trailers-only answer (an early refusal) only once it was. */
@@ -198,15 +199,13 @@ pd_code pd_upload(pd_session *s, uint64_t id, pd_dtype dtype,
                   const int64_t *dims, int rank, const void *data, size_t bytes,
                   pd_layout layout, pd_tensor_info *info,
                   const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (layout.kind != PD_LAYOUT_MIRRORED && layout.kind != PD_LAYOUT_SHARDED)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload takes layout MIRRORED or SHARDED; got kind %d "
                      "(PER_COMPONENT: use pd_upload_components)",
                      (int)layout.kind);
-  rc = pdc_check_shape(dtype, dims, rank, bytes, "pd_upload", st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_check_shape(dtype, dims, rank, bytes, "pd_upload", st));
   if (bytes && !data)
     return pdc_error(st, PD_INVALID_ARGUMENT, "pd_upload: data is NULL");
   Paradev__V1__Shape shape = PARADEV__V1__SHAPE__INIT;
@@ -228,8 +227,7 @@ pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
                              const int *ranks, const void *const *data,
                              const size_t *bytes, pd_tensor_info *info,
                              const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (num_components != s->num_devices || !dims || !ranks || !data || !bytes)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload_components: %d components; the session's mesh "
@@ -241,8 +239,7 @@ pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
   for (int i = 0; i < num_components; i++) {
     char what[64];
     snprintf(what, sizeof(what), "pd_upload_components: component %d", i);
-    rc = pdc_check_shape(dtype, dims[i], ranks[i], bytes[i], what, st);
-    if (rc != PD_OK) return rc;
+    PD_TRY(pdc_check_shape(dtype, dims[i], ranks[i], bytes[i], what, st));
     if (bytes[i] && !data[i])
       return pdc_error(st, PD_INVALID_ARGUMENT, "%s: data is NULL", what);
     paradev__v1__shape__init(&shapes[i]);
@@ -471,8 +468,8 @@ static pd_code pdc_download(pd_session *s, uint64_t id, pd_layout layout,
                             pd_tensor_info *infos, size_t *total,
                             const pd_call_options *call, pd_status *st) {
   size_t chunk = 0;
-  pd_code rc = pdc_chunk_bytes(s->c, call, &chunk, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_chunk_bytes(s->c, call, &chunk, st));
+  pd_code rc = PD_OK;
   Paradev__V1__Layout lay = PARADEV__V1__LAYOUT__INIT;
   lay.kind = (Paradev__V1__LayoutKind)layout.kind;
   lay.axis = layout.axis;
@@ -485,7 +482,7 @@ static pd_code pdc_download(pd_session *s, uint64_t id, pd_layout layout,
   req.chunk_bytes = chunk;
   int64_t timeout;
   pd_cancel *cancel;
-  pdc_call_opts(s->c, call, false, &timeout, &cancel);
+  PD_TRY(pdc_call_opts(s->c, call, &timeout, &cancel, st));
   pdc_dl *d = calloc(1, sizeof(*d));
   if (!d) return pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   d->ncomp = ncomp;
@@ -493,18 +490,11 @@ static pd_code pdc_download(pd_session *s, uint64_t id, pd_layout layout,
   d->cap = cap;
   pdc_call k;
   grpc_byte_buffer *send = NULL, *recv = NULL;
-  rc = pdc_call_start(&k, s->c, PDC_DOWNLOAD, timeout, cancel, false, st);
+  rc = pdc_call_start(&k, s->c, PDC_M_Download, timeout, cancel, false, st);
   if (rc != PD_OK) goto done;
   send = pdc_pack(&req.base);
-  grpc_op ops[4];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k.md_initial;
-  bool alive = pdc_call_batch(&k, ops, 4, &k.md_initial);
+  bool alive = pdc_call_request(&k, send, NULL);
+  grpc_op ops[1];
   pd_code local = PD_OK;
   pd_status lst;
   while (alive) {
@@ -557,8 +547,7 @@ done:
 pd_code pd_download(pd_session *s, uint64_t id, pd_layout layout, void *data,
                     size_t capacity, pd_tensor_info *info, size_t *bytes_out,
                     const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (layout.kind == PD_LAYOUT_PER_COMPONENT)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_download takes one host value; for layout "
@@ -574,8 +563,7 @@ pd_code pd_download_components(pd_session *s, uint64_t id, int num_components,
                                void *const *data, const size_t *capacity,
                                pd_tensor_info *infos,
                                const pd_call_options *call, pd_status *st) {
-  pd_code rc = pdc_session_check(s, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(pdc_session_check(s, st));
   if (num_components != s->num_devices || !data || !capacity)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_download_components: %d components; the session's "

@@ -59,7 +59,7 @@ daemon_pid=$!
 
 # Ready once the health check says SERVING; 20 s at most.
 deadline=$((SECONDS + 20))
-until "$paradev" --target "$target" --timeout 1000 health >/dev/null 2>&1; do
+until "$paradev" --target "$target" --timeout 1s health >/dev/null 2>&1; do
   if ! kill -0 "$daemon_pid" 2>/dev/null; then
     wait "$daemon_pid"
     echo "demo: paradevd exited during start-up (status $?)" >&2

@@ -149,7 +149,7 @@ start_daemon() {
     --log info >"$daemon_log" 2>&1 </dev/null &
   daemon_pid=$!
   deadline=$((SECONDS + 60))
-  until run_ours "$bin/paradev" --target "$daemon_target" --timeout 1000 health \
+  until run_ours "$bin/paradev" --target "$daemon_target" --timeout 1s health \
     >/dev/null 2>&1 </dev/null; do
     if ! kill -0 "$daemon_pid" 2>/dev/null; then
       wait "$daemon_pid"

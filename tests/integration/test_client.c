@@ -37,6 +37,10 @@
 
 #include "paradev/paradev.h"
 #include "harness.h"
+/* White-box, for one thing only: test_deadline_and_cancel waits until its
+ * Sync is registered with the cancel token (struct pd_cancel) before it
+ * triggers it, so it tests the cancel of a call in flight every time. */
+#include "client_int.h"
 
 #define NDEV 4
 #define MEM_LIMIT (64u << 20) /* per device */
@@ -887,15 +891,18 @@ static uint64_t queue_heavy(env *e, pd_session *s, uint64_t base) {
   return prev;
 }
 
-typedef struct canceller {
-  pd_cancel *c;
-  int delay_ms;
-} canceller;
-
-static void *cancel_later(void *arg) {
-  canceller *k = arg;
-  usleep((useconds_t)k->delay_ms * 1000);
-  pd_cancel_trigger(k->c);
+/* Triggers the token once a call is in flight with it (registered by
+ * pdc_call_start, under the token's mutex): no sleeping, no guessing. */
+static void *cancel_when_in_flight(void *arg) {
+  pd_cancel *c = arg;
+  for (;;) {
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->n;
+    pthread_mutex_unlock(&c->mu);
+    if (n > 0) break;
+    sched_yield();
+  }
+  pd_cancel_trigger(c);
   return NULL;
 }
 
@@ -910,24 +917,27 @@ static void test_deadline_and_cancel(void **state) {
   EXPECT_CODE(e, PD_DEADLINE_EXCEEDED, pd_sync(s, &last, 1, NULL, &co, e->st));
   ASSERT_MSG_HAS(e, "deadline of 1 ms");
   assert_true(pdt_now() - t0 < 5.0);
-  /* A Sync cancelled from another thread after 30 ms. */
+  /* A waiting Sync cancelled from another thread. The daemon is stopped
+   * (SIGSTOP) before the Sync is sent, so no reply can come before the
+   * cancel however fast the work runs, and the token is triggered only once
+   * the Sync is in flight with it: the cancel of a waiting call, every time.
+   * The daemon learns of it when it runs again (SIGCONT). */
   OK(e, pd_sync(s, &last, 1, NULL, NULL, e->st));
   last = queue_heavy(e, s, 2000);
   pd_call_options cc = PD_CALL_OPTIONS_INITIALIZER;
   cc.cancel = pd_cancel_new();
-  canceller k = {cc.cancel, 30};
+  assert_non_null(cc.cancel);
+  assert_int_equal(kill(D.pid, SIGSTOP), 0);
+  int wst = 0;
+  assert_int_equal(waitpid(D.pid, &wst, WUNTRACED), D.pid);
+  assert_true(WIFSTOPPED(wst));
   pthread_t th;
-  pthread_create(&th, NULL, cancel_later, &k);
-  t0 = pdt_now();
+  assert_int_equal(pthread_create(&th, NULL, cancel_when_in_flight, cc.cancel), 0);
   pd_code rc = pd_sync(s, &last, 1, NULL, &cc, e->st);
-  double took = pdt_now() - t0;
-  pthread_join(th, NULL);
-  if (rc == PD_OK) {
-    print_message("  (the work finished before the cancel: %.3f s)\n", took);
-  } else {
-    assert_int_equal(rc, PD_CANCELLED);
-    ASSERT_MSG_HAS(e, "cancelled by the caller");
-  }
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(kill(D.pid, SIGCONT), 0);
+  assert_int_equal(rc, PD_CANCELLED);
+  ASSERT_MSG_HAS(e, "Sync: cancelled by the caller (pd_cancel)");
   assert_true(pd_cancel_is_triggered(cc.cancel));
   /* A triggered token fails new calls at once. */
   float f;
@@ -1095,6 +1105,107 @@ static void test_unreachable(void **state) {
     if (!ok) fail_msg("%s: %s", good[i], pd_status_message(e->st));
     pd_client_delete(ok);
   }
+  /* A path is a Unix socket; a host without a port gets paradevd's 7478
+   * (not gRPC's 443). pd_client_target says what is dialed. */
+  const char *given[] = {"/tmp/d.sock", "./d.sock", "../d.sock", "localhost",
+                         "[::1]", "dns:///localhost", "127.0.0.1:7000",
+                         "unix:/tmp/d.sock"};
+  const char *dialed[] = {"unix:/tmp/d.sock", "unix:./d.sock", "unix:../d.sock",
+                          "localhost:7478", "[::1]:7478",
+                          "dns:///localhost:7478", "127.0.0.1:7000",
+                          "unix:/tmp/d.sock"};
+  for (int i = 0; i < 8; i++) {
+    pd_client *t = pd_client_new(given[i], NULL, e->st);
+    if (!t) fail_msg("%s: %s", given[i], pd_status_message(e->st));
+    assert_string_equal(pd_client_target(t), dialed[i]);
+    pd_client_delete(t);
+  }
+  assert_int_equal(PD_DEFAULT_PORT, 7478);
+  const char *empty_port[] = {"localhost:", "[::1]:", "dns:///localhost:"};
+  for (int i = 0; i < 3; i++) {
+    assert_null(pd_client_new(empty_port[i], NULL, e->st));
+    assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+    ASSERT_MSG_HAS(e, "the port is empty; expected host:port (port 1 to 65535), "
+                      "host (port 7478) or unix:/path");
+    ASSERT_MSG_HAS(e, empty_port[i]);
+  }
+  /* The real daemon, by its socket's bare path. */
+  assert_true(strncmp(D.unix_target, "unix:", 5) == 0);
+  pd_client *bare = pd_client_new(D.unix_target + 5, NULL, e->st);
+  assert_non_null(bare);
+  assert_string_equal(pd_client_target(bare), D.unix_target);
+  OK(e, pd_client_echo(bare, "x", 1, NULL, 0, NULL, NULL, e->st));
+  pd_client_delete(bare);
+}
+
+/* Options structs: a struct_size that is not the initializer's and
+ * out-of-range fields are refused, naming the field and what is expected. */
+static void test_options_checked(void **state) {
+  env *e = *state;
+  pd_call_options co = PD_CALL_OPTIONS_INITIALIZER;
+  co.timeout_ms = -5;
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_client_echo(e->c, "x", 1, NULL, 0, NULL, &co, e->st));
+  ASSERT_MSG_HAS(e, "pd_call_options.timeout_ms is -5; expected a number of "
+                    "milliseconds > 0, PD_TIMEOUT_DEFAULT (0) or "
+                    "PD_TIMEOUT_NONE (-1)");
+  uint64_t id = pd_session_new_id(e->s);
+  const float v[2] = {1, 2};
+  const int64_t d[1] = {2};
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_upload(e->s, id, PD_FLOAT32, d, 1, v, sizeof(v),
+                        pd_layout_mirrored(), NULL, &co, e->st));
+  ASSERT_MSG_HAS(e, "pd_call_options.timeout_ms is -5");
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT, pd_sync(e->s, NULL, 0, NULL, &co, e->st));
+  ASSERT_MSG_HAS(e, "pd_call_options.timeout_ms is -5");
+  co = (pd_call_options)PD_CALL_OPTIONS_INITIALIZER;
+  co.struct_size = 0;
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_client_echo(e->c, "x", 1, NULL, 0, NULL, &co, e->st));
+  ASSERT_MSG_HAS(e, "pd_call_options.struct_size is 0; expected");
+  ASSERT_MSG_HAS(e, "PD_CALL_OPTIONS_INITIALIZER");
+  co.struct_size = sizeof(co) + 8;
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_download(e->s, id, pd_layout_mirrored(), NULL, 0, NULL, NULL,
+                          &co, e->st));
+  ASSERT_MSG_HAS(e, "pd_call_options.struct_size is");
+  /* The values that are allowed still are. */
+  co = (pd_call_options)PD_CALL_OPTIONS_INITIALIZER;
+  co.timeout_ms = PD_TIMEOUT_NONE;
+  OK(e, pd_client_echo(e->c, "x", 1, NULL, 0, NULL, &co, e->st));
+  co.timeout_ms = 20000;
+  OK(e, pd_upload(e->s, id, PD_FLOAT32, d, 1, v, sizeof(v), pd_layout_mirrored(),
+                  NULL, &co, e->st));
+  OK(e, pd_delete(e->s, &id, 1, &co, e->st));
+  /* The other options structs. */
+  pd_client_options clo = PD_CLIENT_OPTIONS_INITIALIZER;
+  clo.struct_size = 0;
+  assert_null(pd_client_new(e->target, &clo, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "pd_client_options.struct_size is 0");
+  clo = (pd_client_options)PD_CLIENT_OPTIONS_INITIALIZER;
+  clo.default_timeout_ms = -5;
+  assert_null(pd_client_new(e->target, &clo, e->st));
+  ASSERT_MSG_HAS(e, "default_timeout_ms is -5");
+  pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
+  so.struct_size = 0;
+  assert_null(pd_session_new(e->c, &so, NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "pd_session_options.struct_size is 0");
+  co.timeout_ms = -5;
+  assert_null(pd_session_new(e->c, NULL, &co, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "pd_call_options.timeout_ms is -5");
+  pd_stream_options to = PD_STREAM_OPTIONS_INITIALIZER;
+  to.struct_size = 0;
+  assert_null(pd_stream_new(e->s, &to, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "pd_stream_options.struct_size is 0");
+  to = (pd_stream_options)PD_STREAM_OPTIONS_INITIALIZER;
+  to.timeout_ms = -5;
+  assert_null(pd_stream_new(e->s, &to, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "timeout_ms -5 must be >= 0");
 }
 
 /* --- the CLI ------------------------------------------------------------------- */
@@ -1168,23 +1279,24 @@ static void test_cli(void **state) {
   ASSERT_HAS(o->err, "unknown service \"no.Such\"");
   ASSERT_HAS(o->err, "NOT_FOUND (no such service");
   assert_null(strstr(o->err, "session")); /* not the sessions' advice */
-  /* --timeout: a unit, or a bare number of milliseconds; 1ms to 24h. */
-  const char *timeouts[] = {"10000", "10s", "1m", "24h", "2.5s", "1500ms"};
+  /* --timeout: a number and a unit, 1ms to 24h; a bare number is refused
+   * (it meant milliseconds here and seconds under admin). */
+  const char *timeouts[] = {"10000ms", "10s", "1m", "24h", "2.5s", "1500ms"};
   for (int i = 0; i < 6; i++) {
     run_cli(o, NULL, "--target %s --timeout %s health", e->target, timeouts[i]);
     if (o->rc != 0)
       fail_msg("--timeout %s: rc %d\n%s", timeouts[i], o->rc, o->err);
   }
-  const char *bad_timeouts[] = {"0", "0ms", "0.4ms", "86400001", "25h", "-1s",
-                                "1e3", "10x", "s", "inf"};
-  for (int i = 0; i < 10; i++) {
+  const char *bad_timeouts[] = {"0", "0ms", "0.4ms", "86400001ms", "25h", "-1s",
+                                "1e3", "10x", "s", "inf", "10000", "2.5"};
+  for (int i = 0; i < 12; i++) {
     run_cli(o, NULL, "--target %s --timeout %s health", e->target,
             bad_timeouts[i]);
     if (o->rc != 2)
       fail_msg("--timeout %s: rc %d, expected 2\n%s", bad_timeouts[i], o->rc,
                o->err);
     ASSERT_HAS(o->err, "expected a time from 1ms to 24h, such as 500ms, 2s or "
-                       "1m (a bare number is milliseconds)");
+                       "1m (a number needs a unit: ms, s, m or h)");
   }
   /* A bad target is a usage error (2), named with what is allowed. */
   run_cli(o, NULL, "--target 127.0.0.1:99999 info");
@@ -1213,12 +1325,23 @@ static void test_cli(void **state) {
   assert_null(strstr(o->out, "seq="));
   ASSERT_HAS(o->out, "3 round trips of 1024 bytes");
   /* Errors: unreachable, bad usage. */
-  run_cli(o, NULL, "--target unix:/nonexistent/x.sock --timeout 5000 info");
+  run_cli(o, NULL, "--target unix:/nonexistent/x.sock --timeout 5s info");
   assert_int_equal(o->rc, 1);
   ASSERT_HAS(o->err, "cannot reach unix:/nonexistent/x.sock");
   run_cli(o, "unix:/nonexistent/x.sock", "health");
   assert_int_equal(o->rc, 1);
   ASSERT_HAS(o->err, "cannot reach unix:/nonexistent/x.sock");
+  /* A path without "unix:" is a Unix socket, not a host name for DNS. */
+  run_cli(o, NULL, "--target /nonexistent/x.sock --timeout 5s info");
+  assert_int_equal(o->rc, 1);
+  ASSERT_HAS(o->err, "cannot reach unix:/nonexistent/x.sock");
+  run_cli(o, NULL, "--target %s health", D.unix_target + 5);
+  if (o->rc != 0) fail_msg("--target %s: rc %d\n%s", D.unix_target + 5, o->rc, o->err);
+  assert_string_equal(o->out, "SERVING\n");
+  /* An empty port is a usage error; a host without one gets 7478. */
+  run_cli(o, NULL, "--target localhost: info");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err, "target \"localhost:\": the port is empty");
   run_cli(o, NULL, "--target %s frobnicate", e->target);
   assert_int_equal(o->rc, 2);
   ASSERT_HAS(o->err, "unknown command 'frobnicate'");
@@ -1236,15 +1359,22 @@ static void test_cli(void **state) {
   }
   run_cli(o, NULL, "--help");
   ASSERT_HAS(o->out, "2 a bad command\nline, a bad --target included");
-  ASSERT_HAS(o->out, "a bare number is milliseconds (default 10s)");
+  ASSERT_HAS(o->out, "a number needs a unit (default 10s)");
+  ASSERT_HAS(o->out, "starts with / or ./ is a Unix socket too");
+  ASSERT_HAS(o->out, "without a port gets paradevd's 7478");
   run_cli(o, NULL, "admin --help");
   assert_int_equal(o->rc, 0);
-  ASSERT_HAS(o->out, "a bare number is seconds (default 60s)");
+  ASSERT_HAS(o->out, "a number needs a unit (default 60s)");
   ASSERT_HAS(o->out, "Exit status: 0 done;");
   run_cli(o, NULL, "admin --timeout 0 sessions");
   assert_int_equal(o->rc, 2);
   ASSERT_HAS(o->err, "--timeout '0': expected a time from 1ms to 24h, such as "
-                     "500ms, 2s or 1m (a bare number is seconds)");
+                     "500ms, 2s or 1m (a number needs a unit: ms, s, m or h)");
+  /* The same reading as the top level's: a bare number is refused. */
+  run_cli(o, NULL, "admin --timeout 5 sessions");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err, "--timeout '5': expected a time from 1ms to 24h, such as "
+                     "500ms, 2s or 1m (a number needs a unit: ms, s, m or h)");
   run_cli(o, NULL, "--version");
   assert_int_equal(o->rc, 0);
   assert_string_equal(o->out, "paradev 0.1.0\n");
@@ -1265,6 +1395,7 @@ static void test_cli(void **state) {
       cmocka_unit_test(test_delete), cmocka_unit_test(test_sync_error),  \
       cmocka_unit_test(test_batch),                                      \
       cmocka_unit_test(test_deadline_and_cancel),                        \
+      cmocka_unit_test(test_options_checked),                            \
       cmocka_unit_test(test_sessions), cmocka_unit_test(test_cli)
 
 int main(int argc, char **argv) {

@@ -1219,9 +1219,22 @@ def check_admin():
         r = cli(d, "sessions")
         assert r.returncode == 0 and "other-job" in r.stdout and "(1 session;" in r.stdout, \
             (r.stdout, r.stderr)
+        # --json: one document, the summary and the list, valid JSON (json.tool).
         r = cli(d, "sessions", "--json")
-        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        assert r.returncode == 0, r.stderr
+        assert subprocess.run([sys.executable, "-m", "json.tool"], input=r.stdout,
+                              capture_output=True, text=True).returncode == 0, r.stdout
+        doc = json.loads(r.stdout)
+        rows = doc["sessions"]
         assert len(rows) == 1 and rows[0]["job_id"] == "other", rows
+        assert doc["count"] == 1 and doc["draining"] is False and doc["job_id"] == "", doc
+        assert doc["device_memory_used_bytes"] >= 0 and len(doc["incarnation"]) == 16, doc
+        r = cli(d, "sessions", "--job", "no-such-job", "--json")
+        assert r.returncode == 0 and r.stdout.strip(), (r.stdout, r.stderr)
+        assert subprocess.run([sys.executable, "-m", "json.tool"], input=r.stdout,
+                              capture_output=True, text=True).returncode == 0, r.stdout
+        doc = json.loads(r.stdout)
+        assert doc["count"] == 0 and doc["sessions"] == [] and doc["job_id"] == "no-such-job", doc
         r = cli(d, "kill", "--session", str(rows[0]["session_id"]), "--verify")
         assert r.returncode == 0 and r.stdout.startswith("killed 1 session:"), (r.stdout, r.stderr)
         assert sum(cl.mem()) == base
@@ -1231,15 +1244,16 @@ def check_admin():
         assert r.returncode == 2 and "expected a session number" in r.stderr, r.stderr
         r = cli(d, "frobnicate")
         assert r.returncode == 2, r.stderr
-        # --timeout: a unit, or a bare number of seconds; 1ms to 24h.
-        for t in ("60", "2.5", "1500ms", "1m", "24h"):
+        # --timeout: a number and a unit, 1ms to 24h, as the top level's; a bare
+        # number (once seconds here, milliseconds there) is refused.
+        for t in ("60s", "2.5s", "1500ms", "1m", "24h"):
             r = cli(d, "--timeout", t, "sessions")
             assert r.returncode == 0, (t, r.stderr)
-        for t in ("0", "0s", "86401", "25h", "-1", "1e3", "10x"):
+        for t in ("0", "0s", "86401", "86401s", "25h", "-1", "1e3", "10x", "60", "2.5"):
             r = cli(d, "--timeout", t, "sessions")
             assert r.returncode == 2 and (
                 "--timeout '%s': expected a time from 1ms to 24h, such as 500ms, 2s or 1m "
-                "(a bare number is seconds)" % t) in r.stderr, (t, r.returncode, r.stderr)
+                "(a number needs a unit: ms, s, m or h)" % t) in r.stderr, (t, r.returncode, r.stderr)
         r = subprocess.run([ADMIN_CLI, "admin", "--socket", d.admin + ".nope", "sessions"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 1 and "is paradevd running" in r.stderr, r.stderr

@@ -1,5 +1,5 @@
-/* libparadev: the attribute builder (pd_attrs), op encoding shared by
- * Execute, batches and streams, and wire TensorInfo decoding. */
+/* libparadev: the attribute builder (pd_attrs): each attribute kept with
+ * the wire messages that encode it, so encoding an op only points at them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -262,58 +262,13 @@ bool pdc_attrs_copy(pd_attrs *dst, const pd_attrs *src) {
   return dst->err != PD_RESOURCE_EXHAUSTED;
 }
 
-/* --- op encoding ------------------------------------------------------------ */
-
-pd_code pdc_op_build(Paradev__V1__Operation *op, pd_session *s, const char *name,
-                     const uint64_t *inputs, int n_inputs,
-                     const pd_attrs *attrs, uint64_t *output_ids,
-                     int n_outputs, pd_status *st) {
-  paradev__v1__operation__init(op);
-  if (!name || !*name)
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "the op name is empty; expected a raw-op name such as "
-                     "\"Add\"");
-  if (n_inputs < 0 || (n_inputs > 0 && !inputs))
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "op %.64s: %d inputs (with inputs %s); expected n_inputs "
-                     ">= 0 and the ids",
-                     name, n_inputs, inputs ? "given" : "NULL");
-  if (n_outputs < 0 || (n_outputs > 0 && !output_ids))
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "op %.64s: %d outputs (with output_ids %s); expected "
-                     "n_outputs >= 0 and an array for the ids",
-                     name, n_outputs, output_ids ? "given" : "NULL");
-  if (attrs && attrs->err != PD_OK)
-    return pdc_error(st, attrs->err, "op %.64s: %s", name, attrs->err_msg);
-  for (int i = 0; i < n_outputs; i++)
-    if (output_ids[i] == 0) output_ids[i] = pd_session_new_id(s);
-  op->op = (char *)name;
-  op->n_inputs = (size_t)n_inputs;
-  op->inputs = (uint64_t *)inputs;
-  op->n_output_ids = (size_t)n_outputs;
-  op->output_ids = output_ids;
-  if (attrs && attrs->n) {
-    op->n_attrs = (size_t)attrs->n;
-    op->attrs = attrs->ptrs;
+pd_code pdc_attrs_encoded(const pd_attrs *a, Paradev__V1__Attr ***attrs,
+                          size_t *n, const char **err_msg) {
+  if (a->err != PD_OK) {
+    *err_msg = a->err_msg;
+    return a->err;
   }
+  *attrs = a->ptrs;
+  *n = (size_t)a->n;
   return PD_OK;
-}
-
-bool pdc_shape_from_pb(const Paradev__V1__Shape *sh, pd_tensor_info *out) {
-  size_t rank = sh ? sh->n_dims : 0;
-  if (rank > PD_MAX_RANK) return false;
-  out->rank = (int)rank;
-  for (size_t i = 0; i < rank; i++) out->dims[i] = sh->dims[i];
-  for (size_t i = rank; i < PD_MAX_RANK; i++) out->dims[i] = 0;
-  return true;
-}
-
-bool pdc_info_from_pb(const Paradev__V1__TensorInfo *ti, pd_tensor_info *out) {
-  if (!ti) return false;
-  pd_tensor_info t;
-  t.id = ti->id;
-  t.dtype = (pd_dtype)ti->dtype;
-  if (!pdc_shape_from_pb(ti->shape, &t)) return false;
-  *out = t;
-  return true;
 }

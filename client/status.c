@@ -1,0 +1,77 @@
+/* libparadev: statuses (pd_status, pdc_error) and the library's version.
+ * The first file of the client: it calls no other. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "client_int.h"
+
+const char *pd_version(void) { return "0.1.0"; }
+
+/* --- status ---------------------------------------------------------------- */
+
+pd_status *pd_status_new(void) { return calloc(1, sizeof(pd_status)); }
+
+void pd_status_delete(pd_status *s) { free(s); }
+
+pd_code pd_status_code(const pd_status *s) { return s ? s->code : PD_OK; }
+
+const char *pd_status_message(const pd_status *s) { return s ? s->msg : ""; }
+
+void pd_status_set(pd_status *s, pd_code code, const char *msg) {
+  if (!s) return;
+  s->code = code;
+  snprintf(s->msg, sizeof(s->msg), "%s", msg ? msg : "");
+}
+
+pd_code pdc_error(pd_status *st, pd_code code, const char *fmt, ...) {
+  if (st) {
+    st->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->msg, sizeof(st->msg), fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+void pdc_ok(pd_status *st) {
+  if (st) {
+    st->code = PD_OK;
+    st->msg[0] = '\0';
+  }
+}
+
+const char *pd_status_str(pd_code code) {
+  switch (code) {
+    case PD_OK: return "success";
+    case PD_CANCELLED: return "the call was cancelled; retry if it is still wanted";
+    case PD_UNKNOWN: return "unknown error; see the daemon's log";
+    case PD_INVALID_ARGUMENT: return "fix the request as the message says";
+    case PD_DEADLINE_EXCEEDED:
+      return "the deadline passed; raise the timeout or check the daemon's load";
+    case PD_NOT_FOUND:
+      return "the session or handle does not exist (closed, expired, deleted, or "
+             "the daemon restarted); open a new session";
+    case PD_ALREADY_EXISTS: return "pick an id that is not in use";
+    case PD_PERMISSION_DENIED: return "not allowed; check permissions";
+    case PD_RESOURCE_EXHAUSTED:
+      return "a limit or memory ran out; free handles or ask for less";
+    case PD_FAILED_PRECONDITION: return "the object is not in a state for this call";
+    case PD_ABORTED: return "aborted; retry";
+    case PD_OUT_OF_RANGE: return "a value or buffer is out of range; see the message";
+    case PD_UNIMPLEMENTED: return "the daemon does not implement this; upgrade it";
+    case PD_INTERNAL: return "a bug in paradev; please report it with the daemon's log";
+    case PD_UNAVAILABLE:
+      return "check that paradevd runs and listens on this address, then retry";
+    case PD_DATA_LOSS: return "data was lost or corrupted in transit; retry";
+    case PD_UNAUTHENTICATED: return "the session token is malformed; open a new session";
+  }
+  return "unknown status code";
+}
+
+/* pd_code_name, pd_dtype_* (paradev/types.h) are defined in types.c. */
+
+pd_code pdc_code_from_wire(int64_t code) {
+  return code >= 0 && code <= PD_UNAUTHENTICATED ? (pd_code)code : PD_UNKNOWN;
+}
