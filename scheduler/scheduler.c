@@ -162,6 +162,10 @@ struct sched_session {
   uint64_t sub_lo;
   int dropping;
   sched_dwait *dwait;    /* sched_tensor_notify registrations */
+
+  /* Observers' state (sched_session_attach), under mu; cleared when the
+   * session ends (closed). */
+  void *attached[SCHED_MAX_OBSERVERS];
 };
 
 /* The limits sched_reconfigure may change while sessions run. */
@@ -206,6 +210,10 @@ struct sched {
   sched_op_counter *op_stats;
   pthread_mutex_t done_mu; /* sched_destroy waits for in-flight callbacks */
   pthread_cond_t done_cv;
+
+  /* Observers of sessions' ends; set before serving, read-only after. */
+  sched_observer observers[SCHED_MAX_OBSERVERS];
+  int num_observers;
 };
 
 struct sched_upload {
@@ -556,15 +564,81 @@ static void sched_unlink_locked(sched *s, sched_session *ss) {
   }
 }
 
+static void sched_wait_dispatched(sched_session *ss);
+
+const char *sched_end_reason_name(sched_end_reason why) {
+  switch (why) {
+    case SCHED_END_CLOSED: return "closed";
+    case SCHED_END_EXPIRED: return "expired";
+    case SCHED_END_KILLED: return "killed";
+    case SCHED_END_STOPPED: return "stopped";
+  }
+  return "unknown";
+}
+
+int sched_observer_add(sched *s, const sched_observer *obs) {
+  if (!obs || s->num_observers >= SCHED_MAX_OBSERVERS) return -1;
+  s->observers[s->num_observers] = *obs;
+  return s->num_observers++;
+}
+
+pd_code sched_session_attach(sched_session *ss, int key, void *state,
+                             dev_status *st) {
+  if (key < 0 || key >= ss->owner->num_observers)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "observer key %d is not one sched_observer_add returned "
+                     "(%d registered)",
+                     key, ss->owner->num_observers);
+  pd_code c = PD_OK;
+  pthread_mutex_lock(&ss->mu);
+  if (ss->closed)
+    c = dev_error(st, PD_FAILED_PRECONDITION,
+                  "session %llu has ended: nothing can be attached to it",
+                  (unsigned long long)ss->seq);
+  else if (ss->attached[key])
+    c = dev_error(st, PD_ALREADY_EXISTS,
+                  "observer %d already has state attached to session %llu",
+                  key, (unsigned long long)ss->seq);
+  else
+    ss->attached[key] = state;
+  pthread_mutex_unlock(&ss->mu);
+  return c;
+}
+
+void *sched_session_attached(sched_session *ss, int key) {
+  if (key < 0 || key >= SCHED_MAX_OBSERVERS) return NULL;
+  pthread_mutex_lock(&ss->mu);
+  void *state = ss->attached[key];
+  pthread_mutex_unlock(&ss->mu);
+  return state;
+}
+
+/* Tells every observer that `ss` ended (no lock held). */
+static void sched_notify_end(sched_session *ss, sched_end_reason why,
+                             uint64_t handles, void *const *states) {
+  sched *s = ss->owner;
+  sched_end_info info = {ss->seq, ss->client, ss->job, why, handles};
+  for (int k = 0; k < s->num_observers; k++)
+    if (s->observers[k].on_end)
+      s->observers[k].on_end(s->observers[k].arg, &info, states[k]);
+}
+
 /* Ends a session already unlinked from the table: releases its handles,
- * drops its queue and the table's reference. Returns the handles freed. */
-static uint64_t sched_end_session(sched_session *ss, const char *why,
-                                  uint64_t *bytes) {
+ * drops its queue, waits for the dispatcher to hand over what it took of
+ * it, and tells the observers. The caller drops the table's reference.
+ * Returns the handles freed. */
+static uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
+                                  const char *msg, uint64_t *bytes) {
+  void *states[SCHED_MAX_OBSERVERS];
   pthread_mutex_lock(&ss->mu);
   if (bytes) *bytes = ss->bytes;
   uint64_t n = ss->closed ? 0 : sched_release_all_locked(ss);
+  memcpy(states, ss->attached, sizeof(states));
+  memset(ss->attached, 0, sizeof(ss->attached));
   pthread_mutex_unlock(&ss->mu);
-  sched_drop_queue(ss, why);
+  sched_drop_queue(ss, msg);
+  sched_wait_dispatched(ss);
+  sched_notify_end(ss, why, n, states);
   return n;
 }
 
@@ -600,7 +674,8 @@ static void *sched_lease_main(void *arg) {
       sched_session *ss = expired;
       expired = ss->next;
       uint64_t n = sched_end_session(
-          ss, "the session's lease expired before the op ran", NULL);
+          ss, SCHED_END_EXPIRED,
+          "the session's lease expired before the op ran", NULL);
       atomic_fetch_add(&s->n_expired, 1);
       if (s->cfg.on_expired)
         s->cfg.on_expired(s->cfg.on_expired_arg, ss->seq, ss->client, n);
@@ -751,10 +826,18 @@ void sched_destroy(sched *s) {
     sched_session_put(ss);
   }
   s->rtail = NULL;
-  while (s->sessions) {
-    sched_session *ss = s->sessions;
-    s->sessions = ss->next;
-    sched_session_put(ss);
+  pthread_mutex_lock(&s->mu);
+  sched_session *open = s->sessions;
+  s->sessions = NULL;
+  s->num_sessions = 0;
+  pthread_mutex_unlock(&s->mu);
+  while (open) { /* the engine still runs: observers may use it */
+    sched_session *ss = open;
+    open = ss->next;
+    ss->next = NULL;
+    sched_end_session(ss, SCHED_END_STOPPED,
+                      "the daemon shut down before the op ran", NULL);
+    sched_session_put(ss); /* the table's reference */
   }
   /* Ops on the devices still report their completion here. */
   pthread_mutex_lock(&s->done_mu);
@@ -918,8 +1001,9 @@ pd_code sched_session_close(sched *s, const void *token, size_t len,
   if (c == PD_OK) sched_unlink_locked(s, ss);
   pthread_mutex_unlock(&s->mu);
   if (c != PD_OK) return c;
-  uint64_t n =
-      sched_end_session(ss, "the session was closed before the op ran", NULL);
+  uint64_t n = sched_end_session(ss, SCHED_END_CLOSED,
+                                 "the session was closed before the op ran",
+                                 NULL);
   atomic_fetch_add(&s->n_closed, 1);
   sched_session_put(ss);
   if (handles_freed) *handles_freed = n;
@@ -1921,7 +2005,8 @@ pd_code sched_kill(sched *s, const sched_kill_target *t,
     victims = ss->next;
     uint64_t bytes = 0;
     r.handles += sched_end_session(
-        ss, "the session was killed by an operator before the op ran", &bytes);
+        ss, SCHED_END_KILLED,
+        "the session was killed by an operator before the op ran", &bytes);
     r.bytes += bytes;
     r.sessions++;
     atomic_fetch_add(&s->n_killed, 1);

@@ -100,8 +100,9 @@ pd_code sched_create(dev_engine *e, const sched_config *cfg, sched **out,
                      dev_status *st);
 
 /* Stops the threads, drops the ops still queued (CANCELLED), closes every
- * session (releasing its handles) and frees the scheduler. Calls must have
- * ended. Accepts NULL. */
+ * session (releasing its handles; observers hear SCHED_END_STOPPED for each,
+ * on the caller's thread) and frees the scheduler. Calls must have ended;
+ * call it before the engine is destroyed. Accepts NULL. */
 void sched_destroy(sched *s);
 
 /* Current number of open sessions. */
@@ -165,6 +166,61 @@ void sched_session_touch(sched_session *ss);
 
 uint64_t sched_session_seq(const sched_session *ss);
 uint32_t sched_session_lease_s(const sched_session *ss);
+
+/* --- The end of a session: observers ------------------------------------ */
+
+/* Why a session ended. */
+typedef enum sched_end_reason {
+  SCHED_END_CLOSED = 0,  /* CloseSession by its client */
+  SCHED_END_EXPIRED = 1, /* its lease ran out */
+  SCHED_END_KILLED = 2,  /* an operator's KillSession */
+  SCHED_END_STOPPED = 3, /* the daemon stopped (sched_destroy) */
+} sched_end_reason;
+
+/* "closed", "expired", "killed", "stopped". */
+const char *sched_end_reason_name(sched_end_reason why);
+
+/* What an observer learns of an ended session. Pointers valid during the call. */
+typedef struct sched_end_info {
+  uint64_t session_seq;   /* sched_session_seq() of the session */
+  const char *client;     /* its client name ("" if none) */
+  const char *job_id;     /* its job id ("" if none) */
+  sched_end_reason why;
+  uint64_t handles_freed; /* handles it still held */
+} sched_end_info;
+
+/* A part of the daemon that keeps state per session or wants to hear of
+ * every session's end (shared-memory regions today; graph functions,
+ * checkpoints and identities next). */
+typedef struct sched_observer {
+  const char *name; /* for logs, "shm" */
+  /* Called once for every session that ends, for every registered observer,
+   * with the state this observer attached to it (NULL if none): after the
+   * session left the session table (no call can open it any more) and its
+   * queued work was dropped or handed to the devices, on the thread that
+   * ended it (an RPC thread for close and kill, the lease thread for expiry,
+   * sched_destroy's caller for stop), with no scheduler lock held. Must not
+   * block for long and must not call back into this session. */
+  void (*on_end)(void *arg, const sched_end_info *info, void *state);
+  void *arg;
+} sched_observer;
+
+#define SCHED_MAX_OBSERVERS 8
+
+/* Registers an observer; returns its key (0..SCHED_MAX_OBSERVERS-1), or -1
+ * when all are taken. Call before the daemon serves (not thread-safe against
+ * the calls below); the sched keeps a copy of *obs. */
+int sched_observer_add(sched *s, const sched_observer *obs);
+
+/* Attaches `state` under observer `key` to a live session. Errors:
+ * PD_INVALID_ARGUMENT (bad key), PD_ALREADY_EXISTS (state already attached
+ * under key), PD_FAILED_PRECONDITION (the session has ended: the caller
+ * still owns state and must free it). Thread-safe. */
+pd_code sched_session_attach(sched_session *ss, int key, void *state, dev_status *st);
+
+/* The state attached under `key`, or NULL. Valid while the caller holds a
+ * reference to ss (sched_session_open/put) and the session has not ended. Thread-safe. */
+void *sched_session_attached(sched_session *ss, int key);
 
 /* --- Handles ------------------------------------------------------------- */
 

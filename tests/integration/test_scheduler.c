@@ -543,6 +543,192 @@ static void test_tapes(void **state) {
   sched_destroy(s);
 }
 
+/* Session ends as events: two observers each hear every end once, with the
+ * reason and the state attached under their own key. */
+typedef struct end_rec {
+  uint64_t seq;
+  sched_end_reason why;
+  uint64_t handles;
+  void *state;
+  char client[32], job[32];
+} end_rec;
+
+typedef struct end_log {
+  pthread_mutex_t mu;
+  int n;
+  end_rec recs[16];
+} end_log;
+
+static void on_end_rec(void *arg, const sched_end_info *info, void *state) {
+  end_log *l = arg;
+  pthread_mutex_lock(&l->mu);
+  assert_true(l->n < 16);
+  end_rec *r = &l->recs[l->n++];
+  r->seq = info->session_seq;
+  r->why = info->why;
+  r->handles = info->handles_freed;
+  r->state = state;
+  snprintf(r->client, sizeof r->client, "%s", info->client);
+  snprintf(r->job, sizeof r->job, "%s", info->job_id);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static int end_count(end_log *l) {
+  pthread_mutex_lock(&l->mu);
+  int n = l->n;
+  pthread_mutex_unlock(&l->mu);
+  return n;
+}
+
+/* A copy of the one record of session `seq` in `l` (asserts there is
+ * exactly one). */
+static end_rec end_find(end_log *l, uint64_t seq) {
+  pthread_mutex_lock(&l->mu);
+  int found = -1;
+  for (int i = 0; i < l->n; i++) {
+    if (l->recs[i].seq != seq) continue;
+    assert_int_equal(found, -1);
+    found = i;
+  }
+  assert_true(found >= 0);
+  end_rec r = l->recs[found];
+  pthread_mutex_unlock(&l->mu);
+  return r;
+}
+
+static void test_session_end_events(void **state) {
+  sched *s = new_sched(20, NULL, NULL);
+  end_log la = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+  end_log lb = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+  sched_observer oa = {"a", on_end_rec, &la}, ob = {"b", on_end_rec, &lb};
+  int ka = sched_observer_add(s, &oa), kb = sched_observer_add(s, &ob);
+  assert_int_equal(ka, 0);
+  assert_int_equal(kb, 1);
+  int sa = 0, sb = 0, sc = 0, sd = 0; /* the states: their addresses */
+  dev_status st = DEV_STATUS_INIT;
+  sched_session_info ic, ie, ik, is;
+  sched_session *c = open_new(s, "closer", 0, 0, &ic);
+  sched_session *e = open_new(s, "short", 1, 0, &ie);
+  sched_session *k = open_new(s, "victim", 0, 0, &ik);
+  sched_session *d = open_new(s, "left", 0, 0, &is);
+  /* Keys: bad ones, a double attach, and what comes back. */
+  assert_int_equal(sched_session_attach(c, -1, &sa, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(sched_session_attach(c, 2, &sa, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(sched_session_attach(c, SCHED_MAX_OBSERVERS, &sa, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_null(sched_session_attached(c, ka));
+  assert_int_equal(sched_session_attach(c, ka, &sa, &st), PD_OK);
+  assert_int_equal(sched_session_attach(c, ka, &sb, &st), PD_ALREADY_EXISTS);
+  assert_ptr_equal(sched_session_attached(c, ka), &sa);
+  assert_null(sched_session_attached(c, kb));
+  assert_null(sched_session_attached(c, -1));
+  assert_int_equal(sched_session_attach(e, kb, &sb, &st), PD_OK);
+  assert_int_equal(sched_session_attach(k, ka, &sc, &st), PD_OK);
+  assert_int_equal(sched_session_attach(k, kb, &sd, &st), PD_OK);
+  assert_ptr_equal(sched_session_attached(k, kb), &sd);
+  const float x[2] = {1, 2};
+  assert_int_equal(upload(c, 1, 2, x, &st), PD_OK);
+  assert_int_equal(upload(c, 2, 2, x, &st), PD_OK);
+  assert_int_equal(upload(e, 1, 2, x, &st), PD_OK);
+  assert_int_equal(upload(k, 1, 2, x, &st), PD_OK);
+  sched_session_put(e); /* so that its lease can run out */
+
+  /* Close: heard at once, on this thread (the short lease may have run out
+   * meanwhile on a slow machine, so records are looked up by session). */
+  uint64_t freed = 0;
+  assert_int_equal(sched_session_close(s, ic.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
+  assert_int_equal(freed, 2);
+  end_rec r = end_find(&la, ic.seq);
+  assert_int_equal(r.why, SCHED_END_CLOSED);
+  assert_int_equal(r.handles, 2);
+  assert_ptr_equal(r.state, &sa);
+  assert_string_equal(r.client, "closer");
+  assert_string_equal(r.job, "job");
+  r = end_find(&lb, ic.seq);
+  assert_int_equal(r.why, SCHED_END_CLOSED);
+  assert_null(r.state);
+  /* After the end: nothing attaches, nothing is attached. */
+  assert_int_equal(sched_session_attach(c, kb, &sb, &st), PD_FAILED_PRECONDITION);
+  assert_null(sched_session_attached(c, ka));
+  sched_session_put(c);
+
+  /* Kill. */
+  sched_kill_target kt = {NULL, 0, NULL, ik.seq};
+  sched_kill_result kr;
+  assert_int_equal(sched_kill(s, &kt, &kr, &st), PD_OK);
+  r = end_find(&la, ik.seq);
+  assert_int_equal(r.why, SCHED_END_KILLED);
+  assert_int_equal(r.handles, 1);
+  assert_ptr_equal(r.state, &sc);
+  r = end_find(&lb, ik.seq);
+  assert_int_equal(r.why, SCHED_END_KILLED);
+  assert_ptr_equal(r.state, &sd);
+  assert_int_equal(sched_session_attach(k, ka, &sa, &st), PD_FAILED_PRECONDITION);
+  sched_session_put(k);
+
+  /* Expiry (a lease of 1 s): heard on the lease thread; wait for it. */
+  for (int i = 0; i < 3000 && (end_count(&la) < 3 || end_count(&lb) < 3); i++) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(end_count(&la), 3);
+  assert_int_equal(end_count(&lb), 3);
+  r = end_find(&la, ie.seq);
+  assert_int_equal(r.why, SCHED_END_EXPIRED);
+  assert_int_equal(r.handles, 1);
+  assert_null(r.state);
+  assert_string_equal(r.client, "short");
+  r = end_find(&lb, ie.seq);
+  assert_int_equal(r.why, SCHED_END_EXPIRED);
+  assert_ptr_equal(r.state, &sb);
+
+  /* Stop: the session still open ends in sched_destroy. */
+  assert_int_equal(sched_session_attach(d, ka, &sd, &st), PD_OK);
+  sched_session_put(d);
+  sched_destroy(s);
+  assert_int_equal(la.n, 4);
+  assert_int_equal(lb.n, 4);
+  r = end_find(&la, is.seq);
+  assert_int_equal(r.why, SCHED_END_STOPPED);
+  assert_int_equal(r.handles, 0);
+  assert_ptr_equal(r.state, &sd);
+  assert_string_equal(r.client, "left");
+  r = end_find(&lb, is.seq);
+  assert_int_equal(r.why, SCHED_END_STOPPED);
+  assert_null(r.state);
+  /* Every session once per observer: four distinct sequence numbers. */
+  end_find(&la, ic.seq);
+  end_find(&lb, ie.seq);
+
+  assert_string_equal(sched_end_reason_name(SCHED_END_CLOSED), "closed");
+  assert_string_equal(sched_end_reason_name(SCHED_END_EXPIRED), "expired");
+  assert_string_equal(sched_end_reason_name(SCHED_END_KILLED), "killed");
+  assert_string_equal(sched_end_reason_name(SCHED_END_STOPPED), "stopped");
+}
+
+/* At most SCHED_MAX_OBSERVERS observers. */
+static void test_observer_slots(void **state) {
+  sched *s = new_sched(500, NULL, NULL);
+  end_log l = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+  sched_observer o = {"x", on_end_rec, &l};
+  for (int i = 0; i < SCHED_MAX_OBSERVERS; i++)
+    assert_int_equal(sched_observer_add(s, &o), i);
+  assert_int_equal(sched_observer_add(s, &o), -1);
+  sched_session_info info;
+  sched_session *ss = open_new(s, "a", 0, 0, &info);
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_session_attach(ss, SCHED_MAX_OBSERVERS - 1, &l, &st), PD_OK);
+  sched_session_put(ss);
+  sched_destroy(s);
+  assert_int_equal(l.n, SCHED_MAX_OBSERVERS); /* one session, 8 observers */
+  int with_state = 0;
+  for (int i = 0; i < l.n; i++) {
+    assert_int_equal(l.recs[i].why, SCHED_END_STOPPED);
+    with_state += l.recs[i].state == &l;
+  }
+  assert_int_equal(with_state, 1);
+}
+
 static void test_stress(void **state) {
   sched *s = new_sched(5, NULL, NULL);
   atomic_bool stop;
@@ -570,6 +756,8 @@ int main(void) {
       cmocka_unit_test(test_lease_and_quota),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_tapes),
+      cmocka_unit_test(test_session_end_events),
+      cmocka_unit_test(test_observer_slots),
       cmocka_unit_test(test_stress),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
