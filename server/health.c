@@ -11,6 +11,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
+#include "paradev/v1/methods.h"
 #include "server.h"
 
 struct srv_health {
@@ -22,7 +23,7 @@ struct srv_health {
   bool dev_ok[PD_MAX_DEVICES];
 };
 
-#define SRV_SERVICE "paradev.v1.ParallelDevice"
+#define SRV_SERVICE PD_SVC_PARALLEL_DEVICE
 #define H_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define H_NOT_SERVING \
   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
@@ -148,11 +149,7 @@ static void srv_health_check(srv_call *c, const ProtobufCMessage *m) {
   srv_call_reply(c, &resp.base);
 }
 
-srv_method srv_m_health_check = {
-    .path = "/grpc.health.v1.Health/Check",
-    .kind = SRV_UNARY,
-    .request = &grpc__health__v1__health_check_request__descriptor,
-    .on_request = srv_health_check};
+const srv_handlers srv_h_Check = {.on_request = srv_health_check};
 
 /* --- Watch ---------------------------------------------------------------------- */
 
@@ -247,11 +244,7 @@ static void srv_health_watch_destroy(srv_call *c) {
   c->user = NULL;
 }
 
-srv_method srv_m_health_watch = {
-    .path = "/grpc.health.v1.Health/Watch",
-    .kind = SRV_SERVER_STREAM,
-    .request = &grpc__health__v1__health_check_request__descriptor,
-    .on_request = srv_health_watch,
-    .on_destroy = srv_health_watch_destroy,
-    .on_wake = srv_health_watch_wake,
-    .on_cancel = srv_health_watch_cancel};
+const srv_handlers srv_h_Watch = {.on_request = srv_health_watch,
+                                  .on_destroy = srv_health_watch_destroy,
+                                  .on_wake = srv_health_watch_wake,
+                                  .on_cancel = srv_health_watch_cancel};
