@@ -140,7 +140,7 @@ fail:
 void srv_daemon_stop_serving(srv *s, void (*phase)(const char *what)) {
   srv_health_update(s);
   srv_health_close(s);
-  phase("closing the gRPC listeners (srv_rpc_stop: the calls' grace "
+  phase("closing the gRPC listeners (srv_stop: the calls' grace "
         "period, then grpc_shutdown)");
   srv_calls_left = !srv_rpc_stop(s);
   phase("stopping the HTTP listener");
