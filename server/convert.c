@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "common.h"
 #include "log.h"
 
@@ -291,8 +292,7 @@ pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor, int dtype,
   u->host = (dev_shape){0, {0}};
   u->layout = (dev_layout){DEV_LAYOUT_MIRRORED, 0, 0};
   u->total = 0;
-  pd_code rc = srv_dtype_from_pb(dtype, "header", &u->dtype, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(srv_dtype_from_pb(dtype, "header", &u->dtype, st));
   if (layout) {
     switch ((int)layout->kind) {
       case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED:
@@ -319,10 +319,9 @@ pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor, int dtype,
                        ndev, n_component_shapes);
     for (int i = 0; i < ndev; i++) {
       size_t b = 0;
-      if ((rc = srv_shape_from_pb(component_shapes[i], "component shape",
-                                  &u->comps[i], st)) != PD_OK ||
-          (rc = dev_shape_byte_size(u->dtype, &u->comps[i], &b, st)) != PD_OK)
-        return rc;
+      PD_TRY(srv_shape_from_pb(component_shapes[i], "component shape",
+                               &u->comps[i], st));
+      PD_TRY(dev_shape_byte_size(u->dtype, &u->comps[i], &b, st));
       if (u->total + b < u->total)
         return dev_error(st, PD_INVALID_ARGUMENT,
                          "the component shapes' bytes add up past 2^64");
@@ -330,9 +329,8 @@ pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor, int dtype,
     }
   } else {
     size_t b = 0;
-    if ((rc = srv_shape_from_pb(shape, "shape", &u->host, st)) != PD_OK ||
-        (rc = dev_shape_byte_size(u->dtype, &u->host, &b, st)) != PD_OK)
-      return rc;
+    PD_TRY(srv_shape_from_pb(shape, "shape", &u->host, st));
+    PD_TRY(dev_shape_byte_size(u->dtype, &u->host, &b, st));
     u->total = b;
     if (u->layout.kind == DEV_LAYOUT_SHARDED && u->host.rank == 0)
       return dev_error(st, PD_INVALID_ARGUMENT,

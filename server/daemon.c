@@ -14,6 +14,7 @@
 #include <time.h>
 
 #define SRV_LOG_SUB SRV_SUB_CORE
+#include "check.h"
 #include "log.h"
 #include "server.h"
 
@@ -55,6 +56,21 @@ static void srv_log_session_end(void *arg, const sched_end_info *info,
              info->session_seq, srv_log_clean(info->client, cn, sizeof cn),
              srv_log_clean(info->job_id, job, sizeof job), why,
              info->handles_freed);
+}
+
+/* The trail of a failure through PD_TRY / PD_TRY_GOTO (common/check.h):
+ * one debug line per frame, "server/exec.c:41 srv_execute_item ->
+ * INVALID_ARGUMENT" (the last two parts of the path). */
+static void srv_trail(const char *file, int line, const char *func,
+                      pd_code code) {
+  const char *short_name = file, *p = file + strlen(file);
+  for (int slashes = 0; p > file; p--)
+    if (p[-1] == '/' && ++slashes == 2) {
+      short_name = p;
+      break;
+    }
+  SRV_DEBUG("trail: %s:%d %s -> %s", short_name, line, func,
+            pd_code_name(code));
 }
 
 static int srv_engine_start(srv *s) {
@@ -100,6 +116,7 @@ static int srv_sched_start(srv *s) {
 }
 
 int srv_daemon_start(srv *s) {
+  pdcom_set_trail(srv_trail);
   if (getrandom(&s->incarnation, sizeof(s->incarnation), 0) !=
       (ssize_t)sizeof(s->incarnation)) {
     SRV_ERROR("getrandom failed: %s", strerror(errno));

@@ -256,7 +256,7 @@ int srv_rpc_start(srv *s) {
     }
     char name[512];
     srv_bound_name(addr, port, name, sizeof(name));
-    SRV_INFO("listening on %s", name);
+    SRV_NOTICE("listening on %s", name);
   }
   if (s->admin_server) {
     /* The socket's mode decides who may use the Admin service: create it
@@ -313,7 +313,7 @@ int srv_rpc_start(srv *s) {
                 s->opt.admin_socket_mode, s->opt.admin_socket, strerror(errno));
       goto fail;
     } else {
-      SRV_INFO("admin service on unix:%s (mode %04o)", s->opt.admin_socket,
+      SRV_NOTICE("admin service on unix:%s (mode %04o)", s->opt.admin_socket,
                s->opt.admin_socket_mode);
     }
   }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #define SRV_LOG_SUB SRV_SUB_RPC
+#include "check.h"
 #include "log.h"
 #include "shm_int.h"
 
@@ -330,10 +331,8 @@ static pd_code srv_shm_copy_fn(void *arg, dev_status *st) {
     if (len) {
       int comp = k->layout.kind == DEV_LAYOUT_PER_COMPONENT ? i
                                                              : k->layout.component;
-      pd_code rc = k->upload
-                       ? sched_upload_write(k->up, i, 0, p, len, st)
-                       : dev_tensor_read(k->t, &k->layout, comp, 0, p, len, st);
-      if (rc != PD_OK) return rc;
+      PD_TRY(k->upload ? sched_upload_write(k->up, i, 0, p, len, st)
+                       : dev_tensor_read(k->t, &k->layout, comp, 0, p, len, st));
     }
     p += len;
   }
