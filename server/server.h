@@ -1,7 +1,11 @@
-/* Private header of server/: paradevd's gRPC plumbing (rpc.c), its method
- * handlers (handlers.c, stream.c, admin.c), health (health.c), the HTTP
- * listener and metrics (http.c, metrics.c), the configuration (config.c) and
- * the wire helpers (wire.c).
+/* Private header of server/ (paradevd): the daemon's start and stop
+ * (daemon.c), the transport (rpc.c), the call machinery (call.c), the method
+ * table (methods.c), health (health.c), the HTTP listener and metrics
+ * (http.c, metrics.c), the wire helpers (wire.c) and the shared memory
+ * registry's entry points (shm_region.c). The method files (info.c,
+ * session.c, exec.c, transfer.c, tape.c, shm.c, admin.c, health.c) define
+ * only their srv_h_<Method> handlers; conversions are convert.h's, the
+ * configuration config.h's. See README.md for the layout.
  *
  * Threading model: the server has `num_threads` completion queues, each
  * driven by one thread, and every call lives on the queue its request was
