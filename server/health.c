@@ -112,6 +112,17 @@ bool srv_devices_healthy(srv *s) {
   return all;
 }
 
+uint64_t srv_device_memory_used(srv *s) {
+  uint64_t sum = 0;
+  int n = dev_engine_num_devices(s->engine);
+  for (int i = 0; i < n; i++) {
+    dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
+    if (dev_engine_memory_stats(s->engine, i, &ms, NULL) == PD_OK)
+      sum += ms.bytes_in_use;
+  }
+  return sum;
+}
+
 bool srv_drain(srv *s, bool exit) {
   bool was = atomic_exchange(&s->draining, true);
   if (exit) atomic_store(&s->exiting, true);

@@ -324,6 +324,8 @@ void srv_health_close(srv *s);
 int srv_health_init(srv *s);
 void srv_health_destroy(srv *s);
 
+/* Sums bytes_in_use over the devices (metrics, Admin). */
+uint64_t srv_device_memory_used(srv *s);
 /* Starts draining (no new sessions, health NOT_SERVING); with `exit`, the
  * daemon exits once queued work is done or the drain timeout passes.
  * Any thread. Returns false if it was draining already. */
@@ -355,7 +357,6 @@ void srv_shm_destroy(srv *s);
 /* Registered regions and their mapped bytes now (metrics). */
 void srv_shm_stats(srv *s, uint64_t *regions, uint64_t *bytes);
 
-/* Sums bytes_in_use over the devices. */
-uint64_t srv_device_memory_used(srv *s);
+
 
 #endif /* PARADEV_SERVER_H */
