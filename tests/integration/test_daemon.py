@@ -554,6 +554,9 @@ def check_lease_expiry(cl, d):
     after = sum(x.memory_used_bytes for x in info().devices)
     assert after == before, (before, during, after)
     assert any("lease expired" in line for line in d.lines)
+    # The line names the session, as every session-end line does.
+    assert any(re.search(r'session \d+ \(client "lease" job ""\) lease expired: 1 handles freed',
+                         line) for line in d.lines), "".join(d.lines[-20:])
 
 
 def check_fuzz(cl, d):
