@@ -309,7 +309,7 @@ extern srv_method *const srv_admin_methods[];
 /* The method of a path ("/paradev.v1.Admin/Drain"), or NULL. */
 const srv_method *srv_method_find(const char *path);
 
-/* --- health.c --------------------------------------------------------------- */
+/* --- service.c: the service's state (health.c reports it) ---------------- */
 
 /* SERVING: every listener accepts, not draining, every device healthy and
  * the devices making progress. */
@@ -323,6 +323,13 @@ bool srv_devices_healthy(srv *s);
 void srv_health_close(srv *s);
 int srv_health_init(srv *s);
 void srv_health_destroy(srv *s);
+/* The Watch list (service.c): lists call `c` with a reference unless the
+ * service is closing (returns false then); *listed is false when it could
+ * not be listed (out of memory). srv_health_watch_remove unlists it and
+ * drops that reference. srv_health_closing: srv_health_close has run. */
+bool srv_health_watch_add(srv *s, srv_call *c, bool *listed);
+void srv_health_watch_remove(srv *s, srv_call *c);
+bool srv_health_closing(srv *s);
 
 /* Sums bytes_in_use over the devices (metrics, Admin). */
 uint64_t srv_device_memory_used(srv *s);
