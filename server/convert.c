@@ -66,6 +66,16 @@ pd_code srv_check_name(const srv_req_limits *l, const char *s, bool printable,
   return PD_OK;
 }
 
+pd_code srv_check_string(const srv_req_limits *l, const char *s,
+                         const char *what, dev_status *st) {
+  size_t n = s ? strlen(s) : 0;
+  if (n > (size_t)l->max_string_bytes)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s is %zu bytes; the limit max_string_bytes is %d", what,
+                     n, l->max_string_bytes);
+  return PD_OK;
+}
+
 /* --- shapes, dtypes, tensors ------------------------------------------------------ */
 
 pd_code srv_shape_from_pb(const Paradev__V1__Shape *pb, const char *what,

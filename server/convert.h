@@ -52,6 +52,11 @@ pd_code srv_check_ids(const srv_req_limits *l, size_t n, const char *what,
 pd_code srv_check_name(const srv_req_limits *l, const char *s, bool printable,
                        const char *what, dev_status *st);
 
+/* INVALID_ARGUMENT naming `what` when `s` (NULL: empty) passes
+ * max_string_bytes (client names, job ids: empty is allowed). */
+pd_code srv_check_string(const srv_req_limits *l, const char *s,
+                         const char *what, dev_status *st);
+
 /* --- shapes, dtypes, tensors -------------------------------------------------- */
 
 /* Proto Shape (NULL: a scalar) -> dev_shape: INVALID_ARGUMENT (naming `what`)

@@ -19,6 +19,13 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
                                                 : "out of service");
     return;
   }
+  srv_req_limits l = srv_call_limits(c);
+  dev_status ck = DEV_STATUS_INIT;
+  if (srv_check_string(&l, req->client_name, "client_name", &ck) != PD_OK ||
+      srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK) {
+    srv_call_fail(c, &ck);
+    return;
+  }
   sched_session_params p = {req->client_name, req->job_id, req->lease_seconds,
                             req->memory_quota_bytes};
   sched_session_info info;
