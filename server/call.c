@@ -21,7 +21,7 @@
  * resumes below half of it (backpressure instead of unbounded memory). */
 #define SRV_WQ_HIGH 64
 
-/* The calls in progress (started, not yet destroyed), so that srv_stop can
+/* The calls in progress (started, not yet destroyed), so that srv_rpc_stop can
  * end the ones still open after the grace period with a status that says
  * why; and set then, so that their wake-ups end them. */
 static pthread_mutex_t srv_live_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -280,7 +280,7 @@ static void srv_on_final(srv_call *c, bool ok) { srv_call_unref(c); }
 static void srv_on_wake(srv_call *c, bool ok) {
   if (atomic_load(&srv_ending_calls) && c->m && !c->finishing &&
       !c->status_sent) {
-    /* srv_stop: the grace period is over. UNAVAILABLE is gRPC's code for a
+    /* srv_rpc_stop: the grace period is over. UNAVAILABLE is gRPC's code for a
      * server going away (retry elsewhere). Then on_cancel undoes the
      * method's waits, as for a client that went away (its own status comes
      * too late to replace this one). */

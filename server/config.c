@@ -20,6 +20,9 @@
 
 #include "paradev/types.h"
 
+/* The directory for default sockets: systemd's RuntimeDirectory, else the
+ * user's runtime directory, else a private directory in /tmp (created by
+ * srv_rpc_start; a socket straight in /tmp could be pre-created by anyone). */
 static void srv_default_paths(srv_options *o) {
   const char *rd = getenv("RUNTIME_DIRECTORY"); /* may list several: a:b */
   char dir[SRV_ADDR_MAX] = "";

@@ -198,5 +198,3 @@ int srv_config_read_file(srv_options *o, srv_config_report_fn report) {
   o->config_loaded = true;
   return c.errors;
 }
-
-/* --- the command line ------------------------------------------------------ */

@@ -143,9 +143,6 @@ bool srv_private_dir_prepare(const char *dir, char *err, size_t errlen) {
   return true;
 }
 
-/* The directory for default sockets: systemd's RuntimeDirectory, else the
- * user's runtime directory, else a private directory in /tmp (created by
- * srv_start; a socket straight in /tmp could be pre-created by anyone). */
 
 bool srv_parse_size(const char *s, uint64_t *out) {
   if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return false;

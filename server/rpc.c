@@ -1,7 +1,8 @@
 /* The transport of paradevd (gRPC C core): the servers and their listeners,
  * the completion queues and their threads, registering and arming every
  * method of the table (methods.c), the generic UNIMPLEMENTED answer, and
- * shutdown. A call's own state machine is call.c's. See server.h for the threading model and NOTES.md for
+ * shutdown. A call's own state machine is call.c's. See server.h for the
+ * threading model and NOTES.md for
  * the C-core facts this relies on. */
 #include <errno.h>
 #include <grpc/grpc_security.h>
@@ -41,7 +42,9 @@ static void srv_arm(srv *s, const srv_method *m, grpc_server *gs, int cqi) {
   if (m) {
     e = grpc_server_request_registered_call(
         gs, m->registered, &c->call, &c->deadline, &c->md,
-        (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM) ? &c->payload : NULL, s->cqs[cqi], s->cqs[cqi],
+        (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM) ? &c->payload
+                                                               : NULL,
+        s->cqs[cqi], s->cqs[cqi],
         &c->t_req);
   } else {
     grpc_call_details *d = calloc(1, sizeof(*d));

@@ -104,7 +104,7 @@ struct srv_call {
   atomic_int refs;
   atomic_bool cancelled;       /* the client went away or the deadline passed */
   bool started;                /* a request arrived (counted in metrics) */
-  srv_call *live_prev, *live_next; /* the calls in progress (rpc.c) */
+  srv_call *live_prev, *live_next; /* the calls in progress (call.c) */
   bool md_sent, status_sent, finishing, reading, writing, read_paused, eof;
   bool close_started;
   grpc_status_code fin_code;

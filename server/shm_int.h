@@ -2,7 +2,8 @@
  * "Shared memory"): shm.c holds the four methods (RegisterSharedMemory,
  * UnregisterSharedMemory, UploadFromSharedMemory, DownloadToSharedMemory),
  * shm_region.c the regions and their registry, shm_guard.c the SIGBUS guard.
- * Lock order: the registry's mu before a region's mu, never the reverse. The model is NVIDIA Triton's system shared memory
+ * Lock order: the registry's mu before a region's mu, never the reverse.
+ * The model is NVIDIA Triton's system shared memory
  * extension (docs/protocol/extension_shared_memory.md): a client on this
  * machine names a POSIX shared memory object, the daemon maps it once, and
  * transfers copy straight between the mapping and the devices

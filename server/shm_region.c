@@ -270,7 +270,8 @@ pd_code srv_shm_session_quota(srv *s, uint64_t seq, uint64_t *quota,
 }
 
 /* One copy: admitted unless `r` was retired, run under the guard, counted. */
-pd_code srv_shm_guarded(srv_shm_region *r, bool reading, srv_copy_fn fn, void *arg, dev_status *st) {
+pd_code srv_shm_guarded(srv_shm_region *r, bool reading, srv_copy_fn fn,
+                        void *arg, dev_status *st) {
   PD_TRY(srv_shm_copy_begin(r, reading, st));
   pd_code rc = srv_shm_guarded_copy(r, reading, fn, arg, st);
   srv_shm_copy_end(r);
