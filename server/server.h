@@ -74,7 +74,7 @@ typedef struct srv_handlers {
 /* A method the server registers (methods.c, expanded from
  * proto/paradev/v1/methods.h). */
 struct srv_method {
-  const char *path; /* "/paradev.v1.ParallelDevice/Echo" */
+  const char *path; /* PD_METHOD_PATH: "/<service>/<method>" */
   srv_kind kind;
   const ProtobufCMessageDescriptor *request, *response;
   const srv_handlers *h;
