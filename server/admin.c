@@ -9,7 +9,6 @@
 #include "log.h"
 #include "paradev/v1/admin.pb-c.h"
 #include "server.h"
-#include "srv_int.h"
 
 /* --- ListSessions ---------------------------------------------------------- */
 
@@ -156,7 +155,6 @@ static void srv_admin_kill(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &st);
     return;
   }
-  srv_shm_sweep(s); /* their shared memory regions go with them */
   SRV_INFO("killed %s: %d session%s, %llu handles, %llu bytes", what,
            k->r.sessions, k->r.sessions == 1 ? "" : "s",
            (unsigned long long)k->r.handles, (unsigned long long)k->r.bytes);
@@ -233,33 +231,11 @@ static void srv_admin_log(srv_call *c, const ProtobufCMessage *m) {
   srv_call_reply(c, &resp.base);
 }
 
-/* --- the method table ------------------------------------------------------------ */
-
-#define SRV_ADMIN "/paradev.v1.Admin/"
-
-static srv_method m_list = {
-    .path = SRV_ADMIN "ListSessions",
-    .kind = SRV_UNARY,
-    .request = &paradev__v1__list_sessions_request__descriptor,
-    .on_request = srv_admin_list};
-static srv_method m_kill = {
-    .path = SRV_ADMIN "KillSession",
-    .kind = SRV_UNARY,
-    .request = &paradev__v1__kill_session_request__descriptor,
-    .on_request = srv_admin_kill,
-    .on_destroy = srv_admin_kill_destroy,
-    .on_wake = srv_admin_kill_done,
-    .on_cancel = srv_admin_kill_cancel,
-    .early_close = true};
-static srv_method m_drain = {.path = SRV_ADMIN "Drain",
-                             .kind = SRV_UNARY,
-                             .request = &paradev__v1__drain_request__descriptor,
-                             .on_request = srv_admin_drain};
-static srv_method m_log = {
-    .path = SRV_ADMIN "SetLogLevel",
-    .kind = SRV_UNARY,
-    .request = &paradev__v1__set_log_level_request__descriptor,
-    .on_request = srv_admin_log};
-
-srv_method *const srv_admin_methods[] = {&m_list, &m_kill, &m_drain, &m_log,
-                                         NULL};
+const srv_handlers srv_h_ListSessions = {.on_request = srv_admin_list};
+const srv_handlers srv_h_KillSession = {.on_request = srv_admin_kill,
+                                        .on_destroy = srv_admin_kill_destroy,
+                                        .on_wake = srv_admin_kill_done,
+                                        .on_cancel = srv_admin_kill_cancel,
+                                        .early_close = true};
+const srv_handlers srv_h_Drain = {.on_request = srv_admin_drain};
+const srv_handlers srv_h_SetLogLevel = {.on_request = srv_admin_log};

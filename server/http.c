@@ -141,9 +141,10 @@ int srv_http_start(srv *s) {
       MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
   s->http_port = info ? info->port : 0;
   s->http = d;
-  SRV_LOG_AT(SRV_SUB_CORE, SRV_LOG_INFO,
-             "metrics on http://%.*s:%d/metrics (also /healthz, /readyz)",
-             (int)(colon - addr), addr, s->http_port);
+  /* At every log level, as the gRPC addresses (a port picked for :0). */
+  srv_log_write(SRV_SUB_CORE, SRV_LOG_INFO, __FILE__, __LINE__,
+                "metrics on http://%.*s:%d/metrics (also /healthz, /readyz)",
+                (int)(colon - addr), addr, s->http_port);
   return 0;
 }
 

@@ -83,5 +83,10 @@ void srv_log_write(srv_log_sub sub, srv_log_level level, const char *file,
 #define SRV_WARN(...) SRV_LOG(SRV_LOG_WARN, __VA_ARGS__)
 #define SRV_INFO(...) SRV_LOG(SRV_LOG_INFO, __VA_ARGS__)
 #define SRV_DEBUG(...) SRV_LOG(SRV_LOG_DEBUG, __VA_ARGS__)
+/* An info line written at every level: what an operator needs whatever the
+ * threshold (the addresses the daemon listens on, such as the port it
+ * picked for 127.0.0.1:0). */
+#define SRV_NOTICE(...) \
+  srv_log_write(SRV_LOG_SUB, SRV_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
 
 #endif /* PARADEV_SERVER_LOG_H */

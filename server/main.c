@@ -1,8 +1,9 @@
 /* paradevd: the daemon's entry point and its service loop.
  *
- * Start-up: configuration (config.c), the engine and the scheduler, the gRPC
- * listeners and the admin socket (rpc.c), the HTTP listener (http.c); then,
- * and only then, READY=1 to systemd (Type=notify).
+ * Start-up: configuration (config.c), then the daemon's parts in one order
+ * (daemon.c: engine, scheduler, shared memory, health, the gRPC listeners
+ * and the admin socket, the HTTP listener); then, and only then, READY=1 to
+ * systemd (Type=notify).
  *
  * The main thread then waits for signals (see srv_signal_main) and, at least
  * once a second (and at half of WatchdogSec), looks at the service: whether
@@ -270,28 +271,6 @@ static void srv_apply_runtime(srv *s, const srv_options *o) {
   srv_log_set(o->log_levels);
 }
 
-static void srv_sched_config(const srv_options *o, sched_config *sc) {
-  const srv_limits *l = &o->limits;
-  sc->default_lease_s = l->default_lease_s;
-  sc->max_lease_s = l->max_lease_s;
-  sc->max_sessions = l->max_sessions;
-  sc->max_handles_per_session = l->max_handles_per_session;
-  sc->max_ops_per_request = l->max_ops_per_request;
-  sc->max_queued_ops = l->max_queued_ops;
-  sc->default_memory_quota = l->default_memory_quota;
-  sc->max_memory_quota = l->max_memory_quota;
-}
-
-static void srv_on_expired(void *arg, uint64_t seq, const char *client,
-                           uint64_t freed) {
-  (void)arg;
-  char cn[65];
-  SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
-             "session %" PRIu64 " (client \"%s\") lease expired: %" PRIu64
-             " handles freed",
-             seq, srv_log_clean(client, cn, sizeof cn), freed);
-}
-
 /* The STATUS= text: what an operator sees in `systemctl status`. */
 static void srv_status_text(srv *s, const sched_stats *st, double drain_left,
                             char *out, size_t len) {
@@ -324,7 +303,7 @@ static void srv_reload(srv *s) {
       SRV_CONFIG_RUN) {
     srv_config_restart_keys(&s->opt, &o, srv_report_log);
     sched_config sc = SCHED_CONFIG_INITIALIZER;
-    srv_sched_config(&o, &sc);
+    srv_daemon_sched_config(&o, &sc);
     dev_status st = DEV_STATUS_INIT;
     if (sched_reconfigure(s->sched, &sc, &st) != PD_OK) {
       SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_ERROR,
@@ -346,64 +325,6 @@ static void srv_reload(srv *s) {
                "reload failed: keeping the running configuration");
   }
   sd_notify(0, "READY=1");
-}
-
-static int srv_start_all(srv *s) {
-  srv_options *o = &s->opt;
-  if (getrandom(&s->incarnation, sizeof(s->incarnation), 0) !=
-      (ssize_t)sizeof(s->incarnation)) {
-    SRV_ERROR("getrandom failed: %s", strerror(errno));
-    return -1;
-  }
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  s->start_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-
-  dev_status st = DEV_STATUS_INIT;
-  dev_engine_config ec = DEV_ENGINE_CONFIG_INITIALIZER;
-  ec.backend = o->backend;
-  ec.num_devices = o->num_devices;
-  ec.memory_limit = o->memory_limit;
-  ec.mesh = o->mesh[0] ? o->mesh : NULL;
-  ec.cuda_allow_tf32 = o->cuda_allow_tf32;
-  ec.cuda_pool_release_threshold = o->cuda_pool_release_threshold;
-  ec.cuda_collective_timeout_ms = o->cuda_collective_timeout_ms;
-  ec.cuda_collectives = (dev_cuda_collectives)o->cuda_collectives;
-  char devs[512];
-  srv_config_describe_devices(o, devs, sizeof(devs));
-  SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "devices: %s", devs);
-  if (dev_engine_create(&ec, &s->engine, &st) != PD_OK) {
-    SRV_ERROR("cannot start the %s backend: %s", o->backend, st.msg);
-    sd_notifyf(0, "STATUS=failed: cannot start the %s backend: %s",
-               o->backend, st.msg);
-    return -1;
-  }
-  sched_config sc = SCHED_CONFIG_INITIALIZER;
-  sc.incarnation = s->incarnation;
-  srv_sched_config(o, &sc);
-  sc.on_expired = srv_on_expired;
-  if (sched_create(s->engine, &sc, &s->sched, &st) != PD_OK) {
-    SRV_ERROR("cannot start the scheduler: %s", st.msg);
-    goto fail_engine;
-  }
-  if (srv_health_init(s) != 0) {
-    SRV_ERROR("out of memory");
-    goto fail_sched;
-  }
-  if (srv_start(s) != 0) goto fail_health;
-  if (srv_http_start(s) != 0) goto fail_grpc;
-  return 0;
-
-fail_grpc:
-  srv_stop(s);
-fail_health:
-  srv_health_destroy(s);
-fail_sched:
-  sched_destroy(s->sched);
-fail_engine:
-  dev_engine_destroy(s->engine);
-  sd_notify(0, "STATUS=failed to start (see the log)");
-  return -1;
 }
 
 int main(int argc, char **argv) {
@@ -433,7 +354,7 @@ int main(int argc, char **argv) {
     SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO,
                "no %s: built-in defaults and flags", s.opt.config_path);
   sd_notify(0, "STATUS=starting");
-  if (srv_start_all(&s) != 0) return 1;
+  if (srv_daemon_start(&s) != 0) return 1;
 
   /* Every listener accepts from here on (grpc_server_start and
    * MHD_start_daemon have bound and listen). */
@@ -557,13 +478,7 @@ int main(int argc, char **argv) {
   SRV_INFO("shutting down (grace period %d ms for calls in progress, then "
            "%d s for the rest)",
            o->grace_ms, SRV_TEARDOWN_S);
-  srv_set_phase("closing the gRPC listeners (srv_stop: the calls' grace "
-                "period, then grpc_shutdown)");
-  srv_health_update(&s);
-  srv_health_close(&s);
-  srv_stop(&s);
-  srv_set_phase("stopping the HTTP listener");
-  srv_http_stop(&s);
+  srv_daemon_stop_serving(&s, srv_set_phase);
   sched_get_stats(s.sched, &stats);
   srv_note_counts(&stats);
   if (timed_out && stats.ops_in_flight > 0) {
@@ -573,12 +488,7 @@ int main(int argc, char **argv) {
              stats.ops_in_flight);
     _exit(0);
   }
-  srv_set_phase("stopping the scheduler (sched_destroy: the ops on the "
-                "devices end)");
-  sched_destroy(s.sched);
-  srv_health_destroy(&s);
-  srv_set_phase("stopping the engine (dev_engine_destroy)");
-  dev_engine_destroy(s.engine);
+  srv_daemon_stop_devices(&s, srv_set_phase);
   /* exit() runs the libraries' destructors (and a sanitizer's leak check):
    * SRV_TEARDOWN_S of their own. */
   srv_set_phase("exiting (library destructors)");

@@ -62,17 +62,6 @@ static void srv_label(const char *in, char *out, size_t len) {
   out[j] = '\0';
 }
 
-uint64_t srv_device_memory_used(srv *s) {
-  uint64_t sum = 0;
-  int n = dev_engine_num_devices(s->engine);
-  for (int i = 0; i < n; i++) {
-    dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
-    if (dev_engine_memory_stats(s->engine, i, &ms, NULL) == PD_OK)
-      sum += ms.bytes_in_use;
-  }
-  return sum;
-}
-
 /* "/paradev.v1.ParallelDevice/Execute" -> service, method. */
 static void srv_split_path(const char *path, char *svc, size_t slen,
                            const char **method) {

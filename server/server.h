@@ -1,7 +1,11 @@
-/* Private header of server/: paradevd's gRPC plumbing (rpc.c), its method
- * handlers (handlers.c, stream.c, admin.c), health (health.c), the HTTP
- * listener and metrics (http.c, metrics.c), the configuration (config.c) and
- * the wire helpers (wire.c).
+/* Private header of server/ (paradevd): the daemon's start and stop
+ * (daemon.c), the transport (rpc.c), the call machinery (call.c), the method
+ * table (methods.c), health (health.c), the HTTP listener and metrics
+ * (http.c, metrics.c), the wire helpers (wire.c) and the shared memory
+ * registry's entry points (shm_region.c). The method files (info.c,
+ * session.c, exec.c, transfer.c, tape.c, shm.c, admin.c, health.c) define
+ * only their srv_h_<Method> handlers; conversions are convert.h's, the
+ * configuration config.h's. See README.md for the layout.
  *
  * Threading model: the server has `num_threads` completion queues, each
  * driven by one thread, and every call lives on the queue its request was
@@ -28,6 +32,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "convert.h"
 #include "device.h"
 #include "scheduler.h"
 
@@ -44,11 +49,9 @@ typedef enum srv_kind {
   SRV_BIDI = 3,
 } srv_kind;
 
-/* A method the server registers. */
-struct srv_method {
-  const char *path; /* "/paradev.v1.ParallelDevice/Echo" */
-  srv_kind kind;
-  const ProtobufCMessageDescriptor *request;
+/* What a method does at each event of its call; the method files define
+ * one per method, `srv_h_<Method>` (methods.c puts them in the table). */
+typedef struct srv_handlers {
   /* UNARY, SERVER_STREAM: the request arrived (owned by the call until it is
    * destroyed). Must end in srv_call_reply/srv_call_finish (now or later). */
   void (*on_request)(srv_call *c, const ProtobufCMessage *req);
@@ -66,6 +69,15 @@ struct srv_method {
   void (*on_cancel)(srv_call *c);
   /* Unary methods that wait: learn of cancellation while waiting. */
   bool early_close;
+} srv_handlers;
+
+/* A method the server registers (methods.c, expanded from
+ * proto/paradev/v1/methods.h). */
+struct srv_method {
+  const char *path; /* PD_METHOD_PATH: "/<service>/<method>" */
+  srv_kind kind;
+  const ProtobufCMessageDescriptor *request, *response;
+  const srv_handlers *h;
   void *registered;    /* grpc_server_register_method's handle */
   grpc_server *server; /* the server it is registered on */
   /* Finished calls by status code (metrics). */
@@ -92,7 +104,7 @@ struct srv_call {
   atomic_int refs;
   atomic_bool cancelled;       /* the client went away or the deadline passed */
   bool started;                /* a request arrived (counted in metrics) */
-  srv_call *live_prev, *live_next; /* the calls in progress (rpc.c) */
+  srv_call *live_prev, *live_next; /* the calls in progress (call.c) */
   bool md_sent, status_sent, finishing, reading, writing, read_paused, eof;
   bool close_started;
   grpc_status_code fin_code;
@@ -165,23 +177,57 @@ struct srv {
   _Atomic uint64_t shm_upload_bytes, shm_download_bytes;
 };
 
-/* --- rpc.c --------------------------------------------------------------- */
+/* --- daemon.c ----------------------------------------------------------------- */
+
+/* Starts the daemon's parts in order: the engine, the scheduler, the shared
+ * memory registry, health, the gRPC listeners and their threads, the HTTP
+ * listener. Returns 0, or -1 after logging why with every part started so
+ * far stopped again (libuv's uv_loop_init shape). Main thread. */
+int srv_daemon_start(srv *s);
+/* Stops serving, in the reverse order: health's watches end, the gRPC
+ * listeners close (the calls' grace period), the HTTP listener stops.
+ * `phase` hears what is being done (the shutdown watchdog's log). Main
+ * thread. */
+void srv_daemon_stop_serving(srv *s, void (*phase)(const char *what));
+/* Then the rest: the scheduler (every open session ends, and with it its
+ * shared memory regions), the registry, health, the engine. A daemon that
+ * exits with ops still on the devices skips this. Main thread. */
+void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what));
+/* The scheduler's configuration from the options (start and SIGHUP). */
+void srv_daemon_sched_config(const srv_options *o, sched_config *sc);
+
+/* --- rpc.c: the transport ----------------------------------------------------- */
 
 /* Starts gRPC, binds every listen address and the admin socket (logging the
  * bound ones), starts the threads. Returns 0 or -1 after logging why
  * (nothing left running). */
-int srv_start(srv *s);
+int srv_rpc_start(srv *s);
 /* Shutdown in NOTES.md order: stop accepting, grace period, cancel what
  * remains, destroy the servers, drain and destroy the queues, grpc_shutdown.
  * It can block past the grace period when a call or gRPC itself is stuck
  * (a queue thread blocked in a device call); paradevd's shutdown watchdog
  * (main.c, srv_signal_main) bounds the whole shutdown and exits with status
- * 1 then. Main thread. */
-void srv_stop(srv *s);
+ * 1 then. Returns false when calls were still active after 30 s (gRPC is
+ * then left as it is). Main thread. */
+bool srv_rpc_stop(srv *s);
+
+/* --- call.c: the call machinery -------------------------------------------------- */
+
 /* Calls a client started and the server has not yet destroyed (requests
  * armed for future calls do not count). Lock-free: any thread, the
  * shutdown's watchdog included. */
 int srv_calls_in_progress(void);
+
+/* For rpc.c only: a new call for method `m` (NULL: the generic UNIMPLEMENTED
+ * answer) whose request tag runs `on_request`; its request arrived (counts
+ * it, unpacks it, runs the method); one batch with a reference; ending every
+ * call in progress from its own thread (returns how many). */
+srv_call *srv__call_new(srv *s, const srv_method *m, grpc_server *gs, int cqi,
+                        void (*on_request)(srv_call *c, bool ok));
+void srv__call_begin(srv_call *c);
+bool srv__call_batch(srv_call *c, const grpc_op *ops, size_t n,
+                     struct srv_tag *tag);
+int srv__calls_end_live(void);
 
 /* Unary success: sends `resp` and status OK; the call ends. */
 void srv_call_reply(srv_call *c, const ProtobufCMessage *resp);
@@ -225,6 +271,23 @@ void srv_wait_cancel(srv_wait *w);
  * callback side's, with `both`). Accepts NULL. */
 void srv_wait_put(srv_wait *w, bool both);
 
+/* Waits for tensor `t` of `ss` without holding a thread: true when it is
+ * computed (go on now); false when the call now waits (*slot holds the wait,
+ * the method's on_wake comes and calls srv_call_await_woken first) or could
+ * not wait (the call has ended with the error). */
+bool srv_call_await(srv_call *c, sched_session *ss, dev_tensor *t,
+                    srv_wait **slot);
+/* The wait in *slot is over (on_wake); *slot becomes NULL. */
+void srv_call_await_woken(srv_wait **slot);
+/* The call no longer waits (cancelled, destroyed); accepts *slot NULL. */
+void srv_call_await_cancel(srv_wait **slot);
+
+/* Opens (and renews) the session of a token; on failure ends the call with
+ * the error and returns NULL. */
+sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token);
+/* The request-shape limits in force now (convert.h checks them). */
+srv_req_limits srv_call_limits(const srv_call *c);
+
 /* --- wire.c -------------------------------------------------------------- */
 
 void srv_budget_init(srv_budget *b, size_t bytes);
@@ -236,14 +299,17 @@ ProtobufCMessage *srv_unpack(const ProtobufCMessageDescriptor *d,
 /* Packs a message into a new byte buffer (one copy). */
 grpc_byte_buffer *srv_pack(const ProtobufCMessage *m);
 
-/* --- handlers.c, admin.c --------------------------------------------------- */
+/* --- methods.c: the method table ----------------------------------------------- */
 
-/* The methods paradevd registers (NULL-terminated): on the listen
- * addresses, and on the admin socket. */
+/* The methods paradevd registers (NULL-terminated), expanded from
+ * proto/paradev/v1/methods.h: ParallelDevice and Health on the listen
+ * addresses, Admin on the admin socket. */
 extern srv_method *const srv_methods[];
 extern srv_method *const srv_admin_methods[];
+/* The method of a path ("/paradev.v1.Admin/Drain"), or NULL. */
+const srv_method *srv_method_find(const char *path);
 
-/* --- health.c --------------------------------------------------------------- */
+/* --- service.c: the service's state (health.c reports it) ---------------- */
 
 /* SERVING: every listener accepts, not draining, every device healthy and
  * the devices making progress. */
@@ -257,8 +323,16 @@ bool srv_devices_healthy(srv *s);
 void srv_health_close(srv *s);
 int srv_health_init(srv *s);
 void srv_health_destroy(srv *s);
-extern srv_method srv_m_health_check, srv_m_health_watch;
+/* The Watch list (service.c): lists call `c` with a reference unless the
+ * service is closing (returns false then); *listed is false when it could
+ * not be listed (out of memory). srv_health_watch_remove unlists it and
+ * drops that reference. srv_health_closing: srv_health_close has run. */
+bool srv_health_watch_add(srv *s, srv_call *c, bool *listed);
+void srv_health_watch_remove(srv *s, srv_call *c);
+bool srv_health_closing(srv *s);
 
+/* Sums bytes_in_use over the devices (metrics, Admin). */
+uint64_t srv_device_memory_used(srv *s);
 /* Starts draining (no new sessions, health NOT_SERVING); with `exit`, the
  * daemon exits once queued work is done or the drain timeout passes.
  * Any thread. Returns false if it was draining already. */
@@ -276,24 +350,20 @@ char *srv_metrics_render(srv *s, size_t *len);
 int srv_http_start(srv *s);
 void srv_http_stop(srv *s);
 
-/* --- shm.c: shared memory regions ------------------------------------------ */
+/* --- shm_region.c: shared memory regions ------------------------------------------ */
 
-/* Creates the registry of regions and starts its sweeper thread (which
- * unregisters the regions of sessions whose lease ran out); installs the
- * SIGBUS guard of copies from and into mappings. Called by srv_start.
- * Returns 0, or -1 after logging why. */
+/* Creates the registry of regions, registers it as an observer of the
+ * scheduler's sessions (their regions go when they end, whatever the
+ * reason), and installs the SIGBUS guard of copies from and into mappings.
+ * Called by srv_daemon_start after sched_create, before serving. Returns 0,
+ * or -1 after logging why. */
 int srv_shm_init(srv *s);
-/* Stops the sweeper and unregisters every region (a mapping goes once no
- * transfer uses it). Called by srv_stop once calls have ended; accepts a
- * server whose registry was never created. */
+/* Frees the registry once every session has ended (after sched_destroy);
+ * accepts a server whose registry was never created. */
 void srv_shm_destroy(srv *s);
-/* Unregisters the regions of sessions that are no longer open: after
- * CloseSession and KillSession, and periodically. Any thread. */
-void srv_shm_sweep(srv *s);
 /* Registered regions and their mapped bytes now (metrics). */
 void srv_shm_stats(srv *s, uint64_t *regions, uint64_t *bytes);
 
-/* Sums bytes_in_use over the devices. */
-uint64_t srv_device_memory_used(srv *s);
+
 
 #endif /* PARADEV_SERVER_H */

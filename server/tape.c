@@ -1,12 +1,13 @@
 /* paradevd's gradient tapes on the wire: the unary StartTape, WatchTape,
  * Gradient and DeleteTape methods, and the same four as Enqueue items
- * (stream.c calls srv_tape_item). Each checks its message against the
+ * (exec.c calls srv_tape_item). Each checks its message against the
  * limits and calls the scheduler (scheduler.h, "Gradient tapes"), which owns
  * the tapes and queues the gradient ops on the session's queue. */
 #include <stdlib.h>
 #include <string.h>
 
 #define SRV_LOG_SUB SRV_SUB_RPC
+#include "check.h"
 #include "log.h"
 #include "server.h"
 #include "srv_int.h"
@@ -18,28 +19,16 @@ static pd_code srv_missing(const char *what, dev_status *st) {
                    "the request has no %s; set it (see paradev.proto)", what);
 }
 
-static pd_code srv_check_ids_n(srv *s, size_t n, const char *what,
-                               dev_status *st) {
-  int max_ids = SRV_RT(s, max_ids_per_request);
-  if (n > (size_t)max_ids)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%zu %s in one request; the limit max_ids_per_request "
-                     "is %d",
-                     n, what, max_ids);
-  return PD_OK;
-}
-
 static pd_code srv_tape_start(sched_session *ss, const Paradev__V1__TapeStart *m,
                               dev_status *st) {
   if (!m) return srv_missing("tape (TapeStart)", st);
   return sched_tape_start(ss, m->tape_id, m->persistent != 0, st);
 }
 
-static pd_code srv_tape_watch(srv *s, sched_session *ss,
+static pd_code srv_tape_watch(const srv_req_limits *l, sched_session *ss,
                               const Paradev__V1__TapeWatch *m, dev_status *st) {
   if (!m) return srv_missing("watch (TapeWatch)", st);
-  pd_code c = srv_check_ids_n(s, m->n_ids, "ids to watch", st);
-  if (c != PD_OK) return c;
+  PD_TRY(srv_check_ids(l, m->n_ids, "ids to watch", st));
   return sched_tape_watch(ss, m->tape_id, m->ids, (int)m->n_ids, st);
 }
 
@@ -52,14 +41,13 @@ static pd_code srv_tape_delete(sched_session *ss,
 
 /* Computes a gradient; on success *out gets one TensorInfo per source (in
  * `a`) and *n_out their number. */
-static pd_code srv_tape_gradient(srv *s, sched_session *ss,
+static pd_code srv_tape_gradient(const srv_req_limits *l, sched_session *ss,
                                  const Paradev__V1__TapeGradient *m,
                                  uint64_t tag, srv_arena *a,
                                  Paradev__V1__TensorInfo ***out, size_t *n_out,
                                  dev_status *st) {
   if (!m) return srv_missing("gradient (TapeGradient)", st);
-  pd_code c = srv_check_ids_n(s, m->n_sources, "sources", st);
-  if (c != PD_OK) return c;
+  PD_TRY(srv_check_ids(l, m->n_sources, "sources", st));
   if (m->n_result_ids != m->n_sources)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "%zu sources but %zu result ids; expected one result id "
@@ -73,8 +61,7 @@ static pd_code srv_tape_gradient(srv *s, sched_session *ss,
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   sched_gradient g = {m->tape_id,     m->target,     m->sources, (int)n,
                       m->output_gradient, m->result_ids, (int)n};
-  c = sched_tape_gradient(ss, &g, tag, dts, shapes, st);
-  if (c != PD_OK) return c;
+  PD_TRY(sched_tape_gradient(ss, &g, tag, dts, shapes, st));
   for (size_t i = 0; i < n; i++) {
     infos[i] = srv_info_to_pb(a, m->result_ids[i], dts[i], &shapes[i]);
     if (!infos[i])
@@ -89,16 +76,17 @@ bool srv_tape_item(srv_call *c, sched_session *ss, uint64_t tag,
                    const Paradev__V1__EnqueueRequest *req, srv_arena *a,
                    Paradev__V1__TensorInfo ***out, size_t *n_out,
                    dev_status *st) {
+  srv_req_limits l = srv_call_limits(c);
   *n_out = 0;
   switch (req->item_case) {
     case PARADEV__V1__ENQUEUE_REQUEST__ITEM_START_TAPE:
       srv_tape_start(ss, req->start_tape, st);
       return true;
     case PARADEV__V1__ENQUEUE_REQUEST__ITEM_WATCH_TAPE:
-      srv_tape_watch(c->s, ss, req->watch_tape, st);
+      srv_tape_watch(&l, ss, req->watch_tape, st);
       return true;
     case PARADEV__V1__ENQUEUE_REQUEST__ITEM_GRADIENT:
-      srv_tape_gradient(c->s, ss, req->gradient, tag, a, out, n_out, st);
+      srv_tape_gradient(&l, ss, req->gradient, tag, a, out, n_out, st);
       return true;
     case PARADEV__V1__ENQUEUE_REQUEST__ITEM_DELETE_TAPE:
       srv_tape_delete(ss, req->delete_tape, st);
@@ -112,7 +100,7 @@ bool srv_tape_item(srv_call *c, sched_session *ss, uint64_t tag,
 
 static void srv_start_tape_rpc(srv_call *c, const ProtobufCMessage *msg) {
   const Paradev__V1__StartTapeRequest *req = (const void *)msg;
-  sched_session *ss = srv_open_session(c, req->session_token);
+  sched_session *ss = srv_call_session(c, req->session_token);
   if (!ss) return;
   dev_status st = DEV_STATUS_INIT;
   if (srv_tape_start(ss, req->tape, &st) != PD_OK) {
@@ -126,10 +114,11 @@ static void srv_start_tape_rpc(srv_call *c, const ProtobufCMessage *msg) {
 
 static void srv_watch_tape_rpc(srv_call *c, const ProtobufCMessage *msg) {
   const Paradev__V1__WatchTapeRequest *req = (const void *)msg;
-  sched_session *ss = srv_open_session(c, req->session_token);
+  srv_req_limits l = srv_call_limits(c);
+  sched_session *ss = srv_call_session(c, req->session_token);
   if (!ss) return;
   dev_status st = DEV_STATUS_INIT;
-  if (srv_tape_watch(c->s, ss, req->watch, &st) != PD_OK) {
+  if (srv_tape_watch(&l, ss, req->watch, &st) != PD_OK) {
     srv_call_fail(c, &st);
   } else {
     Paradev__V1__WatchTapeResponse resp = PARADEV__V1__WATCH_TAPE_RESPONSE__INIT;
@@ -140,13 +129,14 @@ static void srv_watch_tape_rpc(srv_call *c, const ProtobufCMessage *msg) {
 
 static void srv_gradient_rpc(srv_call *c, const ProtobufCMessage *msg) {
   const Paradev__V1__GradientRequest *req = (const void *)msg;
-  sched_session *ss = srv_open_session(c, req->session_token);
+  srv_req_limits l = srv_call_limits(c);
+  sched_session *ss = srv_call_session(c, req->session_token);
   if (!ss) return;
   dev_status st = DEV_STATUS_INIT;
   srv_arena a = {NULL};
   Paradev__V1__TensorInfo **infos = NULL;
   size_t n = 0;
-  if (srv_tape_gradient(c->s, ss, req->gradient, 0, &a, &infos, &n, &st) !=
+  if (srv_tape_gradient(&l, ss, req->gradient, 0, &a, &infos, &n, &st) !=
       PD_OK) {
     srv_call_fail(c, &st);
   } else {
@@ -161,7 +151,7 @@ static void srv_gradient_rpc(srv_call *c, const ProtobufCMessage *msg) {
 
 static void srv_delete_tape_rpc(srv_call *c, const ProtobufCMessage *msg) {
   const Paradev__V1__DeleteTapeRequest *req = (const void *)msg;
-  sched_session *ss = srv_open_session(c, req->session_token);
+  sched_session *ss = srv_call_session(c, req->session_token);
   if (!ss) return;
   dev_status st = DEV_STATUS_INIT;
   if (srv_tape_delete(ss, req->tape, &st) != PD_OK) {
@@ -174,24 +164,7 @@ static void srv_delete_tape_rpc(srv_call *c, const ProtobufCMessage *msg) {
   sched_session_put(ss);
 }
 
-#define SRV_PD "/paradev.v1.ParallelDevice/"
-
-srv_method srv_m_start_tape = {
-    .path = SRV_PD "StartTape",
-    .kind = SRV_UNARY,
-    .request = &paradev__v1__start_tape_request__descriptor,
-    .on_request = srv_start_tape_rpc};
-srv_method srv_m_watch_tape = {
-    .path = SRV_PD "WatchTape",
-    .kind = SRV_UNARY,
-    .request = &paradev__v1__watch_tape_request__descriptor,
-    .on_request = srv_watch_tape_rpc};
-srv_method srv_m_gradient = {.path = SRV_PD "Gradient",
-                             .kind = SRV_UNARY,
-                             .request = &paradev__v1__gradient_request__descriptor,
-                             .on_request = srv_gradient_rpc};
-srv_method srv_m_delete_tape = {
-    .path = SRV_PD "DeleteTape",
-    .kind = SRV_UNARY,
-    .request = &paradev__v1__delete_tape_request__descriptor,
-    .on_request = srv_delete_tape_rpc};
+const srv_handlers srv_h_StartTape = {.on_request = srv_start_tape_rpc};
+const srv_handlers srv_h_WatchTape = {.on_request = srv_watch_tape_rpc};
+const srv_handlers srv_h_Gradient = {.on_request = srv_gradient_rpc};
+const srv_handlers srv_h_DeleteTape = {.on_request = srv_delete_tape_rpc};

@@ -554,6 +554,9 @@ def check_lease_expiry(cl, d):
     after = sum(x.memory_used_bytes for x in info().devices)
     assert after == before, (before, during, after)
     assert any("lease expired" in line for line in d.lines)
+    # The line names the session, as every session-end line does.
+    assert any(re.search(r'session \d+ \(client "lease" job ""\) lease expired: 1 handles freed',
+                         line) for line in d.lines), "".join(d.lines[-20:])
 
 
 def check_fuzz(cl, d):
@@ -806,10 +809,96 @@ def check_tape(cl, d):
     assert r.payload == b"alive"
 
 
+def check_papercuts(cl, d):
+    """Messages a new user found unclear now say what was wrong."""
+    tok = cl.session(client_name="papercut").session_token
+    # A sharded scalar: not "expected 0 to -1".
+    hdr = pb.UploadHeader(session_token=tok, id=1, dtype=pb.DTYPE_FLOAT32,
+                          layout=pb.Layout(kind=pb.LAYOUT_SHARDED, axis=0))
+    msg = expect_error(C.INVALID_ARGUMENT, cl.upload,
+                       [pb.UploadRequest(header=hdr),
+                        pb.UploadRequest(chunk=pb.UploadChunk(offset=0, data=b"1234"))],
+                       match=r"along axis 0 of a scalar \(rank 0\): a scalar has no axis")
+    assert "-1" not in msg, msg
+    # A chunk past the value's end blames the value, not max_chunk_bytes.
+    hdr = pb.UploadHeader(session_token=tok, id=2, dtype=pb.DTYPE_FLOAT32,
+                          shape=pb.Shape(dims=[4]))
+    msg = expect_error(C.INVALID_ARGUMENT, cl.upload,
+                       [pb.UploadRequest(header=hdr),
+                        pb.UploadRequest(chunk=pb.UploadChunk(offset=0, data=b"x" * 20))],
+                       match=r"runs past the end of the value, which holds 16 bytes \(16 left\)")
+    assert "max_chunk_bytes" not in msg, msg
+    # A chunk over max_chunk_bytes (within the message limit) cites it.
+    info = cl.call("GetServerInfo", pb.GetServerInfoRequest(), pb.GetServerInfoResponse)
+    max_chunk = info.limits.max_chunk_bytes
+    n = max_chunk + 16
+    assert n + 64 < MAX_MSG, (n, MAX_MSG)
+    hdr = pb.UploadHeader(session_token=tok, id=3, dtype=pb.DTYPE_UINT8,
+                          shape=pb.Shape(dims=[2 * n]))
+    expect_error(C.INVALID_ARGUMENT, cl.upload,
+                 [pb.UploadRequest(header=hdr),
+                  pb.UploadRequest(chunk=pb.UploadChunk(offset=0, data=b"x" * n))],
+                 match=r"a chunk of %d bytes; the limit max_chunk_bytes is %d" % (n, max_chunk))
+    # The string limit GetServerInfo reports is the one enforced.
+    lim = info.limits.max_string_bytes
+    ok_name = "n" * lim
+    r = cl.call("Execute", pb.ExecuteRequest(session_token=tok, ops=[pb.Operation(
+        op="Fill", output_ids=[4], attrs=[
+            attr("shape", shape=pb.Shape(dims=[1])), attr("value", f=1.0),
+            attr("dtype", dtype=pb.DTYPE_FLOAT32), attr(ok_name, i=1)])]),
+        pb.ExecuteResponse) if False else None  # an unknown attr fails in the engine
+    expect_error(C.INVALID_ARGUMENT, cl.call, "Execute", pb.ExecuteRequest(
+        session_token=tok, ops=[pb.Operation(op="Fill", output_ids=[4], attrs=[
+            attr("n" * (lim + 1), i=1)])]), pb.ExecuteResponse,
+        match=r"has a name of %d bytes; expected 1 to max_string_bytes = %d" % (lim + 1, lim))
+    # A session's end names the session, whatever the reason.
+    cl.call("CloseSession", pb.CloseSessionRequest(session_token=tok), pb.CloseSessionResponse)
+    pat = re.compile(r'session \d+ \(client "papercut" job ""\) closed by its client: '
+                     r'0 handles freed')
+    deadline = time.monotonic() + 5
+    while not any(pat.search(line) for line in d.lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any(pat.search(line) for line in d.lines), "".join(d.lines[-20:])
+
+
+def check_log_warn_port(cl, d):
+    """--log warn still prints the port picked for 127.0.0.1:0."""
+    tmp = _mkdtemp(prefix="paradevd-warn-")
+    proc = subprocess.Popen([PARADEVD, "--listen", "127.0.0.1:0", "--devices", "1",
+                             "--admin-socket", "", "--log", "warn"],
+                            stderr=subprocess.PIPE, text=True, errors="replace",
+                            cwd=tmp)
+    lines, found = [], []
+
+    def read():
+        for line in proc.stderr:
+            lines.append(line)
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+            if m:
+                found.append(int(m.group(1)))
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not found and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert found and found[0] != 0, "".join(lines)
+        # That port is the daemon's.
+        assert Client("127.0.0.1:%d" % found[0]).call(
+            "Echo", pb.EchoRequest(payload=b"warn"), pb.EchoResponse).payload == b"warn"
+        assert not any("ready:" in line for line in lines), "".join(lines)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(15)
+        t.join(5)
+    assert rc == 0, (rc, "".join(lines))
+
+
 CHECKS = [check_echo, check_server_info, check_health, check_sessions,
           check_bad_tokens, check_upload_download, check_execute, check_sync_error,
           check_quota, check_enqueue, check_echo_stream, check_unknown_method,
-          check_limits_and_garbage, check_fuzz, check_tape]
+          check_limits_and_garbage, check_fuzz, check_tape, check_papercuts]
 
 
 def main():
@@ -827,7 +916,8 @@ def main():
                     failed += 1
                     print("FAIL", name, flush=True)
                     traceback.print_exc()
-        for check in [check_lease_expiry, check_cancelled_upload, check_concurrent_clients]:
+        for check in [check_lease_expiry, check_cancelled_upload, check_concurrent_clients,
+                      check_log_warn_port]:
             try:
                 check(Client(d.targets[1]), d)
                 print("PASS", check.__name__, flush=True)

@@ -957,6 +957,14 @@ static void test_byte_limits(void **state) {
    * another session is refused; once the first region goes, it fits. */
   make_object(fits, sizeof fits, "fits", (size_t)half - 8192, 0600);
   make_object(small, sizeof small, "small16k", 16384, 0600);
+  /* A byte_size larger than both the limit and the object: the object's
+   * size is what is wrong, not the limit. */
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_shared_memory_register(a, small, "toolarge", half + 4096, false, &r2, NULL,
+                                        e->st));
+  snprintf(msg, sizeof msg, "holds 16384 bytes; byte_size is %" PRIu64, half + 4096);
+  ASSERT_MSG_HAS(e, msg);
+  assert_null(strstr(pd_status_message(e->st), "physical memory"));
   OK(e, register_whole(e, a, fits, "fits", &r1));
   EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED, register_whole(e, b, small, "small", &r2));
   snprintf(msg, sizeof msg,

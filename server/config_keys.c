@@ -1,0 +1,387 @@
+/* The configuration's keys (config_int.h): the table, the defaults, and
+ * parsing and setting one key's value, for the file and the flags alike. */
+#define SRV_LOG_SUB SRV_SUB_CONFIG
+#include "config_int.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "paradev/types.h"
+
+#define OFF(f) offsetof(srv_options, f)
+#define LIM(f) (offsetof(srv_options, limits) + offsetof(srv_limits, f))
+
+const srv_key srv_keys[] = {
+    {"daemon", "listen", "--listen", SRV_K_LISTEN, OFF(listen), 0, 0, false},
+    {"daemon", "admin_socket", "--admin-socket", SRV_K_PATH, OFF(admin_socket),
+     0, 0, false},
+    {"daemon", "admin_socket_mode", NULL, SRV_K_MODE, OFF(admin_socket_mode), 0,
+     0777, false},
+    {"daemon", "metrics_listen", "--metrics-listen", SRV_K_HOSTPORT,
+     OFF(metrics_listen), 0, 0, false},
+    {"daemon", "threads", "--threads", SRV_K_INT, OFF(num_threads), 1,
+     SRV_MAX_THREADS, false},
+    {"daemon", "shutdown_grace_ms", "--grace-ms", SRV_K_INT, OFF(grace_ms), 0,
+     600000, false},
+    {"daemon", "drain_timeout_seconds", "--drain-timeout", SRV_K_U32,
+     OFF(drain_timeout_s), 0, 86400, true},
+    {"daemon", "stall_timeout_seconds", NULL, SRV_K_U32, OFF(stall_timeout_s),
+     1, 86400, true},
+    {"devices", "backend", "--backend", SRV_K_BACKEND, OFF(backend), 0, 0,
+     false},
+    {"devices", "devices", "--devices", SRV_K_INT, OFF(num_devices), 1,
+     PD_MAX_DEVICES, false},
+    {"devices", "mesh", "--mesh", SRV_K_MESH, OFF(mesh), 0, 0, false},
+    {"devices", "memory_limit", "--memory-limit", SRV_K_SIZE, OFF(memory_limit),
+     0, UINT64_MAX, false},
+    {"cuda", "allow_tf32", "--allow-tf32", SRV_K_BOOL, OFF(cuda_allow_tf32), 0, 0,
+     false},
+    {"cuda", "collectives", "--collectives", SRV_K_COLLECTIVES,
+     OFF(cuda_collectives), 0, 0, false},
+    {"cuda", "collective_timeout_ms", NULL, SRV_K_INT,
+     OFF(cuda_collective_timeout_ms), 1000, 86400000, false},
+    {"cuda", "pool_release_threshold", NULL, SRV_K_SIZE_ALL,
+     OFF(cuda_pool_release_threshold), 0, UINT64_MAX, false},
+    {"limits", "max_message_bytes", "--max-message-bytes", SRV_K_SIZE,
+     LIM(max_message_bytes), 4096, INT_MAX, false},
+    {"limits", "max_tensor_bytes", NULL, SRV_K_SIZE, LIM(max_tensor_bytes), 1,
+     UINT64_MAX, true},
+    {"limits", "max_ops_per_request", NULL, SRV_K_INT, LIM(max_ops_per_request),
+     1, 1000000, true},
+    {"limits", "max_handles_per_session", NULL, SRV_K_INT,
+     LIM(max_handles_per_session), 1, 100000000, true},
+    {"limits", "max_sessions", NULL, SRV_K_INT, LIM(max_sessions), 1, 1000000,
+     true},
+    {"limits", "max_ids_per_request", NULL, SRV_K_INT, LIM(max_ids_per_request),
+     1, 10000000, true},
+    {"limits", "max_queued_ops", NULL, SRV_K_INT, LIM(max_queued_ops), 1,
+     100000000, true},
+    {"sessions", "default_lease_seconds", NULL, SRV_K_U32, LIM(default_lease_s),
+     1, 315360000, true},
+    {"sessions", "max_lease_seconds", NULL, SRV_K_U32, LIM(max_lease_s), 1,
+     315360000, true},
+    {"sessions", "default_memory_quota", NULL, SRV_K_SIZE,
+     LIM(default_memory_quota), 0, UINT64_MAX, true},
+    {"sessions", "max_memory_quota", NULL, SRV_K_SIZE, LIM(max_memory_quota), 0,
+     UINT64_MAX, true},
+    {"log", "level", "--log", SRV_K_LOG, OFF(log_levels), 0, 0, true},
+};
+const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
+_Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS, "SRV_MAX_KEYS");
+
+const char *const srv_sections[] = {"daemon", "devices", "cuda",
+                                           "limits", "sessions", "log"};
+
+const char *const srv_collectives[] = {"auto", "nccl", "copy"};
+const size_t srv_num_collectives = 3;
+const size_t srv_num_sections = sizeof(srv_sections) / sizeof(srv_sections[0]);
+
+void srv_defaults(srv_options *o) {
+  memset(o, 0, sizeof(*o));
+  o->admin_socket_mode = 0660;
+  o->num_threads = 4;
+  o->grace_ms = 5000;
+  o->drain_timeout_s = 30;
+  o->stall_timeout_s = 60;
+  snprintf(o->backend, sizeof(o->backend), "cpu");
+  o->num_devices = 4;
+  o->cuda_pool_release_threshold = UINT64_MAX;
+  o->cuda_collective_timeout_ms = 300000;
+  o->limits = (srv_limits){
+      .max_message_bytes = 64u << 20,
+      .max_tensor_bytes = (uint64_t)4 << 30,
+      .max_ops_per_request = 4096,
+      .max_handles_per_session = 1000000,
+      .max_sessions = 1024,
+      .max_string_bytes = 256,
+      .max_ids_per_request = 65536,
+      .max_queued_ops = 1 << 20,
+      .default_lease_s = 60,
+      .max_lease_s = 86400,
+  };
+  for (int i = 0; i < SRV_SUB_COUNT; i++) o->log_levels[i] = SRV_LOG_INFO;
+  snprintf(o->config_path, sizeof(o->config_path), "%s", SRV_DEFAULT_CONFIG);
+}
+
+void srv_tmp_socket_dir(char *out, size_t len) {
+  snprintf(out, len, "/tmp/paradevd-%u", (unsigned)getuid());
+}
+
+bool srv_private_dir_prepare(const char *dir, char *err, size_t errlen) {
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    snprintf(err, errlen, "cannot create the directory %s: %s", dir,
+             strerror(errno));
+    return false;
+  }
+  struct stat sb;
+  if (lstat(dir, &sb) != 0) {
+    snprintf(err, errlen, "cannot inspect %s: %s", dir, strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 077)) {
+    snprintf(err, errlen,
+             "%s is %s owned by uid %u with mode %04o; expected a directory "
+             "of uid %u with mode 0700 (another user may have created it to "
+             "take the socket): remove it, or set XDG_RUNTIME_DIR or "
+             "--listen and --admin-socket",
+             dir, S_ISLNK(sb.st_mode) ? "a symbolic link"
+                  : S_ISDIR(sb.st_mode) ? "a directory" : "not a directory",
+             (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777),
+             (unsigned)geteuid());
+    return false;
+  }
+  return true;
+}
+
+
+bool srv_parse_size(const char *s, uint64_t *out) {
+  if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return false;
+  errno = 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return false;
+  unsigned shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10, end++;
+  else if (*end == 'M' || *end == 'm') shift = 20, end++;
+  else if (*end == 'G' || *end == 'g') shift = 30, end++;
+  else if (*end == 'T' || *end == 't') shift = 40, end++;
+  if (shift && (*end == 'i' || *end == 'B')) end += *end == 'i' ? 1 : 0;
+  if (shift && *end == 'B') end++;
+  if (*end) return false;
+  if (shift && v > (ULLONG_MAX >> shift)) return false;
+  *out = (uint64_t)v << shift;
+  return true;
+}
+
+static bool srv_parse_uint(const char *s, uint64_t *out) {
+  if (!s || !*s || *s < '0' || *s > '9') return false;
+  errno = 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+/* host:port with port 0..65535; [v6]:port; host not empty. */
+static bool srv_valid_hostport(const char *a) {
+  const char *colon = strrchr(a, ':');
+  if (!colon || colon == a || !colon[1]) return false;
+  if (a[0] == '[' && colon[-1] != ']') return false;
+  uint64_t port = 0;
+  if (!srv_parse_uint(colon + 1, &port) || port > 65535) return false;
+  for (const char *p = a; p < colon; p++)
+    if (*p == ' ' || *p == '/' || (unsigned char)*p < 0x21) return false;
+  return true;
+}
+
+static bool srv_valid_socket_path(const char *p) {
+  return p[0] == '/' && strlen(p) < sizeof(((struct sockaddr_un *)0)->sun_path);
+}
+
+static bool srv_valid_mesh(const char *m) {
+  if (!*m || strcmp(m, "cuda:all") == 0) return true;
+  const char *p = m;
+  while (*p) {
+    if (strncmp(p, "cuda:", 5) != 0) return false;
+    p += 5;
+    if (*p < '0' || *p > '9') return false;
+    while (*p >= '0' && *p <= '9') p++;
+    if (*p == ',') {
+      p++;
+      if (!*p) return false;
+    } else if (*p) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Appends listen addresses from a comma-separated value. */
+static bool srv_add_listen(srv_options *o, const char *value, char *err,
+                           size_t errlen) {
+  const char *p = value;
+  bool any = false;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    const char *b = p, *e = p + n;
+    while (b < e && (*b == ' ' || *b == '\t')) b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    if (e > b) {
+      char a[SRV_ADDR_MAX];
+      if ((size_t)(e - b) >= sizeof(a)) {
+        snprintf(err, errlen, "an address of %zu bytes; at most %d",
+                 (size_t)(e - b), SRV_ADDR_MAX - 1);
+        return false;
+      }
+      memcpy(a, b, (size_t)(e - b));
+      a[e - b] = '\0';
+      bool ok = strncmp(a, "unix:", 5) == 0 ? srv_valid_socket_path(a + 5)
+                                            : srv_valid_hostport(a);
+      if (!ok) {
+        snprintf(err, errlen,
+                 "'%s' is not an address: expected unix:/absolute/path or "
+                 "host:port (port 0..65535; 0 picks a free one)",
+                 a);
+        return false;
+      }
+      if (o->num_listen == SRV_MAX_LISTEN) {
+        snprintf(err, errlen, "more than %d listen addresses", SRV_MAX_LISTEN);
+        return false;
+      }
+      memcpy(o->listen[o->num_listen++], a, (size_t)(e - b) + 1);
+      any = true;
+    }
+    p += n;
+    if (*p == ',') p++;
+  }
+  if (!any) {
+    snprintf(err, errlen,
+             "no address: expected unix:/absolute/path or host:port, "
+             "several separated by commas");
+    return false;
+  }
+  return true;
+}
+
+static bool srv_parse_bool(const char *s, bool *out) {
+  static const char *const yes[] = {"true", "yes", "on", "1"};
+  static const char *const no[] = {"false", "no", "off", "0"};
+  for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+    if (strcasecmp(s, yes[i]) == 0 || strcasecmp(s, no[i]) == 0) {
+      *out = strcasecmp(s, yes[i]) == 0;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Sets key `k` from text. On error writes what was expected into err. */
+bool srv_key_set(const srv_key *k, srv_options *o, const char *value,
+                        char *err, size_t errlen) {
+  char *field = (char *)o + k->off;
+  uint64_t v = 0;
+  switch (k->type) {
+    case SRV_K_LISTEN:
+      return srv_add_listen(o, value, err, errlen);
+    case SRV_K_PATH:
+      if (*value && !srv_valid_socket_path(value)) {
+        snprintf(err, errlen,
+                 "expected an absolute path of at most %zu bytes, or nothing "
+                 "to turn it off",
+                 sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+        return false;
+      }
+      snprintf(field, SRV_ADDR_MAX, "%s", value);
+      o->admin_socket_set = true; /* the one path key */
+      return true;
+    case SRV_K_HOSTPORT:
+      if (*value && !srv_valid_hostport(value)) {
+        snprintf(err, errlen,
+                 "expected host:port (such as 127.0.0.1:9478 or [::1]:9478; "
+                 "port 0 picks a free one), or nothing to turn it off");
+        return false;
+      }
+      if (strlen(value) >= SRV_ADDR_MAX) {
+        snprintf(err, errlen, "at most %d bytes", SRV_ADDR_MAX - 1);
+        return false;
+      }
+      snprintf(field, SRV_ADDR_MAX, "%s", value);
+      return true;
+    case SRV_K_BACKEND:
+      if (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0) {
+        snprintf(err, errlen, "expected cpu or cuda");
+        return false;
+      }
+      snprintf(field, sizeof(o->backend), "%s", value);
+      return true;
+    case SRV_K_MESH:
+      if (!srv_valid_mesh(value) || strlen(value) >= SRV_ADDR_MAX) {
+        snprintf(err, errlen,
+                 "expected cuda:all or a list such as cuda:0,cuda:1 (an "
+                 "ordinal may repeat)");
+        return false;
+      }
+      snprintf(field, SRV_ADDR_MAX, "%s", value);
+      return true;
+    case SRV_K_INT:
+    case SRV_K_U32:
+      if (!srv_parse_uint(value, &v) || v < k->min || v > k->max) {
+        snprintf(err, errlen, "expected an integer from %llu to %llu",
+                 (unsigned long long)k->min, (unsigned long long)k->max);
+        return false;
+      }
+      if (k->type == SRV_K_INT)
+        *(int *)(void *)field = (int)v;
+      else
+        *(uint32_t *)(void *)field = (uint32_t)v;
+      return true;
+    case SRV_K_SIZE:
+      if (!srv_parse_size(value, &v) || v < k->min || v > k->max) {
+        if (k->max == UINT64_MAX)
+          snprintf(err, errlen,
+                   "expected a byte count of at least %llu, such as 4096, "
+                   "512K, 64M or 4G",
+                   (unsigned long long)k->min);
+        else
+          snprintf(err, errlen,
+                   "expected a byte count from %llu to %llu, such as 4096, "
+                   "512K, 64M or 1G",
+                   (unsigned long long)k->min, (unsigned long long)k->max);
+        return false;
+      }
+      *(uint64_t *)(void *)field = v;
+      return true;
+    case SRV_K_MODE: {
+      char *end = NULL;
+      errno = 0;
+      unsigned long m = strtoul(value, &end, 8);
+      if (!*value || errno || *end || m > k->max) {
+        snprintf(err, errlen, "expected an octal file mode such as 0660");
+        return false;
+      }
+      *(unsigned *)(void *)field = (unsigned)m;
+      return true;
+    }
+    case SRV_K_LOG:
+      return srv_log_parse_spec(value, o->log_levels, err, errlen);
+    case SRV_K_BOOL:
+      if (!srv_parse_bool(value, (bool *)(void *)field)) {
+        snprintf(err, errlen, "expected true or false");
+        return false;
+      }
+      return true;
+    case SRV_K_SIZE_ALL:
+      if (strcasecmp(value, "unlimited") == 0) {
+        *(uint64_t *)(void *)field = UINT64_MAX;
+        return true;
+      }
+      if (!srv_parse_size(value, &v)) {
+        snprintf(err, errlen,
+                 "expected a byte count such as 0, 512M or 4G, or unlimited");
+        return false;
+      }
+      *(uint64_t *)(void *)field = v;
+      return true;
+    case SRV_K_COLLECTIVES:
+      for (size_t i = 0; i < srv_num_collectives; i++)
+        if (strcmp(value, srv_collectives[i]) == 0) {
+          *(int *)(void *)field = (int)i;
+          return true;
+        }
+      snprintf(err, errlen, "expected auto, nccl or copy");
+      return false;
+  }
+  snprintf(err, errlen, "internal: unknown key type");
+  return false;
+}

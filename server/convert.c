@@ -1,0 +1,448 @@
+/* Conversions between paradev.proto messages and engine/scheduler types, and
+ * the checks of a request's shape against the limits (convert.h). */
+#include "convert.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common.h"
+#include "log.h"
+
+/* --- the reply arena --------------------------------------------------------- */
+
+void *srv_arena_alloc(srv_arena *a, size_t bytes) {
+  struct srv_arena_block *b = calloc(1, sizeof(*b) + bytes);
+  if (!b) return NULL;
+  b->next = a->head;
+  a->head = b;
+  return b + 1;
+}
+
+void srv_arena_free(srv_arena *a) {
+  while (a->head) {
+    struct srv_arena_block *b = a->head;
+    a->head = b->next;
+    free(b);
+  }
+}
+
+
+
+/* --- request limits ------------------------------------------------------------ */
+
+pd_code srv_check_ops(const srv_req_limits *l, size_t n_ops, dev_status *st) {
+  if (n_ops == 0 || n_ops > (size_t)l->max_ops_per_request)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%zu ops in one request; expected 1 to "
+                     "max_ops_per_request = %d",
+                     n_ops, l->max_ops_per_request);
+  return PD_OK;
+}
+
+pd_code srv_check_ids(const srv_req_limits *l, size_t n, const char *what,
+                      dev_status *st) {
+  if (n > (size_t)l->max_ids_per_request)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%zu %s in one request; the limit max_ids_per_request "
+                     "is %d",
+                     n, what, l->max_ids_per_request);
+  return PD_OK;
+}
+
+pd_code srv_check_name(const srv_req_limits *l, const char *s, bool printable,
+                       const char *what, dev_status *st) {
+  size_t n = strlen(s), max = (size_t)l->max_string_bytes;
+  bool bad = false;
+  for (size_t i = 0; printable && n <= max && i < n; i++)
+    if (s[i] < 0x20 || s[i] > 0x7e) bad = true;
+  if (n == 0 || n > max || bad)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s of %zu bytes%s; expected 1 to max_string_bytes = %zu "
+                     "bytes%s",
+                     what, n, bad ? " with unprintable bytes" : "", max,
+                     printable ? " of printable ASCII" : "");
+  return PD_OK;
+}
+
+pd_code srv_check_string(const srv_req_limits *l, const char *s,
+                         const char *what, dev_status *st) {
+  size_t n = s ? strlen(s) : 0;
+  if (n > (size_t)l->max_string_bytes)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s is %zu bytes; the limit max_string_bytes is %d", what,
+                     n, l->max_string_bytes);
+  return PD_OK;
+}
+
+/* --- shapes, dtypes, tensors ------------------------------------------------------ */
+
+pd_code srv_shape_from_pb(const Paradev__V1__Shape *pb, const char *what,
+                          dev_shape *out, dev_status *st) {
+  size_t rank = pb ? pb->n_dims : 0;
+  if (rank > PD_MAX_RANK)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s has rank %zu; the limit max_rank is %d", what, rank,
+                     PD_MAX_RANK);
+  dev_shape s = {(int)rank, {0}};
+  for (size_t i = 0; i < rank; i++) {
+    if (pb->dims[i] < 0)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: dim %zu is %lld; dims must be >= 0", what, i,
+                       (long long)pb->dims[i]);
+    s.dims[i] = pb->dims[i];
+  }
+  *out = s;
+  return PD_OK;
+}
+
+Paradev__V1__Shape *srv_shape_to_pb(srv_arena *a, const dev_shape *s) {
+  Paradev__V1__Shape *pb = srv_arena_alloc(a, sizeof(*pb));
+  int64_t *dims = srv_arena_alloc(a, sizeof(int64_t) * PD_MAX_RANK);
+  if (!pb || !dims) return NULL;
+  paradev__v1__shape__init(pb);
+  pb->n_dims = (size_t)s->rank;
+  pb->dims = dims;
+  for (int i = 0; i < s->rank; i++) dims[i] = s->dims[i];
+  return pb;
+}
+
+pd_code srv_dtype_from_pb(int v, const char *what, pd_dtype *out,
+                          dev_status *st) {
+  if (v <= PD_DTYPE_INVALID || v >= PD_DTYPE_COUNT) {
+    char names[128];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: dtype %d is not a valid dtype; expected one of %s "
+                     "(DType 1 to %d)",
+                     what, v, pdcom_dtype_list(names, sizeof(names)), PD_DTYPE_COUNT - 1);
+  }
+  *out = (pd_dtype)v;
+  return PD_OK;
+}
+
+Paradev__V1__TensorInfo *srv_info_to_pb(srv_arena *a, uint64_t id,
+                                        pd_dtype dt, const dev_shape *shape) {
+  Paradev__V1__TensorInfo *ti = srv_arena_alloc(a, sizeof(*ti));
+  if (!ti) return NULL;
+  paradev__v1__tensor_info__init(ti);
+  ti->id = id;
+  ti->dtype = (Paradev__V1__DType)dt;
+  ti->shape = srv_shape_to_pb(a, shape);
+  return ti->shape ? ti : NULL;
+}
+
+
+Paradev__V1__Shape **srv_shapes_to_pb(srv_arena *a, const dev_shape *shapes,
+                                      int n) {
+  Paradev__V1__Shape **out = srv_arena_alloc(a, sizeof(*out) * (size_t)(n + 1));
+  for (int i = 0; out && i < n; i++)
+    if (!(out[i] = srv_shape_to_pb(a, &shapes[i]))) return NULL;
+  return out;
+}
+
+void srv_status_to_pb(const dev_status *st, char *msg, Paradev__V1__Status *out) {
+  paradev__v1__status__init(out);
+  out->code = (int32_t)st->code;
+  out->message = srv_log_clean(st->msg, msg, DEV_STATUS_MSG_MAX);
+}
+
+/* --- operations ------------------------------------------------------------------- */
+
+pd_code srv_op_from_pb(const srv_req_limits *l, const Paradev__V1__Operation *pb,
+                       int index, dev_attr *attrs, sched_op *out, dev_status *st) {
+  const char *name = pb->op ? pb->op : "";
+  size_t nlen = strlen(name);
+  size_t max_str = (size_t)l->max_string_bytes;
+  if (nlen == 0 || nlen > max_str)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "op %d: the op name is %zu bytes; expected 1 to "
+                     "max_string_bytes = %zu",
+                     index, nlen, max_str);
+  if (pb->n_inputs > DEV_MAX_INPUTS)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "op %d (%.64s): %zu inputs; the limit max_inputs_per_op "
+                     "is %d",
+                     index, name, pb->n_inputs, DEV_MAX_INPUTS);
+  if (pb->n_attrs > DEV_MAX_ATTRS)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "op %d (%.64s): %zu attrs; the limit max_attrs_per_op "
+                     "is %d",
+                     index, name, pb->n_attrs, DEV_MAX_ATTRS);
+  if (pb->n_output_ids > DEV_MAX_OUTPUTS)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "op %d (%.64s): %zu output ids; no op has more than %d "
+                     "outputs",
+                     index, name, pb->n_output_ids, DEV_MAX_OUTPUTS);
+  for (size_t i = 0; i < pb->n_attrs; i++) {
+    const Paradev__V1__Attr *a = pb->attrs[i];
+    const char *an = a->name ? a->name : "";
+    if (strlen(an) == 0 || strlen(an) > max_str)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "op %d (%.64s): attr %zu has a name of %zu bytes; "
+                       "expected 1 to max_string_bytes = %zu",
+                       index, name, i, strlen(an), max_str);
+    const Paradev__V1__AttrValue *v = a->value;
+    int vc = v ? (int)v->value_case : 0;
+    dev_status inner = DEV_STATUS_INIT;
+    switch (vc) {
+      case PARADEV__V1__ATTR_VALUE__VALUE_I:
+        attrs[i] = dev_attr_int(an, v->i);
+        break;
+      case PARADEV__V1__ATTR_VALUE__VALUE_F:
+        attrs[i] = dev_attr_float(an, v->f);
+        break;
+      case PARADEV__V1__ATTR_VALUE__VALUE_B:
+        attrs[i] = dev_attr_bool(an, v->b != 0);
+        break;
+      case PARADEV__V1__ATTR_VALUE__VALUE_S: {
+        size_t sl = strlen(v->s);
+        if (sl > max_str)
+          return dev_error(st, PD_INVALID_ARGUMENT,
+                           "op %d (%.64s): attr %.64s: a string of %zu bytes; "
+                           "the limit max_string_bytes is %zu",
+                           index, name, an, sl, max_str);
+        attrs[i] = dev_attr_string(an, v->s);
+        break;
+      }
+      case PARADEV__V1__ATTR_VALUE__VALUE_DTYPE: {
+        pd_dtype dt = PD_DTYPE_INVALID;
+        if (srv_dtype_from_pb((int)v->dtype, an, &dt, &inner) != PD_OK)
+          return dev_error(st, inner.code, "op %d (%.64s): attr %s", index,
+                           name, inner.msg);
+        attrs[i] = dev_attr_dtype(an, dt);
+        break;
+      }
+      case PARADEV__V1__ATTR_VALUE__VALUE_SHAPE: {
+        dev_shape sh;
+        if (srv_shape_from_pb(v->shape, an, &sh, &inner) != PD_OK)
+          return dev_error(st, inner.code, "op %d (%.64s): attr %s", index,
+                           name, inner.msg);
+        attrs[i] = dev_attr_shape(an, sh.rank, sh.dims);
+        break;
+      }
+      case PARADEV__V1__ATTR_VALUE__VALUE_INT_LIST:
+      case PARADEV__V1__ATTR_VALUE__VALUE_FLOAT_LIST: {
+        bool is_int = vc == PARADEV__V1__ATTR_VALUE__VALUE_INT_LIST;
+        size_t n = is_int ? (v->int_list ? v->int_list->n_values : 0)
+                          : (v->float_list ? v->float_list->n_values : 0);
+        if (n > DEV_ATTR_LIST_MAX)
+          return dev_error(st, PD_INVALID_ARGUMENT,
+                           "op %d (%.64s): attr %.64s: a list of %zu values; "
+                           "the limit max_list_length is %d",
+                           index, name, an, n, DEV_ATTR_LIST_MAX);
+        if (is_int)
+          attrs[i] = dev_attr_int_list(
+              an, v->int_list ? v->int_list->values : NULL, (int)n);
+        else
+          attrs[i] = dev_attr_float_list(
+              an, v->float_list ? v->float_list->values : NULL, (int)n);
+        break;
+      }
+      default:
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "op %d (%.64s): attr %.64s has no value (set one of "
+                         "i, f, b, s, dtype, shape, int_list, float_list)",
+                         index, name, an);
+    }
+  }
+  out->op_name = name;
+  out->inputs = pb->inputs;
+  out->num_inputs = (int)pb->n_inputs;
+  out->attrs = attrs;
+  out->num_attrs = (int)pb->n_attrs;
+  out->output_ids = pb->output_ids;
+  out->num_outputs = (int)pb->n_output_ids;
+  return PD_OK;
+}
+
+Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
+                                        const sched_op_result *r) {
+  Paradev__V1__OpResult *pr = srv_arena_alloc(a, sizeof(*pr));
+  Paradev__V1__TensorInfo **outs =
+      srv_arena_alloc(a, sizeof(*outs) * (size_t)(r->num_outputs + 1));
+  if (!pr || !outs) return NULL;
+  paradev__v1__op_result__init(pr);
+  for (int j = 0; j < r->num_outputs; j++) {
+    outs[j] = srv_info_to_pb(a, op->output_ids[j], r->dtype[j], &r->shape[j]);
+    if (!outs[j]) return NULL;
+  }
+  pr->n_outputs = (size_t)r->num_outputs;
+  pr->outputs = outs;
+  return pr;
+}
+
+
+
+void srv_op_infos_fill(srv_op_infos *o, const sched_op *op,
+                       const sched_op_result *r) {
+  for (int j = 0; j < r->num_outputs; j++) {
+    paradev__v1__shape__init(&o->shape[j]);
+    o->shape[j].n_dims = (size_t)r->shape[j].rank;
+    o->shape[j].dims = o->dims[j];
+    for (int k = 0; k < r->shape[j].rank; k++) o->dims[j][k] = r->shape[j].dims[k];
+    paradev__v1__tensor_info__init(&o->info[j]);
+    o->info[j].id = op->output_ids[j];
+    o->info[j].dtype = (Paradev__V1__DType)r->dtype[j];
+    o->info[j].shape = &o->shape[j];
+    o->ptrs[j] = &o->info[j];
+  }
+  o->n = (size_t)r->num_outputs;
+}
+
+/* --- transfers ------------------------------------------------------------------- */
+
+pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor, int dtype,
+                                const Paradev__V1__Shape *shape,
+                                const Paradev__V1__Layout *layout,
+                                size_t n_component_shapes,
+                                Paradev__V1__Shape *const *component_shapes,
+                                srv_upload_spec *out, dev_status *st) {
+  srv_upload_spec *u = out;
+  u->host = (dev_shape){0, {0}};
+  u->layout = (dev_layout){DEV_LAYOUT_MIRRORED, 0, 0};
+  u->total = 0;
+  PD_TRY(srv_dtype_from_pb(dtype, "header", &u->dtype, st));
+  if (layout) {
+    switch ((int)layout->kind) {
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED:
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
+        u->layout.kind = DEV_LAYOUT_SHARDED;
+        u->layout.axis = layout->axis;
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_PER_COMPONENT:
+        u->layout.kind = DEV_LAYOUT_PER_COMPONENT;
+        break;
+      default:
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "upload layout kind %d; expected MIRRORED (0), "
+                         "SHARDED (1) or PER_COMPONENT (2)",
+                         (int)layout->kind);
+    }
+  }
+  if (u->layout.kind == DEV_LAYOUT_PER_COMPONENT) {
+    if (n_component_shapes != (size_t)ndev)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "a PER_COMPONENT upload needs %d component_shapes (one "
+                       "per device); got %zu",
+                       ndev, n_component_shapes);
+    for (int i = 0; i < ndev; i++) {
+      size_t b = 0;
+      PD_TRY(srv_shape_from_pb(component_shapes[i], "component shape",
+                               &u->comps[i], st));
+      PD_TRY(dev_shape_byte_size(u->dtype, &u->comps[i], &b, st));
+      if (u->total + b < u->total)
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "the component shapes' bytes add up past 2^64");
+      u->total += b;
+    }
+  } else {
+    size_t b = 0;
+    PD_TRY(srv_shape_from_pb(shape, "shape", &u->host, st));
+    PD_TRY(dev_shape_byte_size(u->dtype, &u->host, &b, st));
+    u->total = b;
+    if (u->layout.kind == DEV_LAYOUT_SHARDED && u->host.rank == 0)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "a SHARDED upload along axis %d of a scalar (rank 0): "
+                       "a scalar has no axis to shard; upload it MIRRORED, "
+                       "or give it rank >= 1",
+                       u->layout.axis);
+  }
+  if (u->total > max_tensor)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "the upload holds %llu bytes; the limit max_tensor_bytes "
+                     "is %llu",
+                     (unsigned long long)u->total,
+                     (unsigned long long)max_tensor);
+  return PD_OK;
+}
+
+
+pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
+                                    dev_layout *out, int *num_parts,
+                                    dev_status *st) {
+  dev_layout l = {DEV_LAYOUT_MIRRORED, 0, 0};
+  int parts = 1;
+  if (pb) {
+    switch ((int)pb->kind) {
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED:
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
+        l.kind = DEV_LAYOUT_SHARDED;
+        l.axis = pb->axis;
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_PER_COMPONENT:
+        l.kind = DEV_LAYOUT_PER_COMPONENT;
+        parts = ndev;
+        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_COMPONENT:
+        l.kind = DEV_LAYOUT_COMPONENT;
+        l.component = pb->component;
+        if (pb->component < 0 || pb->component >= ndev)
+          return dev_error(st, PD_INVALID_ARGUMENT,
+                           "component %d; the mesh has components 0..%d",
+                           pb->component, ndev - 1);
+        break;
+      default:
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "download layout kind %d; expected 0..3",
+                         (int)pb->kind);
+    }
+  }
+  *out = l;
+  *num_parts = parts;
+  return PD_OK;
+}
+
+
+
+static size_t srv_varint_len(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static uint8_t *srv_put_varint(uint8_t *p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (uint8_t)v;
+  return p;
+}
+
+/* DownloadResponse{chunk (2): DownloadChunk{component (1), offset (2),
+ * data (3)}}, defaults omitted as proto3 does. */
+static size_t srv_chunk_inner(int component, uint64_t offset, size_t len) {
+  uint64_t ucomp = (uint64_t)component;
+  size_t inner = 1 + srv_varint_len(len) + len;
+  if (ucomp) inner += 1 + srv_varint_len(ucomp);
+  if (offset) inner += 1 + srv_varint_len(offset);
+  return inner;
+}
+
+size_t srv_chunk_header_len(int component, uint64_t offset, size_t len) {
+  size_t inner = srv_chunk_inner(component, offset, len);
+  return 1 + srv_varint_len(inner) + inner - len;
+}
+
+uint8_t *srv_chunk_header(uint8_t *p, int component, uint64_t offset,
+                          size_t len) {
+  uint64_t ucomp = (uint64_t)component;
+  *p++ = 0x12;
+  p = srv_put_varint(p, srv_chunk_inner(component, offset, len));
+  if (ucomp) {
+    *p++ = 0x08;
+    p = srv_put_varint(p, ucomp);
+  }
+  if (offset) {
+    *p++ = 0x10;
+    p = srv_put_varint(p, offset);
+  }
+  *p++ = 0x1a;
+  return srv_put_varint(p, len);
+}

@@ -1,0 +1,135 @@
+/* Conversions between paradev.proto messages and engine/scheduler types, and
+ * the one checker of a request's shape against the limits (ops per request,
+ * inputs, outputs and attrs per op, attribute sizes, name lengths, ids per
+ * request, rank). Every limit has one message, written here.
+ *
+ * Depends on nothing else in server/ but log.h (srv_log_clean, to keep
+ * statuses printable): the method files call it, it calls no one. Replies
+ * are built in an arena (srv_arena) that the method frees once it packed
+ * them. Thread-safe: no state. */
+#ifndef PARADEV_SERVER_CONVERT_H
+#define PARADEV_SERVER_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+#include "paradev/v1/paradev.pb-c.h"
+#include "scheduler.h"
+
+/* --- the reply arena --------------------------------------------------------- */
+
+/* Blocks freed together once a reply is packed. */
+typedef struct srv_arena {
+  struct srv_arena_block {
+    struct srv_arena_block *next;
+    max_align_t align[];
+  } *head;
+} srv_arena;
+
+/* Zeroed memory that lives until srv_arena_free; NULL when out of memory. */
+void *srv_arena_alloc(srv_arena *a, size_t bytes);
+void srv_arena_free(srv_arena *a);
+
+/* --- request limits ---------------------------------------------------------- */
+
+/* The request-shape limits in force for one call (a SIGHUP may change them
+ * between calls); the values GetServerInfo reports. */
+typedef struct srv_req_limits {
+  int max_ops_per_request;
+  int max_ids_per_request;
+  int max_string_bytes; /* op names, attr names and string values */
+} srv_req_limits;
+
+/* INVALID_ARGUMENT unless 1 <= n_ops <= max_ops_per_request. */
+pd_code srv_check_ops(const srv_req_limits *l, size_t n_ops, dev_status *st);
+/* INVALID_ARGUMENT when `n` ids (`what`: "ids", "ids to watch", ...) pass
+ * max_ids_per_request. */
+pd_code srv_check_ids(const srv_req_limits *l, size_t n, const char *what,
+                      dev_status *st);
+/* INVALID_ARGUMENT naming `what` unless `s` is 1 to max_string_bytes bytes
+ * (`printable`: of printable ASCII too). */
+pd_code srv_check_name(const srv_req_limits *l, const char *s, bool printable,
+                       const char *what, dev_status *st);
+
+/* INVALID_ARGUMENT naming `what` when `s` (NULL: empty) passes
+ * max_string_bytes (client names, job ids: empty is allowed). */
+pd_code srv_check_string(const srv_req_limits *l, const char *s,
+                         const char *what, dev_status *st);
+
+/* --- shapes, dtypes, tensors -------------------------------------------------- */
+
+/* Proto Shape (NULL: a scalar) -> dev_shape: INVALID_ARGUMENT (naming `what`)
+ * for rank over PD_MAX_RANK or a negative dim. */
+pd_code srv_shape_from_pb(const Paradev__V1__Shape *pb, const char *what,
+                          dev_shape *out, dev_status *st);
+Paradev__V1__Shape *srv_shape_to_pb(srv_arena *a, const dev_shape *s);
+/* Wire dtype -> pd_dtype: INVALID_ARGUMENT outside 1..PD_DTYPE_COUNT-1. */
+pd_code srv_dtype_from_pb(int v, const char *what, pd_dtype *out,
+                          dev_status *st);
+Paradev__V1__TensorInfo *srv_info_to_pb(srv_arena *a, uint64_t id, pd_dtype dt,
+                                        const dev_shape *shape);
+/* `n` shapes as a proto array in `a`; NULL when out of memory. */
+Paradev__V1__Shape **srv_shapes_to_pb(srv_arena *a, const dev_shape *shapes,
+                                      int n);
+/* A dev_status as a proto Status; `msg` (DEV_STATUS_MSG_MAX bytes) holds its
+ * printable text (proto3 strings are UTF-8). */
+void srv_status_to_pb(const dev_status *st, char *msg, Paradev__V1__Status *out);
+
+/* --- operations --------------------------------------------------------------- */
+
+/* Proto Operation -> sched_op, checking the per-op limits. `attrs` holds
+ * DEV_MAX_ATTRS entries; the result points into `pb` and `attrs`. */
+pd_code srv_op_from_pb(const srv_req_limits *l, const Paradev__V1__Operation *pb,
+                       int index, dev_attr *attrs, sched_op *out, dev_status *st);
+Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
+                                        const sched_op_result *r);
+
+/* One op's outputs as TensorInfos in caller storage (no allocation: the path
+ * of every streamed op). */
+typedef struct srv_op_infos {
+  Paradev__V1__TensorInfo info[DEV_MAX_OUTPUTS], *ptrs[DEV_MAX_OUTPUTS];
+  Paradev__V1__Shape shape[DEV_MAX_OUTPUTS];
+  int64_t dims[DEV_MAX_OUTPUTS][PD_MAX_RANK];
+  size_t n;
+} srv_op_infos;
+void srv_op_infos_fill(srv_op_infos *o, const sched_op *op,
+                       const sched_op_result *r);
+
+/* --- transfers ------------------------------------------------------------------ */
+
+/* What an upload's header says (Upload, UploadFromSharedMemory). */
+typedef struct srv_upload_spec {
+  pd_dtype dtype;
+  dev_layout layout;               /* MIRRORED, SHARDED or PER_COMPONENT */
+  dev_shape host;                  /* MIRRORED, SHARDED */
+  dev_shape comps[PD_MAX_DEVICES]; /* PER_COMPONENT: one per device */
+  uint64_t total;                  /* host bytes, all components together */
+} srv_upload_spec;
+
+/* Checks an upload header's dtype, shape, layout and component shapes
+ * against a mesh of `ndev` devices and `max_tensor_bytes`: INVALID_ARGUMENT
+ * naming what was wrong (a sharded scalar, an axis out of range),
+ * RESOURCE_EXHAUSTED over max_tensor_bytes. */
+pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor_bytes, int dtype,
+                                const Paradev__V1__Shape *shape,
+                                const Paradev__V1__Layout *layout,
+                                size_t n_component_shapes,
+                                Paradev__V1__Shape *const *component_shapes,
+                                srv_upload_spec *out, dev_status *st);
+
+/* A download's layout (NULL: MIRRORED) for a tensor of `ndev` components;
+ * *num_parts gets the host values it makes (ndev for PER_COMPONENT, else 1).
+ * INVALID_ARGUMENT for an unknown kind or a component out of range. */
+pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
+                                    dev_layout *out, int *num_parts,
+                                    dev_status *st);
+
+/* DownloadResponse{chunk: DownloadChunk{component, offset, data}} encoded by
+ * hand, so that the tensor's bytes can be read straight into the outgoing
+ * buffer: srv_chunk_header_len is the bytes before the data, and
+ * srv_chunk_header writes them and returns where the `len` data bytes go. */
+size_t srv_chunk_header_len(int component, uint64_t offset, size_t len);
+uint8_t *srv_chunk_header(uint8_t *p, int component, uint64_t offset, size_t len);
+
+#endif /* PARADEV_SERVER_CONVERT_H */

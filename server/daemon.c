@@ -1,0 +1,177 @@
+/* The daemon's parts, started in one order and stopped in the reverse one:
+ * the engine (device.h), the scheduler (scheduler.h), the shared memory
+ * registry (shm_region.c), health (health.c), the gRPC listeners and their
+ * threads (rpc.c), the HTTP listener (http.c). A start that fails half-way
+ * unwinds through labelled gotos, as libuv's uv_loop_init does, so that
+ * nothing it started is left running. Also the scheduler's configuration
+ * from the options, and the log line of every session's end (a scheduler
+ * observer, for every reason). main.c runs the service loop between. */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <sys/random.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+
+#define SRV_LOG_SUB SRV_SUB_CORE
+#include "check.h"
+#include "log.h"
+#include "server.h"
+
+/* True when srv_rpc_stop left calls behind (gRPC was not shut down): the
+ * shared memory registry is then left as it is too (a call may still copy). */
+static bool srv_calls_left;
+
+void srv_daemon_sched_config(const srv_options *o, sched_config *sc) {
+  const srv_limits *l = &o->limits;
+  sc->default_lease_s = l->default_lease_s;
+  sc->max_lease_s = l->max_lease_s;
+  sc->max_sessions = l->max_sessions;
+  sc->max_handles_per_session = l->max_handles_per_session;
+  sc->max_ops_per_request = l->max_ops_per_request;
+  sc->max_queued_ops = l->max_queued_ops;
+  sc->default_memory_quota = l->default_memory_quota;
+  sc->max_memory_quota = l->max_memory_quota;
+}
+
+/* Every session's end, whatever the reason, in one line that names it. */
+static void srv_log_session_end(void *arg, const sched_end_info *info,
+                                void *state) {
+  (void)arg;
+  (void)state;
+  static const char *const how[] = {
+      [SCHED_END_CLOSED] = "closed by its client",
+      [SCHED_END_EXPIRED] = "lease expired",
+      [SCHED_END_KILLED] = "killed by an operator",
+      [SCHED_END_STOPPED] = "ended with the daemon",
+  };
+  const char *why = (unsigned)info->why < sizeof(how) / sizeof(how[0]) &&
+                            how[info->why]
+                        ? how[info->why]
+                        : sched_end_reason_name(info->why);
+  char cn[65], job[65];
+  SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
+             "session %" PRIu64 " (client \"%s\" job \"%s\") %s: %" PRIu64
+             " handles freed",
+             info->session_seq, srv_log_clean(info->client, cn, sizeof cn),
+             srv_log_clean(info->job_id, job, sizeof job), why,
+             info->handles_freed);
+}
+
+/* The trail of a failure through PD_TRY / PD_TRY_GOTO (common/check.h):
+ * one debug line per frame, "server/exec.c:41 srv_execute_item ->
+ * INVALID_ARGUMENT" (the last two parts of the path). */
+static void srv_trail(const char *file, int line, const char *func,
+                      pd_code code) {
+  const char *short_name = file, *p = file + strlen(file);
+  for (int slashes = 0; p > file; p--)
+    if (p[-1] == '/' && ++slashes == 2) {
+      short_name = p;
+      break;
+    }
+  SRV_DEBUG("trail: %s:%d %s -> %s", short_name, line, func,
+            pd_code_name(code));
+}
+
+static int srv_engine_start(srv *s) {
+  srv_options *o = &s->opt;
+  dev_status st = DEV_STATUS_INIT;
+  dev_engine_config ec = DEV_ENGINE_CONFIG_INITIALIZER;
+  ec.backend = o->backend;
+  ec.num_devices = o->num_devices;
+  ec.memory_limit = o->memory_limit;
+  ec.mesh = o->mesh[0] ? o->mesh : NULL;
+  ec.cuda_allow_tf32 = o->cuda_allow_tf32;
+  ec.cuda_pool_release_threshold = o->cuda_pool_release_threshold;
+  ec.cuda_collective_timeout_ms = o->cuda_collective_timeout_ms;
+  ec.cuda_collectives = (dev_cuda_collectives)o->cuda_collectives;
+  char devs[512];
+  srv_config_describe_devices(o, devs, sizeof(devs));
+  SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "devices: %s", devs);
+  if (dev_engine_create(&ec, &s->engine, &st) != PD_OK) {
+    SRV_ERROR("cannot start the %s backend: %s", o->backend, st.msg);
+    sd_notifyf(0, "STATUS=failed: cannot start the %s backend: %s",
+               o->backend, st.msg);
+    return -1;
+  }
+  return 0;
+}
+
+static int srv_sched_start(srv *s) {
+  dev_status st = DEV_STATUS_INIT;
+  sched_config sc = SCHED_CONFIG_INITIALIZER;
+  sc.incarnation = s->incarnation;
+  srv_daemon_sched_config(&s->opt, &sc);
+  if (sched_create(s->engine, &sc, &s->sched, &st) != PD_OK) {
+    SRV_ERROR("cannot start the scheduler: %s", st.msg);
+    return -1;
+  }
+  sched_observer log = {"log", srv_log_session_end, s};
+  if (sched_observer_add(s->sched, &log) < 0) {
+    SRV_ERROR("internal: no observer slot left in the scheduler for the log");
+    sched_destroy(s->sched);
+    return -1;
+  }
+  return 0;
+}
+
+int srv_daemon_start(srv *s) {
+  pdcom_set_trail(srv_trail);
+  if (getrandom(&s->incarnation, sizeof(s->incarnation), 0) !=
+      (ssize_t)sizeof(s->incarnation)) {
+    SRV_ERROR("getrandom failed: %s", strerror(errno));
+    return -1;
+  }
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  s->start_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+
+  if (srv_engine_start(s) != 0) goto fail;
+  if (srv_sched_start(s) != 0) goto fail_engine;
+  if (srv_shm_init(s) != 0) goto fail_sched;
+  if (srv_health_init(s) != 0) {
+    SRV_ERROR("out of memory");
+    goto fail_shm;
+  }
+  if (srv_rpc_start(s) != 0) goto fail_health;
+  if (srv_http_start(s) != 0) goto fail_rpc;
+  return 0;
+
+fail_rpc:
+  srv_rpc_stop(s);
+fail_health:
+  srv_health_destroy(s);
+fail_shm:
+  srv_shm_destroy(s);
+fail_sched:
+  sched_destroy(s->sched);
+  s->sched = NULL;
+fail_engine:
+  dev_engine_destroy(s->engine);
+  s->engine = NULL;
+fail:
+  sd_notify(0, "STATUS=failed to start (see the log)");
+  return -1;
+}
+
+void srv_daemon_stop_serving(srv *s, void (*phase)(const char *what)) {
+  srv_health_update(s);
+  srv_health_close(s);
+  phase("closing the gRPC listeners (srv_stop: the calls' grace "
+        "period, then grpc_shutdown)");
+  srv_calls_left = !srv_rpc_stop(s);
+  phase("stopping the HTTP listener");
+  srv_http_stop(s);
+}
+
+void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what)) {
+  phase("stopping the scheduler (sched_destroy: the sessions end, the ops "
+        "on the devices end)");
+  sched_destroy(s->sched); /* every session ends: its regions go */
+  s->sched = NULL;
+  if (!srv_calls_left) srv_shm_destroy(s);
+  srv_health_destroy(s);
+  phase("stopping the engine (dev_engine_destroy)");
+  dev_engine_destroy(s->engine);
+  s->engine = NULL;
+}

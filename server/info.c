@@ -1,0 +1,99 @@
+/* What a client learns of the daemon before it opens a session:
+ * GetServerInfo (version, devices, the limits in force, which are the ones
+ * convert.c enforces), and the Echo and EchoStream methods that measure the
+ * transport. */
+#include <stdlib.h>
+#include <string.h>
+
+#define SRV_LOG_SUB SRV_SUB_RPC
+#include "log.h"
+#include "server.h"
+
+/* --- Echo, EchoStream ---------------------------------------------------------- */
+
+static void srv_echo(srv_call *c, const ProtobufCMessage *m) {
+  const Paradev__V1__EchoRequest *req = (const void *)m;
+  Paradev__V1__EchoResponse resp = PARADEV__V1__ECHO_RESPONSE__INIT;
+  resp.payload = req->payload;
+  srv_call_reply(c, &resp.base);
+}
+
+static void srv_echo_stream_msg(srv_call *c, const ProtobufCMessage *m) {
+  if (!m) {
+    srv_call_finish(c, PD_OK, "%s", "");
+    return;
+  }
+  const Paradev__V1__EchoRequest *req = (const void *)m;
+  Paradev__V1__EchoResponse resp = PARADEV__V1__ECHO_RESPONSE__INIT;
+  resp.payload = req->payload;
+  srv_call_write(c, &resp.base);
+}
+
+const srv_handlers srv_h_Echo = {.on_request = srv_echo};
+const srv_handlers srv_h_EchoStream = {.on_message = srv_echo_stream_msg};
+
+/* --- GetServerInfo ---------------------------------------------------------- */
+
+static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
+  srv *s = c->s;
+  int n = dev_engine_num_devices(s->engine);
+  dev_backend *b = dev_engine_backend(s->engine);
+  srv_arena a = {NULL};
+  Paradev__V1__DeviceInfo **devs = srv_arena_alloc(&a, sizeof(*devs) * (size_t)n);
+  Paradev__V1__DeviceInfo *dv = srv_arena_alloc(&a, sizeof(*dv) * (size_t)n);
+  if (!devs || !dv) {
+    srv_arena_free(&a);
+    srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    paradev__v1__device_info__init(&dv[i]);
+    dv[i].index = i;
+    dv[i].name = (char *)(b && b->device_name ? b->device_name(b, i) : "");
+    dv[i].kind = (char *)(b && b->name ? b->name : "");
+    dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
+    dev_status st = DEV_STATUS_INIT;
+    if (dev_engine_memory_stats(s->engine, i, &ms, &st) == PD_OK) {
+      dv[i].memory_total_bytes = ms.bytes_total;
+      dv[i].memory_limit_bytes = ms.bytes_limit;
+      dv[i].memory_used_bytes = ms.bytes_in_use;
+      dv[i].memory_peak_bytes = ms.peak_bytes_in_use;
+      uint64_t cap = ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
+      dv[i].memory_free_bytes = cap > ms.bytes_in_use ? cap - ms.bytes_in_use : 0;
+    } else {
+      SRV_WARN("memory stats of device %d: %s", i, st.msg);
+    }
+    dv[i].busy_seconds = dev_engine_busy_seconds(s->engine, i);
+    devs[i] = &dv[i];
+  }
+  const srv_limits *l = &s->opt.limits;
+  Paradev__V1__Limits lim = PARADEV__V1__LIMITS__INIT;
+  lim.max_message_bytes = l->max_message_bytes;
+  lim.max_tensor_bytes = SRV_RT(s, max_tensor_bytes);
+  lim.max_rank = PD_MAX_RANK;
+  lim.max_ops_per_request = SRV_RT(s, max_ops_per_request);
+  lim.max_handles_per_session = SRV_RT(s, max_handles_per_session);
+  lim.max_sessions = SRV_RT(s, max_sessions);
+  lim.max_string_bytes = srv_call_limits(c).max_string_bytes;
+  lim.max_inputs_per_op = DEV_MAX_INPUTS;
+  lim.max_attrs_per_op = DEV_MAX_ATTRS;
+  lim.max_list_length = DEV_ATTR_LIST_MAX;
+  lim.max_ids_per_request = SRV_RT(s, max_ids_per_request);
+  lim.default_lease_seconds = SRV_RT(s, default_lease_s);
+  lim.max_lease_seconds = SRV_RT(s, max_lease_s);
+  lim.max_chunk_bytes = l->max_chunk_bytes;
+
+  Paradev__V1__GetServerInfoResponse resp =
+      PARADEV__V1__GET_SERVER_INFO_RESPONSE__INIT;
+  resp.version = (char *)SRV_VERSION;
+  resp.incarnation = s->incarnation;
+  resp.backend = (char *)(b && b->name ? b->name : s->opt.backend);
+  resp.n_devices = (size_t)n;
+  resp.devices = devs;
+  resp.limits = &lim;
+  resp.start_time_unix_ms = s->start_unix_ms;
+  srv_call_reply(c, &resp.base);
+  srv_arena_free(&a);
+}
+
+const srv_handlers srv_h_GetServerInfo = {.on_request = srv_get_server_info};
