@@ -39,6 +39,15 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static bu_timing bu_summarize(double *times, int n) {
+  qsort(times, (size_t)n, sizeof times[0], cmp_double);
+  bu_timing t;
+  t.reps = n;
+  t.min_s = times[0];
+  t.median_s = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  return t;
+}
+
 bu_timing bu_measure(bu_fn fn, void *arg, double min_time_s, int min_reps) {
   static double times[BU_MAX_REPS];
   if (min_reps < 1) min_reps = 1;
@@ -51,12 +60,20 @@ bu_timing bu_measure(bu_fn fn, void *arg, double min_time_s, int min_reps) {
     fn(arg);
     times[n++] = bu_now() - t0;
   }
-  qsort(times, (size_t)n, sizeof times[0], cmp_double);
-  bu_timing t;
-  t.reps = n;
-  t.min_s = times[0];
-  t.median_s = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-  return t;
+  return bu_summarize(times, n);
+}
+
+bu_timing bu_measure_reported(bu_timed_fn fn, void *arg, int warmup,
+                              int min_reps, double min_time_s) {
+  static double times[BU_MAX_REPS];
+  if (min_reps < 1) min_reps = 1;
+  if (min_reps > BU_MAX_REPS) min_reps = BU_MAX_REPS;
+  for (int i = 0; i < warmup; i++) fn(arg);
+  int n = 0;
+  double start = bu_now();
+  while (n < BU_MAX_REPS && (n < min_reps || bu_now() - start < min_time_s))
+    times[n++] = fn(arg);
+  return bu_summarize(times, n);
 }
 
 typedef struct memcpy_arg {

@@ -36,6 +36,16 @@ typedef void (*bu_fn)(void *arg);
  * (at most 1000 calls). Returns the median and minimum per-call time. */
 bu_timing bu_measure(bu_fn fn, void *arg, double min_time_s, int min_reps);
 
+/* A call that times itself (e.g. with CUDA events around the part that
+ * counts) and returns its seconds. */
+typedef double (*bu_timed_fn)(void *arg);
+
+/* Calls fn `warmup` times untimed, then at least `min_reps` times and until
+ * `min_time_s` has passed (at most 1000 calls); returns the median and
+ * minimum of the seconds fn reported. */
+bu_timing bu_measure_reported(bu_timed_fn fn, void *arg, int warmup,
+                              int min_reps, double min_time_s);
+
 /* Single-thread memcpy bandwidth in GB/s (1e9 bytes/s) for copies of `bytes`
  * between two buffers touched beforehand, median of repeats over at least
  * `min_time_s`. Returns 0 if the buffers cannot be allocated. */

@@ -65,7 +65,6 @@
 #define CHUNK ((size_t)4 << 20) /* Upload/Download chunk bytes */
 #define PIPELINE 8              /* Executes in flight in the pipelined figure */
 #define CHECK_ROWS 4            /* rows checked at each end of a product */
-#define MAX_REPS 1000
 
 /* Handle ids of this program (below PD_FIRST_LIBRARY_ID). */
 enum {
@@ -154,26 +153,6 @@ static double load(pd_dtype dt, const void *p, size_t i) {
 static void store(pd_dtype dt, void *p, size_t i, double v) {
   if (dt == PD_BFLOAT16) ((uint16_t *)p)[i] = to_bf16((float)v);
   else ((float *)p)[i] = (float)v;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Calls fn `warmup` times untimed, then at least `min_reps` times and until
- * `min_time_s` has passed (at most MAX_REPS); returns the median of the
- * seconds fn reports. fn exits on failure. */
-static double median_of(double (*fn)(void *), void *arg, int warmup,
-                        int min_reps, double min_time_s) {
-  static double t[MAX_REPS];
-  for (int i = 0; i < warmup; i++) fn(arg);
-  int n = 0;
-  double start = bu_now();
-  while (n < MAX_REPS && (n < min_reps || bu_now() - start < min_time_s))
-    t[n++] = fn(arg);
-  qsort(t, (size_t)n, sizeof t[0], cmp_double);
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 /* sqrt(sum (x - ref)^2) / sqrt(sum ref^2); NaN when x holds a NaN. */
@@ -302,8 +281,8 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   const uint64_t ab[2] = {ID_A, ID_B};
   if (pd_sync(sess, ab, 2, NULL, NULL, st) != PD_OK) die("Sync");
 
-  double t_rpc = median_of(run_mm_rpc, NULL, 3, 10, min_time);
-  double t_pipe = median_of(run_mm_rpc_pipelined, NULL, 1, 3, min_time);
+  double t_rpc = bu_measure_reported(run_mm_rpc, NULL, 3, 10, min_time).median_s;
+  double t_pipe = bu_measure_reported(run_mm_rpc_pipelined, NULL, 1, 3, min_time).median_s;
 
   /* The rows to check: the first and the last CHECK_ROWS, the daemon's and a
    * float64 reference's from the same (rounded) inputs. */
@@ -353,7 +332,7 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
     CK(cudaMemcpy(g.b, hb, bytes, cudaMemcpyHostToDevice));
     /* g.s does not wait for the legacy stream's copies: settle them. */
     CK(cudaDeviceSynchronize());
-    double t_direct = median_of(run_gemm, &g, 3, 10, min_time);
+    double t_direct = bu_measure_reported(run_gemm, &g, 3, 10, min_time).median_s;
     tf_direct = 2.0 * m * n * (double)k / t_direct * 1e-12;
     /* The direct call's rows, from a poisoned output. */
     CK(cudaMemsetAsync(g.c, 0xff, bytes, g.s));
@@ -547,14 +526,14 @@ static int bench_shm(const float *up, size_t bytes, double min_time,
   void *data = pd_shared_memory_data(region);
   memcpy(data, up, bytes);
   shm_arg x = {region, bytes};
-  double t_up = median_of(run_shm_upload, &x, 1, 5, min_time);
+  double t_up = bu_measure_reported(run_shm_upload, &x, 1, 5, min_time).median_s;
   const int64_t dims[2] = {(int64_t)(bytes / 4096), 1024};
   if (pd_upload_from_shared_memory(sess, ID_X, PD_FLOAT32, dims, 2, region, 0,
                                    pd_layout_mirrored(), NULL, NULL,
                                    st) != PD_OK)
     die("UploadFromSharedMemory");
   memset(data, 0xff, bytes); /* what comes back is the upload, not leftovers */
-  double t_down = median_of(run_shm_download, &x, 1, 5, min_time);
+  double t_down = bu_measure_reported(run_shm_download, &x, 1, 5, min_time).median_s;
   if (memcmp(up, data, bytes) != 0) {
     fprintf(stderr, "bench_gpu_rpc: the shared memory download differs from "
                     "the upload\n");
@@ -592,12 +571,12 @@ static int bench_transfers(size_t bytes, double min_time) {
   float *up = xmalloc(bytes), *down = xmalloc(bytes);
   for (size_t i = 0; i < bytes / 4; i++) up[i] = (float)rand_unit();
   xfer_arg xu = {up, bytes}, xd = {down, bytes};
-  double t_up = median_of(run_upload, &xu, 1, 5, min_time);
+  double t_up = bu_measure_reported(run_upload, &xu, 1, 5, min_time).median_s;
   const int64_t dims[2] = {(int64_t)(bytes / 4096), 1024};
   if (pd_upload(sess, ID_X, PD_FLOAT32, dims, 2, up, bytes, pd_layout_mirrored(),
                 NULL, NULL, st) != PD_OK)
     die("Upload");
-  double t_down = median_of(run_download, &xd, 1, 5, min_time);
+  double t_down = bu_measure_reported(run_download, &xd, 1, 5, min_time).median_s;
   memset(down, 0xff, bytes);
   run_download(&xd);
   if (memcmp(up, down, bytes) != 0) {
@@ -615,8 +594,8 @@ static int bench_transfers(size_t bytes, double min_time) {
     memcpy(pinned, up, bytes);
     memcpy_arg h2d = {dev, pinned, bytes, cudaMemcpyHostToDevice};
     memcpy_arg d2h = {pinned, dev, bytes, cudaMemcpyDeviceToHost};
-    base_h2d = (double)bytes / median_of(run_memcpy, &h2d, 1, 5, min_time) * 1e-9;
-    base_d2h = (double)bytes / median_of(run_memcpy, &d2h, 1, 5, min_time) * 1e-9;
+    base_h2d = (double)bytes / bu_measure_reported(run_memcpy, &h2d, 1, 5, min_time).median_s * 1e-9;
+    base_d2h = (double)bytes / bu_measure_reported(run_memcpy, &d2h, 1, 5, min_time).median_s * 1e-9;
     cudaFreeHost(pinned);
     cudaFree(dev);
   }
