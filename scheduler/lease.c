@@ -26,12 +26,10 @@ static void sched_expire(sched *s, sched_session *expired) {
   while (expired) {
     sched_session *ss = expired;
     expired = ss->next;
-    uint64_t n = sched_end_session(
+    sched_end_session(
         ss, SCHED_END_EXPIRED, "the session's lease expired before the op ran",
         NULL);
     atomic_fetch_add(&s->n_expired, 1);
-    if (s->cfg.on_expired)
-      s->cfg.on_expired(s->cfg.on_expired_arg, ss->seq, ss->client, n);
     sched_session_put(ss); /* the table's reference */
   }
 }

@@ -67,11 +67,6 @@ extern "C" {
 typedef struct sched sched;
 typedef struct sched_session sched_session;
 
-/* Called (from the scheduler's lease thread) when a session's lease ran out,
- * after its handles were released. `client` is the client's name. */
-typedef void (*sched_expired_fn)(void *arg, uint64_t session_seq,
-                                 const char *client, uint64_t handles_freed);
-
 /* Scheduler configuration; starts with struct_size (grow at the end only). */
 typedef struct sched_config {
   size_t struct_size;
@@ -83,15 +78,13 @@ typedef struct sched_config {
   int max_ops_per_request;      /* INVALID_ARGUMENT beyond */
   uint32_t lease_check_ms;      /* how often the lease thread looks */
   int max_queued_ops;           /* per session; RESOURCE_EXHAUSTED beyond */
-  sched_expired_fn on_expired;  /* may be NULL */
-  void *on_expired_arg;
   uint64_t default_memory_quota; /* bytes; for sessions that ask 0; 0: none */
   uint64_t max_memory_quota;     /* bytes; 0: no cap (see sched_session_create) */
 } sched_config;
 
 #define SCHED_CONFIG_INITIALIZER \
   {sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, \
-   NULL, NULL, 0, 0}
+   0, 0}
 
 /* Creates a scheduler over engine `e` (borrowed; it must outlive the
  * scheduler) and starts its lease and dispatcher threads. INVALID_ARGUMENT for a config with

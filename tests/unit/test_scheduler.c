@@ -17,17 +17,15 @@
 
 static dev_engine *g_engine;
 
-static sched *new_sched(uint32_t lease_check_ms, sched_expired_fn fn,
-                        void *arg) {
+static sched *new_sched(uint32_t lease_check_ms, const sched_observer *obs) {
   sched_config cfg = SCHED_CONFIG_INITIALIZER;
   cfg.incarnation = INC;
   cfg.lease_check_ms = lease_check_ms;
-  cfg.on_expired = fn;
-  cfg.on_expired_arg = arg;
   cfg.max_handles_per_session = 100;
   sched *s = NULL;
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_create(g_engine, &cfg, &s, &st), PD_OK);
+  if (obs) assert_true(sched_observer_add(s, obs) >= 0);
   return s;
 }
 
@@ -73,7 +71,7 @@ static void read_f32(sched_session *ss, uint64_t id, float *out, int n) {
 }
 
 static void test_tokens(void **state) {
-  sched *s = new_sched(500, NULL, NULL);
+  sched *s = new_sched(500, NULL);
   sched_session_info info;
   sched_session *ss = open_new(s, "a", 0, 0, &info);
   assert_int_equal(info.lease_s, 60);
@@ -112,7 +110,7 @@ static void test_tokens(void **state) {
 }
 
 static void test_isolation_and_execute(void **state) {
-  sched *s = new_sched(500, NULL, NULL);
+  sched *s = new_sched(500, NULL);
   sched_session_info ia, ib;
   sched_session *a = open_new(s, "a", 0, 0, &ia);
   sched_session *b = open_new(s, "b", 0, 0, &ib);
@@ -178,7 +176,7 @@ static void test_isolation_and_execute(void **state) {
  * over 3 classes: softmax = 1/3 each, so loss = ln 3 per row and backprop =
  * 1/3 minus 1 at the label. */
 static void test_two_outputs(void **state) {
-  sched *s = new_sched(500, NULL, NULL);
+  sched *s = new_sched(500, NULL);
   sched_session_info ia;
   sched_session *a = open_new(s, "a", 0, 0, &ia);
   dev_status st = DEV_STATUS_INIT;
@@ -240,7 +238,7 @@ static void test_two_outputs(void **state) {
 }
 
 static void test_queue_cancel(void **state) {
-  sched *s = new_sched(500, NULL, NULL);
+  sched *s = new_sched(500, NULL);
   sched_session_info ia;
   sched_session *a = open_new(s, "a", 0, 0, &ia);
   dev_status st = DEV_STATUS_INIT;
@@ -288,15 +286,18 @@ static void test_queue_cancel(void **state) {
 
 static atomic_int g_expired;
 
-static void on_expired(void *arg, uint64_t seq, const char *client,
-                       uint64_t freed) {
-  assert_string_equal(client, "short");
-  assert_int_equal(freed, 1);
+static void on_expired(void *arg, const sched_end_info *info, void *state) {
+  if (info->why == SCHED_END_STOPPED) return; /* the "quota" session, at the end */
+  assert_int_equal(info->why, SCHED_END_EXPIRED);
+  assert_string_equal(info->client, "short");
+  assert_int_equal(info->handles_freed, 1);
+  assert_null(state);
   atomic_fetch_add(&g_expired, 1);
 }
 
 static void test_lease_and_quota(void **state) {
-  sched *s = new_sched(20, on_expired, NULL);
+  const sched_observer obs = {.name = "test", .on_end = on_expired};
+  sched *s = new_sched(20, &obs);
   sched_session_info i1, i2;
   sched_session *a = open_new(s, "short", 1, 0, &i1);
   dev_status st = DEV_STATUS_INIT;
@@ -571,7 +572,7 @@ static end_rec end_find(end_log *l, uint64_t seq) {
 }
 
 static void test_session_end_events(void **state) {
-  sched *s = new_sched(20, NULL, NULL);
+  sched *s = new_sched(20, NULL);
   end_log la = {s, PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
   end_log lb = {NULL, PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
   sched_observer oa = {"a", on_end_rec, &la}, ob = {"b", on_end_rec, &lb};
@@ -698,7 +699,7 @@ static void test_session_end_events(void **state) {
 
 /* At most SCHED_MAX_OBSERVERS observers. */
 static void test_observer_slots(void **state) {
-  sched *s = new_sched(500, NULL, NULL);
+  sched *s = new_sched(500, NULL);
   end_log l = {NULL, PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
   sched_observer o = {"x", on_end_rec, &l};
   for (int i = 0; i < SCHED_MAX_OBSERVERS; i++)
@@ -816,7 +817,7 @@ static void *stress_read(void *p) {
 }
 
 static void test_stress(void **state) {
-  sched *s = new_sched(5, NULL, NULL);
+  sched *s = new_sched(5, NULL);
   pthread_t th[STRESS_WORKERS], reader;
   stress_arg args[STRESS_WORKERS];
   stress_reader rd = {s, false, 0};
