@@ -243,16 +243,22 @@ static void exec_publish_locked(sched_exec *x) {
   pthread_mutex_unlock(&s->qmu);
 }
 
+pd_code sched_check_ops(sched *s, long n, dev_status *st) {
+  int max_ops = SCHED_LIM(s, max_ops);
+  if (n <= 0 || n > max_ops)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "a request holds %ld ops; expected 1 to "
+                     "max_ops_per_request = %d",
+                     n, max_ops);
+  return PD_OK;
+}
+
 pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
                       uint64_t tag, sched_op_result *results, int *failed_op,
                       dev_status *st) {
-  int max_ops = SCHED_LIM(ss->owner, max_ops);
-  if (n <= 0 || n > max_ops) {
-    if (failed_op) *failed_op = n > 0 ? max_ops : 0;
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "a request holds %d ops; expected 1 to "
-                     "max_ops_per_request = %d",
-                     n, max_ops);
+  if (sched_check_ops(ss->owner, n, st) != PD_OK) {
+    if (failed_op) *failed_op = n > 0 ? SCHED_LIM(ss->owner, max_ops) : 0;
+    return st ? st->code : PD_INVALID_ARGUMENT;
   }
   sched_exec x;
   PD_TRY(exec_init(&x, ss, ops, n, st));

@@ -282,6 +282,12 @@ typedef struct sched_op_result {
   dev_shape shape[DEV_MAX_OUTPUTS];
 } sched_op_result;
 
+/* Checks that one request's `n` ops are within the scheduler's
+ * max_ops_per_request: the one check (and message) of that limit, which
+ * sched_execute makes too and the server makes before it decodes a request's
+ * ops. Errors: PD_INVALID_ARGUMENT (n < 1 or over the limit). Thread-safe. */
+pd_code sched_check_ops(sched *s, long n, dev_status *st);
+
 /* Validates, infers and queues ops[0..n) in order, all or nothing: an op may
  * consume outputs of earlier ops of the same call. On success results[i]
  * gives op i's outputs' dtypes and shapes, known before the devices run.

@@ -568,8 +568,7 @@ sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token) {
 }
 
 srv_req_limits srv_call_limits(const srv_call *c) {
-  srv_req_limits l = {SRV_RT(c->s, max_ops_per_request),
-                      SRV_RT(c->s, max_ids_per_request),
+  srv_req_limits l = {SRV_RT(c->s, max_ids_per_request),
                       c->s->opt.limits.max_string_bytes};
   return l;
 }

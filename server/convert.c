@@ -32,15 +32,6 @@ void srv_arena_free(srv_arena *a) {
 
 /* --- request limits ------------------------------------------------------------ */
 
-pd_code srv_check_ops(const srv_req_limits *l, size_t n_ops, dev_status *st) {
-  if (n_ops == 0 || n_ops > (size_t)l->max_ops_per_request)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%zu ops in one request; expected 1 to "
-                     "max_ops_per_request = %d",
-                     n_ops, l->max_ops_per_request);
-  return PD_OK;
-}
-
 pd_code srv_check_ids(const srv_req_limits *l, size_t n, const char *what,
                       dev_status *st) {
   if (n > (size_t)l->max_ids_per_request)

@@ -34,15 +34,13 @@ void srv_arena_free(srv_arena *a);
 /* --- request limits ---------------------------------------------------------- */
 
 /* The request-shape limits in force for one call (a SIGHUP may change them
- * between calls); the values GetServerInfo reports. */
+ * between calls); the values GetServerInfo reports. max_ops_per_request is
+ * the scheduler's (sched_check_ops). */
 typedef struct srv_req_limits {
-  int max_ops_per_request;
   int max_ids_per_request;
   int max_string_bytes; /* op names, attr names and string values */
 } srv_req_limits;
 
-/* INVALID_ARGUMENT unless 1 <= n_ops <= max_ops_per_request. */
-pd_code srv_check_ops(const srv_req_limits *l, size_t n_ops, dev_status *st);
 /* INVALID_ARGUMENT when `n` ids (`what`: "ids", "ids to watch", ...) pass
  * max_ids_per_request. */
 pd_code srv_check_ids(const srv_req_limits *l, size_t n, const char *what,

@@ -5,6 +5,7 @@
  * of every limit) and call the scheduler (sched_execute queues the ops and
  * answers with their outputs' dtypes and shapes). Sync waits for its tensors
  * with srv_call_await (call.c), never a blocked thread. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,7 @@ static void srv_execute(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__ExecuteRequest *req = (const void *)m;
   srv_req_limits l = srv_call_limits(c);
   dev_status st = DEV_STATUS_INIT;
-  if (srv_check_ops(&l, req->n_ops, &st) != PD_OK) {
+  if (sched_check_ops(c->s->sched, req->n_ops > LONG_MAX ? LONG_MAX : (long)req->n_ops, &st) != PD_OK) {
     srv_call_fail(c, &st);
     return;
   }
