@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "device.h"
+#include "dev_backend.h"
 
 /* A device buffer, shared by tensors that alias it (Reshape, Identity). */
 typedef struct dev_buffer {

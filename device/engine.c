@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "device_int.h"
+#include "dev_cuda.h"
 
 /* A dev_tensor_notify registration: one group per call, with one waiter per
  * device that had not finished when it was made. Each waiter leaves its
@@ -121,6 +122,24 @@ struct dev_engine {
 
 int dev_engine_num_devices(const dev_engine *e) { return e->n; }
 dev_backend *dev_engine_backend(dev_engine *e) { return e->backend; }
+
+const char *dev_engine_backend_name(dev_engine *e) {
+  return e->backend->name ? e->backend->name : "";
+}
+
+const char *dev_engine_device_name(dev_engine *e, int device) {
+  dev_backend *b = e->backend;
+  if (device < 0 || device >= e->n || !b->device_name) return "";
+  const char *name = b->device_name(b, device);
+  return name ? name : "";
+}
+
+bool dev_engine_device_healthy(dev_engine *e, int device) {
+  dev_backend *b = e->backend;
+  if (device < 0 || device >= e->n) return false;
+  bool has = b->struct_size >= offsetof(dev_backend, healthy) + sizeof b->healthy && b->healthy;
+  return !has || b->healthy(b, device);
+}
 
 uint64_t dev_exec_done(dev_engine *e, int device) {
   return atomic_load(&e->execs[device].done_seq);

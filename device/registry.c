@@ -90,6 +90,12 @@ const dev_op_def *dev_op_at(int i) {
   return i >= 0 && i < g_num_ops ? g_ops[i] : NULL;
 }
 
+const char *dev_op_def_name(const dev_op_def *def) { return def->name; }
+
+bool dev_op_def_is_collective(const dev_op_def *def) {
+  return (def->flags & DEV_OP_COLLECTIVE) != 0;
+}
+
 int dev_op_attr_index(const dev_op_def *def, const char *name) {
   for (int i = 0; i < def->num_attrs; i++)
     if (strcmp(def->attrs[i].name, name) == 0) return i;

@@ -1,5 +1,5 @@
 /* Private header of the CUDA backend (device/cuda/): what its C files and its
- * CUDA C++ kernel files share. Not for other layers (they use device/device.h).
+ * CUDA C++ kernel files share. Not for other layers (they use device/device.h and device/dev_cuda.h).
  *
  * Included from C11 (backend.c, collective.c, matmul.c, register.c) and from
  * CUDA C++ (kernels_*.cu): the part both see is plain C declarations; the
@@ -14,7 +14,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "device.h"
+#include "dev_backend.h"
+#include "dev_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {
