@@ -1,5 +1,11 @@
-/* Private header of device/: what the engine's own files share. Not for
- * other layers (they include device/device.h only). */
+/* Private header of device/: what the engine's own files share (tensors,
+ * components, buffers, queued ops, the engine's fields). Not for other
+ * layers: they include device/device.h (programs) or device/dev_backend.h
+ * (kernels and backends). Non-static names that nothing outside device/ may
+ * call carry a double underscore (dev__), as libuv's uv__; the older dev_
+ * names here (dev_exec_wait, dev_engine_create_with_backend, ...) are also
+ * used by device/'s own unit tests. The executor's private header is
+ * exec_int.h. */
 #ifndef PARADEV_DEVICE_INT_H
 #define PARADEV_DEVICE_INT_H
 
@@ -7,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "dev_backend.h"
+#include "../common/check.h"
 
 /* A device buffer, shared by tensors that alias it (Reshape, Identity). */
 typedef struct dev_buffer {
@@ -44,6 +51,16 @@ struct dev_tensor {
   dev_component comps[];
 };
 
+/* The engine: a backend and one executor per device (exec_int.h). */
+struct dev_engine {
+  dev_backend *backend;
+  int n;
+  bool fenced; /* the backend has all three fence functions */
+  pthread_mutex_t submit_mu;
+  uint64_t seq; /* the last op seq handed out (under submit_mu) */
+  struct dev_exec *execs; /* [n] */
+};
+
 /* Deep-copied attribute storage of a queued op. */
 struct dev_op {
   const dev_op_def *def;
@@ -74,8 +91,16 @@ void dev_buffer_release(dev_buffer *buf);
 /* Creates a tensor with unallocated components (executor allocates). */
 pd_code dev_tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
                        dev_tensor **out, dev_status *st);
-/* Sets component `d`'s error (copies msg). */
+/* Sets a component's error (copies msg) and frees its buffer (ready.c). */
 void dev_component_set_error(dev_component *c, pd_code code, const char *msg);
+/* Sets an error the device reported after the op was issued, unless the
+ * component has one already; leaves the buffer (a later op already issued
+ * may still read it). Under the device's mutex (exec_int.h). */
+void dev__component_set_late_error(dev_component *c, pd_code code, const char *msg);
+
+/* Frees a queued or prepared op: releases its tensors, collective and
+ * attribute storage (prepare.c). */
+void dev__op_free(dev_op *op);
 
 /* Creates an engine over `b` (taking ownership of it: on failure it is
  * destroyed) and starts its threads: what dev_engine_create does once it has
