@@ -119,8 +119,11 @@ bool dev_exec_wait_until(dev_engine *e, int device, uint64_t seq, double deadlin
 /* Registration of the built-in op groups (device/ops/ files). Each registers
  * its op defs and their CPU kernels. */
 void dev_register_elementwise_ops(void);
+void dev_register_binary_ops(void);
+void dev_register_fill_cast_ops(void);
 void dev_register_linalg_ops(void);
 void dev_register_reduce_ops(void);
+void dev_register_softmax_ops(void);
 void dev_register_array_ops(void);
 void dev_register_random_ops(void);
 void dev_register_collective_ops(void);

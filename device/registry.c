@@ -67,8 +67,11 @@ void dev_register_or_die(dev_op_def *def) {
 
 static void registry_init_once(void) {
   dev_register_elementwise_ops();
+  dev_register_binary_ops();
+  dev_register_fill_cast_ops();
   dev_register_linalg_ops();
   dev_register_reduce_ops();
+  dev_register_softmax_ops();
   dev_register_array_ops();
   dev_register_random_ops();
   dev_register_collective_ops();
