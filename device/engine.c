@@ -185,8 +185,7 @@ pd_code dev_engine_sync(dev_engine *e, dev_status *st) {
   pthread_mutex_unlock(&e->submit_mu);
   for (int d = 0; d < e->n; d++) {
     dev_exec_wait(e, d, seq);
-    pd_code rc = e->backend->synchronize(e->backend, d, st);
-    if (rc != PD_OK) return rc;
+    PD_TRY(e->backend->synchronize(e->backend, d, st));
   }
   return PD_OK;
 }
@@ -249,8 +248,7 @@ pd_code dev_execute(dev_engine *e, const char *op_name, dev_tensor *const *input
     return dev_error(st, PD_INVALID_ARGUMENT, "%s has %d outputs; room was given for %d",
                      def->name, def->num_outputs, *num_outputs);
   dev_op *op;
-  pd_code rc = dev_op_prepare(e, op_name, inputs, num_inputs, attrs, num_attrs, &op, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_op_prepare(e, op_name, inputs, num_inputs, attrs, num_attrs, &op, st));
   int n = op->num_outputs;
   for (int i = 0; i < n; i++) {
     dev_tensor_retain(op->outputs[i]);

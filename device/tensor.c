@@ -79,12 +79,14 @@ pd_code dev_tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, d
 pd_code dev_tensor_create(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, dev_tensor **out,
                           dev_status *st) {
   dev_tensor *t;
-  pd_code rc = dev_tensor_new(e, dtype, shapes, &t, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_tensor_new(e, dtype, shapes, &t, st));
   dev_backend *b = e->backend;
   for (int d = 0; d < t->n; d++) {
-    rc = dev_buffer_alloc(b, d, t->comps[d].bytes, &t->comps[d].buf, st);
-    if (rc != PD_OK) { dev_tensor_release(t); return rc; }
+    pd_code rc = dev_buffer_alloc(b, d, t->comps[d].bytes, &t->comps[d].buf, st);
+    if (rc != PD_OK) {
+      dev_tensor_release(t);
+      return rc;
+    }
   }
   *out = t;
   return PD_OK;

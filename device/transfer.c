@@ -105,8 +105,7 @@ static pd_code walk_concat(dev_tensor *t, const span_map *m, uint64_t offset, ch
     uint64_t comp_off = (o * dc + (r - m->first_row[c])) * m->inner + within;
     uint64_t run = (m->first_row[c + 1] - r) * m->inner - within;
     size_t take = run < len ? (size_t)run : len;
-    pd_code rc = fn(t, c, comp_off, host, take, st);
-    if (rc != PD_OK) return rc;
+    PD_TRY(fn(t, c, comp_off, host, take, st));
     host += take;
     offset += take;
     len -= take;
@@ -144,23 +143,22 @@ static pd_code check_component(const dev_tensor *t, int c, dev_status *st) {
 
 pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component, uint64_t offset,
                          const void *data, size_t len, dev_status *st) {
-  pd_code rc;
   switch (layout->kind) {
     case DEV_LAYOUT_MIRRORED:
-      if ((rc = check_range(offset, len, t->comps[0].bytes, st)) != PD_OK) return rc;
+      PD_TRY(check_range(offset, len, t->comps[0].bytes, st));
       for (int d = 0; d < t->n; d++)
-        if ((rc = write_span(t, d, offset, (void *)data, len, st)) != PD_OK) return rc;
+        PD_TRY(write_span(t, d, offset, (void *)data, len, st));
       return PD_OK;
     case DEV_LAYOUT_PER_COMPONENT:
     case DEV_LAYOUT_COMPONENT:
-      if ((rc = check_component(t, component, st)) != PD_OK) return rc;
-      if ((rc = check_range(offset, len, t->comps[component].bytes, st)) != PD_OK) return rc;
+      PD_TRY(check_component(t, component, st));
+      PD_TRY(check_range(offset, len, t->comps[component].bytes, st));
       return write_span(t, component, offset, (void *)data, len, st);
     case DEV_LAYOUT_SHARDED: {
       span_map m;
       dev_shape host;
-      if ((rc = concat_map(t, layout->axis, &m, &host, st)) != PD_OK) return rc;
-      if ((rc = check_range(offset, len, t->bytes, st)) != PD_OK) return rc;
+      PD_TRY(concat_map(t, layout->axis, &m, &host, st));
+      PD_TRY(check_range(offset, len, t->bytes, st));
       return walk_concat(t, &m, offset, (char *)data, len, write_span, st);
     }
   }
@@ -169,7 +167,6 @@ pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
 
 pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout, int component,
                              dev_shape *host_shape, uint64_t *bytes, dev_status *st) {
-  pd_code rc;
   switch (layout->kind) {
     case DEV_LAYOUT_MIRRORED:
       component = 0;
@@ -177,14 +174,14 @@ pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout, int 
     case DEV_LAYOUT_PER_COMPONENT:
     case DEV_LAYOUT_COMPONENT:
       if (layout->kind == DEV_LAYOUT_COMPONENT) component = layout->component;
-      if ((rc = check_component(t, component, st)) != PD_OK) return rc;
+      PD_TRY(check_component(t, component, st));
       if (host_shape) *host_shape = t->comps[component].shape;
       *bytes = t->comps[component].bytes;
       return PD_OK;
     case DEV_LAYOUT_SHARDED: {
       span_map m;
       dev_shape host;
-      if ((rc = concat_map(t, layout->axis, &m, &host, st)) != PD_OK) return rc;
+      PD_TRY(concat_map(t, layout->axis, &m, &host, st));
       if (host_shape) *host_shape = host;
       *bytes = t->bytes;
       return PD_OK;
@@ -196,9 +193,8 @@ pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout, int 
 pd_code dev_tensor_read(dev_tensor *t, const dev_layout *layout, int component, uint64_t offset,
                         void *data, size_t len, dev_status *st) {
   uint64_t total;
-  pd_code rc = dev_tensor_host_size(t, layout, component, NULL, &total, st);
-  if (rc != PD_OK) return rc;
-  if ((rc = check_range(offset, len, total, st)) != PD_OK) return rc;
+  PD_TRY(dev_tensor_host_size(t, layout, component, NULL, &total, st));
+  PD_TRY(check_range(offset, len, total, st));
   for (int d = 0; d < t->n; d++)
     if (t->comps[d].code != PD_OK || !t->comps[d].buf)
       return dev_error(st, t->comps[d].code ? t->comps[d].code : PD_FAILED_PRECONDITION,
@@ -206,7 +202,7 @@ pd_code dev_tensor_read(dev_tensor *t, const dev_layout *layout, int component, 
   if (layout->kind == DEV_LAYOUT_SHARDED) {
     span_map m;
     dev_shape host;
-    if ((rc = concat_map(t, layout->axis, &m, &host, st)) != PD_OK) return rc;
+    PD_TRY(concat_map(t, layout->axis, &m, &host, st));
     return walk_concat(t, &m, offset, data, len, read_span, st);
   }
   int c = layout->kind == DEV_LAYOUT_MIRRORED ? 0
@@ -220,11 +216,13 @@ pd_code dev_tensor_from_host(dev_engine *e, pd_dtype dtype, const dev_layout *la
   if (layout->kind == DEV_LAYOUT_PER_COMPONENT)
     return dev_error(st, PD_INVALID_ARGUMENT, "use dev_tensor_from_components for per-component values");
   dev_tensor *t;
-  pd_code rc = dev_tensor_create_for_layout(e, dtype, layout, host_shape, NULL, &t, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_tensor_create_for_layout(e, dtype, layout, host_shape, NULL, &t, st));
   uint64_t bytes = layout->kind == DEV_LAYOUT_MIRRORED ? t->comps[0].bytes : t->bytes;
-  rc = dev_tensor_write(t, layout, 0, 0, data, bytes, st);
-  if (rc != PD_OK) { dev_tensor_release(t); return rc; }
+  pd_code rc = dev_tensor_write(t, layout, 0, 0, data, bytes, st);
+  if (rc != PD_OK) {
+    dev_tensor_release(t);
+    return rc;
+  }
   *out = t;
   return PD_OK;
 }
@@ -232,12 +230,14 @@ pd_code dev_tensor_from_host(dev_engine *e, pd_dtype dtype, const dev_layout *la
 pd_code dev_tensor_from_components(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
                                    const void *const *datas, dev_tensor **out, dev_status *st) {
   dev_tensor *t;
-  pd_code rc = dev_tensor_create(e, dtype, shapes, &t, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_tensor_create(e, dtype, shapes, &t, st));
   dev_layout lay = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
   for (int d = 0; d < t->n; d++) {
-    rc = dev_tensor_write(t, &lay, d, 0, datas[d], t->comps[d].bytes, st);
-    if (rc != PD_OK) { dev_tensor_release(t); return rc; }
+    pd_code rc = dev_tensor_write(t, &lay, d, 0, datas[d], t->comps[d].bytes, st);
+    if (rc != PD_OK) {
+      dev_tensor_release(t);
+      return rc;
+    }
   }
   *out = t;
   return PD_OK;
@@ -245,10 +245,9 @@ pd_code dev_tensor_from_components(dev_engine *e, pd_dtype dtype, const dev_shap
 
 pd_code dev_tensor_to_host(dev_tensor *t, const dev_layout *layout, int component, void *data,
                            size_t capacity, dev_status *st) {
-  pd_code rc = dev_tensor_wait(t, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_tensor_wait(t, st));
   uint64_t bytes;
-  if ((rc = dev_tensor_host_size(t, layout, component, NULL, &bytes, st)) != PD_OK) return rc;
+  PD_TRY(dev_tensor_host_size(t, layout, component, NULL, &bytes, st));
   if (bytes > capacity)
     return dev_error(st, PD_INVALID_ARGUMENT, "download needs %llu bytes; the buffer holds %zu",
                      (unsigned long long)bytes, capacity);

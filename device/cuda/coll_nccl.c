@@ -258,8 +258,7 @@ pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
   const bool gather = reducing && !nccl_matches_cpu(dt, red);
   if (gather) {
     tmp_bytes = (size_t)n * (size_t)cu_coll_elems(&k->in_shape[d]) * es;
-    rc = b->allocate(b, d, tmp_bytes, &tmp, st);
-    if (rc != PD_OK) return rc;
+    PD_TRY(b->allocate(b, d, tmp_bytes, &tmp, st));
   }
   if (ctx->num_outputs > 0 && k->kind == DEV_COLL_ALL_GATHER) {
     /* A gather along an inner axis lands in a temporary buffer first. */
@@ -269,8 +268,7 @@ pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
     for (int i = 0; i < axis; i++) outer *= k->in_shape[0].dims[i];
     if (outer > 1) {
       for (int p = 0; p < n; p++) tmp_bytes += (size_t)cu_coll_elems(&k->in_shape[p]) * es;
-      rc = b->allocate(b, d, tmp_bytes, &tmp, st);
-      if (rc != PD_OK) return rc;
+      PD_TRY(b->allocate(b, d, tmp_bytes, &tmp, st));
     }
   }
 

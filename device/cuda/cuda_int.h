@@ -126,6 +126,8 @@ cudaError_t dev_cuda_bool_normalize(void *data, int64_t count, cudaStream_t s);
 
 #ifndef __cplusplus
 #include <pthread.h>
+
+#include "../../common/check.h"
 #include <stdatomic.h>
 
 #include <cublas_v2.h>

@@ -81,9 +81,8 @@ void cu_fence_release(dev_backend *b, int device, void *fence) {
  * cudaStreamSynchronize would. */
 pd_code cu_wait_issued(cu_backend *c, int device, dev_status *st) {
   cu_fence *f = NULL;
-  pd_code rc = cu_fence_take(c, device, &f, st);
-  if (rc != PD_OK) return rc;
-  rc = cu_fence_sync(c, device, f, st);
+  PD_TRY(cu_fence_take(c, device, &f, st));
+  pd_code rc = cu_fence_sync(c, device, f, st);
   cu_fence_put(c, device, f);
   return rc;
 }

@@ -18,8 +18,7 @@ pd_code cu_allocate(dev_backend *b, int device, size_t bytes, void **out, dev_st
   cu_backend *c = cu_of(b);
   cu_device *d = &c->devs[device];
   cu_gpu *g = &c->gpus[d->gpu];
-  pd_code rc = cu_check_healthy(c, device, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(cu_check_healthy(c, device, st));
   uint64_t limit = c->memory_limit;
   uint64_t cur = atomic_load(&d->in_use);
   for (;;) {

@@ -331,8 +331,7 @@ static pd_code ew_binary_infer(dev_infer_ctx *c, unsigned mask,
   }
   pd_dtype odt = to_bool ? PD_BOOL : c->in_dtype[0];
   size_t bytes;
-  rc = dev_shape_byte_size(odt, &out, &bytes, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_shape_byte_size(odt, &out, &bytes, st));
   c->out_dtype[0] = odt;
   c->out_shape[0] = out;
   return PD_OK;

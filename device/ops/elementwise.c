@@ -159,8 +159,7 @@ static pd_code ew_unary_kernel(dev_kernel_ctx *c, ew_unary op, dev_status *st) {
 
 static pd_code ew_unary_infer(dev_infer_ctx *c, unsigned mask,
                               const char *expected, dev_status *st) {
-  pd_code rc = dev_check_dtype_in(c, 0, mask, expected, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_check_dtype_in(c, 0, mask, expected, st));
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = c->in_shape[0];
   return PD_OK;

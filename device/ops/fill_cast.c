@@ -97,8 +97,7 @@ static void ew_cast(pd_dtype src, const void *in, pd_dtype dst, void *out,
 }
 
 static pd_code ew_infer_cast(dev_infer_ctx *c, dev_status *st) {
-  pd_code rc = dev_check_dtype_in(c, 0, DEV_MASK_ALL, "any dtype", st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_check_dtype_in(c, 0, DEV_MASK_ALL, "any dtype", st));
   pd_dtype dst = c->attrs[0].u.dtype;
   if (!dev_dtype_is_valid(dst))
     return dev_error(st, PD_INVALID_ARGUMENT,
@@ -107,8 +106,7 @@ static pd_code ew_infer_cast(dev_infer_ctx *c, dev_status *st) {
                      "uint8 or bool",
                      (int)dst);
   size_t bytes;
-  rc = dev_shape_byte_size(dst, &c->in_shape[0], &bytes, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_shape_byte_size(dst, &c->in_shape[0], &bytes, st));
   c->out_dtype[0] = dst;
   c->out_shape[0] = c->in_shape[0];
   return PD_OK;
@@ -169,8 +167,7 @@ static pd_code ew_infer_fill(dev_infer_ctx *c, dev_status *st) {
                        "dims >= 0",
                        (long long)s->dims[i], i);
   size_t bytes;
-  pd_code rc = dev_shape_byte_size(dt, s, &bytes, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_shape_byte_size(dt, s, &bytes, st));
   c->out_dtype[0] = dt;
   c->out_shape[0] = *s;
   return PD_OK;
@@ -187,8 +184,7 @@ static pd_code ew_k_fill(dev_kernel_ctx *c, dev_status *st) {
 }
 
 static pd_code ew_infer_like(dev_infer_ctx *c, dev_status *st) {
-  pd_code rc = dev_check_dtype_in(c, 0, DEV_MASK_ALL, "any dtype", st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_check_dtype_in(c, 0, DEV_MASK_ALL, "any dtype", st));
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = c->in_shape[0];
   return PD_OK;

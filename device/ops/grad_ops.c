@@ -535,7 +535,7 @@ static pd_code cg_infer(dev_infer_ctx *c, dev_status *st) {
       (rc = dev_check_rank(c, 0, 1, PD_MAX_RANK, st)))
     return rc;
   int axis;
-  if ((rc = dev_normalize_axis(c, "axis", c->attrs[CG_AXIS].u.i, g->rank, &axis, st))) return rc;
+  PD_TRY(dev_normalize_axis(c, "axis", c->attrs[CG_AXIS].u.i, g->rank, &axis, st));
   int nv = c->num_inputs - 1;
   int64_t sum = 0;
   char a[160], b[160];

@@ -141,7 +141,7 @@ static pd_code sxent_infer(dev_infer_ctx *c, dev_status *st) {
   c->out_shape[0].rank = 1;
   c->out_shape[0].dims[0] = fs->dims[0];
   c->out_shape[1] = *fs;
-  if ((rc = check_output(c, 0, st))) return rc;
+  PD_TRY(check_output(c, 0, st));
   return check_output(c, 1, st);
 }
 
