@@ -151,13 +151,10 @@ static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs, int n
   return PD_OK;
 }
 
-pd_code dev_op_prepare(dev_engine *e, const char *op_name, dev_tensor *const *inputs,
-                       int num_inputs, const dev_attr *attrs, int num_attrs, dev_op **out,
-                       dev_status *st) {
-  const dev_op_def *def = dev_op_lookup(op_name);
-  if (!def)
-    return dev_error(st, PD_INVALID_ARGUMENT, "unknown op '%.64s'; expected a registered op name",
-                     op_name ? op_name : "(null)");
+/* Checks the arity of a call of `def` (list inputs per TFE_OpGetInputLength)
+ * and that every input is there and belongs to engine `e`. */
+static pd_code check_inputs(const dev_op_def *def, const dev_engine *e, dev_tensor *const *inputs,
+                            int num_inputs, dev_status *st) {
   if (num_inputs < 0 || num_inputs > DEV_MAX_INPUTS)
     return dev_error(st, PD_INVALID_ARGUMENT, "%s: %d inputs; the limit is %d", def->name,
                      num_inputs, DEV_MAX_INPUTS);
@@ -182,39 +179,33 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name, dev_tensor *const *in
       return dev_error(st, PD_FAILED_PRECONDITION, "%s: input %d belongs to another engine",
                        def->name, i);
   }
+  return PD_OK;
+}
 
-  dev_op *op = calloc(1, sizeof *op);
-  if (!op) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
-  op->def = def;
-  op->engine = e;
-  pd_code rc = resolve_attrs(def, attrs, num_attrs, op, st);
-  if (rc != PD_OK) goto fail;
-
+/* Runs `def`'s inference for every component: out_dtype[o] and
+ * out_shapes[o * n + d] receive output o's dtype and component d's shape. */
+static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def, const dev_op *op,
+                             dev_tensor *const *inputs, int num_inputs, pd_dtype *out_dtype,
+                             dev_shape *out_shapes, dev_status *st) {
   const int n = e->n;
+  const size_t nin = (size_t)(num_inputs ? num_inputs : 1);
   pd_dtype in_dtype[DEV_MAX_INPUTS];
   for (int i = 0; i < num_inputs; i++) in_dtype[i] = inputs[i]->dtype;
-  dev_shape *in_shape = malloc(sizeof(dev_shape) * (size_t)(num_inputs ? num_inputs : 1));
-  dev_shape *out_shapes = malloc(sizeof(dev_shape) * (size_t)n * DEV_MAX_OUTPUTS);
+  dev_shape *in_shape = malloc(sizeof(dev_shape) * nin);
   const dev_shape **all = NULL;
   dev_shape *all_store = NULL;
-  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
-  if (!in_shape || !out_shapes) {
-    rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
-    goto fail_infer;
-  }
+  pd_code rc = PD_OK;
+  if (!in_shape) goto oom;
   if (def->flags & DEV_OP_MESH_INFER) {
-    all = malloc(sizeof *all * (size_t)(num_inputs ? num_inputs : 1));
-    all_store = malloc(sizeof(dev_shape) * (size_t)n * (size_t)(num_inputs ? num_inputs : 1));
-    if (!all || !all_store) {
-      rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
-      goto fail_infer;
-    }
+    all = malloc(sizeof *all * nin);
+    all_store = malloc(sizeof(dev_shape) * (size_t)n * nin);
+    if (!all || !all_store) goto oom;
     for (int i = 0; i < num_inputs; i++) {
       for (int d = 0; d < n; d++) all_store[i * n + d] = inputs[i]->comps[d].shape;
       all[i] = &all_store[i * n];
     }
   }
-  for (int d = 0; d < n; d++) {
+  for (int d = 0; d < n && rc == PD_OK; d++) {
     for (int i = 0; i < num_inputs; i++) in_shape[i] = inputs[i]->comps[d].shape;
     dev_infer_ctx ic = {
         .op = def, .device = d, .num_devices = n, .num_inputs = num_inputs,
@@ -222,57 +213,83 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name, dev_tensor *const *in
         .attrs = op->attrs, .num_outputs = def->num_outputs,
     };
     rc = def->infer(&ic, st);
-    if (rc != PD_OK) {
-      /* Name the component only when components differ. */
-      goto fail_infer;
-    }
-    for (int o = 0; o < def->num_outputs; o++) {
+    for (int o = 0; o < def->num_outputs && rc == PD_OK; o++) {
       if (d == 0) out_dtype[o] = ic.out_dtype[o];
-      else if (out_dtype[o] != ic.out_dtype[o]) {
+      else if (out_dtype[o] != ic.out_dtype[o])
         rc = dev_error(st, PD_INTERNAL, "%s: inferred dtypes differ between devices", def->name);
-        goto fail_infer;
-      }
       out_shapes[o * n + d] = ic.out_shape[o];
     }
   }
-  op->num_inputs = num_inputs;
-  for (int i = 0; i < num_inputs; i++) {
-    dev_tensor_retain(inputs[i]);
-    op->inputs[i] = inputs[i];
-  }
+  goto out;
+oom:
+  rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+out:
+  free(in_shape);
+  free(all);
+  free(all_store);
+  return rc;
+}
+
+/* Creates op's outputs (not yet allocated, not yet submitted) and, for a
+ * collective, its rendezvous. */
+static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
+                            const pd_dtype *out_dtype, const dev_shape *out_shapes,
+                            dev_status *st) {
+  const int n = e->n;
   for (int o = 0; o < def->num_outputs; o++) {
-    rc = dev_tensor_new(e, out_dtype[o], &out_shapes[o * n], &op->outputs[o], st);
+    pd_code rc = dev_tensor_new(e, out_dtype[o], &out_shapes[o * n], &op->outputs[o], st);
     if (rc != PD_OK) {
       char msg[DEV_STATUS_MSG_MAX];
       snprintf(msg, sizeof msg, "%s", st ? st->msg : "");
-      rc = dev_error(st, rc, "%s: output '%s': %s", def->name, def->outputs[o].name, msg);
-      goto fail_infer;
+      return dev_error(st, rc, "%s: output '%s': %s", def->name, def->outputs[o].name, msg);
     }
     op->num_outputs = o + 1;
     for (int d = 0; d < n; d++) atomic_store(&op->outputs[o]->comps[d].ready_seq, UINT64_MAX);
   }
   if (def->flags & DEV_OP_COLLECTIVE) {
     op->collective = e->backend->collective_create(e->backend, (dev_collective_kind)def->collective, n);
-    if (!op->collective) {
-      rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
-      goto fail_infer;
-    }
+    if (!op->collective) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   }
-  atomic_init(&op->pending, n);
-  atomic_init(&op->inflight, n + 1);
-  free(in_shape);
+  return PD_OK;
+}
+
+pd_code dev_op_prepare(dev_engine *e, const char *op_name, dev_tensor *const *inputs,
+                       int num_inputs, const dev_attr *attrs, int num_attrs, dev_op **out,
+                       dev_status *st) {
+  const dev_op_def *def = dev_op_lookup(op_name);
+  if (!def)
+    return dev_error(st, PD_INVALID_ARGUMENT, "unknown op '%.64s'; expected a registered op name",
+                     op_name ? op_name : "(null)");
+  PD_TRY(check_inputs(def, e, inputs, num_inputs, st));
+
+  dev_op *op = calloc(1, sizeof *op);
+  if (!op) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  op->def = def;
+  op->engine = e;
+  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
+  dev_shape *out_shapes = NULL;
+  pd_code rc;
+  PD_TRY_GOTO(resolve_attrs(def, attrs, num_attrs, op, st), rc, fail);
+  out_shapes = malloc(sizeof(dev_shape) * (size_t)e->n * DEV_MAX_OUTPUTS);
+  if (!out_shapes) {
+    rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+    goto fail;
+  }
+  PD_TRY_GOTO(infer_outputs(e, def, op, inputs, num_inputs, out_dtype, out_shapes, st), rc, fail);
+  op->num_inputs = num_inputs;
+  for (int i = 0; i < num_inputs; i++) {
+    dev_tensor_retain(inputs[i]);
+    op->inputs[i] = inputs[i];
+  }
+  PD_TRY_GOTO(make_outputs(e, def, op, out_dtype, out_shapes, st), rc, fail);
+  atomic_init(&op->pending, e->n);
+  atomic_init(&op->inflight, e->n + 1);
   free(out_shapes);
-  free(all);
-  free(all_store);
   *out = op;
   return PD_OK;
 
-fail_infer:
-  free(in_shape);
-  free(out_shapes);
-  free(all);
-  free(all_store);
 fail:
+  free(out_shapes);
   dev__op_free(op);
   return rc;
 }
