@@ -11,36 +11,38 @@
 
 #include "exec_int.h"
 
-/* Runs (CPU) or issues (CUDA) device x's part of `op`. Returns true when
- * work was issued that a fence must cover: the kernel or the collective ran
- * without error. With fences, deps[0..*ndeps) receive the distinct seqs of
- * the ops producing inputs that were still in flight (room for
- * DEV_MAX_INPUTS). */
-static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
-  const int d = x->device;
-  dev_engine *e = x->engine;
-  dev_backend *b = e->backend;
-  const dev_op_def *def = op->def;
-  dev_status st = DEV_STATUS_INIT;
-  bool failed = false;
-
+/* The arguments of one device's part of an op, as its kernel sees them. */
+typedef struct run_args {
   pd_dtype in_dtype[DEV_MAX_INPUTS];
   dev_shape in_shape[DEV_MAX_INPUTS];
   const void *in_data[DEV_MAX_INPUTS];
-  /* With fences an input may be in flight, its code still set by the
-   * completion thread (its buf is left in place). An input in flight whose
-   * code reads OK here may still fail: the completion thread checks the
-   * recorded producer against its late failures. */
+  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
+  dev_shape out_shape[DEV_MAX_OUTPUTS];
+  void *out_data[DEV_MAX_OUTPUTS];
+  int out_alias[DEV_MAX_OUTPUTS];
+} run_args;
+
+/* Reads device x's components of op's inputs into `a`; false (with the
+ * first input's error in *st) when an input failed. With fences an input
+ * may be in flight, its code still set by the completion thread (its buf is
+ * left in place), so the codes are read under x->mu; deps[0..*ndeps)
+ * receive the distinct seqs of the ops producing inputs still in flight. An
+ * input in flight whose code reads OK here may still fail: the completion
+ * thread checks the recorded producer against its late failures. */
+static bool read_inputs(dev_exec *x, dev_op *op, run_args *a, uint64_t *deps, int *ndeps,
+                        dev_status *st) {
+  const int d = x->device;
+  bool failed = false;
   if (x->fenced) pthread_mutex_lock(&x->mu);
   const uint64_t done = x->fenced ? atomic_load(&x->ready.done_seq) : 0;
   for (int i = 0; i < op->num_inputs; i++) {
     dev_component *c = &op->inputs[i]->comps[d];
-    in_dtype[i] = op->inputs[i]->dtype;
-    in_shape[i] = c->shape;
-    in_data[i] = c->buf ? c->buf->data : NULL;
+    a->in_dtype[i] = op->inputs[i]->dtype;
+    a->in_shape[i] = c->shape;
+    a->in_data[i] = c->buf ? c->buf->data : NULL;
     if (!failed && c->code != PD_OK) {
       failed = true;
-      dev_error(&st, c->code, "%s", c->msg ? c->msg : "");
+      dev_error(st, c->code, "%s", c->msg ? c->msg : "");
     }
     uint64_t rs;
     if (x->fenced && (rs = atomic_load(&c->ready_seq)) > done) {
@@ -50,43 +52,92 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
     }
   }
   if (x->fenced) pthread_mutex_unlock(&x->mu);
+  return !failed;
+}
 
-  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
-  dev_shape out_shape[DEV_MAX_OUTPUTS];
-  void *out_data[DEV_MAX_OUTPUTS] = {0};
-  int out_alias[DEV_MAX_OUTPUTS];
+/* Allocates device d's components of op's outputs (or aliases output 0 to
+ * input 0 for DEV_OP_ALIASES_INPUT) into `a`; `failed`: an input failed, so
+ * nothing is allocated. Returns false (error in *st) when one cannot be. */
+static bool alloc_outputs(dev_backend *b, int d, dev_op *op, run_args *a, bool failed,
+                          dev_status *st) {
+  const dev_op_def *def = op->def;
   for (int i = 0; i < op->num_outputs; i++) {
     dev_component *c = &op->outputs[i]->comps[d];
-    out_dtype[i] = op->outputs[i]->dtype;
-    out_shape[i] = c->shape;
-    out_alias[i] = -1;
+    a->out_dtype[i] = op->outputs[i]->dtype;
+    a->out_shape[i] = c->shape;
+    a->out_alias[i] = -1;
+    a->out_data[i] = NULL;
     if (failed) continue;
     if (i == 0 && (def->flags & DEV_OP_ALIASES_INPUT) && op->num_inputs > 0 &&
         op->inputs[0]->comps[d].buf && op->inputs[0]->comps[d].bytes == c->bytes) {
       dev_buffer_retain(op->inputs[0]->comps[d].buf);
       c->buf = op->inputs[0]->comps[d].buf;
-      out_alias[i] = 0;
+      a->out_alias[i] = 0;
     } else {
       dev_status ast = DEV_STATUS_INIT;
       if (dev_buffer_alloc(b, d, c->bytes, &c->buf, &ast) != PD_OK) {
         failed = true;
-        dev_error(&st, ast.code, "%s: %s", def->name, ast.msg);
+        dev_error(st, ast.code, "%s: %s", def->name, ast.msg);
         continue;
       }
     }
-    out_data[i] = c->buf->data;
+    a->out_data[i] = c->buf->data;
   }
+  return !failed;
+}
+
+/* Calls the op's kernel for one component (an op whose outputs all alias
+ * its inputs runs nothing). True when work was issued; false with the error
+ * in *st. */
+static bool run_kernel(dev_backend *b, dev_op *op, dev_kernel_ctx *ctx, dev_status *st) {
+  const dev_op_def *def = op->def;
+  const int d = ctx->device;
+  bool all_aliased = op->num_outputs > 0;
+  for (int i = 0; i < op->num_outputs; i++) all_aliased &= ctx->out_alias[i] >= 0;
+  dev_kernel_fn fn = def->kernels[b->kind];
+  if (all_aliased && (def->flags & DEV_OP_ALIASES_INPUT)) {
+    return false; /* the output shares the input's bytes: nothing to run */
+  } else if (!fn && (def->flags & DEV_OP_ALIASES_INPUT)) {
+    /* Aliasing op whose sizes differ cannot happen (infer keeps bytes). */
+    dev_error(st, PD_INTERNAL, "%s: cannot alias input of %zu bytes to output of %zu bytes",
+              def->name, op->inputs[0]->comps[d].bytes, op->outputs[0]->comps[d].bytes);
+  } else if (!fn) {
+    dev_error(st, PD_UNIMPLEMENTED, "%s has no kernel for the %s backend", def->name, b->name);
+  } else {
+    dev_status kst = DEV_STATUS_INIT;
+    if (b->run_kernel(b, fn, ctx, &kst) == PD_OK) return true;
+    if (strncmp(kst.msg, def->name, strlen(def->name)) == 0)
+      dev_error(st, kst.code, "%s (on %s)", kst.msg, b->device_name(b, d));
+    else
+      dev_error(st, kst.code, "%s on %s: %s", def->name, b->device_name(b, d), kst.msg);
+  }
+  return false;
+}
+
+/* Runs (CPU) or issues (CUDA) device x's part of `op`. Returns true when
+ * work was issued that a fence must cover: the kernel or the collective ran
+ * without error. With fences, deps[0..*ndeps) receive the distinct seqs of
+ * the ops producing inputs that were still in flight (room for
+ * DEV_MAX_INPUTS). */
+static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
+  const int d = x->device;
+  dev_engine *e = x->engine;
+  dev_backend *b = e->backend;
+  dev_status st = DEV_STATUS_INIT;
+  run_args a;
+  bool failed = !read_inputs(x, op, &a, deps, ndeps, &st);
+  failed = !alloc_outputs(b, d, op, &a, failed, &st) || failed;
 
   dev_kernel_ctx ctx = {
-      .op = def, .attrs = op->attrs, .device = d, .num_devices = e->n, .backend = b,
-      .op_seq = op->seq, .num_inputs = op->num_inputs, .in_dtype = in_dtype,
-      .in_shape = in_shape, .in_data = in_data, .num_outputs = op->num_outputs,
-      .out_dtype = out_dtype, .out_shape = out_shape, .out_data = out_data,
-      .out_alias = out_alias, .collective = op->collective,
+      .op = op->def, .attrs = op->attrs, .device = d, .num_devices = e->n, .backend = b,
+      .op_seq = op->seq, .num_inputs = op->num_inputs, .in_dtype = a.in_dtype,
+      .in_shape = a.in_shape, .in_data = a.in_data, .num_outputs = op->num_outputs,
+      .out_dtype = a.out_dtype, .out_shape = a.out_shape, .out_data = a.out_data,
+      .out_alias = a.out_alias, .collective = op->collective,
   };
 
   bool issued = false;
-  if (def->flags & DEV_OP_COLLECTIVE) {
+  if (op->def->flags & DEV_OP_COLLECTIVE) {
     /* Every device takes part, failed or not, so no peer waits forever. */
     dev_status cst = DEV_STATUS_INIT;
     if (b->collective_run(b, &ctx, failed ? &st : NULL, &cst) != PD_OK) {
@@ -96,31 +147,8 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
       issued = !failed;
     }
   } else if (!failed) {
-    bool all_aliased = op->num_outputs > 0;
-    for (int i = 0; i < op->num_outputs; i++) all_aliased &= out_alias[i] >= 0;
-    dev_kernel_fn fn = def->kernels[b->kind];
-    if (all_aliased && (def->flags & DEV_OP_ALIASES_INPUT)) {
-      /* The output shares the input's bytes: nothing to run. */
-    } else if (!fn && (def->flags & DEV_OP_ALIASES_INPUT)) {
-      /* Aliasing op whose sizes differ cannot happen (infer keeps bytes). */
-      failed = true;
-      dev_error(&st, PD_INTERNAL, "%s: cannot alias input of %zu bytes to output of %zu bytes",
-                def->name, op->inputs[0]->comps[d].bytes, op->outputs[0]->comps[d].bytes);
-    } else if (!fn) {
-      failed = true;
-      dev_error(&st, PD_UNIMPLEMENTED, "%s has no kernel for the %s backend", def->name, b->name);
-    } else {
-      dev_status kst = DEV_STATUS_INIT;
-      if (b->run_kernel(b, fn, &ctx, &kst) != PD_OK) {
-        failed = true;
-        if (strncmp(kst.msg, def->name, strlen(def->name)) == 0)
-          dev_error(&st, kst.code, "%s (on %s)", kst.msg, b->device_name(b, d));
-        else
-          dev_error(&st, kst.code, "%s on %s: %s", def->name, b->device_name(b, d), kst.msg);
-      } else {
-        issued = true;
-      }
-    }
+    issued = run_kernel(b, op, &ctx, &st);
+    failed = !issued && st.code != PD_OK;
   }
 
   if (failed)
