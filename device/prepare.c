@@ -52,6 +52,79 @@ static void list_input_names(const dev_op_def *def, char *buf, size_t len) {
   }
 }
 
+/* Checks one attribute value already known to have its declared type:
+ * limits on strings and lists, valid dtypes and shapes; adds the bytes its
+ * deep copy needs to *arena. */
+static pd_code check_value(const dev_op_def *def, const dev_attr *a, size_t *arena,
+                           dev_status *st) {
+  const dev_attr_value *v = &a->value;
+  const dev_attr_type want = v->type;
+  switch (want) {
+    case DEV_ATTR_STRING:
+      if (v->u.s.len > DEV_ATTR_STRING_MAX || (v->u.s.len && !v->u.s.ptr))
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "%s: attribute '%s' is a string of %zu bytes; the limit is %d",
+                         def->name, a->name, v->u.s.len, DEV_ATTR_STRING_MAX);
+      *arena += v->u.s.len + 1;
+      break;
+    case DEV_ATTR_INT_LIST:
+    case DEV_ATTR_FLOAT_LIST: {
+      int n = want == DEV_ATTR_INT_LIST ? v->u.ilist.n : v->u.flist.n;
+      const void *p = want == DEV_ATTR_INT_LIST ? (const void *)v->u.ilist.v : (const void *)v->u.flist.v;
+      if (n < 0 || n > DEV_ATTR_LIST_MAX || (n && !p))
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "%s: attribute '%s' is a list of %d values; expected 0 to %d",
+                         def->name, a->name, n, DEV_ATTR_LIST_MAX);
+      *arena += (size_t)n * 8;
+      break;
+    }
+    case DEV_ATTR_DTYPE:
+      if (!dev_dtype_is_valid(v->u.dtype))
+        return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' is dtype %d; expected a valid dtype",
+                         def->name, a->name, (int)v->u.dtype);
+      break;
+    case DEV_ATTR_SHAPE: {
+      dev_shape tmp;
+      dev_status sst = DEV_STATUS_INIT;
+      if (dev_shape_make(v->u.shape.rank, v->u.shape.dims, &tmp, &sst) != PD_OK)
+        return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s': %s", def->name, a->name,
+                         sst.msg);
+      break;
+    }
+    case DEV_ATTR_FLOAT:
+    case DEV_ATTR_INT:
+    case DEV_ATTR_BOOL:
+    case DEV_ATTR_NONE:
+      break;
+  }
+  return PD_OK;
+}
+
+/* Copies the given attributes into op->attrs, strings and lists into the
+ * arena (sized by check_value). */
+static void copy_attrs(const dev_op_def *def, const dev_attr *attrs, int num_attrs, dev_op *op) {
+  char *p = op->attr_arena;
+  for (int k = 0; k < num_attrs; k++) {
+    int idx = dev_op_attr_index(def, attrs[k].name);
+    dev_attr_value v = attrs[k].value;
+    if (v.type == DEV_ATTR_STRING) {
+      if (v.u.s.len) memcpy(p, v.u.s.ptr, v.u.s.len);
+      p[v.u.s.len] = '\0';
+      v.u.s.ptr = p;
+      p += v.u.s.len + 1;
+    } else if (v.type == DEV_ATTR_INT_LIST && v.u.ilist.n) {
+      memcpy(p, v.u.ilist.v, (size_t)v.u.ilist.n * 8);
+      v.u.ilist.v = (const int64_t *)(void *)p;
+      p += (size_t)v.u.ilist.n * 8;
+    } else if (v.type == DEV_ATTR_FLOAT_LIST && v.u.flist.n) {
+      memcpy(p, v.u.flist.v, (size_t)v.u.flist.n * 8);
+      v.u.flist.v = (const double *)(void *)p;
+      p += (size_t)v.u.flist.n * 8;
+    }
+    op->attrs[idx] = v;
+  }
+}
+
 /* Checks and resolves attributes into op->attrs (defaults filled), deep
  * copying strings and lists into one arena. */
 static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs, int num_attrs,
@@ -80,45 +153,7 @@ static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs, int n
     if (a->value.type != want)
       return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' has type %s; expected %s",
                        def->name, a->name, attr_type_name(a->value.type), attr_type_name(want));
-    const dev_attr_value *v = &a->value;
-    switch (want) {
-      case DEV_ATTR_STRING:
-        if (v->u.s.len > DEV_ATTR_STRING_MAX || (v->u.s.len && !v->u.s.ptr))
-          return dev_error(st, PD_INVALID_ARGUMENT,
-                           "%s: attribute '%s' is a string of %zu bytes; the limit is %d",
-                           def->name, a->name, v->u.s.len, DEV_ATTR_STRING_MAX);
-        arena += v->u.s.len + 1;
-        break;
-      case DEV_ATTR_INT_LIST:
-      case DEV_ATTR_FLOAT_LIST: {
-        int n = want == DEV_ATTR_INT_LIST ? v->u.ilist.n : v->u.flist.n;
-        const void *p = want == DEV_ATTR_INT_LIST ? (const void *)v->u.ilist.v : (const void *)v->u.flist.v;
-        if (n < 0 || n > DEV_ATTR_LIST_MAX || (n && !p))
-          return dev_error(st, PD_INVALID_ARGUMENT,
-                           "%s: attribute '%s' is a list of %d values; expected 0 to %d",
-                           def->name, a->name, n, DEV_ATTR_LIST_MAX);
-        arena += (size_t)n * 8;
-        break;
-      }
-      case DEV_ATTR_DTYPE:
-        if (!dev_dtype_is_valid(v->u.dtype))
-          return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' is dtype %d; expected a valid dtype",
-                           def->name, a->name, (int)v->u.dtype);
-        break;
-      case DEV_ATTR_SHAPE: {
-        dev_shape tmp;
-        dev_status sst = DEV_STATUS_INIT;
-        if (dev_shape_make(v->u.shape.rank, v->u.shape.dims, &tmp, &sst) != PD_OK)
-          return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s': %s", def->name, a->name,
-                           sst.msg);
-        break;
-      }
-      case DEV_ATTR_FLOAT:
-      case DEV_ATTR_INT:
-      case DEV_ATTR_BOOL:
-      case DEV_ATTR_NONE:
-        break;
-    }
+    PD_TRY(check_value(def, a, &arena, st));
   }
   for (int i = 0; i < def->num_attrs; i++)
     if (!seen[i] && def->attrs[i].default_value.type == DEV_ATTR_NONE)
@@ -128,26 +163,7 @@ static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs, int n
     op->attr_arena = malloc(arena);
     if (!op->attr_arena) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   }
-  char *p = op->attr_arena;
-  for (int k = 0; k < num_attrs; k++) {
-    int idx = dev_op_attr_index(def, attrs[k].name);
-    dev_attr_value v = attrs[k].value;
-    if (v.type == DEV_ATTR_STRING) {
-      if (v.u.s.len) memcpy(p, v.u.s.ptr, v.u.s.len);
-      p[v.u.s.len] = '\0';
-      v.u.s.ptr = p;
-      p += v.u.s.len + 1;
-    } else if (v.type == DEV_ATTR_INT_LIST && v.u.ilist.n) {
-      memcpy(p, v.u.ilist.v, (size_t)v.u.ilist.n * 8);
-      v.u.ilist.v = (const int64_t *)(void *)p;
-      p += (size_t)v.u.ilist.n * 8;
-    } else if (v.type == DEV_ATTR_FLOAT_LIST && v.u.flist.n) {
-      memcpy(p, v.u.flist.v, (size_t)v.u.flist.n * 8);
-      v.u.flist.v = (const double *)(void *)p;
-      p += (size_t)v.u.flist.n * 8;
-    }
-    op->attrs[idx] = v;
-  }
+  copy_attrs(def, attrs, num_attrs, op);
   return PD_OK;
 }
 
