@@ -43,7 +43,7 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
       dev_error(&est, fst.code, "%s on %s: %s", op->def->name, b->device_name(b, d), fst.msg);
       /* The completion thread has not seen this op: no lock needed. */
       for (int i = 0; i < op->num_outputs; i++)
-        dev_component_set_error(&op->outputs[i]->comps[d], est.code, est.msg);
+        dev__component_set_error(&op->outputs[i]->comps[d], est.code, est.msg);
     }
   }
   /* An op that failed here carries its error already. */
@@ -67,7 +67,7 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
         if (c->code != PD_OK) {
           ok = false;
           for (int o = 0; o < op->num_outputs; o++)
-            dev_component_set_error(&op->outputs[o]->comps[d], c->code, c->msg);
+            dev__component_set_error(&op->outputs[o]->comps[d], c->code, c->msg);
         }
       }
       pthread_mutex_unlock(&x->mu);

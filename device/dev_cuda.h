@@ -62,7 +62,7 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out,
 /* Registers the CUDA kernels of every built-in op (pthread_once; called by
  * dev_cuda_backend_create). Needs no GPU, so tests call it to check that
  * every name it registers is an op. Aborts on a name the registry does not
- * know (a programming error, as dev_register_or_die). */
+ * know (a programming error, as dev__register_or_die). */
 void dev_register_cuda_kernels(void);
 
 #ifdef __cplusplus

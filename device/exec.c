@@ -70,12 +70,12 @@ static bool alloc_outputs(dev_backend *b, int d, dev_op *op, run_args *a, bool f
     if (failed) continue;
     if (i == 0 && (def->flags & DEV_OP_ALIASES_INPUT) && op->num_inputs > 0 &&
         op->inputs[0]->comps[d].buf && op->inputs[0]->comps[d].bytes == c->bytes) {
-      dev_buffer_retain(op->inputs[0]->comps[d].buf);
+      dev__buffer_retain(op->inputs[0]->comps[d].buf);
       c->buf = op->inputs[0]->comps[d].buf;
       a->out_alias[i] = 0;
     } else {
       dev_status ast = DEV_STATUS_INIT;
-      if (dev_buffer_alloc(b, d, c->bytes, &c->buf, &ast) != PD_OK) {
+      if (dev__buffer_alloc(b, d, c->bytes, &c->buf, &ast) != PD_OK) {
         failed = true;
         dev_error(st, ast.code, "%s: %s", def->name, ast.msg);
         continue;
@@ -153,7 +153,7 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
 
   if (failed)
     for (int i = 0; i < op->num_outputs; i++)
-      dev_component_set_error(&op->outputs[i]->comps[d], st.code, st.msg);
+      dev__component_set_error(&op->outputs[i]->comps[d], st.code, st.msg);
   return issued && !failed;
 }
 

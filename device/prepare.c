@@ -253,7 +253,7 @@ static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
                             dev_status *st) {
   const int n = e->n;
   for (int o = 0; o < def->num_outputs; o++) {
-    pd_code rc = dev_tensor_new(e, out_dtype[o], &out_shapes[o * n], &op->outputs[o], st);
+    pd_code rc = dev__tensor_new(e, out_dtype[o], &out_shapes[o * n], &op->outputs[o], st);
     if (rc != PD_OK) {
       char msg[DEV_STATUS_MSG_MAX];
       snprintf(msg, sizeof msg, "%s", st ? st->msg : "");
@@ -332,7 +332,7 @@ uint64_t dev_op_new_bytes(const dev_op *op) {
 void dev_op_abandon(dev_op *op, pd_code code, const char *msg) {
   for (int o = 0; o < op->num_outputs; o++)
     for (int d = 0; d < op->outputs[o]->n; d++) {
-      dev_component_set_error(&op->outputs[o]->comps[d], code, msg);
+      dev__component_set_error(&op->outputs[o]->comps[d], code, msg);
       atomic_store(&op->outputs[o]->comps[d].ready_seq, 0);
     }
   dev__op_free(op);

@@ -43,8 +43,8 @@ struct notify_group {
 
 /* --- failed state --------------------------------------------------------- */
 
-void dev_component_set_error(dev_component *c, pd_code code, const char *msg) {
-  dev_buffer_release(c->buf);
+void dev__component_set_error(dev_component *c, pd_code code, const char *msg) {
+  dev__buffer_release(c->buf);
   c->buf = NULL;
   free(c->msg);
   c->msg = strdup(msg ? msg : "");
@@ -65,7 +65,7 @@ void dev__ready_init(dev__ready *r, pthread_mutex_t *mu) {
   r->mu = mu;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* for dev_exec_wait_until */
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* for dev__exec_wait_until */
   pthread_cond_init(&r->done_cv, &ca);
   pthread_condattr_destroy(&ca);
   atomic_init(&r->done_seq, 0);
@@ -76,12 +76,12 @@ void dev__ready_init(dev__ready *r, pthread_mutex_t *mu) {
 
 void dev__ready_destroy(dev__ready *r) { pthread_cond_destroy(&r->done_cv); }
 
-uint64_t dev_exec_done(dev_engine *e, int device) {
+uint64_t dev__exec_done(dev_engine *e, int device) {
   return atomic_load(&e->execs[device].ready.done_seq);
 }
 
 void dev_exec_wait(dev_engine *e, int device, uint64_t seq) {
-  (void)dev_exec_wait_until(e, device, seq, 0);
+  (void)dev__exec_wait_until(e, device, seq, 0);
 }
 
 double dev_monotonic_now(void) {
@@ -90,7 +90,7 @@ double dev_monotonic_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-bool dev_exec_wait_until(dev_engine *e, int device, uint64_t seq, double deadline) {
+bool dev__exec_wait_until(dev_engine *e, int device, uint64_t seq, double deadline) {
   dev__ready *r = &e->execs[device].ready;
   if (atomic_load(&r->done_seq) >= seq) return true;
   struct timespec ts;
@@ -223,7 +223,7 @@ void dev__ready_publish(dev__ready *r, uint64_t seq) {
 
 bool dev_tensor_is_ready(const dev_tensor *t) {
   for (int d = 0; d < t->n; d++)
-    if (dev_exec_done(t->engine, d) < atomic_load(&((dev_tensor *)t)->comps[d].ready_seq))
+    if (dev__exec_done(t->engine, d) < atomic_load(&((dev_tensor *)t)->comps[d].ready_seq))
       return false;
   return true;
 }
@@ -236,7 +236,7 @@ pd_code dev_tensor_wait_until(dev_tensor *t, double deadline, dev_status *st) {
     uint64_t seq = atomic_load(&t->comps[d].ready_seq);
     if (seq == UINT64_MAX)
       return dev_error(st, PD_FAILED_PRECONDITION, "tensor's op was prepared but never submitted");
-    if (!dev_exec_wait_until(t->engine, d, seq, deadline))
+    if (!dev__exec_wait_until(t->engine, d, seq, deadline))
       return dev_error(st, PD_DEADLINE_EXCEEDED,
                        "deadline passed before the tensor was computed (waiting on %s)",
                        b->device_name(b, d));

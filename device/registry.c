@@ -57,7 +57,7 @@ pd_code dev_kernel_register(dev_backend_kind kind, const char *op_name, dev_kern
   return PD_OK;
 }
 
-void dev_register_or_die(dev_op_def *def) {
+void dev__register_or_die(dev_op_def *def) {
   dev_status st = DEV_STATUS_INIT;
   if (dev_op_register(def, &st) != PD_OK) {
     fprintf(stderr, "paradev: op registration failed: %s\n", st.msg);

@@ -8,7 +8,7 @@
 
 #include "device_int.h"
 
-pd_code dev_buffer_alloc(dev_backend *b, int device, size_t bytes, dev_buffer **out,
+pd_code dev__buffer_alloc(dev_backend *b, int device, size_t bytes, dev_buffer **out,
                          dev_status *st) {
   dev_buffer *buf = malloc(sizeof *buf);
   if (!buf) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
@@ -24,9 +24,9 @@ pd_code dev_buffer_alloc(dev_backend *b, int device, size_t bytes, dev_buffer **
   return PD_OK;
 }
 
-void dev_buffer_retain(dev_buffer *buf) { atomic_fetch_add(&buf->refs, 1); }
+void dev__buffer_retain(dev_buffer *buf) { atomic_fetch_add(&buf->refs, 1); }
 
-void dev_buffer_release(dev_buffer *buf) {
+void dev__buffer_release(dev_buffer *buf) {
   if (!buf) return;
   if (atomic_fetch_sub(&buf->refs, 1) == 1) {
     buf->backend->deallocate(buf->backend, buf->device, buf->data, buf->bytes);
@@ -41,7 +41,7 @@ static void merge_shape(dev_tensor *t) {
       if (t->comps[d].shape.dims[i] != t->shape.dims[i]) t->shape.dims[i] = -1;
 }
 
-pd_code dev_tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, dev_tensor **out,
+pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, dev_tensor **out,
                        dev_status *st) {
   if (!dev_dtype_is_valid(dtype))
     return dev_error(st, PD_INVALID_ARGUMENT, "dtype %d is not a valid dtype", (int)dtype);
@@ -79,10 +79,10 @@ pd_code dev_tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, d
 pd_code dev_tensor_create(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, dev_tensor **out,
                           dev_status *st) {
   dev_tensor *t;
-  PD_TRY(dev_tensor_new(e, dtype, shapes, &t, st));
+  PD_TRY(dev__tensor_new(e, dtype, shapes, &t, st));
   dev_backend *b = e->backend;
   for (int d = 0; d < t->n; d++) {
-    pd_code rc = dev_buffer_alloc(b, d, t->comps[d].bytes, &t->comps[d].buf, st);
+    pd_code rc = dev__buffer_alloc(b, d, t->comps[d].bytes, &t->comps[d].buf, st);
     if (rc != PD_OK) {
       dev_tensor_release(t);
       return rc;
@@ -98,7 +98,7 @@ void dev_tensor_release(dev_tensor *t) {
   if (!t) return;
   if (atomic_fetch_sub(&t->refs, 1) != 1) return;
   for (int d = 0; d < t->n; d++) {
-    dev_buffer_release(t->comps[d].buf);
+    dev__buffer_release(t->comps[d].buf);
     free(t->comps[d].msg);
   }
   free(t);

@@ -472,7 +472,7 @@ static pd_code slice_infer(dev_infer_ctx *c, dev_status *st) {
 
 static pd_code slice_kernel(dev_kernel_ctx *c, dev_status *st) {
   (void)st;
-  dev_copy_box((char *)c->in_data[0], &c->in_shape[0], c->attrs[SLICE_BEGIN].u.ilist.v,
+  dev__copy_box((char *)c->in_data[0], &c->in_shape[0], c->attrs[SLICE_BEGIN].u.ilist.v,
                c->out_data[0], &c->out_shape[0], pd_dtype_size(c->in_dtype[0]), true);
   return PD_OK;
 }
@@ -750,11 +750,11 @@ static dev_op_def onehot_def = {
 /* Registers the array ops and their CPU kernels (called by
  * dev_registry_init). */
 void dev_register_array_ops(void) {
-  dev_register_or_die(&identity_def);
-  dev_register_or_die(&reshape_def);
-  dev_register_or_die(&transpose_def);
-  dev_register_or_die(&concat_def);
-  dev_register_or_die(&slice_def);
-  dev_register_or_die(&gather_def);
-  dev_register_or_die(&onehot_def);
+  dev__register_or_die(&identity_def);
+  dev__register_or_die(&reshape_def);
+  dev__register_or_die(&transpose_def);
+  dev__register_or_die(&concat_def);
+  dev__register_or_die(&slice_def);
+  dev__register_or_die(&gather_def);
+  dev__register_or_die(&onehot_def);
 }

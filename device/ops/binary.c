@@ -386,5 +386,5 @@ static dev_op_def binary_defs[] = {
 /* Registers the binary element-wise ops and their CPU kernels. */
 void dev_register_binary_ops(void) {
   for (size_t i = 0; i < sizeof binary_defs / sizeof binary_defs[0]; i++)
-    dev_register_or_die(&binary_defs[i]);
+    dev__register_or_die(&binary_defs[i]);
 }

@@ -140,8 +140,8 @@ static dev_op_def reduce_scatter_def = {
 };
 
 void dev_register_collective_ops(void) {
-  dev_register_or_die(&all_reduce_def);
-  dev_register_or_die(&broadcast_def);
-  dev_register_or_die(&all_gather_def);
-  dev_register_or_die(&reduce_scatter_def);
+  dev__register_or_die(&all_reduce_def);
+  dev__register_or_die(&broadcast_def);
+  dev__register_or_die(&all_gather_def);
+  dev__register_or_die(&reduce_scatter_def);
 }

@@ -212,5 +212,5 @@ static dev_op_def elementwise_defs[] = {
 /* Registers the unary element-wise ops and their CPU kernels. */
 void dev_register_elementwise_ops(void) {
   for (size_t i = 0; i < sizeof elementwise_defs / sizeof elementwise_defs[0]; i++)
-    dev_register_or_die(&elementwise_defs[i]);
+    dev__register_or_die(&elementwise_defs[i]);
 }

@@ -247,5 +247,5 @@ static dev_op_def fill_cast_defs[] = {
 /* Registers the Cast, Fill, ZerosLike and OnesLike and their CPU kernels. */
 void dev_register_fill_cast_ops(void) {
   for (size_t i = 0; i < sizeof fill_cast_defs / sizeof fill_cast_defs[0]; i++)
-    dev_register_or_die(&fill_cast_defs[i]);
+    dev__register_or_die(&fill_cast_defs[i]);
 }

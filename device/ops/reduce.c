@@ -480,7 +480,7 @@ static pd_code argmax_cpu(dev_kernel_ctx *ctx, dev_status *st) {
     int64_t n = outer * L * inner;
     float *buf = malloc((size_t)n * sizeof(float));
     if (!buf) return scratch_error(ctx, n, st);
-    dev_widen_16(dt, in, buf, n); /* exact: every half/bfloat16 is a float32 */
+    dev__widen_16(dt, in, buf, n); /* exact: every half/bfloat16 is a float32 */
     argmax_f32(buf, outer, L, inner, o64, o32);
     free(buf);
     break;
@@ -526,6 +526,6 @@ static dev_op_def argmax_def = {
 
 /* Registers Sum, Mean, Max, Min and ArgMax with their CPU kernels. */
 void dev_register_reduce_ops(void) {
-  for (int i = 0; i < 4; i++) dev_register_or_die(&reduce_defs[i]);
-  dev_register_or_die(&argmax_def);
+  for (int i = 0; i < 4; i++) dev__register_or_die(&reduce_defs[i]);
+  dev__register_or_die(&argmax_def);
 }

@@ -35,15 +35,15 @@ static inline pd_code run_widened(dev_kernel_ctx *ctx, f32_body fn, int64_t in_c
                            dev_status *st) {
   pd_dtype dt = ctx->in_dtype[0];
   int64_t total = in_count + out_count + out_count2;
-  /* calloc: GCC 12 at -O3 cannot see that dev_widen_16() fills the input part. */
+  /* calloc: GCC 12 at -O3 cannot see that dev__widen_16() fills the input part. */
   float *buf = calloc((size_t)(total > 0 ? total : 1), sizeof(float));
   if (!buf) return scratch_error(ctx, total, st);
   float *fin = buf, *fout = buf + in_count, *fout2 = fout + out_count;
-  dev_widen_16(dt, ctx->in_data[0], fin, in_count);
+  dev__widen_16(dt, ctx->in_data[0], fin, in_count);
   pd_code rc = fn(ctx, fin, fout, fout2, st);
   if (rc == PD_OK) {
-    dev_narrow_16(dt, fout, ctx->out_data[0], out_count);
-    if (out_count2) dev_narrow_16(dt, fout2, ctx->out_data[1], out_count2);
+    dev__narrow_16(dt, fout, ctx->out_data[0], out_count);
+    if (out_count2) dev__narrow_16(dt, fout2, ctx->out_data[1], out_count2);
   }
   free(buf);
   return rc;

@@ -250,7 +250,7 @@ static dev_op_def sxent_def = {
 /* Registers Softmax, LogSoftmax and SparseSoftmaxCrossEntropyWithLogits
  * with their CPU kernels. */
 void dev_register_softmax_ops(void) {
-  dev_register_or_die(&softmax_def);
-  dev_register_or_die(&log_softmax_def);
-  dev_register_or_die(&sxent_def);
+  dev__register_or_die(&softmax_def);
+  dev__register_or_die(&log_softmax_def);
+  dev__register_or_die(&sxent_def);
 }
