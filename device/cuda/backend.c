@@ -252,7 +252,10 @@ static void enable_peer_pools(cu_backend *c) {
   (void)cudaGetLastError();
 }
 
-pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, dev_status *st) {
+/* Checks cfg and picks the collective path (cfg->collectives, or with AUTO
+ * the environment's PARADEV_CUDA_COLLECTIVES). */
+static pd_code check_config(const dev_cuda_config *cfg, dev_cuda_collectives *path,
+                            dev_status *st) {
   if (!cfg || cfg->struct_size < sizeof(dev_cuda_config))
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "dev_cuda_config: struct_size too small; initialize it with "
@@ -261,19 +264,21 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
       cfg->collectives != DEV_CUDA_COLL_COPY)
     return dev_error(st, PD_INVALID_ARGUMENT, "dev_cuda_config: collectives is %d; expected auto, nccl or copy",
                      (int)cfg->collectives);
-  dev_cuda_collectives path = cfg->collectives;
+  *path = cfg->collectives;
   const char *env = getenv("PARADEV_CUDA_COLLECTIVES");
-  if (path == DEV_CUDA_COLL_AUTO && env && *env) {
-    if (strcmp(env, "nccl") == 0) path = DEV_CUDA_COLL_NCCL;
-    else if (strcmp(env, "copy") == 0) path = DEV_CUDA_COLL_COPY;
+  if (*path == DEV_CUDA_COLL_AUTO && env && *env) {
+    if (strcmp(env, "nccl") == 0) *path = DEV_CUDA_COLL_NCCL;
+    else if (strcmp(env, "copy") == 0) *path = DEV_CUDA_COLL_COPY;
     else if (strcmp(env, "auto") != 0)
       return dev_error(st, PD_INVALID_ARGUMENT,
                        "PARADEV_CUDA_COLLECTIVES=%.64s; expected auto, nccl or copy", env);
   }
-  mesh_spec m;
-  pd_code rc = parse_mesh(cfg->mesh, &m, st);
-  if (rc != PD_OK) return rc;
+  return PD_OK;
+}
 
+/* Parses cfg->mesh into m against the GPUs CUDA can see. */
+static pd_code resolve_mesh(const dev_cuda_config *cfg, mesh_spec *m, dev_status *st) {
+  PD_TRY(parse_mesh(cfg->mesh, m, st));
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count <= 0) {
@@ -282,25 +287,24 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
                      "no CUDA GPU found (cudaGetDeviceCount: %s); run with --backend=cpu",
                      e != cudaSuccess ? cudaGetErrorString(e) : cudaGetErrorString(cudaErrorNoDevice));
   }
-  if (m.all) {
-    m.n = count < PD_MAX_DEVICES ? count : PD_MAX_DEVICES;
-    for (int i = 0; i < m.n; i++) m.ordinal[i] = i;
+  if (m->all) {
+    m->n = count < PD_MAX_DEVICES ? count : PD_MAX_DEVICES;
+    for (int i = 0; i < m->n; i++) m->ordinal[i] = i;
   }
-  for (int i = 0; i < m.n; i++)
-    if (m.ordinal[i] >= count) {
+  for (int i = 0; i < m->n; i++)
+    if (m->ordinal[i] >= count) {
       const char *vis = getenv("CUDA_VISIBLE_DEVICES");
       return dev_error(st, PD_INVALID_ARGUMENT,
                        "mesh \"%.200s\": entry %d names cuda:%d, but %d GPU%s visible (cuda:0 to "
                        "cuda:%d; CUDA_VISIBLE_DEVICES=%s)",
-                       cfg->mesh ? cfg->mesh : "", i, m.ordinal[i], count, count == 1 ? " is" : "s are",
+                       cfg->mesh ? cfg->mesh : "", i, m->ordinal[i], count, count == 1 ? " is" : "s are",
                        count - 1, vis ? vis : "(unset)");
     }
+  return PD_OK;
+}
 
-  dev_register_cuda_kernels();
-
-  const int n = m.n;
-  cu_backend *c = calloc(1, sizeof *c + (size_t)n * (sizeof(cu_device) + sizeof(cu_fence_pool)));
-  if (!c) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+/* The backend's function table. */
+static void fill_table(cu_backend *c, int n) {
   dev_backend *b = &c->base;
   b->struct_size = DEV_BACKEND_STRUCT_SIZE;
   b->name = "cuda";
@@ -326,16 +330,17 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
   b->fence_record = cu_fence_record;
   b->fence_wait = cu_fence_wait;
   b->fence_release = cu_fence_release;
-  c->allow_tf32 = cfg->allow_tf32;
-  c->memory_limit = cfg->memory_limit;
-  c->coll_timeout_ms = cfg->collective_timeout_ms > 0 ? cfg->collective_timeout_ms : 300000;
+}
 
-  /* Distinct GPUs, and each entry's name: cuda:G when G appears once in the
-   * mesh, cuda:G/K for the K-th of several entries on G. */
+/* Maps the mesh entries onto distinct GPUs and names each entry: cuda:G when
+ * G appears once in the mesh, cuda:G/K for the K-th of several entries on G.
+ * Returns whether every entry is a distinct GPU. */
+static bool assign_gpus(cu_backend *c, const mesh_spec *m) {
+  const int n = m->n;
   bool distinct = true;
   for (int i = 0; i < n; i++) {
     cu_device *d = &c->devs[i];
-    d->ordinal = m.ordinal[i];
+    d->ordinal = m->ordinal[i];
     pthread_mutex_init(&d->stage_mu, NULL);
     pthread_mutex_init(&cu_fence_pools(c)[i].mu, NULL);
     int g = 0;
@@ -360,11 +365,12 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
     if (same == 1) snprintf(d->name, sizeof d->name, "cuda:%d", d->ordinal);
     else snprintf(d->name, sizeof d->name, "cuda:%d/%d", d->ordinal, before);
   }
+  return distinct;
+}
 
-  for (int g = 0; g < c->num_gpus && rc == PD_OK; g++) rc = init_gpu(c, g, cfg, st);
-  for (int i = 0; i < n && rc == PD_OK; i++) rc = init_device(c, i, st);
-  /* One empty kernel per GPU: is there a kernel image for it? */
-  for (int g = 0; g < c->num_gpus && rc == PD_OK; g++) {
+/* One empty kernel per GPU: is there a kernel image for it? */
+static pd_code probe_kernels(cu_backend *c, dev_status *st) {
+  for (int g = 0; g < c->num_gpus; g++) {
     int i = 0;
     while (c->devs[i].gpu != g) i++;
     cudaError_t pe = cudaSetDevice(c->gpus[g].ordinal);
@@ -372,48 +378,75 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
     if (pe == cudaSuccess) pe = cudaStreamSynchronize(c->devs[i].stream);
     if (pe == cudaErrorNoKernelImageForDevice || pe == cudaErrorUnsupportedPtxVersion) {
       (void)cudaGetLastError();
-      rc = dev_error(st, PD_UNAVAILABLE,
-                     "this build of paradev has no kernels for GPU %d (%s, compute capability "
-                     "%d.%d): rebuild with CMAKE_CUDA_ARCHITECTURES including %d%d, or run with "
-                     "--backend=cpu",
-                     c->gpus[g].ordinal, c->gpus[g].name, c->gpus[g].cc_major, c->gpus[g].cc_minor,
-                     c->gpus[g].cc_major, c->gpus[g].cc_minor);
+      return dev_error(st, PD_UNAVAILABLE,
+                       "this build of paradev has no kernels for GPU %d (%s, compute capability "
+                       "%d.%d): rebuild with CMAKE_CUDA_ARCHITECTURES including %d%d, or run with "
+                       "--backend=cpu",
+                       c->gpus[g].ordinal, c->gpus[g].name, c->gpus[g].cc_major, c->gpus[g].cc_minor,
+                       c->gpus[g].cc_major, c->gpus[g].cc_minor);
     } else if (pe != cudaSuccess) {
-      rc = dev_cuda_fail(b, i, pe, "probe kernel", st);
+      return dev_cuda_fail(&c->base, i, pe, "probe kernel", st);
     }
   }
-  if (rc != PD_OK) goto fail;
+  return PD_OK;
+}
 
+/* Sets c->use_nccl from the chosen path (NCCL needs distinct GPUs and an
+ * NCCL build) and prepares the copy path's peer access otherwise. */
+static pd_code choose_collectives(cu_backend *c, dev_cuda_collectives path, bool distinct,
+                                  const dev_cuda_config *cfg, dev_status *st) {
+  (void)distinct; /* only NCCL builds look at them */
+  (void)cfg;
   if (path == DEV_CUDA_COLL_NCCL) {
 #ifndef PARADEV_HAVE_NCCL
-    rc = dev_error(st, PD_UNAVAILABLE, "collectives through NCCL were asked for, but this build "
-                                       "has no NCCL; use the copy path (collectives = auto or copy)");
-    goto fail;
+    return dev_error(st, PD_UNAVAILABLE, "collectives through NCCL were asked for, but this build "
+                                         "has no NCCL; use the copy path (collectives = auto or copy)");
 #else
-    if (!distinct) {
-      rc = dev_error(st, PD_INVALID_ARGUMENT,
-                     "mesh \"%.200s\" names one GPU more than once; NCCL needs distinct GPUs "
-                     "(use collectives = auto or copy)",
-                     cfg->mesh ? cfg->mesh : "");
-      goto fail;
-    }
+    if (!distinct)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "mesh \"%.200s\" names one GPU more than once; NCCL needs distinct GPUs "
+                       "(use collectives = auto or copy)",
+                       cfg->mesh ? cfg->mesh : "");
     c->use_nccl = true;
 #endif
   } else if (path == DEV_CUDA_COLL_AUTO) {
 #ifdef PARADEV_HAVE_NCCL
-    c->use_nccl = distinct && n > 1;
+    c->use_nccl = distinct && c->base.num_devices > 1;
 #endif
   }
-  (void)distinct; /* only NCCL builds look at it */
   if (!c->use_nccl && c->num_gpus > 1) enable_peer_pools(c);
   else c->peer_ok = true;
-  rc = cu_collectives_init(c, st);
-  if (rc != PD_OK) goto fail;
-  *out = b;
   return PD_OK;
+}
 
-fail:
-  cu_destroy(b);
-  return rc;
+pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, dev_status *st) {
+  dev_cuda_collectives path;
+  PD_TRY(check_config(cfg, &path, st));
+  mesh_spec m;
+  PD_TRY(resolve_mesh(cfg, &m, st));
+
+  dev_register_cuda_kernels();
+
+  const int n = m.n;
+  cu_backend *c = calloc(1, sizeof *c + (size_t)n * (sizeof(cu_device) + sizeof(cu_fence_pool)));
+  if (!c) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  fill_table(c, n);
+  c->allow_tf32 = cfg->allow_tf32;
+  c->memory_limit = cfg->memory_limit;
+  c->coll_timeout_ms = cfg->collective_timeout_ms > 0 ? cfg->collective_timeout_ms : 300000;
+  bool distinct = assign_gpus(c, &m);
+
+  pd_code rc = PD_OK;
+  for (int g = 0; g < c->num_gpus && rc == PD_OK; g++) rc = init_gpu(c, g, cfg, st);
+  for (int i = 0; i < n && rc == PD_OK; i++) rc = init_device(c, i, st);
+  if (rc == PD_OK) rc = probe_kernels(c, st);
+  if (rc == PD_OK) rc = choose_collectives(c, path, distinct, cfg, st);
+  if (rc == PD_OK) rc = cu_collectives_init(c, st);
+  if (rc != PD_OK) {
+    cu_destroy(&c->base);
+    return rc;
+  }
+  *out = &c->base;
+  return PD_OK;
 }
 
