@@ -226,73 +226,80 @@ static bool nccl_matches_cpu(pd_dtype dt, int red) {
   return true;
 }
 
+/* Issues one NCCL call; a failure lands in err (DEV_STATUS_MSG_MAX bytes),
+ * the first one wins. */
 #define NCCL_ISSUE(CALL)                                                        \
   do {                                                                          \
     ncclResult_t nr_ = (CALL);                                                  \
     if (nr_ != ncclSuccess && nr_ != ncclInProgress && !err[0])                 \
-      snprintf(err, sizeof err, "%s: %s (%s)", #CALL, ncclGetErrorString(nr_),  \
+      snprintf(err, DEV_STATUS_MSG_MAX, "%s: %s (%s)", #CALL, ncclGetErrorString(nr_), \
                ncclGetLastError(comm));                                         \
   } while (0)
 
-/* Issues device d's part on its stream and waits for it. */
-pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st) {
-  dev_backend *b = &c->base;
-  cu_nccl *x = c->nccl;
-  const int d = ctx->device, n = k->n;
-  cu_device *dev = &c->devs[d];
-  const pd_dtype dt = ctx->in_dtype[0];
-  const size_t es = pd_dtype_size(dt);
+/* One device's part of an NCCL collective, as cu_nccl_run's steps share it. */
+typedef struct nccl_part {
+  cu_backend *c;
+  cu_coll *k;
+  dev_kernel_ctx *ctx;
+  cu_device *dev;
+  ncclComm_t comm;
+  pd_dtype dt;
+  size_t es;
   ncclDataType_t type;
-  char err[DEV_STATUS_MSG_MAX] = "";
-  void *tmp = NULL;
-  size_t tmp_bytes = 0;
-  pd_code rc = PD_OK;
-  if (!nccl_type(dt, &type))
-    return dev_error(st, PD_INTERNAL, "%s: dtype %s has no NCCL type", ctx->op->name,
-                     pd_dtype_name(dt));
-  const bool reducing = k->kind == DEV_COLL_ALL_REDUCE || k->kind == DEV_COLL_REDUCE_SCATTER;
-  const int red = reducing ? cu_coll_reduction(ctx) : DEV_RED_SUM;
-  /* Gather every input, then reduce here, where NCCL's own reduction would
-   * differ from the CPU's (also on a mesh of one, where it is cheap, so that
-   * one GPU tests this path). */
-  const bool gather = reducing && !nccl_matches_cpu(dt, red);
-  if (gather) {
-    tmp_bytes = (size_t)n * (size_t)cu_coll_elems(&k->in_shape[d]) * es;
-    PD_TRY(b->allocate(b, d, tmp_bytes, &tmp, st));
+  int red;
+  bool gather;      /* gather every input into tmp, then reduce here */
+  void *tmp;        /* device scratch (gather, or an inner-axis AllGather) */
+  size_t tmp_bytes;
+  int64_t post_count; /* elements of out to divide (mean) or normalize (bool) */
+} nccl_part;
+
+/* Allocates the part's scratch: every input for a gathering reduction, or
+ * the gathered parts of an AllGather along an inner axis. */
+static pd_code alloc_scratch(nccl_part *q, dev_status *st) {
+  dev_backend *b = &q->c->base;
+  cu_coll *k = q->k;
+  const int d = q->ctx->device, n = k->n;
+  if (q->gather) {
+    q->tmp_bytes = (size_t)n * (size_t)cu_coll_elems(&k->in_shape[d]) * q->es;
+    PD_TRY(b->allocate(b, d, q->tmp_bytes, &q->tmp, st));
   }
-  if (ctx->num_outputs > 0 && k->kind == DEV_COLL_ALL_GATHER) {
+  if (q->ctx->num_outputs > 0 && k->kind == DEV_COLL_ALL_GATHER) {
     /* A gather along an inner axis lands in a temporary buffer first. */
-    int axis = (int)ctx->attrs[0].u.i;
+    int axis = (int)q->ctx->attrs[0].u.i;
     if (axis < 0) axis += k->in_shape[0].rank;
     int64_t outer = 1;
     for (int i = 0; i < axis; i++) outer *= k->in_shape[0].dims[i];
     if (outer > 1) {
-      for (int p = 0; p < n; p++) tmp_bytes += (size_t)cu_coll_elems(&k->in_shape[p]) * es;
-      PD_TRY(b->allocate(b, d, tmp_bytes, &tmp, st));
+      for (int p = 0; p < n; p++) q->tmp_bytes += (size_t)cu_coll_elems(&k->in_shape[p]) * q->es;
+      PD_TRY(b->allocate(b, d, q->tmp_bytes, &q->tmp, st));
     }
   }
+  return PD_OK;
+}
 
-  pthread_rwlock_rdlock(&x->use);
-  if (x->generation != k->comm_gen || !x->comm[d]) {
-    pthread_rwlock_unlock(&x->use);
-    if (tmp) b->deallocate(b, d, tmp, tmp_bytes);
-    return dev_error(st, PD_ABORTED, "%s on %s: the NCCL communicator was aborted by a failure "
-                     "in another collective", ctx->op->name, dev->name);
-  }
-  ncclComm_t comm = x->comm[d];
+/* Issues the part's NCCL calls in one group on the device's stream. */
+static void issue(nccl_part *q, char *err) {
+  cu_coll *k = q->k;
+  dev_kernel_ctx *ctx = q->ctx;
+  cu_device *dev = q->dev;
+  ncclComm_t comm = q->comm;
+  const int d = ctx->device, n = k->n;
+  const pd_dtype dt = q->dt;
+  const int red = q->red;
+  const ncclDataType_t type = q->type;
+  void *tmp = q->tmp;
   const dev_shape *s = &k->in_shape[d];
-  int64_t post_count = 0; /* elements of out to divide (mean) or normalize (bool) */
   NCCL_ISSUE(ncclGroupStart());
   switch (k->kind) {
     case DEV_COLL_ALL_REDUCE: {
       int64_t count = cu_coll_elems(s);
-      if (gather) {
+      if (q->gather) {
         NCCL_ISSUE(ncclAllGather(k->in[d], tmp, (size_t)count, type, comm, dev->stream));
         break;
       }
       NCCL_ISSUE(ncclAllReduce(k->in[d], k->out[d], (size_t)count, type, nccl_op(dt, red), comm,
                                dev->stream));
-      post_count = count;
+      q->post_count = count;
       break;
     }
     case DEV_COLL_BROADCAST: {
@@ -313,7 +320,7 @@ pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
         for (int p = 0; p < n; p++) {
           int64_t cnt = cu_coll_elems(&k->in_shape[p]);
           NCCL_ISSUE(ncclBroadcast(k->in[d], base + off, (size_t)cnt, type, p, comm, dev->stream));
-          off += (size_t)cnt * es;
+          off += (size_t)cnt * q->es;
         }
       }
       break;
@@ -321,70 +328,86 @@ pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
     case DEV_COLL_REDUCE_SCATTER: {
       int64_t rows = s->rank ? s->dims[0] : 1;
       int64_t row_elems = rows ? cu_coll_elems(s) / rows : 0;
-      int64_t q = rows / n, r = rows % n;
-      if (gather) {
+      int64_t qq = rows / n, r = rows % n;
+      if (q->gather) {
         NCCL_ISSUE(ncclAllGather(k->in[d], tmp, (size_t)cu_coll_elems(s), type, comm, dev->stream));
         break;
       }
       if (r == 0) {
-        NCCL_ISSUE(ncclReduceScatter(k->in[d], k->out[d], (size_t)(q * row_elems), type,
+        NCCL_ISSUE(ncclReduceScatter(k->in[d], k->out[d], (size_t)(qq * row_elems), type,
                                      nccl_op(dt, red), comm, dev->stream));
       } else { /* uneven shards: a reduce to each rank of its rows */
         for (int p = 0; p < n; p++) {
-          int64_t first = p * q + (p < r ? p : r), mine = q + (p < r ? 1 : 0);
-          NCCL_ISSUE(ncclReduce((const char *)k->in[d] + first * row_elems * (int64_t)es,
+          int64_t first = p * qq + (p < r ? p : r), mine = qq + (p < r ? 1 : 0);
+          NCCL_ISSUE(ncclReduce((const char *)k->in[d] + first * row_elems * (int64_t)q->es,
                                 k->out[d], (size_t)(mine * row_elems), type, nccl_op(dt, red), p,
                                 comm, dev->stream));
         }
       }
-      int64_t mine = q + (d < r ? 1 : 0);
-      post_count = mine * row_elems;
+      int64_t mine = qq + (d < r ? 1 : 0);
+      q->post_count = mine * row_elems;
       break;
     }
     case DEV_COLL_NONE:
       break;
   }
   NCCL_ISSUE(ncclGroupEnd());
-  /* Non-blocking communicator: the calls may still be being enqueued. */
-  double deadline = now_s() + c->coll_timeout_ms / 1000.0;
+}
+
+/* Waits until the non-blocking communicator has enqueued the calls (they
+ * may still be being enqueued after ncclGroupEnd), with the collective's
+ * deadline; a failure, a peer's failure or the deadline lands in err. */
+static void wait_enqueued(nccl_part *q, char *err) {
+  ncclComm_t comm = q->comm;
+  double deadline = now_s() + q->c->coll_timeout_ms / 1000.0;
   for (int spin = 0; !err[0];) {
     ncclResult_t s2 = ncclSuccess;
     NCCL_ISSUE(ncclCommGetAsyncError(comm, &s2));
     if (s2 == ncclSuccess) break;
     if (s2 != ncclInProgress) {
-      snprintf(err, sizeof err, "%s (%s)", ncclGetErrorString(s2), ncclGetLastError(comm));
+      snprintf(err, DEV_STATUS_MSG_MAX, "%s (%s)", ncclGetErrorString(s2), ncclGetLastError(comm));
       break;
     }
     /* A peer that failed before issuing its part never will: without this,
      * its abort would wait for our read lock until the deadline. */
-    if (cu_coll_peer_failed(k)) {
-      snprintf(err, sizeof err, "cancelled because another device failed");
+    if (cu_coll_peer_failed(q->k)) {
+      snprintf(err, DEV_STATUS_MSG_MAX, "cancelled because another device failed");
       break;
     }
     if (now_s() > deadline)
-      snprintf(err, sizeof err, "enqueueing the calls did not finish in %d ms", c->coll_timeout_ms);
+      snprintf(err, DEV_STATUS_MSG_MAX, "enqueueing the calls did not finish in %d ms",
+               q->c->coll_timeout_ms);
     backoff(&spin);
   }
-  pthread_rwlock_unlock(&x->use);
+}
 
+/* After the NCCL calls, on the device's stream: the local reduction of a
+ * gathering one, the interleaving of an inner-axis AllGather, the mean's
+ * divide or bool's normalization, then the event the wait watches. */
+static cudaError_t post_process(nccl_part *q) {
+  cu_coll *k = q->k;
+  const int d = q->ctx->device, n = k->n;
+  const dev_shape *s = &k->in_shape[d];
+  const size_t es = q->es;
+  cu_device *dev = q->dev;
   cudaError_t ce = cudaSuccess;
-  if (!err[0] && gather) { /* every input is in tmp, in rank order */
+  if (q->gather) { /* every input is in tmp, in rank order */
     const void *parts[PD_MAX_DEVICES];
     const int64_t count = cu_coll_elems(s);
-    for (int p = 0; p < n; p++) parts[p] = (const char *)tmp + (size_t)(p * count) * es;
+    for (int p = 0; p < n; p++) parts[p] = (const char *)q->tmp + (size_t)(p * count) * es;
     int64_t off = 0, cnt = count;
     if (k->kind == DEV_COLL_REDUCE_SCATTER) {
       int64_t rows = s->dims[0], row_elems = rows ? count / rows : 0;
-      int64_t q = rows / n, r = rows % n;
-      off = (d * q + (d < r ? d : r)) * row_elems;
-      cnt = (q + (d < r ? 1 : 0)) * row_elems;
+      int64_t qq = rows / n, r = rows % n;
+      off = (d * qq + (d < r ? d : r)) * row_elems;
+      cnt = (qq + (d < r ? 1 : 0)) * row_elems;
     }
-    ce = dev_cuda_coll_reduce(dt, red, n, parts, off, k->out[d], cnt, dev->stream);
+    ce = dev_cuda_coll_reduce(q->dt, q->red, n, parts, off, k->out[d], cnt, dev->stream);
   }
-  if (!err[0] && k->kind == DEV_COLL_ALL_GATHER && tmp) {
+  if (k->kind == DEV_COLL_ALL_GATHER && q->tmp) {
     /* Interleave the parts: [outer, rows_p, inner] each, concatenated on the
      * axis. */
-    int axis = (int)ctx->attrs[0].u.i;
+    int axis = (int)q->ctx->attrs[0].u.i;
     if (axis < 0) axis += s->rank;
     int64_t outer = 1, inner = (int64_t)es, out_rows = 0;
     for (int i = 0; i < axis; i++) outer *= s->dims[i];
@@ -395,52 +418,96 @@ pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
     for (int p = 0; p < n && ce == cudaSuccess; p++) {
       int64_t rows = k->in_shape[p].dims[axis];
       size_t w = (size_t)(rows * inner);
-      ce = cu_copy_rows(c, d, (char *)k->out[d] + row * inner, (size_t)(out_rows * inner), d,
-                     (char *)tmp + off, w, w, (size_t)outer, dev->stream);
+      ce = cu_copy_rows(q->c, d, (char *)k->out[d] + row * inner, (size_t)(out_rows * inner), d,
+                        (char *)q->tmp + off, w, w, (size_t)outer, dev->stream);
       off += (size_t)cu_coll_elems(&k->in_shape[p]) * es;
       row += rows;
     }
   }
-  if (!err[0] && ce == cudaSuccess && post_count > 0) {
-    if (dt == PD_BOOL) ce = dev_cuda_bool_normalize(k->out[d], post_count, dev->stream);
-    else if (red == DEV_RED_MEAN) ce = dev_cuda_div_by(dt, k->out[d], post_count, n, dev->stream);
+  if (ce == cudaSuccess && q->post_count > 0) {
+    if (q->dt == PD_BOOL) ce = dev_cuda_bool_normalize(k->out[d], q->post_count, dev->stream);
+    else if (q->red == DEV_RED_MEAN)
+      ce = dev_cuda_div_by(q->dt, k->out[d], q->post_count, n, dev->stream);
   }
-  if (!err[0] && ce == cudaSuccess) ce = cudaEventRecord(dev->coll_ev[0], dev->stream);
-  if (ce != cudaSuccess) rc = dev_cuda_fail(b, d, ce, "collective post-processing", st);
-  if (tmp) b->deallocate(b, d, tmp, tmp_bytes); /* stream-ordered */
+  if (ce == cudaSuccess) ce = cudaEventRecord(dev->coll_ev[0], dev->stream);
+  return ce;
+}
 
-  /* Wait for completion, bounded, watching for NCCL errors and for an abort
-   * by a peer. */
-  deadline = now_s() + c->coll_timeout_ms / 1000.0;
-  for (int spin = 0; !err[0] && rc == PD_OK;) {
-    cudaError_t q = cudaEventQuery(dev->coll_ev[0]);
-    if (q == cudaSuccess) break;
-    if (q != cudaErrorNotReady) {
-      rc = dev_cuda_fail(b, d, q, "cudaEventQuery(collective)", st);
-      break;
-    }
+/* Waits for the part to complete on the device, bounded, watching for NCCL
+ * errors (into err) and for an abort by a peer. */
+static pd_code wait_done(nccl_part *q, char *err, dev_status *st) {
+  cu_backend *c = q->c;
+  cu_nccl *x = c->nccl;
+  dev_backend *b = &c->base;
+  const int d = q->ctx->device;
+  cu_device *dev = q->dev;
+  ncclComm_t comm = q->comm;
+  double deadline = now_s() + c->coll_timeout_ms / 1000.0;
+  for (int spin = 0; !err[0];) {
+    cudaError_t qe = cudaEventQuery(dev->coll_ev[0]);
+    if (qe == cudaSuccess) break;
+    if (qe != cudaErrorNotReady) return dev_cuda_fail(b, d, qe, "cudaEventQuery(collective)", st);
     pthread_rwlock_rdlock(&x->use);
-    if (x->generation != k->comm_gen) {
+    if (x->generation != q->k->comm_gen) {
       pthread_rwlock_unlock(&x->use);
-      rc = dev_error(st, PD_ABORTED, "%s on %s: the NCCL communicator was aborted", ctx->op->name,
-                     dev->name);
-      break;
+      return dev_error(st, PD_ABORTED, "%s on %s: the NCCL communicator was aborted",
+                       q->ctx->op->name, dev->name);
     }
     ncclResult_t as = ncclSuccess;
     ncclResult_t gr = ncclCommGetAsyncError(comm, &as);
     if (gr != ncclSuccess || (as != ncclSuccess && as != ncclInProgress))
-      snprintf(err, sizeof err, "%s (%s)", ncclGetErrorString(gr != ncclSuccess ? gr : as),
+      snprintf(err, DEV_STATUS_MSG_MAX, "%s (%s)", ncclGetErrorString(gr != ncclSuccess ? gr : as),
                ncclGetLastError(comm));
     pthread_rwlock_unlock(&x->use);
-    if (!err[0] && cu_coll_peer_failed(k)) /* its part may never run: ours would wait forever */
-      snprintf(err, sizeof err, "cancelled because another device failed");
+    if (!err[0] && cu_coll_peer_failed(q->k)) /* its part may never run: ours would wait forever */
+      snprintf(err, DEV_STATUS_MSG_MAX, "cancelled because another device failed");
     if (!err[0] && now_s() > deadline)
-      snprintf(err, sizeof err, "timed out after %d ms (a peer may be stuck)", c->coll_timeout_ms);
+      snprintf(err, DEV_STATUS_MSG_MAX, "timed out after %d ms (a peer may be stuck)",
+               c->coll_timeout_ms);
     backoff(&spin);
   }
+  return PD_OK;
+}
+
+/* Issues device d's part on its stream and waits for it. */
+pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st) {
+  dev_backend *b = &c->base;
+  cu_nccl *x = c->nccl;
+  const int d = ctx->device;
+  nccl_part q = {.c = c, .k = k, .ctx = ctx, .dev = &c->devs[d], .dt = ctx->in_dtype[0]};
+  q.es = pd_dtype_size(q.dt);
+  char err[DEV_STATUS_MSG_MAX] = "";
+  if (!nccl_type(q.dt, &q.type))
+    return dev_error(st, PD_INTERNAL, "%s: dtype %s has no NCCL type", ctx->op->name,
+                     pd_dtype_name(q.dt));
+  const bool reducing = k->kind == DEV_COLL_ALL_REDUCE || k->kind == DEV_COLL_REDUCE_SCATTER;
+  q.red = reducing ? cu_coll_reduction(ctx) : DEV_RED_SUM;
+  /* Gather every input, then reduce here, where NCCL's own reduction would
+   * differ from the CPU's (also on a mesh of one, where it is cheap, so that
+   * one GPU tests this path). */
+  q.gather = reducing && !nccl_matches_cpu(q.dt, q.red);
+  PD_TRY(alloc_scratch(&q, st));
+
+  pthread_rwlock_rdlock(&x->use);
+  if (x->generation != k->comm_gen || !x->comm[d]) {
+    pthread_rwlock_unlock(&x->use);
+    if (q.tmp) b->deallocate(b, d, q.tmp, q.tmp_bytes);
+    return dev_error(st, PD_ABORTED, "%s on %s: the NCCL communicator was aborted by a failure "
+                     "in another collective", ctx->op->name, q.dev->name);
+  }
+  q.comm = x->comm[d];
+  issue(&q, err);
+  wait_enqueued(&q, err);
+  pthread_rwlock_unlock(&x->use);
+
+  pd_code rc = PD_OK;
+  cudaError_t ce = err[0] ? cudaSuccess : post_process(&q);
+  if (ce != cudaSuccess) rc = dev_cuda_fail(b, d, ce, "collective post-processing", st);
+  if (q.tmp) b->deallocate(b, d, q.tmp, q.tmp_bytes); /* stream-ordered */
+  if (rc == PD_OK) rc = wait_done(&q, err, st);
   if (err[0]) {
     rc = dev_error(st, PD_UNAVAILABLE, "%s on %s: NCCL: %s; the communicator is aborted and "
-                   "rebuilt", ctx->op->name, dev->name, err);
+                   "rebuilt", ctx->op->name, q.dev->name, err);
     cu_coll_run_failed(k, d, st); /* the cause, before peers see the abort */
     nccl_abort(c, k->comm_gen);
   }
