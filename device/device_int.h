@@ -125,6 +125,7 @@ void dev_register_linalg_ops(void);
 void dev_register_reduce_ops(void);
 void dev_register_softmax_ops(void);
 void dev_register_array_ops(void);
+void dev_register_slicing_ops(void);
 void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
 void dev_register_grad_ops(void);

@@ -73,6 +73,7 @@ static void registry_init_once(void) {
   dev_register_reduce_ops();
   dev_register_softmax_ops();
   dev_register_array_ops();
+  dev_register_slicing_ops();
   dev_register_random_ops();
   dev_register_collective_ops();
   dev_register_grad_ops();
