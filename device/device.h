@@ -270,9 +270,11 @@ typedef struct dev_engine_config {
   int num_devices;       /* cpu: simulated devices, default 4 */
   uint64_t memory_limit; /* per-device limit in bytes, 0: none (cpu and cuda) */
   /* cuda: the mesh, "cuda:0,cuda:1", "cuda:all" or "cuda:0,cuda:0" (see
-   * dev_cuda_config.mesh); NULL: "cuda:all". Ignored by the cpu backend. */
+   * dev_cuda_config.mesh in dev_cuda.h); NULL: "cuda:all". Ignored by the
+   * cpu backend. */
   const char *mesh;
-  /* cuda only (the cpu backend ignores them); see dev_cuda_config for each:
+  /* cuda only (the cpu backend ignores them); see dev_cuda_config
+   * (dev_cuda.h) for each:
    * TF32 tensor cores for float32 products (default false), bytes each GPU's
    * pool keeps cached (default UINT64_MAX: all), the collective timeout in
    * milliseconds (0: 300000) and the collective path (default AUTO). */
