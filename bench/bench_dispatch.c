@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "benchutil.h"
-#include "device.h"
+#include "dev_backend.h"
 
 #define DEVICES 4
 

@@ -1,8 +1,16 @@
-/* The paradev engine: parallel tensors, the op registry and the executors that
- * run every op on every device of a mesh.
+/* The paradev engine for those who drive it: parallel tensors, engines, ops
+ * by name, statuses and the gradient tape. The scheduler, the server, the
+ * examples, the benches and the tests include this header; it never includes
+ * a gRPC or protobuf header.
  *
- * This is the one header other layers (scheduler/, server/, tests, bench)
- * include. It never includes a gRPC or protobuf header.
+ * Three headers, one per audience (SQLite's btree.h / btreeInt.h shape):
+ *   device.h       programs that drive the engine (this one)
+ *   dev_backend.h  kernel and backend authors: op definitions, kernel
+ *                  registration, inference and kernel contexts, the backend
+ *                  function table, the CPU backend
+ *   dev_cuda.h     CUDA-only options: dev_cuda_config, the CUDA backend
+ * and device_int.h, private to device/, whose non-static names that nothing
+ * outside device/ may call carry a double underscore (dev__, libuv's uv__).
  *
  * Conventions
  *  - Functions that can fail return a pd_code and take a `dev_status *` last;
@@ -185,83 +193,15 @@ dev_attr dev_attr_int_list(const char *name, const int64_t *v, int n);
 dev_attr dev_attr_float_list(const char *name, const double *v, int n);
 
 /* ------------------------------------------------------------------------ */
-/* Op registry                                                               */
+/* Ops by name                                                               */
 
-#define DEV_MAX_ARGS 8   /* input or output args declared by one op */
 #define DEV_MAX_ATTRS 12 /* attrs declared by one op */
 #define DEV_MAX_INPUTS 64 /* flattened inputs of one op (list args count each) */
 #define DEV_MAX_OUTPUTS 8
 
+/* An op's definition (its arguments, attributes, inference and kernels);
+ * its fields are for kernel authors (dev_backend.h). */
 typedef struct dev_op_def dev_op_def;
-typedef struct dev_kernel_ctx dev_kernel_ctx;
-typedef struct dev_infer_ctx dev_infer_ctx;
-
-/* One declared input or output argument. A list argument (is_list) takes
- * min_len or more tensors, as TFE_OpGetInputLength describes; an op declares
- * at most one list input. */
-typedef struct dev_arg_def {
-  const char *name;
-  bool is_list;
-  int min_len;
-} dev_arg_def;
-
-/* One declared attribute: its type and its default (type DEV_ATTR_NONE when
- * the attribute is required). */
-typedef struct dev_attr_def {
-  const char *name;
-  dev_attr_type type;
-  dev_attr_value default_value;
-} dev_attr_def;
-
-/* Shape/dtype inference for one component: reads ctx->in_dtype/in_shape of
- * device ctx->device and the resolved attrs; writes ctx->out_dtype/out_shape.
- * Must validate everything the kernel relies on (dtypes, ranks, dims,
- * attribute ranges) and return INVALID_ARGUMENT naming the op, the input or
- * attribute, what it got and what was expected. Runs on the caller's thread,
- * never touches data. */
-typedef pd_code (*dev_infer_fn)(dev_infer_ctx *ctx, dev_status *st);
-
-/* A kernel for one backend: computes the outputs of one component.
- * Outputs are already allocated (ctx->out_data) unless the op sets
- * DEV_OP_ALIASES_INPUT, in which case the kernel may alias. */
-typedef pd_code (*dev_kernel_fn)(dev_kernel_ctx *ctx, dev_status *st);
-
-typedef enum dev_op_flags {
-  DEV_OP_COLLECTIVE = 1 << 0,   /* runs through backend->collective */
-  DEV_OP_MESH_INFER = 1 << 1,   /* infer sees every component at once */
-  DEV_OP_ALIASES_INPUT = 1 << 3, /* output 0 may share input 0's buffer */
-} dev_op_flags;
-
-/* Backend kinds that kernels are registered for. */
-typedef enum dev_backend_kind {
-  DEV_BACKEND_CPU = 0,
-  DEV_BACKEND_CUDA = 1,
-  DEV_BACKEND_KINDS = 2,
-} dev_backend_kind;
-
-struct dev_op_def {
-  const char *name;
-  int num_inputs;
-  dev_arg_def inputs[DEV_MAX_ARGS];
-  int num_outputs;
-  dev_arg_def outputs[DEV_MAX_ARGS]; /* outputs are never lists */
-  int num_attrs;
-  dev_attr_def attrs[DEV_MAX_ATTRS];
-  unsigned flags;
-  dev_infer_fn infer;
-  dev_kernel_fn kernels[DEV_BACKEND_KINDS];
-  /* Collective kind for DEV_OP_COLLECTIVE ops (dev_collective_kind). */
-  int collective;
-};
-
-/* Registers an op (the registry keeps the pointer; `def` must outlive the
- * process, normally a static). ALREADY_EXISTS for a duplicate name. Called
- * from dev_registry_init only; not thread-safe against lookups. */
-pd_code dev_op_register(dev_op_def *def, dev_status *st);
-
-/* Sets the kernel of `op_name` for `kind`. NOT_FOUND for an unknown op. */
-pd_code dev_kernel_register(dev_backend_kind kind, const char *op_name,
-                            dev_kernel_fn fn, dev_status *st);
 
 /* Registers every built-in op and its CPU kernels, once (pthread_once).
  * Called by dev_engine_create; safe to call from any thread, many times. */
@@ -275,78 +215,20 @@ const dev_op_def *dev_op_lookup(const char *name);
 int dev_op_count(void);
 const dev_op_def *dev_op_at(int i);
 
-/* Index of attr `name` in def->attrs, or -1. */
-int dev_op_attr_index(const dev_op_def *def, const char *name);
+/* The op's name (TensorFlow raw-op spelling), e.g. "MatMul". */
+const char *dev_op_def_name(const dev_op_def *def);
+
+/* True for a collective op (AllReduce, Broadcast, AllGather, ReduceScatter):
+ * every device of the mesh takes part in each run. */
+bool dev_op_def_is_collective(const dev_op_def *def);
 
 /* Number of tensors that input argument `arg` of `def` takes when the op is
  * given `num_inputs` flattened inputs (TFE_OpGetInputLength). -1 when
  * num_inputs cannot be split among the args. */
 int dev_op_input_length(const dev_op_def *def, int arg, int num_inputs);
 
-/* Resolved inputs of an infer call, per component. */
-struct dev_infer_ctx {
-  const dev_op_def *op;
-  int device;      /* which component is being inferred */
-  int num_devices; /* mesh size */
-  int num_inputs;
-  const pd_dtype *in_dtype;            /* [num_inputs] */
-  const dev_shape *in_shape;           /* [num_inputs] this component's */
-  const dev_shape *const *all_in_shape; /* [num_inputs][num_devices], for
-                                          DEV_OP_MESH_INFER ops */
-  const dev_attr_value *attrs;         /* [op->num_attrs], defaults filled */
-  int num_outputs;
-  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
-  dev_shape out_shape[DEV_MAX_OUTPUTS];
-};
-
-/* Per-component arguments of a kernel call. */
-struct dev_kernel_ctx {
-  const dev_op_def *op;
-  const dev_attr_value *attrs; /* [op->num_attrs] */
-  int device;
-  int num_devices;
-  struct dev_backend *backend;
-  uint64_t op_seq; /* engine-wide sequence number of this op */
-  int num_inputs;
-  const pd_dtype *in_dtype;
-  const dev_shape *in_shape;
-  const void *const *in_data;
-  int num_outputs;
-  const pd_dtype *out_dtype;
-  const dev_shape *out_shape;
-  void **out_data;
-  /* Set by an aliasing kernel (DEV_OP_ALIASES_INPUT) to make output i share
-   * input j's buffer: out_alias[i] = j. -1 otherwise. */
-  int *out_alias;
-  /* The collective rendezvous of DEV_OP_COLLECTIVE ops (backend-private). */
-  void *collective;
-};
-
-/* Helpers for infer functions: each returns INVALID_ARGUMENT with a message
- * naming the op and the input when the check fails. */
-pd_code dev_check_dtype_in(const dev_infer_ctx *c, int input, unsigned mask,
-                           const char *expected, dev_status *st);
-pd_code dev_check_same_dtype(const dev_infer_ctx *c, int a, int b,
-                             dev_status *st);
-pd_code dev_check_rank(const dev_infer_ctx *c, int input, int min_rank,
-                       int max_rank, dev_status *st);
-/* Normalizes a possibly negative axis against `rank` (valid: -rank..rank-1),
- * INVALID_ARGUMENT naming the attribute otherwise. */
-pd_code dev_normalize_axis(const dev_infer_ctx *c, const char *attr,
-                           int64_t axis, int rank, int *out, dev_status *st);
-
-#define DEV_DTYPE_BIT(dt) (1u << (unsigned)(dt))
-#define DEV_MASK_FLOAT                                                     \
-  (DEV_DTYPE_BIT(PD_FLOAT32) | DEV_DTYPE_BIT(PD_FLOAT64) |                 \
-   DEV_DTYPE_BIT(PD_FLOAT16) | DEV_DTYPE_BIT(PD_BFLOAT16))
-#define DEV_MASK_INT                                                       \
-  (DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64) |                     \
-   DEV_DTYPE_BIT(PD_UINT8))
-#define DEV_MASK_NUMBER (DEV_MASK_FLOAT | DEV_MASK_INT)
-#define DEV_MASK_ALL (DEV_MASK_NUMBER | DEV_DTYPE_BIT(PD_BOOL))
-
 /* ------------------------------------------------------------------------ */
-/* Backends                                                                  */
+/* Device memory                                                             */
 
 typedef struct dev_memory_stats {
   size_t struct_size;
@@ -359,132 +241,9 @@ typedef struct dev_memory_stats {
 
 #define DEV_MEMORY_STATS_STRUCT_SIZE sizeof(dev_memory_stats)
 
-/* Collective kinds and reductions (NCCL's names). */
-typedef enum dev_collective_kind {
-  DEV_COLL_NONE = 0,
-  DEV_COLL_ALL_REDUCE = 1,
-  DEV_COLL_BROADCAST = 2,
-  DEV_COLL_ALL_GATHER = 3,
-  DEV_COLL_REDUCE_SCATTER = 4,
-} dev_collective_kind;
-
-typedef enum dev_reduction {
-  DEV_RED_SUM = 0,
-  DEV_RED_PROD = 1,
-  DEV_RED_MAX = 2,
-  DEV_RED_MIN = 3,
-  DEV_RED_MEAN = 4,
-} dev_reduction;
-
-/* Parses "sum|prod|max|min|mean"; -1 when unknown. */
-int dev_reduction_from_name(const char *s, size_t len);
-
-/* A backend: a table of functions over N devices. It starts with
- * struct_size so it can grow without breaking older code, as TensorFlow's
- * pluggable-device structs (SP_StreamExecutor) do. All functions may be called
- * concurrently for different devices; for one device they are called from that
- * device's executor thread, except allocate/deallocate/copy_* used by uploads
- * and downloads (and deallocate when an op's or a client's last reference
- * goes, on any thread), and fence_wait and fence_release (the device's
- * completion thread), which the backend must make thread-safe. */
-typedef struct dev_backend {
-  size_t struct_size;
-  const char *name; /* "cpu", "cuda" */
-  dev_backend_kind kind;
-  int num_devices;
-  void *impl;
-
-  /* Allocates `bytes` on `device`; RESOURCE_EXHAUSTED (naming the device,
-   * the request and the limit) when over the device's limit. bytes == 0 gives
-   * a unique non-NULL pointer. */
-  pd_code (*allocate)(struct dev_backend *b, int device, size_t bytes,
-                      void **out, dev_status *st);
-  void (*deallocate)(struct dev_backend *b, int device, void *ptr,
-                     size_t bytes);
-  pd_code (*copy_h2d)(struct dev_backend *b, int device, void *dst,
-                      const void *src, size_t bytes, dev_status *st);
-  pd_code (*copy_d2h)(struct dev_backend *b, int device, void *dst,
-                      const void *src, size_t bytes, dev_status *st);
-  pd_code (*copy_d2d)(struct dev_backend *b, int dst_device, void *dst,
-                      int src_device, const void *src, size_t bytes,
-                      dev_status *st);
-  /* Runs a kernel for one component, on that device's executor. */
-  pd_code (*run_kernel)(struct dev_backend *b, dev_kernel_fn fn,
-                        dev_kernel_ctx *ctx, dev_status *st);
-  /* Creates the shared state of one collective across all devices; called
-   * once per collective op at submission. */
-  void *(*collective_create)(struct dev_backend *b, dev_collective_kind kind,
-                             int num_devices);
-  /* Runs device ctx->device's part of a collective. Every device calls it
-   * (with ctx->collective from collective_create), in the same global order;
-   * a device whose inputs failed still calls it with `failed` set so peers
-   * learn of it instead of waiting. Returns the collective's status, the same
-   * on every device. */
-  pd_code (*collective_run)(struct dev_backend *b, dev_kernel_ctx *ctx,
-                            const dev_status *failed, dev_status *st);
-  void (*collective_release)(struct dev_backend *b, void *coll);
-  /* Waits for all work issued on `device` (a no-op on the CPU backend). */
-  pd_code (*synchronize)(struct dev_backend *b, int device, dev_status *st);
-  pd_code (*memory_stats)(struct dev_backend *b, int device,
-                          dev_memory_stats *out, dev_status *st);
-  /* A short description of the device ("cpu:0 (simulated)"). */
-  const char *(*device_name)(struct dev_backend *b, int device);
-  void (*destroy)(struct dev_backend *b);
-  /* False once `device` has hit an unrecoverable error (a sticky CUDA error:
-   * the device's context is lost and every later op on it fails with
-   * UNAVAILABLE). NULL means always healthy (the CPU backend). Check
-   * struct_size before reading it from a backend built against an older
-   * header. Thread-safe. */
-  bool (*healthy)(struct dev_backend *b, int device);
-  /* Page-locks [ptr, ptr + bytes) of host memory (e.g. a client's shared
-   * memory region mapped by the daemon) so copy_h2d/copy_d2h to and from it
-   * run as direct DMA at copy-engine speed instead of through staging
-   * buffers, as cudaHostRegister does. NULL when the backend has nothing to
-   * do (the CPU backend). host_unregister undoes it; it is called only with
-   * a ptr that host_register accepted. Check struct_size before reading them.
-   * Thread-safe. */
-  pd_code (*host_register)(struct dev_backend *b, void *ptr, size_t bytes,
-                           dev_status *st);
-  void (*host_unregister)(struct dev_backend *b, void *ptr);
-  /* Completion fences, for a backend whose run_kernel and collective_run
-   * return once the work is queued on the device rather than done (CUDA).
-   * All three or none; NULL on the CPU backend, whose ops are done when
-   * run_kernel returns. Check struct_size before reading them.
-   *
-   * fence_record: called on `device`'s executor right after it issued an
-   *   op's work; returns in *fence a marker behind all work issued so far on
-   *   the device (cudaEventRecord on its stream). Errors name the device.
-   * fence_wait: blocks, without spinning, until that work has finished on
-   *   the device; returns the first error it hit (naming the device and the
-   *   backend's reason), e.g. an illegal address inside a kernel. Called on
-   *   the device's completion thread, in the order the fences were recorded.
-   * fence_release: gives the fence back once fence_wait has returned (on
-   *   the completion thread).
-   * The engine marks an op's outputs on the device ready only once its fence
-   * has been waited for, as TensorFlow's GPU EventMgr does. Source:
-   * tensorflow/core/common_runtime/device/device_event_mgr.h. */
-  pd_code (*fence_record)(struct dev_backend *b, int device, void **fence,
-                          dev_status *st);
-  pd_code (*fence_wait)(struct dev_backend *b, int device, void *fence,
-                        dev_status *st);
-  void (*fence_release)(struct dev_backend *b, int device, void *fence);
-} dev_backend;
-
-#define DEV_BACKEND_STRUCT_SIZE sizeof(dev_backend)
-
-/* Configuration of the CPU backend; starts with struct_size. */
-typedef struct dev_cpu_config {
-  size_t struct_size;
-  int num_devices;            /* 1..PD_MAX_DEVICES */
-  uint64_t memory_limit;      /* per device, bytes; 0: none */
-} dev_cpu_config;
-
-#define DEV_CPU_CONFIG_INITIALIZER {sizeof(dev_cpu_config), 4, 0}
-
-/* Creates the CPU backend of `cfg->num_devices` simulated devices.
- * INVALID_ARGUMENT for a device count outside 1..64. */
-pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
-                               dev_status *st);
+/* A backend: the table of functions an engine runs its devices through
+ * (defined in dev_backend.h, for backend authors). */
+typedef struct dev_backend dev_backend;
 
 /* ------------------------------------------------------------------------ */
 /* Engine                                                                    */
@@ -511,9 +270,11 @@ typedef struct dev_engine_config {
   int num_devices;       /* cpu: simulated devices, default 4 */
   uint64_t memory_limit; /* per-device limit in bytes, 0: none (cpu and cuda) */
   /* cuda: the mesh, "cuda:0,cuda:1", "cuda:all" or "cuda:0,cuda:0" (see
-   * dev_cuda_config.mesh); NULL: "cuda:all". Ignored by the cpu backend. */
+   * dev_cuda_config.mesh in dev_cuda.h); NULL: "cuda:all". Ignored by the
+   * cpu backend. */
   const char *mesh;
-  /* cuda only (the cpu backend ignores them); see dev_cuda_config for each:
+  /* cuda only (the cpu backend ignores them); see dev_cuda_config
+   * (dev_cuda.h) for each:
    * TF32 tensor cores for float32 products (default false), bytes each GPU's
    * pool keeps cached (default UINT64_MAX: all), the collective timeout in
    * milliseconds (0: 300000) and the collective path (default AUTO). */
@@ -540,7 +301,23 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
 void dev_engine_destroy(dev_engine *e);
 
 int dev_engine_num_devices(const dev_engine *e);
+/* The engine's backend, for backend and kernel authors (dev_backend.h);
+ * programs use the accessors below instead of reading its fields. */
 dev_backend *dev_engine_backend(dev_engine *e);
+
+/* The backend's name, "cpu" or "cuda" ("" if it has none; never NULL).
+ * Thread-safe. */
+const char *dev_engine_backend_name(dev_engine *e);
+
+/* A short description of device `device` ("cpu:0 (simulated)", the GPU's
+ * name on CUDA); "" for a device out of range. Thread-safe. */
+const char *dev_engine_device_name(dev_engine *e, int device);
+
+/* False once `device` has hit an unrecoverable error (a sticky CUDA error:
+ * its context is lost and every later op on it fails with UNAVAILABLE);
+ * true on a backend that has no such state (the CPU backend) and false for a
+ * device out of range. Thread-safe. */
+bool dev_engine_device_healthy(dev_engine *e, int device);
 
 /* Waits until every op submitted so far has run on every device (finished on
  * the device, not only issued). Returns OK (per-op failures are stored on
@@ -863,64 +640,17 @@ pd_code dev_tape_gradient(dev_tape *tape, dev_tensor *target,
                           dev_tensor *const *output_gradients,
                           dev_tensor **out_grads, dev_status *st);
 
-/* ------------------------------------------------------------------------ */
-/* CUDA backend (device/cuda/; built when CMake's PARADEV_CUDA is on, which   */
-/* defines PARADEV_HAVE_CUDA for users of this library)                      */
-
-/* (dev_cuda_collectives, the collective path, is declared beside
- * dev_engine_config above.) */
-
-/* Configuration of the CUDA backend; starts with struct_size (use
- * DEV_CUDA_CONFIG_INITIALIZER, then set fields by name). */
-typedef struct dev_cuda_config {
-  size_t struct_size;
-  /* The mesh: comma-separated entries "cuda:N" (N an ordinal among the GPUs
-   * CUDA_VISIBLE_DEVICES leaves visible), or "cuda:all" alone. An ordinal may
-   * repeat: each entry is one device of the mesh (a logical device with its
-   * own stream and memory accounting), so "cuda:0,cuda:0" is a mesh of two on
-   * one GPU, as TensorFlow's virtual GPUs. NULL or "": "cuda:all". */
-  const char *mesh;
-  /* float32 MatMul/BatchMatMul may use TF32 tensor cores (10-bit mantissa
-   * inputs). Default false: float32 products are exact float32. */
-  bool allow_tf32;
-  /* Bytes each GPU's memory pool keeps cached across synchronizations
-   * (cudaMemPoolAttrReleaseThreshold). Default UINT64_MAX: keep everything. */
-  uint64_t pool_release_threshold;
-  /* Per mesh entry limit in bytes, 0: none (the GPU's memory is the limit). */
-  uint64_t memory_limit;
-  /* A collective that has not completed after this many milliseconds fails,
-   * and the NCCL communicator is aborted and rebuilt. 0: 300000 (5 min). */
-  int collective_timeout_ms;
-  dev_cuda_collectives collectives;
-} dev_cuda_config;
-
-#define DEV_CUDA_CONFIG_INITIALIZER \
-  {sizeof(dev_cuda_config), NULL, false, UINT64_MAX, 0, 0, DEV_CUDA_COLL_AUTO}
-
-/* Creates the CUDA backend: one device per mesh entry, each with its own
- * stream; memory from a stream-ordered pool per GPU (cudaMallocAsync); host
- * copies through pinned staging buffers; cuBLAS for matrix products; NCCL or
- * copy-and-reduce kernels for collectives (NCCL's communicator is created in
- * the background, so this returns quickly). Registers the CUDA kernels once.
- *
- * Errors: INVALID_ARGUMENT (malformed mesh, ordinal out of range, more than
- * PD_MAX_DEVICES entries, NCCL asked for a mesh that repeats a GPU);
- * UNAVAILABLE when no GPU can be used ("no CUDA GPU found (cudaGetDeviceCount:
- * <CUDA's reason>); run with --backend=cpu"), or when the build has no kernel
- * image for the GPU. Never crashes on a machine without a GPU or driver.
- * Thread safety: the backend's functions follow dev_backend's rules.
- * Defined only when PARADEV_HAVE_CUDA is; otherwise dev_engine_create with
- * backend "cuda" reports UNAVAILABLE. */
-pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out,
-                                dev_status *st);
-
-/* Registers the CUDA kernels of every built-in op (pthread_once; called by
- * dev_cuda_backend_create). Needs no GPU, so tests call it to check that
- * every name it registers is an op. Aborts on a name the registry does not
- * know (a programming error, as dev_register_or_die). */
-void dev_register_cuda_kernels(void);
-
 #ifdef __cplusplus
 }
 #endif
+
+/* Transitional: server/main.c, server/handlers.c, server/health.c,
+ * scheduler/scheduler.c, bench/bench_dispatch.c and tests/gpu/ still read
+ * dev_backend and dev_op_def fields through this header. Once they use the
+ * accessors above (or include dev_backend.h themselves), define
+ * PARADEV_DEVICE_CONSUMER_ONLY for them, then drop this include. */
+#ifndef PARADEV_DEVICE_CONSUMER_ONLY
+#include "dev_backend.h"
+#endif
+
 #endif /* PARADEV_DEVICE_H */

@@ -1,12 +1,19 @@
-/* Private header of device/: what the engine's own files share. Not for
- * other layers (they include device/device.h only). */
+/* Private header of device/: what the engine's own files share (tensors,
+ * components, buffers, queued ops, the engine's fields). Not for other
+ * layers: they include device/device.h (programs) or device/dev_backend.h
+ * (kernels and backends). Non-static names that nothing outside device/ may
+ * call carry a double underscore (dev__), as libuv's uv__; the older dev_
+ * names here (dev_exec_wait, dev_engine_create_with_backend, ...) are also
+ * used by tests/unit/test_fence.c, so they keep their names. The executor's
+ * private header is exec_int.h, the tape's tape_int.h. */
 #ifndef PARADEV_DEVICE_INT_H
 #define PARADEV_DEVICE_INT_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "device.h"
+#include "dev_backend.h"
+#include "../common/check.h"
 
 /* A device buffer, shared by tensors that alias it (Reshape, Identity). */
 typedef struct dev_buffer {
@@ -19,7 +26,7 @@ typedef struct dev_buffer {
 
 /* One component of a parallel tensor. `buf`, `code` and `msg` are written by
  * the device's executor before it publishes `ready_seq` as done; readers look
- * at them only after dev_exec_done(device) >= ready_seq. On a backend with
+ * at them only after dev__exec_done(device) >= ready_seq. On a backend with
  * fences, the device's completion thread may still set `code` and `msg` (an
  * error the device reported while running the op) until it publishes, under
  * the executor's mutex and leaving `buf` in place (freed with the tensor), so
@@ -44,6 +51,16 @@ struct dev_tensor {
   dev_component comps[];
 };
 
+/* The engine: a backend and one executor per device (exec_int.h). */
+struct dev_engine {
+  dev_backend *backend;
+  int n;
+  bool fenced; /* the backend has all three fence functions */
+  pthread_mutex_t submit_mu;
+  uint64_t seq; /* the last op seq handed out (under submit_mu) */
+  struct dev_exec *execs; /* [n] */
+};
+
 /* Deep-copied attribute storage of a queued op. */
 struct dev_op {
   const dev_op_def *def;
@@ -66,37 +83,49 @@ struct dev_op {
 };
 
 /* Allocates a buffer of `bytes` on `device` through the backend. */
-pd_code dev_buffer_alloc(dev_backend *b, int device, size_t bytes,
+pd_code dev__buffer_alloc(dev_backend *b, int device, size_t bytes,
                          dev_buffer **out, dev_status *st);
-void dev_buffer_retain(dev_buffer *buf);
-void dev_buffer_release(dev_buffer *buf);
+void dev__buffer_retain(dev_buffer *buf);
+void dev__buffer_release(dev_buffer *buf);
 
 /* Creates a tensor with unallocated components (executor allocates). */
-pd_code dev_tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
+pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
                        dev_tensor **out, dev_status *st);
-/* Sets component `d`'s error (copies msg). */
-void dev_component_set_error(dev_component *c, pd_code code, const char *msg);
+/* Sets a component's error (copies msg) and frees its buffer (ready.c). */
+void dev__component_set_error(dev_component *c, pd_code code, const char *msg);
+/* Sets an error the device reported after the op was issued, unless the
+ * component has one already; leaves the buffer (a later op already issued
+ * may still read it). Under the device's mutex (exec_int.h). */
+void dev__component_set_late_error(dev_component *c, pd_code code, const char *msg);
 
-/* Creates an engine over `b` (taking ownership of it: on failure it is
+/* Frees a queued or prepared op: releases its tensors, collective and
+ * attribute storage (prepare.c). */
+void dev__op_free(dev_op *op);
+
+/* Creates an engine over `b` (engine.c; taking ownership of it: on failure it is
  * destroyed) and starts its threads: what dev_engine_create does once it has
  * made the backend. For tests that wrap a backend (a fenced CPU backend). */
 pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out, dev_status *st);
 
-/* Largest sequence number that `device` has finished (on a backend with
- * fences, finished on the device). */
-uint64_t dev_exec_done(dev_engine *e, int device);
+/* Readiness (ready.c). Largest sequence number that `device` has finished
+ * (on a backend with fences, finished on the device). */
+uint64_t dev__exec_done(dev_engine *e, int device);
 /* Blocks until `device`'s executor has finished op `seq`. */
 void dev_exec_wait(dev_engine *e, int device, uint64_t seq);
 /* The same with a CLOCK_MONOTONIC deadline in seconds (<= 0: none); false
  * when the deadline passed first. */
-bool dev_exec_wait_until(dev_engine *e, int device, uint64_t seq, double deadline);
+bool dev__exec_wait_until(dev_engine *e, int device, uint64_t seq, double deadline);
 
 /* Registration of the built-in op groups (device/ops/ files). Each registers
  * its op defs and their CPU kernels. */
 void dev_register_elementwise_ops(void);
+void dev_register_binary_ops(void);
+void dev_register_fill_cast_ops(void);
 void dev_register_linalg_ops(void);
 void dev_register_reduce_ops(void);
+void dev_register_softmax_ops(void);
 void dev_register_array_ops(void);
+void dev_register_slicing_ops(void);
 void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
 void dev_register_grad_ops(void);
@@ -117,18 +146,18 @@ static inline int64_t dev_dims_prod(const dev_shape *s, int lo, int hi) {
 /* Widens n float16 (dt == PD_FLOAT16) or bfloat16 values to float32 (exact),
  * and rounds n float32 values back to nearest even: the float32 compute path
  * of the 16-bit dtypes. */
-void dev_widen_16(pd_dtype dt, const uint16_t *src, float *dst, int64_t n);
-void dev_narrow_16(pd_dtype dt, const float *src, uint16_t *dst, int64_t n);
+void dev__widen_16(pd_dtype dt, const uint16_t *src, float *dst, int64_t n);
+void dev__narrow_16(pd_dtype dt, const float *src, uint16_t *dst, int64_t n);
 
 /* Copies the box of `box_shape` at offset `begin` of a dense tensor of
  * `full_shape` (elements of `es` bytes) out of it into the dense `box`
  * (to_box), or from `box` into it. Runs of whole inner axes are copied with
  * one memcpy. Slice and its gradient. */
-void dev_copy_box(char *full, const dev_shape *full_shape, const int64_t *begin, char *box,
+void dev__copy_box(char *full, const dev_shape *full_shape, const int64_t *begin, char *box,
                   const dev_shape *box_shape, size_t es, bool to_box);
 
 /* Registers an op def and its CPU kernel; aborts on a registration error
  * (a programming error caught by any test run). */
-void dev_register_or_die(dev_op_def *def);
+void dev__register_or_die(dev_op_def *def);
 
 #endif /* PARADEV_DEVICE_INT_H */

@@ -102,21 +102,21 @@ void dev_store_f64(pd_dtype dt, void *data, int64_t i, double v) {
   }
 }
 
-void dev_widen_16(pd_dtype dt, const uint16_t *src, float *dst, int64_t n) {
+void dev__widen_16(pd_dtype dt, const uint16_t *src, float *dst, int64_t n) {
   if (dt == PD_FLOAT16)
     for (int64_t i = 0; i < n; i++) dst[i] = dev_half_to_float(src[i]);
   else
     for (int64_t i = 0; i < n; i++) dst[i] = dev_bfloat16_to_float(src[i]);
 }
 
-void dev_narrow_16(pd_dtype dt, const float *src, uint16_t *dst, int64_t n) {
+void dev__narrow_16(pd_dtype dt, const float *src, uint16_t *dst, int64_t n) {
   if (dt == PD_FLOAT16)
     for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_half(src[i]);
   else
     for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_bfloat16(src[i]);
 }
 
-void dev_copy_box(char *full, const dev_shape *full_shape, const int64_t *begin, char *box,
+void dev__copy_box(char *full, const dev_shape *full_shape, const int64_t *begin, char *box,
                   const dev_shape *box_shape, size_t es, bool to_box) {
   int r = box_shape->rank;
   int64_t outer_total = 1;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "../common/check.h"
 
 pd_code dev_shape_make(int rank, const int64_t *dims, dev_shape *out,
                        dev_status *st) {
@@ -53,8 +54,7 @@ pd_code dev_shape_byte_size(pd_dtype dt, const dev_shape *s, size_t *out, dev_st
   size_t es = pd_dtype_size(dt);
   if (es == 0) return dev_error(st, PD_INVALID_ARGUMENT, "invalid dtype %d", (int)dt);
   int64_t n;
-  pd_code rc = dev_shape_num_elements(s, &n, st);
-  if (rc != PD_OK) return rc;
+  PD_TRY(dev_shape_num_elements(s, &n, st));
   size_t bytes;
   if ((uint64_t)n > SIZE_MAX || __builtin_mul_overflow((size_t)n, es, &bytes) ||
       bytes > (size_t)INT64_MAX) {

@@ -144,16 +144,12 @@ static void srv_render_sessions(srv_buf *b, srv *s, const sched_stats *st) {
 
 static void srv_render_devices(srv_buf *b, srv *s, const sched_stats *st) {
   int n = dev_engine_num_devices(s->engine);
-  dev_backend *be = dev_engine_backend(s->engine);
   dev_memory_stats ms[PD_MAX_DEVICES];
   bool ok[PD_MAX_DEVICES];
   for (int i = 0; i < n; i++) {
     ms[i] = (dev_memory_stats){sizeof(ms[i]), 0, 0, 0, 0, 0};
     ok[i] = dev_engine_memory_stats(s->engine, i, &ms[i], NULL) == PD_OK;
   }
-  bool has_health = be && be->struct_size >= offsetof(dev_backend, healthy) +
-                                                 sizeof(be->healthy) &&
-                    be->healthy;
   static const struct {
     const char *name, *help;
   } fam[] = {
@@ -184,7 +180,7 @@ static void srv_render_devices(srv_buf *b, srv *s, const sched_stats *st) {
         case 3: v = ms[i].bytes_limit; break;
         case 4: v = ms[i].bytes_total; break;
         case 5: v = ms[i].peak_bytes_in_use; break;
-        case 6: v = !has_health || be->healthy(be, i); break;
+        case 6: v = dev_engine_device_healthy(s->engine, i); break;
       }
       if (f != 0 && f != 6 && !ok[i]) continue;
       srv_buf_printf(b, "%s{device=\"%d\"} %" PRIu64 "\n", fam[f].name, i, v);
@@ -221,8 +217,8 @@ static void srv_render_ops(srv_buf *b, srv *s, const sched_stats *st) {
       if (by[code])
         srv_buf_printf(b, "paradev_ops_total{op=\"%s\",outcome=\"%s\"} %" PRIu64
                        "\n",
-                       d->name, pd_code_name((pd_code)code), by[code]);
-    if ((d->flags & DEV_OP_COLLECTIVE) && ncoll < 256) {
+                       dev_op_def_name(d), pd_code_name((pd_code)code), by[code]);
+    if (dev_op_def_is_collective(d) && ncoll < 256) {
       coll_i[ncoll] = i;
       coll_s[ncoll++] = run;
     }
@@ -232,7 +228,7 @@ static void srv_render_ops(srv_buf *b, srv *s, const sched_stats *st) {
              "computed on all of them, by op.");
   for (int k = 0; k < ncoll; k++)
     srv_buf_printf(b, "paradev_collective_seconds_total{op=\"%s\"} %.9g\n",
-                   dev_op_at(coll_i[k])->name, coll_s[k]);
+                   dev_op_def_name(dev_op_at(coll_i[k])), coll_s[k]);
   srv_family(b, "paradev_op_duration_seconds", "histogram",
              "Seconds from an op's Execute until it was computed on every "
              "device.");
@@ -260,11 +256,11 @@ char *srv_metrics_render(srv *s, size_t *len) {
   b.p[0] = '\0';
   sched_stats st = {.struct_size = sizeof(st)};
   sched_get_stats(s->sched, &st);
-  dev_backend *be = dev_engine_backend(s->engine);
+  const char *be_name = dev_engine_backend_name(s->engine);
   srv_family(&b, "paradev_build_info", "gauge",
              "paradevd's version and backend (always 1).");
   srv_buf_printf(&b, "paradev_build_info{version=\"%s\",backend=\"%s\"} 1\n",
-                 SRV_VERSION, be && be->name ? be->name : s->opt.backend);
+                 SRV_VERSION, *be_name ? be_name : s->opt.backend);
   srv_family(&b, "paradev_start_time_seconds", "gauge",
              "When paradevd started (Unix time).");
   srv_buf_printf(&b, "paradev_start_time_seconds %.3f\n",

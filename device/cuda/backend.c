@@ -1,4 +1,8 @@
 /* The CUDA backend: one device per mesh entry, each with its own stream.
+ * This file holds the backend's table (dev_backend), parsing the mesh and
+ * creating and destroying the backend; device.c errors, health and kernel
+ * services, memory.c memory and copies, fence.c completion fences,
+ * collective.c the collectives, register.c and kernels_*.cu the kernels.
  *
  * Execution. The engine's executor thread of a device calls run_kernel, which
  * launches the op's kernels on the device's stream and returns: kernels run
@@ -42,522 +46,6 @@
 #include "cuda_int.h"
 
 /* ------------------------------------------------------------------------ */
-/* Errors                                                                    */
-
-int dev_cuda_error_is_sticky(cudaError_t e) {
-  switch (e) {
-    case cudaErrorECCUncorrectable:
-    case cudaErrorNvlinkUncorrectable:
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorContextIsDestroyed:
-    case cudaErrorAssert:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorLaunchFailure:
-    case cudaErrorExternalDevice:
-    case cudaErrorContained:        /* driver_types.h: "leaves the process in an */
-    case cudaErrorTensorMemoryLeak: /* inconsistent state", as the ones above */
-    case cudaErrorUnknown:
-      return 1;
-    default:
-      return 0;
-  }
-}
-
-/* The function name of a stringified call: "cudaFoo(a, b)" -> "cudaFoo". */
-static void call_name(const char *what, char *buf, size_t len) {
-  size_t n = strcspn(what, "(");
-  if (n >= len) n = len - 1;
-  memcpy(buf, what, n);
-  buf[n] = '\0';
-}
-
-static void mark_unhealthy(cu_backend *c, int gpu, const char *why) {
-  cu_gpu *g = &c->gpus[gpu];
-  pthread_mutex_lock(&g->why_mu);
-  if (!atomic_load(&g->unhealthy)) {
-    snprintf(g->why, sizeof g->why, "%s", why);
-    atomic_store(&g->unhealthy, true);
-  }
-  pthread_mutex_unlock(&g->why_mu);
-}
-
-pd_code dev_cuda_fail(dev_backend *b, int device, cudaError_t err, const char *what,
-                      dev_status *st) {
-  (void)cudaGetLastError(); /* clears the thread's error unless it is sticky */
-  char fn[64];
-  call_name(what, fn, sizeof fn);
-  const char *dn = b && device >= 0 ? b->device_name(b, device) : "cuda";
-  if (err == cudaErrorMemoryAllocation)
-    return dev_error(st, PD_RESOURCE_EXHAUSTED, "%s: %s: out of GPU memory (%s)", dn, fn,
-                     cudaGetErrorName(err));
-  if (dev_cuda_error_is_sticky(err)) {
-    char why[200];
-    snprintf(why, sizeof why, "%s: %s (%s)", fn, cudaGetErrorString(err), cudaGetErrorName(err));
-    if (b && device >= 0) mark_unhealthy(cu_of(b), cu_of(b)->devs[device].gpu, why);
-    return dev_error(st, PD_UNAVAILABLE,
-                     "%s: %s; the GPU's CUDA context is lost, so the device is marked "
-                     "unhealthy and fails every later op (restart the daemon to recover)",
-                     dn, why);
-  }
-  return dev_error(st, PD_INTERNAL, "%s: %s failed: %s (%s)", dn, fn, cudaGetErrorString(err),
-                   cudaGetErrorName(err));
-}
-
-static pd_code cublas_fail(dev_backend *b, int device, cublasStatus_t s, const char *what,
-                           dev_status *st) {
-  char fn[64];
-  call_name(what, fn, sizeof fn);
-  const char *dn = b->device_name(b, device);
-  if (s == CUBLAS_STATUS_ALLOC_FAILED)
-    return dev_error(st, PD_RESOURCE_EXHAUSTED, "%s: %s: out of GPU memory (%s)", dn, fn,
-                     cublasGetStatusName(s));
-  return dev_error(st, PD_INTERNAL, "%s: %s failed: %s (%s)", dn, fn, cublasGetStatusString(s),
-                   cublasGetStatusName(s));
-}
-
-#define CUBLAS_CHECK_GOTO(B, D, CALL, ST, RC, LABEL)         \
-  do {                                                       \
-    cublasStatus_t cb_s_ = (CALL);                           \
-    if (cb_s_ != CUBLAS_STATUS_SUCCESS) {                    \
-      (RC) = cublas_fail((B), (D), cb_s_, #CALL, (ST));      \
-      goto LABEL;                                            \
-    }                                                        \
-  } while (0)
-
-pd_code cu_check_healthy(cu_backend *c, int device, dev_status *st) {
-  cu_gpu *g = &c->gpus[c->devs[device].gpu];
-  if (!atomic_load(&g->unhealthy)) return PD_OK;
-  pthread_mutex_lock(&g->why_mu);
-  pd_code rc = dev_error(st, PD_UNAVAILABLE,
-                         "%s is unhealthy after an unrecoverable CUDA error (%s); restart the "
-                         "daemon to use it again",
-                         c->devs[device].name, g->why);
-  pthread_mutex_unlock(&g->why_mu);
-  return rc;
-}
-
-pd_code cu_bind(cu_backend *c, int device, dev_status *st) {
-  CU_CHECK(&c->base, device, cudaSetDevice(c->devs[device].ordinal), st);
-  return PD_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* What kernel functions ask of the backend                                  */
-
-cudaStream_t dev_cuda_stream(dev_backend *b, int device) { return cu_of(b)->devs[device].stream; }
-
-int dev_cuda_sm_count(dev_backend *b, int device) {
-  cu_backend *c = cu_of(b);
-  return c->gpus[c->devs[device].gpu].sm_count;
-}
-
-pd_code dev_cuda_flag_arm(dev_kernel_ctx *ctx, unsigned long long **dflag, dev_status *st) {
-  cu_device *d = &cu_of(ctx->backend)->devs[ctx->device];
-  /* No other op uses the word now: ops that arm it read it back (and so wait
-   * for the stream) before they return. */
-  d->hflag[0] = UINT64_MAX;
-  d->hflag[1] = d->hflag[2] = d->hflag[3] = 0;
-  CU_CHECK(ctx->backend, ctx->device,
-           cudaMemcpyAsync(d->dflag, d->hflag, DEV_CUDA_FLAG_WORDS * sizeof *d->dflag,
-                           cudaMemcpyHostToDevice, d->stream),
-           st);
-  *dflag = d->dflag;
-  return PD_OK;
-}
-
-pd_code dev_cuda_flag_read(dev_kernel_ctx *ctx, unsigned long long out[DEV_CUDA_FLAG_WORDS],
-                           dev_status *st) {
-  cu_device *d = &cu_of(ctx->backend)->devs[ctx->device];
-  CU_CHECK(ctx->backend, ctx->device,
-           cudaMemcpyAsync(d->hflag, d->dflag, DEV_CUDA_FLAG_WORDS * sizeof *d->dflag,
-                           cudaMemcpyDeviceToHost, d->stream),
-           st);
-  CU_CHECK(ctx->backend, ctx->device, cudaStreamSynchronize(d->stream), st);
-  memcpy(out, d->hflag, DEV_CUDA_FLAG_WORDS * sizeof *out);
-  return PD_OK;
-}
-
-pd_code dev_cuda_scratch(dev_kernel_ctx *ctx, size_t bytes, void **out, dev_status *st) {
-  return ctx->backend->allocate(ctx->backend, ctx->device, bytes, out, st);
-}
-
-void dev_cuda_scratch_free(dev_kernel_ctx *ctx, void *p, size_t bytes) {
-  ctx->backend->deallocate(ctx->backend, ctx->device, p, bytes);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Memory                                                                    */
-
-static pd_code cu_allocate(dev_backend *b, int device, size_t bytes, void **out, dev_status *st) {
-  cu_backend *c = cu_of(b);
-  cu_device *d = &c->devs[device];
-  cu_gpu *g = &c->gpus[d->gpu];
-  pd_code rc = cu_check_healthy(c, device, st);
-  if (rc != PD_OK) return rc;
-  uint64_t limit = c->memory_limit;
-  uint64_t cur = atomic_load(&d->in_use);
-  for (;;) {
-    if (limit && (bytes > limit || cur > limit - bytes))
-      return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                       "%s is out of memory: %zu bytes requested with %llu of %llu bytes in use",
-                       d->name, bytes, (unsigned long long)cur, (unsigned long long)limit);
-    if (atomic_compare_exchange_weak(&d->in_use, &cur, cur + bytes)) break;
-  }
-  void *p = NULL;
-  cudaError_t e = cudaSetDevice(d->ordinal);
-  if (e == cudaSuccess) e = cudaMallocFromPoolAsync(&p, bytes ? bytes : 1, g->pool, d->stream);
-  if (e != cudaSuccess) {
-    atomic_fetch_sub(&d->in_use, bytes);
-    if (e == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                       "%s is out of memory: %zu bytes requested with %llu bytes in use on "
-                       "this device (GPU %d, %s, has %llu MiB)",
-                       d->name, bytes, (unsigned long long)cur, d->ordinal, g->name,
-                       (unsigned long long)(g->total_mem >> 20));
-    }
-    return dev_cuda_fail(b, device, e, "cudaMallocFromPoolAsync", st);
-  }
-  uint64_t now = cur + bytes, peak = atomic_load(&d->peak);
-  while (now > peak && !atomic_compare_exchange_weak(&d->peak, &peak, now)) {
-  }
-  atomic_fetch_add(&d->allocs, 1);
-  *out = p;
-  return PD_OK;
-}
-
-static void cu_deallocate(dev_backend *b, int device, void *ptr, size_t bytes) {
-  if (!ptr) return;
-  cu_backend *c = cu_of(b);
-  cu_device *d = &c->devs[device];
-  atomic_fetch_sub(&d->in_use, bytes);
-  if (atomic_load(&c->gpus[d->gpu].unhealthy)) return; /* the context is gone */
-  cudaError_t e = cudaSetDevice(d->ordinal);
-  if (e == cudaSuccess) e = cudaFreeAsync(ptr, d->stream);
-  if (e != cudaSuccess) dev_cuda_fail(b, device, e, "cudaFreeAsync", NULL);
-}
-
-static pd_code cu_memory_stats(dev_backend *b, int device, dev_memory_stats *out,
-                               dev_status *st) {
-  if (device < 0 || device >= b->num_devices)
-    return dev_error(st, PD_INVALID_ARGUMENT, "device %d is out of range; expected 0 to %d", device,
-                     b->num_devices - 1);
-  cu_backend *c = cu_of(b);
-  cu_device *d = &c->devs[device];
-  dev_memory_stats m = {0};
-  m.struct_size = sizeof m;
-  m.bytes_in_use = atomic_load(&d->in_use);
-  m.peak_bytes_in_use = atomic_load(&d->peak);
-  m.bytes_limit = c->memory_limit;
-  m.bytes_total = c->gpus[d->gpu].total_mem;
-  m.num_allocs = atomic_load(&d->allocs);
-  *out = m;
-  return PD_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Completion fences                                                         */
-
-/* A fence is an event recorded on a device's stream behind an op's work
- * (dev_backend.fence_record), created with cudaEventBlockingSync, so that the
- * completion thread waiting for it sleeps instead of spinning, and
- * cudaEventDisableTiming, the cheapest kind. Events are reused from a free
- * list per device, as TensorFlow's EventMgr does; the list grows to the most
- * ops ever in flight at once (bounded by the stream's queue). The lists live
- * in the backend's own allocation, after devs[] (cu_fence_pools). */
-typedef struct cu_fence {
-  cudaEvent_t ev;
-  struct cu_fence *next;
-} cu_fence;
-
-typedef struct cu_fence_pool {
-  pthread_mutex_t mu;
-  cu_fence *free;
-} cu_fence_pool;
-
-_Static_assert(_Alignof(cu_fence_pool) <= _Alignof(cu_device),
-               "cu_fence_pool follows devs[] in one allocation");
-
-static cu_fence_pool *cu_fence_pools(cu_backend *c) {
-  return (cu_fence_pool *)(void *)&c->devs[c->base.num_devices];
-}
-
-static void cu_fence_put(cu_backend *c, int device, cu_fence *f) {
-  cu_fence_pool *p = &cu_fence_pools(c)[device];
-  pthread_mutex_lock(&p->mu);
-  f->next = p->free;
-  p->free = f;
-  pthread_mutex_unlock(&p->mu);
-}
-
-/* Records a fence behind everything issued so far on `device`'s stream. The
- * calling thread must have the device's GPU current (cu_bind). */
-static pd_code cu_fence_take(cu_backend *c, int device, cu_fence **out, dev_status *st) {
-  cu_fence_pool *p = &cu_fence_pools(c)[device];
-  pthread_mutex_lock(&p->mu);
-  cu_fence *f = p->free;
-  if (f) p->free = f->next;
-  pthread_mutex_unlock(&p->mu);
-  if (!f) {
-    f = calloc(1, sizeof *f);
-    if (!f) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
-    cudaError_t e = cudaEventCreateWithFlags(&f->ev, cudaEventBlockingSync | cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-      free(f);
-      return dev_cuda_fail(&c->base, device, e, "cudaEventCreateWithFlags(fence)", st);
-    }
-  }
-  cudaError_t e = cudaEventRecord(f->ev, c->devs[device].stream);
-  if (e != cudaSuccess) {
-    cu_fence_put(c, device, f);
-    return dev_cuda_fail(&c->base, device, e, "cudaEventRecord(fence)", st);
-  }
-  *out = f;
-  return PD_OK;
-}
-
-/* Blocks until the work before `f` has finished; the first error the GPU hit
- * on the stream (an illegal address in a kernel) comes back here. */
-static pd_code cu_fence_sync(cu_backend *c, int device, cu_fence *f, dev_status *st) {
-  CU_CHECK(&c->base, device, cudaEventSynchronize(f->ev), st);
-  return PD_OK;
-}
-
-static pd_code cu_fence_record(dev_backend *b, int device, void **fence, dev_status *st) {
-  cu_backend *c = cu_of(b);
-  pd_code rc = cu_check_healthy(c, device, st);
-  if (rc == PD_OK) rc = cu_bind(c, device, st);
-  cu_fence *f = NULL;
-  if (rc == PD_OK) rc = cu_fence_take(c, device, &f, st);
-  if (rc == PD_OK) *fence = f;
-  return rc;
-}
-
-static pd_code cu_fence_wait(dev_backend *b, int device, void *fence, dev_status *st) {
-  cu_backend *c = cu_of(b);
-  /* Once the GPU is unhealthy, its outstanding ops fail without touching the
-   * lost context: their values could not be read anyway. */
-  pd_code rc = cu_check_healthy(c, device, st);
-  if (rc == PD_OK) rc = cu_bind(c, device, st); /* op_free may have bound another */
-  if (rc == PD_OK) rc = cu_fence_sync(c, device, fence, st);
-  return rc;
-}
-
-static void cu_fence_release(dev_backend *b, int device, void *fence) {
-  if (fence) cu_fence_put(cu_of(b), device, fence);
-}
-
-/* Waits for the work issued so far on `device`'s stream by this thread's
- * caller (a copy), without waiting for what other threads queue after it, as
- * cudaStreamSynchronize would. */
-static pd_code cu_wait_issued(cu_backend *c, int device, dev_status *st) {
-  cu_fence *f = NULL;
-  pd_code rc = cu_fence_take(c, device, &f, st);
-  if (rc != PD_OK) return rc;
-  rc = cu_fence_sync(c, device, f, st);
-  cu_fence_put(c, device, f);
-  return rc;
-}
-
-/* Frees device i's fences (at destroy: every fence is back in the pool).
- * `ok`: the GPU's context is usable, so the events can be destroyed. */
-static void cu_fences_destroy(cu_backend *c, int i, bool ok) {
-  cu_fence_pool *p = &cu_fence_pools(c)[i];
-  while (p->free) {
-    cu_fence *f = p->free;
-    p->free = f->next;
-    if (ok) cudaEventDestroy(f->ev);
-    free(f);
-  }
-  pthread_mutex_destroy(&p->mu);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Host copies                                                               */
-
-/* True when the DMA engines can reach `p` directly: pinned host memory (or
- * device or managed memory, which the staging memcpy could not read). */
-static bool host_is_pinned(const void *p) {
-  struct cudaPointerAttributes a;
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeDevice ||
-         a.type == cudaMemoryTypeManaged;
-}
-
-/* Allocates the device's staging slots at first use; under stage_mu. */
-static pd_code stage_ready(cu_backend *c, int device, dev_status *st) {
-  cu_device *d = &c->devs[device];
-  for (int i = 0; i < CU_STAGE_SLOTS; i++) {
-    if (d->stage[i]) continue;
-    CU_CHECK(&c->base, device, cudaHostAlloc(&d->stage[i], CU_STAGE_BYTES, cudaHostAllocPortable),
-             st);
-  }
-  return PD_OK;
-}
-
-static pd_code cu_copy_h2d(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
-                           dev_status *st) {
-  if (bytes == 0) return PD_OK;
-  cu_backend *c = cu_of(b);
-  cu_device *d = &c->devs[device];
-  pd_code rc = cu_check_healthy(c, device, st);
-  if (rc == PD_OK) rc = cu_bind(c, device, st);
-  if (rc != PD_OK) return rc;
-  if (host_is_pinned(src) && host_is_pinned((const char *)src + bytes - 1)) {
-    /* Straight from the caller's pinned buffer (first and last byte: a range
-     * may run past a registered region); it is theirs again on return. */
-    CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream), st);
-    return cu_wait_issued(c, device, st);
-  }
-  pthread_mutex_lock(&d->stage_mu);
-  rc = stage_ready(c, device, st);
-  for (size_t off = 0, k = 0; rc == PD_OK && off < bytes; off += CU_STAGE_BYTES, k++) {
-    int slot = (int)(k % CU_STAGE_SLOTS);
-    size_t n = bytes - off < CU_STAGE_BYTES ? bytes - off : CU_STAGE_BYTES;
-    /* The slot's previous DMA must be done before it is overwritten. */
-    CU_CHECK_GOTO(b, device, cudaEventSynchronize(d->stage_ev[slot]), st, rc, out);
-    memcpy(d->stage[slot], (const char *)src + off, n);
-    CU_CHECK_GOTO(b, device,
-                  cudaMemcpyAsync((char *)dst + off, d->stage[slot], n, cudaMemcpyHostToDevice,
-                                  d->stream),
-                  st, rc, out);
-    CU_CHECK_GOTO(b, device, cudaEventRecord(d->stage_ev[slot], d->stream), st, rc, out);
-  }
-out:
-  pthread_mutex_unlock(&d->stage_mu);
-  return rc;
-}
-
-static pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
-                           dev_status *st) {
-  if (bytes == 0) return PD_OK;
-  cu_backend *c = cu_of(b);
-  cu_device *d = &c->devs[device];
-  pd_code rc = cu_check_healthy(c, device, st);
-  if (rc == PD_OK) rc = cu_bind(c, device, st);
-  if (rc != PD_OK) return rc;
-  if (host_is_pinned(dst) && host_is_pinned((const char *)dst + bytes - 1)) {
-    CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream), st);
-    return cu_wait_issued(c, device, st);
-  }
-  size_t chunks = (bytes + CU_STAGE_BYTES - 1) / CU_STAGE_BYTES;
-  pthread_mutex_lock(&d->stage_mu);
-  rc = stage_ready(c, device, st);
-  /* Keep up to CU_STAGE_SLOTS chunks in flight; drain them in order. */
-  for (size_t k = 0; rc == PD_OK && k < chunks + CU_STAGE_SLOTS; k++) {
-    if (k >= CU_STAGE_SLOTS) { /* chunk k - SLOTS has landed: copy it out */
-      size_t j = k - CU_STAGE_SLOTS, off = j * CU_STAGE_BYTES;
-      int slot = (int)(j % CU_STAGE_SLOTS);
-      size_t n = bytes - off < CU_STAGE_BYTES ? bytes - off : CU_STAGE_BYTES;
-      CU_CHECK_GOTO(b, device, cudaEventSynchronize(d->stage_ev[slot]), st, rc, out);
-      memcpy((char *)dst + off, d->stage[slot], n);
-    }
-    if (k < chunks) {
-      size_t off = k * CU_STAGE_BYTES;
-      int slot = (int)(k % CU_STAGE_SLOTS);
-      size_t n = bytes - off < CU_STAGE_BYTES ? bytes - off : CU_STAGE_BYTES;
-      CU_CHECK_GOTO(b, device,
-                    cudaMemcpyAsync(d->stage[slot], (const char *)src + off, n,
-                                    cudaMemcpyDeviceToHost, d->stream),
-                    st, rc, out);
-      CU_CHECK_GOTO(b, device, cudaEventRecord(d->stage_ev[slot], d->stream), st, rc, out);
-    }
-  }
-out:
-  pthread_mutex_unlock(&d->stage_mu);
-  return rc;
-}
-
-/* The first healthy mesh entry, made current, for calls that act on the
- * whole process (cudaHostRegister); -1 with UNAVAILABLE when none is. */
-static int cu_bind_any(cu_backend *c, dev_status *st) {
-  for (int i = 0; i < c->base.num_devices; i++)
-    if (!atomic_load(&c->gpus[c->devs[i].gpu].unhealthy) &&
-        cudaSetDevice(c->devs[i].ordinal) == cudaSuccess)
-      return i;
-  (void)cudaGetLastError();
-  if (st && cu_check_healthy(c, 0, st) == PD_OK)
-    dev_error(st, PD_UNAVAILABLE, "no GPU of the mesh could be made current (cudaSetDevice)");
-  return -1;
-}
-
-/* Page-locks a host range for every GPU (cudaHostRegisterPortable), so that
- * host_is_pinned() sends copies to and from it straight to the DMA engines. */
-static pd_code cu_host_register(dev_backend *b, void *ptr, size_t bytes, dev_status *st) {
-  cu_backend *c = cu_of(b);
-  int dev = cu_bind_any(c, st);
-  if (dev < 0) return st ? st->code : PD_UNAVAILABLE;
-  cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault | cudaHostRegisterPortable);
-  if (e == cudaSuccess) return PD_OK;
-  (void)cudaGetLastError();
-  switch (e) {
-    case cudaErrorHostMemoryAlreadyRegistered:
-      return dev_error(st, PD_ALREADY_EXISTS,
-                       "cannot page-lock %zu bytes of host memory at %p: the range overlaps one "
-                       "already registered (%s); unregister it first",
-                       bytes, ptr, cudaGetErrorName(e));
-    case cudaErrorMemoryAllocation:
-      return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                       "cannot page-lock %zu bytes of host memory at %p: %s (%s); the OS "
-                       "refused to lock the pages (see ulimit -l, or LimitMEMLOCK= in the "
-                       "systemd unit)",
-                       bytes, ptr, cudaGetErrorString(e), cudaGetErrorName(e));
-    case cudaErrorInvalidValue:
-    case cudaErrorNotSupported:
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "cannot page-lock %zu bytes of host memory at %p: %s (%s); expected "
-                       "a range of mapped, writable memory of this process",
-                       bytes, ptr, cudaGetErrorString(e), cudaGetErrorName(e));
-    default: {
-      dev_status fst = DEV_STATUS_INIT;
-      dev_cuda_fail(b, dev, e, "cudaHostRegister", &fst);
-      return dev_error(st, fst.code, "page-locking %zu bytes of host memory at %p: %s", bytes,
-                       ptr, fst.msg);
-    }
-  }
-}
-
-static void cu_host_unregister(dev_backend *b, void *ptr) {
-  cu_backend *c = cu_of(b);
-  /* With no healthy GPU the pages stay locked until the process exits. */
-  if (cu_bind_any(c, NULL) < 0) return;
-  if (cudaHostUnregister(ptr) != cudaSuccess) (void)cudaGetLastError();
-}
-
-/* Device to device, possibly across GPUs. Synchronous: both streams are
- * drained, so neither side needs events afterwards. */
-static pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
-                           const void *src, size_t bytes, dev_status *st) {
-  if (bytes == 0) return PD_OK;
-  cu_backend *c = cu_of(b);
-  pd_code rc = cu_check_healthy(c, dst_device, st);
-  if (rc == PD_OK) rc = cu_check_healthy(c, src_device, st);
-  if (rc == PD_OK) rc = cu_bind(c, dst_device, st);
-  if (rc != PD_OK) return rc;
-  cu_device *s = &c->devs[src_device], *d = &c->devs[dst_device];
-  CU_CHECK(b, src_device, cudaStreamSynchronize(s->stream), st);
-  /* Pool memory of another GPU needs a peer copy: a plain cudaMemcpyAsync
-   * of it from another device fails unless that pool is mapped there
-   * (cudaMemPoolSetAccess, done only for the copy path's meshes). */
-  if (s->ordinal != d->ordinal)
-    CU_CHECK(b, dst_device, cudaMemcpyPeerAsync(dst, d->ordinal, src, s->ordinal, bytes, d->stream),
-             st);
-  else
-    CU_CHECK(b, dst_device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream),
-             st);
-  CU_CHECK(b, dst_device, cudaStreamSynchronize(d->stream), st);
-  return PD_OK;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Execution                                                                 */
 
 static pd_code cu_run_kernel(dev_backend *b, dev_kernel_fn fn, dev_kernel_ctx *ctx,
@@ -592,6 +80,7 @@ static bool cu_healthy(dev_backend *b, int device) {
   cu_backend *c = cu_of(b);
   return !atomic_load(&c->gpus[c->devs[device].gpu].unhealthy);
 }
+
 
 /* ------------------------------------------------------------------------ */
 /* Lifetime                                                                  */
@@ -763,7 +252,10 @@ static void enable_peer_pools(cu_backend *c) {
   (void)cudaGetLastError();
 }
 
-pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, dev_status *st) {
+/* Checks cfg and picks the collective path (cfg->collectives, or with AUTO
+ * the environment's PARADEV_CUDA_COLLECTIVES). */
+static pd_code check_config(const dev_cuda_config *cfg, dev_cuda_collectives *path,
+                            dev_status *st) {
   if (!cfg || cfg->struct_size < sizeof(dev_cuda_config))
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "dev_cuda_config: struct_size too small; initialize it with "
@@ -772,19 +264,21 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
       cfg->collectives != DEV_CUDA_COLL_COPY)
     return dev_error(st, PD_INVALID_ARGUMENT, "dev_cuda_config: collectives is %d; expected auto, nccl or copy",
                      (int)cfg->collectives);
-  dev_cuda_collectives path = cfg->collectives;
+  *path = cfg->collectives;
   const char *env = getenv("PARADEV_CUDA_COLLECTIVES");
-  if (path == DEV_CUDA_COLL_AUTO && env && *env) {
-    if (strcmp(env, "nccl") == 0) path = DEV_CUDA_COLL_NCCL;
-    else if (strcmp(env, "copy") == 0) path = DEV_CUDA_COLL_COPY;
+  if (*path == DEV_CUDA_COLL_AUTO && env && *env) {
+    if (strcmp(env, "nccl") == 0) *path = DEV_CUDA_COLL_NCCL;
+    else if (strcmp(env, "copy") == 0) *path = DEV_CUDA_COLL_COPY;
     else if (strcmp(env, "auto") != 0)
       return dev_error(st, PD_INVALID_ARGUMENT,
                        "PARADEV_CUDA_COLLECTIVES=%.64s; expected auto, nccl or copy", env);
   }
-  mesh_spec m;
-  pd_code rc = parse_mesh(cfg->mesh, &m, st);
-  if (rc != PD_OK) return rc;
+  return PD_OK;
+}
 
+/* Parses cfg->mesh into m against the GPUs CUDA can see. */
+static pd_code resolve_mesh(const dev_cuda_config *cfg, mesh_spec *m, dev_status *st) {
+  PD_TRY(parse_mesh(cfg->mesh, m, st));
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count <= 0) {
@@ -793,25 +287,24 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
                      "no CUDA GPU found (cudaGetDeviceCount: %s); run with --backend=cpu",
                      e != cudaSuccess ? cudaGetErrorString(e) : cudaGetErrorString(cudaErrorNoDevice));
   }
-  if (m.all) {
-    m.n = count < PD_MAX_DEVICES ? count : PD_MAX_DEVICES;
-    for (int i = 0; i < m.n; i++) m.ordinal[i] = i;
+  if (m->all) {
+    m->n = count < PD_MAX_DEVICES ? count : PD_MAX_DEVICES;
+    for (int i = 0; i < m->n; i++) m->ordinal[i] = i;
   }
-  for (int i = 0; i < m.n; i++)
-    if (m.ordinal[i] >= count) {
+  for (int i = 0; i < m->n; i++)
+    if (m->ordinal[i] >= count) {
       const char *vis = getenv("CUDA_VISIBLE_DEVICES");
       return dev_error(st, PD_INVALID_ARGUMENT,
                        "mesh \"%.200s\": entry %d names cuda:%d, but %d GPU%s visible (cuda:0 to "
                        "cuda:%d; CUDA_VISIBLE_DEVICES=%s)",
-                       cfg->mesh ? cfg->mesh : "", i, m.ordinal[i], count, count == 1 ? " is" : "s are",
+                       cfg->mesh ? cfg->mesh : "", i, m->ordinal[i], count, count == 1 ? " is" : "s are",
                        count - 1, vis ? vis : "(unset)");
     }
+  return PD_OK;
+}
 
-  dev_register_cuda_kernels();
-
-  const int n = m.n;
-  cu_backend *c = calloc(1, sizeof *c + (size_t)n * (sizeof(cu_device) + sizeof(cu_fence_pool)));
-  if (!c) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+/* The backend's function table. */
+static void fill_table(cu_backend *c, int n) {
   dev_backend *b = &c->base;
   b->struct_size = DEV_BACKEND_STRUCT_SIZE;
   b->name = "cuda";
@@ -837,16 +330,17 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
   b->fence_record = cu_fence_record;
   b->fence_wait = cu_fence_wait;
   b->fence_release = cu_fence_release;
-  c->allow_tf32 = cfg->allow_tf32;
-  c->memory_limit = cfg->memory_limit;
-  c->coll_timeout_ms = cfg->collective_timeout_ms > 0 ? cfg->collective_timeout_ms : 300000;
+}
 
-  /* Distinct GPUs, and each entry's name: cuda:G when G appears once in the
-   * mesh, cuda:G/K for the K-th of several entries on G. */
+/* Maps the mesh entries onto distinct GPUs and names each entry: cuda:G when
+ * G appears once in the mesh, cuda:G/K for the K-th of several entries on G.
+ * Returns whether every entry is a distinct GPU. */
+static bool assign_gpus(cu_backend *c, const mesh_spec *m) {
+  const int n = m->n;
   bool distinct = true;
   for (int i = 0; i < n; i++) {
     cu_device *d = &c->devs[i];
-    d->ordinal = m.ordinal[i];
+    d->ordinal = m->ordinal[i];
     pthread_mutex_init(&d->stage_mu, NULL);
     pthread_mutex_init(&cu_fence_pools(c)[i].mu, NULL);
     int g = 0;
@@ -871,11 +365,12 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
     if (same == 1) snprintf(d->name, sizeof d->name, "cuda:%d", d->ordinal);
     else snprintf(d->name, sizeof d->name, "cuda:%d/%d", d->ordinal, before);
   }
+  return distinct;
+}
 
-  for (int g = 0; g < c->num_gpus && rc == PD_OK; g++) rc = init_gpu(c, g, cfg, st);
-  for (int i = 0; i < n && rc == PD_OK; i++) rc = init_device(c, i, st);
-  /* One empty kernel per GPU: is there a kernel image for it? */
-  for (int g = 0; g < c->num_gpus && rc == PD_OK; g++) {
+/* One empty kernel per GPU: is there a kernel image for it? */
+static pd_code probe_kernels(cu_backend *c, dev_status *st) {
+  for (int g = 0; g < c->num_gpus; g++) {
     int i = 0;
     while (c->devs[i].gpu != g) i++;
     cudaError_t pe = cudaSetDevice(c->gpus[g].ordinal);
@@ -883,47 +378,75 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
     if (pe == cudaSuccess) pe = cudaStreamSynchronize(c->devs[i].stream);
     if (pe == cudaErrorNoKernelImageForDevice || pe == cudaErrorUnsupportedPtxVersion) {
       (void)cudaGetLastError();
-      rc = dev_error(st, PD_UNAVAILABLE,
-                     "this build of paradev has no kernels for GPU %d (%s, compute capability "
-                     "%d.%d): rebuild with CMAKE_CUDA_ARCHITECTURES including %d%d, or run with "
-                     "--backend=cpu",
-                     c->gpus[g].ordinal, c->gpus[g].name, c->gpus[g].cc_major, c->gpus[g].cc_minor,
-                     c->gpus[g].cc_major, c->gpus[g].cc_minor);
+      return dev_error(st, PD_UNAVAILABLE,
+                       "this build of paradev has no kernels for GPU %d (%s, compute capability "
+                       "%d.%d): rebuild with CMAKE_CUDA_ARCHITECTURES including %d%d, or run with "
+                       "--backend=cpu",
+                       c->gpus[g].ordinal, c->gpus[g].name, c->gpus[g].cc_major, c->gpus[g].cc_minor,
+                       c->gpus[g].cc_major, c->gpus[g].cc_minor);
     } else if (pe != cudaSuccess) {
-      rc = dev_cuda_fail(b, i, pe, "probe kernel", st);
+      return dev_cuda_fail(&c->base, i, pe, "probe kernel", st);
     }
   }
-  if (rc != PD_OK) goto fail;
+  return PD_OK;
+}
 
+/* Sets c->use_nccl from the chosen path (NCCL needs distinct GPUs and an
+ * NCCL build) and prepares the copy path's peer access otherwise. */
+static pd_code choose_collectives(cu_backend *c, dev_cuda_collectives path, bool distinct,
+                                  const dev_cuda_config *cfg, dev_status *st) {
+  (void)distinct; /* only NCCL builds look at them */
+  (void)cfg;
   if (path == DEV_CUDA_COLL_NCCL) {
 #ifndef PARADEV_HAVE_NCCL
-    rc = dev_error(st, PD_UNAVAILABLE, "collectives through NCCL were asked for, but this build "
-                                       "has no NCCL; use the copy path (collectives = auto or copy)");
-    goto fail;
+    return dev_error(st, PD_UNAVAILABLE, "collectives through NCCL were asked for, but this build "
+                                         "has no NCCL; use the copy path (collectives = auto or copy)");
 #else
-    if (!distinct) {
-      rc = dev_error(st, PD_INVALID_ARGUMENT,
-                     "mesh \"%.200s\" names one GPU more than once; NCCL needs distinct GPUs "
-                     "(use collectives = auto or copy)",
-                     cfg->mesh ? cfg->mesh : "");
-      goto fail;
-    }
+    if (!distinct)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "mesh \"%.200s\" names one GPU more than once; NCCL needs distinct GPUs "
+                       "(use collectives = auto or copy)",
+                       cfg->mesh ? cfg->mesh : "");
     c->use_nccl = true;
 #endif
   } else if (path == DEV_CUDA_COLL_AUTO) {
 #ifdef PARADEV_HAVE_NCCL
-    c->use_nccl = distinct && n > 1;
+    c->use_nccl = distinct && c->base.num_devices > 1;
 #endif
   }
-  (void)distinct; /* only NCCL builds look at it */
   if (!c->use_nccl && c->num_gpus > 1) enable_peer_pools(c);
   else c->peer_ok = true;
-  rc = cu_collectives_init(c, st);
-  if (rc != PD_OK) goto fail;
-  *out = b;
   return PD_OK;
-
-fail:
-  cu_destroy(b);
-  return rc;
 }
+
+pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, dev_status *st) {
+  dev_cuda_collectives path;
+  PD_TRY(check_config(cfg, &path, st));
+  mesh_spec m;
+  PD_TRY(resolve_mesh(cfg, &m, st));
+
+  dev_register_cuda_kernels();
+
+  const int n = m.n;
+  cu_backend *c = calloc(1, sizeof *c + (size_t)n * (sizeof(cu_device) + sizeof(cu_fence_pool)));
+  if (!c) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  fill_table(c, n);
+  c->allow_tf32 = cfg->allow_tf32;
+  c->memory_limit = cfg->memory_limit;
+  c->coll_timeout_ms = cfg->collective_timeout_ms > 0 ? cfg->collective_timeout_ms : 300000;
+  bool distinct = assign_gpus(c, &m);
+
+  pd_code rc = PD_OK;
+  for (int g = 0; g < c->num_gpus && rc == PD_OK; g++) rc = init_gpu(c, g, cfg, st);
+  for (int i = 0; i < n && rc == PD_OK; i++) rc = init_device(c, i, st);
+  if (rc == PD_OK) rc = probe_kernels(c, st);
+  if (rc == PD_OK) rc = choose_collectives(c, path, distinct, cfg, st);
+  if (rc == PD_OK) rc = cu_collectives_init(c, st);
+  if (rc != PD_OK) {
+    cu_destroy(&c->base);
+    return rc;
+  }
+  *out = &c->base;
+  return PD_OK;
+}
+

@@ -1,14 +1,21 @@
 # The CUDA backend, compiled into paradev_device when PARADEV_HAVE_CUDA is set
 # (included from the root CMakeLists.txt after paradev_device is defined).
 #
-# Host code is C11 (backend.c, collective.c, matmul.c, register.c); kernels are
+# Host code is C11 (backend.c, device.c, fence.c, memory.c, collective.c and
+# coll_*.c, matmul.c, register.c); kernels are
 # CUDA C++ in a few kernels_*.cu files. No separable compilation: every .cu is
 # self-contained, so no device link step is needed and executables link with
 # the C compiler.
 set(PARADEV_CUDA_DIR ${CMAKE_SOURCE_DIR}/device/cuda)
 target_sources(paradev_device PRIVATE
   ${PARADEV_CUDA_DIR}/backend.c
+  ${PARADEV_CUDA_DIR}/device.c
+  ${PARADEV_CUDA_DIR}/fence.c
+  ${PARADEV_CUDA_DIR}/memory.c
   ${PARADEV_CUDA_DIR}/collective.c
+  ${PARADEV_CUDA_DIR}/coll_common.c
+  ${PARADEV_CUDA_DIR}/coll_copy.c
+  ${PARADEV_CUDA_DIR}/coll_nccl.c
   ${PARADEV_CUDA_DIR}/matmul.c
   ${PARADEV_CUDA_DIR}/register.c
   ${PARADEV_CUDA_DIR}/kernels_elementwise.cu

@@ -1,5 +1,5 @@
 /* Private header of the CUDA backend (device/cuda/): what its C files and its
- * CUDA C++ kernel files share. Not for other layers (they use device/device.h).
+ * CUDA C++ kernel files share. Not for other layers (they use device/device.h and device/dev_cuda.h).
  *
  * Included from C11 (backend.c, collective.c, matmul.c, register.c) and from
  * CUDA C++ (kernels_*.cu): the part both see is plain C declarations; the
@@ -14,7 +14,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "device.h"
+#include "dev_backend.h"
+#include "dev_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -125,6 +126,8 @@ cudaError_t dev_cuda_bool_normalize(void *data, int64_t count, cudaStream_t s);
 
 #ifndef __cplusplus
 #include <pthread.h>
+
+#include "../../common/check.h"
 #include <stdatomic.h>
 
 #include <cublas_v2.h>
@@ -191,6 +194,68 @@ pd_code cu_bind(cu_backend *c, int device, dev_status *st);
 
 /* UNAVAILABLE naming the device and its sticky error when it is unhealthy. */
 pd_code cu_check_healthy(cu_backend *c, int device, dev_status *st);
+
+#define CUBLAS_CHECK_GOTO(B, D, CALL, ST, RC, LABEL)         \
+  do {                                                       \
+    cublasStatus_t cb_s_ = (CALL);                           \
+    if (cb_s_ != CUBLAS_STATUS_SUCCESS) {                    \
+      (RC) = cu_cublas_fail((B), (D), cb_s_, #CALL, (ST));      \
+      goto LABEL;                                            \
+    }                                                        \
+  } while (0)
+
+/* A failed cuBLAS call as a status (RESOURCE_EXHAUSTED for out of memory). */
+pd_code cu_cublas_fail(dev_backend *b, int device, cublasStatus_t s, const char *what,
+                       dev_status *st);
+
+/* --- fence.c -------------------------------------------------------------- */
+
+/* A fence is an event recorded on a device's stream behind an op's work
+ * (dev_backend.fence_record), created with cudaEventBlockingSync, so that the
+ * completion thread waiting for it sleeps instead of spinning, and
+ * cudaEventDisableTiming, the cheapest kind. Events are reused from a free
+ * list per device, as TensorFlow's EventMgr does; the list grows to the most
+ * ops ever in flight at once (bounded by the stream's queue). The lists live
+ * in the backend's own allocation, after devs[] (cu_fence_pools). */
+typedef struct cu_fence {
+  cudaEvent_t ev;
+  struct cu_fence *next;
+} cu_fence;
+
+typedef struct cu_fence_pool {
+  pthread_mutex_t mu;
+  cu_fence *free;
+} cu_fence_pool;
+
+_Static_assert(_Alignof(cu_fence_pool) <= _Alignof(cu_device),
+               "cu_fence_pool follows devs[] in one allocation");
+
+static inline cu_fence_pool *cu_fence_pools(cu_backend *c) {
+  return (cu_fence_pool *)(void *)&c->devs[c->base.num_devices];
+}
+
+pd_code cu_fence_record(dev_backend *b, int device, void **fence, dev_status *st);
+pd_code cu_fence_wait(dev_backend *b, int device, void *fence, dev_status *st);
+void cu_fence_release(dev_backend *b, int device, void *fence);
+/* Waits for everything issued so far on `device`'s stream (an event, not a
+ * stream synchronization). */
+pd_code cu_wait_issued(cu_backend *c, int device, dev_status *st);
+/* Frees device i's fence list (ok: its GPU can still be used). */
+void cu_fences_destroy(cu_backend *c, int i, bool ok);
+
+/* --- memory.c ------------------------------------------------------------- */
+
+pd_code cu_allocate(dev_backend *b, int device, size_t bytes, void **out, dev_status *st);
+void cu_deallocate(dev_backend *b, int device, void *ptr, size_t bytes);
+pd_code cu_memory_stats(dev_backend *b, int device, dev_memory_stats *out, dev_status *st);
+pd_code cu_copy_h2d(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
+                    dev_status *st);
+pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
+                    dev_status *st);
+pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device, const void *src,
+                    size_t bytes, dev_status *st);
+pd_code cu_host_register(dev_backend *b, void *ptr, size_t bytes, dev_status *st);
+void cu_host_unregister(dev_backend *b, void *ptr);
 
 /* collective.c */
 pd_code cu_collectives_init(cu_backend *c, dev_status *st);

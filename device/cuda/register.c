@@ -1,19 +1,11 @@
 /* Registration of the CUDA kernels: each kernel file registers its ops' CUDA
  * kernels beside the CPU ones the op files registered (the op definitions,
- * their validation and shape inference are shared; only kernels differ). */
+ * their validation and shape inference are shared; only kernels differ),
+ * through dev_cuda_register (device.c), so this file calls the kernel files
+ * and none calls back. */
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #include "cuda_int.h"
-
-void dev_cuda_register(const char *op, dev_kernel_fn fn) {
-  dev_status st = DEV_STATUS_INIT;
-  if (dev_kernel_register(DEV_BACKEND_CUDA, op, fn, &st) != PD_OK) {
-    fprintf(stderr, "paradev: CUDA kernel registration failed: %s\n", st.msg);
-    abort();
-  }
-}
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 

@@ -42,10 +42,9 @@ static pd_code check_same_shapes(const dev_infer_ctx *c, dev_status *st) {
 }
 
 static pd_code all_reduce_infer(dev_infer_ctx *c, dev_status *st) {
-  pd_code rc;
-  if ((rc = dev_check_dtype_in(c, 0, COLL_DTYPES, NULL, st))) return rc;
-  if ((rc = check_reduction(c, &c->attrs[0], false, st))) return rc;
-  if ((rc = check_same_shapes(c, st))) return rc;
+  PD_TRY(dev_check_dtype_in(c, 0, COLL_DTYPES, NULL, st));
+  PD_TRY(check_reduction(c, &c->attrs[0], false, st));
+  PD_TRY(check_same_shapes(c, st));
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = c->in_shape[0];
   return PD_OK;
@@ -63,11 +62,10 @@ static pd_code broadcast_infer(dev_infer_ctx *c, dev_status *st) {
 }
 
 static pd_code all_gather_infer(dev_infer_ctx *c, dev_status *st) {
-  pd_code rc;
   const dev_shape *s0 = &c->all_in_shape[0][0];
-  if ((rc = dev_check_rank(c, 0, 1, PD_MAX_RANK, st))) return rc;
+  PD_TRY(dev_check_rank(c, 0, 1, PD_MAX_RANK, st));
   int axis;
-  if ((rc = dev_normalize_axis(c, "axis", c->attrs[0].u.i, s0->rank, &axis, st))) return rc;
+  PD_TRY(dev_normalize_axis(c, "axis", c->attrs[0].u.i, s0->rank, &axis, st));
   dev_shape out = *s0;
   out.dims[axis] = 0;
   for (int d = 0; d < c->num_devices; d++) {
@@ -89,11 +87,10 @@ static pd_code all_gather_infer(dev_infer_ctx *c, dev_status *st) {
 }
 
 static pd_code reduce_scatter_infer(dev_infer_ctx *c, dev_status *st) {
-  pd_code rc;
-  if ((rc = dev_check_dtype_in(c, 0, COLL_DTYPES, NULL, st))) return rc;
-  if ((rc = check_reduction(c, &c->attrs[0], true, st))) return rc;
-  if ((rc = dev_check_rank(c, 0, 1, PD_MAX_RANK, st))) return rc;
-  if ((rc = check_same_shapes(c, st))) return rc;
+  PD_TRY(dev_check_dtype_in(c, 0, COLL_DTYPES, NULL, st));
+  PD_TRY(check_reduction(c, &c->attrs[0], true, st));
+  PD_TRY(dev_check_rank(c, 0, 1, PD_MAX_RANK, st));
+  PD_TRY(check_same_shapes(c, st));
   c->out_dtype[0] = c->in_dtype[0];
   dev_shard_shape(&c->in_shape[0], 0, c->num_devices, c->device, &c->out_shape[0]);
   return PD_OK;
@@ -143,8 +140,8 @@ static dev_op_def reduce_scatter_def = {
 };
 
 void dev_register_collective_ops(void) {
-  dev_register_or_die(&all_reduce_def);
-  dev_register_or_die(&broadcast_def);
-  dev_register_or_die(&all_gather_def);
-  dev_register_or_die(&reduce_scatter_def);
+  dev__register_or_die(&all_reduce_def);
+  dev__register_or_die(&broadcast_def);
+  dev__register_or_die(&all_gather_def);
+  dev__register_or_die(&reduce_scatter_def);
 }

@@ -1,7 +1,9 @@
-/* Private header of device/ops/elementwise.c: inline float16 / bfloat16
- * conversions for the kernels' hot loops, and the helpers Cast uses for
+/* Private header of the element-wise op files (device/ops/elementwise.c:
+ * unary math, binary.c: binary arithmetic and comparisons with broadcasting,
+ * fill_cast.c: Cast, Fill, ZerosLike, OnesLike): inline float16 / bfloat16
+ * conversions for the kernels' hot loops, the helpers Cast uses for
  * conversions that must round exactly once (double and 64-bit integers to
- * the 16-bit floats).
+ * the 16-bit floats), saturating conversions, and the op-definition macros.
  *
  * Everything here is pure integer bit manipulation, so the result does not
  * depend on the compiler's floating-point contraction or the FPU's rounding
@@ -14,6 +16,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "../device_int.h"
 
 static inline uint32_t ew_f32_bits(float f) {
   uint32_t u;
@@ -110,5 +114,90 @@ static inline float ew_i64_to_f32_odd(int64_t v) {
   }
   return v < 0 ? -f : f;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Helpers shared by the element-wise op files                              */
+
+/* Elements per float32 scratch block of the float16/bfloat16 paths. */
+#define EW_BLOCK 256
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                            */
+
+/* Element count of a shape already validated by inference. */
+static inline int64_t ew_count(const dev_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
+  return n;
+}
+
+/* float/double -> integer: truncate toward zero, saturate, NaN -> 0. */
+static inline int32_t ew_sat_i32(double v) {
+  if (v != v) return 0;
+  if (v >= 2147483647.0) return INT32_MAX;
+  if (v <= -2147483648.0) return INT32_MIN;
+  return (int32_t)v;
+}
+
+static inline int64_t ew_sat_i64(double v) {
+  if (v != v) return 0;
+  if (v >= 9223372036854775808.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)v;
+}
+
+static inline uint8_t ew_sat_u8(double v) {
+  if (v != v) return 0;
+  if (v >= 255.0) return 255;
+  if (v <= 0.0) return 0;
+  return (uint8_t)v;
+}
+
+/* double -> 16-bit floats with a single rounding (see ew_f64_to_f32_odd). */
+static inline uint16_t ew_f64_to_f16(double d) {
+  return ew_f32_to_f16(ew_f64_to_f32_odd(d));
+}
+static inline uint16_t ew_f64_to_bf16(double d) {
+  return ew_f32_to_bf16(ew_f64_to_f32_odd(d));
+}
+static inline uint16_t ew_i64_to_f16(int64_t v) {
+  return ew_f32_to_f16(ew_i64_to_f32_odd(v));
+}
+static inline uint16_t ew_i64_to_bf16(int64_t v) {
+  return ew_f32_to_bf16(ew_i64_to_f32_odd(v));
+}
+
+/* x**y for integers modulo 2^64 (square and multiply); y >= 0. Truncating
+ * the result to a narrower type gives the wrapped power in that type. */
+static inline uint64_t ew_ipow(uint64_t x, uint64_t y) {
+  uint64_t r = 1;
+  while (y) {
+    if (y & 1u) r *= x;
+    y >>= 1;
+    x *= x;
+  }
+  return r;
+}
+
+
+#define EW_UNARY_DEF(NAME, INFER, KERNEL)                                    \
+  {                                                                          \
+    .name = NAME, .num_inputs = 1, .inputs = {{"x", false, 1}},              \
+    .num_outputs = 1, .outputs = {{"y", false, 1}}, .infer = INFER,          \
+    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                 \
+  }
+
+#define EW_BINARY_DEF(NAME, INFER, KERNEL)                                   \
+  {                                                                          \
+    .name = NAME, .num_inputs = 2, .inputs = {{"x", false, 1}, {"y", false, 1}}, \
+    .num_outputs = 1, .outputs = {{"z", false, 1}}, .infer = INFER,          \
+    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                 \
+  }
+
+
+/* What infer messages say the dtype masks accept. */
+#define EW_EXPECT_NUMBER \
+  "a number dtype (float32, float64, float16, bfloat16, int32, int64, uint8)"
+#define EW_EXPECT_FLOAT "a floating dtype (float32, float64, float16, bfloat16)"
 
 #endif /* PARADEV_OPS_ELEMENTWISE_INT_H */

@@ -135,10 +135,10 @@ static pd_code eg_kernel(dev_kernel_ctx *c, int kind, dev_status *st) {
   } else {
     float *buf = scratch(3 * n);
     if (!buf) return scratch_error(c, 3 * n, st);
-    dev_widen_16(dt, c->in_data[0], buf, n);
-    dev_widen_16(dt, c->in_data[1], buf + n, n);
+    dev__widen_16(dt, c->in_data[0], buf, n);
+    dev__widen_16(dt, c->in_data[1], buf + n, n);
     eg_f32(kind, buf, buf + n, buf + 2 * n, n);
-    dev_narrow_16(dt, buf + 2 * n, c->out_data[0], n);
+    dev__narrow_16(dt, buf + 2 * n, c->out_data[0], n);
     free(buf);
   }
   return PD_OK;
@@ -394,7 +394,7 @@ static pd_code stl_cpu(dev_kernel_ctx *c, dev_status *st) {
     } else {
       float *buf = scratch(inn);
       if (!buf) { free(acc); return scratch_error(c, inn, st); }
-      dev_widen_16(dt, c->in_data[0], buf, inn);
+      dev__widen_16(dt, c->in_data[0], buf, inn);
       stl_f32(buf, acc, in, os);
       free(buf);
     }
@@ -486,7 +486,7 @@ static pd_code sg_cpu(dev_kernel_ctx *c, dev_status *st) {
   int64_t total = dev_num_elems(os);
   if (total == 0) return PD_OK;
   memset(c->out_data[0], 0, (size_t)total * es);
-  dev_copy_box(c->out_data[0], os, c->attrs[SG_BEGIN].u.ilist.v, (char *)c->in_data[0],
+  dev__copy_box(c->out_data[0], os, c->attrs[SG_BEGIN].u.ilist.v, (char *)c->in_data[0],
                &c->in_shape[0], es, false);
   return PD_OK;
 }
@@ -535,7 +535,7 @@ static pd_code cg_infer(dev_infer_ctx *c, dev_status *st) {
       (rc = dev_check_rank(c, 0, 1, PD_MAX_RANK, st)))
     return rc;
   int axis;
-  if ((rc = dev_normalize_axis(c, "axis", c->attrs[CG_AXIS].u.i, g->rank, &axis, st))) return rc;
+  PD_TRY(dev_normalize_axis(c, "axis", c->attrs[CG_AXIS].u.i, g->rank, &axis, st));
   int nv = c->num_inputs - 1;
   int64_t sum = 0;
   char a[160], b[160];
@@ -681,9 +681,9 @@ static pd_code gg_cpu(dev_kernel_ctx *c, dev_status *st) {
   }
   float *buf = scratch(gn + total);
   if (!buf) return scratch_error(c, gn + total, st);
-  dev_widen_16(dt, c->in_data[0], buf, gn);
+  dev__widen_16(dt, c->in_data[0], buf, gn);
   gg_f32(buf, buf + gn, c, outer, n, ni, inner);
-  dev_narrow_16(dt, buf + gn, c->out_data[0], total);
+  dev__narrow_16(dt, buf + gn, c->out_data[0], total);
   free(buf);
   return PD_OK;
 }
@@ -708,11 +708,11 @@ void dev_register_grad_ops(void);
 /* Registers the gradient ops and their CPU kernels (called by
  * dev_registry_init). */
 void dev_register_grad_ops(void) {
-  for (size_t i = 0; i < sizeof eg_defs / sizeof eg_defs[0]; i++) dev_register_or_die(&eg_defs[i]);
-  dev_register_or_die(&btl_def);
-  dev_register_or_die(&stl_def);
-  dev_register_or_die(&rsl_def);
-  dev_register_or_die(&sg_def);
-  dev_register_or_die(&cg_def);
-  dev_register_or_die(&gg_def);
+  for (size_t i = 0; i < sizeof eg_defs / sizeof eg_defs[0]; i++) dev__register_or_die(&eg_defs[i]);
+  dev__register_or_die(&btl_def);
+  dev__register_or_die(&stl_def);
+  dev__register_or_die(&rsl_def);
+  dev__register_or_die(&sg_def);
+  dev__register_or_die(&cg_def);
+  dev__register_or_die(&gg_def);
 }

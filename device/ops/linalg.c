@@ -161,10 +161,10 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty, dev_status *st) 
                      "%s: cannot allocate %lld float32 scratch elements",
                      ctx->op->name, (long long)(nx + ny + no));
   float *fx = buf, *fy = buf + nx, *fo = buf + nx + ny;
-  dev_widen_16(dt, ctx->in_data[0], fx, nx);
-  dev_widen_16(dt, ctx->in_data[1], fy, ny);
+  dev__widen_16(dt, ctx->in_data[0], fx, nx);
+  dev__widen_16(dt, ctx->in_data[1], fy, ny);
   mm_run(&p, false, fx, fy, fo);
-  dev_narrow_16(dt, fo, ctx->out_data[0], no);
+  dev__narrow_16(dt, fo, ctx->out_data[0], no);
   free(buf);
   return PD_OK;
 }
@@ -407,7 +407,7 @@ static dev_op_def biasadd_def = {
 
 /* Registers MatMul, BatchMatMul and BiasAdd with their CPU kernels. */
 void dev_register_linalg_ops(void) {
-  dev_register_or_die(&matmul_def);
-  dev_register_or_die(&bmm_def);
-  dev_register_or_die(&biasadd_def);
+  dev__register_or_die(&matmul_def);
+  dev__register_or_die(&bmm_def);
+  dev__register_or_die(&biasadd_def);
 }

@@ -390,7 +390,7 @@ static dev_op_def device_id_def = {
 /* Registers the random ops and DeviceId with their CPU kernels (called by
  * dev_registry_init). */
 void dev_register_random_ops(void) {
-  dev_register_or_die(&uniform_def);
-  dev_register_or_die(&normal_def);
-  dev_register_or_die(&device_id_def);
+  dev__register_or_die(&uniform_def);
+  dev__register_or_die(&normal_def);
+  dev__register_or_die(&device_id_def);
 }

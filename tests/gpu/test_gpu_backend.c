@@ -12,7 +12,8 @@
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
 
-#include "device.h"
+#include "dev_backend.h"
+#include "dev_cuda.h"
 
 /* Why no GPU can be used here, or NULL when one can. */
 static const char *no_gpu_reason(void) {

@@ -1,0 +1,89 @@
+/* Private header of the CUDA backend's collectives (collective.c: entry
+ * points; coll_common.c: the host meeting of one collective; coll_nccl.c:
+ * the NCCL path; coll_copy.c: the copy path). See collective.c's opening
+ * comment for how the paths work. C files only. collective.c calls the two
+ * paths, which call coll_common.c; nothing calls back up. */
+#ifndef PARADEV_CUDA_COLL_INT_H
+#define PARADEV_CUDA_COLL_INT_H
+
+#include "cuda_int.h"
+
+/* The shared state of one collective across the devices (collective_create). */
+typedef struct cu_coll {
+  dev_collective_kind kind;
+  int n;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int arrived;
+  unsigned generation;
+  /* A device whose inputs failed (before anything ran). */
+  bool failed;
+  int fail_device;
+  dev_status fail_st;
+  /* A device that failed while running its part. */
+  bool run_failed;
+  int run_device;
+  dev_status run_st;
+  const void *in[PD_MAX_DEVICES];
+  void *out[PD_MAX_DEVICES];
+  dev_shape in_shape[PD_MAX_DEVICES];
+  /* NCCL path: decided once, by the last device to arrive. */
+  bool comm_ok;
+  uint64_t comm_gen;
+  dev_status comm_st;
+} cu_coll;
+
+/* Waits until all n devices have arrived. The last one runs `last(arg)`
+ * first, under the lock, before it releases the others. */
+void cu_coll_meet(cu_coll *c, void (*last)(cu_coll *, void *), void *arg);
+
+/* Records device d's failure while running (the first one wins). */
+void cu_coll_run_failed(cu_coll *c, int d, const dev_status *st);
+
+/* The collective's result on device d once everyone has met after running:
+ * OK, the device's own error, or the error of the device that failed. */
+pd_code cu_coll_run_result(dev_backend *b, cu_coll *c, dev_kernel_ctx *ctx, dev_status *st);
+
+static inline int64_t cu_coll_elems(const dev_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
+  return n;
+}
+
+static inline int cu_coll_reduction(const dev_kernel_ctx *ctx) {
+  return dev_reduction_from_name(ctx->attrs[0].u.s.ptr, ctx->attrs[0].u.s.len);
+}
+
+/* True once a peer has recorded a failure while running its part. */
+static inline bool cu_coll_peer_failed(cu_coll *c) {
+  pthread_mutex_lock(&c->mu);
+  bool f = c->run_failed;
+  pthread_mutex_unlock(&c->mu);
+  return f;
+}
+
+
+/* Copies `height` rows of `width` bytes, `spitch` apart at src on mesh entry
+ * sd's GPU, to rows `dpitch` apart at dst on entry dd's GPU, on stream s.
+ *  - Across GPUs it takes the peer copies (cudaMemcpyPeerAsync,
+ *    cudaMemcpy3DPeerAsync), which work on stream-ordered allocations of
+ *    another GPU whether or not its pool is mapped there; a plain
+ *    cudaMemcpyAsync of such memory from another device fails.
+ *  - 2D and 3D copies refuse pitches beyond the device's maximum (memPitch,
+ *    2^31 - 1 bytes: cudaErrorInvalidPitchValue), so a contiguous block is
+ *    one 1D copy and wider rows go one by one. */
+cudaError_t cu_copy_rows(cu_backend *c, int dd, void *dst, size_t dpitch, int sd, const void *src,
+                         size_t spitch, size_t width, size_t height, cudaStream_t s);
+
+/* The NCCL path (coll_nccl.c, built with PARADEV_HAVE_NCCL): the decision the
+ * last device to arrive takes for everyone (is the communicator ready?), one
+ * device's part, and the communicator's lifetime. */
+void cu_nccl_decide(cu_coll *k, void *arg);
+pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st);
+pd_code cu_nccl_init(cu_backend *c, dev_status *st);
+void cu_nccl_destroy(cu_backend *c);
+
+/* The copy path (coll_copy.c): one device's part. */
+pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st);
+
+#endif /* PARADEV_CUDA_COLL_INT_H */

@@ -1,0 +1,295 @@
+/* The engine for kernel and backend authors: op definitions and their
+ * registration, the contexts of shape inference and of kernels, the helpers
+ * infer functions share, collectives, and the backend function table (with
+ * the CPU backend). Programs that only drive the engine include device.h;
+ * CUDA-only options are in dev_cuda.h. Included by device/ops/, device/cpu/,
+ * device/cuda/ and by tests and benches that call kernels directly.
+ *
+ * The conventions of device.h hold here (status last, out-parameters only on
+ * success, no logging). Source: TensorFlow's op registry (REGISTER_OP,
+ * OpDef) and kernel registration, and its pluggable-device structs
+ * (tensorflow/c/experimental/stream_executor/stream_executor.h) for the
+ * backend table.
+ */
+#ifndef PARADEV_DEV_BACKEND_H
+#define PARADEV_DEV_BACKEND_H
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Op definitions                                                            */
+
+#define DEV_MAX_ARGS 8 /* input or output args declared by one op */
+
+typedef struct dev_kernel_ctx dev_kernel_ctx;
+typedef struct dev_infer_ctx dev_infer_ctx;
+
+/* One declared input or output argument. A list argument (is_list) takes
+ * min_len or more tensors, as TFE_OpGetInputLength describes; an op declares
+ * at most one list input. */
+typedef struct dev_arg_def {
+  const char *name;
+  bool is_list;
+  int min_len;
+} dev_arg_def;
+
+/* One declared attribute: its type and its default (type DEV_ATTR_NONE when
+ * the attribute is required). */
+typedef struct dev_attr_def {
+  const char *name;
+  dev_attr_type type;
+  dev_attr_value default_value;
+} dev_attr_def;
+
+/* Shape/dtype inference for one component: reads ctx->in_dtype/in_shape of
+ * device ctx->device and the resolved attrs; writes ctx->out_dtype/out_shape.
+ * Must validate everything the kernel relies on (dtypes, ranks, dims,
+ * attribute ranges) and return INVALID_ARGUMENT naming the op, the input or
+ * attribute, what it got and what was expected. Runs on the caller's thread,
+ * never touches data. */
+typedef pd_code (*dev_infer_fn)(dev_infer_ctx *ctx, dev_status *st);
+
+/* A kernel for one backend: computes the outputs of one component.
+ * Outputs are already allocated (ctx->out_data) unless the op sets
+ * DEV_OP_ALIASES_INPUT, in which case the kernel may alias. */
+typedef pd_code (*dev_kernel_fn)(dev_kernel_ctx *ctx, dev_status *st);
+
+typedef enum dev_op_flags {
+  DEV_OP_COLLECTIVE = 1 << 0,   /* runs through backend->collective */
+  DEV_OP_MESH_INFER = 1 << 1,   /* infer sees every component at once */
+  DEV_OP_ALIASES_INPUT = 1 << 3, /* output 0 may share input 0's buffer */
+} dev_op_flags;
+
+/* Backend kinds that kernels are registered for. */
+typedef enum dev_backend_kind {
+  DEV_BACKEND_CPU = 0,
+  DEV_BACKEND_CUDA = 1,
+  DEV_BACKEND_KINDS = 2,
+} dev_backend_kind;
+
+struct dev_op_def {
+  const char *name;
+  int num_inputs;
+  dev_arg_def inputs[DEV_MAX_ARGS];
+  int num_outputs;
+  dev_arg_def outputs[DEV_MAX_ARGS]; /* outputs are never lists */
+  int num_attrs;
+  dev_attr_def attrs[DEV_MAX_ATTRS];
+  unsigned flags;
+  dev_infer_fn infer;
+  dev_kernel_fn kernels[DEV_BACKEND_KINDS];
+  /* Collective kind for DEV_OP_COLLECTIVE ops (dev_collective_kind). */
+  int collective;
+};
+
+/* Registers an op (the registry keeps the pointer; `def` must outlive the
+ * process, normally a static). ALREADY_EXISTS for a duplicate name. Called
+ * from dev_registry_init only; not thread-safe against lookups. */
+pd_code dev_op_register(dev_op_def *def, dev_status *st);
+
+/* Sets the kernel of `op_name` for `kind`. NOT_FOUND for an unknown op. */
+pd_code dev_kernel_register(dev_backend_kind kind, const char *op_name,
+                            dev_kernel_fn fn, dev_status *st);
+
+/* Index of attr `name` in def->attrs, or -1. */
+int dev_op_attr_index(const dev_op_def *def, const char *name);
+
+/* Resolved inputs of an infer call, per component. */
+struct dev_infer_ctx {
+  const dev_op_def *op;
+  int device;      /* which component is being inferred */
+  int num_devices; /* mesh size */
+  int num_inputs;
+  const pd_dtype *in_dtype;            /* [num_inputs] */
+  const dev_shape *in_shape;           /* [num_inputs] this component's */
+  const dev_shape *const *all_in_shape; /* [num_inputs][num_devices], for
+                                          DEV_OP_MESH_INFER ops */
+  const dev_attr_value *attrs;         /* [op->num_attrs], defaults filled */
+  int num_outputs;
+  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
+  dev_shape out_shape[DEV_MAX_OUTPUTS];
+};
+
+/* Per-component arguments of a kernel call. */
+struct dev_kernel_ctx {
+  const dev_op_def *op;
+  const dev_attr_value *attrs; /* [op->num_attrs] */
+  int device;
+  int num_devices;
+  struct dev_backend *backend;
+  uint64_t op_seq; /* engine-wide sequence number of this op */
+  int num_inputs;
+  const pd_dtype *in_dtype;
+  const dev_shape *in_shape;
+  const void *const *in_data;
+  int num_outputs;
+  const pd_dtype *out_dtype;
+  const dev_shape *out_shape;
+  void **out_data;
+  /* Set by an aliasing kernel (DEV_OP_ALIASES_INPUT) to make output i share
+   * input j's buffer: out_alias[i] = j. -1 otherwise. */
+  int *out_alias;
+  /* The collective rendezvous of DEV_OP_COLLECTIVE ops (backend-private). */
+  void *collective;
+};
+
+/* Helpers for infer functions: each returns INVALID_ARGUMENT with a message
+ * naming the op and the input when the check fails. */
+pd_code dev_check_dtype_in(const dev_infer_ctx *c, int input, unsigned mask,
+                           const char *expected, dev_status *st);
+pd_code dev_check_same_dtype(const dev_infer_ctx *c, int a, int b,
+                             dev_status *st);
+pd_code dev_check_rank(const dev_infer_ctx *c, int input, int min_rank,
+                       int max_rank, dev_status *st);
+/* Normalizes a possibly negative axis against `rank` (valid: -rank..rank-1),
+ * INVALID_ARGUMENT naming the attribute otherwise. */
+pd_code dev_normalize_axis(const dev_infer_ctx *c, const char *attr,
+                           int64_t axis, int rank, int *out, dev_status *st);
+
+#define DEV_DTYPE_BIT(dt) (1u << (unsigned)(dt))
+#define DEV_MASK_FLOAT                                                     \
+  (DEV_DTYPE_BIT(PD_FLOAT32) | DEV_DTYPE_BIT(PD_FLOAT64) |                 \
+   DEV_DTYPE_BIT(PD_FLOAT16) | DEV_DTYPE_BIT(PD_BFLOAT16))
+#define DEV_MASK_INT                                                       \
+  (DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64) |                     \
+   DEV_DTYPE_BIT(PD_UINT8))
+#define DEV_MASK_NUMBER (DEV_MASK_FLOAT | DEV_MASK_INT)
+#define DEV_MASK_ALL (DEV_MASK_NUMBER | DEV_DTYPE_BIT(PD_BOOL))
+/* ------------------------------------------------------------------------ */
+/* Backends                                                                  */
+
+/* Collective kinds and reductions (NCCL's names). */
+typedef enum dev_collective_kind {
+  DEV_COLL_NONE = 0,
+  DEV_COLL_ALL_REDUCE = 1,
+  DEV_COLL_BROADCAST = 2,
+  DEV_COLL_ALL_GATHER = 3,
+  DEV_COLL_REDUCE_SCATTER = 4,
+} dev_collective_kind;
+
+typedef enum dev_reduction {
+  DEV_RED_SUM = 0,
+  DEV_RED_PROD = 1,
+  DEV_RED_MAX = 2,
+  DEV_RED_MIN = 3,
+  DEV_RED_MEAN = 4,
+} dev_reduction;
+
+/* Parses "sum|prod|max|min|mean"; -1 when unknown. */
+int dev_reduction_from_name(const char *s, size_t len);
+
+/* A backend: a table of functions over N devices. It starts with
+ * struct_size so it can grow without breaking older code, as TensorFlow's
+ * pluggable-device structs (SP_StreamExecutor) do. All functions may be called
+ * concurrently for different devices; for one device they are called from that
+ * device's executor thread, except allocate/deallocate/copy_* used by uploads
+ * and downloads (and deallocate when an op's or a client's last reference
+ * goes, on any thread), and fence_wait and fence_release (the device's
+ * completion thread), which the backend must make thread-safe. */
+typedef struct dev_backend {
+  size_t struct_size;
+  const char *name; /* "cpu", "cuda" */
+  dev_backend_kind kind;
+  int num_devices;
+  void *impl;
+
+  /* Allocates `bytes` on `device`; RESOURCE_EXHAUSTED (naming the device,
+   * the request and the limit) when over the device's limit. bytes == 0 gives
+   * a unique non-NULL pointer. */
+  pd_code (*allocate)(struct dev_backend *b, int device, size_t bytes,
+                      void **out, dev_status *st);
+  void (*deallocate)(struct dev_backend *b, int device, void *ptr,
+                     size_t bytes);
+  pd_code (*copy_h2d)(struct dev_backend *b, int device, void *dst,
+                      const void *src, size_t bytes, dev_status *st);
+  pd_code (*copy_d2h)(struct dev_backend *b, int device, void *dst,
+                      const void *src, size_t bytes, dev_status *st);
+  pd_code (*copy_d2d)(struct dev_backend *b, int dst_device, void *dst,
+                      int src_device, const void *src, size_t bytes,
+                      dev_status *st);
+  /* Runs a kernel for one component, on that device's executor. */
+  pd_code (*run_kernel)(struct dev_backend *b, dev_kernel_fn fn,
+                        dev_kernel_ctx *ctx, dev_status *st);
+  /* Creates the shared state of one collective across all devices; called
+   * once per collective op at submission. */
+  void *(*collective_create)(struct dev_backend *b, dev_collective_kind kind,
+                             int num_devices);
+  /* Runs device ctx->device's part of a collective. Every device calls it
+   * (with ctx->collective from collective_create), in the same global order;
+   * a device whose inputs failed still calls it with `failed` set so peers
+   * learn of it instead of waiting. Returns the collective's status, the same
+   * on every device. */
+  pd_code (*collective_run)(struct dev_backend *b, dev_kernel_ctx *ctx,
+                            const dev_status *failed, dev_status *st);
+  void (*collective_release)(struct dev_backend *b, void *coll);
+  /* Waits for all work issued on `device` (a no-op on the CPU backend). */
+  pd_code (*synchronize)(struct dev_backend *b, int device, dev_status *st);
+  pd_code (*memory_stats)(struct dev_backend *b, int device,
+                          dev_memory_stats *out, dev_status *st);
+  /* A short description of the device ("cpu:0 (simulated)"). */
+  const char *(*device_name)(struct dev_backend *b, int device);
+  void (*destroy)(struct dev_backend *b);
+  /* False once `device` has hit an unrecoverable error (a sticky CUDA error:
+   * the device's context is lost and every later op on it fails with
+   * UNAVAILABLE). NULL means always healthy (the CPU backend). Check
+   * struct_size before reading it from a backend built against an older
+   * header. Thread-safe. */
+  bool (*healthy)(struct dev_backend *b, int device);
+  /* Page-locks [ptr, ptr + bytes) of host memory (e.g. a client's shared
+   * memory region mapped by the daemon) so copy_h2d/copy_d2h to and from it
+   * run as direct DMA at copy-engine speed instead of through staging
+   * buffers, as cudaHostRegister does. NULL when the backend has nothing to
+   * do (the CPU backend). host_unregister undoes it; it is called only with
+   * a ptr that host_register accepted. Check struct_size before reading them.
+   * Thread-safe. */
+  pd_code (*host_register)(struct dev_backend *b, void *ptr, size_t bytes,
+                           dev_status *st);
+  void (*host_unregister)(struct dev_backend *b, void *ptr);
+  /* Completion fences, for a backend whose run_kernel and collective_run
+   * return once the work is queued on the device rather than done (CUDA).
+   * All three or none; NULL on the CPU backend, whose ops are done when
+   * run_kernel returns. Check struct_size before reading them.
+   *
+   * fence_record: called on `device`'s executor right after it issued an
+   *   op's work; returns in *fence a marker behind all work issued so far on
+   *   the device (cudaEventRecord on its stream). Errors name the device.
+   * fence_wait: blocks, without spinning, until that work has finished on
+   *   the device; returns the first error it hit (naming the device and the
+   *   backend's reason), e.g. an illegal address inside a kernel. Called on
+   *   the device's completion thread, in the order the fences were recorded.
+   * fence_release: gives the fence back once fence_wait has returned (on
+   *   the completion thread).
+   * The engine marks an op's outputs on the device ready only once its fence
+   * has been waited for, as TensorFlow's GPU EventMgr does. Source:
+   * tensorflow/core/common_runtime/device/device_event_mgr.h. */
+  pd_code (*fence_record)(struct dev_backend *b, int device, void **fence,
+                          dev_status *st);
+  pd_code (*fence_wait)(struct dev_backend *b, int device, void *fence,
+                        dev_status *st);
+  void (*fence_release)(struct dev_backend *b, int device, void *fence);
+} dev_backend;
+
+#define DEV_BACKEND_STRUCT_SIZE sizeof(dev_backend)
+
+/* Configuration of the CPU backend; starts with struct_size. */
+typedef struct dev_cpu_config {
+  size_t struct_size;
+  int num_devices;            /* 1..PD_MAX_DEVICES */
+  uint64_t memory_limit;      /* per device, bytes; 0: none */
+} dev_cpu_config;
+
+#define DEV_CPU_CONFIG_INITIALIZER {sizeof(dev_cpu_config), 4, 0}
+
+/* Creates the CPU backend of `cfg->num_devices` simulated devices.
+ * INVALID_ARGUMENT for a device count outside 1..64. */
+pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
+                               dev_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PARADEV_DEV_BACKEND_H */

@@ -1,0 +1,246 @@
+/* The executor of one device: a thread that takes the device's ops in the
+ * one global submission order (a CUDA stream's semantics) and runs (CPU) or
+ * issues (CUDA) each: reads its inputs' components, allocates or aliases its
+ * outputs, and calls the kernel or the device's part of a collective. On the
+ * CPU backend an op is then done and the executor publishes it (ready.c);
+ * on a backend with fences it hands the op to the completion thread
+ * (complete.c), which publishes once the device has finished it. Submission
+ * (engine.c) reserves room and pushes ops here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_int.h"
+
+/* The arguments of one device's part of an op, as its kernel sees them. */
+typedef struct run_args {
+  pd_dtype in_dtype[DEV_MAX_INPUTS];
+  dev_shape in_shape[DEV_MAX_INPUTS];
+  const void *in_data[DEV_MAX_INPUTS];
+  pd_dtype out_dtype[DEV_MAX_OUTPUTS];
+  dev_shape out_shape[DEV_MAX_OUTPUTS];
+  void *out_data[DEV_MAX_OUTPUTS];
+  int out_alias[DEV_MAX_OUTPUTS];
+} run_args;
+
+/* Reads device x's components of op's inputs into `a`; false (with the
+ * first input's error in *st) when an input failed. With fences an input
+ * may be in flight, its code still set by the completion thread (its buf is
+ * left in place), so the codes are read under x->mu; deps[0..*ndeps)
+ * receive the distinct seqs of the ops producing inputs still in flight. An
+ * input in flight whose code reads OK here may still fail: the completion
+ * thread checks the recorded producer against its late failures. */
+static bool read_inputs(dev_exec *x, dev_op *op, run_args *a, uint64_t *deps, int *ndeps,
+                        dev_status *st) {
+  const int d = x->device;
+  bool failed = false;
+  if (x->fenced) pthread_mutex_lock(&x->mu);
+  const uint64_t done = x->fenced ? atomic_load(&x->ready.done_seq) : 0;
+  for (int i = 0; i < op->num_inputs; i++) {
+    dev_component *c = &op->inputs[i]->comps[d];
+    a->in_dtype[i] = op->inputs[i]->dtype;
+    a->in_shape[i] = c->shape;
+    a->in_data[i] = c->buf ? c->buf->data : NULL;
+    if (!failed && c->code != PD_OK) {
+      failed = true;
+      dev_error(st, c->code, "%s", c->msg ? c->msg : "");
+    }
+    uint64_t rs;
+    if (x->fenced && (rs = atomic_load(&c->ready_seq)) > done) {
+      int k = 0;
+      while (k < *ndeps && deps[k] != rs) k++;
+      if (k == *ndeps) deps[(*ndeps)++] = rs;
+    }
+  }
+  if (x->fenced) pthread_mutex_unlock(&x->mu);
+  return !failed;
+}
+
+/* Allocates device d's components of op's outputs (or aliases output 0 to
+ * input 0 for DEV_OP_ALIASES_INPUT) into `a`; `failed`: an input failed, so
+ * nothing is allocated. Returns false (error in *st) when one cannot be. */
+static bool alloc_outputs(dev_backend *b, int d, dev_op *op, run_args *a, bool failed,
+                          dev_status *st) {
+  const dev_op_def *def = op->def;
+  for (int i = 0; i < op->num_outputs; i++) {
+    dev_component *c = &op->outputs[i]->comps[d];
+    a->out_dtype[i] = op->outputs[i]->dtype;
+    a->out_shape[i] = c->shape;
+    a->out_alias[i] = -1;
+    a->out_data[i] = NULL;
+    if (failed) continue;
+    if (i == 0 && (def->flags & DEV_OP_ALIASES_INPUT) && op->num_inputs > 0 &&
+        op->inputs[0]->comps[d].buf && op->inputs[0]->comps[d].bytes == c->bytes) {
+      dev__buffer_retain(op->inputs[0]->comps[d].buf);
+      c->buf = op->inputs[0]->comps[d].buf;
+      a->out_alias[i] = 0;
+    } else {
+      dev_status ast = DEV_STATUS_INIT;
+      if (dev__buffer_alloc(b, d, c->bytes, &c->buf, &ast) != PD_OK) {
+        failed = true;
+        dev_error(st, ast.code, "%s: %s", def->name, ast.msg);
+        continue;
+      }
+    }
+    a->out_data[i] = c->buf->data;
+  }
+  return !failed;
+}
+
+/* Calls the op's kernel for one component (an op whose outputs all alias
+ * its inputs runs nothing). True when work was issued; false with the error
+ * in *st. */
+static bool run_kernel(dev_backend *b, dev_op *op, dev_kernel_ctx *ctx, dev_status *st) {
+  const dev_op_def *def = op->def;
+  const int d = ctx->device;
+  bool all_aliased = op->num_outputs > 0;
+  for (int i = 0; i < op->num_outputs; i++) all_aliased &= ctx->out_alias[i] >= 0;
+  dev_kernel_fn fn = def->kernels[b->kind];
+  if (all_aliased && (def->flags & DEV_OP_ALIASES_INPUT)) {
+    return false; /* the output shares the input's bytes: nothing to run */
+  } else if (!fn && (def->flags & DEV_OP_ALIASES_INPUT)) {
+    /* Aliasing op whose sizes differ cannot happen (infer keeps bytes). */
+    dev_error(st, PD_INTERNAL, "%s: cannot alias input of %zu bytes to output of %zu bytes",
+              def->name, op->inputs[0]->comps[d].bytes, op->outputs[0]->comps[d].bytes);
+  } else if (!fn) {
+    dev_error(st, PD_UNIMPLEMENTED, "%s has no kernel for the %s backend", def->name, b->name);
+  } else {
+    dev_status kst = DEV_STATUS_INIT;
+    if (b->run_kernel(b, fn, ctx, &kst) == PD_OK) return true;
+    if (strncmp(kst.msg, def->name, strlen(def->name)) == 0)
+      dev_error(st, kst.code, "%s (on %s)", kst.msg, b->device_name(b, d));
+    else
+      dev_error(st, kst.code, "%s on %s: %s", def->name, b->device_name(b, d), kst.msg);
+  }
+  return false;
+}
+
+/* Runs (CPU) or issues (CUDA) device x's part of `op`. Returns true when
+ * work was issued that a fence must cover: the kernel or the collective ran
+ * without error. With fences, deps[0..*ndeps) receive the distinct seqs of
+ * the ops producing inputs that were still in flight (room for
+ * DEV_MAX_INPUTS). */
+static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
+  const int d = x->device;
+  dev_engine *e = x->engine;
+  dev_backend *b = e->backend;
+  dev_status st = DEV_STATUS_INIT;
+  run_args a;
+  bool failed = !read_inputs(x, op, &a, deps, ndeps, &st);
+  failed = !alloc_outputs(b, d, op, &a, failed, &st) || failed;
+
+  dev_kernel_ctx ctx = {
+      .op = op->def, .attrs = op->attrs, .device = d, .num_devices = e->n, .backend = b,
+      .op_seq = op->seq, .num_inputs = op->num_inputs, .in_dtype = a.in_dtype,
+      .in_shape = a.in_shape, .in_data = a.in_data, .num_outputs = op->num_outputs,
+      .out_dtype = a.out_dtype, .out_shape = a.out_shape, .out_data = a.out_data,
+      .out_alias = a.out_alias, .collective = op->collective,
+  };
+
+  bool issued = false;
+  if (op->def->flags & DEV_OP_COLLECTIVE) {
+    /* Every device takes part, failed or not, so no peer waits forever. */
+    dev_status cst = DEV_STATUS_INIT;
+    if (b->collective_run(b, &ctx, failed ? &st : NULL, &cst) != PD_OK) {
+      failed = true;
+      st = cst;
+    } else {
+      issued = !failed;
+    }
+  } else if (!failed) {
+    issued = run_kernel(b, op, &ctx, &st);
+    failed = !issued && st.code != PD_OK;
+  }
+
+  if (failed)
+    for (int i = 0; i < op->num_outputs; i++)
+      dev__component_set_error(&op->outputs[i]->comps[d], st.code, st.msg);
+  return issued && !failed;
+}
+
+
+void *dev__exec_main(void *arg) {
+  dev_exec *x = arg;
+  enum { BATCH = 32 };
+  dev_op *batch[BATCH];
+  for (;;) {
+    /* Take every queued op (up to BATCH) under one lock. */
+    pthread_mutex_lock(&x->mu);
+    while (x->count == 0 && !x->stop) {
+      x->sleeping = true;
+      pthread_cond_wait(&x->work_cv, &x->mu);
+      x->sleeping = false;
+    }
+    if (x->count == 0 && x->stop) {
+      pthread_mutex_unlock(&x->mu);
+      return NULL;
+    }
+    int n = 0;
+    while (x->count > 0 && n < BATCH) {
+      batch[n++] = x->ring[x->head];
+      x->head = (x->head + 1) % x->cap;
+      x->count--;
+    }
+    pthread_mutex_unlock(&x->mu);
+
+    for (int b = 0; b < n; b++) {
+      dev_op *op = batch[b];
+      uint64_t t0 = dev__now_ns();
+      uint64_t deps[DEV_MAX_INPUTS];
+      int ndeps = 0;
+      bool issued = run_op(x, op, deps, &ndeps);
+      if (x->fenced) {
+        dev__complete_queue(x, op, issued, t0, deps, ndeps);
+        continue;
+      }
+      atomic_fetch_add_explicit(&x->busy_ns, dev__now_ns() - t0, memory_order_relaxed);
+      uint64_t seq = op->seq;
+      if (atomic_fetch_sub(&op->pending, 1) == 1) dev__op_free(op);
+      dev__ready_publish(&x->ready, seq);
+    }
+  }
+}
+
+
+bool dev__exec_reserve(dev_exec *x) {
+  bool ok = true;
+  pthread_mutex_lock(&x->mu);
+  if (x->count == x->cap) {
+    size_t ncap = x->cap ? x->cap * 2 : 256;
+    dev_op **nr = malloc(ncap * sizeof *nr);
+    if (nr) {
+      for (size_t i = 0; i < x->count; i++) nr[i] = x->ring[(x->head + i) % x->cap];
+      free(x->ring);
+      x->ring = nr;
+      x->cap = ncap;
+      x->head = 0;
+    } else {
+      ok = false;
+    }
+  }
+  if (ok && x->fenced && x->outstanding == x->fcap) {
+    /* Room in fring for every op that may reach it. */
+    size_t ncap = x->fcap ? x->fcap * 2 : 256;
+    dev_inflight *nf = malloc(ncap * sizeof *nf);
+    if (nf) {
+      for (size_t i = 0; i < x->fcount; i++) nf[i] = x->fring[(x->fhead + i) % x->fcap];
+      free(x->fring);
+      x->fring = nf;
+      x->fcap = ncap;
+      x->fhead = 0;
+    } else {
+      ok = false;
+    }
+  }
+  pthread_mutex_unlock(&x->mu);
+  return ok;
+}
+
+void dev__exec_push(dev_exec *x, dev_op *op) {
+  pthread_mutex_lock(&x->mu);
+  x->ring[(x->head + x->count) % x->cap] = op;
+  x->count++;
+  if (x->fenced) x->outstanding++;
+  if (x->sleeping) pthread_cond_signal(&x->work_cv); /* no syscall when awake */
+  pthread_mutex_unlock(&x->mu);
+}
+

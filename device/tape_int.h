@@ -1,0 +1,104 @@
+/* Private header of the gradient tape (device/tape.c, gradient.c, vjp.c,
+ * pmap.c): the recorded ops, the tape's state, the pointer map that tells
+ * tracked tensors, and the context of one vector-Jacobian product.
+ *
+ * Files: tape.c records (create, watch, record, destroy), gradient.c walks
+ * the records backwards (dev_tape_gradient), vjp.c holds one VJP per op,
+ * pmap.c the pointer map. tape.c calls pmap.c; vjp.c calls tape.c
+ * (dev__tape_exec); gradient.c calls all three. */
+#ifndef PARADEV_TAPE_INT_H
+#define PARADEV_TAPE_INT_H
+
+#include "device_int.h"
+
+/* --- pointer map (pmap.c) ------------------------------------------------ */
+
+typedef struct pmap {
+  const void **keys; /* NULL: empty slot */
+  void **vals;
+  size_t cap; /* 0 or a power of two */
+  size_t n;
+} pmap;
+
+/* Looks k up; true (and *val, if val is not NULL) when present. */
+bool dev__pmap_get(const pmap *m, const void *k, void **val);
+/* Makes room for `extra` more keys; false when out of memory (unchanged). */
+bool dev__pmap_reserve(pmap *m, size_t extra);
+/* Sets k's value, inserting k; room must have been reserved. */
+void dev__pmap_put(pmap *m, const void *k, void *v);
+/* Frees the map's storage (not the values) and empties it. */
+void dev__pmap_free(pmap *m);
+
+/* --- the tape (tape.c) --------------------------------------------------- */
+
+/* One recorded op. Inputs and outputs are references the record owns. */
+typedef struct tape_rec {
+  const dev_op_def *def;
+  int n_in, n_out;
+  uint64_t tracked; /* bit i: input i was tracked when the op was recorded */
+  dev_tensor *out[DEV_MAX_OUTPUTS];
+  dev_attr_value *attrs; /* [def->num_attrs]; lists and strings copied behind */
+  dev_tensor *in[];      /* [n_in] */
+} tape_rec;
+
+struct dev_tape {
+  dev_engine *engine;
+  dev_execute_fn exec; /* how gradient ops run: dev_execute unless set */
+  void *exec_arg;
+  bool persistent;
+  bool used; /* a one-shot tape after its gradient */
+  /* tracked tensor -> index of the record that produced it + 1 (0: watched) */
+  pmap tracked;
+  dev_tensor **watched; /* references */
+  size_t n_watched, cap_watched;
+  tape_rec **recs;
+  size_t n_recs, cap_recs;
+};
+
+/* Runs one gradient op through the tape's executor (dev_execute unless
+ * dev_tape_set_executor chose another). */
+pd_code dev__tape_exec(const dev_tape *tp, const char *op, dev_tensor *const *in, int n,
+                       const dev_attr *attrs, int n_attrs, dev_tensor **outs, int *n_out,
+                       dev_status *st);
+
+/* Drops every record and watched tensor (a one-shot tape after its use). */
+void dev__tape_clear(dev_tape *tp);
+
+static inline bool dev__is_float(const dev_tensor *t) { return dev_dtype_is_floating(t->dtype); }
+
+/* True when a and b have equal shapes on every component. */
+static inline bool dev__same_shapes(const dev_tensor *a, const dev_tensor *b) {
+  for (int d = 0; d < a->n; d++)
+    if (!dev_shape_equal(&a->comps[d].shape, &b->comps[d].shape)) return false;
+  return true;
+}
+
+/* --- vector-Jacobian products (vjp.c) ------------------------------------ */
+
+#define VJP_TEMPS 160
+
+/* One VJP call. A VJP reads dy (the gradients that reached the op's outputs;
+ * NULL where none did) and writes dx[j] for the inputs with need[j]. Ops run
+ * through run(), whose outputs are temporaries released after the call;
+ * set_dx() keeps a reference to a result. Errors are sticky: after the first
+ * failure run() returns NULL and does nothing, so VJPs are straight-line
+ * code and the caller checks rc once. */
+typedef struct vjp_ctx {
+  dev_engine *e;
+  const dev_tape *tp;
+  const tape_rec *r;
+  dev_tensor *dy[DEV_MAX_OUTPUTS];
+  bool need[DEV_MAX_INPUTS];
+  dev_tensor *dx[DEV_MAX_INPUTS];
+  dev_tensor *temps[VJP_TEMPS];
+  int n_temps;
+  dev_status *st;
+  pd_code rc;
+} vjp_ctx;
+
+typedef void (*vjp_fn)(vjp_ctx *c);
+
+/* The VJP of `def`, or NULL when the op has no gradient. */
+vjp_fn dev__vjp_for(const dev_op_def *def);
+
+#endif /* PARADEV_TAPE_INT_H */
