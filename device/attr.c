@@ -1,6 +1,7 @@
 /* Attribute constructors and reduction names. */
 #include <string.h>
 
+#include "dev_backend.h"
 #include "device.h"
 
 dev_attr dev_attr_int(const char *name, int64_t v) {

@@ -644,13 +644,4 @@ pd_code dev_tape_gradient(dev_tape *tape, dev_tensor *target,
 }
 #endif
 
-/* Transitional: server/main.c, server/handlers.c, server/health.c,
- * scheduler/scheduler.c, bench/bench_dispatch.c and tests/gpu/ still read
- * dev_backend and dev_op_def fields through this header. Once they use the
- * accessors above (or include dev_backend.h themselves), define
- * PARADEV_DEVICE_CONSUMER_ONLY for them, then drop this include. */
-#ifndef PARADEV_DEVICE_CONSUMER_ONLY
-#include "dev_backend.h"
-#endif
-
 #endif /* PARADEV_DEVICE_H */

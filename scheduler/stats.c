@@ -25,7 +25,7 @@ bool sched_stats_init(sched *s) {
   }
   for (int i = 0; i < s->num_ops; i++) {
     const dev_op_def *d = dev_op_at(i);
-    s->op_names[i] = (sched_op_name){d->name, i};
+    s->op_names[i] = (sched_op_name){dev_op_def_name(d), i};
   }
   qsort(s->op_names, (size_t)s->num_ops, sizeof(*s->op_names),
         sched_op_name_cmp);

@@ -37,7 +37,6 @@ const srv_handlers srv_h_EchoStream = {.on_message = srv_echo_stream_msg};
 static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
   srv *s = c->s;
   int n = dev_engine_num_devices(s->engine);
-  dev_backend *b = dev_engine_backend(s->engine);
   srv_arena a = {NULL};
   Paradev__V1__DeviceInfo **devs = srv_arena_alloc(&a, sizeof(*devs) * (size_t)n);
   Paradev__V1__DeviceInfo *dv = srv_arena_alloc(&a, sizeof(*dv) * (size_t)n);
@@ -49,8 +48,8 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
   for (int i = 0; i < n; i++) {
     paradev__v1__device_info__init(&dv[i]);
     dv[i].index = i;
-    dv[i].name = (char *)(b && b->device_name ? b->device_name(b, i) : "");
-    dv[i].kind = (char *)(b && b->name ? b->name : "");
+    dv[i].name = (char *)dev_engine_device_name(s->engine, i);
+    dv[i].kind = (char *)dev_engine_backend_name(s->engine);
     dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
     dev_status st = DEV_STATUS_INIT;
     if (dev_engine_memory_stats(s->engine, i, &ms, &st) == PD_OK) {
@@ -87,7 +86,8 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
       PARADEV__V1__GET_SERVER_INFO_RESPONSE__INIT;
   resp.version = (char *)SRV_VERSION;
   resp.incarnation = s->incarnation;
-  resp.backend = (char *)(b && b->name ? b->name : s->opt.backend);
+  const char *backend = dev_engine_backend_name(s->engine);
+  resp.backend = (char *)(backend[0] ? backend : s->opt.backend);
   resp.n_devices = (size_t)n;
   resp.devices = devs;
   resp.limits = &lim;

@@ -78,25 +78,21 @@ void srv_health_close(srv *s) {
 }
 
 bool srv_devices_healthy(srv *s) {
-  dev_backend *b = dev_engine_backend(s->engine);
   int n = dev_engine_num_devices(s->engine);
   bool all = true;
-  bool has = b && b->struct_size >= offsetof(dev_backend, healthy) +
-                                        sizeof(b->healthy) &&
-             b->healthy;
   srv_health *h = s->health;
   for (int i = 0; i < n && i < PD_MAX_DEVICES; i++) {
-    bool ok = !has || b->healthy(b, i);
+    bool ok = dev_engine_device_healthy(s->engine, i);
     all &= ok;
     if (h && ok != h->dev_ok[i]) {
       h->dev_ok[i] = ok;
       if (ok)
         SRV_INFO("device %d (%s) is healthy again", i,
-                 b->device_name ? b->device_name(b, i) : "?");
+                 dev_engine_device_name(s->engine, i));
       else
         SRV_ERROR("device %d (%s) is unhealthy: its ops fail until paradevd "
                   "restarts",
-                  i, b->device_name ? b->device_name(b, i) : "?");
+                  i, dev_engine_device_name(s->engine, i));
     }
   }
   return all;

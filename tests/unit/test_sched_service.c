@@ -418,7 +418,7 @@ static void test_kill_and_fence(void **state) {
 
 static int op_index(const char *name) {
   for (int i = 0; i < dev_op_count(); i++)
-    if (strcmp(dev_op_at(i)->name, name) == 0) return i;
+    if (strcmp(dev_op_def_name(dev_op_at(i)), name) == 0) return i;
   fail_msg("no op %s", name);
   return -1;
 }

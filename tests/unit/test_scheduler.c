@@ -866,7 +866,7 @@ static void test_stress(void **state) {
   /* Per op: every Add ran to some outcome or was dropped (CANCELLED). */
   int add = -1;
   for (int i = 0; i < dev_op_count(); i++)
-    if (strcmp(dev_op_at(i)->name, "Add") == 0) add = i;
+    if (strcmp(dev_op_def_name(dev_op_at(i)), "Add") == 0) add = i;
   assert_true(add >= 0);
   uint64_t by[SCHED_NUM_CODES], outcomes = 0;
   sched_op_stats(s, add, by, NULL);
