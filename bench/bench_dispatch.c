@@ -75,7 +75,8 @@ int main(int argc, char **argv) {
   float one = 1.0f;
   dev_shape scalar = {0, {0}};
   dev_layout mirrored = {DEV_LAYOUT_MIRRORED, 0, 0};
-  if (dev_tensor_from_host(a.e, PD_FLOAT32, &mirrored, &scalar, &one, &a.in[0], &st) != PD_OK) {
+  if (dev_tensor_from_host(a.e, PD_FLOAT32, &mirrored, &scalar, &one, &a.in[0],
+                           &st) != PD_OK) {
     fprintf(stderr, "bench_dispatch: %s\n", st.msg);
     return 1;
   }
@@ -90,10 +91,18 @@ int main(int argc, char **argv) {
   dev_shape shapes[2] = {scalar, scalar};
   int alias[1] = {-1};
   a.fn = def->kernels[DEV_BACKEND_CPU];
-  a.ctx = (dev_kernel_ctx){.op = def, .device = 0, .num_devices = 1, .num_inputs = 2,
-                           .in_dtype = dts, .in_shape = shapes, .in_data = in_data,
-                           .num_outputs = 1, .out_dtype = dts, .out_shape = shapes,
-                           .out_data = out_data, .out_alias = alias};
+  a.ctx = (dev_kernel_ctx){.op = def,
+                           .device = 0,
+                           .num_devices = 1,
+                           .num_inputs = 2,
+                           .in_dtype = dts,
+                           .in_shape = shapes,
+                           .in_data = in_data,
+                           .num_outputs = 1,
+                           .out_dtype = dts,
+                           .out_shape = shapes,
+                           .out_data = out_data,
+                           .out_alias = alias};
   bu_timing td = bu_measure(direct, &a, min_time, 5);
   double direct_us = td.median_s / 1000 * 1e6;
 
@@ -106,9 +115,14 @@ int main(int argc, char **argv) {
   printf("  latency (one op)    %8.1f us\n", lat_us);
   printf("  pipelined, per op   %8.2f us\n", pipe_us);
   char params[96];
-  snprintf(params, sizeof params, "\"devices\": %d, \"op\": \"Add\", \"dtype\": \"float32\", \"shape\": []", DEVICES);
-  bu_record("dispatch", params, "latency_us", lat_us, "direct_kernel_us", direct_us);
-  bu_record("dispatch", params, "pipelined_us_per_op", pipe_us, "direct_kernel_us", direct_us);
+  snprintf(
+      params, sizeof params,
+      "\"devices\": %d, \"op\": \"Add\", \"dtype\": \"float32\", \"shape\": []",
+      DEVICES);
+  bu_record("dispatch", params, "latency_us", lat_us, "direct_kernel_us",
+            direct_us);
+  bu_record("dispatch", params, "pipelined_us_per_op", pipe_us,
+            "direct_kernel_us", direct_us);
   dev_tensor_release(a.in[0]);
   dev_engine_destroy(a.e);
   int rc = bu_print_table();

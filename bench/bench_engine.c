@@ -67,14 +67,16 @@ static void run_op(void *p) {
 }
 
 static int bench_allreduce(bool quick) {
-  static const size_t sizes[] = {4u << 10, 64u << 10, 1u << 20, 16u << 20,
-                                 64u << 20, 256u << 20};
+  static const size_t sizes[] = {4u << 10,  64u << 10, 1u << 20,
+                                 16u << 20, 64u << 20, 256u << 20};
   const int n = AR_DEVICES;
   dev_engine *e = make_engine(n);
   if (!e) return 1;
   int rc = 0;
-  printf("allreduce: AllReduce(sum, float32), %d simulated devices, mirrored "
-         "input%s\n", n, quick ? " (quick mode)" : "");
+  printf(
+      "allreduce: AllReduce(sum, float32), %d simulated devices, mirrored "
+      "input%s\n",
+      n, quick ? " (quick mode)" : "");
   printf("  %-8s %12s %12s %12s %8s\n", "size", "time_us", "busbw_GBps",
          "memcpy_GBps", "ratio");
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -102,8 +104,12 @@ static int bench_allreduce(bool quick) {
     }
     free(host);
 
-    op_arg a = {.e = e, .op = "AllReduce", .in = {in}, .n_in = 1,
-                .n_attrs = 1, .code = PD_OK};
+    op_arg a = {.e = e,
+                .op = "AllReduce",
+                .in = {in},
+                .n_in = 1,
+                .n_attrs = 1,
+                .code = PD_OK};
     a.attrs[0] = dev_attr_string("reduction", "sum");
     /* Large sizes take long per call: fewer, but at least 3, repeats. */
     double min_time = bytes >= (64u << 20) ? 0.5 : 0.3;
@@ -139,8 +145,8 @@ typedef struct gemm_arg {
 
 static void run_gemm(void *p) {
   gemm_arg *g = p;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->m, g->n, g->k,
-              1.0f, g->a, g->k, g->b, g->n, 0.0f, g->c, g->n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->m, g->n, g->k, 1.0f,
+              g->a, g->k, g->b, g->n, 0.0f, g->c, g->n);
 }
 
 static int bench_matmul(void) {
@@ -174,16 +180,18 @@ static int bench_matmul(void) {
   int64_t da[2] = {m, k}, db[2] = {k, n};
   if (dev_shape_make(2, da, &sa, &st) != PD_OK ||
       dev_shape_make(2, db, &sb, &st) != PD_OK ||
-      dev_tensor_from_host(e, PD_FLOAT32, &mirrored, &sa, a, &ta, &st) != PD_OK ||
-      dev_tensor_from_host(e, PD_FLOAT32, &mirrored, &sb, b, &tb, &st) != PD_OK) {
+      dev_tensor_from_host(e, PD_FLOAT32, &mirrored, &sa, a, &ta, &st) !=
+          PD_OK ||
+      dev_tensor_from_host(e, PD_FLOAT32, &mirrored, &sb, b, &tb, &st) !=
+          PD_OK) {
     fprintf(stderr, "matmul: upload: %s\n", st.msg);
     rc = 1;
     goto out;
   }
 
   /* Correctness first: the engine's product against cblas's. */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k,
-              b, n, 0.0f, c, n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b,
+              n, 0.0f, c, n);
   {
     dev_tensor *outs[DEV_MAX_OUTPUTS] = {0};
     int n_out = DEV_MAX_OUTPUTS;
@@ -211,8 +219,12 @@ static int bench_matmul(void) {
     }
   }
 
-  op_arg arg = {.e = e, .op = "MatMul", .in = {ta, tb}, .n_in = 2,
-                .n_attrs = 0, .code = PD_OK};
+  op_arg arg = {.e = e,
+                .op = "MatMul",
+                .in = {ta, tb},
+                .n_in = 2,
+                .n_attrs = 0,
+                .code = PD_OK};
   bu_timing te = bu_measure(run_op, &arg, 1.0, 5);
   if (arg.code != PD_OK) {
     fprintf(stderr, "matmul: %s: %s\n", pd_code_name(arg.code), arg.st.msg);
@@ -226,9 +238,10 @@ static int bench_matmul(void) {
   double ge = flops / te.median_s / 1e9, gc = flops / tc.median_s / 1e9;
   printf("\nmatmul: %dx%dx%d float32, 1-device engine vs cblas_sgemm\n", m, k,
          n);
-  printf("  engine %.2f ms (%.1f GFLOP/s), cblas_sgemm %.2f ms (%.1f GFLOP/s), "
-         "ratio %.3f\n",
-         te.median_s * 1e3, ge, tc.median_s * 1e3, gc, ge / gc);
+  printf(
+      "  engine %.2f ms (%.1f GFLOP/s), cblas_sgemm %.2f ms (%.1f GFLOP/s), "
+      "ratio %.3f\n",
+      te.median_s * 1e3, ge, tc.median_s * 1e3, gc, ge / gc);
   char params[160];
   snprintf(params, sizeof params,
            "\"m\": %d, \"n\": %d, \"k\": %d, \"dtype\": \"float32\", "

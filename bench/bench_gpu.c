@@ -32,13 +32,13 @@
 #include "benchutil.h"
 #include "device.h"
 
-#define CK(call)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (call);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "bench_gpu: %s: %s\n", #call, cudaGetErrorString(e_));              \
-      exit(1);                                                                            \
-    }                                                                                     \
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      fprintf(stderr, "bench_gpu: %s: %s\n", #call, cudaGetErrorString(e_));   \
+      exit(1);                                                                 \
+    }                                                                          \
   } while (0)
 
 static dev_engine *make_engine(const char *mesh) {
@@ -48,7 +48,8 @@ static dev_engine *make_engine(const char *mesh) {
   dev_engine *e = NULL;
   dev_status st = DEV_STATUS_INIT;
   if (dev_engine_create(&cfg, &e, &st) != PD_OK) {
-    fprintf(stderr, "bench_gpu: cuda engine \"%s\": %s: %s\n", mesh, pd_code_name(st.code), st.msg);
+    fprintf(stderr, "bench_gpu: cuda engine \"%s\": %s: %s\n", mesh,
+            pd_code_name(st.code), st.msg);
     return NULL;
   }
   return e;
@@ -73,7 +74,8 @@ static void run_op(void *p) {
   if (a->code != PD_OK) return;
   dev_tensor *outs[DEV_MAX_OUTPUTS] = {0};
   int n_out = DEV_MAX_OUTPUTS;
-  if (dev_execute(a->e, a->op, a->in, a->n_in, a->attrs, a->n_attrs, outs, &n_out, &a->st) != PD_OK) {
+  if (dev_execute(a->e, a->op, a->in, a->n_in, a->attrs, a->n_attrs, outs,
+                  &n_out, &a->st) != PD_OK) {
     a->code = a->st.code;
     return;
   }
@@ -95,9 +97,10 @@ typedef struct gemm_arg {
 static void run_gemm(void *p) {
   gemm_arg *g = p;
   const float one = 1.0f, zero = 0.0f;
-  g->status = cublasGemmEx(g->h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->m, g->k, &one, g->b, g->type,
-                           g->n, g->a, g->type, g->k, &zero, g->c, g->type, g->n, g->compute,
-                           CUBLAS_GEMM_DEFAULT);
+  g->status =
+      cublasGemmEx(g->h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->m, g->k, &one, g->b,
+                   g->type, g->n, g->a, g->type, g->k, &zero, g->c, g->type,
+                   g->n, g->compute, CUBLAS_GEMM_DEFAULT);
   cudaStreamSynchronize(g->s);
 }
 
@@ -133,10 +136,14 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   }
 
   gemm_arg g = {.type = dt == PD_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F,
-                .compute = CUBLAS_COMPUTE_32F, .m = m, .n = n, .k = k};
+                .compute = CUBLAS_COMPUTE_32F,
+                .m = m,
+                .n = n,
+                .k = k};
   CK(cudaSetDevice(0));
   CK(cudaStreamCreateWithFlags(&g.s, cudaStreamNonBlocking));
-  if (cublasCreate(&g.h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g.h, g.s) != CUBLAS_STATUS_SUCCESS) {
+  if (cublasCreate(&g.h) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetStream(g.h, g.s) != CUBLAS_STATUS_SUCCESS) {
     fprintf(stderr, "bench_gpu: cublasCreate failed\n");
     exit(1);
   }
@@ -147,7 +154,8 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   CK(cudaMemcpy(g.b, host, elems * es, cudaMemcpyHostToDevice));
   bu_timing td = bu_measure(run_gemm, &g, min_time, 5);
   if (g.status != CUBLAS_STATUS_SUCCESS) {
-    fprintf(stderr, "bench_gpu: cublasGemmEx: %s\n", cublasGetStatusString(g.status));
+    fprintf(stderr, "bench_gpu: cublasGemmEx: %s\n",
+            cublasGetStatusString(g.status));
     rc = 1;
   }
 
@@ -155,7 +163,8 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
    * arguments: bit for bit in practice; checked to the dtype's precision). */
   dev_tensor *out = NULL;
   int n_out = 1;
-  if (rc == 0 && dev_execute(e, "MatMul", a.in, 2, NULL, 0, &out, &n_out, &st) == PD_OK) {
+  if (rc == 0 &&
+      dev_execute(e, "MatMul", a.in, 2, NULL, 0, &out, &n_out, &st) == PD_OK) {
     unsigned char *got = malloc(elems * es), *want = malloc(elems * es);
     CK(cudaMemcpy(want, g.c, elems * es, cudaMemcpyDeviceToHost));
     if (dev_tensor_to_host(out, &lay, 0, got, elems * es, &st) != PD_OK) {
@@ -164,12 +173,15 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
     }
     double tol = dt == PD_BFLOAT16 ? 1e-2 : 1e-5, worst = 0;
     for (size_t i = 0; i < elems && rc == 0; i += 997) {
-      double w = dev_load_f64(dt, want, (int64_t)i), v = dev_load_f64(dt, got, (int64_t)i);
+      double w = dev_load_f64(dt, want, (int64_t)i),
+             v = dev_load_f64(dt, got, (int64_t)i);
       double err = fabs(v - w) / fmax(fabs(w), 1.0);
       if (err > worst) worst = err;
     }
     if (worst > tol) {
-      fprintf(stderr, "bench_gpu: MatMul result differs from cublasGemmEx (%g)\n", worst);
+      fprintf(stderr,
+              "bench_gpu: MatMul result differs from cublasGemmEx (%g)\n",
+              worst);
       rc = 1;
     }
     free(got);
@@ -179,10 +191,13 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   double flops = 2.0 * m * n * (double)k;
   double tf_e = flops / te.median_s * 1e-12, tf_d = flops / td.median_s * 1e-12;
   char params[160];
-  snprintf(params, sizeof params, "\"dtype\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d",
+  snprintf(params, sizeof params,
+           "\"dtype\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d",
            pd_dtype_name(dt), m, n, k);
-  printf("  MatMul %s %dx%dx%d: engine %.1f TFLOP/s, cublasGemmEx %.1f TFLOP/s, ratio %.3f\n",
-         pd_dtype_name(dt), m, n, k, tf_e, tf_d, tf_e / tf_d);
+  printf(
+      "  MatMul %s %dx%dx%d: engine %.1f TFLOP/s, cublasGemmEx %.1f TFLOP/s, "
+      "ratio %.3f\n",
+      pd_dtype_name(dt), m, n, k, tf_e, tf_d, tf_e / tf_d);
   bu_record("matmul_gpu", params, "TFLOPs", tf_e, "cublasGemmEx_TFLOPs", tf_d);
   cudaFree(g.a);
   cudaFree(g.b);
@@ -226,12 +241,15 @@ static int bench_allreduce(int n, bool quick) {
     if (quick && bytes > (16u << 20)) break;
     int64_t elems = (int64_t)(bytes / 4);
     dev_attr attr = dev_attr_string("reduction", "sum");
-    op_arg a = {.e = e, .op = "AllReduce", .n_in = 1, .n_attrs = 1, .code = PD_OK};
+    op_arg a = {
+        .e = e, .op = "AllReduce", .n_in = 1, .n_attrs = 1, .code = PD_OK};
     a.attrs[0] = attr;
-    dev_attr fill[3] = {dev_attr_shape("shape", 1, &elems), dev_attr_float("value", 1),
+    dev_attr fill[3] = {dev_attr_shape("shape", 1, &elems),
+                        dev_attr_float("value", 1),
                         dev_attr_dtype("dtype", PD_FLOAT32)};
     int one = 1;
-    if (dev_execute(e, "Fill", NULL, 0, fill, 3, &a.in[0], &one, &a.st) != PD_OK) {
+    if (dev_execute(e, "Fill", NULL, 0, fill, 3, &a.in[0], &one, &a.st) !=
+        PD_OK) {
       fprintf(stderr, "bench_gpu: Fill: %s\n", a.st.msg);
       rc = 1;
       break;
@@ -251,10 +269,14 @@ static int bench_allreduce(int n, bool quick) {
     double busbw = (double)bytes / t.median_s * 2.0 * (n - 1) / n * 1e-9;
     double memcpy_bw = (double)bytes / tc.median_s * 1e-9;
     char params[128], sb[32];
-    snprintf(params, sizeof params, "\"devices\": %d, \"logical\": true, \"bytes\": %zu", n, bytes);
-    printf("  AllReduce %d logical devices %s: busbw %.1f GB/s, cudaMemcpy d2d %.1f GB/s\n", n,
-           bu_size_str(bytes, sb, sizeof sb), busbw, memcpy_bw);
-    bu_record("allreduce_gpu", params, "busbw_GBps", busbw, "cudaMemcpy_d2d_GBps", memcpy_bw);
+    snprintf(params, sizeof params,
+             "\"devices\": %d, \"logical\": true, \"bytes\": %zu", n, bytes);
+    printf(
+        "  AllReduce %d logical devices %s: busbw %.1f GB/s, cudaMemcpy d2d "
+        "%.1f GB/s\n",
+        n, bu_size_str(bytes, sb, sizeof sb), busbw, memcpy_bw);
+    bu_record("allreduce_gpu", params, "busbw_GBps", busbw,
+              "cudaMemcpy_d2d_GBps", memcpy_bw);
   }
   cudaStreamDestroy(c.s);
   dev_engine_destroy(e);
@@ -278,15 +300,19 @@ static void run_upload(void *p) {
   dev_shape s = {1, {(int64_t)(x->bytes / 4)}};
   dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
   dev_tensor *t = NULL;
-  if (dev_tensor_from_host(x->e, PD_FLOAT32, &lay, &s, x->host, &t, &x->st) != PD_OK) x->code = 1;
-  else if (dev_tensor_wait(t, &x->st) != PD_OK) x->code = 1;
+  if (dev_tensor_from_host(x->e, PD_FLOAT32, &lay, &s, x->host, &t, &x->st) !=
+      PD_OK)
+    x->code = 1;
+  else if (dev_tensor_wait(t, &x->st) != PD_OK)
+    x->code = 1;
   dev_tensor_release(t);
 }
 
 static void run_download(void *p) {
   xfer_arg *x = p;
   dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
-  if (dev_tensor_to_host(x->t, &lay, 0, x->host, x->bytes, &x->st) != PD_OK) x->code = 1;
+  if (dev_tensor_to_host(x->t, &lay, 0, x->host, x->bytes, &x->st) != PD_OK)
+    x->code = 1;
 }
 
 typedef struct memcpy_arg {
@@ -317,7 +343,8 @@ static int bench_transfers(bool quick) {
   memcpy_arg d2h = {pinned, dev, bytes, cudaMemcpyDeviceToHost};
   bu_timing th = bu_measure(run_memcpy, &h2d, 0.5, 5);
   bu_timing tdh = bu_measure(run_memcpy, &d2h, 0.5, 5);
-  double base_h2d = (double)bytes / th.median_s * 1e-9, base_d2h = (double)bytes / tdh.median_s * 1e-9;
+  double base_h2d = (double)bytes / th.median_s * 1e-9,
+         base_d2h = (double)bytes / tdh.median_s * 1e-9;
 
   xfer_arg up_pageable = {e, pageable, bytes, NULL, 0, DEV_STATUS_INIT};
   xfer_arg up_pinned = {e, pinned, bytes, NULL, 0, DEV_STATUS_INIT};
@@ -326,7 +353,8 @@ static int bench_transfers(bool quick) {
   dev_shape s = {1, {(int64_t)(bytes / 4)}};
   dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
   xfer_arg down_pageable = {e, pageable, bytes, NULL, 0, DEV_STATUS_INIT};
-  if (dev_tensor_from_host(e, PD_FLOAT32, &lay, &s, pageable, &down_pageable.t, &down_pageable.st) != PD_OK) {
+  if (dev_tensor_from_host(e, PD_FLOAT32, &lay, &s, pageable, &down_pageable.t,
+                           &down_pageable.st) != PD_OK) {
     fprintf(stderr, "bench_gpu: upload: %s\n", down_pageable.st.msg);
     return 1;
   }
@@ -334,14 +362,20 @@ static int bench_transfers(bool quick) {
   down_pinned.host = pinned;
   bu_timing td1 = bu_measure(run_download, &down_pageable, 0.5, 5);
   bu_timing td2 = bu_measure(run_download, &down_pinned, 0.5, 5);
-  if (up_pageable.code || up_pinned.code || down_pageable.code || down_pinned.code) {
+  if (up_pageable.code || up_pinned.code || down_pageable.code ||
+      down_pinned.code) {
     fprintf(stderr, "bench_gpu: a transfer failed\n");
     rc = 1;
   }
   dev_tensor_release(down_pageable.t);
   char params[128], sb[32];
   bu_size_str(bytes, sb, sizeof sb);
-  struct { const char *what, *src; bu_timing t; double base; const char *bname; } rows[] = {
+  struct {
+    const char *what, *src;
+    bu_timing t;
+    double base;
+    const char *bname;
+  } rows[] = {
       {"upload", "pageable", tu1, base_h2d, "cudaMemcpy_h2d_pinned_GBps"},
       {"upload", "pinned", tu2, base_h2d, "cudaMemcpy_h2d_pinned_GBps"},
       {"download", "pageable", td1, base_d2h, "cudaMemcpy_d2h_pinned_GBps"},
@@ -349,10 +383,12 @@ static int bench_transfers(bool quick) {
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     double gbps = (double)bytes / rows[i].t.median_s * 1e-9;
-    snprintf(params, sizeof params, "\"bytes\": %zu, \"host_memory\": \"%s\"", bytes, rows[i].src);
-    printf("  %s %s from %s memory: %.1f GB/s (cudaMemcpy pinned %.1f GB/s)\n", rows[i].what, sb,
-           rows[i].src, gbps, rows[i].base);
-    bu_record(i < 2 ? "upload_gpu" : "download_gpu", params, "GBps", gbps, rows[i].bname, rows[i].base);
+    snprintf(params, sizeof params, "\"bytes\": %zu, \"host_memory\": \"%s\"",
+             bytes, rows[i].src);
+    printf("  %s %s from %s memory: %.1f GB/s (cudaMemcpy pinned %.1f GB/s)\n",
+           rows[i].what, sb, rows[i].src, gbps, rows[i].base);
+    bu_record(i < 2 ? "upload_gpu" : "download_gpu", params, "GBps", gbps,
+              rows[i].bname, rows[i].base);
   }
   cudaFreeHost(pinned);
   cudaFree(dev);
@@ -367,19 +403,24 @@ int main(int argc, char **argv) {
   cudaError_t ce = cudaGetDeviceCount(&count);
   if (ce != cudaSuccess || count == 0) {
     printf("bench_gpu: SKIP: no CUDA GPU (%s)\n",
-           ce != cudaSuccess ? cudaGetErrorString(ce) : "no CUDA-capable device is detected");
+           ce != cudaSuccess ? cudaGetErrorString(ce)
+                             : "no CUDA-capable device is detected");
     return 77;
   }
   bool quick = bu_quick(argc, argv);
   double t0 = bu_now();
   int rc = 0;
-  printf("matmul: through the engine vs cublasGemmEx directly (cuda:0)%s\n", quick ? " (quick)" : "");
+  printf("matmul: through the engine vs cublasGemmEx directly (cuda:0)%s\n",
+         quick ? " (quick)" : "");
   rc |= bench_matmul(PD_BFLOAT16, quick ? 4096 : 8192, quick ? 0.3 : 1.0);
   rc |= bench_matmul(PD_FLOAT32, quick ? 2048 : 4096, quick ? 0.3 : 1.0);
-  printf("allreduce: copy path on logical devices of cuda:0 vs cudaMemcpy d2d\n");
+  printf(
+      "allreduce: copy path on logical devices of cuda:0 vs cudaMemcpy d2d\n");
   rc |= bench_allreduce(2, quick);
   rc |= bench_allreduce(4, quick);
-  printf("upload/download: through the engine vs cudaMemcpy from/to pinned memory\n");
+  printf(
+      "upload/download: through the engine vs cudaMemcpy from/to pinned "
+      "memory\n");
   rc |= bench_transfers(quick);
   rc |= bu_print_table();
   printf("bench_gpu: %.1f s\n", bu_now() - t0);

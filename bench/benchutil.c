@@ -188,7 +188,8 @@ void bu_record(const char *bench, const char *params_json, const char *metric,
   }
   fputs("{\"bench\": ", f);
   put_string(f, bench);
-  fprintf(f, ", \"params\": {%s}, \"metric\": ", params_json ? params_json : "");
+  fprintf(f,
+          ", \"params\": {%s}, \"metric\": ", params_json ? params_json : "");
   put_string(f, metric);
   fputs(", \"value\": ", f);
   put_number(f, value);

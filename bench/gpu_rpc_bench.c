@@ -93,24 +93,24 @@ static void die(const char *what) {
   exit(1);
 }
 
-#define CK(call)                                                            \
-  do {                                                                      \
-    cudaError_t e_ = (call);                                                \
-    if (e_ != cudaSuccess) {                                                \
-      fprintf(stderr, "bench_gpu_rpc: %s: %s\n", #call,                     \
-              cudaGetErrorString(e_));                                      \
-      exit(1);                                                              \
-    }                                                                       \
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      fprintf(stderr, "bench_gpu_rpc: %s: %s\n", #call,                        \
+              cudaGetErrorString(e_));                                         \
+      exit(1);                                                                 \
+    }                                                                          \
   } while (0)
 
-#define CKB(call)                                                           \
-  do {                                                                      \
-    cublasStatus_t s_ = (call);                                             \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                      \
-      fprintf(stderr, "bench_gpu_rpc: %s: %s\n", #call,                     \
-              cublasGetStatusString(s_));                                   \
-      exit(1);                                                              \
-    }                                                                       \
+#define CKB(call)                                                              \
+  do {                                                                         \
+    cublasStatus_t s_ = (call);                                                \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
+      fprintf(stderr, "bench_gpu_rpc: %s: %s\n", #call,                        \
+              cublasGetStatusString(s_));                                      \
+      exit(1);                                                                 \
+    }                                                                          \
   } while (0)
 
 /* --- helpers ------------------------------------------------------------------ */
@@ -151,13 +151,14 @@ static double load(pd_dtype dt, const void *p, size_t i) {
 }
 
 static void store(pd_dtype dt, void *p, size_t i, double v) {
-  if (dt == PD_BFLOAT16) ((uint16_t *)p)[i] = to_bf16((float)v);
-  else ((float *)p)[i] = (float)v;
+  if (dt == PD_BFLOAT16)
+    ((uint16_t *)p)[i] = to_bf16((float)v);
+  else
+    ((float *)p)[i] = (float)v;
 }
 
 /* sqrt(sum (x - ref)^2) / sqrt(sum ref^2); NaN when x holds a NaN. */
-static double rel_err(pd_dtype dt, const void *x, const double *ref,
-                      size_t n) {
+static double rel_err(pd_dtype dt, const void *x, const double *ref, size_t n) {
   double num = 0, den = 0;
   for (size_t i = 0; i < n; i++) {
     double d = load(dt, x, i) - ref[i];
@@ -191,8 +192,7 @@ static double run_mm_rpc_pipelined(void *arg) {
         PD_OK)
       die("Execute MatMul");
   }
-  if (pd_sync(sess, out, PIPELINE, NULL, NULL, st) != PD_OK)
-    die("Sync MatMul");
+  if (pd_sync(sess, out, PIPELINE, NULL, NULL, st) != PD_OK) die("Sync MatMul");
   double t = bu_now() - t0;
   if (pd_delete(sess, out, PIPELINE, NULL, st) != PD_OK) die("Delete");
   return t / PIPELINE;
@@ -221,7 +221,8 @@ static void download_rows(uint64_t slice_id, int row, int n, pd_dtype dt,
                   NULL, st) != PD_OK)
     die("Download");
   if (got != bytes) {
-    fprintf(stderr, "bench_gpu_rpc: Download of rows gave %zu bytes, expected %zu\n",
+    fprintf(stderr,
+            "bench_gpu_rpc: Download of rows gave %zu bytes, expected %zu\n",
             got, bytes);
     exit(1);
   }
@@ -281,8 +282,10 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   const uint64_t ab[2] = {ID_A, ID_B};
   if (pd_sync(sess, ab, 2, NULL, NULL, st) != PD_OK) die("Sync");
 
-  double t_rpc = bu_measure_reported(run_mm_rpc, NULL, 3, 10, min_time).median_s;
-  double t_pipe = bu_measure_reported(run_mm_rpc_pipelined, NULL, 1, 3, min_time).median_s;
+  double t_rpc =
+      bu_measure_reported(run_mm_rpc, NULL, 3, 10, min_time).median_s;
+  double t_pipe =
+      bu_measure_reported(run_mm_rpc_pipelined, NULL, 1, 3, min_time).median_s;
 
   /* The rows to check: the first and the last CHECK_ROWS, the daemon's and a
    * float64 reference's from the same (rounded) inputs. */
@@ -319,7 +322,9 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   double tf_direct = 0;
   if (baseline) {
     gemm_arg g = {.type = dt == PD_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F,
-                  .m = m, .n = n, .k = k};
+                  .m = m,
+                  .n = n,
+                  .k = k};
     CK(cudaStreamCreateWithFlags(&g.s, cudaStreamNonBlocking));
     CK(cudaEventCreate(&g.e0));
     CK(cudaEventCreate(&g.e1));
@@ -332,7 +337,8 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
     CK(cudaMemcpy(g.b, hb, bytes, cudaMemcpyHostToDevice));
     /* g.s does not wait for the legacy stream's copies: settle them. */
     CK(cudaDeviceSynchronize());
-    double t_direct = bu_measure_reported(run_gemm, &g, 3, 10, min_time).median_s;
+    double t_direct =
+        bu_measure_reported(run_gemm, &g, 3, 10, min_time).median_s;
     tf_direct = 2.0 * m * n * (double)k / t_direct * 1e-12;
     /* The direct call's rows, from a poisoned output. */
     CK(cudaMemsetAsync(g.c, 0xff, bytes, g.s));
@@ -390,23 +396,26 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   const double flops = 2.0 * m * n * (double)k;
   const double tf_rpc = flops / t_rpc * 1e-12, tf_pipe = flops / t_pipe * 1e-12;
   char params[256];
-  snprintf(params, sizeof params,
-           "\"dtype\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"devices\": %d%s, "
-           "\"backend\": \"%s\"",
-           pd_dtype_name(dt), m, n, k, mesh_devices,
-           mesh_devices > 1 ? ", \"per_device\": true" : "", g_backend);
-  printf("  MatMul %s %dx%dx%d: daemon %.4g TFLOP/s (%.3f ms), pipelined x%d "
-         "%.4g TFLOP/s",
-         pd_dtype_name(dt), m, n, k, tf_rpc, t_rpc * 1e3, PIPELINE, tf_pipe);
+  snprintf(
+      params, sizeof params,
+      "\"dtype\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"devices\": %d%s, "
+      "\"backend\": \"%s\"",
+      pd_dtype_name(dt), m, n, k, mesh_devices,
+      mesh_devices > 1 ? ", \"per_device\": true" : "", g_backend);
+  printf(
+      "  MatMul %s %dx%dx%d: daemon %.4g TFLOP/s (%.3f ms), pipelined x%d "
+      "%.4g TFLOP/s",
+      pd_dtype_name(dt), m, n, k, tf_rpc, t_rpc * 1e3, PIPELINE, tf_pipe);
   if (baseline)
     printf(", cublasGemmEx %.4g TFLOP/s, ratio %.3f / %.3f\n", tf_direct,
            tf_rpc / tf_direct, tf_pipe / tf_direct);
   else
     printf("\n");
   if (baseline)
-    printf("    check: relative error vs float64: daemon %.2g, direct %.2g; "
-           "daemon vs direct %.2g (tolerance %g)\n",
-           e_daemon, e_direct, e_between, tol);
+    printf(
+        "    check: relative error vs float64: daemon %.2g, direct %.2g; "
+        "daemon vs direct %.2g (tolerance %g)\n",
+        e_daemon, e_direct, e_between, tol);
   else
     printf("    check: relative error vs float64: daemon %.2g (tolerance %g)\n",
            e_daemon, tol);
@@ -507,7 +516,8 @@ static double run_shm_download(void *arg) {
   if (got != x->bytes) {
     fprintf(stderr,
             "bench_gpu_rpc: DownloadToSharedMemory wrote %zu bytes, expected "
-            "%zu\n", got, x->bytes);
+            "%zu\n",
+            got, x->bytes);
     exit(1);
   }
   return t;
@@ -517,26 +527,30 @@ static int bench_shm(const float *up, size_t bytes, double min_time,
                      double base_h2d, double base_d2h) {
   pd_shared_memory *region = NULL;
   if (pd_shared_memory_create(sess, bytes, 0, &region, NULL, st) != PD_OK) {
-    printf("  shared memory: not measured: a region of %zu bytes could not be "
-           "made: %s: %s\n",
-           bytes, pd_code_name(pd_status_code(st)), pd_status_message(st));
+    printf(
+        "  shared memory: not measured: a region of %zu bytes could not be "
+        "made: %s: %s\n",
+        bytes, pd_code_name(pd_status_code(st)), pd_status_message(st));
     return 0;
   }
   int rc = 0;
   void *data = pd_shared_memory_data(region);
   memcpy(data, up, bytes);
   shm_arg x = {region, bytes};
-  double t_up = bu_measure_reported(run_shm_upload, &x, 1, 5, min_time).median_s;
+  double t_up =
+      bu_measure_reported(run_shm_upload, &x, 1, 5, min_time).median_s;
   const int64_t dims[2] = {(int64_t)(bytes / 4096), 1024};
   if (pd_upload_from_shared_memory(sess, ID_X, PD_FLOAT32, dims, 2, region, 0,
                                    pd_layout_mirrored(), NULL, NULL,
                                    st) != PD_OK)
     die("UploadFromSharedMemory");
   memset(data, 0xff, bytes); /* what comes back is the upload, not leftovers */
-  double t_down = bu_measure_reported(run_shm_download, &x, 1, 5, min_time).median_s;
+  double t_down =
+      bu_measure_reported(run_shm_download, &x, 1, 5, min_time).median_s;
   if (memcmp(up, data, bytes) != 0) {
-    fprintf(stderr, "bench_gpu_rpc: the shared memory download differs from "
-                    "the upload\n");
+    fprintf(stderr,
+            "bench_gpu_rpc: the shared memory download differs from "
+            "the upload\n");
     rc = 1;
   }
   uint64_t id = ID_X;
@@ -546,10 +560,12 @@ static int bench_shm(const float *up, size_t bytes, double min_time,
 
   char params[256], sb[32];
   bu_size_str(bytes, sb, sizeof sb);
-  snprintf(params, sizeof params,
-           "\"bytes\": %zu, \"path\": \"shm\", \"devices\": %d, \"backend\": \"%s\"",
-           bytes, mesh_devices, g_backend);
-  double g_up = (double)bytes / t_up * 1e-9, g_down = (double)bytes / t_down * 1e-9;
+  snprintf(
+      params, sizeof params,
+      "\"bytes\": %zu, \"path\": \"shm\", \"devices\": %d, \"backend\": \"%s\"",
+      bytes, mesh_devices, g_backend);
+  double g_up = (double)bytes / t_up * 1e-9,
+         g_down = (double)bytes / t_down * 1e-9;
   if (baseline) {
     printf("  upload %s from shared memory: %.2f GB/s (ratio %.3f)\n", sb, g_up,
            g_up / base_h2d);
@@ -573,10 +589,11 @@ static int bench_transfers(size_t bytes, double min_time) {
   xfer_arg xu = {up, bytes}, xd = {down, bytes};
   double t_up = bu_measure_reported(run_upload, &xu, 1, 5, min_time).median_s;
   const int64_t dims[2] = {(int64_t)(bytes / 4096), 1024};
-  if (pd_upload(sess, ID_X, PD_FLOAT32, dims, 2, up, bytes, pd_layout_mirrored(),
-                NULL, NULL, st) != PD_OK)
+  if (pd_upload(sess, ID_X, PD_FLOAT32, dims, 2, up, bytes,
+                pd_layout_mirrored(), NULL, NULL, st) != PD_OK)
     die("Upload");
-  double t_down = bu_measure_reported(run_download, &xd, 1, 5, min_time).median_s;
+  double t_down =
+      bu_measure_reported(run_download, &xd, 1, 5, min_time).median_s;
   memset(down, 0xff, bytes);
   run_download(&xd);
   if (memcmp(up, down, bytes) != 0) {
@@ -594,26 +611,34 @@ static int bench_transfers(size_t bytes, double min_time) {
     memcpy(pinned, up, bytes);
     memcpy_arg h2d = {dev, pinned, bytes, cudaMemcpyHostToDevice};
     memcpy_arg d2h = {pinned, dev, bytes, cudaMemcpyDeviceToHost};
-    base_h2d = (double)bytes / bu_measure_reported(run_memcpy, &h2d, 1, 5, min_time).median_s * 1e-9;
-    base_d2h = (double)bytes / bu_measure_reported(run_memcpy, &d2h, 1, 5, min_time).median_s * 1e-9;
+    base_h2d = (double)bytes /
+               bu_measure_reported(run_memcpy, &h2d, 1, 5, min_time).median_s *
+               1e-9;
+    base_d2h = (double)bytes /
+               bu_measure_reported(run_memcpy, &d2h, 1, 5, min_time).median_s *
+               1e-9;
     cudaFreeHost(pinned);
     cudaFree(dev);
   }
 
   char params[256], sb[32];
   bu_size_str(bytes, sb, sizeof sb);
-  snprintf(params, sizeof params,
-           "\"bytes\": %zu, \"path\": \"grpc\", \"chunk_bytes\": %zu, "
-           "\"host_memory\": \"pageable\", \"devices\": %d, \"backend\": \"%s\"",
-           bytes, CHUNK, mesh_devices, g_backend);
-  double g_up = (double)bytes / t_up * 1e-9, g_down = (double)bytes / t_down * 1e-9;
+  snprintf(
+      params, sizeof params,
+      "\"bytes\": %zu, \"path\": \"grpc\", \"chunk_bytes\": %zu, "
+      "\"host_memory\": \"pageable\", \"devices\": %d, \"backend\": \"%s\"",
+      bytes, CHUNK, mesh_devices, g_backend);
+  double g_up = (double)bytes / t_up * 1e-9,
+         g_down = (double)bytes / t_down * 1e-9;
   if (baseline) {
-    printf("  upload %s through Upload: %.2f GB/s (cudaMemcpy from pinned %.1f "
-           "GB/s, ratio %.3f)\n",
-           sb, g_up, base_h2d, g_up / base_h2d);
-    printf("  download %s through Download: %.2f GB/s (cudaMemcpy to pinned "
-           "%.1f GB/s, ratio %.3f)\n",
-           sb, g_down, base_d2h, g_down / base_d2h);
+    printf(
+        "  upload %s through Upload: %.2f GB/s (cudaMemcpy from pinned %.1f "
+        "GB/s, ratio %.3f)\n",
+        sb, g_up, base_h2d, g_up / base_h2d);
+    printf(
+        "  download %s through Download: %.2f GB/s (cudaMemcpy to pinned "
+        "%.1f GB/s, ratio %.3f)\n",
+        sb, g_down, base_d2h, g_down / base_d2h);
   } else {
     printf("  upload %s through Upload: %.2f GB/s\n", sb, g_up);
     printf("  download %s through Download: %.2f GB/s\n", sb, g_down);
@@ -634,7 +659,8 @@ static int bench_transfers(size_t bytes, double min_time) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_gpu_rpc [--target ADDR] [--quick] [--no-baseline]\n"
-          "  MatMul, Upload and Download through a running paradevd (cuda backend,\n"
+          "  MatMul, Upload and Download through a running paradevd (cuda "
+          "backend,\n"
           "  one-device mesh) beside cuBLAS and cudaMemcpy in this process.\n"
           "  --target ADDR  unix:/path or host:port (default $PARADEV_TARGET,\n"
           "                 else 127.0.0.1:7478)\n"
@@ -648,8 +674,10 @@ static int local_device(const pd_device_info *d, int count) {
   int idx = 0;
   if (d && d->name && sscanf(d->name, "cuda:%d", &idx) != 1) idx = 0;
   if (idx < 0 || idx >= count) {
-    printf("bench_gpu_rpc: note: the daemon's device is %s; this process sees "
-           "%d GPU(s): using cuda:0\n", d && d->name ? d->name : "?", count);
+    printf(
+        "bench_gpu_rpc: note: the daemon's device is %s; this process sees "
+        "%d GPU(s): using cuda:0\n",
+        d && d->name ? d->name : "?", count);
     idx = 0;
   }
   return idx;
@@ -659,8 +687,10 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* a killed run still shows where it was */
   const char *target = NULL;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--target") == 0 && i + 1 < argc) target = argv[++i];
-    else if (strcmp(argv[i], "--no-baseline") == 0) baseline = false;
+    if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
+      target = argv[++i];
+    else if (strcmp(argv[i], "--no-baseline") == 0)
+      baseline = false;
     else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout);
       return 0;
@@ -680,10 +710,11 @@ int main(int argc, char **argv) {
   if (baseline) {
     cudaError_t ce = cudaGetDeviceCount(&gpus);
     if (ce != cudaSuccess || gpus == 0) {
-      printf("bench_gpu_rpc: SKIP: no CUDA GPU in this process (%s); "
-             "--no-baseline measures the daemon side alone\n",
-             ce != cudaSuccess ? cudaGetErrorString(ce)
-                               : "no CUDA-capable device is detected");
+      printf(
+          "bench_gpu_rpc: SKIP: no CUDA GPU in this process (%s); "
+          "--no-baseline measures the daemon side alone\n",
+          ce != cudaSuccess ? cudaGetErrorString(ce)
+                            : "no CUDA-capable device is detected");
       return 77;
     }
   }
@@ -699,7 +730,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 100; i++) { /* up to ~10 s for a daemon just started */
     pd_call_options o = PD_CALL_OPTIONS_INITIALIZER;
     o.timeout_ms = 1000;
-    if (pd_client_health(c, "", &ss, &o, st) == PD_OK && ss == PD_SERVING) break;
+    if (pd_client_health(c, "", &ss, &o, st) == PD_OK && ss == PD_SERVING)
+      break;
     usleep(100000);
   }
   if (ss != PD_SERVING) die("the daemon is not SERVING");
@@ -710,7 +742,8 @@ int main(int argc, char **argv) {
   snprintf(backend, sizeof backend, "%s", pd_server_info_backend(info));
   /* Recorded in every result, so rows of a --no-baseline run against a CPU
    * daemon are never mistaken for GPU figures. */
-  snprintf(g_backend, sizeof g_backend, "%s%s", backend, baseline ? "" : ", no baseline");
+  snprintf(g_backend, sizeof g_backend, "%s%s", backend,
+           baseline ? "" : ", no baseline");
   const pd_device_info *d0 = pd_server_info_device(info, 0);
   char dev_name[256];
   snprintf(dev_name, sizeof dev_name, "%s", d0 && d0->name ? d0->name : "?");
@@ -735,8 +768,10 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, dev));
     snprintf(gpu_name, sizeof gpu_name, "cuda:%d (%s)", dev, prop.name);
     if (!strstr(dev_name, prop.name))
-      printf("bench_gpu_rpc: note: the daemon's device is %s, the baseline's "
-             "%s: they may not be the same GPU\n", dev_name, gpu_name);
+      printf(
+          "bench_gpu_rpc: note: the daemon's device is %s, the baseline's "
+          "%s: they may not be the same GPU\n",
+          dev_name, gpu_name);
   }
   pd_server_info_delete(info);
 
@@ -751,10 +786,11 @@ int main(int argc, char **argv) {
   if (!rng) rng = 88172645463325252ull;
 
   double t0 = bu_now();
-  printf("bench_gpu_rpc: daemon %s (%s backend, %d device(s), first %s); "
-         "baseline %s%s\n",
-         target, backend, mesh_devices, dev_name,
-         baseline ? gpu_name : "none (--no-baseline)", quick ? "; quick" : "");
+  printf(
+      "bench_gpu_rpc: daemon %s (%s backend, %d device(s), first %s); "
+      "baseline %s%s\n",
+      target, backend, mesh_devices, dev_name,
+      baseline ? gpu_name : "none (--no-baseline)", quick ? "; quick" : "");
   /* Sizes: the issue's on a GPU; small ones for --no-baseline, which is
    * meant for any daemon (a CPU one on a small machine too). */
   int mm_bf16 = baseline ? (quick ? 4096 : 8192) : (quick ? 64 : 256);

@@ -127,7 +127,8 @@ static void bench_execute(pd_client *c, pd_session *s, int n) {
   size_t req_bytes = protobuf_c_message_get_packed_size(&req.base);
   Paradev__V1__EchoRequest ereq = PARADEV__V1__ECHO_REQUEST__INIT;
   ereq.payload.len = 1;
-  size_t payload = req_bytes - (protobuf_c_message_get_packed_size(&ereq.base) - 1);
+  size_t payload =
+      req_bytes - (protobuf_c_message_get_packed_size(&ereq.base) - 1);
   char *buf = calloc(1, payload + 1);
 
   double *te = malloc(sizeof(double) * (size_t)n);
@@ -177,8 +178,10 @@ static void bench_execute(pd_client *c, pd_session *s, int n) {
 static void on_echo(void *arg, grpc_byte_buffer *bb) {
   /* Decode as a client of Echo would (Enqueue replies are decoded too). */
   ProtobufCMessage *m = pdc_unpack(&paradev__v1__echo_response__descriptor, bb);
-  if (!m) (*(int *)arg)++;
-  else protobuf_c_message_free_unpacked(m, NULL);
+  if (!m)
+    (*(int *)arg)++;
+  else
+    protobuf_c_message_free_unpacked(m, NULL);
 }
 
 /* EchoStream of `n` messages of `payload` bytes; returns seconds. */
@@ -192,7 +195,8 @@ static double echo_stream(pd_client *c, int n, size_t payload) {
   r.payload.len = payload;
   double t0 = bu_now();
   for (int i = 0; i < n; i++)
-    if (pdc_bidi_write(b, pdc_pack(&r.base), st) != PD_OK) die("EchoStream write");
+    if (pdc_bidi_write(b, pdc_pack(&r.base), st) != PD_OK)
+      die("EchoStream write");
   if (pdc_bidi_wait(b, (uint64_t)n, -1, st) != PD_OK) die("EchoStream wait");
   double t = bu_now() - t0;
   if (pdc_bidi_close(b, -1, st) != PD_OK) die("EchoStream close");
@@ -245,7 +249,8 @@ static void bench_enqueue(pd_session *s, int n) {
       if (rc != (k == 0 ? PD_OK : PD_INVALID_ARGUMENT)) die("Enqueue wait");
       double tq = bu_now() - t0;
       if (tq < best_q[k]) best_q[k] = tq;
-      if (pd_stream_close(t, PD_TIMEOUT_NONE, st) != PD_OK) die("Enqueue close");
+      if (pd_stream_close(t, PD_TIMEOUT_NONE, st) != PD_OK)
+        die("Enqueue close");
       pd_stream_delete(t);
     }
     if (pd_sync(s, NULL, 0, NULL, NULL, st) != PD_OK) die("Sync");
@@ -368,8 +373,8 @@ static void bench_shm(pd_session *s, size_t bytes, int reps) {
             memcpy_gbps);
   bu_record("rpc", params, "shm_upload_GBps", gb / up, "grpc_upload_GBps",
             gb / gup);
-  bu_record("rpc", params, "shm_download_GBps", gb / down,
-            "grpc_download_GBps", gb / gdown);
+  bu_record("rpc", params, "shm_download_GBps", gb / down, "grpc_download_GBps",
+            gb / gdown);
   free(hy);
   if (pd_shared_memory_destroy(r, NULL, st) != PD_OK)
     die("pd_shared_memory_destroy");
@@ -380,10 +385,13 @@ int main(int argc, char **argv) {
   const char *path = getenv("PARADEVD") ? getenv("PARADEVD") : PARADEVD_PATH;
   const char *target = NULL;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--paradevd") == 0 && i + 1 < argc) path = argv[++i];
-    else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc) target = argv[++i];
+    if (strcmp(argv[i], "--paradevd") == 0 && i + 1 < argc)
+      path = argv[++i];
+    else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
+      target = argv[++i];
     else if (strcmp(argv[i], "--quick") != 0) {
-      fprintf(stderr, "usage: bench_rpc [--quick] [--paradevd PATH] [--target ADDR]\n");
+      fprintf(stderr,
+              "usage: bench_rpc [--quick] [--paradevd PATH] [--target ADDR]\n");
       return 2;
     }
   }
@@ -399,7 +407,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 200; i++) {
     pd_call_options o = PD_CALL_OPTIONS_INITIALIZER;
     o.timeout_ms = 1000;
-    if (pd_client_health(c, "", &ss, &o, st) == PD_OK && ss == PD_SERVING) break;
+    if (pd_client_health(c, "", &ss, &o, st) == PD_OK && ss == PD_SERVING)
+      break;
     usleep(50000);
   }
   if (ss != PD_SERVING) die("the daemon did not become ready");
@@ -416,7 +425,8 @@ int main(int argc, char **argv) {
   pd_session_delete(s);
   s = pd_session_new(c, &so, NULL, st); /* frees the streamed outputs */
   if (!s) die("CreateSession");
-  bench_transfer(s, quick ? ((size_t)16 << 20) : ((size_t)64 << 20), quick ? 2 : 4);
+  bench_transfer(s, quick ? ((size_t)16 << 20) : ((size_t)64 << 20),
+                 quick ? 2 : 4);
   bench_shm(s, (size_t)16 << 20, quick ? 2 : 5);
   if (!quick) bench_shm(s, (size_t)256 << 20, 3);
   pd_session_delete(s);

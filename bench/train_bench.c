@@ -98,7 +98,8 @@ static pd_client *start_daemon(const char *path, int devices) {
   for (int i = 0; i < 200; i++) {
     pd_call_options o = PD_CALL_OPTIONS_INITIALIZER;
     o.timeout_ms = 1000;
-    if (pd_client_health(c, "", &ss, &o, st) == PD_OK && ss == PD_SERVING) break;
+    if (pd_client_health(c, "", &ss, &o, st) == PD_OK && ss == PD_SERVING)
+      break;
     usleep(50000);
   }
   if (ss != PD_SERVING) die("the daemon did not become ready");
@@ -120,8 +121,8 @@ static double busy_sum(pd_client *c) {
 static void epoch(dp_mlp *m, const digits_set *d, int batch) {
   for (int b = 0; b < d->n; b += batch) {
     int rows = d->n - b < batch ? d->n - b : batch;
-    if (dp_mlp_step(m, d->x + (size_t)b * DIGITS_FEATURES, d->y + b, rows, st) !=
-        PD_OK)
+    if (dp_mlp_step(m, d->x + (size_t)b * DIGITS_FEATURES, d->y + b, rows,
+                    st) != PD_OK)
       die("step");
   }
   double loss = 0, correct = 0;
@@ -135,7 +136,8 @@ static void bench_config(const char *path, const digits_set *train, int devices,
   so.client_name = "bench_train";
   pd_session *s = pd_session_new(c, &so, NULL, st);
   if (!s) die("CreateSession");
-  dp_mlp_config mc = {DIGITS_FEATURES, 128, DIGITS_CLASSES, DP_MLP_ADAM, 0.003, 42};
+  dp_mlp_config mc = {DIGITS_FEATURES, 128,   DIGITS_CLASSES,
+                      DP_MLP_ADAM,     0.003, 42};
   dp_mlp *m = dp_mlp_new(s, &mc, st);
   if (!m) die("model");
   epoch(m, train, batch); /* warm-up: first allocations, caches */
@@ -159,10 +161,11 @@ static void bench_config(const char *path, const digits_set *train, int devices,
   bu_record("train", params, "steps_per_s", sps,
             bound > 0 ? "device_bound_steps_per_s" : NULL, bound);
   bu_record("train", params, "outside_share", 1 - busy / wall, NULL, 0);
-  printf("train: %d devices, batch %3d: %7.1f steps/s, %.2f ms per step, of "
-         "which the devices %.2f ms (%.0f%% outside them)\n",
-         devices, batch, sps, 1e3 * wall / (double)steps,
-         1e3 * busy / (double)steps, 100 * (1 - busy / wall));
+  printf(
+      "train: %d devices, batch %3d: %7.1f steps/s, %.2f ms per step, of "
+      "which the devices %.2f ms (%.0f%% outside them)\n",
+      devices, batch, sps, 1e3 * wall / (double)steps,
+      1e3 * busy / (double)steps, 100 * (1 - busy / wall));
 }
 
 int main(int argc, char **argv) {

@@ -98,7 +98,8 @@ static pdc_attr *pdc_attrs_slot(pd_attrs *a, const char *name) {
     int cap = a->cap ? a->cap * 2 : 8;
     pdc_attr **ne = realloc(a->e, (size_t)cap * sizeof(*ne));
     if (ne) a->e = ne;
-    Paradev__V1__Attr **np = ne ? realloc(a->ptrs, (size_t)cap * sizeof(*np)) : NULL;
+    Paradev__V1__Attr **np =
+        ne ? realloc(a->ptrs, (size_t)cap * sizeof(*np)) : NULL;
     if (np) a->ptrs = np;
     if (!ne || !np) {
       pdc_attrs_fail(a, PD_RESOURCE_EXHAUSTED, name, "out of host memory");
@@ -233,10 +234,18 @@ bool pdc_attrs_copy(pd_attrs *dst, const pd_attrs *src) {
     const char *nm = e->attr.name;
     const Paradev__V1__AttrValue *v = &e->value;
     switch (v->value_case) {
-      case PARADEV__V1__ATTR_VALUE__VALUE_I: pd_attrs_set_int(dst, nm, v->i); break;
-      case PARADEV__V1__ATTR_VALUE__VALUE_F: pd_attrs_set_float(dst, nm, v->f); break;
-      case PARADEV__V1__ATTR_VALUE__VALUE_B: pd_attrs_set_bool(dst, nm, v->b); break;
-      case PARADEV__V1__ATTR_VALUE__VALUE_S: pd_attrs_set_string(dst, nm, v->s); break;
+      case PARADEV__V1__ATTR_VALUE__VALUE_I:
+        pd_attrs_set_int(dst, nm, v->i);
+        break;
+      case PARADEV__V1__ATTR_VALUE__VALUE_F:
+        pd_attrs_set_float(dst, nm, v->f);
+        break;
+      case PARADEV__V1__ATTR_VALUE__VALUE_B:
+        pd_attrs_set_bool(dst, nm, v->b);
+        break;
+      case PARADEV__V1__ATTR_VALUE__VALUE_S:
+        pd_attrs_set_string(dst, nm, v->s);
+        break;
       case PARADEV__V1__ATTR_VALUE__VALUE_DTYPE:
         pd_attrs_set_dtype(dst, nm, (pd_dtype)v->dtype);
         break;
@@ -251,8 +260,7 @@ bool pdc_attrs_copy(pd_attrs *dst, const pd_attrs *src) {
         pd_attrs_set_float_list(dst, nm, v->float_list->values,
                                 (int)v->float_list->n_values);
         break;
-      default:
-        break;
+      default: break;
     }
   }
   if (src->err != PD_OK && dst->err == PD_OK) {

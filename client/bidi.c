@@ -23,12 +23,12 @@ struct pdc_bidi {
   size_t head, len, cap;
   grpc_byte_buffer *in_flight;
   bool sending, send_failed, close_requested, close_sent;
-  uint64_t written;            /* messages accepted by pdc_bidi_write */
+  uint64_t written;              /* messages accepted by pdc_bidi_write */
   atomic_uint_fast64_t received; /* replies handed to on_message */
   int max_in_flight;
   /* reading */
   grpc_byte_buffer *recv_bb;
-  bool done; /* the status arrived */
+  bool done;       /* the status arrived */
   int outstanding; /* batches started and not completed */
   pdc_bidi_msg_fn on_message;
   void *arg;
@@ -37,7 +37,8 @@ struct pdc_bidi {
 };
 
 /* Starts a batch (caller holds mu). */
-static bool pdc_bidi_batch(pdc_bidi *b, const grpc_op *ops, size_t n, void *tag) {
+static bool pdc_bidi_batch(pdc_bidi *b, const grpc_op *ops, size_t n,
+                           void *tag) {
   b->outstanding++;
   if (grpc_call_start_batch(b->k.call, ops, n, tag, NULL) != GRPC_CALL_OK) {
     b->outstanding--;
@@ -78,7 +79,8 @@ static void pdc_bidi_arm_recv(pdc_bidi *b, bool with_md) {
   size_t n = 0;
   if (with_md) {
     ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[n++].data.recv_initial_metadata.recv_initial_metadata = &b->k.md_initial;
+    ops[n++].data.recv_initial_metadata.recv_initial_metadata =
+        &b->k.md_initial;
   }
   ops[n].op = GRPC_OP_RECV_MESSAGE;
   ops[n++].data.recv_message.recv_message = &b->recv_bb;
@@ -129,8 +131,8 @@ static void *pdc_bidi_main(void *arg) {
 }
 
 pdc_bidi *pdc_bidi_new(pd_client *c, pdc_method m, int64_t timeout_ms,
-                       int max_in_flight, pdc_bidi_msg_fn on_message,
-                       void *arg, pd_status *st) {
+                       int max_in_flight, pdc_bidi_msg_fn on_message, void *arg,
+                       pd_status *st) {
   pdc_bidi *b = calloc(1, sizeof(*b));
   if (!b) {
     pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -161,8 +163,10 @@ pdc_bidi *pdc_bidi_new(pd_client *c, pdc_method m, int64_t timeout_ms,
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ok = pdc_bidi_batch(b, ops, 1, &b->t_start);
-    if (ok) pdc_bidi_arm_recv(b, true);
-    else grpc_call_cancel(b->k.call, NULL);
+    if (ok)
+      pdc_bidi_arm_recv(b, true);
+    else
+      grpc_call_cancel(b->k.call, NULL);
   }
   pthread_mutex_unlock(&b->mu);
   if (!ok) {
@@ -196,9 +200,9 @@ fail:
 static pd_code pdc_bidi_ended(pdc_bidi *b, pd_status *st) {
   pd_code rc = pdc_call_status(&b->k, st);
   if (rc == PD_OK)
-    rc = pdc_error(st, PD_FAILED_PRECONDITION,
-                   "%s: the daemon ended the stream",
-                   pdc_method_paths[b->k.method]);
+    rc =
+        pdc_error(st, PD_FAILED_PRECONDITION, "%s: the daemon ended the stream",
+                  pdc_method_paths[b->k.method]);
   return rc;
 }
 

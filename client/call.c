@@ -30,8 +30,8 @@ pd_code pdc_call_opts(pd_client *c, const pd_call_options *opts,
                      "of milliseconds > 0, PD_TIMEOUT_DEFAULT (0) or "
                      "PD_TIMEOUT_NONE (-1)",
                      (long long)o.timeout_ms);
-  *timeout_ms = o.timeout_ms == PD_TIMEOUT_DEFAULT ? c->default_timeout_ms
-                                                   : o.timeout_ms;
+  *timeout_ms =
+      o.timeout_ms == PD_TIMEOUT_DEFAULT ? c->default_timeout_ms : o.timeout_ms;
   *cancel = o.cancel;
   return PD_OK;
 }
@@ -53,7 +53,8 @@ pd_code pdc_call_start(pdc_call *k, pd_client *c, pdc_method m,
   grpc_metadata_array_init(&k->md_initial);
   grpc_metadata_array_init(&k->md_trailing);
   if (cancel && atomic_load(&cancel->triggered))
-    return pdc_error(st, PD_CANCELLED, "%s: cancelled by the caller (pd_cancel)",
+    return pdc_error(st, PD_CANCELLED,
+                     "%s: cancelled by the caller (pd_cancel)",
                      pdc_method_paths[m]);
   k->next_cq = use_next;
   k->cq = use_next ? grpc_completion_queue_create_for_next(NULL)
@@ -77,7 +78,8 @@ pd_code pdc_call_start(pdc_call *k, pd_client *c, pdc_method m,
     op.data.recv_status_on_client.status = &k->status;
     op.data.recv_status_on_client.status_details = &k->details;
     op.data.recv_status_on_client.error_string = &k->error_string;
-    if (grpc_call_start_batch(k->call, &op, 1, &k->status, NULL) != GRPC_CALL_OK)
+    if (grpc_call_start_batch(k->call, &op, 1, &k->status, NULL) !=
+        GRPC_CALL_OK)
       return pdc_error(st, PD_INTERNAL, "gRPC refused to start %s",
                        pdc_method_paths[m]);
     k->status_started = true;
@@ -140,7 +142,8 @@ pd_code pdc_call_status(pdc_call *k, pd_status *st) {
     return pdc_error(st, code,
                      "%s: %.*s (the client's limit is max_message_bytes = "
                      "%llu)",
-                     method, dlen, d, (unsigned long long)k->c->max_message_bytes);
+                     method, dlen, d,
+                     (unsigned long long)k->c->max_message_bytes);
   return pdc_error(st, code, "%.*s", dlen, d);
 }
 
@@ -234,13 +237,15 @@ pd_code pdc_unary(pd_client *c, pdc_method m, const ProtobufCMessage *req,
   rc = pdc_call_finish(&k, st);
   if (rc != PD_OK) goto out;
   if (!recv) {
-    rc = pdc_error(st, PD_INTERNAL, "%s: the daemon answered OK without a reply",
-                   pdc_method_paths[m]);
+    rc =
+        pdc_error(st, PD_INTERNAL, "%s: the daemon answered OK without a reply",
+                  pdc_method_paths[m]);
     goto out;
   }
   *resp = pdc_unpack(resp_desc, recv);
   if (!*resp)
-    rc = pdc_error(st, PD_INTERNAL, "%s: the reply (%zu bytes) cannot be decoded",
+    rc = pdc_error(st, PD_INTERNAL,
+                   "%s: the reply (%zu bytes) cannot be decoded",
                    pdc_method_paths[m], grpc_byte_buffer_length(recv));
 out:
   if (send) grpc_byte_buffer_destroy(send);
@@ -248,4 +253,3 @@ out:
   pdc_call_destroy(&k);
   return rc;
 }
-

@@ -65,4 +65,3 @@ void pdc_cancel_remove(pd_cancel *c, grpc_call *call) {
     }
   pthread_mutex_unlock(&c->mu);
 }
-

@@ -24,7 +24,8 @@ static const char cli_usage[] =
     "Talk to a paradevd daemon (a machine's devices as one parallel device).\n"
     "\n"
     "Commands:\n"
-    "  info     the daemon: version, backend, devices and their memory, limits\n"
+    "  info     the daemon: version, backend, devices and their memory, "
+    "limits\n"
     "  health   the standard gRPC health check; exit 0 only when SERVING\n"
     "  ping     Echo round trips and their latency percentiles\n"
 #ifdef PARADEV_CLI_ADMIN
@@ -54,7 +55,8 @@ static const char cli_usage[] =
 static const char cli_info_usage[] =
     "Usage: paradev [--target ADDR] info\n"
     "Show the daemon's version, incarnation, backend and start time, every\n"
-    "device of its mesh with memory total/limit/used/free/peak, and the limits\n"
+    "device of its mesh with memory total/limit/used/free/peak, and the "
+    "limits\n"
     "it puts on clients (GetServerInfo).\n";
 
 static const char cli_health_usage[] =
@@ -91,7 +93,8 @@ static int cli_usage_error(const char *cmd, const char *fmt, ...) {
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\nTry 'paradev %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+  fprintf(stderr, "\nTry 'paradev %s%s--help'.\n", cmd ? cmd : "",
+          cmd ? " " : "");
   return 2;
 }
 
@@ -103,9 +106,12 @@ static bool cli_parse_u64(const char *s, uint64_t *out) {
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || end == s) return false;
   unsigned shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10, end++;
-  else if (*end == 'M' || *end == 'm') shift = 20, end++;
-  else if (*end == 'G' || *end == 'g') shift = 30, end++;
+  if (*end == 'K' || *end == 'k')
+    shift = 10, end++;
+  else if (*end == 'M' || *end == 'm')
+    shift = 20, end++;
+  else if (*end == 'G' || *end == 'g')
+    shift = 30, end++;
   if (*end) return false;
   if (shift && v > (ULLONG_MAX >> shift)) return false;
   *out = (uint64_t)v << shift;
@@ -130,7 +136,8 @@ static const char *cli_default_target(char *buf, size_t len) {
   }
   cli_tmp_socket_dir(path, sizeof(path));
   if (cli_private_dir_ok(path)) {
-    snprintf(path + strlen(path), sizeof(path) - strlen(path), "/paradevd.sock");
+    snprintf(path + strlen(path), sizeof(path) - strlen(path),
+             "/paradevd.sock");
     if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
       snprintf(buf, len, "unix:%s", path);
       return buf;
@@ -173,8 +180,8 @@ static int cli_fail(const char *cmd, const pd_status *st) {
  * target itself is wrong (a usage error: pd_client_new says
  * INVALID_ARGUMENT only for the target, the options here being fixed), else
  * 1. */
-static pd_client *cli_connect(const cli_opts *o, const char *cmd,
-                              pd_status *st, int *rc) {
+static pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
+                              int *rc) {
   pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
   co.default_timeout_ms = o->timeout_ms;
   co.user_agent = "paradev-cli";
@@ -222,7 +229,8 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
     int64_t up = (int64_t)time(NULL) - (int64_t)t;
     if (up < 0) up = 0;
-    printf("  started      %s (up %" PRId64 "h %02" PRId64 "m %02" PRId64 "s)\n",
+    printf("  started      %s (up %" PRId64 "h %02" PRId64 "m %02" PRId64
+           "s)\n",
            when, up / 3600, up / 60 % 60, up % 60);
   }
   int n = pd_server_info_num_devices(info);
@@ -231,17 +239,18 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
          "TOTAL", "LIMIT", "USED", "FREE", "PEAK");
   for (int i = 0; i < n; i++) {
     const pd_device_info *d = pd_server_info_device(info, i);
-    printf("  %-3d %-28s %-5s %10s %10s %10s %10s %10s\n", d->index, d->name,
-           d->kind,
-           d->memory_total_bytes ? cli_size(d->memory_total_bytes, b1, sizeof b1)
-                                 : "-",
-           d->memory_limit_bytes ? cli_size(d->memory_limit_bytes, b2, sizeof b2)
-                                 : "-",
-           cli_size(d->memory_used_bytes, b3, sizeof b3),
-           d->memory_total_bytes || d->memory_limit_bytes
-               ? cli_size(d->memory_free_bytes, b4, sizeof b4)
-               : "-",
-           cli_size(d->memory_peak_bytes, b5, sizeof b5));
+    printf(
+        "  %-3d %-28s %-5s %10s %10s %10s %10s %10s\n", d->index, d->name,
+        d->kind,
+        d->memory_total_bytes ? cli_size(d->memory_total_bytes, b1, sizeof b1)
+                              : "-",
+        d->memory_limit_bytes ? cli_size(d->memory_limit_bytes, b2, sizeof b2)
+                              : "-",
+        cli_size(d->memory_used_bytes, b3, sizeof b3),
+        d->memory_total_bytes || d->memory_limit_bytes
+            ? cli_size(d->memory_free_bytes, b4, sizeof b4)
+            : "-",
+        cli_size(d->memory_peak_bytes, b5, sizeof b5));
   }
   const pd_limits *l = pd_server_info_limits(info);
   printf("limits:\n");
@@ -348,8 +357,10 @@ static int cli_ping(const cli_opts *o, int argc, char **argv) {
       continue;
     }
     const char *val = NULL;
-    bool is_count = strncmp(a, "--count", 7) == 0 && (a[7] == '\0' || a[7] == '=');
-    bool is_size = strncmp(a, "--size", 6) == 0 && (a[6] == '\0' || a[6] == '=');
+    bool is_count =
+        strncmp(a, "--count", 7) == 0 && (a[7] == '\0' || a[7] == '=');
+    bool is_size =
+        strncmp(a, "--size", 6) == 0 && (a[6] == '\0' || a[6] == '=');
     if (!is_count && !is_size)
       return cli_usage_error("ping", "unknown argument '%s'", a);
     const char *eq = strchr(a, '=');
@@ -361,7 +372,8 @@ static int cli_ping(const cli_opts *o, int argc, char **argv) {
     }
     if (is_count) {
       if (!cli_parse_u64(val, &count) || count < 1 || count > 1000000)
-        return cli_usage_error("ping", "--count '%s': expected 1..1000000", val);
+        return cli_usage_error("ping", "--count '%s': expected 1..1000000",
+                               val);
     } else if (!cli_parse_u64(val, &size) || size > (uint64_t)INT_MAX) {
       return cli_usage_error("ping", "--size '%s': expected bytes", val);
     }
@@ -401,8 +413,11 @@ static int cli_ping(const cli_opts *o, int argc, char **argv) {
     }
     ms[i] = cli_now_ms() - a;
     if (got != size || (size && memcmp(payload, reply, (size_t)size) != 0)) {
-      fprintf(stderr, "paradev ping: seq=%" PRIu64 ": the echo differs from "
-              "what was sent\n", i);
+      fprintf(stderr,
+              "paradev ping: seq=%" PRIu64
+              ": the echo differs from "
+              "what was sent\n",
+              i);
       rc = 1;
       goto out;
     }
@@ -412,10 +427,12 @@ static int cli_ping(const cli_opts *o, int argc, char **argv) {
   for (uint64_t i = 0; i < count; i++) sum += ms[i];
   qsort(ms, (size_t)count, sizeof(double), cli_cmp_double);
   printf("--- %s ping statistics ---\n", o->target);
-  printf("%" PRIu64 " round trips of %" PRIu64 " bytes: min %.3f ms, mean %.3f ms\n",
+  printf("%" PRIu64 " round trips of %" PRIu64
+         " bytes: min %.3f ms, mean %.3f ms\n",
          count, size, ms[0], sum / (double)count);
   printf("latency p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms\n",
-         cli_percentile(ms, (size_t)count, 50), cli_percentile(ms, (size_t)count, 90),
+         cli_percentile(ms, (size_t)count, 50),
+         cli_percentile(ms, (size_t)count, 90),
          cli_percentile(ms, (size_t)count, 99), ms[count - 1]);
 out:
   pd_client_delete(c);
@@ -440,8 +457,10 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc && rc < 0; i++) {
     const char *a = argv[i];
     const char *val = NULL;
-    bool is_target = strncmp(a, "--target", 8) == 0 && (a[8] == '\0' || a[8] == '=');
-    bool is_timeout = strncmp(a, "--timeout", 9) == 0 && (a[9] == '\0' || a[9] == '=');
+    bool is_target =
+        strncmp(a, "--target", 8) == 0 && (a[8] == '\0' || a[8] == '=');
+    bool is_timeout =
+        strncmp(a, "--timeout", 9) == 0 && (a[9] == '\0' || a[9] == '=');
     if (is_target || is_timeout) {
       const char *eq = strchr(a, '=');
       if (eq) {

@@ -64,7 +64,8 @@ static const char cli_admin_usage[] =
     "  --socket PATH      the admin socket (default $PARADEV_ADMIN_SOCKET, or\n"
     "                     /run/paradev/admin.sock when it exists, or\n"
     "                     $XDG_RUNTIME_DIR/paradevd-admin.sock, or without\n"
-    "                     XDG_RUNTIME_DIR /tmp/paradevd-UID/paradevd-admin.sock)\n"
+    "                     XDG_RUNTIME_DIR "
+    "/tmp/paradevd-UID/paradevd-admin.sock)\n"
     "  --timeout TIME     give up after this long, 1ms to 24h: 500ms, 2s, 1m;\n"
     "                     a number needs a unit (default 60s)\n"
     "\n"
@@ -174,9 +175,8 @@ static int cli_admin_call(const char *socket_path, double timeout_s,
       if (grpc_byte_buffer_reader_init(&rd, recv)) {
         grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
         grpc_byte_buffer_reader_destroy(&rd);
-        *resp = protobuf_c_message_unpack(resp_desc, NULL,
-                                          GRPC_SLICE_LENGTH(all),
-                                          GRPC_SLICE_START_PTR(all));
+        *resp = protobuf_c_message_unpack(
+            resp_desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
         grpc_slice_unref(all);
       }
       if (*resp)
@@ -193,8 +193,8 @@ static int cli_admin_call(const char *socket_path, double timeout_s,
   grpc_metadata_array_destroy(&md_trailing);
   grpc_call_unref(call);
   grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                     NULL)
+  while (grpc_completion_queue_pluck(cq, NULL,
+                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
              .type != GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
@@ -227,7 +227,8 @@ static const char *cli_admin_dur(double s, char *buf, size_t len) {
   else if (t < 86400)
     snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m", t / 3600, (t / 60) % 60);
   else
-    snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h", t / 86400, (t / 3600) % 24);
+    snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h", t / 86400,
+             (t / 3600) % 24);
   return buf;
 }
 
@@ -271,10 +272,11 @@ static int cli_admin_sessions(const char *sock, double timeout, int argc,
     printf("{\"incarnation\": \"%016" PRIx64 "\", \"job_id\": ",
            r->incarnation);
     cli_admin_json_str(job);
-    printf(", \"count\": %zu, \"draining\": %s, "
-           "\"device_memory_used_bytes\": %" PRIu64 ", \"sessions\": [",
-           r->n_sessions, r->draining ? "true" : "false",
-           r->device_memory_used_bytes);
+    printf(
+        ", \"count\": %zu, \"draining\": %s, "
+        "\"device_memory_used_bytes\": %" PRIu64 ", \"sessions\": [",
+        r->n_sessions, r->draining ? "true" : "false",
+        r->device_memory_used_bytes);
     for (size_t i = 0; i < r->n_sessions; i++) {
       const Paradev__V1__SessionSummary *e = r->sessions[i];
       printf("%s\n  {\"session_id\": %" PRIu64 ", \"client_name\": ",
@@ -283,7 +285,8 @@ static int cli_admin_sessions(const char *sock, double timeout, int argc,
       printf(", \"job_id\": ");
       cli_admin_json_str(e->job_id);
       printf(", \"memory_bytes\": %" PRIu64 ", \"handles\": %" PRIu64
-             ", \"queued_ops\": %" PRIu64 ", \"age_seconds\": %.3f, "
+             ", \"queued_ops\": %" PRIu64
+             ", \"age_seconds\": %.3f, "
              "\"idle_seconds\": %.3f, \"lease_seconds\": %u, "
              "\"memory_quota_bytes\": %" PRIu64 "}",
              e->memory_bytes, e->handles, e->queued_ops, e->age_seconds,
@@ -311,8 +314,7 @@ static int cli_admin_sessions(const char *sock, double timeout, int argc,
              quota);
     }
     printf("(%zu session%s%s; device memory in use: %s%s)\n", r->n_sessions,
-           r->n_sessions == 1 ? "" : "s",
-           job[0] ? " of that job" : "",
+           r->n_sessions == 1 ? "" : "s", job[0] ? " of that job" : "",
            cli_admin_bytes(r->device_memory_used_bytes, b4, sizeof b4),
            r->draining ? "; DRAINING" : "");
   }
@@ -367,9 +369,10 @@ static int cli_admin_kill(const char *sock, double timeout, int argc,
       errno = 0;
       unsigned long long n = strtoull(v, &end, 10);
       if (errno || *end || !*v || n == 0)
-        return cli_admin_bad("kill: --session '%s': expected a session number "
-                             "(paradev admin sessions lists them)",
-                             v);
+        return cli_admin_bad(
+            "kill: --session '%s': expected a session number "
+            "(paradev admin sessions lists them)",
+            v);
       req.target_case = PARADEV__V1__KILL_SESSION_REQUEST__TARGET_SESSION_ID;
       req.session_id = n;
     } else {
@@ -390,7 +393,8 @@ static int cli_admin_kill(const char *sock, double timeout, int argc,
                      (ProtobufCMessage **)&r))
     return 1;
   char b1[32], b2[32];
-  printf("killed %u session%s%s: %" PRIu64 " handles, %s freed; %u session%s "
+  printf("killed %u session%s%s: %" PRIu64
+         " handles, %s freed; %u session%s "
          "left; device memory in use: %s\n",
          r->sessions_killed, r->sessions_killed == 1 ? "" : "s", what,
          r->handles_freed, cli_admin_bytes(r->bytes_freed, b1, sizeof b1),
@@ -436,8 +440,9 @@ static int cli_admin_drain(const char *sock, double timeout, int argc,
 static int cli_admin_log(const char *sock, double timeout, int argc,
                          char **argv) {
   if (argc != 2)
-    return cli_admin_bad("log-level needs one SPEC, such as debug or "
-                         "info,sched=debug");
+    return cli_admin_bad(
+        "log-level needs one SPEC, such as debug or "
+        "info,sched=debug");
   Paradev__V1__SetLogLevelRequest req;
   paradev__v1__set_log_level_request__init(&req);
   req.spec = argv[1];
@@ -500,9 +505,10 @@ int cli_admin(int argc, char **argv) {
   else if (strcmp(cmd, "log-level") == 0)
     fn = cli_admin_log;
   else
-    return cli_admin_bad("unknown command '%s' (sessions, kill, drain, "
-                         "log-level)",
-                         cmd);
+    return cli_admin_bad(
+        "unknown command '%s' (sessions, kill, drain, "
+        "log-level)",
+        cmd);
   /* A socket in /tmp/paradevd-UID is paradevd's only when that directory
    * is ours alone (see cli_private_dir_ok); one that does not exist is
    * reported by the call. */

@@ -14,8 +14,8 @@
 #define CLI_TIMEOUT_MAX_MS 86400000
 
 /* What --timeout says when it cannot read a time (both commands). */
-#define CLI_TIMEOUT_EXPECTED                                            \
-  "expected a time from 1ms to 24h, such as 500ms, 2s or 1m (a number " \
+#define CLI_TIMEOUT_EXPECTED                                                   \
+  "expected a time from 1ms to 24h, such as 500ms, 2s or 1m (a number "        \
   "needs a unit: ms, s, m or h)"
 
 /* Parses a duration for --timeout, the same for `paradev` and `paradev
@@ -32,11 +32,16 @@ static inline bool cli_parse_duration_ms(const char *s, int64_t *out) {
   /* Digits and a point only: no sign, exponent, hex, inf or nan. */
   if (end == s || strspn(s, "0123456789.") != (size_t)(end - s)) return false;
   double unit;
-  if (strcmp(end, "ms") == 0) unit = 1;
-  else if (strcmp(end, "s") == 0) unit = 1e3;
-  else if (strcmp(end, "m") == 0) unit = 60e3;
-  else if (strcmp(end, "h") == 0) unit = 3600e3;
-  else return false;
+  if (strcmp(end, "ms") == 0)
+    unit = 1;
+  else if (strcmp(end, "s") == 0)
+    unit = 1e3;
+  else if (strcmp(end, "m") == 0)
+    unit = 60e3;
+  else if (strcmp(end, "h") == 0)
+    unit = 3600e3;
+  else
+    return false;
   double ms = v * unit + 0.5; /* rounded below; no libm */
   if (!(ms >= 1 && ms < CLI_TIMEOUT_MAX_MS + 1.0)) return false;
   *out = (int64_t)ms;
@@ -55,8 +60,8 @@ static inline void cli_tmp_socket_dir(char *out, size_t len) {
  * user's, listening to what we send. */
 static inline bool cli_private_dir_ok(const char *dir) {
   struct stat sb;
-  return lstat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) &&
-         sb.st_uid == getuid() && (sb.st_mode & 077) == 0;
+  return lstat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && sb.st_uid == getuid() &&
+         (sb.st_mode & 077) == 0;
 }
 
 #endif /* PARADEV_CLI_INT_H */

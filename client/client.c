@@ -45,7 +45,8 @@ static pd_code pdc_check_port(const char *target, const char *port,
 static pd_code pdc_target(const char *target, char **out, pd_status *st) {
   const char *prefix = "", *a = target;
   char port[16] = "";
-  if (strncmp(target, "unix:", 5) == 0 || strncmp(target, "unix-abstract:", 14) == 0) {
+  if (strncmp(target, "unix:", 5) == 0 ||
+      strncmp(target, "unix-abstract:", 14) == 0) {
     if (target[5] == '\0')
       return pdc_error(st, PD_INVALID_ARGUMENT,
                        "target \"unix:\" has no path; expected \"unix:/path\"");
@@ -58,8 +59,10 @@ static pd_code pdc_target(const char *target, char **out, pd_status *st) {
     const char *colon = NULL;
     if (a[0] == '[') {
       const char *rb = strchr(a, ']');
-      if (rb && rb[1] == ':') colon = rb + 1;
-      else if (rb && rb[1] == '\0') snprintf(port, sizeof(port), ":%d", PD_DEFAULT_PORT);
+      if (rb && rb[1] == ':')
+        colon = rb + 1;
+      else if (rb && rb[1] == '\0')
+        snprintf(port, sizeof(port), ":%d", PD_DEFAULT_PORT);
     } else if (!(colon = strchr(a, ':'))) {
       snprintf(port, sizeof(port), ":%d", PD_DEFAULT_PORT);
     } else if (strchr(colon + 1, ':')) {
@@ -123,8 +126,8 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
     free(c);
     return NULL;
   }
-  c->max_message_bytes = o.max_message_bytes ? o.max_message_bytes
-                                             : PDC_DEFAULT_MAX_MESSAGE;
+  c->max_message_bytes =
+      o.max_message_bytes ? o.max_message_bytes : PDC_DEFAULT_MAX_MESSAGE;
   c->default_timeout_ms =
       o.default_timeout_ms ? o.default_timeout_ms : PDC_DEFAULT_TIMEOUT_MS;
   c->chunk_bytes_opt = o.chunk_bytes ? o.chunk_bytes : PDC_DEFAULT_CHUNK;
@@ -149,12 +152,13 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
   c->channel = grpc_channel_create(c->target, creds, &chargs);
   grpc_channel_credentials_release(creds);
   if (!c->channel) {
-    pdc_error(st, PD_INTERNAL, "gRPC could not create a channel to %s", c->target);
+    pdc_error(st, PD_INTERNAL, "gRPC could not create a channel to %s",
+              c->target);
     goto fail;
   }
   for (int i = 0; i < PDC_NUM_METHODS; i++) {
-    c->reg[i] = grpc_channel_register_call(c->channel, pdc_method_paths[i],
-                                           NULL, NULL);
+    c->reg[i] =
+        grpc_channel_register_call(c->channel, pdc_method_paths[i], NULL, NULL);
     if (!c->reg[i]) {
       pdc_error(st, PD_INTERNAL, "gRPC could not register %s",
                 pdc_method_paths[i]);
@@ -182,4 +186,3 @@ void pd_client_delete(pd_client *c) {
 }
 
 const char *pd_client_target(const pd_client *c) { return c ? c->target : ""; }
-

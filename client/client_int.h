@@ -44,11 +44,11 @@ pd_code pdc_code_from_wire(int64_t code);
 /* The methods the library calls, one per entry of proto/paradev/v1/methods.h
  * (PD_PARALLEL_DEVICE_METHODS, then PD_HEALTH_METHODS): PDC_M_Execute,
  * PDC_M_Check, ... in that order, which is the order they are registered. */
-#define PDC_METHOD_ENUM(SERVICE, METHOD, KIND, REQUEST, RESPONSE) PDC_M_##METHOD,
+#define PDC_METHOD_ENUM(SERVICE, METHOD, KIND, REQUEST, RESPONSE)              \
+  PDC_M_##METHOD,
 typedef enum pdc_method {
-  PD_PARALLEL_DEVICE_METHODS(PDC_METHOD_ENUM)
-  PD_HEALTH_METHODS(PDC_METHOD_ENUM)
-  PDC_NUM_METHODS
+  PD_PARALLEL_DEVICE_METHODS(PDC_METHOD_ENUM) PD_HEALTH_METHODS(PDC_METHOD_ENUM)
+      PDC_NUM_METHODS
 } pdc_method;
 #undef PDC_METHOD_ENUM
 
@@ -90,7 +90,7 @@ typedef struct pdc_call {
   pdc_method method;
   grpc_completion_queue *cq;
   grpc_call *call;
-  pd_cancel *cancel; /* registered with, or NULL */
+  pd_cancel *cancel;  /* registered with, or NULL */
   int64_t timeout_ms; /* effective; < 0: none */
   grpc_metadata_array md_initial, md_trailing;
   grpc_status_code status;
@@ -186,8 +186,8 @@ pd_code pdc_attrs_encoded(const pd_attrs *a, Paradev__V1__Attr ***attrs,
  * with fresh ids of `s`. */
 pd_code pdc_op_build(Paradev__V1__Operation *op, pd_session *s,
                      const char *name, const uint64_t *inputs, int n_inputs,
-                     const pd_attrs *attrs, uint64_t *output_ids,
-                     int n_outputs, pd_status *st);
+                     const pd_attrs *attrs, uint64_t *output_ids, int n_outputs,
+                     pd_status *st);
 /* INVALID_ARGUMENT unless n >= 0 and ids is given when n > 0. */
 pd_code pdc_check_ids(const uint64_t *ids, int n, pd_status *st);
 /* Copies every attribute of src into dst; false when out of memory. */
@@ -216,8 +216,8 @@ typedef void (*pdc_bidi_msg_fn)(void *arg, grpc_byte_buffer *bb);
 /* Starts the call and its thread. max_in_flight: items written and not yet
  * answered before pdc_bidi_write waits. */
 pdc_bidi *pdc_bidi_new(pd_client *c, pdc_method m, int64_t timeout_ms,
-                       int max_in_flight, pdc_bidi_msg_fn on_message,
-                       void *arg, pd_status *st);
+                       int max_in_flight, pdc_bidi_msg_fn on_message, void *arg,
+                       pd_status *st);
 /* Queues one message (takes ownership of bb, also on failure). */
 pd_code pdc_bidi_write(pdc_bidi *b, grpc_byte_buffer *bb, pd_status *st);
 /* Waits until `count` replies arrived or the call ended; deadline_ms is

@@ -5,10 +5,10 @@
 
 /* --- op encoding ------------------------------------------------------------ */
 
-pd_code pdc_op_build(Paradev__V1__Operation *op, pd_session *s, const char *name,
-                     const uint64_t *inputs, int n_inputs,
-                     const pd_attrs *attrs, uint64_t *output_ids,
-                     int n_outputs, pd_status *st) {
+pd_code pdc_op_build(Paradev__V1__Operation *op, pd_session *s,
+                     const char *name, const uint64_t *inputs, int n_inputs,
+                     const pd_attrs *attrs, uint64_t *output_ids, int n_outputs,
+                     pd_status *st) {
   paradev__v1__operation__init(op);
   if (!name || !*name)
     return pdc_error(st, PD_INVALID_ARGUMENT,
@@ -27,8 +27,8 @@ pd_code pdc_op_build(Paradev__V1__Operation *op, pd_session *s, const char *name
   Paradev__V1__Attr **wire = NULL;
   size_t n_attrs = 0;
   const char *attrs_err = "";
-  pd_code bad = attrs ? pdc_attrs_encoded(attrs, &wire, &n_attrs, &attrs_err)
-                      : PD_OK;
+  pd_code bad =
+      attrs ? pdc_attrs_encoded(attrs, &wire, &n_attrs, &attrs_err) : PD_OK;
   if (bad != PD_OK) return pdc_error(st, bad, "op %.64s: %s", name, attrs_err);
   for (int i = 0; i < n_outputs; i++)
     if (output_ids[i] == 0) output_ids[i] = pd_session_new_id(s);

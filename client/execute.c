@@ -32,8 +32,9 @@ static pd_code pdc_execute_ops(pd_session *s, Paradev__V1__Operation **ops,
   for (size_t i = 0; i < n; i++) {
     const Paradev__V1__OpResult *r = resp->results[i];
     if (r->n_outputs != ops[i]->n_output_ids) {
-      rc = pdc_error(st, PD_INTERNAL, "Execute: op %zu has %zu outputs; %zu ids",
-                     i, r->n_outputs, ops[i]->n_output_ids);
+      rc =
+          pdc_error(st, PD_INTERNAL, "Execute: op %zu has %zu outputs; %zu ids",
+                    i, r->n_outputs, ops[i]->n_output_ids);
       goto out;
     }
     for (size_t j = 0; j < r->n_outputs; j++, k++) {
@@ -106,8 +107,8 @@ int pd_batch_num_outputs(const pd_batch *b) { return b ? b->n_outputs : 0; }
 
 pd_code pd_batch_add(pd_batch *b, pd_session *s, const char *op,
                      const uint64_t *inputs, int n_inputs,
-                     const pd_attrs *attrs, uint64_t *output_ids,
-                     int n_outputs, pd_status *st) {
+                     const pd_attrs *attrs, uint64_t *output_ids, int n_outputs,
+                     pd_status *st) {
   if (!b || !s)
     return pdc_error(st, PD_INVALID_ARGUMENT, "batch or session is NULL");
   Paradev__V1__Operation probe;

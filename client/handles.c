@@ -70,7 +70,8 @@ pd_description *pd_describe(pd_session *s, const uint64_t *ids, int n,
   pd_description *d = bad ? NULL : malloc(sizeof(*d));
   if (!d) {
     if (bad)
-      pdc_error(st, PD_INTERNAL, "Describe: the reply has %s out of range", bad);
+      pdc_error(st, PD_INTERNAL, "Describe: the reply has %s out of range",
+                bad);
     else
       pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     protobuf_c_message_free_unpacked(&resp->base, NULL);

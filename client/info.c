@@ -29,9 +29,10 @@ pd_code pd_client_echo(pd_client *c, const void *payload, size_t len,
     rc = pdc_error(st, PD_DATA_LOSS, "Echo: sent %zu bytes, %zu came back", len,
                    n);
   else if (reply && n > reply_cap)
-    rc = pdc_error(st, PD_DATA_LOSS,
-                   "Echo: the reply of %zu bytes does not fit the buffer of %zu",
-                   n, reply_cap);
+    rc =
+        pdc_error(st, PD_DATA_LOSS,
+                  "Echo: the reply of %zu bytes does not fit the buffer of %zu",
+                  n, reply_cap);
   if (rc == PD_OK) {
     if (reply && n) memcpy(reply, resp->payload.data, n);
     if (reply_len) *reply_len = n;

@@ -18,8 +18,9 @@ int64_t pdc_now_ms(void) {
 pd_code pdc_session_check(pd_session *s, pd_status *st) {
   if (!s) return pdc_error(st, PD_INVALID_ARGUMENT, "session is NULL");
   if (atomic_load(&s->closed))
-    return pdc_error(st, PD_FAILED_PRECONDITION,
-                     "the session was closed (pd_session_close); open a new one");
+    return pdc_error(
+        st, PD_FAILED_PRECONDITION,
+        "the session was closed (pd_session_close); open a new one");
   return PD_OK;
 }
 
@@ -197,7 +198,8 @@ pd_code pd_session_close(pd_session *s, const pd_call_options *call,
   pd_code rc = PD_OK;
   atomic_store(&s->closed, true);
   pdc_ka_stop(s);
-  Paradev__V1__CloseSessionRequest req = PARADEV__V1__CLOSE_SESSION_REQUEST__INIT;
+  Paradev__V1__CloseSessionRequest req =
+      PARADEV__V1__CLOSE_SESSION_REQUEST__INIT;
   req.session_token.data = s->token;
   req.session_token.len = s->token_len;
   Paradev__V1__CloseSessionResponse *resp = NULL;
@@ -241,10 +243,18 @@ pd_code pd_session_keep_alive_status(pd_session *s, pd_status *st) {
   return rc;
 }
 
-int pd_session_num_devices(const pd_session *s) { return s ? s->num_devices : 0; }
-uint32_t pd_session_lease_seconds(const pd_session *s) { return s ? s->lease_s : 0; }
-uint64_t pd_session_incarnation(const pd_session *s) { return s ? s->incarnation : 0; }
-uint64_t pd_session_memory_quota(const pd_session *s) { return s ? s->memory_quota : 0; }
+int pd_session_num_devices(const pd_session *s) {
+  return s ? s->num_devices : 0;
+}
+uint32_t pd_session_lease_seconds(const pd_session *s) {
+  return s ? s->lease_s : 0;
+}
+uint64_t pd_session_incarnation(const pd_session *s) {
+  return s ? s->incarnation : 0;
+}
+uint64_t pd_session_memory_quota(const pd_session *s) {
+  return s ? s->memory_quota : 0;
+}
 pd_client *pd_session_client(const pd_session *s) { return s ? s->c : NULL; }
 
 uint64_t pd_session_new_id(pd_session *s) {

@@ -26,11 +26,11 @@
 
 struct pd_shared_memory {
   pd_session *s;
-  char *name;      /* registered under this name in the session */
-  char *key;       /* the POSIX shm name */
-  uint8_t *base;   /* our mapping of the object: map_bytes bytes */
+  char *name;    /* registered under this name in the session */
+  char *key;     /* the POSIX shm name */
+  uint8_t *base; /* our mapping of the object: map_bytes bytes */
   size_t map_bytes;
-  bool owned;      /* created here: unlinked by pd_shared_memory_destroy */
+  bool owned; /* created here: unlinked by pd_shared_memory_destroy */
 };
 
 pd_code pd_shared_memory_write_header(const pd_session *s, void *header,
@@ -87,7 +87,7 @@ static void pdc_shm_free(pd_shared_memory *r) {
 
 static pd_code pdc_shm_errno(int e, const char *what, const char *key,
                              pd_status *st) {
-  pd_code code = e == ENOENT                ? PD_NOT_FOUND
+  pd_code code = e == ENOENT                 ? PD_NOT_FOUND
                  : e == EACCES || e == EPERM ? PD_PERMISSION_DENIED
                  : e == EEXIST               ? PD_ALREADY_EXISTS
                  : e == ENOMEM || e == ENOSPC || e == EMFILE || e == ENFILE
@@ -120,8 +120,7 @@ static pd_code pdc_shm_reserve(int fd, const char *key, size_t len,
                    "%zu bytes and /dev/shm (tmpfs) has %llu of its %llu bytes "
                    "free; free some or make /dev/shm larger (Docker: "
                    "--shm-size)",
-                   what, key, len,
-                   (unsigned long long)v.f_bavail * v.f_frsize,
+                   what, key, len, (unsigned long long)v.f_bavail * v.f_frsize,
                    (unsigned long long)v.f_blocks * v.f_frsize);
 }
 
@@ -196,8 +195,8 @@ pd_code pd_shared_memory_create(pd_session *s, size_t bytes, unsigned mode,
     pdc_shm_free(r);
     return pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
-  int fd = shm_open(r->key, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
-                    (mode_t)mode);
+  int fd =
+      shm_open(r->key, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
   if (fd < 0) {
     rc = pdc_shm_errno(errno, "shm_open", r->key, st);
     free(r->key); /* not ours to unlink: never created */
@@ -210,8 +209,9 @@ pd_code pd_shared_memory_create(pd_session *s, size_t bytes, unsigned mode,
   /* Exactly `mode`, whatever the umask took away; then every page reserved
    * (it also sets the size), so no write into the region can fault. */
   char what[96];
-  snprintf(what, sizeof what, "a region of %zu bytes of data and the %d-byte header",
-           bytes, PD_SHARED_MEMORY_HEADER_BYTES);
+  snprintf(what, sizeof what,
+           "a region of %zu bytes of data and the %d-byte header", bytes,
+           PD_SHARED_MEMORY_HEADER_BYTES);
   if (fchmod(fd, (mode_t)mode) != 0)
     rc = pdc_shm_errno(errno, "fchmod", r->key, st);
   else if ((rc = pdc_shm_reserve(fd, r->key, total, what, st)) == PD_OK)
@@ -262,11 +262,13 @@ pd_code pd_shared_memory_register(pd_session *s, const char *key,
     if (byte_size == 0) byte_size = (size_t)sb.st_size;
     /* Writing the header into a mapping past the object's end would raise
      * SIGBUS here: refuse it as the daemon would. */
-    if (byte_size > PD_SHARED_MEMORY_HEADER_BYTES && (uint64_t)sb.st_size < byte_size) {
-      rc = pdc_error(st, PD_INVALID_ARGUMENT,
-                     "shared memory object %s holds %lld bytes; byte_size is %zu "
-                     "(ftruncate it to at least byte_size first)",
-                     key, (long long)sb.st_size, byte_size);
+    if (byte_size > PD_SHARED_MEMORY_HEADER_BYTES &&
+        (uint64_t)sb.st_size < byte_size) {
+      rc = pdc_error(
+          st, PD_INVALID_ARGUMENT,
+          "shared memory object %s holds %lld bytes; byte_size is %zu "
+          "(ftruncate it to at least byte_size first)",
+          key, (long long)sb.st_size, byte_size);
       goto fail;
     }
     if (byte_size <= PD_SHARED_MEMORY_HEADER_BYTES) {
@@ -283,9 +285,8 @@ pd_code pd_shared_memory_register(pd_session *s, const char *key,
                               "the region's header", st)) != PD_OK)
       goto fail;
     if ((rc = pdc_shm_map(r, fd, byte_size, st)) != PD_OK) goto fail;
-    if (write_header &&
-        (rc = pd_shared_memory_write_header(s, r->base, byte_size, st)) !=
-            PD_OK)
+    if (write_header && (rc = pd_shared_memory_write_header(
+                             s, r->base, byte_size, st)) != PD_OK)
       goto fail;
     close(fd);
     fd = -1;
@@ -296,8 +297,7 @@ pd_code pd_shared_memory_register(pd_session *s, const char *key,
     r->map_bytes = byte_size;
     if ((rc = pdc_shm_register_rpc(r, call, st)) != PD_OK) goto fail;
     fd = shm_open(key, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0 ||
-        (rc = pdc_shm_map(r, fd, byte_size, st)) != PD_OK) {
+    if (fd < 0 || (rc = pdc_shm_map(r, fd, byte_size, st)) != PD_OK) {
       if (fd < 0) rc = pdc_shm_errno(errno, "shm_open", key, st);
       pd_status *ignored = pd_status_new();
       Paradev__V1__UnregisterSharedMemoryRequest ur =
@@ -364,7 +364,8 @@ static pd_code pdc_check_dims(const int64_t *dims, int rank, const char *what,
   return PD_OK;
 }
 
-static pd_code pdc_upload_shm(pd_session *s, Paradev__V1__UploadFromSharedMemoryRequest *req,
+static pd_code pdc_upload_shm(pd_session *s,
+                              Paradev__V1__UploadFromSharedMemoryRequest *req,
                               pd_shared_memory *region, uint64_t offset,
                               pd_tensor_info *info, const pd_call_options *call,
                               pd_status *st) {
@@ -374,8 +375,7 @@ static pd_code pdc_upload_shm(pd_session *s, Paradev__V1__UploadFromSharedMemory
   req->offset = offset;
   ProtobufCMessage *m = NULL;
   PD_TRY(pdc_unary(s->c, PDC_M_UploadFromSharedMemory, &req->base,
-                   &paradev__v1__upload_response__descriptor, &m, call,
-                   st));
+                   &paradev__v1__upload_response__descriptor, &m, call, st));
   pd_code rc = PD_OK;
   pdc_session_touch(s);
   Paradev__V1__UploadResponse *resp = (Paradev__V1__UploadResponse *)m;
@@ -390,11 +390,10 @@ static pd_code pdc_upload_shm(pd_session *s, Paradev__V1__UploadFromSharedMemory
   return rc;
 }
 
-pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id,
-                                     pd_dtype dtype, const int64_t *dims,
-                                     int rank, pd_shared_memory *region,
-                                     uint64_t offset, pd_layout layout,
-                                     pd_tensor_info *info,
+pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id, pd_dtype dtype,
+                                     const int64_t *dims, int rank,
+                                     pd_shared_memory *region, uint64_t offset,
+                                     pd_layout layout, pd_tensor_info *info,
                                      const pd_call_options *call,
                                      pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
@@ -511,9 +510,9 @@ static pd_code pdc_download_shm(pd_session *s, uint64_t id, pd_layout layout,
 }
 
 pd_code pd_download_to_shared_memory(pd_session *s, uint64_t id,
-                                     pd_layout layout,
-                                     pd_shared_memory *region, uint64_t offset,
-                                     pd_tensor_info *info, size_t *bytes_out,
+                                     pd_layout layout, pd_shared_memory *region,
+                                     uint64_t offset, pd_tensor_info *info,
+                                     size_t *bytes_out,
                                      const pd_call_options *call,
                                      pd_status *st) {
   PD_TRY(pdc_session_check(s, st));

@@ -45,27 +45,35 @@ void pdc_ok(pd_status *st) {
 const char *pd_status_str(pd_code code) {
   switch (code) {
     case PD_OK: return "success";
-    case PD_CANCELLED: return "the call was cancelled; retry if it is still wanted";
+    case PD_CANCELLED:
+      return "the call was cancelled; retry if it is still wanted";
     case PD_UNKNOWN: return "unknown error; see the daemon's log";
     case PD_INVALID_ARGUMENT: return "fix the request as the message says";
     case PD_DEADLINE_EXCEEDED:
-      return "the deadline passed; raise the timeout or check the daemon's load";
+      return "the deadline passed; raise the timeout or check the daemon's "
+             "load";
     case PD_NOT_FOUND:
-      return "the session or handle does not exist (closed, expired, deleted, or "
+      return "the session or handle does not exist (closed, expired, deleted, "
+             "or "
              "the daemon restarted); open a new session";
     case PD_ALREADY_EXISTS: return "pick an id that is not in use";
     case PD_PERMISSION_DENIED: return "not allowed; check permissions";
     case PD_RESOURCE_EXHAUSTED:
       return "a limit or memory ran out; free handles or ask for less";
-    case PD_FAILED_PRECONDITION: return "the object is not in a state for this call";
+    case PD_FAILED_PRECONDITION:
+      return "the object is not in a state for this call";
     case PD_ABORTED: return "aborted; retry";
-    case PD_OUT_OF_RANGE: return "a value or buffer is out of range; see the message";
-    case PD_UNIMPLEMENTED: return "the daemon does not implement this; upgrade it";
-    case PD_INTERNAL: return "a bug in paradev; please report it with the daemon's log";
+    case PD_OUT_OF_RANGE:
+      return "a value or buffer is out of range; see the message";
+    case PD_UNIMPLEMENTED:
+      return "the daemon does not implement this; upgrade it";
+    case PD_INTERNAL:
+      return "a bug in paradev; please report it with the daemon's log";
     case PD_UNAVAILABLE:
       return "check that paradevd runs and listens on this address, then retry";
     case PD_DATA_LOSS: return "data was lost or corrupted in transit; retry";
-    case PD_UNAUTHENTICATED: return "the session token is malformed; open a new session";
+    case PD_UNAUTHENTICATED:
+      return "the session token is malformed; open a new session";
   }
   return "unknown status code";
 }

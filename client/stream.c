@@ -144,8 +144,8 @@ pd_code pdc_stream_send(pd_stream *t, Paradev__V1__EnqueueRequest *r,
 
 pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
                           int n_inputs, const pd_attrs *attrs,
-                          uint64_t *output_ids, int n_outputs,
-                          uint64_t *index, pd_status *st) {
+                          uint64_t *output_ids, int n_outputs, uint64_t *index,
+                          pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
   Paradev__V1__Operation o;
   PD_TRY(pdc_op_build(&o, t->s, op, inputs, n_inputs, attrs, output_ids,
@@ -179,8 +179,8 @@ static pd_code pdc_stream_failures(pd_stream *t, pd_status *st) {
                      "item %" PRIu64 ": %s (and %" PRIu64 " more items failed)",
                      t->first_index, t->first_msg, t->pending_failed - 1);
     else
-      rc = pdc_error(st, t->first_code, "item %" PRIu64 ": %s",
-                     t->first_index, t->first_msg);
+      rc = pdc_error(st, t->first_code, "item %" PRIu64 ": %s", t->first_index,
+                     t->first_msg);
     t->pending_failed = 0;
   } else {
     pdc_ok(st);
@@ -197,8 +197,7 @@ static int64_t pdc_stream_deadline(const pd_stream *t, int64_t timeout_ms) {
 
 pd_code pd_stream_wait(pd_stream *t, int64_t timeout_ms, pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
-  PD_TRY(pdc_bidi_wait(t->b, t->items, pdc_stream_deadline(t, timeout_ms),
-                       st));
+  PD_TRY(pdc_bidi_wait(t->b, t->items, pdc_stream_deadline(t, timeout_ms), st));
   return pdc_stream_failures(t, st);
 }
 

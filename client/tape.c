@@ -109,8 +109,8 @@ pd_code pd_tape_gradient(pd_session *s, uint64_t tape_id, uint64_t target,
   } else {
     for (int i = 0; results && i < n_sources; i++)
       if (!pdc_info_from_pb(resp->results[i], &results[i])) {
-        rc = pdc_error(st, PD_INTERNAL,
-                       "Gradient: result %d has rank over %d", i, PD_MAX_RANK);
+        rc = pdc_error(st, PD_INTERNAL, "Gradient: result %d has rank over %d",
+                       i, PD_MAX_RANK);
         break;
       }
   }
@@ -166,14 +166,13 @@ pd_code pd_stream_tape_watch(pd_stream *t, uint64_t tape_id,
   return pdc_stream_send(t, &r, index, st);
 }
 
-pd_code pd_stream_tape_gradient(pd_stream *t, uint64_t tape_id,
-                                uint64_t target, const uint64_t *sources,
-                                int n_sources, uint64_t output_gradient,
-                                uint64_t *result_ids, uint64_t *index,
-                                pd_status *st) {
+pd_code pd_stream_tape_gradient(pd_stream *t, uint64_t tape_id, uint64_t target,
+                                const uint64_t *sources, int n_sources,
+                                uint64_t output_gradient, uint64_t *result_ids,
+                                uint64_t *index, pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
-  PD_TRY(pdc_gradient_args(pdc_stream_session(t), target, sources,
-                           n_sources, result_ids, st));
+  PD_TRY(pdc_gradient_args(pdc_stream_session(t), target, sources, n_sources,
+                           result_ids, st));
   Paradev__V1__TapeGradient m;
   pdc_gradient_msg(&m, tape_id, target, sources, n_sources, output_gradient,
                    result_ids);

@@ -45,10 +45,10 @@ static pd_code pdc_check_shape(pd_dtype dtype, const int64_t *dims, int rank,
                      "%s: a negative dim, or an element count that overflows",
                      what);
   if (need != bytes)
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%s: %zu bytes given; a %s value of this shape holds %" PRIu64
-                     " bytes",
-                     what, bytes, pd_dtype_name(dtype), need);
+    return pdc_error(
+        st, PD_INVALID_ARGUMENT,
+        "%s: %zu bytes given; a %s value of this shape holds %" PRIu64 " bytes",
+        what, bytes, pd_dtype_name(dtype), need);
   return PD_OK;
 }
 
@@ -152,7 +152,8 @@ static pd_code pdc_upload(pd_session *s, Paradev__V1__UploadHeader *h,
         next = NULL;
         ops[0].op = GRPC_OP_SEND_MESSAGE;
         ops[0].data.send_message.send_message = out;
-        if (grpc_call_start_batch(k.call, ops, 1, &t_send, NULL) == GRPC_CALL_OK) {
+        if (grpc_call_start_batch(k.call, ops, 1, &t_send, NULL) ==
+            GRPC_CALL_OK) {
           pending++;
         } else {
           send_ok = false;
@@ -163,7 +164,8 @@ static pd_code pdc_upload(pd_session *s, Paradev__V1__UploadHeader *h,
         ops[0].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
         ops[1].op = GRPC_OP_RECV_MESSAGE;
         ops[1].data.recv_message.recv_message = &recv;
-        if (grpc_call_start_batch(k.call, ops, 2, &t_final, NULL) == GRPC_CALL_OK)
+        if (grpc_call_start_batch(k.call, ops, 2, &t_final, NULL) ==
+            GRPC_CALL_OK)
           pending++;
       }
       /* A failed send means the call is ending: its status will come. */
@@ -338,8 +340,9 @@ typedef struct pdc_dl {
 } pdc_dl;
 
 static pd_code pdc_dl_header(pdc_dl *d, grpc_byte_buffer *bb, pd_status *st) {
-  Paradev__V1__DownloadResponse *m = (Paradev__V1__DownloadResponse *)pdc_unpack(
-      &paradev__v1__download_response__descriptor, bb);
+  Paradev__V1__DownloadResponse *m =
+      (Paradev__V1__DownloadResponse *)pdc_unpack(
+          &paradev__v1__download_response__descriptor, bb);
   pd_code rc = PD_OK;
   if (!m || m->item_case != PARADEV__V1__DOWNLOAD_RESPONSE__ITEM_HEADER) {
     rc = pdc_error(st, PD_INTERNAL,
@@ -389,7 +392,8 @@ out:
 static pd_code pdc_dl_chunk(pdc_dl *d, grpc_byte_buffer *bb, pd_status *st) {
   grpc_slice flat = grpc_empty_slice();
   pdc_rd r = {NULL, 0, 0, 0, 0};
-  if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE) {
+  if (bb->type == GRPC_BB_RAW &&
+      bb->data.raw.compression == GRPC_COMPRESS_NONE) {
     r.sl = bb->data.raw.slice_buffer.slices;
     r.n = bb->data.raw.slice_buffer.count;
   } else {
@@ -425,8 +429,10 @@ static pd_code pdc_dl_chunk(pdc_dl *d, grpc_byte_buffer *bb, pd_status *st) {
       if (!pdc_rd_varint(&r, &k)) goto bad;
       if (k == ((1 << 3) | 0) || k == ((2 << 3) | 0)) {
         if (!pdc_rd_varint(&r, &v)) goto bad;
-        if (k >> 3 == 1) component = v;
-        else offset = v;
+        if (k >> 3 == 1)
+          component = v;
+        else
+          offset = v;
       } else if (k == ((3 << 3) | 2)) {
         if (!pdc_rd_varint(&r, &dlen)) goto bad;
         data_at = r;
@@ -437,8 +443,7 @@ static pd_code pdc_dl_chunk(pdc_dl *d, grpc_byte_buffer *bb, pd_status *st) {
       }
     }
     if (r.pos - start != len) goto bad;
-    if (component >= (uint64_t)d->ncomp ||
-        offset != d->received[component] ||
+    if (component >= (uint64_t)d->ncomp || offset != d->received[component] ||
         dlen > d->expected[component] - offset) {
       rc = pdc_error(st, PD_INTERNAL,
                      "Download: a chunk for component %" PRIu64

@@ -28,7 +28,8 @@
 /* Receives one frame of a failure's trail: the file, line and function the
  * failure passed through and its code. Must be thread-safe and must not call
  * back into code that uses these macros. */
-typedef void (*pdcom_trail_fn)(const char *file, int line, const char *func, pd_code code);
+typedef void (*pdcom_trail_fn)(const char *file, int line, const char *func,
+                               pd_code code);
 
 /* Installs the trail hook (NULL: none, the default). Thread-safe. */
 void pdcom_set_trail(pdcom_trail_fn fn);
@@ -38,22 +39,22 @@ void pdcom_trail(const char *file, int line, const char *func, pd_code code);
 
 #define PD_TRAIL(code) pdcom_trail(__FILE__, __LINE__, __func__, (code))
 
-#define PD_TRY(call)                              \
-  do {                                            \
-    pd_code pd__rc = (call);                      \
-    if (pd__rc != PD_OK) {                        \
-      PD_TRAIL(pd__rc);                           \
-      return pd__rc;                              \
-    }                                             \
+#define PD_TRY(call)                                                           \
+  do {                                                                         \
+    pd_code pd__rc = (call);                                                   \
+    if (pd__rc != PD_OK) {                                                     \
+      PD_TRAIL(pd__rc);                                                        \
+      return pd__rc;                                                           \
+    }                                                                          \
   } while (0)
 
-#define PD_TRY_GOTO(call, rc, label)              \
-  do {                                            \
-    (rc) = (call);                                \
-    if ((rc) != PD_OK) {                          \
-      PD_TRAIL(rc);                               \
-      goto label;                                 \
-    }                                             \
+#define PD_TRY_GOTO(call, rc, label)                                           \
+  do {                                                                         \
+    (rc) = (call);                                                             \
+    if ((rc) != PD_OK) {                                                       \
+      PD_TRAIL(rc);                                                            \
+      goto label;                                                              \
+    }                                                                          \
   } while (0)
 
 #endif /* PARADEV_COMMON_CHECK_H */

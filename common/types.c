@@ -15,12 +15,23 @@ static const char *const pdc_dtype_names[PD_DTYPE_COUNT] = {
 
 const char *pd_code_name(pd_code code) {
   static const char *const names[] = {
-      "OK",                  "CANCELLED",         "UNKNOWN",
-      "INVALID_ARGUMENT",    "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS",      "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED",           "OUT_OF_RANGE",
-      "UNIMPLEMENTED",       "INTERNAL",          "UNAVAILABLE",
-      "DATA_LOSS",           "UNAUTHENTICATED",
+      "OK",
+      "CANCELLED",
+      "UNKNOWN",
+      "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED",
+      "NOT_FOUND",
+      "ALREADY_EXISTS",
+      "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED",
+      "FAILED_PRECONDITION",
+      "ABORTED",
+      "OUT_OF_RANGE",
+      "UNIMPLEMENTED",
+      "INTERNAL",
+      "UNAVAILABLE",
+      "DATA_LOSS",
+      "UNAUTHENTICATED",
   };
   if ((unsigned)code < sizeof names / sizeof names[0]) return names[code];
   return "UNKNOWN_CODE";
@@ -41,19 +52,14 @@ pd_dtype pd_dtype_from_name(const char *name) {
 size_t pd_dtype_size(pd_dtype dt) {
   switch (dt) {
     case PD_FLOAT32:
-    case PD_INT32:
-      return 4;
+    case PD_INT32: return 4;
     case PD_FLOAT64:
-    case PD_INT64:
-      return 8;
+    case PD_INT64: return 8;
     case PD_FLOAT16:
-    case PD_BFLOAT16:
-      return 2;
+    case PD_BFLOAT16: return 2;
     case PD_UINT8:
-    case PD_BOOL:
-      return 1;
-    default:
-      return 0;
+    case PD_BOOL: return 1;
+    default: return 0;
   }
 }
 

@@ -30,7 +30,8 @@ dev_attr dev_attr_shape(const char *name, int rank, const int64_t *dims) {
   a.name = name;
   a.value.type = DEV_ATTR_SHAPE;
   a.value.u.shape.rank = rank;
-  for (int i = 0; i < rank && i < PD_MAX_RANK; i++) a.value.u.shape.dims[i] = dims[i];
+  for (int i = 0; i < rank && i < PD_MAX_RANK; i++)
+    a.value.u.shape.dims[i] = dims[i];
   return a;
 }
 dev_attr dev_attr_int_list(const char *name, const int64_t *v, int n) {

@@ -31,7 +31,7 @@ static void op_unhold(dev_op *op) {
  * their buffers is queued on the devices' streams, which order a
  * stream-ordered free after it. */
 void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
-                             const uint64_t *deps, int ndeps) {
+                         const uint64_t *deps, int ndeps) {
   dev_backend *b = x->engine->backend;
   const int d = x->device;
   dev_inflight f = {.op = op, .t_issue = t0};
@@ -40,7 +40,8 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
     if (b->fence_record(b, d, &f.fence, &fst) != PD_OK) {
       f.fence = NULL;
       dev_status est = DEV_STATUS_INIT;
-      dev_error(&est, fst.code, "%s on %s: %s", op->def->name, b->device_name(b, d), fst.msg);
+      dev_error(&est, fst.code, "%s on %s: %s", op->def->name,
+                b->device_name(b, d), fst.msg);
       /* The completion thread has not seen this op: no lock needed. */
       for (int i = 0; i < op->num_outputs; i++)
         dev__component_set_error(&op->outputs[i]->comps[d], est.code, est.msg);
@@ -48,7 +49,8 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
   }
   /* An op that failed here carries its error already. */
   bool ok = true;
-  for (int i = 0; i < op->num_outputs && ok; i++) ok = op->outputs[i]->comps[d].code == PD_OK;
+  for (int i = 0; i < op->num_outputs && ok; i++)
+    ok = op->outputs[i]->comps[d].code == PD_OK;
   if (ok && ndeps > 0) {
     f.ndeps = ndeps;
     if (ndeps <= DEV_INLINE_DEPS) {
@@ -67,7 +69,8 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
         if (c->code != PD_OK) {
           ok = false;
           for (int o = 0; o < op->num_outputs; o++)
-            dev__component_set_error(&op->outputs[o]->comps[d], c->code, c->msg);
+            dev__component_set_error(&op->outputs[o]->comps[d], c->code,
+                                     c->msg);
         }
       }
       pthread_mutex_unlock(&x->mu);
@@ -89,7 +92,8 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
 /* Puts an error the device reported late on device x's component of each
  * output of `op` that has none yet (x->mu held). The buffer stays: a later
  * op already issued may still read it. */
-static void late_error_locked(dev_exec *x, dev_op *op, pd_code code, const char *msg) {
+static void late_error_locked(dev_exec *x, dev_op *op, pd_code code,
+                              const char *msg) {
   for (int i = 0; i < op->num_outputs; i++)
     dev__component_set_late_error(&op->outputs[i]->comps[x->device], code, msg);
 }
@@ -111,7 +115,8 @@ static void exec_complete(dev_exec *x, dev_inflight *f) {
   if (f->fence) {
     dev_status fst = DEV_STATUS_INIT;
     if (b->fence_wait(b, d, f->fence, &fst) != PD_OK)
-      dev_error(&err, fst.code, "%s on %s: %s", op->def->name, b->device_name(b, d), fst.msg);
+      dev_error(&err, fst.code, "%s on %s: %s", op->def->name,
+                b->device_name(b, d), fst.msg);
     b->fence_release(b, d, f->fence);
   }
   if (err.code == PD_OK && x->nlate > 0) {
@@ -152,7 +157,8 @@ static void exec_complete(dev_exec *x, dev_inflight *f) {
   }
   uint64_t now = dev__now_ns();
   uint64_t from = f->t_issue > x->last_done_ns ? f->t_issue : x->last_done_ns;
-  if (now > from) atomic_fetch_add_explicit(&x->busy_ns, now - from, memory_order_relaxed);
+  if (now > from)
+    atomic_fetch_add_explicit(&x->busy_ns, now - from, memory_order_relaxed);
   x->last_done_ns = now;
   op_unhold(op);
   dev__ready_publish(&x->ready, seq);
@@ -179,4 +185,3 @@ void *dev__complete_main(void *arg) {
     exec_complete(x, &f);
   }
 }
-

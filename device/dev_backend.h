@@ -59,8 +59,8 @@ typedef pd_code (*dev_infer_fn)(dev_infer_ctx *ctx, dev_status *st);
 typedef pd_code (*dev_kernel_fn)(dev_kernel_ctx *ctx, dev_status *st);
 
 typedef enum dev_op_flags {
-  DEV_OP_COLLECTIVE = 1 << 0,   /* runs through backend->collective */
-  DEV_OP_MESH_INFER = 1 << 1,   /* infer sees every component at once */
+  DEV_OP_COLLECTIVE = 1 << 0,    /* runs through backend->collective */
+  DEV_OP_MESH_INFER = 1 << 1,    /* infer sees every component at once */
   DEV_OP_ALIASES_INPUT = 1 << 3, /* output 0 may share input 0's buffer */
 } dev_op_flags;
 
@@ -104,11 +104,11 @@ struct dev_infer_ctx {
   int device;      /* which component is being inferred */
   int num_devices; /* mesh size */
   int num_inputs;
-  const pd_dtype *in_dtype;            /* [num_inputs] */
-  const dev_shape *in_shape;           /* [num_inputs] this component's */
+  const pd_dtype *in_dtype;             /* [num_inputs] */
+  const dev_shape *in_shape;            /* [num_inputs] this component's */
   const dev_shape *const *all_in_shape; /* [num_inputs][num_devices], for
                                           DEV_OP_MESH_INFER ops */
-  const dev_attr_value *attrs;         /* [op->num_attrs], defaults filled */
+  const dev_attr_value *attrs;          /* [op->num_attrs], defaults filled */
   int num_outputs;
   pd_dtype out_dtype[DEV_MAX_OUTPUTS];
   dev_shape out_shape[DEV_MAX_OUTPUTS];
@@ -151,12 +151,11 @@ pd_code dev_normalize_axis(const dev_infer_ctx *c, const char *attr,
                            int64_t axis, int rank, int *out, dev_status *st);
 
 #define DEV_DTYPE_BIT(dt) (1u << (unsigned)(dt))
-#define DEV_MASK_FLOAT                                                     \
-  (DEV_DTYPE_BIT(PD_FLOAT32) | DEV_DTYPE_BIT(PD_FLOAT64) |                 \
+#define DEV_MASK_FLOAT                                                         \
+  (DEV_DTYPE_BIT(PD_FLOAT32) | DEV_DTYPE_BIT(PD_FLOAT64) |                     \
    DEV_DTYPE_BIT(PD_FLOAT16) | DEV_DTYPE_BIT(PD_BFLOAT16))
-#define DEV_MASK_INT                                                       \
-  (DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64) |                     \
-   DEV_DTYPE_BIT(PD_UINT8))
+#define DEV_MASK_INT                                                           \
+  (DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64) | DEV_DTYPE_BIT(PD_UINT8))
 #define DEV_MASK_NUMBER (DEV_MASK_FLOAT | DEV_MASK_INT)
 #define DEV_MASK_ALL (DEV_MASK_NUMBER | DEV_DTYPE_BIT(PD_BOOL))
 /* ------------------------------------------------------------------------ */
@@ -278,11 +277,12 @@ typedef struct dev_backend {
 /* Configuration of the CPU backend; starts with struct_size. */
 typedef struct dev_cpu_config {
   size_t struct_size;
-  int num_devices;            /* 1..PD_MAX_DEVICES */
-  uint64_t memory_limit;      /* per device, bytes; 0: none */
+  int num_devices;       /* 1..PD_MAX_DEVICES */
+  uint64_t memory_limit; /* per device, bytes; 0: none */
 } dev_cpu_config;
 
-#define DEV_CPU_CONFIG_INITIALIZER {sizeof(dev_cpu_config), 4, 0}
+#define DEV_CPU_CONFIG_INITIALIZER                                             \
+  { sizeof(dev_cpu_config), 4, 0 }
 
 /* Creates the CPU backend of `cfg->num_devices` simulated devices.
  * INVALID_ARGUMENT for a device count outside 1..64. */

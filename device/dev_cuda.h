@@ -39,8 +39,8 @@ typedef struct dev_cuda_config {
   dev_cuda_collectives collectives;
 } dev_cuda_config;
 
-#define DEV_CUDA_CONFIG_INITIALIZER \
-  {sizeof(dev_cuda_config), NULL, false, UINT64_MAX, 0, 0, DEV_CUDA_COLL_AUTO}
+#define DEV_CUDA_CONFIG_INITIALIZER                                            \
+  { sizeof(dev_cuda_config), NULL, false, UINT64_MAX, 0, 0, DEV_CUDA_COLL_AUTO }
 
 /* Creates the CUDA backend: one device per mesh entry, each with its own
  * stream; memory from a stream-ordered pool per GPU (cudaMallocAsync); host

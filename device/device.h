@@ -61,7 +61,10 @@ typedef struct dev_status {
   char msg[DEV_STATUS_MSG_MAX];
 } dev_status;
 
-#define DEV_STATUS_INIT {PD_OK, {0}}
+#define DEV_STATUS_INIT                                                        \
+  {                                                                            \
+    PD_OK, { 0 }                                                               \
+  }
 
 /* Sets `st` (if not NULL) to `code` and a printf-formatted message; returns
  * `code`, so error paths read `return dev_error(st, PD_INVALID_ARGUMENT, ...)`.
@@ -196,7 +199,8 @@ dev_attr dev_attr_float_list(const char *name, const double *v, int n);
 /* Ops by name                                                               */
 
 #define DEV_MAX_ATTRS 12 /* attrs declared by one op */
-#define DEV_MAX_INPUTS 64 /* flattened inputs of one op (list args count each) */
+#define DEV_MAX_INPUTS                                                         \
+  64 /* flattened inputs of one op (list args count each) */
 #define DEV_MAX_OUTPUTS 8
 
 /* An op's definition (its arguments, attributes, inference and kernels);
@@ -284,8 +288,11 @@ typedef struct dev_engine_config {
   dev_cuda_collectives cuda_collectives;
 } dev_engine_config;
 
-#define DEV_ENGINE_CONFIG_INITIALIZER \
-  {sizeof(dev_engine_config), NULL, 4, 0, NULL, false, UINT64_MAX, 0, DEV_CUDA_COLL_AUTO}
+#define DEV_ENGINE_CONFIG_INITIALIZER                                          \
+  {                                                                            \
+    sizeof(dev_engine_config), NULL, 4, 0, NULL, false, UINT64_MAX, 0,         \
+        DEV_CUDA_COLL_AUTO                                                     \
+  }
 
 /* Creates an engine over a new backend and starts one executor thread per
  * device, plus, on a backend with fences (CUDA), one completion thread per
@@ -404,9 +411,9 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
  * components per `layout` (for PER_COMPONENT, of component `component`'s
  * value). Chunks may arrive in any sizes. OUT_OF_RANGE past the end.
  * Not thread-safe for one tensor; the tensor must not yet be used by ops. */
-pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout,
-                         int component, uint64_t offset, const void *data,
-                         size_t len, dev_status *st);
+pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
+                         uint64_t offset, const void *data, size_t len,
+                         dev_status *st);
 
 /* Host byte size of a download of `t` by `layout` (for PER_COMPONENT, of
  * component `component`). INVALID_ARGUMENT for a layout that does not fit
@@ -483,7 +490,8 @@ double dev_monotonic_now(void);
  * FAILED_PRECONDITION (op not yet submitted); fn is then never called.
  * Thread-safe. Source: cudaLaunchHostFunc / TF's AsyncValue::AndThen. */
 typedef void (*dev_ready_fn)(void *arg, dev_tensor *t, pd_code code);
-pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg, dev_status *st);
+pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg,
+                          dev_status *st);
 
 /* --- Ops ----------------------------------------------------------------- */
 

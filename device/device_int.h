@@ -57,7 +57,7 @@ struct dev_engine {
   int n;
   bool fenced; /* the backend has all three fence functions */
   pthread_mutex_t submit_mu;
-  uint64_t seq; /* the last op seq handed out (under submit_mu) */
+  uint64_t seq;           /* the last op seq handed out (under submit_mu) */
   struct dev_exec *execs; /* [n] */
 };
 
@@ -84,19 +84,20 @@ struct dev_op {
 
 /* Allocates a buffer of `bytes` on `device` through the backend. */
 pd_code dev__buffer_alloc(dev_backend *b, int device, size_t bytes,
-                         dev_buffer **out, dev_status *st);
+                          dev_buffer **out, dev_status *st);
 void dev__buffer_retain(dev_buffer *buf);
 void dev__buffer_release(dev_buffer *buf);
 
 /* Creates a tensor with unallocated components (executor allocates). */
 pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
-                       dev_tensor **out, dev_status *st);
+                        dev_tensor **out, dev_status *st);
 /* Sets a component's error (copies msg) and frees its buffer (ready.c). */
 void dev__component_set_error(dev_component *c, pd_code code, const char *msg);
 /* Sets an error the device reported after the op was issued, unless the
  * component has one already; leaves the buffer (a later op already issued
  * may still read it). Under the device's mutex (exec_int.h). */
-void dev__component_set_late_error(dev_component *c, pd_code code, const char *msg);
+void dev__component_set_late_error(dev_component *c, pd_code code,
+                                   const char *msg);
 
 /* Frees a queued or prepared op: releases its tensors, collective and
  * attribute storage (prepare.c). */
@@ -105,7 +106,8 @@ void dev__op_free(dev_op *op);
 /* Creates an engine over `b` (engine.c; taking ownership of it: on failure it is
  * destroyed) and starts its threads: what dev_engine_create does once it has
  * made the backend. For tests that wrap a backend (a fenced CPU backend). */
-pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out, dev_status *st);
+pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out,
+                                       dev_status *st);
 
 /* Readiness (ready.c). Largest sequence number that `device` has finished
  * (on a backend with fences, finished on the device). */
@@ -114,7 +116,8 @@ uint64_t dev__exec_done(dev_engine *e, int device);
 void dev_exec_wait(dev_engine *e, int device, uint64_t seq);
 /* The same with a CLOCK_MONOTONIC deadline in seconds (<= 0: none); false
  * when the deadline passed first. */
-bool dev__exec_wait_until(dev_engine *e, int device, uint64_t seq, double deadline);
+bool dev__exec_wait_until(dev_engine *e, int device, uint64_t seq,
+                          double deadline);
 
 /* Registration of the built-in op groups (device/ops/ files). Each registers
  * its op defs and their CPU kernels. */
@@ -153,8 +156,9 @@ void dev__narrow_16(pd_dtype dt, const float *src, uint16_t *dst, int64_t n);
  * `full_shape` (elements of `es` bytes) out of it into the dense `box`
  * (to_box), or from `box` into it. Runs of whole inner axes are copied with
  * one memcpy. Slice and its gradient. */
-void dev__copy_box(char *full, const dev_shape *full_shape, const int64_t *begin, char *box,
-                  const dev_shape *box_shape, size_t es, bool to_box);
+void dev__copy_box(char *full, const dev_shape *full_shape,
+                   const int64_t *begin, char *box, const dev_shape *box_shape,
+                   size_t es, bool to_box);
 
 /* Registers an op def and its CPU kernel; aborts on a registration error
  * (a programming error caught by any test run). */

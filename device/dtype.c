@@ -5,18 +5,29 @@
 
 #include "device_int.h"
 
-bool dev_dtype_is_valid(pd_dtype dt) { return dt > PD_DTYPE_INVALID && dt < PD_DTYPE_COUNT; }
+bool dev_dtype_is_valid(pd_dtype dt) {
+  return dt > PD_DTYPE_INVALID && dt < PD_DTYPE_COUNT;
+}
 
 bool dev_dtype_is_floating(pd_dtype dt) {
-  return dt == PD_FLOAT32 || dt == PD_FLOAT64 || dt == PD_FLOAT16 || dt == PD_BFLOAT16;
+  return dt == PD_FLOAT32 || dt == PD_FLOAT64 || dt == PD_FLOAT16 ||
+         dt == PD_BFLOAT16;
 }
 
 bool dev_dtype_is_integer(pd_dtype dt) {
   return dt == PD_INT32 || dt == PD_INT64 || dt == PD_UINT8;
 }
 
-static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static float u2f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
 
 /* IEEE 754 binary32 -> binary16, round to nearest even, NaN stays NaN. */
 uint16_t dev_float_to_half(float f) {
@@ -26,7 +37,7 @@ uint16_t dev_float_to_half(float f) {
   if (abs >= 0x7F800000u) /* inf or NaN */
     return (uint16_t)(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
   if (abs >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* rounds to inf */
-  if (abs < 0x38800000u) { /* subnormal half or zero */
+  if (abs < 0x38800000u) {              /* subnormal half or zero */
     if (abs < 0x33000000u) return sign; /* < half the smallest subnormal */
     uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
     int shift = 126 - (int)(abs >> 23); /* 14..24 */
@@ -93,10 +104,19 @@ void dev_store_f64(pd_dtype dt, void *data, int64_t i, double v) {
     case PD_FLOAT32: ((float *)data)[i] = (float)v; break;
     case PD_FLOAT64: ((double *)data)[i] = v; break;
     case PD_FLOAT16: ((uint16_t *)data)[i] = dev_float_to_half((float)v); break;
-    case PD_BFLOAT16: ((uint16_t *)data)[i] = dev_float_to_bfloat16((float)v); break;
-    case PD_INT32: ((int32_t *)data)[i] = (int32_t)sat_i64(v, -2147483648.0, 2147483647.0); break;
-    case PD_INT64: ((int64_t *)data)[i] = sat_i64(v, -9223372036854775808.0, 9223372036854775807.0); break;
-    case PD_UINT8: ((uint8_t *)data)[i] = (uint8_t)sat_i64(v, 0.0, 255.0); break;
+    case PD_BFLOAT16:
+      ((uint16_t *)data)[i] = dev_float_to_bfloat16((float)v);
+      break;
+    case PD_INT32:
+      ((int32_t *)data)[i] = (int32_t)sat_i64(v, -2147483648.0, 2147483647.0);
+      break;
+    case PD_INT64:
+      ((int64_t *)data)[i] =
+          sat_i64(v, -9223372036854775808.0, 9223372036854775807.0);
+      break;
+    case PD_UINT8:
+      ((uint8_t *)data)[i] = (uint8_t)sat_i64(v, 0.0, 255.0);
+      break;
     case PD_BOOL: ((uint8_t *)data)[i] = v != 0.0; break;
     default: break;
   }
@@ -116,20 +136,24 @@ void dev__narrow_16(pd_dtype dt, const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = dev_float_to_bfloat16(src[i]);
 }
 
-void dev__copy_box(char *full, const dev_shape *full_shape, const int64_t *begin, char *box,
-                  const dev_shape *box_shape, size_t es, bool to_box) {
+void dev__copy_box(char *full, const dev_shape *full_shape,
+                   const int64_t *begin, char *box, const dev_shape *box_shape,
+                   size_t es, bool to_box) {
   int r = box_shape->rank;
   int64_t outer_total = 1;
   for (int d = 0; d < r; d++) outer_total *= box_shape->dims[d];
   if (outer_total == 0) return;
   if (r == 0) {
-    if (to_box) memcpy(box, full, es);
-    else memcpy(full, box, es);
+    if (to_box)
+      memcpy(box, full, es);
+    else
+      memcpy(full, box, es);
     return;
   }
   /* Innermost axes taken whole extend the contiguous run. */
   int k = r - 1;
-  while (k > 0 && begin[k] == 0 && box_shape->dims[k] == full_shape->dims[k]) k--;
+  while (k > 0 && begin[k] == 0 && box_shape->dims[k] == full_shape->dims[k])
+    k--;
   int64_t fs[PD_MAX_RANK];
   fs[r - 1] = 1;
   for (int d = r - 2; d >= 0; d--) fs[d] = fs[d + 1] * full_shape->dims[d + 1];
@@ -140,8 +164,10 @@ void dev__copy_box(char *full, const dev_shape *full_shape, const int64_t *begin
   for (int d = 0; d < k; d++) outer *= box_shape->dims[d];
   int64_t idx[PD_MAX_RANK] = {0};
   for (int64_t it = 0; it < outer; it++) {
-    if (to_box) memcpy(box, full + (size_t)off * es, run);
-    else memcpy(full + (size_t)off * es, box, run);
+    if (to_box)
+      memcpy(box, full + (size_t)off * es, run);
+    else
+      memcpy(full + (size_t)off * es, box, run);
     box += run;
     for (int d = k - 1; d >= 0; d--) {
       off += fs[d];

@@ -33,12 +33,14 @@ const char *dev_engine_device_name(dev_engine *e, int device) {
 bool dev_engine_device_healthy(dev_engine *e, int device) {
   dev_backend *b = e->backend;
   if (device < 0 || device >= e->n) return false;
-  bool has = b->struct_size >= offsetof(dev_backend, healthy) + sizeof b->healthy && b->healthy;
+  bool has =
+      b->struct_size >= offsetof(dev_backend, healthy) + sizeof b->healthy &&
+      b->healthy;
   return !has || b->healthy(b, device);
 }
 
-
-pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_status *st) {
+pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
+                          dev_status *st) {
   dev_engine_config def = DEV_ENGINE_CONFIG_INITIALIZER;
   if (!cfg) cfg = &def;
   dev_registry_init(); /* before a backend registers its kernels */
@@ -53,16 +55,18 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_st
   } else if (strcmp(name, "cuda") == 0) {
 #ifdef PARADEV_HAVE_CUDA
     dev_cuda_config cc = DEV_CUDA_CONFIG_INITIALIZER;
-    if (cfg->struct_size >= offsetof(dev_engine_config, mesh) + sizeof cfg->mesh)
+    if (cfg->struct_size >=
+        offsetof(dev_engine_config, mesh) + sizeof cfg->mesh)
       cc.mesh = cfg->mesh;
     cc.memory_limit = cfg->memory_limit;
     if (cfg->struct_size >= offsetof(dev_engine_config, cuda_collectives) +
                                 sizeof cfg->cuda_collectives) {
       if (cfg->cuda_collective_timeout_ms < 0)
-        return dev_error(st, PD_INVALID_ARGUMENT,
-                         "cuda collective timeout is %d ms; expected a positive number of "
-                         "milliseconds, or 0 for the default (300000)",
-                         cfg->cuda_collective_timeout_ms);
+        return dev_error(
+            st, PD_INVALID_ARGUMENT,
+            "cuda collective timeout is %d ms; expected a positive number of "
+            "milliseconds, or 0 for the default (300000)",
+            cfg->cuda_collective_timeout_ms);
       cc.allow_tf32 = cfg->cuda_allow_tf32;
       cc.pool_release_threshold = cfg->cuda_pool_release_threshold;
       cc.collective_timeout_ms = cfg->cuda_collective_timeout_ms;
@@ -71,10 +75,12 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out, dev_st
     rc = dev_cuda_backend_create(&cc, &b, st);
 #else
     rc = dev_error(st, PD_UNAVAILABLE,
-                   "the cuda backend is not built into this engine; run with --backend=cpu");
+                   "the cuda backend is not built into this engine; run with "
+                   "--backend=cpu");
 #endif
   } else {
-    rc = dev_error(st, PD_INVALID_ARGUMENT, "unknown backend '%s'; expected cpu or cuda", name);
+    rc = dev_error(st, PD_INVALID_ARGUMENT,
+                   "unknown backend '%s'; expected cpu or cuda", name);
   }
   if (rc != PD_OK) return rc;
   return dev_engine_create_with_backend(b, out, st);
@@ -100,7 +106,8 @@ static void engine_stop_threads(dev_engine *e, int n) {
     pthread_mutex_unlock(&x->mu);
   }
   for (int i = 0; i < n; i++)
-    if (e->execs[i].completer_started) pthread_join(e->execs[i].completer, NULL);
+    if (e->execs[i].completer_started)
+      pthread_join(e->execs[i].completer, NULL);
 }
 
 /* Frees what dev_engine_create_with_backend set up for one device. */
@@ -119,9 +126,11 @@ static void engine_free_execs(dev_engine *e, int n) {
   for (int i = 0; i < n; i++) exec_free(&e->execs[i]);
 }
 
-pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out, dev_status *st) {
+pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out,
+                                       dev_status *st) {
   dev_registry_init();
-  bool fenced = b->struct_size >= offsetof(dev_backend, fence_release) + sizeof b->fence_release &&
+  bool fenced = b->struct_size >= offsetof(dev_backend, fence_release) +
+                                      sizeof b->fence_release &&
                 b->fence_record && b->fence_wait && b->fence_release;
   dev_engine *e = calloc(1, sizeof *e);
   if (!e) goto fail_backend;
@@ -166,7 +175,8 @@ fail_engine:
   free(e);
 fail_backend:
   b->destroy(b);
-  return dev_error(st, PD_RESOURCE_EXHAUSTED, "could not start the engine's threads");
+  return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                   "could not start the engine's threads");
 }
 
 void dev_engine_destroy(dev_engine *e) {
@@ -192,16 +202,21 @@ pd_code dev_engine_sync(dev_engine *e, dev_status *st) {
 
 double dev_engine_busy_seconds(dev_engine *e, int device) {
   if (!e || device < 0 || device >= e->n) return 0;
-  return (double)atomic_load_explicit(&e->execs[device].busy_ns, memory_order_relaxed) * 1e-9;
+  return (double)atomic_load_explicit(&e->execs[device].busy_ns,
+                                      memory_order_relaxed) *
+         1e-9;
 }
 
-pd_code dev_engine_host_register(dev_engine *e, void *ptr, size_t bytes, dev_status *st) {
+pd_code dev_engine_host_register(dev_engine *e, void *ptr, size_t bytes,
+                                 dev_status *st) {
   if (!ptr || bytes == 0)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "host memory to register is %s; expected a non-empty range",
-                     ptr ? "empty (0 bytes)" : "NULL");
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "host memory to register is %s; expected a non-empty range",
+        ptr ? "empty (0 bytes)" : "NULL");
   dev_backend *b = e->backend;
-  if (b->struct_size < offsetof(dev_backend, host_unregister) + sizeof b->host_unregister ||
+  if (b->struct_size <
+          offsetof(dev_backend, host_unregister) + sizeof b->host_unregister ||
       !b->host_register)
     return PD_OK;
   return b->host_register(b, ptr, bytes, st);
@@ -209,46 +224,53 @@ pd_code dev_engine_host_register(dev_engine *e, void *ptr, size_t bytes, dev_sta
 
 void dev_engine_host_unregister(dev_engine *e, void *ptr) {
   dev_backend *b = e->backend;
-  if (!ptr || b->struct_size < offsetof(dev_backend, host_unregister) + sizeof b->host_unregister ||
+  if (!ptr ||
+      b->struct_size <
+          offsetof(dev_backend, host_unregister) + sizeof b->host_unregister ||
       !b->host_unregister)
     return;
   b->host_unregister(b, ptr);
 }
 
-pd_code dev_engine_memory_stats(dev_engine *e, int device, dev_memory_stats *out, dev_status *st) {
+pd_code dev_engine_memory_stats(dev_engine *e, int device,
+                                dev_memory_stats *out, dev_status *st) {
   if (device < 0 || device >= e->n)
-    return dev_error(st, PD_INVALID_ARGUMENT, "device %d is out of range; expected 0 to %d", device,
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "device %d is out of range; expected 0 to %d", device,
                      e->n - 1);
   return e->backend->memory_stats(e->backend, device, out, st);
 }
-
 
 void dev_op_submit(dev_engine *e, dev_op *op) {
   pthread_mutex_lock(&e->submit_mu);
   for (int d = 0; d < e->n; d++) {
     if (!dev__exec_reserve(&e->execs[d])) {
       pthread_mutex_unlock(&e->submit_mu);
-      dev_op_abandon(op, PD_RESOURCE_EXHAUSTED, "host out of memory while queueing the op");
+      dev_op_abandon(op, PD_RESOURCE_EXHAUSTED,
+                     "host out of memory while queueing the op");
       return;
     }
   }
   op->seq = ++e->seq;
   for (int o = 0; o < op->num_outputs; o++)
-    for (int d = 0; d < e->n; d++) atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
+    for (int d = 0; d < e->n; d++)
+      atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
   for (int d = 0; d < e->n; d++) dev__exec_push(&e->execs[d], op);
   pthread_mutex_unlock(&e->submit_mu);
 }
 
-
-pd_code dev_execute(dev_engine *e, const char *op_name, dev_tensor *const *inputs,
-                    int num_inputs, const dev_attr *attrs, int num_attrs, dev_tensor **outputs,
+pd_code dev_execute(dev_engine *e, const char *op_name,
+                    dev_tensor *const *inputs, int num_inputs,
+                    const dev_attr *attrs, int num_attrs, dev_tensor **outputs,
                     int *num_outputs, dev_status *st) {
   const dev_op_def *def = dev_op_lookup(op_name);
   if (def && *num_outputs < def->num_outputs)
-    return dev_error(st, PD_INVALID_ARGUMENT, "%s has %d outputs; room was given for %d",
-                     def->name, def->num_outputs, *num_outputs);
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s has %d outputs; room was given for %d", def->name,
+                     def->num_outputs, *num_outputs);
   dev_op *op;
-  PD_TRY(dev_op_prepare(e, op_name, inputs, num_inputs, attrs, num_attrs, &op, st));
+  PD_TRY(dev_op_prepare(e, op_name, inputs, num_inputs, attrs, num_attrs, &op,
+                        st));
   int n = op->num_outputs;
   for (int i = 0; i < n; i++) {
     dev_tensor_retain(op->outputs[i]);
@@ -258,4 +280,3 @@ pd_code dev_execute(dev_engine *e, const char *op_name, dev_tensor *const *input
   *num_outputs = n;
   return PD_OK;
 }
-

@@ -29,8 +29,8 @@ typedef struct run_args {
  * receive the distinct seqs of the ops producing inputs still in flight. An
  * input in flight whose code reads OK here may still fail: the completion
  * thread checks the recorded producer against its late failures. */
-static bool read_inputs(dev_exec *x, dev_op *op, run_args *a, uint64_t *deps, int *ndeps,
-                        dev_status *st) {
+static bool read_inputs(dev_exec *x, dev_op *op, run_args *a, uint64_t *deps,
+                        int *ndeps, dev_status *st) {
   const int d = x->device;
   bool failed = false;
   if (x->fenced) pthread_mutex_lock(&x->mu);
@@ -58,8 +58,8 @@ static bool read_inputs(dev_exec *x, dev_op *op, run_args *a, uint64_t *deps, in
 /* Allocates device d's components of op's outputs (or aliases output 0 to
  * input 0 for DEV_OP_ALIASES_INPUT) into `a`; `failed`: an input failed, so
  * nothing is allocated. Returns false (error in *st) when one cannot be. */
-static bool alloc_outputs(dev_backend *b, int d, dev_op *op, run_args *a, bool failed,
-                          dev_status *st) {
+static bool alloc_outputs(dev_backend *b, int d, dev_op *op, run_args *a,
+                          bool failed, dev_status *st) {
   const dev_op_def *def = op->def;
   for (int i = 0; i < op->num_outputs; i++) {
     dev_component *c = &op->outputs[i]->comps[d];
@@ -69,7 +69,8 @@ static bool alloc_outputs(dev_backend *b, int d, dev_op *op, run_args *a, bool f
     a->out_data[i] = NULL;
     if (failed) continue;
     if (i == 0 && (def->flags & DEV_OP_ALIASES_INPUT) && op->num_inputs > 0 &&
-        op->inputs[0]->comps[d].buf && op->inputs[0]->comps[d].bytes == c->bytes) {
+        op->inputs[0]->comps[d].buf &&
+        op->inputs[0]->comps[d].bytes == c->bytes) {
       dev__buffer_retain(op->inputs[0]->comps[d].buf);
       c->buf = op->inputs[0]->comps[d].buf;
       a->out_alias[i] = 0;
@@ -89,27 +90,33 @@ static bool alloc_outputs(dev_backend *b, int d, dev_op *op, run_args *a, bool f
 /* Calls the op's kernel for one component (an op whose outputs all alias
  * its inputs runs nothing). True when work was issued; false with the error
  * in *st. */
-static bool run_kernel(dev_backend *b, dev_op *op, dev_kernel_ctx *ctx, dev_status *st) {
+static bool run_kernel(dev_backend *b, dev_op *op, dev_kernel_ctx *ctx,
+                       dev_status *st) {
   const dev_op_def *def = op->def;
   const int d = ctx->device;
   bool all_aliased = op->num_outputs > 0;
-  for (int i = 0; i < op->num_outputs; i++) all_aliased &= ctx->out_alias[i] >= 0;
+  for (int i = 0; i < op->num_outputs; i++)
+    all_aliased &= ctx->out_alias[i] >= 0;
   dev_kernel_fn fn = def->kernels[b->kind];
   if (all_aliased && (def->flags & DEV_OP_ALIASES_INPUT)) {
     return false; /* the output shares the input's bytes: nothing to run */
   } else if (!fn && (def->flags & DEV_OP_ALIASES_INPUT)) {
     /* Aliasing op whose sizes differ cannot happen (infer keeps bytes). */
-    dev_error(st, PD_INTERNAL, "%s: cannot alias input of %zu bytes to output of %zu bytes",
-              def->name, op->inputs[0]->comps[d].bytes, op->outputs[0]->comps[d].bytes);
+    dev_error(st, PD_INTERNAL,
+              "%s: cannot alias input of %zu bytes to output of %zu bytes",
+              def->name, op->inputs[0]->comps[d].bytes,
+              op->outputs[0]->comps[d].bytes);
   } else if (!fn) {
-    dev_error(st, PD_UNIMPLEMENTED, "%s has no kernel for the %s backend", def->name, b->name);
+    dev_error(st, PD_UNIMPLEMENTED, "%s has no kernel for the %s backend",
+              def->name, b->name);
   } else {
     dev_status kst = DEV_STATUS_INIT;
     if (b->run_kernel(b, fn, ctx, &kst) == PD_OK) return true;
     if (strncmp(kst.msg, def->name, strlen(def->name)) == 0)
       dev_error(st, kst.code, "%s (on %s)", kst.msg, b->device_name(b, d));
     else
-      dev_error(st, kst.code, "%s on %s: %s", def->name, b->device_name(b, d), kst.msg);
+      dev_error(st, kst.code, "%s on %s: %s", def->name, b->device_name(b, d),
+                kst.msg);
   }
   return false;
 }
@@ -129,11 +136,22 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
   failed = !alloc_outputs(b, d, op, &a, failed, &st) || failed;
 
   dev_kernel_ctx ctx = {
-      .op = op->def, .attrs = op->attrs, .device = d, .num_devices = e->n, .backend = b,
-      .op_seq = op->seq, .num_inputs = op->num_inputs, .in_dtype = a.in_dtype,
-      .in_shape = a.in_shape, .in_data = a.in_data, .num_outputs = op->num_outputs,
-      .out_dtype = a.out_dtype, .out_shape = a.out_shape, .out_data = a.out_data,
-      .out_alias = a.out_alias, .collective = op->collective,
+      .op = op->def,
+      .attrs = op->attrs,
+      .device = d,
+      .num_devices = e->n,
+      .backend = b,
+      .op_seq = op->seq,
+      .num_inputs = op->num_inputs,
+      .in_dtype = a.in_dtype,
+      .in_shape = a.in_shape,
+      .in_data = a.in_data,
+      .num_outputs = op->num_outputs,
+      .out_dtype = a.out_dtype,
+      .out_shape = a.out_shape,
+      .out_data = a.out_data,
+      .out_alias = a.out_alias,
+      .collective = op->collective,
   };
 
   bool issued = false;
@@ -156,7 +174,6 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
       dev__component_set_error(&op->outputs[i]->comps[d], st.code, st.msg);
   return issued && !failed;
 }
-
 
 void *dev__exec_main(void *arg) {
   dev_exec *x = arg;
@@ -192,14 +209,14 @@ void *dev__exec_main(void *arg) {
         dev__complete_queue(x, op, issued, t0, deps, ndeps);
         continue;
       }
-      atomic_fetch_add_explicit(&x->busy_ns, dev__now_ns() - t0, memory_order_relaxed);
+      atomic_fetch_add_explicit(&x->busy_ns, dev__now_ns() - t0,
+                                memory_order_relaxed);
       uint64_t seq = op->seq;
       if (atomic_fetch_sub(&op->pending, 1) == 1) dev__op_free(op);
       dev__ready_publish(&x->ready, seq);
     }
   }
 }
-
 
 bool dev__exec_reserve(dev_exec *x) {
   bool ok = true;
@@ -208,7 +225,8 @@ bool dev__exec_reserve(dev_exec *x) {
     size_t ncap = x->cap ? x->cap * 2 : 256;
     dev_op **nr = malloc(ncap * sizeof *nr);
     if (nr) {
-      for (size_t i = 0; i < x->count; i++) nr[i] = x->ring[(x->head + i) % x->cap];
+      for (size_t i = 0; i < x->count; i++)
+        nr[i] = x->ring[(x->head + i) % x->cap];
       free(x->ring);
       x->ring = nr;
       x->cap = ncap;
@@ -222,7 +240,8 @@ bool dev__exec_reserve(dev_exec *x) {
     size_t ncap = x->fcap ? x->fcap * 2 : 256;
     dev_inflight *nf = malloc(ncap * sizeof *nf);
     if (nf) {
-      for (size_t i = 0; i < x->fcount; i++) nf[i] = x->fring[(x->fhead + i) % x->fcap];
+      for (size_t i = 0; i < x->fcount; i++)
+        nf[i] = x->fring[(x->fhead + i) % x->fcap];
       free(x->fring);
       x->fring = nf;
       x->fcap = ncap;
@@ -243,4 +262,3 @@ void dev__exec_push(dev_exec *x, dev_op *op) {
   if (x->sleeping) pthread_cond_signal(&x->work_cv); /* no syscall when awake */
   pthread_mutex_unlock(&x->mu);
 }
-

@@ -22,8 +22,8 @@ typedef struct dev__waiter dev__waiter;
 
 /* How far one device has finished, and who waits for it. */
 typedef struct dev__ready {
-  pthread_mutex_t *mu; /* the device's mutex (dev_exec.mu) */
-  pthread_cond_t done_cv; /* CLOCK_MONOTONIC, for deadlines */
+  pthread_mutex_t *mu;       /* the device's mutex (dev_exec.mu) */
+  pthread_cond_t done_cv;    /* CLOCK_MONOTONIC, for deadlines */
   _Atomic uint64_t done_seq; /* largest op seq the device has finished */
   atomic_int waiters;        /* threads blocked on done_cv */
   /* Under *mu, ascending by seq: ops finish in seq order, so waiters are

@@ -15,13 +15,14 @@
 #include "tape_int.h"
 
 /* Adds g (consumed) to the gradient of `key` in `grads`. */
-static pd_code accumulate(const dev_tape *tp, pmap *grads, dev_tensor *key, dev_tensor *g,
-                          const char *op_name, dev_status *st) {
+static pd_code accumulate(const dev_tape *tp, pmap *grads, dev_tensor *key,
+                          dev_tensor *g, const char *op_name, dev_status *st) {
   void *old;
   if (!dev__pmap_get(grads, key, &old)) {
     if (!dev__pmap_reserve(grads, 1)) {
       dev_tensor_release(g);
-      return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory computing a gradient");
+      return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                       "host out of memory computing a gradient");
     }
     dev__pmap_put(grads, key, g);
     return PD_OK;
@@ -31,7 +32,9 @@ static pd_code accumulate(const dev_tape *tp, pmap *grads, dev_tensor *key, dev_
   dev_status s = DEV_STATUS_INIT;
   pd_code rc = dev__tape_exec(tp, "Add", in, 2, NULL, 0, &sum, &n_out, &s);
   dev_tensor_release(g);
-  if (rc != PD_OK) return dev_error(st, rc, "gradient of %s: summing gradients: %s", op_name, s.msg);
+  if (rc != PD_OK)
+    return dev_error(st, rc, "gradient of %s: summing gradients: %s", op_name,
+                     s.msg);
   dev_tensor_release(old);
   dev__pmap_put(grads, key, sum);
   return PD_OK;
@@ -43,60 +46,79 @@ static void release_map_values(pmap *m) {
 }
 
 /* Checks one tensor argument of dev_tape_gradient. */
-static pd_code check_arg(const dev_tape *tp, const dev_tensor *t, const char *what, int i,
-                         dev_status *st) {
+static pd_code check_arg(const dev_tape *tp, const dev_tensor *t,
+                         const char *what, int i, dev_status *st) {
   char name[32];
-  if (i >= 0) snprintf(name, sizeof name, "%s %d", what, i);
-  else snprintf(name, sizeof name, "%s", what);
-  if (!t) return dev_error(st, PD_INVALID_ARGUMENT, "dev_tape_gradient: %s is NULL", name);
+  if (i >= 0)
+    snprintf(name, sizeof name, "%s %d", what, i);
+  else
+    snprintf(name, sizeof name, "%s", what);
+  if (!t)
+    return dev_error(st, PD_INVALID_ARGUMENT, "dev_tape_gradient: %s is NULL",
+                     name);
   if (t->engine != tp->engine)
-    return dev_error(st, PD_FAILED_PRECONDITION,
-                     "dev_tape_gradient: %s belongs to another engine than the tape", name);
+    return dev_error(
+        st, PD_FAILED_PRECONDITION,
+        "dev_tape_gradient: %s belongs to another engine than the tape", name);
   return PD_OK;
 }
 
 /* Checks the arguments of dev_tape_gradient (see device.h for each error). */
-static pd_code check_args(const dev_tape *tp, dev_tensor *target, dev_tensor *const *sources,
-                          int n_sources, const dev_tensor *og, dev_tensor **out_grads,
+static pd_code check_args(const dev_tape *tp, dev_tensor *target,
+                          dev_tensor *const *sources, int n_sources,
+                          const dev_tensor *og, dev_tensor **out_grads,
                           dev_status *st) {
-  if (!tp) return dev_error(st, PD_INVALID_ARGUMENT, "dev_tape_gradient: the tape is NULL");
+  if (!tp)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "dev_tape_gradient: the tape is NULL");
   if (tp->used)
-    return dev_error(st, PD_FAILED_PRECONDITION,
-                     "this one-shot gradient tape has already computed its gradient; use a "
-                     "persistent tape to compute gradients more than once");
+    return dev_error(
+        st, PD_FAILED_PRECONDITION,
+        "this one-shot gradient tape has already computed its gradient; use a "
+        "persistent tape to compute gradients more than once");
   PD_TRY(check_arg(tp, target, "the target", -1, st));
   if (n_sources < 0 || (n_sources > 0 && (!sources || !out_grads)))
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "dev_tape_gradient: %d sources%s; expected 0 or more sources and room for "
-                     "their gradients",
-                     n_sources, n_sources > 0 ? " but no source array or no output array" : "");
-  for (int i = 0; i < n_sources; i++) PD_TRY(check_arg(tp, sources[i], "source", i, st));
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "dev_tape_gradient: %d sources%s; expected 0 or more sources and room "
+        "for "
+        "their gradients",
+        n_sources,
+        n_sources > 0 ? " but no source array or no output array" : "");
+  for (int i = 0; i < n_sources; i++)
+    PD_TRY(check_arg(tp, sources[i], "source", i, st));
   if (!dev_dtype_is_floating(target->dtype))
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "dev_tape_gradient: the target has dtype %s; expected a floating dtype "
-                     "(integer and bool values carry no gradient)",
-                     pd_dtype_name(target->dtype));
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "dev_tape_gradient: the target has dtype %s; expected a floating dtype "
+        "(integer and bool values carry no gradient)",
+        pd_dtype_name(target->dtype));
   if (!og) return PD_OK;
   PD_TRY(check_arg(tp, og, "the output gradient", -1, st));
   if (og->dtype != target->dtype || !dev__same_shapes(og, target)) {
     char a[160], b[160];
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "dev_tape_gradient: the output gradient has dtype %s and shape %s but the "
-                     "target has dtype %s and shape %s; expected the target's dtype and shape "
+                     "dev_tape_gradient: the output gradient has dtype %s and "
+                     "shape %s but the "
+                     "target has dtype %s and shape %s; expected the target's "
+                     "dtype and shape "
                      "on every component",
-                     pd_dtype_name(og->dtype), dev_shape_str(&og->shape, a, sizeof a),
-                     pd_dtype_name(target->dtype), dev_shape_str(&target->shape, b, sizeof b));
+                     pd_dtype_name(og->dtype),
+                     dev_shape_str(&og->shape, a, sizeof a),
+                     pd_dtype_name(target->dtype),
+                     dev_shape_str(&target->shape, b, sizeof b));
   }
   return PD_OK;
 }
 
 /* Marks in `reach` the tensors from which a tracked source can be reached,
  * forwards over records [0, end). False on host out of memory. */
-static bool mark_reach(const dev_tape *tp, dev_tensor *const *sources, int n_sources, size_t end,
-                       pmap *reach) {
+static bool mark_reach(const dev_tape *tp, dev_tensor *const *sources,
+                       int n_sources, size_t end, pmap *reach) {
   if (!dev__pmap_reserve(reach, (size_t)n_sources)) return false;
   for (int i = 0; i < n_sources; i++)
-    if (dev__pmap_get(&tp->tracked, sources[i], NULL)) dev__pmap_put(reach, sources[i], NULL);
+    if (dev__pmap_get(&tp->tracked, sources[i], NULL))
+      dev__pmap_put(reach, sources[i], NULL);
   for (size_t r = 0; r < end && reach->n > 0; r++) {
     const tape_rec *rec = tp->recs[r];
     bool hit = false;
@@ -112,20 +134,23 @@ static bool mark_reach(const dev_tape *tp, dev_tensor *const *sources, int n_sou
 
 /* Puts the upstream gradient of the target into `grads`: a new reference to
  * og, or ones like the target. */
-static pd_code seed(const dev_tape *tp, dev_tensor *target, dev_tensor *og, pmap *grads,
-                    dev_status *st) {
+static pd_code seed(const dev_tape *tp, dev_tensor *target, dev_tensor *og,
+                    pmap *grads, dev_status *st) {
   dev_tensor *dy = og;
   if (dy) {
     dev_tensor_retain(dy);
   } else {
     int n_out = 1;
     dev_status s = DEV_STATUS_INIT;
-    pd_code rc = dev__tape_exec(tp, "OnesLike", &target, 1, NULL, 0, &dy, &n_out, &s);
-    if (rc != PD_OK) return dev_error(st, rc, "gradient: ones like the target: %s", s.msg);
+    pd_code rc =
+        dev__tape_exec(tp, "OnesLike", &target, 1, NULL, 0, &dy, &n_out, &s);
+    if (rc != PD_OK)
+      return dev_error(st, rc, "gradient: ones like the target: %s", s.msg);
   }
   if (!dev__pmap_reserve(grads, 1)) {
     dev_tensor_release(dy);
-    return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory computing a gradient");
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "host out of memory computing a gradient");
   }
   dev__pmap_put(grads, target, dy);
   return PD_OK;
@@ -133,16 +158,17 @@ static pd_code seed(const dev_tape *tp, dev_tensor *target, dev_tensor *og, pmap
 
 /* Adds the gradient c->dx[j] of input j of rec (consumed) to `grads`, after
  * checking its dtype and shapes. */
-static pd_code add_dx(const dev_tape *tp, const tape_rec *rec, int j, dev_tensor *g, pmap *grads,
-                      dev_status *st) {
+static pd_code add_dx(const dev_tape *tp, const tape_rec *rec, int j,
+                      dev_tensor *g, pmap *grads, dev_status *st) {
   if (g->dtype != rec->in[j]->dtype || !dev__same_shapes(g, rec->in[j])) {
     char a[160], b[160];
-    pd_code rc = dev_error(st, PD_INTERNAL,
-                           "gradient of %s: input %d's gradient has dtype %s and shape %s; "
-                           "expected %s and %s",
-                           rec->def->name, j, pd_dtype_name(g->dtype),
-                           dev_shape_str(&g->shape, a, sizeof a), pd_dtype_name(rec->in[j]->dtype),
-                           dev_shape_str(&rec->in[j]->shape, b, sizeof b));
+    pd_code rc = dev_error(
+        st, PD_INTERNAL,
+        "gradient of %s: input %d's gradient has dtype %s and shape %s; "
+        "expected %s and %s",
+        rec->def->name, j, pd_dtype_name(g->dtype),
+        dev_shape_str(&g->shape, a, sizeof a), pd_dtype_name(rec->in[j]->dtype),
+        dev_shape_str(&rec->in[j]->shape, b, sizeof b));
     dev_tensor_release(g);
     return rc;
   }
@@ -151,8 +177,8 @@ static pd_code add_dx(const dev_tape *tp, const tape_rec *rec, int j, dev_tensor
 
 /* Runs the VJP of one record when a gradient reached one of its outputs and
  * one of its inputs needs one, and sums the inputs' gradients into `grads`. */
-static pd_code backward_one(const dev_tape *tp, const tape_rec *rec, const pmap *reach,
-                            pmap *grads, dev_status *st) {
+static pd_code backward_one(const dev_tape *tp, const tape_rec *rec,
+                            const pmap *reach, pmap *grads, dev_status *st) {
   vjp_ctx c;
   memset(&c, 0, offsetof(vjp_ctx, temps)); /* dy, need, dx; temps are counted */
   c.n_temps = 0;
@@ -171,10 +197,11 @@ static pd_code backward_one(const dev_tape *tp, const tape_rec *rec, const pmap 
   if (!any_need) return PD_OK;
   vjp_fn fn = dev__vjp_for(rec->def);
   if (!fn)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "op %s has no gradient, but the target depends on a source through it; "
-                     "expected only ops with a gradient between the target and the sources",
-                     rec->def->name);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "op %s has no gradient, but the target depends on a source through it; "
+        "expected only ops with a gradient between the target and the sources",
+        rec->def->name);
   c.e = tp->engine;
   c.tp = tp;
   c.r = rec;
@@ -197,8 +224,9 @@ static pd_code backward_one(const dev_tape *tp, const tape_rec *rec, const pmap 
 
 /* One gradient per source into results[0..n_sources) (new references);
  * zeros where none arrived. On failure the caller releases what was set. */
-static pd_code collect(const dev_tape *tp, dev_tensor *const *sources, int n_sources,
-                       const pmap *grads, dev_tensor **results, dev_status *st) {
+static pd_code collect(const dev_tape *tp, dev_tensor *const *sources,
+                       int n_sources, const pmap *grads, dev_tensor **results,
+                       dev_status *st) {
   for (int i = 0; i < n_sources; i++) {
     void *g;
     if (dev__pmap_get(grads, sources[i], &g)) {
@@ -208,14 +236,17 @@ static pd_code collect(const dev_tape *tp, dev_tensor *const *sources, int n_sou
     }
     int n_out = 1;
     dev_status s = DEV_STATUS_INIT;
-    pd_code rc = dev__tape_exec(tp, "ZerosLike", &sources[i], 1, NULL, 0, &results[i], &n_out, &s);
-    if (rc != PD_OK) return dev_error(st, rc, "gradient: zeros like source %d: %s", i, s.msg);
+    pd_code rc = dev__tape_exec(tp, "ZerosLike", &sources[i], 1, NULL, 0,
+                                &results[i], &n_out, &s);
+    if (rc != PD_OK)
+      return dev_error(st, rc, "gradient: zeros like source %d: %s", i, s.msg);
   }
   return PD_OK;
 }
 
-pd_code dev_tape_gradient(dev_tape *tp, dev_tensor *target, dev_tensor *const *sources,
-                          int n_sources, dev_tensor *const *output_gradients,
+pd_code dev_tape_gradient(dev_tape *tp, dev_tensor *target,
+                          dev_tensor *const *sources, int n_sources,
+                          dev_tensor *const *output_gradients,
                           dev_tensor **out_grads, dev_status *st) {
   dev_tensor *og = output_gradients ? output_gradients[0] : NULL;
   PD_TRY(check_args(tp, target, sources, n_sources, og, out_grads, st));
@@ -255,7 +286,8 @@ pd_code dev_tape_gradient(dev_tape *tp, dev_tensor *target, dev_tensor *const *s
   return PD_OK;
 
 oom:
-  rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory computing a gradient");
+  rc = dev_error(st, PD_RESOURCE_EXHAUSTED,
+                 "host out of memory computing a gradient");
 fail:
   if (results)
     for (int i = 0; i < n_sources; i++) dev_tensor_release(results[i]);

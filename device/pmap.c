@@ -34,7 +34,8 @@ bool dev__pmap_reserve(pmap *m, size_t extra) {
   if (need * 2 <= m->cap) return true;
   size_t cap = m->cap ? m->cap : 16;
   while (need * 2 > cap) cap *= 2;
-  pmap nm = {calloc(cap, sizeof(void *)), calloc(cap, sizeof(void *)), cap, m->n};
+  pmap nm = {calloc(cap, sizeof(void *)), calloc(cap, sizeof(void *)), cap,
+             m->n};
   if (!nm.keys || !nm.vals) {
     free(nm.keys);
     free(nm.vals);

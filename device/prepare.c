@@ -13,17 +13,18 @@
 
 void dev__op_free(dev_op *op) {
   dev_backend *b = op->engine->backend;
-  if (op->collective && b->collective_release) b->collective_release(b, op->collective);
+  if (op->collective && b->collective_release)
+    b->collective_release(b, op->collective);
   for (int i = 0; i < op->num_inputs; i++) dev_tensor_release(op->inputs[i]);
   for (int i = 0; i < op->num_outputs; i++) dev_tensor_release(op->outputs[i]);
   free(op->attr_arena);
   free(op);
 }
 
-
 static const char *attr_type_name(dev_attr_type t) {
-  static const char *const names[] = {"none",   "int",   "float", "bool",     "string",
-                                      "dtype",  "shape", "int list", "float list"};
+  static const char *const names[] = {"none",  "int",      "float",
+                                      "bool",  "string",   "dtype",
+                                      "shape", "int list", "float list"};
   return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
 
@@ -35,7 +36,8 @@ static void list_attr_names(const dev_op_def *def, char *buf, size_t len) {
     return;
   }
   for (int i = 0; i < def->num_attrs && off < len; i++) {
-    int n = snprintf(buf + off, len - off, "%s%s", i ? ", " : "one of ", def->attrs[i].name);
+    int n = snprintf(buf + off, len - off, "%s%s", i ? ", " : "one of ",
+                     def->attrs[i].name);
     if (n < 0) break;
     off += (size_t)n;
   }
@@ -45,8 +47,8 @@ static void list_input_names(const dev_op_def *def, char *buf, size_t len) {
   size_t off = 0;
   buf[0] = '\0';
   for (int i = 0; i < def->num_inputs && off < len; i++) {
-    int n = snprintf(buf + off, len - off, "%s%s%s", i ? ", " : "", def->inputs[i].name,
-                     def->inputs[i].is_list ? "..." : "");
+    int n = snprintf(buf + off, len - off, "%s%s%s", i ? ", " : "",
+                     def->inputs[i].name, def->inputs[i].is_list ? "..." : "");
     if (n < 0) break;
     off += (size_t)n;
   }
@@ -55,54 +57,59 @@ static void list_input_names(const dev_op_def *def, char *buf, size_t len) {
 /* Checks one attribute value already known to have its declared type:
  * limits on strings and lists, valid dtypes and shapes; adds the bytes its
  * deep copy needs to *arena. */
-static pd_code check_value(const dev_op_def *def, const dev_attr *a, size_t *arena,
-                           dev_status *st) {
+static pd_code check_value(const dev_op_def *def, const dev_attr *a,
+                           size_t *arena, dev_status *st) {
   const dev_attr_value *v = &a->value;
   const dev_attr_type want = v->type;
   switch (want) {
     case DEV_ATTR_STRING:
       if (v->u.s.len > DEV_ATTR_STRING_MAX || (v->u.s.len && !v->u.s.ptr))
-        return dev_error(st, PD_INVALID_ARGUMENT,
-                         "%s: attribute '%s' is a string of %zu bytes; the limit is %d",
-                         def->name, a->name, v->u.s.len, DEV_ATTR_STRING_MAX);
+        return dev_error(
+            st, PD_INVALID_ARGUMENT,
+            "%s: attribute '%s' is a string of %zu bytes; the limit is %d",
+            def->name, a->name, v->u.s.len, DEV_ATTR_STRING_MAX);
       *arena += v->u.s.len + 1;
       break;
     case DEV_ATTR_INT_LIST:
     case DEV_ATTR_FLOAT_LIST: {
       int n = want == DEV_ATTR_INT_LIST ? v->u.ilist.n : v->u.flist.n;
-      const void *p = want == DEV_ATTR_INT_LIST ? (const void *)v->u.ilist.v : (const void *)v->u.flist.v;
+      const void *p = want == DEV_ATTR_INT_LIST ? (const void *)v->u.ilist.v
+                                                : (const void *)v->u.flist.v;
       if (n < 0 || n > DEV_ATTR_LIST_MAX || (n && !p))
-        return dev_error(st, PD_INVALID_ARGUMENT,
-                         "%s: attribute '%s' is a list of %d values; expected 0 to %d",
-                         def->name, a->name, n, DEV_ATTR_LIST_MAX);
+        return dev_error(
+            st, PD_INVALID_ARGUMENT,
+            "%s: attribute '%s' is a list of %d values; expected 0 to %d",
+            def->name, a->name, n, DEV_ATTR_LIST_MAX);
       *arena += (size_t)n * 8;
       break;
     }
     case DEV_ATTR_DTYPE:
       if (!dev_dtype_is_valid(v->u.dtype))
-        return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' is dtype %d; expected a valid dtype",
-                         def->name, a->name, (int)v->u.dtype);
+        return dev_error(
+            st, PD_INVALID_ARGUMENT,
+            "%s: attribute '%s' is dtype %d; expected a valid dtype", def->name,
+            a->name, (int)v->u.dtype);
       break;
     case DEV_ATTR_SHAPE: {
       dev_shape tmp;
       dev_status sst = DEV_STATUS_INIT;
       if (dev_shape_make(v->u.shape.rank, v->u.shape.dims, &tmp, &sst) != PD_OK)
-        return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s': %s", def->name, a->name,
-                         sst.msg);
+        return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s': %s",
+                         def->name, a->name, sst.msg);
       break;
     }
     case DEV_ATTR_FLOAT:
     case DEV_ATTR_INT:
     case DEV_ATTR_BOOL:
-    case DEV_ATTR_NONE:
-      break;
+    case DEV_ATTR_NONE: break;
   }
   return PD_OK;
 }
 
 /* Copies the given attributes into op->attrs, strings and lists into the
  * arena (sized by check_value). */
-static void copy_attrs(const dev_op_def *def, const dev_attr *attrs, int num_attrs, dev_op *op) {
+static void copy_attrs(const dev_op_def *def, const dev_attr *attrs,
+                       int num_attrs, dev_op *op) {
   char *p = op->attr_arena;
   for (int k = 0; k < num_attrs; k++) {
     int idx = dev_op_attr_index(def, attrs[k].name);
@@ -127,41 +134,49 @@ static void copy_attrs(const dev_op_def *def, const dev_attr *attrs, int num_att
 
 /* Checks and resolves attributes into op->attrs (defaults filled), deep
  * copying strings and lists into one arena. */
-static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs, int num_attrs,
-                             dev_op *op, dev_status *st) {
+static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs,
+                             int num_attrs, dev_op *op, dev_status *st) {
   if (num_attrs < 0 || (num_attrs > 0 && !attrs))
-    return dev_error(st, PD_INVALID_ARGUMENT, "%s: malformed attribute list", def->name);
+    return dev_error(st, PD_INVALID_ARGUMENT, "%s: malformed attribute list",
+                     def->name);
   bool seen[DEV_MAX_ATTRS] = {0};
   size_t arena = 0;
-  for (int i = 0; i < def->num_attrs; i++) op->attrs[i] = def->attrs[i].default_value;
+  for (int i = 0; i < def->num_attrs; i++)
+    op->attrs[i] = def->attrs[i].default_value;
   for (int k = 0; k < num_attrs; k++) {
     const dev_attr *a = &attrs[k];
     if (!a->name)
-      return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute %d has no name", def->name, k);
+      return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute %d has no name",
+                       def->name, k);
     int idx = dev_op_attr_index(def, a->name);
     if (idx < 0) {
       char names[256];
       list_attr_names(def, names, sizeof names);
-      return dev_error(st, PD_INVALID_ARGUMENT, "%s: unknown attribute '%.64s'; expected %s",
-                       def->name, a->name, names);
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: unknown attribute '%.64s'; expected %s", def->name,
+                       a->name, names);
     }
     if (seen[idx])
-      return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' is given twice", def->name,
-                       a->name);
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: attribute '%s' is given twice", def->name, a->name);
     seen[idx] = true;
     dev_attr_type want = def->attrs[idx].type;
     if (a->value.type != want)
-      return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' has type %s; expected %s",
-                       def->name, a->name, attr_type_name(a->value.type), attr_type_name(want));
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: attribute '%s' has type %s; expected %s", def->name,
+                       a->name, attr_type_name(a->value.type),
+                       attr_type_name(want));
     PD_TRY(check_value(def, a, &arena, st));
   }
   for (int i = 0; i < def->num_attrs; i++)
     if (!seen[i] && def->attrs[i].default_value.type == DEV_ATTR_NONE)
-      return dev_error(st, PD_INVALID_ARGUMENT, "%s: attribute '%s' (%s) is required", def->name,
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: attribute '%s' (%s) is required", def->name,
                        def->attrs[i].name, attr_type_name(def->attrs[i].type));
   if (arena) {
     op->attr_arena = malloc(arena);
-    if (!op->attr_arena) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+    if (!op->attr_arena)
+      return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   }
   copy_attrs(def, attrs, num_attrs, op);
   return PD_OK;
@@ -169,39 +184,46 @@ static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs, int n
 
 /* Checks the arity of a call of `def` (list inputs per TFE_OpGetInputLength)
  * and that every input is there and belongs to engine `e`. */
-static pd_code check_inputs(const dev_op_def *def, const dev_engine *e, dev_tensor *const *inputs,
-                            int num_inputs, dev_status *st) {
+static pd_code check_inputs(const dev_op_def *def, const dev_engine *e,
+                            dev_tensor *const *inputs, int num_inputs,
+                            dev_status *st) {
   if (num_inputs < 0 || num_inputs > DEV_MAX_INPUTS)
-    return dev_error(st, PD_INVALID_ARGUMENT, "%s: %d inputs; the limit is %d", def->name,
-                     num_inputs, DEV_MAX_INPUTS);
-  if (def->num_inputs == 0 ? num_inputs != 0 : dev_op_input_length(def, 0, num_inputs) < 0) {
+    return dev_error(st, PD_INVALID_ARGUMENT, "%s: %d inputs; the limit is %d",
+                     def->name, num_inputs, DEV_MAX_INPUTS);
+  if (def->num_inputs == 0 ? num_inputs != 0
+                           : dev_op_input_length(def, 0, num_inputs) < 0) {
     char names[200];
     list_input_names(def, names, sizeof names);
     int list_arg = -1, fixed = def->num_inputs;
     for (int i = 0; i < def->num_inputs; i++)
       if (def->inputs[i].is_list) list_arg = i;
     if (list_arg >= 0)
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "%s: got %d inputs; expected at least %d (%s, with '%s' a list of at least %d)",
-                       def->name, num_inputs, fixed - 1 + def->inputs[list_arg].min_len, names,
-                       def->inputs[list_arg].name, def->inputs[list_arg].min_len);
-    return dev_error(st, PD_INVALID_ARGUMENT, "%s: got %d inputs; expected %d (%s)", def->name,
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "%s: got %d inputs; expected at least %d (%s, with '%s' a list of at "
+          "least %d)",
+          def->name, num_inputs, fixed - 1 + def->inputs[list_arg].min_len,
+          names, def->inputs[list_arg].name, def->inputs[list_arg].min_len);
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: got %d inputs; expected %d (%s)", def->name,
                      num_inputs, fixed, fixed ? names : "none");
   }
   for (int i = 0; i < num_inputs; i++) {
     if (!inputs[i])
-      return dev_error(st, PD_INVALID_ARGUMENT, "%s: input %d is missing", def->name, i);
-    if (inputs[i]->engine != e)
-      return dev_error(st, PD_FAILED_PRECONDITION, "%s: input %d belongs to another engine",
+      return dev_error(st, PD_INVALID_ARGUMENT, "%s: input %d is missing",
                        def->name, i);
+    if (inputs[i]->engine != e)
+      return dev_error(st, PD_FAILED_PRECONDITION,
+                       "%s: input %d belongs to another engine", def->name, i);
   }
   return PD_OK;
 }
 
 /* Runs `def`'s inference for every component: out_dtype[o] and
  * out_shapes[o * n + d] receive output o's dtype and component d's shape. */
-static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def, const dev_op *op,
-                             dev_tensor *const *inputs, int num_inputs, pd_dtype *out_dtype,
+static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def,
+                             const dev_op *op, dev_tensor *const *inputs,
+                             int num_inputs, pd_dtype *out_dtype,
                              dev_shape *out_shapes, dev_status *st) {
   const int n = e->n;
   const size_t nin = (size_t)(num_inputs ? num_inputs : 1);
@@ -217,22 +239,32 @@ static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def, const d
     all_store = malloc(sizeof(dev_shape) * (size_t)n * nin);
     if (!all || !all_store) goto oom;
     for (int i = 0; i < num_inputs; i++) {
-      for (int d = 0; d < n; d++) all_store[i * n + d] = inputs[i]->comps[d].shape;
+      for (int d = 0; d < n; d++)
+        all_store[i * n + d] = inputs[i]->comps[d].shape;
       all[i] = &all_store[i * n];
     }
   }
   for (int d = 0; d < n && rc == PD_OK; d++) {
-    for (int i = 0; i < num_inputs; i++) in_shape[i] = inputs[i]->comps[d].shape;
+    for (int i = 0; i < num_inputs; i++)
+      in_shape[i] = inputs[i]->comps[d].shape;
     dev_infer_ctx ic = {
-        .op = def, .device = d, .num_devices = n, .num_inputs = num_inputs,
-        .in_dtype = in_dtype, .in_shape = in_shape, .all_in_shape = all,
-        .attrs = op->attrs, .num_outputs = def->num_outputs,
+        .op = def,
+        .device = d,
+        .num_devices = n,
+        .num_inputs = num_inputs,
+        .in_dtype = in_dtype,
+        .in_shape = in_shape,
+        .all_in_shape = all,
+        .attrs = op->attrs,
+        .num_outputs = def->num_outputs,
     };
     rc = def->infer(&ic, st);
     for (int o = 0; o < def->num_outputs && rc == PD_OK; o++) {
-      if (d == 0) out_dtype[o] = ic.out_dtype[o];
+      if (d == 0)
+        out_dtype[o] = ic.out_dtype[o];
       else if (out_dtype[o] != ic.out_dtype[o])
-        rc = dev_error(st, PD_INTERNAL, "%s: inferred dtypes differ between devices", def->name);
+        rc = dev_error(st, PD_INTERNAL,
+                       "%s: inferred dtypes differ between devices", def->name);
       out_shapes[o * n + d] = ic.out_shape[o];
     }
   }
@@ -249,32 +281,39 @@ out:
 /* Creates op's outputs (not yet allocated, not yet submitted) and, for a
  * collective, its rendezvous. */
 static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
-                            const pd_dtype *out_dtype, const dev_shape *out_shapes,
-                            dev_status *st) {
+                            const pd_dtype *out_dtype,
+                            const dev_shape *out_shapes, dev_status *st) {
   const int n = e->n;
   for (int o = 0; o < def->num_outputs; o++) {
-    pd_code rc = dev__tensor_new(e, out_dtype[o], &out_shapes[o * n], &op->outputs[o], st);
+    pd_code rc = dev__tensor_new(e, out_dtype[o], &out_shapes[o * n],
+                                 &op->outputs[o], st);
     if (rc != PD_OK) {
       char msg[DEV_STATUS_MSG_MAX];
       snprintf(msg, sizeof msg, "%s", st ? st->msg : "");
-      return dev_error(st, rc, "%s: output '%s': %s", def->name, def->outputs[o].name, msg);
+      return dev_error(st, rc, "%s: output '%s': %s", def->name,
+                       def->outputs[o].name, msg);
     }
     op->num_outputs = o + 1;
-    for (int d = 0; d < n; d++) atomic_store(&op->outputs[o]->comps[d].ready_seq, UINT64_MAX);
+    for (int d = 0; d < n; d++)
+      atomic_store(&op->outputs[o]->comps[d].ready_seq, UINT64_MAX);
   }
   if (def->flags & DEV_OP_COLLECTIVE) {
-    op->collective = e->backend->collective_create(e->backend, (dev_collective_kind)def->collective, n);
-    if (!op->collective) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+    op->collective = e->backend->collective_create(
+        e->backend, (dev_collective_kind)def->collective, n);
+    if (!op->collective)
+      return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   }
   return PD_OK;
 }
 
-pd_code dev_op_prepare(dev_engine *e, const char *op_name, dev_tensor *const *inputs,
-                       int num_inputs, const dev_attr *attrs, int num_attrs, dev_op **out,
+pd_code dev_op_prepare(dev_engine *e, const char *op_name,
+                       dev_tensor *const *inputs, int num_inputs,
+                       const dev_attr *attrs, int num_attrs, dev_op **out,
                        dev_status *st) {
   const dev_op_def *def = dev_op_lookup(op_name);
   if (!def)
-    return dev_error(st, PD_INVALID_ARGUMENT, "unknown op '%.64s'; expected a registered op name",
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "unknown op '%.64s'; expected a registered op name",
                      op_name ? op_name : "(null)");
   PD_TRY(check_inputs(def, e, inputs, num_inputs, st));
 
@@ -291,7 +330,9 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name, dev_tensor *const *in
     rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
     goto fail;
   }
-  PD_TRY_GOTO(infer_outputs(e, def, op, inputs, num_inputs, out_dtype, out_shapes, st), rc, fail);
+  PD_TRY_GOTO(
+      infer_outputs(e, def, op, inputs, num_inputs, out_dtype, out_shapes, st),
+      rc, fail);
   op->num_inputs = num_inputs;
   for (int i = 0; i < num_inputs; i++) {
     dev_tensor_retain(inputs[i]);
@@ -322,12 +363,11 @@ uint64_t dev_op_output_bytes(const dev_op *op) {
 
 uint64_t dev_op_new_bytes(const dev_op *op) {
   uint64_t s = dev_op_output_bytes(op);
-  if ((op->def->flags & DEV_OP_ALIASES_INPUT) && op->num_outputs > 0 && op->num_inputs > 0 &&
-      op->outputs[0]->bytes == op->inputs[0]->bytes)
+  if ((op->def->flags & DEV_OP_ALIASES_INPUT) && op->num_outputs > 0 &&
+      op->num_inputs > 0 && op->outputs[0]->bytes == op->inputs[0]->bytes)
     s -= op->outputs[0]->bytes;
   return s;
 }
-
 
 void dev_op_abandon(dev_op *op, pd_code code, const char *msg) {
   for (int o = 0; o < op->num_outputs; o++)
@@ -337,4 +377,3 @@ void dev_op_abandon(dev_op *op, pd_code code, const char *msg) {
     }
   dev__op_free(op);
 }
-

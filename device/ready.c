@@ -51,7 +51,8 @@ void dev__component_set_error(dev_component *c, pd_code code, const char *msg) {
   c->code = code;
 }
 
-void dev__component_set_late_error(dev_component *c, pd_code code, const char *msg) {
+void dev__component_set_late_error(dev_component *c, pd_code code,
+                                   const char *msg) {
   if (c->code != PD_OK) return;
   char *m = strdup(msg);
   free(c->msg);
@@ -65,7 +66,8 @@ void dev__ready_init(dev__ready *r, pthread_mutex_t *mu) {
   r->mu = mu;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* for dev__exec_wait_until */
+  pthread_condattr_setclock(&ca,
+                            CLOCK_MONOTONIC); /* for dev__exec_wait_until */
   pthread_cond_init(&r->done_cv, &ca);
   pthread_condattr_destroy(&ca);
   atomic_init(&r->done_seq, 0);
@@ -90,14 +92,18 @@ double dev_monotonic_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-bool dev__exec_wait_until(dev_engine *e, int device, uint64_t seq, double deadline) {
+bool dev__exec_wait_until(dev_engine *e, int device, uint64_t seq,
+                          double deadline) {
   dev__ready *r = &e->execs[device].ready;
   if (atomic_load(&r->done_seq) >= seq) return true;
   struct timespec ts;
   if (deadline > 0) {
     ts.tv_sec = (time_t)deadline;
     ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
   }
   bool done = true;
   pthread_mutex_lock(r->mu);
@@ -149,7 +155,8 @@ static void notify_insert_locked(dev__ready *r, dev__waiter *w) {
 
 /* Adds g's waiter for device r (next free slot *used) unless the device has
  * finished `seq` already. */
-static void notify_add(dev__ready *r, notify_group *g, int *used, uint64_t seq) {
+static void notify_add(dev__ready *r, notify_group *g, int *used,
+                       uint64_t seq) {
   pthread_mutex_lock(r->mu);
   /* Count first, then look at done_seq: the publisher stores done_seq,
    * then looks at the count, so one of the two sees the other (a waiter
@@ -167,11 +174,13 @@ static void notify_add(dev__ready *r, notify_group *g, int *used, uint64_t seq) 
   pthread_mutex_unlock(r->mu);
 }
 
-pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg, dev_status *st) {
+pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg,
+                          dev_status *st) {
   dev_engine *e = t->engine;
   for (int d = 0; d < t->n; d++)
     if (atomic_load(&t->comps[d].ready_seq) == UINT64_MAX)
-      return dev_error(st, PD_FAILED_PRECONDITION, "tensor's op was prepared but never submitted");
+      return dev_error(st, PD_FAILED_PRECONDITION,
+                       "tensor's op was prepared but never submitted");
   notify_group *g = malloc(sizeof *g + sizeof(dev__waiter) * (size_t)t->n);
   if (!g) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   dev_tensor_retain(t);
@@ -183,7 +192,8 @@ pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg, dev_status 
   atomic_init(&g->remaining, 1);
   int used = 0;
   for (int d = 0; d < t->n; d++)
-    notify_add(&e->execs[d].ready, g, &used, atomic_load(&t->comps[d].ready_seq));
+    notify_add(&e->execs[d].ready, g, &used,
+               atomic_load(&t->comps[d].ready_seq));
   if (atomic_fetch_sub(&g->remaining, 1) == 1) notify_fire(g);
   return PD_OK;
 }
@@ -223,27 +233,33 @@ void dev__ready_publish(dev__ready *r, uint64_t seq) {
 
 bool dev_tensor_is_ready(const dev_tensor *t) {
   for (int d = 0; d < t->n; d++)
-    if (dev__exec_done(t->engine, d) < atomic_load(&((dev_tensor *)t)->comps[d].ready_seq))
+    if (dev__exec_done(t->engine, d) <
+        atomic_load(&((dev_tensor *)t)->comps[d].ready_seq))
       return false;
   return true;
 }
 
-pd_code dev_tensor_wait(dev_tensor *t, dev_status *st) { return dev_tensor_wait_until(t, 0, st); }
+pd_code dev_tensor_wait(dev_tensor *t, dev_status *st) {
+  return dev_tensor_wait_until(t, 0, st);
+}
 
 pd_code dev_tensor_wait_until(dev_tensor *t, double deadline, dev_status *st) {
   dev_backend *b = t->engine->backend;
   for (int d = 0; d < t->n; d++) {
     uint64_t seq = atomic_load(&t->comps[d].ready_seq);
     if (seq == UINT64_MAX)
-      return dev_error(st, PD_FAILED_PRECONDITION, "tensor's op was prepared but never submitted");
+      return dev_error(st, PD_FAILED_PRECONDITION,
+                       "tensor's op was prepared but never submitted");
     if (!dev__exec_wait_until(t->engine, d, seq, deadline))
-      return dev_error(st, PD_DEADLINE_EXCEEDED,
-                       "deadline passed before the tensor was computed (waiting on %s)",
-                       b->device_name(b, d));
+      return dev_error(
+          st, PD_DEADLINE_EXCEEDED,
+          "deadline passed before the tensor was computed (waiting on %s)",
+          b->device_name(b, d));
   }
   for (int d = 0; d < t->n; d++)
     if (t->comps[d].code != PD_OK)
-      return dev_error(st, t->comps[d].code, "%s", t->comps[d].msg ? t->comps[d].msg : "");
+      return dev_error(st, t->comps[d].code, "%s",
+                       t->comps[d].msg ? t->comps[d].msg : "");
   /* A backend with completion fences (CUDA) marks a component ready only
    * once its device finished it, so there is nothing left to wait for;
    * synchronizing would also wait for every op queued after this tensor's. */

@@ -26,7 +26,10 @@ static dev_op_def *find(const char *name) {
     int mid = (lo + hi) / 2;
     int c = strcmp(name, g_ops[mid]->name);
     if (c == 0) return g_ops[mid];
-    if (c < 0) hi = mid - 1; else lo = mid + 1;
+    if (c < 0)
+      hi = mid - 1;
+    else
+      lo = mid + 1;
   }
   return NULL;
 }
@@ -34,25 +37,30 @@ static dev_op_def *find(const char *name) {
 pd_code dev_op_register(dev_op_def *def, dev_status *st) {
   for (int i = 0; i < g_num_ops; i++)
     if (strcmp(g_ops[i]->name, def->name) == 0)
-      return dev_error(st, PD_ALREADY_EXISTS, "op %s is already registered", def->name);
+      return dev_error(st, PD_ALREADY_EXISTS, "op %s is already registered",
+                       def->name);
   if (g_num_ops == MAX_OPS)
-    return dev_error(st, PD_RESOURCE_EXHAUSTED, "op registry full (%d ops)", MAX_OPS);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "op registry full (%d ops)",
+                     MAX_OPS);
   int lists = 0;
   for (int i = 0; i < def->num_inputs; i++) lists += def->inputs[i].is_list;
-  if (lists > 1 || def->num_inputs > DEV_MAX_ARGS || def->num_outputs > DEV_MAX_OUTPUTS ||
-      def->num_attrs > DEV_MAX_ATTRS || !def->infer)
-    return dev_error(st, PD_INVALID_ARGUMENT, "op %s: malformed definition", def->name);
+  if (lists > 1 || def->num_inputs > DEV_MAX_ARGS ||
+      def->num_outputs > DEV_MAX_OUTPUTS || def->num_attrs > DEV_MAX_ATTRS ||
+      !def->infer)
+    return dev_error(st, PD_INVALID_ARGUMENT, "op %s: malformed definition",
+                     def->name);
   g_ops[g_num_ops++] = def;
   qsort(g_ops, (size_t)g_num_ops, sizeof g_ops[0], cmp_def);
   return PD_OK;
 }
 
-pd_code dev_kernel_register(dev_backend_kind kind, const char *op_name, dev_kernel_fn fn,
-                            dev_status *st) {
+pd_code dev_kernel_register(dev_backend_kind kind, const char *op_name,
+                            dev_kernel_fn fn, dev_status *st) {
   dev_op_def *d = find(op_name);
   if (!d) return dev_error(st, PD_NOT_FOUND, "no op named %s", op_name);
   if ((unsigned)kind >= DEV_BACKEND_KINDS)
-    return dev_error(st, PD_INVALID_ARGUMENT, "backend kind %d out of range", (int)kind);
+    return dev_error(st, PD_INVALID_ARGUMENT, "backend kind %d out of range",
+                     (int)kind);
   d->kernels[kind] = fn;
   return PD_OK;
 }

@@ -16,10 +16,12 @@
 
 #include "tape_int.h"
 
-pd_code dev__tape_exec(const dev_tape *tp, const char *op, dev_tensor *const *in, int n,
-                         const dev_attr *attrs, int n_attrs, dev_tensor **outs, int *n_out,
-                         dev_status *st) {
-  if (tp->exec) return tp->exec(tp->exec_arg, op, in, n, attrs, n_attrs, outs, n_out, st);
+pd_code dev__tape_exec(const dev_tape *tp, const char *op,
+                       dev_tensor *const *in, int n, const dev_attr *attrs,
+                       int n_attrs, dev_tensor **outs, int *n_out,
+                       dev_status *st) {
+  if (tp->exec)
+    return tp->exec(tp->exec_arg, op, in, n, attrs, n_attrs, outs, n_out, st);
   return dev_execute(tp->engine, op, in, n, attrs, n_attrs, outs, n_out, st);
 }
 
@@ -46,10 +48,15 @@ void dev__tape_clear(dev_tape *tp) {
   dev__pmap_free(&tp->tracked);
 }
 
-pd_code dev_tape_create(dev_engine *e, bool persistent, dev_tape **out, dev_status *st) {
-  if (!e || !out) return dev_error(st, PD_INVALID_ARGUMENT, "dev_tape_create: engine or out is NULL");
+pd_code dev_tape_create(dev_engine *e, bool persistent, dev_tape **out,
+                        dev_status *st) {
+  if (!e || !out)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "dev_tape_create: engine or out is NULL");
   dev_tape *tp = calloc(1, sizeof *tp);
-  if (!tp) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory creating a gradient tape");
+  if (!tp)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "host out of memory creating a gradient tape");
   tp->engine = e;
   tp->persistent = persistent;
   *out = tp;
@@ -85,18 +92,21 @@ static bool grow_recs(dev_tape *tp) {
 
 pd_code dev_tape_watch(dev_tape *tp, dev_tensor *t, dev_status *st) {
   if (!tp || !t)
-    return dev_error(st, PD_INVALID_ARGUMENT, "dev_tape_watch: %s is NULL", tp ? "the tensor" : "the tape");
+    return dev_error(st, PD_INVALID_ARGUMENT, "dev_tape_watch: %s is NULL",
+                     tp ? "the tensor" : "the tape");
   if (tp->used)
     return dev_error(st, PD_FAILED_PRECONDITION,
-                     "this one-shot gradient tape has already computed its gradient; create a new "
+                     "this one-shot gradient tape has already computed its "
+                     "gradient; create a new "
                      "tape (or a persistent one) to watch more tensors");
   if (t->engine != tp->engine)
-    return dev_error(st, PD_FAILED_PRECONDITION,
-                     "dev_tape_watch: the tensor belongs to another engine than the tape");
+    return dev_error(
+        st, PD_FAILED_PRECONDITION,
+        "dev_tape_watch: the tensor belongs to another engine than the tape");
   if (!dev__is_float(t) || dev__pmap_get(&tp->tracked, t, NULL)) return PD_OK;
-  if (!grow_watched(tp) ||
-      !dev__pmap_reserve(&tp->tracked, 1))
-    return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory watching a tensor");
+  if (!grow_watched(tp) || !dev__pmap_reserve(&tp->tracked, 1))
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "host out of memory watching a tensor");
   dev_tensor_retain(t);
   tp->watched[tp->n_watched++] = t;
   dev__pmap_put(&tp->tracked, t, NULL);
@@ -106,43 +116,56 @@ pd_code dev_tape_watch(dev_tape *tp, dev_tensor *t, dev_status *st) {
 /* Ops whose outputs do not depend on their inputs' values: their gradient is
  * zero, so they are not recorded (TensorFlow's ops.NotDifferentiable). */
 static bool not_differentiable(const dev_op_def *def) {
-  return strcmp(def->name, "OnesLike") == 0 || strcmp(def->name, "ZerosLike") == 0;
+  return strcmp(def->name, "OnesLike") == 0 ||
+         strcmp(def->name, "ZerosLike") == 0;
 }
 
 pd_code dev_tape_record(dev_tape *tp, const dev_op *op, dev_status *st) {
   if (!tp || !op)
-    return dev_error(st, PD_INVALID_ARGUMENT, "dev_tape_record: %s is NULL", tp ? "the op" : "the tape");
+    return dev_error(st, PD_INVALID_ARGUMENT, "dev_tape_record: %s is NULL",
+                     tp ? "the op" : "the tape");
   if (tp->used || tp->tracked.n == 0) return PD_OK;
   if (op->engine != tp->engine)
-    return dev_error(st, PD_FAILED_PRECONDITION,
-                     "dev_tape_record: op %s belongs to another engine than the tape", op->def->name);
+    return dev_error(
+        st, PD_FAILED_PRECONDITION,
+        "dev_tape_record: op %s belongs to another engine than the tape",
+        op->def->name);
   uint64_t mask = 0;
   for (int i = 0; i < op->num_inputs; i++)
-    if (dev__pmap_get(&tp->tracked, op->inputs[i], NULL)) mask |= UINT64_C(1) << i;
+    if (dev__pmap_get(&tp->tracked, op->inputs[i], NULL))
+      mask |= UINT64_C(1) << i;
   if (!mask) return PD_OK;
   int n_float = 0;
   for (int o = 0; o < op->num_outputs; o++) {
     if (!dev__is_float(op->outputs[o])) continue;
-    if (dev__pmap_get(&tp->tracked, op->outputs[o], NULL)) return PD_OK; /* recorded before */
+    if (dev__pmap_get(&tp->tracked, op->outputs[o], NULL))
+      return PD_OK; /* recorded before */
     n_float++;
   }
-  if (n_float == 0 || not_differentiable(op->def)) return PD_OK; /* no gradient comes back */
+  if (n_float == 0 || not_differentiable(op->def))
+    return PD_OK; /* no gradient comes back */
 
   const dev_op_def *def = op->def;
   size_t arena = 0;
   for (int a = 0; a < def->num_attrs; a++) {
     const dev_attr_value *v = &op->attrs[a];
-    if (v->type == DEV_ATTR_STRING) arena += round8(v->u.s.len + 1);
-    else if (v->type == DEV_ATTR_INT_LIST) arena += (size_t)v->u.ilist.n * 8;
-    else if (v->type == DEV_ATTR_FLOAT_LIST) arena += (size_t)v->u.flist.n * 8;
+    if (v->type == DEV_ATTR_STRING)
+      arena += round8(v->u.s.len + 1);
+    else if (v->type == DEV_ATTR_INT_LIST)
+      arena += (size_t)v->u.ilist.n * 8;
+    else if (v->type == DEV_ATTR_FLOAT_LIST)
+      arena += (size_t)v->u.flist.n * 8;
   }
-  size_t head = round8(sizeof(tape_rec) + (size_t)op->num_inputs * sizeof(dev_tensor *));
+  size_t head =
+      round8(sizeof(tape_rec) + (size_t)op->num_inputs * sizeof(dev_tensor *));
   size_t attrs_bytes = (size_t)def->num_attrs * sizeof(dev_attr_value);
-  if (!grow_recs(tp) ||
-      !dev__pmap_reserve(&tp->tracked, (size_t)n_float))
-    return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory recording op %s", def->name);
+  if (!grow_recs(tp) || !dev__pmap_reserve(&tp->tracked, (size_t)n_float))
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "host out of memory recording op %s", def->name);
   tape_rec *r = malloc(head + attrs_bytes + arena);
-  if (!r) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory recording op %s", def->name);
+  if (!r)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "host out of memory recording op %s", def->name);
 
   r->def = def;
   r->n_in = op->num_inputs;
@@ -179,6 +202,8 @@ pd_code dev_tape_record(dev_tape *tp, const dev_op *op, dev_status *st) {
   size_t index = tp->n_recs;
   tp->recs[tp->n_recs++] = r;
   for (int o = 0; o < op->num_outputs; o++)
-    if (dev__is_float(op->outputs[o])) dev__pmap_put(&tp->tracked, op->outputs[o], (void *)(uintptr_t)(index + 1));
+    if (dev__is_float(op->outputs[o]))
+      dev__pmap_put(&tp->tracked, op->outputs[o],
+                    (void *)(uintptr_t)(index + 1));
   return PD_OK;
 }

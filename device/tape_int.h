@@ -57,14 +57,17 @@ struct dev_tape {
 
 /* Runs one gradient op through the tape's executor (dev_execute unless
  * dev_tape_set_executor chose another). */
-pd_code dev__tape_exec(const dev_tape *tp, const char *op, dev_tensor *const *in, int n,
-                       const dev_attr *attrs, int n_attrs, dev_tensor **outs, int *n_out,
+pd_code dev__tape_exec(const dev_tape *tp, const char *op,
+                       dev_tensor *const *in, int n, const dev_attr *attrs,
+                       int n_attrs, dev_tensor **outs, int *n_out,
                        dev_status *st);
 
 /* Drops every record and watched tensor (a one-shot tape after its use). */
 void dev__tape_clear(dev_tape *tp);
 
-static inline bool dev__is_float(const dev_tensor *t) { return dev_dtype_is_floating(t->dtype); }
+static inline bool dev__is_float(const dev_tensor *t) {
+  return dev_dtype_is_floating(t->dtype);
+}
 
 /* True when a and b have equal shapes on every component. */
 static inline bool dev__same_shapes(const dev_tensor *a, const dev_tensor *b) {

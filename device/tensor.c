@@ -8,13 +8,16 @@
 
 #include "device_int.h"
 
-pd_code dev__buffer_alloc(dev_backend *b, int device, size_t bytes, dev_buffer **out,
-                         dev_status *st) {
+pd_code dev__buffer_alloc(dev_backend *b, int device, size_t bytes,
+                          dev_buffer **out, dev_status *st) {
   dev_buffer *buf = malloc(sizeof *buf);
   if (!buf) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   void *p = NULL;
   pd_code rc = b->allocate(b, device, bytes, &p, st);
-  if (rc != PD_OK) { free(buf); return rc; }
+  if (rc != PD_OK) {
+    free(buf);
+    return rc;
+  }
   atomic_init(&buf->refs, 1);
   buf->device = device;
   buf->data = p;
@@ -41,15 +44,17 @@ static void merge_shape(dev_tensor *t) {
       if (t->comps[d].shape.dims[i] != t->shape.dims[i]) t->shape.dims[i] = -1;
 }
 
-pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, dev_tensor **out,
-                       dev_status *st) {
+pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
+                        dev_tensor **out, dev_status *st) {
   if (!dev_dtype_is_valid(dtype))
-    return dev_error(st, PD_INVALID_ARGUMENT, "dtype %d is not a valid dtype", (int)dtype);
+    return dev_error(st, PD_INVALID_ARGUMENT, "dtype %d is not a valid dtype",
+                     (int)dtype);
   int n = e->n;
   for (int d = 0; d < n; d++)
     if (shapes[d].rank != shapes[0].rank)
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "component %d has rank %d but component 0 has rank %d; expected equal ranks",
+                       "component %d has rank %d but component 0 has rank %d; "
+                       "expected equal ranks",
                        d, shapes[d].rank, shapes[0].rank);
   dev_tensor *t = calloc(1, sizeof *t + (size_t)n * sizeof(dev_component));
   if (!t) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
@@ -61,9 +66,10 @@ pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, 
     dev_component *c = &t->comps[d];
     char sb[160];
     if (dev_shape_byte_size(dtype, &shapes[d], &c->bytes, st) != PD_OK) {
-      pd_code rc = dev_error(st, PD_INVALID_ARGUMENT, "component %d: shape %s of %s is invalid: %s", d,
-                             dev_shape_str(&shapes[d], sb, sizeof sb), pd_dtype_name(dtype),
-                             st ? st->msg : "");
+      pd_code rc = dev_error(st, PD_INVALID_ARGUMENT,
+                             "component %d: shape %s of %s is invalid: %s", d,
+                             dev_shape_str(&shapes[d], sb, sizeof sb),
+                             pd_dtype_name(dtype), st ? st->msg : "");
       free(t);
       return rc;
     }
@@ -76,13 +82,15 @@ pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, 
   return PD_OK;
 }
 
-pd_code dev_tensor_create(dev_engine *e, pd_dtype dtype, const dev_shape *shapes, dev_tensor **out,
+pd_code dev_tensor_create(dev_engine *e, pd_dtype dtype,
+                          const dev_shape *shapes, dev_tensor **out,
                           dev_status *st) {
   dev_tensor *t;
   PD_TRY(dev__tensor_new(e, dtype, shapes, &t, st));
   dev_backend *b = e->backend;
   for (int d = 0; d < t->n; d++) {
-    pd_code rc = dev__buffer_alloc(b, d, t->comps[d].bytes, &t->comps[d].buf, st);
+    pd_code rc =
+        dev__buffer_alloc(b, d, t->comps[d].bytes, &t->comps[d].buf, st);
     if (rc != PD_OK) {
       dev_tensor_release(t);
       return rc;

@@ -10,12 +10,15 @@
 
 #include "device_int.h"
 
-pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype, const dev_layout *layout,
-                                     const dev_shape *host_shape, const dev_shape *component_shapes,
+pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
+                                     const dev_layout *layout,
+                                     const dev_shape *host_shape,
+                                     const dev_shape *component_shapes,
                                      dev_tensor **out, dev_status *st) {
   int n = e->n;
   dev_shape *shapes = malloc(sizeof(dev_shape) * (size_t)n);
-  if (!shapes) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  if (!shapes)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   pd_code rc = PD_OK;
   switch (layout->kind) {
     case DEV_LAYOUT_MIRRORED:
@@ -25,22 +28,27 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype, const dev_la
       if (layout->axis < 0 || layout->axis >= host_shape->rank) {
         char sb[160];
         rc = dev_error(st, PD_INVALID_ARGUMENT,
-                       "sharded layout: axis %d is out of range for shape %s; expected 0 to %d",
-                       layout->axis, dev_shape_str(host_shape, sb, sizeof sb), host_shape->rank - 1);
+                       "sharded layout: axis %d is out of range for shape %s; "
+                       "expected 0 to %d",
+                       layout->axis, dev_shape_str(host_shape, sb, sizeof sb),
+                       host_shape->rank - 1);
         break;
       }
-      for (int d = 0; d < n; d++) dev_shard_shape(host_shape, layout->axis, n, d, &shapes[d]);
+      for (int d = 0; d < n; d++)
+        dev_shard_shape(host_shape, layout->axis, n, d, &shapes[d]);
       break;
     case DEV_LAYOUT_PER_COMPONENT:
       if (!component_shapes) {
-        rc = dev_error(st, PD_INVALID_ARGUMENT, "per-component layout needs %d component shapes", n);
+        rc = dev_error(st, PD_INVALID_ARGUMENT,
+                       "per-component layout needs %d component shapes", n);
         break;
       }
       memcpy(shapes, component_shapes, sizeof(dev_shape) * (size_t)n);
       break;
     default:
       rc = dev_error(st, PD_INVALID_ARGUMENT,
-                     "layout kind %d cannot build a tensor; expected mirrored, sharded or per-component",
+                     "layout kind %d cannot build a tensor; expected mirrored, "
+                     "sharded or per-component",
                      (int)layout->kind);
   }
   if (rc == PD_OK) rc = dev_tensor_create(e, dtype, shapes, out, st);
@@ -52,19 +60,20 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype, const dev_la
  * the host value as [outer, D, inner] and component c as [outer, D_c, inner]. */
 typedef struct span_map {
   int n;
-  uint64_t inner;          /* bytes of one row along the axis */
+  uint64_t inner; /* bytes of one row along the axis */
   uint64_t outer;
-  uint64_t rows;           /* D */
+  uint64_t rows;                          /* D */
   uint64_t first_row[PD_MAX_DEVICES + 1]; /* prefix sums of D_c */
 } span_map;
 
-static pd_code concat_map(const dev_tensor *t, int axis, span_map *m, dev_shape *host,
-                          dev_status *st) {
+static pd_code concat_map(const dev_tensor *t, int axis, span_map *m,
+                          dev_shape *host, dev_status *st) {
   const dev_shape *s0 = &t->comps[0].shape;
   if (axis < 0 || axis >= s0->rank)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "concatenation axis %d is out of range; expected 0 to %d for rank %d", axis,
-                     s0->rank - 1, s0->rank);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "concatenation axis %d is out of range; expected 0 to %d for rank %d",
+        axis, s0->rank - 1, s0->rank);
   m->n = t->n;
   m->first_row[0] = 0;
   for (int d = 0; d < t->n; d++) {
@@ -73,8 +82,10 @@ static pd_code concat_map(const dev_tensor *t, int axis, span_map *m, dev_shape 
       if (i != axis && s->dims[i] != s0->dims[i]) {
         char a[160], b[160];
         return dev_error(st, PD_INVALID_ARGUMENT,
-                         "components 0 %s and %d %s differ on axis %d, not only on the concatenation axis %d",
-                         dev_shape_str(s0, a, sizeof a), d, dev_shape_str(s, b, sizeof b), i, axis);
+                         "components 0 %s and %d %s differ on axis %d, not "
+                         "only on the concatenation axis %d",
+                         dev_shape_str(s0, a, sizeof a), d,
+                         dev_shape_str(s, b, sizeof b), i, axis);
       }
     m->first_row[d + 1] = m->first_row[d] + (uint64_t)s->dims[axis];
   }
@@ -88,13 +99,13 @@ static pd_code concat_map(const dev_tensor *t, int axis, span_map *m, dev_shape 
   return PD_OK;
 }
 
-typedef pd_code (*span_fn)(dev_tensor *t, int comp, uint64_t comp_off, void *host, size_t len,
-                           dev_status *st);
+typedef pd_code (*span_fn)(dev_tensor *t, int comp, uint64_t comp_off,
+                           void *host, size_t len, dev_status *st);
 
 /* Walks host bytes [offset, offset+len) and calls fn on each contiguous run
  * that lands in one component. */
-static pd_code walk_concat(dev_tensor *t, const span_map *m, uint64_t offset, char *host,
-                           size_t len, span_fn fn, dev_status *st) {
+static pd_code walk_concat(dev_tensor *t, const span_map *m, uint64_t offset,
+                           char *host, size_t len, span_fn fn, dev_status *st) {
   while (len > 0) {
     uint64_t block = m->rows * m->inner;
     uint64_t o = offset / block, rem = offset % block;
@@ -113,36 +124,40 @@ static pd_code walk_concat(dev_tensor *t, const span_map *m, uint64_t offset, ch
   return PD_OK;
 }
 
-static pd_code write_span(dev_tensor *t, int c, uint64_t off, void *host, size_t len,
-                          dev_status *st) {
+static pd_code write_span(dev_tensor *t, int c, uint64_t off, void *host,
+                          size_t len, dev_status *st) {
   dev_backend *b = t->engine->backend;
   return b->copy_h2d(b, c, (char *)t->comps[c].buf->data + off, host, len, st);
 }
 
-static pd_code read_span(dev_tensor *t, int c, uint64_t off, void *host, size_t len,
-                         dev_status *st) {
+static pd_code read_span(dev_tensor *t, int c, uint64_t off, void *host,
+                         size_t len, dev_status *st) {
   dev_backend *b = t->engine->backend;
   return b->copy_d2h(b, c, host, (char *)t->comps[c].buf->data + off, len, st);
 }
 
-static pd_code check_range(uint64_t offset, size_t len, uint64_t total, dev_status *st) {
+static pd_code check_range(uint64_t offset, size_t len, uint64_t total,
+                           dev_status *st) {
   if (offset > total || len > total - offset)
-    return dev_error(st, PD_OUT_OF_RANGE,
-                     "bytes [%llu, %llu) run past the end of the tensor's %llu bytes",
-                     (unsigned long long)offset, (unsigned long long)(offset + len),
-                     (unsigned long long)total);
+    return dev_error(
+        st, PD_OUT_OF_RANGE,
+        "bytes [%llu, %llu) run past the end of the tensor's %llu bytes",
+        (unsigned long long)offset, (unsigned long long)(offset + len),
+        (unsigned long long)total);
   return PD_OK;
 }
 
 static pd_code check_component(const dev_tensor *t, int c, dev_status *st) {
   if (c < 0 || c >= t->n)
-    return dev_error(st, PD_INVALID_ARGUMENT, "component %d is out of range; expected 0 to %d", c,
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "component %d is out of range; expected 0 to %d", c,
                      t->n - 1);
   return PD_OK;
 }
 
-pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component, uint64_t offset,
-                         const void *data, size_t len, dev_status *st) {
+pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
+                         uint64_t offset, const void *data, size_t len,
+                         dev_status *st) {
   switch (layout->kind) {
     case DEV_LAYOUT_MIRRORED:
       PD_TRY(check_range(offset, len, t->comps[0].bytes, st));
@@ -162,11 +177,13 @@ pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
       return walk_concat(t, &m, offset, (char *)data, len, write_span, st);
     }
   }
-  return dev_error(st, PD_INVALID_ARGUMENT, "unknown layout kind %d", (int)layout->kind);
+  return dev_error(st, PD_INVALID_ARGUMENT, "unknown layout kind %d",
+                   (int)layout->kind);
 }
 
-pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout, int component,
-                             dev_shape *host_shape, uint64_t *bytes, dev_status *st) {
+pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout,
+                             int component, dev_shape *host_shape,
+                             uint64_t *bytes, dev_status *st) {
   switch (layout->kind) {
     case DEV_LAYOUT_MIRRORED:
       component = 0;
@@ -187,37 +204,45 @@ pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout, int 
       return PD_OK;
     }
   }
-  return dev_error(st, PD_INVALID_ARGUMENT, "unknown layout kind %d", (int)layout->kind);
+  return dev_error(st, PD_INVALID_ARGUMENT, "unknown layout kind %d",
+                   (int)layout->kind);
 }
 
-pd_code dev_tensor_read(dev_tensor *t, const dev_layout *layout, int component, uint64_t offset,
-                        void *data, size_t len, dev_status *st) {
+pd_code dev_tensor_read(dev_tensor *t, const dev_layout *layout, int component,
+                        uint64_t offset, void *data, size_t len,
+                        dev_status *st) {
   uint64_t total;
   PD_TRY(dev_tensor_host_size(t, layout, component, NULL, &total, st));
   PD_TRY(check_range(offset, len, total, st));
   for (int d = 0; d < t->n; d++)
     if (t->comps[d].code != PD_OK || !t->comps[d].buf)
-      return dev_error(st, t->comps[d].code ? t->comps[d].code : PD_FAILED_PRECONDITION,
-                       "%s", t->comps[d].msg ? t->comps[d].msg : "tensor is not ready");
+      return dev_error(
+          st, t->comps[d].code ? t->comps[d].code : PD_FAILED_PRECONDITION,
+          "%s", t->comps[d].msg ? t->comps[d].msg : "tensor is not ready");
   if (layout->kind == DEV_LAYOUT_SHARDED) {
     span_map m;
     dev_shape host;
     PD_TRY(concat_map(t, layout->axis, &m, &host, st));
     return walk_concat(t, &m, offset, data, len, read_span, st);
   }
-  int c = layout->kind == DEV_LAYOUT_MIRRORED ? 0
-          : layout->kind == DEV_LAYOUT_COMPONENT ? layout->component : component;
+  int c = layout->kind == DEV_LAYOUT_MIRRORED    ? 0
+          : layout->kind == DEV_LAYOUT_COMPONENT ? layout->component
+                                                 : component;
   return read_span(t, c, offset, data, len, st);
 }
 
-pd_code dev_tensor_from_host(dev_engine *e, pd_dtype dtype, const dev_layout *layout,
-                             const dev_shape *host_shape, const void *data, dev_tensor **out,
-                             dev_status *st) {
+pd_code dev_tensor_from_host(dev_engine *e, pd_dtype dtype,
+                             const dev_layout *layout,
+                             const dev_shape *host_shape, const void *data,
+                             dev_tensor **out, dev_status *st) {
   if (layout->kind == DEV_LAYOUT_PER_COMPONENT)
-    return dev_error(st, PD_INVALID_ARGUMENT, "use dev_tensor_from_components for per-component values");
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "use dev_tensor_from_components for per-component values");
   dev_tensor *t;
-  PD_TRY(dev_tensor_create_for_layout(e, dtype, layout, host_shape, NULL, &t, st));
-  uint64_t bytes = layout->kind == DEV_LAYOUT_MIRRORED ? t->comps[0].bytes : t->bytes;
+  PD_TRY(
+      dev_tensor_create_for_layout(e, dtype, layout, host_shape, NULL, &t, st));
+  uint64_t bytes =
+      layout->kind == DEV_LAYOUT_MIRRORED ? t->comps[0].bytes : t->bytes;
   pd_code rc = dev_tensor_write(t, layout, 0, 0, data, bytes, st);
   if (rc != PD_OK) {
     dev_tensor_release(t);
@@ -227,13 +252,16 @@ pd_code dev_tensor_from_host(dev_engine *e, pd_dtype dtype, const dev_layout *la
   return PD_OK;
 }
 
-pd_code dev_tensor_from_components(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
-                                   const void *const *datas, dev_tensor **out, dev_status *st) {
+pd_code dev_tensor_from_components(dev_engine *e, pd_dtype dtype,
+                                   const dev_shape *shapes,
+                                   const void *const *datas, dev_tensor **out,
+                                   dev_status *st) {
   dev_tensor *t;
   PD_TRY(dev_tensor_create(e, dtype, shapes, &t, st));
   dev_layout lay = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
   for (int d = 0; d < t->n; d++) {
-    pd_code rc = dev_tensor_write(t, &lay, d, 0, datas[d], t->comps[d].bytes, st);
+    pd_code rc =
+        dev_tensor_write(t, &lay, d, 0, datas[d], t->comps[d].bytes, st);
     if (rc != PD_OK) {
       dev_tensor_release(t);
       return rc;
@@ -243,13 +271,15 @@ pd_code dev_tensor_from_components(dev_engine *e, pd_dtype dtype, const dev_shap
   return PD_OK;
 }
 
-pd_code dev_tensor_to_host(dev_tensor *t, const dev_layout *layout, int component, void *data,
-                           size_t capacity, dev_status *st) {
+pd_code dev_tensor_to_host(dev_tensor *t, const dev_layout *layout,
+                           int component, void *data, size_t capacity,
+                           dev_status *st) {
   PD_TRY(dev_tensor_wait(t, st));
   uint64_t bytes;
   PD_TRY(dev_tensor_host_size(t, layout, component, NULL, &bytes, st));
   if (bytes > capacity)
-    return dev_error(st, PD_INVALID_ARGUMENT, "download needs %llu bytes; the buffer holds %zu",
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "download needs %llu bytes; the buffer holds %zu",
                      (unsigned long long)bytes, capacity);
   return dev_tensor_read(t, layout, component, 0, data, (size_t)bytes, st);
 }

@@ -15,20 +15,23 @@ static dev_tensor *run(vjp_ctx *c, const char *op, dev_tensor *const *in, int n,
   if (c->rc != PD_OK) return NULL;
   for (int i = 0; i < n; i++)
     if (!in[i]) {
-      c->rc = dev_error(c->st, PD_INTERNAL, "gradient of %s: %s is missing input %d",
+      c->rc = dev_error(c->st, PD_INTERNAL,
+                        "gradient of %s: %s is missing input %d",
                         c->r->def->name, op, i);
       return NULL;
     }
   if (c->n_temps == VJP_TEMPS) {
-    c->rc = dev_error(c->st, PD_INTERNAL, "gradient of %s: more than %d ops", c->r->def->name,
-                      VJP_TEMPS);
+    c->rc = dev_error(c->st, PD_INTERNAL, "gradient of %s: more than %d ops",
+                      c->r->def->name, VJP_TEMPS);
     return NULL;
   }
   dev_tensor *outs[DEV_MAX_OUTPUTS] = {0};
   int n_out = DEV_MAX_OUTPUTS;
   dev_status s = DEV_STATUS_INIT;
-  if (dev__tape_exec(c->tp, op, in, n, attrs, n_attrs, outs, &n_out, &s) != PD_OK) {
-    c->rc = dev_error(c->st, s.code, "gradient of %s: %s", c->r->def->name, s.msg);
+  if (dev__tape_exec(c->tp, op, in, n, attrs, n_attrs, outs, &n_out, &s) !=
+      PD_OK) {
+    c->rc =
+        dev_error(c->st, s.code, "gradient of %s: %s", c->r->def->name, s.msg);
     return NULL;
   }
   for (int i = 1; i < n_out; i++) dev_tensor_release(outs[i]);
@@ -36,13 +39,13 @@ static dev_tensor *run(vjp_ctx *c, const char *op, dev_tensor *const *in, int n,
   return outs[0];
 }
 
-static dev_tensor *run1(vjp_ctx *c, const char *op, dev_tensor *a, const dev_attr *attrs,
-                        int n_attrs) {
+static dev_tensor *run1(vjp_ctx *c, const char *op, dev_tensor *a,
+                        const dev_attr *attrs, int n_attrs) {
   return run(c, op, &a, 1, attrs, n_attrs);
 }
 
-static dev_tensor *run2(vjp_ctx *c, const char *op, dev_tensor *a, dev_tensor *b,
-                        const dev_attr *attrs, int n_attrs) {
+static dev_tensor *run2(vjp_ctx *c, const char *op, dev_tensor *a,
+                        dev_tensor *b, const dev_attr *attrs, int n_attrs) {
   dev_tensor *in[2] = {a, b};
   return run(c, op, in, 2, attrs, n_attrs);
 }
@@ -71,13 +74,15 @@ static const dev_attr_value *attr(vjp_ctx *c, const char *name) {
   int i = dev_op_attr_index(c->r->def, name);
   if (i >= 0) return &c->r->attrs[i];
   if (c->rc == PD_OK)
-    c->rc = dev_error(c->st, PD_INTERNAL, "gradient of %s: no attribute '%s'", c->r->def->name, name);
+    c->rc = dev_error(c->st, PD_INTERNAL, "gradient of %s: no attribute '%s'",
+                      c->r->def->name, name);
   return &none;
 }
 
 static bool attr_is(const dev_attr_value *v, const char *s) {
   size_t n = strlen(s);
-  return v->type == DEV_ATTR_STRING && v->u.s.len == n && memcmp(v->u.s.ptr, s, n) == 0;
+  return v->type == DEV_ATTR_STRING && v->u.s.len == n &&
+         memcmp(v->u.s.ptr, s, n) == 0;
 }
 
 #define X(j) (c->r->in[j])
@@ -93,13 +98,16 @@ static void vjp_add(vjp_ctx *c) {
 /* d(x-y) = dy, -dy */
 static void vjp_sub(vjp_ctx *c) {
   if (c->need[0]) set_dx(c, 0, unbroadcast(c, DY, X(0)));
-  if (c->need[1]) set_dx(c, 1, unbroadcast(c, run1(c, "Neg", DY, NULL, 0), X(1)));
+  if (c->need[1])
+    set_dx(c, 1, unbroadcast(c, run1(c, "Neg", DY, NULL, 0), X(1)));
 }
 
 /* d(x*y) = dy*y, x*dy */
 static void vjp_mul(vjp_ctx *c) {
-  if (c->need[0]) set_dx(c, 0, unbroadcast(c, run2(c, "Mul", DY, X(1), NULL, 0), X(0)));
-  if (c->need[1]) set_dx(c, 1, unbroadcast(c, run2(c, "Mul", X(0), DY, NULL, 0), X(1)));
+  if (c->need[0])
+    set_dx(c, 0, unbroadcast(c, run2(c, "Mul", DY, X(1), NULL, 0), X(0)));
+  if (c->need[1])
+    set_dx(c, 1, unbroadcast(c, run2(c, "Mul", X(0), DY, NULL, 0), X(1)));
 }
 
 /* d(x/y) = dy/y, -(dy/y) * (x/y) */
@@ -107,21 +115,38 @@ static void vjp_div(vjp_ctx *c) {
   dev_tensor *t = run2(c, "Div", DY, X(1), NULL, 0);
   if (c->need[0]) set_dx(c, 0, unbroadcast(c, t, X(0)));
   if (c->need[1])
-    set_dx(c, 1, unbroadcast(c, run1(c, "Neg", run2(c, "Mul", t, Y, NULL, 0), NULL, 0), X(1)));
+    set_dx(
+        c, 1,
+        unbroadcast(c, run1(c, "Neg", run2(c, "Mul", t, Y, NULL, 0), NULL, 0),
+                    X(1)));
 }
 
 static void vjp_neg(vjp_ctx *c) { set_dx(c, 0, run1(c, "Neg", DY, NULL, 0)); }
 static void vjp_identity(vjp_ctx *c) { set_dx(c, 0, DY); }
 /* d exp(x) = dy * exp(x) */
-static void vjp_exp(vjp_ctx *c) { set_dx(c, 0, run2(c, "Mul", DY, Y, NULL, 0)); }
+static void vjp_exp(vjp_ctx *c) {
+  set_dx(c, 0, run2(c, "Mul", DY, Y, NULL, 0));
+}
 /* d log(x) = dy / x */
-static void vjp_log(vjp_ctx *c) { set_dx(c, 0, run2(c, "Div", DY, X(0), NULL, 0)); }
-static void vjp_sqrt(vjp_ctx *c) { set_dx(c, 0, run2(c, "SqrtGrad", Y, DY, NULL, 0)); }
-static void vjp_rsqrt(vjp_ctx *c) { set_dx(c, 0, run2(c, "RsqrtGrad", Y, DY, NULL, 0)); }
-static void vjp_tanh(vjp_ctx *c) { set_dx(c, 0, run2(c, "TanhGrad", Y, DY, NULL, 0)); }
-static void vjp_sigmoid(vjp_ctx *c) { set_dx(c, 0, run2(c, "SigmoidGrad", Y, DY, NULL, 0)); }
+static void vjp_log(vjp_ctx *c) {
+  set_dx(c, 0, run2(c, "Div", DY, X(0), NULL, 0));
+}
+static void vjp_sqrt(vjp_ctx *c) {
+  set_dx(c, 0, run2(c, "SqrtGrad", Y, DY, NULL, 0));
+}
+static void vjp_rsqrt(vjp_ctx *c) {
+  set_dx(c, 0, run2(c, "RsqrtGrad", Y, DY, NULL, 0));
+}
+static void vjp_tanh(vjp_ctx *c) {
+  set_dx(c, 0, run2(c, "TanhGrad", Y, DY, NULL, 0));
+}
+static void vjp_sigmoid(vjp_ctx *c) {
+  set_dx(c, 0, run2(c, "SigmoidGrad", Y, DY, NULL, 0));
+}
 /* As TensorFlow, from the output: y > 0 exactly where x > 0. */
-static void vjp_relu(vjp_ctx *c) { set_dx(c, 0, run2(c, "ReluGrad", DY, Y, NULL, 0)); }
+static void vjp_relu(vjp_ctx *c) {
+  set_dx(c, 0, run2(c, "ReluGrad", DY, Y, NULL, 0));
+}
 
 /* d x^2 = dy * 2x */
 static void vjp_square(vjp_ctx *c) {
@@ -141,12 +166,15 @@ static void vjp_pow(vjp_ctx *c) {
   }
   if (c->need[1]) {
     dev_attr cast = dev_attr_dtype("DstT", dt);
-    dev_tensor *m = run1(c, "Cast", run2(c, "Greater", x, scalar(c, 0.0, dt), NULL, 0), &cast, 1);
+    dev_tensor *m =
+        run1(c, "Cast", run2(c, "Greater", x, scalar(c, 0.0, dt), NULL, 0),
+             &cast, 1);
     /* x where x > 0, else 1: its log is log(x) or 0. */
-    dev_tensor *xs = run2(c, "Add", run2(c, "Mul", x, m, NULL, 0),
-                          run2(c, "Sub", scalar(c, 1.0, dt), m, NULL, 0), NULL, 0);
-    dev_tensor *t = run2(c, "Mul", run2(c, "Mul", DY, Y, NULL, 0), run1(c, "Log", xs, NULL, 0),
-                         NULL, 0);
+    dev_tensor *xs =
+        run2(c, "Add", run2(c, "Mul", x, m, NULL, 0),
+             run2(c, "Sub", scalar(c, 1.0, dt), m, NULL, 0), NULL, 0);
+    dev_tensor *t = run2(c, "Mul", run2(c, "Mul", DY, Y, NULL, 0),
+                         run1(c, "Log", xs, NULL, 0), NULL, 0);
     set_dx(c, 1, unbroadcast(c, t, y));
   }
 }
@@ -155,16 +183,19 @@ static void vjp_pow(vjp_ctx *c) {
  * go to x (TensorFlow: x >= y for Maximum, x <= y for Minimum). */
 static void vjp_select(vjp_ctx *c, const char *y_wins) {
   dev_attr cast = dev_attr_dtype("DstT", Y->dtype);
-  dev_tensor *m = run1(c, "Cast", run2(c, y_wins, X(0), X(1), NULL, 0), &cast, 1);
+  dev_tensor *m =
+      run1(c, "Cast", run2(c, y_wins, X(0), X(1), NULL, 0), &cast, 1);
   dev_tensor *gy = run2(c, "Mul", DY, m, NULL, 0);
-  if (c->need[0]) set_dx(c, 0, unbroadcast(c, run2(c, "Sub", DY, gy, NULL, 0), X(0)));
+  if (c->need[0])
+    set_dx(c, 0, unbroadcast(c, run2(c, "Sub", DY, gy, NULL, 0), X(0)));
   if (c->need[1]) set_dx(c, 1, unbroadcast(c, gy, X(1)));
 }
 static void vjp_maximum(vjp_ctx *c) { vjp_select(c, "Less"); }
 static void vjp_minimum(vjp_ctx *c) { vjp_select(c, "Greater"); }
 
-static dev_tensor *mm(vjp_ctx *c, const char *op, const char *na, const char *nb, dev_tensor *a,
-                      dev_tensor *b, bool ta, bool tb) {
+static dev_tensor *mm(vjp_ctx *c, const char *op, const char *na,
+                      const char *nb, dev_tensor *a, dev_tensor *b, bool ta,
+                      bool tb) {
   dev_attr at[2] = {dev_attr_bool(na, ta), dev_attr_bool(nb, tb)};
   return run2(c, op, a, b, at, 2);
 }
@@ -172,29 +203,41 @@ static dev_tensor *mm(vjp_ctx *c, const char *op, const char *na, const char *nb
 /* MatMul and BatchMatMul (TensorFlow's _MatMulGrad, _BatchMatMulV2): for
  * out = op(a) op(b), each of the four transpose cases; BatchMatMul then sums
  * over the batch axes that were broadcast. */
-static void vjp_matmul_common(vjp_ctx *c, const char *op, const char *na, const char *nb,
-                              bool batch) {
+static void vjp_matmul_common(vjp_ctx *c, const char *op, const char *na,
+                              const char *nb, bool batch) {
   bool ta = attr(c, na)->u.b, tb = attr(c, nb)->u.b;
   dev_tensor *a = X(0), *b = X(1), *g = DY;
   if (c->need[0]) {
     dev_tensor *da;
-    if (!ta && !tb) da = mm(c, op, na, nb, g, b, false, true);
-    else if (!ta) da = mm(c, op, na, nb, g, b, false, false);
-    else if (!tb) da = mm(c, op, na, nb, b, g, false, true);
-    else da = mm(c, op, na, nb, b, g, true, true);
+    if (!ta && !tb)
+      da = mm(c, op, na, nb, g, b, false, true);
+    else if (!ta)
+      da = mm(c, op, na, nb, g, b, false, false);
+    else if (!tb)
+      da = mm(c, op, na, nb, b, g, false, true);
+    else
+      da = mm(c, op, na, nb, b, g, true, true);
     set_dx(c, 0, batch ? unbroadcast(c, da, a) : da);
   }
   if (c->need[1]) {
     dev_tensor *db;
-    if (!ta && !tb) db = mm(c, op, na, nb, a, g, true, false);
-    else if (!ta) db = mm(c, op, na, nb, g, a, true, false);
-    else if (!tb) db = mm(c, op, na, nb, a, g, false, false);
-    else db = mm(c, op, na, nb, g, a, true, true);
+    if (!ta && !tb)
+      db = mm(c, op, na, nb, a, g, true, false);
+    else if (!ta)
+      db = mm(c, op, na, nb, g, a, true, false);
+    else if (!tb)
+      db = mm(c, op, na, nb, a, g, false, false);
+    else
+      db = mm(c, op, na, nb, g, a, true, true);
     set_dx(c, 1, batch ? unbroadcast(c, db, b) : db);
   }
 }
-static void vjp_matmul(vjp_ctx *c) { vjp_matmul_common(c, "MatMul", "transpose_a", "transpose_b", false); }
-static void vjp_batch_matmul(vjp_ctx *c) { vjp_matmul_common(c, "BatchMatMul", "adj_x", "adj_y", true); }
+static void vjp_matmul(vjp_ctx *c) {
+  vjp_matmul_common(c, "MatMul", "transpose_a", "transpose_b", false);
+}
+static void vjp_batch_matmul(vjp_ctx *c) {
+  vjp_matmul_common(c, "BatchMatMul", "adj_x", "adj_y", true);
+}
 
 /* BiasAdd: value gets dy, bias gets dy summed over every axis but the
  * channel axis (TensorFlow's BiasAddGrad). */
@@ -217,14 +260,17 @@ static void vjp_bias_add(vjp_ctx *c) {
 static void vjp_reduce(vjp_ctx *c, bool mean) {
   const dev_attr_value *axis = attr(c, "axis");
   bool keep = attr(c, "keep_dims")->u.b;
-  dev_attr a[2] = {dev_attr_int_list("axis", axis->u.ilist.v, keep ? 0 : axis->u.ilist.n),
-                   dev_attr_bool("mean", mean)};
+  dev_attr a[2] = {
+      dev_attr_int_list("axis", axis->u.ilist.v, keep ? 0 : axis->u.ilist.n),
+      dev_attr_bool("mean", mean)};
   set_dx(c, 0, run2(c, "BroadcastToLike", DY, X(0), a, 2));
 }
 static void vjp_sum(vjp_ctx *c) { vjp_reduce(c, false); }
 static void vjp_mean(vjp_ctx *c) { vjp_reduce(c, true); }
 
-static void vjp_reshape(vjp_ctx *c) { set_dx(c, 0, run2(c, "ReshapeLike", DY, X(0), NULL, 0)); }
+static void vjp_reshape(vjp_ctx *c) {
+  set_dx(c, 0, run2(c, "ReshapeLike", DY, X(0), NULL, 0));
+}
 
 /* Transpose: dy transposed by the inverse permutation. */
 static void vjp_transpose(vjp_ctx *c) {
@@ -251,7 +297,8 @@ static void vjp_concat(vjp_ctx *c) {
       for (int k = 0; k <= j; k++) in[cnt++] = X(k);
     else
       for (int k = j; k < n; k++) in[cnt++] = X(k);
-    dev_attr a[2] = {dev_attr_int("axis", axis), dev_attr_bool("from_end", from_end)};
+    dev_attr a[2] = {dev_attr_int("axis", axis),
+                     dev_attr_bool("from_end", from_end)};
     set_dx(c, j, run(c, "ConcatGrad", in, cnt, a, 2));
   }
 }
@@ -284,7 +331,8 @@ static void vjp_cast(vjp_ctx *c) {
 /* y = softmax(x) over the last axis: dx = (dy - sum(dy*y)) * y. */
 static dev_tensor *softmax_vjp(vjp_ctx *c, dev_tensor *dy, dev_tensor *y) {
   int64_t last = -1;
-  dev_attr a[2] = {dev_attr_int_list("axis", &last, 1), dev_attr_bool("keep_dims", true)};
+  dev_attr a[2] = {dev_attr_int_list("axis", &last, 1),
+                   dev_attr_bool("keep_dims", true)};
   dev_tensor *s = run1(c, "Sum", run2(c, "Mul", dy, y, NULL, 0), a, 2);
   return run2(c, "Mul", run2(c, "Sub", dy, s, NULL, 0), y, NULL, 0);
 }
@@ -293,9 +341,12 @@ static void vjp_softmax(vjp_ctx *c) { set_dx(c, 0, softmax_vjp(c, DY, Y)); }
 /* y = logsoftmax(x): dx = dy - exp(y) * sum(dy). */
 static void vjp_log_softmax(vjp_ctx *c) {
   int64_t last = -1;
-  dev_attr a[2] = {dev_attr_int_list("axis", &last, 1), dev_attr_bool("keep_dims", true)};
+  dev_attr a[2] = {dev_attr_int_list("axis", &last, 1),
+                   dev_attr_bool("keep_dims", true)};
   dev_tensor *s = run1(c, "Sum", DY, a, 2);
-  set_dx(c, 0, run2(c, "Sub", DY, run2(c, "Mul", run1(c, "Exp", Y, NULL, 0), s, NULL, 0), NULL, 0));
+  set_dx(c, 0,
+         run2(c, "Sub", DY,
+              run2(c, "Mul", run1(c, "Exp", Y, NULL, 0), s, NULL, 0), NULL, 0));
 }
 
 /* SparseSoftmaxCrossEntropyWithLogits (TensorFlow's
@@ -308,7 +359,8 @@ static void vjp_sparse_xent(vjp_ctx *c) {
   if (c->dy[0]) {
     int64_t shape[2] = {-1, 1};
     dev_attr a = dev_attr_int_list("shape", shape, 2);
-    g = run2(c, "Mul", run1(c, "Reshape", c->dy[0], &a, 1), c->r->out[1], NULL, 0);
+    g = run2(c, "Mul", run1(c, "Reshape", c->dy[0], &a, 1), c->r->out[1], NULL,
+             0);
   }
   if (c->dy[1]) {
     dev_tensor *h = softmax_vjp(c, c->dy[1], run1(c, "Softmax", X(0), NULL, 0));
@@ -323,13 +375,16 @@ static void vjp_all_reduce(vjp_ctx *c) {
   const dev_attr_value *red = attr(c, "reduction");
   if (c->rc != PD_OK) return;
   if (!attr_is(red, "sum") && !attr_is(red, "mean")) {
-    c->rc = dev_error(c->st, PD_INVALID_ARGUMENT,
-                      "AllReduce with reduction '%.*s' has no gradient, but the target depends on "
-                      "a source through it; expected reduction sum or mean on the path",
-                      (int)(red->u.s.len > 16 ? 16 : red->u.s.len), red->u.s.ptr);
+    c->rc = dev_error(
+        c->st, PD_INVALID_ARGUMENT,
+        "AllReduce with reduction '%.*s' has no gradient, but the target "
+        "depends on "
+        "a source through it; expected reduction sum or mean on the path",
+        (int)(red->u.s.len > 16 ? 16 : red->u.s.len), red->u.s.ptr);
     return;
   }
-  dev_attr a = dev_attr_string("reduction", attr_is(red, "sum") ? "sum" : "mean");
+  dev_attr a =
+      dev_attr_string("reduction", attr_is(red, "sum") ? "sum" : "mean");
   set_dx(c, 0, run1(c, "AllReduce", DY, &a, 1));
 }
 
@@ -380,4 +435,3 @@ vjp_fn dev__vjp_for(const dev_op_def *def) {
 #undef X
 #undef Y
 #undef DY
-

@@ -23,7 +23,8 @@ static int grow(digits_set *s, int *cap) {
 int digits_load(const char *path, digits_set *out, char *err, size_t errlen) {
   gzFile f = gzopen(path, "rb");
   if (!f) {
-    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno ? errno : ENOENT));
+    snprintf(err, errlen, "%s: cannot open: %s", path,
+             strerror(errno ? errno : ENOENT));
     return -1;
   }
   digits_set s = {0, NULL, NULL};
@@ -32,7 +33,8 @@ int digits_load(const char *path, digits_set *out, char *err, size_t errlen) {
   while (gzgets(f, buf, sizeof buf)) {
     line++;
     if (!strchr(buf, '\n') && !gzeof(f)) {
-      snprintf(err, errlen, "%s:%d: line longer than %zu bytes", path, line, sizeof buf - 1);
+      snprintf(err, errlen, "%s:%d: line longer than %zu bytes", path, line,
+               sizeof buf - 1);
       goto fail;
     }
     if (buf[0] == '\n' || buf[0] == '\0') continue;
@@ -47,17 +49,23 @@ int digits_load(const char *path, digits_set *out, char *err, size_t errlen) {
       long v = strtol(p, &end, 10);
       long hi = k < DIGITS_FEATURES ? 16 : 9;
       if (end == p || errno || v < 0 || v > hi) {
-        snprintf(err, errlen, "%s:%d: field %d: expected an integer 0..%ld", path, line, k + 1, hi);
+        snprintf(err, errlen, "%s:%d: field %d: expected an integer 0..%ld",
+                 path, line, k + 1, hi);
         goto fail;
       }
       char want = k < DIGITS_FEATURES ? ',' : '\n';
-      if (*end != want && !(k == DIGITS_FEATURES && (*end == '\0' || *end == '\r'))) {
-        snprintf(err, errlen, "%s:%d: expected %d comma-separated fields (64 pixels and a label)",
-                 path, line, DIGITS_FEATURES + 1);
+      if (*end != want &&
+          !(k == DIGITS_FEATURES && (*end == '\0' || *end == '\r'))) {
+        snprintf(
+            err, errlen,
+            "%s:%d: expected %d comma-separated fields (64 pixels and a label)",
+            path, line, DIGITS_FEATURES + 1);
         goto fail;
       }
-      if (k < DIGITS_FEATURES) s.x[(size_t)s.n * DIGITS_FEATURES + (size_t)k] = (float)v / 16.0f;
-      else s.y[s.n] = (int32_t)v;
+      if (k < DIGITS_FEATURES)
+        s.x[(size_t)s.n * DIGITS_FEATURES + (size_t)k] = (float)v / 16.0f;
+      else
+        s.y[s.n] = (int32_t)v;
       p = end + 1;
     }
     s.n++;
@@ -103,7 +111,8 @@ int digits_split(const digits_set *all, double test_fraction, uint64_t seed,
   int sizes[2] = {n - n_test, n_test};
   for (int p = 0; p < 2; p++) {
     parts[p].n = sizes[p];
-    parts[p].x = malloc(sizeof(float) * (size_t)(sizes[p] ? sizes[p] : 1) * DIGITS_FEATURES);
+    parts[p].x = malloc(sizeof(float) * (size_t)(sizes[p] ? sizes[p] : 1) *
+                        DIGITS_FEATURES);
     parts[p].y = malloc(sizeof(int32_t) * (size_t)(sizes[p] ? sizes[p] : 1));
   }
   if (!parts[0].x || !parts[0].y || !parts[1].x || !parts[1].y) {
@@ -115,7 +124,8 @@ int digits_split(const digits_set *all, double test_fraction, uint64_t seed,
     int src = perm[i];
     digits_set *d = i < n_test ? &parts[1] : &parts[0];
     int row = i < n_test ? i : i - n_test;
-    memcpy(d->x + (size_t)row * DIGITS_FEATURES, all->x + (size_t)src * DIGITS_FEATURES,
+    memcpy(d->x + (size_t)row * DIGITS_FEATURES,
+           all->x + (size_t)src * DIGITS_FEATURES,
            sizeof(float) * DIGITS_FEATURES);
     d->y[row] = all->y[src];
   }

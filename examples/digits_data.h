@@ -11,9 +11,9 @@
 #define DIGITS_CLASSES 10
 
 typedef struct digits_set {
-  int n;            /* rows */
-  float *x;         /* [n, 64], scaled to [0, 1] (pixel counts / 16) */
-  int32_t *y;       /* [n], labels 0..9 */
+  int n;      /* rows */
+  float *x;   /* [n, 64], scaled to [0, 1] (pixel counts / 16) */
+  int32_t *y; /* [n], labels 0..9 */
 } digits_set;
 
 /* Reads a gzip'd (or plain) CSV of rows of 64 integers in 0..16 and a label

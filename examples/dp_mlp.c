@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NW 4 /* weights: W1 [in, hidden], b1 [hidden], W2 [hidden, classes], b2 */
+#define NW                                                                     \
+  4 /* weights: W1 [in, hidden], b1 [hidden], W2 [hidden, classes], b2 */
 
 /* The client runs ahead of the devices by at most 2 * SYNC_EVERY steps:
  * every SYNC_EVERY steps it waits until the step SYNC_EVERY back has been
@@ -23,16 +24,16 @@ struct dp_mlp {
   pd_stream *t;
   dp_mlp_config cfg;
   int ndev;
-  pd_attrs *a;          /* scratch attributes of the op being queued */
-  uint64_t w[NW];       /* the weights (mirrored) */
-  uint64_t m1[NW];      /* Adam's first moment, or SGD's velocity */
-  uint64_t m2[NW];      /* Adam's second moment */
+  pd_attrs *a;     /* scratch attributes of the op being queued */
+  uint64_t w[NW];  /* the weights (mirrored) */
+  uint64_t m1[NW]; /* Adam's first moment, or SGD's velocity */
+  uint64_t m2[NW]; /* Adam's second moment */
   uint64_t c_b1, c_1mb1, c_b2, c_1mb2, c_eps, c_mu, c_lr; /* scalars */
   uint64_t acc_loss, acc_correct; /* per device, since the last epoch end */
   long steps;
   uint64_t mark;       /* a step's loss, kept to wait on (0: none) */
   uint64_t mark_index; /* the stream item that computes it */
-  uint64_t *tmp; /* handles to delete at the end of the step */
+  uint64_t *tmp;       /* handles to delete at the end of the step */
   int ntmp, captmp;
   pd_status *err; /* the first failure while queueing (sticky) */
 };
@@ -203,7 +204,8 @@ dp_mlp *dp_mlp_new(pd_session *s, const dp_mlp_config *cfg, pd_status *st) {
       m->w[i] = fill(m, shapes[i], 1, 0.0);
     }
     m->m1[i] = fill(m, shapes[i], ranks[i], 0.0);
-    if (cfg->optimizer == DP_MLP_ADAM) m->m2[i] = fill(m, shapes[i], ranks[i], 0.0);
+    if (cfg->optimizer == DP_MLP_ADAM)
+      m->m2[i] = fill(m, shapes[i], ranks[i], 0.0);
   }
   m->c_b1 = scalar(m, kBeta1);
   m->c_1mb1 = scalar(m, 1 - kBeta1);
@@ -293,13 +295,14 @@ pd_code dp_mlp_step(dp_mlp *m, const float *x, const int32_t *y, int rows,
 
   /* Running loss and accuracy, on the devices. */
   replace(m, &m->acc_loss, op2(m, "Add", m->acc_loss, loss_sum));
-  replace(m, &m->acc_correct, op2(m, "Add", m->acc_correct, count_correct(m, logits, yid)));
+  replace(m, &m->acc_correct,
+          op2(m, "Add", m->acc_correct, count_correct(m, logits, yid)));
 
   /* The same update on every device, from the same averaged gradients. */
   if (m->cfg.optimizer == DP_MLP_ADAM) {
     double t = (double)m->steps;
-    uint64_t lr_t = scalar(m, m->cfg.lr * sqrt(1 - pow(kBeta2, t)) /
-                                  (1 - pow(kBeta1, t)));
+    uint64_t lr_t =
+        scalar(m, m->cfg.lr * sqrt(1 - pow(kBeta2, t)) / (1 - pow(kBeta1, t)));
     keep_tmp(m, lr_t);
     for (int i = 0; i < NW; i++) {
       uint64_t m1 = op2(m, "Add", t2(m, "Mul", m->m1[i], m->c_b1),

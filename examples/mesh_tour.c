@@ -15,13 +15,14 @@
 
 #include "device.h"
 
-static dev_tensor *run1(dev_engine *e, const char *op, dev_tensor **in, int n_in,
-                        const dev_attr *attrs, int n_attrs) {
+static dev_tensor *run1(dev_engine *e, const char *op, dev_tensor **in,
+                        int n_in, const dev_attr *attrs, int n_attrs) {
   dev_tensor *out[DEV_MAX_OUTPUTS];
   int n_out = DEV_MAX_OUTPUTS;
   dev_status st = DEV_STATUS_INIT;
   if (dev_execute(e, op, in, n_in, attrs, n_attrs, out, &n_out, &st) != PD_OK) {
-    fprintf(stderr, "mesh_tour: %s: %s: %s\n", op, pd_code_name(st.code), st.msg);
+    fprintf(stderr, "mesh_tour: %s: %s: %s\n", op, pd_code_name(st.code),
+            st.msg);
     exit(1);
   }
   for (int i = 1; i < n_out; i++) dev_tensor_release(out[i]);
@@ -31,7 +32,8 @@ static dev_tensor *run1(dev_engine *e, const char *op, dev_tensor **in, int n_in
 int main(int argc, char **argv) {
   int n = 4;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--devices") && i + 1 < argc) n = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--devices") && i + 1 < argc)
+      n = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: mesh_tour [--devices N]\n");
       return 2;
@@ -53,10 +55,13 @@ int main(int argc, char **argv) {
   for (int i = 0; i < B * F; i++) x[i] = (float)((i * 7) % 11) / 4.0f - 1.0f;
   for (int i = 0; i < F * O; i++) w[i] = (float)(i + 1) / 8.0f;
   dev_shape xs = {2, {B, F}}, ws = {2, {F, O}};
-  dev_layout sharded = {DEV_LAYOUT_SHARDED, 0, 0}, mirrored = {DEV_LAYOUT_MIRRORED, 0, 0};
+  dev_layout sharded = {DEV_LAYOUT_SHARDED, 0, 0},
+             mirrored = {DEV_LAYOUT_MIRRORED, 0, 0};
   dev_tensor *tx, *tw;
-  if (dev_tensor_from_host(e, PD_FLOAT32, &sharded, &xs, x, &tx, &st) != PD_OK ||
-      dev_tensor_from_host(e, PD_FLOAT32, &mirrored, &ws, w, &tw, &st) != PD_OK) {
+  if (dev_tensor_from_host(e, PD_FLOAT32, &sharded, &xs, x, &tx, &st) !=
+          PD_OK ||
+      dev_tensor_from_host(e, PD_FLOAT32, &mirrored, &ws, w, &tw, &st) !=
+          PD_OK) {
     fprintf(stderr, "mesh_tour: upload: %s\n", st.msg);
     return 1;
   }
@@ -83,7 +88,8 @@ int main(int argc, char **argv) {
     for (int r = row; r < row + rows; r++)
       for (int o = 0; o < O; o++) {
         double acc = 0;
-        for (int f = 0; f < F; f++) acc += (double)x[r * F + f] * (double)w[f * O + o];
+        for (int f = 0; f < F; f++)
+          acc += (double)x[r * F + f] * (double)w[f * O + o];
         want[o] += acc / n;
       }
     row += rows;
@@ -93,20 +99,27 @@ int main(int argc, char **argv) {
     int32_t dev_id;
     dev_layout comp = {DEV_LAYOUT_COMPONENT, 0, d};
     if (dev_tensor_to_host(g, &comp, 0, got, sizeof got, &st) != PD_OK ||
-        dev_tensor_to_host(id, &comp, 0, &dev_id, sizeof dev_id, &st) != PD_OK) {
+        dev_tensor_to_host(id, &comp, 0, &dev_id, sizeof dev_id, &st) !=
+            PD_OK) {
       fprintf(stderr, "mesh_tour: download: %s\n", st.msg);
       return 1;
     }
     int ok = dev_id == d;
-    for (int o = 0; o < O; o++) ok &= fabs(got[o] - want[o]) <= 1e-5 * (1 + fabs(want[o]));
-    printf("device %d (DeviceId %d): mean of per-device column sums = [%.6f, %.6f]  %s\n", d,
-           dev_id, got[0], got[1], ok ? "ok" : "MISMATCH");
+    for (int o = 0; o < O; o++)
+      ok &= fabs(got[o] - want[o]) <= 1e-5 * (1 + fabs(want[o]));
+    printf(
+        "device %d (DeviceId %d): mean of per-device column sums = [%.6f, "
+        "%.6f]  %s\n",
+        d, dev_id, got[0], got[1], ok ? "ok" : "MISMATCH");
     failures += !ok;
   }
-  printf("host float64 reference:                            [%.6f, %.6f]\n", want[0], want[1]);
+  printf("host float64 reference:                            [%.6f, %.6f]\n",
+         want[0], want[1]);
   dev_tensor *ts[] = {tx, tw, y, s, g, id};
-  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) dev_tensor_release(ts[i]);
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    dev_tensor_release(ts[i]);
   dev_engine_destroy(e);
-  printf(failures ? "mesh_tour: FAILED\n" : "mesh_tour: every device agrees with the reference\n");
+  printf(failures ? "mesh_tour: FAILED\n"
+                  : "mesh_tour: every device agrees with the reference\n");
   return failures ? 1 : 0;
 }

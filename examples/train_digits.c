@@ -48,7 +48,8 @@ static const char usage[] =
     "  --batch N         rows per step, split across the mesh (default 32)\n"
     "  --lr X            learning rate (default 0.003 for adam, 0.05 for sgd)\n"
     "  --optimizer NAME  adam (default) or sgd (momentum 0.9)\n"
-    "  --seed N          seeds the split, the weights, the shuffles (default 42)\n"
+    "  --seed N          seeds the split, the weights, the shuffles (default "
+    "42)\n"
     "  --plot FILE.png   draw loss and accuracy per epoch with gnuplot\n"
     "  --data PATH       the data set (default: the copy in the source tree)\n"
     "  --min-accuracy P  exit 1 when the test accuracy is below P percent\n"
@@ -73,7 +74,8 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad_usage(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 static int bad_usage(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -95,8 +97,16 @@ static bool parse_int(const char *s, long lo, long hi, int *out) {
 
 static int parse_args(int argc, char **argv, opts *o) {
   const char *env = getenv("PARADEV_TARGET");
-  *o = (opts){env && *env ? env : "127.0.0.1:7478", 10, 32, 0, DP_MLP_ADAM, 42,
-              NULL, DIGITS_DEFAULT_PATH, -1, false};
+  *o = (opts){env && *env ? env : "127.0.0.1:7478",
+              10,
+              32,
+              0,
+              DP_MLP_ADAM,
+              42,
+              NULL,
+              DIGITS_DEFAULT_PATH,
+              -1,
+              false};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -177,7 +187,8 @@ static double busy_total(pd_client *c, int *ndev) {
   if (!info) return -1;
   double sum = 0;
   int n = pd_server_info_num_devices(info);
-  for (int i = 0; i < n; i++) sum += pd_server_info_device(info, i)->busy_seconds;
+  for (int i = 0; i < n; i++)
+    sum += pd_server_info_device(info, i)->busy_seconds;
   pd_server_info_delete(info);
   if (ndev) *ndev = n;
   return sum;
@@ -196,7 +207,8 @@ static int plot(const char *png, const double *loss, const double *acc,
   }
   char dir[] = "/tmp/train-digits-XXXXXX";
   if (!mkdtemp(dir)) {
-    fprintf(stderr, "train_digits: mkdtemp: %s; no plot written\n", strerror(errno));
+    fprintf(stderr, "train_digits: mkdtemp: %s; no plot written\n",
+            strerror(errno));
     return -1;
   }
   char dat[64], gp[64];
@@ -236,14 +248,17 @@ static int plot(const char *png, const double *loss, const double *acc,
             "%sset xrange [0.5:%d.5]\n"
             "set yrange [0:*]\nset y2range [*:100]\n"
             "plot '%s' using 1:2 axes x1y1 with linespoints title 'loss', \\\n"
-            "     '%s' using 1:3 axes x1y2 with linespoints title 'train accuracy'\n",
-            100 * test_acc, epochs <= 20 ? "set xtics 1\n" : "", epochs, dat, dat);
+            "     '%s' using 1:3 axes x1y2 with linespoints title 'train "
+            "accuracy'\n",
+            100 * test_acc, epochs <= 20 ? "set xtics 1\n" : "", epochs, dat,
+            dat);
     fclose(g);
     g = NULL;
     char cmd[160];
     snprintf(cmd, sizeof cmd, "gnuplot %s", gp);
     rc = system(cmd) == 0 ? 0 : -1;
-    if (rc != 0) fprintf(stderr, "train_digits: gnuplot failed; no plot written\n");
+    if (rc != 0)
+      fprintf(stderr, "train_digits: gnuplot failed; no plot written\n");
   } else {
     fprintf(stderr, "train_digits: cannot write in %s; no plot written\n", dir);
   }
@@ -293,13 +308,14 @@ int main(int argc, char **argv) {
   if (!(s = pd_session_new(c, &so, NULL, st))) goto fail;
   int ndev = pd_session_num_devices(s);
   const char *opt_name = o.optimizer == DP_MLP_ADAM ? "adam" : "sgd";
-  printf("train_digits: %d train / %d test images, MLP 64-128-10, batch %d "
-         "sharded over %d device%s of %s, %s lr %g, %d epochs\n",
-         train.n, test.n, o.batch, ndev, ndev == 1 ? "" : "s", o.target,
-         opt_name, o.lr, o.epochs);
+  printf(
+      "train_digits: %d train / %d test images, MLP 64-128-10, batch %d "
+      "sharded over %d device%s of %s, %s lr %g, %d epochs\n",
+      train.n, test.n, o.batch, ndev, ndev == 1 ? "" : "s", o.target, opt_name,
+      o.lr, o.epochs);
 
-  dp_mlp_config mc = {DIGITS_FEATURES, 128, DIGITS_CLASSES, o.optimizer, o.lr,
-                      o.seed};
+  dp_mlp_config mc = {DIGITS_FEATURES, 128,  DIGITS_CLASSES,
+                      o.optimizer,     o.lr, o.seed};
   if (!(m = dp_mlp_new(s, &mc, st))) goto fail;
   for (int i = 0; i < train.n; i++) order[i] = i;
   uint64_t rng = o.seed * 0x9E3779B97F4A7C15ull + 1;
@@ -353,9 +369,10 @@ int main(int argc, char **argv) {
     printf("weights DIFFER between devices\n");
   if (busy0 >= 0 && busy1 >= 0 && t_train > 0) {
     double share = (busy1 - busy0) / ndev / t_train;
-    printf("%ld steps in %.2f s: the devices were busy %.0f%% of the time "
-           "(the daemon's timers), the rest went to RPC and queueing\n",
-           dp_mlp_steps(m), t_train, 100 * share);
+    printf(
+        "%ld steps in %.2f s: the devices were busy %.0f%% of the time "
+        "(the daemon's timers), the rest went to RPC and queueing\n",
+        dp_mlp_steps(m), t_train, 100 * share);
   }
   if (o.plot && plot(o.plot, loss_curve, acc_curve, o.epochs, test_acc) == 0)
     printf("plot written to %s\n", o.plot);

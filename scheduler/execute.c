@@ -23,7 +23,7 @@ typedef struct sched_exec {
   sched_pending *pend; /* every output, in order */
   int npend;
   uint64_t new_bytes;
-  sched_qop *chain;    /* the n queue entries, once allocated */
+  sched_qop *chain; /* the n queue entries, once allocated */
   /* A call of one op (every streamed op) needs no allocation. */
   dev_op *prepared1[1];
   sched_pending pend1[DEV_MAX_OUTPUTS];
@@ -190,10 +190,11 @@ static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
   pthread_mutex_unlock(&s->qmu);
   int max_queued = SCHED_LIM(s, max_queued);
   if (ql + x->n > max_queued)
-    return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                     "the session has %d ops queued; with %d more it would pass "
-                     "the limit max_queued_ops = %d (Sync, or send fewer at once)",
-                     ql, x->n, max_queued);
+    return dev_error(
+        st, PD_RESOURCE_EXHAUSTED,
+        "the session has %d ops queued; with %d more it would pass "
+        "the limit max_queued_ops = %d (Sync, or send fewer at once)",
+        ql, x->n, max_queued);
   return PD_OK;
 }
 

@@ -42,7 +42,8 @@ static pd_code sched_check_delete_locked(sched_session *ss, const uint64_t *ids,
                                          int n, dev_status *st) {
   if (ss->closed) return sched_closed_error(st);
   for (int i = 0; i < n; i++) {
-    if (!sched_htab_find(&ss->handles, ids[i])) return sched_not_found(ids[i], st);
+    if (!sched_htab_find(&ss->handles, ids[i]))
+      return sched_not_found(ids[i], st);
     for (int j = 0; j < i; j++)
       if (ids[j] == ids[i])
         return dev_error(st, PD_INVALID_ARGUMENT,
@@ -83,7 +84,8 @@ pd_code sched_check_room_locked(sched_session *ss, int extra_handles,
                      "the session would hold %zu handles; the limit "
                      "max_handles_per_session is %d (delete some)",
                      ss->handles.live + (size_t)extra_handles, max_handles);
-  if (ss->quota && (extra_bytes > ss->quota || ss->bytes > ss->quota - extra_bytes))
+  if (ss->quota &&
+      (extra_bytes > ss->quota || ss->bytes > ss->quota - extra_bytes))
     return dev_error(st, PD_RESOURCE_EXHAUSTED,
                      "session memory quota exceeded: %llu bytes held + %llu "
                      "new > quota %llu bytes",

@@ -36,8 +36,8 @@ pd_code sched_session_attach(sched_session *ss, int key, void *state,
                   (unsigned long long)ss->seq);
   else if (ss->attached[key])
     c = dev_error(st, PD_ALREADY_EXISTS,
-                  "observer %d already has state attached to session %llu",
-                  key, (unsigned long long)ss->seq);
+                  "observer %d already has state attached to session %llu", key,
+                  (unsigned long long)ss->seq);
   else
     ss->attached[key] = state;
   pthread_mutex_unlock(&ss->mu);
@@ -52,8 +52,8 @@ void *sched_session_attached(sched_session *ss, int key) {
   return state;
 }
 
-void sched_notify_end(sched_session *ss, sched_end_reason why,
-                      uint64_t handles, void *const *states) {
+void sched_notify_end(sched_session *ss, sched_end_reason why, uint64_t handles,
+                      void *const *states) {
   sched *s = ss->owner;
   sched_end_info info = {ss->seq, ss->client, ss->job, why, handles};
   for (int k = 0; k < s->num_observers; k++)

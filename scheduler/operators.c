@@ -94,10 +94,10 @@ static pd_code sched_take_victims_locked(sched *s, const sched_kill_target *t,
   return PD_OK;
 }
 
-pd_code sched_kill(sched *s, const sched_kill_target *t,
-                   sched_kill_result *out, dev_status *st) {
-  int given = (t->token != NULL || t->token_len != 0) +
-              (t->job != NULL) + (t->seq != 0);
+pd_code sched_kill(sched *s, const sched_kill_target *t, sched_kill_result *out,
+                   dev_status *st) {
+  int given = (t->token != NULL || t->token_len != 0) + (t->job != NULL) +
+              (t->seq != 0);
   if (given != 1)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "name exactly one of: a session token, a job id, a "

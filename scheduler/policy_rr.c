@@ -29,7 +29,7 @@ sched_session *sched_policy_pick(sched_policy_queue *q, int *budget) {
 
 void sched_policy_charge(sched_policy_queue *q, sched_session *ss, int ops,
                          bool more) {
-  (void)ops; /* every turn costs the same here */
+  (void)ops;                     /* every turn costs the same here */
   if (more) rr_push_back(q, ss); /* back of the line: others get their turn */
 }
 

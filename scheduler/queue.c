@@ -100,7 +100,8 @@ void sched_drop_queue(sched_session *ss, const char *why) {
 }
 
 int sched_cancel(sched_session *ss, uint64_t tag) {
-  return sched_drop(ss, false, tag, "the call that queued the op was cancelled");
+  return sched_drop(ss, false, tag,
+                    "the call that queued the op was cancelled");
 }
 
 uint64_t sched_new_tag(sched *s) { return atomic_fetch_add(&s->next_tag, 1); }

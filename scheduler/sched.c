@@ -8,10 +8,10 @@
 #include "sched_int.h"
 
 static bool sched_config_valid(const sched_config *cfg) {
-  return cfg->default_lease_s != 0 && cfg->max_lease_s >= cfg->default_lease_s &&
-         cfg->max_sessions > 0 && cfg->max_handles_per_session > 0 &&
-         cfg->max_ops_per_request > 0 && cfg->lease_check_ms != 0 &&
-         cfg->max_queued_ops > 0 &&
+  return cfg->default_lease_s != 0 &&
+         cfg->max_lease_s >= cfg->default_lease_s && cfg->max_sessions > 0 &&
+         cfg->max_handles_per_session > 0 && cfg->max_ops_per_request > 0 &&
+         cfg->lease_check_ms != 0 && cfg->max_queued_ops > 0 &&
          (cfg->max_memory_quota == 0 ||
           cfg->default_memory_quota <= cfg->max_memory_quota);
 }
@@ -28,8 +28,8 @@ static void sched_set_limits(sched *s, const sched_config *cfg) {
   atomic_store(&l->max_quota, cfg->max_memory_quota);
 }
 
-#define SCHED_CONFIG_RULES                                                  \
-  "every limit must be positive, default_lease_s <= max_lease_s, and "      \
+#define SCHED_CONFIG_RULES                                                     \
+  "every limit must be positive, default_lease_s <= max_lease_s, and "         \
   "default_memory_quota <= max_memory_quota when a maximum is set"
 
 static pd_code sched_check_size(const sched_config *cfg, dev_status *st) {
@@ -43,13 +43,14 @@ static pd_code sched_check_size(const sched_config *cfg, dev_status *st) {
 pd_code sched_reconfigure(sched *s, const sched_config *cfg, dev_status *st) {
   if (!cfg)
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "sched_config.struct_size is %zu, expected %zu",
-                     (size_t)0, sizeof(sched_config));
+                     "sched_config.struct_size is %zu, expected %zu", (size_t)0,
+                     sizeof(sched_config));
   PD_TRY(sched_check_size(cfg, st));
   sched_config c = *cfg;
   c.lease_check_ms = s->cfg.lease_check_ms;
   if (!sched_config_valid(&c))
-    return dev_error(st, PD_INVALID_ARGUMENT, "sched_config: " SCHED_CONFIG_RULES);
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "sched_config: " SCHED_CONFIG_RULES);
   sched_set_limits(s, &c);
   return PD_OK;
 }
@@ -104,7 +105,8 @@ pd_code sched_create(dev_engine *e, const sched_config *cfg, sched **out,
     return dev_error(st, PD_INVALID_ARGUMENT, "sched_create: NULL argument");
   PD_TRY(sched_check_size(cfg, st));
   if (!sched_config_valid(cfg))
-    return dev_error(st, PD_INVALID_ARGUMENT, "sched_config: " SCHED_CONFIG_RULES);
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "sched_config: " SCHED_CONFIG_RULES);
   sched *s = calloc(1, sizeof(*s));
   if (!s) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   s->engine = e;

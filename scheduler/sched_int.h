@@ -57,7 +57,7 @@ typedef struct sched_slot {
 
 typedef struct sched_htab {
   sched_slot *slots;
-  size_t cap;  /* power of two */
+  size_t cap; /* power of two */
   size_t live;
   size_t used; /* live + tombstones */
 } sched_htab;
@@ -78,12 +78,12 @@ void sched_htab_remove(sched_htab *h, sched_slot *sl);
 typedef struct sched_qop {
   dev_op *op;
   uint64_t tag;
-  uint64_t seq;       /* position in its session's queue order (1, 2, ...) */
+  uint64_t seq; /* position in its session's queue order (1, 2, ...) */
   struct sched_qop *next;
   sched *owner;
-  int op_index;       /* into sched->op_stats */
-  uint64_t t_enq_ns;  /* sched_execute */
-  uint64_t t_sub_ns;  /* submission to the engine */
+  int op_index;      /* into sched->op_stats */
+  uint64_t t_enq_ns; /* sched_execute */
+  uint64_t t_sub_ns; /* submission to the engine */
 } sched_qop;
 
 /* A sched_tensor_notify registration waiting for its session's queue. */
@@ -154,7 +154,7 @@ struct sched_session {
    * (seq >= sub_lo, 0: none) and drops being abandoned. */
   uint64_t sub_lo;
   int dropping;
-  sched_dwait *dwait;    /* sched_tensor_notify registrations */
+  sched_dwait *dwait; /* sched_tensor_notify registrations */
 };
 
 /* The limits sched_reconfigure may change while sessions run. */
@@ -170,7 +170,7 @@ struct sched {
   dev_engine *engine;
   sched_config cfg; /* incarnation, lease_check_ms, callbacks */
   sched_limits lim;
-  pthread_mutex_t mu; /* lock 1: the session table */
+  pthread_mutex_t mu;      /* lock 1: the session table */
   sched_session *sessions; /* newest first */
   int num_sessions;
   uint64_t next_seq;
@@ -180,8 +180,8 @@ struct sched {
 
   /* Dispatcher (lock 3). */
   pthread_mutex_t qmu;
-  pthread_cond_t qcv;  /* work arrived or stopping */
-  pthread_cond_t dcv;  /* ops were dispatched or dropped */
+  pthread_cond_t qcv;       /* work arrived or stopping */
+  pthread_cond_t dcv;       /* ops were dispatched or dropped */
   sched_policy_queue ready; /* sessions with queued ops */
   sched_fence_req *fences;
   bool qstop;
@@ -236,8 +236,8 @@ void sched_count_done(sched *s, const sched_qop *q, pd_code code);
 
 /* Tells every observer that `ss` ended, with states[k] for observer k (no
  * lock held). */
-void sched_notify_end(sched_session *ss, sched_end_reason why,
-                      uint64_t handles, void *const *states);
+void sched_notify_end(sched_session *ss, sched_end_reason why, uint64_t handles,
+                      void *const *states);
 
 /* --- handles.c ------------------------------------------------------------- */
 

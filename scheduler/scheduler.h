@@ -61,7 +61,7 @@ extern "C" {
 #endif
 
 #define SCHED_TOKEN_BYTES 24
-#define SCHED_NAME_MAX 256 /* client name and job id, bytes */
+#define SCHED_NAME_MAX 256      /* client name and job id, bytes */
 #define SCHED_DISPATCH_BATCH 64 /* ops from one session per dispatcher turn */
 
 typedef struct sched sched;
@@ -70,21 +70,23 @@ typedef struct sched_session sched_session;
 /* Scheduler configuration; starts with struct_size (grow at the end only). */
 typedef struct sched_config {
   size_t struct_size;
-  uint64_t incarnation;         /* the daemon's, embedded in tokens */
-  uint32_t default_lease_s;     /* lease when a client asks for 0 */
-  uint32_t max_lease_s;         /* larger requests are INVALID_ARGUMENT */
-  int max_sessions;             /* RESOURCE_EXHAUSTED beyond */
-  int max_handles_per_session;  /* RESOURCE_EXHAUSTED beyond */
-  int max_ops_per_request;      /* INVALID_ARGUMENT beyond */
-  uint32_t lease_check_ms;      /* how often the lease thread looks */
-  int max_queued_ops;           /* per session; RESOURCE_EXHAUSTED beyond */
+  uint64_t incarnation;          /* the daemon's, embedded in tokens */
+  uint32_t default_lease_s;      /* lease when a client asks for 0 */
+  uint32_t max_lease_s;          /* larger requests are INVALID_ARGUMENT */
+  int max_sessions;              /* RESOURCE_EXHAUSTED beyond */
+  int max_handles_per_session;   /* RESOURCE_EXHAUSTED beyond */
+  int max_ops_per_request;       /* INVALID_ARGUMENT beyond */
+  uint32_t lease_check_ms;       /* how often the lease thread looks */
+  int max_queued_ops;            /* per session; RESOURCE_EXHAUSTED beyond */
   uint64_t default_memory_quota; /* bytes; for sessions that ask 0; 0: none */
-  uint64_t max_memory_quota;     /* bytes; 0: no cap (see sched_session_create) */
+  uint64_t max_memory_quota; /* bytes; 0: no cap (see sched_session_create) */
 } sched_config;
 
-#define SCHED_CONFIG_INITIALIZER \
-  {sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, \
-   0, 0}
+#define SCHED_CONFIG_INITIALIZER                                               \
+  {                                                                            \
+    sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, 0,  \
+        0                                                                      \
+  }
 
 /* Creates a scheduler over engine `e` (borrowed; it must outlive the
  * scheduler) and starts its lease and dispatcher threads. INVALID_ARGUMENT for a config with
@@ -125,7 +127,7 @@ typedef struct sched_session_params {
 
 typedef struct sched_session_info {
   uint8_t token[SCHED_TOKEN_BYTES];
-  uint64_t seq;            /* small number for logs (1, 2, ...) */
+  uint64_t seq; /* small number for logs (1, 2, ...) */
   uint32_t lease_s;
   uint64_t memory_quota;
 } sched_session_info;
@@ -175,9 +177,9 @@ const char *sched_end_reason_name(sched_end_reason why);
 
 /* What an observer learns of an ended session. Pointers valid during the call. */
 typedef struct sched_end_info {
-  uint64_t session_seq;   /* sched_session_seq() of the session */
-  const char *client;     /* its client name ("" if none) */
-  const char *job_id;     /* its job id ("" if none) */
+  uint64_t session_seq; /* sched_session_seq() of the session */
+  const char *client;   /* its client name ("" if none) */
+  const char *job_id;   /* its job id ("" if none) */
   sched_end_reason why;
   uint64_t handles_freed; /* handles it still held */
 } sched_end_info;
@@ -209,7 +211,8 @@ int sched_observer_add(sched *s, const sched_observer *obs);
  * PD_INVALID_ARGUMENT (bad key), PD_ALREADY_EXISTS (state already attached
  * under key), PD_FAILED_PRECONDITION (the session has ended: the caller
  * still owns state and must free it). Thread-safe. */
-pd_code sched_session_attach(sched_session *ss, int key, void *state, dev_status *st);
+pd_code sched_session_attach(sched_session *ss, int key, void *state,
+                             dev_status *st);
 
 /* The state attached under `key`, or NULL. Valid while the caller holds a
  * reference to ss (sched_session_open/put) and the session has not ended. Thread-safe. */
@@ -315,8 +318,8 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
  * handles at once. Tapes are freed with the session (close, lease expiry,
  * kill). A tape is used under the session's lock, one call at a time. */
 
-#define SCHED_MAX_TAPES 64            /* per session */
-#define SCHED_MAX_GRAD_SOURCES 65536  /* sources of one gradient */
+#define SCHED_MAX_TAPES 64           /* per session */
+#define SCHED_MAX_GRAD_SOURCES 65536 /* sources of one gradient */
 
 /* Starts an empty tape `tape_id`; a one-shot tape (persistent false) answers
  * one gradient and then releases what it recorded. Errors: INVALID_ARGUMENT
@@ -338,7 +341,7 @@ typedef struct sched_gradient {
   uint64_t target;
   const uint64_t *sources;
   int num_sources;
-  uint64_t output_gradient; /* 0: ones like the target */
+  uint64_t output_gradient;   /* 0: ones like the target */
   const uint64_t *result_ids; /* fresh ids, one per source */
   int num_results;
 } sched_gradient;
@@ -384,9 +387,7 @@ pd_code sched_tensor_wait(sched_session *ss, dev_tensor *t, dev_status *st);
  * tensors goes to *tensor_err (code OK when none) and its id to *failed_id
  * (0 when none). */
 pd_code sched_sync(sched_session *ss, const uint64_t *ids, int n,
-                   dev_status *tensor_err, uint64_t *failed_id,
-                   dev_status *st);
-
+                   dev_status *tensor_err, uint64_t *failed_id, dev_status *st);
 
 /* Calls fn(arg, t, code) once `t` (a tensor of session `ss`) is computed, as
  * dev_tensor_notify does, but also for the output of an op still in the
@@ -423,15 +424,15 @@ pd_code sched_fence(sched *s, dev_ready_fn fn, void *arg, dev_status *st);
 /* --- Operators: listing and killing sessions ------------------------------ */
 
 typedef struct sched_session_view {
-  uint64_t seq;                     /* the session's number (logs, admin) */
+  uint64_t seq; /* the session's number (logs, admin) */
   char client[SCHED_NAME_MAX + 1];
   char job[SCHED_NAME_MAX + 1];
-  uint64_t bytes;                   /* accounted as for the quota */
+  uint64_t bytes; /* accounted as for the quota */
   uint64_t handles;
-  uint64_t memory_quota;            /* 0: none */
+  uint64_t memory_quota; /* 0: none */
   uint32_t lease_s;
-  double age_s;                     /* since it was created */
-  double idle_s;                    /* since the last call that renewed it */
+  double age_s;  /* since it was created */
+  double idle_s; /* since the last call that renewed it */
   uint64_t queued_ops;
 } sched_session_view;
 
@@ -444,8 +445,8 @@ int sched_list_sessions(sched *s, const char *job, sched_session_view **out);
 typedef struct sched_kill_target {
   const void *token; /* a session token, token_len bytes */
   size_t token_len;
-  const char *job;   /* every session of this job id (may be none) */
-  uint64_t seq;      /* the session numbered seq */
+  const char *job; /* every session of this job id (may be none) */
+  uint64_t seq;    /* the session numbered seq */
 } sched_kill_target;
 
 typedef struct sched_kill_result {
@@ -473,18 +474,18 @@ extern const double sched_latency_bounds[SCHED_LATENCY_BUCKETS];
 
 typedef struct sched_stats {
   size_t struct_size;
-  int sessions;                 /* open now */
-  uint64_t handles;             /* live handles, all sessions */
-  uint64_t bytes;               /* accounted bytes, all sessions */
+  int sessions;     /* open now */
+  uint64_t handles; /* live handles, all sessions */
+  uint64_t bytes;   /* accounted bytes, all sessions */
   uint64_t sessions_created;
-  uint64_t sessions_closed;     /* by their clients */
-  uint64_t sessions_expired;    /* leases that ran out */
-  uint64_t sessions_killed;     /* by sched_kill */
-  uint64_t ops_queued;          /* now: in session queues */
-  uint64_t ops_in_flight;       /* now: submitted, not yet computed */
-  uint64_t ops_submitted;       /* ever */
-  uint64_t ops_completed;       /* ever (any outcome) */
-  uint64_t ops_dropped;         /* ever: dropped from queues (CANCELLED) */
+  uint64_t sessions_closed;  /* by their clients */
+  uint64_t sessions_expired; /* leases that ran out */
+  uint64_t sessions_killed;  /* by sched_kill */
+  uint64_t ops_queued;       /* now: in session queues */
+  uint64_t ops_in_flight;    /* now: submitted, not yet computed */
+  uint64_t ops_submitted;    /* ever */
+  uint64_t ops_completed;    /* ever (any outcome) */
+  uint64_t ops_dropped;      /* ever: dropped from queues (CANCELLED) */
   /* Latency of ops from sched_execute to computed: cumulative counts per
    * bucket of sched_latency_bounds, plus +Inf (= count). */
   uint64_t latency_buckets[SCHED_LATENCY_BUCKETS + 1];

@@ -62,11 +62,13 @@ static pd_code sched_session_terms(sched *s, const sched_session_params *p,
   uint32_t max_lease = SCHED_LIM(s, max_lease_s);
   uint32_t lease = p->lease_s ? p->lease_s : SCHED_LIM(s, default_lease_s);
   if (lease > max_lease)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "lease_seconds %u is over the limit max_lease_seconds = %u",
-                     lease, max_lease);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "lease_seconds %u is over the limit max_lease_seconds = %u", lease,
+        max_lease);
   uint64_t max_quota = SCHED_LIM(s, max_quota);
-  uint64_t quota = p->memory_quota ? p->memory_quota : SCHED_LIM(s, default_quota);
+  uint64_t quota =
+      p->memory_quota ? p->memory_quota : SCHED_LIM(s, default_quota);
   if (max_quota && quota > max_quota)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "memory_quota_bytes %llu is over the limit "
@@ -106,8 +108,8 @@ pd_code sched_session_create(sched *s, const sched_session_params *p,
   sched_session *ss = calloc(1, sizeof(*ss));
   if (!ss) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   pd_code c;
-  PD_TRY_GOTO(sched_copy_name(ss->client, p->client_name, "client_name", st),
-              c, fail);
+  PD_TRY_GOTO(sched_copy_name(ss->client, p->client_name, "client_name", st), c,
+              fail);
   PD_TRY_GOTO(sched_copy_name(ss->job, p->job_id, "job_id", st), c, fail);
   PD_TRY_GOTO(sched_make_token(s, ss->token, st), c, fail);
   atomic_init(&ss->refs, 1); /* the table's */
@@ -209,9 +211,8 @@ pd_code sched_session_close(sched *s, const void *token, size_t len,
   if (c == PD_OK) sched_unlink_locked(s, ss);
   pthread_mutex_unlock(&s->mu);
   if (c != PD_OK) return c;
-  uint64_t n = sched_end_session(ss, SCHED_END_CLOSED,
-                                 "the session was closed before the op ran",
-                                 NULL);
+  uint64_t n = sched_end_session(
+      ss, SCHED_END_CLOSED, "the session was closed before the op ran", NULL);
   atomic_fetch_add(&s->n_closed, 1);
   sched_session_put(ss);
   if (handles_freed) *handles_freed = n;

@@ -61,7 +61,8 @@ static pd_code sched_tape_watch_locked(sched_session *ss, sched_tape_ent *te,
                                        const uint64_t *ids, int n,
                                        dev_status *st) {
   for (int i = 0; i < n; i++)
-    if (!sched_htab_find(&ss->handles, ids[i])) return sched_not_found(ids[i], st);
+    if (!sched_htab_find(&ss->handles, ids[i]))
+      return sched_not_found(ids[i], st);
   pd_code c = PD_OK;
   for (int i = 0; c == PD_OK && i < n; i++) {
     dev_status inner = DEV_STATUS_INIT;
@@ -118,21 +119,21 @@ typedef struct sched_grad_ctx {
 /* A gradient op of `nb` new bytes fits the quota and its outputs the
  * caller's room; allocates its queue entry. */
 static pd_code sched_grad_admit(sched_grad_ctx *g, const char *op_name,
-                                int nout, int room, uint64_t nb,
-                                sched_qop **q, dev_status *st) {
+                                int nout, int room, uint64_t nb, sched_qop **q,
+                                dev_status *st) {
   sched_session *ss = g->ss;
   if (nout > room)
-    return dev_error(st, PD_INTERNAL, "%s has %d outputs; room for %d",
-                     op_name, nout, room);
+    return dev_error(st, PD_INTERNAL, "%s has %d outputs; room for %d", op_name,
+                     nout, room);
   if (ss->quota && (nb > ss->quota || g->new_bytes > ss->quota - nb ||
                     ss->bytes > ss->quota - nb - g->new_bytes))
-    return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                     "session memory quota exceeded by the gradient's ops: %llu "
-                     "bytes held + %llu bytes of gradient ops so far + %llu new "
-                     "(%s) > quota %llu bytes",
-                     (unsigned long long)ss->bytes,
-                     (unsigned long long)g->new_bytes, (unsigned long long)nb,
-                     op_name, (unsigned long long)ss->quota);
+    return dev_error(
+        st, PD_RESOURCE_EXHAUSTED,
+        "session memory quota exceeded by the gradient's ops: %llu "
+        "bytes held + %llu bytes of gradient ops so far + %llu new "
+        "(%s) > quota %llu bytes",
+        (unsigned long long)ss->bytes, (unsigned long long)g->new_bytes,
+        (unsigned long long)nb, op_name, (unsigned long long)ss->quota);
   if ((*q = calloc(1, sizeof(**q))) == NULL)
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   return PD_OK;
@@ -141,8 +142,8 @@ static pd_code sched_grad_admit(sched_grad_ctx *g, const char *op_name,
 /* Appends one gradient op's entry to the queue, within max_queued_ops, and
  * retains its outputs for the caller. */
 static pd_code sched_grad_enqueue(sched_grad_ctx *g, const char *op_name,
-                                  sched_qop *q, dev_tensor **outputs,
-                                  int nout, dev_status *st) {
+                                  sched_qop *q, dev_tensor **outputs, int nout,
+                                  dev_status *st) {
   sched_session *ss = g->ss;
   sched *s = ss->owner;
   pthread_mutex_lock(&s->qmu);
@@ -277,8 +278,8 @@ static pd_code sched_grad_resolve_locked(sched_session *ss,
   if (!(a->target = sched_grad_lookup(ss, g->target, "target", -1, st)))
     return PD_NOT_FOUND;
   if (g->output_gradient &&
-      !(a->og = sched_grad_lookup(ss, g->output_gradient, "output gradient",
-                                  -1, st)))
+      !(a->og = sched_grad_lookup(ss, g->output_gradient, "output gradient", -1,
+                                  st)))
     return PD_NOT_FOUND;
   for (int i = 0; i < n; i++)
     if (!(a->srcs[i] = sched_grad_lookup(ss, g->sources[i], "source", i, st)))
@@ -316,9 +317,8 @@ static pd_code sched_grad_run_locked(sched_session *ss, const sched_gradient *g,
   sched_grad_ctx ctx = {ss, tag, 0, 0};
   dev_status inner = DEV_STATUS_INIT;
   dev_tape_set_executor(a->te->tape, sched_grad_exec, &ctx);
-  pd_code c = dev_tape_gradient(a->te->tape, a->target, a->srcs,
-                                g->num_sources, a->og ? &a->og : NULL, outs,
-                                &inner);
+  pd_code c = dev_tape_gradient(a->te->tape, a->target, a->srcs, g->num_sources,
+                                a->og ? &a->og : NULL, outs, &inner);
   dev_tape_set_executor(a->te->tape, NULL, NULL);
   /* Gradient ops queued before a failure still run; nothing holds their
    * outputs, so they are freed once they have. */

@@ -24,9 +24,9 @@ static void srv_admin_list(srv_call *c, const ProtobufCMessage *m) {
       n >= 0 ? srv_arena_alloc(&a, sizeof(*e) * (size_t)(n + 1)) : NULL;
   /* Client names and job ids are the clients' bytes: proto3 strings must
    * be UTF-8, so they go out cleaned (as in the log). */
-  char *names = n >= 0 ? srv_arena_alloc(&a, (size_t)(n + 1) * 2 *
-                                                 (SCHED_NAME_MAX + 1))
-                       : NULL;
+  char *names =
+      n >= 0 ? srv_arena_alloc(&a, (size_t)(n + 1) * 2 * (SCHED_NAME_MAX + 1))
+             : NULL;
   if (!list || !e || !names) {
     free(v);
     srv_arena_free(&a);
@@ -87,9 +87,10 @@ static void srv_admin_kill_done(srv_call *c) {
     k->w = NULL;
   }
   if (fence != PD_OK)
-    SRV_WARN("KillSession: the devices could not confirm the memory is free "
-             "(%s); reporting what is known",
-             pd_code_name(fence));
+    SRV_WARN(
+        "KillSession: the devices could not confirm the memory is free "
+        "(%s); reporting what is known",
+        pd_code_name(fence));
   Paradev__V1__KillSessionResponse resp =
       PARADEV__V1__KILL_SESSION_RESPONSE__INIT;
   resp.sessions_killed = (uint32_t)k->r.sessions;
@@ -135,8 +136,7 @@ static void srv_admin_kill(srv_call *c, const ProtobufCMessage *m) {
                         "session_id 0 names no session (they count from 1)");
         return;
       }
-      snprintf(what, sizeof(what), "session %llu",
-               (unsigned long long)t.seq);
+      snprintf(what, sizeof(what), "session %llu", (unsigned long long)t.seq);
       break;
     default:
       srv_call_finish(c, PD_INVALID_ARGUMENT,
@@ -193,9 +193,9 @@ static void srv_admin_drain(srv_call *c, const ProtobufCMessage *m) {
   } else {
     bool started = srv_drain(s, req->exit_when_drained);
     if (started || req->exit_when_drained)
-      SRV_INFO("draining on an operator's request%s",
-               req->exit_when_drained ? "; exiting when queued work is done"
-                                      : "");
+      SRV_INFO(
+          "draining on an operator's request%s",
+          req->exit_when_drained ? "; exiting when queued work is done" : "");
   }
   sched_stats ss = {.struct_size = sizeof(ss)};
   sched_get_stats(s->sched, &ss);
@@ -223,7 +223,8 @@ static void srv_admin_log(srv_call *c, const ProtobufCMessage *m) {
   srv_log_spec(before, prev, sizeof(prev));
   srv_log_spec(levels, cur, sizeof(cur));
   srv_log_set(levels);
-  SRV_LOG_AT(SRV_SUB_ADMIN, SRV_LOG_WARN, "log levels: %s (were %s)", cur, prev);
+  SRV_LOG_AT(SRV_SUB_ADMIN, SRV_LOG_WARN, "log levels: %s (were %s)", cur,
+             prev);
   Paradev__V1__SetLogLevelResponse resp =
       PARADEV__V1__SET_LOG_LEVEL_RESPONSE__INIT;
   resp.previous = prev;

@@ -96,8 +96,10 @@ static void srv_live_add(srv_call *c) {
 
 static void srv_live_remove(srv_call *c) {
   pthread_mutex_lock(&srv_live_mu);
-  if (c->live_prev) c->live_prev->live_next = c->live_next;
-  else srv_live = c->live_next;
+  if (c->live_prev)
+    c->live_prev->live_next = c->live_next;
+  else
+    srv_live = c->live_next;
   if (c->live_next) c->live_next->live_prev = c->live_prev;
   c->live_prev = c->live_next = NULL;
   srv_live_n--;
@@ -135,7 +137,7 @@ void srv_call_unref(srv_call *c) {
 
 /* Starts a batch holding a reference for it. */
 bool srv__call_batch(srv_call *c, const grpc_op *ops, size_t n,
-                      struct srv_tag *tag) {
+                     struct srv_tag *tag) {
   atomic_fetch_add(&c->refs, 1);
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
   if (e != GRPC_CALL_OK) {
@@ -146,7 +148,6 @@ bool srv__call_batch(srv_call *c, const grpc_op *ops, size_t n,
   }
   return true;
 }
-
 
 /* --- per-call events ------------------------------------------------------- */
 
@@ -177,7 +178,6 @@ static size_t srv_budget_for(grpc_byte_buffer *bb) {
   if (extra > ((size_t)256 << 20)) extra = (size_t)256 << 20;
   return len + extra + ((size_t)1 << 20);
 }
-
 
 void srv__call_begin(srv_call *c) {
   const srv_method *m = c->m;
@@ -364,7 +364,8 @@ static void srv_pump(srv_call *c) {
     return;
   }
   if (!c->finishing) return;
-  grpc_slice details = grpc_slice_from_copied_string(c->fin_msg ? c->fin_msg : "");
+  grpc_slice details =
+      grpc_slice_from_copied_string(c->fin_msg ? c->fin_msg : "");
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = c->fin_code;
   ops[n++].data.send_status_from_server.status_details = &details;
@@ -462,13 +463,12 @@ void srv_call_fail(srv_call *c, const dev_status *st) {
   srv_call_finish(c, code, "%s", st->msg[0] ? st->msg : pd_code_name(code));
 }
 
-
 /* --- one-shot waits ---------------------------------------------------------- */
 
 struct srv_wait {
   atomic_int refs; /* the call's side and the callback's side */
   pthread_mutex_t mu;
-  srv_call *c;     /* set while the call waits; holds a call reference */
+  srv_call *c; /* set while the call waits; holds a call reference */
   pd_code code;
 };
 

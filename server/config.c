@@ -53,7 +53,8 @@ static void srv_default_paths(srv_options *o) {
 }
 
 /* Checks that hold between keys. */
-static int srv_check_options(const srv_options *o, srv_config_report_fn report) {
+static int srv_check_options(const srv_options *o,
+                             srv_config_report_fn report) {
   int errors = 0;
   char msg[768];
   const char *where = o->config_loaded ? o->config_path : "configuration";
@@ -174,9 +175,10 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
     if (o.config_loaded)
       printf("paradevd: %s: configuration OK\n", o.config_path);
     else
-      printf("paradevd: no file at %s; the built-in defaults and flags are "
-             "OK\n",
-             o.config_path);
+      printf(
+          "paradevd: no file at %s; the built-in defaults and flags are "
+          "OK\n",
+          o.config_path);
     char devs[512];
     srv_config_describe_devices(&o, devs, sizeof(devs));
     printf("paradevd: devices: %s\n", devs);
@@ -197,8 +199,9 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
     size_t size = 0;
     switch (k->type) {
       case SRV_K_LISTEN: size = sizeof(old->listen); break;
-      case SRV_K_PATH: case SRV_K_HOSTPORT: case SRV_K_MESH:
-        size = SRV_ADDR_MAX; break;
+      case SRV_K_PATH:
+      case SRV_K_HOSTPORT:
+      case SRV_K_MESH: size = SRV_ADDR_MAX; break;
       case SRV_K_BACKEND: size = sizeof(old->backend); break;
       case SRV_K_INT: size = sizeof(int); break;
       case SRV_K_U32: size = sizeof(uint32_t); break;
@@ -233,9 +236,7 @@ void srv_config_describe_devices(const srv_options *o, char *buf, size_t len) {
              (unsigned long long)o->cuda_pool_release_threshold);
   int c = o->cuda_collectives;
   const char *coll =
-      c >= 0 && c < (int)(srv_num_collectives)
-          ? srv_collectives[c]
-          : "?";
+      c >= 0 && c < (int)(srv_num_collectives) ? srv_collectives[c] : "?";
   if (strcmp(o->backend, "cuda") == 0)
     snprintf(buf, len,
              "backend cuda, mesh %s, memory_limit %s; [cuda] allow_tf32 %s, "
@@ -248,4 +249,3 @@ void srv_config_describe_devices(const srv_options *o, char *buf, size_t len) {
     snprintf(buf, len, "backend %s, %d devices, memory_limit %s", o->backend,
              o->num_devices, limit);
 }
-

@@ -31,20 +31,20 @@
 
 /* What a client controls is bounded by these (reported by GetServerInfo). */
 typedef struct srv_limits {
-  uint64_t max_message_bytes;  /* gRPC receive and send limit */
-  uint64_t max_tensor_bytes;   /* host bytes of one upload */
+  uint64_t max_message_bytes; /* gRPC receive and send limit */
+  uint64_t max_tensor_bytes;  /* host bytes of one upload */
   int max_ops_per_request;
   int max_handles_per_session;
   int max_sessions;
   int max_string_bytes;
   int max_ids_per_request;
-  int max_queued_ops;          /* per session */
+  int max_queued_ops; /* per session */
   uint32_t default_lease_s;
   uint32_t max_lease_s;
   uint64_t default_memory_quota; /* bytes, 0: none */
   uint64_t max_memory_quota;     /* bytes, 0: no cap */
-  uint64_t max_chunk_bytes;     /* Upload chunk / Download chunk_bytes */
-  uint64_t default_chunk_bytes; /* Download when the client says 0 */
+  uint64_t max_chunk_bytes;      /* Upload chunk / Download chunk_bytes */
+  uint64_t default_chunk_bytes;  /* Download when the client says 0 */
 } srv_limits;
 
 /* The daemon's options. Plain data: copied by value (reload compares old
@@ -70,7 +70,7 @@ typedef struct srv_options {
   bool cuda_allow_tf32;
   uint64_t cuda_pool_release_threshold; /* bytes; UINT64_MAX: keep all */
   int cuda_collective_timeout_ms;
-  int cuda_collectives;                 /* a dev_cuda_collectives */
+  int cuda_collectives; /* a dev_cuda_collectives */
   /* [limits], [sessions] */
   srv_limits limits;
   /* [log] */
@@ -85,9 +85,9 @@ typedef struct srv_options {
 typedef void (*srv_config_report_fn)(bool error, const char *msg);
 
 typedef enum srv_config_action {
-  SRV_CONFIG_RUN = 0,   /* options loaded: start the daemon */
-  SRV_CONFIG_EXIT_OK,   /* --help, --version or a good --check-config */
-  SRV_CONFIG_EXIT_BAD,  /* an error was reported: exit 2 */
+  SRV_CONFIG_RUN = 0,  /* options loaded: start the daemon */
+  SRV_CONFIG_EXIT_OK,  /* --help, --version or a good --check-config */
+  SRV_CONFIG_EXIT_BAD, /* an error was reported: exit 2 */
 } srv_config_action;
 
 /* Builds the options from defaults, the file, PARADEV_LOG and argv.

@@ -70,7 +70,7 @@ void srv_report_flag(srv_config_report_fn report, const char *fmt, ...) {
 
 /* Splits "--name=value"; *val is NULL when there is no '='. */
 const char *srv_flag_name(const char *a, char *buf, size_t len,
-                                 const char **val) {
+                          const char **val) {
   const char *eq = strchr(a, '=');
   *val = NULL;
   if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < len) {
@@ -83,7 +83,7 @@ const char *srv_flag_name(const char *a, char *buf, size_t len,
 }
 
 int srv_apply_flags(int argc, char **argv, srv_options *o,
-                           srv_config_report_fn report) {
+                    srv_config_report_fn report) {
   int errors = 0;
   bool listen_from_flags = false;
   for (int i = 1; i < argc; i++) {
@@ -94,7 +94,8 @@ int srv_apply_flags(int argc, char **argv, srv_options *o,
     bool is_config = strcmp(a, "--config") == 0;
     const srv_key *k = NULL;
     for (size_t j = 0; j < srv_num_keys && !is_config; j++)
-      if (srv_keys[j].flag && strcmp(srv_keys[j].flag, a) == 0) k = &srv_keys[j];
+      if (srv_keys[j].flag && strcmp(srv_keys[j].flag, a) == 0)
+        k = &srv_keys[j];
     if (!k && !is_config) {
       srv_report_flag(report, "unknown option '%s' (see paradevd --help)",
                       argv[i]);
@@ -116,11 +117,10 @@ int srv_apply_flags(int argc, char **argv, srv_options *o,
     }
     char err[512], cv[128];
     if (!srv_key_set(k, o, val, err, sizeof(err))) {
-      srv_report_flag(report, "%s '%s': %s", a, srv_log_clean(val, cv, sizeof cv),
-                      err);
+      srv_report_flag(report, "%s '%s': %s", a,
+                      srv_log_clean(val, cv, sizeof cv), err);
       errors++;
     }
   }
   return errors;
 }
-

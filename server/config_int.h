@@ -17,13 +17,13 @@ typedef enum srv_key_type {
   SRV_K_HOSTPORT, /* host:port, or empty */
   SRV_K_BACKEND,
   SRV_K_MESH,
-  SRV_K_INT,      /* int within [min, max] */
-  SRV_K_U32,      /* uint32_t within [min, max] */
-  SRV_K_SIZE,     /* uint64_t bytes with K/M/G/T, within [min, max] */
-  SRV_K_MODE,     /* octal file mode */
-  SRV_K_LOG,      /* log spec */
-  SRV_K_BOOL,     /* true|false (also yes|no, on|off, 1|0) */
-  SRV_K_SIZE_ALL, /* like SRV_K_SIZE, or "unlimited" for UINT64_MAX */
+  SRV_K_INT,         /* int within [min, max] */
+  SRV_K_U32,         /* uint32_t within [min, max] */
+  SRV_K_SIZE,        /* uint64_t bytes with K/M/G/T, within [min, max] */
+  SRV_K_MODE,        /* octal file mode */
+  SRV_K_LOG,         /* log spec */
+  SRV_K_BOOL,        /* true|false (also yes|no, on|off, 1|0) */
+  SRV_K_SIZE_ALL,    /* like SRV_K_SIZE, or "unlimited" for UINT64_MAX */
   SRV_K_COLLECTIVES, /* auto|nccl|copy, as dev_cuda_collectives */
 } srv_key_type;
 
@@ -36,7 +36,6 @@ typedef struct srv_key {
   uint64_t min, max;
   bool reload;
 } srv_key;
-
 
 /* Every key, in the order the file documents them (config_keys.c). */
 extern const srv_key srv_keys[];
@@ -51,8 +50,8 @@ extern const size_t srv_num_collectives;
 /* The built-in defaults. */
 void srv_defaults(srv_options *o);
 /* Parses `value` for key `k` into `o`; false with the reason in `err`. */
-bool srv_key_set(const srv_key *k, srv_options *o, const char *value,
-                 char *err, size_t errlen);
+bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
+                 size_t errlen);
 /* Reads the file of o->config_path into `o` (config_file.c). Returns the
  * number of errors (reported). */
 int srv_config_read_file(srv_options *o, srv_config_report_fn report);

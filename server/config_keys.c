@@ -44,8 +44,8 @@ const srv_key srv_keys[] = {
     {"devices", "mesh", "--mesh", SRV_K_MESH, OFF(mesh), 0, 0, false},
     {"devices", "memory_limit", "--memory-limit", SRV_K_SIZE, OFF(memory_limit),
      0, UINT64_MAX, false},
-    {"cuda", "allow_tf32", "--allow-tf32", SRV_K_BOOL, OFF(cuda_allow_tf32), 0, 0,
-     false},
+    {"cuda", "allow_tf32", "--allow-tf32", SRV_K_BOOL, OFF(cuda_allow_tf32), 0,
+     0, false},
     {"cuda", "collectives", "--collectives", SRV_K_COLLECTIVES,
      OFF(cuda_collectives), 0, 0, false},
     {"cuda", "collective_timeout_ms", NULL, SRV_K_INT,
@@ -77,10 +77,11 @@ const srv_key srv_keys[] = {
     {"log", "level", "--log", SRV_K_LOG, OFF(log_levels), 0, 0, true},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
-_Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS, "SRV_MAX_KEYS");
+_Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
+               "SRV_MAX_KEYS");
 
-const char *const srv_sections[] = {"daemon", "devices", "cuda",
-                                           "limits", "sessions", "log"};
+const char *const srv_sections[] = {"daemon", "devices",  "cuda",
+                                    "limits", "sessions", "log"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;
@@ -134,15 +135,16 @@ bool srv_private_dir_prepare(const char *dir, char *err, size_t errlen) {
              "of uid %u with mode 0700 (another user may have created it to "
              "take the socket): remove it, or set XDG_RUNTIME_DIR or "
              "--listen and --admin-socket",
-             dir, S_ISLNK(sb.st_mode) ? "a symbolic link"
-                  : S_ISDIR(sb.st_mode) ? "a directory" : "not a directory",
+             dir,
+             S_ISLNK(sb.st_mode)   ? "a symbolic link"
+             : S_ISDIR(sb.st_mode) ? "a directory"
+                                   : "not a directory",
              (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777),
              (unsigned)geteuid());
     return false;
   }
   return true;
 }
-
 
 bool srv_parse_size(const char *s, uint64_t *out) {
   if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return false;
@@ -151,10 +153,14 @@ bool srv_parse_size(const char *s, uint64_t *out) {
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || end == s) return false;
   unsigned shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10, end++;
-  else if (*end == 'M' || *end == 'm') shift = 20, end++;
-  else if (*end == 'G' || *end == 'g') shift = 30, end++;
-  else if (*end == 'T' || *end == 't') shift = 40, end++;
+  if (*end == 'K' || *end == 'k')
+    shift = 10, end++;
+  else if (*end == 'M' || *end == 'm')
+    shift = 20, end++;
+  else if (*end == 'G' || *end == 'g')
+    shift = 30, end++;
+  else if (*end == 'T' || *end == 't')
+    shift = 40, end++;
   if (shift && (*end == 'i' || *end == 'B')) end += *end == 'i' ? 1 : 0;
   if (shift && *end == 'B') end++;
   if (*end) return false;
@@ -267,13 +273,12 @@ static bool srv_parse_bool(const char *s, bool *out) {
 }
 
 /* Sets key `k` from text. On error writes what was expected into err. */
-bool srv_key_set(const srv_key *k, srv_options *o, const char *value,
-                        char *err, size_t errlen) {
+bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
+                 size_t errlen) {
   char *field = (char *)o + k->off;
   uint64_t v = 0;
   switch (k->type) {
-    case SRV_K_LISTEN:
-      return srv_add_listen(o, value, err, errlen);
+    case SRV_K_LISTEN: return srv_add_listen(o, value, err, errlen);
     case SRV_K_PATH:
       if (*value && !srv_valid_socket_path(value)) {
         snprintf(err, errlen,

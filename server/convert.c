@@ -28,8 +28,6 @@ void srv_arena_free(srv_arena *a) {
   }
 }
 
-
-
 /* --- request limits ------------------------------------------------------------ */
 
 pd_code srv_check_ids(const srv_req_limits *l, size_t n, const char *what,
@@ -106,14 +104,15 @@ pd_code srv_dtype_from_pb(int v, const char *what, pd_dtype *out,
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "%s: dtype %d is not a valid dtype; expected one of %s "
                      "(DType 1 to %d)",
-                     what, v, pdcom_dtype_list(names, sizeof(names)), PD_DTYPE_COUNT - 1);
+                     what, v, pdcom_dtype_list(names, sizeof(names)),
+                     PD_DTYPE_COUNT - 1);
   }
   *out = (pd_dtype)v;
   return PD_OK;
 }
 
-Paradev__V1__TensorInfo *srv_info_to_pb(srv_arena *a, uint64_t id,
-                                        pd_dtype dt, const dev_shape *shape) {
+Paradev__V1__TensorInfo *srv_info_to_pb(srv_arena *a, uint64_t id, pd_dtype dt,
+                                        const dev_shape *shape) {
   Paradev__V1__TensorInfo *ti = srv_arena_alloc(a, sizeof(*ti));
   if (!ti) return NULL;
   paradev__v1__tensor_info__init(ti);
@@ -123,7 +122,6 @@ Paradev__V1__TensorInfo *srv_info_to_pb(srv_arena *a, uint64_t id,
   return ti->shape ? ti : NULL;
 }
 
-
 Paradev__V1__Shape **srv_shapes_to_pb(srv_arena *a, const dev_shape *shapes,
                                       int n) {
   Paradev__V1__Shape **out = srv_arena_alloc(a, sizeof(*out) * (size_t)(n + 1));
@@ -132,7 +130,8 @@ Paradev__V1__Shape **srv_shapes_to_pb(srv_arena *a, const dev_shape *shapes,
   return out;
 }
 
-void srv_status_to_pb(const dev_status *st, char *msg, Paradev__V1__Status *out) {
+void srv_status_to_pb(const dev_status *st, char *msg,
+                      Paradev__V1__Status *out) {
   paradev__v1__status__init(out);
   out->code = (int32_t)st->code;
   out->message = srv_log_clean(st->msg, msg, DEV_STATUS_MSG_MAX);
@@ -140,8 +139,9 @@ void srv_status_to_pb(const dev_status *st, char *msg, Paradev__V1__Status *out)
 
 /* --- operations ------------------------------------------------------------------- */
 
-pd_code srv_op_from_pb(const srv_req_limits *l, const Paradev__V1__Operation *pb,
-                       int index, dev_attr *attrs, sched_op *out, dev_status *st) {
+pd_code srv_op_from_pb(const srv_req_limits *l,
+                       const Paradev__V1__Operation *pb, int index,
+                       dev_attr *attrs, sched_op *out, dev_status *st) {
   const char *name = pb->op ? pb->op : "";
   size_t nlen = strlen(name);
   size_t max_str = (size_t)l->max_string_bytes;
@@ -263,15 +263,14 @@ Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
   return pr;
 }
 
-
-
 void srv_op_infos_fill(srv_op_infos *o, const sched_op *op,
                        const sched_op_result *r) {
   for (int j = 0; j < r->num_outputs; j++) {
     paradev__v1__shape__init(&o->shape[j]);
     o->shape[j].n_dims = (size_t)r->shape[j].rank;
     o->shape[j].dims = o->dims[j];
-    for (int k = 0; k < r->shape[j].rank; k++) o->dims[j][k] = r->shape[j].dims[k];
+    for (int k = 0; k < r->shape[j].rank; k++)
+      o->dims[j][k] = r->shape[j].dims[k];
     paradev__v1__tensor_info__init(&o->info[j]);
     o->info[j].id = op->output_ids[j];
     o->info[j].dtype = (Paradev__V1__DType)r->dtype[j];
@@ -296,8 +295,7 @@ pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor, int dtype,
   PD_TRY(srv_dtype_from_pb(dtype, "header", &u->dtype, st));
   if (layout) {
     switch ((int)layout->kind) {
-      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED:
-        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED: break;
       case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
         u->layout.kind = DEV_LAYOUT_SHARDED;
         u->layout.axis = layout->axis;
@@ -349,7 +347,6 @@ pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor, int dtype,
   return PD_OK;
 }
 
-
 pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
                                     dev_layout *out, int *num_parts,
                                     dev_status *st) {
@@ -357,8 +354,7 @@ pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
   int parts = 1;
   if (pb) {
     switch ((int)pb->kind) {
-      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED:
-        break;
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED: break;
       case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
         l.kind = DEV_LAYOUT_SHARDED;
         l.axis = pb->axis;
@@ -385,8 +381,6 @@ pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
   *num_parts = parts;
   return PD_OK;
 }
-
-
 
 static size_t srv_varint_len(uint64_t v) {
   size_t n = 1;

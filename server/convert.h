@@ -24,7 +24,7 @@ typedef struct srv_arena {
   struct srv_arena_block {
     struct srv_arena_block *next;
     max_align_t align[];
-  } *head;
+  } * head;
 } srv_arena;
 
 /* Zeroed memory that lives until srv_arena_free; NULL when out of memory. */
@@ -72,14 +72,16 @@ Paradev__V1__Shape **srv_shapes_to_pb(srv_arena *a, const dev_shape *shapes,
                                       int n);
 /* A dev_status as a proto Status; `msg` (DEV_STATUS_MSG_MAX bytes) holds its
  * printable text (proto3 strings are UTF-8). */
-void srv_status_to_pb(const dev_status *st, char *msg, Paradev__V1__Status *out);
+void srv_status_to_pb(const dev_status *st, char *msg,
+                      Paradev__V1__Status *out);
 
 /* --- operations --------------------------------------------------------------- */
 
 /* Proto Operation -> sched_op, checking the per-op limits. `attrs` holds
  * DEV_MAX_ATTRS entries; the result points into `pb` and `attrs`. */
-pd_code srv_op_from_pb(const srv_req_limits *l, const Paradev__V1__Operation *pb,
-                       int index, dev_attr *attrs, sched_op *out, dev_status *st);
+pd_code srv_op_from_pb(const srv_req_limits *l,
+                       const Paradev__V1__Operation *pb, int index,
+                       dev_attr *attrs, sched_op *out, dev_status *st);
 Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
                                         const sched_op_result *r);
 
@@ -128,6 +130,7 @@ pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
  * buffer: srv_chunk_header_len is the bytes before the data, and
  * srv_chunk_header writes them and returns where the `len` data bytes go. */
 size_t srv_chunk_header_len(int component, uint64_t offset, size_t len);
-uint8_t *srv_chunk_header(uint8_t *p, int component, uint64_t offset, size_t len);
+uint8_t *srv_chunk_header(uint8_t *p, int component, uint64_t offset,
+                          size_t len);
 
 #endif /* PARADEV_SERVER_CONVERT_H */

@@ -45,10 +45,10 @@ static void srv_log_session_end(void *arg, const sched_end_info *info,
       [SCHED_END_KILLED] = "killed by an operator",
       [SCHED_END_STOPPED] = "ended with the daemon",
   };
-  const char *why = (unsigned)info->why < sizeof(how) / sizeof(how[0]) &&
-                            how[info->why]
-                        ? how[info->why]
-                        : sched_end_reason_name(info->why);
+  const char *why =
+      (unsigned)info->why < sizeof(how) / sizeof(how[0]) && how[info->why]
+          ? how[info->why]
+          : sched_end_reason_name(info->why);
   char cn[65], job[65];
   SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
              "session %" PRIu64 " (client \"%s\" job \"%s\") %s: %" PRIu64
@@ -90,8 +90,8 @@ static int srv_engine_start(srv *s) {
   SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "devices: %s", devs);
   if (dev_engine_create(&ec, &s->engine, &st) != PD_OK) {
     SRV_ERROR("cannot start the %s backend: %s", o->backend, st.msg);
-    sd_notifyf(0, "STATUS=failed: cannot start the %s backend: %s",
-               o->backend, st.msg);
+    sd_notifyf(0, "STATUS=failed: cannot start the %s backend: %s", o->backend,
+               st.msg);
     return -1;
   }
   return 0;
@@ -157,16 +157,18 @@ fail:
 void srv_daemon_stop_serving(srv *s, void (*phase)(const char *what)) {
   srv_health_update(s);
   srv_health_close(s);
-  phase("closing the gRPC listeners (srv_stop: the calls' grace "
-        "period, then grpc_shutdown)");
+  phase(
+      "closing the gRPC listeners (srv_stop: the calls' grace "
+      "period, then grpc_shutdown)");
   srv_calls_left = !srv_rpc_stop(s);
   phase("stopping the HTTP listener");
   srv_http_stop(s);
 }
 
 void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what)) {
-  phase("stopping the scheduler (sched_destroy: the sessions end, the ops "
-        "on the devices end)");
+  phase(
+      "stopping the scheduler (sched_destroy: the sessions end, the ops "
+      "on the devices end)");
   sched_destroy(s->sched); /* every session ends: its regions go */
   s->sched = NULL;
   if (!srv_calls_left) srv_shm_destroy(s);

@@ -22,8 +22,9 @@
  * caller's. */
 static pd_code srv_execute_item(const srv_req_limits *l, sched_session *ss,
                                 Paradev__V1__Operation *const *ops, size_t n,
-                                uint64_t tag, dev_attr *attrs, sched_op *ops_out,
-                                sched_op_result *res, dev_status *st) {
+                                uint64_t tag, dev_attr *attrs,
+                                sched_op *ops_out, sched_op_result *res,
+                                dev_status *st) {
   for (size_t i = 0; i < n; i++)
     PD_TRY(srv_op_from_pb(l, ops[i], (int)i, attrs + i * DEV_MAX_ATTRS,
                           &ops_out[i], st));
@@ -45,7 +46,9 @@ static void srv_execute(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__ExecuteRequest *req = (const void *)m;
   srv_req_limits l = srv_call_limits(c);
   dev_status st = DEV_STATUS_INIT;
-  if (sched_check_ops(c->s->sched, req->n_ops > LONG_MAX ? LONG_MAX : (long)req->n_ops, &st) != PD_OK) {
+  if (sched_check_ops(c->s->sched,
+                      req->n_ops > LONG_MAX ? LONG_MAX : (long)req->n_ops,
+                      &st) != PD_OK) {
     srv_call_fail(c, &st);
     return;
   }

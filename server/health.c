@@ -16,10 +16,11 @@
 #include "server.h"
 
 #define SRV_SERVICE PD_SVC_PARALLEL_DEVICE
-#define H_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-#define H_NOT_SERVING \
+#define H_SERVING                                                              \
+  GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+#define H_NOT_SERVING                                                          \
   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
-#define H_UNKNOWN \
+#define H_UNKNOWN                                                              \
   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
 
 /* --- Check -------------------------------------------------------------------- */
@@ -64,8 +65,8 @@ static void srv_watch_unlist(srv_call *c) {
 
 static void srv_watch_send(srv_call *c) {
   srv_watch_state *w = c->user;
-  int now = w->known ? (srv_serving(c->s) ? H_SERVING : H_NOT_SERVING)
-                     : H_UNKNOWN;
+  int now =
+      w->known ? (srv_serving(c->s) ? H_SERVING : H_NOT_SERVING) : H_UNKNOWN;
   if (now == w->last) return;
   w->last = now;
   Grpc__Health__V1__HealthCheckResponse resp =

@@ -65,8 +65,8 @@ static enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *conn,
     if (!body)
       return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
                            "out of memory\n");
-    return srv_http_send(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                         body, len);
+    return srv_http_send(conn, MHD_HTTP_OK,
+                         "text/plain; version=0.0.4; charset=utf-8", body, len);
   }
   if (strcmp(url, "/healthz") == 0) {
     if (atomic_load(&s->stalled))
@@ -81,10 +81,10 @@ static enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *conn,
     if (srv_serving(s)) return srv_http_text(conn, MHD_HTTP_OK, "ready\n");
     char msg[128];
     snprintf(msg, sizeof(msg), "not ready: %s\n",
-             !atomic_load(&s->ready)      ? "starting"
-             : atomic_load(&s->draining)  ? "draining"
+             !atomic_load(&s->ready)        ? "starting"
+             : atomic_load(&s->draining)    ? "draining"
              : !atomic_load(&s->devices_ok) ? "a device failed"
-                                          : "stalled");
+                                            : "stalled");
     return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, msg);
   }
   return srv_http_text(conn, MHD_HTTP_NOT_FOUND,
@@ -132,9 +132,10 @@ int srv_http_start(srv *s) {
       (unsigned)10, MHD_OPTION_END);
   freeaddrinfo(res);
   if (!d) {
-    SRV_ERROR("cannot listen on %s for /metrics (address in use or not "
-              "local?); set [daemon] metrics_listen or --metrics-listen",
-              addr);
+    SRV_ERROR(
+        "cannot listen on %s for /metrics (address in use or not "
+        "local?); set [daemon] metrics_listen or --metrics-listen",
+        addr);
     return -1;
   }
   const union MHD_DaemonInfo *info =

@@ -38,7 +38,8 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
   srv *s = c->s;
   int n = dev_engine_num_devices(s->engine);
   srv_arena a = {NULL};
-  Paradev__V1__DeviceInfo **devs = srv_arena_alloc(&a, sizeof(*devs) * (size_t)n);
+  Paradev__V1__DeviceInfo **devs =
+      srv_arena_alloc(&a, sizeof(*devs) * (size_t)n);
   Paradev__V1__DeviceInfo *dv = srv_arena_alloc(&a, sizeof(*dv) * (size_t)n);
   if (!devs || !dv) {
     srv_arena_free(&a);
@@ -58,7 +59,8 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
       dv[i].memory_used_bytes = ms.bytes_in_use;
       dv[i].memory_peak_bytes = ms.peak_bytes_in_use;
       uint64_t cap = ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
-      dv[i].memory_free_bytes = cap > ms.bytes_in_use ? cap - ms.bytes_in_use : 0;
+      dv[i].memory_free_bytes =
+          cap > ms.bytes_in_use ? cap - ms.bytes_in_use : 0;
     } else {
       SRV_WARN("memory stats of device %d: %s", i, st.msg);
     }

@@ -27,8 +27,10 @@ bool srv_log_parse(const char *name, srv_log_level *out) {
   static const struct {
     const char *name;
     srv_log_level level;
-  } names[] = {{"error", SRV_LOG_ERROR}, {"warn", SRV_LOG_WARN},
-               {"warning", SRV_LOG_WARN}, {"info", SRV_LOG_INFO},
+  } names[] = {{"error", SRV_LOG_ERROR},
+               {"warn", SRV_LOG_WARN},
+               {"warning", SRV_LOG_WARN},
+               {"info", SRV_LOG_INFO},
                {"debug", SRV_LOG_DEBUG}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     if (strcasecmp(name, names[i].name) == 0) {
@@ -100,11 +102,13 @@ bool srv_log_parse_spec(const char *spec, int levels[SRV_SUB_COUNT], char *err,
 }
 
 void srv_log_get(int levels[SRV_SUB_COUNT]) {
-  for (int i = 0; i < SRV_SUB_COUNT; i++) levels[i] = atomic_load(&srv_log_levels[i]);
+  for (int i = 0; i < SRV_SUB_COUNT; i++)
+    levels[i] = atomic_load(&srv_log_levels[i]);
 }
 
 void srv_log_set(const int levels[SRV_SUB_COUNT]) {
-  for (int i = 0; i < SRV_SUB_COUNT; i++) atomic_store(&srv_log_levels[i], levels[i]);
+  for (int i = 0; i < SRV_SUB_COUNT; i++)
+    atomic_store(&srv_log_levels[i], levels[i]);
 }
 
 void srv_log_spec(const int levels[SRV_SUB_COUNT], char *out, size_t len) {
@@ -141,8 +145,8 @@ void srv_log_write(srv_log_sub sub, srv_log_level level, const char *file,
                  srv_sub_names[sub]);
   if (level == SRV_LOG_DEBUG) {
     const char *base = strrchr(file, '/');
-    n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s:%d: ",
-                  base ? base + 1 : file, line);
+    n += snprintf(buf + n, sizeof(buf) - (size_t)n,
+                  "%s:%d: ", base ? base + 1 : file, line);
   }
   va_list ap;
   va_start(ap, fmt);

@@ -71,11 +71,11 @@ void srv_log_write(srv_log_sub sub, srv_log_level level, const char *file,
 #define SRV_LOG_SUB SRV_SUB_CORE
 #endif
 
-#define SRV_LOG_AT(sub, level, ...)                                         \
-  do {                                                                      \
-    if ((int)(level) <= atomic_load_explicit(&srv_log_levels[(sub)],        \
-                                             memory_order_relaxed))         \
-      srv_log_write((sub), (level), __FILE__, __LINE__, __VA_ARGS__);       \
+#define SRV_LOG_AT(sub, level, ...)                                            \
+  do {                                                                         \
+    if ((int)(level) <=                                                        \
+        atomic_load_explicit(&srv_log_levels[(sub)], memory_order_relaxed))    \
+      srv_log_write((sub), (level), __FILE__, __LINE__, __VA_ARGS__);          \
   } while (0)
 
 #define SRV_LOG(level, ...) SRV_LOG_AT(SRV_LOG_SUB, level, __VA_ARGS__)
@@ -86,7 +86,7 @@ void srv_log_write(srv_log_sub sub, srv_log_level level, const char *file,
 /* An info line written at every level: what an operator needs whatever the
  * threshold (the addresses the daemon listens on, such as the port it
  * picked for 127.0.0.1:0). */
-#define SRV_NOTICE(...) \
+#define SRV_NOTICE(...)                                                        \
   srv_log_write(SRV_LOG_SUB, SRV_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
 
 #endif /* PARADEV_SERVER_LOG_H */

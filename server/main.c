@@ -124,7 +124,9 @@ static int64_t srv_shutdown_ms(srv *s, bool with_drain) {
          (int64_t)s->opt.grace_ms + (int64_t)SRV_TEARDOWN_S * 1000;
 }
 
-static void srv_set_phase(const char *phase) { atomic_store(&srv_phase, phase); }
+static void srv_set_phase(const char *phase) {
+  atomic_store(&srv_phase, phase);
+}
 
 /* Records the scheduler's counts for the watchdog's and second signal's
  * log lines. Main thread, while the scheduler exists. */
@@ -136,27 +138,30 @@ static void srv_note_counts(const sched_stats *st) {
 /* A second SIGTERM or SIGINT: exit at once, whatever the main thread does. */
 static _Noreturn void srv_exit_second_signal(int sig) {
   const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-  SRV_WARN("second %s: exiting now with status 1, the drain and shutdown cut "
-           "short while %s; abandoning %" PRIu64 " queued ops and %" PRIu64
-           " running on the devices (at the last count), %d calls in progress",
-           name, atomic_load(&srv_phase), atomic_load(&srv_last_queued),
-           atomic_load(&srv_last_running), srv_calls_in_progress());
+  SRV_WARN(
+      "second %s: exiting now with status 1, the drain and shutdown cut "
+      "short while %s; abandoning %" PRIu64 " queued ops and %" PRIu64
+      " running on the devices (at the last count), %d calls in progress",
+      name, atomic_load(&srv_phase), atomic_load(&srv_last_queued),
+      atomic_load(&srv_last_running), srv_calls_in_progress());
   sd_notifyf(0, "STOPPING=1\nSTATUS=exited at once (second %s)", name);
   _exit(1);
 }
 
 /* The watchdog fired: the shutdown is past its deadline. */
 static _Noreturn void srv_exit_stuck(srv *s) {
-  SRV_ERROR("shutdown stuck: still %s when the shutdown's time was up (the "
-            "drain's %u s, the calls' %d ms grace period, %d s for the "
-            "rest); %" PRIu64 " ops queued and %" PRIu64
-            " running on the devices (at the last count), %d calls in "
-            "progress: exiting with status 1 without waiting any longer",
-            atomic_load(&srv_phase), SRV_RT(s, drain_timeout_s),
-            s->opt.grace_ms, SRV_TEARDOWN_S, atomic_load(&srv_last_queued),
-            atomic_load(&srv_last_running), srv_calls_in_progress());
-  sd_notify(0, "STOPPING=1\nSTATUS=exited: the shutdown was stuck (see the "
-               "log)");
+  SRV_ERROR(
+      "shutdown stuck: still %s when the shutdown's time was up (the "
+      "drain's %u s, the calls' %d ms grace period, %d s for the "
+      "rest); %" PRIu64 " ops queued and %" PRIu64
+      " running on the devices (at the last count), %d calls in "
+      "progress: exiting with status 1 without waiting any longer",
+      atomic_load(&srv_phase), SRV_RT(s, drain_timeout_s), s->opt.grace_ms,
+      SRV_TEARDOWN_S, atomic_load(&srv_last_queued),
+      atomic_load(&srv_last_running), srv_calls_in_progress());
+  sd_notify(0,
+            "STOPPING=1\nSTATUS=exited: the shutdown was stuck (see the "
+            "log)");
   _exit(1);
 }
 
@@ -274,19 +279,21 @@ static void srv_apply_runtime(srv *s, const srv_options *o) {
 /* The STATUS= text: what an operator sees in `systemctl status`. */
 static void srv_status_text(srv *s, const sched_stats *st, double drain_left,
                             char *out, size_t len) {
-  const char *state = srv_serving(s)              ? "serving"
-                      : atomic_load(&s->exiting)  ? "draining to exit"
-                      : atomic_load(&s->draining) ? "draining"
-                      : !atomic_load(&s->devices_ok) ? "NOT SERVING: a device is unhealthy"
-                      : atomic_load(&s->stalled)  ? "NOT SERVING: the devices make no progress"
-                                                  : "starting";
+  const char *state =
+      srv_serving(s)                 ? "serving"
+      : atomic_load(&s->exiting)     ? "draining to exit"
+      : atomic_load(&s->draining)    ? "draining"
+      : !atomic_load(&s->devices_ok) ? "NOT SERVING: a device is unhealthy"
+      : atomic_load(&s->stalled) ? "NOT SERVING: the devices make no progress"
+                                 : "starting";
   int n = snprintf(out, len,
                    "%s: %d session%s on %d %s device%s, %" PRIu64
                    " ops queued, %" PRIu64 " running",
                    state, st->sessions, st->sessions == 1 ? "" : "s",
                    dev_engine_num_devices(s->engine),
-                   dev_engine_backend_name(s->engine)[0] ? dev_engine_backend_name(s->engine)
-                                                         : s->opt.backend,
+                   dev_engine_backend_name(s->engine)[0]
+                       ? dev_engine_backend_name(s->engine)
+                       : s->opt.backend,
                    dev_engine_num_devices(s->engine) == 1 ? "" : "s",
                    st->ops_queued, st->ops_in_flight);
   if (drain_left >= 0 && n > 0 && (size_t)n < len)
@@ -362,10 +369,11 @@ int main(int argc, char **argv) {
   atomic_store(&s.devices_ok, srv_devices_healthy(&s));
   srv_health_update(&s);
   srv_options *o = &s.opt;
-  SRV_INFO("ready: paradevd %s, backend %s, %d devices, incarnation "
-           "%016" PRIx64 ", max message %" PRIu64 " bytes",
-           SRV_VERSION, o->backend, dev_engine_num_devices(s.engine),
-           s.incarnation, o->limits.max_message_bytes);
+  SRV_INFO(
+      "ready: paradevd %s, backend %s, %d devices, incarnation "
+      "%016" PRIx64 ", max message %" PRIu64 " bytes",
+      SRV_VERSION, o->backend, dev_engine_num_devices(s.engine), s.incarnation,
+      o->limits.max_message_bytes);
   sched_stats stats = {.struct_size = sizeof(stats)};
   sched_get_stats(s.sched, &stats);
   srv_set_phase("serving (the main loop)");
@@ -399,9 +407,10 @@ int main(int argc, char **argv) {
       /* The first one (srv_signal_main answers a second itself). */
       const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
       srv_drain(&s, true);
-      SRV_INFO("%s: draining: no new sessions; queued work has %u s to finish "
-               "(a second %s exits at once)",
-               name, SRV_RT(&s, drain_timeout_s), name);
+      SRV_INFO(
+          "%s: draining: no new sessions; queued work has %u s to finish "
+          "(a second %s exits at once)",
+          name, SRV_RT(&s, drain_timeout_s), name);
     } else if (sig == SIGHUP) {
       srv_reload(&s);
     }
@@ -419,7 +428,8 @@ int main(int argc, char **argv) {
                    SRV_RT(&s, stall_timeout_s),
                    watchdog ? ", and no more WATCHDOG=1" : "");
       else
-        SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_INFO, "the devices make progress again");
+        SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_INFO,
+                   "the devices make progress again");
     }
     atomic_store(&s.devices_ok, srv_devices_healthy(&s));
     srv_health_update(&s);
@@ -445,7 +455,8 @@ int main(int argc, char **argv) {
       uint64_t outstanding = stats.ops_queued + stats.ops_in_flight;
       double limit = (double)SRV_RT(&s, drain_timeout_s);
       if (outstanding == 0) {
-        SRV_INFO("drained: the queued work is done (%.1f s)", now - drain_start);
+        SRV_INFO("drained: the queued work is done (%.1f s)",
+                 now - drain_start);
         break;
       }
       if (now - drain_start >= limit) {
@@ -475,9 +486,10 @@ int main(int argc, char **argv) {
   srv_set_deadline(srv_shutdown_ms(&s, false), false);
   if (!stopping_sent) sd_notify(0, "STOPPING=1");
   sd_notify(0, "STATUS=stopping: closing the listeners");
-  SRV_INFO("shutting down (grace period %d ms for calls in progress, then "
-           "%d s for the rest)",
-           o->grace_ms, SRV_TEARDOWN_S);
+  SRV_INFO(
+      "shutting down (grace period %d ms for calls in progress, then "
+      "%d s for the rest)",
+      o->grace_ms, SRV_TEARDOWN_S);
   srv_daemon_stop_serving(&s, srv_set_phase);
   sched_get_stats(s.sched, &stats);
   srv_note_counts(&stats);

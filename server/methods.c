@@ -12,24 +12,25 @@
 #include "paradev/v1/paradev.pb-c.h"
 #include "server.h"
 
-#define SRV_DECLARE(SVC, METHOD, KIND, REQ, RESP) extern const srv_handlers srv_h_##METHOD;
+#define SRV_DECLARE(SVC, METHOD, KIND, REQ, RESP)                              \
+  extern const srv_handlers srv_h_##METHOD;
 PD_ALL_METHODS(SRV_DECLARE)
 #undef SRV_DECLARE
 
-#define SRV_DEFINE(SVC, METHOD, KIND, REQ, RESP)  \
-  static srv_method srv_m_##METHOD = {            \
-      .path = PD_METHOD_PATH(SVC, METHOD),        \
-      .kind = SRV_##KIND,                         \
-      .request = &REQ##__descriptor,              \
-      .response = &RESP##__descriptor,            \
-      .h = &srv_h_##METHOD,                       \
+#define SRV_DEFINE(SVC, METHOD, KIND, REQ, RESP)                               \
+  static srv_method srv_m_##METHOD = {                                         \
+      .path = PD_METHOD_PATH(SVC, METHOD),                                     \
+      .kind = SRV_##KIND,                                                      \
+      .request = &REQ##__descriptor,                                           \
+      .response = &RESP##__descriptor,                                         \
+      .h = &srv_h_##METHOD,                                                    \
   };
 PD_ALL_METHODS(SRV_DEFINE)
 #undef SRV_DEFINE
 
 #define SRV_ENTRY(SVC, METHOD, KIND, REQ, RESP) &srv_m_##METHOD,
-srv_method *const srv_methods[] = {
-    PD_PARALLEL_DEVICE_METHODS(SRV_ENTRY) PD_HEALTH_METHODS(SRV_ENTRY) NULL};
+srv_method *const srv_methods[] = {PD_PARALLEL_DEVICE_METHODS(SRV_ENTRY)
+                                       PD_HEALTH_METHODS(SRV_ENTRY) NULL};
 srv_method *const srv_admin_methods[] = {PD_ADMIN_METHODS(SRV_ENTRY) NULL};
 #undef SRV_ENTRY
 

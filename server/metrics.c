@@ -82,8 +82,8 @@ static void srv_render_rpcs(srv_buf *b, srv *s) {
       const char *method;
       srv_split_path(table[i]->path, svc, sizeof(svc), &method);
       for (int code = 0; code < SRV_NUM_CODES; code++) {
-        uint64_t v = atomic_load_explicit(&table[i]->codes[code],
-                                          memory_order_relaxed);
+        uint64_t v =
+            atomic_load_explicit(&table[i]->codes[code], memory_order_relaxed);
         if (v || code == 0)
           srv_buf_printf(b,
                          "paradev_rpcs_total{service=\"%s\",method=\"%s\","
@@ -215,9 +215,9 @@ static void srv_render_ops(srv_buf *b, srv *s, const sched_stats *st) {
     const dev_op_def *d = dev_op_at(i);
     for (int code = 0; code < SCHED_NUM_CODES; code++)
       if (by[code])
-        srv_buf_printf(b, "paradev_ops_total{op=\"%s\",outcome=\"%s\"} %" PRIu64
-                       "\n",
-                       dev_op_def_name(d), pd_code_name((pd_code)code), by[code]);
+        srv_buf_printf(
+            b, "paradev_ops_total{op=\"%s\",outcome=\"%s\"} %" PRIu64 "\n",
+            dev_op_def_name(d), pd_code_name((pd_code)code), by[code]);
     if (dev_op_def_is_collective(d) && ncoll < 256) {
       coll_i[ncoll] = i;
       coll_s[ncoll++] = run;
@@ -233,14 +233,15 @@ static void srv_render_ops(srv_buf *b, srv *s, const sched_stats *st) {
              "Seconds from an op's Execute until it was computed on every "
              "device.");
   for (int i = 0; i < SCHED_LATENCY_BUCKETS; i++)
-    srv_buf_printf(b, "paradev_op_duration_seconds_bucket{le=\"%g\"} %" PRIu64
-                   "\n",
-                   sched_latency_bounds[i], st->latency_buckets[i]);
+    srv_buf_printf(
+        b, "paradev_op_duration_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+        sched_latency_bounds[i], st->latency_buckets[i]);
   uint64_t count = st->latency_buckets[SCHED_LATENCY_BUCKETS];
-  srv_buf_printf(b, "paradev_op_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64
-                 "\n",
-                 count);
-  srv_buf_printf(b, "paradev_op_duration_seconds_sum %.9g\n", st->latency_sum_s);
+  srv_buf_printf(
+      b, "paradev_op_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n",
+      count);
+  srv_buf_printf(b, "paradev_op_duration_seconds_sum %.9g\n",
+                 st->latency_sum_s);
   srv_buf_printf(b, "paradev_op_duration_seconds_count %" PRIu64 "\n", count);
   srv_family(b, "paradev_queue_depth", "gauge",
              "Ops queued in sessions, not yet submitted to the devices.");
@@ -270,7 +271,8 @@ char *srv_metrics_render(srv *s, size_t *len) {
   srv_buf_printf(&b, "paradev_serving %d\n", srv_serving(s) ? 1 : 0);
   srv_family(&b, "paradev_draining", "gauge",
              "1 while draining (SIGTERM or Admin Drain).");
-  srv_buf_printf(&b, "paradev_draining %d\n", atomic_load(&s->draining) ? 1 : 0);
+  srv_buf_printf(&b, "paradev_draining %d\n",
+                 atomic_load(&s->draining) ? 1 : 0);
   srv_render_sessions(&b, s, &st);
   srv_render_devices(&b, s, &st);
   srv_render_busy(&b, s);
@@ -301,8 +303,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
   srv_family(&b, "paradev_shared_memory_download_bytes_total", "counter",
              "Tensor bytes written to shared memory by "
              "DownloadToSharedMemory.");
-  srv_buf_printf(&b,
-                 "paradev_shared_memory_download_bytes_total %" PRIu64 "\n",
+  srv_buf_printf(&b, "paradev_shared_memory_download_bytes_total %" PRIu64 "\n",
                  atomic_load(&s->shm_download_bytes));
   if (b.oom) {
     free(b.p);

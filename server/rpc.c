@@ -23,7 +23,6 @@
 #include "log.h"
 #include "server.h"
 
-
 static pthread_t srv_threads[SRV_MAX_THREADS];
 static int srv_num_threads; /* started and not yet joined */
 
@@ -33,7 +32,8 @@ static void srv_on_generic(srv_call *c, bool ok);
 /* --- arming --------------------------------------------------------------- */
 
 static void srv_arm(srv *s, const srv_method *m, grpc_server *gs, int cqi) {
-  srv_call *c = srv__call_new(s, m, gs, cqi, m ? srv_on_request : srv_on_generic);
+  srv_call *c =
+      srv__call_new(s, m, gs, cqi, m ? srv_on_request : srv_on_generic);
   if (!c) {
     SRV_ERROR("out of memory arming %s", m ? m->path : "(generic)");
     return;
@@ -44,8 +44,7 @@ static void srv_arm(srv *s, const srv_method *m, grpc_server *gs, int cqi) {
         gs, m->registered, &c->call, &c->deadline, &c->md,
         (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM) ? &c->payload
                                                                : NULL,
-        s->cqs[cqi], s->cqs[cqi],
-        &c->t_req);
+        s->cqs[cqi], s->cqs[cqi], &c->t_req);
   } else {
     grpc_call_details *d = calloc(1, sizeof(*d));
     if (!d) {
@@ -103,7 +102,6 @@ static void srv_on_generic(srv_call *c, bool ok) {
   srv_call_unref(c);
 }
 
-
 static void srv_on_request(srv_call *c, bool ok) {
   srv *s = c->s;
   if (!ok) { /* the server is shutting down: the slot was never used */
@@ -120,8 +118,8 @@ static void srv_on_request(srv_call *c, bool ok) {
 static void *srv_cq_main(void *arg) {
   grpc_completion_queue *cq = arg;
   for (;;) {
-    grpc_event ev =
-        grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev = grpc_completion_queue_next(
+        cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type != GRPC_OP_COMPLETE) continue;
     struct srv_tag *t = ev.tag;
@@ -150,8 +148,8 @@ static void srv_server_abandon(grpc_server *gs) {
   grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_MONOTONIC),
                               NULL);
   grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                     NULL)
+  while (grpc_completion_queue_pluck(cq, NULL,
+                                     gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
              .type != GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
@@ -177,9 +175,12 @@ static bool unix_socket_live(const char *path) {
 
 /* Refuses an address another live process serves (see unix_socket_live). */
 static bool addr_taken(const char *addr) {
-  if (strncmp(addr, "unix:", 5) != 0 || !unix_socket_live(addr + 5)) return false;
-  SRV_ERROR("cannot listen on %s: another process is serving on this socket "
-            "(stop it first, or choose another path)", addr);
+  if (strncmp(addr, "unix:", 5) != 0 || !unix_socket_live(addr + 5))
+    return false;
+  SRV_ERROR(
+      "cannot listen on %s: another process is serving on this socket "
+      "(stop it first, or choose another path)",
+      addr);
   return true;
 }
 
@@ -214,7 +215,8 @@ int srv_rpc_start(srv *s) {
   grpc_channel_args chargs = {3, args};
   grpc_channel_args admin_args = {1, &args[2]};
   s->server = grpc_server_create(&chargs, NULL);
-  if (s->opt.admin_socket[0]) s->admin_server = grpc_server_create(&admin_args, NULL);
+  if (s->opt.admin_socket[0])
+    s->admin_server = grpc_server_create(&admin_args, NULL);
   s->num_cqs = s->opt.num_threads;
   for (int i = 0; i < s->num_cqs; i++) {
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
@@ -252,9 +254,10 @@ int srv_rpc_start(srv *s) {
     int port = grpc_server_add_http2_port(s->server, addr, creds);
     grpc_server_credentials_release(creds);
     if (port == 0) {
-      SRV_ERROR("cannot listen on %s (address in use, bad address, or no "
-                "permission; run with GRPC_VERBOSITY=DEBUG for gRPC's reason)",
-                addr);
+      SRV_ERROR(
+          "cannot listen on %s (address in use, bad address, or no "
+          "permission; run with GRPC_VERBOSITY=DEBUG for gRPC's reason)",
+          addr);
       goto fail;
     }
     char name[512];
@@ -278,15 +281,17 @@ int srv_rpc_start(srv *s) {
       s->admin_server = NULL;
       goto admin_done;
     }
-    bool taken = !s->opt.admin_socket_set ? unix_socket_live(s->opt.admin_socket)
-                                          : addr_taken(addr);
+    bool taken = !s->opt.admin_socket_set
+                     ? unix_socket_live(s->opt.admin_socket)
+                     : addr_taken(addr);
     if (taken && s->opt.admin_socket_set) goto fail;
     if (taken) {
       /* The default path is another daemon's: serve without the Admin
        * service rather than take it away or not start at all. */
-      SRV_WARN("no admin service: another process serves the default admin "
-               "socket %s (set [daemon] admin_socket or --admin-socket)",
-               s->opt.admin_socket);
+      SRV_WARN(
+          "no admin service: another process serves the default admin "
+          "socket %s (set [daemon] admin_socket or --admin-socket)",
+          s->opt.admin_socket);
       srv_server_abandon(s->admin_server);
       s->admin_server = NULL;
       goto admin_done;
@@ -299,16 +304,18 @@ int srv_rpc_start(srv *s) {
     if (port == 0 && !s->opt.admin_socket_set) {
       /* Only the default path failed (no runtime directory, say): go on
        * without the Admin service rather than not start at all. */
-      SRV_WARN("no admin service: cannot listen on the default admin socket "
-               "%s (set [daemon] admin_socket or --admin-socket)",
-               s->opt.admin_socket);
+      SRV_WARN(
+          "no admin service: cannot listen on the default admin socket "
+          "%s (set [daemon] admin_socket or --admin-socket)",
+          s->opt.admin_socket);
       srv_server_abandon(s->admin_server);
       s->admin_server = NULL;
     } else if (port == 0) {
-      SRV_ERROR("cannot listen on the admin socket %s (its directory must "
-                "exist and be writable; set [daemon] admin_socket or "
-                "--admin-socket, or '' to turn the Admin service off)",
-                s->opt.admin_socket);
+      SRV_ERROR(
+          "cannot listen on the admin socket %s (its directory must "
+          "exist and be writable; set [daemon] admin_socket or "
+          "--admin-socket, or '' to turn the Admin service off)",
+          s->opt.admin_socket);
       goto fail;
     } else if (chmod(s->opt.admin_socket, (mode_t)s->opt.admin_socket_mode) !=
                0) {
@@ -317,7 +324,7 @@ int srv_rpc_start(srv *s) {
       goto fail;
     } else {
       SRV_NOTICE("admin service on unix:%s (mode %04o)", s->opt.admin_socket,
-               s->opt.admin_socket_mode);
+                 s->opt.admin_socket_mode);
     }
   }
 admin_done:
@@ -334,7 +341,8 @@ admin_done:
   grpc_server_start(s->server);
   if (s->admin_server) grpc_server_start(s->admin_server);
   for (int i = 0; i < s->num_cqs; i++) {
-    for (int j = 0; srv_methods[j]; j++) srv_arm(s, srv_methods[j], s->server, i);
+    for (int j = 0; srv_methods[j]; j++)
+      srv_arm(s, srv_methods[j], s->server, i);
     srv_arm(s, NULL, s->server, i);
     if (s->admin_server) {
       for (int j = 0; srv_admin_methods[j]; j++)
@@ -373,9 +381,9 @@ bool srv_rpc_stop(srv *s) {
   grpc_server *servers[2] = {s->server, s->admin_server};
   for (int k = 0; k < 2; k++)
     if (servers[k]) grpc_server_shutdown_and_notify(servers[k], scq, &tags[k]);
-  gpr_timespec grace = gpr_time_add(
-      gpr_now(GPR_CLOCK_MONOTONIC),
-      gpr_time_from_millis(s->opt.grace_ms, GPR_TIMESPAN));
+  gpr_timespec grace =
+      gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                   gpr_time_from_millis(s->opt.grace_ms, GPR_TIMESPAN));
   bool ended = false;
   for (int k = 0; k < 2; k++) {
     if (!servers[k]) continue;
@@ -386,9 +394,10 @@ bool srv_rpc_stop(srv *s) {
        * second for those statuses to go out, cancel what is left. */
       ended = true;
       int n = srv__calls_end_live();
-      SRV_INFO("grace period of %d ms over: ending the %d remaining calls "
-               "with UNAVAILABLE",
-               s->opt.grace_ms, n);
+      SRV_INFO(
+          "grace period of %d ms over: ending the %d remaining calls "
+          "with UNAVAILABLE",
+          s->opt.grace_ms, n);
       grace = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                            gpr_time_from_millis(1000, GPR_TIMESPAN));
       ev = grpc_completion_queue_pluck(scq, &tags[k], grace, NULL);
@@ -411,9 +420,10 @@ bool srv_rpc_stop(srv *s) {
    * must not shut down while a call could still wake on it. */
   for (int waited = 0; atomic_load(&s->active_calls) > 0; waited += 10) {
     if (waited == 30000) {
-      SRV_WARN("%d calls still active after 30 s; exiting without "
-               "releasing gRPC",
-               atomic_load(&s->active_calls));
+      SRV_WARN(
+          "%d calls still active after 30 s; exiting without "
+          "releasing gRPC",
+          atomic_load(&s->active_calls));
       return false;
     }
     struct timespec ts = {0, 10 * 1000 * 1000};
@@ -423,11 +433,11 @@ bool srv_rpc_stop(srv *s) {
   s->server = NULL;
   if (s->admin_server) grpc_server_destroy(s->admin_server);
   s->admin_server = NULL;
-  for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_shutdown(s->cqs[i]);
+  for (int i = 0; i < s->num_cqs; i++)
+    grpc_completion_queue_shutdown(s->cqs[i]);
   for (int i = 0; i < srv_num_threads; i++) pthread_join(srv_threads[i], NULL);
   for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_destroy(s->cqs[i]);
   srv_num_threads = 0;
   grpc_shutdown();
   return true;
 }
-

@@ -100,10 +100,10 @@ struct srv_call {
   grpc_call *call;
   gpr_timespec deadline;
   grpc_metadata_array md;
-  grpc_byte_buffer *payload;   /* initial payload, then each stream read */
+  grpc_byte_buffer *payload; /* initial payload, then each stream read */
   atomic_int refs;
-  atomic_bool cancelled;       /* the client went away or the deadline passed */
-  bool started;                /* a request arrived (counted in metrics) */
+  atomic_bool cancelled; /* the client went away or the deadline passed */
+  bool started;          /* a request arrived (counted in metrics) */
   srv_call *live_prev, *live_next; /* the calls in progress (call.c) */
   bool md_sent, status_sent, finishing, reading, writing, read_paused, eof;
   bool close_started;
@@ -160,10 +160,10 @@ struct srv {
   atomic_bool shutting_down;
   atomic_int active_calls; /* calls created and not yet destroyed */
   /* Service state. */
-  atomic_bool ready;     /* every listener accepts */
-  atomic_bool draining;  /* no new sessions */
-  atomic_bool exiting;   /* the drain ends in exit */
-  atomic_bool stalled;   /* no op completed for stall_timeout_s */
+  atomic_bool ready;    /* every listener accepts */
+  atomic_bool draining; /* no new sessions */
+  atomic_bool exiting;  /* the drain ends in exit */
+  atomic_bool stalled;  /* no op completed for stall_timeout_s */
   atomic_bool devices_ok;
   srv_health *health;
   /* Counters the handlers keep. */
@@ -363,7 +363,5 @@ int srv_shm_init(srv *s);
 void srv_shm_destroy(srv *s);
 /* Registered regions and their mapped bytes now (metrics). */
 void srv_shm_stats(srv *s, uint64_t *regions, uint64_t *bytes);
-
-
 
 #endif /* PARADEV_SERVER_H */

@@ -90,9 +90,10 @@ bool srv_devices_healthy(srv *s) {
         SRV_INFO("device %d (%s) is healthy again", i,
                  dev_engine_device_name(s->engine, i));
       else
-        SRV_ERROR("device %d (%s) is unhealthy: its ops fail until paradevd "
-                  "restarts",
-                  i, dev_engine_device_name(s->engine, i));
+        SRV_ERROR(
+            "device %d (%s) is unhealthy: its ops fail until paradevd "
+            "restarts",
+            i, dev_engine_device_name(s->engine, i));
     }
   }
   return all;

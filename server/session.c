@@ -12,11 +12,11 @@
 static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__CreateSessionRequest *req = (const void *)m;
   if (atomic_load(&c->s->draining)) {
-    srv_call_finish(c, PD_UNAVAILABLE,
-                    "paradevd is draining (%s): it takes no new sessions; "
-                    "open one on another daemon or retry later",
-                    atomic_load(&c->s->exiting) ? "shutting down"
-                                                : "out of service");
+    srv_call_finish(
+        c, PD_UNAVAILABLE,
+        "paradevd is draining (%s): it takes no new sessions; "
+        "open one on another daemon or retry later",
+        atomic_load(&c->s->exiting) ? "shutting down" : "out of service");
     return;
   }
   srv_req_limits l = srv_call_limits(c);
@@ -35,12 +35,13 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     return;
   }
   char cn[65], job[65];
-  SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO, "session %llu opened: client \"%s\" job \"%s\" lease %u s "
-           "quota %llu bytes",
-           (unsigned long long)info.seq,
-           srv_log_clean(req->client_name, cn, sizeof cn),
-           srv_log_clean(req->job_id, job, sizeof job), info.lease_s,
-           (unsigned long long)info.memory_quota);
+  SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
+             "session %llu opened: client \"%s\" job \"%s\" lease %u s "
+             "quota %llu bytes",
+             (unsigned long long)info.seq,
+             srv_log_clean(req->client_name, cn, sizeof cn),
+             srv_log_clean(req->job_id, job, sizeof job), info.lease_s,
+             (unsigned long long)info.memory_quota);
   Paradev__V1__CreateSessionResponse resp =
       PARADEV__V1__CREATE_SESSION_RESPONSE__INIT;
   resp.session_token.data = info.token;

@@ -104,8 +104,8 @@ static pd_code srv_shm_open(const char *key, uint64_t byte_size, int *fd_out,
   struct stat sb;
   pd_code rc = PD_OK;
   if (fstat(fd, &sb) != 0) {
-    rc = dev_error(st, PD_INTERNAL, "fstat of shared memory object %s: %s",
-                   key, strerror(errno));
+    rc = dev_error(st, PD_INTERNAL, "fstat of shared memory object %s: %s", key,
+                   strerror(errno));
   } else if (!S_ISREG(sb.st_mode)) {
     rc = dev_error(st, PD_INVALID_ARGUMENT,
                    "shared memory object %s is not a regular object (mode "
@@ -132,14 +132,15 @@ static pd_code srv_shm_map(srv *s, const char *name, const char *key, int fd,
                            uint64_t byte_size, ProtobufCBinaryData token,
                            srv_shm_region **out, dev_status *st) {
   pd_code rc = PD_OK;
-  void *p = mmap(NULL, (size_t)byte_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                 fd, 0);
+  void *p =
+      mmap(NULL, (size_t)byte_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;
   if (p == MAP_FAILED) {
     close(fd);
-    return dev_error(st, e == ENOMEM ? PD_RESOURCE_EXHAUSTED
-                                     : PD_INVALID_ARGUMENT,
-                     "paradevd cannot map %" PRIu64 " bytes of shared "
+    return dev_error(st,
+                     e == ENOMEM ? PD_RESOURCE_EXHAUSTED : PD_INVALID_ARGUMENT,
+                     "paradevd cannot map %" PRIu64
+                     " bytes of shared "
                      "memory object %s: %s",
                      byte_size, key, strerror(e));
   }
@@ -210,7 +211,8 @@ static void srv_register_shm(srv_call *c, const ProtobufCMessage *m) {
   }
   if (req->byte_size <= SRV_SHM_HEADER_BYTES || req->byte_size > SIZE_MAX / 2) {
     dev_error(&st, PD_INVALID_ARGUMENT,
-              "byte_size %" PRIu64 " of shared memory object %s: a region "
+              "byte_size %" PRIu64
+              " of shared memory object %s: a region "
               "holds the %d-byte header and at least one byte of data "
               "(expected %d to %zu)",
               req->byte_size, key, SRV_SHM_HEADER_BYTES,
@@ -237,10 +239,12 @@ static void srv_register_shm(srv_call *c, const ProtobufCMessage *m) {
   size_t size = r->size; /* once listed, the registry owns `r` */
   if (srv_shm_add(h, ss, r, quota, &st) != PD_OK) goto fail_region;
   char cn[129];
-  SRV_INFO("session %" PRIu64 ": shared memory region \"%s\" registered "
+  SRV_INFO("session %" PRIu64
+           ": shared memory region \"%s\" registered "
            "(%s, %zu bytes)",
            seq, srv_log_clean(name, cn, sizeof cn), key, size);
-  Paradev__V1__SharedMemoryRegion info = PARADEV__V1__SHARED_MEMORY_REGION__INIT;
+  Paradev__V1__SharedMemoryRegion info =
+      PARADEV__V1__SHARED_MEMORY_REGION__INIT;
   info.name = (char *)name;
   info.key = (char *)key;
   info.byte_size = size;
@@ -282,9 +286,10 @@ static void srv_unregister_shm(srv_call *c, const ProtobufCMessage *m) {
    * the reply goes, the daemon never touches the mapping again. */
   srv_shm_retire(r, false);
   char cn[129];
-  SRV_INFO("session %" PRIu64 ": shared memory region \"%s\" unregistered",
-           seq, srv_log_clean(r->name, cn, sizeof cn));
-  srv_shm_region_unref(r); /* unmapped already; freed once no transfer holds it */
+  SRV_INFO("session %" PRIu64 ": shared memory region \"%s\" unregistered", seq,
+           srv_log_clean(r->name, cn, sizeof cn));
+  srv_shm_region_unref(
+      r); /* unmapped already; freed once no transfer holds it */
   Paradev__V1__UnregisterSharedMemoryResponse resp =
       PARADEV__V1__UNREGISTER_SHARED_MEMORY_RESPONSE__INIT;
   srv_call_reply(c, &resp.base);
@@ -298,9 +303,11 @@ static pd_code srv_shm_check_range(const srv_shm_region *r, uint64_t offset,
   uint64_t data = r->size - SRV_SHM_HEADER_BYTES;
   if (offset > data || bytes > data - offset)
     return dev_error(st, PD_OUT_OF_RANGE,
-                     "%" PRIu64 " bytes at data offset %" PRIu64 " run past "
+                     "%" PRIu64 " bytes at data offset %" PRIu64
+                     " run past "
                      "the end of shared memory region \"%.128s\", which "
-                     "holds %" PRIu64 " bytes of data (byte_size %zu less the "
+                     "holds %" PRIu64
+                     " bytes of data (byte_size %zu less the "
                      "%d-byte header)",
                      bytes, offset, r->name, data, r->size,
                      SRV_SHM_HEADER_BYTES);
@@ -312,13 +319,13 @@ static pd_code srv_shm_check_range(const srv_shm_region *r, uint64_t offset,
  * `offset` on. */
 typedef struct srv_shm_copy {
   bool upload;
-  sched_upload *up;   /* upload */
-  dev_tensor *t;      /* download */
+  sched_upload *up; /* upload */
+  dev_tensor *t;    /* download */
   dev_layout layout;
   int n;
   const uint64_t *sizes;
   const srv_shm_region *r;
-  uint64_t offset;    /* the first part's data offset (checked in range) */
+  uint64_t offset; /* the first part's data offset (checked in range) */
 } srv_shm_copy;
 
 static pd_code srv_shm_copy_fn(void *arg, dev_status *st) {
@@ -329,10 +336,11 @@ static pd_code srv_shm_copy_fn(void *arg, dev_status *st) {
   for (int i = 0; i < k->n; i++) {
     size_t len = (size_t)k->sizes[i];
     if (len) {
-      int comp = k->layout.kind == DEV_LAYOUT_PER_COMPONENT ? i
-                                                             : k->layout.component;
-      PD_TRY(k->upload ? sched_upload_write(k->up, i, 0, p, len, st)
-                       : dev_tensor_read(k->t, &k->layout, comp, 0, p, len, st));
+      int comp =
+          k->layout.kind == DEV_LAYOUT_PER_COMPONENT ? i : k->layout.component;
+      PD_TRY(k->upload
+                 ? sched_upload_write(k->up, i, 0, p, len, st)
+                 : dev_tensor_read(k->t, &k->layout, comp, 0, p, len, st));
     }
     p += len;
   }
@@ -356,11 +364,11 @@ static void srv_upload_shm(srv_call *c, const ProtobufCMessage *m) {
     goto fail;
   }
   if (srv_upload_spec_from_pb(dev_engine_num_devices(s->engine),
-                              SRV_RT(s, max_tensor_bytes), (int)req->dtype, req->shape, req->layout,
-                              req->n_component_shapes, req->component_shapes,
-                              sp, &st) != PD_OK ||
-      srv_shm_get(s->shm, ss, req->region ? req->region : "", &r,
-                  &st) != PD_OK ||
+                              SRV_RT(s, max_tensor_bytes), (int)req->dtype,
+                              req->shape, req->layout, req->n_component_shapes,
+                              req->component_shapes, sp, &st) != PD_OK ||
+      srv_shm_get(s->shm, ss, req->region ? req->region : "", &r, &st) !=
+          PD_OK ||
       srv_shm_check_range(r, req->offset, sp->total, &st) != PD_OK)
     goto fail;
   bool per_comp = sp->layout.kind == DEV_LAYOUT_PER_COMPONENT;
@@ -436,8 +444,8 @@ static void srv_download_shm_finish(srv_call *c) {
     srv_call_fail(c, &st);
     return;
   }
-  srv_shm_copy k = {false, NULL, d->t, d->layout, d->parts, d->size, d->r,
-                    d->offset};
+  srv_shm_copy k = {false,    NULL,    d->t, d->layout,
+                    d->parts, d->size, d->r, d->offset};
   if (srv_shm_guarded(d->r, false, srv_shm_copy_fn, &k, &st) != PD_OK) {
     srv_call_fail(c, &st);
     return;
@@ -474,8 +482,8 @@ static void srv_download_shm(srv_call *c, const ProtobufCMessage *m) {
   d->ss = srv_call_session(c, req->session_token);
   if (!d->ss) return;
   dev_status st = DEV_STATUS_INIT;
-  if (srv_shm_get(s->shm, d->ss, req->region ? req->region : "",
-                  &d->r, &st) != PD_OK ||
+  if (srv_shm_get(s->shm, d->ss, req->region ? req->region : "", &d->r, &st) !=
+          PD_OK ||
       sched_handle_get(d->ss, req->id, &d->t, &st) != PD_OK ||
       srv_download_layout_from_pb(req->layout, dev_tensor_num_components(d->t),
                                   &d->layout, &d->parts, &st) != PD_OK) {
@@ -483,8 +491,8 @@ static void srv_download_shm(srv_call *c, const ProtobufCMessage *m) {
     return;
   }
   for (int i = 0; i < d->parts; i++) {
-    int comp = d->layout.kind == DEV_LAYOUT_PER_COMPONENT ? i
-                                                          : d->layout.component;
+    int comp =
+        d->layout.kind == DEV_LAYOUT_PER_COMPONENT ? i : d->layout.component;
     if (dev_tensor_host_size(d->t, &d->layout, comp, &d->shape[i], &d->size[i],
                              &st) != PD_OK) {
       srv_call_fail(c, &st);
@@ -518,9 +526,12 @@ static void srv_download_shm_cancel(srv_call *c) {
 
 /* --- the methods ------------------------------------------------------------------ */
 
-const srv_handlers srv_h_RegisterSharedMemory = {.on_request = srv_register_shm};
-const srv_handlers srv_h_UnregisterSharedMemory = {.on_request = srv_unregister_shm};
-const srv_handlers srv_h_UploadFromSharedMemory = {.on_request = srv_upload_shm};
+const srv_handlers srv_h_RegisterSharedMemory = {.on_request =
+                                                     srv_register_shm};
+const srv_handlers srv_h_UnregisterSharedMemory = {.on_request =
+                                                       srv_unregister_shm};
+const srv_handlers srv_h_UploadFromSharedMemory = {.on_request =
+                                                       srv_upload_shm};
 const srv_handlers srv_h_DownloadToSharedMemory = {
     .on_request = srv_download_shm,
     .on_destroy = srv_download_shm_destroy,

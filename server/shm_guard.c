@@ -39,7 +39,6 @@ static void srv_bus_handler(int sig, siginfo_t *si, void *uc) {
   sigaction(SIGBUS, &srv_bus_old, NULL);
 }
 
-
 /* The SIGBUS branch: the object's size tells truncation from a full tmpfs. */
 static pd_code srv_shm_bus_error(const srv_shm_region *r, bool reading,
                                  dev_status *st) {
@@ -64,8 +63,7 @@ static pd_code srv_shm_bus_error(const srv_shm_region *r, bool reading,
 
 /* Runs fn(arg) (a copy from or into `r`) under the SIGBUS guard. */
 pd_code srv_shm_guarded_copy(const srv_shm_region *r, bool reading,
-                                    srv_copy_fn fn, void *arg,
-                                    dev_status *st) {
+                             srv_copy_fn fn, void *arg, dev_status *st) {
   srv_bus_guard g;
   g.lo = r->base;
   g.hi = r->base + r->size;
@@ -82,7 +80,8 @@ pd_code srv_shm_guarded_copy(const srv_shm_region *r, bool reading,
   /* Page-locked (CUDA) mappings never fault: the copy went through pages the
    * object no longer has, so look at the object's size instead. */
   struct stat sb;
-  if (rc == PD_OK && r->fd >= 0 && fstat(r->fd, &sb) == 0 && (uint64_t)sb.st_size < r->size)
+  if (rc == PD_OK && r->fd >= 0 && fstat(r->fd, &sb) == 0 &&
+      (uint64_t)sb.st_size < r->size)
     return dev_error(st, PD_FAILED_PRECONDITION,
                      "shared memory region \"%.128s\" (%s) was truncated "
                      "to %lld of the %zu bytes it was registered with; keep "
@@ -102,9 +101,10 @@ void srv_shm_guard_install(void) {
   if (sigaction(SIGBUS, &sa, &srv_bus_old) == 0)
     srv_bus_installed = true;
   else
-    SRV_WARN("cannot install the SIGBUS handler (%s): a client that "
-             "truncates a registered region can crash the daemon",
-             strerror(errno));
+    SRV_WARN(
+        "cannot install the SIGBUS handler (%s): a client that "
+        "truncates a registered region can crash the daemon",
+        strerror(errno));
 }
 
 void srv_shm_guard_remove(void) {

@@ -57,9 +57,9 @@
 
 #define SRV_SHM_HEADER_BYTES 64
 #define SRV_SHM_VERSION 1
-#define SRV_SHM_KEY_MAX 200          /* characters after the '/' */
-#define SRV_SHM_MAX_PER_SESSION 64   /* RESOURCE_EXHAUSTED beyond */
-#define SRV_SHM_MAX_REGIONS 4096     /* per daemon: mappings are a resource */
+#define SRV_SHM_KEY_MAX 200        /* characters after the '/' */
+#define SRV_SHM_MAX_PER_SESSION 64 /* RESOURCE_EXHAUSTED beyond */
+#define SRV_SHM_MAX_REGIONS 4096   /* per daemon: mappings are a resource */
 /* Registered bytes (byte_size, header included) are limited per daemon and
  * per session to half the machine's physical memory (srv_shm_max_bytes), and
  * for a session with a memory quota to its quota: RESOURCE_EXHAUSTED beyond.
@@ -71,18 +71,18 @@ typedef struct srv_shm_region {
   atomic_int refs;             /* the registry's, plus one per transfer */
   uint64_t seq;                /* the session's number */
   dev_engine *engine;
-  uint8_t *base;               /* the mapping: byte_size bytes; NULL once retired */
+  uint8_t *base; /* the mapping: byte_size bytes; NULL once retired */
   size_t size;
-  bool pinned;                 /* dev_engine_host_register accepted it */
-  int fd;                      /* the object, kept open to notice truncation */
-  char *name;                  /* the client's name for it */
-  char *key;                   /* the POSIX shm name */
+  bool pinned; /* dev_engine_host_register accepted it */
+  int fd;      /* the object, kept open to notice truncation */
+  char *name;  /* the client's name for it */
+  char *key;   /* the POSIX shm name */
   /* Copies against retirement (srv_shm_copy_begin, srv_shm_retire). */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int copying;                 /* copies running now */
-  bool retired;                /* unregistered: no copy may start */
-  bool session_ended;          /* retired because its session ended */
+  int copying;        /* copies running now */
+  bool retired;       /* unregistered: no copy may start */
+  bool session_ended; /* retired because its session ended */
 } srv_shm_region;
 
 struct srv_shm {

@@ -109,7 +109,8 @@ static void srv_shm_on_end(void *arg, const sched_end_info *info, void *state) {
     gone = r->next;
     char name[129];
     SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_DEBUG,
-               "session %" PRIu64 " %s: shared memory region \"%s\" (%s) "
+               "session %" PRIu64
+               " %s: shared memory region \"%s\" (%s) "
                "unregistered",
                info->session_seq, sched_end_reason_name(info->why),
                srv_log_clean(r->name, name, sizeof name), r->key);
@@ -176,28 +177,35 @@ static pd_code srv_shm_room_locked(srv_shm *h, const srv_shm_sess *x,
                      mine, SRV_SHM_MAX_PER_SESSION);
   if (h->count >= SRV_SHM_MAX_REGIONS)
     return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                     "paradevd has %" PRIu64 " shared memory regions "
+                     "paradevd has %" PRIu64
+                     " shared memory regions "
                      "registered; the limit is %d per daemon",
                      h->count, SRV_SHM_MAX_REGIONS);
   bool by_quota = quota != 0 && quota < h->max_bytes;
   uint64_t limit = by_quota ? quota : h->max_bytes;
   if (want > limit || mine_bytes > limit - want)
-    return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                     "registering %" PRIu64 " more bytes of shared memory "
-                     "would exceed the session's limit of %" PRIu64 " bytes "
-                     "(%s): the session has %" PRIu64 " bytes in %d "
-                     "region%s registered (unregister some first, or "
-                     "register less)",
-                     want, limit,
-                     by_quota ? "its memory quota"
-                              : "half the machine's physical memory",
-                     mine_bytes, mine, mine == 1 ? "" : "s");
+    return dev_error(
+        st, PD_RESOURCE_EXHAUSTED,
+        "registering %" PRIu64
+        " more bytes of shared memory "
+        "would exceed the session's limit of %" PRIu64
+        " bytes "
+        "(%s): the session has %" PRIu64
+        " bytes in %d "
+        "region%s registered (unregister some first, or "
+        "register less)",
+        want, limit,
+        by_quota ? "its memory quota" : "half the machine's physical memory",
+        mine_bytes, mine, mine == 1 ? "" : "s");
   if (want > h->max_bytes || h->bytes > h->max_bytes - want)
     return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                     "registering %" PRIu64 " more bytes of shared memory "
-                     "would exceed paradevd's limit of %" PRIu64 " bytes for "
+                     "registering %" PRIu64
+                     " more bytes of shared memory "
+                     "would exceed paradevd's limit of %" PRIu64
+                     " bytes for "
                      "all sessions together (half the machine's physical "
-                     "memory): %" PRIu64 " bytes in %" PRIu64 " region%s "
+                     "memory): %" PRIu64 " bytes in %" PRIu64
+                     " region%s "
                      "%s registered",
                      want, h->max_bytes, h->bytes, h->count,
                      h->count == 1 ? "" : "s", h->count == 1 ? "is" : "are");
@@ -207,8 +215,8 @@ static pd_code srv_shm_room_locked(srv_shm *h, const srv_shm_sess *x,
 pd_code srv_shm_room(srv_shm *h, sched_session *ss, const char *name,
                      uint64_t want, uint64_t quota, dev_status *st) {
   pthread_mutex_lock(&h->mu);
-  pd_code rc = srv_shm_room_locked(h, srv_shm_sess_of(h, ss), name, want,
-                                   quota, st);
+  pd_code rc =
+      srv_shm_room_locked(h, srv_shm_sess_of(h, ss), name, want, quota, st);
   pthread_mutex_unlock(&h->mu);
   return rc;
 }
@@ -241,7 +249,8 @@ srv_shm_region *srv_shm_take(srv_shm *h, sched_session *ss, const char *name) {
   srv_shm_region *r = NULL;
   pthread_mutex_lock(&h->mu);
   srv_shm_sess *x = srv_shm_sess_of(h, ss);
-  for (srv_shm_region **pp = x ? &x->head : NULL; pp && *pp; pp = &(*pp)->next) {
+  for (srv_shm_region **pp = x ? &x->head : NULL; pp && *pp;
+       pp = &(*pp)->next) {
     if (strcmp((*pp)->name, name) == 0) {
       r = *pp;
       *pp = r->next;
@@ -258,7 +267,7 @@ srv_shm_region *srv_shm_take(srv_shm *h, sched_session *ss, const char *name) {
 
 /* The memory quota of session `seq` (0: none) into *quota. */
 pd_code srv_shm_session_quota(srv *s, uint64_t seq, uint64_t *quota,
-                                     dev_status *st) {
+                              dev_status *st) {
   sched_session_view *v = NULL;
   int n = sched_list_sessions(s->sched, NULL, &v);
   if (n < 0) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -286,9 +295,10 @@ pd_code srv_shm_guarded(srv_shm_region *r, bool reading, srv_copy_fn fn,
 static uint64_t srv_shm_max_bytes(void) {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) {
-    SRV_WARN("cannot learn the machine's physical memory (sysconf: %s); "
-             "shared memory regions are limited to %" PRIu64 " bytes",
-             strerror(errno), SRV_SHM_MAX_BYTES_FALLBACK);
+    SRV_WARN(
+        "cannot learn the machine's physical memory (sysconf: %s); "
+        "shared memory regions are limited to %" PRIu64 " bytes",
+        strerror(errno), SRV_SHM_MAX_BYTES_FALLBACK);
     return SRV_SHM_MAX_BYTES_FALLBACK;
   }
   return (uint64_t)pages * (uint64_t)page / 2;
@@ -301,15 +311,17 @@ int srv_shm_init(srv *s) {
     return -1;
   }
   h->max_bytes = srv_shm_max_bytes();
-  SRV_DEBUG("shared memory: at most %" PRIu64 " bytes registered per daemon "
+  SRV_DEBUG("shared memory: at most %" PRIu64
+            " bytes registered per daemon "
             "and per session (half the physical memory)",
             h->max_bytes);
   pthread_mutex_init(&h->mu, NULL);
   sched_observer obs = {"shm", srv_shm_on_end, h};
   h->key = sched_observer_add(s->sched, &obs);
   if (h->key < 0) {
-    SRV_ERROR("internal: no observer slot left in the scheduler for shared "
-              "memory regions");
+    SRV_ERROR(
+        "internal: no observer slot left in the scheduler for shared "
+        "memory regions");
     pthread_mutex_destroy(&h->mu);
     free(h);
     return -1;
@@ -324,7 +336,8 @@ void srv_shm_destroy(srv *s) {
   if (!h) return;
   /* Every session ended before (sched_destroy): no region is left. */
   if (h->count)
-    SRV_WARN("internal: %" PRIu64 " shared memory regions still registered "
+    SRV_WARN("internal: %" PRIu64
+             " shared memory regions still registered "
              "at shutdown",
              h->count);
   srv_shm_guard_remove();

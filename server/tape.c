@@ -19,8 +19,8 @@ static pd_code srv_missing(const char *what, dev_status *st) {
                    "the request has no %s; set it (see paradev.proto)", what);
 }
 
-static pd_code srv_tape_start(sched_session *ss, const Paradev__V1__TapeStart *m,
-                              dev_status *st) {
+static pd_code srv_tape_start(sched_session *ss,
+                              const Paradev__V1__TapeStart *m, dev_status *st) {
   if (!m) return srv_missing("tape (TapeStart)", st);
   return sched_tape_start(ss, m->tape_id, m->persistent != 0, st);
 }
@@ -56,10 +56,11 @@ static pd_code srv_tape_gradient(const srv_req_limits *l, sched_session *ss,
   size_t n = m->n_sources;
   pd_dtype *dts = srv_arena_alloc(a, sizeof(*dts) * (n + 1));
   dev_shape *shapes = srv_arena_alloc(a, sizeof(*shapes) * (n + 1));
-  Paradev__V1__TensorInfo **infos = srv_arena_alloc(a, sizeof(*infos) * (n + 1));
+  Paradev__V1__TensorInfo **infos =
+      srv_arena_alloc(a, sizeof(*infos) * (n + 1));
   if (!dts || !shapes || !infos)
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
-  sched_gradient g = {m->tape_id,     m->target,     m->sources, (int)n,
+  sched_gradient g = {m->tape_id,         m->target,     m->sources, (int)n,
                       m->output_gradient, m->result_ids, (int)n};
   PD_TRY(sched_tape_gradient(ss, &g, tag, dts, shapes, st));
   for (size_t i = 0; i < n; i++) {
@@ -91,8 +92,7 @@ bool srv_tape_item(srv_call *c, sched_session *ss, uint64_t tag,
     case PARADEV__V1__ENQUEUE_REQUEST__ITEM_DELETE_TAPE:
       srv_tape_delete(ss, req->delete_tape, st);
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -106,7 +106,8 @@ static void srv_start_tape_rpc(srv_call *c, const ProtobufCMessage *msg) {
   if (srv_tape_start(ss, req->tape, &st) != PD_OK) {
     srv_call_fail(c, &st);
   } else {
-    Paradev__V1__StartTapeResponse resp = PARADEV__V1__START_TAPE_RESPONSE__INIT;
+    Paradev__V1__StartTapeResponse resp =
+        PARADEV__V1__START_TAPE_RESPONSE__INIT;
     srv_call_reply(c, &resp.base);
   }
   sched_session_put(ss);
@@ -121,7 +122,8 @@ static void srv_watch_tape_rpc(srv_call *c, const ProtobufCMessage *msg) {
   if (srv_tape_watch(&l, ss, req->watch, &st) != PD_OK) {
     srv_call_fail(c, &st);
   } else {
-    Paradev__V1__WatchTapeResponse resp = PARADEV__V1__WATCH_TAPE_RESPONSE__INIT;
+    Paradev__V1__WatchTapeResponse resp =
+        PARADEV__V1__WATCH_TAPE_RESPONSE__INIT;
     srv_call_reply(c, &resp.base);
   }
   sched_session_put(ss);

@@ -43,14 +43,14 @@ static void srv_upload_header(srv_call *c, srv_upload_state *u,
   if (!u->ss) return;
   int ndev = dev_engine_num_devices(s->engine);
   srv_upload_spec sp;
-  if (srv_upload_spec_from_pb(ndev, SRV_RT(s, max_tensor_bytes), (int)h->dtype, h->shape, h->layout,
-                              h->n_component_shapes, h->component_shapes, &sp,
-                              &st) != PD_OK)
+  if (srv_upload_spec_from_pb(ndev, SRV_RT(s, max_tensor_bytes), (int)h->dtype,
+                              h->shape, h->layout, h->n_component_shapes,
+                              h->component_shapes, &sp, &st) != PD_OK)
     goto fail;
-  if (sched_upload_begin(u->ss, h->id, sp.dtype, &sp.layout, &sp.host,
-                         sp.layout.kind == DEV_LAYOUT_PER_COMPONENT ? sp.comps
-                                                                    : NULL,
-                         &u->up, &st) != PD_OK)
+  if (sched_upload_begin(
+          u->ss, h->id, sp.dtype, &sp.layout, &sp.host,
+          sp.layout.kind == DEV_LAYOUT_PER_COMPONENT ? sp.comps : NULL, &u->up,
+          &st) != PD_OK)
     goto fail;
   u->id = h->id;
   u->per_component = sp.layout.kind == DEV_LAYOUT_PER_COMPONENT;
@@ -152,8 +152,8 @@ static void srv_upload_msg(srv_call *c, const ProtobufCMessage *m) {
                     "Upload: chunk for component %d at offset %llu; expected "
                     "component %d at offset %llu (chunks go in order, each "
                     "where the previous one ended)",
-                    ch->component, (unsigned long long)ch->offset,
-                    u->component, (unsigned long long)u->offset);
+                    ch->component, (unsigned long long)ch->offset, u->component,
+                    (unsigned long long)u->offset);
     return;
   }
   if (ch->data.len > u->expected - u->offset) {
@@ -236,8 +236,8 @@ static void srv_download_more(srv_call *c) {
     uint8_t *p = srv_chunk_header(GRPC_SLICE_START_PTR(sl), d->component,
                                   d->offset, len);
     dev_status st = DEV_STATUS_INIT;
-    if (len && dev_tensor_read(d->t, &d->layout, comp, d->offset, p, len, &st) !=
-                   PD_OK) {
+    if (len && dev_tensor_read(d->t, &d->layout, comp, d->offset, p, len,
+                               &st) != PD_OK) {
       grpc_slice_unref(sl);
       srv_call_fail(c, &st);
       return;
@@ -261,7 +261,8 @@ static void srv_download_begin(srv_call *c) {
     return;
   }
   srv_arena a = {NULL};
-  Paradev__V1__Shape **shapes = srv_shapes_to_pb(&a, d->shape, d->num_components);
+  Paradev__V1__Shape **shapes =
+      srv_shapes_to_pb(&a, d->shape, d->num_components);
   uint64_t total = 0;
   for (int i = 0; i < d->num_components; i++) total += d->size[i];
   if (!shapes) {
@@ -308,15 +309,15 @@ static void srv_download(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &st);
     return;
   }
-  if (srv_download_layout_from_pb(req->layout,
-                                  dev_tensor_num_components(d->t), &d->layout,
-                                  &d->num_components, &st) != PD_OK) {
+  if (srv_download_layout_from_pb(req->layout, dev_tensor_num_components(d->t),
+                                  &d->layout, &d->num_components,
+                                  &st) != PD_OK) {
     srv_call_fail(c, &st);
     return;
   }
   for (int i = 0; i < d->num_components; i++) {
-    int comp = d->layout.kind == DEV_LAYOUT_PER_COMPONENT ? i
-                                                          : d->layout.component;
+    int comp =
+        d->layout.kind == DEV_LAYOUT_PER_COMPONENT ? i : d->layout.component;
     if (dev_tensor_host_size(d->t, &d->layout, comp, &d->shape[i], &d->size[i],
                              &st) != PD_OK) {
       srv_call_fail(c, &st);

@@ -42,15 +42,18 @@ typedef struct cpu_backend {
 
 static cpu_backend *cpu(dev_backend *b) { return (cpu_backend *)b; }
 
-static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes, void **out, dev_status *st) {
+static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes,
+                            void **out, dev_status *st) {
   cpu_device *d = &cpu(b)->devs[device];
   uint64_t limit = cpu(b)->limit;
   uint64_t cur = atomic_load(&d->in_use);
   for (;;) {
     if (limit && (bytes > limit || cur > limit - bytes))
       return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                       "%s is out of memory: %zu bytes requested with %llu of %llu bytes in use",
-                       d->name, bytes, (unsigned long long)cur, (unsigned long long)limit);
+                       "%s is out of memory: %zu bytes requested with %llu of "
+                       "%llu bytes in use",
+                       d->name, bytes, (unsigned long long)cur,
+                       (unsigned long long)limit);
     if (atomic_compare_exchange_weak(&d->in_use, &cur, cur + bytes)) break;
   }
   /* 64-byte alignment suits SIMD loads and BLAS. */
@@ -70,8 +73,8 @@ static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes, void **out
   if (!p && sz >= bytes) p = aligned_alloc(64, sz);
   if (!p) {
     atomic_fetch_sub(&d->in_use, bytes);
-    return dev_error(st, PD_RESOURCE_EXHAUSTED, "%s: host allocation of %zu bytes failed", d->name,
-                     bytes);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "%s: host allocation of %zu bytes failed", d->name, bytes);
   }
   uint64_t now = cur + bytes, peak = atomic_load(&d->peak);
   while (now > peak && !atomic_compare_exchange_weak(&d->peak, &peak, now)) {
@@ -81,7 +84,8 @@ static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes, void **out
   return PD_OK;
 }
 
-static void cpu_deallocate(dev_backend *b, int device, void *ptr, size_t bytes) {
+static void cpu_deallocate(dev_backend *b, int device, void *ptr,
+                           size_t bytes) {
   if (!ptr) return;
   cpu_device *d = &cpu(b)->devs[device];
   atomic_fetch_sub(&d->in_use, bytes);
@@ -103,29 +107,33 @@ static void cpu_deallocate(dev_backend *b, int device, void *ptr, size_t bytes) 
   free(ptr);
 }
 
-static pd_code cpu_copy(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
-                        dev_status *st) {
+static pd_code cpu_copy(dev_backend *b, int device, void *dst, const void *src,
+                        size_t bytes, dev_status *st) {
   if (bytes) memcpy(dst, src, bytes);
   return PD_OK;
 }
 
-static pd_code cpu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
-                            const void *src, size_t bytes, dev_status *st) {
+static pd_code cpu_copy_d2d(dev_backend *b, int dst_device, void *dst,
+                            int src_device, const void *src, size_t bytes,
+                            dev_status *st) {
   if (bytes) memcpy(dst, src, bytes);
   return PD_OK;
 }
 
-static pd_code cpu_run_kernel(dev_backend *b, dev_kernel_fn fn, dev_kernel_ctx *ctx,
-                              dev_status *st) {
+static pd_code cpu_run_kernel(dev_backend *b, dev_kernel_fn fn,
+                              dev_kernel_ctx *ctx, dev_status *st) {
   return fn(ctx, st);
 }
 
-static pd_code cpu_synchronize(dev_backend *b, int device, dev_status *st) { return PD_OK; }
+static pd_code cpu_synchronize(dev_backend *b, int device, dev_status *st) {
+  return PD_OK;
+}
 
-static pd_code cpu_memory_stats(dev_backend *b, int device, dev_memory_stats *out,
-                                dev_status *st) {
+static pd_code cpu_memory_stats(dev_backend *b, int device,
+                                dev_memory_stats *out, dev_status *st) {
   if (device < 0 || device >= b->num_devices)
-    return dev_error(st, PD_INVALID_ARGUMENT, "device %d is out of range", device);
+    return dev_error(st, PD_INVALID_ARGUMENT, "device %d is out of range",
+                     device);
   cpu_device *d = &cpu(b)->devs[device];
   dev_memory_stats m = {0};
   m.struct_size = sizeof m;
@@ -139,7 +147,8 @@ static pd_code cpu_memory_stats(dev_backend *b, int device, dev_memory_stats *ou
 }
 
 static const char *cpu_device_name(dev_backend *b, int device) {
-  return device >= 0 && device < b->num_devices ? cpu(b)->devs[device].name : "cpu:?";
+  return device >= 0 && device < b->num_devices ? cpu(b)->devs[device].name
+                                                : "cpu:?";
 }
 
 static void cpu_destroy(dev_backend *b) {
@@ -151,12 +160,15 @@ static void cpu_destroy(dev_backend *b) {
   free(b);
 }
 
-pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out, dev_status *st) {
+pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
+                               dev_status *st) {
   if (!cfg || cfg->struct_size < sizeof(dev_cpu_config))
-    return dev_error(st, PD_INVALID_ARGUMENT, "dev_cpu_config: struct_size too small");
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "dev_cpu_config: struct_size too small");
   int n = cfg->num_devices;
   if (n < 1 || n > PD_MAX_DEVICES)
-    return dev_error(st, PD_INVALID_ARGUMENT, "cpu backend: %d devices; expected 1 to %d", n,
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "cpu backend: %d devices; expected 1 to %d", n,
                      PD_MAX_DEVICES);
   cpu_backend *c = calloc(1, sizeof *c + (size_t)n * sizeof(cpu_device));
   if (!c) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
@@ -181,7 +193,9 @@ pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out, dev
   b->destroy = cpu_destroy;
   c->limit = cfg->memory_limit;
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-  c->total = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / (uint64_t)n : 0;
+  c->total = pages > 0 && psize > 0
+                 ? (uint64_t)pages * (uint64_t)psize / (uint64_t)n
+                 : 0;
   for (int i = 0; i < n; i++) {
     snprintf(c->devs[i].name, sizeof c->devs[i].name, "cpu:%d", i);
     pthread_mutex_init(&c->devs[i].cache_mu, NULL);

@@ -35,7 +35,8 @@ typedef struct cpu_coll {
   dev_shape in_shape[PD_MAX_DEVICES];
 } cpu_coll;
 
-void *dev_cpu_collective_create(dev_backend *b, dev_collective_kind kind, int n) {
+void *dev_cpu_collective_create(dev_backend *b, dev_collective_kind kind,
+                                int n) {
   cpu_coll *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->kind = kind;
@@ -89,7 +90,9 @@ static void put_bytes(void *dst, const void *src, size_t bytes, bool nt) {
     bytes -= head;
     size_t body = bytes & ~(size_t)15;
     for (size_t i = 0; i < body; i += 16)
-      _mm_stream_si128((__m128i *)(void *)(d + i), _mm_loadu_si128((const __m128i *)(const void *)(sp + i)));
+      _mm_stream_si128(
+          (__m128i *)(void *)(d + i),
+          _mm_loadu_si128((const __m128i *)(const void *)(sp + i)));
     memcpy(d + body, sp + body, bytes - body);
     return;
   }
@@ -105,45 +108,47 @@ static void stream_fence(bool nt) {
   (void)nt;
 }
 
-#define DEFINE_REDUCE(NAME, T, ACC, LOAD, STORE)                                  \
-  static void NAME(int red, int n, const void *const *in, void *const *out,       \
-                   int n_out, int64_t b, int64_t e, bool nt) {                    \
-    ACC acc[BLK];                                                                 \
-    T res[BLK];                                                                   \
-    for (int64_t s = b; s < e; s += BLK) {                                        \
-      int64_t m = e - s < BLK ? e - s : BLK;                                      \
-      const T *a0 = (const T *)in[0] + s;                                         \
-      for (int64_t i = 0; i < m; i++) acc[i] = LOAD(a0[i]);                       \
-      for (int k = 1; k < n; k++) {                                               \
-        const T *ak = (const T *)in[k] + s;                                       \
-        switch (red) {                                                            \
-          case DEV_RED_SUM:                                                       \
-          case DEV_RED_MEAN:                                                      \
-            for (int64_t i = 0; i < m; i++) acc[i] = (ACC)(acc[i] + LOAD(ak[i])); \
-            break;                                                                \
-          case DEV_RED_PROD:                                                      \
-            for (int64_t i = 0; i < m; i++) acc[i] = (ACC)(acc[i] * LOAD(ak[i])); \
-            break;                                                                \
-          case DEV_RED_MAX:                                                       \
-            for (int64_t i = 0; i < m; i++) {                                     \
-              ACC v = LOAD(ak[i]);                                                \
-              acc[i] = (v > acc[i] || v != v) ? v : acc[i];                       \
-            }                                                                     \
-            break;                                                                \
-          case DEV_RED_MIN:                                                       \
-            for (int64_t i = 0; i < m; i++) {                                     \
-              ACC v = LOAD(ak[i]);                                                \
-              acc[i] = (v < acc[i] || v != v) ? v : acc[i];                       \
-            }                                                                     \
-            break;                                                                \
-        }                                                                         \
-      }                                                                           \
-      if (red == DEV_RED_MEAN)                                                    \
-        for (int64_t i = 0; i < m; i++) acc[i] = mean_of(acc[i], n);              \
-      for (int64_t i = 0; i < m; i++) res[i] = STORE(acc[i]);                     \
-      for (int j = 0; j < n_out; j++)                                             \
-        put_bytes((T *)out[j] + s, res, (size_t)m * sizeof(T), nt);              \
-    }                                                                             \
+#define DEFINE_REDUCE(NAME, T, ACC, LOAD, STORE)                               \
+  static void NAME(int red, int n, const void *const *in, void *const *out,    \
+                   int n_out, int64_t b, int64_t e, bool nt) {                 \
+    ACC acc[BLK];                                                              \
+    T res[BLK];                                                                \
+    for (int64_t s = b; s < e; s += BLK) {                                     \
+      int64_t m = e - s < BLK ? e - s : BLK;                                   \
+      const T *a0 = (const T *)in[0] + s;                                      \
+      for (int64_t i = 0; i < m; i++) acc[i] = LOAD(a0[i]);                    \
+      for (int k = 1; k < n; k++) {                                            \
+        const T *ak = (const T *)in[k] + s;                                    \
+        switch (red) {                                                         \
+          case DEV_RED_SUM:                                                    \
+          case DEV_RED_MEAN:                                                   \
+            for (int64_t i = 0; i < m; i++)                                    \
+              acc[i] = (ACC)(acc[i] + LOAD(ak[i]));                            \
+            break;                                                             \
+          case DEV_RED_PROD:                                                   \
+            for (int64_t i = 0; i < m; i++)                                    \
+              acc[i] = (ACC)(acc[i] * LOAD(ak[i]));                            \
+            break;                                                             \
+          case DEV_RED_MAX:                                                    \
+            for (int64_t i = 0; i < m; i++) {                                  \
+              ACC v = LOAD(ak[i]);                                             \
+              acc[i] = (v > acc[i] || v != v) ? v : acc[i];                    \
+            }                                                                  \
+            break;                                                             \
+          case DEV_RED_MIN:                                                    \
+            for (int64_t i = 0; i < m; i++) {                                  \
+              ACC v = LOAD(ak[i]);                                             \
+              acc[i] = (v < acc[i] || v != v) ? v : acc[i];                    \
+            }                                                                  \
+            break;                                                             \
+        }                                                                      \
+      }                                                                        \
+      if (red == DEV_RED_MEAN)                                                 \
+        for (int64_t i = 0; i < m; i++) acc[i] = mean_of(acc[i], n);           \
+      for (int64_t i = 0; i < m; i++) res[i] = STORE(acc[i]);                  \
+      for (int j = 0; j < n_out; j++)                                          \
+        put_bytes((T *)out[j] + s, res, (size_t)m * sizeof(T), nt);            \
+    }                                                                          \
   }
 
 #define ID(x) (x)
@@ -152,7 +157,12 @@ static inline double mean_d(double a, int n) { return a / (double)n; }
 static inline int64_t mean_i(int64_t a, int n) { return a / n; }
 static inline uint64_t mean_u(uint64_t a, int n) { return a / (uint64_t)n; }
 
-#define mean_of(a, n) _Generic((a), float: mean_f, double: mean_d, int64_t: mean_i, uint64_t: mean_u)(a, n)
+#define mean_of(a, n)                                                          \
+  _Generic((a), float                                                          \
+           : mean_f, double                                                    \
+           : mean_d, int64_t                                                   \
+           : mean_i, uint64_t                                                  \
+           : mean_u)(a, n)
 
 static inline float h2f(uint16_t h) { return dev_half_to_float(h); }
 static inline float b2f(uint16_t h) { return dev_bfloat16_to_float(h); }
@@ -170,37 +180,44 @@ DEFINE_REDUCE(reduce_u8, uint8_t, uint64_t, u8_to_u64, u64_to_u8)
 
 /* Signed integers: sums and products in unsigned arithmetic (wrap-around),
  * comparisons signed. */
-#define DEFINE_REDUCE_SIGNED(NAME, T, UT)                                         \
-  static void NAME(int red, int n, const void *const *in, void *const *out,       \
-                   int n_out, int64_t b, int64_t e, bool nt) {                    \
-    (void)nt;                                                                     \
-    for (int64_t i = b; i < e; i++) {                                             \
-      T v0 = ((const T *)in[0])[i];                                               \
-      int64_t acc = v0;                                                           \
-      UT uacc = (UT)v0;                                                           \
-      for (int k = 1; k < n; k++) {                                               \
-        T v = ((const T *)in[k])[i];                                              \
-        switch (red) {                                                            \
-          case DEV_RED_SUM: uacc = (UT)(uacc + (UT)v); break;                     \
-          case DEV_RED_PROD: uacc = (UT)(uacc * (UT)v); break;                    \
-          case DEV_RED_MAX: if (v > acc) acc = v; break;                          \
-          case DEV_RED_MIN: if (v < acc) acc = v; break;                          \
-          case DEV_RED_MEAN: acc += v; break;                                     \
-        }                                                                         \
-      }                                                                           \
-      T r;                                                                        \
-      if (red == DEV_RED_SUM || red == DEV_RED_PROD) r = (T)uacc;                 \
-      else if (red == DEV_RED_MEAN) r = (T)(acc / n);                             \
-      else r = (T)acc;                                                            \
-      for (int j = 0; j < n_out; j++) ((T *)out[j])[i] = r;                       \
-    }                                                                             \
+#define DEFINE_REDUCE_SIGNED(NAME, T, UT)                                      \
+  static void NAME(int red, int n, const void *const *in, void *const *out,    \
+                   int n_out, int64_t b, int64_t e, bool nt) {                 \
+    (void)nt;                                                                  \
+    for (int64_t i = b; i < e; i++) {                                          \
+      T v0 = ((const T *)in[0])[i];                                            \
+      int64_t acc = v0;                                                        \
+      UT uacc = (UT)v0;                                                        \
+      for (int k = 1; k < n; k++) {                                            \
+        T v = ((const T *)in[k])[i];                                           \
+        switch (red) {                                                         \
+          case DEV_RED_SUM: uacc = (UT)(uacc + (UT)v); break;                  \
+          case DEV_RED_PROD: uacc = (UT)(uacc * (UT)v); break;                 \
+          case DEV_RED_MAX:                                                    \
+            if (v > acc) acc = v;                                              \
+            break;                                                             \
+          case DEV_RED_MIN:                                                    \
+            if (v < acc) acc = v;                                              \
+            break;                                                             \
+          case DEV_RED_MEAN: acc += v; break;                                  \
+        }                                                                      \
+      }                                                                        \
+      T r;                                                                     \
+      if (red == DEV_RED_SUM || red == DEV_RED_PROD)                           \
+        r = (T)uacc;                                                           \
+      else if (red == DEV_RED_MEAN)                                            \
+        r = (T)(acc / n);                                                      \
+      else                                                                     \
+        r = (T)acc;                                                            \
+      for (int j = 0; j < n_out; j++) ((T *)out[j])[i] = r;                    \
+    }                                                                          \
   }
 
 DEFINE_REDUCE_SIGNED(reduce_i32, int32_t, uint32_t)
 
 /* int64 means sum in unsigned 64-bit too (wrap-around rather than overflow). */
-static void reduce_i64(int red, int n, const void *const *in, void *const *out, int n_out,
-                       int64_t b, int64_t e, bool nt) {
+static void reduce_i64(int red, int n, const void *const *in, void *const *out,
+                       int n_out, int64_t b, int64_t e, bool nt) {
   (void)nt;
   for (int64_t i = b; i < e; i++) {
     int64_t acc = ((const int64_t *)in[0])[i];
@@ -208,22 +225,29 @@ static void reduce_i64(int red, int n, const void *const *in, void *const *out, 
     for (int k = 1; k < n; k++) {
       int64_t v = ((const int64_t *)in[k])[i];
       switch (red) {
-        case DEV_RED_SUM: case DEV_RED_MEAN: uacc += (uint64_t)v; break;
+        case DEV_RED_SUM:
+        case DEV_RED_MEAN: uacc += (uint64_t)v; break;
         case DEV_RED_PROD: uacc *= (uint64_t)v; break;
-        case DEV_RED_MAX: if (v > acc) acc = v; break;
-        case DEV_RED_MIN: if (v < acc) acc = v; break;
+        case DEV_RED_MAX:
+          if (v > acc) acc = v;
+          break;
+        case DEV_RED_MIN:
+          if (v < acc) acc = v;
+          break;
       }
     }
     int64_t r = acc;
-    if (red == DEV_RED_SUM || red == DEV_RED_PROD) r = (int64_t)uacc;
-    else if (red == DEV_RED_MEAN) r = (int64_t)uacc / n;
+    if (red == DEV_RED_SUM || red == DEV_RED_PROD)
+      r = (int64_t)uacc;
+    else if (red == DEV_RED_MEAN)
+      r = (int64_t)uacc / n;
     for (int j = 0; j < n_out; j++) ((int64_t *)out[j])[i] = r;
   }
 }
 
 /* bool: sum and max are logical or; prod and min are logical and. */
-static void reduce_bool(int red, int n, const void *const *in, void *const *out, int n_out,
-                        int64_t b, int64_t e, bool nt) {
+static void reduce_bool(int red, int n, const void *const *in, void *const *out,
+                        int n_out, int64_t b, int64_t e, bool nt) {
   (void)nt;
   bool any = red == DEV_RED_SUM || red == DEV_RED_MAX || red == DEV_RED_MEAN;
   for (int64_t i = b; i < e; i++) {
@@ -238,8 +262,9 @@ static void reduce_bool(int red, int n, const void *const *in, void *const *out,
 
 /* Reduces elements [b, e) of the n inputs and stores the result into each of
  * the n_out outputs (same element indices), streaming the stores with nt. */
-typedef void (*reduce_fn)(int red, int n, const void *const *in, void *const *out, int n_out,
-                          int64_t b, int64_t e, bool nt);
+typedef void (*reduce_fn)(int red, int n, const void *const *in,
+                          void *const *out, int n_out, int64_t b, int64_t e,
+                          bool nt);
 
 static reduce_fn reducer(pd_dtype dt) {
   switch (dt) {
@@ -259,8 +284,8 @@ static int parse_reduction(const dev_attr_value *v) {
   return dev_reduction_from_name(v->u.s.ptr, v->u.s.len);
 }
 
-pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_status *failed,
-                               dev_status *st) {
+pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
+                               const dev_status *failed, dev_status *st) {
   cpu_coll *c = ctx->collective;
   const int d = ctx->device, n = c->n;
   pthread_mutex_lock(&c->mu);
@@ -275,9 +300,11 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
   pthread_mutex_unlock(&c->mu);
   barrier(c);
   if (c->failed) {
-    if (c->fail_device == d) return dev_error(st, c->fail_st.code, "%s", c->fail_st.msg);
-    return dev_error(st, c->fail_st.code, "%s: cancelled because %s failed: %s", ctx->op->name,
-                     b->device_name(b, c->fail_device), c->fail_st.msg);
+    if (c->fail_device == d)
+      return dev_error(st, c->fail_st.code, "%s", c->fail_st.msg);
+    return dev_error(st, c->fail_st.code, "%s: cancelled because %s failed: %s",
+                     ctx->op->name, b->device_name(b, c->fail_device),
+                     c->fail_st.msg);
   }
 
   const pd_dtype dt = ctx->in_dtype[0];
@@ -319,7 +346,8 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
           int64_t rows = c->in_shape[p].dims[axis];
           size_t run = (size_t)(rows * inner);
           if (run)
-            memcpy(o + (x * out_rows + row) * inner, (const char *)c->in[p] + x * rows * inner, run);
+            memcpy(o + (x * out_rows + row) * inner,
+                   (const char *)c->in[p] + x * rows * inner, run);
           row += rows;
         }
       }
@@ -328,20 +356,22 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_st
     case DEV_COLL_REDUCE_SCATTER: {
       int red = parse_reduction(&ctx->attrs[0]);
       const dev_shape *s = &c->in_shape[d];
-      int64_t rows = s->dims[0], row_elems = dev_num_elems(s) / (rows ? rows : 1);
+      int64_t rows = s->dims[0],
+              row_elems = dev_num_elems(s) / (rows ? rows : 1);
       if (rows == 0) return PD_OK;
       int64_t q = rows / n, r = rows % n;
       int64_t first = d * q + (d < r ? d : r);
       int64_t mine = q + (d < r ? 1 : 0);
       const void *shifted[PD_MAX_DEVICES];
-      for (int p = 0; p < n; p++) shifted[p] = (const char *)c->in[p] + first * row_elems * (int64_t)es;
+      for (int p = 0; p < n; p++)
+        shifted[p] = (const char *)c->in[p] + first * row_elems * (int64_t)es;
       bool nt = mine * row_elems * (int64_t)es >= STREAM_MIN_BYTES;
       reducer(dt)(red, n, shifted, &c->out[d], 1, 0, mine * row_elems, nt);
       stream_fence(nt);
       return PD_OK;
     }
-    case DEV_COLL_NONE:
-      break;
+    case DEV_COLL_NONE: break;
   }
-  return dev_error(st, PD_INTERNAL, "%s: unknown collective kind %d", ctx->op->name, (int)c->kind);
+  return dev_error(st, PD_INTERNAL, "%s: unknown collective kind %d",
+                   ctx->op->name, (int)c->kind);
 }

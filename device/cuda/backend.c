@@ -48,16 +48,18 @@
 /* ------------------------------------------------------------------------ */
 /* Execution                                                                 */
 
-static pd_code cu_run_kernel(dev_backend *b, dev_kernel_fn fn, dev_kernel_ctx *ctx,
-                             dev_status *st) {
+static pd_code cu_run_kernel(dev_backend *b, dev_kernel_fn fn,
+                             dev_kernel_ctx *ctx, dev_status *st) {
   cu_backend *c = cu_of(b);
   pd_code rc = cu_check_healthy(c, ctx->device, st);
   if (rc == PD_OK) rc = cu_bind(c, ctx->device, st);
   if (rc != PD_OK) return rc;
   rc = fn(ctx, st);
   if (rc == PD_OK) {
-    cudaError_t e = cudaGetLastError(); /* a launch the kernel forgot to check */
-    if (e != cudaSuccess) rc = dev_cuda_fail(b, ctx->device, e, "kernel launch", st);
+    cudaError_t e =
+        cudaGetLastError(); /* a launch the kernel forgot to check */
+    if (e != cudaSuccess)
+      rc = dev_cuda_fail(b, ctx->device, e, "kernel launch", st);
   }
   return rc;
 }
@@ -72,7 +74,8 @@ static pd_code cu_synchronize(dev_backend *b, int device, dev_status *st) {
 }
 
 static const char *cu_device_name(dev_backend *b, int device) {
-  return device >= 0 && device < b->num_devices ? cu_of(b)->devs[device].name : "cuda:?";
+  return device >= 0 && device < b->num_devices ? cu_of(b)->devs[device].name
+                                                : "cuda:?";
 }
 
 static bool cu_healthy(dev_backend *b, int device) {
@@ -80,7 +83,6 @@ static bool cu_healthy(dev_backend *b, int device) {
   cu_backend *c = cu_of(b);
   return !atomic_load(&c->gpus[c->devs[device].gpu].unhealthy);
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* Lifetime                                                                  */
@@ -92,7 +94,8 @@ static void cu_destroy(dev_backend *b) {
   cu_collectives_destroy(c);
   for (int i = 0; i < b->num_devices; i++) {
     cu_device *d = &c->devs[i];
-    bool ok = !atomic_load(&c->gpus[d->gpu].unhealthy) && cudaSetDevice(d->ordinal) == cudaSuccess;
+    bool ok = !atomic_load(&c->gpus[d->gpu].unhealthy) &&
+              cudaSetDevice(d->ordinal) == cudaSuccess;
     if (ok && d->stream) (void)cudaStreamSynchronize(d->stream);
     if (ok) {
       if (d->cublas) cublasDestroy(d->cublas);
@@ -139,26 +142,32 @@ static pd_code parse_mesh(const char *spec, mesh_spec *m, dev_status *st) {
     size_t len = strcspn(p, ",");
     size_t tlen = len;
     while (tlen > 0 && p[tlen - 1] == ' ') tlen--;
-    const char *want = "expected cuda:N or cuda:all (as in \"cuda:0,cuda:1\" or \"cuda:all\")";
+    const char *want =
+        "expected cuda:N or cuda:all (as in \"cuda:0,cuda:1\" or \"cuda:all\")";
     if (tlen < 6 || strncmp(p, "cuda:", 5) != 0)
-      return dev_error(st, PD_INVALID_ARGUMENT, "mesh \"%.200s\": entry %d \"%.*s\" is not a CUDA device; %s",
-                       spec, entry, (int)(tlen > 64 ? 64 : tlen), p, want);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "mesh \"%.200s\": entry %d \"%.*s\" is not a CUDA device; %s", spec,
+          entry, (int)(tlen > 64 ? 64 : tlen), p, want);
     if (tlen == 8 && strncmp(p + 5, "all", 3) == 0) {
       if (entry != 0 || p[len] == ',')
         return dev_error(st, PD_INVALID_ARGUMENT,
-                         "mesh \"%.200s\": cuda:all must be the only entry", spec);
+                         "mesh \"%.200s\": cuda:all must be the only entry",
+                         spec);
       m->all = true;
       return PD_OK;
     }
     long v = 0;
     for (size_t i = 5; i < tlen; i++) {
       if (p[i] < '0' || p[i] > '9' || v > 100000)
-        return dev_error(st, PD_INVALID_ARGUMENT, "mesh \"%.200s\": entry %d \"%.*s\": %s", spec,
-                         entry, (int)(tlen > 64 ? 64 : tlen), p, want);
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "mesh \"%.200s\": entry %d \"%.*s\": %s", spec, entry,
+                         (int)(tlen > 64 ? 64 : tlen), p, want);
       v = v * 10 + (p[i] - '0');
     }
     if (m->n == PD_MAX_DEVICES)
-      return dev_error(st, PD_INVALID_ARGUMENT, "mesh \"%.200s\" has more than %d entries", spec,
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "mesh \"%.200s\" has more than %d entries", spec,
                        PD_MAX_DEVICES);
     m->ordinal[m->n++] = (int)v;
     if (p[len] != ',') return PD_OK;
@@ -166,7 +175,8 @@ static pd_code parse_mesh(const char *spec, mesh_spec *m, dev_status *st) {
   }
 }
 
-static pd_code init_gpu(cu_backend *c, int gi, const dev_cuda_config *cfg, dev_status *st) {
+static pd_code init_gpu(cu_backend *c, int gi, const dev_cuda_config *cfg,
+                        dev_status *st) {
   cu_gpu *g = &c->gpus[gi];
   dev_backend *b = &c->base;
   CU_CHECK(b, -1, cudaSetDevice(g->ordinal), st);
@@ -178,7 +188,10 @@ static pd_code init_gpu(cu_backend *c, int gi, const dev_cuda_config *cfg, dev_s
   g->cc_minor = prop.minor;
   g->total_mem = prop.totalGlobalMem;
   int pools = 0;
-  CU_CHECK(b, -1, cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, g->ordinal), st);
+  CU_CHECK(b, -1,
+           cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported,
+                                  g->ordinal),
+           st);
   if (!pools)
     return dev_error(st, PD_UNAVAILABLE,
                      "GPU %d (%s) does not support stream-ordered memory pools "
@@ -193,7 +206,10 @@ static pd_code init_gpu(cu_backend *c, int gi, const dev_cuda_config *cfg, dev_s
   CU_CHECK(b, -1, cudaMemPoolCreate(&g->pool, &props), st);
   g->pool_created = true;
   uint64_t thr = cfg->pool_release_threshold;
-  CU_CHECK(b, -1, cudaMemPoolSetAttribute(g->pool, cudaMemPoolAttrReleaseThreshold, &thr), st);
+  CU_CHECK(
+      b, -1,
+      cudaMemPoolSetAttribute(g->pool, cudaMemPoolAttrReleaseThreshold, &thr),
+      st);
   return PD_OK;
 }
 
@@ -202,19 +218,31 @@ static pd_code init_device(cu_backend *c, int i, dev_status *st) {
   dev_backend *b = &c->base;
   pd_code rc = PD_OK;
   CU_CHECK(b, i, cudaSetDevice(d->ordinal), st);
-  CU_CHECK(b, i, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), st);
+  CU_CHECK(b, i, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
+           st);
   for (int k = 0; k < 3; k++)
-    CU_CHECK(b, i, cudaEventCreateWithFlags(&d->coll_ev[k], cudaEventDisableTiming), st);
+    CU_CHECK(b, i,
+             cudaEventCreateWithFlags(&d->coll_ev[k], cudaEventDisableTiming),
+             st);
   for (int k = 0; k < CU_STAGE_SLOTS; k++)
-    CU_CHECK(b, i, cudaEventCreateWithFlags(&d->stage_ev[k], cudaEventDisableTiming), st);
-  CU_CHECK(b, i, cudaMalloc((void **)&d->dflag, DEV_CUDA_FLAG_WORDS * sizeof *d->dflag), st);
-  CU_CHECK(b, i, cudaHostAlloc((void **)&d->hflag, DEV_CUDA_FLAG_WORDS * sizeof *d->hflag,
-                               cudaHostAllocPortable), st);
+    CU_CHECK(b, i,
+             cudaEventCreateWithFlags(&d->stage_ev[k], cudaEventDisableTiming),
+             st);
+  CU_CHECK(
+      b, i,
+      cudaMalloc((void **)&d->dflag, DEV_CUDA_FLAG_WORDS * sizeof *d->dflag),
+      st);
+  CU_CHECK(
+      b, i,
+      cudaHostAlloc((void **)&d->hflag, DEV_CUDA_FLAG_WORDS * sizeof *d->hflag,
+                    cudaHostAllocPortable),
+      st);
   CUBLAS_CHECK_GOTO(b, i, cublasCreate(&d->cublas), st, rc, out);
   CUBLAS_CHECK_GOTO(b, i, cublasSetStream(d->cublas, d->stream), st, rc, out);
   /* Products follow the compute type each call asks for (exact float32
    * unless the backend allows TF32); no implicit tensor-op downcasts. */
-  CUBLAS_CHECK_GOTO(b, i, cublasSetMathMode(d->cublas, CUBLAS_DEFAULT_MATH), st, rc, out);
+  CUBLAS_CHECK_GOTO(b, i, cublasSetMathMode(d->cublas, CUBLAS_DEFAULT_MATH), st,
+                    rc, out);
 out:
   return rc;
 }
@@ -227,12 +255,15 @@ static void enable_peer_pools(cu_backend *c) {
     for (int h = 0; h < c->num_gpus && c->peer_ok; h++) {
       if (g == h) continue;
       int can = 0;
-      if (cudaDeviceCanAccessPeer(&can, c->gpus[h].ordinal, c->gpus[g].ordinal) != cudaSuccess ||
+      if (cudaDeviceCanAccessPeer(&can, c->gpus[h].ordinal,
+                                  c->gpus[g].ordinal) != cudaSuccess ||
           !can) {
         c->peer_ok = false;
         snprintf(c->peer_why, sizeof c->peer_why,
-                 "GPU %d cannot access GPU %d's memory (no peer access), so the copy path "
-                 "cannot join them; use a mesh of distinct GPUs (NCCL) or of one GPU",
+                 "GPU %d cannot access GPU %d's memory (no peer access), so "
+                 "the copy path "
+                 "cannot join them; use a mesh of distinct GPUs (NCCL) or of "
+                 "one GPU",
                  c->gpus[h].ordinal, c->gpus[g].ordinal);
         break;
       }
@@ -245,8 +276,8 @@ static void enable_peer_pools(cu_backend *c) {
       if (e != cudaSuccess) {
         c->peer_ok = false;
         snprintf(c->peer_why, sizeof c->peer_why,
-                 "cudaMemPoolSetAccess(GPU %d's pool for GPU %d): %s", c->gpus[g].ordinal,
-                 c->gpus[h].ordinal, cudaGetErrorString(e));
+                 "cudaMemPoolSetAccess(GPU %d's pool for GPU %d): %s",
+                 c->gpus[g].ordinal, c->gpus[h].ordinal, cudaGetErrorString(e));
       }
     }
   (void)cudaGetLastError();
@@ -254,38 +285,48 @@ static void enable_peer_pools(cu_backend *c) {
 
 /* Checks cfg and picks the collective path (cfg->collectives, or with AUTO
  * the environment's PARADEV_CUDA_COLLECTIVES). */
-static pd_code check_config(const dev_cuda_config *cfg, dev_cuda_collectives *path,
-                            dev_status *st) {
+static pd_code check_config(const dev_cuda_config *cfg,
+                            dev_cuda_collectives *path, dev_status *st) {
   if (!cfg || cfg->struct_size < sizeof(dev_cuda_config))
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "dev_cuda_config: struct_size too small; initialize it with "
-                     "DEV_CUDA_CONFIG_INITIALIZER");
-  if (cfg->collectives != DEV_CUDA_COLL_AUTO && cfg->collectives != DEV_CUDA_COLL_NCCL &&
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "dev_cuda_config: struct_size too small; initialize it with "
+        "DEV_CUDA_CONFIG_INITIALIZER");
+  if (cfg->collectives != DEV_CUDA_COLL_AUTO &&
+      cfg->collectives != DEV_CUDA_COLL_NCCL &&
       cfg->collectives != DEV_CUDA_COLL_COPY)
-    return dev_error(st, PD_INVALID_ARGUMENT, "dev_cuda_config: collectives is %d; expected auto, nccl or copy",
-                     (int)cfg->collectives);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "dev_cuda_config: collectives is %d; expected auto, nccl or copy",
+        (int)cfg->collectives);
   *path = cfg->collectives;
   const char *env = getenv("PARADEV_CUDA_COLLECTIVES");
   if (*path == DEV_CUDA_COLL_AUTO && env && *env) {
-    if (strcmp(env, "nccl") == 0) *path = DEV_CUDA_COLL_NCCL;
-    else if (strcmp(env, "copy") == 0) *path = DEV_CUDA_COLL_COPY;
+    if (strcmp(env, "nccl") == 0)
+      *path = DEV_CUDA_COLL_NCCL;
+    else if (strcmp(env, "copy") == 0)
+      *path = DEV_CUDA_COLL_COPY;
     else if (strcmp(env, "auto") != 0)
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "PARADEV_CUDA_COLLECTIVES=%.64s; expected auto, nccl or copy", env);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "PARADEV_CUDA_COLLECTIVES=%.64s; expected auto, nccl or copy", env);
   }
   return PD_OK;
 }
 
 /* Parses cfg->mesh into m against the GPUs CUDA can see. */
-static pd_code resolve_mesh(const dev_cuda_config *cfg, mesh_spec *m, dev_status *st) {
+static pd_code resolve_mesh(const dev_cuda_config *cfg, mesh_spec *m,
+                            dev_status *st) {
   PD_TRY(parse_mesh(cfg->mesh, m, st));
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count <= 0) {
     (void)cudaGetLastError();
-    return dev_error(st, PD_UNAVAILABLE,
-                     "no CUDA GPU found (cudaGetDeviceCount: %s); run with --backend=cpu",
-                     e != cudaSuccess ? cudaGetErrorString(e) : cudaGetErrorString(cudaErrorNoDevice));
+    return dev_error(
+        st, PD_UNAVAILABLE,
+        "no CUDA GPU found (cudaGetDeviceCount: %s); run with --backend=cpu",
+        e != cudaSuccess ? cudaGetErrorString(e)
+                         : cudaGetErrorString(cudaErrorNoDevice));
   }
   if (m->all) {
     m->n = count < PD_MAX_DEVICES ? count : PD_MAX_DEVICES;
@@ -295,10 +336,12 @@ static pd_code resolve_mesh(const dev_cuda_config *cfg, mesh_spec *m, dev_status
     if (m->ordinal[i] >= count) {
       const char *vis = getenv("CUDA_VISIBLE_DEVICES");
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "mesh \"%.200s\": entry %d names cuda:%d, but %d GPU%s visible (cuda:0 to "
+                       "mesh \"%.200s\": entry %d names cuda:%d, but %d GPU%s "
+                       "visible (cuda:0 to "
                        "cuda:%d; CUDA_VISIBLE_DEVICES=%s)",
-                       cfg->mesh ? cfg->mesh : "", i, m->ordinal[i], count, count == 1 ? " is" : "s are",
-                       count - 1, vis ? vis : "(unset)");
+                       cfg->mesh ? cfg->mesh : "", i, m->ordinal[i], count,
+                       count == 1 ? " is" : "s are", count - 1,
+                       vis ? vis : "(unset)");
     }
   return PD_OK;
 }
@@ -362,8 +405,10 @@ static bool assign_gpus(cu_backend *c, const mesh_spec *m) {
         same++;
         if (j < i) before++;
       }
-    if (same == 1) snprintf(d->name, sizeof d->name, "cuda:%d", d->ordinal);
-    else snprintf(d->name, sizeof d->name, "cuda:%d/%d", d->ordinal, before);
+    if (same == 1)
+      snprintf(d->name, sizeof d->name, "cuda:%d", d->ordinal);
+    else
+      snprintf(d->name, sizeof d->name, "cuda:%d/%d", d->ordinal, before);
   }
   return distinct;
 }
@@ -376,14 +421,18 @@ static pd_code probe_kernels(cu_backend *c, dev_status *st) {
     cudaError_t pe = cudaSetDevice(c->gpus[g].ordinal);
     if (pe == cudaSuccess) pe = dev_cuda_probe(c->devs[i].stream);
     if (pe == cudaSuccess) pe = cudaStreamSynchronize(c->devs[i].stream);
-    if (pe == cudaErrorNoKernelImageForDevice || pe == cudaErrorUnsupportedPtxVersion) {
+    if (pe == cudaErrorNoKernelImageForDevice ||
+        pe == cudaErrorUnsupportedPtxVersion) {
       (void)cudaGetLastError();
       return dev_error(st, PD_UNAVAILABLE,
-                       "this build of paradev has no kernels for GPU %d (%s, compute capability "
-                       "%d.%d): rebuild with CMAKE_CUDA_ARCHITECTURES including %d%d, or run with "
+                       "this build of paradev has no kernels for GPU %d (%s, "
+                       "compute capability "
+                       "%d.%d): rebuild with CMAKE_CUDA_ARCHITECTURES "
+                       "including %d%d, or run with "
                        "--backend=cpu",
-                       c->gpus[g].ordinal, c->gpus[g].name, c->gpus[g].cc_major, c->gpus[g].cc_minor,
-                       c->gpus[g].cc_major, c->gpus[g].cc_minor);
+                       c->gpus[g].ordinal, c->gpus[g].name, c->gpus[g].cc_major,
+                       c->gpus[g].cc_minor, c->gpus[g].cc_major,
+                       c->gpus[g].cc_minor);
     } else if (pe != cudaSuccess) {
       return dev_cuda_fail(&c->base, i, pe, "probe kernel", st);
     }
@@ -393,18 +442,22 @@ static pd_code probe_kernels(cu_backend *c, dev_status *st) {
 
 /* Sets c->use_nccl from the chosen path (NCCL needs distinct GPUs and an
  * NCCL build) and prepares the copy path's peer access otherwise. */
-static pd_code choose_collectives(cu_backend *c, dev_cuda_collectives path, bool distinct,
-                                  const dev_cuda_config *cfg, dev_status *st) {
+static pd_code choose_collectives(cu_backend *c, dev_cuda_collectives path,
+                                  bool distinct, const dev_cuda_config *cfg,
+                                  dev_status *st) {
   (void)distinct; /* only NCCL builds look at them */
   (void)cfg;
   if (path == DEV_CUDA_COLL_NCCL) {
 #ifndef PARADEV_HAVE_NCCL
-    return dev_error(st, PD_UNAVAILABLE, "collectives through NCCL were asked for, but this build "
-                                         "has no NCCL; use the copy path (collectives = auto or copy)");
+    return dev_error(
+        st, PD_UNAVAILABLE,
+        "collectives through NCCL were asked for, but this build "
+        "has no NCCL; use the copy path (collectives = auto or copy)");
 #else
     if (!distinct)
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "mesh \"%.200s\" names one GPU more than once; NCCL needs distinct GPUs "
+                       "mesh \"%.200s\" names one GPU more than once; NCCL "
+                       "needs distinct GPUs "
                        "(use collectives = auto or copy)",
                        cfg->mesh ? cfg->mesh : "");
     c->use_nccl = true;
@@ -414,12 +467,15 @@ static pd_code choose_collectives(cu_backend *c, dev_cuda_collectives path, bool
     c->use_nccl = distinct && c->base.num_devices > 1;
 #endif
   }
-  if (!c->use_nccl && c->num_gpus > 1) enable_peer_pools(c);
-  else c->peer_ok = true;
+  if (!c->use_nccl && c->num_gpus > 1)
+    enable_peer_pools(c);
+  else
+    c->peer_ok = true;
   return PD_OK;
 }
 
-pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, dev_status *st) {
+pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out,
+                                dev_status *st) {
   dev_cuda_collectives path;
   PD_TRY(check_config(cfg, &path, st));
   mesh_spec m;
@@ -428,16 +484,19 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
   dev_register_cuda_kernels();
 
   const int n = m.n;
-  cu_backend *c = calloc(1, sizeof *c + (size_t)n * (sizeof(cu_device) + sizeof(cu_fence_pool)));
+  cu_backend *c = calloc(
+      1, sizeof *c + (size_t)n * (sizeof(cu_device) + sizeof(cu_fence_pool)));
   if (!c) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   fill_table(c, n);
   c->allow_tf32 = cfg->allow_tf32;
   c->memory_limit = cfg->memory_limit;
-  c->coll_timeout_ms = cfg->collective_timeout_ms > 0 ? cfg->collective_timeout_ms : 300000;
+  c->coll_timeout_ms =
+      cfg->collective_timeout_ms > 0 ? cfg->collective_timeout_ms : 300000;
   bool distinct = assign_gpus(c, &m);
 
   pd_code rc = PD_OK;
-  for (int g = 0; g < c->num_gpus && rc == PD_OK; g++) rc = init_gpu(c, g, cfg, st);
+  for (int g = 0; g < c->num_gpus && rc == PD_OK; g++)
+    rc = init_gpu(c, g, cfg, st);
   for (int i = 0; i < n && rc == PD_OK; i++) rc = init_device(c, i, st);
   if (rc == PD_OK) rc = probe_kernels(c, st);
   if (rc == PD_OK) rc = choose_collectives(c, path, distinct, cfg, st);
@@ -449,4 +508,3 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out, d
   *out = &c->base;
   return PD_OK;
 }
-

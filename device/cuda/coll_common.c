@@ -50,17 +50,19 @@ void cu_coll_run_failed(cu_coll *c, int d, const dev_status *st) {
   pthread_mutex_unlock(&c->mu);
 }
 
-pd_code cu_coll_run_result(dev_backend *b, cu_coll *c, dev_kernel_ctx *ctx, dev_status *st) {
+pd_code cu_coll_run_result(dev_backend *b, cu_coll *c, dev_kernel_ctx *ctx,
+                           dev_status *st) {
   if (!c->run_failed) return PD_OK;
-  if (c->run_device == ctx->device) return dev_error(st, c->run_st.code, "%s", c->run_st.msg);
-  return dev_error(st, c->run_st.code, "%s: cancelled because %s failed: %s", ctx->op->name,
-                   b->device_name(b, c->run_device), c->run_st.msg);
+  if (c->run_device == ctx->device)
+    return dev_error(st, c->run_st.code, "%s", c->run_st.msg);
+  return dev_error(st, c->run_st.code, "%s: cancelled because %s failed: %s",
+                   ctx->op->name, b->device_name(b, c->run_device),
+                   c->run_st.msg);
 }
 
-
-cudaError_t cu_copy_rows(cu_backend *c, int dd, void *dst, size_t dpitch, int sd,
-                             const void *src, size_t spitch, size_t width, size_t height,
-                             cudaStream_t s) {
+cudaError_t cu_copy_rows(cu_backend *c, int dd, void *dst, size_t dpitch,
+                         int sd, const void *src, size_t spitch, size_t width,
+                         size_t height, cudaStream_t s) {
   if (width == 0 || height == 0) return cudaSuccess;
   const int dord = c->devs[dd].ordinal, sord = c->devs[sd].ordinal;
   const bool peer = dord != sord;
@@ -71,7 +73,8 @@ cudaError_t cu_copy_rows(cu_backend *c, int dd, void *dst, size_t dpitch, int sd
   }
   if (dpitch <= (size_t)INT_MAX && spitch <= (size_t)INT_MAX) {
     if (!peer)
-      return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, s);
+      return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                               cudaMemcpyDeviceToDevice, s);
     struct cudaMemcpy3DPeerParms p;
     memset(&p, 0, sizeof p);
     p.srcPtr.ptr = (void *)src;
@@ -98,4 +101,3 @@ cudaError_t cu_copy_rows(cu_backend *c, int dd, void *dst, size_t dpitch, int sd
   }
   return e;
 }
-

@@ -5,18 +5,20 @@
 #include "coll_int.h"
 
 /* Runs `call` unless an earlier step failed; a failure lands in rc/lst. */
-#define TRY(CALL)                                                     \
-  do {                                                                \
-    if (rc == PD_OK) {                                                \
-      cudaError_t try_e_ = (CALL);                                    \
-      if (try_e_ != cudaSuccess) rc = dev_cuda_fail(b, d, try_e_, #CALL, &lst); \
-    }                                                                 \
+#define TRY(CALL)                                                              \
+  do {                                                                         \
+    if (rc == PD_OK) {                                                         \
+      cudaError_t try_e_ = (CALL);                                             \
+      if (try_e_ != cudaSuccess)                                               \
+        rc = dev_cuda_fail(b, d, try_e_, #CALL, &lst);                         \
+    }                                                                          \
   } while (0)
 
 /* Every device meets its peers the same number of times whatever fails on
  * the way (a device that skipped a meeting would leave its peers waiting):
  * failures are recorded and acted on only after the meetings. */
-pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st) {
+pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx,
+                    dev_status *st) {
   dev_backend *b = &c->base;
   const int d = ctx->device, n = k->n;
   cu_device *dev = &c->devs[d];
@@ -37,7 +39,8 @@ pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
       int64_t count = cu_coll_elems(&k->in_shape[d]);
       int64_t lo = count * d / n, hi = count * (d + 1) / n;
       if (hi > lo)
-        TRY(dev_cuda_coll_reduce(dt, red, n, k->in, lo, (char *)k->out[d] + lo * es, hi - lo, s));
+        TRY(dev_cuda_coll_reduce(dt, red, n, k->in, lo,
+                                 (char *)k->out[d] + lo * es, hi - lo, s));
       TRY(cudaEventRecord(dev->coll_ev[1], s));
       if (rc != PD_OK) cu_coll_run_failed(k, d, &lst);
       cu_coll_meet(k, NULL, NULL);
@@ -47,8 +50,9 @@ pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
         if (p == d) continue;
         int64_t plo = count * p / n, phi = count * (p + 1) / n;
         TRY(cudaStreamWaitEvent(s, c->devs[p].coll_ev[1], 0));
-        TRY(cu_copy_rows(c, d, (char *)k->out[d] + plo * es, 0, p, (const char *)k->out[p] + plo * es,
-                      0, (size_t)((phi - plo) * es), 1, s));
+        TRY(cu_copy_rows(c, d, (char *)k->out[d] + plo * es, 0, p,
+                         (const char *)k->out[p] + plo * es, 0,
+                         (size_t)((phi - plo) * es), 1, s));
       }
       break;
     }
@@ -70,8 +74,9 @@ pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
       for (int p = 0; p < n; p++) {
         int64_t rows = k->in_shape[p].dims[axis];
         size_t w = (size_t)(rows * inner);
-        TRY(cu_copy_rows(c, d, (char *)k->out[d] + row * inner, (size_t)(out_rows * inner), p, k->in[p],
-                      w, w, (size_t)outer, s));
+        TRY(cu_copy_rows(c, d, (char *)k->out[d] + row * inner,
+                         (size_t)(out_rows * inner), p, k->in[p], w, w,
+                         (size_t)outer, s));
         row += rows;
       }
       break;
@@ -79,16 +84,16 @@ pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
     case DEV_COLL_REDUCE_SCATTER: {
       int red = cu_coll_reduction(ctx);
       const dev_shape *sh = &k->in_shape[d];
-      int64_t rows = sh->dims[0], row_elems = rows ? cu_coll_elems(sh) / rows : 0;
+      int64_t rows = sh->dims[0],
+              row_elems = rows ? cu_coll_elems(sh) / rows : 0;
       int64_t q = rows / n, r = rows % n;
       int64_t first = d * q + (d < r ? d : r), mine = q + (d < r ? 1 : 0);
       if (mine * row_elems > 0)
-        TRY(dev_cuda_coll_reduce(dt, red, n, k->in, first * row_elems, k->out[d],
-                                 mine * row_elems, s));
+        TRY(dev_cuda_coll_reduce(dt, red, n, k->in, first * row_elems,
+                                 k->out[d], mine * row_elems, s));
       break;
     }
-    case DEV_COLL_NONE:
-      break;
+    case DEV_COLL_NONE: break;
   }
   TRY(cudaEventRecord(dev->coll_ev[2], s));
   if (rc != PD_OK) cu_coll_run_failed(k, d, &lst);
@@ -98,9 +103,9 @@ pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
   for (int p = 0; p < n; p++) {
     if (p == d) continue;
     cudaError_t e = cudaStreamWaitEvent(s, c->devs[p].coll_ev[2], 0);
-    if (e != cudaSuccess && wrc == PD_OK) wrc = dev_cuda_fail(b, d, e, "cudaStreamWaitEvent", &lst);
+    if (e != cudaSuccess && wrc == PD_OK)
+      wrc = dev_cuda_fail(b, d, e, "cudaStreamWaitEvent", &lst);
   }
   if (wrc != PD_OK) return dev_error(st, wrc, "%s", lst.msg);
   return cu_coll_run_result(b, k, ctx, st);
 }
-

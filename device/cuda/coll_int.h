@@ -42,7 +42,8 @@ void cu_coll_run_failed(cu_coll *c, int d, const dev_status *st);
 
 /* The collective's result on device d once everyone has met after running:
  * OK, the device's own error, or the error of the device that failed. */
-pd_code cu_coll_run_result(dev_backend *b, cu_coll *c, dev_kernel_ctx *ctx, dev_status *st);
+pd_code cu_coll_run_result(dev_backend *b, cu_coll *c, dev_kernel_ctx *ctx,
+                           dev_status *st);
 
 static inline int64_t cu_coll_elems(const dev_shape *s) {
   int64_t n = 1;
@@ -62,7 +63,6 @@ static inline bool cu_coll_peer_failed(cu_coll *c) {
   return f;
 }
 
-
 /* Copies `height` rows of `width` bytes, `spitch` apart at src on mesh entry
  * sd's GPU, to rows `dpitch` apart at dst on entry dd's GPU, on stream s.
  *  - Across GPUs it takes the peer copies (cudaMemcpyPeerAsync,
@@ -72,18 +72,21 @@ static inline bool cu_coll_peer_failed(cu_coll *c) {
  *  - 2D and 3D copies refuse pitches beyond the device's maximum (memPitch,
  *    2^31 - 1 bytes: cudaErrorInvalidPitchValue), so a contiguous block is
  *    one 1D copy and wider rows go one by one. */
-cudaError_t cu_copy_rows(cu_backend *c, int dd, void *dst, size_t dpitch, int sd, const void *src,
-                         size_t spitch, size_t width, size_t height, cudaStream_t s);
+cudaError_t cu_copy_rows(cu_backend *c, int dd, void *dst, size_t dpitch,
+                         int sd, const void *src, size_t spitch, size_t width,
+                         size_t height, cudaStream_t s);
 
 /* The NCCL path (coll_nccl.c, built with PARADEV_HAVE_NCCL): the decision the
  * last device to arrive takes for everyone (is the communicator ready?), one
  * device's part, and the communicator's lifetime. */
 void cu_nccl_decide(cu_coll *k, void *arg);
-pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st);
+pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx,
+                    dev_status *st);
 pd_code cu_nccl_init(cu_backend *c, dev_status *st);
 void cu_nccl_destroy(cu_backend *c);
 
 /* The copy path (coll_copy.c): one device's part. */
-pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st);
+pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx,
+                    dev_status *st);
 
 #endif /* PARADEV_CUDA_COLL_INT_H */

@@ -88,8 +88,8 @@ static void *nccl_init_main(void *arg) {
     }
     r = ncclCommInitRankConfig(&comm[i], n, id, i, &config);
     if (r != ncclSuccess && r != ncclInProgress)
-      snprintf(err, sizeof err, "ncclCommInitRankConfig(rank %d, %s): %s", i, c->devs[i].name,
-               ncclGetErrorString(r));
+      snprintf(err, sizeof err, "ncclCommInitRankConfig(rank %d, %s): %s", i,
+               c->devs[i].name, ncclGetErrorString(r));
   }
   ncclResult_t ge = ncclGroupEnd();
   if (!err[0] && ge != ncclSuccess && ge != ncclInProgress)
@@ -100,13 +100,15 @@ static void *nccl_init_main(void *arg) {
     r = ncclCommGetAsyncError(comm[i], &s);
     if (r != ncclSuccess || (s != ncclSuccess && s != ncclInProgress)) {
       snprintf(err, sizeof err, "communicator of %s: %s (%s)", c->devs[i].name,
-               ncclGetErrorString(r != ncclSuccess ? r : s), ncclGetLastError(comm[i]));
+               ncclGetErrorString(r != ncclSuccess ? r : s),
+               ncclGetLastError(comm[i]));
     } else if (s == ncclSuccess) {
       i++;
     } else if (atomic_load(&x->stop)) {
       snprintf(err, sizeof err, "the backend is shutting down");
     } else if (now_s() > deadline) {
-      snprintf(err, sizeof err, "ncclCommInitRankConfig did not finish in %d ms",
+      snprintf(err, sizeof err,
+               "ncclCommInitRankConfig did not finish in %d ms",
                c->coll_timeout_ms);
     } else {
       backoff(&k);
@@ -131,14 +133,16 @@ done:
 /* Starts building a communicator; under x->mu, state IDLE or FAILED. */
 static void nccl_start(cu_backend *c) {
   cu_nccl *x = c->nccl;
-  if (x->thread_live) pthread_join(x->thread, NULL); /* finished: state says so */
+  if (x->thread_live)
+    pthread_join(x->thread, NULL); /* finished: state says so */
   x->thread_live = false;
   x->state = COMM_INIT;
   if (pthread_create(&x->thread, NULL, nccl_init_main, c) == 0) {
     x->thread_live = true;
   } else {
     x->state = COMM_FAILED;
-    snprintf(x->error, sizeof x->error, "could not start the thread that builds the communicator");
+    snprintf(x->error, sizeof x->error,
+             "could not start the thread that builds the communicator");
   }
 }
 
@@ -168,7 +172,8 @@ void cu_nccl_decide(cu_coll *k, void *arg) {
   pthread_mutex_lock(&x->mu);
   if (x->state == COMM_FAILED || x->state == COMM_IDLE) nccl_start(c);
   double deadline = now_s() + c->coll_timeout_ms / 1000.0;
-  struct timespec ts = {(time_t)deadline, (long)((deadline - (double)(time_t)deadline) * 1e9)};
+  struct timespec ts = {(time_t)deadline,
+                        (long)((deadline - (double)(time_t)deadline) * 1e9)};
   while (x->state == COMM_INIT)
     if (pthread_cond_timedwait(&x->cv, &x->mu, &ts) == ETIMEDOUT) break;
   if (x->state == COMM_READY) {
@@ -176,10 +181,11 @@ void cu_nccl_decide(cu_coll *k, void *arg) {
     k->comm_gen = x->generation;
   } else if (x->state == COMM_INIT) {
     dev_error(&k->comm_st, PD_DEADLINE_EXCEEDED,
-              "the NCCL communicator is still being built after %d ms", c->coll_timeout_ms);
+              "the NCCL communicator is still being built after %d ms",
+              c->coll_timeout_ms);
   } else {
-    dev_error(&k->comm_st, PD_UNAVAILABLE, "the NCCL communicator could not be built: %s",
-              x->error);
+    dev_error(&k->comm_st, PD_UNAVAILABLE,
+              "the NCCL communicator could not be built: %s", x->error);
   }
   pthread_mutex_unlock(&x->mu);
 }
@@ -221,19 +227,20 @@ static ncclRedOp_t nccl_op(pd_dtype dt, int red) {
  * Float sums and products keep NCCL's ring order and, for 16-bit types, its
  * 16-bit arithmetic: the result differs from the CPU's in rounding only. */
 static bool nccl_matches_cpu(pd_dtype dt, int red) {
-  if ((red == DEV_RED_MAX || red == DEV_RED_MIN) && dev_dtype_is_floating(dt)) return false;
+  if ((red == DEV_RED_MAX || red == DEV_RED_MIN) && dev_dtype_is_floating(dt))
+    return false;
   if (red == DEV_RED_MEAN && (dt == PD_UINT8 || dt == PD_INT32)) return false;
   return true;
 }
 
 /* Issues one NCCL call; a failure lands in err (DEV_STATUS_MSG_MAX bytes),
  * the first one wins. */
-#define NCCL_ISSUE(CALL)                                                        \
-  do {                                                                          \
-    ncclResult_t nr_ = (CALL);                                                  \
-    if (nr_ != ncclSuccess && nr_ != ncclInProgress && !err[0])                 \
-      snprintf(err, DEV_STATUS_MSG_MAX, "%s: %s (%s)", #CALL, ncclGetErrorString(nr_), \
-               ncclGetLastError(comm));                                         \
+#define NCCL_ISSUE(CALL)                                                       \
+  do {                                                                         \
+    ncclResult_t nr_ = (CALL);                                                 \
+    if (nr_ != ncclSuccess && nr_ != ncclInProgress && !err[0])                \
+      snprintf(err, DEV_STATUS_MSG_MAX, "%s: %s (%s)", #CALL,                  \
+               ncclGetErrorString(nr_), ncclGetLastError(comm));               \
   } while (0)
 
 /* One device's part of an NCCL collective, as cu_nccl_run's steps share it. */
@@ -247,8 +254,8 @@ typedef struct nccl_part {
   size_t es;
   ncclDataType_t type;
   int red;
-  bool gather;      /* gather every input into tmp, then reduce here */
-  void *tmp;        /* device scratch (gather, or an inner-axis AllGather) */
+  bool gather; /* gather every input into tmp, then reduce here */
+  void *tmp;   /* device scratch (gather, or an inner-axis AllGather) */
   size_t tmp_bytes;
   int64_t post_count; /* elements of out to divide (mean) or normalize (bool) */
 } nccl_part;
@@ -270,7 +277,8 @@ static pd_code alloc_scratch(nccl_part *q, dev_status *st) {
     int64_t outer = 1;
     for (int i = 0; i < axis; i++) outer *= k->in_shape[0].dims[i];
     if (outer > 1) {
-      for (int p = 0; p < n; p++) q->tmp_bytes += (size_t)cu_coll_elems(&k->in_shape[p]) * q->es;
+      for (int p = 0; p < n; p++)
+        q->tmp_bytes += (size_t)cu_coll_elems(&k->in_shape[p]) * q->es;
       PD_TRY(b->allocate(b, d, q->tmp_bytes, &q->tmp, st));
     }
   }
@@ -294,32 +302,38 @@ static void issue(nccl_part *q, char *err) {
     case DEV_COLL_ALL_REDUCE: {
       int64_t count = cu_coll_elems(s);
       if (q->gather) {
-        NCCL_ISSUE(ncclAllGather(k->in[d], tmp, (size_t)count, type, comm, dev->stream));
+        NCCL_ISSUE(ncclAllGather(k->in[d], tmp, (size_t)count, type, comm,
+                                 dev->stream));
         break;
       }
-      NCCL_ISSUE(ncclAllReduce(k->in[d], k->out[d], (size_t)count, type, nccl_op(dt, red), comm,
-                               dev->stream));
+      NCCL_ISSUE(ncclAllReduce(k->in[d], k->out[d], (size_t)count, type,
+                               nccl_op(dt, red), comm, dev->stream));
       q->post_count = count;
       break;
     }
     case DEV_COLL_BROADCAST: {
       int root = (int)ctx->attrs[0].u.i;
-      NCCL_ISSUE(ncclBroadcast(k->in[d], k->out[d], (size_t)cu_coll_elems(&k->in_shape[root]), type, root,
-                               comm, dev->stream));
+      NCCL_ISSUE(ncclBroadcast(k->in[d], k->out[d],
+                               (size_t)cu_coll_elems(&k->in_shape[root]), type,
+                               root, comm, dev->stream));
       break;
     }
     case DEV_COLL_ALL_GATHER: {
       bool equal = true;
-      for (int p = 1; p < n; p++) equal &= cu_coll_elems(&k->in_shape[p]) == cu_coll_elems(&k->in_shape[0]);
+      for (int p = 1; p < n; p++)
+        equal &=
+            cu_coll_elems(&k->in_shape[p]) == cu_coll_elems(&k->in_shape[0]);
       if (equal) { /* into place, or into tmp for an inner axis */
-        NCCL_ISSUE(ncclAllGather(k->in[d], tmp ? tmp : k->out[d], (size_t)cu_coll_elems(s), type, comm,
+        NCCL_ISSUE(ncclAllGather(k->in[d], tmp ? tmp : k->out[d],
+                                 (size_t)cu_coll_elems(s), type, comm,
                                  dev->stream));
       } else { /* uneven parts: one broadcast from each rank */
         char *base = tmp ? tmp : k->out[d];
         size_t off = 0;
         for (int p = 0; p < n; p++) {
           int64_t cnt = cu_coll_elems(&k->in_shape[p]);
-          NCCL_ISSUE(ncclBroadcast(k->in[d], base + off, (size_t)cnt, type, p, comm, dev->stream));
+          NCCL_ISSUE(ncclBroadcast(k->in[d], base + off, (size_t)cnt, type, p,
+                                   comm, dev->stream));
           off += (size_t)cnt * q->es;
         }
       }
@@ -330,26 +344,28 @@ static void issue(nccl_part *q, char *err) {
       int64_t row_elems = rows ? cu_coll_elems(s) / rows : 0;
       int64_t qq = rows / n, r = rows % n;
       if (q->gather) {
-        NCCL_ISSUE(ncclAllGather(k->in[d], tmp, (size_t)cu_coll_elems(s), type, comm, dev->stream));
+        NCCL_ISSUE(ncclAllGather(k->in[d], tmp, (size_t)cu_coll_elems(s), type,
+                                 comm, dev->stream));
         break;
       }
       if (r == 0) {
-        NCCL_ISSUE(ncclReduceScatter(k->in[d], k->out[d], (size_t)(qq * row_elems), type,
+        NCCL_ISSUE(ncclReduceScatter(k->in[d], k->out[d],
+                                     (size_t)(qq * row_elems), type,
                                      nccl_op(dt, red), comm, dev->stream));
       } else { /* uneven shards: a reduce to each rank of its rows */
         for (int p = 0; p < n; p++) {
           int64_t first = p * qq + (p < r ? p : r), mine = qq + (p < r ? 1 : 0);
-          NCCL_ISSUE(ncclReduce((const char *)k->in[d] + first * row_elems * (int64_t)q->es,
-                                k->out[d], (size_t)(mine * row_elems), type, nccl_op(dt, red), p,
-                                comm, dev->stream));
+          NCCL_ISSUE(ncclReduce(
+              (const char *)k->in[d] + first * row_elems * (int64_t)q->es,
+              k->out[d], (size_t)(mine * row_elems), type, nccl_op(dt, red), p,
+              comm, dev->stream));
         }
       }
       int64_t mine = qq + (d < r ? 1 : 0);
       q->post_count = mine * row_elems;
       break;
     }
-    case DEV_COLL_NONE:
-      break;
+    case DEV_COLL_NONE: break;
   }
   NCCL_ISSUE(ncclGroupEnd());
 }
@@ -365,17 +381,20 @@ static void wait_enqueued(nccl_part *q, char *err) {
     NCCL_ISSUE(ncclCommGetAsyncError(comm, &s2));
     if (s2 == ncclSuccess) break;
     if (s2 != ncclInProgress) {
-      snprintf(err, DEV_STATUS_MSG_MAX, "%s (%s)", ncclGetErrorString(s2), ncclGetLastError(comm));
+      snprintf(err, DEV_STATUS_MSG_MAX, "%s (%s)", ncclGetErrorString(s2),
+               ncclGetLastError(comm));
       break;
     }
     /* A peer that failed before issuing its part never will: without this,
      * its abort would wait for our read lock until the deadline. */
     if (cu_coll_peer_failed(q->k)) {
-      snprintf(err, DEV_STATUS_MSG_MAX, "cancelled because another device failed");
+      snprintf(err, DEV_STATUS_MSG_MAX,
+               "cancelled because another device failed");
       break;
     }
     if (now_s() > deadline)
-      snprintf(err, DEV_STATUS_MSG_MAX, "enqueueing the calls did not finish in %d ms",
+      snprintf(err, DEV_STATUS_MSG_MAX,
+               "enqueueing the calls did not finish in %d ms",
                q->c->coll_timeout_ms);
     backoff(&spin);
   }
@@ -394,7 +413,8 @@ static cudaError_t post_process(nccl_part *q) {
   if (q->gather) { /* every input is in tmp, in rank order */
     const void *parts[PD_MAX_DEVICES];
     const int64_t count = cu_coll_elems(s);
-    for (int p = 0; p < n; p++) parts[p] = (const char *)q->tmp + (size_t)(p * count) * es;
+    for (int p = 0; p < n; p++)
+      parts[p] = (const char *)q->tmp + (size_t)(p * count) * es;
     int64_t off = 0, cnt = count;
     if (k->kind == DEV_COLL_REDUCE_SCATTER) {
       int64_t rows = s->dims[0], row_elems = rows ? count / rows : 0;
@@ -402,7 +422,8 @@ static cudaError_t post_process(nccl_part *q) {
       off = (d * qq + (d < r ? d : r)) * row_elems;
       cnt = (qq + (d < r ? 1 : 0)) * row_elems;
     }
-    ce = dev_cuda_coll_reduce(q->dt, q->red, n, parts, off, k->out[d], cnt, dev->stream);
+    ce = dev_cuda_coll_reduce(q->dt, q->red, n, parts, off, k->out[d], cnt,
+                              dev->stream);
   }
   if (k->kind == DEV_COLL_ALL_GATHER && q->tmp) {
     /* Interleave the parts: [outer, rows_p, inner] each, concatenated on the
@@ -418,14 +439,16 @@ static cudaError_t post_process(nccl_part *q) {
     for (int p = 0; p < n && ce == cudaSuccess; p++) {
       int64_t rows = k->in_shape[p].dims[axis];
       size_t w = (size_t)(rows * inner);
-      ce = cu_copy_rows(q->c, d, (char *)k->out[d] + row * inner, (size_t)(out_rows * inner), d,
-                        (char *)q->tmp + off, w, w, (size_t)outer, dev->stream);
+      ce = cu_copy_rows(q->c, d, (char *)k->out[d] + row * inner,
+                        (size_t)(out_rows * inner), d, (char *)q->tmp + off, w,
+                        w, (size_t)outer, dev->stream);
       off += (size_t)cu_coll_elems(&k->in_shape[p]) * es;
       row += rows;
     }
   }
   if (ce == cudaSuccess && q->post_count > 0) {
-    if (q->dt == PD_BOOL) ce = dev_cuda_bool_normalize(k->out[d], q->post_count, dev->stream);
+    if (q->dt == PD_BOOL)
+      ce = dev_cuda_bool_normalize(k->out[d], q->post_count, dev->stream);
     else if (q->red == DEV_RED_MEAN)
       ce = dev_cuda_div_by(q->dt, k->out[d], q->post_count, n, dev->stream);
   }
@@ -446,23 +469,30 @@ static pd_code wait_done(nccl_part *q, char *err, dev_status *st) {
   for (int spin = 0; !err[0];) {
     cudaError_t qe = cudaEventQuery(dev->coll_ev[0]);
     if (qe == cudaSuccess) break;
-    if (qe != cudaErrorNotReady) return dev_cuda_fail(b, d, qe, "cudaEventQuery(collective)", st);
+    if (qe != cudaErrorNotReady)
+      return dev_cuda_fail(b, d, qe, "cudaEventQuery(collective)", st);
     pthread_rwlock_rdlock(&x->use);
     if (x->generation != q->k->comm_gen) {
       pthread_rwlock_unlock(&x->use);
-      return dev_error(st, PD_ABORTED, "%s on %s: the NCCL communicator was aborted",
+      return dev_error(st, PD_ABORTED,
+                       "%s on %s: the NCCL communicator was aborted",
                        q->ctx->op->name, dev->name);
     }
     ncclResult_t as = ncclSuccess;
     ncclResult_t gr = ncclCommGetAsyncError(comm, &as);
     if (gr != ncclSuccess || (as != ncclSuccess && as != ncclInProgress))
-      snprintf(err, DEV_STATUS_MSG_MAX, "%s (%s)", ncclGetErrorString(gr != ncclSuccess ? gr : as),
+      snprintf(err, DEV_STATUS_MSG_MAX, "%s (%s)",
+               ncclGetErrorString(gr != ncclSuccess ? gr : as),
                ncclGetLastError(comm));
     pthread_rwlock_unlock(&x->use);
-    if (!err[0] && cu_coll_peer_failed(q->k)) /* its part may never run: ours would wait forever */
-      snprintf(err, DEV_STATUS_MSG_MAX, "cancelled because another device failed");
+    if (!err[0] &&
+        cu_coll_peer_failed(
+            q->k)) /* its part may never run: ours would wait forever */
+      snprintf(err, DEV_STATUS_MSG_MAX,
+               "cancelled because another device failed");
     if (!err[0] && now_s() > deadline)
-      snprintf(err, DEV_STATUS_MSG_MAX, "timed out after %d ms (a peer may be stuck)",
+      snprintf(err, DEV_STATUS_MSG_MAX,
+               "timed out after %d ms (a peer may be stuck)",
                c->coll_timeout_ms);
     backoff(&spin);
   }
@@ -470,17 +500,20 @@ static pd_code wait_done(nccl_part *q, char *err, dev_status *st) {
 }
 
 /* Issues device d's part on its stream and waits for it. */
-pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *st) {
+pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx,
+                    dev_status *st) {
   dev_backend *b = &c->base;
   cu_nccl *x = c->nccl;
   const int d = ctx->device;
-  nccl_part q = {.c = c, .k = k, .ctx = ctx, .dev = &c->devs[d], .dt = ctx->in_dtype[0]};
+  nccl_part q = {
+      .c = c, .k = k, .ctx = ctx, .dev = &c->devs[d], .dt = ctx->in_dtype[0]};
   q.es = pd_dtype_size(q.dt);
   char err[DEV_STATUS_MSG_MAX] = "";
   if (!nccl_type(q.dt, &q.type))
-    return dev_error(st, PD_INTERNAL, "%s: dtype %s has no NCCL type", ctx->op->name,
-                     pd_dtype_name(q.dt));
-  const bool reducing = k->kind == DEV_COLL_ALL_REDUCE || k->kind == DEV_COLL_REDUCE_SCATTER;
+    return dev_error(st, PD_INTERNAL, "%s: dtype %s has no NCCL type",
+                     ctx->op->name, pd_dtype_name(q.dt));
+  const bool reducing =
+      k->kind == DEV_COLL_ALL_REDUCE || k->kind == DEV_COLL_REDUCE_SCATTER;
   q.red = reducing ? cu_coll_reduction(ctx) : DEV_RED_SUM;
   /* Gather every input, then reduce here, where NCCL's own reduction would
    * differ from the CPU's (also on a mesh of one, where it is cheap, so that
@@ -492,8 +525,10 @@ pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
   if (x->generation != k->comm_gen || !x->comm[d]) {
     pthread_rwlock_unlock(&x->use);
     if (q.tmp) b->deallocate(b, d, q.tmp, q.tmp_bytes);
-    return dev_error(st, PD_ABORTED, "%s on %s: the NCCL communicator was aborted by a failure "
-                     "in another collective", ctx->op->name, q.dev->name);
+    return dev_error(st, PD_ABORTED,
+                     "%s on %s: the NCCL communicator was aborted by a failure "
+                     "in another collective",
+                     ctx->op->name, q.dev->name);
   }
   q.comm = x->comm[d];
   issue(&q, err);
@@ -502,12 +537,15 @@ pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx, dev_status *
 
   pd_code rc = PD_OK;
   cudaError_t ce = err[0] ? cudaSuccess : post_process(&q);
-  if (ce != cudaSuccess) rc = dev_cuda_fail(b, d, ce, "collective post-processing", st);
+  if (ce != cudaSuccess)
+    rc = dev_cuda_fail(b, d, ce, "collective post-processing", st);
   if (q.tmp) b->deallocate(b, d, q.tmp, q.tmp_bytes); /* stream-ordered */
   if (rc == PD_OK) rc = wait_done(&q, err, st);
   if (err[0]) {
-    rc = dev_error(st, PD_UNAVAILABLE, "%s on %s: NCCL: %s; the communicator is aborted and "
-                   "rebuilt", ctx->op->name, q.dev->name, err);
+    rc = dev_error(st, PD_UNAVAILABLE,
+                   "%s on %s: NCCL: %s; the communicator is aborted and "
+                   "rebuilt",
+                   ctx->op->name, q.dev->name, err);
     cu_coll_run_failed(k, d, st); /* the cause, before peers see the abort */
     nccl_abort(c, k->comm_gen);
   }
@@ -554,4 +592,3 @@ struct cu_nccl {
 };
 
 #endif
-

@@ -55,8 +55,8 @@
 /* ------------------------------------------------------------------------ */
 /* Entry points                                                              */
 
-pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_status *failed,
-                          dev_status *st) {
+pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
+                          const dev_status *failed, dev_status *st) {
   cu_backend *c = cu_of(b);
   cu_coll *k = ctx->collective;
   const int d = ctx->device;
@@ -88,17 +88,22 @@ pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_status 
   cu_coll_meet(k, NULL, NULL);
 #endif
   if (k->failed) {
-    if (k->fail_device == d) return dev_error(st, k->fail_st.code, "%s", k->fail_st.msg);
-    return dev_error(st, k->fail_st.code, "%s: cancelled because %s failed: %s", ctx->op->name,
-                     b->device_name(b, k->fail_device), k->fail_st.msg);
+    if (k->fail_device == d)
+      return dev_error(st, k->fail_st.code, "%s", k->fail_st.msg);
+    return dev_error(st, k->fail_st.code, "%s: cancelled because %s failed: %s",
+                     ctx->op->name, b->device_name(b, k->fail_device),
+                     k->fail_st.msg);
   }
   if (!c->use_nccl) {
     if (!c->peer_ok)
-      return dev_error(st, PD_FAILED_PRECONDITION, "%s: %s", ctx->op->name, c->peer_why);
+      return dev_error(st, PD_FAILED_PRECONDITION, "%s: %s", ctx->op->name,
+                       c->peer_why);
     return cu_copy_run(c, k, ctx, st);
   }
 #ifdef PARADEV_HAVE_NCCL
-  if (!k->comm_ok) return dev_error(st, k->comm_st.code, "%s: %s", ctx->op->name, k->comm_st.msg);
+  if (!k->comm_ok)
+    return dev_error(st, k->comm_st.code, "%s: %s", ctx->op->name,
+                     k->comm_st.msg);
   pd_code rc = cu_nccl_run(c, k, ctx, &lst);
   if (rc != PD_OK) cu_coll_run_failed(k, d, &lst);
   cu_coll_meet(k, NULL, NULL); /* the same result on every device */
@@ -122,4 +127,3 @@ void cu_collectives_destroy(cu_backend *c) {
   (void)c;
 #endif
 }
-

@@ -29,26 +29,26 @@ extern "C" {
  * sticky error (the GPU is then marked unhealthy), INTERNAL otherwise. The
  * message names the device, the call (`what`) and CUDA's reason. Clears the
  * thread's last error. Returns the code. */
-pd_code dev_cuda_fail(dev_backend *b, int device, cudaError_t err, const char *what,
-                      dev_status *st);
+pd_code dev_cuda_fail(dev_backend *b, int device, cudaError_t err,
+                      const char *what, dev_status *st);
 
 /* True for the CUDA errors after which the context is unusable. */
 int dev_cuda_error_is_sticky(cudaError_t err);
 
-#define CU_CHECK(B, D, CALL, ST)                                       \
-  do {                                                                 \
-    cudaError_t cu_err_ = (CALL);                                      \
-    if (cu_err_ != cudaSuccess)                                        \
-      return dev_cuda_fail((B), (D), cu_err_, #CALL, (ST));            \
+#define CU_CHECK(B, D, CALL, ST)                                               \
+  do {                                                                         \
+    cudaError_t cu_err_ = (CALL);                                              \
+    if (cu_err_ != cudaSuccess)                                                \
+      return dev_cuda_fail((B), (D), cu_err_, #CALL, (ST));                    \
   } while (0)
 
-#define CU_CHECK_GOTO(B, D, CALL, ST, RC, LABEL)                       \
-  do {                                                                 \
-    cudaError_t cu_err_ = (CALL);                                      \
-    if (cu_err_ != cudaSuccess) {                                      \
-      (RC) = dev_cuda_fail((B), (D), cu_err_, #CALL, (ST));            \
-      goto LABEL;                                                      \
-    }                                                                  \
+#define CU_CHECK_GOTO(B, D, CALL, ST, RC, LABEL)                               \
+  do {                                                                         \
+    cudaError_t cu_err_ = (CALL);                                              \
+    if (cu_err_ != cudaSuccess) {                                              \
+      (RC) = dev_cuda_fail((B), (D), cu_err_, #CALL, (ST));                    \
+      goto LABEL;                                                              \
+    }                                                                          \
   } while (0)
 
 /* After a kernel launch (<<<...>>> reports errors through the last error). */
@@ -56,7 +56,8 @@ int dev_cuda_error_is_sticky(cudaError_t err);
   do {                                                                         \
     cudaError_t cu_err_ = cudaGetLastError();                                  \
     if (cu_err_ != cudaSuccess)                                                \
-      return dev_cuda_fail((CTX)->backend, (CTX)->device, cu_err_, (WHAT), (ST)); \
+      return dev_cuda_fail((CTX)->backend, (CTX)->device, cu_err_, (WHAT),     \
+                           (ST));                                              \
   } while (0)
 
 /* ------------------------------------------------------------------------ */
@@ -76,14 +77,17 @@ int dev_cuda_sm_count(dev_backend *b, int device);
  *   [1] bits of failure kinds, for atomicOr
  *   [2], [3] free for the kernel (e.g. the offending value) */
 #define DEV_CUDA_FLAG_WORDS 4
-pd_code dev_cuda_flag_arm(dev_kernel_ctx *ctx, unsigned long long **dflag, dev_status *st);
-pd_code dev_cuda_flag_read(dev_kernel_ctx *ctx, unsigned long long out[DEV_CUDA_FLAG_WORDS],
+pd_code dev_cuda_flag_arm(dev_kernel_ctx *ctx, unsigned long long **dflag,
+                          dev_status *st);
+pd_code dev_cuda_flag_read(dev_kernel_ctx *ctx,
+                           unsigned long long out[DEV_CUDA_FLAG_WORDS],
                            dev_status *st);
 
 /* Stream-ordered scratch memory on ctx's device (freed with
  * dev_cuda_scratch_free, also stream-ordered, so it may be freed right after
  * the launches that use it). Counts toward the device's memory. */
-pd_code dev_cuda_scratch(dev_kernel_ctx *ctx, size_t bytes, void **out, dev_status *st);
+pd_code dev_cuda_scratch(dev_kernel_ctx *ctx, size_t bytes, void **out,
+                         dev_status *st);
 void dev_cuda_scratch_free(dev_kernel_ctx *ctx, void *p, size_t bytes);
 
 /* Registers `fn` as the CUDA kernel of `op`; aborts when no such op exists. */
@@ -107,12 +111,14 @@ cudaError_t dev_cuda_probe(cudaStream_t s);
  * dtype's compute type in input order, integer sums wrap, max/min propagate
  * NaN, mean divides (integers truncate), bool sum/max are or, prod/min and.
  * `in` is a host array of n device pointers (n <= PD_MAX_DEVICES). */
-cudaError_t dev_cuda_coll_reduce(pd_dtype dt, int red, int n, const void *const *in,
-                                 int64_t in_off, void *out, int64_t count, cudaStream_t s);
+cudaError_t dev_cuda_coll_reduce(pd_dtype dt, int red, int n,
+                                 const void *const *in, int64_t in_off,
+                                 void *out, int64_t count, cudaStream_t s);
 
 /* In place: data[i] /= n (integers truncate toward zero), for the mean of an
  * NCCL sum. */
-cudaError_t dev_cuda_div_by(pd_dtype dt, void *data, int64_t count, int n, cudaStream_t s);
+cudaError_t dev_cuda_div_by(pd_dtype dt, void *data, int64_t count, int n,
+                            cudaStream_t s);
 
 /* In place: bool bytes to 0 or 1. */
 cudaError_t dev_cuda_bool_normalize(void *data, int64_t count, cudaStream_t s);
@@ -195,18 +201,18 @@ pd_code cu_bind(cu_backend *c, int device, dev_status *st);
 /* UNAVAILABLE naming the device and its sticky error when it is unhealthy. */
 pd_code cu_check_healthy(cu_backend *c, int device, dev_status *st);
 
-#define CUBLAS_CHECK_GOTO(B, D, CALL, ST, RC, LABEL)         \
-  do {                                                       \
-    cublasStatus_t cb_s_ = (CALL);                           \
-    if (cb_s_ != CUBLAS_STATUS_SUCCESS) {                    \
-      (RC) = cu_cublas_fail((B), (D), cb_s_, #CALL, (ST));      \
-      goto LABEL;                                            \
-    }                                                        \
+#define CUBLAS_CHECK_GOTO(B, D, CALL, ST, RC, LABEL)                           \
+  do {                                                                         \
+    cublasStatus_t cb_s_ = (CALL);                                             \
+    if (cb_s_ != CUBLAS_STATUS_SUCCESS) {                                      \
+      (RC) = cu_cublas_fail((B), (D), cb_s_, #CALL, (ST));                     \
+      goto LABEL;                                                              \
+    }                                                                          \
   } while (0)
 
 /* A failed cuBLAS call as a status (RESOURCE_EXHAUSTED for out of memory). */
-pd_code cu_cublas_fail(dev_backend *b, int device, cublasStatus_t s, const char *what,
-                       dev_status *st);
+pd_code cu_cublas_fail(dev_backend *b, int device, cublasStatus_t s,
+                       const char *what, dev_status *st);
 
 /* --- fence.c -------------------------------------------------------------- */
 
@@ -234,7 +240,8 @@ static inline cu_fence_pool *cu_fence_pools(cu_backend *c) {
   return (cu_fence_pool *)(void *)&c->devs[c->base.num_devices];
 }
 
-pd_code cu_fence_record(dev_backend *b, int device, void **fence, dev_status *st);
+pd_code cu_fence_record(dev_backend *b, int device, void **fence,
+                        dev_status *st);
 pd_code cu_fence_wait(dev_backend *b, int device, void *fence, dev_status *st);
 void cu_fence_release(dev_backend *b, int device, void *fence);
 /* Waits for everything issued so far on `device`'s stream (an event, not a
@@ -245,24 +252,27 @@ void cu_fences_destroy(cu_backend *c, int i, bool ok);
 
 /* --- memory.c ------------------------------------------------------------- */
 
-pd_code cu_allocate(dev_backend *b, int device, size_t bytes, void **out, dev_status *st);
+pd_code cu_allocate(dev_backend *b, int device, size_t bytes, void **out,
+                    dev_status *st);
 void cu_deallocate(dev_backend *b, int device, void *ptr, size_t bytes);
-pd_code cu_memory_stats(dev_backend *b, int device, dev_memory_stats *out, dev_status *st);
-pd_code cu_copy_h2d(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
-                    dev_status *st);
-pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
-                    dev_status *st);
-pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device, const void *src,
+pd_code cu_memory_stats(dev_backend *b, int device, dev_memory_stats *out,
+                        dev_status *st);
+pd_code cu_copy_h2d(dev_backend *b, int device, void *dst, const void *src,
                     size_t bytes, dev_status *st);
-pd_code cu_host_register(dev_backend *b, void *ptr, size_t bytes, dev_status *st);
+pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *src,
+                    size_t bytes, dev_status *st);
+pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
+                    const void *src, size_t bytes, dev_status *st);
+pd_code cu_host_register(dev_backend *b, void *ptr, size_t bytes,
+                         dev_status *st);
 void cu_host_unregister(dev_backend *b, void *ptr);
 
 /* collective.c */
 pd_code cu_collectives_init(cu_backend *c, dev_status *st);
 void cu_collectives_destroy(cu_backend *c);
 void *cu_collective_create(dev_backend *b, dev_collective_kind kind, int n);
-pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx, const dev_status *failed,
-                          dev_status *st);
+pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
+                          const dev_status *failed, dev_status *st);
 void cu_collective_release(dev_backend *b, void *coll);
 #endif /* !__cplusplus */
 

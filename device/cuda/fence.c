@@ -10,7 +10,6 @@
 
 #include "cuda_int.h"
 
-
 static void cu_fence_put(cu_backend *c, int device, cu_fence *f) {
   cu_fence_pool *p = &cu_fence_pools(c)[device];
   pthread_mutex_lock(&p->mu);
@@ -21,7 +20,8 @@ static void cu_fence_put(cu_backend *c, int device, cu_fence *f) {
 
 /* Records a fence behind everything issued so far on `device`'s stream. The
  * calling thread must have the device's GPU current (cu_bind). */
-static pd_code cu_fence_take(cu_backend *c, int device, cu_fence **out, dev_status *st) {
+static pd_code cu_fence_take(cu_backend *c, int device, cu_fence **out,
+                             dev_status *st) {
   cu_fence_pool *p = &cu_fence_pools(c)[device];
   pthread_mutex_lock(&p->mu);
   cu_fence *f = p->free;
@@ -30,10 +30,12 @@ static pd_code cu_fence_take(cu_backend *c, int device, cu_fence **out, dev_stat
   if (!f) {
     f = calloc(1, sizeof *f);
     if (!f) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
-    cudaError_t e = cudaEventCreateWithFlags(&f->ev, cudaEventBlockingSync | cudaEventDisableTiming);
+    cudaError_t e = cudaEventCreateWithFlags(
+        &f->ev, cudaEventBlockingSync | cudaEventDisableTiming);
     if (e != cudaSuccess) {
       free(f);
-      return dev_cuda_fail(&c->base, device, e, "cudaEventCreateWithFlags(fence)", st);
+      return dev_cuda_fail(&c->base, device, e,
+                           "cudaEventCreateWithFlags(fence)", st);
     }
   }
   cudaError_t e = cudaEventRecord(f->ev, c->devs[device].stream);
@@ -47,12 +49,14 @@ static pd_code cu_fence_take(cu_backend *c, int device, cu_fence **out, dev_stat
 
 /* Blocks until the work before `f` has finished; the first error the GPU hit
  * on the stream (an illegal address in a kernel) comes back here. */
-static pd_code cu_fence_sync(cu_backend *c, int device, cu_fence *f, dev_status *st) {
+static pd_code cu_fence_sync(cu_backend *c, int device, cu_fence *f,
+                             dev_status *st) {
   CU_CHECK(&c->base, device, cudaEventSynchronize(f->ev), st);
   return PD_OK;
 }
 
-pd_code cu_fence_record(dev_backend *b, int device, void **fence, dev_status *st) {
+pd_code cu_fence_record(dev_backend *b, int device, void **fence,
+                        dev_status *st) {
   cu_backend *c = cu_of(b);
   pd_code rc = cu_check_healthy(c, device, st);
   if (rc == PD_OK) rc = cu_bind(c, device, st);
@@ -67,7 +71,8 @@ pd_code cu_fence_wait(dev_backend *b, int device, void *fence, dev_status *st) {
   /* Once the GPU is unhealthy, its outstanding ops fail without touching the
    * lost context: their values could not be read anyway. */
   pd_code rc = cu_check_healthy(c, device, st);
-  if (rc == PD_OK) rc = cu_bind(c, device, st); /* op_free may have bound another */
+  if (rc == PD_OK)
+    rc = cu_bind(c, device, st); /* op_free may have bound another */
   if (rc == PD_OK) rc = cu_fence_sync(c, device, fence, st);
   return rc;
 }
@@ -99,4 +104,3 @@ void cu_fences_destroy(cu_backend *c, int i, bool ok) {
   }
   pthread_mutex_destroy(&p->mu);
 }
-

@@ -32,7 +32,8 @@ typedef struct mm_problem {
   bool y_single;
 } mm_problem;
 
-static void mm_plan(const dev_shape *xs, const dev_shape *ys, bool tx, bool ty, mm_problem *p) {
+static void mm_plan(const dev_shape *xs, const dev_shape *ys, bool tx, bool ty,
+                    mm_problem *p) {
   memset(p, 0, sizeof *p);
   p->tx = tx;
   p->ty = ty;
@@ -77,7 +78,8 @@ static void mm_merge_batch(mm_problem *p) {
     if (p->bdims[i] == 1) continue;
     if (nb > 0) {
       int j = nb - 1;
-      if (xs[j] == p->xstride[i] * p->bdims[i] && ys[j] == p->ystride[i] * p->bdims[i] &&
+      if (xs[j] == p->xstride[i] * p->bdims[i] &&
+          ys[j] == p->ystride[i] * p->bdims[i] &&
           os[j] == oall[i] * p->bdims[i]) {
         bd[j] *= p->bdims[i];
         xs[j] = p->xstride[i];
@@ -100,15 +102,17 @@ static void mm_merge_batch(mm_problem *p) {
   }
 }
 
-static pd_code cublas_error(dev_kernel_ctx *ctx, cublasStatus_t s, const char *what,
-                            dev_status *st) {
+static pd_code cublas_error(dev_kernel_ctx *ctx, cublasStatus_t s,
+                            const char *what, dev_status *st) {
   dev_backend *b = ctx->backend;
   cudaError_t ce = cudaGetLastError();
   if (ce != cudaSuccess) return dev_cuda_fail(b, ctx->device, ce, what, st);
   if (s == CUBLAS_STATUS_ALLOC_FAILED)
-    return dev_error(st, PD_RESOURCE_EXHAUSTED, "%s: %s: cuBLAS could not allocate GPU memory",
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "%s: %s: cuBLAS could not allocate GPU memory",
                      b->device_name(b, ctx->device), what);
-  return dev_error(st, PD_INTERNAL, "%s: %s failed: %s (%s)", b->device_name(b, ctx->device), what,
+  return dev_error(st, PD_INTERNAL, "%s: %s failed: %s (%s)",
+                   b->device_name(b, ctx->device), what,
                    cublasGetStatusString(s), cublasGetStatusName(s));
 }
 
@@ -146,12 +150,12 @@ static bool mm_types_for(pd_dtype dt, bool tf32, mm_types *t) {
       t->data = CUDA_R_16BF;
       t->es = 2;
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
-static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty, dev_status *st) {
+static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty,
+                         dev_status *st) {
   dev_backend *b = ctx->backend;
   cu_backend *c = cu_of(b);
   cu_device *d = &c->devs[ctx->device];
@@ -159,22 +163,26 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty, dev_status *st) 
   mm_plan(&ctx->in_shape[0], &ctx->in_shape[1], tx, ty, &p);
   mm_types t;
   if (!mm_types_for(ctx->in_dtype[0], c->allow_tf32, &t))
-    return dev_error(st, PD_INTERNAL, "%s: no cuBLAS type for %s", ctx->op->name,
-                     pd_dtype_name(ctx->in_dtype[0]));
+    return dev_error(st, PD_INTERNAL, "%s: no cuBLAS type for %s",
+                     ctx->op->name, pd_dtype_name(ctx->in_dtype[0]));
   /* cuBLAS takes int sizes and leading dimensions. Inference already refuses
    * matrix dims over INT_MAX (linalg.c, check_blas_dims); this keeps a
    * change there from turning into silently truncated sizes here. */
-  if (p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.xc > INT_MAX || p.yc > INT_MAX)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: a %lld x %lld by %lld x %lld product has a dimension over %d, the "
-                     "largest cuBLAS takes",
-                     ctx->op->name, (long long)p.m, (long long)p.k, (long long)p.k,
-                     (long long)p.n, INT_MAX);
+  if (p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.xc > INT_MAX ||
+      p.yc > INT_MAX)
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "%s: a %lld x %lld by %lld x %lld product has a dimension over %d, the "
+        "largest cuBLAS takes",
+        ctx->op->name, (long long)p.m, (long long)p.k, (long long)p.k,
+        (long long)p.n, INT_MAX);
   int64_t out_n = p.batch * p.m * p.n;
   if (out_n == 0) return PD_OK;
   if (p.k == 0) { /* an empty sum */
-    CU_CHECK(b, ctx->device, cudaMemsetAsync(ctx->out_data[0], 0, (size_t)out_n * t.es, d->stream),
-             st);
+    CU_CHECK(
+        b, ctx->device,
+        cudaMemsetAsync(ctx->out_data[0], 0, (size_t)out_n * t.es, d->stream),
+        st);
     return PD_OK;
   }
   const cublasOperation_t opA = tx ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -183,10 +191,12 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty, dev_status *st) 
   char *out = ctx->out_data[0];
   cublasStatus_t s;
   if (p.y_single && !tx && p.batch * p.m <= INT_MAX) {
-    s = cublasGemmEx(d->cublas, opB, opA, (int)p.n, (int)(p.batch * p.m), (int)p.k, t.alpha, y,
-                     t.data, (int)p.yc, x, t.data, (int)p.xc, t.beta, out, t.data, (int)p.n,
-                     t.compute, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS) return cublas_error(ctx, s, "cublasGemmEx", st);
+    s = cublasGemmEx(d->cublas, opB, opA, (int)p.n, (int)(p.batch * p.m),
+                     (int)p.k, t.alpha, y, t.data, (int)p.yc, x, t.data,
+                     (int)p.xc, t.beta, out, t.data, (int)p.n, t.compute,
+                     CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      return cublas_error(ctx, s, "cublasGemmEx", st);
     return PD_OK;
   }
   mm_merge_batch(&p);
@@ -194,7 +204,8 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty, dev_status *st) 
    * ones are walked. */
   int inner = p.nb - 1;
   int64_t count = inner >= 0 ? p.bdims[inner] : 1;
-  int64_t sx = inner >= 0 ? p.xstride[inner] : 0, sy = inner >= 0 ? p.ystride[inner] : 0;
+  int64_t sx = inner >= 0 ? p.xstride[inner] : 0,
+          sy = inner >= 0 ? p.ystride[inner] : 0;
   int64_t so = p.m * p.n;
   int64_t outer = count ? p.batch / count : 0;
   int64_t idx[PD_MAX_RANK] = {0};
@@ -204,11 +215,13 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty, dev_status *st) 
       int64_t step = count - done < INT_MAX ? count - done : INT_MAX;
       s = cublasGemmStridedBatchedEx(
           d->cublas, opB, opA, (int)p.n, (int)p.m, (int)p.k, t.alpha,
-          y + (size_t)(yoff + done * sy) * t.es, t.data, (int)p.yc, (long long)sy,
-          x + (size_t)(xoff + done * sx) * t.es, t.data, (int)p.xc, (long long)sx, t.beta,
-          out + (size_t)((it * count + done) * so) * t.es, t.data, (int)p.n, (long long)so,
-          (int)step, t.compute, CUBLAS_GEMM_DEFAULT);
-      if (s != CUBLAS_STATUS_SUCCESS) return cublas_error(ctx, s, "cublasGemmStridedBatchedEx", st);
+          y + (size_t)(yoff + done * sy) * t.es, t.data, (int)p.yc,
+          (long long)sy, x + (size_t)(xoff + done * sx) * t.es, t.data,
+          (int)p.xc, (long long)sx, t.beta,
+          out + (size_t)((it * count + done) * so) * t.es, t.data, (int)p.n,
+          (long long)so, (int)step, t.compute, CUBLAS_GEMM_DEFAULT);
+      if (s != CUBLAS_STATUS_SUCCESS)
+        return cublas_error(ctx, s, "cublasGemmStridedBatchedEx", st);
       done += step;
     }
     for (int i = inner - 1; i >= 0; i--) { /* odometer over the outer axes */

@@ -14,7 +14,8 @@
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                    */
 
-pd_code cu_allocate(dev_backend *b, int device, size_t bytes, void **out, dev_status *st) {
+pd_code cu_allocate(dev_backend *b, int device, size_t bytes, void **out,
+                    dev_status *st) {
   cu_backend *c = cu_of(b);
   cu_device *d = &c->devs[device];
   cu_gpu *g = &c->gpus[d->gpu];
@@ -24,22 +25,26 @@ pd_code cu_allocate(dev_backend *b, int device, size_t bytes, void **out, dev_st
   for (;;) {
     if (limit && (bytes > limit || cur > limit - bytes))
       return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                       "%s is out of memory: %zu bytes requested with %llu of %llu bytes in use",
-                       d->name, bytes, (unsigned long long)cur, (unsigned long long)limit);
+                       "%s is out of memory: %zu bytes requested with %llu of "
+                       "%llu bytes in use",
+                       d->name, bytes, (unsigned long long)cur,
+                       (unsigned long long)limit);
     if (atomic_compare_exchange_weak(&d->in_use, &cur, cur + bytes)) break;
   }
   void *p = NULL;
   cudaError_t e = cudaSetDevice(d->ordinal);
-  if (e == cudaSuccess) e = cudaMallocFromPoolAsync(&p, bytes ? bytes : 1, g->pool, d->stream);
+  if (e == cudaSuccess)
+    e = cudaMallocFromPoolAsync(&p, bytes ? bytes : 1, g->pool, d->stream);
   if (e != cudaSuccess) {
     atomic_fetch_sub(&d->in_use, bytes);
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
-      return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                       "%s is out of memory: %zu bytes requested with %llu bytes in use on "
-                       "this device (GPU %d, %s, has %llu MiB)",
-                       d->name, bytes, (unsigned long long)cur, d->ordinal, g->name,
-                       (unsigned long long)(g->total_mem >> 20));
+      return dev_error(
+          st, PD_RESOURCE_EXHAUSTED,
+          "%s is out of memory: %zu bytes requested with %llu bytes in use on "
+          "this device (GPU %d, %s, has %llu MiB)",
+          d->name, bytes, (unsigned long long)cur, d->ordinal, g->name,
+          (unsigned long long)(g->total_mem >> 20));
     }
     return dev_cuda_fail(b, device, e, "cudaMallocFromPoolAsync", st);
   }
@@ -63,9 +68,10 @@ void cu_deallocate(dev_backend *b, int device, void *ptr, size_t bytes) {
 }
 
 pd_code cu_memory_stats(dev_backend *b, int device, dev_memory_stats *out,
-                               dev_status *st) {
+                        dev_status *st) {
   if (device < 0 || device >= b->num_devices)
-    return dev_error(st, PD_INVALID_ARGUMENT, "device %d is out of range; expected 0 to %d", device,
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "device %d is out of range; expected 0 to %d", device,
                      b->num_devices - 1);
   cu_backend *c = cu_of(b);
   cu_device *d = &c->devs[device];
@@ -79,7 +85,6 @@ pd_code cu_memory_stats(dev_backend *b, int device, dev_memory_stats *out,
   *out = m;
   return PD_OK;
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* Host copies                                                               */
@@ -101,14 +106,15 @@ static pd_code stage_ready(cu_backend *c, int device, dev_status *st) {
   cu_device *d = &c->devs[device];
   for (int i = 0; i < CU_STAGE_SLOTS; i++) {
     if (d->stage[i]) continue;
-    CU_CHECK(&c->base, device, cudaHostAlloc(&d->stage[i], CU_STAGE_BYTES, cudaHostAllocPortable),
+    CU_CHECK(&c->base, device,
+             cudaHostAlloc(&d->stage[i], CU_STAGE_BYTES, cudaHostAllocPortable),
              st);
   }
   return PD_OK;
 }
 
-pd_code cu_copy_h2d(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
-                           dev_status *st) {
+pd_code cu_copy_h2d(dev_backend *b, int device, void *dst, const void *src,
+                    size_t bytes, dev_status *st) {
   if (bytes == 0) return PD_OK;
   cu_backend *c = cu_of(b);
   cu_device *d = &c->devs[device];
@@ -118,30 +124,35 @@ pd_code cu_copy_h2d(dev_backend *b, int device, void *dst, const void *src, size
   if (host_is_pinned(src) && host_is_pinned((const char *)src + bytes - 1)) {
     /* Straight from the caller's pinned buffer (first and last byte: a range
      * may run past a registered region); it is theirs again on return. */
-    CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream), st);
+    CU_CHECK(b, device,
+             cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream),
+             st);
     return cu_wait_issued(c, device, st);
   }
   pthread_mutex_lock(&d->stage_mu);
   rc = stage_ready(c, device, st);
-  for (size_t off = 0, k = 0; rc == PD_OK && off < bytes; off += CU_STAGE_BYTES, k++) {
+  for (size_t off = 0, k = 0; rc == PD_OK && off < bytes;
+       off += CU_STAGE_BYTES, k++) {
     int slot = (int)(k % CU_STAGE_SLOTS);
     size_t n = bytes - off < CU_STAGE_BYTES ? bytes - off : CU_STAGE_BYTES;
     /* The slot's previous DMA must be done before it is overwritten. */
-    CU_CHECK_GOTO(b, device, cudaEventSynchronize(d->stage_ev[slot]), st, rc, out);
+    CU_CHECK_GOTO(b, device, cudaEventSynchronize(d->stage_ev[slot]), st, rc,
+                  out);
     memcpy(d->stage[slot], (const char *)src + off, n);
     CU_CHECK_GOTO(b, device,
-                  cudaMemcpyAsync((char *)dst + off, d->stage[slot], n, cudaMemcpyHostToDevice,
-                                  d->stream),
+                  cudaMemcpyAsync((char *)dst + off, d->stage[slot], n,
+                                  cudaMemcpyHostToDevice, d->stream),
                   st, rc, out);
-    CU_CHECK_GOTO(b, device, cudaEventRecord(d->stage_ev[slot], d->stream), st, rc, out);
+    CU_CHECK_GOTO(b, device, cudaEventRecord(d->stage_ev[slot], d->stream), st,
+                  rc, out);
   }
 out:
   pthread_mutex_unlock(&d->stage_mu);
   return rc;
 }
 
-pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *src, size_t bytes,
-                           dev_status *st) {
+pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *src,
+                    size_t bytes, dev_status *st) {
   if (bytes == 0) return PD_OK;
   cu_backend *c = cu_of(b);
   cu_device *d = &c->devs[device];
@@ -149,7 +160,9 @@ pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *src, size
   if (rc == PD_OK) rc = cu_bind(c, device, st);
   if (rc != PD_OK) return rc;
   if (host_is_pinned(dst) && host_is_pinned((const char *)dst + bytes - 1)) {
-    CU_CHECK(b, device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream), st);
+    CU_CHECK(b, device,
+             cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream),
+             st);
     return cu_wait_issued(c, device, st);
   }
   size_t chunks = (bytes + CU_STAGE_BYTES - 1) / CU_STAGE_BYTES;
@@ -161,7 +174,8 @@ pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *src, size
       size_t j = k - CU_STAGE_SLOTS, off = j * CU_STAGE_BYTES;
       int slot = (int)(j % CU_STAGE_SLOTS);
       size_t n = bytes - off < CU_STAGE_BYTES ? bytes - off : CU_STAGE_BYTES;
-      CU_CHECK_GOTO(b, device, cudaEventSynchronize(d->stage_ev[slot]), st, rc, out);
+      CU_CHECK_GOTO(b, device, cudaEventSynchronize(d->stage_ev[slot]), st, rc,
+                    out);
       memcpy((char *)dst + off, d->stage[slot], n);
     }
     if (k < chunks) {
@@ -172,7 +186,8 @@ pd_code cu_copy_d2h(dev_backend *b, int device, void *dst, const void *src, size
                     cudaMemcpyAsync(d->stage[slot], (const char *)src + off, n,
                                     cudaMemcpyDeviceToHost, d->stream),
                     st, rc, out);
-      CU_CHECK_GOTO(b, device, cudaEventRecord(d->stage_ev[slot], d->stream), st, rc, out);
+      CU_CHECK_GOTO(b, device, cudaEventRecord(d->stage_ev[slot], d->stream),
+                    st, rc, out);
     }
   }
 out:
@@ -189,41 +204,48 @@ static int cu_bind_any(cu_backend *c, dev_status *st) {
       return i;
   (void)cudaGetLastError();
   if (st && cu_check_healthy(c, 0, st) == PD_OK)
-    dev_error(st, PD_UNAVAILABLE, "no GPU of the mesh could be made current (cudaSetDevice)");
+    dev_error(st, PD_UNAVAILABLE,
+              "no GPU of the mesh could be made current (cudaSetDevice)");
   return -1;
 }
 
 /* Page-locks a host range for every GPU (cudaHostRegisterPortable), so that
  * host_is_pinned() sends copies to and from it straight to the DMA engines. */
-pd_code cu_host_register(dev_backend *b, void *ptr, size_t bytes, dev_status *st) {
+pd_code cu_host_register(dev_backend *b, void *ptr, size_t bytes,
+                         dev_status *st) {
   cu_backend *c = cu_of(b);
   int dev = cu_bind_any(c, st);
   if (dev < 0) return st ? st->code : PD_UNAVAILABLE;
-  cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault | cudaHostRegisterPortable);
+  cudaError_t e = cudaHostRegister(
+      ptr, bytes, cudaHostRegisterDefault | cudaHostRegisterPortable);
   if (e == cudaSuccess) return PD_OK;
   (void)cudaGetLastError();
   switch (e) {
     case cudaErrorHostMemoryAlreadyRegistered:
       return dev_error(st, PD_ALREADY_EXISTS,
-                       "cannot page-lock %zu bytes of host memory at %p: the range overlaps one "
+                       "cannot page-lock %zu bytes of host memory at %p: the "
+                       "range overlaps one "
                        "already registered (%s); unregister it first",
                        bytes, ptr, cudaGetErrorName(e));
     case cudaErrorMemoryAllocation:
-      return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                       "cannot page-lock %zu bytes of host memory at %p: %s (%s); the OS "
-                       "refused to lock the pages (see ulimit -l, or LimitMEMLOCK= in the "
-                       "systemd unit)",
-                       bytes, ptr, cudaGetErrorString(e), cudaGetErrorName(e));
+      return dev_error(
+          st, PD_RESOURCE_EXHAUSTED,
+          "cannot page-lock %zu bytes of host memory at %p: %s (%s); the OS "
+          "refused to lock the pages (see ulimit -l, or LimitMEMLOCK= in the "
+          "systemd unit)",
+          bytes, ptr, cudaGetErrorString(e), cudaGetErrorName(e));
     case cudaErrorInvalidValue:
     case cudaErrorNotSupported:
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "cannot page-lock %zu bytes of host memory at %p: %s (%s); expected "
-                       "a range of mapped, writable memory of this process",
-                       bytes, ptr, cudaGetErrorString(e), cudaGetErrorName(e));
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "cannot page-lock %zu bytes of host memory at %p: %s (%s); expected "
+          "a range of mapped, writable memory of this process",
+          bytes, ptr, cudaGetErrorString(e), cudaGetErrorName(e));
     default: {
       dev_status fst = DEV_STATUS_INIT;
       dev_cuda_fail(b, dev, e, "cudaHostRegister", &fst);
-      return dev_error(st, fst.code, "page-locking %zu bytes of host memory at %p: %s", bytes,
+      return dev_error(st, fst.code,
+                       "page-locking %zu bytes of host memory at %p: %s", bytes,
                        ptr, fst.msg);
     }
   }
@@ -239,7 +261,7 @@ void cu_host_unregister(dev_backend *b, void *ptr) {
 /* Device to device, possibly across GPUs. Synchronous: both streams are
  * drained, so neither side needs events afterwards. */
 pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
-                           const void *src, size_t bytes, dev_status *st) {
+                    const void *src, size_t bytes, dev_status *st) {
   if (bytes == 0) return PD_OK;
   cu_backend *c = cu_of(b);
   pd_code rc = cu_check_healthy(c, dst_device, st);
@@ -252,12 +274,15 @@ pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
    * of it from another device fails unless that pool is mapped there
    * (cudaMemPoolSetAccess, done only for the copy path's meshes). */
   if (s->ordinal != d->ordinal)
-    CU_CHECK(b, dst_device, cudaMemcpyPeerAsync(dst, d->ordinal, src, s->ordinal, bytes, d->stream),
-             st);
+    CU_CHECK(
+        b, dst_device,
+        cudaMemcpyPeerAsync(dst, d->ordinal, src, s->ordinal, bytes, d->stream),
+        st);
   else
-    CU_CHECK(b, dst_device, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream),
-             st);
+    CU_CHECK(
+        b, dst_device,
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream),
+        st);
   CU_CHECK(b, dst_device, cudaStreamSynchronize(d->stream), st);
   return PD_OK;
 }
-

@@ -22,7 +22,8 @@ static char *ilist_str(const int64_t *v, int n, char *buf, size_t len) {
   if (w < 0 || (size_t)w >= len) return buf;
   off = (size_t)w;
   for (int i = 0; i < n; i++) {
-    w = snprintf(buf + off, len - off, "%s%lld", i ? ", " : "", (long long)v[i]);
+    w = snprintf(buf + off, len - off, "%s%lld", i ? ", " : "",
+                 (long long)v[i]);
     if (w < 0 || (size_t)w >= len - off) return buf;
     off += (size_t)w;
   }
@@ -34,7 +35,8 @@ static char *ilist_str(const int64_t *v, int n, char *buf, size_t len) {
 /* Identity (TF Identity): output 0 aliases input 0, no kernel runs.         */
 
 static pd_code identity_infer(dev_infer_ctx *c, dev_status *st) {
-  if (dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st) != PD_OK) return st->code;
+  if (dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st) != PD_OK)
+    return st->code;
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = c->in_shape[0];
   return PD_OK;
@@ -59,26 +61,29 @@ static dev_op_def identity_def = {
 enum { RESHAPE_SHAPE = 0 };
 
 static pd_code reshape_infer(dev_infer_ctx *c, dev_status *st) {
-  if (dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st) != PD_OK) return st->code;
+  if (dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st) != PD_OK)
+    return st->code;
   const dev_attr_value *a = &c->attrs[RESHAPE_SHAPE];
   const int64_t *v = a->u.ilist.v;
   int n = a->u.ilist.n;
   const dev_shape *in = &c->in_shape[0];
   char want[400], got[160];
   if (n > PD_MAX_RANK)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "Reshape: attribute 'shape' %s has %d dims; expected at most %d",
-                     ilist_str(v, n, want, sizeof want), n, PD_MAX_RANK);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "Reshape: attribute 'shape' %s has %d dims; expected at most %d",
+        ilist_str(v, n, want, sizeof want), n, PD_MAX_RANK);
   int unknown = -1;
   bool has_zero = false;
   int64_t product = 1; /* of the non-zero, known sizes */
   for (int i = 0; i < n; i++) {
     if (v[i] == -1) {
       if (unknown >= 0)
-        return dev_error(st, PD_INVALID_ARGUMENT,
-                         "Reshape: attribute 'shape' %s has -1 at axes %d and %d; "
-                         "expected at most one -1",
-                         ilist_str(v, n, want, sizeof want), unknown, i);
+        return dev_error(
+            st, PD_INVALID_ARGUMENT,
+            "Reshape: attribute 'shape' %s has -1 at axes %d and %d; "
+            "expected at most one -1",
+            ilist_str(v, n, want, sizeof want), unknown, i);
       unknown = i;
     } else if (v[i] < 0) {
       return dev_error(st, PD_INVALID_ARGUMENT,
@@ -88,9 +93,10 @@ static pd_code reshape_infer(dev_infer_ctx *c, dev_status *st) {
     } else if (v[i] == 0) {
       has_zero = true;
     } else if (__builtin_mul_overflow(product, v[i], &product)) {
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "Reshape: attribute 'shape' %s has more than %lld elements",
-                       ilist_str(v, n, want, sizeof want), (long long)INT64_MAX);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "Reshape: attribute 'shape' %s has more than %lld elements",
+          ilist_str(v, n, want, sizeof want), (long long)INT64_MAX);
     }
   }
   int64_t in_count = dev_num_elems(in);
@@ -103,26 +109,30 @@ static pd_code reshape_infer(dev_infer_ctx *c, dev_status *st) {
     int64_t in_nz = 1;
     bool in_has_zero = false;
     for (int i = 0; i < in->rank; i++) {
-      if (in->dims[i] > 0 || !has_zero) in_nz *= in->dims[i];
-      else in_has_zero = true;
+      if (in->dims[i] > 0 || !has_zero)
+        in_nz *= in->dims[i];
+      else
+        in_has_zero = true;
     }
     int64_t missing = in_nz / product;
     if (!in_has_zero && missing * product != in_nz)
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "Reshape: cannot reshape input 'tensor' of shape %s (%lld elements) "
-                       "into shape %s; expected an element count that is a multiple of %lld",
-                       dev_shape_str(in, got, sizeof got), (long long)in_count,
-                       ilist_str(v, n, want, sizeof want), (long long)product);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "Reshape: cannot reshape input 'tensor' of shape %s (%lld elements) "
+          "into shape %s; expected an element count that is a multiple of %lld",
+          dev_shape_str(in, got, sizeof got), (long long)in_count,
+          ilist_str(v, n, want, sizeof want), (long long)product);
     out.dims[unknown] = missing;
   }
   int64_t out_count = has_zero ? 0 : product;
   if (unknown >= 0 && !has_zero) out_count = product * out.dims[unknown];
   if (out_count != in_count)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "Reshape: cannot reshape input 'tensor' of shape %s (%lld elements) "
-                     "into shape %s (%lld elements); expected equal element counts",
-                     dev_shape_str(in, got, sizeof got), (long long)in_count,
-                     ilist_str(v, n, want, sizeof want), (long long)out_count);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "Reshape: cannot reshape input 'tensor' of shape %s (%lld elements) "
+        "into shape %s (%lld elements); expected equal element counts",
+        dev_shape_str(in, got, sizeof got), (long long)in_count,
+        ilist_str(v, n, want, sizeof want), (long long)out_count);
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = out;
   return PD_OK;
@@ -157,27 +167,29 @@ static void transpose_perm(const dev_attr_value *a, int rank, int *p) {
 }
 
 static pd_code transpose_infer(dev_infer_ctx *c, dev_status *st) {
-  if (dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st) != PD_OK) return st->code;
+  if (dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st) != PD_OK)
+    return st->code;
   const dev_attr_value *a = &c->attrs[TRANSPOSE_PERM];
   const dev_shape *in = &c->in_shape[0];
   int n = a->u.ilist.n;
   char pb[400], sb[160];
   if (n != 0) {
     if (n != in->rank)
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "Transpose: attribute 'perm' %s has %d entries but input 'x' has "
-                       "shape %s (rank %d); expected a permutation of 0..%d",
-                       ilist_str(a->u.ilist.v, n, pb, sizeof pb), n,
-                       dev_shape_str(in, sb, sizeof sb), in->rank, in->rank - 1);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "Transpose: attribute 'perm' %s has %d entries but input 'x' has "
+          "shape %s (rank %d); expected a permutation of 0..%d",
+          ilist_str(a->u.ilist.v, n, pb, sizeof pb), n,
+          dev_shape_str(in, sb, sizeof sb), in->rank, in->rank - 1);
     bool seen[PD_MAX_RANK] = {false};
     for (int i = 0; i < n; i++) {
       int64_t p = a->u.ilist.v[i];
       if (p < 0 || p >= n || seen[p])
-        return dev_error(st, PD_INVALID_ARGUMENT,
-                         "Transpose: attribute 'perm' %s is not a permutation of 0..%d "
-                         "(entry %d is %lld); expected each axis of input 'x' exactly once",
-                         ilist_str(a->u.ilist.v, n, pb, sizeof pb), n - 1, i,
-                         (long long)p);
+        return dev_error(
+            st, PD_INVALID_ARGUMENT,
+            "Transpose: attribute 'perm' %s is not a permutation of 0..%d "
+            "(entry %d is %lld); expected each axis of input 'x' exactly once",
+            ilist_str(a->u.ilist.v, n, pb, sizeof pb), n - 1, i, (long long)p);
       seen[p] = true;
     }
   }
@@ -218,7 +230,10 @@ static void tp_simplify(const dev_shape *in, const int *perm, tp_plan *p) {
   for (;;) {
     int at = -1;
     for (int i = 0; i + 1 < p->rank; i++)
-      if (p->perm[i + 1] == p->perm[i] + 1) { at = i; break; }
+      if (p->perm[i + 1] == p->perm[i] + 1) {
+        at = i;
+        break;
+      }
     if (at < 0) break;
     int a = p->perm[at];
     p->dims[a] *= p->dims[a + 1];
@@ -234,22 +249,22 @@ static void tp_simplify(const dev_shape *in, const int *perm, tp_plan *p) {
 
 /* out[j*os_j + k] = in[j + k*is_k] for j < nj, k < nk, in TP_TILE square
  * tiles so that both the strided reads and the writes stay in cache. */
-#define DEFINE_TP_TILE(NAME, T)                                              \
-  static void NAME(const void *in_, void *out_, int64_t nj, int64_t nk,      \
-                   int64_t os_j, int64_t is_k) {                             \
-    const T *in = (const T *)in_;                                            \
-    T *out = (T *)out_;                                                      \
-    for (int64_t j0 = 0; j0 < nj; j0 += TP_TILE) {                           \
-      int64_t j1 = j0 + TP_TILE < nj ? j0 + TP_TILE : nj;                    \
-      for (int64_t k0 = 0; k0 < nk; k0 += TP_TILE) {                         \
-        int64_t k1 = k0 + TP_TILE < nk ? k0 + TP_TILE : nk;                  \
-        for (int64_t j = j0; j < j1; j++) {                                  \
-          T *o = out + j * os_j;                                             \
-          const T *s = in + j;                                               \
-          for (int64_t k = k0; k < k1; k++) o[k] = s[k * is_k];              \
-        }                                                                    \
-      }                                                                      \
-    }                                                                        \
+#define DEFINE_TP_TILE(NAME, T)                                                \
+  static void NAME(const void *in_, void *out_, int64_t nj, int64_t nk,        \
+                   int64_t os_j, int64_t is_k) {                               \
+    const T *in = (const T *)in_;                                              \
+    T *out = (T *)out_;                                                        \
+    for (int64_t j0 = 0; j0 < nj; j0 += TP_TILE) {                             \
+      int64_t j1 = j0 + TP_TILE < nj ? j0 + TP_TILE : nj;                      \
+      for (int64_t k0 = 0; k0 < nk; k0 += TP_TILE) {                           \
+        int64_t k1 = k0 + TP_TILE < nk ? k0 + TP_TILE : nk;                    \
+        for (int64_t j = j0; j < j1; j++) {                                    \
+          T *o = out + j * os_j;                                               \
+          const T *s = in + j;                                                 \
+          for (int64_t k = k0; k < k1; k++) o[k] = s[k * is_k];                \
+        }                                                                      \
+      }                                                                        \
+    }                                                                          \
   }
 
 DEFINE_TP_TILE(tp_tile_1, uint8_t)
@@ -290,8 +305,10 @@ static pd_code transpose_kernel(dev_kernel_ctx *c, dev_status *st) {
   int K = r - 1, J = -1;
   for (int i = 0; i < r; i++)
     if (p.perm[i] == r - 1) J = i;
-  tp_tile_fn tile = es == 1 ? tp_tile_1 : es == 2 ? tp_tile_2
-                  : es == 4 ? tp_tile_4 : tp_tile_8;
+  tp_tile_fn tile = es == 1   ? tp_tile_1
+                    : es == 2 ? tp_tile_2
+                    : es == 4 ? tp_tile_4
+                              : tp_tile_8;
   size_t row = (size_t)od[K] * es;
   int other[PD_MAX_RANK], no = 0;
   for (int i = 0; i < r; i++)
@@ -331,7 +348,6 @@ static dev_op_def transpose_def = {
     .infer = transpose_infer,
     .kernels = {transpose_kernel, NULL},
 };
-
 
 /* Registers Identity, Reshape and Transpose and their CPU kernels (called by
  * dev_registry_init). */

@@ -15,7 +15,6 @@
 #include "device_int.h"
 #include "ops/elementwise_int.h"
 
-
 /* ------------------------------------------------------------------------ */
 /* Binary ops                                                               */
 
@@ -42,49 +41,49 @@ typedef int (*ew_run_fn)(ew_binary op, const void *a, int sa, const void *b,
 
 /* The loop of one op over a run, specialised on which operand steps so
  * that the common cases are plain vectorisable loops. EXPR reads x and y. */
-#define EW_RUN(T, OT, EXPR)                                                  \
-  do {                                                                       \
-    const T *pa_ = (const T *)a;                                             \
-    const T *pb_ = (const T *)b;                                             \
-    OT *po_ = (OT *)out;                                                     \
-    if (sa && sb) {                                                          \
-      for (int64_t i = 0; i < n; i++) {                                      \
-        T x = pa_[i], y = pb_[i];                                            \
-        po_[i] = (EXPR);                                                     \
-      }                                                                      \
-    } else if (sa) {                                                         \
-      T y = pb_[0];                                                          \
-      for (int64_t i = 0; i < n; i++) {                                      \
-        T x = pa_[i];                                                        \
-        po_[i] = (EXPR);                                                     \
-      }                                                                      \
-    } else if (sb) {                                                         \
-      T x = pa_[0];                                                          \
-      for (int64_t i = 0; i < n; i++) {                                      \
-        T y = pb_[i];                                                        \
-        po_[i] = (EXPR);                                                     \
-      }                                                                      \
-    } else {                                                                 \
-      T x = pa_[0], y = pb_[0];                                              \
-      OT v_ = (EXPR);                                                        \
-      for (int64_t i = 0; i < n; i++) po_[i] = v_;                           \
-    }                                                                        \
+#define EW_RUN(T, OT, EXPR)                                                    \
+  do {                                                                         \
+    const T *pa_ = (const T *)a;                                               \
+    const T *pb_ = (const T *)b;                                               \
+    OT *po_ = (OT *)out;                                                       \
+    if (sa && sb) {                                                            \
+      for (int64_t i = 0; i < n; i++) {                                        \
+        T x = pa_[i], y = pb_[i];                                              \
+        po_[i] = (EXPR);                                                       \
+      }                                                                        \
+    } else if (sa) {                                                           \
+      T y = pb_[0];                                                            \
+      for (int64_t i = 0; i < n; i++) {                                        \
+        T x = pa_[i];                                                          \
+        po_[i] = (EXPR);                                                       \
+      }                                                                        \
+    } else if (sb) {                                                           \
+      T x = pa_[0];                                                            \
+      for (int64_t i = 0; i < n; i++) {                                        \
+        T y = pb_[i];                                                          \
+        po_[i] = (EXPR);                                                       \
+      }                                                                        \
+    } else {                                                                   \
+      T x = pa_[0], y = pb_[0];                                                \
+      OT v_ = (EXPR);                                                          \
+      for (int64_t i = 0; i < n; i++) po_[i] = v_;                             \
+    }                                                                          \
   } while (0)
 
 /* Comparisons write bool (one byte, 0 or 1). */
-#define EW_RUN_FLOAT(T, POW)                                                 \
-  switch (op) {                                                              \
-    case BIN_ADD: EW_RUN(T, T, x + y); break;                                \
-    case BIN_SUB: EW_RUN(T, T, x - y); break;                                \
-    case BIN_MUL: EW_RUN(T, T, x * y); break;                                \
-    case BIN_DIV: EW_RUN(T, T, x / y); break;                                \
-    case BIN_POW: EW_RUN(T, T, POW(x, y)); break;                            \
-    case BIN_MAX: EW_RUN(T, T, (x != x || x > y) ? x : y); break;            \
-    case BIN_MIN: EW_RUN(T, T, (x != x || x < y) ? x : y); break;            \
-    case BIN_EQ: EW_RUN(T, uint8_t, (uint8_t)(x == y)); break;               \
-    case BIN_GT: EW_RUN(T, uint8_t, (uint8_t)(x > y)); break;                \
-    case BIN_LT: EW_RUN(T, uint8_t, (uint8_t)(x < y)); break;                \
-  }                                                                          \
+#define EW_RUN_FLOAT(T, POW)                                                   \
+  switch (op) {                                                                \
+    case BIN_ADD: EW_RUN(T, T, x + y); break;                                  \
+    case BIN_SUB: EW_RUN(T, T, x - y); break;                                  \
+    case BIN_MUL: EW_RUN(T, T, x *y); break;                                   \
+    case BIN_DIV: EW_RUN(T, T, x / y); break;                                  \
+    case BIN_POW: EW_RUN(T, T, POW(x, y)); break;                              \
+    case BIN_MAX: EW_RUN(T, T, (x != x || x > y) ? x : y); break;              \
+    case BIN_MIN: EW_RUN(T, T, (x != x || x < y) ? x : y); break;              \
+    case BIN_EQ: EW_RUN(T, uint8_t, (uint8_t)(x == y)); break;                 \
+    case BIN_GT: EW_RUN(T, uint8_t, (uint8_t)(x > y)); break;                  \
+    case BIN_LT: EW_RUN(T, uint8_t, (uint8_t)(x < y)); break;                  \
+  }                                                                            \
   return EW_OK;
 
 static int ew_run_f32(ew_binary op, const void *a, int sa, const void *b,
@@ -93,70 +92,68 @@ static int ew_run_f32(ew_binary op, const void *a, int sa, const void *b,
 }
 
 static int ew_run_f64(ew_binary op, const void *a, int sa, const void *b,
-                      int sb, void *out, int64_t n) {
-  EW_RUN_FLOAT(double, pow)
-}
-
+                      int sb, void *out, int64_t n){EW_RUN_FLOAT(double, pow)}
 /* float16 / bfloat16: convert a block of each stepping operand (or the one
  * element of a fixed one) to float32, run the float32 loop, round back.
  * Comparisons write their bools straight into the output. */
-#define EW_RUN_HALF(NAME, TO_F32, FROM_F32)                                  \
-  static int NAME(ew_binary op, const void *a, int sa, const void *b,        \
-                  int sb, void *out, int64_t n) {                            \
-    const uint16_t *ha = (const uint16_t *)a;                                \
-    const uint16_t *hb = (const uint16_t *)b;                                \
-    bool cmp = op == BIN_EQ || op == BIN_GT || op == BIN_LT;                 \
-    float fa[EW_BLOCK], fb[EW_BLOCK], fo[EW_BLOCK];                          \
-    if (!sa) fa[0] = TO_F32(ha[0]);                                          \
-    if (!sb) fb[0] = TO_F32(hb[0]);                                          \
-    for (int64_t off = 0; off < n; off += EW_BLOCK) {                        \
-      int64_t m = n - off < EW_BLOCK ? n - off : EW_BLOCK;                   \
-      if (sa)                                                                \
-        for (int64_t i = 0; i < m; i++) fa[i] = TO_F32(ha[off + i]);         \
-      if (sb)                                                                \
-        for (int64_t i = 0; i < m; i++) fb[i] = TO_F32(hb[off + i]);         \
-      if (cmp) {                                                             \
-        ew_run_f32(op, fa, sa, fb, sb, (uint8_t *)out + off, m);             \
-      } else {                                                               \
-        uint16_t *ho = (uint16_t *)out + off;                                \
-        ew_run_f32(op, fa, sa, fb, sb, fo, m);                               \
-        for (int64_t i = 0; i < m; i++) ho[i] = FROM_F32(fo[i]);             \
-      }                                                                      \
-    }                                                                        \
-    return EW_OK;                                                            \
+#define EW_RUN_HALF(NAME, TO_F32, FROM_F32)                                    \
+  static int NAME(ew_binary op, const void *a, int sa, const void *b, int sb,  \
+                  void *out, int64_t n) {                                      \
+    const uint16_t *ha = (const uint16_t *)a;                                  \
+    const uint16_t *hb = (const uint16_t *)b;                                  \
+    bool cmp = op == BIN_EQ || op == BIN_GT || op == BIN_LT;                   \
+    float fa[EW_BLOCK], fb[EW_BLOCK], fo[EW_BLOCK];                            \
+    if (!sa) fa[0] = TO_F32(ha[0]);                                            \
+    if (!sb) fb[0] = TO_F32(hb[0]);                                            \
+    for (int64_t off = 0; off < n; off += EW_BLOCK) {                          \
+      int64_t m = n - off < EW_BLOCK ? n - off : EW_BLOCK;                     \
+      if (sa)                                                                  \
+        for (int64_t i = 0; i < m; i++) fa[i] = TO_F32(ha[off + i]);           \
+      if (sb)                                                                  \
+        for (int64_t i = 0; i < m; i++) fb[i] = TO_F32(hb[off + i]);           \
+      if (cmp) {                                                               \
+        ew_run_f32(op, fa, sa, fb, sb, (uint8_t *)out + off, m);               \
+      } else {                                                                 \
+        uint16_t *ho = (uint16_t *)out + off;                                  \
+        ew_run_f32(op, fa, sa, fb, sb, fo, m);                                 \
+        for (int64_t i = 0; i < m; i++) ho[i] = FROM_F32(fo[i]);               \
+      }                                                                        \
+    }                                                                          \
+    return EW_OK;                                                              \
   }
 
 EW_RUN_HALF(ew_run_f16, ew_f16_to_f32, ew_f32_to_f16)
-EW_RUN_HALF(ew_run_bf16, ew_bf16_to_f32, ew_f32_to_bf16)
+    EW_RUN_HALF(ew_run_bf16, ew_bf16_to_f32, ew_f32_to_bf16)
 
 /* Signed integers: wrap-around arithmetic in the unsigned type UT; Div
  * truncates toward zero and MIN / -1 wraps to MIN (no trap). */
-#define EW_RUN_SIGNED(T, UT)                                                 \
-  int bad = EW_OK;                                                           \
-  switch (op) {                                                              \
-    case BIN_ADD: EW_RUN(T, T, (T)((UT)x + (UT)y)); break;                   \
-    case BIN_SUB: EW_RUN(T, T, (T)((UT)x - (UT)y)); break;                   \
-    case BIN_MUL: EW_RUN(T, T, (T)((UT)x * (UT)y)); break;                   \
-    case BIN_DIV:                                                            \
-      EW_RUN(T, T,                                                           \
-             y == 0 ? (bad = EW_DIV_BY_ZERO, (T)0)                           \
-                    : y == -1 ? (T)(0u - (UT)x) : (T)(x / y));               \
-      break;                                                                 \
-    case BIN_POW:                                                            \
-      EW_RUN(T, T,                                                           \
-             y < 0 ? (bad = EW_NEG_POW, (T)0)                                \
-                   : (T)(UT)ew_ipow((uint64_t)x, (uint64_t)y));              \
-      break;                                                                 \
-    case BIN_MAX: EW_RUN(T, T, x > y ? x : y); break;                        \
-    case BIN_MIN: EW_RUN(T, T, x < y ? x : y); break;                        \
-    case BIN_EQ: EW_RUN(T, uint8_t, (uint8_t)(x == y)); break;               \
-    case BIN_GT: EW_RUN(T, uint8_t, (uint8_t)(x > y)); break;                \
-    case BIN_LT: EW_RUN(T, uint8_t, (uint8_t)(x < y)); break;                \
-  }                                                                          \
+#define EW_RUN_SIGNED(T, UT)                                                   \
+  int bad = EW_OK;                                                             \
+  switch (op) {                                                                \
+    case BIN_ADD: EW_RUN(T, T, (T)((UT)x + (UT)y)); break;                     \
+    case BIN_SUB: EW_RUN(T, T, (T)((UT)x - (UT)y)); break;                     \
+    case BIN_MUL: EW_RUN(T, T, (T)((UT)x * (UT)y)); break;                     \
+    case BIN_DIV:                                                              \
+      EW_RUN(T, T,                                                             \
+             y == 0    ? (bad = EW_DIV_BY_ZERO, (T)0)                          \
+             : y == -1 ? (T)(0u - (UT)x)                                       \
+                       : (T)(x / y));                                          \
+      break;                                                                   \
+    case BIN_POW:                                                              \
+      EW_RUN(T, T,                                                             \
+             y < 0 ? (bad = EW_NEG_POW, (T)0)                                  \
+                   : (T)(UT)ew_ipow((uint64_t)x, (uint64_t)y));                \
+      break;                                                                   \
+    case BIN_MAX: EW_RUN(T, T, x > y ? x : y); break;                          \
+    case BIN_MIN: EW_RUN(T, T, x < y ? x : y); break;                          \
+    case BIN_EQ: EW_RUN(T, uint8_t, (uint8_t)(x == y)); break;                 \
+    case BIN_GT: EW_RUN(T, uint8_t, (uint8_t)(x > y)); break;                  \
+    case BIN_LT: EW_RUN(T, uint8_t, (uint8_t)(x < y)); break;                  \
+  }                                                                            \
   return bad;
 
-static int ew_run_i32(ew_binary op, const void *a, int sa, const void *b,
-                      int sb, void *out, int64_t n) {
+        static int ew_run_i32(ew_binary op, const void *a, int sa,
+                              const void *b, int sb, void *out, int64_t n) {
   EW_RUN_SIGNED(int32_t, uint32_t)
 }
 
@@ -165,8 +162,8 @@ static int ew_run_i64(ew_binary op, const void *a, int sa, const void *b,
   EW_RUN_SIGNED(int64_t, uint64_t)
 }
 
-static int ew_run_u8(ew_binary op, const void *a, int sa, const void *b,
-                     int sb, void *out, int64_t n) {
+static int ew_run_u8(ew_binary op, const void *a, int sa, const void *b, int sb,
+                     void *out, int64_t n) {
   int bad = EW_OK;
   switch (op) {
     case BIN_ADD: EW_RUN(uint8_t, uint8_t, (uint8_t)(x + y)); break;
@@ -349,9 +346,9 @@ static pd_code ew_infer_equal(dev_infer_ctx *c, dev_status *st) {
   return ew_binary_infer(c, DEV_MASK_ALL, "any dtype", true, st);
 }
 
-#define EW_BINARY_KERNEL(FN, OP)                                \
-  static pd_code FN(dev_kernel_ctx *c, dev_status *st) {        \
-    return ew_binary_kernel(c, OP, st);                         \
+#define EW_BINARY_KERNEL(FN, OP)                                               \
+  static pd_code FN(dev_kernel_ctx *c, dev_status *st) {                       \
+    return ew_binary_kernel(c, OP, st);                                        \
   }
 
 EW_BINARY_KERNEL(ew_k_add, BIN_ADD)
@@ -364,7 +361,6 @@ EW_BINARY_KERNEL(ew_k_min, BIN_MIN)
 EW_BINARY_KERNEL(ew_k_equal, BIN_EQ)
 EW_BINARY_KERNEL(ew_k_greater, BIN_GT)
 EW_BINARY_KERNEL(ew_k_less, BIN_LT)
-
 
 /* ------------------------------------------------------------------------ */
 /* Registration                                                             */

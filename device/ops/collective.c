@@ -13,15 +13,19 @@
 
 #define COLL_DTYPES DEV_MASK_ALL
 
-static pd_code check_reduction(const dev_infer_ctx *c, const dev_attr_value *v, bool scatter,
-                               dev_status *st) {
+static pd_code check_reduction(const dev_infer_ctx *c, const dev_attr_value *v,
+                               bool scatter, dev_status *st) {
   int red = dev_reduction_from_name(v->u.s.ptr, v->u.s.len);
   if (red < 0)
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: attribute 'reduction' is '%.*s'; expected sum, mean, max, min or prod",
-                     c->op->name, (int)(v->u.s.len > 64 ? 64 : v->u.s.len), v->u.s.ptr);
+                     "%s: attribute 'reduction' is '%.*s'; expected sum, mean, "
+                     "max, min or prod",
+                     c->op->name, (int)(v->u.s.len > 64 ? 64 : v->u.s.len),
+                     v->u.s.ptr);
   if (c->in_dtype[0] == PD_BOOL && (red == DEV_RED_MEAN))
-    return dev_error(st, PD_INVALID_ARGUMENT, "%s: reduction 'mean' is not defined for bool; expected sum, max, min or prod",
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: reduction 'mean' is not defined for bool; expected "
+                     "sum, max, min or prod",
                      c->op->name);
   (void)scatter;
   return PD_OK;
@@ -34,7 +38,8 @@ static pd_code check_same_shapes(const dev_infer_ctx *c, dev_status *st) {
     if (!dev_shape_equal(s0, &c->all_in_shape[0][d])) {
       char a[160], b[160];
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "%s: component 0 has shape %s but component %d has shape %s; expected the same shape on every device",
+                       "%s: component 0 has shape %s but component %d has "
+                       "shape %s; expected the same shape on every device",
                        c->op->name, dev_shape_str(s0, a, sizeof a), d,
                        dev_shape_str(&c->all_in_shape[0][d], b, sizeof b));
     }
@@ -53,9 +58,10 @@ static pd_code all_reduce_infer(dev_infer_ctx *c, dev_status *st) {
 static pd_code broadcast_infer(dev_infer_ctx *c, dev_status *st) {
   int64_t root = c->attrs[0].u.i;
   if (root < 0 || root >= c->num_devices)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "Broadcast: attribute 'root' is %lld; expected a device index 0 to %d",
-                     (long long)root, c->num_devices - 1);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "Broadcast: attribute 'root' is %lld; expected a device index 0 to %d",
+        (long long)root, c->num_devices - 1);
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = c->all_in_shape[0][root];
   return PD_OK;
@@ -74,12 +80,15 @@ static pd_code all_gather_infer(dev_infer_ctx *c, dev_status *st) {
       if (i != axis && s->dims[i] != s0->dims[i]) {
         char a[160], b[160];
         return dev_error(st, PD_INVALID_ARGUMENT,
-                         "AllGather: component 0 has shape %s but component %d has shape %s; "
+                         "AllGather: component 0 has shape %s but component %d "
+                         "has shape %s; "
                          "expected equal dims except on axis %d",
-                         dev_shape_str(s0, a, sizeof a), d, dev_shape_str(s, b, sizeof b), axis);
+                         dev_shape_str(s0, a, sizeof a), d,
+                         dev_shape_str(s, b, sizeof b), axis);
       }
     if (__builtin_add_overflow(out.dims[axis], s->dims[axis], &out.dims[axis]))
-      return dev_error(st, PD_INVALID_ARGUMENT, "AllGather: gathered axis %d overflows", axis);
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "AllGather: gathered axis %d overflows", axis);
   }
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = out;
@@ -92,18 +101,30 @@ static pd_code reduce_scatter_infer(dev_infer_ctx *c, dev_status *st) {
   PD_TRY(dev_check_rank(c, 0, 1, PD_MAX_RANK, st));
   PD_TRY(check_same_shapes(c, st));
   c->out_dtype[0] = c->in_dtype[0];
-  dev_shard_shape(&c->in_shape[0], 0, c->num_devices, c->device, &c->out_shape[0]);
+  dev_shard_shape(&c->in_shape[0], 0, c->num_devices, c->device,
+                  &c->out_shape[0]);
   return PD_OK;
 }
 
-#define STR_DEFAULT(str) {DEV_ATTR_STRING, {.s = {str, sizeof(str) - 1}}}
-#define INT_DEFAULT(v) {DEV_ATTR_INT, {.i = v}}
+#define STR_DEFAULT(str)                                                       \
+  {                                                                            \
+    DEV_ATTR_STRING, {                                                         \
+      .s = { str, sizeof(str) - 1 }                                            \
+    }                                                                          \
+  }
+#define INT_DEFAULT(v)                                                         \
+  {                                                                            \
+    DEV_ATTR_INT, { .i = v }                                                   \
+  }
 
 static dev_op_def all_reduce_def = {
     .name = "AllReduce",
-    .num_inputs = 1, .inputs = {{"input", false, 1}},
-    .num_outputs = 1, .outputs = {{"output", false, 1}},
-    .num_attrs = 1, .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum")}},
+    .num_inputs = 1,
+    .inputs = {{"input", false, 1}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 1}},
+    .num_attrs = 1,
+    .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum")}},
     .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
     .infer = all_reduce_infer,
     .collective = DEV_COLL_ALL_REDUCE,
@@ -111,9 +132,12 @@ static dev_op_def all_reduce_def = {
 
 static dev_op_def broadcast_def = {
     .name = "Broadcast",
-    .num_inputs = 1, .inputs = {{"input", false, 1}},
-    .num_outputs = 1, .outputs = {{"output", false, 1}},
-    .num_attrs = 1, .attrs = {{"root", DEV_ATTR_INT, INT_DEFAULT(0)}},
+    .num_inputs = 1,
+    .inputs = {{"input", false, 1}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 1}},
+    .num_attrs = 1,
+    .attrs = {{"root", DEV_ATTR_INT, INT_DEFAULT(0)}},
     .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
     .infer = broadcast_infer,
     .collective = DEV_COLL_BROADCAST,
@@ -121,9 +145,12 @@ static dev_op_def broadcast_def = {
 
 static dev_op_def all_gather_def = {
     .name = "AllGather",
-    .num_inputs = 1, .inputs = {{"input", false, 1}},
-    .num_outputs = 1, .outputs = {{"output", false, 1}},
-    .num_attrs = 1, .attrs = {{"axis", DEV_ATTR_INT, INT_DEFAULT(0)}},
+    .num_inputs = 1,
+    .inputs = {{"input", false, 1}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 1}},
+    .num_attrs = 1,
+    .attrs = {{"axis", DEV_ATTR_INT, INT_DEFAULT(0)}},
     .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
     .infer = all_gather_infer,
     .collective = DEV_COLL_ALL_GATHER,
@@ -131,9 +158,12 @@ static dev_op_def all_gather_def = {
 
 static dev_op_def reduce_scatter_def = {
     .name = "ReduceScatter",
-    .num_inputs = 1, .inputs = {{"input", false, 1}},
-    .num_outputs = 1, .outputs = {{"output", false, 1}},
-    .num_attrs = 1, .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum")}},
+    .num_inputs = 1,
+    .inputs = {{"input", false, 1}},
+    .num_outputs = 1,
+    .outputs = {{"output", false, 1}},
+    .num_attrs = 1,
+    .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum")}},
     .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
     .infer = reduce_scatter_infer,
     .collective = DEV_COLL_REDUCE_SCATTER,

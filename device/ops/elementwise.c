@@ -49,78 +49,77 @@ typedef enum ew_unary {
   UN_SIGMOID,
 } ew_unary;
 
-#define EW_LOOP1(T, EXPR)                          \
-  do {                                             \
-    const T *in_ = (const T *)vin;                 \
-    T *out_ = (T *)vout;                           \
-    for (int64_t i = 0; i < n; i++) {              \
-      T x = in_[i];                                \
-      out_[i] = (EXPR);                            \
-    }                                              \
+#define EW_LOOP1(T, EXPR)                                                      \
+  do {                                                                         \
+    const T *in_ = (const T *)vin;                                             \
+    T *out_ = (T *)vout;                                                       \
+    for (int64_t i = 0; i < n; i++) {                                          \
+      T x = in_[i];                                                            \
+      out_[i] = (EXPR);                                                        \
+    }                                                                          \
   } while (0)
 
 /* One loop per op for a floating type T and its libm functions. Sigmoid is
  * evaluated so that exp never overflows: with e = e^-|x|, 1/(1+e) for
  * x >= 0 and e/(1+e) for x < 0. */
-#define EW_UNARY_FLOAT(T, FABS, EXP, LOG, SQRT, TANH)                        \
-  switch (op) {                                                              \
-    case UN_NEG: EW_LOOP1(T, -x); break;                                     \
-    case UN_ABS: EW_LOOP1(T, FABS(x)); break;                                \
-    case UN_SQUARE: EW_LOOP1(T, x * x); break;                               \
-    case UN_RELU: EW_LOOP1(T, x < (T)0 ? (T)0 : x); break; /* NaN stays */  \
-    case UN_EXP: EW_LOOP1(T, EXP(x)); break;                                 \
-    case UN_LOG: EW_LOOP1(T, LOG(x)); break;                                 \
-    case UN_SQRT: EW_LOOP1(T, SQRT(x)); break;                               \
-    case UN_RSQRT: EW_LOOP1(T, (T)1 / SQRT(x)); break;                       \
-    case UN_TANH: EW_LOOP1(T, TANH(x)); break;                               \
-    case UN_SIGMOID: {                                                       \
-      const T *in_ = (const T *)vin;                                         \
-      T *out_ = (T *)vout;                                                   \
-      for (int64_t i = 0; i < n; i++) {                                      \
-        T x = in_[i], e = EXP(-FABS(x)); /* e^-|x| never overflows */       \
-        out_[i] = (x >= (T)0 ? (T)1 : e) / ((T)1 + e);                       \
-      }                                                                      \
-      break;                                                                 \
-    }                                                                        \
+#define EW_UNARY_FLOAT(T, FABS, EXP, LOG, SQRT, TANH)                          \
+  switch (op) {                                                                \
+    case UN_NEG: EW_LOOP1(T, -x); break;                                       \
+    case UN_ABS: EW_LOOP1(T, FABS(x)); break;                                  \
+    case UN_SQUARE: EW_LOOP1(T, x *x); break;                                  \
+    case UN_RELU: EW_LOOP1(T, x < (T)0 ? (T)0 : x); break; /* NaN stays */     \
+    case UN_EXP: EW_LOOP1(T, EXP(x)); break;                                   \
+    case UN_LOG: EW_LOOP1(T, LOG(x)); break;                                   \
+    case UN_SQRT: EW_LOOP1(T, SQRT(x)); break;                                 \
+    case UN_RSQRT: EW_LOOP1(T, (T)1 / SQRT(x)); break;                         \
+    case UN_TANH: EW_LOOP1(T, TANH(x)); break;                                 \
+    case UN_SIGMOID: {                                                         \
+      const T *in_ = (const T *)vin;                                           \
+      T *out_ = (T *)vout;                                                     \
+      for (int64_t i = 0; i < n; i++) {                                        \
+        T x = in_[i], e = EXP(-FABS(x)); /* e^-|x| never overflows */          \
+        out_[i] = (x >= (T)0 ? (T)1 : e) / ((T)1 + e);                         \
+      }                                                                        \
+      break;                                                                   \
+    }                                                                          \
   }
 
 static void ew_unary_f32(ew_unary op, const void *vin, void *vout, int64_t n) {
   EW_UNARY_FLOAT(float, fabsf, expf, logf, sqrtf, tanhf)
 }
 
-static void ew_unary_f64(ew_unary op, const void *vin, void *vout, int64_t n) {
-  EW_UNARY_FLOAT(double, fabs, exp, log, sqrt, tanh)
-}
-
+static void ew_unary_f64(ew_unary op, const void *vin, void *vout, int64_t n){
+    EW_UNARY_FLOAT(double, fabs, exp, log, sqrt, tanh)}
 /* float16 / bfloat16: blocks through the float32 loops. */
-#define EW_UNARY_HALF(NAME, TO_F32, FROM_F32)                                 \
-  static void NAME(ew_unary op, const void *vin, void *vout, int64_t n) {     \
-    const uint16_t *in = (const uint16_t *)vin;                               \
-    uint16_t *out = (uint16_t *)vout;                                         \
-    float buf[EW_BLOCK];                                                      \
-    for (int64_t off = 0; off < n; off += EW_BLOCK) {                         \
-      int64_t m = n - off < EW_BLOCK ? n - off : EW_BLOCK;                    \
-      for (int64_t i = 0; i < m; i++) buf[i] = TO_F32(in[off + i]);           \
-      ew_unary_f32(op, buf, buf, m);                                          \
-      for (int64_t i = 0; i < m; i++) out[off + i] = FROM_F32(buf[i]);        \
-    }                                                                         \
+#define EW_UNARY_HALF(NAME, TO_F32, FROM_F32)                                  \
+  static void NAME(ew_unary op, const void *vin, void *vout, int64_t n) {      \
+    const uint16_t *in = (const uint16_t *)vin;                                \
+    uint16_t *out = (uint16_t *)vout;                                          \
+    float buf[EW_BLOCK];                                                       \
+    for (int64_t off = 0; off < n; off += EW_BLOCK) {                          \
+      int64_t m = n - off < EW_BLOCK ? n - off : EW_BLOCK;                     \
+      for (int64_t i = 0; i < m; i++) buf[i] = TO_F32(in[off + i]);            \
+      ew_unary_f32(op, buf, buf, m);                                           \
+      for (int64_t i = 0; i < m; i++) out[off + i] = FROM_F32(buf[i]);         \
+    }                                                                          \
   }
 
 EW_UNARY_HALF(ew_unary_f16, ew_f16_to_f32, ew_f32_to_f16)
-EW_UNARY_HALF(ew_unary_bf16, ew_bf16_to_f32, ew_f32_to_bf16)
+    EW_UNARY_HALF(ew_unary_bf16, ew_bf16_to_f32, ew_f32_to_bf16)
 
 /* Signed integers (T, unsigned UT): wrap around, so Neg/Abs of the minimum
  * value give the minimum value, as TF on two's complement hardware. */
-#define EW_UNARY_SIGNED(T, UT)                                               \
-  switch (op) {                                                              \
-    case UN_NEG: EW_LOOP1(T, (T)(0u - (UT)x)); break;                        \
-    case UN_ABS: EW_LOOP1(T, x < 0 ? (T)(0u - (UT)x) : x); break;            \
-    case UN_SQUARE: EW_LOOP1(T, (T)((UT)x * (UT)x)); break;                  \
-    case UN_RELU: EW_LOOP1(T, x < 0 ? (T)0 : x); break;                      \
-    default: break; /* floating-only ops are rejected by inference */        \
+#define EW_UNARY_SIGNED(T, UT)                                                 \
+  switch (op) {                                                                \
+    case UN_NEG: EW_LOOP1(T, (T)(0u - (UT)x)); break;                          \
+    case UN_ABS: EW_LOOP1(T, x < 0 ? (T)(0u - (UT)x) : x); break;              \
+    case UN_SQUARE: EW_LOOP1(T, (T)((UT)x * (UT)x)); break;                    \
+    case UN_RELU: EW_LOOP1(T, x < 0 ? (T)0 : x); break;                        \
+    default: break; /* floating-only ops are rejected by inference */          \
   }
 
-static void ew_unary_i32(ew_unary op, const void *vin, void *vout, int64_t n) {
+        static void ew_unary_i32(ew_unary op, const void *vin, void *vout,
+                                 int64_t n) {
   EW_UNARY_SIGNED(int32_t, uint32_t)
 }
 
@@ -165,7 +164,6 @@ static pd_code ew_unary_infer(dev_infer_ctx *c, unsigned mask,
   return PD_OK;
 }
 
-
 static pd_code ew_infer_unary_number(dev_infer_ctx *c, dev_status *st) {
   return ew_unary_infer(c, DEV_MASK_NUMBER, EW_EXPECT_NUMBER, st);
 }
@@ -174,9 +172,9 @@ static pd_code ew_infer_unary_float(dev_infer_ctx *c, dev_status *st) {
   return ew_unary_infer(c, DEV_MASK_FLOAT, EW_EXPECT_FLOAT, st);
 }
 
-#define EW_UNARY_KERNEL(FN, OP)                                 \
-  static pd_code FN(dev_kernel_ctx *c, dev_status *st) {        \
-    return ew_unary_kernel(c, OP, st);                          \
+#define EW_UNARY_KERNEL(FN, OP)                                                \
+  static pd_code FN(dev_kernel_ctx *c, dev_status *st) {                       \
+    return ew_unary_kernel(c, OP, st);                                         \
   }
 
 EW_UNARY_KERNEL(ew_k_neg, UN_NEG)
@@ -189,7 +187,6 @@ EW_UNARY_KERNEL(ew_k_sqrt, UN_SQRT)
 EW_UNARY_KERNEL(ew_k_rsqrt, UN_RSQRT)
 EW_UNARY_KERNEL(ew_k_tanh, UN_TANH)
 EW_UNARY_KERNEL(ew_k_sigmoid, UN_SIGMOID)
-
 
 /* ------------------------------------------------------------------------ */
 /* Registration                                                             */
@@ -211,6 +208,7 @@ static dev_op_def elementwise_defs[] = {
 
 /* Registers the unary element-wise ops and their CPU kernels. */
 void dev_register_elementwise_ops(void) {
-  for (size_t i = 0; i < sizeof elementwise_defs / sizeof elementwise_defs[0]; i++)
+  for (size_t i = 0; i < sizeof elementwise_defs / sizeof elementwise_defs[0];
+       i++)
     dev__register_or_die(&elementwise_defs[i]);
 }

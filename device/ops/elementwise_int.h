@@ -65,7 +65,7 @@ static inline uint16_t ew_f32_to_f16(float f) {
   if (ax > 0x7f800000u) /* NaN: quiet, keep the top of the payload */
     return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
   if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 */
-  if (ax >= 0x38800000u) { /* normal half: 2^-14 <= |f| < 65520 */
+  if (ax >= 0x38800000u) {         /* normal half: 2^-14 <= |f| < 65520 */
     uint32_t r = ax - 0x38000000u; /* rebias the exponent: 127 -> 15 */
     r += 0x0fffu + ((r >> 13) & 1u);
     return (uint16_t)(sign | (r >> 13));
@@ -92,7 +92,8 @@ static inline uint16_t ew_f32_to_f16(float f) {
 static inline float ew_f64_to_f32_odd(double d) {
   if (d != d) return (float)d;
   if (fabs(d) > 3.4028234663852886e38) /* beyond FLT_MAX: odd max float */
-    return d < 0 ? -ew_f32_from_bits(0x7f7fffffu) : ew_f32_from_bits(0x7f7fffffu);
+    return d < 0 ? -ew_f32_from_bits(0x7f7fffffu)
+                 : ew_f32_from_bits(0x7f7fffffu);
   float f = (float)d;
   if ((double)f == d) return f;
   if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);
@@ -179,24 +180,23 @@ static inline uint64_t ew_ipow(uint64_t x, uint64_t y) {
   return r;
 }
 
-
-#define EW_UNARY_DEF(NAME, INFER, KERNEL)                                    \
-  {                                                                          \
-    .name = NAME, .num_inputs = 1, .inputs = {{"x", false, 1}},              \
-    .num_outputs = 1, .outputs = {{"y", false, 1}}, .infer = INFER,          \
-    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                 \
+#define EW_UNARY_DEF(NAME, INFER, KERNEL)                                      \
+  {                                                                            \
+    .name = NAME, .num_inputs = 1, .inputs = {{"x", false, 1}},                \
+    .num_outputs = 1, .outputs = {{"y", false, 1}}, .infer = INFER,            \
+    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                   \
   }
 
-#define EW_BINARY_DEF(NAME, INFER, KERNEL)                                   \
-  {                                                                          \
-    .name = NAME, .num_inputs = 2, .inputs = {{"x", false, 1}, {"y", false, 1}}, \
-    .num_outputs = 1, .outputs = {{"z", false, 1}}, .infer = INFER,          \
-    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                 \
+#define EW_BINARY_DEF(NAME, INFER, KERNEL)                                     \
+  {                                                                            \
+    .name = NAME, .num_inputs = 2,                                             \
+    .inputs = {{"x", false, 1}, {"y", false, 1}}, .num_outputs = 1,            \
+    .outputs = {{"z", false, 1}}, .infer = INFER,                              \
+    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                   \
   }
-
 
 /* What infer messages say the dtype masks accept. */
-#define EW_EXPECT_NUMBER \
+#define EW_EXPECT_NUMBER                                                       \
   "a number dtype (float32, float64, float16, bfloat16, int32, int64, uint8)"
 #define EW_EXPECT_FLOAT "a floating dtype (float32, float64, float16, bfloat16)"
 

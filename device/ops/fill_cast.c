@@ -13,53 +13,55 @@
 /* ------------------------------------------------------------------------ */
 /* Cast                                                                     */
 
-#define EW_CAST_LOOP(ST, DT, CONV)                 \
-  do {                                             \
-    const ST *s_ = (const ST *)in;                 \
-    DT *d_ = (DT *)out;                            \
-    for (int64_t i = 0; i < n; i++) {              \
-      ST v = s_[i];                                \
-      d_[i] = CONV;                                \
-    }                                              \
+#define EW_CAST_LOOP(ST, DT, CONV)                                             \
+  do {                                                                         \
+    const ST *s_ = (const ST *)in;                                             \
+    DT *d_ = (DT *)out;                                                        \
+    for (int64_t i = 0; i < n; i++) {                                          \
+      ST v = s_[i];                                                            \
+      d_[i] = CONV;                                                            \
+    }                                                                          \
   } while (0)
 
 /* From a float32 value (float32, float16, bfloat16 sources; WIDEN turns the
  * stored element into float). One rounding only: float16 <-> bfloat16 goes
  * through the exact float32 value. */
-#define EW_CAST_FROM_F32(ST, WIDEN)                                          \
-  switch (dst) {                                                             \
-    case PD_FLOAT32: EW_CAST_LOOP(ST, float, WIDEN(v)); break;               \
-    case PD_FLOAT64: EW_CAST_LOOP(ST, double, (double)WIDEN(v)); break;      \
-    case PD_FLOAT16: EW_CAST_LOOP(ST, uint16_t, ew_f32_to_f16(WIDEN(v))); break; \
-    case PD_BFLOAT16:                                                        \
-      EW_CAST_LOOP(ST, uint16_t, ew_f32_to_bf16(WIDEN(v)));                  \
-      break;                                                                 \
-    case PD_INT32: EW_CAST_LOOP(ST, int32_t, ew_sat_i32(WIDEN(v))); break;   \
-    case PD_INT64: EW_CAST_LOOP(ST, int64_t, ew_sat_i64(WIDEN(v))); break;   \
-    case PD_UINT8: EW_CAST_LOOP(ST, uint8_t, ew_sat_u8(WIDEN(v))); break;    \
-    case PD_BOOL: EW_CAST_LOOP(ST, uint8_t, (uint8_t)(WIDEN(v) != 0)); break; \
-    default: break;                                                          \
+#define EW_CAST_FROM_F32(ST, WIDEN)                                            \
+  switch (dst) {                                                               \
+    case PD_FLOAT32: EW_CAST_LOOP(ST, float, WIDEN(v)); break;                 \
+    case PD_FLOAT64: EW_CAST_LOOP(ST, double, (double)WIDEN(v)); break;        \
+    case PD_FLOAT16: EW_CAST_LOOP(ST, uint16_t, ew_f32_to_f16(WIDEN(v)));      \
+        break;                                                                 \
+    case PD_BFLOAT16:                                                          \
+      EW_CAST_LOOP(ST, uint16_t, ew_f32_to_bf16(WIDEN(v)));                    \
+      break;                                                                   \
+    case PD_INT32: EW_CAST_LOOP(ST, int32_t, ew_sat_i32(WIDEN(v))); break;     \
+    case PD_INT64: EW_CAST_LOOP(ST, int64_t, ew_sat_i64(WIDEN(v))); break;     \
+    case PD_UINT8: EW_CAST_LOOP(ST, uint8_t, ew_sat_u8(WIDEN(v))); break;      \
+    case PD_BOOL: EW_CAST_LOOP(ST, uint8_t, (uint8_t)(WIDEN(v) != 0)); break;  \
+    default: break;                                                            \
   }
 
 #define EW_SAME(v) (v)
 
 /* From an integer type ST (bool sources are normalised to 0/1 by NORM).
  * Integer -> integer conversions wrap as C's (and TF's) static_cast. */
-#define EW_CAST_FROM_INT(ST, NORM)                                           \
-  switch (dst) {                                                             \
-    case PD_FLOAT32: EW_CAST_LOOP(ST, float, (float)NORM(v)); break;         \
-    case PD_FLOAT64: EW_CAST_LOOP(ST, double, (double)NORM(v)); break;       \
-    case PD_FLOAT16:                                                         \
-      EW_CAST_LOOP(ST, uint16_t, ew_i64_to_f16((int64_t)NORM(v)));           \
-      break;                                                                 \
-    case PD_BFLOAT16:                                                        \
-      EW_CAST_LOOP(ST, uint16_t, ew_i64_to_bf16((int64_t)NORM(v)));          \
-      break;                                                                 \
-    case PD_INT32: EW_CAST_LOOP(ST, int32_t, (int32_t)(uint32_t)NORM(v)); break; \
-    case PD_INT64: EW_CAST_LOOP(ST, int64_t, (int64_t)NORM(v)); break;       \
-    case PD_UINT8: EW_CAST_LOOP(ST, uint8_t, (uint8_t)NORM(v)); break;       \
-    case PD_BOOL: EW_CAST_LOOP(ST, uint8_t, (uint8_t)(v != 0)); break;       \
-    default: break;                                                          \
+#define EW_CAST_FROM_INT(ST, NORM)                                             \
+  switch (dst) {                                                               \
+    case PD_FLOAT32: EW_CAST_LOOP(ST, float, (float)NORM(v)); break;           \
+    case PD_FLOAT64: EW_CAST_LOOP(ST, double, (double)NORM(v)); break;         \
+    case PD_FLOAT16:                                                           \
+      EW_CAST_LOOP(ST, uint16_t, ew_i64_to_f16((int64_t)NORM(v)));             \
+      break;                                                                   \
+    case PD_BFLOAT16:                                                          \
+      EW_CAST_LOOP(ST, uint16_t, ew_i64_to_bf16((int64_t)NORM(v)));            \
+      break;                                                                   \
+    case PD_INT32: EW_CAST_LOOP(ST, int32_t, (int32_t)(uint32_t)NORM(v));      \
+        break;                                                                 \
+    case PD_INT64: EW_CAST_LOOP(ST, int64_t, (int64_t)NORM(v)); break;         \
+    case PD_UINT8: EW_CAST_LOOP(ST, uint8_t, (uint8_t)NORM(v)); break;         \
+    case PD_BOOL: EW_CAST_LOOP(ST, uint8_t, (uint8_t)(v != 0)); break;         \
+    default: break;                                                            \
   }
 
 #define EW_BOOL01(v) ((v) != 0)
@@ -79,8 +81,12 @@ static void ew_cast(pd_dtype src, const void *in, pd_dtype dst, void *out,
     case PD_FLOAT64:
       switch (dst) {
         case PD_FLOAT32: EW_CAST_LOOP(double, float, (float)v); break;
-        case PD_FLOAT16: EW_CAST_LOOP(double, uint16_t, ew_f64_to_f16(v)); break;
-        case PD_BFLOAT16: EW_CAST_LOOP(double, uint16_t, ew_f64_to_bf16(v)); break;
+        case PD_FLOAT16:
+          EW_CAST_LOOP(double, uint16_t, ew_f64_to_f16(v));
+          break;
+        case PD_BFLOAT16:
+          EW_CAST_LOOP(double, uint16_t, ew_f64_to_bf16(v));
+          break;
         case PD_INT32: EW_CAST_LOOP(double, int32_t, ew_sat_i32(v)); break;
         case PD_INT64: EW_CAST_LOOP(double, int64_t, ew_sat_i64(v)); break;
         case PD_UINT8: EW_CAST_LOOP(double, uint8_t, ew_sat_u8(v)); break;
@@ -206,7 +212,6 @@ static pd_code ew_k_ones_like(dev_kernel_ctx *c, dev_status *st) {
   return PD_OK;
 }
 
-
 /* ------------------------------------------------------------------------ */
 /* Registration                                                             */
 
@@ -220,7 +225,8 @@ static dev_op_def fill_cast_defs[] = {
         .outputs = {{"y", false, 1}},
         .num_attrs = 2,
         .attrs = {{"DstT", DEV_ATTR_DTYPE, {.type = DEV_ATTR_NONE}},
-                  {"Truncate", DEV_ATTR_BOOL,
+                  {"Truncate",
+                   DEV_ATTR_BOOL,
                    {.type = DEV_ATTR_BOOL, .u.b = false}}},
         .infer = ew_infer_cast,
         .kernels = {[DEV_BACKEND_CPU] = ew_k_cast},
@@ -235,7 +241,8 @@ static dev_op_def fill_cast_defs[] = {
         .num_attrs = 3,
         .attrs = {{"shape", DEV_ATTR_SHAPE, {.type = DEV_ATTR_NONE}},
                   {"value", DEV_ATTR_FLOAT, {.type = DEV_ATTR_NONE}},
-                  {"dtype", DEV_ATTR_DTYPE,
+                  {"dtype",
+                   DEV_ATTR_DTYPE,
                    {.type = DEV_ATTR_DTYPE, .u.dtype = PD_FLOAT32}}},
         .infer = ew_infer_fill,
         .kernels = {[DEV_BACKEND_CPU] = ew_k_fill},

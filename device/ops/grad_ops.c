@@ -26,50 +26,64 @@
 /* ------------------------------------------------------------------------ */
 /* Shared helpers                                                            */
 
-static pd_code scratch_error(const dev_kernel_ctx *c, int64_t n, dev_status *st) {
-  return dev_error(st, PD_RESOURCE_EXHAUSTED, "%s: cannot allocate %lld float32 scratch elements",
+static pd_code scratch_error(const dev_kernel_ctx *c, int64_t n,
+                             dev_status *st) {
+  return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                   "%s: cannot allocate %lld float32 scratch elements",
                    c->op->name, (long long)n);
 }
 
 /* float32 scratch of n elements (at least one, zeroed). */
-static float *scratch(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+static float *scratch(int64_t n) {
+  return calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+}
 
-static pd_code check_out_size(const dev_infer_ctx *c, pd_dtype dt, const dev_shape *s,
-                              dev_status *st) {
+static pd_code check_out_size(const dev_infer_ctx *c, pd_dtype dt,
+                              const dev_shape *s, dev_status *st) {
   size_t bytes;
   dev_status tmp = DEV_STATUS_INIT;
   if (dev_shape_byte_size(dt, s, &bytes, &tmp) != PD_OK) {
     char sb[160];
-    return dev_error(st, PD_INVALID_ARGUMENT, "%s: output shape %s of dtype %s is too large (%s)",
-                     c->op->name, dev_shape_str(s, sb, sizeof sb), pd_dtype_name(dt), tmp.msg);
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: output shape %s of dtype %s is too large (%s)",
+                     c->op->name, dev_shape_str(s, sb, sizeof sb),
+                     pd_dtype_name(dt), tmp.msg);
   }
   return PD_OK;
 }
 
 /* Copies n elements of es bytes from src[i*sstride] to dst[i] (sstride 0
  * repeats one element). */
-static void copy_strided(char *dst, const char *src, int64_t n, int64_t sstride, size_t es) {
+static void copy_strided(char *dst, const char *src, int64_t n, int64_t sstride,
+                         size_t es) {
   if (sstride == 1) {
     memcpy(dst, src, (size_t)n * es);
     return;
   }
   switch (es) {
-  case 1: { uint8_t v = *(const uint8_t *)src; memset(dst, v, (size_t)n); break; }
-  case 2: {
-    uint16_t v; memcpy(&v, src, 2);
-    for (int64_t i = 0; i < n; i++) memcpy(dst + 2 * i, &v, 2);
-    break;
-  }
-  case 4: {
-    uint32_t v; memcpy(&v, src, 4);
-    for (int64_t i = 0; i < n; i++) memcpy(dst + 4 * i, &v, 4);
-    break;
-  }
-  default: {
-    uint64_t v; memcpy(&v, src, 8);
-    for (int64_t i = 0; i < n; i++) memcpy(dst + 8 * i, &v, 8);
-    break;
-  }
+    case 1: {
+      uint8_t v = *(const uint8_t *)src;
+      memset(dst, v, (size_t)n);
+      break;
+    }
+    case 2: {
+      uint16_t v;
+      memcpy(&v, src, 2);
+      for (int64_t i = 0; i < n; i++) memcpy(dst + 2 * i, &v, 2);
+      break;
+    }
+    case 4: {
+      uint32_t v;
+      memcpy(&v, src, 4);
+      for (int64_t i = 0; i < n; i++) memcpy(dst + 4 * i, &v, 4);
+      break;
+    }
+    default: {
+      uint64_t v;
+      memcpy(&v, src, 8);
+      for (int64_t i = 0; i < n; i++) memcpy(dst + 8 * i, &v, 8);
+      break;
+    }
   }
 }
 
@@ -92,37 +106,47 @@ static pd_code eg_infer(dev_infer_ctx *c, dev_status *st) {
   if (!dev_shape_equal(&c->in_shape[0], &c->in_shape[1])) {
     char a[160], b[160];
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: input '%s' has shape %s but input '%s' has shape %s; expected the same "
+                     "%s: input '%s' has shape %s but input '%s' has shape %s; "
+                     "expected the same "
                      "shape (no broadcasting)",
-                     c->op->name, c->op->inputs[0].name, dev_shape_str(&c->in_shape[0], a, sizeof a),
-                     c->op->inputs[1].name, dev_shape_str(&c->in_shape[1], b, sizeof b));
+                     c->op->name, c->op->inputs[0].name,
+                     dev_shape_str(&c->in_shape[0], a, sizeof a),
+                     c->op->inputs[1].name,
+                     dev_shape_str(&c->in_shape[1], b, sizeof b));
   }
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = c->in_shape[0];
   return PD_OK;
 }
 
-#define EG_LOOPS(T)                                                               \
-  switch (kind) {                                                                 \
-  case EG_RELU:                                                                   \
-    for (int64_t i = 0; i < n; i++) o[i] = b[i] > (T)0 ? a[i] : (T)0;             \
-    break;                                                                        \
-  case EG_SQRT:                                                                   \
-    for (int64_t i = 0; i < n; i++) o[i] = b[i] * (T)0.5 / a[i];                  \
-    break;                                                                        \
-  case EG_RSQRT:                                                                  \
-    for (int64_t i = 0; i < n; i++) o[i] = (T)-0.5 * (a[i] * a[i] * a[i]) * b[i]; \
-    break;                                                                        \
-  case EG_TANH:                                                                   \
-    for (int64_t i = 0; i < n; i++) o[i] = b[i] * ((T)1 - a[i] * a[i]);           \
-    break;                                                                        \
-  default:                                                                        \
-    for (int64_t i = 0; i < n; i++) o[i] = b[i] * a[i] * ((T)1 - a[i]);           \
-    break;                                                                        \
+#define EG_LOOPS(T)                                                            \
+  switch (kind) {                                                              \
+    case EG_RELU:                                                              \
+      for (int64_t i = 0; i < n; i++) o[i] = b[i] > (T)0 ? a[i] : (T)0;        \
+      break;                                                                   \
+    case EG_SQRT:                                                              \
+      for (int64_t i = 0; i < n; i++) o[i] = b[i] * (T)0.5 / a[i];             \
+      break;                                                                   \
+    case EG_RSQRT:                                                             \
+      for (int64_t i = 0; i < n; i++)                                          \
+        o[i] = (T)-0.5 * (a[i] * a[i] * a[i]) * b[i];                          \
+      break;                                                                   \
+    case EG_TANH:                                                              \
+      for (int64_t i = 0; i < n; i++) o[i] = b[i] * ((T)1 - a[i] * a[i]);      \
+      break;                                                                   \
+    default:                                                                   \
+      for (int64_t i = 0; i < n; i++) o[i] = b[i] * a[i] * ((T)1 - a[i]);      \
+      break;                                                                   \
   }
 
-static void eg_f32(int kind, const float *a, const float *b, float *o, int64_t n) { EG_LOOPS(float) }
-static void eg_f64(int kind, const double *a, const double *b, double *o, int64_t n) { EG_LOOPS(double) }
+static void eg_f32(int kind, const float *a, const float *b, float *o,
+                   int64_t n) {
+  EG_LOOPS(float)
+}
+static void eg_f64(int kind, const double *a, const double *b, double *o,
+                   int64_t n) {
+  EG_LOOPS(double)
+}
 
 static pd_code eg_kernel(dev_kernel_ctx *c, int kind, dev_status *st) {
   int64_t n = dev_num_elems(&c->out_shape[0]);
@@ -144,19 +168,28 @@ static pd_code eg_kernel(dev_kernel_ctx *c, int kind, dev_status *st) {
   return PD_OK;
 }
 
-static pd_code relu_grad_cpu(dev_kernel_ctx *c, dev_status *st) { return eg_kernel(c, EG_RELU, st); }
-static pd_code sqrt_grad_cpu(dev_kernel_ctx *c, dev_status *st) { return eg_kernel(c, EG_SQRT, st); }
-static pd_code rsqrt_grad_cpu(dev_kernel_ctx *c, dev_status *st) { return eg_kernel(c, EG_RSQRT, st); }
-static pd_code tanh_grad_cpu(dev_kernel_ctx *c, dev_status *st) { return eg_kernel(c, EG_TANH, st); }
+static pd_code relu_grad_cpu(dev_kernel_ctx *c, dev_status *st) {
+  return eg_kernel(c, EG_RELU, st);
+}
+static pd_code sqrt_grad_cpu(dev_kernel_ctx *c, dev_status *st) {
+  return eg_kernel(c, EG_SQRT, st);
+}
+static pd_code rsqrt_grad_cpu(dev_kernel_ctx *c, dev_status *st) {
+  return eg_kernel(c, EG_RSQRT, st);
+}
+static pd_code tanh_grad_cpu(dev_kernel_ctx *c, dev_status *st) {
+  return eg_kernel(c, EG_TANH, st);
+}
 static pd_code sigmoid_grad_cpu(dev_kernel_ctx *c, dev_status *st) {
   return eg_kernel(c, EG_SIGMOID, st);
 }
 
-#define EG_DEF(NAME, IN0, IN1, OUT, KERNEL)                                   \
-  {                                                                           \
-    .name = NAME, .num_inputs = 2, .inputs = {{IN0, false, 0}, {IN1, false, 0}}, \
-    .num_outputs = 1, .outputs = {{OUT, false, 0}}, .infer = eg_infer,        \
-    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                  \
+#define EG_DEF(NAME, IN0, IN1, OUT, KERNEL)                                    \
+  {                                                                            \
+    .name = NAME, .num_inputs = 2,                                             \
+    .inputs = {{IN0, false, 0}, {IN1, false, 0}}, .num_outputs = 1,            \
+    .outputs = {{OUT, false, 0}}, .infer = eg_infer,                           \
+    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                   \
   }
 
 static dev_op_def eg_defs[] = {
@@ -179,8 +212,9 @@ enum { BTL_AXIS = 0, BTL_MEAN = 1 };
 
 /* Writes input's shape as aligned with like (rank like->rank). `op` names the
  * op in errors; st may be NULL (kernels, after infer accepted the shapes). */
-static pd_code btl_expand(const char *op, const dev_shape *in, const dev_shape *like,
-                          const dev_attr_value *axis, dev_shape *xe, dev_status *st) {
+static pd_code btl_expand(const char *op, const dev_shape *in,
+                          const dev_shape *like, const dev_attr_value *axis,
+                          dev_shape *xe, dev_status *st) {
   char a[160], b[160];
   const int L = like->rank;
   unsigned mask = 0;
@@ -188,19 +222,22 @@ static pd_code btl_expand(const char *op, const dev_shape *in, const dev_shape *
     int64_t v = axis->u.ilist.v[i];
     if (v < -(int64_t)L || v >= L)
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "%s: attribute 'axis' has %lld; expected -%d to %d for input 'like' of rank %d",
+                       "%s: attribute 'axis' has %lld; expected -%d to %d for "
+                       "input 'like' of rank %d",
                        op, (long long)v, L, L - 1, L);
     int ax = (int)(v < 0 ? v + L : v);
     if (mask & (1u << ax))
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "%s: attribute 'axis' lists axis %d more than once; expected distinct axes",
+                       "%s: attribute 'axis' lists axis %d more than once; "
+                       "expected distinct axes",
                        op, ax);
     mask |= 1u << ax;
   }
   int nred = axis->u.ilist.n;
   xe->rank = L;
   if (nred > 0 && in->rank == L - nred) {
-    for (int i = 0, k = 0; i < L; i++) xe->dims[i] = (mask & (1u << i)) ? 1 : in->dims[k++];
+    for (int i = 0, k = 0; i < L; i++)
+      xe->dims[i] = (mask & (1u << i)) ? 1 : in->dims[k++];
   } else if (in->rank <= L && (nred == 0 || in->rank == L)) {
     for (int i = 0; i < L; i++) {
       int k = i - (L - in->rank);
@@ -208,31 +245,36 @@ static pd_code btl_expand(const char *op, const dev_shape *in, const dev_shape *
     }
   } else {
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: input 'input' has shape %s (rank %d) and input 'like' has shape %s "
-                     "(rank %d) with %d axes in 'axis'; expected input of rank %d (axes removed), "
+                     "%s: input 'input' has shape %s (rank %d) and input "
+                     "'like' has shape %s "
+                     "(rank %d) with %d axes in 'axis'; expected input of rank "
+                     "%d (axes removed), "
                      "%d or less",
-                     op, dev_shape_str(in, a, sizeof a), in->rank, dev_shape_str(like, b, sizeof b),
-                     L, nred, L - nred, L);
+                     op, dev_shape_str(in, a, sizeof a), in->rank,
+                     dev_shape_str(like, b, sizeof b), L, nred, L - nred, L);
   }
   for (int i = 0; i < L; i++)
     if (xe->dims[i] != 1 && xe->dims[i] != like->dims[i])
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "%s: input 'input' of shape %s does not broadcast to shape %s of input "
-                       "'like' (axis %d has %lld and %lld); expected equal sizes or 1",
-                       op, dev_shape_str(in, a, sizeof a), dev_shape_str(like, b, sizeof b), i,
-                       (long long)xe->dims[i], (long long)like->dims[i]);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "%s: input 'input' of shape %s does not broadcast to shape %s of "
+          "input "
+          "'like' (axis %d has %lld and %lld); expected equal sizes or 1",
+          op, dev_shape_str(in, a, sizeof a), dev_shape_str(like, b, sizeof b),
+          i, (long long)xe->dims[i], (long long)like->dims[i]);
   return PD_OK;
 }
 
 static pd_code btl_infer(dev_infer_ctx *c, dev_status *st) {
   bool mean = c->attrs[BTL_MEAN].u.b;
-  pd_code rc = mean ? dev_check_dtype_in(c, 0, DEV_MASK_FLOAT,
-                                         "a floating dtype (mean=true divides)", st)
-                    : dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st);
+  pd_code rc =
+      mean ? dev_check_dtype_in(c, 0, DEV_MASK_FLOAT,
+                                "a floating dtype (mean=true divides)", st)
+           : dev_check_dtype_in(c, 0, DEV_MASK_ALL, NULL, st);
   if (rc) return rc;
   dev_shape xe;
-  if ((rc = btl_expand(c->op->name, &c->in_shape[0], &c->in_shape[1], &c->attrs[BTL_AXIS], &xe,
-                       st)))
+  if ((rc = btl_expand(c->op->name, &c->in_shape[0], &c->in_shape[1],
+                       &c->attrs[BTL_AXIS], &xe, st)))
     return rc;
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = c->in_shape[1];
@@ -242,26 +284,27 @@ static pd_code btl_infer(dev_infer_ctx *c, dev_status *st) {
 /* Divides n elements of a floating buffer by `count`. */
 static void divide_by(pd_dtype dt, void *p, int64_t n, double count) {
   switch (dt) {
-  case PD_FLOAT32: {
-    float *f = p, d = (float)count;
-    for (int64_t i = 0; i < n; i++) f[i] /= d;
-    break;
-  }
-  case PD_FLOAT64: {
-    double *f = p;
-    for (int64_t i = 0; i < n; i++) f[i] /= count;
-    break;
-  }
-  default: {
-    uint16_t *h = p;
-    float d = (float)count;
-    if (dt == PD_FLOAT16)
-      for (int64_t i = 0; i < n; i++) h[i] = dev_float_to_half(dev_half_to_float(h[i]) / d);
-    else
-      for (int64_t i = 0; i < n; i++)
-        h[i] = dev_float_to_bfloat16(dev_bfloat16_to_float(h[i]) / d);
-    break;
-  }
+    case PD_FLOAT32: {
+      float *f = p, d = (float)count;
+      for (int64_t i = 0; i < n; i++) f[i] /= d;
+      break;
+    }
+    case PD_FLOAT64: {
+      double *f = p;
+      for (int64_t i = 0; i < n; i++) f[i] /= count;
+      break;
+    }
+    default: {
+      uint16_t *h = p;
+      float d = (float)count;
+      if (dt == PD_FLOAT16)
+        for (int64_t i = 0; i < n; i++)
+          h[i] = dev_float_to_half(dev_half_to_float(h[i]) / d);
+      else
+        for (int64_t i = 0; i < n; i++)
+          h[i] = dev_float_to_bfloat16(dev_bfloat16_to_float(h[i]) / d);
+      break;
+    }
   }
 }
 
@@ -270,7 +313,8 @@ static pd_code btl_cpu(dev_kernel_ctx *c, dev_status *st) {
   int64_t total = dev_num_elems(os);
   if (total == 0) return PD_OK;
   dev_shape xe;
-  btl_expand(c->op->name, &c->in_shape[0], &c->in_shape[1], &c->attrs[BTL_AXIS], &xe, NULL);
+  btl_expand(c->op->name, &c->in_shape[0], &c->in_shape[1], &c->attrs[BTL_AXIS],
+             &xe, NULL);
   size_t es = pd_dtype_size(c->out_dtype[0]);
   const char *src = c->in_data[0];
   char *dst = c->out_data[0];
@@ -278,7 +322,8 @@ static pd_code btl_cpu(dev_kernel_ctx *c, dev_status *st) {
   if (L == 0) {
     memcpy(dst, src, es);
   } else {
-    int64_t xs[PD_MAX_RANK]; /* input strides in elements, 0 on broadcast axes */
+    int64_t
+        xs[PD_MAX_RANK]; /* input strides in elements, 0 on broadcast axes */
     int64_t acc = 1;
     for (int i = L - 1; i >= 0; i--) {
       xs[i] = xe.dims[i] == 1 ? 0 : acc;
@@ -299,8 +344,8 @@ static pd_code btl_cpu(dev_kernel_ctx *c, dev_status *st) {
   }
   if (c->attrs[BTL_MEAN].u.b) {
     int64_t in_n = dev_num_elems(&xe);
-    if (in_n > 0 && total != in_n) divide_by(c->out_dtype[0], c->out_data[0], total,
-                                             (double)(total / in_n));
+    if (in_n > 0 && total != in_n)
+      divide_by(c->out_dtype[0], c->out_data[0], total, (double)(total / in_n));
   }
   (void)st;
   return PD_OK;
@@ -313,7 +358,9 @@ static dev_op_def btl_def = {
     .num_outputs = 1,
     .outputs = {{"output", false, 0}},
     .num_attrs = 2,
-    .attrs = {{"axis", DEV_ATTR_INT_LIST, {.type = DEV_ATTR_INT_LIST, .u.ilist = {NULL, 0}}},
+    .attrs = {{"axis",
+               DEV_ATTR_INT_LIST,
+               {.type = DEV_ATTR_INT_LIST, .u.ilist = {NULL, 0}}},
               {"mean", DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false}}},
     .infer = btl_infer,
     .kernels = {[DEV_BACKEND_CPU] = btl_cpu},
@@ -337,35 +384,39 @@ static pd_code stl_infer(dev_infer_ctx *c, dev_status *st) {
   if (!ok) {
     char a[160], b[160];
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "SumToLike: input 'like' has shape %s, which does not broadcast to shape %s "
-                     "of input 'input'; expected like's trailing dims to equal input's or be 1",
-                     dev_shape_str(like, b, sizeof b), dev_shape_str(in, a, sizeof a));
+                     "SumToLike: input 'like' has shape %s, which does not "
+                     "broadcast to shape %s "
+                     "of input 'input'; expected like's trailing dims to equal "
+                     "input's or be 1",
+                     dev_shape_str(like, b, sizeof b),
+                     dev_shape_str(in, a, sizeof a));
   }
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = *like;
   return PD_OK;
 }
 
-#define DEFINE_STL(FN, T)                                                          \
-  static void FN(const T *x, double *acc, const dev_shape *in, const int64_t *os) { \
-    const int R = in->rank;                                                        \
-    int64_t row = in->dims[R - 1], outer = dev_num_elems(in) / row;                    \
-    int64_t idx[PD_MAX_RANK] = {0}, off = 0;                                       \
-    for (int64_t it = 0; it < outer; it++, x += row) {                             \
-      if (os[R - 1]) {                                                             \
-        for (int64_t j = 0; j < row; j++) acc[off + j] += (double)x[j];            \
-      } else {                                                                     \
-        double s = 0;                                                              \
-        for (int64_t j = 0; j < row; j++) s += (double)x[j];                       \
-        acc[off] += s;                                                             \
-      }                                                                            \
-      for (int d = R - 2; d >= 0; d--) {                                           \
-        off += os[d];                                                              \
-        if (++idx[d] < in->dims[d]) break;                                         \
-        off -= os[d] * in->dims[d];                                                \
-        idx[d] = 0;                                                                \
-      }                                                                            \
-    }                                                                              \
+#define DEFINE_STL(FN, T)                                                      \
+  static void FN(const T *x, double *acc, const dev_shape *in,                 \
+                 const int64_t *os) {                                          \
+    const int R = in->rank;                                                    \
+    int64_t row = in->dims[R - 1], outer = dev_num_elems(in) / row;            \
+    int64_t idx[PD_MAX_RANK] = {0}, off = 0;                                   \
+    for (int64_t it = 0; it < outer; it++, x += row) {                         \
+      if (os[R - 1]) {                                                         \
+        for (int64_t j = 0; j < row; j++) acc[off + j] += (double)x[j];        \
+      } else {                                                                 \
+        double s = 0;                                                          \
+        for (int64_t j = 0; j < row; j++) s += (double)x[j];                   \
+        acc[off] += s;                                                         \
+      }                                                                        \
+      for (int d = R - 2; d >= 0; d--) {                                       \
+        off += os[d];                                                          \
+        if (++idx[d] < in->dims[d]) break;                                     \
+        off -= os[d] * in->dims[d];                                            \
+        idx[d] = 0;                                                            \
+      }                                                                        \
+    }                                                                          \
   }
 
 DEFINE_STL(stl_f32, float)
@@ -377,7 +428,10 @@ static pd_code stl_cpu(dev_kernel_ctx *c, dev_status *st) {
   int64_t on = dev_num_elems(like), inn = dev_num_elems(in);
   if (on == 0) return PD_OK;
   double *acc = calloc((size_t)on, sizeof(double));
-  if (!acc) return dev_error(st, PD_RESOURCE_EXHAUSTED, "SumToLike: cannot allocate %lld float64 scratch elements", (long long)on);
+  if (!acc)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "SumToLike: cannot allocate %lld float64 scratch elements",
+                     (long long)on);
   if (inn > 0 && in->rank > 0) {
     /* Output strides per input axis, 0 on the summed ones. */
     int64_t os[PD_MAX_RANK], s = 1;
@@ -393,7 +447,10 @@ static pd_code stl_cpu(dev_kernel_ctx *c, dev_status *st) {
       stl_f64(c->in_data[0], acc, in, os);
     } else {
       float *buf = scratch(inn);
-      if (!buf) { free(acc); return scratch_error(c, inn, st); }
+      if (!buf) {
+        free(acc);
+        return scratch_error(c, inn, st);
+      }
       dev__widen_16(dt, c->in_data[0], buf, inn);
       stl_f32(buf, acc, in, os);
       free(buf);
@@ -426,11 +483,13 @@ static pd_code rsl_infer(dev_infer_ctx *c, dev_status *st) {
   const dev_shape *in = &c->in_shape[0], *like = &c->in_shape[1];
   if (dev_num_elems(in) != dev_num_elems(like)) {
     char a[160], b[160];
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "ReshapeLike: input 'input' has shape %s (%lld elements) but input 'like' has "
-                     "shape %s (%lld elements); expected equal element counts",
-                     dev_shape_str(in, a, sizeof a), (long long)dev_num_elems(in),
-                     dev_shape_str(like, b, sizeof b), (long long)dev_num_elems(like));
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "ReshapeLike: input 'input' has shape %s (%lld elements) but input "
+        "'like' has "
+        "shape %s (%lld elements); expected equal element counts",
+        dev_shape_str(in, a, sizeof a), (long long)dev_num_elems(in),
+        dev_shape_str(like, b, sizeof b), (long long)dev_num_elems(like));
   }
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = *like;
@@ -461,18 +520,22 @@ static pd_code sg_infer(dev_infer_ctx *c, dev_status *st) {
   const dev_attr_value *b = &c->attrs[SG_BEGIN];
   char a[160], sb[160];
   if (g->rank != like->rank || b->u.ilist.n != like->rank)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "SliceGrad: input 'grad' has shape %s, input 'like' has shape %s and "
-                     "attribute 'begin' has %d entries; expected one rank for all three",
-                     dev_shape_str(g, a, sizeof a), dev_shape_str(like, sb, sizeof sb), b->u.ilist.n);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "SliceGrad: input 'grad' has shape %s, input 'like' has shape %s and "
+        "attribute 'begin' has %d entries; expected one rank for all three",
+        dev_shape_str(g, a, sizeof a), dev_shape_str(like, sb, sizeof sb),
+        b->u.ilist.n);
   for (int d = 0; d < g->rank; d++) {
     int64_t bg = b->u.ilist.v[d];
     if (bg < 0 || bg > like->dims[d] || g->dims[d] > like->dims[d] - bg)
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "SliceGrad: axis %d: begin %lld and grad's size %lld do not fit in dim %lld "
-                       "of input 'like' of shape %s; expected 0 <= begin <= %lld - size",
-                       d, (long long)bg, (long long)g->dims[d], (long long)like->dims[d],
-                       dev_shape_str(like, sb, sizeof sb), (long long)like->dims[d]);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "SliceGrad: axis %d: begin %lld and grad's size %lld do not fit in "
+          "dim %lld "
+          "of input 'like' of shape %s; expected 0 <= begin <= %lld - size",
+          d, (long long)bg, (long long)g->dims[d], (long long)like->dims[d],
+          dev_shape_str(like, sb, sizeof sb), (long long)like->dims[d]);
   }
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = *like;
@@ -486,8 +549,8 @@ static pd_code sg_cpu(dev_kernel_ctx *c, dev_status *st) {
   int64_t total = dev_num_elems(os);
   if (total == 0) return PD_OK;
   memset(c->out_data[0], 0, (size_t)total * es);
-  dev__copy_box(c->out_data[0], os, c->attrs[SG_BEGIN].u.ilist.v, (char *)c->in_data[0],
-               &c->in_shape[0], es, false);
+  dev__copy_box(c->out_data[0], os, c->attrs[SG_BEGIN].u.ilist.v,
+                (char *)c->in_data[0], &c->in_shape[0], es, false);
   return PD_OK;
 }
 
@@ -515,8 +578,8 @@ static dev_op_def sg_def = {
 enum { CG_AXIS = 0, CG_FROM_END = 1 };
 
 /* Offset and size along the axis of the part ConcatGrad returns. */
-static void cg_part(const dev_shape *g, const dev_shape *vals, int nv, int axis, bool from_end,
-                    int64_t *offset, int64_t *size) {
+static void cg_part(const dev_shape *g, const dev_shape *vals, int nv, int axis,
+                    bool from_end, int64_t *offset, int64_t *size) {
   int64_t sum = 0;
   for (int k = 0; k < nv; k++) sum += vals[k].dims[axis];
   if (from_end) {
@@ -535,26 +598,33 @@ static pd_code cg_infer(dev_infer_ctx *c, dev_status *st) {
       (rc = dev_check_rank(c, 0, 1, PD_MAX_RANK, st)))
     return rc;
   int axis;
-  PD_TRY(dev_normalize_axis(c, "axis", c->attrs[CG_AXIS].u.i, g->rank, &axis, st));
+  PD_TRY(
+      dev_normalize_axis(c, "axis", c->attrs[CG_AXIS].u.i, g->rank, &axis, st));
   int nv = c->num_inputs - 1;
   int64_t sum = 0;
   char a[160], b[160];
   for (int k = 0; k < nv; k++) {
     const dev_shape *v = &c->in_shape[1 + k];
     bool ok = v->rank == g->rank;
-    for (int d = 0; ok && d < g->rank; d++) ok = d == axis || v->dims[d] == g->dims[d];
+    for (int d = 0; ok && d < g->rank; d++)
+      ok = d == axis || v->dims[d] == g->dims[d];
     if (!ok)
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "ConcatGrad: input 'values[%d]' has shape %s but 'grad' has shape %s; "
-                       "expected the same rank and equal dims except on axis %d",
-                       k, dev_shape_str(v, a, sizeof a), dev_shape_str(g, b, sizeof b), axis);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "ConcatGrad: input 'values[%d]' has shape %s but 'grad' has shape "
+          "%s; "
+          "expected the same rank and equal dims except on axis %d",
+          k, dev_shape_str(v, a, sizeof a), dev_shape_str(g, b, sizeof b),
+          axis);
     sum += v->dims[axis];
   }
   if (sum > g->dims[axis])
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "ConcatGrad: 'values' have %lld elements on axis %d together but 'grad' of "
+                     "ConcatGrad: 'values' have %lld elements on axis %d "
+                     "together but 'grad' of "
                      "shape %s has %lld; expected at most grad's",
-                     (long long)sum, axis, dev_shape_str(g, a, sizeof a), (long long)g->dims[axis]);
+                     (long long)sum, axis, dev_shape_str(g, a, sizeof a),
+                     (long long)g->dims[axis]);
   int64_t off, size;
   cg_part(g, &c->in_shape[1], nv, axis, c->attrs[CG_FROM_END].u.b, &off, &size);
   c->out_dtype[0] = c->in_dtype[0];
@@ -568,14 +638,18 @@ static pd_code cg_cpu(dev_kernel_ctx *c, dev_status *st) {
   int64_t a = c->attrs[CG_AXIS].u.i;
   int axis = (int)(a < 0 ? a + g->rank : a);
   int64_t off, size;
-  cg_part(g, &c->in_shape[1], c->num_inputs - 1, axis, c->attrs[CG_FROM_END].u.b, &off, &size);
+  cg_part(g, &c->in_shape[1], c->num_inputs - 1, axis,
+          c->attrs[CG_FROM_END].u.b, &off, &size);
   size_t es = pd_dtype_size(c->out_dtype[0]);
-  int64_t outer = dev_dims_prod(g, 0, axis), inner = dev_dims_prod(g, axis + 1, g->rank);
-  size_t run = (size_t)(size * inner) * es, grow = (size_t)(g->dims[axis] * inner) * es;
+  int64_t outer = dev_dims_prod(g, 0, axis),
+          inner = dev_dims_prod(g, axis + 1, g->rank);
+  size_t run = (size_t)(size * inner) * es,
+         grow = (size_t)(g->dims[axis] * inner) * es;
   if (run == 0) return PD_OK;
   const char *src = (const char *)c->in_data[0] + (size_t)(off * inner) * es;
   char *dst = c->out_data[0];
-  for (int64_t o = 0; o < outer; o++) memcpy(dst + (size_t)o * run, src + (size_t)o * grow, run);
+  for (int64_t o = 0; o < outer; o++)
+    memcpy(dst + (size_t)o * run, src + (size_t)o * grow, run);
   (void)st;
   return PD_OK;
 }
@@ -588,7 +662,9 @@ static dev_op_def cg_def = {
     .outputs = {{"output", false, 0}},
     .num_attrs = 2,
     .attrs = {{"axis", DEV_ATTR_INT, {.type = DEV_ATTR_NONE}},
-              {"from_end", DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false}}},
+              {"from_end",
+               DEV_ATTR_BOOL,
+               {.type = DEV_ATTR_BOOL, .u.b = false}}},
     .infer = cg_infer,
     .kernels = {[DEV_BACKEND_CPU] = cg_cpu},
 };
@@ -604,15 +680,18 @@ static dev_op_def cg_def = {
 enum { GG_AXIS = 0 };
 
 static pd_code gg_infer(dev_infer_ctx *c, dev_status *st) {
-  const dev_shape *g = &c->in_shape[0], *is = &c->in_shape[1], *like = &c->in_shape[2];
+  const dev_shape *g = &c->in_shape[0], *is = &c->in_shape[1],
+                  *like = &c->in_shape[2];
   pd_code rc;
   if ((rc = dev_check_dtype_in(c, 0, DEV_MASK_FLOAT, NULL, st)) ||
-      (rc = dev_check_dtype_in(c, 1, DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64),
-                               "int32 or int64", st)) ||
+      (rc = dev_check_dtype_in(
+           c, 1, DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64),
+           "int32 or int64", st)) ||
       (rc = dev_check_rank(c, 2, 1, PD_MAX_RANK, st)))
     return rc;
   int axis;
-  if ((rc = dev_normalize_axis(c, "axis", c->attrs[GG_AXIS].u.i, like->rank, &axis, st)))
+  if ((rc = dev_normalize_axis(c, "axis", c->attrs[GG_AXIS].u.i, like->rank,
+                               &axis, st)))
     return rc;
   dev_shape want;
   want.rank = like->rank - 1 + is->rank;
@@ -626,30 +705,33 @@ static pd_code gg_infer(dev_infer_ctx *c, dev_status *st) {
   }
   if (!ok) {
     char a[160], b[160], ib[160], w[160];
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "GatherGrad: input 'grad' has shape %s; expected Gather's output shape for "
-                     "'like' of shape %s, indices of shape %s and axis %d (%s)",
-                     dev_shape_str(g, a, sizeof a), dev_shape_str(like, b, sizeof b),
-                     dev_shape_str(is, ib, sizeof ib), axis,
-                     want.rank <= PD_MAX_RANK ? dev_shape_str(&want, w, sizeof w) : "too many axes");
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "GatherGrad: input 'grad' has shape %s; expected Gather's output shape "
+        "for "
+        "'like' of shape %s, indices of shape %s and axis %d (%s)",
+        dev_shape_str(g, a, sizeof a), dev_shape_str(like, b, sizeof b),
+        dev_shape_str(is, ib, sizeof ib), axis,
+        want.rank <= PD_MAX_RANK ? dev_shape_str(&want, w, sizeof w)
+                                 : "too many axes");
   }
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = *like;
   return PD_OK;
 }
 
-#define DEFINE_GG(FN, T)                                                              \
-  static void FN(const T *g, T *out, const dev_kernel_ctx *c, int64_t outer, int64_t n, \
-                 int64_t ni, int64_t inner) {                                         \
-    bool i64 = c->in_dtype[1] == PD_INT64;                                            \
-    const int32_t *ix32 = c->in_data[1];                                              \
-    const int64_t *ix64 = c->in_data[1];                                              \
-    for (int64_t o = 0; o < outer; o++)                                               \
-      for (int64_t i = 0; i < ni; i++, g += inner) {                                  \
-        int64_t v = i64 ? ix64[i] : ix32[i];                                          \
-        T *dst = out + (o * n + v) * inner;                                           \
-        for (int64_t k = 0; k < inner; k++) dst[k] += g[k];                           \
-      }                                                                               \
+#define DEFINE_GG(FN, T)                                                       \
+  static void FN(const T *g, T *out, const dev_kernel_ctx *c, int64_t outer,   \
+                 int64_t n, int64_t ni, int64_t inner) {                       \
+    bool i64 = c->in_dtype[1] == PD_INT64;                                     \
+    const int32_t *ix32 = c->in_data[1];                                       \
+    const int64_t *ix64 = c->in_data[1];                                       \
+    for (int64_t o = 0; o < outer; o++)                                        \
+      for (int64_t i = 0; i < ni; i++, g += inner) {                           \
+        int64_t v = i64 ? ix64[i] : ix32[i];                                   \
+        T *dst = out + (o * n + v) * inner;                                    \
+        for (int64_t k = 0; k < inner; k++) dst[k] += g[k];                    \
+      }                                                                        \
   }
 
 DEFINE_GG(gg_f32, float)
@@ -664,9 +746,11 @@ static pd_code gg_cpu(dev_kernel_ctx *c, dev_status *st) {
   int64_t ni = dev_num_elems(&c->in_shape[1]);
   bool i64 = c->in_dtype[1] == PD_INT64;
   for (int64_t i = 0; i < ni; i++) {
-    int64_t v = i64 ? ((const int64_t *)c->in_data[1])[i] : ((const int32_t *)c->in_data[1])[i];
+    int64_t v = i64 ? ((const int64_t *)c->in_data[1])[i]
+                    : ((const int32_t *)c->in_data[1])[i];
     if (v < 0 || v >= n)
-      return dev_error(st, PD_INVALID_ARGUMENT, "GatherGrad: indices[%lld] = %lld is not in [0, %lld)",
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "GatherGrad: indices[%lld] = %lld is not in [0, %lld)",
                        (long long)i, (long long)v, (long long)n);
   }
   pd_dtype dt = c->out_dtype[0];
@@ -675,8 +759,10 @@ static pd_code gg_cpu(dev_kernel_ctx *c, dev_status *st) {
   if (dt == PD_FLOAT32 || dt == PD_FLOAT64) {
     memset(c->out_data[0], 0, (size_t)total * pd_dtype_size(dt));
     if (gn == 0) return PD_OK;
-    if (dt == PD_FLOAT32) gg_f32(c->in_data[0], c->out_data[0], c, outer, n, ni, inner);
-    else gg_f64(c->in_data[0], c->out_data[0], c, outer, n, ni, inner);
+    if (dt == PD_FLOAT32)
+      gg_f32(c->in_data[0], c->out_data[0], c, outer, n, ni, inner);
+    else
+      gg_f64(c->in_data[0], c->out_data[0], c, outer, n, ni, inner);
     return PD_OK;
   }
   float *buf = scratch(gn + total);
@@ -708,7 +794,8 @@ void dev_register_grad_ops(void);
 /* Registers the gradient ops and their CPU kernels (called by
  * dev_registry_init). */
 void dev_register_grad_ops(void) {
-  for (size_t i = 0; i < sizeof eg_defs / sizeof eg_defs[0]; i++) dev__register_or_die(&eg_defs[i]);
+  for (size_t i = 0; i < sizeof eg_defs / sizeof eg_defs[0]; i++)
+    dev__register_or_die(&eg_defs[i]);
   dev__register_or_die(&btl_def);
   dev__register_or_die(&stl_def);
   dev__register_or_die(&rsl_def);

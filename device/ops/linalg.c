@@ -40,16 +40,16 @@ static pd_code check_output(const dev_infer_ctx *c, int i, dev_status *st) {
 /* One product problem: out[b] = op(x[bx]) * op(y[by]) for every batch index b
  * of the broadcast batch shape, where bx/by follow NumPy broadcasting. */
 typedef struct mm_problem {
-  bool tx, ty;      /* transpose x / y */
-  int64_t m, n, k;  /* out matrices are m x n, inner dimension k */
-  int64_t xr, xc;   /* stored x matrix rows, columns */
-  int64_t yr, yc;   /* stored y matrix rows, columns */
-  int nb;           /* batch rank of the output */
+  bool tx, ty;     /* transpose x / y */
+  int64_t m, n, k; /* out matrices are m x n, inner dimension k */
+  int64_t xr, xc;  /* stored x matrix rows, columns */
+  int64_t yr, yc;  /* stored y matrix rows, columns */
+  int nb;          /* batch rank of the output */
   int64_t bdims[PD_MAX_RANK];
   int64_t xstride[PD_MAX_RANK]; /* per batch axis, in elements; 0 broadcasts */
   int64_t ystride[PD_MAX_RANK];
-  int64_t batch;    /* number of output matrices */
-  bool y_single;    /* y has one matrix (every batch axis broadcasts) */
+  int64_t batch; /* number of output matrices */
+  bool y_single; /* y has one matrix (every batch axis broadcasts) */
 } mm_problem;
 
 static void mm_plan(const dev_shape *xs, const dev_shape *ys, bool tx, bool ty,
@@ -116,8 +116,10 @@ static void mm_run(const mm_problem *p, bool f64, const void *x, const void *y,
    * the whole batch, one after another) and x is not transposed: one gemm of
    * (batch*m) x k by k x n. */
   if (p->y_single && !p->tx && p->batch * p->m <= BLAS_DIM_MAX) {
-    if (f64) gemm_f64(p, p->batch * p->m, x, y, out);
-    else gemm_f32(p, p->batch * p->m, x, y, out);
+    if (f64)
+      gemm_f64(p, p->batch * p->m, x, y, out);
+    else
+      gemm_f32(p, p->batch * p->m, x, y, out);
     return;
   }
   int64_t idx[PD_MAX_RANK] = {0};
@@ -141,7 +143,8 @@ static void mm_run(const mm_problem *p, bool f64, const void *x, const void *y,
 }
 
 /* Kernel body shared by MatMul and BatchMatMul. */
-static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty, dev_status *st) {
+static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty,
+                         dev_status *st) {
   mm_problem p;
   mm_plan(&ctx->in_shape[0], &ctx->in_shape[1], tx, ty, &p);
   pd_dtype dt = ctx->in_dtype[0];
@@ -178,11 +181,12 @@ static pd_code check_blas_dims(const dev_infer_ctx *c, dev_status *st) {
     for (int d = s->rank - 2; d < s->rank; d++)
       if (s->dims[d] > BLAS_DIM_MAX) {
         char sb[160];
-        return dev_error(st, PD_INVALID_ARGUMENT,
-                         "%s: input '%s' has shape %s; matrix dimensions must be "
-                         "at most %lld (the BLAS limit)",
-                         c->op->name, c->op->inputs[i].name,
-                         dev_shape_str(s, sb, sizeof sb), (long long)BLAS_DIM_MAX);
+        return dev_error(
+            st, PD_INVALID_ARGUMENT,
+            "%s: input '%s' has shape %s; matrix dimensions must be "
+            "at most %lld (the BLAS limit)",
+            c->op->name, c->op->inputs[i].name, dev_shape_str(s, sb, sizeof sb),
+            (long long)BLAS_DIM_MAX);
       }
   }
   return PD_OK;
@@ -251,13 +255,13 @@ static pd_code bmm_infer(dev_infer_ctx *c, dev_status *st) {
     int64_t yd = yi >= 0 ? ys->dims[yi] : 1;
     if (xd != yd && xd != 1 && yd != 1) {
       char a[160], b[160];
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "BatchMatMul: batch dimensions do not broadcast: x is %s, "
-                       "y is %s; x's axis %d is %lld and y's axis %d is %lld, "
-                       "expected equal sizes or 1",
-                       dev_shape_str(xs, a, sizeof a),
-                       dev_shape_str(ys, b, sizeof b), xi, (long long)xd, yi,
-                       (long long)yd);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "BatchMatMul: batch dimensions do not broadcast: x is %s, "
+          "y is %s; x's axis %d is %lld and y's axis %d is %lld, "
+          "expected equal sizes or 1",
+          dev_shape_str(xs, a, sizeof a), dev_shape_str(ys, b, sizeof b), xi,
+          (long long)xd, yi, (long long)yd);
     }
     o->dims[i] = xd == 1 ? yd : xd;
   }
@@ -305,8 +309,9 @@ static pd_code biasadd_infer(dev_infer_ctx *c, dev_status *st) {
                      "BiasAdd: bias has shape %s but value has shape %s "
                      "(data_format=%s); expected bias of size %lld (value's "
                      "dimension %d)",
-                     dev_shape_str(bs, b, sizeof b), dev_shape_str(vs, a, sizeof a),
-                     nchw ? "NCHW" : "NHWC", (long long)vs->dims[ch], ch);
+                     dev_shape_str(bs, b, sizeof b),
+                     dev_shape_str(vs, a, sizeof a), nchw ? "NCHW" : "NHWC",
+                     (long long)vs->dims[ch], ch);
   }
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = *vs;
@@ -315,17 +320,17 @@ static pd_code biasadd_infer(dev_infer_ctx *c, dev_status *st) {
 
 /* out[(o*C + ch)*inner + i] = v[...] + b[ch]. Integer types add in unsigned
  * arithmetic, so overflow wraps instead of being undefined. */
-#define BIAS_LOOP(T, EXPR)                                                  \
-  do {                                                                      \
-    const T *v = ctx->in_data[0], *bias = ctx->in_data[1];                  \
-    T *out = ctx->out_data[0];                                              \
-    for (int64_t o = 0; o < outer; o++)                                     \
-      for (int64_t ch = 0; ch < C; ch++) {                                  \
-        const T bv = bias[ch];                                              \
-        const T *vr = v + (o * C + ch) * inner;                             \
-        T *orow = out + (o * C + ch) * inner;                               \
-        for (int64_t i = 0; i < inner; i++) orow[i] = EXPR;                 \
-      }                                                                     \
+#define BIAS_LOOP(T, EXPR)                                                     \
+  do {                                                                         \
+    const T *v = ctx->in_data[0], *bias = ctx->in_data[1];                     \
+    T *out = ctx->out_data[0];                                                 \
+    for (int64_t o = 0; o < outer; o++)                                        \
+      for (int64_t ch = 0; ch < C; ch++) {                                     \
+        const T bv = bias[ch];                                                 \
+        const T *vr = v + (o * C + ch) * inner;                                \
+        T *orow = out + (o * C + ch) * inner;                                  \
+        for (int64_t i = 0; i < inner; i++) orow[i] = EXPR;                    \
+      }                                                                        \
   } while (0)
 
 static pd_code biasadd_cpu(dev_kernel_ctx *ctx, dev_status *st) {
@@ -337,26 +342,26 @@ static pd_code biasadd_cpu(dev_kernel_ctx *ctx, dev_status *st) {
   for (int i = ch_axis + 1; i < vs->rank; i++) inner *= vs->dims[i];
   if (outer * C * inner == 0) return PD_OK;
   switch (ctx->in_dtype[0]) {
-  case PD_FLOAT32: BIAS_LOOP(float, vr[i] + bv); break;
-  case PD_FLOAT64: BIAS_LOOP(double, vr[i] + bv); break;
-  case PD_INT32:
-    BIAS_LOOP(int32_t, (int32_t)((uint32_t)vr[i] + (uint32_t)bv));
-    break;
-  case PD_INT64:
-    BIAS_LOOP(int64_t, (int64_t)((uint64_t)vr[i] + (uint64_t)bv));
-    break;
-  case PD_UINT8: BIAS_LOOP(uint8_t, (uint8_t)(vr[i] + bv)); break;
-  case PD_FLOAT16:
-    BIAS_LOOP(uint16_t, dev_float_to_half(dev_half_to_float(vr[i]) +
-                                          dev_half_to_float(bv)));
-    break;
-  case PD_BFLOAT16:
-    BIAS_LOOP(uint16_t, dev_float_to_bfloat16(dev_bfloat16_to_float(vr[i]) +
-                                              dev_bfloat16_to_float(bv)));
-    break;
-  default:
-    return dev_error(st, PD_INTERNAL, "BiasAdd: unexpected dtype %s",
-                     pd_dtype_name(ctx->in_dtype[0]));
+    case PD_FLOAT32: BIAS_LOOP(float, vr[i] + bv); break;
+    case PD_FLOAT64: BIAS_LOOP(double, vr[i] + bv); break;
+    case PD_INT32:
+      BIAS_LOOP(int32_t, (int32_t)((uint32_t)vr[i] + (uint32_t)bv));
+      break;
+    case PD_INT64:
+      BIAS_LOOP(int64_t, (int64_t)((uint64_t)vr[i] + (uint64_t)bv));
+      break;
+    case PD_UINT8: BIAS_LOOP(uint8_t, (uint8_t)(vr[i] + bv)); break;
+    case PD_FLOAT16:
+      BIAS_LOOP(uint16_t, dev_float_to_half(dev_half_to_float(vr[i]) +
+                                            dev_half_to_float(bv)));
+      break;
+    case PD_BFLOAT16:
+      BIAS_LOOP(uint16_t, dev_float_to_bfloat16(dev_bfloat16_to_float(vr[i]) +
+                                                dev_bfloat16_to_float(bv)));
+      break;
+    default:
+      return dev_error(st, PD_INTERNAL, "BiasAdd: unexpected dtype %s",
+                       pd_dtype_name(ctx->in_dtype[0]));
   }
   return PD_OK;
 }
@@ -364,8 +369,10 @@ static pd_code biasadd_cpu(dev_kernel_ctx *ctx, dev_status *st) {
 /* ------------------------------------------------------------------------ */
 /* Registration                                                              */
 
-#define BOOL_ATTR(nm)                                                       \
-  { nm, DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false} }
+#define BOOL_ATTR(nm)                                                          \
+  {                                                                            \
+    nm, DEV_ATTR_BOOL, { .type = DEV_ATTR_BOOL, .u.b = false }                 \
+  }
 
 static dev_op_def matmul_def = {
     .name = "MatMul",

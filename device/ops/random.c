@@ -101,41 +101,41 @@ static uint16_t f16_down(uint16_t h) {
 /* Largest finite value of a float dtype. */
 static double dtype_max(pd_dtype dt) {
   switch (dt) {
-  case PD_FLOAT64: return DBL_MAX;
-  case PD_FLOAT32: return FLT_MAX;
-  case PD_FLOAT16: return 65504.0;
-  default: return 0x1.fep127; /* bfloat16 */
+    case PD_FLOAT64: return DBL_MAX;
+    case PD_FLOAT32: return FLT_MAX;
+    case PD_FLOAT16: return 65504.0;
+    default: return 0x1.fep127; /* bfloat16 */
   }
 }
 
 /* Smallest value of dt >= minval (lo) and largest value of dt < maxval (hi),
  * as doubles. minval and maxval are finite and within dt's range. Returns
  * false when no value of dt lies in [minval, maxval). */
-static bool uniform_bounds(pd_dtype dt, double minval, double maxval, double *lo,
-                           double *hi) {
+static bool uniform_bounds(pd_dtype dt, double minval, double maxval,
+                           double *lo, double *hi) {
   switch (dt) {
-  case PD_FLOAT64:
-    *lo = minval;
-    *hi = nextafter(maxval, -INFINITY);
-    break;
-  case PD_FLOAT32: {
-    float l = (float)minval, h = (float)maxval;
-    if ((double)l < minval) l = nextafterf(l, INFINITY);
-    if ((double)h >= maxval) h = nextafterf(h, -INFINITY);
-    *lo = l;
-    *hi = h;
-    break;
-  }
-  default: { /* float16, bfloat16: float -> 16 bits may round twice */
-    uint16_t l = f16_bits(dt, (float)minval), h = f16_bits(dt, (float)maxval);
-    while ((double)f16_val(dt, l) < minval) l = f16_up(l);
-    while ((double)f16_val(dt, f16_down(l)) >= minval) l = f16_down(l);
-    while ((double)f16_val(dt, h) >= maxval) h = f16_down(h);
-    while ((double)f16_val(dt, f16_up(h)) < maxval) h = f16_up(h);
-    *lo = f16_val(dt, l);
-    *hi = f16_val(dt, h);
-    break;
-  }
+    case PD_FLOAT64:
+      *lo = minval;
+      *hi = nextafter(maxval, -INFINITY);
+      break;
+    case PD_FLOAT32: {
+      float l = (float)minval, h = (float)maxval;
+      if ((double)l < minval) l = nextafterf(l, INFINITY);
+      if ((double)h >= maxval) h = nextafterf(h, -INFINITY);
+      *lo = l;
+      *hi = h;
+      break;
+    }
+    default: { /* float16, bfloat16: float -> 16 bits may round twice */
+      uint16_t l = f16_bits(dt, (float)minval), h = f16_bits(dt, (float)maxval);
+      while ((double)f16_val(dt, l) < minval) l = f16_up(l);
+      while ((double)f16_val(dt, f16_down(l)) >= minval) l = f16_down(l);
+      while ((double)f16_val(dt, h) >= maxval) h = f16_down(h);
+      while ((double)f16_val(dt, f16_up(h)) < maxval) h = f16_up(h);
+      *lo = f16_val(dt, l);
+      *hi = f16_val(dt, h);
+      break;
+    }
   }
   return *lo <= *hi;
 }
@@ -152,26 +152,29 @@ static pd_code random_common_infer(dev_infer_ctx *c, dev_status *st) {
   pd_dtype dt = c->attrs[R_DTYPE].u.dtype;
   const dev_shape *s = &c->attrs[R_SHAPE].u.shape;
   if (!(DEV_MASK_FLOAT & DEV_DTYPE_BIT(dt)))
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: attribute 'dtype' is %s; expected float32, float64, float16 "
-                     "or bfloat16",
-                     op, pd_dtype_name(dt));
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "%s: attribute 'dtype' is %s; expected float32, float64, float16 "
+        "or bfloat16",
+        op, pd_dtype_name(dt));
   char sb[160];
   if (s->rank < 0 || s->rank > PD_MAX_RANK)
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: attribute 'shape' has rank %d; expected 0..%d", op, s->rank,
-                     PD_MAX_RANK);
+                     "%s: attribute 'shape' has rank %d; expected 0..%d", op,
+                     s->rank, PD_MAX_RANK);
   for (int d = 0; d < s->rank; d++)
     if (s->dims[d] < 0)
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "%s: attribute 'shape' %s has %lld on axis %d; expected dims >= 0",
-                       op, dev_shape_str(s, sb, sizeof sb), (long long)s->dims[d], d);
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "%s: attribute 'shape' %s has %lld on axis %d; expected dims >= 0",
+          op, dev_shape_str(s, sb, sizeof sb), (long long)s->dims[d], d);
   size_t bytes;
   dev_status tmp = DEV_STATUS_INIT;
   if (dev_shape_byte_size(dt, s, &bytes, &tmp) != PD_OK)
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: attribute 'shape' %s of dtype %s is too large (%s)", op,
-                     dev_shape_str(s, sb, sizeof sb), pd_dtype_name(dt), tmp.msg);
+                     "%s: attribute 'shape' %s of dtype %s is too large (%s)",
+                     op, dev_shape_str(s, sb, sizeof sb), pd_dtype_name(dt),
+                     tmp.msg);
   c->out_dtype[0] = dt;
   c->out_shape[0] = *s;
   return PD_OK;
@@ -180,27 +183,32 @@ static pd_code random_common_infer(dev_infer_ctx *c, dev_status *st) {
 static pd_code uniform_infer(dev_infer_ctx *c, dev_status *st) {
   if (random_common_infer(c, st) != PD_OK) return st->code;
   pd_dtype dt = c->out_dtype[0];
-  double minval = c->attrs[R_P0].u.f, maxval = c->attrs[R_P1].u.f, m = dtype_max(dt);
+  double minval = c->attrs[R_P0].u.f, maxval = c->attrs[R_P1].u.f,
+         m = dtype_max(dt);
   if (!(fabs(minval) <= m) || !(fabs(maxval) <= m))
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "RandomUniform: attributes minval = %g, maxval = %g; expected "
-                     "finite values within the range of %s (+-%g)",
-                     minval, maxval, pd_dtype_name(dt), m);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "RandomUniform: attributes minval = %g, maxval = %g; expected "
+        "finite values within the range of %s (+-%g)",
+        minval, maxval, pd_dtype_name(dt), m);
   if (!(maxval > minval))
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "RandomUniform: attributes minval = %g, maxval = %g; expected "
-                     "maxval > minval",
-                     minval, maxval);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "RandomUniform: attributes minval = %g, maxval = %g; expected "
+        "maxval > minval",
+        minval, maxval);
   if (!isfinite(maxval - minval))
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "RandomUniform: maxval - minval (%g - %g) overflows float64",
-                     maxval, minval);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "RandomUniform: maxval - minval (%g - %g) overflows float64", maxval,
+        minval);
   double lo, hi;
   if (!uniform_bounds(dt, minval, maxval, &lo, &hi))
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "RandomUniform: no %s value lies in [minval, maxval) = [%.17g, "
-                     "%.17g); expected a wider interval",
-                     pd_dtype_name(dt), minval, maxval);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "RandomUniform: no %s value lies in [minval, maxval) = [%.17g, "
+        "%.17g); expected a wider interval",
+        pd_dtype_name(dt), minval, maxval);
   return PD_OK;
 }
 
@@ -208,16 +216,18 @@ static pd_code normal_infer(dev_infer_ctx *c, dev_status *st) {
   if (random_common_infer(c, st) != PD_OK) return st->code;
   double mean = c->attrs[R_P0].u.f, stddev = c->attrs[R_P1].u.f;
   if (!isfinite(mean) || !isfinite(stddev) || stddev < 0)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "RandomNormal: attributes mean = %g, stddev = %g; expected finite "
-                     "values and stddev >= 0",
-                     mean, stddev);
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "RandomNormal: attributes mean = %g, stddev = %g; expected finite "
+        "values and stddev >= 0",
+        mean, stddev);
   return PD_OK;
 }
 
 static philox_key kernel_key(const dev_kernel_ctx *c) {
-  return make_key((uint64_t)c->attrs[R_SEED].u.i, (uint64_t)c->attrs[R_SEED2].u.i,
-                  c->attrs[R_PER_DEVICE].u.b, c->device);
+  return make_key((uint64_t)c->attrs[R_SEED].u.i,
+                  (uint64_t)c->attrs[R_SEED2].u.i, c->attrs[R_PER_DEVICE].u.b,
+                  c->device);
 }
 
 static int64_t out_count(const dev_kernel_ctx *c) {
@@ -240,8 +250,10 @@ static pd_code uniform_kernel(dev_kernel_ctx *c, dev_status *st) {
     double *out = c->out_data[0];
     for (int64_t i = 0; i < n; i += 2) {
       philox4x32_10(&pk, (uint64_t)(i / 2), x);
-      double v[2] = {minval + range * u53(x[0], x[1]), minval + range * u53(x[2], x[3])};
-      for (int j = 0; j < 2 && i + j < n; j++) out[i + j] = fmin(fmax(v[j], lo), hi);
+      double v[2] = {minval + range * u53(x[0], x[1]),
+                     minval + range * u53(x[2], x[3])};
+      for (int j = 0; j < 2 && i + j < n; j++)
+        out[i + j] = fmin(fmax(v[j], lo), hi);
     }
   } else if (dt == PD_FLOAT32) {
     float *out = c->out_data[0];
@@ -298,7 +310,8 @@ static pd_code normal_kernel(dev_kernel_ctx *c, dev_status *st) {
     double *out = c->out_data[0];
     for (int64_t i = 0; i < n; i += 2) {
       philox4x32_10(&pk, (uint64_t)(i / 2), x);
-      double u1 = (double)(((((uint64_t)x[0] << 32) | x[1]) >> 11) + 1) * 0x1p-53;
+      double u1 =
+          (double)(((((uint64_t)x[0] << 32) | x[1]) >> 11) + 1) * 0x1p-53;
       double u2 = u53(x[2], x[3]);
       double r = sqrt(-2.0 * log(u1)), t = 6.283185307179586476925 * u2;
       out[i] = mean + stddev * r * cos(t);
@@ -322,21 +335,27 @@ static pd_code normal_kernel(dev_kernel_ctx *c, dev_status *st) {
       philox4x32_10(&pk, (uint64_t)(i / 4), x);
       box_muller_f(x[0], x[1], &z[0], &z[1]);
       box_muller_f(x[2], x[3], &z[2], &z[3]);
-      for (int j = 0; j < 4 && i + j < n; j++) out[i + j] = f16_bits(dt, m + s * z[j]);
+      for (int j = 0; j < 4 && i + j < n; j++)
+        out[i + j] = f16_bits(dt, m + s * z[j]);
     }
   }
   (void)st;
   return PD_OK;
 }
 
-#define RANDOM_ATTRS(P0, D0, P1, D1)                                          \
-  {{"shape", DEV_ATTR_SHAPE, {.type = DEV_ATTR_NONE}},                        \
-   {"dtype", DEV_ATTR_DTYPE, {.type = DEV_ATTR_DTYPE, .u.dtype = PD_FLOAT32}}, \
-   {"seed", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}},                  \
-   {"seed2", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}},                 \
-   {P0, DEV_ATTR_FLOAT, {.type = DEV_ATTR_FLOAT, .u.f = D0}},                 \
-   {P1, DEV_ATTR_FLOAT, {.type = DEV_ATTR_FLOAT, .u.f = D1}},                 \
-   {"per_device", DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false}}}
+#define RANDOM_ATTRS(P0, D0, P1, D1)                                           \
+  {                                                                            \
+    {"shape", DEV_ATTR_SHAPE, {.type = DEV_ATTR_NONE}},                        \
+        {"dtype",                                                              \
+         DEV_ATTR_DTYPE,                                                       \
+         {.type = DEV_ATTR_DTYPE, .u.dtype = PD_FLOAT32}},                     \
+        {"seed", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}},              \
+        {"seed2", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}},             \
+        {P0, DEV_ATTR_FLOAT, {.type = DEV_ATTR_FLOAT, .u.f = D0}},             \
+        {P1, DEV_ATTR_FLOAT, {.type = DEV_ATTR_FLOAT, .u.f = D1}}, {           \
+      "per_device", DEV_ATTR_BOOL, { .type = DEV_ATTR_BOOL, .u.b = false }     \
+    }                                                                          \
+  }
 
 static dev_op_def uniform_def = {
     .name = "RandomUniform",

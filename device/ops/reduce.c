@@ -71,8 +71,10 @@ static void red_plan(const dev_shape *s, unsigned mask, red_geom *g) {
     bool r = (mask >> i) & 1u;
     int64_t d = s->dims[i];
     total *= d;
-    if (r) g->count *= d;
-    else g->out_n *= d;
+    if (r)
+      g->count *= d;
+    else
+      g->out_n *= d;
     if (d == 1) continue;
     if (g->n > 0 && g->red[g->n - 1] == r) {
       g->dims[g->n - 1] *= d;
@@ -275,7 +277,8 @@ static pd_code reduce_infer(dev_infer_ctx *c, dev_status *st) {
   unsigned mask = 0;
   for (int i = 0; i < axis->u.ilist.n; i++) {
     int a;
-    if ((rc = dev_normalize_axis(c, "axis", axis->u.ilist.v[i], s->rank, &a, st)))
+    if ((rc = dev_normalize_axis(c, "axis", axis->u.ilist.v[i], s->rank, &a,
+                                 st)))
       return rc;
     if (mask & (1u << a))
       return dev_error(st, PD_INVALID_ARGUMENT,
@@ -314,10 +317,10 @@ static pd_code reduce_infer(dev_infer_ctx *c, dev_status *st) {
 static void reduce_f32(int kind, const float *in, float *out,
                        const red_geom *g) {
   switch (kind) {
-  case RED_SUM: sum_f32(in, out, g); break;
-  case RED_MEAN: mean_f32(in, out, g); break;
-  case RED_MAX: max_f32(in, out, g); break;
-  default: min_f32(in, out, g); break;
+    case RED_SUM: sum_f32(in, out, g); break;
+    case RED_MEAN: mean_f32(in, out, g); break;
+    case RED_MAX: max_f32(in, out, g); break;
+    default: min_f32(in, out, g); break;
   }
 }
 
@@ -330,12 +333,12 @@ static pd_code reduce_half_body(dev_kernel_ctx *ctx, const float *in,
   return PD_OK;
 }
 
-#define RED_DISPATCH(SUF, T)                                                 \
-  switch (kind) {                                                            \
-  case RED_SUM: sum_##SUF((const T *)in, (T *)out, &g); break;               \
-  case RED_MEAN: mean_##SUF((const T *)in, (T *)out, &g); break;             \
-  case RED_MAX: max_##SUF((const T *)in, (T *)out, &g); break;               \
-  default: min_##SUF((const T *)in, (T *)out, &g); break;                    \
+#define RED_DISPATCH(SUF, T)                                                   \
+  switch (kind) {                                                              \
+    case RED_SUM: sum_##SUF((const T *)in, (T *)out, &g); break;               \
+    case RED_MEAN: mean_##SUF((const T *)in, (T *)out, &g); break;             \
+    case RED_MAX: max_##SUF((const T *)in, (T *)out, &g); break;               \
+    default: min_##SUF((const T *)in, (T *)out, &g); break;                    \
   }
 
 static pd_code reduce_cpu(dev_kernel_ctx *ctx, dev_status *st) {
@@ -350,14 +353,14 @@ static pd_code reduce_cpu(dev_kernel_ctx *ctx, dev_status *st) {
   const void *in = ctx->in_data[0];
   void *out = ctx->out_data[0];
   switch (dt) {
-  case PD_FLOAT32: reduce_f32(kind, in, out, &g); break;
-  case PD_FLOAT64: RED_DISPATCH(f64, double); break;
-  case PD_INT32: RED_DISPATCH(i32, int32_t); break;
-  case PD_INT64: RED_DISPATCH(i64, int64_t); break;
-  case PD_UINT8: RED_DISPATCH(u8, uint8_t); break;
-  default:
-    return dev_error(st, PD_INTERNAL, "%s: unexpected dtype %s", ctx->op->name,
-                     pd_dtype_name(dt));
+    case PD_FLOAT32: reduce_f32(kind, in, out, &g); break;
+    case PD_FLOAT64: RED_DISPATCH(f64, double); break;
+    case PD_INT32: RED_DISPATCH(i32, int32_t); break;
+    case PD_INT64: RED_DISPATCH(i64, int64_t); break;
+    case PD_UINT8: RED_DISPATCH(u8, uint8_t); break;
+    default:
+      return dev_error(st, PD_INTERNAL, "%s: unexpected dtype %s",
+                       ctx->op->name, pd_dtype_name(dt));
   }
   return PD_OK;
 }
@@ -419,8 +422,10 @@ static pd_code argmax_infer(dev_infer_ctx *c, dev_status *st) {
             best = p[l];                                                       \
             bi = l;                                                            \
           }                                                                    \
-        if (o64) o64[o] = bi;                                                  \
-        else o32[o] = (int32_t)bi;                                             \
+        if (o64)                                                               \
+          o64[o] = bi;                                                         \
+        else                                                                   \
+          o32[o] = (int32_t)bi;                                                \
       }                                                                        \
       return;                                                                  \
     }                                                                          \
@@ -444,8 +449,10 @@ static pd_code argmax_infer(dev_infer_ctx *c, dev_status *st) {
         }                                                                      \
         int64_t base = o * inner + c0;                                         \
         for (int64_t j = 0; j < w; j++) {                                      \
-          if (o64) o64[base + j] = bi[j];                                      \
-          else o32[base + j] = (int32_t)bi[j];                                 \
+          if (o64)                                                             \
+            o64[base + j] = bi[j];                                             \
+          else                                                                 \
+            o32[base + j] = (int32_t)bi[j];                                    \
         }                                                                      \
       }                                                                        \
   }
@@ -470,24 +477,25 @@ static pd_code argmax_cpu(dev_kernel_ctx *ctx, dev_status *st) {
   const void *in = ctx->in_data[0];
   pd_dtype dt = ctx->in_dtype[0];
   switch (dt) {
-  case PD_FLOAT32: argmax_f32(in, outer, L, inner, o64, o32); break;
-  case PD_FLOAT64: argmax_f64(in, outer, L, inner, o64, o32); break;
-  case PD_INT32: argmax_i32(in, outer, L, inner, o64, o32); break;
-  case PD_INT64: argmax_i64(in, outer, L, inner, o64, o32); break;
-  case PD_UINT8: argmax_u8(in, outer, L, inner, o64, o32); break;
-  case PD_FLOAT16:
-  case PD_BFLOAT16: {
-    int64_t n = outer * L * inner;
-    float *buf = malloc((size_t)n * sizeof(float));
-    if (!buf) return scratch_error(ctx, n, st);
-    dev__widen_16(dt, in, buf, n); /* exact: every half/bfloat16 is a float32 */
-    argmax_f32(buf, outer, L, inner, o64, o32);
-    free(buf);
-    break;
-  }
-  default:
-    return dev_error(st, PD_INTERNAL, "ArgMax: unexpected dtype %s",
-                     pd_dtype_name(dt));
+    case PD_FLOAT32: argmax_f32(in, outer, L, inner, o64, o32); break;
+    case PD_FLOAT64: argmax_f64(in, outer, L, inner, o64, o32); break;
+    case PD_INT32: argmax_i32(in, outer, L, inner, o64, o32); break;
+    case PD_INT64: argmax_i64(in, outer, L, inner, o64, o32); break;
+    case PD_UINT8: argmax_u8(in, outer, L, inner, o64, o32); break;
+    case PD_FLOAT16:
+    case PD_BFLOAT16: {
+      int64_t n = outer * L * inner;
+      float *buf = malloc((size_t)n * sizeof(float));
+      if (!buf) return scratch_error(ctx, n, st);
+      dev__widen_16(dt, in, buf,
+                    n); /* exact: every half/bfloat16 is a float32 */
+      argmax_f32(buf, outer, L, inner, o64, o32);
+      free(buf);
+      break;
+    }
+    default:
+      return dev_error(st, PD_INTERNAL, "ArgMax: unexpected dtype %s",
+                       pd_dtype_name(dt));
   }
   return PD_OK;
 }
@@ -502,7 +510,9 @@ static pd_code argmax_cpu(dev_kernel_ctx *ctx, dev_status *st) {
     .attrs = {{"axis",                                                         \
                DEV_ATTR_INT_LIST,                                              \
                {.type = DEV_ATTR_INT_LIST, .u.ilist = {NULL, 0}}},             \
-              {"keep_dims", DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false}}}, \
+              {"keep_dims",                                                    \
+               DEV_ATTR_BOOL,                                                  \
+               {.type = DEV_ATTR_BOOL, .u.b = false}}},                        \
     .infer = reduce_infer, .kernels = {[DEV_BACKEND_CPU] = reduce_cpu},        \
   }
 

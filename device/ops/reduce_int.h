@@ -9,15 +9,18 @@
 
 #include "../device_int.h"
 
-static inline pd_code check_output(const dev_infer_ctx *c, int i, dev_status *st) {
+static inline pd_code check_output(const dev_infer_ctx *c, int i,
+                                   dev_status *st) {
   size_t bytes;
   return dev_shape_byte_size(c->out_dtype[i], &c->out_shape[i], &bytes, st);
 }
 
-static inline bool is_half(pd_dtype dt) { return dt == PD_FLOAT16 || dt == PD_BFLOAT16; }
+static inline bool is_half(pd_dtype dt) {
+  return dt == PD_FLOAT16 || dt == PD_BFLOAT16;
+}
 
 static inline pd_code scratch_error(const dev_kernel_ctx *ctx, int64_t n,
-                             dev_status *st) {
+                                    dev_status *st) {
   return dev_error(st, PD_RESOURCE_EXHAUSTED,
                    "%s: cannot allocate %lld float32 scratch elements",
                    ctx->op->name, (long long)n);
@@ -30,9 +33,9 @@ static inline pd_code scratch_error(const dev_kernel_ctx *ctx, int64_t n,
 typedef pd_code (*f32_body)(dev_kernel_ctx *ctx, const float *in, float *out,
                             float *out2, dev_status *st);
 
-static inline pd_code run_widened(dev_kernel_ctx *ctx, f32_body fn, int64_t in_count,
-                           int64_t out_count, int64_t out_count2,
-                           dev_status *st) {
+static inline pd_code run_widened(dev_kernel_ctx *ctx, f32_body fn,
+                                  int64_t in_count, int64_t out_count,
+                                  int64_t out_count2, dev_status *st) {
   pd_dtype dt = ctx->in_dtype[0];
   int64_t total = in_count + out_count + out_count2;
   /* calloc: GCC 12 at -O3 cannot see that dev__widen_16() fills the input part. */
@@ -48,6 +51,5 @@ static inline pd_code run_widened(dev_kernel_ctx *ctx, f32_body fn, int64_t in_c
   free(buf);
   return rc;
 }
-
 
 #endif /* PARADEV_OPS_REDUCE_INT_H */

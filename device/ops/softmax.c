@@ -96,14 +96,14 @@ static pd_code softmax_cpu(dev_kernel_ctx *ctx, dev_status *st) {
   if (rows * L == 0) return PD_OK;
   bool lg = is_log_softmax(ctx);
   switch (ctx->in_dtype[0]) {
-  case PD_FLOAT32:
-    softmax_rows_f32(ctx->in_data[0], ctx->out_data[0], rows, L, lg);
-    return PD_OK;
-  case PD_FLOAT64:
-    softmax_rows_f64(ctx->in_data[0], ctx->out_data[0], rows, L, lg);
-    return PD_OK;
-  default:
-    return run_widened(ctx, softmax_half_body, rows * L, rows * L, 0, st);
+    case PD_FLOAT32:
+      softmax_rows_f32(ctx->in_data[0], ctx->out_data[0], rows, L, lg);
+      return PD_OK;
+    case PD_FLOAT64:
+      softmax_rows_f64(ctx->in_data[0], ctx->out_data[0], rows, L, lg);
+      return PD_OK;
+    default:
+      return run_widened(ctx, softmax_half_body, rows * L, rows * L, 0, st);
   }
 }
 
@@ -118,8 +118,9 @@ static pd_code softmax_cpu(dev_kernel_ctx *ctx, dev_status *st) {
 static pd_code sxent_infer(dev_infer_ctx *c, dev_status *st) {
   pd_code rc;
   if ((rc = dev_check_dtype_in(c, 0, DEV_MASK_FLOAT, NULL, st)) ||
-      (rc = dev_check_dtype_in(c, 1, DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64),
-                               NULL, st)) ||
+      (rc = dev_check_dtype_in(
+           c, 1, DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64), NULL,
+           st)) ||
       (rc = dev_check_rank(c, 0, 2, 2, st)) ||
       (rc = dev_check_rank(c, 1, 1, 1, st)))
     return rc;
@@ -130,8 +131,8 @@ static pd_code sxent_infer(dev_infer_ctx *c, dev_status *st) {
                      "SparseSoftmaxCrossEntropyWithLogits: features has shape "
                      "%s but labels has shape %s; expected labels of shape "
                      "[%lld] (features' batch dimension)",
-                     dev_shape_str(fs, a, sizeof a), dev_shape_str(ls, b, sizeof b),
-                     (long long)fs->dims[0]);
+                     dev_shape_str(fs, a, sizeof a),
+                     dev_shape_str(ls, b, sizeof b), (long long)fs->dims[0]);
   if (fs->dims[0] > 0 && fs->dims[1] == 0)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "SparseSoftmaxCrossEntropyWithLogits: features has shape "
@@ -146,7 +147,8 @@ static pd_code sxent_infer(dev_infer_ctx *c, dev_status *st) {
 }
 
 static int64_t label_at(const dev_kernel_ctx *ctx, int64_t i) {
-  if (ctx->in_dtype[1] == PD_INT32) return ((const int32_t *)ctx->in_data[1])[i];
+  if (ctx->in_dtype[1] == PD_INT32)
+    return ((const int32_t *)ctx->in_data[1])[i];
   return ((const int64_t *)ctx->in_data[1])[i];
 }
 
@@ -203,14 +205,16 @@ static pd_code sxent_cpu(dev_kernel_ctx *ctx, dev_status *st) {
   if (rc) return rc;
   if (batch == 0) return PD_OK;
   switch (ctx->in_dtype[0]) {
-  case PD_FLOAT32:
-    sxent_f32(ctx, ctx->in_data[0], ctx->out_data[0], ctx->out_data[1], batch, C);
-    return PD_OK;
-  case PD_FLOAT64:
-    sxent_f64(ctx, ctx->in_data[0], ctx->out_data[0], ctx->out_data[1], batch, C);
-    return PD_OK;
-  default:
-    return run_widened(ctx, sxent_half_body, batch * C, batch, batch * C, st);
+    case PD_FLOAT32:
+      sxent_f32(ctx, ctx->in_data[0], ctx->out_data[0], ctx->out_data[1], batch,
+                C);
+      return PD_OK;
+    case PD_FLOAT64:
+      sxent_f64(ctx, ctx->in_data[0], ctx->out_data[0], ctx->out_data[1], batch,
+                C);
+      return PD_OK;
+    default:
+      return run_widened(ctx, sxent_half_body, batch * C, batch, batch * C, st);
   }
 }
 

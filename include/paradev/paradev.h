@@ -118,8 +118,8 @@ bool pd_cancel_is_triggered(const pd_cancel *c);
 /* Frees the token. No call may still be using it. NULL is a no-op. */
 void pd_cancel_delete(pd_cancel *c);
 
-#define PD_TIMEOUT_DEFAULT 0   /* the client's default_timeout_ms */
-#define PD_TIMEOUT_NONE (-1)   /* no deadline */
+#define PD_TIMEOUT_DEFAULT 0 /* the client's default_timeout_ms */
+#define PD_TIMEOUT_NONE (-1) /* no deadline */
 
 /* Options of one call; NULL means PD_CALL_OPTIONS_INITIALIZER. Every call
  * that takes them fails with PD_INVALID_ARGUMENT, naming the field, when
@@ -132,8 +132,8 @@ typedef struct pd_call_options {
   pd_cancel *cancel;  /* NULL: not cancellable */
 } pd_call_options;
 
-#define PD_CALL_OPTIONS_INITIALIZER \
-  {sizeof(pd_call_options), PD_TIMEOUT_DEFAULT, NULL}
+#define PD_CALL_OPTIONS_INITIALIZER                                            \
+  { sizeof(pd_call_options), PD_TIMEOUT_DEFAULT, NULL }
 
 /* ---------------------------------------------------------------------------
  * Client: a connection to one daemon */
@@ -152,8 +152,8 @@ typedef struct pd_client_options {
   const char *user_agent;     /* prefix of gRPC's user agent; NULL: none */
 } pd_client_options;
 
-#define PD_CLIENT_OPTIONS_INITIALIZER \
-  {sizeof(pd_client_options), 0, 0, 0, NULL}
+#define PD_CLIENT_OPTIONS_INITIALIZER                                          \
+  { sizeof(pd_client_options), 0, 0, 0, NULL }
 
 /* paradevd's TCP port, for a target that names none. */
 #define PD_DEFAULT_PORT 7478
@@ -228,9 +228,9 @@ typedef struct pd_device_info {
   uint64_t memory_total_bytes; /* physical memory; 0 if unknown */
   uint64_t memory_limit_bytes; /* configured limit; 0 if none */
   uint64_t memory_used_bytes;
-  uint64_t memory_free_bytes;  /* limit (or total) less used; 0 if unknown */
+  uint64_t memory_free_bytes; /* limit (or total) less used; 0 if unknown */
   uint64_t memory_peak_bytes;
-  double busy_seconds;         /* seconds the device has spent running ops
+  double busy_seconds; /* seconds the device has spent running ops
                                   since the daemon started (kernels and its
                                   share of collectives): two readings and the
                                   wall time between them give how busy it
@@ -267,9 +267,11 @@ pd_server_info *pd_client_get_server_info(pd_client *c,
                                           pd_status *st);
 
 void pd_server_info_delete(pd_server_info *info);
-const char *pd_server_info_version(const pd_server_info *info);  /* "0.1.0" */
-uint64_t pd_server_info_incarnation(const pd_server_info *info); /* random per start */
-const char *pd_server_info_backend(const pd_server_info *info);  /* "cpu", "cuda" */
+const char *pd_server_info_version(const pd_server_info *info); /* "0.1.0" */
+uint64_t pd_server_info_incarnation(
+    const pd_server_info *info); /* random per start */
+const char *pd_server_info_backend(
+    const pd_server_info *info); /* "cpu", "cuda" */
 int64_t pd_server_info_start_time_ms(const pd_server_info *info); /* Unix ms */
 int pd_server_info_num_devices(const pd_server_info *info);
 /* Device i, 0 <= i < num_devices; NULL outside. */
@@ -292,8 +294,8 @@ typedef struct pd_session_options {
                                   session is open (default true) */
 } pd_session_options;
 
-#define PD_SESSION_OPTIONS_INITIALIZER \
-  {sizeof(pd_session_options), NULL, NULL, 0, 0, true}
+#define PD_SESSION_OPTIONS_INITIALIZER                                         \
+  { sizeof(pd_session_options), NULL, NULL, 0, 0, true }
 
 /* The smallest id the library hands out (pd_session_new_id). */
 #define PD_FIRST_LIBRARY_ID (UINT64_C(1) << 62)
@@ -470,8 +472,8 @@ void pd_batch_clear(pd_batch *b);
  *           attribute), PD_RESOURCE_EXHAUSTED (out of memory). */
 pd_code pd_batch_add(pd_batch *b, pd_session *s, const char *op,
                      const uint64_t *inputs, int n_inputs,
-                     const pd_attrs *attrs, uint64_t *output_ids,
-                     int n_outputs, pd_status *st);
+                     const pd_attrs *attrs, uint64_t *output_ids, int n_outputs,
+                     pd_status *st);
 /* Number of ops and of outputs (all ops together) in the batch. */
 int pd_batch_num_ops(const pd_batch *b);
 int pd_batch_num_outputs(const pd_batch *b);

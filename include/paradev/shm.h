@@ -144,11 +144,10 @@ pd_code pd_shared_memory_destroy(pd_shared_memory *r,
  * Thread safety: thread-safe.
  * Source: paradev.v1.ParallelDevice/UploadFromSharedMemory; Triton's
  *         shared_memory_region / shared_memory_offset input parameters. */
-pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id,
-                                     pd_dtype dtype, const int64_t *dims,
-                                     int rank, pd_shared_memory *region,
-                                     uint64_t offset, pd_layout layout,
-                                     pd_tensor_info *info,
+pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id, pd_dtype dtype,
+                                     const int64_t *dims, int rank,
+                                     pd_shared_memory *region, uint64_t offset,
+                                     pd_layout layout, pd_tensor_info *info,
                                      const pd_call_options *call,
                                      pd_status *st);
 
@@ -179,9 +178,9 @@ pd_code pd_upload_components_from_shared_memory(
  * Source: paradev.v1.ParallelDevice/DownloadToSharedMemory; Triton's
  *         shared memory output parameters. */
 pd_code pd_download_to_shared_memory(pd_session *s, uint64_t id,
-                                     pd_layout layout,
-                                     pd_shared_memory *region, uint64_t offset,
-                                     pd_tensor_info *info, size_t *bytes_out,
+                                     pd_layout layout, pd_shared_memory *region,
+                                     uint64_t offset, pd_tensor_info *info,
+                                     size_t *bytes_out,
                                      const pd_call_options *call,
                                      pd_status *st);
 

@@ -20,10 +20,10 @@ typedef struct pd_stream pd_stream;
 
 /* The daemon's answer to one stream item. Valid during the callback only. */
 typedef struct pd_stream_reply {
-  uint64_t index;                /* 0-based position of the item */
-  pd_code code;                  /* the item's outcome */
-  const char *message;           /* "" when OK */
-  int num_outputs;               /* execute items that succeeded */
+  uint64_t index;      /* 0-based position of the item */
+  pd_code code;        /* the item's outcome */
+  const char *message; /* "" when OK */
+  int num_outputs;     /* execute items that succeeded */
   const pd_tensor_info *outputs;
 } pd_stream_reply;
 
@@ -35,13 +35,13 @@ typedef struct pd_stream_options {
                                   stream's own thread; must not call into the
                                   stream. NULL: none. */
   void *on_reply_arg;
-  int max_in_flight;           /* items sent and not yet answered before
+  int max_in_flight;  /* items sent and not yet answered before
                                   pd_stream_execute waits; 0: 4096 */
-  int64_t timeout_ms;          /* deadline of the whole stream; 0: none */
+  int64_t timeout_ms; /* deadline of the whole stream; 0: none */
 } pd_stream_options;
 
-#define PD_STREAM_OPTIONS_INITIALIZER \
-  {sizeof(pd_stream_options), NULL, NULL, 0, 0}
+#define PD_STREAM_OPTIONS_INITIALIZER                                          \
+  { sizeof(pd_stream_options), NULL, NULL, 0, 0 }
 
 /* Opens a bidirectional Enqueue stream on the session: items (execute,
  * delete, and the tape items below) are written without waiting for their replies, in order, and the
@@ -68,8 +68,8 @@ pd_stream *pd_stream_new(pd_session *s, const pd_stream_options *opts,
  *           pd_stream_close). */
 pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
                           int n_inputs, const pd_attrs *attrs,
-                          uint64_t *output_ids, int n_outputs,
-                          uint64_t *index, pd_status *st);
+                          uint64_t *output_ids, int n_outputs, uint64_t *index,
+                          pd_status *st);
 
 /* Queues a delete item for `n` handles (all or nothing, as pd_delete).
  * Errors:   as pd_stream_execute. */

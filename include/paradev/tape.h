@@ -116,11 +116,10 @@ pd_code pd_stream_tape_start(pd_stream *t, uint64_t tape_id, bool persistent,
 pd_code pd_stream_tape_watch(pd_stream *t, uint64_t tape_id,
                              const uint64_t *ids, int n, uint64_t *index,
                              pd_status *st);
-pd_code pd_stream_tape_gradient(pd_stream *t, uint64_t tape_id,
-                                uint64_t target, const uint64_t *sources,
-                                int n_sources, uint64_t output_gradient,
-                                uint64_t *result_ids, uint64_t *index,
-                                pd_status *st);
+pd_code pd_stream_tape_gradient(pd_stream *t, uint64_t tape_id, uint64_t target,
+                                const uint64_t *sources, int n_sources,
+                                uint64_t output_gradient, uint64_t *result_ids,
+                                uint64_t *index, pd_status *st);
 pd_code pd_stream_tape_delete(pd_stream *t, uint64_t tape_id, uint64_t *index,
                               pd_status *st);
 

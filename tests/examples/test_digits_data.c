@@ -51,7 +51,8 @@ static void expect_error(const char *content, const char *needle) {
   char path[] = "/tmp/paradev-digits-XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
-  assert_int_equal(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+  assert_int_equal(write(fd, content, strlen(content)),
+                   (ssize_t)strlen(content));
   close(fd);
   digits_set s;
   char err[256] = "";
@@ -70,7 +71,8 @@ static void test_errors(void **state) {
   expect_error("", "no rows");
   digits_set s;
   char err[256];
-  assert_int_equal(digits_load("/nonexistent/digits.csv.gz", &s, err, sizeof err), -1);
+  assert_int_equal(
+      digits_load("/nonexistent/digits.csv.gz", &s, err, sizeof err), -1);
   assert_non_null(strstr(err, "cannot open"));
 }
 

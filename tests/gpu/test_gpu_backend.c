@@ -28,7 +28,8 @@ static const char *no_gpu_reason(void) {
   return NULL;
 }
 
-static void expect_create_fails(const char *mesh, pd_code code, const char *needle) {
+static void expect_create_fails(const char *mesh, pd_code code,
+                                const char *needle) {
   dev_cuda_config cfg = DEV_CUDA_CONFIG_INITIALIZER;
   cfg.mesh = mesh;
   dev_backend *b = NULL;
@@ -36,27 +37,37 @@ static void expect_create_fails(const char *mesh, pd_code code, const char *need
   pd_code rc = dev_cuda_backend_create(&cfg, &b, &st);
   if (rc != code || !strstr(st.msg, needle))
     fail_msg("mesh \"%s\": got %s \"%s\"; expected %s containing \"%s\"",
-             mesh ? mesh : "(NULL)", pd_code_name(rc), st.msg, pd_code_name(code), needle);
+             mesh ? mesh : "(NULL)", pd_code_name(rc), st.msg,
+             pd_code_name(code), needle);
   assert_null(b);
 }
 
 /* Malformed meshes are INVALID_ARGUMENT before any GPU is looked for. */
 static void test_mesh_syntax(void **state) {
   (void)state;
-  expect_create_fails("gpu:0", PD_INVALID_ARGUMENT, "entry 0 \"gpu:0\" is not a CUDA device");
-  expect_create_fails("cuda:0,cuda:x", PD_INVALID_ARGUMENT, "entry 1 \"cuda:x\"");
-  expect_create_fails("cuda:", PD_INVALID_ARGUMENT, "expected cuda:N or cuda:all");
+  expect_create_fails("gpu:0", PD_INVALID_ARGUMENT,
+                      "entry 0 \"gpu:0\" is not a CUDA device");
+  expect_create_fails("cuda:0,cuda:x", PD_INVALID_ARGUMENT,
+                      "entry 1 \"cuda:x\"");
+  expect_create_fails("cuda:", PD_INVALID_ARGUMENT,
+                      "expected cuda:N or cuda:all");
   expect_create_fails("cuda:0,", PD_INVALID_ARGUMENT, "entry 1");
-  expect_create_fails("cuda:all,cuda:0", PD_INVALID_ARGUMENT, "cuda:all must be the only entry");
-  expect_create_fails("cuda:0,cuda:all", PD_INVALID_ARGUMENT, "cuda:all must be the only entry");
+  expect_create_fails("cuda:all,cuda:0", PD_INVALID_ARGUMENT,
+                      "cuda:all must be the only entry");
+  expect_create_fails("cuda:0,cuda:all", PD_INVALID_ARGUMENT,
+                      "cuda:all must be the only entry");
   char big[PD_MAX_DEVICES * 8 + 16] = "";
-  for (int i = 0; i <= PD_MAX_DEVICES; i++) strcat(big, i ? ",cuda:0" : "cuda:0");
+  for (int i = 0; i <= PD_MAX_DEVICES; i++)
+    strcat(big, i ? ",cuda:0" : "cuda:0");
   expect_create_fails(big, PD_INVALID_ARGUMENT, "more than 64 entries");
-  expect_create_fails("cuda:0,,cuda:1", PD_INVALID_ARGUMENT, "entry 1 \"\" is not a CUDA device");
+  expect_create_fails("cuda:0,,cuda:1", PD_INVALID_ARGUMENT,
+                      "entry 1 \"\" is not a CUDA device");
   expect_create_fails("cuda:-1", PD_INVALID_ARGUMENT, "entry 0 \"cuda:-1\"");
   expect_create_fails("cuda: 0", PD_INVALID_ARGUMENT, "entry 0 \"cuda: 0\"");
-  expect_create_fails("cuda:99999999999", PD_INVALID_ARGUMENT, "entry 0 \"cuda:99999999999\"");
-  expect_create_fails("cuda:0;cuda:1", PD_INVALID_ARGUMENT, "entry 0 \"cuda:0;cuda:1\"");
+  expect_create_fails("cuda:99999999999", PD_INVALID_ARGUMENT,
+                      "entry 0 \"cuda:99999999999\"");
+  expect_create_fails("cuda:0;cuda:1", PD_INVALID_ARGUMENT,
+                      "entry 0 \"cuda:0;cuda:1\"");
   expect_create_fails("CUDA:0", PD_INVALID_ARGUMENT, "is not a CUDA device");
 }
 
@@ -64,9 +75,15 @@ static void test_mesh_syntax(void **state) {
  * of one (UNAVAILABLE), never as malformed. */
 static void test_mesh_accepted(void **state) {
   (void)state;
-  if (!no_gpu_reason()) skip(); /* with a GPU, creation would succeed or fail on the GPU count */
-  static const char *const ok[] = {NULL, "", "cuda:all", " cuda:0 , cuda:0 ", "cuda:0,cuda:1,cuda:0",
-                                   "cuda:007", " cuda:all "};
+  if (!no_gpu_reason())
+    skip(); /* with a GPU, creation would succeed or fail on the GPU count */
+  static const char *const ok[] = {NULL,
+                                   "",
+                                   "cuda:all",
+                                   " cuda:0 , cuda:0 ",
+                                   "cuda:0,cuda:1,cuda:0",
+                                   "cuda:007",
+                                   " cuda:all "};
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
     expect_create_fails(ok[i], PD_UNAVAILABLE, "no CUDA GPU found");
 }
@@ -90,7 +107,8 @@ static void test_config_validation(void **state) {
   pd_code rc = dev_cuda_backend_create(&cfg, &b, &st);
   unsetenv("PARADEV_CUDA_COLLECTIVES");
   assert_int_equal(rc, PD_INVALID_ARGUMENT);
-  assert_string_equal(st.msg, "PARADEV_CUDA_COLLECTIVES=ring; expected auto, nccl or copy");
+  assert_string_equal(
+      st.msg, "PARADEV_CUDA_COLLECTIVES=ring; expected auto, nccl or copy");
   assert_null(b);
 }
 
@@ -98,14 +116,59 @@ static void test_config_validation(void **state) {
  * the rest of the engine's op set). Registration must have put each in
  * place; it aborts the process on a name the registry does not know. */
 static const char *const k_cuda_ops[] = {
-    "Neg", "Abs", "Square", "Relu", "Exp", "Log", "Sqrt", "Rsqrt", "Tanh", "Sigmoid",
-    "Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "Equal", "Greater", "Less",
-    "Cast", "Fill", "ZerosLike", "OnesLike", "MatMul", "BatchMatMul", "BiasAdd",
-    "Sum", "Mean", "Max", "Min", "ArgMax", "Softmax", "LogSoftmax",
-    "SparseSoftmaxCrossEntropyWithLogits", "Transpose", "Concat", "Slice", "Gather", "OneHot",
-    "RandomUniform", "RandomNormal", "DeviceId",
-    "ReluGrad", "SqrtGrad", "RsqrtGrad", "TanhGrad", "SigmoidGrad", "BroadcastToLike",
-    "SumToLike", "SliceGrad", "ConcatGrad", "GatherGrad",
+    "Neg",
+    "Abs",
+    "Square",
+    "Relu",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Rsqrt",
+    "Tanh",
+    "Sigmoid",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Maximum",
+    "Minimum",
+    "Equal",
+    "Greater",
+    "Less",
+    "Cast",
+    "Fill",
+    "ZerosLike",
+    "OnesLike",
+    "MatMul",
+    "BatchMatMul",
+    "BiasAdd",
+    "Sum",
+    "Mean",
+    "Max",
+    "Min",
+    "ArgMax",
+    "Softmax",
+    "LogSoftmax",
+    "SparseSoftmaxCrossEntropyWithLogits",
+    "Transpose",
+    "Concat",
+    "Slice",
+    "Gather",
+    "OneHot",
+    "RandomUniform",
+    "RandomNormal",
+    "DeviceId",
+    "ReluGrad",
+    "SqrtGrad",
+    "RsqrtGrad",
+    "TanhGrad",
+    "SigmoidGrad",
+    "BroadcastToLike",
+    "SumToLike",
+    "SliceGrad",
+    "ConcatGrad",
+    "GatherGrad",
 };
 
 static void test_kernel_registration(void **state) {
@@ -115,7 +178,8 @@ static void test_kernel_registration(void **state) {
   for (size_t i = 0; i < sizeof k_cuda_ops / sizeof k_cuda_ops[0]; i++) {
     const dev_op_def *def = dev_op_lookup(k_cuda_ops[i]);
     if (!def) fail_msg("op %s is not registered", k_cuda_ops[i]);
-    if (!def->kernels[DEV_BACKEND_CUDA]) fail_msg("op %s has no CUDA kernel", k_cuda_ops[i]);
+    if (!def->kernels[DEV_BACKEND_CUDA])
+      fail_msg("op %s has no CUDA kernel", k_cuda_ops[i]);
   }
   /* Say which ops would fail with UNIMPLEMENTED on the cuda backend (ops that
    * alias their input or run through the collectives need no kernel). */
@@ -123,15 +187,20 @@ static void test_kernel_registration(void **state) {
   int nmiss = 0;
   for (int i = 0; i < dev_op_count(); i++) {
     const dev_op_def *def = dev_op_at(i);
-    if (def->kernels[DEV_BACKEND_CUDA] || (def->flags & (DEV_OP_ALIASES_INPUT | DEV_OP_COLLECTIVE)))
+    if (def->kernels[DEV_BACKEND_CUDA] ||
+        (def->flags & (DEV_OP_ALIASES_INPUT | DEV_OP_COLLECTIVE)))
       continue;
     if (!def->kernels[DEV_BACKEND_CPU]) continue;
     size_t len = strlen(missing);
-    snprintf(missing + len, sizeof missing - len, "%s%s", nmiss++ ? ", " : "", def->name);
+    snprintf(missing + len, sizeof missing - len, "%s%s", nmiss++ ? ", " : "",
+             def->name);
   }
-  printf("ops with a CPU kernel but no CUDA kernel yet (%d): %s\n", nmiss, nmiss ? missing : "none");
+  printf("ops with a CPU kernel but no CUDA kernel yet (%d): %s\n", nmiss,
+         nmiss ? missing : "none");
   /* Every op runs on the cuda backend: none may fail with UNIMPLEMENTED. */
-  if (nmiss) fail_msg("%d op(s) have a CPU kernel but no CUDA kernel: %s", nmiss, missing);
+  if (nmiss)
+    fail_msg("%d op(s) have a CPU kernel but no CUDA kernel: %s", nmiss,
+             missing);
 }
 
 /* dev_engine_create("cuda"): on a machine without a GPU, UNAVAILABLE with a
@@ -146,8 +215,10 @@ static void test_engine_without_gpu(void **state) {
   pd_code rc = dev_engine_create(&cfg, &e, &st);
   if (why) {
     char want[512];
-    snprintf(want, sizeof want,
-             "no CUDA GPU found (cudaGetDeviceCount: %s); run with --backend=cpu", why);
+    snprintf(
+        want, sizeof want,
+        "no CUDA GPU found (cudaGetDeviceCount: %s); run with --backend=cpu",
+        why);
     printf("no GPU here: dev_engine_create(cuda) says: %s\n", st.msg);
     assert_int_equal(rc, PD_UNAVAILABLE);
     assert_string_equal(st.msg, want);
@@ -156,10 +227,12 @@ static void test_engine_without_gpu(void **state) {
     assert_int_equal(dev_engine_create(&cfg, &e, &st), PD_UNAVAILABLE);
     return;
   }
-  if (rc != PD_OK) fail_msg("a GPU is present but the cuda engine failed: %s", st.msg);
+  if (rc != PD_OK)
+    fail_msg("a GPU is present but the cuda engine failed: %s", st.msg);
   dev_backend *b = dev_engine_backend(e);
   assert_string_equal(b->name, "cuda");
-  assert_true(b->struct_size >= offsetof(dev_backend, healthy) + sizeof b->healthy);
+  assert_true(b->struct_size >=
+              offsetof(dev_backend, healthy) + sizeof b->healthy);
   for (int d = 0; d < dev_engine_num_devices(e); d++) {
     assert_true(b->healthy(b, d));
     dev_memory_stats ms;

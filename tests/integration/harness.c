@@ -19,7 +19,8 @@
 static void shape_str(int rank, const int64_t *dims, char *buf, size_t len) {
   size_t n = (size_t)snprintf(buf, len, "[");
   for (int i = 0; i < rank && n < len; i++)
-    n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "",
+                          (long long)dims[i]);
   if (n < len) snprintf(buf + n, len - n, "]");
 }
 
@@ -28,23 +29,27 @@ void pdt_assert_shape(const pd_tensor_info *t, int rank, const int64_t *dims) {
   for (int i = 0; ok && i < rank; i++) ok = t->dims[i] == dims[i];
   if (!ok) {
     char got[160], want[160];
-    shape_str(t->rank < 0 || t->rank > PD_MAX_RANK ? 0 : t->rank, t->dims, got, sizeof got);
+    shape_str(t->rank < 0 || t->rank > PD_MAX_RANK ? 0 : t->rank, t->dims, got,
+              sizeof got);
     shape_str(rank, dims, want, sizeof want);
     fail_msg("shape %s (rank %d), want %s (rank %d)", got, t->rank, want, rank);
   }
 }
 
-void pdt_assert_bytes(const void *got, const void *want, size_t n, const char *what) {
+void pdt_assert_bytes(const void *got, const void *want, size_t n,
+                      const char *what) {
   const uint8_t *g = got, *w = want;
   for (size_t i = 0; i < n; i++)
     if (g[i] != w[i])
       fail_msg("%s: byte %zu is 0x%02x, expected 0x%02x", what, i, g[i], w[i]);
 }
 
-void pdt_assert_close_f32(const float *got, const double *want, size_t n, double tol) {
+void pdt_assert_close_f32(const float *got, const double *want, size_t n,
+                          double tol) {
   for (size_t i = 0; i < n; i++)
     if (fabs((double)got[i] - want[i]) > tol * (1.0 + fabs(want[i])))
-      fail_msg("element %zu: got %.9g, expected %.9g", i, (double)got[i], want[i]);
+      fail_msg("element %zu: got %.9g, expected %.9g", i, (double)got[i],
+               want[i]);
 }
 
 double pdt_now(void) {
@@ -99,8 +104,8 @@ static void give_up(pdt_daemon *d, const char *why) {
   exit(1);
 }
 
-void pdt_daemon_start(pdt_daemon *d, const char *paradevd, const char *prefix, bool tcp,
-                      const char *const *extra) {
+void pdt_daemon_start(pdt_daemon *d, const char *paradevd, const char *prefix,
+                      bool tcp, const char *const *extra) {
   memset(d, 0, sizeof(*d));
   pthread_mutex_init(&d->mu, NULL);
   snprintf(d->dir, sizeof(d->dir), "/tmp/%s-XXXXXX", prefix);
@@ -111,9 +116,10 @@ void pdt_daemon_start(pdt_daemon *d, const char *paradevd, const char *prefix, b
   snprintf(d->unix_target, sizeof(d->unix_target), "unix:%s/pd.sock", d->dir);
   const char *argv[48];
   int argc = 0;
-  const char *fixed[] = {paradevd, "--config", "/dev/null", "--admin-socket", "", "--listen",
-                         d->unix_target};
-  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) argv[argc++] = fixed[i];
+  const char *fixed[] = {paradevd, "--config", "/dev/null",   "--admin-socket",
+                         "",       "--listen", d->unix_target};
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+    argv[argc++] = fixed[i];
   if (tcp) {
     argv[argc++] = "--listen";
     argv[argc++] = "127.0.0.1:0";

@@ -28,8 +28,8 @@ typedef struct pdt_daemon {
  * /tmp/PREFIX-XXXXXX (and on 127.0.0.1:0 when `tcp`, whose bound port goes
  * into tcp_target), then the NULL-terminated `extra` flags; waits up to 20 s
  * for "ready:". Exits the test program (status 1, log on stderr) on failure. */
-void pdt_daemon_start(pdt_daemon *d, const char *paradevd, const char *prefix, bool tcp,
-                      const char *const *extra);
+void pdt_daemon_start(pdt_daemon *d, const char *paradevd, const char *prefix,
+                      bool tcp, const char *const *extra);
 
 /* True when the daemon's log holds `needle`. Thread-safe. */
 bool pdt_log_has(pdt_daemon *d, const char *needle);
@@ -48,34 +48,35 @@ double pdt_now(void);
 void pdt_assert_shape(const pd_tensor_info *t, int rank, const int64_t *dims);
 /* Asserts that n bytes are equal; a failure names `what`, the first byte
  * that differs and both values. */
-void pdt_assert_bytes(const void *got, const void *want, size_t n, const char *what);
+void pdt_assert_bytes(const void *got, const void *want, size_t n,
+                      const char *what);
 /* Asserts |got[i] - want[i]| <= tol * (1 + |want[i]|): float32 results of the
  * devices against a float64 reference. */
-void pdt_assert_close_f32(const float *got, const double *want, size_t n, double tol);
+void pdt_assert_close_f32(const float *got, const double *want, size_t n,
+                          double tol);
 
 /* Each expects an `e` with a `pd_status *st` member. */
-#define OK(e, call)                                                        \
-  do {                                                                     \
-    pd_code rc_ = (call);                                                  \
-    if (rc_ != PD_OK)                                                      \
-      fail_msg("%s\n  -> %s: %s", #call, pd_code_name(rc_),                \
-               pd_status_message((e)->st));                                \
+#define OK(e, call)                                                            \
+  do {                                                                         \
+    pd_code rc_ = (call);                                                      \
+    if (rc_ != PD_OK)                                                          \
+      fail_msg("%s\n  -> %s: %s", #call, pd_code_name(rc_),                    \
+               pd_status_message((e)->st));                                    \
   } while (0)
 
-#define EXPECT_CODE(e, code, call)                                         \
-  do {                                                                     \
-    pd_code rc_ = (call);                                                  \
-    if (rc_ != (code))                                                     \
-      fail_msg("%s\n  -> expected %s, got %s: %s", #call,                  \
-               pd_code_name(code), pd_code_name(rc_),                      \
-               pd_status_message((e)->st));                                \
+#define EXPECT_CODE(e, code, call)                                             \
+  do {                                                                         \
+    pd_code rc_ = (call);                                                      \
+    if (rc_ != (code))                                                         \
+      fail_msg("%s\n  -> expected %s, got %s: %s", #call, pd_code_name(code),  \
+               pd_code_name(rc_), pd_status_message((e)->st));                 \
   } while (0)
 
-#define ASSERT_MSG_HAS(e, needle)                                          \
-  do {                                                                     \
-    if (!strstr(pd_status_message((e)->st), (needle)))                     \
-      fail_msg("message \"%s\" does not contain \"%s\"",                   \
-               pd_status_message((e)->st), (needle));                      \
+#define ASSERT_MSG_HAS(e, needle)                                              \
+  do {                                                                         \
+    if (!strstr(pd_status_message((e)->st), (needle)))                         \
+      fail_msg("message \"%s\" does not contain \"%s\"",                       \
+               pd_status_message((e)->st), (needle));                          \
   } while (0)
 
 #endif

@@ -55,8 +55,9 @@ static void daemon_start(pdt_daemon *d) {
   snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
   snprintf(msg, sizeof(msg), "%u", MAX_MSG);
   snprintf(ndev, sizeof(ndev), "%d", NDEV);
-  const char *extra[] = {"--devices", ndev, "--memory-limit", mem, "--max-message-bytes", msg,
-                         "--grace-ms", "2000", NULL};
+  const char *extra[] = {
+      "--devices", ndev,         "--memory-limit", mem, "--max-message-bytes",
+      msg,         "--grace-ms", "2000",           NULL};
   pdt_daemon_start(d, paradevd_path, "pdclient", true, extra);
 }
 
@@ -92,7 +93,8 @@ static void assert_floats(const float *got, const float *want, size_t n) {
                (double)want[i]);
 }
 
-static void assert_shape(const pd_tensor_info *t, int rank, const int64_t *dims) {
+static void assert_shape(const pd_tensor_info *t, int rank,
+                         const int64_t *dims) {
   assert_int_equal(t->rank, rank);
   for (int i = 0; i < rank; i++) assert_int_equal(t->dims[i], dims[i]);
 }
@@ -107,7 +109,8 @@ static int group_setup(void **state, const char *target) {
   co.default_timeout_ms = 30000;
   e->c = pd_client_new(target, &co, e->st);
   if (!e->c) {
-    fprintf(stderr, "pd_client_new(%s): %s\n", target, pd_status_message(e->st));
+    fprintf(stderr, "pd_client_new(%s): %s\n", target,
+            pd_status_message(e->st));
     return -1;
   }
   pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
@@ -115,14 +118,17 @@ static int group_setup(void **state, const char *target) {
   so.job_id = "job-1";
   e->s = pd_session_new(e->c, &so, NULL, e->st);
   if (!e->s) {
-    fprintf(stderr, "pd_session_new(%s): %s\n", target, pd_status_message(e->st));
+    fprintf(stderr, "pd_session_new(%s): %s\n", target,
+            pd_status_message(e->st));
     return -1;
   }
   *state = e;
   return 0;
 }
 
-static int setup_unix(void **state) { return group_setup(state, D.unix_target); }
+static int setup_unix(void **state) {
+  return group_setup(state, D.unix_target);
+}
 static int setup_tcp(void **state) { return group_setup(state, D.tcp_target); }
 
 static int group_teardown(void **state) {
@@ -180,7 +186,8 @@ static void test_health_and_echo(void **state) {
   assert_int_equal(s, PD_SERVING);
   OK(e, pd_client_health(e->c, "paradev.v1.ParallelDevice", &s, NULL, e->st));
   assert_int_equal(s, PD_SERVING);
-  EXPECT_CODE(e, PD_NOT_FOUND, pd_client_health(e->c, "no.Such", &s, NULL, e->st));
+  EXPECT_CODE(e, PD_NOT_FOUND,
+              pd_client_health(e->c, "no.Such", &s, NULL, e->st));
 
   size_t sizes[] = {0, 1, 1000, 700000};
   unsigned char *buf = malloc(700000), *back = malloc(700000);
@@ -194,8 +201,9 @@ static void test_health_and_echo(void **state) {
   }
   /* Over the daemon's 1 MiB message limit. */
   unsigned char *big = calloc(2, MAX_MSG);
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
-              pd_client_echo(e->c, big, 2 * MAX_MSG, NULL, 0, NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_RESOURCE_EXHAUSTED,
+      pd_client_echo(e->c, big, 2 * MAX_MSG, NULL, 0, NULL, NULL, e->st));
   free(big);
   free(buf);
   free(back);
@@ -204,8 +212,8 @@ static void test_health_and_echo(void **state) {
 static void test_add_matmul(void **state) {
   env *e = *state;
   pd_session *s = e->s;
-  const float a[6] = {1, 2, 3, 4, 5, 6};       /* 2x3 */
-  const float b[6] = {7, 8, 9, 10, 11, 12};    /* 3x2 */
+  const float a[6] = {1, 2, 3, 4, 5, 6};    /* 2x3 */
+  const float b[6] = {7, 8, 9, 10, 11, 12}; /* 3x2 */
   const int64_t da[2] = {2, 3}, db[2] = {3, 2};
   pd_tensor_info ti;
   OK(e, pd_upload(s, 1, PD_FLOAT32, da, 2, a, sizeof(a), pd_layout_mirrored(),
@@ -332,8 +340,9 @@ static void test_attrs_kinds(void **state) {
   const double fl[2] = {1.0, 0.0};
   pd_attrs_set_float_list(at, "perm", fl, 2);
   uint64_t bad = 0;
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_execute(s, "Transpose", &f, 1, at, &bad, 1, NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_execute(s, "Transpose", &f, 1, at, &bad, 1, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "perm");
   /* A bad value in the builder is reported by the call that uses it. */
   pd_attrs_clear(at);
@@ -344,8 +353,9 @@ static void test_attrs_kinds(void **state) {
   /* A string attribute of the wrong kind for its op. */
   pd_attrs_clear(at);
   pd_attrs_set_string(at, "reduction", "median");
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_execute(s, "AllReduce", &f, 1, at, &bad, 1, NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_execute(s, "AllReduce", &f, 1, at, &bad, 1, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "median");
   /* A NULL attribute name is named as such, not printed as "(null)". */
   pd_attrs_clear(at);
@@ -502,8 +512,8 @@ static void test_per_component(void **state) {
     for (int i = 0; i <= d; i++) assert_int_equal(cat[k++], v[d][i]);
   /* A wrong component count is refused before anything is sent. */
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_upload_components(s, 202, PD_INT32, NDEV - 1, dims, ranks, data,
-                                   bytes, NULL, NULL, e->st));
+              pd_upload_components(s, 202, PD_INT32, NDEV - 1, dims, ranks,
+                                   data, bytes, NULL, NULL, e->st));
   OK(e, pd_delete(s, (uint64_t[]){200, 201}, 2, NULL, e->st));
 }
 
@@ -526,7 +536,8 @@ static void test_chunked_transfer(void **state) {
   OK(e, pd_download(s, 301, pd_layout_mirrored(), y, n * 4, NULL, NULL, NULL,
                     e->st));
   for (size_t i = 0; i < n; i++)
-    if (y[i] != 2 * x[i]) fail_msg("element %zu: %g != %g", i, (double)y[i], 2.0 * x[i]);
+    if (y[i] != 2 * x[i])
+      fail_msg("element %zu: %g != %g", i, (double)y[i], 2.0 * x[i]);
   /* A byte count that does not match the shape is refused locally. */
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
               pd_upload(s, 302, PD_FLOAT32, dims, 1, x, n * 4 - 1,
@@ -595,8 +606,10 @@ static void test_enqueue_10000(void **state) {
   double queued = pdt_now() - t0;
   OK(e, pd_stream_wait(t, 60000, e->st));
   double answered = pdt_now() - t0;
-  print_message("  10,000 Adds (+ deletes) queued in %.3f s, all answered in "
-                "%.3f s\n", queued, answered);
+  print_message(
+      "  10,000 Adds (+ deletes) queued in %.3f s, all answered in "
+      "%.3f s\n",
+      queued, answered);
   uint64_t items = pd_stream_num_items(t);
   assert_int_equal(items, 1 + N + (N - 1));
   assert_int_equal(pd_stream_num_replies(t), items);
@@ -642,8 +655,8 @@ static void test_stream_bad_session(void **state) {
    * daemon ends the stream with the session's error. */
   OK(e, pd_session_close(s, NULL, e->st));
   uint64_t out = 0;
-  pd_code rc = pd_stream_execute(t, "ZerosLike", NULL, 0, NULL, &out, 1, NULL,
-                                 e->st);
+  pd_code rc =
+      pd_stream_execute(t, "ZerosLike", NULL, 0, NULL, &out, 1, NULL, e->st);
   if (rc == PD_OK) rc = pd_stream_wait(t, 10000, e->st);
   assert_int_equal(rc, PD_NOT_FOUND);
   pd_stream_delete(t);
@@ -755,7 +768,8 @@ static void test_delete(void **state) {
   assert_null(desc);
   assert_int_equal(pd_status_code(e->st), PD_NOT_FOUND);
   /* All or nothing: 502 stays when 999 is unknown. */
-  EXPECT_CODE(e, PD_NOT_FOUND, pd_delete(s, (uint64_t[]){502, 999}, 2, NULL, e->st));
+  EXPECT_CODE(e, PD_NOT_FOUND,
+              pd_delete(s, (uint64_t[]){502, 999}, 2, NULL, e->st));
   id = 502;
   desc = pd_describe(s, &id, 1, NULL, e->st);
   assert_non_null(desc);
@@ -796,7 +810,8 @@ static void test_sync_error(void **state) {
   uint64_t c_in[2] = {1, 2}, c_out = 3;
   OK(e, pd_execute(s, "Add", c_in, 2, NULL, &c_out, 1, NULL, NULL, e->st));
   uint64_t failed = 0;
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED, pd_sync(s, NULL, 0, &failed, NULL, e->st));
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+              pd_sync(s, NULL, 0, &failed, NULL, e->st));
   assert_true(failed >= 1 && failed <= 3);
   char want[32];
   snprintf(want, sizeof(want), "handle %" PRIu64, failed);
@@ -859,12 +874,14 @@ static void test_batch(void **state) {
   uint64_t ok_out = 0, bad_out = 0;
   OK(e, pd_batch_add(b, s, "Neg", &in1[0], 1, NULL, &ok_out, 1, e->st));
   OK(e, pd_batch_add(b, s, "MatMul", &in1[0], 1, NULL, &bad_out, 1, e->st));
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT, pd_execute_batch(s, b, NULL, NULL, e->st));
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_execute_batch(s, b, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "op 1");
   assert_null(pd_describe(s, &ok_out, 1, NULL, e->st));
   assert_int_equal(pd_status_code(e->st), PD_NOT_FOUND);
   pd_batch_clear(b);
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT, pd_execute_batch(s, b, NULL, NULL, e->st));
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_execute_batch(s, b, NULL, NULL, e->st));
   pd_batch_delete(b);
   OK(e, pd_delete(s, (uint64_t[]){600, sq, sum}, 3, NULL, e->st));
 }
@@ -932,7 +949,8 @@ static void test_deadline_and_cancel(void **state) {
   assert_int_equal(waitpid(D.pid, &wst, WUNTRACED), D.pid);
   assert_true(WIFSTOPPED(wst));
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, cancel_when_in_flight, cc.cancel), 0);
+  assert_int_equal(pthread_create(&th, NULL, cancel_when_in_flight, cc.cancel),
+                   0);
   pd_code rc = pd_sync(s, &last, 1, NULL, &cc, e->st);
   assert_int_equal(pthread_join(th, NULL), 0);
   assert_int_equal(kill(D.pid, SIGCONT), 0);
@@ -1078,7 +1096,8 @@ static void test_unreachable(void **state) {
   assert_non_null(c);
   pd_call_options co = PD_CALL_OPTIONS_INITIALIZER;
   co.timeout_ms = 5000;
-  EXPECT_CODE(e, PD_UNAVAILABLE, pd_client_echo(c, "x", 1, NULL, 0, NULL, &co, e->st));
+  EXPECT_CODE(e, PD_UNAVAILABLE,
+              pd_client_echo(c, "x", 1, NULL, 0, NULL, &co, e->st));
   ASSERT_MSG_HAS(e, "cannot reach unix:/nonexistent/paradevd.sock");
   pd_client_delete(c);
   assert_null(pd_client_new("", NULL, e->st));
@@ -1107,13 +1126,13 @@ static void test_unreachable(void **state) {
   }
   /* A path is a Unix socket; a host without a port gets paradevd's 7478
    * (not gRPC's 443). pd_client_target says what is dialed. */
-  const char *given[] = {"/tmp/d.sock", "./d.sock", "../d.sock", "localhost",
-                         "[::1]", "dns:///localhost", "127.0.0.1:7000",
-                         "unix:/tmp/d.sock"};
-  const char *dialed[] = {"unix:/tmp/d.sock", "unix:./d.sock", "unix:../d.sock",
-                          "localhost:7478", "[::1]:7478",
-                          "dns:///localhost:7478", "127.0.0.1:7000",
-                          "unix:/tmp/d.sock"};
+  const char *given[] = {
+      "/tmp/d.sock", "./d.sock",         "../d.sock",      "localhost",
+      "[::1]",       "dns:///localhost", "127.0.0.1:7000", "unix:/tmp/d.sock"};
+  const char *dialed[] = {"unix:/tmp/d.sock", "unix:./d.sock",
+                          "unix:../d.sock",   "localhost:7478",
+                          "[::1]:7478",       "dns:///localhost:7478",
+                          "127.0.0.1:7000",   "unix:/tmp/d.sock"};
   for (int i = 0; i < 8; i++) {
     pd_client *t = pd_client_new(given[i], NULL, e->st);
     if (!t) fail_msg("%s: %s", given[i], pd_status_message(e->st));
@@ -1125,8 +1144,9 @@ static void test_unreachable(void **state) {
   for (int i = 0; i < 3; i++) {
     assert_null(pd_client_new(empty_port[i], NULL, e->st));
     assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
-    ASSERT_MSG_HAS(e, "the port is empty; expected host:port (port 1 to 65535), "
-                      "host (port 7478) or unix:/path");
+    ASSERT_MSG_HAS(e,
+                   "the port is empty; expected host:port (port 1 to 65535), "
+                   "host (port 7478) or unix:/path");
     ASSERT_MSG_HAS(e, empty_port[i]);
   }
   /* The real daemon, by its socket's bare path. */
@@ -1146,9 +1166,10 @@ static void test_options_checked(void **state) {
   co.timeout_ms = -5;
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
               pd_client_echo(e->c, "x", 1, NULL, 0, NULL, &co, e->st));
-  ASSERT_MSG_HAS(e, "pd_call_options.timeout_ms is -5; expected a number of "
-                    "milliseconds > 0, PD_TIMEOUT_DEFAULT (0) or "
-                    "PD_TIMEOUT_NONE (-1)");
+  ASSERT_MSG_HAS(e,
+                 "pd_call_options.timeout_ms is -5; expected a number of "
+                 "milliseconds > 0, PD_TIMEOUT_DEFAULT (0) or "
+                 "PD_TIMEOUT_NONE (-1)");
   uint64_t id = pd_session_new_id(e->s);
   const float v[2] = {1, 2};
   const int64_t d[1] = {2};
@@ -1174,8 +1195,8 @@ static void test_options_checked(void **state) {
   co.timeout_ms = PD_TIMEOUT_NONE;
   OK(e, pd_client_echo(e->c, "x", 1, NULL, 0, NULL, &co, e->st));
   co.timeout_ms = 20000;
-  OK(e, pd_upload(e->s, id, PD_FLOAT32, d, 1, v, sizeof(v), pd_layout_mirrored(),
-                  NULL, &co, e->st));
+  OK(e, pd_upload(e->s, id, PD_FLOAT32, d, 1, v, sizeof(v),
+                  pd_layout_mirrored(), NULL, &co, e->st));
   OK(e, pd_delete(e->s, &id, 1, &co, e->st));
   /* The other options structs. */
   pd_client_options clo = PD_CLIENT_OPTIONS_INITIALIZER;
@@ -1248,10 +1269,10 @@ static void run_cli(cli_out *o, const char *env_target, const char *fmt, ...) {
   unlink(errp);
 }
 
-#define ASSERT_HAS(hay, needle)                                             \
-  do {                                                                      \
-    if (!strstr((hay), (needle)))                                           \
-      fail_msg("output does not contain \"%s\":\n%s", (needle), (hay));     \
+#define ASSERT_HAS(hay, needle)                                                \
+  do {                                                                         \
+    if (!strstr((hay), (needle)))                                              \
+      fail_msg("output does not contain \"%s\":\n%s", (needle), (hay));        \
   } while (0)
 
 static void test_cli(void **state) {
@@ -1287,16 +1308,18 @@ static void test_cli(void **state) {
     if (o->rc != 0)
       fail_msg("--timeout %s: rc %d\n%s", timeouts[i], o->rc, o->err);
   }
-  const char *bad_timeouts[] = {"0", "0ms", "0.4ms", "86400001ms", "25h", "-1s",
-                                "1e3", "10x", "s", "inf", "10000", "2.5"};
+  const char *bad_timeouts[] = {"0",   "0ms", "0.4ms", "86400001ms",
+                                "25h", "-1s", "1e3",   "10x",
+                                "s",   "inf", "10000", "2.5"};
   for (int i = 0; i < 12; i++) {
     run_cli(o, NULL, "--target %s --timeout %s health", e->target,
             bad_timeouts[i]);
     if (o->rc != 2)
       fail_msg("--timeout %s: rc %d, expected 2\n%s", bad_timeouts[i], o->rc,
                o->err);
-    ASSERT_HAS(o->err, "expected a time from 1ms to 24h, such as 500ms, 2s or "
-                       "1m (a number needs a unit: ms, s, m or h)");
+    ASSERT_HAS(o->err,
+               "expected a time from 1ms to 24h, such as 500ms, 2s or "
+               "1m (a number needs a unit: ms, s, m or h)");
   }
   /* A bad target is a usage error (2), named with what is allowed. */
   run_cli(o, NULL, "--target 127.0.0.1:99999 info");
@@ -1316,9 +1339,10 @@ static void test_cli(void **state) {
   double p50, p90, p99, mx;
   const char *l = strstr(o->out, "latency p50");
   assert_non_null(l);
-  assert_int_equal(sscanf(l, "latency p50 %lf ms, p90 %lf ms, p99 %lf ms, max %lf ms",
-                          &p50, &p90, &p99, &mx),
-                   4);
+  assert_int_equal(
+      sscanf(l, "latency p50 %lf ms, p90 %lf ms, p99 %lf ms, max %lf ms", &p50,
+             &p90, &p99, &mx),
+      4);
   assert_true(p50 > 0 && p50 <= p90 && p90 <= p99 && p99 <= mx);
   run_cli(o, NULL, "--target %s ping -q --count=3 --size=1K", e->target);
   assert_int_equal(o->rc, 0);
@@ -1336,7 +1360,8 @@ static void test_cli(void **state) {
   assert_int_equal(o->rc, 1);
   ASSERT_HAS(o->err, "cannot reach unix:/nonexistent/x.sock");
   run_cli(o, NULL, "--target %s health", D.unix_target + 5);
-  if (o->rc != 0) fail_msg("--target %s: rc %d\n%s", D.unix_target + 5, o->rc, o->err);
+  if (o->rc != 0)
+    fail_msg("--target %s: rc %d\n%s", D.unix_target + 5, o->rc, o->err);
   assert_string_equal(o->out, "SERVING\n");
   /* An empty port is a usage error; a host without one gets 7478. */
   run_cli(o, NULL, "--target localhost: info");
@@ -1350,8 +1375,8 @@ static void test_cli(void **state) {
   run_cli(o, NULL, "%s", "");
   assert_int_equal(o->rc, 2);
   /* --help: the top and every command. */
-  const char *helps[] = {"--help", "info --help", "health --help", "ping --help",
-                         "help"};
+  const char *helps[] = {"--help", "info --help", "health --help",
+                         "ping --help", "help"};
   for (int i = 0; i < 5; i++) {
     run_cli(o, NULL, "%s", helps[i]);
     assert_int_equal(o->rc, 0);
@@ -1368,13 +1393,15 @@ static void test_cli(void **state) {
   ASSERT_HAS(o->out, "Exit status: 0 done;");
   run_cli(o, NULL, "admin --timeout 0 sessions");
   assert_int_equal(o->rc, 2);
-  ASSERT_HAS(o->err, "--timeout '0': expected a time from 1ms to 24h, such as "
-                     "500ms, 2s or 1m (a number needs a unit: ms, s, m or h)");
+  ASSERT_HAS(o->err,
+             "--timeout '0': expected a time from 1ms to 24h, such as "
+             "500ms, 2s or 1m (a number needs a unit: ms, s, m or h)");
   /* The same reading as the top level's: a bare number is refused. */
   run_cli(o, NULL, "admin --timeout 5 sessions");
   assert_int_equal(o->rc, 2);
-  ASSERT_HAS(o->err, "--timeout '5': expected a time from 1ms to 24h, such as "
-                     "500ms, 2s or 1m (a number needs a unit: ms, s, m or h)");
+  ASSERT_HAS(o->err,
+             "--timeout '5': expected a time from 1ms to 24h, such as "
+             "500ms, 2s or 1m (a number needs a unit: ms, s, m or h)");
   run_cli(o, NULL, "--version");
   assert_int_equal(o->rc, 0);
   assert_string_equal(o->out, "paradev 0.1.0\n");
@@ -1383,20 +1410,20 @@ static void test_cli(void **state) {
 
 /* --- main -------------------------------------------------------------------------- */
 
-#define RPC_TESTS                                                        \
-  cmocka_unit_test(test_server_info), cmocka_unit_test(test_health_and_echo), \
-      cmocka_unit_test(test_add_matmul), cmocka_unit_test(test_attrs_kinds), \
-      cmocka_unit_test(test_sharded_allreduce),                          \
-      cmocka_unit_test(test_per_component),                              \
-      cmocka_unit_test(test_chunked_transfer),                           \
-      cmocka_unit_test(test_enqueue_10000),                              \
-      cmocka_unit_test(test_stream_bad_session),                         \
-      cmocka_unit_test(test_describe_before_sync),                       \
-      cmocka_unit_test(test_delete), cmocka_unit_test(test_sync_error),  \
-      cmocka_unit_test(test_batch),                                      \
-      cmocka_unit_test(test_deadline_and_cancel),                        \
-      cmocka_unit_test(test_options_checked),                            \
-      cmocka_unit_test(test_sessions), cmocka_unit_test(test_cli)
+#define RPC_TESTS                                                              \
+  cmocka_unit_test(test_server_info), cmocka_unit_test(test_health_and_echo),  \
+      cmocka_unit_test(test_add_matmul), cmocka_unit_test(test_attrs_kinds),   \
+      cmocka_unit_test(test_sharded_allreduce),                                \
+      cmocka_unit_test(test_per_component),                                    \
+      cmocka_unit_test(test_chunked_transfer),                                 \
+      cmocka_unit_test(test_enqueue_10000),                                    \
+      cmocka_unit_test(test_stream_bad_session),                               \
+      cmocka_unit_test(test_describe_before_sync),                             \
+      cmocka_unit_test(test_delete), cmocka_unit_test(test_sync_error),        \
+      cmocka_unit_test(test_batch),                                            \
+      cmocka_unit_test(test_deadline_and_cancel),                              \
+      cmocka_unit_test(test_options_checked), cmocka_unit_test(test_sessions), \
+      cmocka_unit_test(test_cli)
 
 int main(int argc, char **argv) {
   if (argc != 3) {
@@ -1427,7 +1454,8 @@ int main(int argc, char **argv) {
             D.log ? D.log : "");
     failed++;
   }
-  if (D.log && (strstr(D.log, "AddressSanitizer") || strstr(D.log, "runtime error"))) {
+  if (D.log &&
+      (strstr(D.log, "AddressSanitizer") || strstr(D.log, "runtime error"))) {
     fprintf(stderr, "sanitizer report in the daemon's log:\n%s\n", D.log);
     failed++;
   }

@@ -69,11 +69,13 @@ static void daemon_start(pdt_daemon *d, const char *prefix) {
   char mem[32], ndev[8];
   snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
   snprintf(ndev, sizeof(ndev), "%d", NDEV);
-  const char *extra[] = {"--devices", ndev, "--memory-limit", mem, "--grace-ms", "2000", NULL};
+  const char *extra[] = {"--devices", ndev, "--memory-limit", mem, "--grace-ms",
+                         "2000",      NULL};
   pdt_daemon_start(d, paradevd_path, prefix, false, extra);
 }
 
-static pd_session *new_session(env *e, uint32_t lease, bool keep_alive, uint64_t quota) {
+static pd_session *new_session(env *e, uint32_t lease, bool keep_alive,
+                               uint64_t quota) {
   pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
   so.client_name = "test_shm";
   so.lease_seconds = lease;
@@ -130,14 +132,46 @@ static bool daemon_maps(pid_t pid, const char *key) {
 static void put_elem(pd_dtype dt, void *p, size_t i, int seed) {
   long v = (long)i * 7 + seed;
   switch (dt) {
-    case PD_FLOAT32: { float x = (float)v * 0.25f - 9.5f; memcpy(p, &x, 4); break; }
-    case PD_FLOAT64: { double x = (double)v * 0.125 - 1e6; memcpy(p, &x, 8); break; }
-    case PD_FLOAT16: { uint16_t x = (uint16_t)(0x3C00 + (v & 0x3ff)); memcpy(p, &x, 2); break; }
-    case PD_BFLOAT16: { uint16_t x = (uint16_t)(0x3F80 + (v & 0x7f)); memcpy(p, &x, 2); break; }
-    case PD_INT32: { int32_t x = (int32_t)(v * 1000 - 123456); memcpy(p, &x, 4); break; }
-    case PD_INT64: { int64_t x = (int64_t)v * 10000000000LL - 7; memcpy(p, &x, 8); break; }
-    case PD_UINT8: { uint8_t x = (uint8_t)(v * 13); memcpy(p, &x, 1); break; }
-    case PD_BOOL: { uint8_t x = (uint8_t)(v % 3 == 0); memcpy(p, &x, 1); break; }
+    case PD_FLOAT32: {
+      float x = (float)v * 0.25f - 9.5f;
+      memcpy(p, &x, 4);
+      break;
+    }
+    case PD_FLOAT64: {
+      double x = (double)v * 0.125 - 1e6;
+      memcpy(p, &x, 8);
+      break;
+    }
+    case PD_FLOAT16: {
+      uint16_t x = (uint16_t)(0x3C00 + (v & 0x3ff));
+      memcpy(p, &x, 2);
+      break;
+    }
+    case PD_BFLOAT16: {
+      uint16_t x = (uint16_t)(0x3F80 + (v & 0x7f));
+      memcpy(p, &x, 2);
+      break;
+    }
+    case PD_INT32: {
+      int32_t x = (int32_t)(v * 1000 - 123456);
+      memcpy(p, &x, 4);
+      break;
+    }
+    case PD_INT64: {
+      int64_t x = (int64_t)v * 10000000000LL - 7;
+      memcpy(p, &x, 8);
+      break;
+    }
+    case PD_UINT8: {
+      uint8_t x = (uint8_t)(v * 13);
+      memcpy(p, &x, 1);
+      break;
+    }
+    case PD_BOOL: {
+      uint8_t x = (uint8_t)(v % 3 == 0);
+      memcpy(p, &x, 1);
+      break;
+    }
     default: fail_msg("dtype %d", (int)dt);
   }
 }
@@ -148,17 +182,18 @@ static void fill(pd_dtype dt, void *buf, size_t n, int seed) {
 }
 
 /* Rows [r0, r0+nr) and columns [c0, c0+nc) of a row-major rows x cols value. */
-static void block(const uint8_t *src, size_t es, int64_t cols, int64_t r0, int64_t nr,
-                  int64_t c0, int64_t nc, uint8_t *dst) {
+static void block(const uint8_t *src, size_t es, int64_t cols, int64_t r0,
+                  int64_t nr, int64_t c0, int64_t nc, uint8_t *dst) {
   for (int64_t r = 0; r < nr; r++)
-    memcpy(dst + (size_t)(r * nc) * es, src + (size_t)((r0 + r) * cols + c0) * es,
-           (size_t)nc * es);
+    memcpy(dst + (size_t)(r * nc) * es,
+           src + (size_t)((r0 + r) * cols + c0) * es, (size_t)nc * es);
 }
 
 /* --- round trips --------------------------------------------------------------- */
 
-static const pd_dtype all_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16, PD_BFLOAT16,
-                                      PD_INT32,   PD_INT64,   PD_UINT8,   PD_BOOL};
+static const pd_dtype all_dtypes[] = {PD_FLOAT32,  PD_FLOAT64, PD_FLOAT16,
+                                      PD_BFLOAT16, PD_INT32,   PD_INT64,
+                                      PD_UINT8,    PD_BOOL};
 
 static void test_round_trips(void **state) {
   env *e = *state;
@@ -177,7 +212,8 @@ static void test_round_trips(void **state) {
     pd_dtype dt = all_dtypes[k];
     size_t es = pd_dtype_size(dt);
     uint8_t want[64 * 8], got[64 * 8], part[64 * 8];
-    const uint64_t in_off = 1 + k, out_off = 4096 + 3 * k; /* unaligned on purpose */
+    const uint64_t in_off = 1 + k,
+                   out_off = 4096 + 3 * k; /* unaligned on purpose */
     char what[96];
 
     /* MIRRORED [5, 3]: the same value on every component. */
@@ -186,24 +222,28 @@ static void test_round_trips(void **state) {
     memcpy(data + in_off, want, 15 * es);
     pd_tensor_info ti;
     uint64_t mid = id++;
-    OK(e, pd_upload_from_shared_memory(s, mid, dt, md, 2, r, in_off, pd_layout_mirrored(), &ti,
-                                       NULL, e->st));
+    OK(e, pd_upload_from_shared_memory(s, mid, dt, md, 2, r, in_off,
+                                       pd_layout_mirrored(), &ti, NULL, e->st));
     assert_int_equal(ti.dtype, dt);
     pdt_assert_shape(&ti, 2, md);
     /* Independently, through gRPC's Download. */
-    OK(e, pd_download(s, mid, pd_layout_mirrored(), got, sizeof got, NULL, NULL, NULL, e->st));
-    snprintf(what, sizeof what, "%s mirrored, gRPC download", pd_dtype_name(dt));
+    OK(e, pd_download(s, mid, pd_layout_mirrored(), got, sizeof got, NULL, NULL,
+                      NULL, e->st));
+    snprintf(what, sizeof what, "%s mirrored, gRPC download",
+             pd_dtype_name(dt));
     pdt_assert_bytes(got, want, 15 * es, what);
     for (int c = 0; c < NDEV; c++) {
       memset(data + out_off, 0xAB, 15 * es + 1);
       size_t nb = 0;
-      OK(e, pd_download_to_shared_memory(s, mid, pd_layout_component(c), r, out_off, &ti, &nb,
-                                         NULL, e->st));
+      OK(e, pd_download_to_shared_memory(s, mid, pd_layout_component(c), r,
+                                         out_off, &ti, &nb, NULL, e->st));
       assert_int_equal(nb, 15 * es);
       pdt_assert_shape(&ti, 2, md);
-      snprintf(what, sizeof what, "%s mirrored, component %d", pd_dtype_name(dt), c);
+      snprintf(what, sizeof what, "%s mirrored, component %d",
+               pd_dtype_name(dt), c);
       pdt_assert_bytes(data + out_off, want, 15 * es, what);
-      assert_int_equal(data[out_off + 15 * es], 0xAB); /* nothing past the value */
+      assert_int_equal(data[out_off + 15 * es],
+                       0xAB); /* nothing past the value */
     }
 
     /* SHARDED along axis 0, [7, 3] on 4 devices: rows 2, 2, 2, 1. */
@@ -212,23 +252,25 @@ static void test_round_trips(void **state) {
     fill(dt, want, 21, (int)k + 50);
     memcpy(data + in_off, want, 21 * es);
     uint64_t sid = id++;
-    OK(e, pd_upload_from_shared_memory(s, sid, dt, sd, 2, r, in_off, pd_layout_sharded(0), &ti,
-                                       NULL, e->st));
+    OK(e, pd_upload_from_shared_memory(s, sid, dt, sd, 2, r, in_off,
+                                       pd_layout_sharded(0), &ti, NULL, e->st));
     pdt_assert_shape(&ti, 2, (int64_t[]){-1, 3});
     for (int c = 0; c < NDEV; c++) {
-      OK(e, pd_download_to_shared_memory(s, sid, pd_layout_component(c), r, out_off, &ti, NULL,
-                                         NULL, e->st));
+      OK(e, pd_download_to_shared_memory(s, sid, pd_layout_component(c), r,
+                                         out_off, &ti, NULL, NULL, e->st));
       pdt_assert_shape(&ti, 2, (int64_t[]){rows[c], 3});
       block(want, es, 3, row0[c], rows[c], 0, 3, part);
-      snprintf(what, sizeof what, "%s sharded axis 0, component %d", pd_dtype_name(dt), c);
+      snprintf(what, sizeof what, "%s sharded axis 0, component %d",
+               pd_dtype_name(dt), c);
       pdt_assert_bytes(data + out_off, part, (size_t)rows[c] * 3 * es, what);
     }
     size_t nb = 0;
-    OK(e, pd_download_to_shared_memory(s, sid, pd_layout_sharded(0), r, out_off, &ti, &nb, NULL,
-                                       e->st));
+    OK(e, pd_download_to_shared_memory(s, sid, pd_layout_sharded(0), r, out_off,
+                                       &ti, &nb, NULL, e->st));
     assert_int_equal(nb, 21 * es);
     pdt_assert_shape(&ti, 2, sd);
-    snprintf(what, sizeof what, "%s sharded axis 0, concatenated", pd_dtype_name(dt));
+    snprintf(what, sizeof what, "%s sharded axis 0, concatenated",
+             pd_dtype_name(dt));
     pdt_assert_bytes(data + out_off, want, 21 * es, what);
 
     /* SHARDED along axis 1, [2, 5]: columns 2, 1, 1, 1. */
@@ -237,19 +279,22 @@ static void test_round_trips(void **state) {
     fill(dt, want, 10, (int)k + 90);
     memcpy(data + in_off, want, 10 * es);
     uint64_t cid = id++;
-    OK(e, pd_upload_from_shared_memory(s, cid, dt, cd, 2, r, in_off, pd_layout_sharded(1), NULL,
-                                       NULL, e->st));
+    OK(e,
+       pd_upload_from_shared_memory(s, cid, dt, cd, 2, r, in_off,
+                                    pd_layout_sharded(1), NULL, NULL, e->st));
     for (int c = 0; c < NDEV; c++) {
-      OK(e, pd_download_to_shared_memory(s, cid, pd_layout_component(c), r, out_off, &ti, NULL,
-                                         NULL, e->st));
+      OK(e, pd_download_to_shared_memory(s, cid, pd_layout_component(c), r,
+                                         out_off, &ti, NULL, NULL, e->st));
       pdt_assert_shape(&ti, 2, (int64_t[]){2, cols[c]});
       block(want, es, 5, 0, 2, col0[c], cols[c], part);
-      snprintf(what, sizeof what, "%s sharded axis 1, component %d", pd_dtype_name(dt), c);
+      snprintf(what, sizeof what, "%s sharded axis 1, component %d",
+               pd_dtype_name(dt), c);
       pdt_assert_bytes(data + out_off, part, (size_t)(2 * cols[c]) * es, what);
     }
-    OK(e, pd_download_to_shared_memory(s, cid, pd_layout_sharded(1), r, out_off, NULL, NULL,
-                                       NULL, e->st));
-    snprintf(what, sizeof what, "%s sharded axis 1, concatenated", pd_dtype_name(dt));
+    OK(e, pd_download_to_shared_memory(s, cid, pd_layout_sharded(1), r, out_off,
+                                       NULL, NULL, NULL, e->st));
+    snprintf(what, sizeof what, "%s sharded axis 1, concatenated",
+             pd_dtype_name(dt));
     pdt_assert_bytes(data + out_off, want, 10 * es, what);
 
     /* PER_COMPONENT [1, 3], [2, 3], [0, 3], [3, 3]: one after another. */
@@ -260,14 +305,14 @@ static void test_round_trips(void **state) {
     fill(dt, want, 18, (int)k + 130);
     memcpy(data + in_off, want, 18 * es);
     uint64_t pid_ = id++;
-    OK(e, pd_upload_components_from_shared_memory(s, pid_, dt, NDEV, pd, ranks, r, in_off, &ti,
-                                                  NULL, e->st));
+    OK(e, pd_upload_components_from_shared_memory(s, pid_, dt, NDEV, pd, ranks,
+                                                  r, in_off, &ti, NULL, e->st));
     pdt_assert_shape(&ti, 2, (int64_t[]){-1, 3});
     pd_tensor_info infos[NDEV];
     nb = 0;
     memset(data + out_off, 0, 18 * es);
-    OK(e, pd_download_components_to_shared_memory(s, pid_, NDEV, r, out_off, infos, &nb, NULL,
-                                                  e->st));
+    OK(e, pd_download_components_to_shared_memory(s, pid_, NDEV, r, out_off,
+                                                  infos, &nb, NULL, e->st));
     assert_int_equal(nb, 18 * es);
     snprintf(what, sizeof what, "%s per component", pd_dtype_name(dt));
     pdt_assert_bytes(data + out_off, want, 18 * es, what);
@@ -279,7 +324,8 @@ static void test_round_trips(void **state) {
     size_t at = 0;
     for (int c = 0; c < NDEV; c++) {
       pdt_assert_shape(&infos[c], 2, pd[c]);
-      snprintf(what, sizeof what, "%s per component, gRPC component %d", pd_dtype_name(dt), c);
+      snprintf(what, sizeof what, "%s per component, gRPC component %d",
+               pd_dtype_name(dt), c);
       pdt_assert_bytes(bufs[c], want + at, n_el[c] * es, what);
       at += n_el[c] * es;
     }
@@ -287,10 +333,12 @@ static void test_round_trips(void **state) {
     /* gRPC's Upload, then a download into the region. */
     fill(dt, want, 15, (int)k + 170);
     uint64_t gid = id++;
-    OK(e, pd_upload(s, gid, dt, md, 2, want, 15 * es, pd_layout_mirrored(), NULL, NULL, e->st));
-    OK(e, pd_download_to_shared_memory(s, gid, pd_layout_mirrored(), r, out_off, NULL, NULL,
-                                       NULL, e->st));
-    snprintf(what, sizeof what, "%s gRPC upload, region download", pd_dtype_name(dt));
+    OK(e, pd_upload(s, gid, dt, md, 2, want, 15 * es, pd_layout_mirrored(),
+                    NULL, NULL, e->st));
+    OK(e, pd_download_to_shared_memory(s, gid, pd_layout_mirrored(), r, out_off,
+                                       NULL, NULL, NULL, e->st));
+    snprintf(what, sizeof what, "%s gRPC upload, region download",
+             pd_dtype_name(dt));
     pdt_assert_bytes(data + out_off, want, 15 * es, what);
   }
 
@@ -299,18 +347,19 @@ static void test_round_trips(void **state) {
   for (int i = 0; i < 6; i++) want2[i] = 2.0f * x[i];
   memcpy(data, x, sizeof x);
   int64_t xd[1] = {6};
-  OK(e, pd_upload_from_shared_memory(s, 1, PD_FLOAT32, xd, 1, r, 0, pd_layout_mirrored(), NULL,
-                                     NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(s, 1, PD_FLOAT32, xd, 1, r, 0,
+                                     pd_layout_mirrored(), NULL, NULL, e->st));
   uint64_t in[2] = {1, 1}, out = 2;
   OK(e, pd_execute(s, "Add", in, 2, NULL, &out, 1, NULL, NULL, e->st));
   for (int c = 0; c < NDEV; c++) {
-    OK(e, pd_download_to_shared_memory(s, 2, pd_layout_component(c), r, 100, NULL, NULL, NULL,
-                                       e->st));
+    OK(e, pd_download_to_shared_memory(s, 2, pd_layout_component(c), r, 100,
+                                       NULL, NULL, NULL, e->st));
     float y[6];
     memcpy(y, data + 100, sizeof y);
     for (int i = 0; i < 6; i++)
-      if (y[i] != want2[i]) fail_msg("component %d element %d: %g, expected %g", c, i,
-                                     (double)y[i], (double)want2[i]);
+      if (y[i] != want2[i])
+        fail_msg("component %d element %d: %g, expected %g", c, i, (double)y[i],
+                 (double)want2[i]);
   }
   OK(e, pd_delete(s, (uint64_t[]){1, 2}, 2, NULL, e->st));
   const char *key = pd_shared_memory_key(r);
@@ -337,43 +386,50 @@ static void test_region_end(void **state) {
   int64_t n16[1] = {16};
   for (int i = 0; i < 16; i++) data[D_ - 16 + (size_t)i] = (uint8_t)(200 + i);
   /* The last 16 bytes exactly. */
-  OK(e, pd_upload_from_shared_memory(s, 1, PD_UINT8, n16, 1, r, D_ - 16, pd_layout_mirrored(),
-                                     NULL, NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(s, 1, PD_UINT8, n16, 1, r, D_ - 16,
+                                     pd_layout_mirrored(), NULL, NULL, e->st));
   uint8_t got[16];
-  OK(e, pd_download(s, 1, pd_layout_component(3), got, sizeof got, NULL, NULL, NULL, e->st));
+  OK(e, pd_download(s, 1, pd_layout_component(3), got, sizeof got, NULL, NULL,
+                    NULL, e->st));
   for (int i = 0; i < 16; i++) assert_int_equal(got[i], 200 + i);
   /* One byte past the end. */
-  EXPECT_CODE(e, PD_OUT_OF_RANGE,
-              pd_upload_from_shared_memory(s, 2, PD_UINT8, n16, 1, r, D_ - 15,
-                                           pd_layout_mirrored(), NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_OUT_OF_RANGE,
+      pd_upload_from_shared_memory(s, 2, PD_UINT8, n16, 1, r, D_ - 15,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "16 bytes at data offset 3985");
   ASSERT_MSG_HAS(e, "holds 4000 bytes of data");
   /* No tensor was made under id 2. */
   EXPECT_CODE(e, PD_NOT_FOUND,
-              pd_download(s, 2, pd_layout_mirrored(), got, sizeof got, NULL, NULL, NULL, e->st));
+              pd_download(s, 2, pd_layout_mirrored(), got, sizeof got, NULL,
+                          NULL, NULL, e->st));
   /* Downloads: the exact end works, a byte past it writes nothing. */
   memset(data + D_ - 16, 0, 16);
-  OK(e, pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, D_ - 16, NULL, NULL, NULL,
-                                     e->st));
-  for (int i = 0; i < 16; i++) assert_int_equal(data[D_ - 16 + (size_t)i], 200 + i);
+  OK(e, pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, D_ - 16,
+                                     NULL, NULL, NULL, e->st));
+  for (int i = 0; i < 16; i++)
+    assert_int_equal(data[D_ - 16 + (size_t)i], 200 + i);
   memset(data + D_ - 16, 0x5A, 16);
   EXPECT_CODE(e, PD_OUT_OF_RANGE,
-              pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, D_ - 15, NULL, NULL,
-                                           NULL, e->st));
+              pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r,
+                                           D_ - 15, NULL, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "16 bytes at data offset 3985");
-  for (int i = 0; i < 16; i++) assert_int_equal(data[D_ - 16 + (size_t)i], 0x5A);
+  for (int i = 0; i < 16; i++)
+    assert_int_equal(data[D_ - 16 + (size_t)i], 0x5A);
   /* Offsets whose sum with the size overflows. */
-  EXPECT_CODE(e, PD_OUT_OF_RANGE,
-              pd_upload_from_shared_memory(s, 2, PD_UINT8, n16, 1, r, UINT64_MAX - 7,
-                                           pd_layout_mirrored(), NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_OUT_OF_RANGE,
+      pd_upload_from_shared_memory(s, 2, PD_UINT8, n16, 1, r, UINT64_MAX - 7,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "18446744073709551608");
-  EXPECT_CODE(e, PD_OUT_OF_RANGE,
-              pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, UINT64_MAX, NULL,
-                                           NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_OUT_OF_RANGE,
+      pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, UINT64_MAX,
+                                   NULL, NULL, NULL, e->st));
   /* An empty value at the very end is in range. */
   int64_t n0[1] = {0};
-  OK(e, pd_upload_from_shared_memory(s, 3, PD_UINT8, n0, 1, r, D_, pd_layout_mirrored(), NULL,
-                                     NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(s, 3, PD_UINT8, n0, 1, r, D_,
+                                     pd_layout_mirrored(), NULL, NULL, e->st));
   OK(e, pd_delete(s, (uint64_t[]){1, 3}, 2, NULL, e->st));
   OK(e, pd_shared_memory_destroy(r, NULL, e->st));
 }
@@ -381,13 +437,15 @@ static void test_region_end(void **state) {
 /* --- registration errors -------------------------------------------------------------- */
 
 /* A fresh object of `bytes` bytes (mode 0600), closed; its key in key. */
-static void make_object(char *key, size_t keylen, const char *tag, size_t bytes, mode_t mode) {
+static void make_object(char *key, size_t keylen, const char *tag, size_t bytes,
+                        mode_t mode) {
   static int n;
   snprintf(key, keylen, "/pdtest-shm-%d-%s-%d", (int)getpid(), tag, n++);
   shm_unlink(key);
   int fd = shm_open(key, O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) fail_msg("shm_open %s: %s", key, strerror(errno));
-  if (ftruncate(fd, (off_t)bytes) != 0) fail_msg("ftruncate: %s", strerror(errno));
+  if (ftruncate(fd, (off_t)bytes) != 0)
+    fail_msg("ftruncate: %s", strerror(errno));
   if (fchmod(fd, mode) != 0) fail_msg("fchmod: %s", strerror(errno));
   close(fd);
 }
@@ -398,43 +456,50 @@ static void test_register_errors(void **state) {
   pd_shared_memory *r = NULL;
   /* No object under the key. */
   EXPECT_CODE(e, PD_NOT_FOUND,
-              pd_shared_memory_register(s, "/pdtest-shm-missing-xyz", NULL, 4096, false, &r,
-                                        NULL, e->st));
+              pd_shared_memory_register(s, "/pdtest-shm-missing-xyz", NULL,
+                                        4096, false, &r, NULL, e->st));
   ASSERT_MSG_HAS(e, "/pdtest-shm-missing-xyz");
   /* Keys that are no POSIX shm name. */
-  const char *bad_keys[] = {"pdtest-noslash", "/", "/..", "/a/b", "/a b", "/x\xc3\xa9"};
+  const char *bad_keys[] = {"pdtest-noslash", "/",    "/..",
+                            "/a/b",           "/a b", "/x\xc3\xa9"};
   for (size_t i = 0; i < sizeof bad_keys / sizeof bad_keys[0]; i++) {
     EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-                pd_shared_memory_register(s, bad_keys[i], "k", 4096, false, &r, NULL, e->st));
+                pd_shared_memory_register(s, bad_keys[i], "k", 4096, false, &r,
+                                          NULL, e->st));
     ASSERT_MSG_HAS(e, "followed by 1 to 200 of A-Z a-z 0-9 . _ -");
   }
   char longkey[260];
   longkey[0] = '/';
   memset(longkey + 1, 'a', 201);
   longkey[202] = '\0';
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_shared_memory_register(s, longkey, "k", 4096, false, &r, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_shared_memory_register(s, longkey, "k", 4096, false, &r, NULL, e->st));
   char key[128];
   make_object(key, sizeof key, "small", 4096, 0600);
   /* byte_size must leave room for data past the header. */
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_shared_memory_register(s, key, NULL, 64, false, &r, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_shared_memory_register(s, key, NULL, 64, false, &r, NULL, e->st));
   ASSERT_MSG_HAS(e, "byte_size 64");
   /* An object smaller than byte_size. */
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_shared_memory_register(s, key, NULL, 8192, false, &r, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_shared_memory_register(s, key, NULL, 8192, false, &r, NULL, e->st));
   ASSERT_MSG_HAS(e, "holds 4096 bytes; byte_size is 8192");
   /* The same when the library is to write the header: it must not write past
    * the object's end (SIGBUS in the program). */
   char empty[128];
   make_object(empty, sizeof empty, "empty", 0, 0600);
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_shared_memory_register(s, empty, NULL, 4096, true, &r, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_shared_memory_register(s, empty, NULL, 4096, true, &r, NULL, e->st));
   ASSERT_MSG_HAS(e, "holds 0 bytes; byte_size is 4096");
   shm_unlink(empty);
   /* No header (zeros) and a header with another token. */
-  EXPECT_CODE(e, PD_PERMISSION_DENIED,
-              pd_shared_memory_register(s, key, NULL, 4096, false, &r, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_PERMISSION_DENIED,
+      pd_shared_memory_register(s, key, NULL, 4096, false, &r, NULL, e->st));
   ASSERT_MSG_HAS(e, "does not carry this session's header");
   int fd = shm_open(key, O_RDWR, 0);
   uint8_t *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -442,54 +507,66 @@ static void test_register_errors(void **state) {
   assert_true(m != MAP_FAILED);
   OK(e, pd_shared_memory_write_header(s, m, 4096, e->st));
   m[8 + 23] ^= 1; /* the token's last byte */
-  EXPECT_CODE(e, PD_PERMISSION_DENIED,
-              pd_shared_memory_register(s, key, NULL, 4096, false, &r, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_PERMISSION_DENIED,
+      pd_shared_memory_register(s, key, NULL, 4096, false, &r, NULL, e->st));
   ASSERT_MSG_HAS(e, "does not carry this session's header");
   m[8 + 23] ^= 1;
   m[40] = 1; /* the rest of the header must be zero */
-  EXPECT_CODE(e, PD_PERMISSION_DENIED,
-              pd_shared_memory_register(s, key, NULL, 4096, false, &r, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_PERMISSION_DENIED,
+      pd_shared_memory_register(s, key, NULL, 4096, false, &r, NULL, e->st));
   m[40] = 0;
   /* Now the header is right: a program-managed object registers. */
-  OK(e, pd_shared_memory_register(s, key, "mine", 4096, false, &r, NULL, e->st));
+  OK(e,
+     pd_shared_memory_register(s, key, "mine", 4096, false, &r, NULL, e->st));
   assert_string_equal(pd_shared_memory_name(r), "mine");
   assert_int_equal(pd_shared_memory_size(r), 4096 - HDR);
   /* Names: unique, printable, not empty, not too long. */
   pd_shared_memory *r2 = NULL;
-  EXPECT_CODE(e, PD_ALREADY_EXISTS,
-              pd_shared_memory_register(s, key, "mine", 4096, false, &r2, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_ALREADY_EXISTS,
+      pd_shared_memory_register(s, key, "mine", 4096, false, &r2, NULL, e->st));
   ASSERT_MSG_HAS(e, "\"mine\" is already registered");
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_shared_memory_register(s, key, "bad\x01name", 4096, false, &r2, NULL, e->st));
+              pd_shared_memory_register(s, key, "bad\x01name", 4096, false, &r2,
+                                        NULL, e->st));
   ASSERT_MSG_HAS(e, "printable ASCII");
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_shared_memory_register(s, key, "", 4096, false, &r2, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_shared_memory_register(s, key, "", 4096, false, &r2, NULL, e->st));
   char longname[300];
   memset(longname, 'n', 299);
   longname[299] = '\0';
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_shared_memory_register(s, key, longname, 4096, false, &r2, NULL, e->st));
+              pd_shared_memory_register(s, key, longname, 4096, false, &r2,
+                                        NULL, e->st));
   ASSERT_MSG_HAS(e, "max_string_bytes = 256");
   /* 64 regions per session: "mine" and 63 more, then one too many. */
   pd_shared_memory *many[64] = {NULL};
   for (int i = 1; i < 64; i++) {
     char nm[16];
     snprintf(nm, sizeof nm, "r%d", i);
-    OK(e, pd_shared_memory_register(s, key, nm, 4096, false, &many[i], NULL, e->st));
+    OK(e, pd_shared_memory_register(s, key, nm, 4096, false, &many[i], NULL,
+                                    e->st));
   }
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
-              pd_shared_memory_register(s, key, "r64", 4096, false, &r2, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_RESOURCE_EXHAUSTED,
+      pd_shared_memory_register(s, key, "r64", 4096, false, &r2, NULL, e->st));
   ASSERT_MSG_HAS(e, "the limit is 64 per session");
-  for (int i = 1; i < 64; i++) OK(e, pd_shared_memory_destroy(many[i], NULL, e->st));
+  for (int i = 1; i < 64; i++)
+    OK(e, pd_shared_memory_destroy(many[i], NULL, e->st));
   /* Two names on one object are two regions: dropping one leaves the
    * other working. */
-  OK(e, pd_shared_memory_register(s, key, "again", 4096, false, &r2, NULL, e->st));
+  OK(e,
+     pd_shared_memory_register(s, key, "again", 4096, false, &r2, NULL, e->st));
   pd_shared_memory *alias = NULL;
-  OK(e, pd_shared_memory_register(s, key, "alias", 4096, false, &alias, NULL, e->st));
+  OK(e, pd_shared_memory_register(s, key, "alias", 4096, false, &alias, NULL,
+                                  e->st));
   OK(e, pd_shared_memory_destroy(r2, NULL, e->st));
   int64_t d4[1] = {4};
-  OK(e, pd_upload_from_shared_memory(s, 1, PD_UINT8, d4, 1, alias, 0, pd_layout_mirrored(),
-                                     NULL, NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(s, 1, PD_UINT8, d4, 1, alias, 0,
+                                     pd_layout_mirrored(), NULL, NULL, e->st));
   OK(e, pd_shared_memory_destroy(alias, NULL, e->st));
   munmap(m, 4096);
   OK(e, pd_shared_memory_destroy(r, NULL, e->st));
@@ -512,28 +589,29 @@ static void test_second_session(void **state) {
   uint8_t *data = pd_shared_memory_data(ra);
   memset(data, 7, 64);
   int64_t d64[1] = {64};
-  OK(e, pd_upload_from_shared_memory(a, 1, PD_UINT8, d64, 1, ra, 0, pd_layout_mirrored(), NULL,
-                                     NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(a, 1, PD_UINT8, d64, 1, ra, 0,
+                                     pd_layout_mirrored(), NULL, NULL, e->st));
   /* B names A's region: not B's. */
-  EXPECT_CODE(e, PD_NOT_FOUND,
-              pd_upload_from_shared_memory(b, 1, PD_UINT8, d64, 1, ra, 0, pd_layout_mirrored(),
-                                           NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_NOT_FOUND,
+      pd_upload_from_shared_memory(b, 1, PD_UINT8, d64, 1, ra, 0,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "no shared memory region named");
   /* B may not read A's tensors into A's region either (neither is B's). */
   EXPECT_CODE(e, PD_NOT_FOUND,
-              pd_download_to_shared_memory(b, 1, pd_layout_mirrored(), ra, 0, NULL, NULL, NULL,
-                                           e->st));
+              pd_download_to_shared_memory(b, 1, pd_layout_mirrored(), ra, 0,
+                                           NULL, NULL, NULL, e->st));
   /* B registers A's key: the header holds A's token, not B's. */
   EXPECT_CODE(e, PD_PERMISSION_DENIED,
-              pd_shared_memory_register(b, pd_shared_memory_key(ra), "stolen", 8192 + HDR, false,
-                                        &rb, NULL, e->st));
+              pd_shared_memory_register(b, pd_shared_memory_key(ra), "stolen",
+                                        8192 + HDR, false, &rb, NULL, e->st));
   ASSERT_MSG_HAS(e, "does not carry this session's header");
   /* The same name in another session is another region. */
   OK(e, pd_shared_memory_create(b, 4096, 0, &rb, NULL, e->st));
   OK(e, pd_shared_memory_destroy(rb, NULL, e->st));
   /* A's region still works. */
-  OK(e, pd_download_to_shared_memory(a, 1, pd_layout_component(2), ra, 100, NULL, NULL, NULL,
-                                     e->st));
+  OK(e, pd_download_to_shared_memory(a, 1, pd_layout_component(2), ra, 100,
+                                     NULL, NULL, NULL, e->st));
   for (int i = 0; i < 64; i++) assert_int_equal(data[100 + i], 7);
   OK(e, pd_shared_memory_destroy(ra, NULL, e->st));
   OK(e, pd_session_close(a, NULL, e->st));
@@ -554,47 +632,52 @@ static void test_tensor_errors(void **state) {
   float *f = pd_shared_memory_data(r);
   for (int i = 0; i < 1024; i++) f[i] = (float)i;
   int64_t d1024[1] = {1024}, d1025[1] = {1025};
-  OK(e, pd_upload_from_shared_memory(s, 1, PD_FLOAT32, d1024, 1, r, 0, pd_layout_mirrored(), NULL,
-                                     NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(s, 1, PD_FLOAT32, d1024, 1, r, 0,
+                                     pd_layout_mirrored(), NULL, NULL, e->st));
   /* Over the quota: refused like Upload. */
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
-              pd_upload_from_shared_memory(s, 2, PD_FLOAT32, d1024, 1, r, 0, pd_layout_mirrored(),
-                                           NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_RESOURCE_EXHAUSTED,
+      pd_upload_from_shared_memory(s, 2, PD_FLOAT32, d1024, 1, r, 0,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
   OK(e, pd_delete(s, (uint64_t[]){1}, 1, NULL, e->st));
-  OK(e, pd_upload_from_shared_memory(s, 2, PD_FLOAT32, d1024, 1, r, 0, pd_layout_sharded(0), NULL,
-                                     NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(s, 2, PD_FLOAT32, d1024, 1, r, 0,
+                                     pd_layout_sharded(0), NULL, NULL, e->st));
   /* A live id, id 0, a bad dtype, a bad axis, a wrong component count. */
-  EXPECT_CODE(e, PD_ALREADY_EXISTS,
-              pd_upload_from_shared_memory(s, 2, PD_FLOAT32, d1024, 1, r, 0, pd_layout_mirrored(),
-                                           NULL, NULL, e->st));
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_upload_from_shared_memory(s, 0, PD_FLOAT32, d1024, 1, r, 0, pd_layout_mirrored(),
-                                           NULL, NULL, e->st));
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_upload_from_shared_memory(s, 3, (pd_dtype)99, d1024, 1, r, 0,
-                                           pd_layout_mirrored(), NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_ALREADY_EXISTS,
+      pd_upload_from_shared_memory(s, 2, PD_FLOAT32, d1024, 1, r, 0,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_upload_from_shared_memory(s, 0, PD_FLOAT32, d1024, 1, r, 0,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_upload_from_shared_memory(s, 3, (pd_dtype)99, d1024, 1, r, 0,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "dtype 99");
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_upload_from_shared_memory(s, 3, PD_FLOAT32, d1025, 1, r, 0,
+                                   pd_layout_sharded(1), NULL, NULL, e->st));
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_upload_from_shared_memory(s, 3, PD_FLOAT32, d1025, 1, r, 0, pd_layout_sharded(1),
-                                           NULL, NULL, e->st));
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_upload_components_from_shared_memory(s, 3, PD_FLOAT32, 3, NULL, NULL, r, 0, NULL,
-                                                      NULL, e->st));
+              pd_upload_components_from_shared_memory(
+                  s, 3, PD_FLOAT32, 3, NULL, NULL, r, 0, NULL, NULL, e->st));
   /* Downloads: an unknown id, a component out of range. */
   EXPECT_CODE(e, PD_NOT_FOUND,
-              pd_download_to_shared_memory(s, 77, pd_layout_mirrored(), r, 0, NULL, NULL, NULL,
-                                           e->st));
+              pd_download_to_shared_memory(s, 77, pd_layout_mirrored(), r, 0,
+                                           NULL, NULL, NULL, e->st));
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_download_to_shared_memory(s, 2, pd_layout_component(NDEV), r, 0, NULL, NULL,
-                                           NULL, e->st));
+              pd_download_to_shared_memory(s, 2, pd_layout_component(NDEV), r,
+                                           0, NULL, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "components 0..3");
   /* A tensor whose op failed on the devices: its error, nothing written. */
   int32_t *idx = (int32_t *)((char *)pd_shared_memory_data(r) + 4096);
   idx[0] = 1;
   idx[1] = 5000; /* params have 256 rows per shard */
   int64_t d2[1] = {2};
-  OK(e, pd_upload_from_shared_memory(s, 4, PD_INT32, d2, 1, r, 4096, pd_layout_mirrored(), NULL,
-                                     NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(s, 4, PD_INT32, d2, 1, r, 4096,
+                                     pd_layout_mirrored(), NULL, NULL, e->st));
   pd_attrs *at = pd_attrs_new();
   pd_attrs_set_int(at, "axis", 0);
   uint64_t in[2] = {2, 4}, out = 5;
@@ -603,8 +686,8 @@ static void test_tensor_errors(void **state) {
   uint8_t *dst = (uint8_t *)pd_shared_memory_data(r) + 8192;
   memset(dst, 0xEE, 64);
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_download_to_shared_memory(s, 5, pd_layout_mirrored(), r, 8192, NULL, NULL, NULL,
-                                           e->st));
+              pd_download_to_shared_memory(s, 5, pd_layout_mirrored(), r, 8192,
+                                           NULL, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "Gather: indices");
   ASSERT_MSG_HAS(e, "5000");
   for (int i = 0; i < 64; i++) assert_int_equal(dst[i], 0xEE);
@@ -621,28 +704,30 @@ static void test_truncated(void **state) {
   pd_shared_memory *r = NULL;
   OK(e, pd_shared_memory_create(s, 1 << 20, 0, &r, NULL, e->st));
   int64_t big[1] = {1 << 19};
-  OK(e, pd_upload_from_shared_memory(s, 1, PD_UINT8, big, 1, r, 0, pd_layout_mirrored(), NULL,
-                                     NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(s, 1, PD_UINT8, big, 1, r, 0,
+                                     pd_layout_mirrored(), NULL, NULL, e->st));
   int fd = shm_open(pd_shared_memory_key(r), O_RDWR, 0);
   assert_true(fd >= 0);
   assert_int_equal(ftruncate(fd, 4096), 0);
   close(fd);
   /* (The test never touches its own mapping past 4096 bytes now.) */
-  EXPECT_CODE(e, PD_FAILED_PRECONDITION,
-              pd_upload_from_shared_memory(s, 2, PD_UINT8, big, 1, r, 0, pd_layout_mirrored(),
-                                           NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_FAILED_PRECONDITION,
+      pd_upload_from_shared_memory(s, 2, PD_UINT8, big, 1, r, 0,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "was truncated");
   EXPECT_CODE(e, PD_FAILED_PRECONDITION,
-              pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, 0, NULL, NULL, NULL,
-                                           e->st));
+              pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, 0,
+                                           NULL, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "was truncated");
   /* A transfer that only touches bytes the object still has fails all the
    * same: on CUDA the mapping is page-locked and never faults, so the daemon
    * checks the object's size after each copy, on every backend. */
   int64_t small[1] = {16};
-  EXPECT_CODE(e, PD_FAILED_PRECONDITION,
-              pd_upload_from_shared_memory(s, 3, PD_UINT8, small, 1, r, 0, pd_layout_mirrored(),
-                                           NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_FAILED_PRECONDITION,
+      pd_upload_from_shared_memory(s, 3, PD_UINT8, small, 1, r, 0,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "was truncated to 4096 of the 1048640 bytes");
   /* The daemon is alive and the session usable. */
   pd_server_info *info = pd_client_get_server_info(e->c, NULL, e->st);
@@ -711,12 +796,12 @@ typedef struct ct_arg {
   pd_session *s;
   pd_shared_memory *r;
   int t;
-  int rounds;          /* phase 1: exact rounds; phases 2 and 3: until stopped */
+  int rounds; /* phase 1: exact rounds; phases 2 and 3: until stopped */
   atomic_int *stop;
-  atomic_int done;     /* rounds completed */
-  bool touch;          /* the thread writes and checks the region's bytes */
+  atomic_int done; /* rounds completed */
+  bool touch;      /* the thread writes and checks the region's bytes */
   int n_ok, n_fail;
-  pd_code fail_code;   /* the first unexpected code, PD_OK if none */
+  pd_code fail_code; /* the first unexpected code, PD_OK if none */
   char why[600];
 } ct_arg;
 
@@ -737,16 +822,17 @@ static pd_code ct_round(ct_arg *a, int round, pd_status *st) {
   }
   pd_layout lay = round % 2 ? pd_layout_sharded(0) : pd_layout_mirrored();
   uint64_t id = (uint64_t)(a->t + 1) * 1000000u + (uint64_t)round;
-  pd_code rc = pd_upload_from_shared_memory(a->s, id, PD_INT32, dims, 1, a->r, base, lay, NULL,
-                                            NULL, st);
+  pd_code rc = pd_upload_from_shared_memory(a->s, id, PD_INT32, dims, 1, a->r,
+                                            base, lay, NULL, NULL, st);
   if (rc != PD_OK) return rc;
-  rc = pd_download_to_shared_memory(a->s, id, lay, a->r, base + 4096, NULL, NULL, NULL, st);
+  rc = pd_download_to_shared_memory(a->s, id, lay, a->r, base + 4096, NULL,
+                                    NULL, NULL, st);
   pd_code drc = pd_delete(a->s, &id, 1, NULL, rc == PD_OK ? st : NULL);
   if (rc != PD_OK) return rc;
   if (drc != PD_OK) return drc;
   if (a->touch && memcmp(data + base + 4096, data + base, (size_t)n * 4) != 0) {
-    snprintf(a->why, sizeof a->why, "thread %d round %d: the value came back changed", a->t,
-             round);
+    snprintf(a->why, sizeof a->why,
+             "thread %d round %d: the value came back changed", a->t, round);
     return PD_INTERNAL;
   }
   return PD_OK;
@@ -791,22 +877,22 @@ static void *ct_churn_main(void *p) {
     pd_code rc = pd_shared_memory_create(c->s, 4096, 0, &r, NULL, st);
     if (rc == PD_OK) {
       memset(pd_shared_memory_data(r), i & 0xff, 16);
-      rc = pd_upload_from_shared_memory(c->s, id, PD_UINT8, d, 1, r, 0, pd_layout_mirrored(),
-                                        NULL, NULL, st);
+      rc = pd_upload_from_shared_memory(c->s, id, PD_UINT8, d, 1, r, 0,
+                                        pd_layout_mirrored(), NULL, NULL, st);
       if (rc == PD_OK) rc = pd_delete(c->s, &id, 1, NULL, st);
       pd_code drc = pd_shared_memory_destroy(r, NULL, rc == PD_OK ? st : NULL);
       if (rc == PD_OK) rc = drc;
     }
     if (rc != PD_OK)
-      snprintf(c->why, sizeof c->why, "churn round %d: %s: %s", i, pd_code_name(rc),
-               pd_status_message(st));
+      snprintf(c->why, sizeof c->why, "churn round %d: %s: %s", i,
+               pd_code_name(rc), pd_status_message(st));
   }
   pd_status_delete(st);
   return NULL;
 }
 
-static void ct_run(ct_arg *a, pd_session *s, pd_shared_memory *r, int rounds, atomic_int *stop,
-                   bool touch, pthread_t *th) {
+static void ct_run(ct_arg *a, pd_session *s, pd_shared_memory *r, int rounds,
+                   atomic_int *stop, bool touch, pthread_t *th) {
   for (int t = 0; t < CT_THREADS; t++) {
     memset(&a[t], 0, sizeof a[t]);
     a[t].s = s;
@@ -867,9 +953,10 @@ static void test_concurrent(void **state) {
   for (int t = 0; t < CT_THREADS; t++) {
     if (a[t].fail_code != PD_OK && a[t].fail_code != PD_FAILED_PRECONDITION)
       fail_msg("truncation: %s", a[t].why);
-    if (a[t].fail_code == PD_FAILED_PRECONDITION && !strstr(a[t].why, "was truncated"))
+    if (a[t].fail_code == PD_FAILED_PRECONDITION &&
+        !strstr(a[t].why, "was truncated"))
       fail_msg("truncation: %s", a[t].why);
-    assert_true(a[t].n_ok >= 3);  /* the rounds before the truncation */
+    assert_true(a[t].n_ok >= 3);   /* the rounds before the truncation */
     assert_true(a[t].n_fail >= 2); /* the ones begun after it */
   }
   OK(e, pd_shared_memory_destroy(r2, NULL, e->st));
@@ -912,13 +999,14 @@ static void test_concurrent(void **state) {
 /* Half the machine's physical memory: the daemon's limit on registered bytes,
  * per daemon and per session (paradev.proto, "Shared memory"). */
 static uint64_t phys_half(void) {
-  return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 2;
+  return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) /
+         2;
 }
 
 /* Registers the sparse object `key` whole (the library writes the header):
  * the code, with the message in e->st. */
-static pd_code register_whole(env *e, pd_session *s, const char *key, const char *name,
-                              pd_shared_memory **r) {
+static pd_code register_whole(env *e, pd_session *s, const char *key,
+                              const char *name, pd_shared_memory **r) {
   return pd_shared_memory_register(s, key, name, 0, true, r, NULL, e->st);
 }
 
@@ -930,10 +1018,13 @@ static void test_byte_limits(void **state) {
   pd_session *q = new_session(e, 0, true, 1 << 20);
   pd_shared_memory *r1 = NULL, *r2 = NULL;
   OK(e, pd_shared_memory_create(q, 600000, 0, &r1, NULL, e->st));
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED, pd_shared_memory_create(q, 448449, 0, &r2, NULL, e->st));
-  ASSERT_MSG_HAS(e, "registering 448513 more bytes of shared memory would exceed the "
-                    "session's limit of 1048576 bytes (its memory quota): the session has "
-                    "600064 bytes in 1 region registered");
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+              pd_shared_memory_create(q, 448449, 0, &r2, NULL, e->st));
+  ASSERT_MSG_HAS(
+      e,
+      "registering 448513 more bytes of shared memory would exceed the "
+      "session's limit of 1048576 bytes (its memory quota): the session has "
+      "600064 bytes in 1 region registered");
   OK(e, pd_shared_memory_create(q, 448448, 0, &r2, NULL, e->st));
   OK(e, pd_shared_memory_destroy(r2, NULL, e->st));
   OK(e, pd_shared_memory_destroy(r1, NULL, e->st));
@@ -948,8 +1039,10 @@ static void test_byte_limits(void **state) {
   make_object(big, sizeof big, "big", (size_t)half + 4096, 0600);
   EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED, register_whole(e, a, big, "big", &r1));
   snprintf(msg, sizeof msg,
-           "registering %" PRIu64 " more bytes of shared memory would exceed the session's "
-           "limit of %" PRIu64 " bytes (half the machine's physical memory): the session has "
+           "registering %" PRIu64
+           " more bytes of shared memory would exceed the session's "
+           "limit of %" PRIu64
+           " bytes (half the machine's physical memory): the session has "
            "0 bytes in 0 regions registered",
            half + 4096, half);
   ASSERT_MSG_HAS(e, msg);
@@ -960,18 +1053,23 @@ static void test_byte_limits(void **state) {
   /* A byte_size larger than both the limit and the object: the object's
    * size is what is wrong, not the limit. */
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_shared_memory_register(a, small, "toolarge", half + 4096, false, &r2, NULL,
-                                        e->st));
-  snprintf(msg, sizeof msg, "holds 16384 bytes; byte_size is %" PRIu64, half + 4096);
+              pd_shared_memory_register(a, small, "toolarge", half + 4096,
+                                        false, &r2, NULL, e->st));
+  snprintf(msg, sizeof msg, "holds 16384 bytes; byte_size is %" PRIu64,
+           half + 4096);
   ASSERT_MSG_HAS(e, msg);
   assert_null(strstr(pd_status_message(e->st), "physical memory"));
   OK(e, register_whole(e, a, fits, "fits", &r1));
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED, register_whole(e, b, small, "small", &r2));
-  snprintf(msg, sizeof msg,
-           "registering 16384 more bytes of shared memory would exceed paradevd's limit of "
-           "%" PRIu64 " bytes for all sessions together (half the machine's physical memory): "
-           "%" PRIu64 " bytes in 1 region is registered",
-           half, half - 8192);
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+              register_whole(e, b, small, "small", &r2));
+  snprintf(
+      msg, sizeof msg,
+      "registering 16384 more bytes of shared memory would exceed paradevd's "
+      "limit of "
+      "%" PRIu64
+      " bytes for all sessions together (half the machine's physical memory): "
+      "%" PRIu64 " bytes in 1 region is registered",
+      half, half - 8192);
   ASSERT_MSG_HAS(e, msg);
   OK(e, pd_shared_memory_destroy(r1, NULL, e->st));
   OK(e, register_whole(e, b, small, "small", &r2));
@@ -998,12 +1096,13 @@ static void test_byte_limits(void **state) {
  * values stay 1 / BW_SIDE), each link deleted once the next is queued. The
  * time per link is measured first, on this daemon. Returns the id of the
  * last link, most likely not computed yet. */
-static uint64_t busy_work(env *e, pd_session *s, uint64_t first_id, double seconds) {
+static uint64_t busy_work(env *e, pd_session *s, uint64_t first_id,
+                          double seconds) {
   static float w[BW_SIDE * BW_SIDE];
   for (int i = 0; i < BW_SIDE * BW_SIDE; i++) w[i] = 1.0f / BW_SIDE;
   int64_t dims[2] = {BW_SIDE, BW_SIDE};
-  OK(e, pd_upload(s, first_id, PD_FLOAT32, dims, 2, w, sizeof w, pd_layout_mirrored(), NULL,
-                  NULL, e->st));
+  OK(e, pd_upload(s, first_id, PD_FLOAT32, dims, 2, w, sizeof w,
+                  pd_layout_mirrored(), NULL, NULL, e->st));
   uint64_t prev = first_id, id = first_id;
   double per = 0;
   for (int round = 0; round < 2; round++) {
@@ -1037,8 +1136,8 @@ typedef struct dl_arg {
 static void *dl_main(void *p) {
   dl_arg *a = p;
   pd_status *st = pd_status_new();
-  a->rc = pd_download_to_shared_memory(a->s, a->id, pd_layout_component(0), a->r, 0, NULL, NULL,
-                                       NULL, st);
+  a->rc = pd_download_to_shared_memory(a->s, a->id, pd_layout_component(0),
+                                       a->r, 0, NULL, NULL, NULL, st);
   snprintf(a->msg, sizeof a->msg, "%s", pd_status_message(st));
   pd_status_delete(st);
   atomic_store(&a->done, 1);
@@ -1051,11 +1150,13 @@ static void *dl_main(void *p) {
  * CANCELLED without writing a byte. The daemon logs (rpc=debug) when a
  * download starts to wait; should the tensor be computed before that, the
  * test tries again with twice the work. */
-static void unregister_under_waiting_download(env *e, pdt_daemon *dd, pd_client *c,
+static void unregister_under_waiting_download(env *e, pdt_daemon *dd,
+                                              pd_client *c,
                                               bool close_session) {
   const size_t bytes = (size_t)BW_SIDE * BW_SIDE * 4;
   for (int attempt = 0;; attempt++) {
-    if (attempt == 5) fail_msg("the download never found its tensor still being computed");
+    if (attempt == 5)
+      fail_msg("the download never found its tensor still being computed");
     pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
     so.keep_alive = true;
     pd_session *s = pd_session_new(c, &so, NULL, e->st);
@@ -1064,11 +1165,13 @@ static void unregister_under_waiting_download(env *e, pdt_daemon *dd, pd_client 
     make_object(key, sizeof key, "waiting", HDR + bytes, 0600);
     int fd = shm_open(key, O_RDWR, 0);
     assert_true(fd >= 0);
-    uint8_t *m = mmap(NULL, HDR + bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    uint8_t *m =
+        mmap(NULL, HDR + bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     assert_true(m != MAP_FAILED);
     pd_shared_memory *r = NULL;
-    OK(e, pd_shared_memory_register(s, key, "waiting", 0, true, &r, NULL, e->st));
+    OK(e,
+       pd_shared_memory_register(s, key, "waiting", 0, true, &r, NULL, e->st));
     uint64_t first = 1000000u * (uint64_t)(attempt + 1);
     uint64_t last = busy_work(e, s, first, 2.0 * (1 << attempt));
     dl_arg a = {s, last, r, PD_OK, "", 0};
@@ -1076,9 +1179,12 @@ static void unregister_under_waiting_download(env *e, pdt_daemon *dd, pd_client 
     assert_int_equal(pthread_create(&th, NULL, dl_main, &a), 0);
     char line[200];
     snprintf(line, sizeof line,
-             "DownloadToSharedMemory of tensor %" PRIu64 " into region \"waiting\" waits", last);
+             "DownloadToSharedMemory of tensor %" PRIu64
+             " into region \"waiting\" waits",
+             last);
     double until = pdt_now() + 120;
-    while (!pdt_log_has(dd, line) && !atomic_load(&a.done) && pdt_now() < until) usleep(2000);
+    while (!pdt_log_has(dd, line) && !atomic_load(&a.done) && pdt_now() < until)
+      usleep(2000);
     bool waited = pdt_log_has(dd, line);
     if (waited) {
       /* The library is done with `r` once the request is sent, so the
@@ -1092,10 +1198,12 @@ static void unregister_under_waiting_download(env *e, pdt_daemon *dd, pd_client 
       memset(m + HDR, 0x5A, bytes);
     }
     pthread_join(th, NULL);
-    if (close_session || !waited) OK(e, pd_shared_memory_destroy(r, NULL, e->st));
+    if (close_session || !waited)
+      OK(e, pd_shared_memory_destroy(r, NULL, e->st));
     pd_code rc = a.rc;
     bool intact = true;
-    for (size_t i = 0; i < bytes && waited; i++) intact = intact && m[HDR + i] == 0x5A;
+    for (size_t i = 0; i < bytes && waited; i++)
+      intact = intact && m[HDR + i] == 0x5A;
     munmap(m, HDR + bytes);
     shm_unlink(key);
     if (!close_session) OK(e, pd_session_close(s, NULL, e->st));
@@ -1104,17 +1212,21 @@ static void unregister_under_waiting_download(env *e, pdt_daemon *dd, pd_client 
      * (allowed, the copy was running): again, with more work. */
     if (!waited || rc == PD_OK) continue;
     if (rc != PD_CANCELLED)
-      fail_msg("the waiting download: expected CANCELLED, got %s: %s", pd_code_name(rc), a.msg);
+      fail_msg("the waiting download: expected CANCELLED, got %s: %s",
+               pd_code_name(rc), a.msg);
     /* A closed session may also drop the queued links, whose CANCELLED
      * then comes first; either way nothing was written. */
-    const char *want = close_session
-                           ? "shared memory region \"waiting\" was unregistered (its session "
-                             "ended) before the download could write it; nothing was written"
-                           : "shared memory region \"waiting\" was unregistered before the "
-                             "download could write it; nothing was written";
+    const char *want =
+        close_session
+            ? "shared memory region \"waiting\" was unregistered (its session "
+              "ended) before the download could write it; nothing was written"
+            : "shared memory region \"waiting\" was unregistered before the "
+              "download could write it; nothing was written";
     if (!strstr(a.msg, want) && !(close_session && strstr(a.msg, "session")))
       fail_msg("message \"%s\" does not contain \"%s\"", a.msg, want);
-    if (!intact) fail_msg("the daemon wrote into the object after the region was unregistered");
+    if (!intact)
+      fail_msg(
+          "the daemon wrote into the object after the region was unregistered");
     return;
   }
 }
@@ -1126,8 +1238,9 @@ static void unregister_under_waiting_download(env *e, pdt_daemon *dd, pd_client 
 static void daemon_start_debug(pdt_daemon *d, const char *prefix) {
   char mem[32];
   snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
-  const char *extra[] = {"--devices", "1", "--memory-limit", mem, "--grace-ms", "2000",
-                         "--log", "info,rpc=debug", NULL};
+  const char *extra[] = {
+      "--devices", "1",     "--memory-limit", mem, "--grace-ms",
+      "2000",      "--log", "info,rpc=debug", NULL};
   pdt_daemon_start(d, paradevd_path, prefix, false, extra);
 }
 
@@ -1183,8 +1296,9 @@ static void *uc_main(void *p) {
   uc_arg *a = p;
   pd_status *st = pd_status_new();
   while (!atomic_load(a->stop)) {
-    pd_code rc = pd_download_to_shared_memory(a->s, 1, pd_layout_component(a->t % NDEV), a->r,
-                                              (uint64_t)a->t * UC_BYTES, NULL, NULL, NULL, st);
+    pd_code rc = pd_download_to_shared_memory(
+        a->s, 1, pd_layout_component(a->t % NDEV), a->r,
+        (uint64_t)a->t * UC_BYTES, NULL, NULL, NULL, st);
     if (rc != PD_OK) {
       a->rc = rc;
       snprintf(a->msg, sizeof a->msg, "%s", pd_status_message(st));
@@ -1204,8 +1318,8 @@ static void test_close_under_copies(void **state) {
   uint8_t *data = pd_shared_memory_data(r);
   for (size_t i = 0; i < UC_BYTES; i++) data[i] = (uint8_t)(i * 31 + 7);
   int64_t dims[1] = {(int64_t)UC_BYTES};
-  OK(e, pd_upload_from_shared_memory(s, 1, PD_UINT8, dims, 1, r, 0, pd_layout_mirrored(), NULL,
-                                     NULL, e->st));
+  OK(e, pd_upload_from_shared_memory(s, 1, PD_UINT8, dims, 1, r, 0,
+                                     pd_layout_mirrored(), NULL, NULL, e->st));
   atomic_int stop;
   atomic_init(&stop, 0);
   uc_arg a[UC_THREADS];
@@ -1222,7 +1336,8 @@ static void test_close_under_copies(void **state) {
   for (int t = 0; t < UC_THREADS; t++)
     while (atomic_load(&a[t].rounds) < 2 && a[t].rc == PD_OK) usleep(1000);
   for (int t = 0; t < UC_THREADS; t++)
-    if (a[t].rc != PD_OK) fail_msg("thread %d before the close: %s", t, a[t].msg);
+    if (a[t].rc != PD_OK)
+      fail_msg("thread %d before the close: %s", t, a[t].msg);
   /* Every round so far wrote the value: check one slice. */
   OK(e, pd_session_close(s, NULL, e->st));
   memset(data, 0x5A, UC_THREADS * UC_BYTES);
@@ -1230,11 +1345,13 @@ static void test_close_under_copies(void **state) {
   for (int t = 0; t < UC_THREADS; t++) pthread_join(th[t], NULL);
   for (size_t i = 0; i < UC_THREADS * UC_BYTES; i++)
     if (data[i] != 0x5A)
-      fail_msg("byte %zu of the region changed after CloseSession had returned", i);
+      fail_msg("byte %zu of the region changed after CloseSession had returned",
+               i);
   for (int t = 0; t < UC_THREADS; t++)
-    if (a[t].rc != PD_OK && a[t].rc != PD_FAILED_PRECONDITION && a[t].rc != PD_NOT_FOUND &&
-        a[t].rc != PD_CANCELLED)
-      fail_msg("thread %d after the close: %s: %s", t, pd_code_name(a[t].rc), a[t].msg);
+    if (a[t].rc != PD_OK && a[t].rc != PD_FAILED_PRECONDITION &&
+        a[t].rc != PD_NOT_FOUND && a[t].rc != PD_CANCELLED)
+      fail_msg("thread %d after the close: %s: %s", t, pd_code_name(a[t].rc),
+               a[t].msg);
   assert_false(daemon_maps(D.pid, pd_shared_memory_key(r)));
   OK(e, pd_shared_memory_destroy(r, NULL, e->st));
   pd_session_delete(s);
@@ -1255,18 +1372,22 @@ static int write_file(const char *path, const char *text) {
   return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
-static const char *enter_small_dev_shm(const char *uid_map, const char *gid_map, bool root) {
+static const char *enter_small_dev_shm(const char *uid_map, const char *gid_map,
+                                       bool root) {
   if (root) {
     if (unshare(CLONE_NEWNS) != 0) return "unshare(CLONE_NEWNS)";
   } else {
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return "unshare(CLONE_NEWUSER|CLONE_NEWNS)";
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+      return "unshare(CLONE_NEWUSER|CLONE_NEWNS)";
     if (write_file("/proc/self/setgroups", "deny") != 0 ||
         write_file("/proc/self/uid_map", uid_map) != 0 ||
         write_file("/proc/self/gid_map", gid_map) != 0)
       return "writing the user namespace's id maps";
   }
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return "making / private";
-  if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=1777") != 0)
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+    return "making / private";
+  if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+            "size=4m,mode=1777") != 0)
     return "mounting a 4 MiB tmpfs on /dev/shm";
   return NULL;
 }
@@ -1288,19 +1409,24 @@ static void test_full_dev_shm(void **state) {
       fprintf(stderr, "SKIP test_full_dev_shm: %s: %s\n", why, strerror(err));
       _exit(77);
     }
-    execl("/proc/self/exe", "test_shm", "--full-dev-shm", paradevd_path, (char *)NULL);
+    execl("/proc/self/exe", "test_shm", "--full-dev-shm", paradevd_path,
+          (char *)NULL);
     _exit(127);
   }
   int status = 0;
   assert_int_equal(waitpid(pid, &status, 0), pid);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
-    print_message("SKIP: no private mount namespace here, so no small /dev/shm to fill\n");
+    print_message(
+        "SKIP: no private mount namespace here, so no small /dev/shm to "
+        "fill\n");
     return;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail_msg("the checks in a private 4 MiB /dev/shm failed (%s %d; their output is above)",
-             WIFEXITED(status) ? "exit status" : "signal",
-             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    fail_msg(
+        "the checks in a private 4 MiB /dev/shm failed (%s %d; their output is "
+        "above)",
+        WIFEXITED(status) ? "exit status" : "signal",
+        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 }
 
 static int dev_shm_entries(void) {
@@ -1319,12 +1445,15 @@ static void filler(const char *key, size_t bytes) {
   if (fd < 0) fail_msg("shm_open %s: %s", key, strerror(errno));
   int err = posix_fallocate(fd, 0, (off_t)bytes);
   close(fd);
-  if (err) fail_msg("posix_fallocate of %zu bytes for %s: %s", bytes, key, strerror(err));
+  if (err)
+    fail_msg("posix_fallocate of %zu bytes for %s: %s", bytes, key,
+             strerror(err));
 }
 
 static uint64_t dev_shm_free(void) {
   struct statvfs v;
-  if (statvfs("/dev/shm", &v) != 0) fail_msg("statvfs /dev/shm: %s", strerror(errno));
+  if (statvfs("/dev/shm", &v) != 0)
+    fail_msg("statvfs /dev/shm: %s", strerror(errno));
   return (uint64_t)v.f_bavail * v.f_frsize;
 }
 
@@ -1343,25 +1472,35 @@ static void test_in_full_dev_shm(void **state) {
   assert_int_equal(dev_shm_entries(), 0);
   pd_shared_memory *r = NULL;
   /* Larger than all of /dev/shm. */
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED, pd_shared_memory_create(s, 8 << 20, 0, &r, NULL, e->st));
-  ASSERT_MSG_HAS(e, "no room in /dev/shm for a region of 8388608 bytes of data and the "
-                    "64-byte header: shared memory object /paradev-");
-  ASSERT_MSG_HAS(e, "needs 8388672 bytes and /dev/shm (tmpfs) has 4194304 of its 4194304 "
-                    "bytes free");
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+              pd_shared_memory_create(s, 8 << 20, 0, &r, NULL, e->st));
+  ASSERT_MSG_HAS(
+      e,
+      "no room in /dev/shm for a region of 8388608 bytes of data and the "
+      "64-byte header: shared memory object /paradev-");
+  ASSERT_MSG_HAS(
+      e,
+      "needs 8388672 bytes and /dev/shm (tmpfs) has 4194304 of its 4194304 "
+      "bytes free");
   assert_int_equal(dev_shm_entries(), 0);
   /* Larger than what is left of it. */
   filler("/pdtest-filler", 3 << 20);
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED, pd_shared_memory_create(s, 2 << 20, 0, &r, NULL, e->st));
-  ASSERT_MSG_HAS(e, "needs 2097216 bytes and /dev/shm (tmpfs) has 1048576 of its 4194304 "
-                    "bytes free");
-  assert_int_equal(dev_shm_entries(), 1); /* the filler: the object was unlinked */
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+              pd_shared_memory_create(s, 2 << 20, 0, &r, NULL, e->st));
+  ASSERT_MSG_HAS(
+      e,
+      "needs 2097216 bytes and /dev/shm (tmpfs) has 1048576 of its 4194304 "
+      "bytes free");
+  assert_int_equal(dev_shm_entries(),
+                   1); /* the filler: the object was unlinked */
   /* What fits is reserved whole: writing all of it cannot fault. */
   OK(e, pd_shared_memory_create(s, 512 << 10, 0, &r, NULL, e->st));
   uint8_t *data = pd_shared_memory_data(r);
   memset(data, 0x11, 512 << 10);
   int64_t d16[1] = {16};
-  OK(e, pd_upload_from_shared_memory(s, 9, PD_UINT8, d16, 1, r, (512 << 10) - 16,
-                                     pd_layout_mirrored(), NULL, NULL, e->st));
+  OK(e,
+     pd_upload_from_shared_memory(s, 9, PD_UINT8, d16, 1, r, (512 << 10) - 16,
+                                  pd_layout_mirrored(), NULL, NULL, e->st));
   OK(e, pd_shared_memory_destroy(r, NULL, e->st));
   shm_unlink("/pdtest-filler");
 
@@ -1374,37 +1513,42 @@ static void test_in_full_dev_shm(void **state) {
   uint8_t *want = malloc(n);
   for (size_t i = 0; i < n; i++) want[i] = (uint8_t)(i * 13 + 1);
   int64_t dn[1] = {(int64_t)n};
-  OK(e, pd_upload(s, 1, PD_UINT8, dn, 1, want, n, pd_layout_mirrored(), NULL, NULL, e->st));
+  OK(e, pd_upload(s, 1, PD_UINT8, dn, 1, want, n, pd_layout_mirrored(), NULL,
+                  NULL, e->st));
   filler("/pdtest-filler2", dev_shm_free());
   assert_int_equal(dev_shm_free(), 0);
   /* The library reserves the header's page before writing it. */
   make_object(key2, sizeof key2, "sparse2", HDR + 4096, 0600);
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
-              pd_shared_memory_register(s, key2, "sparse2", 0, true, &r, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_RESOURCE_EXHAUSTED,
+      pd_shared_memory_register(s, key2, "sparse2", 0, true, &r, NULL, e->st));
   ASSERT_MSG_HAS(e, "no room in /dev/shm for the region's header");
   shm_unlink(key2);
   /* The daemon's copies touch pages tmpfs cannot allocate. */
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
-              pd_upload_from_shared_memory(s, 2, PD_UINT8, dn, 1, r, 0, pd_layout_mirrored(),
-                                           NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_RESOURCE_EXHAUSTED,
+      pd_upload_from_shared_memory(s, 2, PD_UINT8, dn, 1, r, 0,
+                                   pd_layout_mirrored(), NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "shared memory region \"sparse\" (");
   ASSERT_MSG_HAS(e, ") could not be read: /dev/shm (tmpfs) is out of space");
   EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
-              pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, 0, NULL, NULL, NULL,
-                                           e->st));
+              pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, 0,
+                                           NULL, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, ") could not be written: /dev/shm (tmpfs) is out of space");
   /* With room again, the same download goes through. */
   shm_unlink("/pdtest-filler2");
-  OK(e, pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, 0, NULL, NULL, NULL, e->st));
-  pdt_assert_bytes(pd_shared_memory_data(r), want, n, "the download once /dev/shm had room");
+  OK(e, pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, 0, NULL,
+                                     NULL, NULL, e->st));
+  pdt_assert_bytes(pd_shared_memory_data(r), want, n,
+                   "the download once /dev/shm had room");
   /* Truncation is still called truncation. */
   int fd = shm_open(key, O_RDWR, 0);
   assert_true(fd >= 0);
   assert_int_equal(ftruncate(fd, 4096), 0);
   close(fd);
   EXPECT_CODE(e, PD_FAILED_PRECONDITION,
-              pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, 0, NULL, NULL, NULL,
-                                           e->st));
+              pd_download_to_shared_memory(s, 1, pd_layout_mirrored(), r, 0,
+                                           NULL, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "was truncated");
   pd_server_info *info = pd_client_get_server_info(e->c, NULL, e->st);
   assert_non_null(info);
@@ -1428,9 +1572,10 @@ static void test_daemon_cannot_open(void **state) {
      * the exec'd daemon never gets them). */
     if (prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, 0, 0, 0) != 0 ||
         prctl(PR_CAPBSET_DROP, CAP_DAC_READ_SEARCH, 0, 0, 0) != 0) {
-      print_message("SKIP part: cannot drop CAP_DAC_OVERRIDE (%s); running as root, the "
-                    "daemon could open any object\n",
-                    strerror(errno));
+      print_message(
+          "SKIP part: cannot drop CAP_DAC_OVERRIDE (%s); running as root, the "
+          "daemon could open any object\n",
+          strerror(errno));
       return;
     }
     daemon_start(&d2, "pdshm2");
@@ -1445,8 +1590,9 @@ static void test_daemon_cannot_open(void **state) {
   char key[128];
   make_object(key, sizeof key, "noaccess", 4096, 0000);
   pd_shared_memory *r = NULL;
-  EXPECT_CODE(e, PD_PERMISSION_DENIED,
-              pd_shared_memory_register(s, key, NULL, 4096, false, &r, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_PERMISSION_DENIED,
+      pd_shared_memory_register(s, key, NULL, 4096, false, &r, NULL, e->st));
   ASSERT_MSG_HAS(e, "could not open shared memory object");
   ASSERT_MSG_HAS(e, key);
   ASSERT_MSG_HAS(e, "must be readable and writable by the daemon's user");
@@ -1463,9 +1609,12 @@ static void test_daemon_cannot_open(void **state) {
   pd_client_delete(c);
   if (second) {
     int rc = pdt_daemon_stop(&d2);
-    if (rc != 0) fail_msg("second paradevd exited with %d; log:\n%s", rc, d2.log);
-    bool san = d2.log && (strstr(d2.log, "AddressSanitizer") || strstr(d2.log, "runtime error"));
-    if (san) fail_msg("sanitizer report in the second daemon's log:\n%s", d2.log);
+    if (rc != 0)
+      fail_msg("second paradevd exited with %d; log:\n%s", rc, d2.log);
+    bool san = d2.log && (strstr(d2.log, "AddressSanitizer") ||
+                          strstr(d2.log, "runtime error"));
+    if (san)
+      fail_msg("sanitizer report in the second daemon's log:\n%s", d2.log);
     free(d2.log);
   }
 }
@@ -1480,26 +1629,36 @@ int main(int argc, char **argv) {
   paradevd_path = argv[argc - 1];
   signal(SIGPIPE, SIG_IGN);
   daemon_start(&D, full ? "pdshm-full" : "pdshm");
-  const struct CMUnitTest full_tests[] = {cmocka_unit_test(test_in_full_dev_shm)};
+  const struct CMUnitTest full_tests[] = {
+      cmocka_unit_test(test_in_full_dev_shm)};
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_round_trips),        cmocka_unit_test(test_region_end),
-      cmocka_unit_test(test_register_errors),    cmocka_unit_test(test_second_session),
-      cmocka_unit_test(test_tensor_errors),      cmocka_unit_test(test_truncated),
-      cmocka_unit_test(test_session_end_unmaps), cmocka_unit_test(test_concurrent),
-      cmocka_unit_test(test_byte_limits),        cmocka_unit_test_teardown(test_unregister_waiting_download, stop_d_wait),
-      cmocka_unit_test(test_close_under_copies), cmocka_unit_test(test_full_dev_shm),
+      cmocka_unit_test(test_round_trips),
+      cmocka_unit_test(test_region_end),
+      cmocka_unit_test(test_register_errors),
+      cmocka_unit_test(test_second_session),
+      cmocka_unit_test(test_tensor_errors),
+      cmocka_unit_test(test_truncated),
+      cmocka_unit_test(test_session_end_unmaps),
+      cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_byte_limits),
+      cmocka_unit_test_teardown(test_unregister_waiting_download, stop_d_wait),
+      cmocka_unit_test(test_close_under_copies),
+      cmocka_unit_test(test_full_dev_shm),
       cmocka_unit_test(test_daemon_cannot_open),
   };
-  int failed = full ? cmocka_run_group_tests_name("shared memory in a full /dev/shm", full_tests,
-                                                  setup, teardown)
-                    : cmocka_run_group_tests_name("shared memory transfers", tests, setup,
-                                                  teardown);
+  int failed =
+      full ? cmocka_run_group_tests_name("shared memory in a full /dev/shm",
+                                         full_tests, setup, teardown)
+           : cmocka_run_group_tests_name("shared memory transfers", tests,
+                                         setup, teardown);
   int rc = pdt_daemon_stop(&D);
   if (rc != 0) {
-    fprintf(stderr, "paradevd exited with %d after SIGTERM; log:\n%s\n", rc, D.log ? D.log : "");
+    fprintf(stderr, "paradevd exited with %d after SIGTERM; log:\n%s\n", rc,
+            D.log ? D.log : "");
     failed++;
   }
-  if (D.log && (strstr(D.log, "AddressSanitizer") || strstr(D.log, "runtime error"))) {
+  if (D.log &&
+      (strstr(D.log, "AddressSanitizer") || strstr(D.log, "runtime error"))) {
     fprintf(stderr, "sanitizer report in the daemon's log:\n%s\n", D.log);
     failed++;
   }

@@ -48,7 +48,8 @@ static void daemon_start(pdt_daemon *d) {
   char mem[32], ndev[8];
   snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
   snprintf(ndev, sizeof(ndev), "%d", NDEV);
-  const char *extra[] = {"--devices", ndev, "--memory-limit", mem, "--grace-ms", "2000", NULL};
+  const char *extra[] = {"--devices", ndev, "--memory-limit", mem, "--grace-ms",
+                         "2000",      NULL};
   pdt_daemon_start(d, paradevd_path, "pdtape", false, extra);
 }
 
@@ -116,8 +117,8 @@ static void wait_mem(env *e, uint64_t want) {
     if ((got = mem_used(e)) == want) return;
     usleep(50000);
   }
-  fail_msg("device memory is %llu bytes, expected %llu", (unsigned long long)got,
-           (unsigned long long)want);
+  fail_msg("device memory is %llu bytes, expected %llu",
+           (unsigned long long)got, (unsigned long long)want);
 }
 
 /* --- setup -------------------------------------------------------------------------- */
@@ -202,9 +203,9 @@ static void test_gradient_unary(void **state) {
   }
   /* One-shot: a second gradient, or a watch, is FAILED_PRECONDITION. */
   uint64_t res2[1] = {100};
-  EXPECT_CODE(e, PD_FAILED_PRECONDITION,
-              pd_tape_gradient(s, tape, ID_LOSS, srcs, 1, 0, res2, NULL, NULL,
-                               e->st));
+  EXPECT_CODE(
+      e, PD_FAILED_PRECONDITION,
+      pd_tape_gradient(s, tape, ID_LOSS, srcs, 1, 0, res2, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "one-shot");
   EXPECT_CODE(e, PD_FAILED_PRECONDITION,
               pd_tape_watch(s, tape, watch, 1, NULL, e->st));
@@ -236,7 +237,8 @@ static void test_persistent_and_no_path(void **state) {
     const uint64_t srcs[2] = {ID_W, ID_Z};
     uint64_t res[2] = {0, 0}; /* fresh ids from the library */
     pd_tensor_info info[2];
-    OK(e, pd_tape_gradient(s, tape, ID_LOSS, srcs, 2, 0, res, info, NULL, e->st));
+    OK(e,
+       pd_tape_gradient(s, tape, ID_LOSS, srcs, 2, 0, res, info, NULL, e->st));
     assert_true(res[0] >= PD_FIRST_LIBRARY_ID && res[1] > res[0]);
     assert_shape(&info[1], PD_FLOAT32, 1, dz);
     float gw[2], gz[3];
@@ -251,7 +253,8 @@ static void test_persistent_and_no_path(void **state) {
   upload_f32(e, s, 50, NULL, 0, &three, pd_layout_mirrored());
   const uint64_t src_w[1] = {ID_W};
   uint64_t res3[1] = {51};
-  OK(e, pd_tape_gradient(s, tape, ID_LOSS, src_w, 1, 50, res3, NULL, NULL, e->st));
+  OK(e,
+     pd_tape_gradient(s, tape, ID_LOSS, src_w, 1, 50, res3, NULL, NULL, e->st));
   float gw3[2];
   download_f32(e, s, 51, pd_layout_mirrored(), gw3, 2);
   const double want3[2] = {3 * GW[0], 3 * GW[1]};
@@ -259,7 +262,8 @@ static void test_persistent_and_no_path(void **state) {
   /* The target itself as the source: the upstream gradient (ones). */
   const uint64_t src_l[1] = {ID_LOSS};
   uint64_t res4[1] = {52};
-  OK(e, pd_tape_gradient(s, tape, ID_LOSS, src_l, 1, 0, res4, NULL, NULL, e->st));
+  OK(e,
+     pd_tape_gradient(s, tape, ID_LOSS, src_l, 1, 0, res4, NULL, NULL, e->st));
   float one;
   download_f32(e, s, 52, pd_layout_mirrored(), &one, 1);
   assert_true(one == 1.0f);
@@ -358,8 +362,8 @@ static void test_stream_items(void **state) {
   assert_non_null(t);
   const uint64_t tape = 3, watch[1] = {ID_X}, xw[2] = {ID_X, ID_W},
                  y[1] = {ID_Y}, sq[1] = {ID_SQ}, srcs[1] = {ID_X};
-  OK(e, pd_stream_tape_start(t, tape, false, NULL, e->st));   /* 0 */
-  OK(e, pd_stream_tape_start(t, tape, false, NULL, e->st));   /* 1: exists */
+  OK(e, pd_stream_tape_start(t, tape, false, NULL, e->st));    /* 0 */
+  OK(e, pd_stream_tape_start(t, tape, false, NULL, e->st));    /* 1: exists */
   OK(e, pd_stream_tape_watch(t, tape, watch, 1, NULL, e->st)); /* 2 */
   uint64_t o = ID_Y;
   OK(e, pd_stream_execute(t, "MatMul", xw, 2, NULL, &o, 1, NULL, e->st));
@@ -368,9 +372,11 @@ static void test_stream_items(void **state) {
   o = ID_LOSS;
   OK(e, pd_stream_execute(t, "Sum", sq, 1, NULL, &o, 1, NULL, e->st));
   uint64_t res[1] = {ID_GX};
-  OK(e, pd_stream_tape_gradient(t, tape, ID_LOSS, srcs, 1, 0, res, NULL, e->st)); /* 6 */
+  OK(e, pd_stream_tape_gradient(t, tape, ID_LOSS, srcs, 1, 0, res, NULL,
+                                e->st)); /* 6 */
   uint64_t res2[1] = {ID_GZ};
-  OK(e, pd_stream_tape_gradient(t, 404, ID_LOSS, srcs, 1, 0, res2, NULL, e->st)); /* 7 */
+  OK(e, pd_stream_tape_gradient(t, 404, ID_LOSS, srcs, 1, 0, res2, NULL,
+                                e->st));              /* 7 */
   OK(e, pd_stream_tape_delete(t, tape, NULL, e->st)); /* 8 */
   OK(e, pd_stream_tape_delete(t, tape, NULL, e->st)); /* 9: gone */
   EXPECT_CODE(e, PD_ALREADY_EXISTS, pd_stream_wait(t, 30000, e->st));
@@ -379,8 +385,9 @@ static void test_stream_items(void **state) {
   OK(e, pd_stream_close(t, 30000, e->st));
   pd_stream_delete(t);
   assert_int_equal(log.n, 10);
-  const pd_code want[10] = {PD_OK, PD_ALREADY_EXISTS, PD_OK, PD_OK, PD_OK,
-                            PD_OK, PD_OK, PD_NOT_FOUND, PD_OK, PD_NOT_FOUND};
+  const pd_code want[10] = {
+      PD_OK, PD_ALREADY_EXISTS, PD_OK, PD_OK,       PD_OK, PD_OK,
+      PD_OK, PD_NOT_FOUND,      PD_OK, PD_NOT_FOUND};
   for (int i = 0; i < 10; i++) {
     assert_int_equal(log.index[i], i);
     if (log.code[i] != want[i])
@@ -406,8 +413,9 @@ static void test_errors(void **state) {
   /* Unknown tapes. */
   EXPECT_CODE(e, PD_NOT_FOUND, pd_tape_watch(s, 12, watch, 1, NULL, e->st));
   ASSERT_MSG_HAS(e, "tape 12");
-  EXPECT_CODE(e, PD_NOT_FOUND,
-              pd_tape_gradient(s, 12, ID_X, srcs, 1, 0, res, NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_NOT_FOUND,
+      pd_tape_gradient(s, 12, ID_X, srcs, 1, 0, res, NULL, NULL, e->st));
   EXPECT_CODE(e, PD_NOT_FOUND, pd_tape_delete(s, 12, NULL, e->st));
   /* Ids. */
   EXPECT_CODE(e, PD_INVALID_ARGUMENT, pd_tape_start(s, 0, false, NULL, e->st));
@@ -438,28 +446,34 @@ static void test_errors(void **state) {
               pd_tape_gradient(s, 1, 555, srcs, 1, 0, res, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "target");
   const uint64_t bad_src[1] = {556};
-  EXPECT_CODE(e, PD_NOT_FOUND,
-              pd_tape_gradient(s, 1, ID_X, bad_src, 1, 0, res, NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_NOT_FOUND,
+      pd_tape_gradient(s, 1, ID_X, bad_src, 1, 0, res, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "source 0");
-  EXPECT_CODE(e, PD_NOT_FOUND,
-              pd_tape_gradient(s, 1, ID_X, srcs, 1, 557, res, NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_NOT_FOUND,
+      pd_tape_gradient(s, 1, ID_X, srcs, 1, 557, res, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "output gradient");
   uint64_t live[1] = {ID_W};
-  EXPECT_CODE(e, PD_ALREADY_EXISTS,
-              pd_tape_gradient(s, 1, ID_X, srcs, 1, 0, live, NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_ALREADY_EXISTS,
+      pd_tape_gradient(s, 1, ID_X, srcs, 1, 0, live, NULL, NULL, e->st));
   /* An output gradient of the wrong shape. */
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
-              pd_tape_gradient(s, 1, ID_X, srcs, 1, ID_W, res, NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_tape_gradient(s, 1, ID_X, srcs, 1, ID_W, res, NULL, NULL, e->st));
   /* Arguments the library rejects before sending. */
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
               pd_tape_gradient(s, 1, 0, srcs, 1, 0, res, NULL, NULL, e->st));
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
               pd_tape_gradient(s, 1, ID_X, NULL, 1, 0, res, NULL, NULL, e->st));
-  EXPECT_CODE(e, PD_INVALID_ARGUMENT, pd_tape_watch(s, 1, NULL, 2, NULL, e->st));
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_tape_watch(s, 1, NULL, 2, NULL, e->st));
   /* 64 tapes at most. */
   for (uint64_t id = 2; id <= 64; id++)
     OK(e, pd_tape_start(s, id, false, NULL, e->st));
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED, pd_tape_start(s, 65, false, NULL, e->st));
+  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+              pd_tape_start(s, 65, false, NULL, e->st));
   ASSERT_MSG_HAS(e, "64");
   /* After all of that the session still computes a gradient. */
   OK(e, pd_tape_delete(s, 64, NULL, e->st));
@@ -472,7 +486,8 @@ static void test_errors(void **state) {
   pdt_assert_close_f32(gx, GX, 4, 1e-6);
   /* A closed session: the library says so. */
   OK(e, pd_session_close(s, NULL, e->st));
-  EXPECT_CODE(e, PD_FAILED_PRECONDITION, pd_tape_start(s, 70, false, NULL, e->st));
+  EXPECT_CODE(e, PD_FAILED_PRECONDITION,
+              pd_tape_start(s, 70, false, NULL, e->st));
   pd_session_delete(s);
 }
 
@@ -497,8 +512,9 @@ static void test_quota(void **state) {
   op1(e, s, "Square", in, 1, NULL, ID_Y);
   op1(e, s, "Sum", y, 1, NULL, ID_LOSS);
   uint64_t res[1] = {ID_GX};
-  EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
-              pd_tape_gradient(s, 1, ID_LOSS, in, 1, 0, res, NULL, NULL, e->st));
+  EXPECT_CODE(
+      e, PD_RESOURCE_EXHAUSTED,
+      pd_tape_gradient(s, 1, ID_LOSS, in, 1, 0, res, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "quota");
   /* The one-shot tape was not used up by the failure: ask again. */
   const uint64_t del[1] = {ID_Y};
@@ -622,7 +638,8 @@ int main(int argc, char **argv) {
             D.log ? D.log : "");
     failed++;
   }
-  if (D.log && (strstr(D.log, "AddressSanitizer") || strstr(D.log, "runtime error"))) {
+  if (D.log &&
+      (strstr(D.log, "AddressSanitizer") || strstr(D.log, "runtime error"))) {
     fprintf(stderr, "sanitizer report in the daemon's log:\n%s\n", D.log);
     failed++;
   }

@@ -69,7 +69,8 @@ typedef struct case_spec {
 static dev_engine *engines[PD_MAX_DEVICES + 1];
 static const char *out_dir;
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -197,8 +198,7 @@ static void *read_file(const char *path, size_t *len) {
 static void write_file(const char *path, const void *data, size_t len) {
   FILE *f = fopen(path, "wb");
   if (!f) die("cannot create %s: %s", path, strerror(errno));
-  if (len > 0 && fwrite(data, 1, len, f) != len)
-    die("short write of %s", path);
+  if (len > 0 && fwrite(data, 1, len, f) != len) die("short write of %s", path);
   if (fclose(f) != 0) die("cannot close %s", path);
 }
 
@@ -274,8 +274,9 @@ static void run_case(FILE *res, const case_spec *c) {
     if (dev_shape_byte_size(in->dtype, &in->shape, &want, &st) != PD_OK ||
         want != len) {
       if (st.code == PD_OK)
-        dev_error(&st, PD_INTERNAL, "input %d: file has %zu bytes, shape wants %zu",
-                  n_in, len, want);
+        dev_error(&st, PD_INTERNAL,
+                  "input %d: file has %zu bytes, shape wants %zu", n_in, len,
+                  want);
       free(data);
       report(res, c, "err_setup", &st);
       goto out;

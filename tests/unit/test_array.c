@@ -8,8 +8,9 @@
 
 #include "testutil.h"
 
-static const pd_dtype k_all_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16, PD_BFLOAT16,
-                                        PD_INT32,   PD_INT64,   PD_UINT8,   PD_BOOL};
+static const pd_dtype k_all_dtypes[] = {PD_FLOAT32,  PD_FLOAT64, PD_FLOAT16,
+                                        PD_BFLOAT16, PD_INT32,   PD_INT64,
+                                        PD_UINT8,    PD_BOOL};
 #define N_DTYPES ((int)(sizeof k_all_dtypes / sizeof k_all_dtypes[0]))
 
 /* Values exactly representable in every dtype (bool: 0/1). */
@@ -93,7 +94,8 @@ static void test_identity(void **state) {
 static void test_identity_lifetimes(void **state) {
   (void)state;
   dev_engine *e = tu_engine(3, 0);
-  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+  dev_tensor *x =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
   dev_tensor *y = tu_exec(e, "Identity", &x, 1, NULL, 0, 0);
   dev_tensor_release(x);
   tu_assert_components_close(y, ((double[]){1, 2, 3}), 3, 0, 0);
@@ -187,7 +189,8 @@ static void test_reshape_sharded(void **state) {
   dev_tensor_release(y);
   /* [3, -1] fits component 0 (6) but not components 1, 2 (4 elements). */
   a = dev_attr_int_list("shape", (int64_t[]){3, -1}, 2);
-  tu_exec_fails(e, "Reshape", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "multiple of 3");
+  tu_exec_fails(e, "Reshape", &x, 1, &a, 1, PD_INVALID_ARGUMENT,
+                "multiple of 3");
   dev_tensor_release(x);
   engine_still_works(e);
   dev_engine_destroy(e);
@@ -202,9 +205,11 @@ static void test_reshape_errors(void **state) {
   tu_exec_fails(e, "Reshape", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "[2, 3]");
   tu_exec_fails(e, "Reshape", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "[4, 2]");
   a = dev_attr_int_list("shape", (int64_t[]){-1, -1}, 2);
-  tu_exec_fails(e, "Reshape", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "at most one -1");
+  tu_exec_fails(e, "Reshape", &x, 1, &a, 1, PD_INVALID_ARGUMENT,
+                "at most one -1");
   a = dev_attr_int_list("shape", (int64_t[]){4, -1}, 2);
-  tu_exec_fails(e, "Reshape", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "multiple of 4");
+  tu_exec_fails(e, "Reshape", &x, 1, &a, 1, PD_INVALID_ARGUMENT,
+                "multiple of 4");
   a = dev_attr_int_list("shape", (int64_t[]){-2, -3}, 2);
   tu_exec_fails(e, "Reshape", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "-2");
   a = dev_attr_int_list("shape", (int64_t[]){1, 1, 1, 1, 1, 1, 1, 2, 3}, 9);
@@ -257,11 +262,12 @@ static void test_transpose_2x3(void **state) {
 
 /* Runs Transpose of `dims` by `perm` on dtype dt and checks every element by
  * index arithmetic: out[i_0..i_r-1] = in[j] with j[perm[k]] = i_k. */
-static void check_transpose(dev_engine *e, pd_dtype dt, int rank, const int64_t *dims,
-                            const int64_t *perm) {
+static void check_transpose(dev_engine *e, pd_dtype dt, int rank,
+                            const int64_t *dims, const int64_t *perm) {
   int64_t n = 1;
   for (int d = 0; d < rank; d++) n *= dims[d];
-  double *in = vals_for(dt, n), *want = malloc((size_t)(n ? n : 1) * sizeof *want);
+  double *in = vals_for(dt, n),
+         *want = malloc((size_t)(n ? n : 1) * sizeof *want);
   assert_non_null(want);
   int64_t od[PD_MAX_RANK], oi[PD_MAX_RANK] = {0}, ii[PD_MAX_RANK];
   for (int d = 0; d < rank; d++) od[d] = dims[perm[d]];
@@ -300,9 +306,13 @@ static void test_transpose_perms(void **state) {
     for (int b = 0; b < 4; b++)
       for (int c = 0; c < 4; c++) {
         int d = 6 - a - b - c;
-        if (a == b || a == c || b == c || d < 0 || d > 3 || d == a || d == b || d == c)
+        if (a == b || a == c || b == c || d < 0 || d > 3 || d == a || d == b ||
+            d == c)
           continue;
-        perm[0] = a; perm[1] = b; perm[2] = c; perm[3] = d;
+        perm[0] = a;
+        perm[1] = b;
+        perm[2] = c;
+        perm[3] = d;
         check_transpose(e, PD_FLOAT32, 4, (int64_t[]){2, 3, 4, 5}, perm);
         check_transpose(e, PD_INT64, 4, (int64_t[]){3, 1, 5, 2}, perm);
         check_transpose(e, PD_FLOAT16, 4, (int64_t[]){2, 3, 1, 4}, perm);
@@ -312,9 +322,12 @@ static void test_transpose_perms(void **state) {
   check_transpose(e, PD_FLOAT64, 2, (int64_t[]){33, 100}, (int64_t[]){1, 0});
   check_transpose(e, PD_UINT8, 2, (int64_t[]){129, 70}, (int64_t[]){1, 0});
   check_transpose(e, PD_BFLOAT16, 2, (int64_t[]){40, 65}, (int64_t[]){1, 0});
-  check_transpose(e, PD_FLOAT32, 3, (int64_t[]){3, 50, 40}, (int64_t[]){0, 2, 1});
-  check_transpose(e, PD_FLOAT32, 3, (int64_t[]){37, 5, 41}, (int64_t[]){2, 1, 0});
-  check_transpose(e, PD_INT32, 5, (int64_t[]){2, 3, 2, 3, 2}, (int64_t[]){4, 0, 3, 1, 2});
+  check_transpose(e, PD_FLOAT32, 3, (int64_t[]){3, 50, 40},
+                  (int64_t[]){0, 2, 1});
+  check_transpose(e, PD_FLOAT32, 3, (int64_t[]){37, 5, 41},
+                  (int64_t[]){2, 1, 0});
+  check_transpose(e, PD_INT32, 5, (int64_t[]){2, 3, 2, 3, 2},
+                  (int64_t[]){4, 0, 3, 1, 2});
   /* zero-size and rank 0/1 */
   check_transpose(e, PD_FLOAT32, 3, (int64_t[]){2, 0, 3}, (int64_t[]){2, 0, 1});
   check_transpose(e, PD_FLOAT32, 1, (int64_t[]){5}, (int64_t[]){0});
@@ -344,13 +357,17 @@ static void test_transpose_sharded(void **state) {
 static void test_transpose_errors(void **state) {
   (void)state;
   dev_engine *e = tu_engine(3, 0);
-  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 3, (int64_t[]){1, 2, 3}, (double[]){1, 2, 3, 4, 5, 6});
+  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 3, (int64_t[]){1, 2, 3},
+                              (double[]){1, 2, 3, 4, 5, 6});
   dev_attr a = dev_attr_int_list("perm", (int64_t[]){0, 0, 1}, 3);
-  tu_exec_fails(e, "Transpose", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "not a permutation");
+  tu_exec_fails(e, "Transpose", &x, 1, &a, 1, PD_INVALID_ARGUMENT,
+                "not a permutation");
   a = dev_attr_int_list("perm", (int64_t[]){0, 1, 3}, 3);
-  tu_exec_fails(e, "Transpose", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "not a permutation");
+  tu_exec_fails(e, "Transpose", &x, 1, &a, 1, PD_INVALID_ARGUMENT,
+                "not a permutation");
   a = dev_attr_int_list("perm", (int64_t[]){0, -1, 1}, 3);
-  tu_exec_fails(e, "Transpose", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "not a permutation");
+  tu_exec_fails(e, "Transpose", &x, 1, &a, 1, PD_INVALID_ARGUMENT,
+                "not a permutation");
   a = dev_attr_int_list("perm", (int64_t[]){1, 0}, 2);
   tu_exec_fails(e, "Transpose", &x, 1, &a, 1, PD_INVALID_ARGUMENT, "rank 3");
   tu_exec_fails(e, "Transpose", &x, 1, NULL, 0, PD_INVALID_ARGUMENT, "perm");
@@ -473,8 +490,8 @@ static void test_concat_sharded(void **state) {
   dev_engine *e = tu_engine(3, 0);
   double v[5] = {0, 1, 2, 3, 4}, w[3] = {10, 11, 12};
   dev_tensor *in[2];
-  in[0] = tu_sharded(e, PD_FLOAT64, 1, (int64_t[]){5}, 0, v);  /* 2, 2, 1 */
-  in[1] = tu_sharded(e, PD_FLOAT64, 1, (int64_t[]){3}, 0, w);  /* 1, 1, 1 */
+  in[0] = tu_sharded(e, PD_FLOAT64, 1, (int64_t[]){5}, 0, v); /* 2, 2, 1 */
+  in[1] = tu_sharded(e, PD_FLOAT64, 1, (int64_t[]){3}, 0, w); /* 1, 1, 1 */
   dev_attr a = dev_attr_int("axis", 0);
   dev_tensor *y = tu_exec(e, "Concat", in, 2, &a, 1, 0);
   tu_assert_tensor_close(y, 0, ((double[]){0, 1, 10}), 3, 0, 0);
@@ -490,10 +507,14 @@ static void test_concat_sharded(void **state) {
 static void test_concat_errors(void **state) {
   (void)state;
   dev_engine *e = tu_engine(3, 0);
-  dev_tensor *a22 = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 4});
-  dev_tensor *i22 = tu_mirrored(e, PD_INT32, 2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 4});
-  dev_tensor *a3 = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
-  dev_tensor *a23 = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){2, 3}, (double[]){1, 2, 3, 4, 5, 6});
+  dev_tensor *a22 =
+      tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 4});
+  dev_tensor *i22 =
+      tu_mirrored(e, PD_INT32, 2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 4});
+  dev_tensor *a3 =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+  dev_tensor *a23 = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){2, 3},
+                                (double[]){1, 2, 3, 4, 5, 6});
   dev_tensor *sc = tu_mirrored(e, PD_FLOAT32, 0, NULL, (double[]){1});
   dev_attr ax0 = dev_attr_int("axis", 0);
   dev_tensor *in[2] = {a22, i22};
@@ -511,7 +532,8 @@ static void test_concat_errors(void **state) {
   tu_exec_fails(e, "Concat", in, 2, NULL, 0, PD_INVALID_ARGUMENT, "axis");
   ax = dev_attr_int("axis", 1);
   dev_tensor *y = tu_exec(e, "Concat", in, 2, &ax, 1, 0);
-  tu_assert_components_close(y, ((double[]){1, 2, 1, 2, 3, 3, 4, 4, 5, 6}), 10, 0, 0);
+  tu_assert_components_close(y, ((double[]){1, 2, 1, 2, 3, 3, 4, 4, 5, 6}), 10,
+                             0, 0);
   dev_tensor_release(y);
   dev_tensor_release(a22);
   dev_tensor_release(i22);
@@ -538,21 +560,24 @@ static void test_slice(void **state) {
     dev_tensor *y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
     assert_int_equal(dev_tensor_dtype(y), dt);
     tu_assert_shape(dev_tensor_shape(y), 2, 2, 2);
-    tu_assert_components_close(y, ((double[]){v[5], v[6], v[9], v[10]}), 4, 0, 0);
+    tu_assert_components_close(y, ((double[]){v[5], v[6], v[9], v[10]}), 4, 0,
+                               0);
     dev_tensor_release(y);
     /* size -1: x[1:, 2:] */
     a[0] = dev_attr_int_list("begin", (int64_t[]){1, 2}, 2);
     a[1] = dev_attr_int_list("size", (int64_t[]){-1, -1}, 2);
     y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
     tu_assert_shape(dev_tensor_shape(y), 2, 2, 2);
-    tu_assert_components_close(y, ((double[]){v[6], v[7], v[10], v[11]}), 4, 0, 0);
+    tu_assert_components_close(y, ((double[]){v[6], v[7], v[10], v[11]}), 4, 0,
+                               0);
     dev_tensor_release(y);
     /* whole rows: x[2:3, :] */
     a[0] = dev_attr_int_list("begin", (int64_t[]){2, 0}, 2);
     a[1] = dev_attr_int_list("size", (int64_t[]){1, -1}, 2);
     y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
     tu_assert_shape(dev_tensor_shape(y), 2, 1, 4);
-    tu_assert_components_close(y, ((double[]){v[8], v[9], v[10], v[11]}), 4, 0, 0);
+    tu_assert_components_close(y, ((double[]){v[8], v[9], v[10], v[11]}), 4, 0,
+                               0);
     dev_tensor_release(y);
     /* empty: begin at the end, size 0 */
     a[0] = dev_attr_int_list("begin", (int64_t[]){3, 4}, 2);
@@ -568,8 +593,10 @@ static void test_slice(void **state) {
   double v[60];
   for (int i = 0; i < 60; i++) v[i] = i;
   dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 3, (int64_t[]){3, 4, 5}, v);
-  static const int64_t cases[][6] = {{1, 1, 0, 2, 2, 5}, {0, 2, 1, -1, 1, 3},
-                                     {2, 0, 4, 1, -1, 1}, {0, 0, 0, -1, -1, -1}};
+  static const int64_t cases[][6] = {{1, 1, 0, 2, 2, 5},
+                                     {0, 2, 1, -1, 1, 3},
+                                     {2, 0, 4, 1, -1, 1},
+                                     {0, 0, 0, -1, -1, -1}};
   for (int c = 0; c < 4; c++) {
     const int64_t *b = cases[c], *s = cases[c] + 3;
     int64_t sz[3], dims[3] = {3, 4, 5};
@@ -580,7 +607,8 @@ static void test_slice(void **state) {
       int64_t ii[3] = {oi[0] + b[0], oi[1] + b[1], oi[2] + b[2]};
       want[o++] = v[flat(3, dims, ii)];
     } while (next_index(3, sz, oi));
-    dev_attr a[2] = {dev_attr_int_list("begin", b, 3), dev_attr_int_list("size", s, 3)};
+    dev_attr a[2] = {dev_attr_int_list("begin", b, 3),
+                     dev_attr_int_list("size", s, 3)};
     dev_tensor *y = tu_exec(e, "Slice", &x, 1, a, 2, 0);
     tu_assert_shape(dev_tensor_shape(y), 3, sz[0], sz[1], sz[2]);
     tu_assert_components_close(y, want, o, 0, 0);
@@ -589,7 +617,8 @@ static void test_slice(void **state) {
   dev_tensor_release(x);
   /* rank 0 */
   dev_tensor *s0 = tu_mirrored(e, PD_INT32, 0, NULL, (double[]){9});
-  dev_attr a0[2] = {dev_attr_int_list("begin", NULL, 0), dev_attr_int_list("size", NULL, 0)};
+  dev_attr a0[2] = {dev_attr_int_list("begin", NULL, 0),
+                    dev_attr_int_list("size", NULL, 0)};
   dev_tensor *y0 = tu_exec(e, "Slice", &s0, 1, a0, 2, 0);
   tu_assert_components_close(y0, ((double[]){9}), 1, 0, 0);
   dev_tensor_release(y0);
@@ -629,7 +658,8 @@ static void test_slice_sharded_and_errors(void **state) {
   a[1] = dev_attr_int_list("size", (int64_t[]){-2, 1}, 2);
   tu_exec_fails(e, "Slice", &m, 1, a, 2, PD_INVALID_ARGUMENT, "axis 0");
   a[1] = dev_attr_int_list("size", (int64_t[]){1}, 1);
-  tu_exec_fails(e, "Slice", &m, 1, a, 2, PD_INVALID_ARGUMENT, "one entry per axis");
+  tu_exec_fails(e, "Slice", &m, 1, a, 2, PD_INVALID_ARGUMENT,
+                "one entry per axis");
   tu_exec_fails(e, "Slice", &m, 1, a, 1, PD_INVALID_ARGUMENT, "size");
   dev_tensor_release(m);
   engine_still_works(e);
@@ -648,16 +678,22 @@ static void test_gather(void **state) {
     for (int k = 0; k < N_DTYPES; k++) {
       pd_dtype dt = k_all_dtypes[k];
       double pv[12];
-      for (int i = 0; i < 12; i++) pv[i] = dt == PD_BOOL ? (double)(i % 3 == 0) : p[i];
+      for (int i = 0; i < 12; i++)
+        pv[i] = dt == PD_BOOL ? (double)(i % 3 == 0) : p[i];
       dev_tensor *params = tu_mirrored(e, dt, 2, (int64_t[]){4, 3}, pv);
       for (int it = 0; it < 2; it++) {
         pd_dtype idt = it ? PD_INT64 : PD_INT32;
         /* axis 0, indices [3, 0, 3] -> rows 3, 0, 3 */
-        dev_tensor *in[2] = {params, tu_mirrored(e, idt, 1, (int64_t[]){3}, (double[]){3, 0, 3})};
+        dev_tensor *in[2] = {params, tu_mirrored(e, idt, 1, (int64_t[]){3},
+                                                 (double[]){3, 0, 3})};
         dev_tensor *y = tu_exec(e, "Gather", in, 2, NULL, 0, 0);
         assert_int_equal(dev_tensor_dtype(y), dt);
         tu_assert_shape(dev_tensor_shape(y), 2, 3, 3);
-        tu_assert_components_close(y, ((double[]){pv[9], pv[10], pv[11], pv[0], pv[1], pv[2], pv[9], pv[10], pv[11]}), 9, 0, 0);
+        tu_assert_components_close(
+            y,
+            ((double[]){pv[9], pv[10], pv[11], pv[0], pv[1], pv[2], pv[9],
+                        pv[10], pv[11]}),
+            9, 0, 0);
         dev_tensor_release(y);
         /* axis 1 (and -1), indices [2, 1] -> columns 2, 1 */
         dev_tensor_release(in[1]);
@@ -666,16 +702,23 @@ static void test_gather(void **state) {
           dev_attr a = dev_attr_int("axis", ax);
           y = tu_exec(e, "Gather", in, 2, &a, 1, 0);
           tu_assert_shape(dev_tensor_shape(y), 2, 4, 2);
-          tu_assert_components_close(y, ((double[]){pv[2], pv[1], pv[5], pv[4], pv[8], pv[7], pv[11], pv[10]}), 8, 0, 0);
+          tu_assert_components_close(y,
+                                     ((double[]){pv[2], pv[1], pv[5], pv[4],
+                                                 pv[8], pv[7], pv[11], pv[10]}),
+                                     8, 0, 0);
           dev_tensor_release(y);
         }
         dev_tensor_release(in[1]);
         /* rank-2 indices on axis 0: [[1 2] [0 1]] -> [2, 2, 3] */
-        in[1] = tu_mirrored(e, idt, 2, (int64_t[]){2, 2}, (double[]){1, 2, 0, 1});
+        in[1] =
+            tu_mirrored(e, idt, 2, (int64_t[]){2, 2}, (double[]){1, 2, 0, 1});
         y = tu_exec(e, "Gather", in, 2, NULL, 0, 0);
         tu_assert_shape(dev_tensor_shape(y), 3, 2, 2, 3);
-        tu_assert_components_close(y, ((double[]){pv[3], pv[4], pv[5], pv[6], pv[7], pv[8],
-                                pv[0], pv[1], pv[2], pv[3], pv[4], pv[5]}), 12, 0, 0);
+        tu_assert_components_close(
+            y,
+            ((double[]){pv[3], pv[4], pv[5], pv[6], pv[7], pv[8], pv[0], pv[1],
+                        pv[2], pv[3], pv[4], pv[5]}),
+            12, 0, 0);
         dev_tensor_release(y);
         /* rank-2 indices on axis 1 -> [4, 2, 2] */
         dev_attr a1 = dev_attr_int("axis", 1);
@@ -692,7 +735,8 @@ static void test_gather(void **state) {
         in[1] = tu_mirrored(e, idt, 0, NULL, (double[]){2});
         y = tu_exec(e, "Gather", in, 2, NULL, 0, 0);
         tu_assert_shape(dev_tensor_shape(y), 1, 3);
-        tu_assert_components_close(y, ((double[]){pv[6], pv[7], pv[8]}), 3, 0, 0);
+        tu_assert_components_close(y, ((double[]){pv[6], pv[7], pv[8]}), 3, 0,
+                                   0);
         dev_tensor_release(y);
         dev_tensor_release(in[1]);
         /* empty indices -> [0, 3] */
@@ -733,7 +777,8 @@ static void test_gather_random_and_sharded(void **state) {
   dev_tensor_release(y);
   dev_tensor_release(idx);
   /* indices sharded [5] -> 2, 2, 1 per component */
-  idx = tu_sharded(e, PD_INT32, 1, (int64_t[]){5}, 0, (double[]){4, 0, 1, 3, 2});
+  idx =
+      tu_sharded(e, PD_INT32, 1, (int64_t[]){5}, 0, (double[]){4, 0, 1, 3, 2});
   in[1] = idx;
   y = tu_exec(e, "Gather", in, 2, NULL, 0, 0);
   tu_assert_shape(dev_tensor_component_shape(y, 0), 3, 2, 6, 7);
@@ -742,7 +787,7 @@ static void test_gather_random_and_sharded(void **state) {
   memcpy(w1, pv + 1 * 42, 42 * sizeof(double)); /* component 1: rows 1, 3 */
   memcpy(w1 + 42, pv + 3 * 42, 42 * sizeof(double));
   tu_assert_tensor_close(y, 1, w1, 84, 0, 0);
-  tu_assert_tensor_close(y, 2, pv + 2 * 42, 42, 0, 0);        /* component 2: row 2 */
+  tu_assert_tensor_close(y, 2, pv + 2 * 42, 42, 0, 0); /* component 2: row 2 */
   dev_tensor_release(y);
   dev_tensor_release(idx);
   dev_tensor_release(params);
@@ -752,21 +797,25 @@ static void test_gather_random_and_sharded(void **state) {
 static void test_gather_errors(void **state) {
   (void)state;
   dev_engine *e = tu_engine(3, 0);
-  dev_tensor *p = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){5}, (double[]){1, 2, 3, 4, 5});
-  dev_tensor *bad = tu_mirrored(e, PD_INT32, 1, (int64_t[]){4}, (double[]){0, 1, 2, 7});
+  dev_tensor *p =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){5}, (double[]){1, 2, 3, 4, 5});
+  dev_tensor *bad =
+      tu_mirrored(e, PD_INT32, 1, (int64_t[]){4}, (double[]){0, 1, 2, 7});
   dev_tensor *in[2] = {p, bad};
   /* a data-dependent error: the op is accepted, its output carries it */
   dev_tensor *outs[1] = {NULL};
   int n_out = 1;
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(dev_execute(e, "Gather", in, 2, NULL, 0, outs, &n_out, &st), PD_OK);
+  assert_int_equal(dev_execute(e, "Gather", in, 2, NULL, 0, outs, &n_out, &st),
+                   PD_OK);
   assert_int_equal(dev_tensor_wait(outs[0], &st), PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "Gather: indices[3] = 7 is not in [0, 5)"));
   /* an op consuming the failed output fails with the same error */
   dev_tensor *y = NULL;
   n_out = 1;
   dev_status st2 = DEV_STATUS_INIT;
-  assert_int_equal(dev_execute(e, "Identity", outs, 1, NULL, 0, &y, &n_out, &st2), PD_OK);
+  assert_int_equal(
+      dev_execute(e, "Identity", outs, 1, NULL, 0, &y, &n_out, &st2), PD_OK);
   assert_int_equal(dev_tensor_wait(y, &st2), PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st2.msg, "indices[3] = 7"));
   dev_tensor_release(y);
@@ -776,7 +825,8 @@ static void test_gather_errors(void **state) {
   bad = tu_mirrored(e, PD_INT64, 2, (int64_t[]){2, 2}, (double[]){0, 1, -1, 2});
   in[1] = bad;
   n_out = 1;
-  assert_int_equal(dev_execute(e, "Gather", in, 2, NULL, 0, outs, &n_out, &st), PD_OK);
+  assert_int_equal(dev_execute(e, "Gather", in, 2, NULL, 0, outs, &n_out, &st),
+                   PD_OK);
   assert_int_equal(dev_tensor_wait(outs[0], &st), PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "indices[1,0] = -1 is not in [0, 5)"));
   dev_tensor_release(outs[0]);
@@ -785,15 +835,18 @@ static void test_gather_errors(void **state) {
   bad = tu_mirrored(e, PD_INT32, 1, (int64_t[]){2}, (double[]){4, 5});
   in[1] = bad;
   n_out = 1;
-  assert_int_equal(dev_execute(e, "Gather", in, 2, NULL, 0, outs, &n_out, &st), PD_OK);
+  assert_int_equal(dev_execute(e, "Gather", in, 2, NULL, 0, outs, &n_out, &st),
+                   PD_OK);
   assert_int_equal(dev_tensor_wait(outs[0], &st), PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "indices[1] = 5 is not in [0, 5)"));
   dev_tensor_release(outs[0]);
   dev_tensor_release(bad);
   /* validation errors */
-  dev_tensor *fidx = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){1}, (double[]){0});
+  dev_tensor *fidx =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){1}, (double[]){0});
   in[1] = fidx;
-  tu_exec_fails(e, "Gather", in, 2, NULL, 0, PD_INVALID_ARGUMENT, "int32 or int64");
+  tu_exec_fails(e, "Gather", in, 2, NULL, 0, PD_INVALID_ARGUMENT,
+                "int32 or int64");
   dev_tensor *good = tu_mirrored(e, PD_INT32, 1, (int64_t[]){1}, (double[]){0});
   in[1] = good;
   dev_attr a = dev_attr_int("axis", 1);
@@ -805,7 +858,8 @@ static void test_gather_errors(void **state) {
   /* output rank over 8 */
   int64_t d8[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   dev_tensor *p8 = tu_mirrored(e, PD_FLOAT32, 8, d8, (double[]){1});
-  dev_tensor *i2 = tu_mirrored(e, PD_INT32, 2, (int64_t[]){1, 1}, (double[]){0});
+  dev_tensor *i2 =
+      tu_mirrored(e, PD_INT32, 2, (int64_t[]){1, 1}, (double[]){0});
   in[0] = p8;
   in[1] = i2;
   tu_exec_fails(e, "Gather", in, 2, NULL, 0, PD_INVALID_ARGUMENT, "rank 9");
@@ -841,53 +895,65 @@ static void test_onehot(void **state) {
       dev_tensor *y = tu_exec(e, "OneHot", &ind, 1, &a, 1, 0);
       assert_int_equal(dev_tensor_dtype(y), PD_FLOAT32);
       tu_assert_shape(dev_tensor_shape(y), 2, 4, 3);
-      tu_assert_components_close(y, ((double[]){1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}), 12, 0, 0);
+      tu_assert_components_close(
+          y, ((double[]){1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}), 12, 0, 0);
       dev_tensor_release(y);
       /* axis 0: [3, 4], transposed */
       dev_attr a2[4] = {dev_attr_int("depth", 3), dev_attr_int("axis", 0),
-                        dev_attr_float("on_value", 5), dev_attr_float("off_value", -1)};
+                        dev_attr_float("on_value", 5),
+                        dev_attr_float("off_value", -1)};
       y = tu_exec(e, "OneHot", &ind, 1, a2, 4, 0);
       tu_assert_shape(dev_tensor_shape(y), 2, 3, 4);
-      tu_assert_components_close(y, ((double[]){5, -1, -1, -1, -1, -1, -1, 5, -1, 5, -1, -1}), 12, 0, 0);
+      tu_assert_components_close(
+          y, ((double[]){5, -1, -1, -1, -1, -1, -1, 5, -1, 5, -1, -1}), 12, 0,
+          0);
       dev_tensor_release(y);
       dev_tensor_release(ind);
       /* index == depth and a large index: rows of off */
       ind = tu_mirrored(e, idts[it], 1, (int64_t[]){3}, (double[]){3, 200, 2});
       y = tu_exec(e, "OneHot", &ind, 1, &a, 1, 0);
-      tu_assert_components_close(y, ((double[]){0, 0, 0, 0, 0, 0, 0, 0, 1}), 9, 0, 0);
+      tu_assert_components_close(y, ((double[]){0, 0, 0, 0, 0, 0, 0, 0, 1}), 9,
+                                 0, 0);
       dev_tensor_release(y);
       dev_tensor_release(ind);
     }
     /* negative index -> off row; rank 2 with axis 1 (middle), int64 dtype */
-    dev_tensor *ind = tu_mirrored(e, PD_INT64, 2, (int64_t[]){2, 2}, (double[]){1, -1, 0, 1});
+    dev_tensor *ind =
+        tu_mirrored(e, PD_INT64, 2, (int64_t[]){2, 2}, (double[]){1, -1, 0, 1});
     dev_attr a[4] = {dev_attr_int("depth", 2), dev_attr_int("axis", 1),
-                     dev_attr_dtype("dtype", PD_INT64), dev_attr_float("off_value", 7)};
+                     dev_attr_dtype("dtype", PD_INT64),
+                     dev_attr_float("off_value", 7)};
     dev_tensor *y = tu_exec(e, "OneHot", &ind, 1, a, 4, 0);
     assert_int_equal(dev_tensor_dtype(y), PD_INT64);
     tu_assert_shape(dev_tensor_shape(y), 3, 2, 2, 2);
     /* out[i, d, j] = ind[i, j] == d ? 1 : 7 */
-    tu_assert_components_close(y, ((double[]){7, 7, 1, 7, 1, 7, 7, 1}), 8, 0, 0);
+    tu_assert_components_close(y, ((double[]){7, 7, 1, 7, 1, 7, 7, 1}), 8, 0,
+                               0);
     dev_tensor_release(y);
     /* axis -1 explicitly on rank 2 equals the default */
     a[1] = dev_attr_int("axis", -1);
     y = tu_exec(e, "OneHot", &ind, 1, a, 4, 0);
     tu_assert_shape(dev_tensor_shape(y), 3, 2, 2, 2);
-    tu_assert_components_close(y, ((double[]){7, 1, 7, 7, 1, 7, 7, 1}), 8, 0, 0);
+    tu_assert_components_close(y, ((double[]){7, 1, 7, 7, 1, 7, 7, 1}), 8, 0,
+                               0);
     dev_tensor_release(y);
     /* axis 2 == rank behaves as -1 */
     a[1] = dev_attr_int("axis", 2);
     y = tu_exec(e, "OneHot", &ind, 1, a, 4, 0);
-    tu_assert_components_close(y, ((double[]){7, 1, 7, 7, 1, 7, 7, 1}), 8, 0, 0);
+    tu_assert_components_close(y, ((double[]){7, 1, 7, 7, 1, 7, 7, 1}), 8, 0,
+                               0);
     dev_tensor_release(y);
     /* every number dtype: on 2.5 / off -1.5 convert as to that dtype */
     const pd_dtype odts[7] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16, PD_BFLOAT16,
                               PD_INT32,   PD_INT64,   PD_UINT8};
     const double on_want[7] = {2.5, 2.5, 2.5, 2.5, 2, 2, 2};
     const double off_want[7] = {-1.5, -1.5, -1.5, -1.5, -1, -1, 0};
-    dev_tensor *i1 = tu_mirrored(e, PD_INT32, 1, (int64_t[]){2}, (double[]){1, 0});
+    dev_tensor *i1 =
+        tu_mirrored(e, PD_INT32, 1, (int64_t[]){2}, (double[]){1, 0});
     for (int k = 0; k < 7; k++) {
-      dev_attr b[4] = {dev_attr_int("depth", 2), dev_attr_dtype("dtype", odts[k]),
-                       dev_attr_float("on_value", 2.5), dev_attr_float("off_value", -1.5)};
+      dev_attr b[4] = {
+          dev_attr_int("depth", 2), dev_attr_dtype("dtype", odts[k]),
+          dev_attr_float("on_value", 2.5), dev_attr_float("off_value", -1.5)};
       y = tu_exec(e, "OneHot", &i1, 1, b, 4, 0);
       assert_int_equal(dev_tensor_dtype(y), odts[k]);
       double on = on_want[k], off = off_want[k];
@@ -895,15 +961,17 @@ static void test_onehot(void **state) {
       dev_tensor_release(y);
     }
     /* saturation and NaN into integer dtypes */
-    dev_attr c[4] = {dev_attr_int("depth", 2), dev_attr_dtype("dtype", PD_UINT8),
-                     dev_attr_float("on_value", 1e9), dev_attr_float("off_value", NAN)};
+    dev_attr c[4] = {
+        dev_attr_int("depth", 2), dev_attr_dtype("dtype", PD_UINT8),
+        dev_attr_float("on_value", 1e9), dev_attr_float("off_value", NAN)};
     y = tu_exec(e, "OneHot", &i1, 1, c, 4, 0);
     tu_assert_components_close(y, ((double[]){0, 255, 255, 0}), 4, 0, 0);
     dev_tensor_release(y);
     c[1] = dev_attr_dtype("dtype", PD_INT32);
     c[2] = dev_attr_float("on_value", -1e20);
     y = tu_exec(e, "OneHot", &i1, 1, c, 4, 0);
-    tu_assert_components_close(y, ((double[]){0, -2147483648.0, -2147483648.0, 0}), 4, 0, 0);
+    tu_assert_components_close(
+        y, ((double[]){0, -2147483648.0, -2147483648.0, 0}), 4, 0, 0);
     dev_tensor_release(y);
     /* depth 0 and scalar indices */
     dev_attr d0 = dev_attr_int("depth", 0);
@@ -927,7 +995,8 @@ static void test_onehot(void **state) {
 static void test_onehot_sharded_and_errors(void **state) {
   (void)state;
   dev_engine *e = tu_engine(3, 0);
-  dev_tensor *ind = tu_sharded(e, PD_INT32, 1, (int64_t[]){4}, 0, (double[]){2, 0, 1, 9});
+  dev_tensor *ind =
+      tu_sharded(e, PD_INT32, 1, (int64_t[]){4}, 0, (double[]){2, 0, 1, 9});
   dev_attr a = dev_attr_int("depth", 3);
   dev_tensor *y = tu_exec(e, "OneHot", &ind, 1, &a, 1, 0);
   tu_assert_tensor_close(y, 0, ((double[]){0, 0, 1, 1, 0, 0}), 6, 0, 0);
@@ -944,7 +1013,8 @@ static void test_onehot_sharded_and_errors(void **state) {
   tu_exec_fails(e, "OneHot", &ind, 1, b, 2, PD_INVALID_ARGUMENT, "dtype");
   tu_exec_fails(e, "OneHot", &ind, 1, NULL, 0, PD_INVALID_ARGUMENT, "depth");
   dev_tensor *f = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){1}, (double[]){0});
-  tu_exec_fails(e, "OneHot", &f, 1, b, 1, PD_INVALID_ARGUMENT, "int32, int64 or uint8");
+  tu_exec_fails(e, "OneHot", &f, 1, b, 1, PD_INVALID_ARGUMENT,
+                "int32, int64 or uint8");
   dev_attr big = dev_attr_int("depth", INT64_MAX);
   tu_exec_fails(e, "OneHot", &ind, 1, &big, 1, PD_INVALID_ARGUMENT, "OneHot");
   dev_tensor_release(f);

@@ -10,9 +10,12 @@ static const int kMeshes[] = {1, 2, 3, 4, 8};
 #define NMESH 5
 
 /* Per-component inputs: component d, element i = f(d, i). */
-static double val(int d, int64_t i) { return (double)((d + 1) * 3 - (int)(i % 7)) * 0.5; }
+static double val(int d, int64_t i) {
+  return (double)((d + 1) * 3 - (int)(i % 7)) * 0.5;
+}
 
-static dev_tensor *per_component(dev_engine *e, pd_dtype dt, int n, const dev_shape *shapes,
+static dev_tensor *per_component(dev_engine *e, pd_dtype dt, int n,
+                                 const dev_shape *shapes,
                                  double (*f)(int, int64_t)) {
   void **bufs = calloc((size_t)n, sizeof *bufs);
   for (int d = 0; d < n; d++) {
@@ -23,7 +26,8 @@ static dev_tensor *per_component(dev_engine *e, pd_dtype dt, int n, const dev_sh
   }
   dev_tensor *t = NULL;
   dev_status st = DEV_STATUS_INIT;
-  if (dev_tensor_from_components(e, dt, shapes, (const void *const *)bufs, &t, &st) != PD_OK)
+  if (dev_tensor_from_components(e, dt, shapes, (const void *const *)bufs, &t,
+                                 &st) != PD_OK)
     fail_msg("%s", st.msg);
   for (int d = 0; d < n; d++) free(bufs[d]);
   free(bufs);
@@ -32,18 +36,24 @@ static dev_tensor *per_component(dev_engine *e, pd_dtype dt, int n, const dev_sh
 
 /* Values in [0, 2] in steps of 1/4: exact in every float dtype, and products
  * of 8 of them stay inside float16's range. */
-static double fval(int d, int64_t i) { return 0.25 * (double)((d * 5 + i) % 9); }
+static double fval(int d, int64_t i) {
+  return 0.25 * (double)((d * 5 + i) % 9);
+}
 static double ival(int d, int64_t i) { return (double)(d * 10 + (i % 5) - 7); }
 
-static double reduce_ref(double (*f)(int, int64_t), const char *red, int n, int64_t i,
-                         bool integer) {
+static double reduce_ref(double (*f)(int, int64_t), const char *red, int n,
+                         int64_t i, bool integer) {
   double acc = f(0, i);
   for (int d = 1; d < n; d++) {
     double v = f(d, i);
-    if (!strcmp(red, "sum") || !strcmp(red, "mean")) acc += v;
-    else if (!strcmp(red, "prod")) acc *= v;
-    else if (!strcmp(red, "max")) acc = v > acc ? v : acc;
-    else acc = v < acc ? v : acc;
+    if (!strcmp(red, "sum") || !strcmp(red, "mean"))
+      acc += v;
+    else if (!strcmp(red, "prod"))
+      acc *= v;
+    else if (!strcmp(red, "max"))
+      acc = v > acc ? v : acc;
+    else
+      acc = v < acc ? v : acc;
   }
   if (!strcmp(red, "mean")) acc = integer ? trunc(acc / n) : acc / n;
   return acc;
@@ -51,12 +61,14 @@ static double reduce_ref(double (*f)(int, int64_t), const char *red, int n, int6
 
 static void test_all_reduce(void **state) {
   const char *reds[] = {"sum", "mean", "max", "min", "prod"};
-  const pd_dtype dts[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16, PD_BFLOAT16, PD_INT32, PD_INT64};
+  const pd_dtype dts[] = {PD_FLOAT32,  PD_FLOAT64, PD_FLOAT16,
+                          PD_BFLOAT16, PD_INT32,   PD_INT64};
   for (int m = 0; m < NMESH; m++) {
     int n = kMeshes[m];
     dev_engine *e = tu_engine(n, 0);
     dev_shape *shapes = calloc((size_t)n, sizeof *shapes);
-    for (int d = 0; d < n; d++) shapes[d] = (dev_shape){2, {7, 3}}; /* 21 elements */
+    for (int d = 0; d < n; d++)
+      shapes[d] = (dev_shape){2, {7, 3}}; /* 21 elements */
     for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
       pd_dtype dt = dts[k];
       bool integer = dev_dtype_is_integer(dt);
@@ -74,11 +86,15 @@ static void test_all_reduce(void **state) {
              * unsigned values: compute modulo 2^64, then narrow. */
             uint64_t p = (uint64_t)(int64_t)f(0, i);
             for (int d = 1; d < n; d++) p *= (uint64_t)(int64_t)f(d, i);
-            want[i] = dt == PD_INT32 ? (double)(int32_t)(uint32_t)p : (double)(int64_t)p;
+            want[i] = dt == PD_INT32 ? (double)(int32_t)(uint32_t)p
+                                     : (double)(int64_t)p;
           }
         }
         /* results rounded once to the dtype: half 11 bits, bfloat16 8 bits */
-        double tol = dt == PD_FLOAT16 ? 1e-3 : dt == PD_BFLOAT16 ? 8e-3 : dt == PD_FLOAT32 ? 1e-6 : 0;
+        double tol = dt == PD_FLOAT16    ? 1e-3
+                     : dt == PD_BFLOAT16 ? 8e-3
+                     : dt == PD_FLOAT32  ? 1e-6
+                                         : 0;
         for (int d = 0; d < n; d++) {
           assert_int_equal(tu_read(out, d, got, 21), 21);
           tu_assert_close(got, want, 21, tol, 0);
@@ -120,8 +136,10 @@ static void test_all_reduce_large_uneven(void **state) {
     dev_tensor *in = per_component(e, PD_FLOAT32, n, shapes, val);
     dev_attr a = dev_attr_string("reduction", "sum");
     dev_tensor *out = tu_exec(e, "AllReduce", &in, 1, &a, 1, 0);
-    double *got = malloc(sizeof(double) * (size_t)count), *want = malloc(sizeof(double) * (size_t)count);
-    for (int64_t i = 0; i < count; i++) want[i] = reduce_ref(val, "sum", n, i, false);
+    double *got = malloc(sizeof(double) * (size_t)count),
+           *want = malloc(sizeof(double) * (size_t)count);
+    for (int64_t i = 0; i < count; i++)
+      want[i] = reduce_ref(val, "sum", n, i, false);
     for (int d = 0; d < n; d += n - 1) {
       tu_read(out, d, got, count);
       tu_assert_close(got, want, count, 1e-6, 1e-6);
@@ -177,13 +195,15 @@ static void test_all_gather(void **state) {
     dev_tensor *out = tu_exec(e, "AllGather", &in, 1, &a, 1, 0);
     tu_assert_shape(dev_tensor_shape(out), 3, 2, total, 3);
     int64_t cnt = 2 * total * 3;
-    double *want = malloc(sizeof(double) * (size_t)cnt), *got = malloc(sizeof(double) * (size_t)cnt);
+    double *want = malloc(sizeof(double) * (size_t)cnt),
+           *got = malloc(sizeof(double) * (size_t)cnt);
     for (int64_t x = 0; x < 2; x++) {
       int64_t row = 0;
       for (int d = 0; d < n; d++) {
         for (int64_t r = 0; r < d + 1; r++)
           for (int64_t j = 0; j < 3; j++)
-            want[(x * total + row + r) * 3 + j] = ival(d, (x * (d + 1) + r) * 3 + j);
+            want[(x * total + row + r) * 3 + j] =
+                ival(d, (x * (d + 1) + r) * 3 + j);
         row += d + 1;
       }
     }
@@ -217,7 +237,8 @@ static void test_reduce_scatter(void **state) {
         int64_t mine = rows / n + (d < rows % n ? 1 : 0);
         tu_assert_shape(dev_tensor_component_shape(out, d), 2, mine, 2);
         double want[22], got[22];
-        for (int64_t i = 0; i < mine * 2; i++) want[i] = reduce_ref(val, reds[r], n, first * 2 + i, false);
+        for (int64_t i = 0; i < mine * 2; i++)
+          want[i] = reduce_ref(val, reds[r], n, first * 2 + i, false);
         tu_read(out, d, got, 22);
         tu_assert_close(got, want, mine * 2, 1e-6, 1e-6);
         first += mine;
@@ -234,16 +255,20 @@ static void test_collective_errors(void **state) {
   dev_engine *e = tu_engine(3, 0);
   dev_shape shapes[3] = {{1, {4}}, {1, {5}}, {1, {4}}};
   dev_tensor *in = per_component(e, PD_FLOAT32, 3, shapes, val);
-  tu_exec_fails(e, "AllReduce", &in, 1, NULL, 0, PD_INVALID_ARGUMENT, "same shape on every device");
+  tu_exec_fails(e, "AllReduce", &in, 1, NULL, 0, PD_INVALID_ARGUMENT,
+                "same shape on every device");
   dev_attr bad = dev_attr_string("reduction", "median");
-  dev_tensor *ok = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
+  dev_tensor *ok =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
   tu_exec_fails(e, "AllReduce", &ok, 1, &bad, 1, PD_INVALID_ARGUMENT, "median");
   dev_attr badtype = dev_attr_int("reduction", 1);
-  tu_exec_fails(e, "AllReduce", &ok, 1, &badtype, 1, PD_INVALID_ARGUMENT, "expected string");
+  tu_exec_fails(e, "AllReduce", &ok, 1, &badtype, 1, PD_INVALID_ARGUMENT,
+                "expected string");
   dev_attr axis = dev_attr_int("axis", 1);
   tu_exec_fails(e, "AllGather", &ok, 1, &axis, 1, PD_INVALID_ARGUMENT, "axis");
   dev_tensor *scalar = tu_mirrored(e, PD_FLOAT32, 0, NULL, (double[]){1});
-  tu_exec_fails(e, "ReduceScatter", &scalar, 1, NULL, 0, PD_INVALID_ARGUMENT, "rank");
+  tu_exec_fails(e, "ReduceScatter", &scalar, 1, NULL, 0, PD_INVALID_ARGUMENT,
+                "rank");
   /* still usable: */
   dev_tensor *out = tu_exec(e, "AllReduce", &ok, 1, NULL, 0, 0);
   double got[2];
@@ -272,7 +297,8 @@ static void test_collective_oom_fails_alone(void **state) {
   assert_non_null(strstr(st.msg, "out of memory"));
   dev_tensor_release(out);
   dev_tensor_release(in);
-  dev_tensor *small = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+  dev_tensor *small =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
   out = tu_exec(e, "AllReduce", &small, 1, NULL, 0, 0);
   double got[3];
   tu_read(out, 3, got, 3);
@@ -286,9 +312,12 @@ static void test_collective_oom_fails_alone(void **state) {
  * global order means none deadlocks. */
 static void test_many_collectives_in_order(void **state) {
   dev_engine *e = tu_engine(4, 0);
-  dev_tensor *x = tu_mirrored(e, PD_FLOAT64, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+  dev_tensor *x =
+      tu_mirrored(e, PD_FLOAT64, 1, (int64_t[]){3}, (double[]){1, 2, 3});
   for (int i = 0; i < 200; i++) {
-    dev_tensor *y = tu_exec(e, "AllReduce", &x, 1, (dev_attr[]){dev_attr_string("reduction", "mean")}, 1, 0);
+    dev_tensor *y =
+        tu_exec(e, "AllReduce", &x, 1,
+                (dev_attr[]){dev_attr_string("reduction", "mean")}, 1, 0);
     dev_tensor_release(x);
     x = y;
   }

@@ -19,12 +19,12 @@
 
 static const pd_dtype k_float_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
                                           PD_BFLOAT16};
-static const pd_dtype k_number_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
-                                           PD_BFLOAT16, PD_INT32, PD_INT64,
+static const pd_dtype k_number_dtypes[] = {PD_FLOAT32,  PD_FLOAT64, PD_FLOAT16,
+                                           PD_BFLOAT16, PD_INT32,   PD_INT64,
                                            PD_UINT8};
-static const pd_dtype k_all_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
-                                        PD_BFLOAT16, PD_INT32, PD_INT64,
-                                        PD_UINT8, PD_BOOL};
+static const pd_dtype k_all_dtypes[] = {PD_FLOAT32,  PD_FLOAT64, PD_FLOAT16,
+                                        PD_BFLOAT16, PD_INT32,   PD_INT64,
+                                        PD_UINT8,    PD_BOOL};
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
@@ -51,7 +51,7 @@ static dev_tensor *cast(dev_engine *e, dev_tensor *x, pd_dtype dst) {
   return tu_exec(e, "Cast", in, 1, a, 1, 0);
 }
 
-#define check(t, want, n, rtol, atol) \
+#define check(t, want, n, rtol, atol)                                          \
   tu_assert_tensor_close((t), 0, (want), (n), (rtol), (atol))
 
 static dev_tensor *raw_mirrored(dev_engine *e, pd_dtype dt, int rank,
@@ -85,9 +85,12 @@ static double half_value(uint16_t h) {
   int e = (h >> 10) & 0x1f;
   int m = h & 0x3ff;
   double v;
-  if (e == 0x1f) v = m ? NAN : INFINITY;
-  else if (e == 0) v = ldexp(m, -24);
-  else v = ldexp(1024 + m, e - 25);
+  if (e == 0x1f)
+    v = m ? NAN : INFINITY;
+  else if (e == 0)
+    v = ldexp(m, -24);
+  else
+    v = ldexp(1024 + m, e - 25);
   return (h & 0x8000) ? -v : v;
 }
 
@@ -145,7 +148,10 @@ static void test_unary_special_values(void **state) {
   for (int k = 0; k < N_OF(k_float_dtypes); k++) {
     pd_dtype dt = k_float_dtypes[k];
     dev_tensor *t = mk(e, dt, 1, d, (const double[]){NAN, 0, -1, INFINITY});
-    struct { const char *op; double want[4]; } cases[] = {
+    struct {
+      const char *op;
+      double want[4];
+    } cases[] = {
         {"Relu", {NAN, 0, 0, INFINITY}},
         {"Abs", {NAN, 0, 1, INFINITY}},
         {"Log", {NAN, -INFINITY, NAN, INFINITY}},
@@ -174,18 +180,21 @@ static void test_unary_math(void **state) {
     double x[5];
     double want[5];
   } cases[] = {
-      {"Exp", {0, 1, -1, 2, 0.5},
+      {"Exp",
+       {0, 1, -1, 2, 0.5},
        {1, 2.718281828459045, 0.36787944117144233, 7.38905609893065,
         1.6487212707001282}},
-      {"Log", {1, 2, 0.5, 4, 8},
+      {"Log",
+       {1, 2, 0.5, 4, 8},
        {0, 0.6931471805599453, -0.6931471805599453, 1.3862943611198906,
         2.0794415416798357}},
       {"Sqrt", {0, 4, 2, 0.25, 9}, {0, 2, 1.4142135623730951, 0.5, 3}},
       {"Rsqrt", {4, 0.25, 2, 1, 16}, {0.5, 2, 0.7071067811865475, 1, 0.25}},
-      {"Tanh", {0, 0.5, -1, 20, -0.5},
-       {0, 0.46211715726000974, -0.7615941559557649, 1,
-        -0.46211715726000974}},
-      {"Sigmoid", {0, 2, -2, 0.5, 1},
+      {"Tanh",
+       {0, 0.5, -1, 20, -0.5},
+       {0, 0.46211715726000974, -0.7615941559557649, 1, -0.46211715726000974}},
+      {"Sigmoid",
+       {0, 2, -2, 0.5, 1},
        {0.5, 0.8807970779778823, 0.11920292202211755, 0.6224593312018546,
         0.7310585786300049}},
   };
@@ -231,7 +240,10 @@ static void test_unary_int(void **state) {
     const int64_t d[1] = {5};
     int32_t x[5] = {-3, 0, 5, INT32_MIN, 46341};
     dev_tensor *t = raw_mirrored(e, PD_INT32, 1, d, x);
-    struct { const char *op; int32_t want[5]; } cases[] = {
+    struct {
+      const char *op;
+      int32_t want[5];
+    } cases[] = {
         {"Neg", {3, 0, -5, INT32_MIN, -46341}},
         {"Abs", {3, 0, 5, INT32_MIN, 46341}},
         /* 46341^2 = 2147488281 wraps to 2147488281 - 2^32 */
@@ -252,7 +264,10 @@ static void test_unary_int(void **state) {
     const int64_t d[1] = {4};
     int64_t x[4] = {-7, INT64_MIN, INT64_MAX, 3037000500};
     dev_tensor *t = raw_mirrored(e, PD_INT64, 1, d, x);
-    struct { const char *op; int64_t want[4]; } cases[] = {
+    struct {
+      const char *op;
+      int64_t want[4];
+    } cases[] = {
         {"Neg", {7, INT64_MIN, -INT64_MAX, -3037000500}},
         {"Abs", {7, INT64_MIN, INT64_MAX, 3037000500}},
         /* INT64_MAX^2 = 1 (mod 2^64); 3037000500^2 = 9223372037000250000
@@ -272,7 +287,10 @@ static void test_unary_int(void **state) {
   {
     const int64_t d[1] = {4};
     dev_tensor *t = mk(e, PD_UINT8, 1, d, (const double[]){0, 1, 200, 16});
-    struct { const char *op; double want[4]; } cases[] = {
+    struct {
+      const char *op;
+      double want[4];
+    } cases[] = {
         {"Neg", {0, 255, 56, 240}},
         {"Abs", {0, 1, 200, 16}},
         {"Square", {0, 1, 64, 0}}, /* 40000 % 256 = 64, 256 % 256 = 0 */
@@ -296,7 +314,8 @@ static void test_unary_half_long(void **state) {
   const int64_t lens[] = {255, 256, 257, 1000};
   for (int l = 0; l < N_OF(lens); l++) {
     int64_t n = lens[l];
-    double *x = malloc((size_t)n * sizeof *x), *xr = malloc((size_t)n * sizeof *x);
+    double *x = malloc((size_t)n * sizeof *x),
+           *xr = malloc((size_t)n * sizeof *x);
     double *want = malloc((size_t)n * sizeof *x);
     assert_non_null(x);
     assert_non_null(xr);
@@ -353,7 +372,10 @@ static void test_binary_floats(void **state) {
   const int64_t d[1] = {6};
   const double x[6] = {1, 2, 3, -4, 6, 8};
   const double y[6] = {2, 2, 2, 4, -3, 0.5};
-  struct { const char *op; double want[6]; } cases[] = {
+  struct {
+    const char *op;
+    double want[6];
+  } cases[] = {
       {"Add", {3, 4, 5, 0, 3, 8.5}},
       {"Sub", {-1, 0, 1, -8, 9, 7.5}},
       {"Mul", {2, 4, 6, -16, -18, 4}},
@@ -426,7 +448,10 @@ static void test_binary_int32(void **state) {
   const int64_t d[1] = {8};
   int32_t x[8] = {-7, 7, -7, 7, INT32_MAX, INT32_MIN, 65536, 0};
   int32_t y[8] = {2, -2, -2, 2, 1, -1, 65536, 5};
-  struct { const char *op; int32_t want[8]; } cases[] = {
+  struct {
+    const char *op;
+    int32_t want[8];
+  } cases[] = {
       {"Add", {-5, 5, -9, 9, INT32_MIN, INT32_MAX, 131072, 5}},
       {"Sub", {-9, 9, -5, 5, INT32_MAX - 1, INT32_MIN + 1, 0, -5}},
       /* 65536 * 65536 = 2^32 wraps to 0; MIN * -1 wraps to MIN */
@@ -488,7 +513,10 @@ static void test_binary_int64(void **state) {
   const int64_t d[1] = {5};
   int64_t x[5] = {INT64_MAX, INT64_MIN, -9, 4294967296, 3};
   int64_t y[5] = {1, -1, 4, 4294967296, 40};
-  struct { const char *op; int64_t want[5]; } cases[] = {
+  struct {
+    const char *op;
+    int64_t want[5];
+  } cases[] = {
       {"Add", {INT64_MIN, INT64_MAX, -5, 8589934592, 43}},
       {"Sub", {INT64_MAX - 1, INT64_MIN + 1, -13, 0, -37}},
       {"Mul", {INT64_MAX, INT64_MIN, -36, 0, 120}}, /* 2^64 wraps to 0 */
@@ -539,12 +567,15 @@ static void test_binary_uint8(void **state) {
   const int64_t d[1] = {5};
   const double x[5] = {1, 200, 16, 7, 2};
   const double y[5] = {2, 100, 16, 2, 9};
-  struct { const char *op; double want[5]; } cases[] = {
-      {"Add", {3, 44, 32, 9, 11}},      /* 300 % 256 = 44 */
-      {"Sub", {255, 100, 0, 5, 249}},   /* 1 - 2 wraps to 255 */
-      {"Mul", {2, 32, 0, 14, 18}},      /* 20000 % 256 = 32 */
+  struct {
+    const char *op;
+    double want[5];
+  } cases[] = {
+      {"Add", {3, 44, 32, 9, 11}},    /* 300 % 256 = 44 */
+      {"Sub", {255, 100, 0, 5, 249}}, /* 1 - 2 wraps to 255 */
+      {"Mul", {2, 32, 0, 14, 18}},    /* 20000 % 256 = 32 */
       {"Div", {0, 2, 1, 3, 0}},
-      {"Pow", {1, 0, 0, 49, 0}},        /* 200^100, 16^16, 2^9 wrap to 0 */
+      {"Pow", {1, 0, 0, 49, 0}}, /* 200^100, 16^16, 2^9 wrap to 0 */
       {"Maximum", {2, 200, 16, 7, 9}},
       {"Minimum", {1, 100, 16, 2, 2}},
       {"Equal", {0, 0, 1, 0, 0}},
@@ -614,8 +645,8 @@ static void test_broadcast_hand(void **state) {
       dev_tensor *x =
           mk(e, dt, 3, dx, (const double[]){1, 2, 3, 4, 5, 6, 7, 8});
       dev_tensor *y = mk(e, dt, 2, dy, (const double[]){1, 2, 3});
-      const double want[24] = {1, 2, 3,  4,  2,  4,  6,  8,  3,  6,  9,  12,
-                               5, 6, 7,  8,  10, 12, 14, 16, 15, 18, 21, 24};
+      const double want[24] = {1, 2, 3, 4, 2,  4,  6,  8,  3,  6,  9,  12,
+                               5, 6, 7, 8, 10, 12, 14, 16, 15, 18, 21, 24};
       dev_tensor *z = run2(e, "Mul", x, y);
       tu_assert_shape(dev_tensor_shape(z), 3, 2, 3, 4);
       check(z, want, 24, 0, 0);
@@ -747,8 +778,8 @@ static void ref_broadcast(const char *op, const dev_shape *o,
 static void test_broadcast_random_reference(void **state) {
   (void)state;
   dev_engine *e = tu_engine(1, 0);
-  const char *ops[] = {"Add", "Sub", "Mul", "Div", "Pow", "Maximum",
-                       "Minimum", "Equal", "Greater", "Less"};
+  const char *ops[] = {"Add",     "Sub",     "Mul",   "Div",     "Pow",
+                       "Maximum", "Minimum", "Equal", "Greater", "Less"};
   double r[16];
   for (int trial = 0; trial < 40; trial++) {
     tu_fill_random(r, 16, 0, 1, (uint64_t)(1000 + trial));
@@ -789,8 +820,10 @@ static void test_broadcast_random_reference(void **state) {
         const char *op = ops[o_];
         bool positive = !strcmp(op, "Div") || !strcmp(op, "Pow");
         bool cmp = o_ >= 7;
-        tu_fill_random(va, na, positive ? 0.5 : -3, 3, (uint64_t)(trial * 31 + o_));
-        tu_fill_random(vb, nb, positive ? 0.5 : -3, 3, (uint64_t)(trial * 37 + o_ + 7));
+        tu_fill_random(va, na, positive ? 0.5 : -3, 3,
+                       (uint64_t)(trial * 31 + o_));
+        tu_fill_random(vb, nb, positive ? 0.5 : -3, 3,
+                       (uint64_t)(trial * 37 + o_ + 7));
         if (cmp) { /* small integers, so that Equal is often true */
           for (int64_t i = 0; i < na; i++) va[i] = round(va[i]);
           for (int64_t i = 0; i < nb; i++) vb[i] = round(vb[i]);
@@ -805,7 +838,8 @@ static void test_broadcast_random_reference(void **state) {
         const dev_shape *zs = dev_tensor_shape(z);
         assert_true(dev_shape_equal(zs, &want));
         assert_int_equal(dev_tensor_dtype(z), cmp ? PD_BOOL : dt);
-        check(z, ref, no, cmp ? 0 : tu_rtol_f64_op(dt), cmp ? 0 : tu_atol_f64_op(dt));
+        check(z, ref, no, cmp ? 0 : tu_rtol_f64_op(dt),
+              cmp ? 0 : tu_atol_f64_op(dt));
         dev_tensor_release(z);
         dev_tensor_release(ta);
         dev_tensor_release(tb);
@@ -825,8 +859,8 @@ static void test_broadcast_random_reference(void **state) {
 static void test_broadcast_random_int(void **state) {
   (void)state;
   dev_engine *e = tu_engine(1, 0);
-  const char *ops[] = {"Add", "Sub", "Mul", "Div", "Maximum", "Minimum",
-                       "Greater"};
+  const char *ops[] = {"Add",     "Sub",     "Mul",    "Div",
+                       "Maximum", "Minimum", "Greater"};
   const pd_dtype dts[2] = {PD_INT32, PD_INT64};
   const int64_t dx[3] = {3, 1, 5}, dy[2] = {4, 1};
   dev_shape sx, sy, so;
@@ -888,9 +922,12 @@ static void test_sharded_mesh(void **state) {
           wmul[i * 4 + j] = vx[gi * 4 + j] * vc[gi];
           wneg[i * 4 + j] = -vx[gi * 4 + j];
         }
-      tu_assert_tensor_close_impl(z, d, want, rows[d] * 4, tu_rtol_f64_op(dt), 0, __FILE__, __LINE__);
-      tu_assert_tensor_close_impl(w, d, wmul, rows[d] * 4, tu_rtol_f64_op(dt), 0, __FILE__, __LINE__);
-      tu_assert_tensor_close_impl(n, d, wneg, rows[d] * 4, 0, 0, __FILE__, __LINE__);
+      tu_assert_tensor_close_impl(z, d, want, rows[d] * 4, tu_rtol_f64_op(dt),
+                                  0, __FILE__, __LINE__);
+      tu_assert_tensor_close_impl(w, d, wmul, rows[d] * 4, tu_rtol_f64_op(dt),
+                                  0, __FILE__, __LINE__);
+      tu_assert_tensor_close_impl(n, d, wneg, rows[d] * 4, 0, 0, __FILE__,
+                                  __LINE__);
     }
     dev_tensor_release(z);
     dev_tensor_release(w);
@@ -903,14 +940,17 @@ static void test_sharded_mesh(void **state) {
   dev_tensor *a = mk(e, PD_FLOAT32, 0, NULL, (const double[]){1.5});
   dev_tensor *z = run2(e, "Mul", a, a);
   for (int d = 0; d < 3; d++)
-    tu_assert_tensor_close_impl(z, d, (const double[]){2.25}, 1, 0, 0, __FILE__, __LINE__);
+    tu_assert_tensor_close_impl(z, d, (const double[]){2.25}, 1, 0, 0, __FILE__,
+                                __LINE__);
   dev_tensor_release(z);
   dev_tensor_release(a);
   const int64_t fd[2] = {2, 2};
-  dev_attr fa[2] = {dev_attr_shape("shape", 2, fd), dev_attr_float("value", -2)};
+  dev_attr fa[2] = {dev_attr_shape("shape", 2, fd),
+                    dev_attr_float("value", -2)};
   z = tu_exec(e, "Fill", NULL, 0, fa, 2, 0);
   for (int d = 0; d < 3; d++)
-    tu_assert_tensor_close_impl(z, d, (const double[]){-2, -2, -2, -2}, 4, 0, 0, __FILE__, __LINE__);
+    tu_assert_tensor_close_impl(z, d, (const double[]){-2, -2, -2, -2}, 4, 0, 0,
+                                __FILE__, __LINE__);
   dev_tensor_release(z);
   dev_engine_destroy(e);
 }
@@ -967,7 +1007,7 @@ static void test_half_rounding_bits(void **state) {
    * between the largest bfloat16 (0x7F7F) and 2^128 and rounds to inf. */
   {
     const int64_t d[1] = {6};
-    float x[6] = {1.00390625f, 1.01171875f, 1.0f + 0x1p-8f + 0x1p-20f,
+    float x[6] = {1.00390625f,  1.01171875f,  1.0f + 0x1p-8f + 0x1p-20f,
                   -1.00390625f, 0x1.ffp+127f, -INFINITY};
     uint16_t want[6] = {0x3F80, 0x3F82, 0x3F81, 0xBF80, 0x7F80, 0xFF80};
     dev_tensor *t = raw_mirrored(e, PD_FLOAT32, 1, d, x);
@@ -975,23 +1015,26 @@ static void test_half_rounding_bits(void **state) {
     uint16_t got[6];
     read_raw(z, 0, got, sizeof got);
     for (int i = 0; i < 6; i++)
-      if (got[i] != want[i]) fail_msg("bf16 %d: got 0x%04x want 0x%04x", i, got[i], want[i]);
+      if (got[i] != want[i])
+        fail_msg("bf16 %d: got 0x%04x want 0x%04x", i, got[i], want[i]);
     dev_tensor_release(z);
     dev_tensor_release(t);
   }
   /* Cast float32 -> float16 at the edges of the range. */
   {
     const int64_t d[1] = {11};
-    float x[11] = {65504.0f, 65519.0f, 65520.0f, 0x1p-24f, 0x1p-25f,
-                   0x1.8p-25f, 0x1p-14f, -0.0f, 1e-8f, 0x1.ffcp-15f, -1e6f};
-    uint16_t want[11] = {0x7BFF, 0x7BFF, 0x7C00, 0x0001, 0x0000,
-                         0x0001, 0x0400, 0x8000, 0x0000, 0x0400, 0xFC00};
+    float x[11] = {65504.0f, 65519.0f,     65520.0f, 0x1p-24f,
+                   0x1p-25f, 0x1.8p-25f,   0x1p-14f, -0.0f,
+                   1e-8f,    0x1.ffcp-15f, -1e6f};
+    uint16_t want[11] = {0x7BFF, 0x7BFF, 0x7C00, 0x0001, 0x0000, 0x0001,
+                         0x0400, 0x8000, 0x0000, 0x0400, 0xFC00};
     dev_tensor *t = raw_mirrored(e, PD_FLOAT32, 1, d, x);
     dev_tensor *z = cast(e, t, PD_FLOAT16);
     uint16_t got[11];
     read_raw(z, 0, got, sizeof got);
     for (int i = 0; i < 11; i++)
-      if (got[i] != want[i]) fail_msg("f16 %d: got 0x%04x want 0x%04x", i, got[i], want[i]);
+      if (got[i] != want[i])
+        fail_msg("f16 %d: got 0x%04x want 0x%04x", i, got[i], want[i]);
     dev_tensor_release(z);
     dev_tensor_release(t);
   }
@@ -1050,12 +1093,15 @@ static void test_half_exhaustive(void **state) {
       /* past the largest finite value, the next step of an unbounded
        * exponent range (its midpoint must round to infinity) */
       double v = val((uint16_t)h);
-      double v1 = h + 1 < top ? val((uint16_t)(h + 1)) : kind ? 0x1p128 : 65536.0;
+      double v1 = h + 1 < top ? val((uint16_t)(h + 1))
+                  : kind      ? 0x1p128
+                              : 65536.0;
       double mid = (v + v1) / 2; /* exact in float32 */
       uint16_t even = (uint16_t)((h & 1) ? h + 1 : h);
       float fm = (float)mid;
       assert_true((double)fm == mid);
-      float cand[4] = {(float)v, fm, nextafterf(fm, 0.0f), nextafterf(fm, INFINITY)};
+      float cand[4] = {(float)v, fm, nextafterf(fm, 0.0f),
+                       nextafterf(fm, INFINITY)};
       uint16_t res[4] = {(uint16_t)h, even, (uint16_t)h, (uint16_t)(h + 1)};
       for (int c = 0; c < 4; c++) {
         for (int s = 0; s < 2; s++) {
@@ -1134,21 +1180,21 @@ static void test_cast_corners(void **state) {
   (void)state;
   dev_engine *e = tu_engine(1, 0);
   const int64_t d[1] = {10};
-  float x[10] = {NAN, 1e20f, -1e20f, 2.7f, -2.7f, -1.5f, 300.5f, INFINITY,
-                 -INFINITY, 255.9f};
+  float x[10] = {NAN,   1e20f,  -1e20f,   2.7f,      -2.7f,
+                 -1.5f, 300.5f, INFINITY, -INFINITY, 255.9f};
   dev_tensor *t = raw_mirrored(e, PD_FLOAT32, 1, d, x);
   {
     dev_tensor *z = cast(e, t, PD_INT32);
-    int32_t got[10], want[10] = {0, INT32_MAX, INT32_MIN, 2, -2, -1, 300,
-                                 INT32_MAX, INT32_MIN, 255};
+    int32_t got[10], want[10] = {0,  INT32_MAX, INT32_MIN, 2,         -2,
+                                 -1, 300,       INT32_MAX, INT32_MIN, 255};
     read_raw(z, 0, got, sizeof got);
     for (int i = 0; i < 10; i++) assert_int_equal(got[i], want[i]);
     dev_tensor_release(z);
   }
   {
     dev_tensor *z = cast(e, t, PD_INT64);
-    int64_t got[10], want[10] = {0, INT64_MAX, INT64_MIN, 2, -2, -1, 300,
-                                 INT64_MAX, INT64_MIN, 255};
+    int64_t got[10], want[10] = {0,  INT64_MAX, INT64_MIN, 2,         -2,
+                                 -1, 300,       INT64_MAX, INT64_MIN, 255};
     read_raw(z, 0, got, sizeof got);
     for (int i = 0; i < 10; i++) assert_int_equal(got[i], want[i]);
     dev_tensor_release(z);
@@ -1183,7 +1229,8 @@ static void test_cast_corners(void **state) {
     assert_int_equal(gi[3], INT64_C(4611686018427387904));
     dev_tensor_release(z);
     z = cast(e, td, PD_FLOAT32);
-    check(z, ((const double[]){1e19f, INFINITY, 0, 4611686018427387904.0}), 4, 0, 0);
+    check(z, ((const double[]){1e19f, INFINITY, 0, 4611686018427387904.0}), 4,
+          0, 0);
     dev_tensor_release(z);
     z = cast(e, td, PD_BOOL);
     check(z, ((const double[]){1, 1, 0, 1}), 4, 0, 0);
@@ -1224,7 +1271,8 @@ static void test_cast_corners(void **state) {
     const int64_t d2[1] = {2};
     dev_tensor *tx = mk(e, PD_FLOAT32, 1, d2, (const double[]){2.5, -7});
     dev_tensor *in[1] = {tx};
-    dev_attr a[2] = {dev_attr_dtype("DstT", PD_INT32), dev_attr_bool("Truncate", true)};
+    dev_attr a[2] = {dev_attr_dtype("DstT", PD_INT32),
+                     dev_attr_bool("Truncate", true)};
     dev_tensor *z = tu_exec(e, "Cast", in, 1, a, 2, 0);
     assert_int_equal(dev_tensor_dtype(z), PD_INT32);
     check(z, ((const double[]){2, -7}), 2, 0, 0);
@@ -1287,10 +1335,13 @@ static void test_fill(void **state) {
   tu_assert_shape(dev_tensor_shape(z), 2, 2, 3);
   check(z, ((const double[]){1.5, 1.5, 1.5, 1.5, 1.5, 1.5}), 6, 0, 0);
   dev_tensor_release(z);
-  struct { pd_dtype dt; double v, want; } cases[] = {
-      {PD_FLOAT64, 0.1, 0.1},  {PD_INT32, 7.9, 7},   {PD_INT64, -3.5, -3},
-      {PD_UINT8, -3, 0},       {PD_UINT8, 1000, 255}, {PD_BOOL, 2, 1},
-      {PD_BOOL, 0, 0},         {PD_FLOAT16, 0.5, 0.5}, {PD_BFLOAT16, -2, -2},
+  struct {
+    pd_dtype dt;
+    double v, want;
+  } cases[] = {
+      {PD_FLOAT64, 0.1, 0.1}, {PD_INT32, 7.9, 7},     {PD_INT64, -3.5, -3},
+      {PD_UINT8, -3, 0},      {PD_UINT8, 1000, 255},  {PD_BOOL, 2, 1},
+      {PD_BOOL, 0, 0},        {PD_FLOAT16, 0.5, 0.5}, {PD_BFLOAT16, -2, -2},
       {PD_INT32, NAN, 0},
   };
   for (int c = 0; c < N_OF(cases); c++) {
@@ -1375,20 +1426,25 @@ static void test_validation_errors(void **state) {
 
   /* dtype mismatch between x and y */
   dev_tensor *in[2] = {f3, i3};
-  tu_exec_fails(e, "Add", in, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "Add: input 'x' has dtype float32 but input 'y' has dtype int32");
-  tu_exec_fails(e, "Equal", in, 2, NULL, 0, PD_INVALID_ARGUMENT, "Equal: input");
+  tu_exec_fails(
+      e, "Add", in, 2, NULL, 0, PD_INVALID_ARGUMENT,
+      "Add: input 'x' has dtype float32 but input 'y' has dtype int32");
+  tu_exec_fails(e, "Equal", in, 2, NULL, 0, PD_INVALID_ARGUMENT,
+                "Equal: input");
   /* shapes that do not broadcast */
   in[0] = f23;
   in[1] = f4;
-  tu_exec_fails(e, "Mul", in, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "Mul: x has shape [2, 3] and y has shape [4], which do not broadcast");
-  tu_exec_fails(e, "Less", in, 2, NULL, 0, PD_INVALID_ARGUMENT, "do not broadcast");
+  tu_exec_fails(
+      e, "Mul", in, 2, NULL, 0, PD_INVALID_ARGUMENT,
+      "Mul: x has shape [2, 3] and y has shape [4], which do not broadcast");
+  tu_exec_fails(e, "Less", in, 2, NULL, 0, PD_INVALID_ARGUMENT,
+                "do not broadcast");
   /* floating-only op on an integer */
   in[0] = i3;
   tu_exec_fails(e, "Exp", in, 1, NULL, 0, PD_INVALID_ARGUMENT,
                 "Exp: input 'x' has dtype int32; expected a floating dtype");
-  tu_exec_fails(e, "Sigmoid", in, 1, NULL, 0, PD_INVALID_ARGUMENT, "dtype int32");
+  tu_exec_fails(e, "Sigmoid", in, 1, NULL, 0, PD_INVALID_ARGUMENT,
+                "dtype int32");
   /* number-only ops on bool */
   in[0] = b3;
   tu_exec_fails(e, "Neg", in, 1, NULL, 0, PD_INVALID_ARGUMENT,
@@ -1399,8 +1455,10 @@ static void test_validation_errors(void **state) {
   tu_exec_fails(e, "Add", in, 2, NULL, 0, PD_INVALID_ARGUMENT, "dtype bool");
   /* Fill with a negative dim, missing value, an input */
   const int64_t neg[2] = {2, -1};
-  dev_attr fa[2] = {dev_attr_shape("shape", 2, neg), dev_attr_float("value", 1)};
-  tu_exec_fails(e, "Fill", NULL, 0, fa, 2, PD_INVALID_ARGUMENT, "Fill: attribute 'shape'");
+  dev_attr fa[2] = {dev_attr_shape("shape", 2, neg),
+                    dev_attr_float("value", 1)};
+  tu_exec_fails(e, "Fill", NULL, 0, fa, 2, PD_INVALID_ARGUMENT,
+                "Fill: attribute 'shape'");
   tu_exec_fails(e, "Fill", NULL, 0, fa, 2, PD_INVALID_ARGUMENT, "-1");
   const int64_t ok[1] = {2};
   dev_attr fb[1] = {dev_attr_shape("shape", 1, ok)};
@@ -1408,22 +1466,26 @@ static void test_validation_errors(void **state) {
                 "Fill: attribute 'value' (float) is required");
   dev_attr fc[2] = {dev_attr_shape("shape", 1, ok), dev_attr_float("value", 1)};
   in[0] = f3;
-  tu_exec_fails(e, "Fill", in, 1, fc, 2, PD_INVALID_ARGUMENT, "Fill: got 1 inputs; expected 0");
+  tu_exec_fails(e, "Fill", in, 1, fc, 2, PD_INVALID_ARGUMENT,
+                "Fill: got 1 inputs; expected 0");
   /* unknown attribute, wrong arity */
   dev_attr unk[1] = {dev_attr_int("foo", 1)};
   in[0] = f3;
   in[1] = f3;
   tu_exec_fails(e, "Add", in, 2, unk, 1, PD_INVALID_ARGUMENT,
                 "Add: unknown attribute 'foo'");
-  tu_exec_fails(e, "Add", in, 1, NULL, 0, PD_INVALID_ARGUMENT, "Add: got 1 inputs; expected 2");
-  tu_exec_fails(e, "Neg", in, 2, NULL, 0, PD_INVALID_ARGUMENT, "Neg: got 2 inputs; expected 1");
+  tu_exec_fails(e, "Add", in, 1, NULL, 0, PD_INVALID_ARGUMENT,
+                "Add: got 1 inputs; expected 2");
+  tu_exec_fails(e, "Neg", in, 2, NULL, 0, PD_INVALID_ARGUMENT,
+                "Neg: got 2 inputs; expected 1");
   tu_exec_fails(e, "ZerosLike", NULL, 0, NULL, 0, PD_INVALID_ARGUMENT,
                 "ZerosLike: got 0 inputs; expected 1");
   /* Cast without DstT, with DstT of the wrong type or an invalid dtype */
   tu_exec_fails(e, "Cast", in, 1, NULL, 0, PD_INVALID_ARGUMENT,
                 "Cast: attribute 'DstT' (dtype) is required");
   dev_attr ci[1] = {dev_attr_int("DstT", 1)};
-  tu_exec_fails(e, "Cast", in, 1, ci, 1, PD_INVALID_ARGUMENT, "Cast: attribute 'DstT' has type");
+  tu_exec_fails(e, "Cast", in, 1, ci, 1, PD_INVALID_ARGUMENT,
+                "Cast: attribute 'DstT' has type");
   dev_attr cd[1] = {dev_attr_dtype("DstT", (pd_dtype)42)};
   tu_exec_fails(e, "Cast", in, 1, cd, 1, PD_INVALID_ARGUMENT, "DstT");
 
@@ -1442,8 +1504,10 @@ static void assert_failed(dev_tensor *t, pd_code code, const char *needle) {
   dev_status st = DEV_STATUS_INIT;
   pd_code got = dev_tensor_wait(t, &st);
   if (got != code)
-    fail_msg("expected %s, got %s: %s", pd_code_name(code), pd_code_name(got), st.msg);
-  if (!strstr(st.msg, needle)) fail_msg("message \"%s\" lacks \"%s\"", st.msg, needle);
+    fail_msg("expected %s, got %s: %s", pd_code_name(code), pd_code_name(got),
+             st.msg);
+  if (!strstr(st.msg, needle))
+    fail_msg("message \"%s\" lacks \"%s\"", st.msg, needle);
 }
 
 /* Integer division by zero and negative integer powers fail at run time:
@@ -1485,8 +1549,10 @@ static void test_runtime_errors(void **state) {
   }
   /* sharded divisor: only device 1 holds the zero */
   {
-    dev_tensor *x = tu_sharded(e, PD_INT32, 1, d3, 0, (const double[]){6, 6, 6});
-    dev_tensor *y = tu_sharded(e, PD_INT32, 1, d3, 0, (const double[]){2, 0, 3});
+    dev_tensor *x =
+        tu_sharded(e, PD_INT32, 1, d3, 0, (const double[]){6, 6, 6});
+    dev_tensor *y =
+        tu_sharded(e, PD_INT32, 1, d3, 0, (const double[]){2, 0, 3});
     dev_tensor *z = run2(e, "Div", x, y);
     assert_failed(z, PD_INVALID_ARGUMENT, "Div: integer division by zero");
     assert_failed(z, PD_INVALID_ARGUMENT, "cpu:1");

@@ -8,7 +8,8 @@
 #include "testutil.h"
 
 static void test_dtype_names_and_sizes(void **state) {
-  const char *names[] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool"};
+  const char *names[] = {"float32", "float64", "float16", "bfloat16",
+                         "int32",   "int64",   "uint8",   "bool"};
   const size_t sizes[] = {4, 8, 2, 2, 4, 8, 1, 1};
   for (int i = 0; i < 8; i++) {
     pd_dtype dt = pd_dtype_from_name(names[i]);
@@ -18,7 +19,8 @@ static void test_dtype_names_and_sizes(void **state) {
   }
   assert_int_equal(pd_dtype_from_name("float128"), PD_DTYPE_INVALID);
   assert_int_equal(pd_dtype_size((pd_dtype)99), 0);
-  assert_string_equal(pd_code_name(PD_RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
+  assert_string_equal(pd_code_name(PD_RESOURCE_EXHAUSTED),
+                      "RESOURCE_EXHAUSTED");
 }
 
 static void test_half_bfloat16_rounding(void **state) {
@@ -26,23 +28,31 @@ static void test_half_bfloat16_rounding(void **state) {
   assert_int_equal(dev_float_to_half(1.0f), 0x3C00);
   assert_int_equal(dev_float_to_half(-2.0f), 0xC000);
   assert_int_equal(dev_float_to_half(65504.0f), 0x7BFF);
-  assert_int_equal(dev_float_to_half(65520.0f), 0x7C00);  /* ties to even: inf */
+  assert_int_equal(dev_float_to_half(65520.0f), 0x7C00); /* ties to even: inf */
   assert_int_equal(dev_float_to_half(65519.0f), 0x7BFF);
   assert_int_equal(dev_float_to_half(1.0f / 3.0f), 0x3555);
-  assert_int_equal(dev_float_to_half(5.9604645e-8f), 0x0001); /* smallest subnormal */
-  assert_int_equal(dev_float_to_half(2.9802322e-8f), 0x0000); /* half of it: ties to even 0 */
-  assert_int_equal(dev_float_to_half(8.9406967e-8f), 0x0002); /* 1.5 ulp: ties to even 2 */
+  assert_int_equal(dev_float_to_half(5.9604645e-8f),
+                   0x0001); /* smallest subnormal */
+  assert_int_equal(dev_float_to_half(2.9802322e-8f),
+                   0x0000); /* half of it: ties to even 0 */
+  assert_int_equal(dev_float_to_half(8.9406967e-8f),
+                   0x0002); /* 1.5 ulp: ties to even 2 */
   assert_int_equal(dev_float_to_half(1.0009765625f), 0x3C01);
   assert_int_equal(dev_float_to_half(1.00048828125f), 0x3C00); /* tie -> even */
-  assert_int_equal(dev_float_to_half(1.00146484375f), 0x3C02); /* tie -> even (up) */
-  assert_true((dev_float_to_half(NAN) & 0x7C00) == 0x7C00 && (dev_float_to_half(NAN) & 0x3FF));
+  assert_int_equal(dev_float_to_half(1.00146484375f),
+                   0x3C02); /* tie -> even (up) */
+  assert_true((dev_float_to_half(NAN) & 0x7C00) == 0x7C00 &&
+              (dev_float_to_half(NAN) & 0x3FF));
   assert_true(dev_half_to_float(0x3555) == 0.333251953125f);
   assert_true(dev_half_to_float(0x0001) == 5.9604644775390625e-8f);
-  assert_true(isinf(dev_half_to_float(0xFC00)) && dev_half_to_float(0xFC00) < 0);
+  assert_true(isinf(dev_half_to_float(0xFC00)) &&
+              dev_half_to_float(0xFC00) < 0);
   /* bfloat16: the top 16 bits of float32, rounded to nearest even. */
   assert_int_equal(dev_float_to_bfloat16(1.0f), 0x3F80);
-  assert_int_equal(dev_float_to_bfloat16(1.00390625f), 0x3F80);  /* tie -> even */
-  assert_int_equal(dev_float_to_bfloat16(1.01171875f), 0x3F82);  /* tie -> even (up) */
+  assert_int_equal(dev_float_to_bfloat16(1.00390625f),
+                   0x3F80); /* tie -> even */
+  assert_int_equal(dev_float_to_bfloat16(1.01171875f),
+                   0x3F82); /* tie -> even (up) */
   assert_int_equal(dev_float_to_bfloat16(1.0078125f), 0x3F81);
   assert_true(dev_bfloat16_to_float(0x4049) == 3.140625f);
   assert_true(isnan(dev_bfloat16_to_float(dev_float_to_bfloat16(NAN))));
@@ -74,7 +84,8 @@ static void test_shapes(void **state) {
   int64_t dims9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
   assert_int_equal(dev_shape_make(9, dims9, &s, &st), PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "rank 9"));
-  assert_int_equal(dev_shape_make(2, (int64_t[]){3, -1}, &s, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_shape_make(2, (int64_t[]){3, -1}, &s, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "dim 1"));
   assert_int_equal(dev_shape_make(0, NULL, &s, &st), PD_OK);
   int64_t n;
@@ -87,7 +98,8 @@ static void test_shapes(void **state) {
   dev_shape big2 = {2, {1LL << 31, 1LL << 31}};
   size_t bytes;
   assert_int_equal(dev_shape_num_elements(&big2, &n, &st), PD_OK);
-  assert_int_equal(dev_shape_byte_size(PD_FLOAT32, &big2, &bytes, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_shape_byte_size(PD_FLOAT32, &big2, &bytes, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "overflows"));
   /* a zero dim makes the count 0 even with huge other dims */
   dev_shape zero = {3, {0, INT64_MAX, INT64_MAX}};
@@ -115,7 +127,9 @@ static void test_sharded_layout_roundtrip(void **state) {
   dev_layout lay = {DEV_LAYOUT_SHARDED, 1, 0};
   dev_tensor *t;
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(dev_tensor_create_for_layout(e, PD_INT32, &lay, &hs, NULL, &t, &st), PD_OK);
+  assert_int_equal(
+      dev_tensor_create_for_layout(e, PD_INT32, &lay, &hs, NULL, &t, &st),
+      PD_OK);
   tu_assert_shape(dev_tensor_shape(t), 2, 2, -1);
   tu_assert_shape(dev_tensor_component_shape(t, 0), 2, 2, 2);
   tu_assert_shape(dev_tensor_component_shape(t, 2), 2, 2, 1);
@@ -124,11 +138,13 @@ static void test_sharded_layout_roundtrip(void **state) {
   uint64_t off = 0;
   size_t chunk[] = {3, 7, 1, 13, 16};
   for (int i = 0; i < 5; i++) {
-    assert_int_equal(dev_tensor_write(t, &lay, 0, off, bytes + off, chunk[i], &st), PD_OK);
+    assert_int_equal(
+        dev_tensor_write(t, &lay, 0, off, bytes + off, chunk[i], &st), PD_OK);
     off += chunk[i];
   }
   assert_int_equal(off, 40);
-  assert_int_equal(dev_tensor_write(t, &lay, 0, 38, host, 4, &st), PD_OUT_OF_RANGE);
+  assert_int_equal(dev_tensor_write(t, &lay, 0, 38, host, 4, &st),
+                   PD_OUT_OF_RANGE);
   /* component 1 holds columns 2..3 */
   double got[10];
   tu_read(t, 1, got, 10);
@@ -139,14 +155,17 @@ static void test_sharded_layout_roundtrip(void **state) {
   int32_t back[10] = {0};
   off = 0;
   for (int i = 0; i < 5; i++) {
-    assert_int_equal(dev_tensor_read(t, &lay, 0, off, (char *)back + off, chunk[i], &st), PD_OK);
+    assert_int_equal(
+        dev_tensor_read(t, &lay, 0, off, (char *)back + off, chunk[i], &st),
+        PD_OK);
     off += chunk[i];
   }
   assert_memory_equal(back, host, sizeof host);
   /* concatenation along axis 0 is refused: components differ on axis 1 */
   dev_layout lay0 = {DEV_LAYOUT_SHARDED, 0, 0};
   uint64_t sz;
-  assert_int_equal(dev_tensor_host_size(t, &lay0, 0, NULL, &sz, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tensor_host_size(t, &lay0, 0, NULL, &sz, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "differ on axis 1"));
   dev_tensor_release(t);
   dev_engine_destroy(e);
@@ -154,7 +173,8 @@ static void test_sharded_layout_roundtrip(void **state) {
 
 static void test_mirrored_and_per_component(void **state) {
   dev_engine *e = tu_engine(4, 0);
-  dev_tensor *m = tu_mirrored(e, PD_FLOAT64, 2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 4});
+  dev_tensor *m =
+      tu_mirrored(e, PD_FLOAT64, 2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 4});
   double got[4];
   for (int d = 0; d < 4; d++) {
     tu_read(m, d, got, 4);
@@ -168,7 +188,8 @@ static void test_mirrored_and_per_component(void **state) {
   const void *datas[4] = {c0, c1, c2, c3};
   dev_tensor *p;
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(dev_tensor_from_components(e, PD_FLOAT32, shapes, datas, &p, &st), PD_OK);
+  assert_int_equal(
+      dev_tensor_from_components(e, PD_FLOAT32, shapes, datas, &p, &st), PD_OK);
   tu_assert_shape(dev_tensor_shape(p), 1, -1);
   dev_layout cat = {DEV_LAYOUT_SHARDED, 0, 0};
   float all[6];
@@ -178,7 +199,8 @@ static void test_mirrored_and_per_component(void **state) {
   tu_assert_shape(&hs, 1, 6);
   assert_int_equal(dev_tensor_to_host(p, &cat, 0, all, sizeof all, &st), PD_OK);
   for (int i = 0; i < 6; i++) assert_true(all[i] == (float)(i + 1));
-  assert_int_equal(dev_tensor_to_host(p, &cat, 0, all, 8, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tensor_to_host(p, &cat, 0, all, 8, &st),
+                   PD_INVALID_ARGUMENT);
   /* ranks must agree */
   dev_shape bad[4] = {{1, {1}}, {2, {1, 1}}, {1, {1}}, {1, {1}}};
   dev_tensor *never = NULL;
@@ -205,7 +227,8 @@ static void test_memory_accounting_and_limit(void **state) {
   assert_int_equal(ms.bytes_in_use, 800);
   /* 800 + 800 > 1000: RESOURCE_EXHAUSTED naming the device, nothing leaks */
   dev_tensor *b = NULL;
-  assert_int_equal(dev_tensor_create(e, PD_FLOAT32, shapes, &b, &st), PD_RESOURCE_EXHAUSTED);
+  assert_int_equal(dev_tensor_create(e, PD_FLOAT32, shapes, &b, &st),
+                   PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "cpu:0 is out of memory"));
   assert_int_equal(dev_engine_memory_stats(e, 1, &ms, &st), PD_OK);
   assert_int_equal(ms.bytes_in_use, 800);
@@ -229,8 +252,9 @@ static void test_memory_accounting_and_limit(void **state) {
 static void test_async_error_propagates(void **state) {
   dev_engine *e = tu_engine(2, 4096);
   double v[600] = {0};
-  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){600}, v); /* 2400 B */
-  dev_tensor *y = tu_exec(e, "AllReduce", &x, 1, NULL, 0, 0);   /* +2400 > 4096 */
+  dev_tensor *x =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){600}, v);     /* 2400 B */
+  dev_tensor *y = tu_exec(e, "AllReduce", &x, 1, NULL, 0, 0); /* +2400 > 4096 */
   dev_tensor *z = tu_exec(e, "Identity", &y, 1, NULL, 0, 0);
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(dev_tensor_wait(z, &st), PD_RESOURCE_EXHAUSTED);
@@ -238,11 +262,13 @@ static void test_async_error_propagates(void **state) {
   assert_true(dev_tensor_is_ready(z));
   double buf[4];
   dev_layout lay = {DEV_LAYOUT_COMPONENT, 0, 0};
-  assert_int_equal(dev_tensor_to_host(z, &lay, 0, buf, sizeof buf, &st), PD_RESOURCE_EXHAUSTED);
+  assert_int_equal(dev_tensor_to_host(z, &lay, 0, buf, sizeof buf, &st),
+                   PD_RESOURCE_EXHAUSTED);
   dev_tensor_release(z);
   dev_tensor_release(y);
   dev_tensor_release(x);
-  dev_tensor *ok = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1.5, 2});
+  dev_tensor *ok =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1.5, 2});
   dev_tensor *s = tu_exec(e, "AllReduce", &ok, 1, NULL, 0, 0);
   double got[2];
   tu_read(s, 1, got, 2);
@@ -257,35 +283,47 @@ static void test_async_error_propagates(void **state) {
 
 static void test_validation_errors(void **state) {
   dev_engine *e = tu_engine(2, 0);
-  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
+  dev_tensor *x =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
   dev_tensor *two[2] = {x, x};
-  tu_exec_fails(e, "NoSuchOp", &x, 1, NULL, 0, PD_INVALID_ARGUMENT, "unknown op 'NoSuchOp'");
+  tu_exec_fails(e, "NoSuchOp", &x, 1, NULL, 0, PD_INVALID_ARGUMENT,
+                "unknown op 'NoSuchOp'");
   tu_exec_fails(e, NULL, &x, 1, NULL, 0, PD_INVALID_ARGUMENT, "unknown op");
-  tu_exec_fails(e, "AllReduce", two, 2, NULL, 0, PD_INVALID_ARGUMENT, "got 2 inputs; expected 1 (input)");
-  tu_exec_fails(e, "AllReduce", NULL, 0, NULL, 0, PD_INVALID_ARGUMENT, "got 0 inputs");
+  tu_exec_fails(e, "AllReduce", two, 2, NULL, 0, PD_INVALID_ARGUMENT,
+                "got 2 inputs; expected 1 (input)");
+  tu_exec_fails(e, "AllReduce", NULL, 0, NULL, 0, PD_INVALID_ARGUMENT,
+                "got 0 inputs");
   dev_attr unknown = dev_attr_int("bogus", 1);
   tu_exec_fails(e, "AllReduce", &x, 1, &unknown, 1, PD_INVALID_ARGUMENT,
                 "unknown attribute 'bogus'; expected one of reduction");
-  dev_attr dup[2] = {dev_attr_string("reduction", "sum"), dev_attr_string("reduction", "max")};
-  tu_exec_fails(e, "AllReduce", &x, 1, dup, 2, PD_INVALID_ARGUMENT, "given twice");
+  dev_attr dup[2] = {dev_attr_string("reduction", "sum"),
+                     dev_attr_string("reduction", "max")};
+  tu_exec_fails(e, "AllReduce", &x, 1, dup, 2, PD_INVALID_ARGUMENT,
+                "given twice");
   char longs[400];
   memset(longs, 'a', sizeof longs - 1);
   longs[sizeof longs - 1] = 0;
   dev_attr lng = dev_attr_string("reduction", longs);
-  tu_exec_fails(e, "AllReduce", &x, 1, &lng, 1, PD_INVALID_ARGUMENT, "the limit is 256");
+  tu_exec_fails(e, "AllReduce", &x, 1, &lng, 1, PD_INVALID_ARGUMENT,
+                "the limit is 256");
   dev_tensor *none = NULL;
-  tu_exec_fails(e, "AllReduce", &none, 1, NULL, 0, PD_INVALID_ARGUMENT, "missing");
+  tu_exec_fails(e, "AllReduce", &none, 1, NULL, 0, PD_INVALID_ARGUMENT,
+                "missing");
   /* a tensor of another engine */
   dev_engine *other = tu_engine(2, 0);
-  dev_tensor *y = tu_mirrored(other, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
-  tu_exec_fails(e, "AllReduce", &y, 1, NULL, 0, PD_FAILED_PRECONDITION, "another engine");
+  dev_tensor *y =
+      tu_mirrored(other, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
+  tu_exec_fails(e, "AllReduce", &y, 1, NULL, 0, PD_FAILED_PRECONDITION,
+                "another engine");
   dev_tensor_release(y);
   dev_engine_destroy(other);
   /* too little room for outputs */
   dev_tensor *outs[1];
   int nout = 0;
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(dev_execute(e, "AllReduce", &x, 1, NULL, 0, outs, &nout, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(
+      dev_execute(e, "AllReduce", &x, 1, NULL, 0, outs, &nout, &st),
+      PD_INVALID_ARGUMENT);
   dev_tensor_release(x);
   dev_engine_destroy(e);
 }
@@ -312,10 +350,12 @@ static void test_engine_config_errors(void **state) {
 
 static void test_prepare_abandon(void **state) {
   dev_engine *e = tu_engine(2, 0);
-  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
+  dev_tensor *x =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
   dev_op *op;
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(dev_op_prepare(e, "AllReduce", &x, 1, NULL, 0, &op, &st), PD_OK);
+  assert_int_equal(dev_op_prepare(e, "AllReduce", &x, 1, NULL, 0, &op, &st),
+                   PD_OK);
   assert_int_equal(dev_op_output_bytes(op), 16);
   dev_tensor *out = dev_op_output(op, 0);
   dev_tensor_retain(out);
@@ -346,10 +386,12 @@ static void on_ready(void *arg, dev_tensor *t, pd_code code) {
  * is ready already or finishes later on another thread. */
 static void test_notify_and_deadline(void **state) {
   dev_engine *e = tu_engine(3, 4096);
-  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){4}, (double[]){1, 2, 3, 4});
+  dev_tensor *x =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){4}, (double[]){1, 2, 3, 4});
   dev_status st = DEV_STATUS_INIT;
   notify_rec r1 = {0};
-  assert_int_equal(dev_tensor_notify(x, on_ready, &r1, &st), PD_OK); /* ready: runs now */
+  assert_int_equal(dev_tensor_notify(x, on_ready, &r1, &st),
+                   PD_OK); /* ready: runs now */
   assert_int_equal(atomic_load(&r1.calls), 1);
   assert_int_equal(r1.code, PD_OK);
   assert_ptr_equal(r1.seen, x);
@@ -363,16 +405,19 @@ static void test_notify_and_deadline(void **state) {
   }
   notify_rec r2 = {0};
   assert_int_equal(dev_tensor_notify(y, on_ready, &r2, &st), PD_OK);
-  assert_int_equal(dev_tensor_wait_until(y, dev_monotonic_now() + 30, &st), PD_OK);
+  assert_int_equal(dev_tensor_wait_until(y, dev_monotonic_now() + 30, &st),
+                   PD_OK);
   assert_int_equal(dev_engine_sync(e, &st), PD_OK);
-  while (atomic_load(&r2.calls) == 0) { /* fires right after the last executor */
+  while (atomic_load(&r2.calls) ==
+         0) { /* fires right after the last executor */
   }
   assert_int_equal(atomic_load(&r2.calls), 1);
   assert_int_equal(r2.code, PD_OK);
   /* a failed tensor: notify reports its code */
   double big[1000] = {0};
   dev_tensor *b = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){1000}, big);
-  dev_tensor *f = tu_exec(e, "AllReduce", &b, 1, NULL, 0, 0); /* 4000 + 4000 > 4096 */
+  dev_tensor *f =
+      tu_exec(e, "AllReduce", &b, 1, NULL, 0, 0); /* 4000 + 4000 > 4096 */
   notify_rec r3 = {0};
   assert_int_equal(dev_tensor_notify(f, on_ready, &r3, &st), PD_OK);
   assert_int_equal(dev_tensor_wait(f, &st), PD_RESOURCE_EXHAUSTED);
@@ -383,10 +428,13 @@ static void test_notify_and_deadline(void **state) {
   /* a prepared, unsubmitted op: notify refuses, wait_until with a deadline
    * refuses too (it would never finish) */
   dev_op *op;
-  assert_int_equal(dev_op_prepare(e, "AllReduce", &x, 1, NULL, 0, &op, &st), PD_OK);
+  assert_int_equal(dev_op_prepare(e, "AllReduce", &x, 1, NULL, 0, &op, &st),
+                   PD_OK);
   notify_rec r4 = {0};
-  assert_int_equal(dev_tensor_notify(dev_op_output(op, 0), on_ready, &r4, &st), PD_FAILED_PRECONDITION);
-  assert_int_equal(dev_tensor_wait_until(dev_op_output(op, 0), dev_monotonic_now() + 0.01, &st),
+  assert_int_equal(dev_tensor_notify(dev_op_output(op, 0), on_ready, &r4, &st),
+                   PD_FAILED_PRECONDITION);
+  assert_int_equal(dev_tensor_wait_until(dev_op_output(op, 0),
+                                         dev_monotonic_now() + 0.01, &st),
                    PD_FAILED_PRECONDITION);
   dev_op_abandon(op, PD_CANCELLED, "dropped");
   assert_int_equal(atomic_load(&r4.calls), 0);
@@ -426,7 +474,9 @@ static void test_wait_deadline_exceeded(void **state) {
 static void test_registry_listing(void **state) {
   int n = dev_op_count();
   assert_true(n >= 4);
-  for (int i = 1; i < n; i++) assert_true(strcmp(dev_op_def_name(dev_op_at(i - 1)), dev_op_def_name(dev_op_at(i))) < 0);
+  for (int i = 1; i < n; i++)
+    assert_true(strcmp(dev_op_def_name(dev_op_at(i - 1)),
+                       dev_op_def_name(dev_op_at(i))) < 0);
   const dev_op_def *d = dev_op_lookup("AllReduce");
   assert_non_null(d);
   assert_int_equal(dev_op_input_length(d, 0, 1), 1);

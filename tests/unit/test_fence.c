@@ -46,17 +46,17 @@ typedef struct tfence {
 static pthread_mutex_t t_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t t_cv = PTHREAD_COND_INITIALIZER;
 
-static struct { /* under t_mu */
+static struct {                 /* under t_mu */
   int recorded[PD_MAX_DEVICES]; /* fences recorded per device */
   tfence *live[PD_MAX_DEVICES];
   int num_live;
-  bool auto_done;                /* record fences already completed */
+  bool auto_done; /* record fences already completed */
   bool fail_record[PD_MAX_DEVICES];
-  int waits;                     /* fence_wait calls */
+  int waits; /* fence_wait calls */
   void (*cpu_destroy)(dev_backend *b);
-  pd_code (*cpu_run_kernel)(dev_backend *b, dev_kernel_fn fn, dev_kernel_ctx *ctx,
-                            dev_status *st);
-  int destroyed_with_live;       /* live fences when the backend was destroyed */
+  pd_code (*cpu_run_kernel)(dev_backend *b, dev_kernel_fn fn,
+                            dev_kernel_ctx *ctx, dev_status *st);
+  int destroyed_with_live; /* live fences when the backend was destroyed */
   /* Fences random_completer fails: device fail_dev[i] after op fail_seq[i]. */
   int num_fail;
   int fail_dev[8];
@@ -68,13 +68,14 @@ static struct { /* under t_mu */
  * records next follows (an executor records a fence right after issuing). */
 static _Thread_local uint64_t tl_last_seq;
 
-static pd_code tf_run_kernel(dev_backend *b, dev_kernel_fn fn, dev_kernel_ctx *ctx,
-                             dev_status *st) {
+static pd_code tf_run_kernel(dev_backend *b, dev_kernel_fn fn,
+                             dev_kernel_ctx *ctx, dev_status *st) {
   tl_last_seq = ctx->op_seq;
   return T.cpu_run_kernel(b, fn, ctx, st);
 }
 
-static pd_code tf_record(dev_backend *b, int device, void **fence, dev_status *st) {
+static pd_code tf_record(dev_backend *b, int device, void **fence,
+                         dev_status *st) {
   pthread_mutex_lock(&t_mu);
   if (T.fail_record[device]) {
     T.fail_record[device] = false;
@@ -87,11 +88,12 @@ static pd_code tf_record(dev_backend *b, int device, void **fence, dev_status *s
   f->device = device;
   f->seq = tl_last_seq;
   f->done = T.auto_done;
-  if (device == T.fail_odd_dev && f->seq % 2 == 1) { /* fails as soon as recorded */
+  if (device == T.fail_odd_dev &&
+      f->seq % 2 == 1) { /* fails as soon as recorded */
     f->done = true;
     f->code = PD_UNAVAILABLE;
-    snprintf(f->msg, sizeof f->msg, "cpu:%d: op %llu faulted (injected)", device,
-             (unsigned long long)f->seq);
+    snprintf(f->msg, sizeof f->msg, "cpu:%d: op %llu faulted (injected)",
+             device, (unsigned long long)f->seq);
   }
   tfence **pp = &T.live[device];
   while (*pp) pp = &(*pp)->next;
@@ -104,7 +106,8 @@ static pd_code tf_record(dev_backend *b, int device, void **fence, dev_status *s
   return PD_OK;
 }
 
-static pd_code tf_wait(dev_backend *b, int device, void *fence, dev_status *st) {
+static pd_code tf_wait(dev_backend *b, int device, void *fence,
+                       dev_status *st) {
   tfence *f = fence;
   if (f->device != device) abort(); /* a completion thread */
   pthread_mutex_lock(&t_mu);
@@ -152,7 +155,8 @@ static dev_engine *fenced_engine(int n) {
   dev_backend *b = NULL;
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(dev_cpu_backend_create(&cc, &b, &st), PD_OK);
-  assert_true(b->struct_size >= offsetof(dev_backend, fence_release) + sizeof b->fence_release);
+  assert_true(b->struct_size >=
+              offsetof(dev_backend, fence_release) + sizeof b->fence_release);
   assert_null(b->fence_record); /* the CPU backend has none of its own */
   b->fence_record = tf_record;
   b->fence_wait = tf_wait;
@@ -205,7 +209,8 @@ typedef struct note {
   pd_code code;
 } note;
 
-#define NOTE_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PD_OK}
+#define NOTE_INIT                                                              \
+  { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PD_OK }
 
 static void note_fn(void *arg, dev_tensor *t, pd_code code) {
   note *n = arg;
@@ -229,7 +234,8 @@ static void note_wait(note *n) {
   pthread_mutex_unlock(&n->mu);
 }
 
-static dev_tensor *exec2(dev_engine *e, const char *op, dev_tensor *x, dev_tensor *y) {
+static dev_tensor *exec2(dev_engine *e, const char *op, dev_tensor *x,
+                         dev_tensor *y) {
   dev_tensor *in[2] = {x, y};
   return tu_exec(e, op, in, y ? 2 : 1, NULL, 0, 0);
 }
@@ -265,7 +271,8 @@ static void test_ready_waits_for_fence(void **state) {
     tu_assert_close(got, ((double[]){11, 22, 33}), 3, 0, 0);
   }
   /* Busy time on a fenced device runs from issue to the fence's completion. */
-  assert_true(dev_engine_busy_seconds(e, 0) > 0 && dev_engine_busy_seconds(e, 1) > 0);
+  assert_true(dev_engine_busy_seconds(e, 0) > 0 &&
+              dev_engine_busy_seconds(e, 1) > 0);
   dev_tensor_release(a);
   dev_tensor_release(b);
   dev_tensor_release(c);
@@ -306,7 +313,8 @@ static void test_pipelined_notify_after_fence(void **state) {
   double got[3];
   for (int d = 0; d < 2; d++) {
     tu_read(c3, d, got, 3);
-    tu_assert_close(got, ((double[]){-121, -484, -1089}), 3, 0, 0); /* -(a+b)^2 */
+    tu_assert_close(got, ((double[]){-121, -484, -1089}), 3, 0,
+                    0); /* -(a+b)^2 */
   }
   dev_tensor *all[] = {a, b, c1, c2, c3};
   for (int i = 0; i < 5; i++) dev_tensor_release(all[i]);
@@ -318,8 +326,9 @@ static void test_fence_error_fails_that_op(void **state) {
   dev_engine *e = fenced_engine(2);
   dev_tensor *a = tu_mirrored(e, PD_FLOAT32, 1, dims3, (double[]){1, 2, 3});
   dev_tensor *b = tu_mirrored(e, PD_FLOAT32, 1, dims3, (double[]){10, 20, 30});
-  dev_tensor *c1 = exec2(e, "Add", a, b);  /* its fence on device 1 fails */
-  dev_tensor *c2 = exec2(e, "Mul", c1, a); /* consumes c1, issued before the failure shows */
+  dev_tensor *c1 = exec2(e, "Add", a, b); /* its fence on device 1 fails */
+  dev_tensor *c2 =
+      exec2(e, "Mul", c1, a); /* consumes c1, issued before the failure shows */
   dev_tensor *alias = exec2(e, "Identity", c1, NULL);
   dev_tensor *u = exec2(e, "Neg", a, NULL); /* independent of c1 */
   /* Add, Mul and Neg: Identity shares c1's buffer, so it issues no work and
@@ -347,8 +356,10 @@ static void test_fence_error_fails_that_op(void **state) {
   }
   double got[3];
   dev_layout comp0 = {DEV_LAYOUT_COMPONENT, 0, 0};
-  assert_int_equal(dev_tensor_read(c2, &comp0, 0, 0, got, 0, &st), PD_UNAVAILABLE);
-  assert_int_equal(dev_tensor_wait(u, &st), PD_OK); /* the error stays on its op */
+  assert_int_equal(dev_tensor_read(c2, &comp0, 0, 0, got, 0, &st),
+                   PD_UNAVAILABLE);
+  assert_int_equal(dev_tensor_wait(u, &st),
+                   PD_OK); /* the error stays on its op */
   for (int d = 0; d < 2; d++) {
     tu_read(u, d, got, 3);
     tu_assert_close(got, ((double[]){-1, -2, -3}), 3, 0, 0);
@@ -406,7 +417,8 @@ static void test_fence_record_failure(void **state) {
   dev_tensor *c = exec2(e, "Square", a, NULL);
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(dev_tensor_wait(c, &st), PD_INTERNAL);
-  assert_string_equal(st.msg, "Square on cpu:2: cpu:2: cannot record a fence (injected)");
+  assert_string_equal(
+      st.msg, "Square on cpu:2: cpu:2: cannot record a fence (injected)");
   assert_int_equal(c->comps[0].code, PD_OK);
   assert_int_equal(c->comps[1].code, PD_OK);
   dev_tensor_release(c);
@@ -487,7 +499,8 @@ static void *rcompleter_main(void *arg) {
       f->done = true;
       if (tf_should_fail(f)) {
         f->code = PD_UNAVAILABLE;
-        snprintf(f->msg, sizeof f->msg, "cpu:%d: the device failed behind op %llu (injected)", d,
+        snprintf(f->msg, sizeof f->msg,
+                 "cpu:%d: the device failed behind op %llu (injected)", d,
                  (unsigned long long)f->seq);
       }
       burst--;
@@ -564,8 +577,10 @@ static void *lf_watcher(void *arg) {
     dev_tensor *t = LF.out[i];
     (void)dev_tensor_is_ready(t);
     dev_status st = DEV_STATUS_INIT;
-    if (dev_tensor_notify(t, lf_note, &LF.w[i], &st) != PD_OK) abort(); /* not a cmocka thread */
-    if (i % 9 == 0) (void)dev_tensor_wait_until(t, dev_monotonic_now() + 1e-4, &st);
+    if (dev_tensor_notify(t, lf_note, &LF.w[i], &st) != PD_OK)
+      abort(); /* not a cmocka thread */
+    if (i % 9 == 0)
+      (void)dev_tensor_wait_until(t, dev_monotonic_now() + 1e-4, &st);
   }
   return NULL;
 }
@@ -573,7 +588,8 @@ static void *lf_watcher(void *arg) {
 static void test_stress_late_failures(void **state) {
   dev_engine *e = fenced_engine(LF_DEV);
   /* {device, op index}; op i is the engine's (i+1)-th, so its seq is i + 1. */
-  static const int fails[][2] = {{1, 40}, {1, 41}, {2, 45}, {0, 300}, {1, 301}, {2, LF_OPS - 1}};
+  static const int fails[][2] = {{1, 40},  {1, 41},  {2, 45},
+                                 {0, 300}, {1, 301}, {2, LF_OPS - 1}};
   const int nfail = (int)(sizeof fails / sizeof fails[0]);
   pthread_mutex_lock(&t_mu);
   T.num_fail = nfail;
@@ -612,12 +628,14 @@ static void test_stress_late_failures(void **state) {
     assert_int_equal(atomic_load(&y->comps[0].ready_seq), (uint64_t)i + 1);
     for (int d = 0; d < LF_DEV; d++) {
       bool injected = false;
-      for (int k = 0; k < nfail; k++) injected |= fails[k][0] == d && fails[k][1] == i;
+      for (int k = 0; k < nfail; k++)
+        injected |= fails[k][0] == d && fails[k][1] == i;
       want_bad[i][d] = bad[d][c] || (mix && bad[d][c2]) || injected;
       bad[d][c] = want_bad[i][d];
     }
     for (int k = 0; k < 2; k++) {
-      want[i][k] = mix ? (val[c][k] > val[c2][k] ? val[c][k] : val[c2][k]) : val[c][k] + 1;
+      want[i][k] = mix ? (val[c][k] > val[c2][k] ? val[c][k] : val[c2][k])
+                       : val[c][k] + 1;
       val[c][k] = want[i][k];
     }
     dev_tensor_release(x[c]);
@@ -625,7 +643,8 @@ static void test_stress_late_failures(void **state) {
     dev_tensor_retain(y); /* LF.out's reference */
     LF.out[i] = y;
     atomic_store(&LF.published, i + 1);
-    if (i % 50 == 49) { /* later consumers issue after earlier failures showed */
+    if (i % 50 ==
+        49) { /* later consumers issue after earlier failures showed */
       dev_status st = DEV_STATUS_INIT;
       (void)dev_tensor_wait(y, &st);
     }
@@ -658,7 +677,8 @@ static void test_stress_late_failures(void **state) {
       }
     }
     assert_int_equal(atomic_load(&LF.w[i].calls), 1);
-    assert_int_equal(atomic_load(&LF.w[i].code), any_bad ? PD_UNAVAILABLE : PD_OK);
+    assert_int_equal(atomic_load(&LF.w[i].code),
+                     any_bad ? PD_UNAVAILABLE : PD_OK);
     if (!any_bad) {
       double got[2];
       for (int d = 0; d < LF_DEV; d++) {
@@ -699,9 +719,11 @@ static void test_late_failure_meets_issue(void **state) {
   }
   for (int i = 0; i < PAIRS; i++) {
     dev_status st = DEV_STATUS_INIT;
-    assert_int_equal(atomic_load(&prod[i]->comps[0].ready_seq), (uint64_t)(2 * i + 1));
+    assert_int_equal(atomic_load(&prod[i]->comps[0].ready_seq),
+                     (uint64_t)(2 * i + 1));
     assert_int_equal(dev_tensor_wait(cons[i], &st), PD_UNAVAILABLE);
-    if (!strstr(st.msg, "faulted (injected)")) fail_msg("pair %d: %s", i, st.msg);
+    if (!strstr(st.msg, "faulted (injected)"))
+      fail_msg("pair %d: %s", i, st.msg);
     assert_int_equal(prod[i]->comps[1].code, PD_UNAVAILABLE);
     assert_int_equal(cons[i]->comps[1].code, PD_UNAVAILABLE);
     assert_int_equal(prod[i]->comps[0].code, PD_OK);
@@ -716,7 +738,8 @@ static void test_late_failure_meets_issue(void **state) {
   memcpy(f, cons[PAIRS - 1]->comps[0].buf->data, sizeof f);
   for (int k = 0; k < 3; k++) got[k] = f[k];
   tu_assert_close(got, ((double[]){-2, -4, -6}), 3, 0, 0);
-  assert_int_equal(dev_tensor_read(cons[0], &comp0, 0, 0, f, sizeof f, &st), PD_UNAVAILABLE);
+  assert_int_equal(dev_tensor_read(cons[0], &comp0, 0, 0, f, sizeof f, &st),
+                   PD_UNAVAILABLE);
   for (int i = 0; i < PAIRS; i++) {
     dev_tensor_release(prod[i]);
     dev_tensor_release(cons[i]);
@@ -750,8 +773,8 @@ static void test_notify_races_publication(void **state) {
     dev_engine_destroy(e);
     for (int k = 0; k < 16; k++) {
       if (n[k].calls != 1)
-        fail_msg("round %d (%s), notify %d: %d calls", r, fenced ? "fenced" : "cpu", k,
-                 n[k].calls);
+        fail_msg("round %d (%s), notify %d: %d calls", r,
+                 fenced ? "fenced" : "cpu", k, n[k].calls);
       assert_int_equal(n[k].code, PD_OK);
     }
   }
@@ -774,7 +797,7 @@ typedef struct st_thread {
   atomic_int calls; /* notifies fired for this thread's outputs */
   atomic_int failed;
   atomic_int last_calls;
-  double last[ST_DEV][2]; /* written by the last notify */
+  double last[ST_DEV][2];            /* written by the last notify */
   char err[DEV_STATUS_MSG_MAX + 32]; /* the submitter's error, when failed */
 } st_thread;
 
@@ -792,7 +815,8 @@ static void st_note_last(void *arg, dev_tensor *t, pd_code code) {
     float f[2];
     dev_layout lay = {DEV_LAYOUT_COMPONENT, 0, d};
     dev_status st = DEV_STATUS_INIT;
-    if (dev_tensor_read(t, &lay, 0, 0, f, sizeof f, &st) != PD_OK) atomic_store(&th->failed, 1);
+    if (dev_tensor_read(t, &lay, 0, 0, f, sizeof f, &st) != PD_OK)
+      atomic_store(&th->failed, 1);
     th->last[d][0] = f[0];
     th->last[d][1] = f[1];
   }
@@ -814,14 +838,17 @@ static void *st_submitter(void *arg) {
   for (int i = 0; i < ST_OPS; i++) {
     dev_tensor *in[2] = {x, one}, *out[1] = {NULL};
     int n_out = 1;
-    if (dev_execute(th->e, "Add", in, 2, NULL, 0, out, &n_out, &st) != PD_OK) goto fail;
+    if (dev_execute(th->e, "Add", in, 2, NULL, 0, out, &n_out, &st) != PD_OK)
+      goto fail;
     dev_tensor_release(x);
     x = out[0];
     bool last = i == ST_OPS - 1;
     if (dev_tensor_notify(x, last ? st_note_last : st_note,
-                          last ? (void *)&th->last_calls : (void *)th, &st) != PD_OK)
+                          last ? (void *)&th->last_calls : (void *)th,
+                          &st) != PD_OK)
       goto fail;
-    if (i % 37 == 0) (void)dev_tensor_wait_until(x, dev_monotonic_now() + 1e-4, &st);
+    if (i % 37 == 0)
+      (void)dev_tensor_wait_until(x, dev_monotonic_now() + 1e-4, &st);
   }
   dev_tensor_release(x);
   dev_tensor_release(one);
@@ -852,11 +879,13 @@ static void stress_threads(bool fenced) {
     assert_int_equal(T.destroyed_with_live, 0);
   }
   for (int t = 0; t < ST_THREADS; t++) {
-    if (atomic_load(&th[t].failed)) fail_msg("thread %d failed: %s", t, th[t].err);
+    if (atomic_load(&th[t].failed))
+      fail_msg("thread %d failed: %s", t, th[t].err);
     assert_int_equal(atomic_load(&th[t].calls), ST_OPS);
     assert_int_equal(atomic_load(&th[t].last_calls), 1);
     double want[2] = {th[t].id + ST_OPS, 10 * th[t].id + ST_OPS};
-    for (int d = 0; d < ST_DEV; d++) tu_assert_close(th[t].last[d], want, 2, 0, 0);
+    for (int d = 0; d < ST_DEV; d++)
+      tu_assert_close(th[t].last[d], want, 2, 0, 0);
   }
 }
 
@@ -887,7 +916,8 @@ static void test_fence_ring_growth(void **state) {
         for (int k = 0; k < 150; k++) complete_next(d, PD_OK, NULL);
       }
       dev_status st = DEV_STATUS_INIT;
-      assert_int_equal(dev_tensor_wait(mark, &st), PD_OK); /* both heads at 150 */
+      assert_int_equal(dev_tensor_wait(mark, &st),
+                       PD_OK); /* both heads at 150 */
       assert_false(dev_tensor_is_ready(x));
     }
   }

@@ -98,32 +98,51 @@ static void check_random_matmul(dev_engine *e, pd_dtype dt, int64_t m,
   tu_fill_random(b, nb, -1, 1, seed + 1);
   bool half = dt == PD_FLOAT16 || dt == PD_BFLOAT16;
   for (int64_t i = 0; i < na; i++)
-    a[i] = half ? round(a[i] * 16) / 16 : dt == PD_FLOAT32 ? (double)(float)a[i] : a[i];
+    a[i] = half               ? round(a[i] * 16) / 16
+           : dt == PD_FLOAT32 ? (double)(float)a[i]
+                              : a[i];
   for (int64_t i = 0; i < nb; i++)
-    b[i] = half ? round(b[i] * 16) / 16 : dt == PD_FLOAT32 ? (double)(float)b[i] : b[i];
+    b[i] = half               ? round(b[i] * 16) / 16
+           : dt == PD_FLOAT32 ? (double)(float)b[i]
+                              : b[i];
   ref_matmul(a, b, m, k, n, want);
-  if (ta) transpose(a, m, k, as); else memcpy(as, a, sizeof(double) * (size_t)na);
-  if (tb) transpose(b, k, n, bs); else memcpy(bs, b, sizeof(double) * (size_t)nb);
-  dev_tensor *ta_t = tu_mirrored(e, dt, 2, ta ? (int64_t[]){k, m} : (int64_t[]){m, k}, as);
-  dev_tensor *tb_t = tu_mirrored(e, dt, 2, tb ? (int64_t[]){n, k} : (int64_t[]){k, n}, bs);
+  if (ta)
+    transpose(a, m, k, as);
+  else
+    memcpy(as, a, sizeof(double) * (size_t)na);
+  if (tb)
+    transpose(b, k, n, bs);
+  else
+    memcpy(bs, b, sizeof(double) * (size_t)nb);
+  dev_tensor *ta_t =
+      tu_mirrored(e, dt, 2, ta ? (int64_t[]){k, m} : (int64_t[]){m, k}, as);
+  dev_tensor *tb_t =
+      tu_mirrored(e, dt, 2, tb ? (int64_t[]){n, k} : (int64_t[]){k, n}, bs);
   dev_tensor *c = mm(e, "MatMul", ta_t, tb_t, ta, tb);
   tu_assert_shape(dev_tensor_shape(c), 2, m, n);
   for (int d = 0; d < dev_engine_num_devices(e); d++) {
     assert_int_equal(tu_read(c, d, got, m * n), m * n);
     /* Inputs are exact in dt; sums of k products of magnitude <= 1. */
-    double atol = half ? 0 : dt == PD_FLOAT32 ? 4e-7 * (double)(k + 1) : 1e-14 * (double)(k + 1);
+    double atol = half               ? 0
+                  : dt == PD_FLOAT32 ? 4e-7 * (double)(k + 1)
+                                     : 1e-14 * (double)(k + 1);
     tu_assert_close(got, want, m * n, tu_rtol_rounded(dt), atol);
   }
   dev_tensor_release(c);
   dev_tensor_release(ta_t);
   dev_tensor_release(tb_t);
-  free(a); free(b); free(as); free(bs); free(want); free(got);
+  free(a);
+  free(b);
+  free(as);
+  free(bs);
+  free(want);
+  free(got);
 }
 
 static void test_matmul_random(void **state) {
   (void)state;
-  static const int64_t shapes[][3] = {{1, 1, 1}, {3, 0, 4}, {0, 5, 2},
-                                      {4, 6, 0}, {1, 17, 1}, {7, 13, 5},
+  static const int64_t shapes[][3] = {{1, 1, 1},    {3, 0, 4},   {0, 5, 2},
+                                      {4, 6, 0},    {1, 17, 1},  {7, 13, 5},
                                       {33, 17, 65}, {64, 128, 9}};
   dev_engine *e1 = tu_engine(1, 0), *e3 = tu_engine(3, 0);
   uint64_t seed = 1;
@@ -141,8 +160,10 @@ static void test_matmul_empty_inner(void **state) {
   (void)state;
   dev_engine *e = tu_engine(1, 0);
   for (size_t d = 0; d < 4; d++) {
-    dev_tensor *a = tu_mirrored(e, k_float_dtypes[d], 2, (int64_t[]){2, 0}, NULL);
-    dev_tensor *b = tu_mirrored(e, k_float_dtypes[d], 2, (int64_t[]){0, 3}, NULL);
+    dev_tensor *a =
+        tu_mirrored(e, k_float_dtypes[d], 2, (int64_t[]){2, 0}, NULL);
+    dev_tensor *b =
+        tu_mirrored(e, k_float_dtypes[d], 2, (int64_t[]){0, 3}, NULL);
     dev_tensor *c = mm(e, "MatMul", a, b, false, false);
     tu_assert_shape(dev_tensor_shape(c), 2, 2, 3);
     double got[6], want[6] = {0};
@@ -194,7 +215,8 @@ static void ref_bmm(const double *x, int xr, const int64_t *xd, const double *y,
     ybd[i] = i - (nb - yb) >= 0 ? yd[i - (nb - yb)] : 1;
     od[i] = xbd[i] == 1 ? ybd[i] : xbd[i]; /* NumPy: 1 stretches, 0 stays */
   }
-  int64_t xrws = xd[xr - 2], xcls = xd[xr - 1], yrws = yd[yr - 2], ycls = yd[yr - 1];
+  int64_t xrws = xd[xr - 2], xcls = xd[xr - 1], yrws = yd[yr - 2],
+          ycls = yd[yr - 1];
   int64_t m = ax ? xcls : xrws, k = ax ? xrws : xcls, n = ay ? yrws : ycls;
   od[nb] = m;
   od[nb + 1] = n;
@@ -251,7 +273,10 @@ static void check_bmm(dev_engine *e, pd_dtype dt, int xr, const int64_t *xd,
   dev_tensor_release(c);
   dev_tensor_release(tx);
   dev_tensor_release(ty);
-  free(x); free(y); free(want); free(got);
+  free(x);
+  free(y);
+  free(want);
+  free(got);
 }
 
 static void test_batch_matmul_broadcast(void **state) {
@@ -273,7 +298,8 @@ static void test_batch_matmul_broadcast(void **state) {
         for (int i = 0; i < 3; i++)
           for (int j = 0; j < 5; j++) {
             double s = 0;
-            for (int p = 0; p < 4; p++) s += x[b0 * 12 + i * 4 + p] * y[b1 * 20 + p * 5 + j];
+            for (int p = 0; p < 4; p++)
+              s += x[b0 * 12 + i * 4 + p] * y[b1 * 20 + p * 5 + j];
             want[((b0 * 3 + b1) * 3 + i) * 5 + j] = s;
           }
     for (int d = 0; d < 3; d++) {
@@ -290,12 +316,12 @@ static void test_batch_matmul_broadcast(void **state) {
     int yr;
     int64_t yd[5];
   } cases[] = {
-      {4, {2, 1, 3, 4}, 3, {3, 4, 5}},    /* broadcast both ways */
-      {4, {2, 3, 4, 5}, 2, {5, 6}},       /* y one matrix (folded gemm) */
-      {2, {4, 5}, 3, {3, 5, 6}},          /* x one matrix */
-      {3, {3, 1, 1}, 3, {3, 1, 1}},       /* 1x1 matrices */
-      {3, {0, 2, 3}, 2, {3, 4}},          /* empty batch */
-      {3, {2, 2, 0}, 3, {2, 0, 3}},       /* k = 0: zeros */
+      {4, {2, 1, 3, 4}, 3, {3, 4, 5}},       /* broadcast both ways */
+      {4, {2, 3, 4, 5}, 2, {5, 6}},          /* y one matrix (folded gemm) */
+      {2, {4, 5}, 3, {3, 5, 6}},             /* x one matrix */
+      {3, {3, 1, 1}, 3, {3, 1, 1}},          /* 1x1 matrices */
+      {3, {0, 2, 3}, 2, {3, 4}},             /* empty batch */
+      {3, {2, 2, 0}, 3, {2, 0, 3}},          /* k = 0: zeros */
       {5, {2, 1, 2, 3, 4}, 4, {3, 1, 4, 2}}, /* ranks 5 and 4 */
   };
   uint64_t seed = 100;
@@ -335,8 +361,9 @@ static dev_tensor *bias_add(dev_engine *e, dev_tensor *v, dev_tensor *b,
 static void test_bias_add(void **state) {
   (void)state;
   dev_engine *e = tu_engine(1, 0);
-  static const pd_dtype dts[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
-                                 PD_BFLOAT16, PD_INT32,   PD_INT64, PD_UINT8};
+  static const pd_dtype dts[] = {PD_FLOAT32,  PD_FLOAT64, PD_FLOAT16,
+                                 PD_BFLOAT16, PD_INT32,   PD_INT64,
+                                 PD_UINT8};
   for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
     pd_dtype dt = dts[d];
     /* NHWC (default): value [2, 3], bias [3] added to each row. */
@@ -384,8 +411,10 @@ static void test_bias_add(void **state) {
   }
   /* Integer addition wraps: uint8 250 + 10 = 4, int32 INT32_MAX + 1 = INT32_MIN. */
   {
-    dev_tensor *tv = tu_mirrored(e, PD_UINT8, 2, (int64_t[]){1, 2}, (double[]){250, 5});
-    dev_tensor *tb = tu_mirrored(e, PD_UINT8, 1, (int64_t[]){2}, (double[]){10, 10});
+    dev_tensor *tv =
+        tu_mirrored(e, PD_UINT8, 2, (int64_t[]){1, 2}, (double[]){250, 5});
+    dev_tensor *tb =
+        tu_mirrored(e, PD_UINT8, 1, (int64_t[]){2}, (double[]){10, 10});
     dev_tensor *o = bias_add(e, tv, tb, NULL);
     double got[2];
     tu_read(o, 0, got, 2);
@@ -393,7 +422,8 @@ static void test_bias_add(void **state) {
     dev_tensor_release(o);
     dev_tensor_release(tv);
     dev_tensor_release(tb);
-    tv = tu_mirrored(e, PD_INT32, 2, (int64_t[]){1, 2}, (double[]){2147483647.0, -5});
+    tv = tu_mirrored(e, PD_INT32, 2, (int64_t[]){1, 2},
+                     (double[]){2147483647.0, -5});
     tb = tu_mirrored(e, PD_INT32, 1, (int64_t[]){2}, (double[]){1, 1});
     o = bias_add(e, tv, tb, NULL);
     tu_read(o, 0, got, 2);
@@ -404,8 +434,10 @@ static void test_bias_add(void **state) {
   }
   /* float16 rounding: 1 + 2^-11 rounds to even (1.0); bfloat16 1 + 2^-8 too. */
   {
-    dev_tensor *tv = tu_mirrored(e, PD_FLOAT16, 2, (int64_t[]){1, 1}, (double[]){1.0});
-    dev_tensor *tb = tu_mirrored(e, PD_FLOAT16, 1, (int64_t[]){1}, (double[]){1.0 / 2048 * 3});
+    dev_tensor *tv =
+        tu_mirrored(e, PD_FLOAT16, 2, (int64_t[]){1, 1}, (double[]){1.0});
+    dev_tensor *tb = tu_mirrored(e, PD_FLOAT16, 1, (int64_t[]){1},
+                                 (double[]){1.0 / 2048 * 3});
     dev_tensor *o = bias_add(e, tv, tb, NULL);
     double got[1];
     tu_read(o, 0, got, 1);
@@ -425,7 +457,8 @@ static void test_bias_add_sharded(void **state) {
   double v[12];
   for (int i = 0; i < 12; i++) v[i] = i;
   dev_tensor *tv = tu_sharded(e, PD_FLOAT32, 2, (int64_t[]){4, 3}, 0, v);
-  dev_tensor *tb = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){0.5, -1, 2});
+  dev_tensor *tb =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){0.5, -1, 2});
   dev_tensor *o = bias_add(e, tv, tb, NULL);
   const int64_t rows[3] = {2, 1, 1};
   int64_t r0 = 0;
@@ -446,8 +479,10 @@ static void test_bias_add_sharded(void **state) {
 /* --- validation errors ------------------------------------------------------ */
 
 static void still_works(dev_engine *e) {
-  dev_tensor *a = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){1, 2}, (double[]){1, 2});
-  dev_tensor *b = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){2, 1}, (double[]){3, 4});
+  dev_tensor *a =
+      tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){1, 2}, (double[]){1, 2});
+  dev_tensor *b =
+      tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){2, 1}, (double[]){3, 4});
   dev_tensor *c = mm(e, "MatMul", a, b, false, false);
   double got[1];
   tu_read(c, 0, got, 1);
@@ -460,33 +495,48 @@ static void still_works(dev_engine *e) {
 static void test_errors(void **state) {
   (void)state;
   dev_engine *e = tu_engine(3, 0);
-  dev_tensor *a23 = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){2, 3}, (double[]){0, 0, 0, 0, 0, 0});
+  dev_tensor *a23 = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){2, 3},
+                                (double[]){0, 0, 0, 0, 0, 0});
   dev_tensor *b45 = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){4, 5}, Z);
-  dev_tensor *b32d = tu_mirrored(e, PD_FLOAT64, 2, (int64_t[]){3, 2}, (double[]){0, 0, 0, 0, 0, 0});
-  dev_tensor *i23 = tu_mirrored(e, PD_INT32, 2, (int64_t[]){2, 3}, (double[]){0, 0, 0, 0, 0, 0});
-  dev_tensor *r3 = tu_mirrored(e, PD_FLOAT32, 3, (int64_t[]){1, 2, 3}, (double[]){0, 0, 0, 0, 0, 0});
-  dev_tensor *r1 = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){0, 0, 0});
+  dev_tensor *b32d = tu_mirrored(e, PD_FLOAT64, 2, (int64_t[]){3, 2},
+                                 (double[]){0, 0, 0, 0, 0, 0});
+  dev_tensor *i23 = tu_mirrored(e, PD_INT32, 2, (int64_t[]){2, 3},
+                                (double[]){0, 0, 0, 0, 0, 0});
+  dev_tensor *r3 = tu_mirrored(e, PD_FLOAT32, 3, (int64_t[]){1, 2, 3},
+                               (double[]){0, 0, 0, 0, 0, 0});
+  dev_tensor *r1 =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){0, 0, 0});
   dev_tensor *r0 = tu_mirrored(e, PD_FLOAT32, 0, NULL, (double[]){0});
-  dev_tensor *bl = tu_mirrored(e, PD_BOOL, 2, (int64_t[]){2, 3}, (double[]){0, 0, 0, 0, 0, 0});
+  dev_tensor *bl = tu_mirrored(e, PD_BOOL, 2, (int64_t[]){2, 3},
+                               (double[]){0, 0, 0, 0, 0, 0});
 
   /* MatMul */
-  tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23, b45}, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "MatMul: inner dimensions differ: a is [2, 3] (transpose_a=false), b is "
-                "[4, 5] (transpose_b=false); expected a's columns (3) to equal b's rows (4)");
-  dev_attr tr[2] = {dev_attr_bool("transpose_a", true), dev_attr_bool("transpose_b", true)};
-  tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23, b45}, 2, tr, 2, PD_INVALID_ARGUMENT,
+  tu_exec_fails(
+      e, "MatMul", (dev_tensor *[]){a23, b45}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+      "MatMul: inner dimensions differ: a is [2, 3] (transpose_a=false), b is "
+      "[4, 5] (transpose_b=false); expected a's columns (3) to equal b's rows "
+      "(4)");
+  dev_attr tr[2] = {dev_attr_bool("transpose_a", true),
+                    dev_attr_bool("transpose_b", true)};
+  tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23, b45}, 2, tr, 2,
+                PD_INVALID_ARGUMENT,
                 "expected a's rows (2) to equal b's columns (5)");
-  tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23, b32d}, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "expected the same dtype");
-  tu_exec_fails(e, "MatMul", (dev_tensor *[]){i23, i23}, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "input 'a' has dtype int32; expected float32, float64, float16 or bfloat16");
-  tu_exec_fails(e, "MatMul", (dev_tensor *[]){r3, a23}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+  tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23, b32d}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT, "expected the same dtype");
+  tu_exec_fails(e, "MatMul", (dev_tensor *[]){i23, i23}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
+                "input 'a' has dtype int32; expected float32, float64, float16 "
+                "or bfloat16");
+  tu_exec_fails(e, "MatMul", (dev_tensor *[]){r3, a23}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
                 "input 'a' has shape [1, 2, 3] (rank 3); expected rank 2");
-  tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23, r1}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+  tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23, r1}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
                 "input 'b' has shape [3] (rank 1); expected rank 2");
-  tu_exec_fails(e, "MatMul", (dev_tensor *[]){r0, r0}, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "rank 0");
-  tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23}, 1, NULL, 0, PD_INVALID_ARGUMENT, NULL);
+  tu_exec_fails(e, "MatMul", (dev_tensor *[]){r0, r0}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT, "rank 0");
+  tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23}, 1, NULL, 0,
+                PD_INVALID_ARGUMENT, NULL);
   dev_attr wrong_type = dev_attr_int("transpose_a", 1);
   tu_exec_fails(e, "MatMul", (dev_tensor *[]){a23, b32d}, 2, &wrong_type, 1,
                 PD_INVALID_ARGUMENT, "transpose_a");
@@ -497,44 +547,60 @@ static void test_errors(void **state) {
   dev_tensor *y255 = tu_mirrored(e, PD_FLOAT32, 3, (int64_t[]){2, 5, 5}, Z);
   tu_exec_fails(e, "BatchMatMul", (dev_tensor *[]){x234, y345}, 2, NULL, 0,
                 PD_INVALID_ARGUMENT,
-                "BatchMatMul: batch dimensions do not broadcast: x is [2, 3, 4], y is [3, 4, 5]; "
+                "BatchMatMul: batch dimensions do not broadcast: x is [2, 3, "
+                "4], y is [3, 4, 5]; "
                 "x's axis 0 is 2 and y's axis 0 is 3");
   tu_exec_fails(e, "BatchMatMul", (dev_tensor *[]){x234, y255}, 2, NULL, 0,
                 PD_INVALID_ARGUMENT,
-                "BatchMatMul: inner dimensions differ: x is [2, 3, 4] (adj_x=false), y is "
-                "[2, 5, 5] (adj_y=false); expected x's columns (4) to equal y's rows (5)");
+                "BatchMatMul: inner dimensions differ: x is [2, 3, 4] "
+                "(adj_x=false), y is "
+                "[2, 5, 5] (adj_y=false); expected x's columns (4) to equal "
+                "y's rows (5)");
   tu_exec_fails(e, "BatchMatMul", (dev_tensor *[]){r1, x234}, 2, NULL, 0,
-                PD_INVALID_ARGUMENT, "input 'x' has shape [3] (rank 1); expected rank 2 to 8");
+                PD_INVALID_ARGUMENT,
+                "input 'x' has shape [3] (rank 1); expected rank 2 to 8");
   tu_exec_fails(e, "BatchMatMul", (dev_tensor *[]){i23, i23}, 2, NULL, 0,
                 PD_INVALID_ARGUMENT, "input 'x' has dtype int32");
   tu_exec_fails(e, "BatchMatMul", (dev_tensor *[]){x234, b32d}, 2, NULL, 0,
                 PD_INVALID_ARGUMENT, "expected the same dtype");
 
   /* BiasAdd */
-  dev_tensor *b3 = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
-  dev_tensor *b2 = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
+  dev_tensor *b3 =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+  dev_tensor *b2 =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 2});
   dev_attr nchw = dev_attr_string("data_format", "NCHW");
   dev_attr bad = dev_attr_string("data_format", "NCWH");
-  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){a23, b3}, 2, &bad, 1, PD_INVALID_ARGUMENT,
-                "BiasAdd: attribute 'data_format' is \"NCWH\"; expected \"NHWC\" or \"NCHW\"");
-  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){a23, b2}, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "BiasAdd: bias has shape [2] but value has shape [2, 3] (data_format=NHWC); "
+  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){a23, b3}, 2, &bad, 1,
+                PD_INVALID_ARGUMENT,
+                "BiasAdd: attribute 'data_format' is \"NCWH\"; expected "
+                "\"NHWC\" or \"NCHW\"");
+  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){a23, b2}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
+                "BiasAdd: bias has shape [2] but value has shape [2, 3] "
+                "(data_format=NHWC); "
                 "expected bias of size 3");
-  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){r3, b3}, 2, &nchw, 1, PD_INVALID_ARGUMENT,
-                "BiasAdd: bias has shape [3] but value has shape [1, 2, 3] (data_format=NCHW); "
+  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){r3, b3}, 2, &nchw, 1,
+                PD_INVALID_ARGUMENT,
+                "BiasAdd: bias has shape [3] but value has shape [1, 2, 3] "
+                "(data_format=NCHW); "
                 "expected bias of size 2");
-  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){r1, b3}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){r1, b3}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
                 "input 'value' has shape [3] (rank 1); expected rank 2 to 8");
-  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){a23, a23}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){a23, a23}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
                 "input 'bias' has shape [2, 3] (rank 2); expected rank 1");
-  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){bl, b3}, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "input 'value' has dtype bool");
-  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){a23, b32d}, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "expected the same dtype");
+  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){bl, b3}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT, "input 'value' has dtype bool");
+  tu_exec_fails(e, "BiasAdd", (dev_tensor *[]){a23, b32d}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT, "expected the same dtype");
 
   still_works(e);
-  dev_tensor *all[] = {a23, b45, b32d, i23, r3, r1, r0, bl, x234, y345, y255, b3, b2};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_tensor_release(all[i]);
+  dev_tensor *all[] = {a23, b45,  b32d, i23,  r3, r1, r0,
+                       bl,  x234, y345, y255, b3, b2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    dev_tensor_release(all[i]);
   dev_engine_destroy(e);
 }
 
@@ -547,8 +613,10 @@ static void test_error_on_one_component(void **state) {
    * With a [2,4]: components [2,2], [2,1], [2,1]: device 0 differs. */
   double a[8] = {0};
   dev_tensor *ta = tu_sharded(e, PD_FLOAT32, 2, (int64_t[]){2, 4}, 1, a);
-  dev_tensor *tb = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){1, 2}, (double[]){1, 2});
-  tu_exec_fails(e, "MatMul", (dev_tensor *[]){ta, tb}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+  dev_tensor *tb =
+      tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){1, 2}, (double[]){1, 2});
+  tu_exec_fails(e, "MatMul", (dev_tensor *[]){ta, tb}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
                 "expected a's columns (2) to equal b's rows (1)");
   still_works(e);
   dev_tensor_release(ta);

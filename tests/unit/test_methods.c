@@ -39,8 +39,13 @@ typedef struct listed {
 #define CLIENT_STREAM_K SRV_CLIENT_STREAM
 #define SERVER_STREAM_K SRV_SERVER_STREAM
 #define BIDI_K SRV_BIDI
-#define ENTRY(SVC, METHOD, KIND, REQ, RESP) \
-  {SVC, #METHOD, PD_METHOD_PATH(SVC, METHOD), KIND##_K, &REQ##__descriptor, &RESP##__descriptor},
+#define ENTRY(SVC, METHOD, KIND, REQ, RESP)                                    \
+  {SVC,                                                                        \
+   #METHOD,                                                                    \
+   PD_METHOD_PATH(SVC, METHOD),                                                \
+   KIND##_K,                                                                   \
+   &REQ##__descriptor,                                                         \
+   &RESP##__descriptor},
 static const listed methods[] = {PD_ALL_METHODS(ENTRY)};
 #undef ENTRY
 #define N_LISTED (sizeof(methods) / sizeof(methods[0]))
@@ -106,12 +111,16 @@ static srv_kind proto_kind(const char *text, const char *method) {
   assert_true(strncmp(p, "returns", 7) == 0);
   p += 7;
   bool out = paren_streams(&p);
-  return in && out ? SRV_BIDI : in ? SRV_CLIENT_STREAM : out ? SRV_SERVER_STREAM : SRV_UNARY;
+  return in && out ? SRV_BIDI
+         : in      ? SRV_CLIENT_STREAM
+         : out     ? SRV_SERVER_STREAM
+                   : SRV_UNARY;
 }
 
 static const listed *find_listed(const char *svc, const char *method) {
   for (size_t i = 0; i < N_LISTED; i++)
-    if (strcmp(methods[i].service, svc) == 0 && strcmp(methods[i].method, method) == 0)
+    if (strcmp(methods[i].service, svc) == 0 &&
+        strcmp(methods[i].method, method) == 0)
       return &methods[i];
   return NULL;
 }
@@ -126,14 +135,18 @@ static void test_descriptors_are_listed(void **state) {
     for (unsigned i = 0; i < d->n_methods; i++) {
       const ProtobufCMethodDescriptor *md = &d->methods[i];
       const listed *l = find_listed(d->name, md->name);
-      if (!l) fail_msg("%s/%s is in the proto but not in methods.h", d->name, md->name);
+      if (!l)
+        fail_msg("%s/%s is in the proto but not in methods.h", d->name,
+                 md->name);
       if (l->request != md->input || l->response != md->output)
-        fail_msg("%s/%s: methods.h says %s -> %s; the proto says %s -> %s", d->name, md->name,
-                 l->request->name, l->response->name, md->input->name, md->output->name);
+        fail_msg("%s/%s: methods.h says %s -> %s; the proto says %s -> %s",
+                 d->name, md->name, l->request->name, l->response->name,
+                 md->input->name, md->output->name);
       srv_kind want = proto_kind(text, md->name);
       if (l->kind != want)
-        fail_msg("%s/%s: methods.h says kind %d; the proto's stream keywords say %d", d->name,
-                 md->name, (int)l->kind, (int)want);
+        fail_msg(
+            "%s/%s: methods.h says kind %d; the proto's stream keywords say %d",
+            d->name, md->name, (int)l->kind, (int)want);
       total++;
     }
     free(text);
@@ -147,10 +160,14 @@ static void test_listed_exist(void **state) {
   for (size_t i = 0; i < N_LISTED; i++) {
     const ProtobufCServiceDescriptor *d = NULL;
     for (size_t k = 0; k < N_SERVICES; k++)
-      if (strcmp(services[k].desc->name, methods[i].service) == 0) d = services[k].desc;
-    if (!d) fail_msg("methods.h lists service %s, which no proto declares", methods[i].service);
+      if (strcmp(services[k].desc->name, methods[i].service) == 0)
+        d = services[k].desc;
+    if (!d)
+      fail_msg("methods.h lists service %s, which no proto declares",
+               methods[i].service);
     if (!protobuf_c_service_descriptor_get_method_by_name(d, methods[i].method))
-      fail_msg("methods.h lists %s, which %s does not declare", methods[i].path, d->name);
+      fail_msg("methods.h lists %s, which %s does not declare", methods[i].path,
+               d->name);
     char want[256];
     snprintf(want, sizeof(want), "/%s/%s", d->name, methods[i].method);
     assert_string_equal(methods[i].path, want);
@@ -169,8 +186,10 @@ static void test_daemon_serves_every_method(void **state) {
     assert_ptr_equal(m->response, methods[i].response);
     assert_non_null(m->h);
     bool unary_like = m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM;
-    if (unary_like && !m->h->on_request) fail_msg("%s has no on_request", m->path);
-    if (!unary_like && !m->h->on_message) fail_msg("%s has no on_message", m->path);
+    if (unary_like && !m->h->on_request)
+      fail_msg("%s has no on_request", m->path);
+    if (!unary_like && !m->h->on_message)
+      fail_msg("%s has no on_message", m->path);
     /* Admin only on the admin socket, the rest on the listen addresses. */
     bool admin = strcmp(methods[i].service, PD_SVC_ADMIN) == 0;
     srv_method *const *table = admin ? srv_admin_methods : srv_methods;
@@ -188,13 +207,14 @@ static void test_daemon_serves_every_method(void **state) {
 /* The .proto reader itself, on text whose answers are known. */
 static void test_proto_kind_reader(void **state) {
   (void)state;
-  const char *text = "service S {\n"
-                     "  rpc A(Req) returns (Resp);\n"
-                     "  rpc AB(stream Req) returns (Resp);\n"
-                     "  rpc C (Req) returns (stream Resp) {}\n"
-                     "  rpc D( stream Req ) returns ( stream Resp );\n"
-                     "  rpc E(streamer.Req) returns (Resp);\n"
-                     "}\n";
+  const char *text =
+      "service S {\n"
+      "  rpc A(Req) returns (Resp);\n"
+      "  rpc AB(stream Req) returns (Resp);\n"
+      "  rpc C (Req) returns (stream Resp) {}\n"
+      "  rpc D( stream Req ) returns ( stream Resp );\n"
+      "  rpc E(streamer.Req) returns (Resp);\n"
+      "}\n";
   assert_int_equal(proto_kind(text, "A"), SRV_UNARY);
   assert_int_equal(proto_kind(text, "AB"), SRV_CLIENT_STREAM);
   assert_int_equal(proto_kind(text, "C"), SRV_SERVER_STREAM);

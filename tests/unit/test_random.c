@@ -9,13 +9,14 @@
 
 #include "testutil.h"
 
-static const pd_dtype k_float_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16, PD_BFLOAT16};
+static const pd_dtype k_float_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
+                                          PD_BFLOAT16};
 
 /* Runs a random op with the given attributes (shape [n]) on `e` and returns
  * the output tensor. */
 static dev_tensor *draw(dev_engine *e, const char *op, pd_dtype dt, int64_t n,
-                        int64_t seed, int64_t seed2, bool per_device, const dev_attr *extra,
-                        int n_extra) {
+                        int64_t seed, int64_t seed2, bool per_device,
+                        const dev_attr *extra, int n_extra) {
   dev_attr a[8];
   int k = 0;
   a[k++] = dev_attr_shape("shape", 1, &n);
@@ -55,8 +56,9 @@ static void test_philox_known_answer(void **state) {
   dev_tensor_release(t);
   t = draw(e, "RandomUniform", PD_FLOAT64, 2, 0, 0, false, NULL, 0);
   v = read_comp(t, 0, 2);
-  double w64[2] = {(double)((((uint64_t)w[0] << 32) | w[1]) >> 11) / 9007199254740992.0,
-                   (double)((((uint64_t)w[2] << 32) | w[3]) >> 11) / 9007199254740992.0};
+  double w64[2] = {
+      (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) / 9007199254740992.0,
+      (double)((((uint64_t)w[2] << 32) | w[3]) >> 11) / 9007199254740992.0};
   tu_assert_close(v, w64, 2, 0, 0);
   free(v);
   dev_tensor_release(t);
@@ -73,7 +75,8 @@ static void test_reproducible(void **state) {
   for (int o = 0; o < 2; o++)
     for (int k = 0; k < 4; k++) {
       pd_dtype dt = k_float_dtypes[k];
-      dev_engine *e1 = tu_engine(1, 0), *e1b = tu_engine(1, 0), *e3 = tu_engine(3, 0);
+      dev_engine *e1 = tu_engine(1, 0), *e1b = tu_engine(1, 0),
+                 *e3 = tu_engine(3, 0);
       dev_tensor *a = draw(e1, ops[o], dt, n, 42, 7, false, NULL, 0);
       dev_tensor *b = draw(e1b, ops[o], dt, n, 42, 7, false, NULL, 0);
       dev_tensor *c = draw(e3, ops[o], dt, n, 42, 7, false, NULL, 0);
@@ -121,7 +124,8 @@ static void test_per_device(void **state) {
   const char *ops[2] = {"RandomUniform", "RandomNormal"};
   const int64_t n = 256;
   for (int o = 0; o < 2; o++) {
-    dev_engine *e = tu_engine(3, 0), *e2 = tu_engine(3, 0), *e4 = tu_engine(4, 0);
+    dev_engine *e = tu_engine(3, 0), *e2 = tu_engine(3, 0),
+               *e4 = tu_engine(4, 0);
     dev_tensor *m = draw(e, ops[o], PD_FLOAT32, n, 5, 0, false, NULL, 0);
     dev_tensor *s = draw(e, ops[o], PD_FLOAT32, n, 5, 0, true, NULL, 0);
     dev_tensor *s2 = draw(e2, ops[o], PD_FLOAT32, n, 5, 0, true, NULL, 0);
@@ -160,17 +164,18 @@ static void test_per_device(void **state) {
 /* Sample mean and variance within 5 standard errors of the theory. For a
  * distribution with variance v and fourth central moment m4, the sample
  * mean's SE is sqrt(v/n) and the sample variance's sqrt((m4 - v^2)/n). */
-static void check_moments(const double *x, int64_t n, double mean, double var, double m4,
-                          const char *what) {
+static void check_moments(const double *x, int64_t n, double mean, double var,
+                          double m4, const char *what) {
   double s = 0;
   for (int64_t i = 0; i < n; i++) s += x[i];
   double mu = s / (double)n, ss = 0;
   for (int64_t i = 0; i < n; i++) ss += (x[i] - mu) * (x[i] - mu);
   double v = ss / (double)(n - 1);
-  double se_mean = sqrt(var / (double)n), se_var = sqrt((m4 - var * var) / (double)n);
+  double se_mean = sqrt(var / (double)n),
+         se_var = sqrt((m4 - var * var) / (double)n);
   if (fabs(mu - mean) > 5 * se_mean || fabs(v - var) > 5 * se_var)
-    fail_msg("%s: mean %g (want %g +- %g), variance %g (want %g +- %g)", what, mu, mean,
-             5 * se_mean, v, var, 5 * se_var);
+    fail_msg("%s: mean %g (want %g +- %g), variance %g (want %g +- %g)", what,
+             mu, mean, 5 * se_mean, v, var, 5 * se_var);
 }
 
 /* Uniform values are drawn on a grid of G = 2^b points over [0, 1) (b = 24
@@ -179,10 +184,10 @@ static void check_moments(const double *x, int64_t n, double mean, double var, d
  * (G-1)/(2G), variance (G^2-1)/(12 G^2); the grid's m4 is taken as 1/80. */
 static double grid_points(pd_dtype dt) {
   switch (dt) {
-  case PD_FLOAT16: return 2048;
-  case PD_BFLOAT16: return 256;
-  case PD_FLOAT32: return 16777216;
-  default: return 9007199254740992.0;
+    case PD_FLOAT16: return 2048;
+    case PD_BFLOAT16: return 256;
+    case PD_FLOAT32: return 16777216;
+    default: return 9007199254740992.0;
   }
 }
 
@@ -199,17 +204,20 @@ static void test_uniform_distribution(void **state) {
     for (int c = 0; c < 3; c++) {
       double *v = read_comp(t, c, n);
       for (int64_t i = 0; i < n; i++)
-        if (!(v[i] >= 0 && v[i] < 1)) fail_msg("%s: value %.17g outside [0, 1)", pd_dtype_name(dt), v[i]);
+        if (!(v[i] >= 0 && v[i] < 1))
+          fail_msg("%s: value %.17g outside [0, 1)", pd_dtype_name(dt), v[i]);
       check_moments(v, n, m01, v01, 1.0 / 80, pd_dtype_name(dt));
       free(v);
     }
     dev_tensor_release(t);
     /* [-3, 5): mean -3 + 8*m01, variance 64*v01, m4 8^4/80 */
-    dev_attr mm[2] = {dev_attr_float("minval", -3), dev_attr_float("maxval", 5)};
+    dev_attr mm[2] = {dev_attr_float("minval", -3),
+                      dev_attr_float("maxval", 5)};
     t = draw(e, "RandomUniform", dt, n, 99, 3, false, mm, 2);
     double *v = read_comp(t, 1, n);
     for (int64_t i = 0; i < n; i++)
-      if (!(v[i] >= -3 && v[i] < 5)) fail_msg("%s: value %.17g outside [-3, 5)", pd_dtype_name(dt), v[i]);
+      if (!(v[i] >= -3 && v[i] < 5))
+        fail_msg("%s: value %.17g outside [-3, 5)", pd_dtype_name(dt), v[i]);
     check_moments(v, n, -3 + 8 * m01, 64 * v01, 4096.0 / 80, pd_dtype_name(dt));
     free(v);
     dev_tensor_release(t);
@@ -222,19 +230,23 @@ static void test_uniform_distribution(void **state) {
 static void test_uniform_bounds(void **state) {
   (void)state;
   dev_engine *e = tu_engine(1, 0);
-  const double cases[][2] = {{0.1, 0.3}, {0.7, 0.70001}, {-1e-3, 1e-3}, {1000, 1001},
+  const double cases[][2] = {{0.1, 0.3},    {0.7, 0.70001},
+                             {-1e-3, 1e-3}, {1000, 1001},
                              {-0.7, -0.69}, {1.0, 1.0078125 * 1.0001}};
   const int64_t n = 4096;
   for (int k = 0; k < 4; k++)
     for (int c = 0; c < 6; c++) {
       pd_dtype dt = k_float_dtypes[k];
       double lo = cases[c][0], hi = cases[c][1];
-      dev_attr mm[2] = {dev_attr_float("minval", lo), dev_attr_float("maxval", hi)};
-      dev_attr a[4] = {dev_attr_shape("shape", 1, &n), dev_attr_dtype("dtype", dt), mm[0], mm[1]};
+      dev_attr mm[2] = {dev_attr_float("minval", lo),
+                        dev_attr_float("maxval", hi)};
+      dev_attr a[4] = {dev_attr_shape("shape", 1, &n),
+                       dev_attr_dtype("dtype", dt), mm[0], mm[1]};
       dev_tensor *outs[1];
       int n_out = 1;
       dev_status st = DEV_STATUS_INIT;
-      pd_code code = dev_execute(e, "RandomUniform", NULL, 0, a, 4, outs, &n_out, &st);
+      pd_code code =
+          dev_execute(e, "RandomUniform", NULL, 0, a, 4, outs, &n_out, &st);
       if (code != PD_OK) {
         /* only an interval with no value of the dtype may be refused */
         assert_int_equal(code, PD_INVALID_ARGUMENT);
@@ -245,15 +257,18 @@ static void test_uniform_bounds(void **state) {
       double *v = read_comp(outs[0], 0, n);
       for (int64_t i = 0; i < n; i++)
         if (!(v[i] >= lo && v[i] < hi))
-          fail_msg("%s: value %.17g outside [%.17g, %.17g)", pd_dtype_name(dt), v[i], lo, hi);
+          fail_msg("%s: value %.17g outside [%.17g, %.17g)", pd_dtype_name(dt),
+                   v[i], lo, hi);
       free(v);
       dev_tensor_release(outs[0]);
     }
   /* [0.7, 0.70001) holds no bfloat16 (spacing 2^-8 near 0.7): refused */
   int64_t one = 1;
-  dev_attr a[4] = {dev_attr_shape("shape", 1, &one), dev_attr_dtype("dtype", PD_BFLOAT16),
-                   dev_attr_float("minval", 0.7), dev_attr_float("maxval", 0.70001)};
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 4, PD_INVALID_ARGUMENT, "no bfloat16 value");
+  dev_attr a[4] = {
+      dev_attr_shape("shape", 1, &one), dev_attr_dtype("dtype", PD_BFLOAT16),
+      dev_attr_float("minval", 0.7), dev_attr_float("maxval", 0.70001)};
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 4, PD_INVALID_ARGUMENT,
+                "no bfloat16 value");
   dev_engine_destroy(e);
 }
 
@@ -270,9 +285,11 @@ static void check_normal_bins(const double *x, int64_t n, const char *what) {
   for (int b = 0; b < 8; b++) {
     double lo = b == 0 ? 0 : 0.5 * erfc(-cut[b - 1] / sqrt(2.0));
     double hi = b == 7 ? 1 : 0.5 * erfc(-cut[b] / sqrt(2.0));
-    double p = hi - lo, f = (double)count[b] / (double)n, se = sqrt(p * (1 - p) / (double)n);
+    double p = hi - lo, f = (double)count[b] / (double)n,
+           se = sqrt(p * (1 - p) / (double)n);
     if (fabs(f - p) > 5 * se)
-      fail_msg("%s: bin %d holds %.5f of the values, want %.5f +- %.5f", what, b, f, p, 5 * se);
+      fail_msg("%s: bin %d holds %.5f of the values, want %.5f +- %.5f", what,
+               b, f, p, 5 * se);
   }
 }
 
@@ -350,36 +367,49 @@ static void test_errors(void **state) {
   (void)state;
   dev_engine *e = tu_engine(3, 0);
   int64_t n = 4;
-  dev_attr a[4] = {dev_attr_shape("shape", 1, &n), dev_attr_dtype("dtype", PD_INT32)};
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT, "dtype");
+  dev_attr a[4] = {dev_attr_shape("shape", 1, &n),
+                   dev_attr_dtype("dtype", PD_INT32)};
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT,
+                "dtype");
   tu_exec_fails(e, "RandomNormal", NULL, 0, a, 2, PD_INVALID_ARGUMENT, "dtype");
-  tu_exec_fails(e, "RandomUniform", NULL, 0, NULL, 0, PD_INVALID_ARGUMENT, "shape");
+  tu_exec_fails(e, "RandomUniform", NULL, 0, NULL, 0, PD_INVALID_ARGUMENT,
+                "shape");
   a[1] = dev_attr_float("maxval", 0);
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT, "maxval > minval");
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT,
+                "maxval > minval");
   a[1] = dev_attr_float("maxval", -1);
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT, "maxval > minval");
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT,
+                "maxval > minval");
   a[1] = dev_attr_float("maxval", INFINITY);
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT, "maxval");
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT,
+                "maxval");
   a[1] = dev_attr_float("minval", NAN);
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT, "minval");
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT,
+                "minval");
   a[1] = dev_attr_float("maxval", 1e6);
   a[2] = dev_attr_dtype("dtype", PD_FLOAT16);
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 3, PD_INVALID_ARGUMENT, "float16");
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 3, PD_INVALID_ARGUMENT,
+                "float16");
   a[1] = dev_attr_float("minval", -1.7e308);
   a[2] = dev_attr_float("maxval", 1.7e308);
   a[3] = dev_attr_dtype("dtype", PD_FLOAT64);
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 4, PD_INVALID_ARGUMENT, "overflow");
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 4, PD_INVALID_ARGUMENT,
+                "overflow");
   a[3] = dev_attr_dtype("dtype", PD_FLOAT32);
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 4, PD_INVALID_ARGUMENT, "float32");
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 4, PD_INVALID_ARGUMENT,
+                "float32");
   a[1] = dev_attr_float("stddev", -1);
-  tu_exec_fails(e, "RandomNormal", NULL, 0, a, 2, PD_INVALID_ARGUMENT, "stddev");
+  tu_exec_fails(e, "RandomNormal", NULL, 0, a, 2, PD_INVALID_ARGUMENT,
+                "stddev");
   a[1] = dev_attr_float("mean", NAN);
   tu_exec_fails(e, "RandomNormal", NULL, 0, a, 2, PD_INVALID_ARGUMENT, "mean");
   a[1] = dev_attr_float("stddev", 1);
-  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT, "stddev");
+  tu_exec_fails(e, "RandomUniform", NULL, 0, a, 2, PD_INVALID_ARGUMENT,
+                "stddev");
   int64_t huge[2] = {INT64_MAX / 2, 4};
   a[1] = dev_attr_shape("shape", 2, huge);
-  tu_exec_fails(e, "RandomNormal", NULL, 0, &a[1], 1, PD_INVALID_ARGUMENT, "shape");
+  tu_exec_fails(e, "RandomNormal", NULL, 0, &a[1], 1, PD_INVALID_ARGUMENT,
+                "shape");
   dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 0, NULL, (double[]){1});
   tu_exec_fails(e, "RandomUniform", &x, 1, a, 1, PD_INVALID_ARGUMENT, NULL);
   tu_exec_fails(e, "DeviceId", &x, 1, NULL, 0, PD_INVALID_ARGUMENT, NULL);

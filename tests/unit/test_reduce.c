@@ -9,8 +9,8 @@
 #include "testutil.h"
 
 static const char *const k_red_ops[] = {"Sum", "Mean", "Max", "Min"};
-static const pd_dtype k_all_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
-                                        PD_BFLOAT16, PD_INT32,  PD_INT64,
+static const pd_dtype k_all_dtypes[] = {PD_FLOAT32,  PD_FLOAT64, PD_FLOAT16,
+                                        PD_BFLOAT16, PD_INT32,   PD_INT64,
                                         PD_UINT8};
 static const pd_dtype k_float_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
                                           PD_BFLOAT16};
@@ -65,9 +65,11 @@ static void test_reduce_hand(void **state) {
         {"Min", 0, {0}, false, 0, {0}, 1, {1}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-      dev_tensor *o = reduce(e, cases[c].op, t, cases[c].axes, cases[c].n, cases[c].keep);
+      dev_tensor *o =
+          reduce(e, cases[c].op, t, cases[c].axes, cases[c].n, cases[c].keep);
       assert_int_equal(dev_tensor_dtype(o), dt);
-      tu_assert_shape_impl(dev_tensor_shape(o), cases[c].rank, cases[c].dims, __FILE__, __LINE__);
+      tu_assert_shape_impl(dev_tensor_shape(o), cases[c].rank, cases[c].dims,
+                           __FILE__, __LINE__);
       assert_int_equal(tu_read(o, 0, got, 6), cases[c].count);
       double want[3];
       for (int i = 0; i < cases[c].count; i++)
@@ -99,12 +101,16 @@ static int64_t ref_reduce(int op, const double *x, const int64_t *dims,
   for (int64_t i = 0; i < dims[0]; i++)
     for (int64_t j = 0; j < dims[1]; j++)
       for (int64_t k = 0; k < dims[2]; k++) {
-        int64_t oi = (mask & 1) ? 0 : i, oj = (mask & 2) ? 0 : j, ok = (mask & 4) ? 0 : k;
+        int64_t oi = (mask & 1) ? 0 : i, oj = (mask & 2) ? 0 : j,
+                ok = (mask & 4) ? 0 : k;
         int64_t o = (oi * od[1] + oj) * od[2] + ok;
         double v = x[(i * dims[1] + j) * dims[2] + k];
-        if (op <= 1) out[o] += v;
-        else if (op == 2) out[o] = v > out[o] ? v : out[o];
-        else out[o] = v < out[o] ? v : out[o];
+        if (op <= 1)
+          out[o] += v;
+        else if (op == 2)
+          out[o] = v > out[o] ? v : out[o];
+        else
+          out[o] = v < out[o] ? v : out[o];
       }
   if (op == 1)
     for (int64_t o = 0; o < on; o++) out[o] /= (double)cnt;
@@ -119,9 +125,12 @@ static void check_subsets(dev_engine *e, pd_dtype dt, const int64_t *dims,
   double *got = malloc(sizeof(double) * (size_t)(n + 1));
   tu_fill_random(x, n, -8, 8, seed);
   for (int64_t i = 0; i < n; i++) {
-    if (is_int(dt)) x[i] = dt == PD_UINT8 ? floor(x[i] * 16 + 128) : floor(x[i] * 1000);
-    else if (dt == PD_FLOAT32) x[i] = (double)(float)x[i];
-    else if (dt != PD_FLOAT64) x[i] = round(x[i] * 4) / 4; /* exact in 16 bits */
+    if (is_int(dt))
+      x[i] = dt == PD_UINT8 ? floor(x[i] * 16 + 128) : floor(x[i] * 1000);
+    else if (dt == PD_FLOAT32)
+      x[i] = (double)(float)x[i];
+    else if (dt != PD_FLOAT64)
+      x[i] = round(x[i] * 4) / 4; /* exact in 16 bits */
   }
   dev_tensor *t = tu_mirrored(e, dt, 3, dims, x);
   for (int op = 0; op < 4; op++)
@@ -137,8 +146,10 @@ static void check_subsets(dev_engine *e, pd_dtype dt, const int64_t *dims,
           }
         int64_t on = ref_reduce(op, x, dims, mask, want);
         for (int64_t i = 0; i < on; i++) {
-          if (dt == PD_UINT8 && op == 0) want[i] = fmod(want[i], 256);
-          else if (is_int(dt) && op == 1) want[i] = trunc(want[i]);
+          if (dt == PD_UINT8 && op == 0)
+            want[i] = fmod(want[i], 256);
+          else if (is_int(dt) && op == 1)
+            want[i] = trunc(want[i]);
         }
         dev_tensor *o = reduce(e, k_red_ops[op], t, axes, na, keep);
         /* Expected shape. */
@@ -146,8 +157,10 @@ static void check_subsets(dev_engine *e, pd_dtype dt, const int64_t *dims,
         int wr = 0;
         unsigned m = mask ? mask : 7;
         for (int a = 0; a < 3; a++) {
-          if (!((m >> a) & 1)) wd[wr++] = dims[a];
-          else if (keep) wd[wr++] = 1;
+          if (!((m >> a) & 1))
+            wd[wr++] = dims[a];
+          else if (keep)
+            wd[wr++] = 1;
         }
         tu_assert_shape_impl(dev_tensor_shape(o), wr, wd, __FILE__, __LINE__);
         int dev = dev_engine_num_devices(e) - 1;
@@ -167,7 +180,7 @@ static void check_subsets(dev_engine *e, pd_dtype dt, const int64_t *dims,
 
 static void test_reduce_axis_subsets(void **state) {
   (void)state;
-  static const int64_t shapes[][3] = {{3, 4, 5}, {2, 1, 7}, {1, 6, 1},
+  static const int64_t shapes[][3] = {{3, 4, 5},   {2, 1, 7},    {1, 6, 1},
                                       {5, 300, 3}, {4, 3, 1100}, {600, 2, 2}};
   dev_engine *e1 = tu_engine(1, 0), *e3 = tu_engine(3, 0);
   uint64_t seed = 1;
@@ -212,9 +225,12 @@ static void test_reduce_rank5(void **state) {
             o += (od[a] == 1 ? 0 : idx) * mul;
             mul *= od[a];
           }
-          if (op <= 1) want[o] += x[i];
-          else if (op == 2) want[o] = fmax(want[o], x[i]);
-          else want[o] = fmin(want[o], x[i]);
+          if (op <= 1)
+            want[o] += x[i];
+          else if (op == 2)
+            want[o] = fmax(want[o], x[i]);
+          else
+            want[o] = fmin(want[o], x[i]);
           cnt[o]++;
         }
         int64_t on = 1;
@@ -270,8 +286,8 @@ static void test_reduce_sum_accuracy(void **state) {
 }
 
 static void expect1(dev_engine *e, const char *op, pd_dtype dt, int rank,
-                    const int64_t *dims, const double *vals, const int64_t *axes,
-                    int na, const double *want, int nw) {
+                    const int64_t *dims, const double *vals,
+                    const int64_t *axes, int na, const double *want, int nw) {
   dev_tensor *t = tu_mirrored(e, dt, rank, dims, vals);
   dev_tensor *o = reduce(e, op, t, axes, na, false);
   double got[8];
@@ -291,23 +307,28 @@ static void test_reduce_integers(void **state) {
           (double[]){-2147483648.0}, 1);
   expect1(e, "Sum", PD_INT32, 1, d2, (double[]){-2147483648.0, -1}, NULL, 0,
           (double[]){2147483647.0}, 1);
-  expect1(e, "Sum", PD_INT64, 1, d2, (double[]){9223372036854775807.0, 0}, NULL, 0,
-          (double[]){9223372036854775807.0}, 1);
-  expect1(e, "Sum", PD_UINT8, 1, d2, (double[]){200, 100}, NULL, 0, (double[]){44}, 1);
+  expect1(e, "Sum", PD_INT64, 1, d2, (double[]){9223372036854775807.0, 0}, NULL,
+          0, (double[]){9223372036854775807.0}, 1);
+  expect1(e, "Sum", PD_UINT8, 1, d2, (double[]){200, 100}, NULL, 0,
+          (double[]){44}, 1);
   /* Mean truncates toward zero. */
-  expect1(e, "Mean", PD_INT32, 1, d2, (double[]){1, 2}, NULL, 0, (double[]){1}, 1);
-  expect1(e, "Mean", PD_INT32, 1, d2, (double[]){-1, -2}, NULL, 0, (double[]){-1}, 1);
-  expect1(e, "Mean", PD_INT64, 1, d3, (double[]){-7, 0, 0}, NULL, 0, (double[]){-2}, 1);
+  expect1(e, "Mean", PD_INT32, 1, d2, (double[]){1, 2}, NULL, 0, (double[]){1},
+          1);
+  expect1(e, "Mean", PD_INT32, 1, d2, (double[]){-1, -2}, NULL, 0,
+          (double[]){-1}, 1);
+  expect1(e, "Mean", PD_INT64, 1, d3, (double[]){-7, 0, 0}, NULL, 0,
+          (double[]){-2}, 1);
   expect1(e, "Mean", PD_UINT8, 1, d3, (double[]){255, 255, 254}, NULL, 0,
           (double[]){254}, 1);
   /* The mean of two INT32_MAX is INT32_MAX. */
-  expect1(e, "Mean", PD_INT32, 1, d2, (double[]){2147483647.0, 2147483647.0}, NULL, 0,
-          (double[]){2147483647.0}, 1);
-  expect1(e, "Max", PD_INT64, 1, d3, (double[]){-9223372036854775808.0, -5, -9}, NULL, 0,
-          (double[]){-5}, 1);
+  expect1(e, "Mean", PD_INT32, 1, d2, (double[]){2147483647.0, 2147483647.0},
+          NULL, 0, (double[]){2147483647.0}, 1);
+  expect1(e, "Max", PD_INT64, 1, d3, (double[]){-9223372036854775808.0, -5, -9},
+          NULL, 0, (double[]){-5}, 1);
   expect1(e, "Min", PD_INT32, 1, d3, (double[]){-2147483648.0, 5, 9}, NULL, 0,
           (double[]){-2147483648.0}, 1);
-  expect1(e, "Max", PD_UINT8, 1, d3, (double[]){0, 255, 9}, NULL, 0, (double[]){255}, 1);
+  expect1(e, "Max", PD_UINT8, 1, d3, (double[]){0, 255, 9}, NULL, 0,
+          (double[]){255}, 1);
   dev_engine_destroy(e);
 }
 
@@ -316,28 +337,40 @@ static void test_reduce_edge_cases(void **state) {
   (void)state;
   dev_engine *e = tu_engine(3, 0);
   const int64_t d03[] = {0, 3}, ax0[] = {0};
-  for (size_t d = 0; d < sizeof k_float_dtypes / sizeof k_float_dtypes[0]; d++) {
+  for (size_t d = 0; d < sizeof k_float_dtypes / sizeof k_float_dtypes[0];
+       d++) {
     pd_dtype dt = k_float_dtypes[d];
     expect1(e, "Sum", dt, 2, d03, NULL, ax0, 1, (double[]){0, 0, 0}, 3);
     expect1(e, "Mean", dt, 2, d03, NULL, ax0, 1, (double[]){NAN, NAN, NAN}, 3);
-    expect1(e, "Max", dt, 2, d03, NULL, ax0, 1, (double[]){-INFINITY, -INFINITY, -INFINITY}, 3);
-    expect1(e, "Min", dt, 2, d03, NULL, ax0, 1, (double[]){INFINITY, INFINITY, INFINITY}, 3);
-    expect1(e, "Max", dt, 1, (int64_t[]){3}, (double[]){1, NAN, 3}, NULL, 0, (double[]){NAN}, 1);
-    expect1(e, "Min", dt, 1, (int64_t[]){3}, (double[]){1, 3, NAN}, NULL, 0, (double[]){NAN}, 1);
-    expect1(e, "Max", dt, 1, (int64_t[]){3}, (double[]){NAN, -1, 3}, NULL, 0, (double[]){NAN}, 1);
-    expect1(e, "Sum", dt, 0, NULL, (double[]){2.5}, NULL, 0, (double[]){2.5}, 1);
-    expect1(e, "Mean", dt, 0, NULL, (double[]){2.5}, NULL, 0, (double[]){2.5}, 1);
+    expect1(e, "Max", dt, 2, d03, NULL, ax0, 1,
+            (double[]){-INFINITY, -INFINITY, -INFINITY}, 3);
+    expect1(e, "Min", dt, 2, d03, NULL, ax0, 1,
+            (double[]){INFINITY, INFINITY, INFINITY}, 3);
+    expect1(e, "Max", dt, 1, (int64_t[]){3}, (double[]){1, NAN, 3}, NULL, 0,
+            (double[]){NAN}, 1);
+    expect1(e, "Min", dt, 1, (int64_t[]){3}, (double[]){1, 3, NAN}, NULL, 0,
+            (double[]){NAN}, 1);
+    expect1(e, "Max", dt, 1, (int64_t[]){3}, (double[]){NAN, -1, 3}, NULL, 0,
+            (double[]){NAN}, 1);
+    expect1(e, "Sum", dt, 0, NULL, (double[]){2.5}, NULL, 0, (double[]){2.5},
+            1);
+    expect1(e, "Mean", dt, 0, NULL, (double[]){2.5}, NULL, 0, (double[]){2.5},
+            1);
   }
   expect1(e, "Max", PD_INT32, 2, d03, NULL, ax0, 1,
           (double[]){-2147483648.0, -2147483648.0, -2147483648.0}, 3);
   expect1(e, "Min", PD_INT32, 2, d03, NULL, ax0, 1,
           (double[]){2147483647.0, 2147483647.0, 2147483647.0}, 3);
   expect1(e, "Max", PD_INT64, 2, d03, NULL, ax0, 1,
-          (double[]){-9223372036854775808.0, -9223372036854775808.0, -9223372036854775808.0}, 3);
-  expect1(e, "Min", PD_UINT8, 2, d03, NULL, ax0, 1, (double[]){255, 255, 255}, 3);
+          (double[]){-9223372036854775808.0, -9223372036854775808.0,
+                     -9223372036854775808.0},
+          3);
+  expect1(e, "Min", PD_UINT8, 2, d03, NULL, ax0, 1, (double[]){255, 255, 255},
+          3);
   expect1(e, "Max", PD_UINT8, 2, d03, NULL, ax0, 1, (double[]){0, 0, 0}, 3);
   expect1(e, "Sum", PD_INT64, 2, d03, NULL, ax0, 1, (double[]){0, 0, 0}, 3);
-  expect1(e, "Sum", PD_INT32, 0, NULL, (double[]){-7}, NULL, 0, (double[]){-7}, 1);
+  expect1(e, "Sum", PD_INT32, 0, NULL, (double[]){-7}, NULL, 0, (double[]){-7},
+          1);
   /* Output with zero elements: [3, 0] over axis 0 is [0]; integer Mean too. */
   for (size_t d = 0; d < sizeof k_all_dtypes / sizeof k_all_dtypes[0]; d++) {
     dev_tensor *t = tu_mirrored(e, k_all_dtypes[d], 2, (int64_t[]){3, 0}, NULL);
@@ -393,7 +426,8 @@ static void test_reduce_sharded(void **state) {
 
 static dev_tensor *argmax(dev_engine *e, dev_tensor *t, int64_t axis,
                           pd_dtype ot) {
-  dev_attr attrs[2] = {dev_attr_int("axis", axis), dev_attr_dtype("output_type", ot)};
+  dev_attr attrs[2] = {dev_attr_int("axis", axis),
+                       dev_attr_dtype("output_type", ot)};
   return tu_exec(e, "ArgMax", &t, 1, attrs, ot == PD_DTYPE_INVALID ? 1 : 2, 0);
 }
 
@@ -428,9 +462,11 @@ static void test_argmax_hand(void **state) {
     dev_tensor_release(t);
   }
   /* NaN wins, the first NaN. */
-  for (size_t d = 0; d < sizeof k_float_dtypes / sizeof k_float_dtypes[0]; d++) {
-    dev_tensor *t = tu_mirrored(e, k_float_dtypes[d], 2, (int64_t[]){2, 4},
-                                (double[]){1, NAN, 3, NAN, -INFINITY, -INFINITY, 2, 2});
+  for (size_t d = 0; d < sizeof k_float_dtypes / sizeof k_float_dtypes[0];
+       d++) {
+    dev_tensor *t =
+        tu_mirrored(e, k_float_dtypes[d], 2, (int64_t[]){2, 4},
+                    (double[]){1, NAN, 3, NAN, -INFINITY, -INFINITY, 2, 2});
     double got[2];
     dev_tensor *o = argmax(e, t, 1, PD_INT64);
     tu_read(o, 0, got, 2);
@@ -477,7 +513,8 @@ static void test_argmax_random(void **state) {
         for (int64_t j = 0; j < inner; j++) {
           int64_t best = 0;
           for (int64_t l = 1; l < dims[ax]; l++)
-            if (x[(o * dims[ax] + l) * inner + j] > x[(o * dims[ax] + best) * inner + j])
+            if (x[(o * dims[ax] + l) * inner + j] >
+                x[(o * dims[ax] + best) * inner + j])
               best = l;
           want[o * inner + j] = (double)best;
         }
@@ -517,7 +554,9 @@ static void check_softmax(dev_engine *e, pd_dtype dt, int rank,
       lsm[r * L + j] = xs[r * L + j] - m - log(s);
     }
   }
-  double rtol = dt == PD_FLOAT64 ? 1e-13 : dt == PD_FLOAT32 ? 1e-5 : tu_rtol_rounded(dt) * 2;
+  double rtol = dt == PD_FLOAT64   ? 1e-13
+                : dt == PD_FLOAT32 ? 1e-5
+                                   : tu_rtol_rounded(dt) * 2;
   dev_tensor *o = tu_exec(e, "Softmax", &t, 1, NULL, 0, 0);
   assert_int_equal(dev_tensor_dtype(o), dt);
   tu_assert_shape_impl(dev_tensor_shape(o), rank, dims, __FILE__, __LINE__);
@@ -548,7 +587,8 @@ static void test_softmax(void **state) {
   dev_engine *e1 = tu_engine(1, 0), *e3 = tu_engine(3, 0);
   double x[4 * 3 * 37];
   tu_fill_random(x, 4 * 3 * 37, -5, 5, 77);
-  for (size_t d = 0; d < sizeof k_float_dtypes / sizeof k_float_dtypes[0]; d++) {
+  for (size_t d = 0; d < sizeof k_float_dtypes / sizeof k_float_dtypes[0];
+       d++) {
     pd_dtype dt = k_float_dtypes[d];
     check_softmax(e1, dt, 1, (int64_t[]){5}, x);
     check_softmax(e3, dt, 2, (int64_t[]){4, 37}, x);
@@ -558,7 +598,8 @@ static void test_softmax(void **state) {
     check_softmax(e1, dt, 2, (int64_t[]){4, 0}, x);
   }
   /* Hand case: softmax([0, ln 3]) = [1/4, 3/4]. */
-  dev_tensor *t = tu_mirrored(e1, PD_FLOAT64, 1, (int64_t[]){2}, (double[]){0, log(3.0)});
+  dev_tensor *t =
+      tu_mirrored(e1, PD_FLOAT64, 1, (int64_t[]){2}, (double[]){0, log(3.0)});
   dev_tensor *o = tu_exec(e1, "Softmax", &t, 1, NULL, 0, 0);
   double got[2];
   tu_read(o, 0, got, 2);
@@ -571,9 +612,11 @@ static void test_softmax(void **state) {
   dev_tensor_release(t);
   /* Extreme logits: no inf, no NaN. softmax([1000, -1000]) = [1, 0];
    * logsoftmax = [0, -2000]. */
-  for (size_t d = 0; d < sizeof k_float_dtypes / sizeof k_float_dtypes[0]; d++) {
+  for (size_t d = 0; d < sizeof k_float_dtypes / sizeof k_float_dtypes[0];
+       d++) {
     pd_dtype dt = k_float_dtypes[d];
-    t = tu_mirrored(e1, dt, 2, (int64_t[]){2, 2}, (double[]){1000, -1000, -1000, 1000});
+    t = tu_mirrored(e1, dt, 2, (int64_t[]){2, 2},
+                    (double[]){1000, -1000, -1000, 1000});
     o = tu_exec(e1, "Softmax", &t, 1, NULL, 0, 0);
     double g4[4];
     tu_read(o, 0, g4, 4);
@@ -591,13 +634,14 @@ static void test_softmax(void **state) {
 
 /* --- SparseSoftmaxCrossEntropyWithLogits -------------------------------------- */
 
-static void sxent(dev_engine *e, dev_tensor *f, dev_tensor *l, dev_tensor **loss,
-                  dev_tensor **bp) {
+static void sxent(dev_engine *e, dev_tensor *f, dev_tensor *l,
+                  dev_tensor **loss, dev_tensor **bp) {
   dev_tensor *in[2] = {f, l};
   dev_tensor *outs[DEV_MAX_OUTPUTS] = {0};
   int n = DEV_MAX_OUTPUTS;
   dev_status st = DEV_STATUS_INIT;
-  if (dev_execute(e, "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, outs, &n, &st))
+  if (dev_execute(e, "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0,
+                  outs, &n, &st))
     fail_msg("SparseSoftmaxCrossEntropyWithLogits: %s", st.msg);
   assert_int_equal(n, 2);
   *loss = outs[0];
@@ -613,14 +657,18 @@ static void test_sxent_hand(void **state) {
    * = 0.40760596444438046; backprop = softmax - [0, 0, 1]. */
   const double f[] = {0, 0, 0, 1, 2, 3};
   const double want_loss[] = {1.0986122886681098, 0.40760596444438046};
-  const double want_bp[] = {1.0 / 3, -2.0 / 3, 1.0 / 3, 0.09003057317038046,
-                            0.24472847105479767, 0.6652409557748219 - 1};
+  const double want_bp[] = {1.0 / 3,
+                            -2.0 / 3,
+                            1.0 / 3,
+                            0.09003057317038046,
+                            0.24472847105479767,
+                            0.6652409557748219 - 1};
   for (size_t d = 0; d < sizeof k_float_dtypes / sizeof k_float_dtypes[0]; d++)
     for (int li = 0; li < 2; li++) {
       pd_dtype dt = k_float_dtypes[d];
       dev_tensor *tf = tu_mirrored(e, dt, 2, (int64_t[]){2, 3}, f);
-      dev_tensor *tl = tu_mirrored(e, li ? PD_INT64 : PD_INT32, 1, (int64_t[]){2},
-                                   (double[]){1, 2});
+      dev_tensor *tl = tu_mirrored(e, li ? PD_INT64 : PD_INT32, 1,
+                                   (int64_t[]){2}, (double[]){1, 2});
       dev_tensor *loss, *bp;
       sxent(e, tf, tl, &loss, &bp);
       assert_int_equal(dev_tensor_dtype(loss), dt);
@@ -628,7 +676,9 @@ static void test_sxent_hand(void **state) {
       tu_assert_shape(dev_tensor_shape(loss), 1, 2);
       tu_assert_shape(dev_tensor_shape(bp), 2, 2, 3);
       double got[6];
-      double rtol = dt == PD_FLOAT64 ? 1e-13 : dt == PD_FLOAT32 ? 1e-6 : tu_rtol_rounded(dt) * 2;
+      double rtol = dt == PD_FLOAT64   ? 1e-13
+                    : dt == PD_FLOAT32 ? 1e-6
+                                       : tu_rtol_rounded(dt) * 2;
       tu_read(loss, 0, got, 2);
       tu_assert_close(got, want_loss, 2, rtol, 0);
       tu_read(bp, 0, got, 6);
@@ -640,7 +690,8 @@ static void test_sxent_hand(void **state) {
     }
   /* Extreme logits stay finite: [1000, -1000] label 1: loss 2000,
    * backprop [1, -1]. */
-  dev_tensor *tf = tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){1, 2}, (double[]){1000, -1000});
+  dev_tensor *tf =
+      tu_mirrored(e, PD_FLOAT32, 2, (int64_t[]){1, 2}, (double[]){1000, -1000});
   dev_tensor *tl = tu_mirrored(e, PD_INT32, 1, (int64_t[]){1}, (double[]){1});
   dev_tensor *loss, *bp;
   sxent(e, tf, tl, &loss, &bp);
@@ -706,12 +757,14 @@ static void test_sxent_bad_label(void **state) {
       "Received a label value of -1 which is outside the valid range of [0, 5)",
       "Received a label value of 5 which is outside the valid range of [0, 5)"};
   for (int i = 0; i < 3; i++) {
-    dev_tensor *tl = tu_mirrored(e, i == 1 ? PD_INT64 : PD_INT32, 1, (int64_t[]){2}, bad[i]);
+    dev_tensor *tl =
+        tu_mirrored(e, i == 1 ? PD_INT64 : PD_INT32, 1, (int64_t[]){2}, bad[i]);
     dev_tensor *loss, *bp;
     sxent(e, tf, tl, &loss, &bp);
     dev_status st = DEV_STATUS_INIT;
     assert_int_equal(dev_tensor_wait(loss, &st), PD_INVALID_ARGUMENT);
-    if (!strstr(st.msg, needles[i])) fail_msg("message \"%s\" lacks \"%s\"", st.msg, needles[i]);
+    if (!strstr(st.msg, needles[i]))
+      fail_msg("message \"%s\" lacks \"%s\"", st.msg, needles[i]);
     dev_status_clear(&st);
     assert_int_equal(dev_tensor_wait(bp, &st), PD_INVALID_ARGUMENT);
     assert_non_null(strstr(st.msg, needles[i]));
@@ -719,7 +772,8 @@ static void test_sxent_bad_label(void **state) {
     dev_tensor *s = NULL, *outs[1];
     int n = 1;
     dev_attr attrs[1] = {dev_attr_int_list("axis", NULL, 0)};
-    assert_int_equal(dev_execute(e, "Sum", &loss, 1, attrs, 1, outs, &n, &st), PD_OK);
+    assert_int_equal(dev_execute(e, "Sum", &loss, 1, attrs, 1, outs, &n, &st),
+                     PD_OK);
     s = outs[0];
     dev_status_clear(&st);
     assert_int_equal(dev_tensor_wait(s, &st), PD_INVALID_ARGUMENT);
@@ -730,7 +784,8 @@ static void test_sxent_bad_label(void **state) {
     dev_tensor_release(tl);
   }
   /* The engine still runs a good op. */
-  dev_tensor *tl = tu_mirrored(e, PD_INT32, 1, (int64_t[]){2}, (double[]){0, 4});
+  dev_tensor *tl =
+      tu_mirrored(e, PD_INT32, 1, (int64_t[]){2}, (double[]){0, 4});
   dev_tensor *loss, *bp;
   sxent(e, tf, tl, &loss, &bp);
   double got[2];
@@ -746,7 +801,8 @@ static void test_sxent_bad_label(void **state) {
 /* --- validation errors -------------------------------------------------------- */
 
 static void still_works(dev_engine *e) {
-  dev_tensor *t = tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+  dev_tensor *t =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
   dev_tensor *o = reduce(e, "Sum", t, NULL, 0, false);
   double got[1];
   tu_read(o, 0, got, 1);
@@ -776,15 +832,19 @@ static void test_errors(void **state) {
     const char *nm = k_red_ops[op];
     dev_attr a[2] = {dev_attr_int_list("axis", (int64_t[]){1, -2}, 2),
                      dev_attr_bool("keep_dims", false)};
-    snprintf(msg, sizeof msg, "%s: attribute 'axis' lists axis 1 more than once", nm);
+    snprintf(msg, sizeof msg,
+             "%s: attribute 'axis' lists axis 1 more than once", nm);
     tu_exec_fails(e, nm, &r3, 1, a, 2, PD_INVALID_ARGUMENT, msg);
     a[0] = dev_attr_int_list("axis", (int64_t[]){0, 3}, 2);
-    snprintf(msg, sizeof msg, "%s: attribute 'axis' is 3; expected -3 to 2 for rank 3", nm);
+    snprintf(msg, sizeof msg,
+             "%s: attribute 'axis' is 3; expected -3 to 2 for rank 3", nm);
     tu_exec_fails(e, nm, &r3, 1, a, 2, PD_INVALID_ARGUMENT, msg);
     a[0] = dev_attr_int_list("axis", (int64_t[]){-4}, 1);
-    tu_exec_fails(e, nm, &r3, 1, a, 2, PD_INVALID_ARGUMENT, "attribute 'axis' is -4");
+    tu_exec_fails(e, nm, &r3, 1, a, 2, PD_INVALID_ARGUMENT,
+                  "attribute 'axis' is -4");
     a[0] = dev_attr_int_list("axis", (int64_t[]){0}, 1);
-    tu_exec_fails(e, nm, &s0, 1, a, 2, PD_INVALID_ARGUMENT, "attribute 'axis' is 0");
+    tu_exec_fails(e, nm, &s0, 1, a, 2, PD_INVALID_ARGUMENT,
+                  "attribute 'axis' is 0");
     snprintf(msg, sizeof msg, "%s: input 'input' has dtype bool", nm);
     tu_exec_fails(e, nm, &bl, 1, NULL, 0, PD_INVALID_ARGUMENT, msg);
     dev_attr wrong = dev_attr_int("axis", 0);
@@ -792,14 +852,17 @@ static void test_errors(void **state) {
   }
   /* Integer Mean over zero elements has no value. */
   dev_attr ax1 = dev_attr_int_list("axis", (int64_t[]){1}, 1);
-  tu_exec_fails(e, "Mean", &e20, 1, &ax1, 1, PD_INVALID_ARGUMENT,
-                "Mean: input has shape [2, 0] and dtype int32; the mean over the reduced "
-                "axes (zero elements) is undefined for integers");
+  tu_exec_fails(
+      e, "Mean", &e20, 1, &ax1, 1, PD_INVALID_ARGUMENT,
+      "Mean: input has shape [2, 0] and dtype int32; the mean over the reduced "
+      "axes (zero elements) is undefined for integers");
 
   /* ArgMax */
-  dev_attr am[2] = {dev_attr_int("axis", 1), dev_attr_dtype("output_type", PD_FLOAT32)};
-  tu_exec_fails(e, "ArgMax", &f23, 1, am, 2, PD_INVALID_ARGUMENT,
-                "ArgMax: attribute 'output_type' is float32; expected int32 or int64");
+  dev_attr am[2] = {dev_attr_int("axis", 1),
+                    dev_attr_dtype("output_type", PD_FLOAT32)};
+  tu_exec_fails(
+      e, "ArgMax", &f23, 1, am, 2, PD_INVALID_ARGUMENT,
+      "ArgMax: attribute 'output_type' is float32; expected int32 or int64");
   am[1] = dev_attr_dtype("output_type", PD_INT32);
   tu_exec_fails(e, "ArgMax", &f20, 1, am, 2, PD_INVALID_ARGUMENT,
                 "ArgMax: reduction axis 1 is empty in input shape [2, 0]");
@@ -807,39 +870,50 @@ static void test_errors(void **state) {
   tu_exec_fails(e, "ArgMax", &f23, 1, am, 2, PD_INVALID_ARGUMENT,
                 "ArgMax: attribute 'axis' is 2; expected -2 to 1 for rank 2");
   am[0] = dev_attr_int("axis", -3);
-  tu_exec_fails(e, "ArgMax", &f23, 1, am, 2, PD_INVALID_ARGUMENT, "attribute 'axis' is -3");
-  tu_exec_fails(e, "ArgMax", &s0, 1, NULL, 0, PD_INVALID_ARGUMENT, "for rank 0");
+  tu_exec_fails(e, "ArgMax", &f23, 1, am, 2, PD_INVALID_ARGUMENT,
+                "attribute 'axis' is -3");
+  tu_exec_fails(e, "ArgMax", &s0, 1, NULL, 0, PD_INVALID_ARGUMENT,
+                "for rank 0");
   tu_exec_fails(e, "ArgMax", &bl, 1, NULL, 0, PD_INVALID_ARGUMENT,
                 "ArgMax: input 'input' has dtype bool");
 
   /* Softmax / LogSoftmax */
   tu_exec_fails(e, "Softmax", &i2, 1, NULL, 0, PD_INVALID_ARGUMENT,
                 "Softmax: input 'logits' has dtype int32; expected float32");
-  tu_exec_fails(e, "LogSoftmax", &s0, 1, NULL, 0, PD_INVALID_ARGUMENT,
-                "LogSoftmax: input 'logits' has shape [] (rank 0); expected rank 1 to 8");
+  tu_exec_fails(
+      e, "LogSoftmax", &s0, 1, NULL, 0, PD_INVALID_ARGUMENT,
+      "LogSoftmax: input 'logits' has shape [] (rank 0); expected rank 1 to 8");
 
   /* SparseSoftmaxCrossEntropyWithLogits */
   const char *X = "SparseSoftmaxCrossEntropyWithLogits";
-  tu_exec_fails(e, X, (dev_tensor *[]){f23, l3}, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "SparseSoftmaxCrossEntropyWithLogits: features has shape [2, 3] but labels "
+  tu_exec_fails(e, X, (dev_tensor *[]){f23, l3}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
+                "SparseSoftmaxCrossEntropyWithLogits: features has shape [2, "
+                "3] but labels "
                 "has shape [3]; expected labels of shape [2]");
-  tu_exec_fails(e, X, (dev_tensor *[]){f23, lf}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+  tu_exec_fails(e, X, (dev_tensor *[]){f23, lf}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
                 "input 'labels' has dtype float32; expected int32, int64");
   tu_exec_fails(e, X, (dev_tensor *[]){i2, l2}, 2, NULL, 0, PD_INVALID_ARGUMENT,
                 "input 'features' has dtype int32");
   tu_exec_fails(e, X, (dev_tensor *[]){l3, l2}, 2, NULL, 0, PD_INVALID_ARGUMENT,
                 "input 'features' has dtype int32");
-  tu_exec_fails(e, X, (dev_tensor *[]){r3, l2}, 2, NULL, 0, PD_INVALID_ARGUMENT,
-                "input 'features' has shape [2, 3, 4] (rank 3); expected rank 2");
-  tu_exec_fails(e, X, (dev_tensor *[]){f23, l22}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+  tu_exec_fails(
+      e, X, (dev_tensor *[]){r3, l2}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+      "input 'features' has shape [2, 3, 4] (rank 3); expected rank 2");
+  tu_exec_fails(e, X, (dev_tensor *[]){f23, l22}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
                 "input 'labels' has shape [2, 2] (rank 2); expected rank 1");
-  tu_exec_fails(e, X, (dev_tensor *[]){f20, l2}, 2, NULL, 0, PD_INVALID_ARGUMENT,
+  tu_exec_fails(e, X, (dev_tensor *[]){f20, l2}, 2, NULL, 0,
+                PD_INVALID_ARGUMENT,
                 "features has shape [2, 0]; expected at least one class");
-  tu_exec_fails(e, X, (dev_tensor *[]){f23}, 1, NULL, 0, PD_INVALID_ARGUMENT, NULL);
+  tu_exec_fails(e, X, (dev_tensor *[]){f23}, 1, NULL, 0, PD_INVALID_ARGUMENT,
+                NULL);
 
   still_works(e);
   dev_tensor *all[] = {r3, s0, bl, i2, e20, f20, f23, l2, l3, lf, l22};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_tensor_release(all[i]);
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    dev_tensor_release(all[i]);
   dev_engine_destroy(e);
 }
 

@@ -54,7 +54,8 @@ static pd_code upload(sched_session *ss, uint64_t id, int n, dev_status *st) {
   dev_shape shape = {1, {n}};
   dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
   sched_upload *u = NULL;
-  pd_code c = sched_upload_begin(ss, id, PD_FLOAT32, &lay, &shape, NULL, &u, st);
+  pd_code c =
+      sched_upload_begin(ss, id, PD_FLOAT32, &lay, &shape, NULL, &u, st);
   if (c != PD_OK) return c;
   assert_int_equal(sched_upload_write(u, 0, 0, v, (size_t)n * 4, st), PD_OK);
   return sched_upload_commit(u, st);
@@ -72,7 +73,8 @@ static pd_code exec1(sched_session *ss, const char *op, const uint64_t *in,
 static pd_code fill(sched_session *ss, uint64_t out, int n, uint64_t tag,
                     dev_status *st) {
   int64_t dims[1] = {n};
-  dev_attr a[3] = {dev_attr_shape("shape", 1, dims), dev_attr_float("value", 1.5),
+  dev_attr a[3] = {dev_attr_shape("shape", 1, dims),
+                   dev_attr_float("value", 1.5),
                    dev_attr_dtype("dtype", PD_FLOAT32)};
   return exec1(ss, "Fill", NULL, 0, a, 3, out, tag, st);
 }
@@ -211,7 +213,8 @@ static void test_default_and_max_quota(void **state) {
   assert_int_equal(sched_session_create(s, &p, &info, &st), PD_OK);
   assert_int_equal(info.memory_quota, 4000);
   p.memory_quota = 5001;
-  assert_int_equal(sched_session_create(s, &p, &info, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(sched_session_create(s, &p, &info, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "max_memory_quota = 5000"));
   /* Without a default, the maximum is what a session asking none gets. */
   cfg.default_memory_quota = 0;
@@ -240,10 +243,12 @@ static void test_reconfigure_limits(void **state) {
   cfg.default_lease_s = 7;
   assert_int_equal(sched_reconfigure(s, &cfg, &st), PD_OK);
   sched_session_params p = {"c", "", 0, 0};
-  assert_int_equal(sched_session_create(s, &p, &i3, &st), PD_RESOURCE_EXHAUSTED);
+  assert_int_equal(sched_session_create(s, &p, &i3, &st),
+                   PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "max_sessions = 2"));
   int64_t dims[1] = {1};
-  dev_attr fa[3] = {dev_attr_shape("shape", 1, dims), dev_attr_float("value", 1),
+  dev_attr fa[3] = {dev_attr_shape("shape", 1, dims),
+                    dev_attr_float("value", 1),
                     dev_attr_dtype("dtype", PD_FLOAT32)};
   uint64_t outs[2] = {1, 2};
   sched_op two[2] = {{"Fill", NULL, 0, fa, 3, &outs[0], 1},
@@ -256,8 +261,8 @@ static void test_reconfigure_limits(void **state) {
   /* Sessions already open keep their lease; new ones get the new default. */
   assert_int_equal(sched_session_lease_s(a), 60);
   uint64_t freed = 0;
-  assert_int_equal(sched_session_close(s, i2.token, SCHED_TOKEN_BYTES, &freed, &st),
-                   PD_OK);
+  assert_int_equal(
+      sched_session_close(s, i2.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
   assert_int_equal(sched_session_create(s, &p, &i3, &st), PD_OK);
   assert_int_equal(i3.lease_s, 7);
   /* An inconsistent config is refused as a whole. */
@@ -266,7 +271,8 @@ static void test_reconfigure_limits(void **state) {
   cfg.max_sessions = 100;
   assert_int_equal(sched_reconfigure(s, &cfg, &st), PD_INVALID_ARGUMENT);
   sched_session_info i4;
-  assert_int_equal(sched_session_create(s, &p, &i4, &st), PD_RESOURCE_EXHAUSTED);
+  assert_int_equal(sched_session_create(s, &p, &i4, &st),
+                   PD_RESOURCE_EXHAUSTED);
   sched_session_put(a);
   sched_session_put(b);
   sched_destroy(s);
@@ -322,8 +328,9 @@ static void test_notify_waits_for_the_queue(void **state) {
   flag_init(&f4);
   assert_int_equal(sched_tensor_notify(ss, t3, flag_set, &f4, &st), PD_OK);
   uint64_t freed = 0;
-  assert_int_equal(sched_session_close(s, info.token, SCHED_TOKEN_BYTES, &freed, &st),
-                   PD_OK);
+  assert_int_equal(
+      sched_session_close(s, info.token, SCHED_TOKEN_BYTES, &freed, &st),
+      PD_OK);
   assert_int_equal(flag_wait(&f4), PD_CANCELLED);
   dev_tensor_release(t3);
   flag_destroy(&f4);
@@ -434,7 +441,8 @@ static void test_counters_and_progress(void **state) {
   assert_false(sched_check_progress(s, &p, 0.0, 5.0)); /* idle */
   assert_false(sched_check_progress(s, &p, 100.0, 5.0));
   sched_pause(s, true);
-  for (uint64_t i = 1; i <= 3; i++) assert_int_equal(fill(ss, i, 4, 0, &st), PD_OK);
+  for (uint64_t i = 1; i <= 3; i++)
+    assert_int_equal(fill(ss, i, 4, 0, &st), PD_OK);
   sched_stats a = {.struct_size = sizeof(a)};
   sched_get_stats(s, &a);
   assert_int_equal(a.ops_queued, 3);
@@ -476,7 +484,8 @@ static void test_counters_and_progress(void **state) {
    * limited to 64 MiB each (setup). */
   const uint64_t in[1] = {1};
   int64_t huge[1] = {(int64_t)1 << 40};
-  dev_attr fa[3] = {dev_attr_shape("shape", 1, huge), dev_attr_float("value", 0),
+  dev_attr fa[3] = {dev_attr_shape("shape", 1, huge),
+                    dev_attr_float("value", 0),
                     dev_attr_dtype("dtype", PD_FLOAT32)};
   assert_int_equal(exec1(ss, "Fill", NULL, 0, fa, 3, 9, 0, &st), PD_OK);
   dev_tensor *t = NULL;

@@ -46,7 +46,8 @@ static pd_code upload(sched_session *ss, uint64_t id, int n, const float *v,
   dev_shape shape = {1, {n}};
   dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
   sched_upload *u = NULL;
-  pd_code c = sched_upload_begin(ss, id, PD_FLOAT32, &lay, &shape, NULL, &u, st);
+  pd_code c =
+      sched_upload_begin(ss, id, PD_FLOAT32, &lay, &shape, NULL, &u, st);
   if (c != PD_OK) return c;
   assert_int_equal(sched_upload_expected(u, 0), (uint64_t)n * 4);
   assert_int_equal(sched_upload_write(u, 0, 0, v, (size_t)n * 4, st), PD_OK);
@@ -85,21 +86,26 @@ static void test_tokens(void **state) {
   uint8_t tok[SCHED_TOKEN_BYTES];
   memcpy(tok, info.token, sizeof tok);
   tok[0] ^= 1; /* another incarnation */
-  assert_int_equal(sched_session_open(s, tok, sizeof tok, &x, &st), PD_NOT_FOUND);
+  assert_int_equal(sched_session_open(s, tok, sizeof tok, &x, &st),
+                   PD_NOT_FOUND);
   assert_non_null(strstr(st.msg, "restarted"));
   memcpy(tok, info.token, sizeof tok);
   tok[20] ^= 1; /* right incarnation, unknown session */
-  assert_int_equal(sched_session_open(s, tok, sizeof tok, &x, &st), PD_NOT_FOUND);
+  assert_int_equal(sched_session_open(s, tok, sizeof tok, &x, &st),
+                   PD_NOT_FOUND);
   assert_null(strstr(st.msg, "restarted"));
   sched_session_params p = {NULL, NULL, 86401, 0};
-  assert_int_equal(sched_session_create(s, &p, &info, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(sched_session_create(s, &p, &info, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "max_lease_seconds"));
   uint64_t freed = 99;
   sched_session_info i2;
   sched_session *ss2 = open_new(s, "b", 0, 0, &i2);
-  assert_int_equal(sched_session_close(s, i2.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
+  assert_int_equal(
+      sched_session_close(s, i2.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
   assert_int_equal(freed, 0);
-  assert_int_equal(sched_session_open(s, i2.token, SCHED_TOKEN_BYTES, &x, &st), PD_NOT_FOUND);
+  assert_int_equal(sched_session_open(s, i2.token, SCHED_TOKEN_BYTES, &x, &st),
+                   PD_NOT_FOUND);
   /* A call still holding the closed session gets NOT_FOUND, not a crash. */
   dev_tensor *t = NULL;
   assert_int_equal(sched_handle_get(ss2, 1, &t, &st), PD_NOT_FOUND);
@@ -147,15 +153,18 @@ static void test_isolation_and_execute(void **state) {
    * appear. */
   uint64_t o4 = 4, o5 = 5, in_missing[2] = {1, 77};
   sched_op bad[2] = {op1("Neg", in_xx, 1, &o4), op1("Add", in_missing, 2, &o5)};
-  assert_int_equal(sched_execute(a, bad, 2, 0, res, &failed, &st), PD_NOT_FOUND);
+  assert_int_equal(sched_execute(a, bad, 2, 0, res, &failed, &st),
+                   PD_NOT_FOUND);
   assert_int_equal(failed, 1);
   assert_non_null(strstr(st.msg, "op 1 (Add)"));
   assert_int_equal(sched_handle_get(a, 4, &t, &st), PD_NOT_FOUND);
   /* b cannot use a's handle as an input either. */
-  assert_int_equal(sched_execute(b, ops, 1, 0, res, &failed, &st), PD_NOT_FOUND);
+  assert_int_equal(sched_execute(b, ops, 1, 0, res, &failed, &st),
+                   PD_NOT_FOUND);
   /* An output id that is live. */
   sched_op dup = op1("Neg", in_xx, 1, &o2);
-  assert_int_equal(sched_execute(a, &dup, 1, 0, res, &failed, &st), PD_ALREADY_EXISTS);
+  assert_int_equal(sched_execute(a, &dup, 1, 0, res, &failed, &st),
+                   PD_ALREADY_EXISTS);
   /* Delete is all or nothing too. */
   uint64_t del_bad[2] = {2, 99}, del[2] = {2, 3};
   assert_int_equal(sched_handle_delete(a, del_bad, 2, &st), PD_NOT_FOUND);
@@ -185,18 +194,20 @@ static void test_two_outputs(void **state) {
   dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
   dev_shape fshape = {2, {2, 3}}, lshape = {1, {2}};
   sched_upload *u = NULL;
-  assert_int_equal(sched_upload_begin(a, 1, PD_FLOAT32, &lay, &fshape, NULL,
-                                      &u, &st), PD_OK);
+  assert_int_equal(
+      sched_upload_begin(a, 1, PD_FLOAT32, &lay, &fshape, NULL, &u, &st),
+      PD_OK);
   assert_int_equal(sched_upload_write(u, 0, 0, feat, sizeof feat, &st), PD_OK);
   assert_int_equal(sched_upload_commit(u, &st), PD_OK);
-  assert_int_equal(sched_upload_begin(a, 2, PD_INT32, &lay, &lshape, NULL, &u,
-                                      &st), PD_OK);
+  assert_int_equal(
+      sched_upload_begin(a, 2, PD_INT32, &lay, &lshape, NULL, &u, &st), PD_OK);
   assert_int_equal(sched_upload_write(u, 0, 0, labels, sizeof labels, &st),
                    PD_OK);
   assert_int_equal(sched_upload_commit(u, &st), PD_OK);
 
   const uint64_t in[2] = {1, 2}, outs[2] = {10, 11};
-  sched_op op = {"SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, outs, 2};
+  sched_op op = {
+      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, outs, 2};
   sched_op_result res;
   int failed = -1;
   assert_int_equal(sched_execute(a, &op, 1, 0, &res, &failed, &st), PD_OK);
@@ -211,8 +222,8 @@ static void test_two_outputs(void **state) {
   assert_int_equal(sched_execute(a, &neg, 1, 0, &res, &failed, &st), PD_OK);
   const double third = 1.0 / 3.0, ln3 = 1.0986122886681098;
   const double want_loss[2] = {ln3, ln3};
-  const double want_neg[6] = {-third, 1 - third, -third,
-                              1 - third, -third, -third};
+  const double want_neg[6] = {-third,    1 - third, -third,
+                              1 - third, -third,    -third};
   float loss[2], n[6];
   read_f32(a, 10, loss, 2);
   read_f32(a, 12, n, 6);
@@ -222,8 +233,8 @@ static void test_two_outputs(void **state) {
 
   /* One output id for two outputs: refused, and nothing is published. */
   const uint64_t one_out = 20;
-  sched_op short_op = {"SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0,
-                       &one_out, 1};
+  sched_op short_op = {
+      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, &one_out, 1};
   assert_int_equal(sched_execute(a, &short_op, 1, 0, &res, &failed, &st),
                    PD_INVALID_ARGUMENT);
   assert_int_equal(failed, 0);
@@ -277,7 +288,8 @@ static void test_queue_cancel(void **state) {
     assert_int_equal(sched_handle_delete(a, &o13, 1, &st), PD_OK);
   }
   uint64_t freed = 0;
-  assert_int_equal(sched_session_close(s, ia.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
+  assert_int_equal(
+      sched_session_close(s, ia.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
   assert_int_equal(freed, 4); /* 1, 10, 11, 12 */
   sched_pause(s, false);
   sched_session_put(a);
@@ -287,7 +299,8 @@ static void test_queue_cancel(void **state) {
 static atomic_int g_expired;
 
 static void on_expired(void *arg, const sched_end_info *info, void *state) {
-  if (info->why == SCHED_END_STOPPED) return; /* the "quota" session, at the end */
+  if (info->why == SCHED_END_STOPPED)
+    return; /* the "quota" session, at the end */
   assert_int_equal(info->why, SCHED_END_EXPIRED);
   assert_string_equal(info->client, "short");
   assert_int_equal(info->handles_freed, 1);
@@ -316,7 +329,8 @@ static void test_lease_and_quota(void **state) {
   }
   assert_int_equal(atomic_load(&g_expired), 1);
   sched_session *x2 = NULL;
-  assert_int_equal(sched_session_open(s, i1.token, SCHED_TOKEN_BYTES, &x2, &st), PD_NOT_FOUND);
+  assert_int_equal(sched_session_open(s, i1.token, SCHED_TOKEN_BYTES, &x2, &st),
+                   PD_NOT_FOUND);
   assert_int_equal(dev_engine_memory_stats(g_engine, 0, &ms, &st), PD_OK);
   assert_int_equal(ms.bytes_in_use, held - 16);
 
@@ -353,7 +367,8 @@ static void test_limits(void **state) {
   sched_session *a = open_new(s, "a", 0, 0, &i1);
   sched_session *b = open_new(s, "b", 0, 0, &i2);
   sched_session_params p = {"c", NULL, 0, 0};
-  assert_int_equal(sched_session_create(s, &p, &i3, &st), PD_RESOURCE_EXHAUSTED);
+  assert_int_equal(sched_session_create(s, &p, &i3, &st),
+                   PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "max_sessions = 2"));
   char longname[SCHED_NAME_MAX + 2];
   memset(longname, 'x', sizeof longname - 1);
@@ -370,9 +385,11 @@ static void test_limits(void **state) {
                      op1("Neg", &in, 1, &o[2]), op1("Neg", &in, 1, &o[3])};
   sched_op_result res[4];
   int failed;
-  assert_int_equal(sched_execute(a, ops, 4, 0, res, &failed, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(sched_execute(a, ops, 4, 0, res, &failed, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "max_ops_per_request = 3"));
-  assert_int_equal(sched_execute(a, ops, 1, 0, res, &failed, &st), PD_RESOURCE_EXHAUSTED);
+  assert_int_equal(sched_execute(a, ops, 1, 0, res, &failed, &st),
+                   PD_RESOURCE_EXHAUSTED);
   uint64_t del = 5;
   assert_int_equal(sched_handle_delete(a, &del, 1, &st), PD_OK);
   assert_int_equal(sched_execute(a, ops, 1, 0, res, &failed, &st), PD_OK);
@@ -625,7 +642,8 @@ static void test_session_end_events(void **state) {
   /* Close: heard at once, on this thread (the short lease may have run out
    * meanwhile on a slow machine, so records are looked up by session). */
   uint64_t freed = 0;
-  assert_int_equal(sched_session_close(s, ic.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
+  assert_int_equal(
+      sched_session_close(s, ic.token, SCHED_TOKEN_BYTES, &freed, &st), PD_OK);
   assert_int_equal(freed, 5);
   sched_pause(s, false);
   end_rec r = end_find(&la, ic.seq);
@@ -639,7 +657,8 @@ static void test_session_end_events(void **state) {
   assert_int_equal(r.why, SCHED_END_CLOSED);
   assert_null(r.state);
   /* After the end: nothing attaches, nothing is attached. */
-  assert_int_equal(sched_session_attach(c, kb, &sb, &st), PD_FAILED_PRECONDITION);
+  assert_int_equal(sched_session_attach(c, kb, &sb, &st),
+                   PD_FAILED_PRECONDITION);
   assert_null(sched_session_attached(c, ka));
   sched_session_put(c);
 
@@ -654,7 +673,8 @@ static void test_session_end_events(void **state) {
   r = end_find(&lb, ik.seq);
   assert_int_equal(r.why, SCHED_END_KILLED);
   assert_ptr_equal(r.state, &sd);
-  assert_int_equal(sched_session_attach(k, ka, &sa, &st), PD_FAILED_PRECONDITION);
+  assert_int_equal(sched_session_attach(k, ka, &sa, &st),
+                   PD_FAILED_PRECONDITION);
   sched_session_put(k);
 
   /* Expiry (a lease of 1 s): heard on the lease thread; wait for it. */
@@ -708,7 +728,8 @@ static void test_observer_slots(void **state) {
   sched_session_info info;
   sched_session *ss = open_new(s, "a", 0, 0, &info);
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(sched_session_attach(ss, SCHED_MAX_OBSERVERS - 1, &l, &st), PD_OK);
+  assert_int_equal(sched_session_attach(ss, SCHED_MAX_OBSERVERS - 1, &l, &st),
+                   PD_OK);
   sched_session_put(ss);
   sched_destroy(s);
   assert_int_equal(l.n, SCHED_MAX_OBSERVERS); /* one session, 8 observers */

@@ -44,7 +44,9 @@ static dev_tensor *fx_exec(fx *f, const char *op, dev_tensor *const *in, int n,
   return out;
 }
 
-static dev_tensor *F1(fx *f, const char *op, dev_tensor *a) { return fx_exec(f, op, &a, 1, NULL, 0, 0); }
+static dev_tensor *F1(fx *f, const char *op, dev_tensor *a) {
+  return fx_exec(f, op, &a, 1, NULL, 0, 0);
+}
 
 static dev_tensor *F2(fx *f, const char *op, dev_tensor *a, dev_tensor *b) {
   dev_tensor *in[2] = {a, b};
@@ -71,7 +73,8 @@ static int64_t rnd(int64_t lo, int64_t hi) {
   return v > hi ? hi : v;
 }
 
-static dev_tensor *upload(dev_engine *e, pd_dtype dt, const dev_shape *shapes, double *const *vals) {
+static dev_tensor *upload(dev_engine *e, pd_dtype dt, const dev_shape *shapes,
+                          double *const *vals) {
   int n = dev_engine_num_devices(e);
   void *bufs[MAXDEV];
   for (int d = 0; d < n; d++) {
@@ -81,7 +84,8 @@ static dev_tensor *upload(dev_engine *e, pd_dtype dt, const dev_shape *shapes, d
   }
   dev_tensor *t = NULL;
   dev_status st = DEV_STATUS_INIT;
-  if (dev_tensor_from_components(e, dt, shapes, (const void *const *)bufs, &t, &st) != PD_OK)
+  if (dev_tensor_from_components(e, dt, shapes, (const void *const *)bufs, &t,
+                                 &st) != PD_OK)
     fail_msg("upload: %s", st.msg);
   for (int d = 0; d < n; d++) free(bufs[d]);
   return t;
@@ -116,8 +120,8 @@ static gspec spec(const char *name, int n_dev, build_fn b, const void *arg) {
 }
 
 /* Adds an input with the same shape on every component. */
-static int add_in(gspec *s, pd_dtype dt, bool diff, double lo, double hi, int rank,
-                  const int64_t *dims) {
+static int add_in(gspec *s, pd_dtype dt, bool diff, double lo, double hi,
+                  int rank, const int64_t *dims) {
   int j = s->n_in++;
   assert_true(j < MAXIN);
   s->dt[j] = dt;
@@ -134,16 +138,20 @@ static int add_in(gspec *s, pd_dtype dt, bool diff, double lo, double hi, int ra
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 /* A float64 source of the given shape, values in [lo, hi). */
-#define IN_F(s, lo, hi, rank, ...) add_in((s), PD_FLOAT64, true, (lo), (hi), (rank), DIMS(__VA_ARGS__))
+#define IN_F(s, lo, hi, rank, ...)                                             \
+  add_in((s), PD_FLOAT64, true, (lo), (hi), (rank), DIMS(__VA_ARGS__))
 /* A float64 input that is not watched. */
-#define IN_C(s, lo, hi, rank, ...) add_in((s), PD_FLOAT64, false, (lo), (hi), (rank), DIMS(__VA_ARGS__))
+#define IN_C(s, lo, hi, rank, ...)                                             \
+  add_in((s), PD_FLOAT64, false, (lo), (hi), (rank), DIMS(__VA_ARGS__))
 /* An int32 input with values in [lo, hi). */
-#define IN_I(s, lo, hi, rank, ...) add_in((s), PD_INT32, false, (lo), (hi), (rank), DIMS(__VA_ARGS__))
+#define IN_I(s, lo, hi, rank, ...)                                             \
+  add_in((s), PD_INT32, false, (lo), (hi), (rank), DIMS(__VA_ARGS__))
 
 /* Splits input j's shape along `axis` across the components (uneven shards). */
 static void shard(gspec *s, int j, int axis) {
   dev_shape host = s->shape[j][0];
-  for (int d = 0; d < s->n_dev; d++) dev_shard_shape(&host, axis, s->n_dev, d, &s->shape[j][d]);
+  for (int d = 0; d < s->n_dev; d++)
+    dev_shard_shape(&host, axis, s->n_dev, d, &s->shape[j][d]);
 }
 
 typedef struct gvals {
@@ -168,8 +176,10 @@ static void free_vals(const gspec *s, gvals *g) {
     for (int d = 0; d < s->n_dev; d++) free(g->v[j][d]);
 }
 
-static void upload_all(dev_engine *e, const gspec *s, const gvals *g, dev_tensor **in) {
-  for (int j = 0; j < s->n_in; j++) in[j] = upload(e, s->dt[j], s->shape[j], g->v[j]);
+static void upload_all(dev_engine *e, const gspec *s, const gvals *g,
+                       dev_tensor **in) {
+  for (int j = 0; j < s->n_in; j++)
+    in[j] = upload(e, s->dt[j], s->shape[j], g->v[j]);
 }
 
 static void release_all(dev_tensor **t, int n) {
@@ -178,7 +188,8 @@ static void release_all(dev_tensor **t, int n) {
 
 /* sum over components and elements of w * target, the target computed
  * without a tape from the values in g. */
-static double eval_loss(dev_engine *e, const gspec *s, const gvals *g, double *const *w) {
+static double eval_loss(dev_engine *e, const gspec *s, const gvals *g,
+                        double *const *w) {
   dev_tensor *in[MAXIN];
   upload_all(e, s, g, in);
   fx f = {e, {NULL, NULL}};
@@ -242,8 +253,9 @@ static void check(const gspec *s) {
       const dev_shape *gs = dev_tensor_component_shape(grads[k], d);
       if (!dev_shape_equal(gs, &s->shape[j][d])) {
         char a[128], b[128];
-        fail_msg("%s: gradient of input %d, component %d has shape %s; want %s", s->name, j, d,
-                 dev_shape_str(gs, a, sizeof a), dev_shape_str(&s->shape[j][d], b, sizeof b));
+        fail_msg("%s: gradient of input %d, component %d has shape %s; want %s",
+                 s->name, j, d, dev_shape_str(gs, a, sizeof a),
+                 dev_shape_str(&s->shape[j][d], b, sizeof b));
       }
       int64_t c = g.n[j][d];
       double *got = malloc(sizeof(double) * (size_t)(c ? c : 1));
@@ -257,9 +269,11 @@ static void check(const gspec *s) {
         g.v[j][d][i] = v;
         double want = (lp - lm) / (2 * h);
         if (!(fabs(got[i] - want) <= 1e-6 + 1e-6 * fabs(want)))
-          fail_msg("%s: d/d input %d [component %d, element %lld]: tape %.12g, finite "
-                   "differences %.12g",
-                   s->name, j, d, (long long)i, got[i], want);
+          fail_msg(
+              "%s: d/d input %d [component %d, element %lld]: tape %.12g, "
+              "finite "
+              "differences %.12g",
+              s->name, j, d, (long long)i, got[i], want);
       }
       free(got);
     }
@@ -300,9 +314,10 @@ static void test_unary_vjps(void **state) {
   static const struct {
     const char *op;
     double lo, hi;
-  } ops[] = {{"Neg", -2, 2},   {"Exp", -2, 2},    {"Log", 0.5, 3},   {"Sqrt", 0.5, 3},
-             {"Rsqrt", 0.5, 3}, {"Square", -2, 2}, {"Tanh", -2, 2},   {"Sigmoid", -3, 3},
-             {"Relu", -1, 1},  {"Identity", -2, 2}};
+  } ops[] = {{"Neg", -2, 2},     {"Exp", -2, 2},     {"Log", 0.5, 3},
+             {"Sqrt", 0.5, 3},   {"Rsqrt", 0.5, 3},  {"Square", -2, 2},
+             {"Tanh", -2, 2},    {"Sigmoid", -3, 3}, {"Relu", -1, 1},
+             {"Identity", -2, 2}};
   for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
     for (int rep = 0; rep < 3; rep++) {
       opa a = {ops[k].op, 1, {{0}}, 0, 0};
@@ -319,8 +334,9 @@ static void test_binary_vjps(void **state) {
   static const struct {
     const char *op;
     double xlo, xhi, ylo, yhi;
-  } ops[] = {{"Add", -2, 2, -2, 2},   {"Sub", -2, 2, -2, 2},     {"Mul", -2, 2, -2, 2},
-             {"Div", -2, 2, 0.5, 2},  {"Pow", 0.5, 2, -2, 2},    {"Maximum", -2, 2, -2, 2},
+  } ops[] = {{"Add", -2, 2, -2, 2},    {"Sub", -2, 2, -2, 2},
+             {"Mul", -2, 2, -2, 2},    {"Div", -2, 2, 0.5, 2},
+             {"Pow", 0.5, 2, -2, 2},   {"Maximum", -2, 2, -2, 2},
              {"Minimum", -2, 2, -2, 2}};
   /* x shape, y shape: equal (random), the brief's [3,1,4] + [5,4], a scalar,
    * and both sides broadcast. */
@@ -333,11 +349,32 @@ static void test_binary_vjps(void **state) {
       int64_t dx[4], dy[4];
       int rx, ry;
       switch (c) {
-      case 0: rx = ry = rand_shape(dx, 1, 3); memcpy(dy, dx, sizeof dx); break;
-      case 1: rx = 3; ry = 2; memcpy(dx, DIMS(3, 1, 4), 24); memcpy(dy, DIMS(5, 4), 16); break;
-      case 2: rx = 2; ry = 3; memcpy(dx, DIMS(5, 4), 16); memcpy(dy, DIMS(3, 1, 4), 24); break;
-      case 3: rx = 0; ry = rand_shape(dy, 1, 3); break;
-      default: rx = 2; ry = 2; memcpy(dx, DIMS(4, 1), 16); memcpy(dy, DIMS(1, 3), 16); break;
+        case 0:
+          rx = ry = rand_shape(dx, 1, 3);
+          memcpy(dy, dx, sizeof dx);
+          break;
+        case 1:
+          rx = 3;
+          ry = 2;
+          memcpy(dx, DIMS(3, 1, 4), 24);
+          memcpy(dy, DIMS(5, 4), 16);
+          break;
+        case 2:
+          rx = 2;
+          ry = 3;
+          memcpy(dx, DIMS(5, 4), 16);
+          memcpy(dy, DIMS(3, 1, 4), 24);
+          break;
+        case 3:
+          rx = 0;
+          ry = rand_shape(dy, 1, 3);
+          break;
+        default:
+          rx = 2;
+          ry = 2;
+          memcpy(dx, DIMS(4, 1), 16);
+          memcpy(dy, DIMS(1, 3), 16);
+          break;
       }
       add_in(&s, PD_FLOAT64, true, ops[k].xlo, ops[k].xhi, rx, dx);
       add_in(&s, PD_FLOAT64, true, ops[k].ylo, ops[k].yhi, ry, dy);
@@ -371,12 +408,23 @@ static void test_matmul_vjps(void **state) {
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
       int64_t m = rnd(1, 4), k = rnd(1, 4), n = rnd(1, 4);
-      opa a = {"MatMul", 2, {dev_attr_bool("transpose_a", ta), dev_attr_bool("transpose_b", tb)}, 2, 0};
+      opa a = {
+          "MatMul",
+          2,
+          {dev_attr_bool("transpose_a", ta), dev_attr_bool("transpose_b", tb)},
+          2,
+          0};
       char name[64];
       snprintf(name, sizeof name, "MatMul ta=%d tb=%d", ta, tb);
       gspec s = spec(name, 2, b_op, &a);
-      if (ta) IN_F(&s, -1, 1, 2, k, m); else IN_F(&s, -1, 1, 2, m, k);
-      if (tb) IN_F(&s, -1, 1, 2, n, k); else IN_F(&s, -1, 1, 2, k, n);
+      if (ta)
+        IN_F(&s, -1, 1, 2, k, m);
+      else
+        IN_F(&s, -1, 1, 2, m, k);
+      if (tb)
+        IN_F(&s, -1, 1, 2, n, k);
+      else
+        IN_F(&s, -1, 1, 2, k, n);
       check(&s);
     }
 }
@@ -386,25 +434,31 @@ static void test_batch_matmul_vjps(void **state) {
   for (int ax = 0; ax < 2; ax++)
     for (int ay = 0; ay < 2; ay++)
       for (int bc = 0; bc < 3; bc++) {
-        opa a = {"BatchMatMul", 2, {dev_attr_bool("adj_x", ax), dev_attr_bool("adj_y", ay)}, 2, 0};
+        opa a = {"BatchMatMul",
+                 2,
+                 {dev_attr_bool("adj_x", ax), dev_attr_bool("adj_y", ay)},
+                 2,
+                 0};
         char name[64];
-        snprintf(name, sizeof name, "BatchMatMul adj_x=%d adj_y=%d batch case %d", ax, ay, bc);
+        snprintf(name, sizeof name,
+                 "BatchMatMul adj_x=%d adj_y=%d batch case %d", ax, ay, bc);
         gspec s = spec(name, 1, b_op, &a);
         int64_t m = rnd(1, 3), k = rnd(1, 3), n = rnd(1, 3);
-        int64_t xm[2] = {ax ? k : m, ax ? m : k}, ym[2] = {ay ? n : k, ay ? k : n};
+        int64_t xm[2] = {ax ? k : m, ax ? m : k},
+                ym[2] = {ay ? n : k, ay ? k : n};
         switch (bc) {
-        case 0: /* same batch */
-          IN_F(&s, -1, 1, 3, 2, xm[0], xm[1]);
-          IN_F(&s, -1, 1, 3, 2, ym[0], ym[1]);
-          break;
-        case 1: /* x [2,1,..] with y [3,..]: both broadcast */
-          IN_F(&s, -1, 1, 4, 2, 1, xm[0], xm[1]);
-          IN_F(&s, -1, 1, 3, 3, ym[0], ym[1]);
-          break;
-        default: /* y one matrix */
-          IN_F(&s, -1, 1, 3, 3, xm[0], xm[1]);
-          IN_F(&s, -1, 1, 2, ym[0], ym[1]);
-          break;
+          case 0: /* same batch */
+            IN_F(&s, -1, 1, 3, 2, xm[0], xm[1]);
+            IN_F(&s, -1, 1, 3, 2, ym[0], ym[1]);
+            break;
+          case 1: /* x [2,1,..] with y [3,..]: both broadcast */
+            IN_F(&s, -1, 1, 4, 2, 1, xm[0], xm[1]);
+            IN_F(&s, -1, 1, 3, 3, ym[0], ym[1]);
+            break;
+          default: /* y one matrix */
+            IN_F(&s, -1, 1, 3, 3, xm[0], xm[1]);
+            IN_F(&s, -1, 1, 2, ym[0], ym[1]);
+            break;
         }
         check(&s);
       }
@@ -436,16 +490,21 @@ static void test_reduce_vjps(void **state) {
   static const struct {
     int n;
     int64_t axes[3];
-  } axes[] = {{0, {0}}, {1, {1}}, {2, {0, 2}}, {1, {-1}}, {3, {2, 0, 1}}, {2, {-2, 0}}};
+  } axes[] = {{0, {0}},  {1, {1}},       {2, {0, 2}},
+              {1, {-1}}, {3, {2, 0, 1}}, {2, {-2, 0}}};
   const char *ops[] = {"Sum", "Mean"};
   for (int o = 0; o < 2; o++)
     for (size_t k = 0; k < sizeof axes / sizeof axes[0]; k++)
       for (int keep = 0; keep < 2; keep++) {
-        opa a = {ops[o], 1,
-                 {dev_attr_int_list("axis", axes[k].axes, axes[k].n), dev_attr_bool("keep_dims", keep)},
-                 2, 0};
+        opa a = {ops[o],
+                 1,
+                 {dev_attr_int_list("axis", axes[k].axes, axes[k].n),
+                  dev_attr_bool("keep_dims", keep)},
+                 2,
+                 0};
         char name[80];
-        snprintf(name, sizeof name, "%s axes case %zu keep_dims=%d", ops[o], k, keep);
+        snprintf(name, sizeof name, "%s axes case %zu keep_dims=%d", ops[o], k,
+                 keep);
         gspec s = spec(name, 1, b_op, &a);
         IN_F(&s, -1, 1, 3, rnd(1, 4), rnd(1, 4), rnd(1, 4));
         check(&s);
@@ -455,7 +514,12 @@ static void test_reduce_vjps(void **state) {
     for (int keep = 0; keep < 2; keep++) {
       int64_t ax0[1] = {0};
       opa all = {ops[o], 1, {dev_attr_bool("keep_dims", keep)}, 1, 0};
-      opa first = {ops[o], 1, {dev_attr_int_list("axis", ax0, 1), dev_attr_bool("keep_dims", keep)}, 2, 0};
+      opa first = {
+          ops[o],
+          1,
+          {dev_attr_int_list("axis", ax0, 1), dev_attr_bool("keep_dims", keep)},
+          2,
+          0};
       gspec s = spec("reduce all, sharded", 3, b_op, &all);
       IN_F(&s, -1, 1, 2, 7, 2);
       shard(&s, 0, 0);
@@ -507,12 +571,22 @@ static void test_array_vjps(void **state) {
   check(&s);
 
   int64_t begin[3] = {1, 0, 2}, size[3] = {2, -1, 1};
-  opa sl = {"Slice", 1, {dev_attr_int_list("begin", begin, 3), dev_attr_int_list("size", size, 3)}, 2, 0};
+  opa sl = {"Slice",
+            1,
+            {dev_attr_int_list("begin", begin, 3),
+             dev_attr_int_list("size", size, 3)},
+            2,
+            0};
   s = spec("Slice", 2, b_op, &sl);
   IN_F(&s, -1, 1, 3, 4, 3, 4);
   check(&s);
   int64_t b2[2] = {0, 1}, z2[2] = {-1, 1};
-  opa sl2 = {"Slice", 1, {dev_attr_int_list("begin", b2, 2), dev_attr_int_list("size", z2, 2)}, 2, 0};
+  opa sl2 = {
+      "Slice",
+      1,
+      {dev_attr_int_list("begin", b2, 2), dev_attr_int_list("size", z2, 2)},
+      2,
+      0};
   s = spec("Slice, sharded", 3, b_op, &sl2);
   IN_F(&s, -1, 1, 2, 7, 3);
   shard(&s, 0, 0);
@@ -533,9 +607,11 @@ static void test_array_vjps(void **state) {
 /* --- softmax family --------------------------------------------------------------- */
 
 /* Mul(backprop, c): a target that depends on the backprop output. */
-static dev_tensor *b_xent_backprop(fx *f, dev_tensor *const *in, const void *arg) {
+static dev_tensor *b_xent_backprop(fx *f, dev_tensor *const *in,
+                                   const void *arg) {
   (void)arg;
-  dev_tensor *bp = fx_exec(f, "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, 1);
+  dev_tensor *bp =
+      fx_exec(f, "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, 1);
   dev_tensor *r = F2(f, "Mul", bp, in[2]);
   dev_tensor_release(bp);
   return r;
@@ -544,8 +620,10 @@ static dev_tensor *b_xent_backprop(fx *f, dev_tensor *const *in, const void *arg
 /* loss + sum(backprop * c) per row: both outputs carry gradient. */
 static dev_tensor *b_xent_both(fx *f, dev_tensor *const *in, const void *arg) {
   (void)arg;
-  dev_tensor *loss = fx_exec(f, "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, 0);
-  dev_tensor *bp = fx_exec(f, "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, 1);
+  dev_tensor *loss =
+      fx_exec(f, "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, 0);
+  dev_tensor *bp =
+      fx_exec(f, "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, 1);
   int64_t ax = 1;
   dev_attr a = dev_attr_int_list("axis", &ax, 1);
   dev_tensor *m = F2(f, "Mul", bp, in[2]);
@@ -578,12 +656,14 @@ static void test_softmax_vjps(void **state) {
   shard(&s, 0, 0);
   shard(&s, 1, 0);
   check(&s);
-  s = spec("SparseSoftmaxCrossEntropyWithLogits backprop", 1, b_xent_backprop, NULL);
+  s = spec("SparseSoftmaxCrossEntropyWithLogits backprop", 1, b_xent_backprop,
+           NULL);
   IN_F(&s, -2, 2, 2, 3, 4);
   IN_I(&s, 0, 4, 1, 3);
   IN_C(&s, -1, 1, 2, 3, 4);
   check(&s);
-  s = spec("SparseSoftmaxCrossEntropyWithLogits both outputs", 2, b_xent_both, NULL);
+  s = spec("SparseSoftmaxCrossEntropyWithLogits both outputs", 2, b_xent_both,
+           NULL);
   IN_F(&s, -2, 2, 2, 3, 4);
   IN_I(&s, 0, 4, 1, 3);
   IN_C(&s, -1, 1, 2, 3, 4);
@@ -602,9 +682,11 @@ static dev_tensor *b_all_reduce(fx *f, dev_tensor *const *in, const void *arg) {
 
 /* AllReduce of per-shard sums: tanh(AllReduce(Sum(x, axis 0, keep))) with x
  * sharded unevenly. */
-static dev_tensor *b_all_reduce_sharded(fx *f, dev_tensor *const *in, const void *arg) {
+static dev_tensor *b_all_reduce_sharded(fx *f, dev_tensor *const *in,
+                                        const void *arg) {
   int64_t ax = 0;
-  dev_attr s[2] = {dev_attr_int_list("axis", &ax, 1), dev_attr_bool("keep_dims", true)};
+  dev_attr s[2] = {dev_attr_int_list("axis", &ax, 1),
+                   dev_attr_bool("keep_dims", true)};
   dev_tensor *t = fx_exec(f, "Sum", in, 1, s, 2, 0);
   dev_attr a = dev_attr_string("reduction", arg);
   dev_tensor *r = fx_exec(f, "AllReduce", &t, 1, &a, 1, 0);
@@ -638,14 +720,18 @@ static void test_all_reduce_vjps(void **state) {
  * with x and labels sharded along the batch. */
 static dev_tensor *b_mlp(fx *f, dev_tensor *const *in, const void *arg) {
   (void)arg;
-  dev_tensor *x = in[0], *w1 = in[1], *b1 = in[2], *w2 = in[3], *b2 = in[4], *lab = in[5];
-  dev_tensor *h = F2r(f, "BiasAdd", F2(f, "MatMul", x, w1), (dev_tensor_retain(b1), b1));
+  dev_tensor *x = in[0], *w1 = in[1], *b1 = in[2], *w2 = in[3], *b2 = in[4],
+             *lab = in[5];
+  dev_tensor *h =
+      F2r(f, "BiasAdd", F2(f, "MatMul", x, w1), (dev_tensor_retain(b1), b1));
   dev_tensor *a = F1(f, "Relu", h);
   dev_tensor_release(h);
-  dev_tensor *logits = F2r(f, "BiasAdd", F2r(f, "MatMul", a, (dev_tensor_retain(w2), w2)),
-                           (dev_tensor_retain(b2), b2));
+  dev_tensor *logits =
+      F2r(f, "BiasAdd", F2r(f, "MatMul", a, (dev_tensor_retain(w2), w2)),
+          (dev_tensor_retain(b2), b2));
   dev_tensor *xin[2] = {logits, lab};
-  dev_tensor *loss = fx_exec(f, "SparseSoftmaxCrossEntropyWithLogits", xin, 2, NULL, 0, 0);
+  dev_tensor *loss =
+      fx_exec(f, "SparseSoftmaxCrossEntropyWithLogits", xin, 2, NULL, 0, 0);
   dev_tensor_release(logits);
   dev_tensor *m = F1(f, "Mean", loss);
   dev_tensor_release(loss);
@@ -694,11 +780,13 @@ static void test_mlp_float32(void **state) {
     dev_tape *tp;
     dev_status st = DEV_STATUS_INIT;
     assert_int_equal(dev_tape_create(e, false, &tp, &st), PD_OK);
-    for (int j = 1; j < 5; j++) assert_int_equal(dev_tape_watch(tp, in[j], &st), PD_OK);
+    for (int j = 1; j < 5; j++)
+      assert_int_equal(dev_tape_watch(tp, in[j], &st), PD_OK);
     fx f = {e, {tp, NULL}};
     dev_tensor *loss = b_mlp(&f, in, NULL);
     dev_tensor *grads[4];
-    assert_int_equal(dev_tape_gradient(tp, loss, in + 1, 4, NULL, grads, &st), PD_OK);
+    assert_int_equal(dev_tape_gradient(tp, loss, in + 1, 4, NULL, grads, &st),
+                     PD_OK);
     for (int k = 0; k < 4; k++) {
       assert_int_equal(dev_tensor_dtype(grads[k]), dt);
       for (int d = 0; d < s.n_dev; d++) {
@@ -740,12 +828,14 @@ static void test_cast_vjp(void **state) {
   assert_int_equal(dev_tape_create(e, false, &tp, &st), PD_OK);
   assert_int_equal(dev_tape_watch(tp, x, &st), PD_OK);
   fx f = {e, {tp, NULL}};
-  dev_attr to32 = dev_attr_dtype("DstT", PD_FLOAT32), to64 = dev_attr_dtype("DstT", PD_FLOAT64);
+  dev_attr to32 = dev_attr_dtype("DstT", PD_FLOAT32),
+           to64 = dev_attr_dtype("DstT", PD_FLOAT64);
   dev_tensor *x32 = fx_exec(&f, "Cast", &x, 1, &to32, 1, 0);
-  dev_tensor *three = fx_exec(&f, "Fill", NULL, 0,
-                              (dev_attr[]){dev_attr_shape("shape", 0, NULL), dev_attr_float("value", 3),
-                                           dev_attr_dtype("dtype", PD_FLOAT32)},
-                              3, 0);
+  dev_tensor *three = fx_exec(
+      &f, "Fill", NULL, 0,
+      (dev_attr[]){dev_attr_shape("shape", 0, NULL), dev_attr_float("value", 3),
+                   dev_attr_dtype("dtype", PD_FLOAT32)},
+      3, 0);
   dev_tensor *y32 = F2(&f, "Mul", x32, three);
   dev_tensor *y = fx_exec(&f, "Cast", &y32, 1, &to64, 1, 0);
   dev_tensor *g;
@@ -783,8 +873,8 @@ static void test_persistent_twice(void **state) {
   assert_int_equal(dev_tape_watch(tp, x, &st), PD_OK);
   assert_int_equal(dev_tape_watch(tp, y, &st), PD_OK);
   fx f = {e, {tp, NULL}};
-  dev_tensor *xy = F2(&f, "Mul", x, y);   /* x*y */
-  dev_tensor *z = F2(&f, "Mul", xy, x);   /* x^2 y */
+  dev_tensor *xy = F2(&f, "Mul", x, y); /* x*y */
+  dev_tensor *z = F2(&f, "Mul", xy, x); /* x^2 y */
   dev_tensor *src[2] = {x, y}, *g[2];
   for (int rep = 0; rep < 2; rep++) {
     /* d(x^2 y)/dx = 2xy, /dy = x^2 */
@@ -830,14 +920,16 @@ static void test_one_shot(void **state) {
   dev_tensor *y = F1(&f, "Square", x);
   /* A failing call does not use the tape up. */
   dev_tensor *bad_src = NULL, *g = NULL;
-  assert_int_equal(dev_tape_gradient(tp, y, &bad_src, 1, NULL, &g, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tape_gradient(tp, y, &bad_src, 1, NULL, &g, &st),
+                   PD_INVALID_ARGUMENT);
   assert_null(g);
   assert_int_equal(dev_tape_gradient(tp, y, &x, 1, NULL, &g, &st), PD_OK);
   expect(g, 0, (const double[]){6, -2}, 2);
   dev_tensor_release(g);
   g = NULL;
   dev_status_clear(&st);
-  assert_int_equal(dev_tape_gradient(tp, y, &x, 1, NULL, &g, &st), PD_FAILED_PRECONDITION);
+  assert_int_equal(dev_tape_gradient(tp, y, &x, 1, NULL, &g, &st),
+                   PD_FAILED_PRECONDITION);
   assert_non_null(strstr(st.msg, "one-shot"));
   assert_null(g);
   assert_int_equal(dev_tape_watch(tp, x, &st), PD_FAILED_PRECONDITION);
@@ -855,15 +947,17 @@ static void test_no_path(void **state) {
   dev_status st = DEV_STATUS_INIT;
   double v[7] = {1, 2, 3, 4, 5, 6, 7};
   dev_tensor *x = tu_mirrored(e, PD_FLOAT64, 1, DIMS(3), v);
-  dev_tensor *y = tu_sharded(e, PD_FLOAT64, 2, DIMS(7, 1), 0, v); /* 3, 2, 2 rows */
-  dev_tensor *u = tu_mirrored(e, PD_FLOAT64, 1, DIMS(2), v);      /* never watched */
+  dev_tensor *y =
+      tu_sharded(e, PD_FLOAT64, 2, DIMS(7, 1), 0, v);        /* 3, 2, 2 rows */
+  dev_tensor *u = tu_mirrored(e, PD_FLOAT64, 1, DIMS(2), v); /* never watched */
   dev_tape *tp;
   assert_int_equal(dev_tape_create(e, true, &tp, &st), PD_OK);
   assert_int_equal(dev_tape_watch(tp, x, &st), PD_OK);
   assert_int_equal(dev_tape_watch(tp, y, &st), PD_OK);
   fx f = {e, {tp, NULL}};
   dev_tensor *tx = F1(&f, "Exp", x);
-  dev_tensor *ty = F1(&f, "Exp", y); /* recorded, but not on the target's path */
+  dev_tensor *ty =
+      F1(&f, "Exp", y); /* recorded, but not on the target's path */
   dev_tensor *src[3] = {y, u, x}, *g[3];
   assert_int_equal(dev_tape_gradient(tp, tx, src, 3, NULL, g, &st), PD_OK);
   const double zeros[3] = {0, 0, 0};
@@ -908,7 +1002,8 @@ static void test_integer_paths(void **state) {
   assert_int_equal(dev_tape_watch(tp, x, &st), PD_OK);
   assert_int_equal(dev_tape_watch(tp, k, &st), PD_OK); /* accepted, ignored */
   fx f = {e, {tp, NULL}};
-  dev_attr to_i = dev_attr_dtype("DstT", PD_INT32), to_f = dev_attr_dtype("DstT", PD_FLOAT64);
+  dev_attr to_i = dev_attr_dtype("DstT", PD_INT32),
+           to_f = dev_attr_dtype("DstT", PD_FLOAT64);
   dev_tensor *xi = fx_exec(&f, "Cast", &x, 1, &to_i, 1, 0);
   dev_tensor *xf = fx_exec(&f, "Cast", &xi, 1, &to_f, 1, 0);
   dev_attr am = dev_attr_int("axis", 1);
@@ -920,7 +1015,8 @@ static void test_integer_paths(void **state) {
   dev_tensor *gt = F2(&f, "Greater", x, xf); /* bool */
   dev_tensor *gtf = fx_exec(&f, "Cast", &gt, 1, &to_f, 1, 0);
   /* target = 2x + cast(cast(x)) + argmax + (x > cast(cast(x))) */
-  dev_tensor *t = F2r(&f, "Add", F2(&f, "Add", x, x), (dev_tensor_retain(xf), xf));
+  dev_tensor *t =
+      F2r(&f, "Add", F2(&f, "Add", x, x), (dev_tensor_retain(xf), xf));
   t = F2r(&f, "Add", t, (dev_tensor_retain(idx2), idx2));
   t = F2r(&f, "Add", t, (dev_tensor_retain(gtf), gtf));
   dev_tensor *src[2] = {x, k}, *g[2];
@@ -932,7 +1028,8 @@ static void test_integer_paths(void **state) {
   /* An integer target is refused. */
   dev_tape *tp2;
   assert_int_equal(dev_tape_create(e, true, &tp2, &st), PD_OK);
-  assert_int_equal(dev_tape_gradient(tp2, idx, &x, 1, NULL, g, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tape_gradient(tp2, idx, &x, 1, NULL, g, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "int64"));
   dev_tape_destroy(tp2);
   dev_tensor *all[] = {x, k, xi, xf, idx, idxf, idx2, gt, gtf, t};
@@ -959,15 +1056,18 @@ static void test_no_vjp(void **state) {
     dev_tensor *a = F1(&f, ops[i], x);
     dev_tensor *t = F1(&f, "Exp", a);
     dev_status_clear(&st);
-    assert_int_equal(dev_tape_gradient(tp, t, &x, 1, NULL, &g, &st), PD_INVALID_ARGUMENT);
+    assert_int_equal(dev_tape_gradient(tp, t, &x, 1, NULL, &g, &st),
+                     PD_INVALID_ARGUMENT);
     assert_null(g);
-    if (!strstr(st.msg, ops[i])) fail_msg("message \"%s\" does not name %s", st.msg, ops[i]);
+    if (!strstr(st.msg, ops[i]))
+      fail_msg("message \"%s\" does not name %s", st.msg, ops[i]);
     dev_tensor_release(a);
     dev_tensor_release(t);
   }
   dev_attr mx = dev_attr_string("reduction", "max");
   dev_tensor *ar = fx_exec(&f, "AllReduce", &x, 1, &mx, 1, 0);
-  assert_int_equal(dev_tape_gradient(tp, ar, &x, 1, NULL, &g, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tape_gradient(tp, ar, &x, 1, NULL, &g, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "AllReduce with reduction 'max'"));
   /* Abs of something that is not a source's descendant: no error. */
   dev_tensor *c = tu_mirrored(e, PD_FLOAT64, 2, DIMS(2, 2), xv);
@@ -999,11 +1099,14 @@ static void test_errors(void **state) {
   assert_int_equal(dev_tape_watch(tp, x, &st), PD_OK); /* twice: no-op */
   /* An op of another engine. */
   dev_op *op;
-  assert_int_equal(dev_op_prepare(e2, "Exp", &other, 1, NULL, 0, &op, &st), PD_OK);
+  assert_int_equal(dev_op_prepare(e2, "Exp", &other, 1, NULL, 0, &op, &st),
+                   PD_OK);
   assert_int_equal(dev_tape_record(tp, op, &st), PD_FAILED_PRECONDITION);
   dev_op_abandon(op, PD_CANCELLED, "test");
   /* Recording one op twice records it once. */
-  assert_int_equal(dev_op_prepare(e, "Mul", (dev_tensor *[]){x, x}, 2, NULL, 0, &op, &st), PD_OK);
+  assert_int_equal(
+      dev_op_prepare(e, "Mul", (dev_tensor *[]){x, x}, 2, NULL, 0, &op, &st),
+      PD_OK);
   assert_int_equal(dev_tape_record(tp, op, &st), PD_OK);
   assert_int_equal(dev_tape_record(tp, op, &st), PD_OK);
   dev_tensor *y = dev_op_output(op, 0);
@@ -1015,15 +1118,23 @@ static void test_errors(void **state) {
   dev_tensor_release(g);
   g = NULL;
 
-  assert_int_equal(dev_tape_gradient(NULL, y, &x, 1, NULL, &g, &st), PD_INVALID_ARGUMENT);
-  assert_int_equal(dev_tape_gradient(tp, NULL, &x, 1, NULL, &g, &st), PD_INVALID_ARGUMENT);
-  assert_int_equal(dev_tape_gradient(tp, y, &x, -1, NULL, &g, &st), PD_INVALID_ARGUMENT);
-  assert_int_equal(dev_tape_gradient(tp, y, NULL, 1, NULL, &g, &st), PD_INVALID_ARGUMENT);
-  assert_int_equal(dev_tape_gradient(tp, y, &other, 1, NULL, &g, &st), PD_FAILED_PRECONDITION);
-  assert_int_equal(dev_tape_gradient(tp, other, &x, 1, NULL, &g, &st), PD_FAILED_PRECONDITION);
-  assert_int_equal(dev_tape_gradient(tp, y, &x, 1, &w23f, &g, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tape_gradient(NULL, y, &x, 1, NULL, &g, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tape_gradient(tp, NULL, &x, 1, NULL, &g, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tape_gradient(tp, y, &x, -1, NULL, &g, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tape_gradient(tp, y, NULL, 1, NULL, &g, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tape_gradient(tp, y, &other, 1, NULL, &g, &st),
+                   PD_FAILED_PRECONDITION);
+  assert_int_equal(dev_tape_gradient(tp, other, &x, 1, NULL, &g, &st),
+                   PD_FAILED_PRECONDITION);
+  assert_int_equal(dev_tape_gradient(tp, y, &x, 1, &w23f, &g, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "output gradient has dtype float32"));
-  assert_int_equal(dev_tape_gradient(tp, y, &x, 1, &w32, &g, &st), PD_INVALID_ARGUMENT);
+  assert_int_equal(dev_tape_gradient(tp, y, &x, 1, &w32, &g, &st),
+                   PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "shape [3, 2]"));
   assert_null(g);
   dev_tape_destroy(NULL);
@@ -1048,7 +1159,8 @@ static void test_two_tapes_and_async_failure(void **state) {
   assert_int_equal(dev_tape_create(e, false, &t2, &st), PD_OK);
   assert_int_equal(dev_tape_watch(t1, x, &st), PD_OK);
   fx f = {e, {t1, t2}};
-  dev_tensor *y = F1(&f, "Sigmoid", x); /* only t1 records: t2 watches nothing yet */
+  dev_tensor *y =
+      F1(&f, "Sigmoid", x); /* only t1 records: t2 watches nothing yet */
   assert_int_equal(dev_tape_watch(t2, y, &st), PD_OK);
   dev_tensor *z = F2(&f, "Mul", y, y);
   dev_tensor *g1, *g2;
@@ -1079,7 +1191,6 @@ static void test_two_tapes_and_async_failure(void **state) {
   dev_engine_destroy(e);
 }
 
-
 /* --- a deferred queue, as the daemon's scheduler keeps per session -------- */
 
 typedef struct dq {
@@ -1089,12 +1200,15 @@ typedef struct dq {
   int exec_calls;
 } dq;
 
-static dev_tensor *dq_prepare(dq *q, dev_tape *tp, const char *op, dev_tensor *const *in, int n,
+static dev_tensor *dq_prepare(dq *q, dev_tape *tp, const char *op,
+                              dev_tensor *const *in, int n,
                               const dev_attr *attrs, int na) {
   dev_op *o = NULL;
   dev_status st = DEV_STATUS_INIT;
-  if (dev_op_prepare(q->e, op, in, n, attrs, na, &o, &st) != PD_OK) fail_msg("%s: %s", op, st.msg);
-  if (tp && dev_tape_record(tp, o, &st) != PD_OK) fail_msg("record: %s", st.msg);
+  if (dev_op_prepare(q->e, op, in, n, attrs, na, &o, &st) != PD_OK)
+    fail_msg("%s: %s", op, st.msg);
+  if (tp && dev_tape_record(tp, o, &st) != PD_OK)
+    fail_msg("record: %s", st.msg);
   dev_tensor *out = dev_op_output(o, 0);
   dev_tensor_retain(out);
   assert_true(q->n < 64);
@@ -1103,8 +1217,8 @@ static dev_tensor *dq_prepare(dq *q, dev_tape *tp, const char *op, dev_tensor *c
 }
 
 static pd_code dq_exec(void *arg, const char *op, dev_tensor *const *in, int n,
-                       const dev_attr *attrs, int na, dev_tensor **outs, int *n_out,
-                       dev_status *st) {
+                       const dev_attr *attrs, int na, dev_tensor **outs,
+                       int *n_out, dev_status *st) {
   dq *q = arg;
   q->exec_calls++;
   dev_op *o = NULL;
@@ -1134,7 +1248,8 @@ static void test_gradient_through_deferred_executor(void **state) {
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(dev_tape_create(e, false, &tp, &st), PD_OK);
   dev_tape_set_executor(tp, dq_exec, &q);
-  dev_tensor *x = tu_mirrored(e, PD_FLOAT64, 1, (int64_t[]){3}, (double[]){1, 2, -3});
+  dev_tensor *x =
+      tu_mirrored(e, PD_FLOAT64, 1, (int64_t[]){3}, (double[]){1, 2, -3});
   assert_int_equal(dev_tape_watch(tp, x, &st), PD_OK);
   dev_tensor *xx[2] = {x, x};
   dev_tensor *sq = dq_prepare(&q, tp, "Mul", xx, 2, NULL, 0);
@@ -1145,7 +1260,8 @@ static void test_gradient_through_deferred_executor(void **state) {
   dev_tensor *g = NULL;
   assert_int_equal(dev_tape_gradient(tp, loss, &x, 1, NULL, &g, &st), PD_OK);
   assert_true(q.exec_calls > 0);
-  assert_true(q.n > forward); /* the gradient's ops queued behind the forward ops */
+  assert_true(q.n >
+              forward); /* the gradient's ops queued behind the forward ops */
   for (int i = 0; i < q.n; i++) dev_op_submit(e, q.ops[i]);
   double got[3];
   tu_read(g, 1, got, 3);

@@ -28,7 +28,8 @@ static dev_tensor *upload(dev_engine *e, pd_dtype dtype, int rank,
                           const double *vals) {
   dev_shape s;
   dev_status st = DEV_STATUS_INIT;
-  if (dev_shape_make(rank, dims, &s, &st) != PD_OK) fail_msg("shape: %s", st.msg);
+  if (dev_shape_make(rank, dims, &s, &st) != PD_OK)
+    fail_msg("shape: %s", st.msg);
   int64_t n = 0;
   assert_int_equal(dev_shape_num_elements(&s, &n, &st), PD_OK);
   void *buf = pack(dtype, n, vals);
@@ -61,7 +62,9 @@ int64_t tu_read(dev_tensor *t, int c, double *out, int64_t n) {
   assert_int_equal(dev_tensor_host_size(t, &lay, 0, &hs, &bytes, &st), PD_OK);
   int64_t count = 0;
   assert_int_equal(dev_shape_num_elements(&hs, &count, &st), PD_OK);
-  if (count > n) fail_msg("tu_read: %lld elements, capacity %lld", (long long)count, (long long)n);
+  if (count > n)
+    fail_msg("tu_read: %lld elements, capacity %lld", (long long)count,
+             (long long)n);
   void *buf = malloc(bytes ? bytes : 1);
   assert_non_null(buf);
   if (dev_tensor_to_host(t, &lay, 0, buf, bytes, &st) != PD_OK)
@@ -104,7 +107,8 @@ void tu_exec_fails(dev_engine *e, const char *op, dev_tensor *const *in,
 }
 
 void tu_assert_close_impl(const double *got, const double *want, int64_t n,
-                          double rtol, double atol, const char *file, int line) {
+                          double rtol, double atol, const char *file,
+                          int line) {
   for (int64_t i = 0; i < n; i++) {
     double g = got[i], w = want[i];
     if (isnan(g) && isnan(w)) continue;
@@ -202,10 +206,13 @@ int64_t tu_count(int rank, const int64_t *dims) {
 
 int64_t tu_numel(const dev_shape *s) { return tu_count(s->rank, s->dims); }
 
-void tu_fill_random(double *out, int64_t n, double lo, double hi, uint64_t seed) {
+void tu_fill_random(double *out, int64_t n, double lo, double hi,
+                    uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (int64_t i = 0; i < n; i++) {
-    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
     out[i] = lo + (hi - lo) * ((double)(x >> 11) / 9007199254740992.0);
   }
 }

@@ -69,30 +69,31 @@ int64_t tu_numel(const dev_shape *s);
 
 /* Asserts |got-want| <= atol + rtol*|want| elementwise (NaN equals NaN),
  * printing the first mismatch with both values. */
-#define tu_assert_close(got, want, n, rtol, atol) \
+#define tu_assert_close(got, want, n, rtol, atol)                              \
   tu_assert_close_impl((got), (want), (n), (rtol), (atol), __FILE__, __LINE__)
 void tu_assert_close_impl(const double *got, const double *want, int64_t n,
                           double rtol, double atol, const char *file, int line);
 
 /* Waits for `t`, downloads component `c` and asserts that it has exactly n
  * elements (printing both counts) that tu_assert_close accepts. */
-#define tu_assert_tensor_close(t, c, want, n, rtol, atol)                     \
+#define tu_assert_tensor_close(t, c, want, n, rtol, atol)                      \
   tu_assert_tensor_close_impl((t), (c), (want), (n), (rtol), (atol), __FILE__, \
                               __LINE__)
 void tu_assert_tensor_close_impl(dev_tensor *t, int c, const double *want,
                                  int64_t n, double rtol, double atol,
                                  const char *file, int line);
 /* The same for every component of `t` (a mirrored value). */
-#define tu_assert_components_close(t, want, n, rtol, atol)                   \
-  do {                                                                        \
-    for (int tu_c_ = 0; tu_c_ < dev_tensor_num_components(t); tu_c_++)        \
-      tu_assert_tensor_close_impl((t), tu_c_, (want), (n), (rtol), (atol),    \
-                                  __FILE__, __LINE__);                        \
+#define tu_assert_components_close(t, want, n, rtol, atol)                     \
+  do {                                                                         \
+    for (int tu_c_ = 0; tu_c_ < dev_tensor_num_components(t); tu_c_++)         \
+      tu_assert_tensor_close_impl((t), tu_c_, (want), (n), (rtol), (atol),     \
+                                  __FILE__, __LINE__);                         \
   } while (0)
 
 /* Asserts that shape `s` equals dims[rank]; a failure prints both shapes. */
-#define tu_assert_shape(s, rank, ...) \
-  tu_assert_shape_impl((s), (rank), (const int64_t[]){__VA_ARGS__}, __FILE__, __LINE__)
+#define tu_assert_shape(s, rank, ...)                                          \
+  tu_assert_shape_impl((s), (rank), (const int64_t[]){__VA_ARGS__}, __FILE__,  \
+                       __LINE__)
 void tu_assert_shape_impl(const dev_shape *s, int rank, const int64_t *dims,
                           const char *file, int line);
 

@@ -28,69 +28,74 @@
 /* "/<service>/<method>": the path a call carries. */
 #define PD_METHOD_PATH(SERVICE, METHOD) "/" SERVICE "/" #METHOD
 
-#define PD_PARALLEL_DEVICE_METHODS(X)                                                  \
-  X(PD_SVC_PARALLEL_DEVICE, GetServerInfo, UNARY, paradev__v1__get_server_info_request, \
-    paradev__v1__get_server_info_response)                                            \
-  X(PD_SVC_PARALLEL_DEVICE, CreateSession, UNARY, paradev__v1__create_session_request, \
-    paradev__v1__create_session_response)                                             \
-  X(PD_SVC_PARALLEL_DEVICE, KeepAlive, UNARY, paradev__v1__keep_alive_request,         \
-    paradev__v1__keep_alive_response)                                                 \
-  X(PD_SVC_PARALLEL_DEVICE, CloseSession, UNARY, paradev__v1__close_session_request,   \
-    paradev__v1__close_session_response)                                              \
-  X(PD_SVC_PARALLEL_DEVICE, Upload, CLIENT_STREAM, paradev__v1__upload_request,        \
-    paradev__v1__upload_response)                                                     \
-  X(PD_SVC_PARALLEL_DEVICE, Download, SERVER_STREAM, paradev__v1__download_request,    \
-    paradev__v1__download_response)                                                   \
-  X(PD_SVC_PARALLEL_DEVICE, Execute, UNARY, paradev__v1__execute_request,              \
-    paradev__v1__execute_response)                                                    \
-  X(PD_SVC_PARALLEL_DEVICE, Enqueue, BIDI, paradev__v1__enqueue_request,               \
-    paradev__v1__enqueue_response)                                                    \
-  X(PD_SVC_PARALLEL_DEVICE, StartTape, UNARY, paradev__v1__start_tape_request,         \
-    paradev__v1__start_tape_response)                                                 \
-  X(PD_SVC_PARALLEL_DEVICE, WatchTape, UNARY, paradev__v1__watch_tape_request,         \
-    paradev__v1__watch_tape_response)                                                 \
-  X(PD_SVC_PARALLEL_DEVICE, Gradient, UNARY, paradev__v1__gradient_request,            \
-    paradev__v1__gradient_response)                                                   \
-  X(PD_SVC_PARALLEL_DEVICE, DeleteTape, UNARY, paradev__v1__delete_tape_request,       \
-    paradev__v1__delete_tape_response)                                                \
-  X(PD_SVC_PARALLEL_DEVICE, Sync, UNARY, paradev__v1__sync_request,                    \
-    paradev__v1__sync_response)                                                       \
-  X(PD_SVC_PARALLEL_DEVICE, Describe, UNARY, paradev__v1__describe_request,            \
-    paradev__v1__describe_response)                                                   \
-  X(PD_SVC_PARALLEL_DEVICE, Delete, UNARY, paradev__v1__delete_request,                \
-    paradev__v1__delete_response)                                                     \
-  X(PD_SVC_PARALLEL_DEVICE, RegisterSharedMemory, UNARY,                               \
-    paradev__v1__register_shared_memory_request,                                      \
-    paradev__v1__register_shared_memory_response)                                     \
-  X(PD_SVC_PARALLEL_DEVICE, UnregisterSharedMemory, UNARY,                             \
-    paradev__v1__unregister_shared_memory_request,                                    \
-    paradev__v1__unregister_shared_memory_response)                                   \
-  X(PD_SVC_PARALLEL_DEVICE, UploadFromSharedMemory, UNARY,                             \
-    paradev__v1__upload_from_shared_memory_request, paradev__v1__upload_response)   \
-  X(PD_SVC_PARALLEL_DEVICE, DownloadToSharedMemory, UNARY,                             \
-    paradev__v1__download_to_shared_memory_request,                                   \
-    paradev__v1__download_to_shared_memory_response)                                  \
-  X(PD_SVC_PARALLEL_DEVICE, Echo, UNARY, paradev__v1__echo_request,                    \
-    paradev__v1__echo_response)                                                       \
-  X(PD_SVC_PARALLEL_DEVICE, EchoStream, BIDI, paradev__v1__echo_request,               \
+#define PD_PARALLEL_DEVICE_METHODS(X)                                          \
+  X(PD_SVC_PARALLEL_DEVICE, GetServerInfo, UNARY,                              \
+    paradev__v1__get_server_info_request,                                      \
+    paradev__v1__get_server_info_response)                                     \
+  X(PD_SVC_PARALLEL_DEVICE, CreateSession, UNARY,                              \
+    paradev__v1__create_session_request, paradev__v1__create_session_response) \
+  X(PD_SVC_PARALLEL_DEVICE, KeepAlive, UNARY, paradev__v1__keep_alive_request, \
+    paradev__v1__keep_alive_response)                                          \
+  X(PD_SVC_PARALLEL_DEVICE, CloseSession, UNARY,                               \
+    paradev__v1__close_session_request, paradev__v1__close_session_response)   \
+  X(PD_SVC_PARALLEL_DEVICE, Upload, CLIENT_STREAM,                             \
+    paradev__v1__upload_request, paradev__v1__upload_response)                 \
+  X(PD_SVC_PARALLEL_DEVICE, Download, SERVER_STREAM,                           \
+    paradev__v1__download_request, paradev__v1__download_response)             \
+  X(PD_SVC_PARALLEL_DEVICE, Execute, UNARY, paradev__v1__execute_request,      \
+    paradev__v1__execute_response)                                             \
+  X(PD_SVC_PARALLEL_DEVICE, Enqueue, BIDI, paradev__v1__enqueue_request,       \
+    paradev__v1__enqueue_response)                                             \
+  X(PD_SVC_PARALLEL_DEVICE, StartTape, UNARY, paradev__v1__start_tape_request, \
+    paradev__v1__start_tape_response)                                          \
+  X(PD_SVC_PARALLEL_DEVICE, WatchTape, UNARY, paradev__v1__watch_tape_request, \
+    paradev__v1__watch_tape_response)                                          \
+  X(PD_SVC_PARALLEL_DEVICE, Gradient, UNARY, paradev__v1__gradient_request,    \
+    paradev__v1__gradient_response)                                            \
+  X(PD_SVC_PARALLEL_DEVICE, DeleteTape, UNARY,                                 \
+    paradev__v1__delete_tape_request, paradev__v1__delete_tape_response)       \
+  X(PD_SVC_PARALLEL_DEVICE, Sync, UNARY, paradev__v1__sync_request,            \
+    paradev__v1__sync_response)                                                \
+  X(PD_SVC_PARALLEL_DEVICE, Describe, UNARY, paradev__v1__describe_request,    \
+    paradev__v1__describe_response)                                            \
+  X(PD_SVC_PARALLEL_DEVICE, Delete, UNARY, paradev__v1__delete_request,        \
+    paradev__v1__delete_response)                                              \
+  X(PD_SVC_PARALLEL_DEVICE, RegisterSharedMemory, UNARY,                       \
+    paradev__v1__register_shared_memory_request,                               \
+    paradev__v1__register_shared_memory_response)                              \
+  X(PD_SVC_PARALLEL_DEVICE, UnregisterSharedMemory, UNARY,                     \
+    paradev__v1__unregister_shared_memory_request,                             \
+    paradev__v1__unregister_shared_memory_response)                            \
+  X(PD_SVC_PARALLEL_DEVICE, UploadFromSharedMemory, UNARY,                     \
+    paradev__v1__upload_from_shared_memory_request,                            \
+    paradev__v1__upload_response)                                              \
+  X(PD_SVC_PARALLEL_DEVICE, DownloadToSharedMemory, UNARY,                     \
+    paradev__v1__download_to_shared_memory_request,                            \
+    paradev__v1__download_to_shared_memory_response)                           \
+  X(PD_SVC_PARALLEL_DEVICE, Echo, UNARY, paradev__v1__echo_request,            \
+    paradev__v1__echo_response)                                                \
+  X(PD_SVC_PARALLEL_DEVICE, EchoStream, BIDI, paradev__v1__echo_request,       \
     paradev__v1__echo_response)
 
-#define PD_ADMIN_METHODS(X)                                                            \
-  X(PD_SVC_ADMIN, ListSessions, UNARY, paradev__v1__list_sessions_request,             \
-    paradev__v1__list_sessions_response)                                              \
-  X(PD_SVC_ADMIN, KillSession, UNARY, paradev__v1__kill_session_request,               \
-    paradev__v1__kill_session_response)                                               \
-  X(PD_SVC_ADMIN, Drain, UNARY, paradev__v1__drain_request, paradev__v1__drain_response) \
-  X(PD_SVC_ADMIN, SetLogLevel, UNARY, paradev__v1__set_log_level_request,              \
+#define PD_ADMIN_METHODS(X)                                                    \
+  X(PD_SVC_ADMIN, ListSessions, UNARY, paradev__v1__list_sessions_request,     \
+    paradev__v1__list_sessions_response)                                       \
+  X(PD_SVC_ADMIN, KillSession, UNARY, paradev__v1__kill_session_request,       \
+    paradev__v1__kill_session_response)                                        \
+  X(PD_SVC_ADMIN, Drain, UNARY, paradev__v1__drain_request,                    \
+    paradev__v1__drain_response)                                               \
+  X(PD_SVC_ADMIN, SetLogLevel, UNARY, paradev__v1__set_log_level_request,      \
     paradev__v1__set_log_level_response)
 
-#define PD_HEALTH_METHODS(X)                                                           \
-  X(PD_SVC_HEALTH, Check, UNARY, grpc__health__v1__health_check_request,               \
-    grpc__health__v1__health_check_response)                                          \
-  X(PD_SVC_HEALTH, Watch, SERVER_STREAM, grpc__health__v1__health_check_request,       \
+#define PD_HEALTH_METHODS(X)                                                   \
+  X(PD_SVC_HEALTH, Check, UNARY, grpc__health__v1__health_check_request,       \
+    grpc__health__v1__health_check_response)                                   \
+  X(PD_SVC_HEALTH, Watch, SERVER_STREAM,                                       \
+    grpc__health__v1__health_check_request,                                    \
     grpc__health__v1__health_check_response)
 
 /* Every method of every service. */
-#define PD_ALL_METHODS(X) PD_PARALLEL_DEVICE_METHODS(X) PD_ADMIN_METHODS(X) PD_HEALTH_METHODS(X)
+#define PD_ALL_METHODS(X)                                                      \
+  PD_PARALLEL_DEVICE_METHODS(X) PD_ADMIN_METHODS(X) PD_HEALTH_METHODS(X)
 
 #endif /* PARADEV_PROTO_METHODS_H */
