@@ -239,3 +239,46 @@ int bu_print_table(void) {
          path_of_results());
   return write_failed ? 1 : 0;
 }
+
+void *bu_xmalloc(size_t bytes) {
+  void *p = malloc(bytes);
+  if (!p) {
+    fprintf(stderr, "bench: out of host memory (%zu bytes)\n", bytes);
+    exit(1);
+  }
+  return p;
+}
+
+uint16_t bu_bf16_from_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+double bu_value_load(pd_dtype dt, const void *p, size_t i) {
+  if (dt == PD_BFLOAT16) {
+    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  return ((const float *)p)[i];
+}
+
+void bu_value_store(pd_dtype dt, void *p, size_t i, double v) {
+  if (dt == PD_BFLOAT16)
+    ((uint16_t *)p)[i] = bu_bf16_from_f32((float)v);
+  else
+    ((float *)p)[i] = (float)v;
+}
+
+double bu_rel_err(pd_dtype dt, const void *x, const double *ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = bu_value_load(dt, x, i) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return sqrt(num) / sqrt(den > 0 ? den : 1);
+}

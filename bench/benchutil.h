@@ -18,6 +18,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "paradev/types.h"
 
 /* Seconds on CLOCK_MONOTONIC. */
 double bu_now(void);
@@ -69,5 +72,20 @@ int bu_print_table(void);
 
 /* "4 KiB", "16 MiB": writes a short size into buf; returns buf. */
 char *bu_size_str(size_t bytes, char *buf, size_t len);
+
+/* malloc that exits the benchmark with a message when memory runs out. */
+void *bu_xmalloc(size_t bytes);
+
+/* float32 -> bfloat16, rounding to nearest even (finite inputs). */
+uint16_t bu_bf16_from_f32(float f);
+
+/* Element i of a float32 or bfloat16 (dt) array, as a double / stored from
+ * a double (bfloat16 rounded to nearest even). */
+double bu_value_load(pd_dtype dt, const void *p, size_t i);
+void bu_value_store(pd_dtype dt, void *p, size_t i, double v);
+
+/* sqrt(sum (x - ref)^2) / sqrt(sum ref^2) over n elements of x (float32 or
+ * bfloat16) against a float64 reference; NaN when x holds a NaN. */
+double bu_rel_err(pd_dtype dt, const void *x, const double *ref, size_t n);
 
 #endif /* PARADEV_BENCHUTIL_H */

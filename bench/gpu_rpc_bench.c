@@ -115,57 +115,12 @@ static void die(const char *what) {
 
 /* --- helpers ------------------------------------------------------------------ */
 
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes);
-  if (!p) {
-    fprintf(stderr, "bench_gpu_rpc: out of host memory (%zu bytes)\n", bytes);
-    exit(1);
-  }
-  return p;
-}
-
 /* Uniform in [-1, 1), xorshift64. */
 static double rand_unit(void) {
   rng ^= rng << 13;
   rng ^= rng >> 7;
   rng ^= rng << 17;
   return (double)(rng >> 11) * 0x1p-53 * 2 - 1;
-}
-
-/* float32 -> bfloat16, rounding to nearest even (finite inputs). */
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static double load(pd_dtype dt, const void *p, size_t i) {
-  if (dt == PD_BFLOAT16) {
-    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-  }
-  return ((const float *)p)[i];
-}
-
-static void store(pd_dtype dt, void *p, size_t i, double v) {
-  if (dt == PD_BFLOAT16)
-    ((uint16_t *)p)[i] = to_bf16((float)v);
-  else
-    ((float *)p)[i] = (float)v;
-}
-
-/* sqrt(sum (x - ref)^2) / sqrt(sum ref^2); NaN when x holds a NaN. */
-static double rel_err(pd_dtype dt, const void *x, const double *ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = load(dt, x, i) - ref[i];
-    num += d * d;
-    den += ref[i] * ref[i];
-  }
-  return sqrt(num) / sqrt(den > 0 ? den : 1);
 }
 
 /* --- MatMul through the daemon --------------------------------------------------- */
@@ -270,9 +225,9 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   const double tol = dt == PD_BFLOAT16 ? 1e-2 : 1e-5;
   int rc = 0;
 
-  void *ha = xmalloc(bytes), *hb = xmalloc(bytes);
-  for (size_t i = 0; i < elems; i++) store(dt, ha, i, rand_unit());
-  for (size_t i = 0; i < elems; i++) store(dt, hb, i, rand_unit());
+  void *ha = bu_xmalloc(bytes), *hb = bu_xmalloc(bytes);
+  for (size_t i = 0; i < elems; i++) bu_value_store(dt, ha, i, rand_unit());
+  for (size_t i = 0; i < elems; i++) bu_value_store(dt, hb, i, rand_unit());
   const int64_t dims[2] = {size, size};
   if (pd_upload(sess, ID_A, dt, dims, 2, ha, bytes, pd_layout_mirrored(), NULL,
                 NULL, st) != PD_OK ||
@@ -297,7 +252,7 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   if (pd_execute(sess, "MatMul", in, 2, NULL, &out, 1, NULL, NULL, st) != PD_OK)
     die("Execute MatMul");
   for (int h = 0; h < 2; h++) {
-    got[h] = xmalloc(row_elems * es);
+    got[h] = bu_xmalloc(row_elems * es);
     download_rows(h ? ID_SLICE1 : ID_SLICE0, rows_at[h], n, dt, got[h]);
     ref[h] = calloc(row_elems, sizeof(double));
     if (!ref[h]) {
@@ -307,12 +262,13 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   }
   const uint64_t done[3] = {ID_CHECK, ID_SLICE0, ID_SLICE1};
   if (pd_delete(sess, done, 3, NULL, st) != PD_OK) die("Delete");
-  double *brow = xmalloc(sizeof(double) * (size_t)n);
+  double *brow = bu_xmalloc(sizeof(double) * (size_t)n);
   for (int kk = 0; kk < k; kk++) {
-    for (int j = 0; j < n; j++) brow[j] = load(dt, hb, (size_t)kk * n + j);
+    for (int j = 0; j < n; j++)
+      brow[j] = bu_value_load(dt, hb, (size_t)kk * n + j);
     for (int h = 0; h < 2; h++)
       for (int r = 0; r < CHECK_ROWS; r++) {
-        double a = load(dt, ha, (size_t)(rows_at[h] + r) * k + kk);
+        double a = bu_value_load(dt, ha, (size_t)(rows_at[h] + r) * k + kk);
         double *acc = ref[h] + (size_t)r * n;
         for (int j = 0; j < n; j++) acc[j] += a * brow[j];
       }
@@ -345,7 +301,7 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
     gemm(&g);
     CK(cudaStreamSynchronize(g.s));
     for (int h = 0; h < 2; h++) {
-      want[h] = xmalloc(row_elems * es);
+      want[h] = bu_xmalloc(row_elems * es);
       CK(cudaMemcpy(want[h], (char *)g.c + (size_t)rows_at[h] * n * es,
                     row_elems * es, cudaMemcpyDeviceToHost));
     }
@@ -361,13 +317,14 @@ static int bench_matmul(pd_dtype dt, int size, double min_time) {
   /* Errors: daemon vs float64, direct vs float64, daemon vs direct. */
   double e_daemon = 0, e_direct = 0, e_between = 0;
   for (int h = 0; h < 2; h++) {
-    double e = rel_err(dt, got[h], ref[h], row_elems);
+    double e = bu_rel_err(dt, got[h], ref[h], row_elems);
     e_daemon = isnan(e) || e > e_daemon ? e : e_daemon;
     if (!want[h]) continue;
-    e = rel_err(dt, want[h], ref[h], row_elems);
+    e = bu_rel_err(dt, want[h], ref[h], row_elems);
     e_direct = isnan(e) || e > e_direct ? e : e_direct;
-    for (size_t i = 0; i < row_elems; i++) ref[h][i] = load(dt, want[h], i);
-    e = rel_err(dt, got[h], ref[h], row_elems);
+    for (size_t i = 0; i < row_elems; i++)
+      ref[h][i] = bu_value_load(dt, want[h], i);
+    e = bu_rel_err(dt, got[h], ref[h], row_elems);
     e_between = isnan(e) || e > e_between ? e : e_between;
   }
   if (!(e_daemon <= tol)) {
@@ -584,7 +541,7 @@ static int bench_shm(const float *up, size_t bytes, double min_time,
 
 static int bench_transfers(size_t bytes, double min_time) {
   int rc = 0;
-  float *up = xmalloc(bytes), *down = xmalloc(bytes);
+  float *up = bu_xmalloc(bytes), *down = bu_xmalloc(bytes);
   for (size_t i = 0; i < bytes / 4; i++) up[i] = (float)rand_unit();
   xfer_arg xu = {up, bytes}, xd = {down, bytes};
   double t_up = bu_measure_reported(run_upload, &xu, 1, 5, min_time).median_s;

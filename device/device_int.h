@@ -132,6 +132,7 @@ void dev_register_slicing_ops(void);
 void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
 void dev_register_grad_ops(void);
+void dev_register_grad_parts_ops(void);
 
 /* Element count of a shape already checked by infer (no overflow checks:
  * for kernels), and the product of its dims[lo..hi). */
