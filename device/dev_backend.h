@@ -149,6 +149,11 @@ pd_code dev_check_rank(const dev_infer_ctx *c, int input, int min_rank,
  * INVALID_ARGUMENT naming the attribute otherwise. */
 pd_code dev_normalize_axis(const dev_infer_ctx *c, const char *attr,
                            int64_t axis, int rank, int *out, dev_status *st);
+/* INVALID_ARGUMENT when an output of shape `s` and dtype `dt` overflows the
+ * element count or byte size ("OP: output shape [..] of dtype D is too
+ * large (why)"). */
+pd_code dev_check_out_size(const dev_infer_ctx *c, pd_dtype dt,
+                           const dev_shape *s, dev_status *st);
 
 #define DEV_DTYPE_BIT(dt) (1u << (unsigned)(dt))
 #define DEV_MASK_FLOAT                                                         \

@@ -153,6 +153,12 @@ static inline int64_t dev_dims_prod(const dev_shape *s, int lo, int hi) {
 void dev__widen_16(pd_dtype dt, const uint16_t *src, float *dst, int64_t n);
 void dev__narrow_16(pd_dtype dt, const float *src, uint16_t *dst, int64_t n);
 
+/* float32 scratch of n elements (at least one, zeroed) for that path; NULL
+ * when out of host memory, which dev__scratch_error reports as the kernel's
+ * RESOURCE_EXHAUSTED ("OP: cannot allocate N float32 scratch elements"). */
+float *dev__scratch_f32(int64_t n);
+pd_code dev__scratch_error(const dev_kernel_ctx *c, int64_t n, dev_status *st);
+
 /* Copies the box of `box_shape` at offset `begin` of a dense tensor of
  * `full_shape` (elements of `es` bytes) out of it into the dense `box`
  * (to_box), or from `box` into it. Runs of whole inner axes are copied with

@@ -1,6 +1,7 @@
 /* dtypes: classes, float16/bfloat16 conversions and a generic slow element
  * accessor (names and sizes: common/types.c). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device_int.h"
@@ -176,4 +177,14 @@ void dev__copy_box(char *full, const dev_shape *full_shape,
       idx[d] = 0;
     }
   }
+}
+
+float *dev__scratch_f32(int64_t n) {
+  return calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+}
+
+pd_code dev__scratch_error(const dev_kernel_ctx *c, int64_t n, dev_status *st) {
+  return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                   "%s: cannot allocate %lld float32 scratch elements",
+                   c->op->name, (long long)n);
 }

@@ -96,3 +96,17 @@ pd_code dev_normalize_axis(const dev_infer_ctx *c, const char *attr,
   *out = (int)(axis < 0 ? axis + rank : axis);
   return PD_OK;
 }
+
+pd_code dev_check_out_size(const dev_infer_ctx *c, pd_dtype dt,
+                           const dev_shape *s, dev_status *st) {
+  size_t bytes;
+  dev_status tmp = DEV_STATUS_INIT;
+  if (dev_shape_byte_size(dt, s, &bytes, &tmp) != PD_OK) {
+    char sb[160];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: output shape %s of dtype %s is too large (%s)",
+                     c->op->name, dev_shape_str(s, sb, sizeof sb),
+                     pd_dtype_name(dt), tmp.msg);
+  }
+  return PD_OK;
+}

@@ -27,32 +27,6 @@
 /* ------------------------------------------------------------------------ */
 /* Shared helpers                                                            */
 
-static pd_code scratch_error(const dev_kernel_ctx *c, int64_t n,
-                             dev_status *st) {
-  return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                   "%s: cannot allocate %lld float32 scratch elements",
-                   c->op->name, (long long)n);
-}
-
-/* float32 scratch of n elements (at least one, zeroed). */
-static float *scratch(int64_t n) {
-  return calloc((size_t)(n > 0 ? n : 1), sizeof(float));
-}
-
-static pd_code check_out_size(const dev_infer_ctx *c, pd_dtype dt,
-                              const dev_shape *s, dev_status *st) {
-  size_t bytes;
-  dev_status tmp = DEV_STATUS_INIT;
-  if (dev_shape_byte_size(dt, s, &bytes, &tmp) != PD_OK) {
-    char sb[160];
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: output shape %s of dtype %s is too large (%s)",
-                     c->op->name, dev_shape_str(s, sb, sizeof sb),
-                     pd_dtype_name(dt), tmp.msg);
-  }
-  return PD_OK;
-}
-
 /* Copies n elements of es bytes from src[i*sstride] to dst[i] (sstride 0
  * repeats one element). */
 static void copy_strided(char *dst, const char *src, int64_t n, int64_t sstride,
@@ -158,8 +132,8 @@ static pd_code eg_kernel(dev_kernel_ctx *c, int kind, dev_status *st) {
   } else if (dt == PD_FLOAT64) {
     eg_f64(kind, c->in_data[0], c->in_data[1], c->out_data[0], n);
   } else {
-    float *buf = scratch(3 * n);
-    if (!buf) return scratch_error(c, 3 * n, st);
+    float *buf = dev__scratch_f32(3 * n);
+    if (!buf) return dev__scratch_error(c, 3 * n, st);
     dev__widen_16(dt, c->in_data[0], buf, n);
     dev__widen_16(dt, c->in_data[1], buf + n, n);
     eg_f32(kind, buf, buf + n, buf + 2 * n, n);
@@ -279,7 +253,7 @@ static pd_code btl_infer(dev_infer_ctx *c, dev_status *st) {
     return rc;
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = c->in_shape[1];
-  return check_out_size(c, c->out_dtype[0], &c->out_shape[0], st);
+  return dev_check_out_size(c, c->out_dtype[0], &c->out_shape[0], st);
 }
 
 /* Divides n elements of a floating buffer by `count`. */
@@ -447,10 +421,10 @@ static pd_code stl_cpu(dev_kernel_ctx *c, dev_status *st) {
     } else if (dt == PD_FLOAT64) {
       stl_f64(c->in_data[0], acc, in, os);
     } else {
-      float *buf = scratch(inn);
+      float *buf = dev__scratch_f32(inn);
       if (!buf) {
         free(acc);
-        return scratch_error(c, inn, st);
+        return dev__scratch_error(c, inn, st);
       }
       dev__widen_16(dt, c->in_data[0], buf, inn);
       stl_f32(buf, acc, in, os);

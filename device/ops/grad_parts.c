@@ -19,18 +19,6 @@
 
 #include "device_int.h"
 
-static pd_code scratch_error(const dev_kernel_ctx *c, int64_t n,
-                             dev_status *st) {
-  return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                   "%s: cannot allocate %lld float32 scratch elements",
-                   c->op->name, (long long)n);
-}
-
-/* float32 scratch of n elements (at least one, zeroed). */
-static float *scratch(int64_t n) {
-  return calloc((size_t)(n > 0 ? n : 1), sizeof(float));
-}
-
 /* ------------------------------------------------------------------------ */
 /* SliceGrad(grad, like; begin): zeros of like's shape with grad written at
  * `begin` (the adjoint of Slice; TensorFlow pads instead). Every dtype.     */
@@ -289,8 +277,8 @@ static pd_code gg_cpu(dev_kernel_ctx *c, dev_status *st) {
       gg_f64(c->in_data[0], c->out_data[0], c, outer, n, ni, inner);
     return PD_OK;
   }
-  float *buf = scratch(gn + total);
-  if (!buf) return scratch_error(c, gn + total, st);
+  float *buf = dev__scratch_f32(gn + total);
+  if (!buf) return dev__scratch_error(c, gn + total, st);
   dev__widen_16(dt, c->in_data[0], buf, gn);
   gg_f32(buf, buf + gn, c, outer, n, ni, inner);
   dev__narrow_16(dt, buf + gn, c->out_data[0], total);

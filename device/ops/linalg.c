@@ -159,10 +159,7 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty,
   int64_t no = num_elements(&ctx->out_shape[0]);
   if (no == 0) return PD_OK;
   float *buf = malloc(((size_t)nx + (size_t)ny + (size_t)no) * sizeof(float));
-  if (!buf)
-    return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                     "%s: cannot allocate %lld float32 scratch elements",
-                     ctx->op->name, (long long)(nx + ny + no));
+  if (!buf) return dev__scratch_error(ctx, nx + ny + no, st);
   float *fx = buf, *fy = buf + nx, *fo = buf + nx + ny;
   dev__widen_16(dt, ctx->in_data[0], fx, nx);
   dev__widen_16(dt, ctx->in_data[1], fy, ny);

@@ -486,7 +486,7 @@ static pd_code argmax_cpu(dev_kernel_ctx *ctx, dev_status *st) {
     case PD_BFLOAT16: {
       int64_t n = outer * L * inner;
       float *buf = malloc((size_t)n * sizeof(float));
-      if (!buf) return scratch_error(ctx, n, st);
+      if (!buf) return dev__scratch_error(ctx, n, st);
       dev__widen_16(dt, in, buf,
                     n); /* exact: every half/bfloat16 is a float32 */
       argmax_f32(buf, outer, L, inner, o64, o32);

@@ -19,13 +19,6 @@ static inline bool is_half(pd_dtype dt) {
   return dt == PD_FLOAT16 || dt == PD_BFLOAT16;
 }
 
-static inline pd_code scratch_error(const dev_kernel_ctx *ctx, int64_t n,
-                                    dev_status *st) {
-  return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                   "%s: cannot allocate %lld float32 scratch elements",
-                   ctx->op->name, (long long)n);
-}
-
 /* Runs a float32 kernel body on float16/bfloat16 data: widens input
  * `in_count` elements (of ctx->in_data[0]), hands float32 buffers to `fn`,
  * rounds `out_count` results back into out_data[0] (and out_count2 into
@@ -40,7 +33,7 @@ static inline pd_code run_widened(dev_kernel_ctx *ctx, f32_body fn,
   int64_t total = in_count + out_count + out_count2;
   /* calloc: GCC 12 at -O3 cannot see that dev__widen_16() fills the input part. */
   float *buf = calloc((size_t)(total > 0 ? total : 1), sizeof(float));
-  if (!buf) return scratch_error(ctx, total, st);
+  if (!buf) return dev__scratch_error(ctx, total, st);
   float *fin = buf, *fout = buf + in_count, *fout2 = fout + out_count;
   dev__widen_16(dt, ctx->in_data[0], fin, in_count);
   pd_code rc = fn(ctx, fin, fout, fout2, st);

@@ -15,21 +15,6 @@
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
 
-/* Checks the output size for overflow (element count and bytes). */
-static pd_code check_out_size(const dev_infer_ctx *c, pd_dtype dt,
-                              const dev_shape *s, dev_status *st) {
-  size_t bytes;
-  dev_status tmp = DEV_STATUS_INIT;
-  if (dev_shape_byte_size(dt, s, &bytes, &tmp) != PD_OK) {
-    char sb[160];
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: output shape %s of dtype %s is too large (%s)",
-                     c->op->name, dev_shape_str(s, sb, sizeof sb),
-                     pd_dtype_name(dt), tmp.msg);
-  }
-  return PD_OK;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Concat (TF ConcatV2, axis as attribute).                                  */
 
@@ -76,7 +61,7 @@ static pd_code concat_infer(dev_infer_ctx *c, dev_status *st) {
                        "Concat: the output's dim on axis %d overflows int64",
                        axis);
   }
-  if (check_out_size(c, c->in_dtype[0], &out, st) != PD_OK) return st->code;
+  if (dev_check_out_size(c, c->in_dtype[0], &out, st) != PD_OK) return st->code;
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = out;
   return PD_OK;
@@ -215,7 +200,7 @@ static pd_code gather_infer(dev_infer_ctx *c, dev_status *st) {
   for (int d = 0; d < axis; d++) out.dims[o++] = ps->dims[d];
   for (int d = 0; d < is->rank; d++) out.dims[o++] = is->dims[d];
   for (int d = axis + 1; d < ps->rank; d++) out.dims[o++] = ps->dims[d];
-  if (check_out_size(c, c->in_dtype[0], &out, st) != PD_OK) return st->code;
+  if (dev_check_out_size(c, c->in_dtype[0], &out, st) != PD_OK) return st->code;
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = out;
   return PD_OK;
@@ -340,7 +325,7 @@ static pd_code onehot_infer(dev_infer_ctx *c, dev_status *st) {
   out.rank = in->rank + 1;
   for (int d = 0, o = 0; d < out.rank; d++)
     out.dims[d] = d == ax ? depth : in->dims[o++];
-  if (check_out_size(c, dt, &out, st) != PD_OK) return st->code;
+  if (dev_check_out_size(c, dt, &out, st) != PD_OK) return st->code;
   c->out_dtype[0] = dt;
   c->out_shape[0] = out;
   return PD_OK;
