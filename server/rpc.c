@@ -195,9 +195,11 @@ static bool srv_socket_dir_ready(const char *path, char *err, size_t errlen) {
   return srv_private_dir_prepare(dir, err, errlen);
 }
 
-int srv_rpc_start(srv *s) {
-  grpc_init();
-  grpc_arg args[3];
+/* The channel arguments both servers share: the message limit, and no
+ * SO_REUSEPORT (gRPC's default: a second daemon on the same port would then
+ * split the connections with the first). The admin server takes only the
+ * last. */
+static void srv_server_args(const srv *s, grpc_arg args[3]) {
   int maxmsg = s->opt.limits.max_message_bytes > INT_MAX
                    ? INT_MAX
                    : (int)s->opt.limits.max_message_bytes;
@@ -207,11 +209,16 @@ int srv_rpc_start(srv *s) {
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = maxmsg;
-  /* gRPC sets SO_REUSEPORT by default: a second daemon on the same port
-   * would then split the connections with the first. */
   args[2].type = GRPC_ARG_INTEGER;
   args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
   args[2].value.integer = 0;
+}
+
+/* Step 1: the servers (the admin one only with an admin socket) and the
+ * completion queues, each registered with both; none of this fails. */
+static void srv_servers_create(srv *s) {
+  grpc_arg args[3];
+  srv_server_args(s, args);
   grpc_channel_args chargs = {3, args};
   grpc_channel_args admin_args = {1, &args[2]};
   s->server = grpc_server_create(&chargs, NULL);
@@ -224,120 +231,147 @@ int srv_rpc_start(srv *s) {
     if (s->admin_server)
       grpc_server_register_completion_queue(s->admin_server, s->cqs[i], NULL);
   }
-  for (int k = 0; k < 2; k++) {
-    grpc_server *gs = k == 0 ? s->server : s->admin_server;
-    srv_method *const *table = k == 0 ? srv_methods : srv_admin_methods;
-    for (int i = 0; gs && table[i]; i++) {
-      srv_method *m = table[i];
-      grpc_server_register_method_payload_handling ph =
-          (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM)
-              ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
-              : GRPC_SRM_PAYLOAD_NONE;
-      m->server = gs;
-      m->registered = grpc_server_register_method(gs, m->path, NULL, ph, 0);
-      if (!m->registered) {
-        SRV_ERROR("internal: cannot register %s", m->path);
-        goto fail;
-      }
+}
+
+/* Step 2: every method of a table on its server, so that srv_arm can ask
+ * for its calls; 0, or -1 (logged). */
+static int srv_methods_register(grpc_server *gs, srv_method *const *table) {
+  for (int i = 0; gs && table[i]; i++) {
+    srv_method *m = table[i];
+    grpc_server_register_method_payload_handling ph =
+        (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM)
+            ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+            : GRPC_SRM_PAYLOAD_NONE;
+    m->server = gs;
+    m->registered = grpc_server_register_method(gs, m->path, NULL, ph, 0);
+    if (!m->registered) {
+      SRV_ERROR("internal: cannot register %s", m->path);
+      return -1;
     }
   }
-  for (int i = 0; i < s->opt.num_listen; i++) {
-    const char *addr = s->opt.listen[i];
-    char why[768];
-    if (strncmp(addr, "unix:", 5) == 0 &&
-        !srv_socket_dir_ready(addr + 5, why, sizeof(why))) {
-      SRV_ERROR("cannot listen on %s: %s", addr, why);
-      goto fail;
-    }
-    if (addr_taken(addr)) goto fail;
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int port = grpc_server_add_http2_port(s->server, addr, creds);
-    grpc_server_credentials_release(creds);
-    if (port == 0) {
-      SRV_ERROR(
-          "cannot listen on %s (address in use, bad address, or no "
-          "permission; run with GRPC_VERBOSITY=DEBUG for gRPC's reason)",
-          addr);
-      goto fail;
-    }
-    char name[512];
-    srv_bound_name(addr, port, name, sizeof(name));
-    SRV_NOTICE("listening on %s", name);
+  return 0;
+}
+
+/* Step 3, one address of the main server: a private socket directory, no
+ * live socket taken over, then the port; 0, or -1 (logged). */
+static int srv_listen_one(srv *s, const char *addr) {
+  char why[768];
+  if (strncmp(addr, "unix:", 5) == 0 &&
+      !srv_socket_dir_ready(addr + 5, why, sizeof(why))) {
+    SRV_ERROR("cannot listen on %s: %s", addr, why);
+    return -1;
   }
-  if (s->admin_server) {
-    /* The socket's mode decides who may use the Admin service: create it
-     * with no more than admin_socket_mode, then set exactly that. */
-    char addr[SRV_ADDR_MAX + 8], why[768];
-    snprintf(addr, sizeof(addr), "unix:%s", s->opt.admin_socket);
-    if (!srv_socket_dir_ready(s->opt.admin_socket, why, sizeof(why))) {
-      if (s->opt.admin_socket_set) {
-        SRV_ERROR("cannot listen on the admin socket %s: %s",
-                  s->opt.admin_socket, why);
-        goto fail;
-      }
-      SRV_WARN("no admin service on the default admin socket %s: %s",
-               s->opt.admin_socket, why);
-      srv_server_abandon(s->admin_server);
-      s->admin_server = NULL;
-      goto admin_done;
-    }
-    bool taken = !s->opt.admin_socket_set
-                     ? unix_socket_live(s->opt.admin_socket)
-                     : addr_taken(addr);
-    if (taken && s->opt.admin_socket_set) goto fail;
-    if (taken) {
-      /* The default path is another daemon's: serve without the Admin
-       * service rather than take it away or not start at all. */
-      SRV_WARN(
-          "no admin service: another process serves the default admin "
-          "socket %s (set [daemon] admin_socket or --admin-socket)",
-          s->opt.admin_socket);
-      srv_server_abandon(s->admin_server);
-      s->admin_server = NULL;
-      goto admin_done;
-    }
-    mode_t old = umask((mode_t)(~s->opt.admin_socket_mode & 0777));
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int port = grpc_server_add_http2_port(s->admin_server, addr, creds);
-    grpc_server_credentials_release(creds);
-    umask(old);
-    if (port == 0 && !s->opt.admin_socket_set) {
-      /* Only the default path failed (no runtime directory, say): go on
-       * without the Admin service rather than not start at all. */
-      SRV_WARN(
-          "no admin service: cannot listen on the default admin socket "
-          "%s (set [daemon] admin_socket or --admin-socket)",
-          s->opt.admin_socket);
-      srv_server_abandon(s->admin_server);
-      s->admin_server = NULL;
-    } else if (port == 0) {
-      SRV_ERROR(
-          "cannot listen on the admin socket %s (its directory must "
-          "exist and be writable; set [daemon] admin_socket or "
-          "--admin-socket, or '' to turn the Admin service off)",
-          s->opt.admin_socket);
-      goto fail;
-    } else if (chmod(s->opt.admin_socket, (mode_t)s->opt.admin_socket_mode) !=
-               0) {
-      SRV_ERROR("cannot set mode %04o on the admin socket %s: %s",
-                s->opt.admin_socket_mode, s->opt.admin_socket, strerror(errno));
-      goto fail;
-    } else {
-      SRV_NOTICE("admin service on unix:%s (mode %04o)", s->opt.admin_socket,
-                 s->opt.admin_socket_mode);
-    }
+  if (addr_taken(addr)) return -1;
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(s->server, addr, creds);
+  grpc_server_credentials_release(creds);
+  if (port == 0) {
+    SRV_ERROR(
+        "cannot listen on %s (address in use, bad address, or no "
+        "permission; run with GRPC_VERBOSITY=DEBUG for gRPC's reason)",
+        addr);
+    return -1;
   }
-admin_done:
-  /* The threads first: a queue no thread drives cannot be shut down. */
+  char name[512];
+  srv_bound_name(addr, port, name, sizeof(name));
+  SRV_NOTICE("listening on %s", name);
+  return 0;
+}
+
+/* The default admin socket could not be had: serve without the Admin
+ * service rather than not start at all. */
+static void srv_admin_drop(srv *s) {
+  srv_server_abandon(s->admin_server);
+  s->admin_server = NULL;
+}
+
+/* Binds the admin socket. Its mode decides who may use the Admin service:
+ * create it with no more than admin_socket_mode, then set exactly that.
+ * 0 (bound, or dropped for the default path), or -1 (logged). */
+static int srv_admin_bind(srv *s, const char *addr) {
+  mode_t old = umask((mode_t)(~s->opt.admin_socket_mode & 0777));
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(s->admin_server, addr, creds);
+  grpc_server_credentials_release(creds);
+  umask(old);
+  if (port == 0 && !s->opt.admin_socket_set) {
+    /* Only the default path failed (no runtime directory, say). */
+    SRV_WARN(
+        "no admin service: cannot listen on the default admin socket "
+        "%s (set [daemon] admin_socket or --admin-socket)",
+        s->opt.admin_socket);
+    srv_admin_drop(s);
+  } else if (port == 0) {
+    SRV_ERROR(
+        "cannot listen on the admin socket %s (its directory must "
+        "exist and be writable; set [daemon] admin_socket or "
+        "--admin-socket, or '' to turn the Admin service off)",
+        s->opt.admin_socket);
+    return -1;
+  } else if (chmod(s->opt.admin_socket, (mode_t)s->opt.admin_socket_mode) !=
+             0) {
+    SRV_ERROR("cannot set mode %04o on the admin socket %s: %s",
+              s->opt.admin_socket_mode, s->opt.admin_socket, strerror(errno));
+    return -1;
+  } else {
+    SRV_NOTICE("admin service on unix:%s (mode %04o)", s->opt.admin_socket,
+               s->opt.admin_socket_mode);
+  }
+  return 0;
+}
+
+/* Step 4: the admin socket, when there is an admin server. A path the user
+ * set must work; the default one may be dropped (srv_admin_drop). 0, or -1
+ * (logged). */
+static int srv_admin_listen(srv *s) {
+  if (!s->admin_server) return 0;
+  char addr[SRV_ADDR_MAX + 8], why[768];
+  snprintf(addr, sizeof(addr), "unix:%s", s->opt.admin_socket);
+  if (!srv_socket_dir_ready(s->opt.admin_socket, why, sizeof(why))) {
+    if (s->opt.admin_socket_set) {
+      SRV_ERROR("cannot listen on the admin socket %s: %s", s->opt.admin_socket,
+                why);
+      return -1;
+    }
+    SRV_WARN("no admin service on the default admin socket %s: %s",
+             s->opt.admin_socket, why);
+    srv_admin_drop(s);
+    return 0;
+  }
+  bool taken = !s->opt.admin_socket_set ? unix_socket_live(s->opt.admin_socket)
+                                        : addr_taken(addr);
+  if (taken && s->opt.admin_socket_set) return -1;
+  if (taken) {
+    /* The default path is another daemon's: do not take it away. */
+    SRV_WARN(
+        "no admin service: another process serves the default admin "
+        "socket %s (set [daemon] admin_socket or --admin-socket)",
+        s->opt.admin_socket);
+    srv_admin_drop(s);
+    return 0;
+  }
+  return srv_admin_bind(s, addr);
+}
+
+/* Step 5: one thread per queue. The threads come before the servers start:
+ * a queue no thread drives cannot be shut down. srv_num_threads counts the
+ * ones that started, for srv_queues_end. 0, or -1 (logged). */
+static int srv_threads_start(srv *s) {
   for (int i = 0; i < s->num_cqs; i++) {
     int e = pthread_create(&srv_threads[i], NULL, srv_cq_main, s->cqs[i]);
     if (e != 0) {
       SRV_ERROR("cannot start completion-queue thread %d of %d: %s", i + 1,
                 s->num_cqs, strerror(e));
-      goto fail;
+      return -1;
     }
     srv_num_threads = i + 1;
   }
+  return 0;
+}
+
+/* Step 6: start serving, with one armed slot per method (and one for the
+ * unknown ones) per queue and server. */
+static void srv_servers_serve(srv *s) {
   grpc_server_start(s->server);
   if (s->admin_server) grpc_server_start(s->admin_server);
   for (int i = 0; i < s->num_cqs; i++) {
@@ -350,13 +384,12 @@ admin_done:
       srv_arm(s, NULL, s->admin_server, i);
     }
   }
-  return 0;
+}
 
-fail:
-  srv_server_abandon(s->server);
-  s->server = NULL;
-  srv_server_abandon(s->admin_server);
-  s->admin_server = NULL;
+/* Undoes step 5 together with the queues of step 1: a thread ends only when
+ * its queue shuts down, so the started ones are joined (each drains its
+ * queue) and the others' queues are drained here; then all are destroyed. */
+static void srv_queues_end(srv *s) {
   for (int i = 0; i < s->num_cqs; i++) {
     grpc_completion_queue_shutdown(s->cqs[i]);
     if (i < srv_num_threads) {
@@ -370,6 +403,36 @@ fail:
   }
   for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_destroy(s->cqs[i]);
   srv_num_threads = 0;
+}
+
+/* Undoes steps 1-4: the servers, with their methods and listeners. They go
+ * before their queues shut down (gRPC still posts to those). */
+static void srv_servers_end(srv *s) {
+  srv_server_abandon(s->server);
+  s->server = NULL;
+  srv_server_abandon(s->admin_server);
+  s->admin_server = NULL;
+}
+
+int srv_rpc_start(srv *s) {
+  grpc_init();
+  srv_servers_create(s);
+  if (srv_methods_register(s->server, srv_methods) != 0 ||
+      srv_methods_register(s->admin_server, srv_admin_methods) != 0)
+    goto fail_servers;
+  for (int i = 0; i < s->opt.num_listen; i++)
+    if (srv_listen_one(s, s->opt.listen[i]) != 0) goto fail_servers;
+  if (srv_admin_listen(s) != 0) goto fail_servers;
+  if (srv_threads_start(s) != 0) goto fail_threads;
+  srv_servers_serve(s);
+  return 0;
+
+  /* In reverse; the servers must end before the queues (and with them the
+   * threads) do, so the threads' unwinding is in srv_queues_end. */
+fail_threads:
+fail_servers:
+  srv_servers_end(s);
+  srv_queues_end(s);
   grpc_shutdown();
   return -1;
 }
