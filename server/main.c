@@ -334,177 +334,233 @@ static void srv_reload(srv *s) {
   sd_notify(0, "READY=1");
 }
 
-int main(int argc, char **argv) {
-  static srv s;
-  s.argc = argc;
-  s.argv = argv;
+/* --- the service loop ------------------------------------------------------ */
+
+/* What the service loop carries from one turn to the next. */
+typedef struct srv_loop {
+  sched_stats stats;
+  sched_progress prog;
+  char status[256], last_status[256]; /* the STATUS= line, and the last sent */
+  bool watchdog;                      /* WatchdogSec is set */
+  double wd_period;                   /* half of it, in seconds */
+  double next_tick, next_wd;          /* when the loop looks next */
+  double drain_start;                 /* -1 until draining to exit */
+  bool timed_out, stopping_sent;
+} srv_loop;
+
+/* The configuration, runtime settings and signal handling, before any part
+ * of the daemon starts: -1 to go on, or main's exit status. */
+static int srv_main_prepare(srv *s, int argc, char **argv) {
+  s->argc = argc;
+  s->argv = argv;
   bool check = false;
-  switch (srv_config_load(argc, argv, &s.opt, &check, srv_report_stderr)) {
+  switch (srv_config_load(argc, argv, &s->opt, &check, srv_report_stderr)) {
     case SRV_CONFIG_EXIT_OK: return 0;
     case SRV_CONFIG_EXIT_BAD:
       if (!check) fprintf(stderr, "Try 'paradevd --help'.\n");
       return 2;
     case SRV_CONFIG_RUN: break;
   }
-  srv_apply_runtime(&s, &s.opt);
-
-  if (srv_signals_init(&s) != 0) {
+  srv_apply_runtime(s, &s->opt);
+  if (srv_signals_init(s) != 0) {
     SRV_ERROR("cannot set up signal handling (pipes, a thread): %s",
               strerror(errno));
     return 1;
   }
-
-  if (s.opt.config_loaded)
+  if (s->opt.config_loaded)
     SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "configuration from %s",
-               s.opt.config_path);
+               s->opt.config_path);
   else
     SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO,
-               "no %s: built-in defaults and flags", s.opt.config_path);
-  sd_notify(0, "STATUS=starting");
-  if (srv_daemon_start(&s) != 0) return 1;
+               "no %s: built-in defaults and flags", s->opt.config_path);
+  return -1;
+}
 
-  /* Every listener accepts from here on (grpc_server_start and
-   * MHD_start_daemon have bound and listen). */
-  atomic_store(&s.ready, true);
-  atomic_store(&s.devices_ok, srv_devices_healthy(&s));
-  srv_health_update(&s);
-  srv_options *o = &s.opt;
+/* Once every listener accepts (grpc_server_start and MHD_start_daemon have
+ * bound and listen): ready in the health status, the log and to systemd. */
+static void srv_announce_ready(srv *s, srv_loop *L) {
+  atomic_store(&s->ready, true);
+  atomic_store(&s->devices_ok, srv_devices_healthy(s));
+  srv_health_update(s);
+  srv_options *o = &s->opt;
   SRV_INFO(
       "ready: paradevd %s, backend %s, %d devices, incarnation "
       "%016" PRIx64 ", max message %" PRIu64 " bytes",
-      SRV_VERSION, o->backend, dev_engine_num_devices(s.engine), s.incarnation,
-      o->limits.max_message_bytes);
-  sched_stats stats = {.struct_size = sizeof(stats)};
-  sched_get_stats(s.sched, &stats);
+      SRV_VERSION, o->backend, dev_engine_num_devices(s->engine),
+      s->incarnation, o->limits.max_message_bytes);
+  sched_get_stats(s->sched, &L->stats);
   srv_set_phase("serving (the main loop)");
-  char status[256], last_status[256] = "";
-  srv_status_text(&s, &stats, -1, status, sizeof(status));
-  sd_notifyf(0, "READY=1\nSTATUS=%s\nMAINPID=%lu", status,
+  srv_status_text(s, &L->stats, -1, L->status, sizeof(L->status));
+  sd_notifyf(0, "READY=1\nSTATUS=%s\nMAINPID=%lu", L->status,
              (unsigned long)getpid());
-  snprintf(last_status, sizeof(last_status), "%s", status);
+  snprintf(L->last_status, sizeof(L->last_status), "%s", L->status);
+}
 
+/* systemd's watchdog, if WatchdogSec is set: WATCHDOG=1 at half its period. */
+static void srv_watchdog_init(srv_loop *L) {
   uint64_t wd_usec = 0;
-  bool watchdog = sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0;
-  double wd_period = watchdog ? (double)wd_usec * 1e-6 / 2 : 0;
-  if (watchdog)
+  L->watchdog = sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0;
+  L->wd_period = L->watchdog ? (double)wd_usec * 1e-6 / 2 : 0;
+  if (L->watchdog)
     SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_INFO,
                "systemd watchdog: WATCHDOG=1 every %.3f s while the devices "
                "make progress",
-               wd_period);
-  double now = srv_now(), next_tick = now, next_wd = now;
-  double drain_start = -1;
-  sched_progress prog = {0, false, 0};
-  bool timed_out = false, stopping_sent = false;
+               L->wd_period);
+}
 
-  for (;;) {
-    now = srv_now();
-    double wake = next_tick;
-    if (watchdog && next_wd < wake) wake = next_wd;
-    double wait = wake - now;
-    if (wait < 0) wait = 0;
-    int sig = srv_wait_signal(wait);
-    if (sig == SIGTERM || sig == SIGINT) {
-      /* The first one (srv_signal_main answers a second itself). */
-      const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      srv_drain(&s, true);
-      SRV_INFO(
-          "%s: draining: no new sessions; queued work has %u s to finish "
-          "(a second %s exits at once)",
-          name, SRV_RT(&s, drain_timeout_s), name);
-    } else if (sig == SIGHUP) {
-      srv_reload(&s);
-    }
-
-    now = srv_now();
-    /* Progress, device health, and with them the health status. */
-    bool stalled = sched_check_progress(s.sched, &prog, now,
-                                        (double)SRV_RT(&s, stall_timeout_s));
-    if (stalled != atomic_load(&s.stalled)) {
-      atomic_store(&s.stalled, stalled);
-      if (stalled)
-        SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_ERROR,
-                   "no op completed for %u s while work is outstanding: "
-                   "NOT_SERVING%s",
-                   SRV_RT(&s, stall_timeout_s),
-                   watchdog ? ", and no more WATCHDOG=1" : "");
-      else
-        SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_INFO,
-                   "the devices make progress again");
-    }
-    atomic_store(&s.devices_ok, srv_devices_healthy(&s));
-    srv_health_update(&s);
-    sched_get_stats(s.sched, &stats);
-    srv_note_counts(&stats);
-
-    /* Draining to exit (SIGTERM, or Admin Drain with exit_when_drained). */
-    double drain_left = -1;
-    if (atomic_load(&s.exiting)) {
-      if (drain_start < 0) {
-        drain_start = now;
-        srv_set_phase("draining (the main loop)");
-      }
-      if (!stopping_sent) {
-        sd_notify(0, "STOPPING=1");
-        stopping_sent = true;
-      }
-      /* The watchdog's deadline follows the drain's timeout (which a
-       * SIGHUP may change). */
-      srv_set_deadline(
-          (int64_t)((drain_start - now) * 1000) + srv_shutdown_ms(&s, true),
-          false);
-      uint64_t outstanding = stats.ops_queued + stats.ops_in_flight;
-      double limit = (double)SRV_RT(&s, drain_timeout_s);
-      if (outstanding == 0) {
-        SRV_INFO("drained: the queued work is done (%.1f s)",
-                 now - drain_start);
-        break;
-      }
-      if (now - drain_start >= limit) {
-        SRV_WARN("drain timeout (%.0f s): cancelling %" PRIu64
-                 " queued ops; %" PRIu64 " running on the devices are left",
-                 limit, stats.ops_queued, stats.ops_in_flight);
-        timed_out = true;
-        break;
-      }
-      drain_left = limit - (now - drain_start);
-    }
-
-    srv_status_text(&s, &stats, drain_left, status, sizeof(status));
-    if (strcmp(status, last_status) != 0) {
-      sd_notifyf(0, "STATUS=%s", status);
-      snprintf(last_status, sizeof(last_status), "%s", status);
-    }
-    if (watchdog && now >= next_wd) {
-      if (!stalled) sd_notify(0, "WATCHDOG=1");
-      next_wd = now + wd_period;
-    }
-    if (now >= next_tick) next_tick = now + 1.0;
+/* Waits for a signal until the next tick or watchdog beat, and acts on it. */
+static void srv_loop_wait(srv *s, const srv_loop *L) {
+  double wake = L->next_tick;
+  if (L->watchdog && L->next_wd < wake) wake = L->next_wd;
+  double wait = wake - srv_now();
+  if (wait < 0) wait = 0;
+  int sig = srv_wait_signal(wait);
+  if (sig == SIGTERM || sig == SIGINT) {
+    /* The first one (srv_signal_main answers a second itself). */
+    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    srv_drain(s, true);
+    SRV_INFO(
+        "%s: draining: no new sessions; queued work has %u s to finish "
+        "(a second %s exits at once)",
+        name, SRV_RT(s, drain_timeout_s), name);
+  } else if (sig == SIGHUP) {
+    srv_reload(s);
   }
+}
 
-  /* The rest must be over within the calls' grace period and
-   * SRV_TEARDOWN_S, or srv_signal_main ends the process with status 1. */
-  srv_set_deadline(srv_shutdown_ms(&s, false), false);
-  if (!stopping_sent) sd_notify(0, "STOPPING=1");
+/* Progress, device health, and with them the health status; the fresh
+ * counts in L->stats. True while the devices are stalled. */
+static bool srv_loop_health(srv *s, srv_loop *L, double now) {
+  bool stalled = sched_check_progress(s->sched, &L->prog, now,
+                                      (double)SRV_RT(s, stall_timeout_s));
+  if (stalled != atomic_load(&s->stalled)) {
+    atomic_store(&s->stalled, stalled);
+    if (stalled)
+      SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_ERROR,
+                 "no op completed for %u s while work is outstanding: "
+                 "NOT_SERVING%s",
+                 SRV_RT(s, stall_timeout_s),
+                 L->watchdog ? ", and no more WATCHDOG=1" : "");
+    else
+      SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_INFO,
+                 "the devices make progress again");
+  }
+  atomic_store(&s->devices_ok, srv_devices_healthy(s));
+  srv_health_update(s);
+  sched_get_stats(s->sched, &L->stats);
+  srv_note_counts(&L->stats);
+  return stalled;
+}
+
+/* Draining to exit (SIGTERM, or Admin Drain with exit_when_drained): true
+ * when the loop is over (drained, or the drain timed out); else the seconds
+ * of drain left in *drain_left (-1 when not draining). */
+static bool srv_loop_drain(srv *s, srv_loop *L, double now,
+                           double *drain_left) {
+  *drain_left = -1;
+  if (!atomic_load(&s->exiting)) return false;
+  if (L->drain_start < 0) {
+    L->drain_start = now;
+    srv_set_phase("draining (the main loop)");
+  }
+  if (!L->stopping_sent) {
+    sd_notify(0, "STOPPING=1");
+    L->stopping_sent = true;
+  }
+  /* The watchdog's deadline follows the drain's timeout (which a SIGHUP may
+   * change). */
+  srv_set_deadline(
+      (int64_t)((L->drain_start - now) * 1000) + srv_shutdown_ms(s, true),
+      false);
+  uint64_t outstanding = L->stats.ops_queued + L->stats.ops_in_flight;
+  double limit = (double)SRV_RT(s, drain_timeout_s);
+  if (outstanding == 0) {
+    SRV_INFO("drained: the queued work is done (%.1f s)", now - L->drain_start);
+    return true;
+  }
+  if (now - L->drain_start >= limit) {
+    SRV_WARN("drain timeout (%.0f s): cancelling %" PRIu64
+             " queued ops; %" PRIu64 " running on the devices are left",
+             limit, L->stats.ops_queued, L->stats.ops_in_flight);
+    L->timed_out = true;
+    return true;
+  }
+  *drain_left = limit - (now - L->drain_start);
+  return false;
+}
+
+/* A STATUS= line when it changed, WATCHDOG=1 when due and not stalled, and
+ * the next tick. */
+static void srv_loop_notify(srv *s, srv_loop *L, double now, bool stalled,
+                            double drain_left) {
+  srv_status_text(s, &L->stats, drain_left, L->status, sizeof(L->status));
+  if (strcmp(L->status, L->last_status) != 0) {
+    sd_notifyf(0, "STATUS=%s", L->status);
+    snprintf(L->last_status, sizeof(L->last_status), "%s", L->status);
+  }
+  if (L->watchdog && now >= L->next_wd) {
+    if (!stalled) sd_notify(0, "WATCHDOG=1");
+    L->next_wd = now + L->wd_period;
+  }
+  if (now >= L->next_tick) L->next_tick = now + 1.0;
+}
+
+/* The service loop, until the drain to exit is over. */
+static void srv_serve(srv *s, srv_loop *L) {
+  srv_watchdog_init(L);
+  double now = srv_now();
+  L->next_tick = now;
+  L->next_wd = now;
+  L->drain_start = -1;
+  for (;;) {
+    srv_loop_wait(s, L);
+    now = srv_now();
+    bool stalled = srv_loop_health(s, L, now);
+    double drain_left;
+    if (srv_loop_drain(s, L, now, &drain_left)) break;
+    srv_loop_notify(s, L, now, stalled, drain_left);
+  }
+}
+
+/* The shutdown after the loop. The rest must be over within the calls' grace
+ * period and SRV_TEARDOWN_S, or srv_signal_main ends the process with
+ * status 1. */
+static void srv_shutdown(srv *s, srv_loop *L) {
+  srv_set_deadline(srv_shutdown_ms(s, false), false);
+  if (!L->stopping_sent) sd_notify(0, "STOPPING=1");
   sd_notify(0, "STATUS=stopping: closing the listeners");
   SRV_INFO(
       "shutting down (grace period %d ms for calls in progress, then "
       "%d s for the rest)",
-      o->grace_ms, SRV_TEARDOWN_S);
-  srv_daemon_stop_serving(&s, srv_set_phase);
-  sched_get_stats(s.sched, &stats);
-  srv_note_counts(&stats);
-  if (timed_out && stats.ops_in_flight > 0) {
+      s->opt.grace_ms, SRV_TEARDOWN_S);
+  srv_daemon_stop_serving(s, srv_set_phase);
+  sched_get_stats(s->sched, &L->stats);
+  srv_note_counts(&L->stats);
+  if (L->timed_out && L->stats.ops_in_flight > 0) {
     /* The devices still run ops the drain gave up on: exit without waiting
      * for them (the kernel and the driver free the memory). */
     SRV_WARN("exiting with %" PRIu64 " ops still running on the devices",
-             stats.ops_in_flight);
+             L->stats.ops_in_flight);
     _exit(0);
   }
-  srv_daemon_stop_devices(&s, srv_set_phase);
+  srv_daemon_stop_devices(s, srv_set_phase);
   /* exit() runs the libraries' destructors (and a sanitizer's leak check):
    * SRV_TEARDOWN_S of their own. */
   srv_set_phase("exiting (library destructors)");
   srv_set_deadline((int64_t)SRV_TEARDOWN_S * 1000, false);
   SRV_INFO("stopped");
+}
+
+int main(int argc, char **argv) {
+  static srv s;
+  int rc = srv_main_prepare(&s, argc, argv);
+  if (rc >= 0) return rc;
+  sd_notify(0, "STATUS=starting");
+  if (srv_daemon_start(&s) != 0) return 1;
+  srv_loop L = {.stats = {.struct_size = sizeof(L.stats)},
+                .prog = {0, false, 0}};
+  srv_announce_ready(&s, &L);
+  srv_serve(&s, &L);
+  srv_shutdown(&s, &L);
   return 0;
 }
