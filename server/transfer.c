@@ -5,6 +5,7 @@
  * and the chunks' encoding are convert.c's; the tensors are the
  * scheduler's (sched_upload_*) and the engine's (dev_tensor_read). Shared
  * memory transfers are shm.c's. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,90 +64,64 @@ fail:
   srv_call_fail(c, &st);
 }
 
-static void srv_upload_msg(srv_call *c, const ProtobufCMessage *m) {
-  srv_upload_state *u = c->user;
-  if (!u) {
-    u = c->user = calloc(1, sizeof(*u));
-    if (!u) {
-      srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
-      return;
-    }
-  }
-  if (!m) { /* the client closed its side: the value must be complete */
-    if (!u->up) {
-      srv_call_finish(c, PD_INVALID_ARGUMENT,
-                      "Upload: the stream ended without a header");
-      return;
-    }
-    /* Skip components of zero bytes at the end. */
-    while (u->per_component && u->offset == u->expected &&
-           u->component + 1 < u->num_components) {
-      u->component++;
-      u->offset = 0;
-      u->expected = sched_upload_expected(u->up, u->component);
-    }
-    if (u->component + 1 != u->num_components || u->offset != u->expected) {
-      srv_call_finish(c, PD_INVALID_ARGUMENT,
-                      "Upload of handle %llu incomplete: the stream ended at "
-                      "component %d offset %llu; that component holds %llu "
-                      "bytes (of %d components)",
-                      (unsigned long long)u->id, u->component,
-                      (unsigned long long)u->offset,
-                      (unsigned long long)u->expected, u->num_components);
-      return;
-    }
-    srv_arena a = {NULL};
-    const dev_tensor *t = sched_upload_tensor(u->up);
-    Paradev__V1__TensorInfo *ti =
-        srv_info_to_pb(&a, u->id, dev_tensor_dtype(t), dev_tensor_shape(t));
-    dev_status st = DEV_STATUS_INIT;
-    sched_upload *up = u->up;
-    u->up = NULL;
-    if (!ti) {
-      sched_upload_abort(up);
-      srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
-    } else if (sched_upload_commit(up, &st) != PD_OK) {
-      srv_call_fail(c, &st);
-    } else {
-      Paradev__V1__UploadResponse resp = PARADEV__V1__UPLOAD_RESPONSE__INIT;
-      resp.tensor = ti;
-      resp.bytes_received = u->received;
-      resp.incarnation = c->s->incarnation;
-      srv_call_reply(c, &resp.base);
-    }
-    srv_arena_free(&a);
-    return;
-  }
-  const Paradev__V1__UploadRequest *req = (const void *)m;
-  if (req->item_case == PARADEV__V1__UPLOAD_REQUEST__ITEM_HEADER) {
-    if (u->up || u->ss) {
-      srv_call_finish(c, PD_INVALID_ARGUMENT,
-                      "Upload: a second header; an upload has one header "
-                      "followed by chunks");
-      return;
-    }
-    srv_upload_header(c, u, req->header);
-    return;
-  }
-  if (req->item_case != PARADEV__V1__UPLOAD_REQUEST__ITEM_CHUNK) {
-    srv_call_finish(c, PD_INVALID_ARGUMENT,
-                    "Upload: a message with neither header nor chunk");
-    return;
-  }
-  if (!u->up) {
-    srv_call_finish(c, PD_INVALID_ARGUMENT,
-                    "Upload: a chunk before the header; send the header first");
-    return;
-  }
-  const Paradev__V1__UploadChunk *ch = req->chunk;
-  sched_session_touch(u->ss);
-  /* A PER_COMPONENT upload moves to the next component once one is full. */
-  while (u->per_component && ch->component > u->component &&
+/* Moves to the next component while the current one is full, up to (not
+ * past) `before` and the last one: a PER_COMPONENT upload's chunks skip the
+ * components of zero bytes. */
+static void srv_upload_advance(srv_upload_state *u, int before) {
+  while (u->per_component && before > u->component &&
          u->offset == u->expected && u->component + 1 < u->num_components) {
     u->component++;
     u->offset = 0;
     u->expected = sched_upload_expected(u->up, u->component);
   }
+}
+
+/* The client closed its side: the value must be complete; then commit and
+ * answer with the tensor's info. */
+static void srv_upload_end(srv_call *c, srv_upload_state *u) {
+  if (!u->up) {
+    srv_call_finish(c, PD_INVALID_ARGUMENT,
+                    "Upload: the stream ended without a header");
+    return;
+  }
+  /* Skip components of zero bytes at the end. */
+  srv_upload_advance(u, INT_MAX);
+  if (u->component + 1 != u->num_components || u->offset != u->expected) {
+    srv_call_finish(c, PD_INVALID_ARGUMENT,
+                    "Upload of handle %llu incomplete: the stream ended at "
+                    "component %d offset %llu; that component holds %llu "
+                    "bytes (of %d components)",
+                    (unsigned long long)u->id, u->component,
+                    (unsigned long long)u->offset,
+                    (unsigned long long)u->expected, u->num_components);
+    return;
+  }
+  srv_arena a = {NULL};
+  const dev_tensor *t = sched_upload_tensor(u->up);
+  Paradev__V1__TensorInfo *ti =
+      srv_info_to_pb(&a, u->id, dev_tensor_dtype(t), dev_tensor_shape(t));
+  dev_status st = DEV_STATUS_INIT;
+  sched_upload *up = u->up;
+  u->up = NULL;
+  if (!ti) {
+    sched_upload_abort(up);
+    srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  } else if (sched_upload_commit(up, &st) != PD_OK) {
+    srv_call_fail(c, &st);
+  } else {
+    Paradev__V1__UploadResponse resp = PARADEV__V1__UPLOAD_RESPONSE__INIT;
+    resp.tensor = ti;
+    resp.bytes_received = u->received;
+    resp.incarnation = c->s->incarnation;
+    srv_call_reply(c, &resp.base);
+  }
+  srv_arena_free(&a);
+}
+
+/* Whether a chunk goes where the previous one ended, within the value and
+ * the chunk limit; false once the call is finished with the reason. */
+static bool srv_upload_chunk_ok(srv_call *c, const srv_upload_state *u,
+                                const Paradev__V1__UploadChunk *ch) {
   if (ch->component != u->component || ch->offset != u->offset) {
     srv_call_finish(c, PD_INVALID_ARGUMENT,
                     "Upload: chunk for component %d at offset %llu; expected "
@@ -154,7 +129,7 @@ static void srv_upload_msg(srv_call *c, const ProtobufCMessage *m) {
                     "where the previous one ended)",
                     ch->component, (unsigned long long)ch->offset, u->component,
                     (unsigned long long)u->offset);
-    return;
+    return false;
   }
   if (ch->data.len > u->expected - u->offset) {
     srv_call_finish(c, PD_INVALID_ARGUMENT,
@@ -163,7 +138,7 @@ static void srv_upload_msg(srv_call *c, const ProtobufCMessage *m) {
                     ch->data.len, (unsigned long long)u->offset,
                     (unsigned long long)u->expected,
                     (unsigned long long)(u->expected - u->offset));
-    return;
+    return false;
   }
   if (ch->data.len > c->s->opt.limits.max_chunk_bytes) {
     srv_call_finish(c, PD_INVALID_ARGUMENT,
@@ -171,8 +146,23 @@ static void srv_upload_msg(srv_call *c, const ProtobufCMessage *m) {
                     "is %llu (split the value into smaller chunks)",
                     ch->data.len,
                     (unsigned long long)c->s->opt.limits.max_chunk_bytes);
+    return false;
+  }
+  return true;
+}
+
+/* One chunk after the header: checked, then written into the upload. */
+static void srv_upload_chunk(srv_call *c, srv_upload_state *u,
+                             const Paradev__V1__UploadChunk *ch) {
+  if (!u->up) {
+    srv_call_finish(c, PD_INVALID_ARGUMENT,
+                    "Upload: a chunk before the header; send the header first");
     return;
   }
+  sched_session_touch(u->ss);
+  /* A PER_COMPONENT upload moves to the next component once one is full. */
+  srv_upload_advance(u, ch->component);
+  if (!srv_upload_chunk_ok(c, u, ch)) return;
   dev_status st = DEV_STATUS_INIT;
   if (ch->data.len &&
       sched_upload_write(u->up, u->component, u->offset, ch->data.data,
@@ -184,6 +174,38 @@ static void srv_upload_msg(srv_call *c, const ProtobufCMessage *m) {
   u->received += ch->data.len;
   atomic_fetch_add_explicit(&c->s->upload_bytes, ch->data.len,
                             memory_order_relaxed);
+}
+
+/* Each message of the stream (NULL once the client closed its side): one
+ * header, then chunks in order. */
+static void srv_upload_msg(srv_call *c, const ProtobufCMessage *m) {
+  srv_upload_state *u = c->user;
+  if (!u) {
+    u = c->user = calloc(1, sizeof(*u));
+    if (!u) {
+      srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      return;
+    }
+  }
+  if (!m) {
+    srv_upload_end(c, u);
+    return;
+  }
+  const Paradev__V1__UploadRequest *req = (const void *)m;
+  if (req->item_case == PARADEV__V1__UPLOAD_REQUEST__ITEM_HEADER) {
+    if (u->up || u->ss) {
+      srv_call_finish(c, PD_INVALID_ARGUMENT,
+                      "Upload: a second header; an upload has one header "
+                      "followed by chunks");
+      return;
+    }
+    srv_upload_header(c, u, req->header);
+  } else if (req->item_case == PARADEV__V1__UPLOAD_REQUEST__ITEM_CHUNK) {
+    srv_upload_chunk(c, u, req->chunk);
+  } else {
+    srv_call_finish(c, PD_INVALID_ARGUMENT,
+                    "Upload: a message with neither header nor chunk");
+  }
 }
 
 /* --- Download ------------------------------------------------------------------ */
