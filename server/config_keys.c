@@ -272,120 +272,168 @@ static bool srv_parse_bool(const char *s, bool *out) {
   return false;
 }
 
+/* One setter per kind of key (srv_key_set picks it): each writes the value
+ * into `field` (the key's place in `o`), or what was expected into err. */
+
+static bool srv_set_path(srv_options *o, char *field, const char *value,
+                         char *err, size_t errlen) {
+  if (*value && !srv_valid_socket_path(value)) {
+    snprintf(err, errlen,
+             "expected an absolute path of at most %zu bytes, or nothing "
+             "to turn it off",
+             sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+    return false;
+  }
+  snprintf(field, SRV_ADDR_MAX, "%s", value);
+  o->admin_socket_set = true; /* the one path key */
+  return true;
+}
+
+static bool srv_set_hostport(char *field, const char *value, char *err,
+                             size_t errlen) {
+  if (*value && !srv_valid_hostport(value)) {
+    snprintf(err, errlen,
+             "expected host:port (such as 127.0.0.1:9478 or [::1]:9478; "
+             "port 0 picks a free one), or nothing to turn it off");
+    return false;
+  }
+  if (strlen(value) >= SRV_ADDR_MAX) {
+    snprintf(err, errlen, "at most %d bytes", SRV_ADDR_MAX - 1);
+    return false;
+  }
+  snprintf(field, SRV_ADDR_MAX, "%s", value);
+  return true;
+}
+
+static bool srv_set_backend(srv_options *o, char *field, const char *value,
+                            char *err, size_t errlen) {
+  if (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0) {
+    snprintf(err, errlen, "expected cpu or cuda");
+    return false;
+  }
+  snprintf(field, sizeof(o->backend), "%s", value);
+  return true;
+}
+
+static bool srv_set_mesh(char *field, const char *value, char *err,
+                         size_t errlen) {
+  if (!srv_valid_mesh(value) || strlen(value) >= SRV_ADDR_MAX) {
+    snprintf(err, errlen,
+             "expected cuda:all or a list such as cuda:0,cuda:1 (an "
+             "ordinal may repeat)");
+    return false;
+  }
+  snprintf(field, SRV_ADDR_MAX, "%s", value);
+  return true;
+}
+
+/* SRV_K_INT (an int) and SRV_K_U32 (a uint32_t), within [min, max]. */
+static bool srv_set_int(const srv_key *k, char *field, const char *value,
+                        char *err, size_t errlen) {
+  uint64_t v = 0;
+  if (!srv_parse_uint(value, &v) || v < k->min || v > k->max) {
+    snprintf(err, errlen, "expected an integer from %llu to %llu",
+             (unsigned long long)k->min, (unsigned long long)k->max);
+    return false;
+  }
+  if (k->type == SRV_K_INT)
+    *(int *)(void *)field = (int)v;
+  else
+    *(uint32_t *)(void *)field = (uint32_t)v;
+  return true;
+}
+
+static bool srv_set_size(const srv_key *k, char *field, const char *value,
+                         char *err, size_t errlen) {
+  uint64_t v = 0;
+  if (!srv_parse_size(value, &v) || v < k->min || v > k->max) {
+    if (k->max == UINT64_MAX)
+      snprintf(err, errlen,
+               "expected a byte count of at least %llu, such as 4096, "
+               "512K, 64M or 4G",
+               (unsigned long long)k->min);
+    else
+      snprintf(err, errlen,
+               "expected a byte count from %llu to %llu, such as 4096, "
+               "512K, 64M or 1G",
+               (unsigned long long)k->min, (unsigned long long)k->max);
+    return false;
+  }
+  *(uint64_t *)(void *)field = v;
+  return true;
+}
+
+/* A byte count, or "unlimited" (UINT64_MAX). */
+static bool srv_set_size_all(char *field, const char *value, char *err,
+                             size_t errlen) {
+  uint64_t v = 0;
+  if (strcasecmp(value, "unlimited") == 0) {
+    *(uint64_t *)(void *)field = UINT64_MAX;
+    return true;
+  }
+  if (!srv_parse_size(value, &v)) {
+    snprintf(err, errlen,
+             "expected a byte count such as 0, 512M or 4G, or unlimited");
+    return false;
+  }
+  *(uint64_t *)(void *)field = v;
+  return true;
+}
+
+static bool srv_set_mode(const srv_key *k, char *field, const char *value,
+                         char *err, size_t errlen) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long m = strtoul(value, &end, 8);
+  if (!*value || errno || *end || m > k->max) {
+    snprintf(err, errlen, "expected an octal file mode such as 0660");
+    return false;
+  }
+  *(unsigned *)(void *)field = (unsigned)m;
+  return true;
+}
+
+static bool srv_set_bool(char *field, const char *value, char *err,
+                         size_t errlen) {
+  if (!srv_parse_bool(value, (bool *)(void *)field)) {
+    snprintf(err, errlen, "expected true or false");
+    return false;
+  }
+  return true;
+}
+
+/* The index of the name in srv_collectives. */
+static bool srv_set_collectives(char *field, const char *value, char *err,
+                                size_t errlen) {
+  for (size_t i = 0; i < srv_num_collectives; i++)
+    if (strcmp(value, srv_collectives[i]) == 0) {
+      *(int *)(void *)field = (int)i;
+      return true;
+    }
+  snprintf(err, errlen, "expected auto, nccl or copy");
+  return false;
+}
+
 /* Sets key `k` from text. On error writes what was expected into err. */
 bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
                  size_t errlen) {
   char *field = (char *)o + k->off;
-  uint64_t v = 0;
   switch (k->type) {
     case SRV_K_LISTEN: return srv_add_listen(o, value, err, errlen);
-    case SRV_K_PATH:
-      if (*value && !srv_valid_socket_path(value)) {
-        snprintf(err, errlen,
-                 "expected an absolute path of at most %zu bytes, or nothing "
-                 "to turn it off",
-                 sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
-        return false;
-      }
-      snprintf(field, SRV_ADDR_MAX, "%s", value);
-      o->admin_socket_set = true; /* the one path key */
-      return true;
-    case SRV_K_HOSTPORT:
-      if (*value && !srv_valid_hostport(value)) {
-        snprintf(err, errlen,
-                 "expected host:port (such as 127.0.0.1:9478 or [::1]:9478; "
-                 "port 0 picks a free one), or nothing to turn it off");
-        return false;
-      }
-      if (strlen(value) >= SRV_ADDR_MAX) {
-        snprintf(err, errlen, "at most %d bytes", SRV_ADDR_MAX - 1);
-        return false;
-      }
-      snprintf(field, SRV_ADDR_MAX, "%s", value);
-      return true;
-    case SRV_K_BACKEND:
-      if (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0) {
-        snprintf(err, errlen, "expected cpu or cuda");
-        return false;
-      }
-      snprintf(field, sizeof(o->backend), "%s", value);
-      return true;
-    case SRV_K_MESH:
-      if (!srv_valid_mesh(value) || strlen(value) >= SRV_ADDR_MAX) {
-        snprintf(err, errlen,
-                 "expected cuda:all or a list such as cuda:0,cuda:1 (an "
-                 "ordinal may repeat)");
-        return false;
-      }
-      snprintf(field, SRV_ADDR_MAX, "%s", value);
-      return true;
+    case SRV_K_PATH: return srv_set_path(o, field, value, err, errlen);
+    case SRV_K_HOSTPORT: return srv_set_hostport(field, value, err, errlen);
+    case SRV_K_BACKEND: return srv_set_backend(o, field, value, err, errlen);
+    case SRV_K_MESH: return srv_set_mesh(field, value, err, errlen);
     case SRV_K_INT:
-    case SRV_K_U32:
-      if (!srv_parse_uint(value, &v) || v < k->min || v > k->max) {
-        snprintf(err, errlen, "expected an integer from %llu to %llu",
-                 (unsigned long long)k->min, (unsigned long long)k->max);
-        return false;
-      }
-      if (k->type == SRV_K_INT)
-        *(int *)(void *)field = (int)v;
-      else
-        *(uint32_t *)(void *)field = (uint32_t)v;
-      return true;
-    case SRV_K_SIZE:
-      if (!srv_parse_size(value, &v) || v < k->min || v > k->max) {
-        if (k->max == UINT64_MAX)
-          snprintf(err, errlen,
-                   "expected a byte count of at least %llu, such as 4096, "
-                   "512K, 64M or 4G",
-                   (unsigned long long)k->min);
-        else
-          snprintf(err, errlen,
-                   "expected a byte count from %llu to %llu, such as 4096, "
-                   "512K, 64M or 1G",
-                   (unsigned long long)k->min, (unsigned long long)k->max);
-        return false;
-      }
-      *(uint64_t *)(void *)field = v;
-      return true;
-    case SRV_K_MODE: {
-      char *end = NULL;
-      errno = 0;
-      unsigned long m = strtoul(value, &end, 8);
-      if (!*value || errno || *end || m > k->max) {
-        snprintf(err, errlen, "expected an octal file mode such as 0660");
-        return false;
-      }
-      *(unsigned *)(void *)field = (unsigned)m;
-      return true;
-    }
+    case SRV_K_U32: return srv_set_int(k, field, value, err, errlen);
+    case SRV_K_SIZE: return srv_set_size(k, field, value, err, errlen);
+    case SRV_K_MODE: return srv_set_mode(k, field, value, err, errlen);
     case SRV_K_LOG:
       return srv_log_parse_spec(value, o->log_levels, err, errlen);
-    case SRV_K_BOOL:
-      if (!srv_parse_bool(value, (bool *)(void *)field)) {
-        snprintf(err, errlen, "expected true or false");
-        return false;
-      }
-      return true;
-    case SRV_K_SIZE_ALL:
-      if (strcasecmp(value, "unlimited") == 0) {
-        *(uint64_t *)(void *)field = UINT64_MAX;
-        return true;
-      }
-      if (!srv_parse_size(value, &v)) {
-        snprintf(err, errlen,
-                 "expected a byte count such as 0, 512M or 4G, or unlimited");
-        return false;
-      }
-      *(uint64_t *)(void *)field = v;
-      return true;
+    case SRV_K_BOOL: return srv_set_bool(field, value, err, errlen);
+    case SRV_K_SIZE_ALL: return srv_set_size_all(field, value, err, errlen);
     case SRV_K_COLLECTIVES:
-      for (size_t i = 0; i < srv_num_collectives; i++)
-        if (strcmp(value, srv_collectives[i]) == 0) {
-          *(int *)(void *)field = (int)i;
-          return true;
-        }
-      snprintf(err, errlen, "expected auto, nccl or copy");
-      return false;
+      return srv_set_collectives(field, value, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;

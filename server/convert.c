@@ -139,105 +139,138 @@ void srv_status_to_pb(const dev_status *st, char *msg,
 
 /* --- operations ------------------------------------------------------------------- */
 
-pd_code srv_op_from_pb(const srv_req_limits *l,
-                       const Paradev__V1__Operation *pb, int index,
-                       dev_attr *attrs, sched_op *out, dev_status *st) {
-  const char *name = pb->op ? pb->op : "";
-  size_t nlen = strlen(name);
-  size_t max_str = (size_t)l->max_string_bytes;
-  if (nlen == 0 || nlen > max_str)
+/* Which op of the request an attr belongs to, for the messages, and the
+ * string limit; what srv_op_from_pb's steps share. */
+typedef struct srv_op_ctx {
+  int index;
+  const char *name;
+  size_t max_str;
+} srv_op_ctx;
+
+/* The op's name and its counts of inputs, attrs and output ids. */
+static pd_code srv_op_check_counts(const srv_op_ctx *x,
+                                   const Paradev__V1__Operation *pb,
+                                   dev_status *st) {
+  size_t nlen = strlen(x->name);
+  if (nlen == 0 || nlen > x->max_str)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "op %d: the op name is %zu bytes; expected 1 to "
                      "max_string_bytes = %zu",
-                     index, nlen, max_str);
+                     x->index, nlen, x->max_str);
   if (pb->n_inputs > DEV_MAX_INPUTS)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "op %d (%.64s): %zu inputs; the limit max_inputs_per_op "
                      "is %d",
-                     index, name, pb->n_inputs, DEV_MAX_INPUTS);
+                     x->index, x->name, pb->n_inputs, DEV_MAX_INPUTS);
   if (pb->n_attrs > DEV_MAX_ATTRS)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "op %d (%.64s): %zu attrs; the limit max_attrs_per_op "
                      "is %d",
-                     index, name, pb->n_attrs, DEV_MAX_ATTRS);
+                     x->index, x->name, pb->n_attrs, DEV_MAX_ATTRS);
   if (pb->n_output_ids > DEV_MAX_OUTPUTS)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "op %d (%.64s): %zu output ids; no op has more than %d "
                      "outputs",
-                     index, name, pb->n_output_ids, DEV_MAX_OUTPUTS);
-  for (size_t i = 0; i < pb->n_attrs; i++) {
-    const Paradev__V1__Attr *a = pb->attrs[i];
-    const char *an = a->name ? a->name : "";
-    if (strlen(an) == 0 || strlen(an) > max_str)
+                     x->index, x->name, pb->n_output_ids, DEV_MAX_OUTPUTS);
+  return PD_OK;
+}
+
+/* An int_list or float_list value, of at most DEV_ATTR_LIST_MAX values. */
+static pd_code srv_attr_list_from_pb(const srv_op_ctx *x, const char *an,
+                                     const Paradev__V1__AttrValue *v,
+                                     dev_attr *out, dev_status *st) {
+  bool is_int = v->value_case == PARADEV__V1__ATTR_VALUE__VALUE_INT_LIST;
+  size_t n = is_int ? (v->int_list ? v->int_list->n_values : 0)
+                    : (v->float_list ? v->float_list->n_values : 0);
+  if (n > DEV_ATTR_LIST_MAX)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "op %d (%.64s): attr %.64s: a list of %zu values; "
+                     "the limit max_list_length is %d",
+                     x->index, x->name, an, n, DEV_ATTR_LIST_MAX);
+  if (is_int)
+    *out =
+        dev_attr_int_list(an, v->int_list ? v->int_list->values : NULL, (int)n);
+  else
+    *out = dev_attr_float_list(an, v->float_list ? v->float_list->values : NULL,
+                               (int)n);
+  return PD_OK;
+}
+
+/* The values that need a check of their own: a string, a dtype, a shape.
+ * The wire's value case is one of those three. */
+static pd_code srv_attr_checked_from_pb(const srv_op_ctx *x, const char *an,
+                                        const Paradev__V1__AttrValue *v,
+                                        dev_attr *out, dev_status *st) {
+  dev_status inner = DEV_STATUS_INIT;
+  if (v->value_case == PARADEV__V1__ATTR_VALUE__VALUE_S) {
+    size_t sl = strlen(v->s);
+    if (sl > x->max_str)
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "op %d (%.64s): attr %zu has a name of %zu bytes; "
-                       "expected 1 to max_string_bytes = %zu",
-                       index, name, i, strlen(an), max_str);
-    const Paradev__V1__AttrValue *v = a->value;
-    int vc = v ? (int)v->value_case : 0;
-    dev_status inner = DEV_STATUS_INIT;
-    switch (vc) {
-      case PARADEV__V1__ATTR_VALUE__VALUE_I:
-        attrs[i] = dev_attr_int(an, v->i);
-        break;
-      case PARADEV__V1__ATTR_VALUE__VALUE_F:
-        attrs[i] = dev_attr_float(an, v->f);
-        break;
-      case PARADEV__V1__ATTR_VALUE__VALUE_B:
-        attrs[i] = dev_attr_bool(an, v->b != 0);
-        break;
-      case PARADEV__V1__ATTR_VALUE__VALUE_S: {
-        size_t sl = strlen(v->s);
-        if (sl > max_str)
-          return dev_error(st, PD_INVALID_ARGUMENT,
-                           "op %d (%.64s): attr %.64s: a string of %zu bytes; "
-                           "the limit max_string_bytes is %zu",
-                           index, name, an, sl, max_str);
-        attrs[i] = dev_attr_string(an, v->s);
-        break;
-      }
-      case PARADEV__V1__ATTR_VALUE__VALUE_DTYPE: {
-        pd_dtype dt = PD_DTYPE_INVALID;
-        if (srv_dtype_from_pb((int)v->dtype, an, &dt, &inner) != PD_OK)
-          return dev_error(st, inner.code, "op %d (%.64s): attr %s", index,
-                           name, inner.msg);
-        attrs[i] = dev_attr_dtype(an, dt);
-        break;
-      }
-      case PARADEV__V1__ATTR_VALUE__VALUE_SHAPE: {
-        dev_shape sh;
-        if (srv_shape_from_pb(v->shape, an, &sh, &inner) != PD_OK)
-          return dev_error(st, inner.code, "op %d (%.64s): attr %s", index,
-                           name, inner.msg);
-        attrs[i] = dev_attr_shape(an, sh.rank, sh.dims);
-        break;
-      }
-      case PARADEV__V1__ATTR_VALUE__VALUE_INT_LIST:
-      case PARADEV__V1__ATTR_VALUE__VALUE_FLOAT_LIST: {
-        bool is_int = vc == PARADEV__V1__ATTR_VALUE__VALUE_INT_LIST;
-        size_t n = is_int ? (v->int_list ? v->int_list->n_values : 0)
-                          : (v->float_list ? v->float_list->n_values : 0);
-        if (n > DEV_ATTR_LIST_MAX)
-          return dev_error(st, PD_INVALID_ARGUMENT,
-                           "op %d (%.64s): attr %.64s: a list of %zu values; "
-                           "the limit max_list_length is %d",
-                           index, name, an, n, DEV_ATTR_LIST_MAX);
-        if (is_int)
-          attrs[i] = dev_attr_int_list(
-              an, v->int_list ? v->int_list->values : NULL, (int)n);
-        else
-          attrs[i] = dev_attr_float_list(
-              an, v->float_list ? v->float_list->values : NULL, (int)n);
-        break;
-      }
-      default:
-        return dev_error(st, PD_INVALID_ARGUMENT,
-                         "op %d (%.64s): attr %.64s has no value (set one of "
-                         "i, f, b, s, dtype, shape, int_list, float_list)",
-                         index, name, an);
-    }
+                       "op %d (%.64s): attr %.64s: a string of %zu bytes; "
+                       "the limit max_string_bytes is %zu",
+                       x->index, x->name, an, sl, x->max_str);
+    *out = dev_attr_string(an, v->s);
+  } else if (v->value_case == PARADEV__V1__ATTR_VALUE__VALUE_DTYPE) {
+    pd_dtype dt = PD_DTYPE_INVALID;
+    if (srv_dtype_from_pb((int)v->dtype, an, &dt, &inner) != PD_OK)
+      return dev_error(st, inner.code, "op %d (%.64s): attr %s", x->index,
+                       x->name, inner.msg);
+    *out = dev_attr_dtype(an, dt);
+  } else {
+    dev_shape sh;
+    if (srv_shape_from_pb(v->shape, an, &sh, &inner) != PD_OK)
+      return dev_error(st, inner.code, "op %d (%.64s): attr %s", x->index,
+                       x->name, inner.msg);
+    *out = dev_attr_shape(an, sh.rank, sh.dims);
   }
-  out->op_name = name;
+  return PD_OK;
+}
+
+/* Attr `i` of the op: its name, then its value by the wire's value case. */
+static pd_code srv_attr_from_pb(const srv_op_ctx *x, size_t i,
+                                const Paradev__V1__Attr *a, dev_attr *out,
+                                dev_status *st) {
+  const char *an = a->name ? a->name : "";
+  if (strlen(an) == 0 || strlen(an) > x->max_str)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "op %d (%.64s): attr %zu has a name of %zu bytes; "
+                     "expected 1 to max_string_bytes = %zu",
+                     x->index, x->name, i, strlen(an), x->max_str);
+  const Paradev__V1__AttrValue *v = a->value;
+  int vc = v ? (int)v->value_case : 0;
+  switch (vc) {
+    case PARADEV__V1__ATTR_VALUE__VALUE_I:
+      *out = dev_attr_int(an, v->i);
+      return PD_OK;
+    case PARADEV__V1__ATTR_VALUE__VALUE_F:
+      *out = dev_attr_float(an, v->f);
+      return PD_OK;
+    case PARADEV__V1__ATTR_VALUE__VALUE_B:
+      *out = dev_attr_bool(an, v->b != 0);
+      return PD_OK;
+    case PARADEV__V1__ATTR_VALUE__VALUE_S:
+    case PARADEV__V1__ATTR_VALUE__VALUE_DTYPE:
+    case PARADEV__V1__ATTR_VALUE__VALUE_SHAPE:
+      return srv_attr_checked_from_pb(x, an, v, out, st);
+    case PARADEV__V1__ATTR_VALUE__VALUE_INT_LIST:
+    case PARADEV__V1__ATTR_VALUE__VALUE_FLOAT_LIST:
+      return srv_attr_list_from_pb(x, an, v, out, st);
+    default:
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "op %d (%.64s): attr %.64s has no value (set one of "
+                       "i, f, b, s, dtype, shape, int_list, float_list)",
+                       x->index, x->name, an);
+  }
+}
+
+pd_code srv_op_from_pb(const srv_req_limits *l,
+                       const Paradev__V1__Operation *pb, int index,
+                       dev_attr *attrs, sched_op *out, dev_status *st) {
+  srv_op_ctx x = {index, pb->op ? pb->op : "", (size_t)l->max_string_bytes};
+  PD_TRY(srv_op_check_counts(&x, pb, st));
+  for (size_t i = 0; i < pb->n_attrs; i++)
+    PD_TRY(srv_attr_from_pb(&x, i, pb->attrs[i], &attrs[i], st));
+  out->op_name = x.name;
   out->inputs = pb->inputs;
   out->num_inputs = (int)pb->n_inputs;
   out->attrs = attrs;
