@@ -67,6 +67,145 @@ static grpc_byte_buffer *pdc_pack_chunk(int component, uint64_t offset,
   return pdc_pack(&r.base);
 }
 
+/* One Upload call in flight: the value, where the chunks have got to, the
+ * messages being sent (out) and packed (next), and the batches pending. */
+typedef struct pdc_up {
+  pdc_call k;
+  int ncomp;
+  const void *const *data;
+  const size_t *bytes;
+  size_t chunk;
+  int comp;     /* the component the next chunk comes from */
+  uint64_t off; /* and its offset there */
+  grpc_byte_buffer *out, *next, *recv;
+  char t_status, t_send, t_final;
+  int pending;
+  bool status_done, send_ok, final_started;
+} pdc_up;
+
+/* The status batch, then the header. Initial metadata is asked for now,
+ * with the status: gRPC delivers a trailers-only answer (an early refusal)
+ * only once it was. */
+static pd_code pdc_up_begin(pdc_up *u, Paradev__V1__UploadHeader *h,
+                            pd_status *st) {
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[0].data.recv_status_on_client.trailing_metadata = &u->k.md_trailing;
+  ops[0].data.recv_status_on_client.status = &u->k.status;
+  ops[0].data.recv_status_on_client.status_details = &u->k.details;
+  ops[0].data.recv_status_on_client.error_string = &u->k.error_string;
+  ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[1].data.recv_initial_metadata.recv_initial_metadata = &u->k.md_initial;
+  if (grpc_call_start_batch(u->k.call, ops, 2, &u->t_status, NULL) !=
+      GRPC_CALL_OK)
+    return pdc_error(st, PD_INTERNAL, "gRPC refused to start Upload");
+  u->pending++;
+  Paradev__V1__UploadRequest r = PARADEV__V1__UPLOAD_REQUEST__INIT;
+  r.item_case = PARADEV__V1__UPLOAD_REQUEST__ITEM_HEADER;
+  r.header = h;
+  u->out = pdc_pack(&r.base);
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = u->out;
+  if (grpc_call_start_batch(u->k.call, ops, 2, &u->t_send, NULL) ==
+      GRPC_CALL_OK)
+    u->pending++;
+  else
+    u->send_ok = false;
+  return PD_OK;
+}
+
+/* Packs the next chunk, in order, while the current one goes. */
+static void pdc_up_pack_next(pdc_up *u) {
+  if (!u->send_ok || u->next) return;
+  while (u->comp < u->ncomp && u->off >= u->bytes[u->comp]) {
+    u->comp++;
+    u->off = 0;
+  }
+  if (u->comp >= u->ncomp) return;
+  size_t left = (size_t)(u->bytes[u->comp] - u->off);
+  size_t len = left < u->chunk ? left : u->chunk;
+  u->next = pdc_pack_chunk(u->comp, u->off,
+                           (const char *)u->data[u->comp] + u->off, len);
+  u->off += len;
+}
+
+/* A send completed: send the packed chunk, or once there is none close the
+ * client's side and ask for the reply. A failed send means the call is
+ * ending: its status will come. */
+static void pdc_up_sent(pdc_up *u, bool success) {
+  grpc_byte_buffer_destroy(u->out);
+  u->out = NULL;
+  if (!success || u->status_done) u->send_ok = false;
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  if (u->send_ok && u->next) {
+    u->out = u->next;
+    u->next = NULL;
+    ops[0].op = GRPC_OP_SEND_MESSAGE;
+    ops[0].data.send_message.send_message = u->out;
+    if (grpc_call_start_batch(u->k.call, ops, 1, &u->t_send, NULL) ==
+        GRPC_CALL_OK) {
+      u->pending++;
+    } else {
+      u->send_ok = false;
+      grpc_call_cancel(u->k.call, NULL);
+    }
+  } else if (u->send_ok && !u->final_started) {
+    u->final_started = true;
+    ops[0].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[1].op = GRPC_OP_RECV_MESSAGE;
+    ops[1].data.recv_message.recv_message = &u->recv;
+    if (grpc_call_start_batch(u->k.call, ops, 2, &u->t_final, NULL) ==
+        GRPC_CALL_OK)
+      u->pending++;
+  }
+}
+
+/* Drives the call's queue until no batch is pending. The status may come
+ * first (an early refusal): then what is still pending is cancelled. */
+static void pdc_up_pump(pdc_up *u) {
+  for (;;) {
+    pdc_up_pack_next(u);
+    if (u->pending == 0) break;
+    grpc_event ev = grpc_completion_queue_next(
+        u->k.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type != GRPC_OP_COMPLETE) break;
+    u->pending--;
+    if (ev.tag == &u->t_status) {
+      u->status_done = true;
+      if (u->pending > 0) grpc_call_cancel(u->k.call, NULL);
+    } else if (ev.tag == &u->t_send) {
+      pdc_up_sent(u, ev.success != 0);
+    }
+  }
+}
+
+/* The call's status, then the reply's tensor info into *info (if given). */
+static pd_code pdc_up_result(pd_session *s, pdc_up *u, pd_tensor_info *info,
+                             pd_status *st) {
+  if (!u->status_done)
+    return pdc_error(st, PD_INTERNAL,
+                     "Upload: the call ended without a status");
+  PD_TRY(pdc_call_status(&u->k, st));
+  pdc_session_touch(s);
+  Paradev__V1__UploadResponse *resp =
+      u->recv ? (Paradev__V1__UploadResponse *)pdc_unpack(
+                    &paradev__v1__upload_response__descriptor, u->recv)
+              : NULL;
+  pd_code rc = PD_OK;
+  pd_tensor_info ti;
+  if (!resp || !pdc_info_from_pb(resp->tensor, &ti)) {
+    rc = pdc_error(st, PD_INTERNAL, "Upload: the reply cannot be decoded");
+  } else if (info) {
+    *info = ti;
+  }
+  if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+  return rc;
+}
+
 /* Runs the Upload call on a `next` queue, so the daemon's status is seen even
  * while a send waits: a daemon that refuses the upload early (bad header,
  * quota) stops reading, and a send blocked on flow control would otherwise
@@ -77,123 +216,27 @@ static pd_code pdc_upload(pd_session *s, Paradev__V1__UploadHeader *h,
                           const pd_call_options *call, pd_status *st) {
   size_t chunk = 0;
   PD_TRY(pdc_chunk_bytes(s->c, call, &chunk, st));
-  pd_code rc = PD_OK;
   h->session_token.data = s->token;
   h->session_token.len = s->token_len;
   int64_t timeout;
   pd_cancel *cancel;
   PD_TRY(pdc_call_opts(s->c, call, &timeout, &cancel, st));
-  pdc_call k;
-  grpc_byte_buffer *out = NULL, *next = NULL, *recv = NULL;
-  char t_status, t_send, t_final;
-  int pending = 0;
-  bool status_done = false, send_ok = true, final_started = false;
-  rc = pdc_call_start(&k, s->c, PDC_M_Upload, timeout, cancel, true, st);
-  if (rc != PD_OK) goto done;
-  /* Initial metadata is asked for now, with the status: gRPC delivers a
-   * trailers-only answer (an early refusal) only once it was. */
-  grpc_op ops[3];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[0].data.recv_status_on_client.trailing_metadata = &k.md_trailing;
-  ops[0].data.recv_status_on_client.status = &k.status;
-  ops[0].data.recv_status_on_client.status_details = &k.details;
-  ops[0].data.recv_status_on_client.error_string = &k.error_string;
-  ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[1].data.recv_initial_metadata.recv_initial_metadata = &k.md_initial;
-  if (grpc_call_start_batch(k.call, ops, 2, &t_status, NULL) != GRPC_CALL_OK) {
-    rc = pdc_error(st, PD_INTERNAL, "gRPC refused to start Upload");
-    goto done;
+  pdc_up u = {.ncomp = ncomp,
+              .data = data,
+              .bytes = bytes,
+              .chunk = chunk,
+              .send_ok = true};
+  pd_code rc =
+      pdc_call_start(&u.k, s->c, PDC_M_Upload, timeout, cancel, true, st);
+  if (rc == PD_OK) rc = pdc_up_begin(&u, h, st);
+  if (rc == PD_OK) {
+    pdc_up_pump(&u);
+    rc = pdc_up_result(s, &u, info, st);
   }
-  pending++;
-  Paradev__V1__UploadRequest r = PARADEV__V1__UPLOAD_REQUEST__INIT;
-  r.item_case = PARADEV__V1__UPLOAD_REQUEST__ITEM_HEADER;
-  r.header = h;
-  out = pdc_pack(&r.base);
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = out;
-  if (grpc_call_start_batch(k.call, ops, 2, &t_send, NULL) == GRPC_CALL_OK)
-    pending++;
-  else
-    send_ok = false;
-  /* Chunks in order; the next one is packed while the current one goes. */
-  int comp = 0;
-  uint64_t off = 0;
-  for (;;) {
-    if (send_ok && !next) {
-      while (comp < ncomp && off >= bytes[comp]) {
-        comp++;
-        off = 0;
-      }
-      if (comp < ncomp) {
-        size_t len =
-            bytes[comp] - off < chunk ? (size_t)(bytes[comp] - off) : chunk;
-        next = pdc_pack_chunk(comp, off, (const char *)data[comp] + off, len);
-        off += len;
-      }
-    }
-    if (pending == 0) break;
-    grpc_event ev = grpc_completion_queue_next(
-        k.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    if (ev.type != GRPC_OP_COMPLETE) break;
-    pending--;
-    if (ev.tag == &t_status) {
-      status_done = true;
-      if (pending > 0) grpc_call_cancel(k.call, NULL);
-    } else if (ev.tag == &t_send) {
-      grpc_byte_buffer_destroy(out);
-      out = NULL;
-      if (!ev.success || status_done) send_ok = false;
-      memset(ops, 0, sizeof(ops));
-      if (send_ok && next) {
-        out = next;
-        next = NULL;
-        ops[0].op = GRPC_OP_SEND_MESSAGE;
-        ops[0].data.send_message.send_message = out;
-        if (grpc_call_start_batch(k.call, ops, 1, &t_send, NULL) ==
-            GRPC_CALL_OK) {
-          pending++;
-        } else {
-          send_ok = false;
-          grpc_call_cancel(k.call, NULL);
-        }
-      } else if (send_ok && !final_started) {
-        final_started = true;
-        ops[0].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-        ops[1].op = GRPC_OP_RECV_MESSAGE;
-        ops[1].data.recv_message.recv_message = &recv;
-        if (grpc_call_start_batch(k.call, ops, 2, &t_final, NULL) ==
-            GRPC_CALL_OK)
-          pending++;
-      }
-      /* A failed send means the call is ending: its status will come. */
-    }
-  }
-  if (!status_done) {
-    rc = pdc_error(st, PD_INTERNAL, "Upload: the call ended without a status");
-    goto done;
-  }
-  rc = pdc_call_status(&k, st);
-  if (rc != PD_OK) goto done;
-  pdc_session_touch(s);
-  Paradev__V1__UploadResponse *resp =
-      recv ? (Paradev__V1__UploadResponse *)pdc_unpack(
-                 &paradev__v1__upload_response__descriptor, recv)
-           : NULL;
-  pd_tensor_info ti;
-  if (!resp || !pdc_info_from_pb(resp->tensor, &ti)) {
-    rc = pdc_error(st, PD_INTERNAL, "Upload: the reply cannot be decoded");
-  } else if (info) {
-    *info = ti;
-  }
-  if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
-done:
-  if (out) grpc_byte_buffer_destroy(out);
-  if (next) grpc_byte_buffer_destroy(next);
-  if (recv) grpc_byte_buffer_destroy(recv);
-  pdc_call_destroy(&k);
+  if (u.out) grpc_byte_buffer_destroy(u.out);
+  if (u.next) grpc_byte_buffer_destroy(u.next);
+  if (u.recv) grpc_byte_buffer_destroy(u.recv);
+  pdc_call_destroy(&u.k);
   return rc;
 }
 
