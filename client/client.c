@@ -77,63 +77,46 @@ static pd_code pdc_target(const char *target, char **out, pd_status *st) {
   return PD_OK;
 }
 
-pd_client *pd_client_new(const char *target, const pd_client_options *opts,
-                         pd_status *st) {
-  pd_client_options o = PD_CLIENT_OPTIONS_INITIALIZER;
+/* Copies the caller's options over the defaults into *o and checks them and
+ * the target's length. */
+static pd_code pdc_client_options(const char *target,
+                                  const pd_client_options *opts,
+                                  pd_client_options *o, pd_status *st) {
   if (opts) {
     if (opts->struct_size < offsetof(pd_client_options, user_agent) ||
-        opts->struct_size > sizeof(o)) {
-      pdc_error(st, PD_INVALID_ARGUMENT,
-                "pd_client_options.struct_size is %zu; start from "
-                "PD_CLIENT_OPTIONS_INITIALIZER",
-                opts->struct_size);
-      return NULL;
-    }
-    memcpy(&o, opts, opts->struct_size);
+        opts->struct_size > sizeof(*o))
+      return pdc_error(st, PD_INVALID_ARGUMENT,
+                       "pd_client_options.struct_size is %zu; start from "
+                       "PD_CLIENT_OPTIONS_INITIALIZER",
+                       opts->struct_size);
+    memcpy(o, opts, opts->struct_size);
   }
   size_t tlen = target ? strlen(target) : 0;
-  if (tlen == 0 || tlen > PDC_TARGET_MAX) {
-    pdc_error(st, PD_INVALID_ARGUMENT,
-              "target is %zu bytes; expected \"unix:/path\" or \"host:port\" "
-              "(1 to %d bytes)",
-              tlen, PDC_TARGET_MAX);
-    return NULL;
-  }
-  if (o.max_message_bytes > INT_MAX) {
-    pdc_error(st, PD_INVALID_ARGUMENT,
-              "max_message_bytes %llu is over gRPC's limit of %d",
-              (unsigned long long)o.max_message_bytes, INT_MAX);
-    return NULL;
-  }
-  if (o.max_message_bytes && o.max_message_bytes < 4096) {
-    pdc_error(st, PD_INVALID_ARGUMENT,
-              "max_message_bytes %llu is under the minimum of 4096",
-              (unsigned long long)o.max_message_bytes);
-    return NULL;
-  }
-  if (o.default_timeout_ms < 0) {
-    pdc_error(st, PD_INVALID_ARGUMENT,
-              "default_timeout_ms is %lld; expected 0 (60 s) or more",
-              (long long)o.default_timeout_ms);
-    return NULL;
-  }
-  pd_client *c = calloc(1, sizeof(*c));
-  if (!c) {
-    pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
-    return NULL;
-  }
-  if (pdc_target(target, &c->target, st) != PD_OK) {
-    free(c);
-    return NULL;
-  }
-  c->max_message_bytes =
-      o.max_message_bytes ? o.max_message_bytes : PDC_DEFAULT_MAX_MESSAGE;
-  c->default_timeout_ms =
-      o.default_timeout_ms ? o.default_timeout_ms : PDC_DEFAULT_TIMEOUT_MS;
-  c->chunk_bytes_opt = o.chunk_bytes ? o.chunk_bytes : PDC_DEFAULT_CHUNK;
-  pthread_mutex_init(&c->mu, NULL);
+  if (tlen == 0 || tlen > PDC_TARGET_MAX)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "target is %zu bytes; expected \"unix:/path\" or "
+                     "\"host:port\" (1 to %d bytes)",
+                     tlen, PDC_TARGET_MAX);
+  if (o->max_message_bytes > INT_MAX)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "max_message_bytes %llu is over gRPC's limit of %d",
+                     (unsigned long long)o->max_message_bytes, INT_MAX);
+  if (o->max_message_bytes && o->max_message_bytes < 4096)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "max_message_bytes %llu is under the minimum of 4096",
+                     (unsigned long long)o->max_message_bytes);
+  if (o->default_timeout_ms < 0)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "default_timeout_ms is %lld; expected 0 (60 s) or more",
+                     (long long)o->default_timeout_ms);
+  return PD_OK;
+}
 
-  grpc_init();
+/* The channel to c->target, with the message limit and the user agent,
+ * and every method registered on it. On failure c->channel is what was
+ * created (NULL or the channel), for the caller to destroy. */
+static pd_code pdc_channel_open(pd_client *c, const pd_client_options *o,
+                                pd_status *st) {
   grpc_arg args[3];
   size_t nargs = 0;
   args[nargs].type = GRPC_ARG_INTEGER;
@@ -142,36 +125,55 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
   args[nargs].type = GRPC_ARG_INTEGER;
   args[nargs].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[nargs++].value.integer = (int)c->max_message_bytes;
-  if (o.user_agent) {
+  if (o->user_agent) {
     args[nargs].type = GRPC_ARG_STRING;
     args[nargs].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
-    args[nargs++].value.string = (char *)o.user_agent;
+    args[nargs++].value.string = (char *)o->user_agent;
   }
   grpc_channel_args chargs = {nargs, args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   c->channel = grpc_channel_create(c->target, creds, &chargs);
   grpc_channel_credentials_release(creds);
-  if (!c->channel) {
-    pdc_error(st, PD_INTERNAL, "gRPC could not create a channel to %s",
-              c->target);
-    goto fail;
-  }
+  if (!c->channel)
+    return pdc_error(st, PD_INTERNAL, "gRPC could not create a channel to %s",
+                     c->target);
   for (int i = 0; i < PDC_NUM_METHODS; i++) {
     c->reg[i] =
         grpc_channel_register_call(c->channel, pdc_method_paths[i], NULL, NULL);
-    if (!c->reg[i]) {
-      pdc_error(st, PD_INTERNAL, "gRPC could not register %s",
-                pdc_method_paths[i]);
-      goto fail;
-    }
+    if (!c->reg[i])
+      return pdc_error(st, PD_INTERNAL, "gRPC could not register %s",
+                       pdc_method_paths[i]);
   }
+  return PD_OK;
+}
+
+pd_client *pd_client_new(const char *target, const pd_client_options *opts,
+                         pd_status *st) {
+  pd_client_options o = PD_CLIENT_OPTIONS_INITIALIZER;
+  if (pdc_client_options(target, opts, &o, st) != PD_OK) return NULL;
+  pd_client *c = calloc(1, sizeof(*c));
+  if (!c) {
+    pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    return NULL;
+  }
+  if (pdc_target(target, &c->target, st) != PD_OK) goto fail_target;
+  c->max_message_bytes =
+      o.max_message_bytes ? o.max_message_bytes : PDC_DEFAULT_MAX_MESSAGE;
+  c->default_timeout_ms =
+      o.default_timeout_ms ? o.default_timeout_ms : PDC_DEFAULT_TIMEOUT_MS;
+  c->chunk_bytes_opt = o.chunk_bytes ? o.chunk_bytes : PDC_DEFAULT_CHUNK;
+  pthread_mutex_init(&c->mu, NULL);
+  grpc_init();
+  if (pdc_channel_open(c, &o, st) != PD_OK) goto fail_channel;
   pdc_ok(st);
   return c;
-fail:
+
+fail_channel:
   if (c->channel) grpc_channel_destroy(c->channel);
   grpc_shutdown();
   pthread_mutex_destroy(&c->mu);
   free(c->target);
+fail_target:
   free(c);
   return NULL;
 }
