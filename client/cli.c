@@ -343,9 +343,41 @@ static double cli_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int cli_ping(const cli_opts *o, int argc, char **argv) {
-  uint64_t count = 10, size = 64;
-  bool quiet = false;
+/* What ping was asked for, and its buffers. */
+typedef struct cli_ping_run {
+  uint64_t count, size;
+  bool quiet;
+  unsigned char *payload, *reply;
+  double *ms; /* each round trip's time, count of them */
+} cli_ping_run;
+
+/* One --count or --size flag with its value (--flag=V or --flag V, the
+ * latter advancing *i): 0, or the exit status of a usage error. */
+static int cli_ping_flag(cli_ping_run *p, int argc, char **argv, int *i) {
+  const char *a = argv[*i], *val = NULL;
+  bool is_count =
+      strncmp(a, "--count", 7) == 0 && (a[7] == '\0' || a[7] == '=');
+  bool is_size = strncmp(a, "--size", 6) == 0 && (a[6] == '\0' || a[6] == '=');
+  if (!is_count && !is_size)
+    return cli_usage_error("ping", "unknown argument '%s'", a);
+  const char *eq = strchr(a, '=');
+  if (eq) {
+    val = eq + 1;
+  } else {
+    if (*i + 1 >= argc) return cli_usage_error("ping", "%s needs a value", a);
+    val = argv[++*i];
+  }
+  if (is_count) {
+    if (!cli_parse_u64(val, &p->count) || p->count < 1 || p->count > 1000000)
+      return cli_usage_error("ping", "--count '%s': expected 1..1000000", val);
+  } else if (!cli_parse_u64(val, &p->size) || p->size > (uint64_t)INT_MAX) {
+    return cli_usage_error("ping", "--size '%s': expected bytes", val);
+  }
+  return 0;
+}
+
+/* The command line: -1 to go on, or the exit status (--help, an error). */
+static int cli_ping_args(cli_ping_run *p, int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -353,93 +385,88 @@ static int cli_ping(const cli_opts *o, int argc, char **argv) {
       return 0;
     }
     if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-      quiet = true;
+      p->quiet = true;
       continue;
     }
-    const char *val = NULL;
-    bool is_count =
-        strncmp(a, "--count", 7) == 0 && (a[7] == '\0' || a[7] == '=');
-    bool is_size =
-        strncmp(a, "--size", 6) == 0 && (a[6] == '\0' || a[6] == '=');
-    if (!is_count && !is_size)
-      return cli_usage_error("ping", "unknown argument '%s'", a);
-    const char *eq = strchr(a, '=');
-    if (eq) {
-      val = eq + 1;
-    } else {
-      if (i + 1 >= argc) return cli_usage_error("ping", "%s needs a value", a);
-      val = argv[++i];
-    }
-    if (is_count) {
-      if (!cli_parse_u64(val, &count) || count < 1 || count > 1000000)
-        return cli_usage_error("ping", "--count '%s': expected 1..1000000",
-                               val);
-    } else if (!cli_parse_u64(val, &size) || size > (uint64_t)INT_MAX) {
-      return cli_usage_error("ping", "--size '%s': expected bytes", val);
-    }
+    int rc = cli_ping_flag(p, argc, argv, &i);
+    if (rc != 0) return rc;
   }
-  unsigned char *payload = malloc(size ? size : 1);
-  unsigned char *reply = malloc(size ? size : 1);
-  double *ms = malloc(sizeof(double) * count);
-  if (!payload || !reply || !ms) {
-    fprintf(stderr, "paradev ping: out of memory\n");
-    free(payload);
-    free(reply);
-    free(ms);
-    return 1;
-  }
-  for (uint64_t i = 0; i < size; i++) payload[i] = (unsigned char)(i * 31 + 7);
-  pd_status *st = pd_status_new();
-  int rc = 0;
-  pd_client *c = cli_connect(o, "ping", st, &rc);
-  if (!c) goto out;
-  /* The first call also connects: timed and shown apart. */
+  return -1;
+}
+
+/* The round trips, each timed and its echo compared: 0, or 1 (said). The
+ * first call also connects: timed and shown apart. */
+static int cli_ping_trips(const cli_opts *o, pd_client *c, cli_ping_run *p,
+                          pd_status *st) {
+  size_t size = (size_t)p->size;
   double t0 = cli_now_ms();
-  if (pd_client_echo(c, payload, (size_t)size, reply, (size_t)size, NULL, NULL,
-                     st) != PD_OK) {
-    rc = cli_fail("ping", st);
-    goto out;
-  }
+  if (pd_client_echo(c, p->payload, size, p->reply, size, NULL, NULL, st) !=
+      PD_OK)
+    return cli_fail("ping", st);
   printf("PING %s: %" PRIu64 "-byte Echo, connected in %.3f ms\n", o->target,
-         size, cli_now_ms() - t0);
-  for (uint64_t i = 0; i < count; i++) {
-    payload[0] = (unsigned char)i;
+         p->size, cli_now_ms() - t0);
+  for (uint64_t i = 0; i < p->count; i++) {
+    p->payload[0] = (unsigned char)i;
     size_t got = 0;
     double a = cli_now_ms();
-    if (pd_client_echo(c, payload, (size_t)size, reply, (size_t)size, &got,
-                       NULL, st) != PD_OK) {
-      rc = cli_fail("ping", st);
-      goto out;
-    }
-    ms[i] = cli_now_ms() - a;
-    if (got != size || (size && memcmp(payload, reply, (size_t)size) != 0)) {
+    if (pd_client_echo(c, p->payload, size, p->reply, size, &got, NULL, st) !=
+        PD_OK)
+      return cli_fail("ping", st);
+    p->ms[i] = cli_now_ms() - a;
+    if (got != size || (size && memcmp(p->payload, p->reply, size) != 0)) {
       fprintf(stderr,
               "paradev ping: seq=%" PRIu64
               ": the echo differs from "
               "what was sent\n",
               i);
-      rc = 1;
-      goto out;
+      return 1;
     }
-    if (!quiet) printf("seq=%" PRIu64 " time=%.3f ms\n", i, ms[i]);
+    if (!p->quiet) printf("seq=%" PRIu64 " time=%.3f ms\n", i, p->ms[i]);
   }
-  double sum = 0;
+  return 0;
+}
+
+/* The summary: min, mean and percentiles of the round trips (sorts ms). */
+static void cli_ping_stats(const cli_opts *o, cli_ping_run *p) {
+  uint64_t count = p->count;
+  double *ms = p->ms, sum = 0;
   for (uint64_t i = 0; i < count; i++) sum += ms[i];
   qsort(ms, (size_t)count, sizeof(double), cli_cmp_double);
   printf("--- %s ping statistics ---\n", o->target);
   printf("%" PRIu64 " round trips of %" PRIu64
          " bytes: min %.3f ms, mean %.3f ms\n",
-         count, size, ms[0], sum / (double)count);
+         count, p->size, ms[0], sum / (double)count);
   printf("latency p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms\n",
          cli_percentile(ms, (size_t)count, 50),
          cli_percentile(ms, (size_t)count, 90),
          cli_percentile(ms, (size_t)count, 99), ms[count - 1]);
-out:
+}
+
+static int cli_ping(const cli_opts *o, int argc, char **argv) {
+  cli_ping_run p = {.count = 10, .size = 64};
+  int rc = cli_ping_args(&p, argc, argv);
+  if (rc >= 0) return rc;
+  p.payload = malloc(p.size ? p.size : 1);
+  p.reply = malloc(p.size ? p.size : 1);
+  p.ms = malloc(sizeof(double) * p.count);
+  if (!p.payload || !p.reply || !p.ms) {
+    fprintf(stderr, "paradev ping: out of memory\n");
+    rc = 1;
+    goto out_free;
+  }
+  for (uint64_t i = 0; i < p.size; i++)
+    p.payload[i] = (unsigned char)(i * 31 + 7);
+  pd_status *st = pd_status_new();
+  rc = 0;
+  pd_client *c = cli_connect(o, "ping", st, &rc);
+  if (c) rc = cli_ping_trips(o, c, &p, st);
+  if (c && rc == 0) cli_ping_stats(o, &p);
   pd_client_delete(c);
   pd_status_delete(st);
-  free(payload);
-  free(reply);
-  free(ms);
+out_free:
+  free(p.payload);
+  free(p.reply);
+  free(p.ms);
   return rc;
 }
 
