@@ -101,6 +101,125 @@ static void cli_admin_default_socket(char *out, size_t len) {
   }
 }
 
+/* One unary Admin call: its channel, queue and call, the messages, and
+ * what comes back. */
+typedef struct cli_admin_rpc {
+  grpc_channel *ch;
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  grpc_byte_buffer *send, *recv;
+  grpc_metadata_array md_initial, md_trailing;
+  grpc_status_code status;
+  grpc_slice details;
+} cli_admin_rpc;
+
+/* The channel to the admin socket and the call to "/paradev.v1.Admin/METHOD"
+ * (the service's name from its descriptor), with the request packed. */
+static void cli_admin_open(cli_admin_rpc *r, const char *socket_path,
+                           double timeout_s, const char *method,
+                           const ProtobufCMessage *req) {
+  char target[4200];
+  snprintf(target, sizeof(target), "unix:%s", socket_path);
+  char path[256];
+  snprintf(path, sizeof(path), "/%s/%s", paradev__v1__admin__descriptor.name,
+           method);
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  r->ch = grpc_channel_create(target, creds, NULL);
+  grpc_channel_credentials_release(creds);
+  r->cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_slice mslice = grpc_slice_from_copied_string(path);
+  gpr_timespec deadline = gpr_time_add(
+      gpr_now(GPR_CLOCK_REALTIME),
+      gpr_time_from_millis((int64_t)(timeout_s * 1000 + 0.5), GPR_TIMESPAN));
+  r->call = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS,
+                                     r->cq, mslice, NULL, deadline, NULL);
+  grpc_slice_unref(mslice);
+  size_t len = protobuf_c_message_get_packed_size(req);
+  grpc_slice out = grpc_slice_malloc(len);
+  protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(out));
+  r->send = grpc_raw_byte_buffer_create(&out, 1);
+  grpc_slice_unref(out);
+  grpc_metadata_array_init(&r->md_initial);
+  grpc_metadata_array_init(&r->md_trailing);
+  r->status = GRPC_STATUS_UNKNOWN;
+  r->details = grpc_empty_slice();
+}
+
+/* The whole call as one batch, waited for; false if it could not start. */
+static bool cli_admin_run(cli_admin_rpc *r) {
+  grpc_op ops[6];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = r->send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &r->md_initial;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &r->recv;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &r->md_trailing;
+  ops[5].data.recv_status_on_client.status = &r->status;
+  ops[5].data.recv_status_on_client.status_details = &r->details;
+  int tag = 0;
+  if (grpc_call_start_batch(r->call, ops, 6, &tag, NULL) != GRPC_CALL_OK)
+    return false;
+  grpc_completion_queue_pluck(r->cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME),
+                              NULL);
+  return true;
+}
+
+/* The status, then the reply decoded into *resp: 0, or 1 (printed). */
+static int cli_admin_reply(const cli_admin_rpc *r, const char *socket_path,
+                           const char *method,
+                           const ProtobufCMessageDescriptor *resp_desc,
+                           ProtobufCMessage **resp) {
+  if (r->status != GRPC_STATUS_OK) {
+    size_t dl = GRPC_SLICE_LENGTH(r->details);
+    fprintf(stderr, "paradev admin: %s: %.*s (status %d)\n", method, (int)dl,
+            (const char *)GRPC_SLICE_START_PTR(r->details), (int)r->status);
+    if (r->status == GRPC_STATUS_UNAVAILABLE)
+      fprintf(stderr,
+              "paradev admin: is paradevd running, and is %s its admin "
+              "socket? (--socket, $PARADEV_ADMIN_SOCKET)\n",
+              socket_path);
+    return 1;
+  }
+  if (!r->recv) {
+    fprintf(stderr, "paradev admin: %s: the reply carried no message\n",
+            method);
+    return 1;
+  }
+  grpc_byte_buffer_reader rd;
+  if (grpc_byte_buffer_reader_init(&rd, r->recv)) {
+    grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+    *resp = protobuf_c_message_unpack(resp_desc, NULL, GRPC_SLICE_LENGTH(all),
+                                      GRPC_SLICE_START_PTR(all));
+    grpc_slice_unref(all);
+  }
+  if (*resp) return 0;
+  fprintf(stderr, "paradev admin: %s: the reply does not decode\n", method);
+  return 1;
+}
+
+/* Undoes cli_admin_open, the queue drained before it is destroyed. */
+static void cli_admin_close(cli_admin_rpc *r) {
+  if (r->recv) grpc_byte_buffer_destroy(r->recv);
+  grpc_byte_buffer_destroy(r->send);
+  grpc_slice_unref(r->details);
+  grpc_metadata_array_destroy(&r->md_initial);
+  grpc_metadata_array_destroy(&r->md_trailing);
+  grpc_call_unref(r->call);
+  grpc_completion_queue_shutdown(r->cq);
+  while (grpc_completion_queue_pluck(r->cq, NULL,
+                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+             .type != GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(r->cq);
+  grpc_channel_destroy(r->ch);
+}
+
 /* One unary call. On success *resp is set (free with
  * protobuf_c_message_free_unpacked(resp, NULL)) and 0 returned; else the
  * error was printed and 1 returned. */
@@ -108,97 +227,14 @@ static int cli_admin_call(const char *socket_path, double timeout_s,
                           const char *method, const ProtobufCMessage *req,
                           const ProtobufCMessageDescriptor *resp_desc,
                           ProtobufCMessage **resp) {
-  char target[4200];
-  snprintf(target, sizeof(target), "unix:%s", socket_path);
-  char path[256];
-  /* "/paradev.v1.Admin/METHOD": the service's name from its descriptor. */
-  snprintf(path, sizeof(path), "/%s/%s", paradev__v1__admin__descriptor.name,
-           method);
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-  grpc_channel *ch = grpc_channel_create(target, creds, NULL);
-  grpc_channel_credentials_release(creds);
-  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-  grpc_slice mslice = grpc_slice_from_copied_string(path);
-  gpr_timespec deadline = gpr_time_add(
-      gpr_now(GPR_CLOCK_REALTIME),
-      gpr_time_from_millis((int64_t)(timeout_s * 1000 + 0.5), GPR_TIMESPAN));
-  grpc_call *call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS,
-                                             cq, mslice, NULL, deadline, NULL);
-  grpc_slice_unref(mslice);
-
-  size_t len = protobuf_c_message_get_packed_size(req);
-  grpc_slice out = grpc_slice_malloc(len);
-  protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(out));
-  grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&out, 1);
-  grpc_slice_unref(out);
-  grpc_byte_buffer *recv = NULL;
-  grpc_metadata_array md_initial, md_trailing;
-  grpc_metadata_array_init(&md_initial);
-  grpc_metadata_array_init(&md_trailing);
-  grpc_status_code status = GRPC_STATUS_UNKNOWN;
-  grpc_slice details = grpc_empty_slice();
-  grpc_op ops[6];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_initial;
-  ops[4].op = GRPC_OP_RECV_MESSAGE;
-  ops[4].data.recv_message.recv_message = &recv;
-  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[5].data.recv_status_on_client.trailing_metadata = &md_trailing;
-  ops[5].data.recv_status_on_client.status = &status;
-  ops[5].data.recv_status_on_client.status_details = &details;
-  int tag = 0;
+  cli_admin_rpc r = {NULL};
+  cli_admin_open(&r, socket_path, timeout_s, method, req);
   int rc = 1;
-  if (grpc_call_start_batch(call, ops, 6, &tag, NULL) != GRPC_CALL_OK) {
+  if (!cli_admin_run(&r))
     fprintf(stderr, "paradev admin: internal: cannot start the call\n");
-  } else {
-    grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                NULL);
-    if (status != GRPC_STATUS_OK) {
-      size_t dl = GRPC_SLICE_LENGTH(details);
-      fprintf(stderr, "paradev admin: %s: %.*s (status %d)\n", method, (int)dl,
-              (const char *)GRPC_SLICE_START_PTR(details), (int)status);
-      if (status == GRPC_STATUS_UNAVAILABLE)
-        fprintf(stderr,
-                "paradev admin: is paradevd running, and is %s its admin "
-                "socket? (--socket, $PARADEV_ADMIN_SOCKET)\n",
-                socket_path);
-    } else if (!recv) {
-      fprintf(stderr, "paradev admin: %s: the reply carried no message\n",
-              method);
-    } else {
-      grpc_byte_buffer_reader rd;
-      if (grpc_byte_buffer_reader_init(&rd, recv)) {
-        grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
-        grpc_byte_buffer_reader_destroy(&rd);
-        *resp = protobuf_c_message_unpack(
-            resp_desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
-        grpc_slice_unref(all);
-      }
-      if (*resp)
-        rc = 0;
-      else
-        fprintf(stderr, "paradev admin: %s: the reply does not decode\n",
-                method);
-    }
-  }
-  if (recv) grpc_byte_buffer_destroy(recv);
-  grpc_byte_buffer_destroy(send);
-  grpc_slice_unref(details);
-  grpc_metadata_array_destroy(&md_initial);
-  grpc_metadata_array_destroy(&md_trailing);
-  grpc_call_unref(call);
-  grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_pluck(cq, NULL,
-                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-             .type != GRPC_QUEUE_SHUTDOWN) {
-  }
-  grpc_completion_queue_destroy(cq);
-  grpc_channel_destroy(ch);
+  else
+    rc = cli_admin_reply(&r, socket_path, method, resp_desc, resp);
+  cli_admin_close(&r);
   return rc;
 }
 
