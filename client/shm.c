@@ -227,12 +227,94 @@ pd_code pd_shared_memory_create(pd_session *s, size_t bytes, unsigned mode,
   return PD_OK;
 }
 
+/* Opens the program's object `key` for us to map it (*fd), learns its size
+ * when *byte_size is 0, and checks that size: past the object's end,
+ * writing the header would raise SIGBUS here, so refuse it as the daemon
+ * would. On failure *fd may be open: the caller closes it. */
+static pd_code pdc_shm_open_sized(const char *key, size_t *byte_size, int *fd,
+                                  pd_status *st) {
+  *fd = shm_open(key, O_RDWR | O_CLOEXEC, 0);
+  if (*fd < 0) return pdc_shm_errno(errno, "shm_open", key, st);
+  struct stat sb;
+  if (fstat(*fd, &sb) != 0) return pdc_shm_errno(errno, "fstat", key, st);
+  if (*byte_size == 0) *byte_size = (size_t)sb.st_size;
+  if (*byte_size > PD_SHARED_MEMORY_HEADER_BYTES &&
+      (uint64_t)sb.st_size < *byte_size)
+    return pdc_error(
+        st, PD_INVALID_ARGUMENT,
+        "shared memory object %s holds %lld bytes; byte_size is %zu "
+        "(ftruncate it to at least byte_size first)",
+        key, (long long)sb.st_size, *byte_size);
+  if (*byte_size <= PD_SHARED_MEMORY_HEADER_BYTES)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "shared memory object %s: %zu bytes; a region holds the "
+                     "%d-byte header and at least one byte of data",
+                     key, *byte_size, PD_SHARED_MEMORY_HEADER_BYTES);
+  return PD_OK;
+}
+
+/* We write the header (or learn the size) first: open and map the object
+ * ourselves, then register it with the daemon. */
+static pd_code pdc_shm_attach_first(pd_shared_memory *r, const char *key,
+                                    size_t byte_size, bool write_header,
+                                    const pd_call_options *call,
+                                    pd_status *st) {
+  int fd = -1;
+  pd_code rc = pdc_shm_open_sized(key, &byte_size, &fd, st);
+  /* The header's page, so that writing it cannot fault (the rest of the
+   * object is the program's to reserve). */
+  if (rc == PD_OK && write_header)
+    rc = pdc_shm_reserve(fd, key, PD_SHARED_MEMORY_HEADER_BYTES,
+                         "the region's header", st);
+  if (rc == PD_OK) rc = pdc_shm_map(r, fd, byte_size, st);
+  if (rc == PD_OK && write_header)
+    rc = pd_shared_memory_write_header(r->s, r->base, byte_size, st);
+  if (fd >= 0) close(fd);
+  if (rc == PD_OK) rc = pdc_shm_register_rpc(r, call, st);
+  return rc;
+}
+
+/* Takes back a registration the caller cannot use; its own errors are
+ * not the caller's. */
+static void pdc_shm_unregister_quiet(pd_shared_memory *r,
+                                     const pd_call_options *call) {
+  pd_session *s = r->s;
+  pd_status *ignored = pd_status_new();
+  Paradev__V1__UnregisterSharedMemoryRequest ur =
+      PARADEV__V1__UNREGISTER_SHARED_MEMORY_REQUEST__INIT;
+  ur.session_token.data = s->token;
+  ur.session_token.len = s->token_len;
+  ur.name = r->name;
+  ProtobufCMessage *resp = NULL;
+  if (pdc_unary(s->c, PDC_M_UnregisterSharedMemory, &ur.base,
+                &paradev__v1__unregister_shared_memory_response__descriptor,
+                &resp, call, ignored) == PD_OK)
+    protobuf_c_message_free_unpacked(resp, NULL);
+  pd_status_delete(ignored);
+}
+
+/* The header is the program's: the daemon's checks come first (its errors
+ * name what is wrong), then our own mapping; a mapping that fails takes
+ * the registration back. */
+static pd_code pdc_shm_attach_registered(pd_shared_memory *r, const char *key,
+                                         size_t byte_size,
+                                         const pd_call_options *call,
+                                         pd_status *st) {
+  r->map_bytes = byte_size;
+  PD_TRY(pdc_shm_register_rpc(r, call, st));
+  int fd = shm_open(key, O_RDWR | O_CLOEXEC, 0);
+  pd_code rc = fd < 0 ? pdc_shm_errno(errno, "shm_open", key, st)
+                      : pdc_shm_map(r, fd, byte_size, st);
+  if (rc != PD_OK) pdc_shm_unregister_quiet(r, call);
+  if (fd >= 0) close(fd);
+  return rc;
+}
+
 pd_code pd_shared_memory_register(pd_session *s, const char *key,
                                   const char *name, size_t byte_size,
                                   bool write_header, pd_shared_memory **out,
                                   const pd_call_options *call, pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
-  pd_code rc = PD_OK;
   if (!out || !key)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_shared_memory_register: %s is NULL",
@@ -246,82 +328,16 @@ pd_code pd_shared_memory_register(pd_session *s, const char *key,
     pdc_shm_free(r);
     return pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
-  int fd = -1;
-  if (write_header || byte_size == 0) {
-    /* We write the header (or learn the size) first: open it ourselves. */
-    fd = shm_open(key, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-      rc = pdc_shm_errno(errno, "shm_open", key, st);
-      goto fail;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-      rc = pdc_shm_errno(errno, "fstat", key, st);
-      goto fail;
-    }
-    if (byte_size == 0) byte_size = (size_t)sb.st_size;
-    /* Writing the header into a mapping past the object's end would raise
-     * SIGBUS here: refuse it as the daemon would. */
-    if (byte_size > PD_SHARED_MEMORY_HEADER_BYTES &&
-        (uint64_t)sb.st_size < byte_size) {
-      rc = pdc_error(
-          st, PD_INVALID_ARGUMENT,
-          "shared memory object %s holds %lld bytes; byte_size is %zu "
-          "(ftruncate it to at least byte_size first)",
-          key, (long long)sb.st_size, byte_size);
-      goto fail;
-    }
-    if (byte_size <= PD_SHARED_MEMORY_HEADER_BYTES) {
-      rc = pdc_error(st, PD_INVALID_ARGUMENT,
-                     "shared memory object %s: %zu bytes; a region holds the "
-                     "%d-byte header and at least one byte of data",
-                     key, byte_size, PD_SHARED_MEMORY_HEADER_BYTES);
-      goto fail;
-    }
-    /* The header's page, so that writing it cannot fault (the rest of the
-     * object is the program's to reserve). */
-    if (write_header &&
-        (rc = pdc_shm_reserve(fd, key, PD_SHARED_MEMORY_HEADER_BYTES,
-                              "the region's header", st)) != PD_OK)
-      goto fail;
-    if ((rc = pdc_shm_map(r, fd, byte_size, st)) != PD_OK) goto fail;
-    if (write_header && (rc = pd_shared_memory_write_header(
-                             s, r->base, byte_size, st)) != PD_OK)
-      goto fail;
-    close(fd);
-    fd = -1;
-    if ((rc = pdc_shm_register_rpc(r, call, st)) != PD_OK) goto fail;
-  } else {
-    /* The header is the program's: the daemon's checks come first (its
-     * errors name what is wrong), then our own mapping. */
-    r->map_bytes = byte_size;
-    if ((rc = pdc_shm_register_rpc(r, call, st)) != PD_OK) goto fail;
-    fd = shm_open(key, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0 || (rc = pdc_shm_map(r, fd, byte_size, st)) != PD_OK) {
-      if (fd < 0) rc = pdc_shm_errno(errno, "shm_open", key, st);
-      pd_status *ignored = pd_status_new();
-      Paradev__V1__UnregisterSharedMemoryRequest ur =
-          PARADEV__V1__UNREGISTER_SHARED_MEMORY_REQUEST__INIT;
-      ur.session_token.data = s->token;
-      ur.session_token.len = s->token_len;
-      ur.name = r->name;
-      ProtobufCMessage *resp = NULL;
-      if (pdc_unary(s->c, PDC_M_UnregisterSharedMemory, &ur.base,
-                    &paradev__v1__unregister_shared_memory_response__descriptor,
-                    &resp, call, ignored) == PD_OK)
-        protobuf_c_message_free_unpacked(resp, NULL);
-      pd_status_delete(ignored);
-      goto fail;
-    }
-    close(fd);
-    fd = -1;
+  pd_code rc =
+      write_header || byte_size == 0
+          ? pdc_shm_attach_first(r, key, byte_size, write_header, call, st)
+          : pdc_shm_attach_registered(r, key, byte_size, call, st);
+  if (rc != PD_OK) {
+    pdc_shm_free(r);
+    return rc;
   }
   *out = r;
   return PD_OK;
-fail:
-  if (fd >= 0) close(fd);
-  pdc_shm_free(r);
-  return rc;
 }
 
 pd_code pd_shared_memory_destroy(pd_shared_memory *r,
