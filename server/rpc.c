@@ -427,12 +427,12 @@ int srv_rpc_start(srv *s) {
   srv_servers_serve(s);
   return 0;
 
-  /* In reverse; the servers must end before the queues (and with them the
-   * threads) do, so the threads' unwinding is in srv_queues_end. */
+  /* In reverse. A thread ends only with its queue, and the queues must
+   * outlive the servers: srv_queues_end joins the threads that started. */
 fail_threads:
 fail_servers:
-  srv_servers_end(s);
-  srv_queues_end(s);
+  srv_servers_end(s); /* steps 4-2, and step 1's servers */
+  srv_queues_end(s);  /* step 5's threads, and step 1's queues */
   grpc_shutdown();
   return -1;
 }
