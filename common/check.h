@@ -5,7 +5,7 @@
  * reads like a stack:
  *
  *     paradevd: trail: scheduler/sessions.c:212 sched_session_create -> RESOURCE_EXHAUSTED
- *     paradevd: trail: server/sessions.c:88 srv_create_session -> RESOURCE_EXHAUSTED
+ *     paradevd: trail: server/session.c:88 srv_create_session -> RESOURCE_EXHAUSTED
  *
  * Library code never logs (systemd's rule; libparadev is a library): the
  * trail goes to a hook that only the daemon sets (pdcom_set_trail), at its

@@ -59,7 +59,7 @@ static void srv_log_session_end(void *arg, const sched_end_info *info,
 }
 
 /* The trail of a failure through PD_TRY / PD_TRY_GOTO (common/check.h):
- * one debug line per frame, "server/exec.c:41 srv_execute_item ->
+ * one debug line per frame, e.g. "server/exec.c:41 srv_execute_item ->
  * INVALID_ARGUMENT" (the last two parts of the path). */
 static void srv_trail(const char *file, int line, const char *func,
                       pd_code code) {

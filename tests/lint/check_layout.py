@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The layout rule of paradev (DESIGN.md, "Layers and folders"), as a test.
+"""The layout rule of paradev (README.md, "Layout"), as a test.
 
   (a) No source file (.c, .h) outside tests/ passes MAX_LINES (800) lines;
       CUDA kernels (*.cu) are not counted.
@@ -318,7 +318,7 @@ def report(longs, circs, max_lines, out):
         out.write("  What to do: a file that passes %d lines holds more than one idea."
                   " Split it by domain\n  (one concern per file, a private header"
                   " beside the code for what the parts share),\n  not by call shape;"
-                  " see DESIGN.md, \"Layers and folders\".\n\n" % max_lines)
+                  " see README.md, \"Layout\", and each folder's README.md.\n\n" % max_lines)
     for g, comp, inside, cycles in circs:
         out.write("Circle in %s/: %d files call each other: %s\n"
                   % (g, len(comp), " ".join(comp)))
