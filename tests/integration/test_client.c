@@ -1149,6 +1149,56 @@ static void test_unreachable(void **state) {
                    "host (port 7478) or unix:/path");
     ASSERT_MSG_HAS(e, empty_port[i]);
   }
+  /* A port is 1 to 65535 in decimal digits: gRPC would read "-1" and
+   * "+65535" as 65535 and "abc" as port 0. */
+  const char *not_digits[] = {"127.0.0.1:-1", "127.0.0.1:+65535",
+                              "127.0.0.1:abc", "[::1]:0x50"};
+  for (int i = 0; i < 4; i++) {
+    assert_null(pd_client_new(not_digits[i], NULL, e->st));
+    assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+    ASSERT_MSG_HAS(e, not_digits[i]);
+    ASSERT_MSG_HAS(e, "a port must be 1 to 65535 in decimal digits");
+  }
+  /* An empty host, an unclosed bracket, an empty abstract name. */
+  assert_null(pd_client_new(":44075", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  assert_string_equal(pd_status_message(e->st),
+                      "target \":44075\": no host before the colon; expected "
+                      "host:port (port 1 to 65535)");
+  assert_null(pd_client_new("dns:///", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "no host");
+  assert_null(pd_client_new("[::1", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "expected [v6]:port or [v6] for an IPv6 address");
+  assert_null(pd_client_new("unix-abstract:", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "expected \"unix-abstract:NAME\"");
+  /* A bare IPv6 address gets brackets and paradevd's port. */
+  const char *v6[] = {"::1", "dns:///::1", "fe80::1"};
+  const char *v6_dialed[] = {"[::1]:7478", "dns:///[::1]:7478",
+                             "[fe80::1]:7478"};
+  for (int i = 0; i < 3; i++) {
+    pd_client *t = pd_client_new(v6[i], NULL, e->st);
+    if (!t) fail_msg("%s: %s", v6[i], pd_status_message(e->st));
+    assert_string_equal(pd_client_target(t), v6_dialed[i]);
+    pd_client_delete(t);
+  }
+  /* A Unix socket's path is at most sizeof(sun_path) - 1 = 107 bytes. */
+  char path[160] = "/";
+  memset(path + 1, 'p', 106);
+  pd_client *p107 = pd_client_new(path, NULL, e->st);
+  if (!p107) fail_msg("107 bytes: %s", pd_status_message(e->st));
+  pd_client_delete(p107);
+  path[107] = 'p';
+  const char *long_forms[] = {"", "unix:", "unix://", "unix-abstract:"};
+  for (int i = 0; i < 4; i++) {
+    char t[200];
+    snprintf(t, sizeof(t), "%s%s", long_forms[i], path);
+    assert_null(pd_client_new(t, NULL, e->st));
+    assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+    ASSERT_MSG_HAS(e, "the socket path is 108 bytes; at most 107");
+  }
   /* The real daemon, by its socket's bare path. */
   assert_true(strncmp(D.unix_target, "unix:", 5) == 0);
   pd_client *bare = pd_client_new(D.unix_target + 5, NULL, e->st);
