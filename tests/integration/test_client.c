@@ -1381,6 +1381,48 @@ static void test_cli(void **state) {
   run_cli(o, NULL, "--target unix: ping");
   assert_int_equal(o->rc, 2);
   ASSERT_HAS(o->err, "has no path");
+  /* Ports gRPC reads leniently, an empty host or name, a long path. */
+  const char *bad_targets[] = {"127.0.0.1:-1",
+                               "127.0.0.1:+65535",
+                               "127.0.0.1:abc",
+                               ":44075",
+                               "unix-abstract:",
+                               "/tmp/"
+                               "ppppppppppppppppppppppppppppppppppppppppppppp"
+                               "ppppppppppppppppppppppppppppppppppppppppppppp"
+                               "pppppppppppppppppppppppppp"};
+  const char *bad_says[] = {
+      "in decimal digits", "in decimal digits",
+      "in decimal digits", "no host before the colon",
+      "has no name",       "the socket path is 121 bytes; at most 107"};
+  for (int i = 0; i < 6; i++) {
+    run_cli(o, NULL, "--target '%s' health", bad_targets[i]);
+    if (o->rc != 2)
+      fail_msg("--target %s: rc %d, expected 2\n%s", bad_targets[i], o->rc,
+               o->err);
+    ASSERT_HAS(o->err, bad_targets[i]);
+    ASSERT_HAS(o->err, bad_says[i]);
+    assert_null(strstr(o->err, "PARADEV_TARGET"));
+  }
+  /* A bad $PARADEV_TARGET is named as the target's source. */
+  run_cli(o, "127.0.0.1:abc", "health");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err, "port \"abc\" is not a number");
+  ASSERT_HAS(o->err, "(the target came from $PARADEV_TARGET)");
+  /* admin uses its own socket: --target gets a note, not silence. */
+  run_cli(o, NULL,
+          "--target 127.0.0.1:1 admin --socket /nonexistent/a.sock "
+          "--timeout 5s sessions");
+  assert_int_equal(o->rc, 1);
+  ASSERT_HAS(o->err,
+             "paradev: note: --target 127.0.0.1:1 is not used by admin "
+             "commands; they talk to the admin socket: 'paradev admin "
+             "--socket PATH'");
+  run_cli(o, NULL, "admin --target 127.0.0.1:1 sessions");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err,
+             "unknown option '--target': admin commands talk to the "
+             "admin socket; use --socket PATH");
   run_cli(o, NULL, "--target %s ping --count 25 --size 300", e->target);
   if (o->rc != 0) fail_msg("paradev ping: rc %d\n%s%s", o->rc, o->out, o->err);
   ASSERT_HAS(o->out, "300-byte Echo");
@@ -1437,6 +1479,8 @@ static void test_cli(void **state) {
   ASSERT_HAS(o->out, "a number needs a unit (default 10s)");
   ASSERT_HAS(o->out, "starts with / or ./ is a Unix socket too");
   ASSERT_HAS(o->out, "without a port gets paradevd's 7478");
+  ASSERT_HAS(o->out, "::1 is [::1]:7478");
+  ASSERT_HAS(o->out, "admin commands do not use it");
   run_cli(o, NULL, "admin --help");
   assert_int_equal(o->rc, 0);
   ASSERT_HAS(o->out, "a number needs a unit (default 60s)");
