@@ -34,14 +34,17 @@ static const char cli_usage[] =
 #endif
     "\n"
     "Options:\n"
-    "  --target ADDR   unix:/path or host:port (port 1..65535); a path that\n"
+    "  --target ADDR   unix:/path (at most 107 bytes), host:port or\n"
+    "                  [v6]:port (port 1..65535); a path that\n"
     "                  starts with / or ./ is a Unix socket too, and a host\n"
-    "                  without a port gets paradevd's 7478. Default:\n"
+    "                  without a port gets paradevd's 7478 (a bare IPv6\n"
+    "                  address too: ::1 is [::1]:7478). Default:\n"
     "                  $PARADEV_TARGET, else the first of\n"
     "                  unix:$XDG_RUNTIME_DIR/paradevd.sock and\n"
     "                  unix:/tmp/paradevd-UID/paradevd.sock (a directory of\n"
     "                  yours, mode 0700) that exists, else 127.0.0.1:7478\n"
-    "                  (paradevd's defaults)\n"
+    "                  (paradevd's defaults). admin commands do not use it\n"
+    "                  (a note on stderr says so): 'admin --socket PATH'\n"
     "  --timeout TIME  deadline of each call, 1ms to 24h: 500ms, 2s, 1m, 1h;\n"
     "                  a number needs a unit (default 10s)\n"
     "  --help          this text; 'paradev COMMAND --help' for a command\n"
@@ -78,10 +81,22 @@ static const char cli_ping_usage[] =
 #ifdef PARADEV_CLI_ADMIN
 /* cli_admin.c: `paradev admin ...`; argv[0] is "admin". */
 int cli_admin(int argc, char **argv);
+
+/* `paradev --target ADDR admin ...`: admin talks to the admin socket, never
+ * to ADDR, so say so on stderr (one line) and go on. */
+static int cli_admin_with_target(const char *target, int argc, char **argv) {
+  if (target)
+    fprintf(stderr,
+            "paradev: note: --target %s is not used by admin commands; they "
+            "talk to the admin socket: 'paradev admin --socket PATH'\n",
+            target);
+  return cli_admin(argc, argv);
+}
 #endif
 
 typedef struct cli_opts {
   const char *target;
+  bool target_from_env; /* target is $PARADEV_TARGET's: errors say so */
   int64_t timeout_ms;
 } cli_opts;
 
@@ -118,12 +133,13 @@ static bool cli_parse_u64(const char *s, uint64_t *out) {
   return true;
 }
 
-/* paradevd's default Unix socket: in $XDG_RUNTIME_DIR, else in
- * /tmp/paradevd-UID/ when that is the user's private directory
- * (cli_private_dir_ok). */
-static const char *cli_default_target(char *buf, size_t len) {
+/* $PARADEV_TARGET (*from_env set), else paradevd's default Unix socket: in
+ * $XDG_RUNTIME_DIR, else in /tmp/paradevd-UID/ when that is the user's
+ * private directory (cli_private_dir_ok). */
+static const char *cli_default_target(char *buf, size_t len, bool *from_env) {
   const char *env = getenv("PARADEV_TARGET");
-  if (env && *env) return env;
+  *from_env = env && *env;
+  if (*from_env) return env;
   const char *rt = getenv("XDG_RUNTIME_DIR");
   char path[400];
   struct stat sb;
@@ -178,8 +194,8 @@ static int cli_fail(const char *cmd, const pd_status *st) {
 
 /* Opens the channel; NULL after reporting why, with *rc set: 2 when the
  * target itself is wrong (a usage error: pd_client_new says
- * INVALID_ARGUMENT only for the target, the options here being fixed), else
- * 1. */
+ * INVALID_ARGUMENT only for the target, the options here being fixed; the
+ * message says when the target came from $PARADEV_TARGET), else 1. */
 static pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
                               int *rc) {
   pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
@@ -188,7 +204,9 @@ static pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
   pd_client *c = pd_client_new(o->target, &co, st);
   if (c) return c;
   if (pd_status_code(st) == PD_INVALID_ARGUMENT)
-    *rc = cli_usage_error(NULL, "%s", pd_status_message(st));
+    *rc = cli_usage_error(
+        NULL, "%s%s", pd_status_message(st),
+        o->target_from_env ? " (the target came from $PARADEV_TARGET)" : "");
   else
     *rc = cli_fail(cmd, st);
   return NULL;
@@ -473,14 +491,14 @@ out_free:
 /* --- main ------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
-  cli_opts o = {NULL, 10000};
+  cli_opts o = {NULL, false, 10000};
   char defbuf[512];
   const char *cmd = NULL;
   char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
   int nrest = 0;
   if (!rest) return 1;
   int rc = -1;
-  bool want_help = false;
+  bool want_help = false, target_given = false;
   for (int i = 1; i < argc && rc < 0; i++) {
     const char *a = argv[i];
     const char *val = NULL;
@@ -501,6 +519,7 @@ int main(int argc, char **argv) {
       if (is_target) {
         if (!*val) rc = cli_usage_error(cmd, "--target needs an address");
         o.target = val;
+        target_given = true;
       } else {
         if (!cli_parse_duration_ms(val, &o.timeout_ms))
           rc = cli_usage_error(cmd, "--timeout '%s': " CLI_TIMEOUT_EXPECTED,
@@ -533,7 +552,8 @@ int main(int argc, char **argv) {
   }
   if (rc < 0 && !cmd) rc = cli_usage_error(NULL, "no command given");
   if (rc < 0) {
-    if (!o.target) o.target = cli_default_target(defbuf, sizeof(defbuf));
+    if (!o.target)
+      o.target = cli_default_target(defbuf, sizeof(defbuf), &o.target_from_env);
     if (strcmp(cmd, "info") == 0)
       rc = cli_info(&o, nrest, rest);
     else if (strcmp(cmd, "health") == 0)
@@ -542,7 +562,7 @@ int main(int argc, char **argv) {
       rc = cli_ping(&o, nrest, rest);
 #ifdef PARADEV_CLI_ADMIN
     else if (strcmp(cmd, "admin") == 0)
-      rc = cli_admin(nrest, rest);
+      rc = cli_admin_with_target(target_given ? o.target : NULL, nrest, rest);
 #endif
     else
       rc = cli_usage_error(NULL, "unknown command '%s'", cmd);

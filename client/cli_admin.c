@@ -68,6 +68,8 @@ static const char cli_admin_usage[] =
     "/tmp/paradevd-UID/paradevd-admin.sock)\n"
     "  --timeout TIME     give up after this long, 1ms to 24h: 500ms, 2s, 1m;\n"
     "                     a number needs a unit (default 60s)\n"
+    "  (paradev's --target is not for these: a note on stderr says so, and\n"
+    "  'admin --target' is refused; use --socket PATH)\n"
     "\n"
     "Exit status: 0 done; 1 the daemon said no or could not be reached (its\n"
     "message is printed); 2 a bad command line; 3 kill --verify found device\n"
@@ -278,19 +280,30 @@ static void cli_admin_json_str(const char *s) {
   putchar('"');
 }
 
+/* The value of the flag at argv[*i], "--flag VALUE" (*i moves past it) or
+ * "--flag=VALUE"; NULL when there is none: the flag is last, its value is
+ * empty, or what follows is another flag ("--job --json"). */
+static const char *cli_admin_value(int argc, char **argv, int *i) {
+  const char *eq = strchr(argv[*i], '=');
+  const char *v = eq ? eq + 1 : (*i + 1 < argc ? argv[*i + 1] : NULL);
+  if (!v || !*v || (!eq && strncmp(v, "--", 2) == 0)) return NULL;
+  if (!eq) (*i)++;
+  return v;
+}
+
 static int cli_admin_sessions(const char *sock, double timeout, int argc,
                               char **argv) {
   const char *job = "";
   bool json = false;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--job") == 0 && i + 1 < argc)
-      job = argv[++i];
-    else if (strncmp(argv[i], "--job=", 6) == 0)
-      job = argv[i] + 6;
-    else if (strcmp(argv[i], "--json") == 0)
+    if (strcmp(argv[i], "--job") == 0 || strncmp(argv[i], "--job=", 6) == 0) {
+      if (!(job = cli_admin_value(argc, argv, &i)))
+        return cli_admin_bad("sessions: --job needs a value (a job id)");
+    } else if (strcmp(argv[i], "--json") == 0) {
       json = true;
-    else
+    } else {
       return cli_admin_bad("sessions: unexpected '%s'", argv[i]);
+    }
   }
   Paradev__V1__ListSessionsRequest req;
   paradev__v1__list_sessions_request__init(&req);
@@ -384,7 +397,6 @@ static int cli_admin_kill(const char *sock, double timeout, int argc,
   char what[320] = "";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--verify") == 0) {
       verify = true;
       continue;
@@ -392,8 +404,8 @@ static int cli_admin_kill(const char *sock, double timeout, int argc,
     if (strcmp(a, "--job") != 0 && strcmp(a, "--session") != 0 &&
         strcmp(a, "--token") != 0)
       return cli_admin_bad("kill: unexpected '%s'", a);
+    const char *v = cli_admin_value(argc, argv, &i);
     if (!v) return cli_admin_bad("kill: %s needs a value", a);
-    i++;
     targets++;
     if (strcmp(a, "--job") == 0) {
       if (!*v) return cli_admin_bad("kill: --job needs a job id");
@@ -401,10 +413,12 @@ static int cli_admin_kill(const char *sock, double timeout, int argc,
       req.job_id = (char *)v;
       snprintf(what, sizeof what, " of job %.256s", v);
     } else if (strcmp(a, "--session") == 0) {
+      /* Digits only: strtoull reads "-1" as 18446744073709551615. */
       char *end = NULL;
       errno = 0;
       unsigned long long n = strtoull(v, &end, 10);
-      if (errno || *end || !*v || n == 0)
+      if (errno || *end || !*v || n == 0 ||
+          strspn(v, "0123456789") != strlen(v))
         return cli_admin_bad(
             "kill: --session '%s': expected a session number "
             "(paradev admin sessions lists them)",
@@ -509,9 +523,14 @@ int cli_admin(int argc, char **argv) {
     const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
     bool is_socket = nlen == 8 && strncmp(a, "--socket", 8) == 0;
     bool is_timeout = nlen == 9 && strncmp(a, "--timeout", 9) == 0;
+    if (nlen == 8 && strncmp(a, "--target", 8) == 0)
+      return cli_admin_bad(
+          "unknown option '--target': admin commands talk to the admin "
+          "socket; use --socket PATH");
     if (!is_socket && !is_timeout)
       return cli_admin_bad("unknown option '%s'", a);
-    if (!v) return cli_admin_bad("%s needs a value", a);
+    if (!v || (!eq && strncmp(v, "--", 2) == 0))
+      return cli_admin_bad("%.*s needs a value", (int)nlen, a);
     if (!eq) i++;
     if (is_socket) {
       if (!*v || strlen(v) >= sizeof(sock))

@@ -1,10 +1,12 @@
 /* libparadev: the client: checking a target, opening the channel and
  * registering every method on it (pdc_method_paths, methods.c). */
+#include <arpa/inet.h>
 #include <grpc/grpc_security.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 #include "check.h"
 #include "client_int.h"
@@ -14,9 +16,10 @@
 #define PDC_DEFAULT_CHUNK ((uint64_t)1 << 20)
 #define PDC_TARGET_MAX 4096
 
-/* Checks a port's digits: gRPC reads a port past 65535 modulo 65536
- * (127.0.0.1:99999 dials port 34463) and cannot dial port 0: refuse both,
- * and an empty port. Names that are not digits are left to gRPC. */
+/* Checks a port: 1 to 65535 in decimal digits. gRPC reads a port past 65535
+ * modulo 65536 (127.0.0.1:99999 dials port 34463), "-1" and "+65535" as
+ * 65535 and "abc" as port 0, which it cannot dial: refuse all of them, and
+ * an empty port. */
 static pd_code pdc_check_port(const char *target, const char *port,
                               pd_status *st) {
   size_t n = strlen(port);
@@ -25,7 +28,11 @@ static pd_code pdc_check_port(const char *target, const char *port,
                      "target \"%s\": the port is empty; expected host:port "
                      "(port 1 to 65535), host (port %d) or unix:/path",
                      target, PD_DEFAULT_PORT);
-  if (strspn(port, "0123456789") != n) return PD_OK;
+  if (strspn(port, "0123456789") != n)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "target \"%s\": port \"%s\" is not a number; a port must "
+                     "be 1 to 65535 in decimal digits",
+                     target, port);
   unsigned long v = n > 9 ? 0 : strtoul(port, NULL, 10);
   if (v >= 1 && v <= 65535) return PD_OK;
   return pdc_error(st, PD_INVALID_ARGUMENT,
@@ -34,46 +41,99 @@ static pd_code pdc_check_port(const char *target, const char *port,
                    target, port);
 }
 
+/* Checks a Unix socket's path (or abstract name): the kernel takes at most
+ * sizeof(sun_path) - 1 bytes (107 on Linux), and gRPC says little more than
+ * CANCELLED for a longer one. */
+static pd_code pdc_check_unix(const char *target, const char *path,
+                              pd_status *st) {
+  const size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+  size_t n = strlen(path);
+  if (n <= max) return PD_OK;
+  return pdc_error(st, PD_INVALID_ARGUMENT,
+                   "target \"%.160s%s\": the socket path is %zu bytes; at "
+                   "most %zu",
+                   target, strlen(target) > 160 ? "..." : "", n, max);
+}
+
+/* Checks "host:port" or "[v6]:port" at `a` (after any "scheme:///") and
+ * says what to add: *bracket when `a` is a bare IPv6 address, *port when it
+ * has no port. Several colons that are not an IPv6 address are left to gRPC
+ * (its other schemes, "ipv4:1.2.3.4:80"). */
+static pd_code pdc_check_host(const char *target, const char *a, bool *bracket,
+                              bool *port, pd_status *st) {
+  const char *colon = NULL;
+  if (a[0] == '[') {
+    const char *rb = strchr(a, ']');
+    if (!rb || rb == a + 1 || (rb[1] != ':' && rb[1] != '\0'))
+      return pdc_error(st, PD_INVALID_ARGUMENT,
+                       "target \"%s\": expected [v6]:port or [v6] for an "
+                       "IPv6 address",
+                       target);
+    colon = rb[1] == ':' ? rb + 1 : NULL;
+    *port = !colon;
+  } else if (a[0] == '\0') {
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "target \"%s\": no host; expected host:port, host "
+                     "(port %d) or unix:/path",
+                     target, PD_DEFAULT_PORT);
+  } else if (!(colon = strchr(a, ':'))) {
+    *port = true;
+  } else if (strchr(colon + 1, ':')) {
+    struct in6_addr v6;
+    *bracket = *port = inet_pton(AF_INET6, a, &v6) == 1;
+    return PD_OK;
+  } else if (colon == a) {
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "target \"%s\": no host before the colon; expected "
+                     "host:port (port 1 to 65535)",
+                     target);
+  }
+  return colon ? pdc_check_port(target, colon + 1, st) : PD_OK;
+}
+
 /* The address gRPC dials for `target` (a new string in *out):
- *  - "unix:..." and "unix-abstract:..." as they are;
+ *  - "unix:PATH" and "unix-abstract:NAME" as they are, once the path or
+ *    name is checked (not empty, at most 107 bytes);
  *  - a path, "/..." or "./..." or "../...", is a Unix socket: "unix:PATH";
  *  - "host:port", "[v6]:port" and "scheme:///host:port" as they are, once
- *    the port is checked;
+ *    the host (not empty) and the port (1 to 65535, digits) are checked;
  *  - "host", "[v6]" and "scheme:///host" get paradevd's port,
  *    PD_DEFAULT_PORT (gRPC's own default would be 443);
- * anything else (a bare IPv6 address, other schemes) is left to gRPC. */
+ *  - a bare IPv6 address gets brackets and the port: "::1" is
+ *    "[::1]:7478" (so "::1:80" is an address too: write "[::1]:80");
+ * anything else (other schemes) is left to gRPC. */
 static pd_code pdc_target(const char *target, char **out, pd_status *st) {
   const char *prefix = "", *a = target;
-  char port[16] = "";
-  if (strncmp(target, "unix:", 5) == 0 ||
-      strncmp(target, "unix-abstract:", 14) == 0) {
+  bool bracket = false, port = false;
+  if (strncmp(target, "unix:", 5) == 0) {
     if (target[5] == '\0')
       return pdc_error(st, PD_INVALID_ARGUMENT,
                        "target \"unix:\" has no path; expected \"unix:/path\"");
+    PD_TRY(pdc_check_unix(
+        target, strncmp(target, "unix://", 7) == 0 ? target + 7 : target + 5,
+        st));
+  } else if (strncmp(target, "unix-abstract:", 14) == 0) {
+    if (target[14] == '\0')
+      return pdc_error(st, PD_INVALID_ARGUMENT,
+                       "target \"unix-abstract:\" has no name; expected "
+                       "\"unix-abstract:NAME\" (a name that is not empty)");
+    PD_TRY(pdc_check_unix(target, target + 14, st));
   } else if (target[0] == '/' || strncmp(target, "./", 2) == 0 ||
              strncmp(target, "../", 3) == 0) {
     prefix = "unix:";
+    PD_TRY(pdc_check_unix(target, target, st));
   } else {
     const char *slashes = strstr(a, "///");
     if (slashes) a = slashes + 3;
-    const char *colon = NULL;
-    if (a[0] == '[') {
-      const char *rb = strchr(a, ']');
-      if (rb && rb[1] == ':')
-        colon = rb + 1;
-      else if (rb && rb[1] == '\0')
-        snprintf(port, sizeof(port), ":%d", PD_DEFAULT_PORT);
-    } else if (!(colon = strchr(a, ':'))) {
-      snprintf(port, sizeof(port), ":%d", PD_DEFAULT_PORT);
-    } else if (strchr(colon + 1, ':')) {
-      colon = NULL; /* a bare IPv6 address, or a scheme of gRPC's */
-    }
-    if (colon) PD_TRY(pdc_check_port(target, colon + 1, st));
+    PD_TRY(pdc_check_host(target, a, &bracket, &port, st));
   }
-  size_t n = strlen(prefix) + strlen(target) + strlen(port) + 1;
+  char dport[16] = "";
+  if (port) snprintf(dport, sizeof(dport), ":%d", PD_DEFAULT_PORT);
+  size_t n = strlen(prefix) + strlen(target) + 2 + strlen(dport) + 1;
   if (!(*out = malloc(n)))
     return pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
-  snprintf(*out, n, "%s%s%s", prefix, target, port);
+  snprintf(*out, n, "%s%.*s%s%s%s%s", prefix, (int)(a - target), target,
+           bracket ? "[" : "", a, bracket ? "]" : "", dport);
   return PD_OK;
 }
 

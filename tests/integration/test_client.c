@@ -1149,6 +1149,56 @@ static void test_unreachable(void **state) {
                    "host (port 7478) or unix:/path");
     ASSERT_MSG_HAS(e, empty_port[i]);
   }
+  /* A port is 1 to 65535 in decimal digits: gRPC would read "-1" and
+   * "+65535" as 65535 and "abc" as port 0. */
+  const char *not_digits[] = {"127.0.0.1:-1", "127.0.0.1:+65535",
+                              "127.0.0.1:abc", "[::1]:0x50"};
+  for (int i = 0; i < 4; i++) {
+    assert_null(pd_client_new(not_digits[i], NULL, e->st));
+    assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+    ASSERT_MSG_HAS(e, not_digits[i]);
+    ASSERT_MSG_HAS(e, "a port must be 1 to 65535 in decimal digits");
+  }
+  /* An empty host, an unclosed bracket, an empty abstract name. */
+  assert_null(pd_client_new(":44075", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  assert_string_equal(pd_status_message(e->st),
+                      "target \":44075\": no host before the colon; expected "
+                      "host:port (port 1 to 65535)");
+  assert_null(pd_client_new("dns:///", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "no host");
+  assert_null(pd_client_new("[::1", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "expected [v6]:port or [v6] for an IPv6 address");
+  assert_null(pd_client_new("unix-abstract:", NULL, e->st));
+  assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(e, "expected \"unix-abstract:NAME\"");
+  /* A bare IPv6 address gets brackets and paradevd's port. */
+  const char *v6[] = {"::1", "dns:///::1", "fe80::1"};
+  const char *v6_dialed[] = {"[::1]:7478", "dns:///[::1]:7478",
+                             "[fe80::1]:7478"};
+  for (int i = 0; i < 3; i++) {
+    pd_client *t = pd_client_new(v6[i], NULL, e->st);
+    if (!t) fail_msg("%s: %s", v6[i], pd_status_message(e->st));
+    assert_string_equal(pd_client_target(t), v6_dialed[i]);
+    pd_client_delete(t);
+  }
+  /* A Unix socket's path is at most sizeof(sun_path) - 1 = 107 bytes. */
+  char path[160] = "/";
+  memset(path + 1, 'p', 106);
+  pd_client *p107 = pd_client_new(path, NULL, e->st);
+  if (!p107) fail_msg("107 bytes: %s", pd_status_message(e->st));
+  pd_client_delete(p107);
+  path[107] = 'p';
+  const char *long_forms[] = {"", "unix:", "unix://", "unix-abstract:"};
+  for (int i = 0; i < 4; i++) {
+    char t[200];
+    snprintf(t, sizeof(t), "%s%s", long_forms[i], path);
+    assert_null(pd_client_new(t, NULL, e->st));
+    assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
+    ASSERT_MSG_HAS(e, "the socket path is 108 bytes; at most 107");
+  }
   /* The real daemon, by its socket's bare path. */
   assert_true(strncmp(D.unix_target, "unix:", 5) == 0);
   pd_client *bare = pd_client_new(D.unix_target + 5, NULL, e->st);
@@ -1331,6 +1381,48 @@ static void test_cli(void **state) {
   run_cli(o, NULL, "--target unix: ping");
   assert_int_equal(o->rc, 2);
   ASSERT_HAS(o->err, "has no path");
+  /* Ports gRPC reads leniently, an empty host or name, a long path. */
+  const char *bad_targets[] = {"127.0.0.1:-1",
+                               "127.0.0.1:+65535",
+                               "127.0.0.1:abc",
+                               ":44075",
+                               "unix-abstract:",
+                               "/tmp/"
+                               "ppppppppppppppppppppppppppppppppppppppppppppp"
+                               "ppppppppppppppppppppppppppppppppppppppppppppp"
+                               "pppppppppppppppppppppppppp"};
+  const char *bad_says[] = {
+      "in decimal digits", "in decimal digits",
+      "in decimal digits", "no host before the colon",
+      "has no name",       "the socket path is 121 bytes; at most 107"};
+  for (int i = 0; i < 6; i++) {
+    run_cli(o, NULL, "--target '%s' health", bad_targets[i]);
+    if (o->rc != 2)
+      fail_msg("--target %s: rc %d, expected 2\n%s", bad_targets[i], o->rc,
+               o->err);
+    ASSERT_HAS(o->err, bad_targets[i]);
+    ASSERT_HAS(o->err, bad_says[i]);
+    assert_null(strstr(o->err, "PARADEV_TARGET"));
+  }
+  /* A bad $PARADEV_TARGET is named as the target's source. */
+  run_cli(o, "127.0.0.1:abc", "health");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err, "port \"abc\" is not a number");
+  ASSERT_HAS(o->err, "(the target came from $PARADEV_TARGET)");
+  /* admin uses its own socket: --target gets a note, not silence. */
+  run_cli(o, NULL,
+          "--target 127.0.0.1:1 admin --socket /nonexistent/a.sock "
+          "--timeout 5s sessions");
+  assert_int_equal(o->rc, 1);
+  ASSERT_HAS(o->err,
+             "paradev: note: --target 127.0.0.1:1 is not used by admin "
+             "commands; they talk to the admin socket: 'paradev admin "
+             "--socket PATH'");
+  run_cli(o, NULL, "admin --target 127.0.0.1:1 sessions");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o->err,
+             "unknown option '--target': admin commands talk to the "
+             "admin socket; use --socket PATH");
   run_cli(o, NULL, "--target %s ping --count 25 --size 300", e->target);
   if (o->rc != 0) fail_msg("paradev ping: rc %d\n%s%s", o->rc, o->out, o->err);
   ASSERT_HAS(o->out, "300-byte Echo");
@@ -1387,6 +1479,8 @@ static void test_cli(void **state) {
   ASSERT_HAS(o->out, "a number needs a unit (default 10s)");
   ASSERT_HAS(o->out, "starts with / or ./ is a Unix socket too");
   ASSERT_HAS(o->out, "without a port gets paradevd's 7478");
+  ASSERT_HAS(o->out, "::1 is [::1]:7478");
+  ASSERT_HAS(o->out, "admin commands do not use it");
   run_cli(o, NULL, "admin --help");
   assert_int_equal(o->rc, 0);
   ASSERT_HAS(o->out, "a number needs a unit (default 60s)");

@@ -1242,6 +1242,34 @@ def check_admin():
         assert r.returncode == 0 and "log levels: warn (were info)" in r.stdout, r.stdout
         r = cli(d, "kill", "--session", "abc")
         assert r.returncode == 2 and "expected a session number" in r.stderr, r.stderr
+        # Signed numbers are not session numbers (strtoull would read -1 as
+        # 18446744073709551615).
+        for n in ("-1", "+1", " 1", "0"):
+            r = cli(d, "kill", "--session", n)
+            assert r.returncode == 2 and (
+                "kill: --session '%s': expected a session number" % n) in r.stderr, \
+                (n, r.returncode, r.stderr)
+        # Every flag that takes a value says so when the value is missing
+        # (last, empty, or another flag in its place).
+        for args, flag in ((("sessions", "--job"), "sessions: --job"),
+                           (("sessions", "--job", "--json"), "sessions: --job"),
+                           (("sessions", "--job="), "sessions: --job"),
+                           (("kill", "--job"), "kill: --job"),
+                           (("kill", "--job", "--verify"), "kill: --job"),
+                           (("kill", "--session"), "kill: --session"),
+                           (("kill", "--token"), "kill: --token"),
+                           (("--timeout",), "--timeout"),
+                           (("--timeout", "--json"), "--timeout")):
+            r = cli(d, *args)
+            assert r.returncode == 2 and (flag + " needs a value") in r.stderr, \
+                (args, r.returncode, r.stderr)
+            assert "unexpected" not in r.stderr, (args, r.stderr)
+        r = subprocess.run([ADMIN_CLI, "admin", "--socket"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 2 and "--socket needs a value" in r.stderr, r.stderr
+        r = cli(d, "--target", "127.0.0.1:1", "sessions")
+        assert r.returncode == 2 and "admin commands talk to the admin socket; use --socket PATH" \
+            in r.stderr, r.stderr
         r = cli(d, "frobnicate")
         assert r.returncode == 2, r.stderr
         # --timeout: a number and a unit, 1ms to 24h, as the top level's; a bare
