@@ -216,7 +216,9 @@ static void srv_admin_log(srv_call *c, const ProtobufCMessage *m) {
   memcpy(before, levels, sizeof(before));
   char err[512];
   if (!srv_log_parse_spec(req->spec, levels, err, sizeof(err))) {
-    srv_call_finish(c, PD_INVALID_ARGUMENT, "log spec %s", err);
+    char cs[128];
+    srv_call_finish(c, PD_INVALID_ARGUMENT, "log spec '%s': %s",
+                    srv_log_clean(req->spec, cs, sizeof cs), err);
     return;
   }
   char prev[256], cur[256];

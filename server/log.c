@@ -65,9 +65,19 @@ bool srv_log_parse_spec(const char *spec, int levels[SRV_SUB_COUNT], char *err,
       const char *lvname = eq ? eq + 1 : item;
       srv_log_level lv;
       if (!srv_log_parse(lvname, &lv)) {
-        snprintf(err, errlen,
-                 "'%s': level '%s' is not one of error, warn, info, debug",
-                 item, lvname);
+        /* Name the value once: the caller quotes the whole spec, so a spec
+         * of one bare item needs no more than what is wrong with it. */
+        bool whole = p == spec && p[n] == '\0'; /* the only item */
+        const char *expect = "is not one of error, warn, info, debug";
+        if (eq)
+          snprintf(err, errlen, "'%s': level '%s' %s", item, lvname, expect);
+        else if (whole)
+          snprintf(err, errlen,
+                   "the level %s (optionally with subsystem=level items: "
+                   "'info,sched=debug')",
+                   expect);
+        else
+          snprintf(err, errlen, "level '%s' %s", item, expect);
         return false;
       }
       if (eq) {

@@ -46,7 +46,8 @@ bool srv_log_parse(const char *name, srv_log_level *out);
 
 /* Applies a spec ("info,sched=debug") to levels[SRV_SUB_COUNT]: an item
  * without '=' sets every subsystem, later items win. On error returns false
- * with a message in err (naming the item and what was expected) and leaves
+ * with a message in err (naming the item and what was expected; a spec of
+ * one bare item is not repeated, as the caller quotes the spec) and leaves
  * `levels` as it was. */
 bool srv_log_parse_spec(const char *spec, int levels[SRV_SUB_COUNT], char *err,
                         size_t errlen);

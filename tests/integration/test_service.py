@@ -502,6 +502,13 @@ def check_config():
     r = run("--config", good, "--devices", "0")
     assert r.returncode != 0 and "--devices '0': expected an integer from 1 to 64" in r.stderr, \
         r.stderr
+    # A bad level names the value once, and the accepted levels.
+    r = run("--config", good, "--log", "loud")
+    assert r.returncode != 0 and ("--log 'loud': the level is not one of error, warn, info, "
+                                  "debug") in r.stderr and r.stderr.count("loud") == 1, r.stderr
+    r = run("--config", good, "--log", "info,sched=loud")
+    assert r.returncode != 0 and ("--log 'info,sched=loud': 'sched=loud': level 'loud' is not "
+                                  "one of error, warn, info, debug") in r.stderr, r.stderr
     r = run("--config", good, "--frobnicate")
     assert r.returncode != 0 and "unknown option '--frobnicate'" in r.stderr, r.stderr
     # A bad file stops a normal start, with the same message.
