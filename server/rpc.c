@@ -252,12 +252,46 @@ static int srv_methods_register(grpc_server *gs, srv_method *const *table) {
   return 0;
 }
 
-/* Step 3, one address of the main server: a private socket directory, no
- * live socket taken over, then the port; 0, or -1 (logged). */
+/* The directory of a socket's path exists, is a directory, and this user
+ * may create the socket in it; false with what is wrong in `err` (gRPC
+ * would only log its raw error, and we could only guess). */
+static bool srv_socket_dir_usable(const char *path, char *err, size_t errlen) {
+  char dir[SRV_ADDR_MAX];
+  const char *slash = strrchr(path, '/');
+  size_t n = slash ? (size_t)(slash - path) : 0;
+  if (n >= sizeof(dir)) n = sizeof(dir) - 1;
+  memcpy(dir, path, n);
+  dir[n] = '\0';
+  if (n == 0) snprintf(dir, sizeof(dir), "/");
+  struct stat sb;
+  if (stat(dir, &sb) != 0) {
+    snprintf(err, errlen,
+             "its directory %s %s (the directory must exist: create it, or "
+             "choose another path)",
+             dir, errno == ENOENT ? "does not exist" : strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(sb.st_mode)) {
+    snprintf(err, errlen, "%s is not a directory (choose another path)", dir);
+    return false;
+  }
+  if (access(dir, W_OK | X_OK) != 0) {
+    snprintf(err, errlen,
+             "its directory %s is not writable by this user (uid %u): %s", dir,
+             (unsigned)geteuid(), strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+/* Step 3, one address of the main server: a private socket directory that
+ * exists and takes the socket, no live socket taken over, then the port;
+ * 0, or -1 (logged). */
 static int srv_listen_one(srv *s, const char *addr) {
   char why[768];
   if (strncmp(addr, "unix:", 5) == 0 &&
-      !srv_socket_dir_ready(addr + 5, why, sizeof(why))) {
+      (!srv_socket_dir_ready(addr + 5, why, sizeof(why)) ||
+       !srv_socket_dir_usable(addr + 5, why, sizeof(why)))) {
     SRV_ERROR("cannot listen on %s: %s", addr, why);
     return -1;
   }

@@ -532,6 +532,16 @@ def check_config():
                         "/nonexistent/run/admin.sock"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and "cannot listen on the admin socket" in r.stderr, r.stderr
+    # So does a listen socket's: what is wrong with its directory, before
+    # gRPC tries (and logs only its raw error).
+    notdir = write(os.path.join(tmp, "plain-file"), "")
+    for path, why in [("/nonexistent/dir/d.sock", "its directory /nonexistent/dir does not "
+                       "exist (the directory must exist"),
+                      (notdir + "/d.sock", "%s is not a directory" % notdir)]:
+        r = subprocess.run([PARADEVD, "--listen", "unix:" + path, "--admin-socket", "",
+                            "--devices", "1"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and ("cannot listen on unix:%s: %s" % (path, why)) in r.stderr \
+            and "address in use" not in r.stderr and "chttp2" not in r.stderr, r.stderr
 
     # deploy/paradevd.conf documents every key: in each section, the keys the
     # daemon lists for an unknown key are exactly the example's.
