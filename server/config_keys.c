@@ -389,6 +389,15 @@ static bool srv_set_mode(const srv_key *k, char *field, const char *value,
     snprintf(err, errlen, "expected an octal file mode such as 0660");
     return false;
   }
+  if (m & 0002) {
+    /* The one mode key is the admin socket's: whoever may write to it may
+     * kill sessions, drain the daemon and change its log levels. */
+    snprintf(err, errlen,
+             "gives others write (o+w): any local user could use the Admin "
+             "service and kill sessions; expected a mode without it, such "
+             "as 0660 or 0600");
+    return false;
+  }
   *(unsigned *)(void *)field = (unsigned)m;
   return true;
 }

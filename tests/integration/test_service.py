@@ -427,6 +427,14 @@ def check_config():
         "unix:/absolute/path or host:port")
     bad("log.conf", "[log]\nlevel = loud\n", "FILE:2: [log] level = 'loud'",
         "is not one of error, warn, info, debug")
+    # An admin socket others may write to would let any local user kill
+    # sessions: refused.
+    for mode in ("0777", "0662", "2"):
+        bad("mode%s.conf" % mode, "[daemon]\nadmin_socket_mode = %s\n" % mode,
+            "FILE:2: [daemon] admin_socket_mode = '%s': gives others write (o+w)" % mode)
+    r = run("--config", write(os.path.join(tmp, "mode.conf"),
+                              "[daemon]\nadmin_socket_mode = 0664\n"))
+    assert r.returncode == 0 and "configuration OK" in r.stdout, (r.stdout, r.stderr)
     bad("section.conf", "[deamon]\nthreads = 2\n", "FILE:2: unknown section [deamon]")
     bad("place.conf", "[daemon]\nmax_sessions = 2\n",
         "FILE:2: [daemon] has no key 'max_sessions'; it belongs in [limits]")
