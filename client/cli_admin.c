@@ -270,7 +270,28 @@ static const char *cli_admin_dur(double s, char *buf, size_t len) {
   return buf;
 }
 
-/* A JSON string: the daemon already sends printable ASCII; escape " and \. */
+/* A table cell of `width` characters: the text cut to that many characters
+ * (the daemon sends valid UTF-8; a character is never cut in two), then
+ * padded with spaces. Counts characters, not display columns. */
+static void cli_admin_cell(const char *s, int width) {
+  int n = 0;
+  const char *p = s;
+  while (*p) {
+    const char *q = p + 1;
+    while ((*q & 0xC0) == 0x80) q++; /* continuation bytes */
+    if (n == width) break;
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      putchar('?'); /* a terminal's control: not from this daemon */
+    else
+      fwrite(p, 1, (size_t)(q - p), stdout);
+    n++;
+    p = q;
+  }
+  printf("%*s", width - n, "");
+}
+
+/* A JSON string: the daemon sends valid UTF-8 without control characters;
+ * escape " and \. */
 static void cli_admin_json_str(const char *s) {
   putchar('"');
   for (; s && *s; s++) {
@@ -353,10 +374,11 @@ static int cli_admin_sessions(const char *sock, double timeout, int argc,
         cli_admin_bytes(e->memory_quota_bytes, quota, sizeof quota);
       else
         snprintf(quota, sizeof quota, "-");
-      printf("%-6" PRIu64 " %-20.20s %-12.12s %11s %8" PRIu64 " %7" PRIu64
-             " %8s %7s %5us %11s\n",
-             e->session_id, e->client_name[0] ? e->client_name : "-",
-             e->job_id[0] ? e->job_id : "-",
+      printf("%-6" PRIu64 " ", e->session_id);
+      cli_admin_cell(e->client_name[0] ? e->client_name : "-", 20);
+      putchar(' ');
+      cli_admin_cell(e->job_id[0] ? e->job_id : "-", 12);
+      printf(" %11s %8" PRIu64 " %7" PRIu64 " %8s %7s %5us %11s\n",
              cli_admin_bytes(e->memory_bytes, b1, sizeof b1), e->handles,
              e->queued_ops, cli_admin_dur(e->age_seconds, b2, sizeof b2),
              cli_admin_dur(e->idle_seconds, b3, sizeof b3), e->lease_seconds,

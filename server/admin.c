@@ -23,7 +23,8 @@ static void srv_admin_list(srv_call *c, const ProtobufCMessage *m) {
   Paradev__V1__SessionSummary *e =
       n >= 0 ? srv_arena_alloc(&a, sizeof(*e) * (size_t)(n + 1)) : NULL;
   /* Client names and job ids are the clients' bytes: proto3 strings must
-   * be UTF-8, so they go out cleaned (as in the log). */
+   * be UTF-8, so they go out as valid UTF-8 (any language kept; control
+   * characters and other bytes as '?'). */
   char *names =
       n >= 0 ? srv_arena_alloc(&a, (size_t)(n + 1) * 2 * (SCHED_NAME_MAX + 1))
              : NULL;
@@ -38,8 +39,8 @@ static void srv_admin_list(srv_call *c, const ProtobufCMessage *m) {
     char *cn = names + (size_t)i * 2 * (SCHED_NAME_MAX + 1);
     char *job = cn + SCHED_NAME_MAX + 1;
     e[i].session_id = v[i].seq;
-    e[i].client_name = srv_log_clean(v[i].client, cn, SCHED_NAME_MAX + 1);
-    e[i].job_id = srv_log_clean(v[i].job, job, SCHED_NAME_MAX + 1);
+    e[i].client_name = srv_log_utf8(v[i].client, cn, SCHED_NAME_MAX + 1);
+    e[i].job_id = srv_log_utf8(v[i].job, job, SCHED_NAME_MAX + 1);
     e[i].memory_bytes = v[i].bytes;
     e[i].handles = v[i].handles;
     e[i].age_seconds = v[i].age_s;

@@ -49,12 +49,12 @@ static void srv_log_session_end(void *arg, const sched_end_info *info,
       (unsigned)info->why < sizeof(how) / sizeof(how[0]) && how[info->why]
           ? how[info->why]
           : sched_end_reason_name(info->why);
-  char cn[65], job[65];
+  char cn[SRV_LOG_QUOTED(64)], job[SRV_LOG_QUOTED(64)];
   SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
              "session %" PRIu64 " (client \"%s\" job \"%s\") %s: %" PRIu64
              " handles freed",
-             info->session_seq, srv_log_clean(info->client, cn, sizeof cn),
-             srv_log_clean(info->job_id, job, sizeof job), why,
+             info->session_seq, srv_log_quote(info->client, cn, sizeof cn),
+             srv_log_quote(info->job_id, job, sizeof job), why,
              info->handles_freed);
 }
 

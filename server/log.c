@@ -136,6 +136,87 @@ void srv_log_spec(const int levels[SRV_SUB_COUNT], char *out, size_t len) {
                                srv_sub_names[i], srv_level_name(levels[i]));
 }
 
+/* The length of the valid UTF-8 sequence at s (1 to 4), or 0 where s does
+ * not start one (RFC 3629: no overlong forms, no surrogates, nothing past
+ * U+10FFFF). The NUL at the end is never a continuation byte. */
+static size_t srv_utf8_len(const unsigned char *s) {
+  unsigned c = s[0];
+  size_t n;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF)
+    n = 3;
+  else if (c >= 0xF0 && c <= 0xF4)
+    n = 4;
+  else
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] >= 0xA0) ||
+      (c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))
+    return 0;
+  return n;
+}
+
+/* A control character: C0, DEL, or C1 (U+0080..U+009F, C2 80..C2 9F). */
+static bool srv_utf8_control(const unsigned char *s, size_t n) {
+  return (n == 1 && (s[0] < 0x20 || s[0] == 0x7f)) ||
+         (n == 2 && s[0] == 0xC2 && s[1] < 0xA0);
+}
+
+char *srv_log_utf8(const char *in, char *out, size_t len) {
+  if (!len) return out;
+  const unsigned char *p = (const unsigned char *)(in ? in : "");
+  size_t j = 0;
+  while (*p) {
+    size_t n = srv_utf8_len(p);
+    bool keep = n && !srv_utf8_control(p, n);
+    size_t w = keep ? n : 1;
+    if (j + w >= len) break; /* whole characters only */
+    if (keep)
+      memcpy(out + j, p, n);
+    else
+      out[j] = '?';
+    j += w;
+    p += keep ? n : 1;
+  }
+  out[j] = '\0';
+  return out;
+}
+
+char *srv_log_quote(const char *in, char *out, size_t len) {
+  if (!len) return out;
+  const unsigned char *p = (const unsigned char *)(in ? in : "");
+  size_t j = 0;
+  while (*p) {
+    char esc[5];
+    const char *src = esc;
+    size_t n = srv_utf8_len(p), w, step = 1;
+    if (n && !srv_utf8_control(p, n) && *p != '"' && *p != '\\') {
+      src = (const char *)p;
+      w = step = n;
+    } else if (*p == '"' || *p == '\\' || *p == '\n' || *p == '\t' ||
+               *p == '\r') {
+      esc[0] = '\\';
+      esc[1] = *p == '\n'   ? 'n'
+               : *p == '\t' ? 't'
+               : *p == '\r' ? 'r'
+                            : (char)*p;
+      w = 2;
+    } else { /* another control byte, or one that is not UTF-8 */
+      snprintf(esc, sizeof esc, "\\x%02X", *p);
+      w = 4;
+    }
+    if (j + w >= len) break; /* whole characters and escapes only */
+    memcpy(out + j, src, w);
+    j += w;
+    p += step;
+  }
+  out[j] = '\0';
+  return out;
+}
+
 char *srv_log_clean(const char *in, char *out, size_t len) {
   size_t i = 0;
   for (; in && in[i] && i + 1 < len; i++)

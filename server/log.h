@@ -63,6 +63,21 @@ void srv_log_spec(const int levels[SRV_SUB_COUNT], char *out, size_t len);
  * it is cut to fit `out` (always NUL-terminated). Returns out. */
 char *srv_log_clean(const char *in, char *out, size_t len);
 
+/* The same for a reply's string field that may carry any language (a
+ * client name in ListSessions): valid UTF-8 is kept as it is; control
+ * characters and bytes that are not UTF-8 become '?'. Cut to fit `out`
+ * between characters, never inside one. Returns out. */
+char *srv_log_utf8(const char *in, char *out, size_t len);
+
+/* Client-controlled text for a log line, between double quotes: valid
+ * UTF-8 is kept as it is; '"' and '\' are escaped with a backslash, \n \t
+ * \r as such, other control characters and bytes that are not UTF-8 as
+ * \xNN. So a line names the bytes exactly and cannot be forged. Cut to fit
+ * `out` (SRV_LOG_QUOTED(n) bytes hold n bytes of input whole) between
+ * characters or escapes, never inside one. Returns out. */
+#define SRV_LOG_QUOTED(n) (4 * (n) + 1)
+char *srv_log_quote(const char *in, char *out, size_t len);
+
 /* Formats and writes one line; use the macros. */
 void srv_log_write(srv_log_sub sub, srv_log_level level, const char *file,
                    int line, const char *fmt, ...)

@@ -34,13 +34,13 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &st);
     return;
   }
-  char cn[65], job[65];
+  char cn[SRV_LOG_QUOTED(64)], job[SRV_LOG_QUOTED(64)];
   SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
              "session %llu opened: client \"%s\" job \"%s\" lease %u s "
              "quota %llu bytes",
              (unsigned long long)info.seq,
-             srv_log_clean(req->client_name, cn, sizeof cn),
-             srv_log_clean(req->job_id, job, sizeof job), info.lease_s,
+             srv_log_quote(req->client_name, cn, sizeof cn),
+             srv_log_quote(req->job_id, job, sizeof job), info.lease_s,
              (unsigned long long)info.memory_quota);
   Paradev__V1__CreateSessionResponse resp =
       PARADEV__V1__CREATE_SESSION_RESPONSE__INIT;

@@ -242,7 +242,7 @@ static void srv_register_shm(srv_call *c, const ProtobufCMessage *m) {
   SRV_INFO("session %" PRIu64
            ": shared memory region \"%s\" registered "
            "(%s, %zu bytes)",
-           seq, srv_log_clean(name, cn, sizeof cn), key, size);
+           seq, srv_log_quote(name, cn, sizeof cn), key, size);
   Paradev__V1__SharedMemoryRegion info =
       PARADEV__V1__SHARED_MEMORY_REGION__INIT;
   info.name = (char *)name;
@@ -287,7 +287,7 @@ static void srv_unregister_shm(srv_call *c, const ProtobufCMessage *m) {
   srv_shm_retire(r, false);
   char cn[129];
   SRV_INFO("session %" PRIu64 ": shared memory region \"%s\" unregistered", seq,
-           srv_log_clean(r->name, cn, sizeof cn));
+           srv_log_quote(r->name, cn, sizeof cn));
   srv_shm_region_unref(
       r); /* unmapped already; freed once no transfer holds it */
   Paradev__V1__UnregisterSharedMemoryResponse resp =
@@ -514,7 +514,7 @@ static void srv_download_shm(srv_call *c, const ProtobufCMessage *m) {
   SRV_DEBUG("session %" PRIu64 ": DownloadToSharedMemory of tensor %" PRIu64
             " into region \"%s\" waits for the tensor",
             sched_session_seq(d->ss), req->id,
-            srv_log_clean(d->r->name, cn, sizeof cn));
+            srv_log_quote(d->r->name, cn, sizeof cn));
   srv_call_await(c, d->ss, d->t, &d->w); /* then srv_download_shm_finish */
 }
 

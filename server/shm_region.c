@@ -113,7 +113,7 @@ static void srv_shm_on_end(void *arg, const sched_end_info *info, void *state) {
                " %s: shared memory region \"%s\" (%s) "
                "unregistered",
                info->session_seq, sched_end_reason_name(info->why),
-               srv_log_clean(r->name, name, sizeof name), r->key);
+               srv_log_quote(r->name, name, sizeof name), r->key);
     srv_shm_retire(r, true);
     srv_shm_region_unref(r);
   }

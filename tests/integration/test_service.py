@@ -1491,9 +1491,53 @@ def check_default_socket_dir():
         assert w in out, "%r not in:\n%s\n%s" % (w, out, r.stderr)
 
 
+def check_names():
+    """Client names and job ids in any language: kept as they are in
+    ListSessions, `paradev admin sessions` and the log; the log escapes
+    quotes, backslashes, control characters and bytes that are not UTF-8."""
+    d = Daemon(metrics=False)
+    try:
+        cl = Client(d.target)
+        adm = Client("unix:" + d.admin)
+        cl.session(client_name="unié中", job_id='quo"te\\back')
+        # Not UTF-8 (a client other than Python's may send it), with a newline.
+        create = cl.ch.unary_unary(SVC + "CreateSession", request_serializer=lambda b: b,
+                                   response_deserializer=pb.CreateSessionResponse.FromString)
+        create(b"\x0a\x06bad\xff\n!\x12\x02j2", timeout=30)
+        cl.session(client_name="x" * 19 + "中中", job_id="cut")
+        lst = adm.admin("ListSessions", apb.ListSessionsRequest(),
+                        apb.ListSessionsResponse).sessions
+        assert [(s.client_name, s.job_id) for s in lst] == [
+            ("unié中", 'quo"te\\back'), ("bad??!", "j2"), ("x" * 19 + "中中", "cut")], lst
+        logged = lambda text: wait_for(lambda: any(text in line for line in d.lines),
+                                       "log line with %r" % text)
+        logged('opened: client "unié中" job "quo\\"te\\\\back" lease')
+        logged('opened: client "bad\\xFF\\n!" job "j2" lease')
+        # The table: whole characters, cut and padded by characters.
+        r = subprocess.run([ADMIN_CLI, "admin", "--socket", d.admin, "sessions"],
+                           capture_output=True, timeout=120)
+        out = r.stdout.decode("utf-8")
+        assert r.returncode == 0, (out, r.stderr)
+        assert " unié中%s quo\"te\\back  " % (" " * 15) in out, out
+        assert " %s中 cut " % ("x" * 19) in out and "中中" not in out, out
+        r = subprocess.run([ADMIN_CLI, "admin", "--socket", d.admin, "sessions", "--json"],
+                           capture_output=True, timeout=120)
+        rows = json.loads(r.stdout.decode("utf-8"))["sessions"]
+        assert [(x["client_name"], x["job_id"]) for x in rows] == [
+            ("unié中", 'quo"te\\back'), ("bad??!", "j2"), ("x" * 19 + "中中", "cut")], rows
+        # The session's end, escaped the same way.
+        adm.admin("KillSession", apb.KillSessionRequest(job_id='quo"te\\back'),
+                  apb.KillSessionResponse)
+        logged('(client "unié中" job "quo\\"te\\\\back") killed by an operator')
+    finally:
+        rc = d.stop()
+    assert rc == 0, (rc, d.log())
+    assert "\ufffd" not in d.log(), d.log()
+
+
 CHECKS = [check_config, check_notify, check_metrics, check_drain,
           check_drain_timeout_and_second_signal, check_stuck_shutdown, check_admin,
-          check_waits, check_default_socket_dir]
+          check_waits, check_default_socket_dir, check_names]
 
 
 def main():
