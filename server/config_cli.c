@@ -115,10 +115,10 @@ int srv_apply_flags(int argc, char **argv, srv_options *o,
       o->num_listen = 0; /* --listen replaces the file's addresses */
       listen_from_flags = true;
     }
-    char err[512], cv[128];
+    char err[512], cv[SRV_LOG_QUOTED(100)];
     if (!srv_key_set(k, o, val, err, sizeof(err))) {
       srv_report_flag(report, "%s '%s': %s", a,
-                      srv_log_clean(val, cv, sizeof cv), err);
+                      srv_log_printable(val, cv, sizeof cv), err);
       errors++;
     }
   }

@@ -100,9 +100,9 @@ static char *srv_ini_read(char *str, int num, void *stream) {
 static int srv_ini_handler(void *user, const char *section, const char *name,
                            const char *value) {
   srv_ini *c = user;
-  if (!name) return 1; /* a section start, when inih reports those */
-  char cv[128];
-  srv_log_clean(value, cv, sizeof(cv));
+  if (!name) return 1;          /* a section start, when inih reports those */
+  char cv[SRV_LOG_QUOTED(100)]; /* the value as typed, bytes escaped */
+  srv_log_printable(value, cv, sizeof(cv));
   if (!section || !*section) {
     srv_ini_error(c,
                   "key '%s' before any section (put it under one of [daemon], "

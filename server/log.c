@@ -185,7 +185,10 @@ char *srv_log_utf8(const char *in, char *out, size_t len) {
   return out;
 }
 
-char *srv_log_quote(const char *in, char *out, size_t len) {
+/* srv_log_quote (`quoted`) and srv_log_printable (not): valid UTF-8 kept,
+ * the rest as escapes, cut between characters or escapes. */
+static char *srv_log_escape(const char *in, bool quoted, char *out,
+                            size_t len) {
   if (!len) return out;
   const unsigned char *p = (const unsigned char *)(in ? in : "");
   size_t j = 0;
@@ -193,18 +196,18 @@ char *srv_log_quote(const char *in, char *out, size_t len) {
     char esc[5];
     const char *src = esc;
     size_t n = srv_utf8_len(p), w, step = 1;
-    if (n && !srv_utf8_control(p, n) && *p != '"' && *p != '\\') {
+    bool special = quoted && (*p == '"' || *p == '\\');
+    if (n && !srv_utf8_control(p, n) && !special) {
       src = (const char *)p;
       w = step = n;
-    } else if (*p == '"' || *p == '\\' || *p == '\n' || *p == '\t' ||
-               *p == '\r') {
+    } else if (quoted && (special || *p == '\n' || *p == '\t' || *p == '\r')) {
       esc[0] = '\\';
       esc[1] = *p == '\n'   ? 'n'
                : *p == '\t' ? 't'
                : *p == '\r' ? 'r'
                             : (char)*p;
       w = 2;
-    } else { /* another control byte, or one that is not UTF-8 */
+    } else { /* a control byte, or one that is not UTF-8 */
       snprintf(esc, sizeof esc, "\\x%02X", *p);
       w = 4;
     }
@@ -215,6 +218,14 @@ char *srv_log_quote(const char *in, char *out, size_t len) {
   }
   out[j] = '\0';
   return out;
+}
+
+char *srv_log_quote(const char *in, char *out, size_t len) {
+  return srv_log_escape(in, true, out, len);
+}
+
+char *srv_log_printable(const char *in, char *out, size_t len) {
+  return srv_log_escape(in, false, out, len);
 }
 
 char *srv_log_clean(const char *in, char *out, size_t len) {

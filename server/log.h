@@ -78,6 +78,13 @@ char *srv_log_utf8(const char *in, char *out, size_t len);
 #define SRV_LOG_QUOTED(n) (4 * (n) + 1)
 char *srv_log_quote(const char *in, char *out, size_t len);
 
+/* Text of unknown bytes in a message that quotes it as it is (a config
+ * error's value, key or line): valid UTF-8 is kept, control characters and
+ * bytes that are not UTF-8 become \xNN; nothing else is escaped, so the
+ * result passes through again unchanged. Cut like srv_log_quote (same
+ * SRV_LOG_QUOTED). Returns out. */
+char *srv_log_printable(const char *in, char *out, size_t len);
+
 /* Formats and writes one line; use the macros. */
 void srv_log_write(srv_log_sub sub, srv_log_level level, const char *file,
                    int line, const char *fmt, ...)

@@ -246,15 +246,22 @@ static double srv_now(void) {
 }
 
 /* Before the log is set up: plain lines on stderr. */
+/* Configuration messages quote what the file, the flags or the environment
+ * held (keys, sections, values): whatever bytes those were, the output is
+ * valid UTF-8 without control characters (srv_log_printable). */
 static void srv_report_stderr(bool error, const char *msg) {
-  fprintf(stderr, "paradevd: %s%s\n", error ? "" : "warning: ", msg);
+  char clean[SRV_LOG_QUOTED(1024)];
+  fprintf(stderr, "paradevd: %s%s\n", error ? "" : "warning: ",
+          srv_log_printable(msg, clean, sizeof clean));
 }
 
 static void srv_report_log(bool error, const char *msg) {
+  char clean[SRV_LOG_QUOTED(1024)];
+  srv_log_printable(msg, clean, sizeof clean);
   if (error)
-    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_ERROR, "%s", msg);
+    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_ERROR, "%s", clean);
   else
-    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_WARN, "%s", msg);
+    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_WARN, "%s", clean);
 }
 
 /* Copies what SIGHUP may change into the running daemon. */

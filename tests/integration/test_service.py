@@ -453,6 +453,22 @@ def check_config():
         f.write(b"[daemon]\n\xef\xbb\xbfthreads = 3\n")
     r = run("--config", bom)
     assert r.returncode != 0 and "bom.conf:2: unknown key" in r.stderr, r.stderr
+    # Bytes that are not text are escaped in the messages (valid UTF-8 is
+    # kept): the output is UTF-8 without control characters.
+    junk = os.path.join(tmp, "junk.conf")
+    with open(junk, "wb") as f:
+        f.write(b"[daemon]\nthreads = \xff\x01\x1b[31m\nn\xfe\xffkey = 1\n[\x1b]\na = 1\n"
+                b"[devices]\nbackend = cp\xc3\xbc\n" + bytes(range(1, 256)) + b"\n")
+    r = subprocess.run([PARADEVD, "--check-config", "--config", junk, "--threads", "\x07x"],
+                       capture_output=True, timeout=60)
+    err = r.stderr.decode("utf-8")
+    assert r.returncode != 0 and not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", err), err
+    for w in ["junk.conf:2: [daemon] threads = '\\xFF\\x01\\x1B[31m': expected an integer",
+              "junk.conf:3: unknown key 'n\\xFE\\xFFkey' in [daemon]",
+              "junk.conf:5: unknown section [\\x1B] (key 'a')",
+              "junk.conf:7: [devices] backend = 'cpü': expected cpu or cuda",
+              "--threads '\\x07x': expected an integer"]:
+        assert w in err, "%r not in:\n%s" % (w, err)
     bad("twice.conf", "[daemon]\nthreads = 2\nthreads = 3\n",
         "FILE:3: [daemon] threads is set twice (first on line 2)")
     bad("cross.conf", "[sessions]\ndefault_lease_seconds = 100\nmax_lease_seconds = 10\n",
