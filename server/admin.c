@@ -116,7 +116,7 @@ static void srv_admin_kill(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__KillSessionRequest *req = (const void *)m;
   srv *s = c->s;
   sched_kill_target t = {NULL, 0, NULL, 0};
-  char what[SCHED_NAME_MAX + 64];
+  char what[SRV_LOG_QUOTED(64) + 64]; /* for the log line */
   switch (req->target_case) {
     case PARADEV__V1__KILL_SESSION_REQUEST__TARGET_SESSION_TOKEN:
       t.token = req->session_token.data ? req->session_token.data : (void *)"";
@@ -124,10 +124,10 @@ static void srv_admin_kill(srv_call *c, const ProtobufCMessage *m) {
       snprintf(what, sizeof(what), "the session of a token");
       break;
     case PARADEV__V1__KILL_SESSION_REQUEST__TARGET_JOB_ID: {
-      char job[SCHED_NAME_MAX + 1];
+      char job[SRV_LOG_QUOTED(64)];
       t.job = req->job_id ? req->job_id : "";
       snprintf(what, sizeof(what), "the sessions of job \"%s\"",
-               srv_log_clean(t.job, job, sizeof job));
+               srv_log_quote(t.job, job, sizeof job));
       break;
     }
     case PARADEV__V1__KILL_SESSION_REQUEST__TARGET_SESSION_ID:

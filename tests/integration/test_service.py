@@ -1545,6 +1545,7 @@ def check_names():
         adm.admin("KillSession", apb.KillSessionRequest(job_id='quo"te\\back'),
                   apb.KillSessionResponse)
         logged('(client "unié中" job "quo\\"te\\\\back") killed by an operator')
+        logged('killed the sessions of job "quo\\"te\\\\back": 1 session,')
     finally:
         rc = d.stop()
     assert rc == 0, (rc, d.log())
