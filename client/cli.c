@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli_int.h"
+#include "common.h"
 #include "paradev/paradev.h"
 
 static const char cli_usage[] =
@@ -111,26 +112,6 @@ static int cli_usage_error(const char *cmd, const char *fmt, ...) {
   fprintf(stderr, "\nTry 'paradev %s%s--help'.\n", cmd ? cmd : "",
           cmd ? " " : "");
   return 2;
-}
-
-/* Parses a non-negative decimal with an optional K/M/G (powers of 1024). */
-static bool cli_parse_u64(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-') return false;
-  errno = 0;
-  char *end = NULL;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return false;
-  unsigned shift = 0;
-  if (*end == 'K' || *end == 'k')
-    shift = 10, end++;
-  else if (*end == 'M' || *end == 'm')
-    shift = 20, end++;
-  else if (*end == 'G' || *end == 'g')
-    shift = 30, end++;
-  if (*end) return false;
-  if (shift && v > (ULLONG_MAX >> shift)) return false;
-  *out = (uint64_t)v << shift;
-  return true;
 }
 
 /* $PARADEV_TARGET (*from_env set), else paradevd's default Unix socket: in
@@ -386,9 +367,9 @@ static int cli_ping_flag(cli_ping_run *p, int argc, char **argv, int *i) {
     val = argv[++*i];
   }
   if (is_count) {
-    if (!cli_parse_u64(val, &p->count) || p->count < 1 || p->count > 1000000)
+    if (!pdcom_parse_size(val, &p->count) || p->count < 1 || p->count > 1000000)
       return cli_usage_error("ping", "--count '%s': expected 1..1000000", val);
-  } else if (!cli_parse_u64(val, &p->size) || p->size > (uint64_t)INT_MAX) {
+  } else if (!pdcom_parse_size(val, &p->size) || p->size > (uint64_t)INT_MAX) {
     return cli_usage_error("ping", "--size '%s': expected bytes", val);
   }
   return 0;

@@ -4,12 +4,21 @@
 #ifndef PARADEV_COMMON_H
 #define PARADEV_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Writes the NumPy names of every valid dtype, in enum order, separated by
  * ", " ("float32, float64, ..., bool") into buf (len bytes, truncated and
  * NUL-terminated when short; 128 bytes always suffice), for messages that
  * say which dtypes were expected. Returns buf. Thread-safe. */
 const char *pdcom_dtype_list(char *buf, size_t len);
+
+/* Parses a byte count or count: decimal digits with an optional binary
+ * suffix K, M, G or T (powers of 1024; also written KiB / KB, any case of the
+ * letter), e.g. "4096", "64M", "1GiB". No sign, space or other suffix. On
+ * success writes *out and returns true; false for anything else, including a
+ * value past 2^64 - 1 (out is then not written). Thread-safe. */
+bool pdcom_parse_size(const char *s, uint64_t *out);
 
 #endif /* PARADEV_COMMON_H */

@@ -119,9 +119,6 @@ void srv_tmp_socket_dir(char *out, size_t len);
  * first, to serve in the daemon's place or read what clients send. */
 bool srv_private_dir_prepare(const char *dir, char *err, size_t errlen);
 
-/* Parses a byte count with an optional K/M/G/T suffix (powers of 1024). */
-bool srv_parse_size(const char *s, uint64_t *out);
-
 /* The usage text (--help). */
 extern const char srv_usage[];
 

@@ -16,6 +16,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "paradev/types.h"
 
 #define OFF(f) offsetof(srv_options, f)
@@ -143,29 +144,6 @@ bool srv_private_dir_prepare(const char *dir, char *err, size_t errlen) {
              (unsigned)geteuid());
     return false;
   }
-  return true;
-}
-
-bool srv_parse_size(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return false;
-  errno = 0;
-  char *end = NULL;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return false;
-  unsigned shift = 0;
-  if (*end == 'K' || *end == 'k')
-    shift = 10, end++;
-  else if (*end == 'M' || *end == 'm')
-    shift = 20, end++;
-  else if (*end == 'G' || *end == 'g')
-    shift = 30, end++;
-  else if (*end == 'T' || *end == 't')
-    shift = 40, end++;
-  if (shift && (*end == 'i' || *end == 'B')) end += *end == 'i' ? 1 : 0;
-  if (shift && *end == 'B') end++;
-  if (*end) return false;
-  if (shift && v > (ULLONG_MAX >> shift)) return false;
-  *out = (uint64_t)v << shift;
   return true;
 }
 
@@ -346,7 +324,7 @@ static bool srv_set_int(const srv_key *k, char *field, const char *value,
 static bool srv_set_size(const srv_key *k, char *field, const char *value,
                          char *err, size_t errlen) {
   uint64_t v = 0;
-  if (!srv_parse_size(value, &v) || v < k->min || v > k->max) {
+  if (!pdcom_parse_size(value, &v) || v < k->min || v > k->max) {
     if (k->max == UINT64_MAX)
       snprintf(err, errlen,
                "expected a byte count of at least %llu, such as 4096, "
@@ -371,7 +349,7 @@ static bool srv_set_size_all(char *field, const char *value, char *err,
     *(uint64_t *)(void *)field = UINT64_MAX;
     return true;
   }
-  if (!srv_parse_size(value, &v)) {
+  if (!pdcom_parse_size(value, &v)) {
     snprintf(err, errlen,
              "expected a byte count such as 0, 512M or 4G, or unlimited");
     return false;
