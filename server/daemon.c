@@ -63,6 +63,11 @@ static void srv_log_session_end(void *arg, const sched_end_info *info,
  * INVALID_ARGUMENT" (the last two parts of the path). */
 static void srv_trail(const char *file, int line, const char *func,
                       pd_code code) {
+  /* Every failure passes here (a refused op is one): test the level before
+   * anything else, as the SRV_ macros do. */
+  if (SRV_LOG_DEBUG >
+      atomic_load_explicit(&srv_log_levels[SRV_LOG_SUB], memory_order_relaxed))
+    return;
   const char *short_name = file, *p = file + strlen(file);
   for (int slashes = 0; p > file; p--)
     if (p[-1] == '/' && ++slashes == 2) {

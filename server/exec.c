@@ -40,6 +40,16 @@ static pd_code srv_delete_item(const srv_req_limits *l, sched_session *ss,
   return sched_handle_delete(ss, ids, (int)n, st);
 }
 
+/* The ids-per-request limit of a Sync, Describe or Delete, checked before
+ * its session is opened: false (the call failed) when n passes it. */
+static bool srv_ids_ok(srv_call *c, size_t n) {
+  srv_req_limits l = srv_call_limits(c);
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_check_ids(&l, n, "ids", &st) == PD_OK) return true;
+  srv_call_fail(c, &st);
+  return false;
+}
+
 /* --- Execute ----------------------------------------------------------------- */
 
 static void srv_execute(srv_call *c, const ProtobufCMessage *m) {
@@ -239,12 +249,7 @@ static void srv_sync_cancel(srv_call *c) {
 
 static void srv_sync(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__SyncRequest *req = (const void *)m;
-  srv_req_limits l = srv_call_limits(c);
-  dev_status ck = DEV_STATUS_INIT;
-  if (srv_check_ids(&l, req->n_ids, "ids", &ck) != PD_OK) {
-    srv_call_fail(c, &ck);
-    return;
-  }
+  if (!srv_ids_ok(c, req->n_ids)) return;
   srv_sync_state *y = calloc(1, sizeof(*y));
   if (!y) {
     srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -266,12 +271,7 @@ static void srv_sync(srv_call *c, const ProtobufCMessage *m) {
 
 static void srv_describe(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__DescribeRequest *req = (const void *)m;
-  srv_req_limits l = srv_call_limits(c);
-  dev_status ck = DEV_STATUS_INIT;
-  if (srv_check_ids(&l, req->n_ids, "ids", &ck) != PD_OK) {
-    srv_call_fail(c, &ck);
-    return;
-  }
+  if (!srv_ids_ok(c, req->n_ids)) return;
   sched_session *ss = srv_call_session(c, req->session_token);
   if (!ss) return;
   size_t n = req->n_ids;
@@ -334,14 +334,11 @@ fail:
 
 static void srv_delete(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__DeleteRequest *req = (const void *)m;
-  srv_req_limits l = srv_call_limits(c);
-  dev_status st = DEV_STATUS_INIT;
-  if (srv_check_ids(&l, req->n_ids, "ids", &st) != PD_OK) {
-    srv_call_fail(c, &st);
-    return;
-  }
+  if (!srv_ids_ok(c, req->n_ids)) return;
   sched_session *ss = srv_call_session(c, req->session_token);
   if (!ss) return;
+  srv_req_limits l = srv_call_limits(c);
+  dev_status st = DEV_STATUS_INIT;
   if (srv_delete_item(&l, ss, req->ids, req->n_ids, &st) != PD_OK) {
     srv_call_fail(c, &st);
   } else {

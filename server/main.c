@@ -293,14 +293,13 @@ static void srv_status_text(srv *s, const sched_stats *st, double drain_left,
       : !atomic_load(&s->devices_ok) ? "NOT SERVING: a device is unhealthy"
       : atomic_load(&s->stalled) ? "NOT SERVING: the devices make no progress"
                                  : "starting";
+  const char *backend = dev_engine_backend_name(s->engine);
   int n = snprintf(out, len,
                    "%s: %d session%s on %d %s device%s, %" PRIu64
                    " ops queued, %" PRIu64 " running",
                    state, st->sessions, st->sessions == 1 ? "" : "s",
                    dev_engine_num_devices(s->engine),
-                   dev_engine_backend_name(s->engine)[0]
-                       ? dev_engine_backend_name(s->engine)
-                       : s->opt.backend,
+                   backend[0] ? backend : s->opt.backend,
                    dev_engine_num_devices(s->engine) == 1 ? "" : "s",
                    st->ops_queued, st->ops_in_flight);
   if (drain_left >= 0 && n > 0 && (size_t)n < len)
