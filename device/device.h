@@ -407,6 +407,25 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
                                      const dev_shape *component_shapes,
                                      dev_tensor **out, dev_status *st);
 
+/* Pending tensors (checkpoint loads, issue #13): created and allocated like
+ * dev_tensor_create_for_layout, but not ready until dev_tensor_complete:
+ * dev_tensor_is_ready is false, dev_tensor_wait blocks and dev_tensor_notify
+ * defers until then. dev_tensor_write fills it meanwhile (one writer per
+ * component at a time). An op must not be submitted with a pending input:
+ * the scheduler holds such ops (dev_op_has_pending_input). */
+pd_code dev_tensor_create_pending(dev_engine *e, pd_dtype dtype,
+                                  const dev_layout *layout,
+                                  const dev_shape *host_shape,
+                                  const dev_shape *component_shapes,
+                                  dev_tensor **out, dev_status *st);
+/* Ends a pending tensor: ready with its data (code PD_OK), or failed with
+ * `code` and `msg` on every component (buffers freed). Wakes its waiters and
+ * runs its notifications. Once only; a no-op on a tensor not pending.
+ * Thread-safe. */
+void dev_tensor_complete(dev_tensor *t, pd_code code, const char *msg);
+/* True while a pending tensor has not been completed. */
+bool dev_tensor_is_pending(const dev_tensor *t);
+
 /* Writes bytes [offset, offset+len) of the host value of an upload into the
  * components per `layout` (for PER_COMPONENT, of component `component`'s
  * value). Chunks may arrive in any sizes. OUT_OF_RANGE past the end.
@@ -517,6 +536,11 @@ uint64_t dev_op_output_bytes(const dev_op *op);
  * dev_op_output_bytes, but an output that shares its input's buffer
  * (Identity, Reshape) counts 0. */
 uint64_t dev_op_new_bytes(const dev_op *op);
+
+/* True when one of the op's inputs is a pending tensor (dev_tensor_create_
+ * pending) not yet completed; the first such input in *pending (borrowed)
+ * when pending != NULL. Thread-safe. */
+bool dev_op_has_pending_input(const dev_op *op, dev_tensor **pending);
 
 /* Queues a prepared op on every device in the one global order and takes
  * ownership of `op`. Thread-safe. */

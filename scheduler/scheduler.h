@@ -55,6 +55,7 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "storage.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,12 +81,16 @@ typedef struct sched_config {
   int max_queued_ops;            /* per session; RESOURCE_EXHAUSTED beyond */
   uint64_t default_memory_quota; /* bytes; for sessions that ask 0; 0: none */
   uint64_t max_memory_quota; /* bytes; 0: no cap (see sched_session_create) */
+  /* Checkpoints (issue #13); borrowed, must outlive the scheduler. */
+  const stg_roots *storage_roots; /* NULL: loads and saves refused */
+  stg_cache *storage_cache;
+  int load_workers; /* threads reading loads and writing saves; 0: 2 */
 } sched_config;
 
 #define SCHED_CONFIG_INITIALIZER                                               \
   {                                                                            \
     sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, 0,  \
-        0                                                                      \
+        0, NULL, NULL, 0                                                       \
   }
 
 /* Creates a scheduler over engine `e` (borrowed; it must outlive the
@@ -265,6 +270,120 @@ const dev_tensor *sched_upload_tensor(const sched_upload *u);
 
 /* Drops an upload; frees `u`. Accepts NULL. */
 void sched_upload_abort(sched_upload *u);
+
+/* --- Checkpoints: loads and saves (issue #13) -------------------------------
+ *
+ * A load opens and indexes its files at once (so header errors, unknown
+ * names, dtypes and layouts are the call's error and nothing is published),
+ * creates every tensor pending (dev_tensor_create_pending), publishes the
+ * handles (dtype and shape known at once, bytes counted against the quota as
+ * an upload's) and hands the reads to the scheduler's load workers, which
+ * read through the storage cache and write into the tensors. A Sync or a
+ * Download of a pending tensor waits for it; an op with a pending input
+ * stays queued in the scheduler, holding its session's later ops behind it
+ * (other sessions go on), until the load of that input ends. A read error is
+ * stored on that tensor alone (dev_tensor_complete), like any run-time
+ * failure. A load is cancelled with its session (its pending tensors fail
+ * with CANCELLED). A sharded tensor's component k reads only its own bytes
+ * where the entry is random-access.
+ *
+ * The storage roots and cache come from sched_config (storage_roots,
+ * storage_cache; NULL: loads and saves are FAILED_PRECONDITION "no storage
+ * root is configured"). */
+
+#define SCHED_LOAD_MAX_TENSORS 4096 /* per request */
+
+typedef struct sched_load_tensor {
+  const char *name;  /* in the checkpoint ("" for a .npy) */
+  uint64_t id;       /* the new handle's id */
+  dev_layout layout; /* MIRRORED, SHARDED (axis) or PER_COMPONENT */
+  /* PER_COMPONENT: one file per device holding `name`; n == 0: entries
+   * "<name>:<k>" of the request's source (what a per-component save writes) */
+  const char *const *component_sources;
+  int n_component_sources;
+} sched_load_tensor;
+
+typedef struct sched_load_request {
+  const char *source; /* path beneath a root, or http(s):// URL */
+  stg_format format;  /* STG_FORMAT_AUTO: by magic bytes */
+  const sched_load_tensor *tensors;
+  int n; /* 0: every tensor of `source`, by `default_layout`, ids first_id.. */
+  uint64_t first_id;
+  dev_layout default_layout;
+} sched_load_request;
+
+typedef struct sched_loaded {
+  char name[SCHED_NAME_MAX];
+  uint64_t id;
+  pd_dtype dtype;
+  dev_shape shape; /* as dev_tensor_shape */
+} sched_loaded;
+
+typedef struct sched_load_result {
+  uint64_t load_id; /* for sched_load_progress; unique in the session */
+  uint64_t total_bytes;
+  int n;
+  sched_loaded *tensors; /* [n], in the request's (or the file's) order */
+} sched_load_result;
+void sched_load_result_free(sched_load_result *r);
+
+/* INVALID_ARGUMENT (names, layouts, ids, formats; naming the tensor),
+ * NOT_FOUND (a name not in the checkpoint, naming it), ALREADY_EXISTS (an id
+ * in use), PERMISSION_DENIED (roots), RESOURCE_EXHAUSTED (quota, handles,
+ * device memory), UNIMPLEMENTED (dtype), FAILED_PRECONDITION (no storage). */
+pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
+                         sched_load_result **out, dev_status *st);
+
+typedef struct sched_load_progress {
+  uint64_t bytes_done, bytes_total;
+  int tensors_done, tensors_total, tensors_failed;
+  bool done;
+  pd_code code; /* the first failure's, PD_OK while none */
+  char message[DEV_STATUS_MSG_MAX];
+} sched_load_progress;
+
+/* NOT_FOUND for a load id the session never had. Finished loads are kept
+ * (the last 64 per session) so a late poll still sees the outcome. */
+pd_code sched_load_get_progress(sched_session *ss, uint64_t load_id,
+                                sched_load_progress *out, dev_status *st);
+
+typedef struct sched_save_tensor {
+  const char *name;  /* in the file */
+  uint64_t id;       /* a live handle */
+  dev_layout layout; /* MIRRORED: component 0 saved once; SHARDED: gathered
+                        along axis; PER_COMPONENT: entries "<name>:<k>" and
+                        __metadata__ "paradev.components.<name>" = n */
+} sched_save_tensor;
+
+typedef struct sched_save_request {
+  const char *path;  /* beneath a root; ".npy" (one tensor) or safetensors */
+  stg_format format; /* AUTO: .npy by extension, else safetensors */
+  const sched_save_tensor *tensors;
+  int n;
+  const char *const *meta_keys, *const *meta_values;
+  int n_meta;
+  bool overwrite;
+} sched_save_request;
+
+typedef struct sched_save_result {
+  uint64_t bytes_written;
+  char path[4096]; /* as written */
+} sched_save_result;
+
+/* Called once, from a save worker, when a save ended (code PD_OK or the
+ * error, with `st` filled). Must not block. */
+typedef void (*sched_save_done_fn)(void *arg, pd_code code,
+                                   const dev_status *st,
+                                   const sched_save_result *res);
+
+/* Validates at once (names, ids, layouts, path beneath a root; errors as
+ * sched_load_begin's, plus ALREADY_EXISTS for an existing file without
+ * overwrite), then, on a save worker, waits for the tensors, writes the file
+ * atomically (stg_out) and calls `done`. When it returns an error, `done` is
+ * never called. Cancelled with the session (done gets CANCELLED and the
+ * temporary file is removed). */
+pd_code sched_save_begin(sched_session *ss, const sched_save_request *req,
+                         sched_save_done_fn done, void *arg, dev_status *st);
 
 /* --- Ops ----------------------------------------------------------------- */
 

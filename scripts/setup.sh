@@ -12,7 +12,11 @@ PKGS=(
   python3-grpcio         # second client implementation in tests
   libinih-dev libmicrohttpd-dev libsystemd-dev
   gnuplot-nox
-  zlib1g-dev             # reading the examples' gzip data
+  zlib1g-dev             # reading the examples' gzip data; .npz members
+  libjson-c-dev          # safetensors headers; JSON the CLI and benches print
+  libcurl4-openssl-dev   # HTTP range reads of checkpoints
+  python3-cffi python3-pytest  # the Python client and its tests
+  python3-venv           # a venv for what Debian lacks (safetensors)
 )
 
 missing=()
