@@ -245,6 +245,9 @@ static pd_code stg_judge_common(stg_req *r, CURLcode cc, const char *shown,
   }
   long s = r->status;
   if (s == 200 || s == 206) return PD_OK;
+  size_t cl = strlen(r->crange);
+  if (s == 416 && !r->check && cl >= 2 && !strcmp(r->crange + cl - 2, "/0"))
+    return PD_OK; /* open of an empty object: bytes=0-0 is unsatisfiable */
   if (s == 404 || s == 410)
     return dev_error(st, PD_NOT_FOUND, "GET '%s': HTTP %ld (no such object)",
                      shown, s);
@@ -274,6 +277,10 @@ static pd_code stg_judge_common(stg_req *r, CURLcode cc, const char *shown,
 static pd_code stg_judge_open(stg_req *r, const char *shown, bool *retry,
                               dev_status *st) {
   (void)retry;
+  if (r->status == 416) {
+    r->total = 0;
+    return PD_OK;
+  }
   if (r->status == 206) {
     const char *slash = strrchr(r->crange, '/');
     char *end = NULL;

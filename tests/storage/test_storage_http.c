@@ -36,6 +36,9 @@ static int start_server(void **state) {
   char *p = st_join(dir, "f.bin");
   st_write_file(p, data, FILE_N);
   free(p);
+  p = st_join(dir, "empty.bin");
+  st_write_file(p, "", 0);
+  free(p);
   char script[4096];
   snprintf(script, sizeof script, "%s/http_server.py", src);
   int fds[2];
@@ -143,6 +146,15 @@ static void test_range(void **state) {
   assert_int_equal(s.fetches, 6);
   assert_int_equal(s.bytes_fetched, FILE_N);
   assert_int_equal(hstats().requests - req0, 1 + 6); /* the open and 6 GETs */
+  stg_file_close(f);
+  /* an empty object: bytes=0-0 is 416, the size 0 */
+  char empty[256];
+  snprintf(empty, sizeof empty, "http://127.0.0.1:%d/range/empty.bin", port);
+  st_assert_code(stg_file_open(c, roots, empty, &f, &st), PD_OK, &st);
+  assert_int_equal(stg_file_size(f), 0);
+  unsigned char b[1];
+  st_assert_code(stg_file_pread(f, 0, b, 0, &st), PD_OK, &st);
+  st_assert_code(stg_file_pread(f, 0, b, 1, &st), PD_OUT_OF_RANGE, &st);
   stg_file_close(f);
   stg_cache_destroy(c);
 }
