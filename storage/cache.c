@@ -16,9 +16,9 @@
  *     and the next reader fetches again (TF sets the state back to CREATED).
  *   - with max_staleness_s > 0, a lookup that finds a block older than that
  *     drops every block of its file (TF's staleness check in Lookup).
- *   - reads larger than the budget (or cache_bytes 0, or a block size above
- *     the budget) bypass the cache: fetched straight into the caller's
- *     buffer.
+ *   - reads larger than the budget (or every read with cache_bytes 0) bypass
+ *     the cache: fetched straight into the caller's buffer. A budget below
+ *     one block is refused at create.
  *
  * Lock order: c->mu is a leaf; no fetcher is ever called under it. Data of a
  * READY block is immutable, so it is copied out without the lock, under a
@@ -117,6 +117,12 @@ pd_code stg_cache_create(const stg_cache_config *cfg, stg_cache **out,
                      "fetch_timeout_s %g (> 0), fetch_retries %d (>= 0)",
                      k.block_size, k.max_staleness_s, k.fetch_timeout_s,
                      k.fetch_retries);
+  if (k.cache_bytes > 0 && k.cache_bytes < k.block_size)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "storage cache: cache_bytes %" PRIu64
+                     " is smaller than one block (block_size %" PRIu64
+                     "): expected 0 (no cache) or at least one block",
+                     k.cache_bytes, k.block_size);
   stg_cache *c = calloc(1, sizeof *c);
   if (!c) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
   c->cfg = k;
@@ -516,8 +522,7 @@ pd_code stg__cache_read(stg_cache *c, stg__cfile *f, const char *name,
                         stg__fetch_fn fetch, void *fctx, uint64_t offset,
                         void *buf, size_t len, dev_status *st) {
   if (len == 0) return PD_OK;
-  if (!c || c->cfg.cache_bytes == 0 || len > c->cfg.cache_bytes ||
-      c->cfg.block_size > c->cfg.cache_bytes)
+  if (!c || c->cfg.cache_bytes == 0 || len > c->cfg.cache_bytes)
     return stg_bypass(c, fetch, fctx, offset, buf, len, st);
   uint64_t bs = c->cfg.block_size;
   uint64_t size = f->sig.size;

@@ -537,6 +537,9 @@ static void test_config(void **state) {
   stg_cache_destroy(c);
   stg_cache_config bad = {STG_CACHE_CONFIG_STRUCT_SIZE, 0, 1, 0, 30, 3};
   st_assert_code(stg_cache_create(&bad, &c, &st), PD_INVALID_ARGUMENT, &st);
+  stg_cache_config small = {STG_CACHE_CONFIG_STRUCT_SIZE, 4096, 4095, 0, 30, 3};
+  st_assert_code(stg_cache_create(&small, &c, &st), PD_INVALID_ARGUMENT, &st);
+  assert_non_null(strstr(st.msg, "smaller than one block"));
   bad.struct_size = 3;
   st_assert_code(stg_cache_create(&bad, &c, &st), PD_INVALID_ARGUMENT, &st);
   stg_cache_destroy(NULL);
