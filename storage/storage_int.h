@@ -36,9 +36,9 @@ enum {
 
 /* Opens `rel` (relative, no leading '/') beneath the directory `root_fd`
  * without following a symlink or `..` out of it and without magic links:
- * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) where it works (probed once:
- * ENOSYS or EPERM mean no), else stg__walk_beneath. Absolute symlink targets are refused even
- * when they point inside (as RESOLVE_BENEATH does). For STG__OPEN_READ the
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) where it works (probed
+ * once: ENOSYS or EPERM mean no), else stg__walk_beneath. Absolute symlink
+ * targets are refused even when they point inside (as RESOLVE_BENEATH does). For STG__OPEN_READ the
  * file is first opened O_PATH and checked regular by fstat, then opened
  * O_RDONLY | O_NONBLOCK and checked to be the same inode, so a device is
  * never opened for reading and a FIFO never blocks.
