@@ -310,12 +310,13 @@ static void load_plan_pieces(load *ld, load_tensor *lt, int n) {
 
 /* --- the reads (on a load worker) ----------------------------------------- */
 
-/* Before each chunk: the test hook, the session's end, a failed sibling. */
+/* Before each chunk: the session's end, the test hook, a failed sibling. A
+ * cancelled piece never calls the hook (it may run on the ending thread). */
 static pd_code piece_check(const load_piece *p, uint64_t off, dev_status *st) {
   load_tensor *lt = p->lt;
   load *ld = lt->ld;
   sched *s = ld->ss->owner;
-  if (s->hook) {
+  if (!atomic_load(&ld->io.cancelled) && s->hook) {
     int comp = p->wlay.kind == DEV_LAYOUT_PER_COMPONENT ? p->comp : -1;
     PD_TRY(s->hook(s->hook_arg, lt->name, comp, p->src_off + off, st));
   }
