@@ -80,25 +80,30 @@ static void write_safetensors(const char *name, const st_entry *e, int n) {
   free(buf);
 }
 
-/* A .npy version 1.0 file of little-endian float32 values, C order. */
-static void write_npy_f32(const char *name, const char *shape, const float *v,
-                          size_t count) {
+/* A .npy version 1.0 file: `descr` ('<f4', '>f4'), Fortran order or C. */
+static void write_npy(const char *name, const char *descr, bool fortran,
+                      const char *shape, const void *data, size_t bytes) {
   char dict[256];
   int dl = snprintf(dict, sizeof dict,
-                    "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }",
-                    shape);
+                    "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }",
+                    descr, fortran ? "True" : "False", shape);
   size_t hl = (size_t)dl + 1;
   while ((10 + hl) % 64) hl++;
-  unsigned char *buf = malloc(10 + hl + count * 4);
+  unsigned char *buf = malloc(10 + hl + bytes);
   memcpy(buf, "\x93NUMPY\x01\x00", 8);
   buf[8] = (unsigned char)(hl & 0xff);
   buf[9] = (unsigned char)(hl >> 8);
   memset(buf + 10, ' ', hl);
   memcpy(buf + 10, dict, (size_t)dl);
   buf[10 + hl - 1] = '\n';
-  memcpy(buf + 10 + hl, v, count * 4);
-  write_file(name, buf, 10 + hl + count * 4);
+  memcpy(buf + 10 + hl, data, bytes);
+  write_file(name, buf, 10 + hl + bytes);
   free(buf);
+}
+
+static void write_npy_f32(const char *name, const char *shape, const float *v,
+                          size_t count) {
+  write_npy(name, "<f4", false, shape, v, count * 4);
 }
 
 /* The test checkpoint: a float32 [5,4] = 0..19, b int32 [2,5] = 100..109,
@@ -563,6 +568,41 @@ static void test_session_closed_mid_load(void **state) {
   }
 }
 
+/* Entries that are not random-access are read whole, then scattered:
+ * big-endian data (byte-swapped) and Fortran order (transposed). */
+static void test_load_whole_entries(void **state) {
+  /* [[0,1,2],[3,4,5]] stored column by column: 0 3 1 4 2 5. */
+  const float fort[6] = {0, 3, 1, 4, 2, 5};
+  write_npy("fortran.npy", "<f4", true, "(2, 3)", fort, sizeof fort);
+  /* 1, 2, 3, 4 as big-endian float32 (0x3f800000 ...). */
+  const unsigned char be[16] = {0x3f, 0x80, 0, 0, 0x40, 0,    0, 0,
+                                0x40, 0x40, 0, 0, 0x40, 0x80, 0, 0};
+  write_npy("big.npy", ">f4", false, "(4,)", be, sizeof be);
+  sched *s = new_sched(g_roots);
+  sched_session_info info;
+  sched_session *ss = open_new(s, 0, &info);
+  sched_load_tensor t[1] = {lt("", 1, SH1)};
+  sched_load_result *r = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  pd_code c = load(ss, path_in("fortran.npy"), t, 1, &r, &st);
+  if (c != PD_OK) print_error("%s\n", st.msg);
+  assert_int_equal(c, PD_OK);
+  wait_load(ss, r->load_id);
+  sched_load_result_free(r);
+  for (int k = 0; k < NDEV; k++) /* column k: [k, 3 + k] */
+    expect_comp(ss, 1, k, ((float[]){(float)k, (float)(3 + k)}), 8);
+  t[0] = lt("", 2, SH0);
+  assert_int_equal(load(ss, path_in("big.npy"), t, 1, &r, &st), PD_OK);
+  sched_load_progress p = wait_load(ss, r->load_id);
+  assert_int_equal(p.bytes_done, 16);
+  sched_load_result_free(r);
+  expect_comp(ss, 2, 0, ((float[]){1, 2}), 8); /* shards of 2, 1, 1 */
+  expect_comp(ss, 2, 1, ((float[]){3}), 4);
+  expect_comp(ss, 2, 2, ((float[]){4}), 4);
+  close_session(s, ss, &info);
+  sched_destroy(s);
+}
+
 /* --- saves ------------------------------------------------------------------ */
 
 typedef struct saved {
@@ -759,6 +799,7 @@ int main(void) {
       cmocka_unit_test(test_ops_wait_for_pending),
       cmocka_unit_test(test_read_error_fails_one_tensor),
       cmocka_unit_test(test_load_errors),
+      cmocka_unit_test(test_load_whole_entries),
       cmocka_unit_test(test_session_closed_mid_load),
       cmocka_unit_test(test_save_round_trip),
       cmocka_unit_test(test_save_failed_tensor),
