@@ -334,6 +334,7 @@ static pd_code piece_copy(load_piece *p, const char *buf, uint64_t off,
   PD_TRY(
       dev_tensor_write(lt->t, &p->wlay, p->comp, p->dst_off + off, buf, n, st));
   atomic_fetch_add(&lt->ld->bytes_done, (uint64_t)n);
+  atomic_fetch_add(&lt->ld->ss->owner->n_load_steps, 1);
   return PD_OK;
 }
 
@@ -411,6 +412,7 @@ static void tensor_end(load_tensor *lt) {
   }
   pthread_mutex_unlock(&ld->mu);
   dev_tensor_complete(lt->t, code, lt->msg ? lt->msg : "");
+  atomic_fetch_add(&ld->ss->owner->n_load_steps, 1);
   if (code != PD_OK) atomic_fetch_add(&ld->tensors_failed, 1);
   atomic_fetch_add(&ld->tensors_done, 1);
   if (atomic_fetch_sub(&ld->tensors_left, 1) == 1) load_end(ld);
