@@ -347,6 +347,7 @@ static size_t piece_chunk(const load_piece *p, uint64_t off) {
 /* A random-access range, chunk by chunk. */
 static pd_code piece_read_chunks(load_piece *p, dev_status *st) {
   load_tensor *lt = p->lt;
+  if (p->len == 0) return piece_check(p, 0, st); /* an empty shard */
   size_t cap = piece_chunk(p, 0);
   char *buf = malloc(cap ? cap : 1);
   if (!buf) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -378,8 +379,10 @@ static pd_code piece_read_whole(load_piece *p, dev_status *st) {
                      "out of host memory for the %llu bytes of tensor '%s'",
                      (unsigned long long)e->bytes, lt->name);
   pd_code c = PD_OK;
-  PD_TRY_GOTO(stg_entry_read(lt->file[p->src], e, 0, buf, (size_t)e->bytes, st),
-              c, out);
+  if (e->bytes)
+    PD_TRY_GOTO(
+        stg_entry_read(lt->file[p->src], e, 0, buf, (size_t)e->bytes, st), c,
+        out);
   for (uint64_t off = 0; off < p->len;) {
     size_t n = piece_chunk(p, off);
     if (off > 0) PD_TRY_GOTO(piece_check(p, off, st), c, out);

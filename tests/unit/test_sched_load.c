@@ -599,6 +599,22 @@ static void test_load_whole_entries(void **state) {
   expect_comp(ss, 2, 0, ((float[]){1, 2}), 8); /* shards of 2, 1, 1 */
   expect_comp(ss, 2, 1, ((float[]){3}), 4);
   expect_comp(ss, 2, 2, ((float[]){4}), 4);
+  /* Two rows over three devices: the last shard is empty. */
+  const float e4[4] = {1, 2, 3, 4};
+  const st_entry e[1] = {{"e", "F32", "[2,2]", e4, sizeof e4}};
+  write_safetensors("small.safetensors", e, 1);
+  t[0] = lt("e", 3, SH0);
+  assert_int_equal(load(ss, path_in("small.safetensors"), t, 1, &r, &st),
+                   PD_OK);
+  p = wait_load(ss, r->load_id);
+  assert_int_equal(p.code, PD_OK);
+  sched_load_result_free(r);
+  expect_comp(ss, 3, 1, ((float[]){3, 4}), 8);
+  dev_tensor *t3 = NULL;
+  assert_int_equal(sched_handle_get(ss, 3, &t3, &st), PD_OK);
+  assert_int_equal(dev_tensor_component_shape(t3, 2)->dims[0], 0);
+  assert_int_equal(dev_tensor_wait(t3, &st), PD_OK);
+  dev_tensor_release(t3);
   close_session(s, ss, &info);
   sched_destroy(s);
 }
