@@ -575,6 +575,36 @@ static void test_load_errors(void **state) {
   sched_destroy(s);
 }
 
+/* A session keeps the progress of its last SCHED_LOADS_KEPT finished loads. */
+static void test_progress_kept(void **state) {
+  write_model("model.safetensors");
+  sched *s = new_sched(g_roots);
+  sched_session_info info;
+  sched_session *ss = open_new(s, 0, &info);
+  sched_load_tensor t[1] = {lt("c:1", 1, MIR)};
+  uint64_t first = 0, last = 0;
+  dev_status st = DEV_STATUS_INIT;
+  for (int i = 0; i < SCHED_LOADS_KEPT + 2; i++) {
+    sched_load_result *r = NULL;
+    assert_int_equal(load(ss, path_in("model.safetensors"), t, 1, &r, &st),
+                     PD_OK);
+    wait_load(ss, r->load_id);
+    if (i == 0) first = r->load_id;
+    last = r->load_id;
+    sched_load_result_free(r);
+    assert_int_equal(sched_handle_delete(ss, (uint64_t[]){1}, 1, &st), PD_OK);
+  }
+  assert_int_equal(last, first + SCHED_LOADS_KEPT + 1);
+  sched_load_progress p;
+  assert_int_equal(sched_load_get_progress(ss, first, &p, &st), PD_NOT_FOUND);
+  assert_int_equal(sched_load_get_progress(ss, first + 1, &p, &st), PD_OK);
+  assert_true(p.done);
+  assert_int_equal(p.bytes_done, 8);
+  assert_int_equal(sched_load_get_progress(ss, last, &p, &st), PD_OK);
+  close_session(s, ss, &info);
+  sched_destroy(s);
+}
+
 static void on_ready(void *arg, dev_tensor *t, pd_code code) {
   (void)t;
   *(_Atomic pd_code *)arg = code;
@@ -866,6 +896,7 @@ int main(void) {
       cmocka_unit_test(test_read_error_fails_one_tensor),
       cmocka_unit_test(test_load_errors),
       cmocka_unit_test(test_load_whole_entries),
+      cmocka_unit_test(test_progress_kept),
       cmocka_unit_test(test_session_closed_mid_load),
       cmocka_unit_test(test_save_round_trip),
       cmocka_unit_test(test_save_failed_tensor),
