@@ -190,6 +190,8 @@ def upload_f32(cl, tok, hid, dims, values, layout=None, chunk=10):
 
 
 def download_parts(cl, tok, hid, layout=None, chunk_bytes=0):
+    if layout is None:  # the proto default is UNSPECIFIED, which Download refuses
+        layout = pb.Layout(kind=pb.LAYOUT_MIRRORED)
     msgs = cl.download(pb.DownloadRequest(session_token=tok, id=hid, layout=layout,
                                           chunk_bytes=chunk_bytes))
     assert msgs and msgs[0].WhichOneof("item") == "header", "no header first"
