@@ -2,6 +2,7 @@
  * a table of every op, one op in full, or Markdown. The formatting needs no
  * daemon, so tools/gen_ops_md.c prints docs/ops.md through the same
  * functions from the engine's registry: one source, one format. */
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -105,7 +106,8 @@ static void signature(const pd_op_info *op, char *buf, size_t len) {
     o += (size_t)snprintf(buf + o, len - o, "%s%s%s", i ? ", " : "",
                           op->inputs[i].name,
                           op->inputs[i].is_list ? "..." : "");
-  if (o < len) o += (size_t)snprintf(buf + o, len - o, " -> ");
+  if (o < len)
+    o += (size_t)snprintf(buf + o, len - o, "%s", o ? " -> " : "-> ");
   for (int i = 0; i < op->num_outputs && o < len; i++)
     o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "",
                           op->outputs[i].name);
@@ -192,7 +194,12 @@ void cli_ops_print_markdown(FILE *f, const pd_op_info *ops, int n) {
       f);
   for (int i = 0; i < n; i++) {
     signature(&ops[i], sig, sizeof sig);
-    fprintf(f, "| [%s](#%s) | `%s` | ", ops[i].name, ops[i].name, sig);
+    char anchor[128];
+    size_t k = 0;
+    for (; ops[i].name[k] && k + 1 < sizeof anchor; k++)
+      anchor[k] = (char)tolower((unsigned char)ops[i].name[k]);
+    anchor[k] = '\0';
+    fprintf(f, "| [%s](#%s) | `%s` | ", ops[i].name, anchor, sig);
     md_cell(f, ops[i].summary);
     fputs(" |\n", f);
   }
