@@ -70,6 +70,10 @@ struct dev_tensor {
   dev_shape shape; /* common shape, -1 where components differ */
   int n;
   uint64_t bytes;
+  /* Known not to be mirrored, so a MIRRORED download (component 0) is
+   * refused: made from a SHARDED or PER_COMPONENT host value, or the output
+   * of an op that passes the mark on (prepare.c outputs_not_mirrored). */
+  bool not_mirrored;
   dev_component comps[];
 };
 
