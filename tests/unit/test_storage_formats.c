@@ -408,6 +408,7 @@ static void test_npz_rejections(void **state) {
   z.n -= 10; /* the end record cut off */
   expect_index("cut.npz", z, PD_INVALID_ARGUMENT,
                "no end of central directory record");
+  free(m.data.p);
   member two[2] = {{"a.npy", npy_member(), 0, 0, 0},
                    {"a.npy", npy_member(), 8, 0, 0}};
   expect_index("twice.npz", zip_file(two, 2), PD_INVALID_ARGUMENT,
