@@ -415,6 +415,12 @@ static void test_npz_rejections(void **state) {
                "appears more than once");
   free(two[0].data.p);
   free(two[1].data.p);
+  m = (member){"a.npy", npy_member(), 8, 0, 0};
+  z = zip_file(&m, 1);
+  size_t cd_at = z.n - 22 - (46 + strlen("a.npy"));
+  z.p[cd_at + 24 + 3] = 0x70; /* the uncompressed size: ~1.9 GB */
+  expect_index("bomb.npz", z, PD_INVALID_ARGUMENT, "cannot expand more than");
+  free(m.data.p);
   buf short_npy = npy_member();
   short_npy.n -= 4; /* the member's value is one element short */
   m = (member){"s.npy", short_npy, 8, 0, 0};
@@ -683,6 +689,82 @@ static void test_dtype_names(void **state) {
   assert_null(stg_safetensors_dtype_name(PD_DTYPE_INVALID));
 }
 
+/* --- mutations: damaged files give a status, never a crash ------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_next(void) { /* xorshift64*, fixed seed: reproducible */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+/* Reads every entry of a damaged file whole; every code must be one a bad
+ * file may give (the sanitizer build catches what a bad read would do). */
+static void mutate_and_read(const char *name, const buf *orig, int rounds) {
+  for (int r = 0; r < rounds; r++) {
+    buf b = {0};
+    put(&b, orig->p, orig->n);
+    int flips = 1 + (int)(rng_next() % 4);
+    for (int k = 0; k < flips; k++)
+      b.p[rng_next() % b.n] = (unsigned char)rng_next();
+    if (rng_next() % 4 == 0) b.n = (size_t)(rng_next() % b.n);
+    stg_file *f = open_tmp(name, &b);
+    stg_index *ix = NULL;
+    dev_status st = DEV_STATUS_INIT;
+    pd_code rc = stg_index_read(f, STG_FORMAT_AUTO, &ix, &st);
+    if (rc != PD_OK && rc != PD_INVALID_ARGUMENT && rc != PD_UNIMPLEMENTED &&
+        rc != PD_DATA_LOSS)
+      fail_msg("%s round %d: index %s \"%s\"", name, r, pd_code_name(rc),
+               st.msg);
+    for (int i = 0; ix && i < ix->n; i++) {
+      const stg_entry *e = &ix->entries[i];
+      void *v = malloc(e->bytes ? e->bytes : 1);
+      assert_non_null(v);
+      rc = stg_entry_read(f, e, 0, v, e->bytes, &st);
+      if (rc != PD_OK && rc != PD_DATA_LOSS)
+        fail_msg("%s round %d: read %s \"%s\"", name, r, pd_code_name(rc),
+                 st.msg);
+      free(v);
+    }
+    stg_index_free(ix);
+    stg_file_close(f);
+    free(b.p);
+  }
+}
+
+static void test_mutations(void **state) {
+  (void)state;
+  buf st = st_file(
+      "{\"__metadata__\":{\"k\":\"v\"},\"a\":{\"dtype\":\"F32\","
+      "\"shape\":[2,2],\"data_offsets\":[0,16]},\"b\":{\"dtype\":"
+      "\"BOOL\",\"shape\":[3],\"data_offsets\":[16,19]}}",
+      19);
+  mutate_and_read("m.safetensors", &st, 400);
+  int32_t v[12];
+  for (int i = 0; i < 12; i++) v[i] = i * 1000 - 7;
+  buf npy =
+      npy_file(1, "{'descr': '>i4', 'fortran_order': True, 'shape': (3, 4), }",
+               v, sizeof v);
+  mutate_and_read("m.npy", &npy, 400);
+  member m[2] = {
+      {"x.npy",
+       npy_file(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (12,), }",
+                v, sizeof v),
+       0, 0, 0},
+      {"y.npy",
+       npy_file(1, "{'descr': '>i4', 'fortran_order': True, 'shape': (3, 4), }",
+                v, sizeof v),
+       8, 0, 0}};
+  buf z = zip_file(m, 2);
+  mutate_and_read("m.npz", &z, 800);
+  free(st.p);
+  free(npy.p);
+  free(z.p);
+  free(m[0].data.p);
+  free(m[1].data.p);
+}
+
 static int setup(void **state) {
   (void)state;
   if (!mkdtemp(tmpdir)) return -1;
@@ -719,6 +801,7 @@ int main(void) {
       cmocka_unit_test(test_write_safetensors),
       cmocka_unit_test(test_write_npy),
       cmocka_unit_test(test_dtype_names),
+      cmocka_unit_test(test_mutations),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
