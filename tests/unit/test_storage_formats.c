@@ -429,6 +429,103 @@ static void test_npz_rejections(void **state) {
   free(m.data.p);
 }
 
+/* One stored member in a zip whose every size and offset is in zip64 form:
+ * the central directory's sizes and offset saturated with a zip64 extra
+ * field, the end record saturated, a zip64 end record and its locator. */
+static buf zip64_file(const char *name, const buf *data) {
+  buf z = {0};
+  uint32_t crc = (uint32_t)crc32(0, data->p, (uInt)data->n);
+  size_t nl = strlen(name);
+  put_le(&z, 0x04034b50, 4);
+  put_le(&z, 45, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 4);
+  put_le(&z, crc, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, nl, 2);
+  put_le(&z, 20, 2);
+  put_s(&z, name);
+  put_le(&z, 1, 2); /* local zip64 extra: sizes */
+  put_le(&z, 16, 2);
+  put_le(&z, data->n, 8);
+  put_le(&z, data->n, 8);
+  put(&z, data->p, data->n);
+  size_t cd_at = z.n;
+  put_le(&z, 0x02014b50, 4);
+  put_le(&z, 45, 2);
+  put_le(&z, 45, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 4);
+  put_le(&z, crc, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, nl, 2);
+  put_le(&z, 28, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_s(&z, name);
+  put_le(&z, 1, 2); /* zip64 extra: uncompressed, compressed, offset */
+  put_le(&z, 24, 2);
+  put_le(&z, data->n, 8);
+  put_le(&z, data->n, 8);
+  put_le(&z, 0, 8);
+  size_t cd_size = z.n - cd_at, eocd64_at = z.n;
+  put_le(&z, 0x06064b50, 4);
+  put_le(&z, 44, 8);
+  put_le(&z, 45, 2);
+  put_le(&z, 45, 2);
+  put_le(&z, 0, 4);
+  put_le(&z, 0, 4);
+  put_le(&z, 1, 8);
+  put_le(&z, 1, 8);
+  put_le(&z, cd_size, 8);
+  put_le(&z, cd_at, 8);
+  put_le(&z, 0x07064b50, 4);
+  put_le(&z, 0, 4);
+  put_le(&z, eocd64_at, 8);
+  put_le(&z, 1, 4);
+  put_le(&z, 0x06054b50, 4);
+  put_le(&z, 0, 4);
+  put_le(&z, 0xFFFF, 2);
+  put_le(&z, 0xFFFF, 2);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, 0, 2);
+  return z;
+}
+
+static void test_npz_zip64(void **state) {
+  (void)state;
+  buf one = npy_member();
+  buf z = zip64_file("k.npy", &one);
+  stg_file *f = open_tmp("zip64.npz", &z);
+  stg_index *ix = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  if (stg_index_read(f, STG_FORMAT_AUTO, &ix, &st) != PD_OK)
+    fail_msg("zip64: %s", st.msg);
+  assert_int_equal(ix->n, 1);
+  const stg_entry *e = stg_index_find(ix, "k");
+  assert_non_null(e);
+  assert_true(stg_entry_random_access(e));
+  int32_t got[3];
+  const int32_t want[3] = {7, -8, 9};
+  assert_int_equal(stg_entry_read(f, e, 0, got, sizeof got, &st), PD_OK);
+  assert_memory_equal(got, want, sizeof want);
+  stg_index_free(ix);
+  stg_file_close(f);
+  /* Without its locator the saturated end record is a lie. */
+  size_t loc_at = z.n - 22 - 20;
+  z.p[loc_at] ^= 0xFF;
+  expect_index("zip64bad.npz", z, PD_INVALID_ARGUMENT, "zip64 locator");
+  free(one.p);
+}
+
 /* A CRC that does not match fails the whole-value read, stored or not. */
 static void test_npz_crc(void **state) {
   (void)state;
@@ -794,6 +891,7 @@ int main(void) {
       cmocka_unit_test(test_safetensors_rejections),
       cmocka_unit_test(test_npy_rejections),
       cmocka_unit_test(test_npz_rejections),
+      cmocka_unit_test(test_npz_zip64),
       cmocka_unit_test(test_npz_crc),
       cmocka_unit_test(test_npz_corrupt_deflate),
       cmocka_unit_test(test_npy_fortran_big_endian),
