@@ -1,6 +1,7 @@
 /* paradev: the command-line client. `info` shows the daemon (version,
  * backend, devices and their memory, limits), `health` runs the standard gRPC
- * health check, `ping` measures Echo round trips. Uses libparadev's public API
+ * health check, `ping` measures Echo round trips; `load` and `save` are
+ * cli_checkpoint.c's. Uses libparadev's public API
  * only. Exit status: 0 success, 1 a failed call (or a health status other than
  * SERVING), 2 a bad command line (a bad --target included), 3 `admin kill
  * --verify` found memory still in use; the usage text says the same. */
@@ -29,6 +30,10 @@ static const char cli_usage[] =
     "limits\n"
     "  health   the standard gRPC health check; exit 0 only when SERVING\n"
     "  ping     Echo round trips and their latency percentiles\n"
+    "  load     load a checkpoint on the daemon (safetensors, .npy, .npz)\n"
+    "           and show its tensors; 'paradev load --help'\n"
+    "  save     load a checkpoint and save it again through the daemon\n"
+    "           (convert or copy it); 'paradev save --help'\n"
 #ifdef PARADEV_CLI_ADMIN
     "  admin    operators' commands on the admin socket (sessions, kill,\n"
     "           drain, log-level); 'paradev admin --help'\n"
@@ -95,15 +100,7 @@ static int cli_admin_with_target(const char *target, int argc, char **argv) {
 }
 #endif
 
-typedef struct cli_opts {
-  const char *target;
-  bool target_from_env; /* target is $PARADEV_TARGET's: errors say so */
-  int64_t timeout_ms;
-} cli_opts;
-
-static int cli_usage_error(const char *cmd, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int cli_usage_error(const char *cmd, const char *fmt, ...) {
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
   fprintf(stderr, "paradev%s%s: ", cmd ? " " : "", cmd ? cmd : "");
   va_list ap;
   va_start(ap, fmt);
@@ -143,7 +140,7 @@ static const char *cli_default_target(char *buf, size_t len, bool *from_env) {
   return "127.0.0.1:7478";
 }
 
-static char *cli_size(uint64_t bytes, char *buf, size_t len) {
+char *cli_size(uint64_t bytes, char *buf, size_t len) {
   static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = (double)bytes;
   int u = 0;
@@ -160,8 +157,7 @@ static char *cli_size(uint64_t bytes, char *buf, size_t len) {
 
 /* Reports a failed call on stderr with `hint` (NULL: the code's general
  * advice, pd_status_str); returns 1. */
-static int cli_fail_hint(const char *cmd, const pd_status *st,
-                         const char *hint) {
+int cli_fail_hint(const char *cmd, const pd_status *st, const char *hint) {
   pd_code code = pd_status_code(st);
   fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
   fprintf(stderr, "paradev %s: %s (%s)\n", cmd, pd_code_name(code),
@@ -169,7 +165,7 @@ static int cli_fail_hint(const char *cmd, const pd_status *st,
   return 1;
 }
 
-static int cli_fail(const char *cmd, const pd_status *st) {
+int cli_fail(const char *cmd, const pd_status *st) {
   return cli_fail_hint(cmd, st, NULL);
 }
 
@@ -177,8 +173,8 @@ static int cli_fail(const char *cmd, const pd_status *st) {
  * target itself is wrong (a usage error: pd_client_new says
  * INVALID_ARGUMENT only for the target, the options here being fixed; the
  * message says when the target came from $PARADEV_TARGET), else 1. */
-static pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
-                              int *rc) {
+pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
+                       int *rc) {
   pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
   co.default_timeout_ms = o->timeout_ms;
   co.user_agent = "paradev-cli";
@@ -541,6 +537,10 @@ int main(int argc, char **argv) {
       rc = cli_health(&o, nrest, rest);
     else if (strcmp(cmd, "ping") == 0)
       rc = cli_ping(&o, nrest, rest);
+    else if (strcmp(cmd, "load") == 0)
+      rc = cli_load(&o, nrest, rest);
+    else if (strcmp(cmd, "save") == 0)
+      rc = cli_save(&o, nrest, rest);
 #ifdef PARADEV_CLI_ADMIN
     else if (strcmp(cmd, "admin") == 0)
       rc = cli_admin_with_target(target_given ? o.target : NULL, nrest, rest);

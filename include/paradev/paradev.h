@@ -48,8 +48,9 @@
  * Layout: this header holds the conventions, statuses and cancellation, the
  * client, sessions, attributes, execution and Sync/Describe/Delete; it
  * includes the rest by domain: paradev/transfer.h (Upload, Download),
- * paradev/shm.h (shared memory), paradev/stream.h (the streamed enqueue) and
- * paradev/tape.h (gradient tapes). Include <paradev/paradev.h> only.
+ * paradev/shm.h (shared memory), paradev/stream.h (the streamed enqueue),
+ * paradev/tape.h (gradient tapes) and paradev/checkpoint.h (checkpoints read
+ * and written by the daemon). Include <paradev/paradev.h> only.
  */
 #ifndef PARADEV_PARADEV_H
 #define PARADEV_PARADEV_H
@@ -552,9 +553,10 @@ pd_code pd_delete(pd_session *s, const uint64_t *ids, int n,
 #endif
 
 /* The rest of the API, by domain; each holds to the conventions above. */
-#include "paradev/transfer.h" /* pd_upload, pd_download */
-#include "paradev/shm.h"      /* pd_shared_memory and its transfers */
-#include "paradev/stream.h"   /* pd_stream: the streamed enqueue */
-#include "paradev/tape.h"     /* gradient tapes */
+#include "paradev/transfer.h"   /* pd_upload, pd_download */
+#include "paradev/shm.h"        /* pd_shared_memory and its transfers */
+#include "paradev/stream.h"     /* pd_stream: the streamed enqueue */
+#include "paradev/tape.h"       /* gradient tapes */
+#include "paradev/checkpoint.h" /* checkpoints: load and save on the daemon */
 
 #endif /* PARADEV_PARADEV_H */
