@@ -41,8 +41,30 @@ typedef struct dev_component {
   char *msg; /* heap, when code != PD_OK */
 } dev_component;
 
+/* What a pending tensor (dev_tensor_create_pending) needs until
+ * dev_tensor_complete: its waiters and the dev_tensor_notify registrations
+ * deferred until then. Only pending tensors have one; it lives until the
+ * tensor is freed. `mu` guards `regs` and the change of dev_tensor.pending. */
+typedef struct dev__pending_reg {
+  dev_ready_fn fn;
+  void *arg;
+  struct dev__pending_reg *next;
+} dev__pending_reg;
+
+typedef struct dev__pending {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;      /* CLOCK_MONOTONIC, for deadlines */
+  dev__pending_reg *regs; /* in registration order */
+  dev__pending_reg *regs_tail;
+} dev__pending;
+
 struct dev_tensor {
   atomic_int refs;
+  /* True from dev_tensor_create_pending until dev_tensor_complete (written
+   * under pend->mu with release order, after the components' codes); false
+   * for every other tensor, so their readiness costs one load of it. */
+  atomic_bool pending;
+  dev__pending *pend; /* NULL unless created pending */
   dev_engine *engine;
   pd_dtype dtype;
   dev_shape shape; /* common shape, -1 where components differ */
@@ -91,6 +113,8 @@ void dev__buffer_release(dev_buffer *buf);
 /* Creates a tensor with unallocated components (executor allocates). */
 pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
                         dev_tensor **out, dev_status *st);
+/* Makes a new tensor pending (tensor.c): RESOURCE_EXHAUSTED on host OOM. */
+pd_code dev__tensor_set_pending(dev_tensor *t, dev_status *st);
 /* Sets a component's error (copies msg) and frees its buffer (ready.c). */
 void dev__component_set_error(dev_component *c, pd_code code, const char *msg);
 /* Sets an error the device reported after the op was issued, unless the

@@ -242,6 +242,15 @@ pd_code dev_engine_memory_stats(dev_engine *e, int device,
 }
 
 void dev_op_submit(dev_engine *e, dev_op *op) {
+  dev_tensor *p = NULL;
+  if (dev_op_has_pending_input(op, &p)) {
+    /* A caller's bug (device.h: hold such ops until the input completes);
+     * running it would read a half-loaded buffer. */
+    dev_op_abandon(op, PD_FAILED_PRECONDITION,
+                   "an input of the op is still loading (a pending tensor); "
+                   "hold the op until dev_tensor_complete");
+    return;
+  }
   pthread_mutex_lock(&e->submit_mu);
   for (int d = 0; d < e->n; d++) {
     if (!dev__exec_reserve(&e->execs[d])) {

@@ -369,6 +369,15 @@ uint64_t dev_op_new_bytes(const dev_op *op) {
   return s;
 }
 
+bool dev_op_has_pending_input(const dev_op *op, dev_tensor **pending) {
+  for (int i = 0; i < op->num_inputs; i++)
+    if (atomic_load_explicit(&op->inputs[i]->pending, memory_order_acquire)) {
+      if (pending) *pending = op->inputs[i];
+      return true;
+    }
+  return false;
+}
+
 void dev_op_abandon(dev_op *op, pd_code code, const char *msg) {
   for (int o = 0; o < op->num_outputs; o++)
     for (int d = 0; d < op->outputs[o]->n; d++) {

@@ -1,7 +1,8 @@
 /* Tensor readiness, in one place: when a component counts as computed (its
  * device has published the op's seq), its failed state, waiting for it
- * (with or without a deadline), and the callbacks that fire when a tensor
- * becomes ready.
+ * (with or without a deadline), the callbacks that fire when a tensor
+ * becomes ready, and pending tensors (checkpoint loads), which are not ready
+ * until dev_tensor_complete whatever their components' seqs say.
  *
  * Each component carries the seq of the op that computes it (ready_seq: 0
  * for an upload, UINT64_MAX while its op is prepared but not submitted);
@@ -174,9 +175,36 @@ static void notify_add(dev__ready *r, notify_group *g, int *used,
   pthread_mutex_unlock(r->mu);
 }
 
+/* Defers a registration on a pending tensor until dev_tensor_complete.
+ * False when the tensor is not pending (any more): register as usual. */
+static bool pending_defer(dev_tensor *t, dev__pending_reg *r) {
+  dev__pending *p = t->pend;
+  pthread_mutex_lock(&p->mu);
+  bool deferred = atomic_load_explicit(&t->pending, memory_order_relaxed);
+  if (deferred) {
+    r->next = NULL;
+    if (p->regs_tail)
+      p->regs_tail->next = r;
+    else
+      p->regs = r;
+    p->regs_tail = r;
+    dev_tensor_retain(t);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return deferred;
+}
+
 pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg,
                           dev_status *st) {
   dev_engine *e = t->engine;
+  if (atomic_load_explicit(&t->pending, memory_order_acquire)) {
+    dev__pending_reg *r = malloc(sizeof *r);
+    if (!r) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+    r->fn = fn;
+    r->arg = arg;
+    if (pending_defer(t, r)) return PD_OK;
+    free(r); /* completed meanwhile: its components are ready (seq 0) */
+  }
   for (int d = 0; d < t->n; d++)
     if (atomic_load(&t->comps[d].ready_seq) == UINT64_MAX)
       return dev_error(st, PD_FAILED_PRECONDITION,
@@ -232,6 +260,8 @@ void dev__ready_publish(dev__ready *r, uint64_t seq) {
 /* --- tensors -------------------------------------------------------------- */
 
 bool dev_tensor_is_ready(const dev_tensor *t) {
+  if (atomic_load_explicit(&((dev_tensor *)t)->pending, memory_order_acquire))
+    return false;
   for (int d = 0; d < t->n; d++)
     if (dev__exec_done(t->engine, d) <
         atomic_load(&((dev_tensor *)t)->comps[d].ready_seq))
@@ -243,8 +273,41 @@ pd_code dev_tensor_wait(dev_tensor *t, dev_status *st) {
   return dev_tensor_wait_until(t, 0, st);
 }
 
+/* Blocks while `t` is pending; false when the deadline (<= 0: none) passed
+ * first. */
+static bool pending_wait(dev_tensor *t, double deadline) {
+  dev__pending *p = t->pend;
+  struct timespec ts;
+  if (deadline > 0) {
+    ts.tv_sec = (time_t)deadline;
+    ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+  }
+  bool done = true;
+  pthread_mutex_lock(&p->mu);
+  while (atomic_load_explicit(&t->pending, memory_order_relaxed)) {
+    if (deadline <= 0) {
+      pthread_cond_wait(&p->cv, &p->mu);
+    } else if (pthread_cond_timedwait(&p->cv, &p->mu, &ts) == ETIMEDOUT &&
+               atomic_load_explicit(&t->pending, memory_order_relaxed)) {
+      done = false;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  return done;
+}
+
 pd_code dev_tensor_wait_until(dev_tensor *t, double deadline, dev_status *st) {
   dev_backend *b = t->engine->backend;
+  if (atomic_load_explicit(&t->pending, memory_order_acquire) &&
+      !pending_wait(t, deadline))
+    return dev_error(st, PD_DEADLINE_EXCEEDED,
+                     "deadline passed before the tensor was loaded (its "
+                     "checkpoint load goes on)");
   for (int d = 0; d < t->n; d++) {
     uint64_t seq = atomic_load(&t->comps[d].ready_seq);
     if (seq == UINT64_MAX)
@@ -266,4 +329,37 @@ pd_code dev_tensor_wait_until(dev_tensor *t, double deadline, dev_status *st) {
   if (t->engine->fenced) return PD_OK;
   for (int d = 0; d < t->n; d++) PD_TRY(b->synchronize(b, d, st));
   return PD_OK;
+}
+
+/* --- pending tensors (checkpoint loads) ------------------------------------ */
+
+bool dev_tensor_is_pending(const dev_tensor *t) {
+  return atomic_load_explicit(&((dev_tensor *)t)->pending,
+                              memory_order_acquire);
+}
+
+void dev_tensor_complete(dev_tensor *t, pd_code code, const char *msg) {
+  dev__pending *p = t->pend;
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  if (!atomic_load_explicit(&t->pending, memory_order_relaxed)) {
+    pthread_mutex_unlock(&p->mu);
+    return;
+  }
+  if (code != PD_OK)
+    for (int d = 0; d < t->n; d++)
+      dev__component_set_error(&t->comps[d], code, msg);
+  /* Release order: whoever sees pending false sees the codes above. */
+  atomic_store_explicit(&t->pending, false, memory_order_release);
+  dev__pending_reg *r = p->regs;
+  p->regs = p->regs_tail = NULL;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  while (r) { /* the components are ready now (seq 0): fire as notify_fire */
+    dev__pending_reg *next = r->next;
+    r->fn(r->arg, t, code);
+    dev_tensor_release(t);
+    free(r);
+    r = next;
+  }
 }

@@ -1,5 +1,6 @@
 /* Parallel tensors: device buffers (shared by aliasing tensors), creating a
- * tensor's components, references, and the metadata accessors. Uploads and
+ * tensor's components (and the state of a pending one), references, and the
+ * metadata accessors. Uploads and
  * downloads by layout are in transfer.c, readiness and waits in ready.c. */
 #include <stdio.h>
 #include <stddef.h>
@@ -59,6 +60,7 @@ pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
   dev_tensor *t = calloc(1, sizeof *t + (size_t)n * sizeof(dev_component));
   if (!t) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   atomic_init(&t->refs, 1);
+  atomic_init(&t->pending, false);
   t->engine = e;
   t->dtype = dtype;
   t->n = n;
@@ -100,6 +102,28 @@ pd_code dev_tensor_create(dev_engine *e, pd_dtype dtype,
   return PD_OK;
 }
 
+pd_code dev__tensor_set_pending(dev_tensor *t, dev_status *st) {
+  dev__pending *p = calloc(1, sizeof *p);
+  if (!p) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* wait deadlines */
+  pthread_cond_init(&p->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  t->pend = p;
+  atomic_store(&t->pending, true);
+  return PD_OK;
+}
+
+static void pending_free(dev__pending *p) {
+  if (!p) return;
+  /* Registrations hold a reference on the tensor: none can be left. */
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
 void dev_tensor_retain(dev_tensor *t) { atomic_fetch_add(&t->refs, 1); }
 
 void dev_tensor_release(dev_tensor *t) {
@@ -109,6 +133,7 @@ void dev_tensor_release(dev_tensor *t) {
     dev__buffer_release(t->comps[d].buf);
     free(t->comps[d].msg);
   }
+  pending_free(t->pend);
   free(t);
 }
 

@@ -1,6 +1,7 @@
 /* Uploads and downloads by layout: how a host value maps onto a parallel
  * tensor's components (mirrored, sharded along an axis, one value per
- * component, or one component), in chunks of any size, and the one-call
+ * component, or one component), in chunks of any size, tensors created
+ * pending for a checkpoint load (ready.c completes them), and the one-call
  * conveniences dev_tensor_from_host / dev_tensor_to_host (which waits for
  * the tensor through ready.c). */
 #include <stdio.h>
@@ -54,6 +55,23 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
   if (rc == PD_OK) rc = dev_tensor_create(e, dtype, shapes, out, st);
   free(shapes);
   return rc;
+}
+
+pd_code dev_tensor_create_pending(dev_engine *e, pd_dtype dtype,
+                                  const dev_layout *layout,
+                                  const dev_shape *host_shape,
+                                  const dev_shape *component_shapes,
+                                  dev_tensor **out, dev_status *st) {
+  dev_tensor *t = NULL;
+  PD_TRY(dev_tensor_create_for_layout(e, dtype, layout, host_shape,
+                                      component_shapes, &t, st));
+  pd_code rc = dev__tensor_set_pending(t, st);
+  if (rc != PD_OK) {
+    dev_tensor_release(t);
+    return rc;
+  }
+  *out = t;
+  return PD_OK;
 }
 
 /* Where host byte ranges land for a layout. Concatenation along `axis` views

@@ -1,6 +1,8 @@
 /* The dispatcher: one thread that takes ops from the sessions' queues, in
  * the order the policy (sched_policy.h) picks sessions, submits them to the
  * engine and counts their completion; fence requests go out between turns.
+ * A session whose next op reads a tensor still loading (a pending tensor,
+ * loads.c) is held: it leaves the ready set until that tensor completes.
  *
  * Ops reach the engine from this thread, not straight from sched_execute's
  * caller (an RPC thread), even when nothing else is queued: dev_op_submit
@@ -42,14 +44,50 @@ static void sched_submit(sched *s, sched_qop *q) {
   dev_tensor_release(out);
 }
 
+/* The end of a hold (sched_hold): the pending tensor the session's head op
+ * reads has completed, so the session is ready again (a dev_tensor_notify
+ * callback: on the thread that completed the tensor, or the dispatcher's).
+ * A hold that a drop already lifted (held_on changed) does nothing. */
+static void sched_unhold(void *arg, dev_tensor *t, pd_code code) {
+  (void)code;
+  sched_session *ss = arg;
+  sched *s = ss->owner;
+  pthread_mutex_lock(&s->qmu);
+  if (ss->held_on == t) {
+    ss->held_on = NULL;
+    sched_make_ready_locked(ss);
+  }
+  pthread_mutex_unlock(&s->qmu);
+  sched_session_put(ss); /* the registration's */
+}
+
+/* Waits, without a thread, for the pending tensor `t` that the session's
+ * head op reads (no lock held; the caller holds a reference on t). */
+static void sched_hold(sched_session *ss, dev_tensor *t) {
+  dev_status st = DEV_STATUS_INIT;
+  sched_session_ref(ss);
+  if (dev_tensor_notify(t, sched_unhold, ss, &st) != PD_OK)
+    sched_unhold(ss, t, st.code); /* host memory: try again next turn */
+}
+
 /* Takes up to `budget` ops off the head of the session's queue into batch[]
- * and charges the policy (qmu held). *idle: the queue is empty now and the
- * session left the ready set (its reference is the caller's to drop). */
+ * and charges the policy (qmu held). It stops before an op with a pending
+ * input (a tensor still loading): the session is then held on it (*hold,
+ * retained) and leaves the ready set with its later ops queued behind; other
+ * sessions go on. *idle: the session left the ready set (empty or held; its
+ * reference is the caller's to drop). */
 static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
-                                   sched_qop **batch, bool *idle) {
+                                   sched_qop **batch, bool *idle,
+                                   dev_tensor **hold) {
   int k = 0;
+  *hold = NULL;
   while (ss->qhead && k < budget) {
     sched_qop *q = ss->qhead;
+    if (dev_op_has_pending_input(q->op, hold)) {
+      dev_tensor_retain(*hold); /* the op may be dropped once qmu is let go */
+      ss->held_on = *hold;
+      break;
+    }
     ss->qhead = q->next;
     q->next = NULL;
     batch[k++] = q;
@@ -57,11 +95,9 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
   ss->qlen -= k;
   ss->sub_lo = k ? batch[0]->seq : 0;
   atomic_fetch_sub(&s->n_queued, (uint64_t)k);
-  *idle = ss->qhead == NULL;
-  if (*idle) {
-    ss->qtail = NULL;
-    ss->in_ready = false;
-  }
+  if (!ss->qhead) ss->qtail = NULL;
+  *idle = ss->qhead == NULL || *hold != NULL;
+  if (*idle) ss->in_ready = false;
   sched_policy_charge(&s->ready, ss, k, !*idle);
   return k;
 }
@@ -73,9 +109,14 @@ static void sched_dispatch_turn_locked(sched *s, sched_qop **batch) {
   sched_session *ss = sched_policy_pick(&s->ready, &budget);
   if (budget > SCHED_DISPATCH_BATCH) budget = SCHED_DISPATCH_BATCH;
   bool drop_ref = false;
-  int k = sched_take_batch_locked(s, ss, budget, batch, &drop_ref);
+  dev_tensor *hold = NULL;
+  int k = sched_take_batch_locked(s, ss, budget, batch, &drop_ref, &hold);
   pthread_mutex_unlock(&s->qmu);
   for (int i = 0; i < k; i++) sched_submit(s, batch[i]);
+  if (hold) {
+    sched_hold(ss, hold);
+    dev_tensor_release(hold);
+  }
   pthread_mutex_lock(&s->qmu);
   ss->sub_lo = 0;
   sched_dwait *w = sched_take_waiters_locked(ss);

@@ -1,9 +1,18 @@
 /* Sessions' op queues: appending prepared ops (and making the session ready
- * for the dispatcher's policy), unqueueing and dropping them (sched_cancel,
+ * for the dispatcher's policy, unless it is held on a loading tensor), unqueueing and dropping them (sched_cancel,
  * a session's end) with CANCELLED, and tags. Queues are under sched.qmu. */
 #include <stdlib.h>
 
 #include "sched_int.h"
+
+void sched_make_ready_locked(sched_session *ss) {
+  sched *s = ss->owner;
+  if (ss->in_ready || ss->held_on || !ss->qhead || s->qstop) return;
+  ss->in_ready = true;
+  sched_session_ref(ss); /* the ready set's */
+  sched_policy_ready(&s->ready, ss);
+  pthread_cond_signal(&s->qcv);
+}
 
 void sched_queue_append_locked(sched_session *ss, sched_qop *first,
                                sched_qop *last, int n) {
@@ -15,12 +24,7 @@ void sched_queue_append_locked(sched_session *ss, sched_qop *first,
   ss->qtail = last;
   ss->qlen += n;
   atomic_fetch_add(&s->n_queued, (uint64_t)n);
-  if (!ss->in_ready) {
-    ss->in_ready = true;
-    sched_session_ref(ss); /* the ready set's */
-    sched_policy_ready(&s->ready, ss);
-    pthread_cond_signal(&s->qcv);
-  }
+  sched_make_ready_locked(ss); /* not while held on a loading tensor */
 }
 
 /* Unlinks the queued ops of `ss` with `tag` (every op when all) into a list
@@ -90,6 +94,13 @@ static int sched_drop(sched_session *ss, bool all, uint64_t tag,
   int n = 0;
   pthread_mutex_lock(&s->qmu);
   sched_qop *d = sched_unqueue_locked(ss, all, tag, &n);
+  if (n > 0 && ss->held_on) {
+    /* The held op may be gone: let the dispatcher look at the new head (a
+     * head still pending holds the session again; the old hold's callback
+     * then finds held_on changed and does nothing). */
+    ss->held_on = NULL;
+    sched_make_ready_locked(ss);
+  }
   pthread_mutex_unlock(&s->qmu);
   sched_finish_drop(ss, d, n, why);
   return n;

@@ -2,13 +2,15 @@
  * dispatcher threads), reconfiguring its limits, holding the dispatcher, and
  * destroying it (stopping the threads, dropping what is queued, ending every
  * open session as SCHED_END_STOPPED, waiting for the ops on the devices). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sched_int.h"
 
 static bool sched_config_valid(const sched_config *cfg) {
-  return cfg->default_lease_s != 0 &&
+  return cfg->load_workers >= 0 && cfg->load_workers <= 64 &&
+         cfg->default_lease_s != 0 &&
          cfg->max_lease_s >= cfg->default_lease_s && cfg->max_sessions > 0 &&
          cfg->max_handles_per_session > 0 && cfg->max_ops_per_request > 0 &&
          cfg->lease_check_ms != 0 && cfg->max_queued_ops > 0 &&
@@ -30,7 +32,8 @@ static void sched_set_limits(sched *s, const sched_config *cfg) {
 
 #define SCHED_CONFIG_RULES                                                     \
   "every limit must be positive, default_lease_s <= max_lease_s, and "         \
-  "default_memory_quota <= max_memory_quota when a maximum is set"
+  "default_memory_quota <= max_memory_quota when a maximum is set, and "       \
+  "load_workers 0 (the default, 2) to 64"
 
 static pd_code sched_check_size(const sched_config *cfg, dev_status *st) {
   if (cfg->struct_size != sizeof(sched_config))
@@ -67,9 +70,15 @@ static void sched_locks_init(sched *s) {
   pthread_cond_init(&s->dcv, NULL);
   pthread_mutex_init(&s->done_mu, NULL);
   pthread_cond_init(&s->done_cv, NULL);
+  pthread_mutex_init(&s->io_mu, NULL);
+  pthread_cond_init(&s->io_cv, NULL);
+  pthread_cond_init(&s->io_idle_cv, NULL);
 }
 
 static void sched_locks_destroy(sched *s) {
+  pthread_cond_destroy(&s->io_idle_cv);
+  pthread_cond_destroy(&s->io_cv);
+  pthread_mutex_destroy(&s->io_mu);
   pthread_cond_destroy(&s->done_cv);
   pthread_mutex_destroy(&s->done_mu);
   pthread_cond_destroy(&s->dcv);
@@ -124,9 +133,15 @@ pd_code sched_create(dev_engine *e, const sched_config *cfg, sched **out,
   if (rc != 0) goto fail_lease;
   rc = pthread_create(&s->dispatch_thread, NULL, sched_dispatch_main, s);
   if (rc != 0) goto fail_dispatch;
+  if (!sched_workers_start(s, cfg->load_workers > 0 ? cfg->load_workers : 2)) {
+    rc = EAGAIN;
+    goto fail_workers;
+  }
   *out = s;
   return PD_OK;
 
+fail_workers:
+  sched_cancel_fences(sched_stop_dispatcher(s));
 fail_dispatch:
   sched_stop_lease_thread(s);
 fail_lease:
@@ -176,6 +191,8 @@ void sched_destroy(sched *s) {
   sched_cancel_fences(sched_stop_dispatcher(s));
   sched_drain_ready(s);
   sched_end_all(s);
+  /* Loads and saves end (cancelled) before the workers stop. */
+  sched_workers_stop(s);
   /* Ops on the devices still report their completion here. */
   pthread_mutex_lock(&s->done_mu);
   while (atomic_load(&s->n_completed) < atomic_load(&s->n_submitted))

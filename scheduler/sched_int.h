@@ -14,6 +14,9 @@
  *   3. sched.qmu      every session's op queue (qhead..dwait below), the
  *                     policy's ready set, fences, paused, qstop (qcv: work
  *                     arrived; dcv: ops were handed over or dropped).
+ *   3b. sched.io_mu   the load workers' FIFO and counts (workers.c); may
+ *                     be taken under session.mu, never with qmu, and
+ *                     nothing is taken or called under it.
  *   4. sched.done_mu  only to wake sched_destroy when n_completed moves
  *                     (done_cv); never held with another.
  *   5. the engine's own locks (dev_*), taken inside dev_* calls.
@@ -26,12 +29,14 @@
  *
  * Files, lowest first (each calls only files listed before it; the call
  * graph is acyclic):
- *   htab.c, policy_rr.c, stats.c, observers.c   no scheduler calls
+ *   htab.c, policy_rr.c, stats.c, observers.c, workers.c   no scheduler
+ *                 calls (workers.c runs work through function pointers)
  *   handles.c     handle table use, room checks, release of a session's state
  *   waits.c       handed-over checks, queue waiters, Sync
  *   queue.c       appending, unqueueing and dropping ops; cancel
  *   sessions.c    tokens, create/open/close, ending a session, refs
- *   uploads.c, execute.c, tapes.c, lease.c, dispatch.c, operators.c
+ *   uploads.c, execute.c, tapes.c, lease.c, dispatch.c, operators.c,
+ *   loads.c, saves.c (checkpoints: they queue work on workers.c)
  *   sched.c       create, destroy, reconfigure, pause
  */
 #ifndef PARADEV_SCHED_INT_H
@@ -102,6 +107,41 @@ typedef struct sched_fence_req {
   struct sched_fence_req *next;
 } sched_fence_req;
 
+/* --- Checkpoint I/O: the worker pool and records (workers.c) --------------- */
+
+/* One unit of work for the load workers: a piece of a load, or a save.
+ * Embedded in its owner; `run` frees what it must (never touched after). */
+typedef struct sched_work {
+  void (*run)(struct sched_work *w); /* on a worker, or on the thread that
+                                        ends its session (then cancelled) */
+  sched_session *ss;                 /* whose, for cancellation (borrowed) */
+  struct sched_work *next;           /* in the pool's FIFO */
+} sched_work;
+
+/* A load or a save of a session, on the session's list (newest first, under
+ * session.mu) from its begin until the session is freed, or until trimmed
+ * once finished (SCHED_LOADS_KEPT finished loads stay, for late polls). Two
+ * references: the list's and the running job's. */
+typedef struct sched_io {
+  atomic_int refs;
+  atomic_bool cancelled; /* the session ended: stop at the next chunk */
+  atomic_bool finished;
+  bool is_load;
+  uint64_t id; /* a load's id (sched_load_result.load_id); 0 for a save */
+  void (*free)(struct sched_io *io);
+  struct sched_io *next;
+} sched_io;
+
+#define SCHED_LOADS_KEPT 64
+
+/* Test hook (tests/unit/test_sched_load.c): called by a load worker before
+ * each chunk it reads, with the tensor's name in the checkpoint, the
+ * component (-1: all) and the host offset; may block (a gate the test opens)
+ * and may return an error, which then stands for that chunk's read error. */
+typedef pd_code (*sched_load_hook_fn)(void *arg, const char *name,
+                                      int component, uint64_t offset,
+                                      dev_status *st);
+
 /* --- Counters (stats.c) ---------------------------------------------------- */
 
 typedef struct sched_op_counter {
@@ -143,6 +183,8 @@ struct sched_session {
   /* Observers' state (sched_session_attach); cleared when the session ends. */
   void *attached[SCHED_MAX_OBSERVERS];
   sched_session *next; /* in the scheduler's table (under sched->mu) */
+  sched_io *io;        /* loads and saves (workers.c), newest first */
+  uint64_t last_load_id;
 
   /* The op queue, under sched->qmu. */
   sched_qop *qhead, *qtail;
@@ -155,6 +197,10 @@ struct sched_session {
   uint64_t sub_lo;
   int dropping;
   sched_dwait *dwait; /* sched_tensor_notify registrations */
+  /* The pending tensor (a load's) that the head op reads: while set the
+   * session is held out of the ready set (dispatch.c); a borrowed pointer,
+   * compared only while a hold's registration keeps the tensor alive. */
+  dev_tensor *held_on;
 };
 
 /* The limits sched_reconfigure may change while sessions run. */
@@ -203,6 +249,20 @@ struct sched {
   /* Observers of sessions' ends; set before serving, read-only after. */
   sched_observer observers[SCHED_MAX_OBSERVERS];
   int num_observers;
+
+  /* Load workers (workers.c), lock 3b: io_mu guards the FIFO, io_live and
+   * io_stop; nothing is called or locked under it. */
+  pthread_mutex_t io_mu;
+  pthread_cond_t io_cv;      /* work arrived, or io_stop */
+  pthread_cond_t io_idle_cv; /* io_live dropped to 0 */
+  sched_work *io_head, *io_tail;
+  int io_live; /* loads and saves begun and not yet ended */
+  bool io_stop;
+  pthread_t *io_threads;
+  int n_io_threads;
+  size_t load_chunk;       /* bytes a worker reads at once */
+  sched_load_hook_fn hook; /* tests only; set before any load */
+  void *hook_arg;
 };
 
 static inline int64_t sched_now_ms(void) {
@@ -239,6 +299,36 @@ void sched_count_done(sched *s, const sched_qop *q, pd_code code);
 void sched_notify_end(sched_session *ss, sched_end_reason why, uint64_t handles,
                       void *const *states);
 
+/* --- workers.c -------------------------------------------------------------- */
+
+/* Starts n load workers (io_mu and cvs are set up by the caller). False when
+ * a thread cannot start (those started are stopped). */
+bool sched_workers_start(sched *s, int n);
+/* Waits until every load and save has ended, then stops the workers. */
+void sched_workers_stop(sched *s);
+/* A load or save begins / has ended (counted, so sched_workers_stop waits). */
+void sched_io_begin(sched *s);
+void sched_io_end(sched *s);
+/* Queues work for the workers (no lock held). */
+void sched_work_queue(sched *s, sched_work *w);
+/* The end of a session (no lock held, the session closed, so its list is
+ * frozen): marks its loads and saves cancelled and runs the work of it still
+ * queued on this thread, where it sees the cancellation and ends at once. */
+void sched_io_cancel_session(sched_session *ss);
+void sched_io_ref(sched_io *io);
+void sched_io_unref(sched_io *io);
+/* Puts io on the session's list and drops finished records beyond what is
+ * kept (ss->mu held). */
+void sched_io_add_locked(sched_session *ss, sched_io *io);
+/* Drops the list's references (sched_session_free). */
+void sched_io_release_all(sched_session *ss);
+/* Test hook and the chunk size of reads (0: SCHED_LOAD_CHUNK). Call before
+ * any load. */
+void sched_set_load_hook(sched *s, sched_load_hook_fn fn, void *arg,
+                         size_t chunk_bytes);
+
+#define SCHED_LOAD_CHUNK ((size_t)4 << 20)
+
 /* --- handles.c ------------------------------------------------------------- */
 
 pd_code sched_closed_error(dev_status *st);
@@ -269,6 +359,10 @@ void sched_cancel_fences(sched_fence_req *f);
 
 /* --- queue.c --------------------------------------------------------------- */
 
+/* Puts the session in the policy's ready set, with a reference, when it has
+ * queued ops, is not there yet, is not held and the dispatcher runs (qmu
+ * held). */
+void sched_make_ready_locked(sched_session *ss);
 /* Appends first..last (n entries, seq set) to the session's queue and makes
  * the session ready (qmu held). */
 void sched_queue_append_locked(sched_session *ss, sched_qop *first,

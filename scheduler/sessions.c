@@ -197,6 +197,7 @@ uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
   memcpy(states, ss->attached, sizeof(states));
   memset(ss->attached, 0, sizeof(ss->attached));
   pthread_mutex_unlock(&ss->mu);
+  sched_io_cancel_session(ss); /* its loads and saves: CANCELLED */
   sched_drop_queue(ss, msg);
   sched_wait_dispatched(ss);
   sched_notify_end(ss, why, n, states);
@@ -226,6 +227,7 @@ static void sched_session_free(sched_session *ss) {
   /* Registrations wait only on queued ops, and queued ops hold a reference:
    * none can be left, but never strand a caller. */
   sched_fire_waiters(ss->dwait);
+  sched_io_release_all(ss);
   pthread_mutex_destroy(&ss->mu);
   free(ss);
 }

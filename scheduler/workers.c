@@ -1,0 +1,160 @@
+/* The load workers: a small pool of threads (sched_config.load_workers,
+ * default 2) that run the pieces of checkpoint loads (loads.c) and the
+ * writes of saves (saves.c) from one FIFO, and the records of a session's
+ * loads and saves (sched_io), which the session's end cancels.
+ *
+ * Work runs through its own function pointer, so this file calls no other
+ * scheduler file. A session's end marks its records cancelled and runs the
+ * work of it still queued on the ending thread, where it sees the
+ * cancellation and ends at once (pending tensors complete with CANCELLED);
+ * work already running stops at its next chunk. sched_destroy waits for
+ * every load and save to end before stopping the threads (sched_io_begin /
+ * sched_io_end count them). Lock: sched.io_mu (sched_int.h, 3b). */
+#include <stdlib.h>
+
+#include "sched_int.h"
+
+static void *sched_worker_main(void *arg) {
+  sched *s = arg;
+  pthread_mutex_lock(&s->io_mu);
+  for (;;) {
+    while (!s->io_head && !s->io_stop) pthread_cond_wait(&s->io_cv, &s->io_mu);
+    if (!s->io_head) break; /* stopping, and nothing left */
+    sched_work *w = s->io_head;
+    s->io_head = w->next;
+    if (!s->io_head) s->io_tail = NULL;
+    w->next = NULL;
+    pthread_mutex_unlock(&s->io_mu);
+    w->run(w);
+    pthread_mutex_lock(&s->io_mu);
+  }
+  pthread_mutex_unlock(&s->io_mu);
+  return NULL;
+}
+
+static void sched_workers_join(sched *s, int n) {
+  pthread_mutex_lock(&s->io_mu);
+  s->io_stop = true;
+  pthread_cond_broadcast(&s->io_cv);
+  pthread_mutex_unlock(&s->io_mu);
+  for (int i = 0; i < n; i++) pthread_join(s->io_threads[i], NULL);
+  free(s->io_threads);
+  s->io_threads = NULL;
+  s->n_io_threads = 0;
+}
+
+bool sched_workers_start(sched *s, int n) {
+  s->io_threads = calloc((size_t)n, sizeof(*s->io_threads));
+  if (!s->io_threads) return false;
+  if (!s->load_chunk) s->load_chunk = SCHED_LOAD_CHUNK;
+  for (int i = 0; i < n; i++) {
+    if (pthread_create(&s->io_threads[i], NULL, sched_worker_main, s) != 0) {
+      sched_workers_join(s, i);
+      return false;
+    }
+  }
+  s->n_io_threads = n;
+  return true;
+}
+
+void sched_workers_stop(sched *s) {
+  pthread_mutex_lock(&s->io_mu);
+  while (s->io_live > 0) pthread_cond_wait(&s->io_idle_cv, &s->io_mu);
+  pthread_mutex_unlock(&s->io_mu);
+  sched_workers_join(s, s->n_io_threads);
+}
+
+void sched_io_begin(sched *s) {
+  pthread_mutex_lock(&s->io_mu);
+  s->io_live++;
+  pthread_mutex_unlock(&s->io_mu);
+}
+
+void sched_io_end(sched *s) {
+  pthread_mutex_lock(&s->io_mu);
+  if (--s->io_live == 0) pthread_cond_broadcast(&s->io_idle_cv);
+  pthread_mutex_unlock(&s->io_mu);
+}
+
+void sched_work_queue(sched *s, sched_work *w) {
+  w->next = NULL;
+  pthread_mutex_lock(&s->io_mu);
+  if (s->io_tail)
+    s->io_tail->next = w;
+  else
+    s->io_head = w;
+  s->io_tail = w;
+  pthread_cond_signal(&s->io_cv);
+  pthread_mutex_unlock(&s->io_mu);
+}
+
+/* Unlinks the queued work of `ss` (io_mu held), in queue order. */
+static sched_work *sched_unqueue_session_locked(sched *s, sched_session *ss) {
+  sched_work *mine = NULL, **tail = &mine, *last = NULL;
+  for (sched_work **pp = &s->io_head; *pp;) {
+    sched_work *w = *pp;
+    if (w->ss == ss) {
+      *pp = w->next;
+      w->next = NULL;
+      *tail = w;
+      tail = &w->next;
+    } else {
+      last = w;
+      pp = &w->next;
+    }
+  }
+  s->io_tail = last;
+  return mine;
+}
+
+void sched_io_cancel_session(sched_session *ss) {
+  sched *s = ss->owner;
+  if (!ss->io) return;
+  for (sched_io *io = ss->io; io; io = io->next)
+    atomic_store(&io->cancelled, true);
+  pthread_mutex_lock(&s->io_mu);
+  sched_work *w = sched_unqueue_session_locked(s, ss);
+  pthread_mutex_unlock(&s->io_mu);
+  while (w) {
+    sched_work *next = w->next;
+    w->run(w); /* sees `cancelled`; may free w */
+    w = next;
+  }
+}
+
+void sched_io_ref(sched_io *io) { atomic_fetch_add(&io->refs, 1); }
+
+void sched_io_unref(sched_io *io) {
+  if (io && atomic_fetch_sub(&io->refs, 1) == 1) io->free(io);
+}
+
+void sched_io_add_locked(sched_session *ss, sched_io *io) {
+  io->next = ss->io;
+  ss->io = io;
+  int kept = 0;
+  for (sched_io **pp = &ss->io; *pp;) {
+    sched_io *r = *pp;
+    bool done = atomic_load(&r->finished);
+    if (done && (!r->is_load || ++kept > SCHED_LOADS_KEPT)) {
+      *pp = r->next;
+      sched_io_unref(r);
+    } else {
+      pp = &r->next;
+    }
+  }
+}
+
+void sched_io_release_all(sched_session *ss) {
+  while (ss->io) {
+    sched_io *r = ss->io;
+    ss->io = r->next;
+    sched_io_unref(r);
+  }
+}
+
+void sched_set_load_hook(sched *s, sched_load_hook_fn fn, void *arg,
+                         size_t chunk_bytes) {
+  s->hook = fn;
+  s->hook_arg = arg;
+  s->load_chunk = chunk_bytes ? chunk_bytes : SCHED_LOAD_CHUNK;
+}

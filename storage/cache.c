@@ -1,0 +1,509 @@
+/* The RAM block cache, after TensorFlow's RamFileBlockCache
+ * (tensorflow/c/experimental/filesystem/plugins/gcs/ram_file_block_cache.cc):
+ *
+ *   - blocks keyed by (file record, block index); a file record is one
+ *     version of one file: its identity (local dev:ino, or the URL) and its
+ *     signature. Attaching a file whose signature changed drops the old
+ *     record's blocks (TF's ValidateAndUpdateFileSignature + RemoveFile).
+ *   - a block is counted by the bytes allocated for it; blocks are kept in
+ *     LRU order and evicted from the tail until the total is within
+ *     cache_bytes, after each insertion, so it is never above the budget.
+ *   - the first reader of a missing block fetches it, outside the lock;
+ *     readers of the same block meanwhile wait (bounded) on the cache's
+ *     condition variable for that one fetch (TF's per-block state
+ *     CREATED -> FETCHING -> FINISHED). A failed fetch is not cached: the
+ *     block leaves the map, the readers that waited for it get its error,
+ *     and the next reader fetches again (TF sets the state back to CREATED).
+ *   - with max_staleness_s > 0, a lookup that finds a block older than that
+ *     drops every block of its file (TF's staleness check in Lookup).
+ *   - reads larger than the budget (or cache_bytes 0, or a block size above
+ *     the budget) bypass the cache: fetched straight into the caller's
+ *     buffer.
+ *
+ * Lock order: c->mu is a leaf; no fetcher is ever called under it. Data of a
+ * READY block is immutable, so it is copied out without the lock, under a
+ * reference (refs) that keeps an evicted block alive until its readers are
+ * done.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "storage_int.h"
+
+enum { STG_FETCHING, STG_READY, STG_FAILED };
+
+typedef struct stg_block stg_block;
+struct stg_block {
+  stg__cfile *file;
+  uint64_t index;
+  int state;
+  int refs;
+  bool in_map;
+  unsigned char *data;
+  size_t len;
+  double fetched_at; /* monotonic seconds */
+  dev_status err;    /* STG_FAILED */
+  stg_block *hnext;
+  stg_block *prev, *next; /* LRU, READY blocks in the map only */
+};
+
+struct stg__cfile {
+  char *identity;
+  stg_signature sig;
+  int refs;         /* open stg_files */
+  bool live;        /* in c->files (false once replaced by a new version) */
+  uint64_t nblocks; /* blocks of it in the map */
+  stg__cfile *next;
+};
+
+struct stg_cache {
+  stg_cache_config cfg;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* broadcast when any fetch ends */
+  stg_block **buckets;
+  size_t nbuckets, nblocks;
+  stg_block lru; /* sentinel: lru.next most recent, lru.prev the victim */
+  stg__cfile *files;
+  stg_cache_stats stats;
+  double wait_bound_s;
+};
+
+static double stg_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void stg_defaults(stg_cache_config *c) {
+  memset(c, 0, sizeof *c);
+  c->struct_size = STG_CACHE_CONFIG_STRUCT_SIZE;
+  c->block_size = 16u << 20;
+  c->cache_bytes = 1u << 30;
+  c->max_staleness_s = 0;
+  c->fetch_timeout_s = 30;
+  c->fetch_retries = 3;
+}
+
+void stg__cache_config_get(const stg_cache *c, stg_cache_config *out) {
+  if (c)
+    *out = c->cfg;
+  else
+    stg_defaults(out);
+}
+
+pd_code stg_cache_create(const stg_cache_config *cfg, stg_cache **out,
+                         dev_status *st) {
+  stg_cache_config k;
+  stg_defaults(&k);
+  if (cfg) {
+    if (cfg->struct_size < sizeof(size_t) ||
+        cfg->struct_size > STG_CACHE_CONFIG_STRUCT_SIZE)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "stg_cache_config.struct_size %zu (expected %zu)",
+                       cfg->struct_size, STG_CACHE_CONFIG_STRUCT_SIZE);
+    memcpy(&k, cfg, cfg->struct_size);
+    k.struct_size = STG_CACHE_CONFIG_STRUCT_SIZE;
+  }
+  if (k.block_size == 0 || k.max_staleness_s < 0 || k.fetch_timeout_s <= 0 ||
+      k.fetch_retries < 0)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "storage cache: block_size %" PRIu64
+                     " (expected > 0), max_staleness_s %g (>= 0), "
+                     "fetch_timeout_s %g (> 0), fetch_retries %d (>= 0)",
+                     k.block_size, k.max_staleness_s, k.fetch_timeout_s,
+                     k.fetch_retries);
+  stg_cache *c = calloc(1, sizeof *c);
+  if (!c) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+  c->cfg = k;
+  c->nbuckets = 64;
+  c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
+  if (!c->buckets) {
+    free(c);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  c->lru.next = c->lru.prev = &c->lru;
+  double b = k.fetch_timeout_s * (k.fetch_retries + 2);
+  c->wait_bound_s = b > 60 ? b : 60;
+  *out = c;
+  return PD_OK;
+}
+
+void stg__cache_set_wait_bound(stg_cache *c, double seconds) {
+  pthread_mutex_lock(&c->mu);
+  c->wait_bound_s = seconds;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void stg_block_free(stg_block *b) {
+  free(b->data);
+  free(b);
+}
+
+void stg_cache_destroy(stg_cache *c) {
+  if (!c) return;
+  for (size_t i = 0; i < c->nbuckets; i++)
+    for (stg_block *b = c->buckets[i], *n; b; b = n) {
+      n = b->hnext;
+      stg_block_free(b);
+    }
+  for (stg__cfile *f = c->files, *n; f; f = n) {
+    n = f->next;
+    free(f->identity);
+    free(f);
+  }
+  free(c->buckets);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+void stg_cache_get_stats(stg_cache *c, stg_cache_stats *out) {
+  if (!c) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  *out = c->stats;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* --- the map and the LRU (c->mu held) ---------------------------------------- */
+
+static size_t stg_hash(const stg_cache *c, const stg__cfile *f, uint64_t i) {
+  uint64_t h = (uint64_t)(uintptr_t)f * 0x9E3779B97F4A7C15ull ^
+               (i + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
+  return (size_t)(h ^ (h >> 29)) & (c->nbuckets - 1);
+}
+
+static stg_block *stg_lookup(stg_cache *c, stg__cfile *f, uint64_t i) {
+  for (stg_block *b = c->buckets[stg_hash(c, f, i)]; b; b = b->hnext)
+    if (b->file == f && b->index == i) return b;
+  return NULL;
+}
+
+static void stg_grow(stg_cache *c) {
+  size_t n = c->nbuckets * 2;
+  stg_block **nb = calloc(n, sizeof *nb);
+  if (!nb) return; /* longer chains, still correct */
+  stg_block **old = c->buckets;
+  size_t on = c->nbuckets;
+  c->buckets = nb;
+  c->nbuckets = n;
+  for (size_t i = 0; i < on; i++)
+    for (stg_block *b = old[i], *nx; b; b = nx) {
+      nx = b->hnext;
+      size_t h = stg_hash(c, b->file, b->index);
+      b->hnext = nb[h];
+      nb[h] = b;
+    }
+  free(old);
+}
+
+static void stg_insert(stg_cache *c, stg_block *b) {
+  if (c->nblocks + 1 > c->nbuckets) stg_grow(c);
+  size_t h = stg_hash(c, b->file, b->index);
+  b->hnext = c->buckets[h];
+  c->buckets[h] = b;
+  b->in_map = true;
+  c->nblocks++;
+  b->file->nblocks++;
+}
+
+static void stg_lru_unlink(stg_block *b) {
+  if (b->prev) {
+    b->prev->next = b->next;
+    b->next->prev = b->prev;
+    b->prev = b->next = NULL;
+  }
+}
+
+static void stg_lru_front(stg_cache *c, stg_block *b) {
+  stg_lru_unlink(b);
+  b->next = c->lru.next;
+  b->prev = &c->lru;
+  c->lru.next->prev = b;
+  c->lru.next = b;
+}
+
+static void stg_cfile_free(stg__cfile *f) {
+  free(f->identity);
+  free(f);
+}
+
+static void stg_cfile_unlink(stg_cache *c, stg__cfile *f) {
+  for (stg__cfile **p = &c->files; *p; p = &(*p)->next)
+    if (*p == f) {
+      *p = f->next;
+      break;
+    }
+  f->live = false;
+}
+
+/* Takes b out of the map (and the LRU and the budget); frees it when no
+ * reader holds it; frees its file record when that was its last block and
+ * no stg_file holds the record. */
+static void stg_remove(stg_cache *c, stg_block *b, bool evicted) {
+  stg_block **p = &c->buckets[stg_hash(c, b->file, b->index)];
+  while (*p != b) p = &(*p)->hnext;
+  *p = b->hnext;
+  b->in_map = false;
+  c->nblocks--;
+  stg__cfile *f = b->file;
+  f->nblocks--;
+  if (b->state == STG_READY) {
+    stg_lru_unlink(b);
+    c->stats.bytes_cached -= b->len;
+    c->stats.blocks_cached--;
+    if (evicted) c->stats.evictions++;
+  }
+  if (b->refs == 0) stg_block_free(b);
+  if (f->nblocks == 0 && f->refs == 0) {
+    if (f->live) stg_cfile_unlink(c, f);
+    stg_cfile_free(f);
+  }
+}
+
+/* Drops every block of `f` (a changed or stale file). Blocks being fetched
+ * leave the map too; their fetch completes into a detached block. */
+static void stg_drop_file(stg_cache *c, stg__cfile *f) {
+  f->refs++; /* keep f alive through the removals */
+  for (size_t i = 0; i < c->nbuckets && f->nblocks > 0; i++)
+    for (stg_block *b = c->buckets[i], *n; b; b = n) {
+      n = b->hnext;
+      if (b->file == f) stg_remove(c, b, true);
+    }
+  f->refs--;
+}
+
+static void stg_evict_to_budget(stg_cache *c) {
+  while (c->stats.bytes_cached > c->cfg.cache_bytes && c->lru.prev != &c->lru)
+    stg_remove(c, c->lru.prev, true);
+}
+
+/* --- files --------------------------------------------------------------- */
+
+stg__cfile *stg__cache_attach(stg_cache *c, const char *identity,
+                              const stg_signature *sig) {
+  if (c) {
+    pthread_mutex_lock(&c->mu);
+    for (stg__cfile *f = c->files; f; f = f->next) {
+      if (strcmp(f->identity, identity) != 0) continue;
+      if (f->sig.size == sig->size && !strcmp(f->sig.text, sig->text)) {
+        f->refs++;
+        pthread_mutex_unlock(&c->mu);
+        return f;
+      }
+      stg_cfile_unlink(c, f); /* a new version: the old one's blocks go */
+      f->refs++;
+      stg_drop_file(c, f);
+      if (--f->refs == 0) stg_cfile_free(f);
+      break;
+    }
+  }
+  stg__cfile *f = calloc(1, sizeof *f);
+  if (f && !(f->identity = strdup(identity))) {
+    free(f);
+    f = NULL;
+  }
+  if (f) {
+    f->sig = *sig;
+    f->refs = 1;
+    if (c) {
+      f->live = true;
+      f->next = c->files;
+      c->files = f;
+    }
+  }
+  if (c) pthread_mutex_unlock(&c->mu);
+  return f;
+}
+
+void stg__cache_detach(stg_cache *c, stg__cfile *f) {
+  if (!f) return;
+  if (!c) {
+    stg_cfile_free(f);
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  if (--f->refs == 0 && f->nblocks == 0) {
+    if (f->live) stg_cfile_unlink(c, f);
+    stg_cfile_free(f);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* --- reads ------------------------------------------------------------------- */
+
+static void stg_release(stg_cache *c, stg_block *b) {
+  pthread_mutex_lock(&c->mu);
+  if (--b->refs == 0 && !b->in_map) stg_block_free(b);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Fetches a block this reader created (called without the lock). */
+static pd_code stg_fetch_block(stg_cache *c, stg_block *b, size_t len,
+                               stg__fetch_fn fetch, void *fctx,
+                               dev_status *st) {
+  dev_status fst = DEV_STATUS_INIT;
+  unsigned char *data = malloc(len ? len : 1);
+  pd_code rc =
+      data ? fetch(fctx, b->index * c->cfg.block_size, data, len, &fst)
+           : dev_error(&fst, PD_RESOURCE_EXHAUSTED,
+                       "out of memory for a cache block of %zu bytes", len);
+  pthread_mutex_lock(&c->mu);
+  c->stats.fetches += data != NULL;
+  if (rc == PD_OK) {
+    c->stats.bytes_fetched += len;
+    b->data = data;
+    b->len = len;
+    b->state = STG_READY;
+    b->fetched_at = stg_now();
+    if (b->in_map) {
+      c->stats.bytes_cached += len;
+      c->stats.blocks_cached++;
+      stg_lru_front(c, b);
+      stg_evict_to_budget(c);
+    }
+  } else {
+    free(data);
+    c->stats.fetch_errors++;
+    b->state = STG_FAILED;
+    b->err = fst;
+    if (b->in_map) stg_remove(c, b, false); /* refs > 0: stays allocated */
+  }
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  if (rc != PD_OK && st) *st = fst;
+  return rc;
+}
+
+static bool stg_stale(const stg_cache *c, const stg_block *b) {
+  return c->cfg.max_staleness_s > 0 && b->state == STG_READY &&
+         stg_now() - b->fetched_at > c->cfg.max_staleness_s;
+}
+
+/* Waits (c->mu held) for another reader's fetch of b. */
+static pd_code stg_wait(stg_cache *c, stg_block *b, const char *name,
+                        dev_status *st) {
+  double until = stg_now() + c->wait_bound_s;
+  struct timespec ts = {(time_t)until,
+                        (long)((until - (double)(time_t)until) * 1e9)};
+  while (b->state == STG_FETCHING) {
+    int e = pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    if (e == ETIMEDOUT && b->state == STG_FETCHING)
+      return dev_error(
+          st, PD_DEADLINE_EXCEEDED,
+          "waited %.0f s for another reader's fetch of block %" PRIu64
+          " of '%s'",
+          c->wait_bound_s, b->index, name);
+  }
+  if (b->state == STG_FAILED) {
+    if (st) *st = b->err;
+    return b->err.code;
+  }
+  return PD_OK;
+}
+
+/* Returns block `i` READY with a reference held, fetching it if missing. */
+static pd_code stg_get_block(stg_cache *c, stg__cfile *f, uint64_t i,
+                             size_t len, const char *name, stg__fetch_fn fetch,
+                             void *fctx, stg_block **out, dev_status *st) {
+  pthread_mutex_lock(&c->mu);
+  stg_block *b = stg_lookup(c, f, i);
+  if (b && stg_stale(c, b)) {
+    stg_drop_file(c, f);
+    b = NULL;
+  }
+  if (b && b->state == STG_READY) {
+    c->stats.hits++;
+    b->refs++;
+    stg_lru_front(c, b);
+    pthread_mutex_unlock(&c->mu);
+    *out = b;
+    return PD_OK;
+  }
+  if (b) { /* FETCHING by another reader */
+    c->stats.waits++;
+    b->refs++;
+    pd_code rc = stg_wait(c, b, name, st);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != PD_OK) {
+      stg_release(c, b);
+      return rc;
+    }
+    *out = b;
+    return PD_OK;
+  }
+  b = calloc(1, sizeof *b);
+  if (!b) {
+    pthread_mutex_unlock(&c->mu);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  b->file = f;
+  b->index = i;
+  b->state = STG_FETCHING;
+  b->refs = 1;
+  stg_insert(c, b);
+  c->stats.misses++;
+  pthread_mutex_unlock(&c->mu);
+  pd_code rc = stg_fetch_block(c, b, len, fetch, fctx, st);
+  if (rc != PD_OK) {
+    stg_release(c, b);
+    return rc;
+  }
+  *out = b;
+  return PD_OK;
+}
+
+static pd_code stg_bypass(stg_cache *c, stg__fetch_fn fetch, void *fctx,
+                          uint64_t offset, void *buf, size_t len,
+                          dev_status *st) {
+  pd_code rc = fetch(fctx, offset, buf, len, st);
+  if (c) {
+    pthread_mutex_lock(&c->mu);
+    c->stats.bypass_reads++;
+    c->stats.fetches++;
+    if (rc == PD_OK)
+      c->stats.bytes_fetched += len;
+    else
+      c->stats.fetch_errors++;
+    pthread_mutex_unlock(&c->mu);
+  }
+  return rc;
+}
+
+pd_code stg__cache_read(stg_cache *c, stg__cfile *f, const char *name,
+                        stg__fetch_fn fetch, void *fctx, uint64_t offset,
+                        void *buf, size_t len, dev_status *st) {
+  if (len == 0) return PD_OK;
+  if (!c || c->cfg.cache_bytes == 0 || len > c->cfg.cache_bytes ||
+      c->cfg.block_size > c->cfg.cache_bytes)
+    return stg_bypass(c, fetch, fctx, offset, buf, len, st);
+  uint64_t bs = c->cfg.block_size;
+  uint64_t size = f->sig.size;
+  unsigned char *dst = buf;
+  uint64_t end = offset + len;
+  for (uint64_t i = offset / bs; i * bs < end; i++) {
+    uint64_t bstart = i * bs;
+    size_t blen = (size_t)(size - bstart < bs ? size - bstart : bs);
+    stg_block *b = NULL;
+    pd_code rc = stg_get_block(c, f, i, blen, name, fetch, fctx, &b, st);
+    if (rc != PD_OK) return rc;
+    uint64_t from = offset > bstart ? offset : bstart;
+    uint64_t to = end < bstart + blen ? end : bstart + blen;
+    memcpy(dst + (from - offset), b->data + (from - bstart),
+           (size_t)(to - from));
+    stg_release(c, b);
+  }
+  return PD_OK;
+}

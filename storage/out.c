@@ -1,0 +1,230 @@
+/* Atomic output files (issue #13, SaveTensors): the bytes go to a
+ * temporary file `.NAME.tmp-XXXXXX` in the target's directory (opened
+ * beneath a root, as reads are), which is fsynced and renamed into place
+ * with renameat2(RENAME_NOREPLACE) unless overwriting is asked for, then the
+ * directory is fsynced. A crash leaves the old file or the new one, never a
+ * torn one (a killed writer may leave its temporary file behind).
+ *
+ * Why not O_TMPFILE: linking an unnamed file into place needs
+ * linkat(AT_EMPTY_PATH) (CAP_DAC_READ_SEARCH) or /proc/self/fd, and an
+ * overwrite needs a name to rename from anyway.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "storage_int.h"
+
+struct stg_out {
+  int dir_fd; /* the target's directory, O_RDONLY (fsync-able) */
+  int fd;     /* the temporary file */
+  char *path; /* as given, for messages */
+  char *name; /* the final component */
+  char *tmp;  /* the temporary file's name in dir_fd */
+  bool overwrite;
+  bool failed; /* a write failed: commit refuses */
+};
+
+static int stg_try_dir(void *arg, const stg__local_target *t) {
+  (void)arg;
+  return stg__open_beneath(t->root_fd, t->rel, STG__OPEN_DIR_RDONLY);
+}
+
+static void stg_out_free(stg_out *o) {
+  if (o->fd >= 0) close(o->fd);
+  if (o->dir_fd >= 0) close(o->dir_fd);
+  free(o->path);
+  free(o->name);
+  free(o->tmp);
+  free(o);
+}
+
+/* Splits `path` into its directory (malloc'd into *dir) and final name. */
+static pd_code stg_split(const char *path, char **dir, const char **name,
+                         dev_status *st) {
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "'%s' does not name a file (expected a path ending in a "
+                     "file name)",
+                     path);
+  size_t dlen = slash ? (size_t)(slash - path) : 0;
+  if (slash && dlen == 0) dlen = 1; /* "/name" */
+  *dir = strndup(path, dlen);
+  if (!*dir) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+  *name = base;
+  return PD_OK;
+}
+
+static pd_code stg_check_target(stg_out *o, dev_status *st) {
+  struct stat s;
+  if (fstatat(o->dir_fd, o->name, &s, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return PD_OK;
+    return stg__errno_code(-errno, o->path, "(its directory)", "write", st);
+  }
+  if (!S_ISREG(s.st_mode))
+    return stg__refuse(st, PD_PERMISSION_DENIED, 4,
+                       "'%s' exists and is not a regular file (a symlink, "
+                       "directory, device, FIFO or socket is never replaced)",
+                       o->path);
+  if (!o->overwrite)
+    return dev_error(st, PD_ALREADY_EXISTS,
+                     "'%s' already exists (ask for overwrite to replace it)",
+                     o->path);
+  return PD_OK;
+}
+
+static pd_code stg_open_tmp(stg_out *o, dev_status *st) {
+  size_t cap = strlen(o->name) + 32;
+  o->tmp = malloc(cap);
+  if (!o->tmp) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+  for (int attempt = 0; attempt < 64; attempt++) {
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
+      rnd = (uint32_t)getpid() * 2654435761u + (uint32_t)attempt;
+    snprintf(o->tmp, cap, ".%.200s.tmp-%06x", o->name, rnd & 0xffffff);
+    o->fd = openat(o->dir_fd, o->tmp,
+                   O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (o->fd >= 0) return PD_OK;
+    if (errno != EEXIST)
+      return stg__errno_code(-errno, o->path, "(its directory)", "write", st);
+  }
+  return dev_error(st, PD_ABORTED,
+                   "could not pick a free temporary name beside '%s'", o->path);
+}
+
+pd_code stg_out_create(const stg_roots *r, const char *path, bool overwrite,
+                       stg_out **out, dev_status *st) {
+  if (!r || !path || !out)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "stg_out_create: roots, path and out are required");
+  stg_out *o = calloc(1, sizeof *o);
+  if (!o) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+  o->fd = o->dir_fd = -1;
+  o->overwrite = overwrite;
+  char *dir = NULL;
+  const char *name = NULL;
+  pd_code rc = PD_OK;
+  o->path = strdup(path);
+  if (!o->path) {
+    rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  PD_TRY_GOTO(stg_split(path, &dir, &name, st), rc, fail);
+  if (!(o->name = strdup(name))) {
+    rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  if (stg__is_url(path)) {
+    rc = dev_error(st, PD_UNIMPLEMENTED,
+                   "cannot write to a URL ('%s'): saves go to a local path "
+                   "beneath a storage root",
+                   path);
+    goto fail;
+  }
+  PD_TRY_GOTO(stg__roots_local(r, dir[0] ? dir : ".", "write", stg_try_dir,
+                               NULL, &o->dir_fd, st),
+              rc, fail);
+  PD_TRY_GOTO(stg_check_target(o, st), rc, fail);
+  PD_TRY_GOTO(stg_open_tmp(o, st), rc, fail);
+  free(dir);
+  *out = o;
+  return PD_OK;
+fail:
+  free(dir);
+  stg_out_free(o);
+  return rc;
+}
+
+static pd_code stg_io_error(stg_out *o, const char *op, dev_status *st) {
+  int e = errno;
+  o->failed = true;
+  pd_code code =
+      e == ENOSPC || e == EDQUOT ? PD_RESOURCE_EXHAUSTED : PD_UNAVAILABLE;
+  return dev_error(st, code, "%s of '%s' failed: %s", op, o->path, strerror(e));
+}
+
+pd_code stg_out_write(stg_out *o, const void *data, size_t len,
+                      dev_status *st) {
+  if (!o) return dev_error(st, PD_INVALID_ARGUMENT, "stg_out_write: no output");
+  if (o->failed)
+    return dev_error(st, PD_FAILED_PRECONDITION,
+                     "an earlier write of '%s' failed", o->path);
+  const char *p = data;
+  while (len > 0) {
+    ssize_t n = write(o->fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      return stg_io_error(o, "writing", st);
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return PD_OK;
+}
+
+/* renameat2(NOREPLACE), or link + unlink where the file system lacks it. */
+static int stg_rename(stg_out *o) {
+  if (o->overwrite) return renameat(o->dir_fd, o->tmp, o->dir_fd, o->name);
+  if (renameat2(o->dir_fd, o->tmp, o->dir_fd, o->name, RENAME_NOREPLACE) == 0)
+    return 0;
+  if (errno != EINVAL && errno != ENOSYS) return -1;
+  if (linkat(o->dir_fd, o->tmp, o->dir_fd, o->name, 0) != 0) return -1;
+  unlinkat(o->dir_fd, o->tmp, 0);
+  return 0;
+}
+
+pd_code stg_out_commit(stg_out *o, dev_status *st) {
+  if (!o)
+    return dev_error(st, PD_INVALID_ARGUMENT, "stg_out_commit: no output");
+  pd_code rc = PD_OK;
+  if (o->failed) {
+    rc = dev_error(st, PD_FAILED_PRECONDITION,
+                   "an earlier write of '%s' failed: not committed", o->path);
+    goto fail;
+  }
+  if (fsync(o->fd) != 0) {
+    rc = stg_io_error(o, "fsync", st);
+    goto fail;
+  }
+  int fd = o->fd;
+  o->fd = -1;
+  if (close(fd) != 0) {
+    rc = stg_io_error(o, "closing", st);
+    goto fail;
+  }
+  if (stg_rename(o) != 0) {
+    if (errno == EEXIST)
+      rc = dev_error(st, PD_ALREADY_EXISTS,
+                     "'%s' appeared while it was being written (ask for "
+                     "overwrite to replace it)",
+                     o->path);
+    else
+      rc = stg__errno_code(-errno, o->path, "(its directory)", "write", st);
+    goto fail;
+  }
+  if (fsync(o->dir_fd) != 0 && errno != EINVAL) {
+    rc = stg_io_error(o, "fsync of the directory", st);
+    stg_out_free(o);
+    return rc;
+  }
+  stg_out_free(o);
+  return PD_OK;
+fail:
+  stg_out_abort(o);
+  return rc;
+}
+
+void stg_out_abort(stg_out *o) {
+  if (!o) return;
+  if (o->tmp && o->dir_fd >= 0) unlinkat(o->dir_fd, o->tmp, 0);
+  stg_out_free(o);
+}

@@ -1,0 +1,187 @@
+/* Atomic writes (storage/out.c): the bytes appear under the target's name
+ * only at commit; overwrite is refused unless asked for; abort and a failed
+ * commit leave no temporary file; writes obey the roots as reads do. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "stgtest.h"
+#include "storage_int.h"
+
+typedef struct fx {
+  char *top, *root;
+  stg_roots *roots;
+} fx;
+
+static int fx_setup(void **state) {
+  fx *f = calloc(1, sizeof *f);
+  f->top = st_mkdtemp();
+  f->root = st_join(f->top, "root");
+  assert_int_equal(mkdir(f->root, 0755), 0);
+  const char *e[] = {f->root};
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_roots_create(e, 1, &f->roots, &st), PD_OK, &st);
+  *state = f;
+  return 0;
+}
+
+static int fx_teardown(void **state) {
+  fx *f = *state;
+  stg_roots_destroy(f->roots);
+  st_rmtree(f->top);
+  free(f->top);
+  free(f->root);
+  free(f);
+  return 0;
+}
+
+/* How many entries of `dir` begin with ".". */
+static int hidden_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] == '.' && strcmp(e->d_name, ".") &&
+        strcmp(e->d_name, ".."))
+      n++;
+  closedir(d);
+  return n;
+}
+
+static void write_all(stg_out *o, const unsigned char *p, size_t n) {
+  dev_status st = DEV_STATUS_INIT;
+  /* in uneven pieces, as a writer streaming tensors does */
+  for (size_t off = 0, k = 1; off < n; k = k * 3 + 1) {
+    size_t len = k < n - off ? k : n - off;
+    st_assert_code(stg_out_write(o, p + off, len, &st), PD_OK, &st);
+    off += len;
+  }
+}
+
+static void test_commit(void **state) {
+  fx *f = *state;
+  char *path = st_join(f->root, "ckpt.safetensors");
+  unsigned char *data = st_bytes(100000, 3);
+  stg_out *o = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_out_create(f->roots, path, false, &o, &st), PD_OK, &st);
+  write_all(o, data, 100000);
+  size_t n = 0;
+  assert_null(st_read_file(path, &n)); /* not there before commit */
+  assert_int_equal(hidden_entries(f->root), 1);
+  st_assert_code(stg_out_commit(o, &st), PD_OK, &st);
+  unsigned char *got = st_read_file(path, &n);
+  assert_non_null(got);
+  assert_int_equal(n, 100000);
+  assert_memory_equal(got, data, n);
+  assert_int_equal(hidden_entries(f->root), 0);
+  free(got);
+  /* exists: refused without overwrite, at create */
+  st_assert_code(stg_out_create(f->roots, path, false, &o, &st),
+                 PD_ALREADY_EXISTS, &st);
+  assert_non_null(strstr(st.msg, "already exists"));
+  /* replaced with overwrite */
+  st_assert_code(stg_out_create(f->roots, "ckpt.safetensors", true, &o, &st),
+                 PD_OK, &st);
+  write_all(o, (const unsigned char *)"new", 3);
+  st_assert_code(stg_out_commit(o, &st), PD_OK, &st);
+  got = st_read_file(path, &n);
+  assert_int_equal(n, 3);
+  assert_memory_equal(got, "new", 3);
+  free(got);
+  free(data);
+  free(path);
+}
+
+static void test_abort(void **state) {
+  fx *f = *state;
+  char *path = st_join(f->root, "a.npy");
+  st_write_file(path, "old", 3);
+  stg_out *o = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_out_create(f->roots, path, true, &o, &st), PD_OK, &st);
+  write_all(o, (const unsigned char *)"half-written", 12);
+  assert_int_equal(hidden_entries(f->root), 1);
+  stg_out_abort(o);
+  assert_int_equal(hidden_entries(f->root), 0);
+  size_t n = 0;
+  unsigned char *got = st_read_file(path, &n);
+  assert_int_equal(n, 3);
+  assert_memory_equal(got, "old", 3);
+  free(got);
+  stg_out_abort(NULL);
+  free(path);
+}
+
+/* A file that appears at the target after create is not replaced. */
+static void test_race(void **state) {
+  fx *f = *state;
+  char *path = st_join(f->root, "b.st");
+  stg_out *o = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_out_create(f->roots, path, false, &o, &st), PD_OK, &st);
+  write_all(o, (const unsigned char *)"mine", 4);
+  st_write_file(path, "theirs", 6);
+  st_assert_code(stg_out_commit(o, &st), PD_ALREADY_EXISTS, &st);
+  size_t n = 0;
+  unsigned char *got = st_read_file(path, &n);
+  assert_int_equal(n, 6);
+  assert_memory_equal(got, "theirs", 6);
+  free(got);
+  assert_int_equal(hidden_entries(f->root), 0);
+  free(path);
+}
+
+static void test_refusals(void **state) {
+  fx *f = *state;
+  stg_out *o = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_out_create(f->roots, "/etc/evil", false, &o, &st),
+                 PD_PERMISSION_DENIED, &st);
+  assert_non_null(strstr(st.msg, "is not beneath any storage root"));
+  st_assert_code(stg_out_create(f->roots, "../x", false, &o, &st),
+                 PD_PERMISSION_DENIED, &st);
+  st_assert_code(stg_out_create(f->roots, "nodir/x", false, &o, &st),
+                 PD_NOT_FOUND, &st);
+  st_assert_code(stg_out_create(f->roots, "dir/", false, &o, &st),
+                 PD_INVALID_ARGUMENT, &st);
+  st_assert_code(stg_out_create(f->roots, "https://h/x", false, &o, &st),
+                 PD_UNIMPLEMENTED, &st);
+  /* a symlink at the target, even one that points inside, is not replaced */
+  char *ln = st_join(f->root, "ln");
+  assert_int_equal(symlink("target", ln), 0);
+  st_assert_code(stg_out_create(f->roots, ln, true, &o, &st),
+                 PD_PERMISSION_DENIED, &st);
+  /* a directory symlinked out of the root */
+  char *out = st_join(f->root, "out");
+  assert_int_equal(symlink(f->top, out), 0);
+  st_assert_code(stg_out_create(f->roots, "out/x", false, &o, &st),
+                 PD_PERMISSION_DENIED, &st);
+  assert_null(o);
+  /* a subdirectory inside is fine */
+  char *sub = st_join(f->root, "sub");
+  assert_int_equal(mkdir(sub, 0755), 0);
+  st_assert_code(stg_out_create(f->roots, "sub/x", false, &o, &st), PD_OK, &st);
+  st_assert_code(stg_out_commit(o, &st), PD_OK, &st);
+  char *x = st_join(sub, "x");
+  struct stat s;
+  assert_int_equal(stat(x, &s), 0);
+  assert_int_equal(s.st_size, 0);
+  free(x);
+  free(sub);
+  free(out);
+  free(ln);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_commit, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_abort, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_race, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_refusals, fx_setup, fx_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
