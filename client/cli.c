@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_int.h"
+#include "cli_cmd.h"
 #include "common.h"
 #include "paradev/paradev.h"
 

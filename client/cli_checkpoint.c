@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_int.h"
+#include "cli_cmd.h"
 
 static const char cli_load_usage[] =
     "Usage: paradev [--target ADDR] [--timeout TIME] load SOURCE [OPTIONS]\n"

@@ -1,5 +1,5 @@
 /* Private header of the `paradev` command (cli.c, cli_admin.c,
- * cli_checkpoint.c). */
+ * cli_checkpoint.c); what needs libparadev's header is cli_cmd.h's. */
 #ifndef PARADEV_CLI_INT_H
 #define PARADEV_CLI_INT_H
 
@@ -64,33 +64,5 @@ static inline bool cli_private_dir_ok(const char *dir) {
   return lstat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && sb.st_uid == getuid() &&
          (sb.st_mode & 077) == 0;
 }
-
-#include "paradev/paradev.h"
-
-/* The top level's options, for every command but admin. */
-typedef struct cli_opts {
-  const char *target;
-  bool target_from_env; /* target is $PARADEV_TARGET's: errors say so */
-  int64_t timeout_ms;
-} cli_opts;
-
-/* cli.c: a usage error of `cmd` (NULL: the top level) on stderr; returns 2. */
-int cli_usage_error(const char *cmd, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* cli.c: a failed call on stderr, with `hint` (NULL: pd_status_str's);
- * returns 1. */
-int cli_fail_hint(const char *cmd, const pd_status *st, const char *hint);
-int cli_fail(const char *cmd, const pd_status *st);
-/* cli.c: opens the channel, or NULL after reporting why with *rc set (2 for
- * a bad target, else 1). */
-pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
-                       int *rc);
-/* cli.c: "12.3 MiB". */
-char *cli_size(uint64_t bytes, char *buf, size_t len);
-
-/* cli_checkpoint.c: `paradev load ...`, `paradev save ...` (argv after the
- * command). */
-int cli_load(const cli_opts *o, int argc, char **argv);
-int cli_save(const cli_opts *o, int argc, char **argv);
 
 #endif /* PARADEV_CLI_INT_H */
