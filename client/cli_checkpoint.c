@@ -404,8 +404,8 @@ static int cli_ckpt_save(const cli_ckpt_args *a, pd_session *s,
         rc == PD_ALREADY_EXISTS ? "give --overwrite to replace it" : NULL);
   double secs = cli_now() - t0;
   char size[32];
-  printf("saved %d tensors to %s: %s in %.3f s\n", n, a->dest,
-         cli_size(bytes, size, sizeof size), secs);
+  printf("saved %d tensors (%s) to %s in %.3f s\n", n,
+         cli_size(bytes, size, sizeof size), a->dest, secs);
   return 0;
 }
 

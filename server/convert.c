@@ -496,7 +496,8 @@ static pd_code srv_ckpt_name_ok(const srv_req_limits *l, const char *name,
 static pd_code srv_ckpt_layout_from_pb(const Paradev__V1__Layout *pb, int i,
                                        dev_layout *out, dev_status *st) {
   dev_layout l = {DEV_LAYOUT_MIRRORED, 0, 0};
-  if (pb) {
+  /* Kind 0 (MIRRORED, or UNSPECIFIED where the wire has it) is MIRRORED. */
+  if (pb && (int)pb->kind != 0) {
     switch ((int)pb->kind) {
       case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED: break;
       case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:

@@ -159,7 +159,7 @@ typedef struct pd_save_options {
  * the daemon waits for the tensors, writes a temporary file in the same
  * directory, fsyncs it and renames it into place, so a crash leaves the old
  * file or the new one. Returns once the file is in place; *bytes_written
- * (may be NULL) gets its size. Give `call` a timeout that fits the file
+ * (may be NULL) gets the tensor bytes written (the file less its header). Give `call` a timeout that fits the file
  * (the default is 10 s); a call that times out does not stop the save.
  * Errors:   PD_INVALID_ARGUMENT (no specs, over 4096, duplicate or bad
  *           names, bad layouts or options), PD_NOT_FOUND (an unknown handle;
