@@ -64,9 +64,9 @@ static const char cli_usage[] =
 static const char cli_info_usage[] =
     "Usage: paradev [--target ADDR] info\n"
     "Show the daemon's version, incarnation, backend and start time, every\n"
-    "device of its mesh with memory total/limit/used/free/peak, and the "
+    "device of its mesh with memory total/limit/used/free/peak, the "
     "limits\n"
-    "it puts on clients (GetServerInfo).\n";
+    "it puts on clients and its storage roots (GetServerInfo).\n";
 
 static const char cli_health_usage[] =
     "Usage: paradev [--target ADDR] health [--service NAME]\n"
@@ -100,17 +100,6 @@ static int cli_admin_with_target(const char *target, int argc, char **argv) {
 }
 #endif
 
-int cli_usage_error(const char *cmd, const char *fmt, ...) {
-  fprintf(stderr, "paradev%s%s: ", cmd ? " " : "", cmd ? cmd : "");
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\nTry 'paradev %s%s--help'.\n", cmd ? cmd : "",
-          cmd ? " " : "");
-  return 2;
-}
-
 /* $PARADEV_TARGET (*from_env set), else paradevd's default Unix socket: in
  * $XDG_RUNTIME_DIR, else in /tmp/paradevd-UID/ when that is the user's
  * private directory (cli_private_dir_ok). */
@@ -140,56 +129,15 @@ static const char *cli_default_target(char *buf, size_t len, bool *from_env) {
   return "127.0.0.1:7478";
 }
 
-char *cli_size(uint64_t bytes, char *buf, size_t len) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, len, "%" PRIu64 " B", bytes);
-  else
-    snprintf(buf, len, "%.1f %s", v, units[u]);
-  return buf;
-}
-
-/* Reports a failed call on stderr with `hint` (NULL: the code's general
- * advice, pd_status_str); returns 1. */
-int cli_fail_hint(const char *cmd, const pd_status *st, const char *hint) {
-  pd_code code = pd_status_code(st);
-  fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
-  fprintf(stderr, "paradev %s: %s (%s)\n", cmd, pd_code_name(code),
-          hint ? hint : pd_status_str(code));
-  return 1;
-}
-
-int cli_fail(const char *cmd, const pd_status *st) {
-  return cli_fail_hint(cmd, st, NULL);
-}
-
-/* Opens the channel; NULL after reporting why, with *rc set: 2 when the
- * target itself is wrong (a usage error: pd_client_new says
- * INVALID_ARGUMENT only for the target, the options here being fixed; the
- * message says when the target came from $PARADEV_TARGET), else 1. */
-pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
-                       int *rc) {
-  pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
-  co.default_timeout_ms = o->timeout_ms;
-  co.user_agent = "paradev-cli";
-  pd_client *c = pd_client_new(o->target, &co, st);
-  if (c) return c;
-  if (pd_status_code(st) == PD_INVALID_ARGUMENT)
-    *rc = cli_usage_error(
-        NULL, "%s%s", pd_status_message(st),
-        o->target_from_env ? " (the target came from $PARADEV_TARGET)" : "");
-  else
-    *rc = cli_fail(cmd, st);
-  return NULL;
-}
-
 /* --- info ----------------------------------------------------------------------- */
+
+/* The storage roots that `paradev load` and `save` may use. */
+static void cli_info_storage(const pd_server_info *info) {
+  int n = pd_server_info_num_storage_roots(info);
+  printf("storage roots: %s\n", n ? "" : "none (checkpoints refused)");
+  for (int i = 0; i < n; i++)
+    printf("  %s\n", pd_server_info_storage_root(info, i));
+}
 
 static int cli_info(const cli_opts *o, int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
@@ -265,6 +213,7 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
   printf("  max_sessions             %d\n", l->max_sessions);
   printf("  lease_seconds            %u default, %u max\n",
          l->default_lease_seconds, l->max_lease_seconds);
+  cli_info_storage(info);
   pd_server_info_delete(info);
 out:
   pd_client_delete(c);

@@ -278,6 +278,11 @@ int pd_server_info_num_devices(const pd_server_info *info);
 /* Device i, 0 <= i < num_devices; NULL outside. */
 const pd_device_info *pd_server_info_device(const pd_server_info *info, int i);
 const pd_limits *pd_server_info_limits(const pd_server_info *info);
+/* The daemon's storage roots (directories and URL prefixes that checkpoint
+ * loads and saves may use; see paradev/checkpoint.h): how many, and root i
+ * as configured (NULL outside 0 <= i < num). */
+int pd_server_info_num_storage_roots(const pd_server_info *info);
+const char *pd_server_info_storage_root(const pd_server_info *info, int i);
 
 /* ---------------------------------------------------------------------------
  * Sessions */

@@ -682,6 +682,9 @@ def check_cli(d, root):
     assert list(back) == ["emb"]
     p = run("save", "cli.safetensors")
     assert p.returncode == 2, p
+    p = run("info")
+    assert p.returncode == 0 and re.search(r"storage roots: \n  %s\n" % re.escape(root),
+                                           p.stdout), p.stdout
     for cmd in ("load", "save"):
         p = run(cmd, "--help")
         assert p.returncode == 0 and "Usage: paradev" in p.stdout
