@@ -134,7 +134,7 @@ pd_code pd_load_progress(pd_session *s, uint64_t load_id, uint32_t wait_ms,
 
 /* One handle to save. */
 typedef struct pd_save_spec {
-  const char *name; /* in the file (ignored for .npy) */
+  const char *name; /* in the file, 1 to 255 bytes (a .npy keeps none) */
   uint64_t id;      /* a live handle */
   /* MIRRORED: component 0, once; SHARDED: the components gathered along
    * axis; PER_COMPONENT: entries "<name>:<k>" and metadata

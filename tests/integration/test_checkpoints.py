@@ -383,6 +383,53 @@ def check_save_roundtrip(cl, d, root):
     cl.save(tok, "out/w.npy", [pb.SaveTensorSpec(name="w", id=got["b64"].id)],
             overwrite=True)
     assert np.load(os.path.join(root, "out", "w.npy")).tobytes() == arrs["b64"].tobytes()
+    # Progress of a larger load only grows, and ends done.
+    big = rng.standard_normal(4 << 20).astype(np.float32)
+    np.save(os.path.join(root, "bigsave.npy"), big)
+    r = cl.load(tok, "bigsave.npy", [pb.LoadTensorSpec(name="", id=160)])
+    last = 0
+    while True:
+        p = cl.progress(tok, r.load_id, wait_ms=2000)
+        assert last <= p.bytes_done <= p.bytes_total == big.nbytes, (last, p)
+        last = p.bytes_done
+        if p.done:
+            break
+    assert p.tensors_done == 1 and p.status.code == 0
+    # A client that gives up early does not stop the save, nor break the
+    # daemon: the file is whole when it appears.
+    try:
+        cl.save(tok, "out/late.npy", [pb.SaveTensorSpec(name="x", id=160)],
+                timeout=0.05)
+    except grpc.RpcError as e:
+        assert e.code() == C.DEADLINE_EXCEEDED, e
+    cl.alive()
+    late = os.path.join(root, "out", "late.npy")
+    for _ in range(400):
+        if os.path.exists(late):
+            break
+        time.sleep(0.05)
+    if os.path.exists(late):
+        assert np.load(late).tobytes() == big.tobytes()
+    # A session closed while its save runs: the save is done or cancelled,
+    # and the file is whole or absent.
+    tok2 = cl.session()
+    r = cl.load(tok2, "bigsave.npy", [pb.LoadTensorSpec(name="", id=1)])
+    f = cl.ch.unary_unary(SVC + "SaveTensors",
+                          request_serializer=lambda m: m.SerializeToString(),
+                          response_deserializer=pb.SaveTensorsResponse.FromString)
+    fut = f.future(pb.SaveTensorsRequest(session_token=tok2, path="out/closed.npy",
+                                         tensors=[pb.SaveTensorSpec(name="x", id=1)]),
+                   timeout=60)
+    cl.call("CloseSession", pb.CloseSessionRequest(session_token=tok2),
+            pb.CloseSessionResponse)
+    try:
+        fut.result()
+    except grpc.RpcError as e:
+        assert e.code() in (C.CANCELLED, C.NOT_FOUND), e
+    closed = os.path.join(root, "out", "closed.npy")
+    if os.path.exists(closed):
+        assert np.load(closed).tobytes() == big.tobytes()
+    cl.alive()
 
 
 def check_refusals(cl, d, root):
