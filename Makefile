@@ -7,7 +7,7 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DPARADEV_WERROR=ON
 endif
 
-.PHONY: all setup build demo test test-sanitize bench format clean
+.PHONY: all setup build venv demo test test-sanitize bench format clean
 
 all: build
 
@@ -18,21 +18,27 @@ build: setup
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The Python venv the tests use for what Debian lacks (safetensors, pinned):
+# $(BUILD)/venv, from /usr/bin/python3 with Debian's numpy. ctest's
+# setup.python_venv fixture runs the same script, so a bare ctest works too.
+venv: build
+	@bash scripts/venv.sh $(BUILD)/venv
+
 # The main example against a daemon on the CPU backend (see README).
 demo: build
 	@bash scripts/demo.sh $(BUILD)
 
 # Every test, then every test again under AddressSanitizer + UBSan.
-test: build
+test: build venv
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 	@$(MAKE) --no-print-directory test-sanitize
 
 test-sanitize: setup
-	@cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DPARADEV_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DPARADEV_SANITIZE=ON -DPARADEV_VENV=$(abspath $(BUILD))/venv $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD)-sanitize -j $(JOBS)
 	@cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) --timeout 600
 
-bench: build
+bench: build venv
 	@bash scripts/bench.sh $(BUILD)
 
 # clang-format (.clang-format) over the tracked .c and .h files, in place;

@@ -156,7 +156,7 @@ static pd_code load_find(const stg_index *ix, stg_file *f, const char *name,
  * or entries "<name>:<k>" of the main file. */
 static pd_code load_plan_components(load *ld, load_tensor *lt,
                                     const sched_load_tensor *rt,
-                                    stg_format format, dev_status *st) {
+                                    dev_status *st) {
   int n = dev_engine_num_devices(ld->ss->owner->engine);
   if (rt && rt->n_component_sources != 0 && rt->n_component_sources != n)
     return dev_error(st, PD_INVALID_ARGUMENT,
@@ -167,7 +167,9 @@ static pd_code load_plan_components(load *ld, load_tensor *lt,
   for (int k = 0; k < n; k++) {
     if (rt && rt->n_component_sources) {
       stg_index *ix = NULL;
-      PD_TRY(load_open(ld, rt->component_sources[k], format, &ix, st));
+      /* Each file by its own magic bytes: the request's format is the
+       * source's. */
+      PD_TRY(load_open(ld, rt->component_sources[k], STG_FORMAT_AUTO, &ix, st));
       lt->file[k] = ld->files[ld->n_files - 1];
       PD_TRY(load_find(ix, lt->file[k], lt->name, &lt->entry[k], st));
     } else {
@@ -195,8 +197,7 @@ static pd_code load_plan_components(load *ld, load_tensor *lt,
  * of `name` by `layout`). */
 static pd_code load_plan_tensor(load *ld, load_tensor *lt, const char *name,
                                 uint64_t id, const dev_layout *layout,
-                                const sched_load_tensor *rt, stg_format format,
-                                dev_status *st) {
+                                const sched_load_tensor *rt, dev_status *st) {
   if (!name)
     return dev_error(st, PD_INVALID_ARGUMENT, "handle %llu: no tensor name",
                      (unsigned long long)id);
@@ -213,7 +214,7 @@ static pd_code load_plan_tensor(load *ld, load_tensor *lt, const char *name,
   if (!lt->name || !lt->entry || !lt->file)
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
   if (layout->kind == DEV_LAYOUT_PER_COMPONENT) {
-    PD_TRY(load_plan_components(ld, lt, rt, format, st));
+    PD_TRY(load_plan_components(ld, lt, rt, st));
   } else if (layout->kind == DEV_LAYOUT_MIRRORED ||
              layout->kind == DEV_LAYOUT_SHARDED) {
     if (ld->n_files == 0)
@@ -310,12 +311,13 @@ static void load_plan_pieces(load *ld, load_tensor *lt, int n) {
 
 /* --- the reads (on a load worker) ----------------------------------------- */
 
-/* Before each chunk: the test hook, the session's end, a failed sibling. */
+/* Before each chunk: the session's end, the test hook, a failed sibling. A
+ * cancelled piece never calls the hook (it may run on the ending thread). */
 static pd_code piece_check(const load_piece *p, uint64_t off, dev_status *st) {
   load_tensor *lt = p->lt;
   load *ld = lt->ld;
   sched *s = ld->ss->owner;
-  if (s->hook) {
+  if (!atomic_load(&ld->io.cancelled) && s->hook) {
     int comp = p->wlay.kind == DEV_LAYOUT_PER_COMPONENT ? p->comp : -1;
     PD_TRY(s->hook(s->hook_arg, lt->name, comp, p->src_off + off, st));
   }
@@ -333,6 +335,7 @@ static pd_code piece_copy(load_piece *p, const char *buf, uint64_t off,
   PD_TRY(
       dev_tensor_write(lt->t, &p->wlay, p->comp, p->dst_off + off, buf, n, st));
   atomic_fetch_add(&lt->ld->bytes_done, (uint64_t)n);
+  atomic_fetch_add(&lt->ld->ss->owner->n_load_steps, 1);
   return PD_OK;
 }
 
@@ -345,6 +348,7 @@ static size_t piece_chunk(const load_piece *p, uint64_t off) {
 /* A random-access range, chunk by chunk. */
 static pd_code piece_read_chunks(load_piece *p, dev_status *st) {
   load_tensor *lt = p->lt;
+  if (p->len == 0) return piece_check(p, 0, st); /* an empty shard */
   size_t cap = piece_chunk(p, 0);
   char *buf = malloc(cap ? cap : 1);
   if (!buf) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -376,8 +380,10 @@ static pd_code piece_read_whole(load_piece *p, dev_status *st) {
                      "out of host memory for the %llu bytes of tensor '%s'",
                      (unsigned long long)e->bytes, lt->name);
   pd_code c = PD_OK;
-  PD_TRY_GOTO(stg_entry_read(lt->file[p->src], e, 0, buf, (size_t)e->bytes, st),
-              c, out);
+  if (e->bytes)
+    PD_TRY_GOTO(
+        stg_entry_read(lt->file[p->src], e, 0, buf, (size_t)e->bytes, st), c,
+        out);
   for (uint64_t off = 0; off < p->len;) {
     size_t n = piece_chunk(p, off);
     if (off > 0) PD_TRY_GOTO(piece_check(p, off, st), c, out);
@@ -410,6 +416,7 @@ static void tensor_end(load_tensor *lt) {
   }
   pthread_mutex_unlock(&ld->mu);
   dev_tensor_complete(lt->t, code, lt->msg ? lt->msg : "");
+  atomic_fetch_add(&ld->ss->owner->n_load_steps, 1);
   if (code != PD_OK) atomic_fetch_add(&ld->tensors_failed, 1);
   atomic_fetch_add(&ld->tensors_done, 1);
   if (atomic_fetch_sub(&ld->tensors_left, 1) == 1) load_end(ld);
@@ -448,6 +455,12 @@ static pd_code load_check_name(const char *name, dev_status *st) {
   return PD_OK;
 }
 
+/* True for an entry "<name>:0" (component 0 of a per-component save). */
+static bool is_component0(const char *name) {
+  size_t len = strlen(name);
+  return len > 2 && strcmp(name + len - 2, ":0") == 0;
+}
+
 /* Whole-file load: every entry by the default layout (per-component: the
  * tensors whose entry "<name>:0" exists), ids first_id, first_id + 1, ... */
 static pd_code load_plan_all(load *ld, const sched_load_request *req,
@@ -458,10 +471,8 @@ static pd_code load_plan_all(load *ld, const sched_load_request *req,
   const stg_index *ix = ld->indexes[0];
   bool per = req->default_layout.kind == DEV_LAYOUT_PER_COMPONENT;
   int n = 0;
-  for (int i = 0; i < ix->n; i++) {
-    size_t len = strlen(ix->entries[i].name);
-    n += !per || (len > 2 && strcmp(ix->entries[i].name + len - 2, ":0") == 0);
-  }
+  for (int i = 0; i < ix->n; i++)
+    n += !per || is_component0(ix->entries[i].name);
   if (n > SCHED_LOAD_MAX_TENSORS)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "%s holds %d tensors; one load takes at most %d (name "
@@ -477,15 +488,14 @@ static pd_code load_plan_all(load *ld, const sched_load_request *req,
   for (int i = 0; i < ix->n; i++) {
     char name[SCHED_NAME_MAX + 1];
     size_t len = strlen(ix->entries[i].name);
-    if (per && !(len > 2 && strcmp(ix->entries[i].name + len - 2, ":0") == 0))
-      continue;
+    if (per && !is_component0(ix->entries[i].name)) continue;
     PD_TRY(load_check_name(ix->entries[i].name, st));
     snprintf(name, sizeof name, "%.*s", (int)(per ? len - 2 : len),
              ix->entries[i].name);
     load_tensor *lt = &ld->tensors[ld->n_tensors++];
     PD_TRY(load_plan_tensor(ld, lt, name,
                             req->first_id + (uint64_t)(ld->n_tensors - 1),
-                            &req->default_layout, NULL, req->format, st));
+                            &req->default_layout, NULL, st));
   }
   return PD_OK;
 }
@@ -505,8 +515,7 @@ static pd_code load_plan(load *ld, const sched_load_request *req,
                          "handle %llu is named twice (tensors %d and %d)",
                          (unsigned long long)rt->id, j, i);
     load_tensor *lt = &ld->tensors[ld->n_tensors++];
-    PD_TRY(load_plan_tensor(ld, lt, rt->name, rt->id, &rt->layout, rt,
-                            req->format, st));
+    PD_TRY(load_plan_tensor(ld, lt, rt->name, rt->id, &rt->layout, rt, st));
   }
   return PD_OK;
 }

@@ -238,6 +238,9 @@ struct sched {
   /* Counters. */
   _Atomic uint64_t n_created, n_closed, n_expired, n_killed;
   _Atomic uint64_t n_queued, n_submitted, n_completed, n_dropped;
+  /* Chunks the load workers wrote and tensors they ended: progress for
+   * sched_check_progress while ops wait, held, for a load. */
+  _Atomic uint64_t n_load_steps;
   _Atomic uint64_t lat_buckets[SCHED_LATENCY_BUCKETS + 1];
   _Atomic uint64_t lat_sum_ns;
   int num_ops;

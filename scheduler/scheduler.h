@@ -84,7 +84,7 @@ typedef struct sched_config {
   /* Checkpoints (issue #13); borrowed, must outlive the scheduler. */
   const stg_roots *storage_roots; /* NULL: loads and saves refused */
   stg_cache *storage_cache;
-  int load_workers; /* threads reading loads and writing saves; 0: 2 */
+  int load_workers; /* threads reading loads and writing saves; 0: 2; <= 64 */
 } sched_config;
 
 #define SCHED_CONFIG_INITIALIZER                                               \
@@ -334,6 +334,9 @@ void sched_load_result_free(sched_load_result *r);
 pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
                          sched_load_result **out, dev_status *st);
 
+/* bytes_done: read from storage and written so far (short of bytes_total
+ * when a tensor failed); tensors_done: tensors that ended, loaded or failed;
+ * tensors_failed: those of them that failed; done: the load has ended. */
 typedef struct sched_load_progress {
   uint64_t bytes_done, bytes_total;
   int tensors_done, tensors_total, tensors_failed;
@@ -366,8 +369,8 @@ typedef struct sched_save_request {
 } sched_save_request;
 
 typedef struct sched_save_result {
-  uint64_t bytes_written;
-  char path[4096]; /* as written */
+  uint64_t bytes_written; /* the tensors' data bytes (without the header) */
+  char path[4096];        /* as written */
 } sched_save_result;
 
 /* Called once, from a save worker, when a save ended (code PD_OK or the

@@ -114,9 +114,11 @@ void sched_op_stats(sched *s, int op_index, uint64_t by_code[SCHED_NUM_CODES],
 
 bool sched_check_progress(sched *s, sched_progress *p, double now,
                           double stall_s) {
-  uint64_t completed = atomic_load(&s->n_completed);
+  /* A load's progress counts: ops held on it are queued, not stalled. */
+  uint64_t done = atomic_load(&s->n_completed);
+  uint64_t completed = done + atomic_load(&s->n_load_steps);
   bool outstanding =
-      atomic_load(&s->n_queued) > 0 || atomic_load(&s->n_submitted) > completed;
+      atomic_load(&s->n_queued) > 0 || atomic_load(&s->n_submitted) > done;
   bool stalled = false;
   if (!outstanding || !p->outstanding || completed != p->completed)
     p->since = now; /* idle, new work, or progress: the wait starts again */

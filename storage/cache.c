@@ -144,6 +144,8 @@ void stg__cache_set_wait_bound(stg_cache *c, double seconds) {
   pthread_mutex_unlock(&c->mu);
 }
 
+static void stg_cfile_free(stg__cfile *f);
+
 static void stg_block_free(stg_block *b) {
   free(b->data);
   free(b);
@@ -154,6 +156,8 @@ void stg_cache_destroy(stg_cache *c) {
   for (size_t i = 0; i < c->nbuckets; i++)
     for (stg_block *b = c->buckets[i], *n; b; b = n) {
       n = b->hnext;
+      stg__cfile *f = b->file; /* a replaced version is not in c->files */
+      if (!f->live && --f->nblocks == 0 && f->refs == 0) stg_cfile_free(f);
       stg_block_free(b);
     }
   for (stg__cfile *f = c->files, *n; f; f = n) {
