@@ -146,8 +146,9 @@ fail:
 static pd_code stg_io_error(stg_out *o, const char *op, dev_status *st) {
   int e = errno;
   o->failed = true;
-  pd_code code =
-      e == ENOSPC || e == EDQUOT ? PD_RESOURCE_EXHAUSTED : PD_UNAVAILABLE;
+  pd_code code = e == ENOSPC || e == EDQUOT || e == EFBIG
+                     ? PD_RESOURCE_EXHAUSTED
+                     : PD_UNAVAILABLE;
   return dev_error(st, code, "%s of '%s' failed: %s", op, o->path, strerror(e));
 }
 

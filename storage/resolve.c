@@ -102,21 +102,24 @@ static void stg_walk_free(stg_walk *w) {
   free(w->path);
 }
 
-/* Replaces the walked component by the link's target: path = target + "/"
- * + the rest after the component. */
+/* Replaces the walked component by the link's target: path = target +
+ * the rest after the component (which is empty or begins with '/'). */
 static int stg_walk_splice(stg_walk *w, int link_fd, size_t rest) {
   char target[4096];
   ssize_t n = readlinkat(link_fd, "", target, sizeof target - 1);
-  if (n < 0) return -errno;
+  if (n < 0)
+    return -errno;
   target[n] = '\0';
-  if (target[0] == '/' || n == 0) return -EXDEV;
-  if (++w->links > STG_MAX_LINKS) return -ELOOP;
+  if (target[0] == '/' || n == 0)
+    return -EXDEV;
+  if (++w->links > STG_MAX_LINKS)
+    return -ELOOP;
   size_t tail = strlen(w->path + rest);
-  char *np = malloc((size_t)n + 1 + tail + 1);
-  if (!np) return -ENOMEM;
+  char *np = malloc((size_t)n + tail + 1);
+  if (!np)
+    return -ENOMEM;
   memcpy(np, target, (size_t)n);
-  np[n] = '/';
-  memcpy(np + n + 1, w->path + rest, tail + 1);
+  memcpy(np + n, w->path + rest, tail + 1);
   free(w->path);
   w->path = np;
   w->pos = 0;
@@ -186,7 +189,9 @@ static int stg_walk_step(stg_walk *w, int kind) {
     w->fds[++w->depth] = fd;
     return STG_WALK_ON;
   }
-  rc = last ? stg_walk_final(w, fd, comp, kind) : -ENOTDIR;
+  /* "file/" is ENOTDIR, as the kernel answers it */
+  rc = last && w->path[rest] != '/' ? stg_walk_final(w, fd, comp, kind)
+                                    : -ENOTDIR;
   close(fd);
   return rc;
 }

@@ -108,6 +108,10 @@ typedef struct stg_cache_stats {
   uint64_t bypass_reads; /* reads larger than the budget */
 } stg_cache_stats;
 
+/* cfg NULL: the defaults. INVALID_ARGUMENT for a struct_size this build does
+ * not know, block_size 0, 0 < cache_bytes < block_size, a negative staleness
+ * or retry count, fetch_timeout_s <= 0. Destroy only after every file of the
+ * cache is closed. */
 pd_code stg_cache_create(const stg_cache_config *cfg, stg_cache **out,
                          dev_status *st);
 void stg_cache_destroy(stg_cache *c);

@@ -498,6 +498,32 @@ static void test_stress(void **state) {
   tf_free(&t);
 }
 
+/* Blocks of 1 MiB and more are mapped, not malloc'd: the same contract. */
+static void test_big_blocks(void **state) {
+  (void)state;
+  tf t;
+  tf_init(&t, 3 * (1 << 20) + 5000, 11);
+  stg_fetcher fx = tf_table(&t);
+  stg_cache *c = mk_cache(1 << 20, 2 << 20, 0);
+  stg_file *f = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg__file_open_with(c, &fx, "big", &f, &st), PD_OK, &st);
+  for (int rep = 0; rep < 2; rep++)
+    for (uint64_t off = 0; off < t.size; off += 300000)
+      read_check(f, &t, off, off + 300000 < t.size ? 300000 : t.size - off,
+                 PD_OK);
+  stg_cache_stats s = stats(c);
+  assert_true(s.bytes_cached <= 2 << 20);
+  assert_int_equal(s.blocks_cached, 2);
+  assert_int_equal(s.bytes_cached, (1 << 20) + 5000); /* blocks 2 and 3 */
+  t.fail_next = 1; /* a failed fetch of a mapped block */
+  read_check(f, &t, 0, 10, PD_UNAVAILABLE);
+  read_check(f, &t, 0, 10, PD_OK);
+  stg_file_close(f);
+  stg_cache_destroy(c);
+  tf_free(&t);
+}
+
 static void test_config(void **state) {
   (void)state;
   stg_cache *c = NULL;
@@ -511,6 +537,9 @@ static void test_config(void **state) {
   stg_cache_destroy(c);
   stg_cache_config bad = {STG_CACHE_CONFIG_STRUCT_SIZE, 0, 1, 0, 30, 3};
   st_assert_code(stg_cache_create(&bad, &c, &st), PD_INVALID_ARGUMENT, &st);
+  stg_cache_config small = {STG_CACHE_CONFIG_STRUCT_SIZE, 4096, 4095, 0, 30, 3};
+  st_assert_code(stg_cache_create(&small, &c, &st), PD_INVALID_ARGUMENT, &st);
+  assert_non_null(strstr(st.msg, "smaller than one block"));
   bad.struct_size = 3;
   st_assert_code(stg_cache_create(&bad, &c, &st), PD_INVALID_ARGUMENT, &st);
   stg_cache_destroy(NULL);
@@ -522,7 +551,8 @@ int main(void) {
       cmocka_unit_test(test_bounded_wait), cmocka_unit_test(test_lru),
       cmocka_unit_test(test_bypass),       cmocka_unit_test(test_staleness),
       cmocka_unit_test(test_new_version),  cmocka_unit_test(test_local_rewrite),
-      cmocka_unit_test(test_stress),       cmocka_unit_test(test_config),
+      cmocka_unit_test(test_stress),       cmocka_unit_test(test_big_blocks),
+      cmocka_unit_test(test_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

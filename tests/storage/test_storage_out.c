@@ -2,6 +2,8 @@
  * only at commit; overwrite is refused unless asked for; abort and a failed
  * commit leave no temporary file; writes obey the roots as reads do. */
 #include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,12 +178,43 @@ static void test_refusals(void **state) {
   free(ln);
 }
 
+/* A write past a limit (here RLIMIT_FSIZE: EFBIG, as ENOSPC and EDQUOT)
+ * is RESOURCE_EXHAUSTED; commit then refuses and leaves nothing behind. */
+static void test_full(void **state) {
+  fx *f = *state;
+  struct rlimit old, lim;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+  lim = old;
+  lim.rlim_cur = 4096;
+  signal(SIGXFSZ, SIG_IGN);
+  stg_out *o = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_out_create(f->roots, "full.st", false, &o, &st), PD_OK,
+                 &st);
+  unsigned char *data = st_bytes(10000, 5);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  pd_code rc = stg_out_write(o, data, 10000, &st);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+  st_assert_code(rc, PD_RESOURCE_EXHAUSTED, &st);
+  assert_non_null(strstr(st.msg, "full.st"));
+  st_assert_code(stg_out_write(o, data, 1, &st), PD_FAILED_PRECONDITION, &st);
+  st_assert_code(stg_out_commit(o, &st), PD_FAILED_PRECONDITION, &st);
+  assert_int_equal(hidden_entries(f->root), 0);
+  char *path = st_join(f->root, "full.st");
+  size_t n = 0;
+  assert_null(st_read_file(path, &n));
+  free(path);
+  free(data);
+  signal(SIGXFSZ, SIG_DFL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_commit, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_abort, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_race, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_refusals, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_full, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

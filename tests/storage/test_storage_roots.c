@@ -100,6 +100,7 @@ static void body_inside(fx *f) {
   expect_open(f, "sub/../sub/w.bin", PD_OK); /* `..` that stays inside */
   expect_open(f, "sub/missing", PD_NOT_FOUND);
   expect_open(f, "sub/w.bin/x", PD_NOT_FOUND);
+  expect_open(f, "sub/w.bin/", PD_NOT_FOUND); /* ENOTDIR both ways */
 }
 static void test_inside(void **state) { both_ways(state, body_inside); }
 
