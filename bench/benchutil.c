@@ -2,6 +2,7 @@
 #include "benchutil.h"
 
 #include <errno.h>
+#include <json-c/json.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -149,20 +150,34 @@ static const char *path_of_results(void) {
   return results_path;
 }
 
-/* A JSON number, or null for NaN/inf (not representable in JSON). */
-static void put_number(FILE *f, double v) {
-  if (isfinite(v))
-    fprintf(f, "%.6g", v);
-  else
-    fputs("null", f);
+/* A JSON number as "%.6g" writes it (json-c keeps that spelling), or null
+ * for NaN/inf, which JSON cannot represent. */
+static json_object *json_number(double v) {
+  if (!isfinite(v)) return NULL;
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.6g", v);
+  return json_object_new_double_s(v, buf);
 }
 
-/* Names here are program constants: ASCII without quotes or backslashes. */
-static void put_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++)
-    if (*s != '"' && *s != '\\' && (unsigned char)*s >= 0x20) fputc(*s, f);
-  fputc('"', f);
+/* The params object from its inside ("\"devices\": 4, ..."); a fragment
+ * that is not JSON (a bug in the benchmark) is kept as a string under
+ * "unparsed", with a warning, rather than written as broken JSON. */
+static json_object *json_params(const char *bench, const char *inside) {
+  size_t n = strlen(inside);
+  char *text = malloc(n + 3);
+  json_object *o = NULL;
+  if (text) {
+    snprintf(text, n + 3, "{%s}", inside);
+    o = json_tokener_parse(text);
+    free(text);
+  }
+  if (o && json_object_is_type(o, json_type_object)) return o;
+  json_object_put(o);
+  fprintf(stderr, "bench: %s: params {%s} are not a JSON object's inside\n",
+          bench, inside);
+  o = json_object_new_object();
+  json_object_object_add(o, "unparsed", json_object_new_string(inside));
+  return o;
 }
 
 void bu_record(const char *bench, const char *params_json, const char *metric,
@@ -186,24 +201,25 @@ void bu_record(const char *bench, const char *params_json, const char *metric,
     write_failed = true;
     return;
   }
-  fputs("{\"bench\": ", f);
-  put_string(f, bench);
-  fprintf(f,
-          ", \"params\": {%s}, \"metric\": ", params_json ? params_json : "");
-  put_string(f, metric);
-  fputs(", \"value\": ", f);
-  put_number(f, value);
-  fputs(", \"baseline\": ", f);
-  if (baseline) {
-    put_string(f, baseline);
-    fputs(", \"baseline_value\": ", f);
-    put_number(f, baseline_value);
-    fputs(", \"ratio\": ", f);
-    put_number(f, baseline_value != 0 ? value / baseline_value : NAN);
-  } else {
-    fputs("null, \"baseline_value\": null, \"ratio\": null", f);
-  }
-  fputs("}\n", f);
+  /* One row, its keys in the order DESIGN.md gives them. */
+  json_object *row = json_object_new_object();
+  json_object_object_add(row, "bench", json_object_new_string(bench));
+  json_object_object_add(row, "params",
+                         json_params(bench, params_json ? params_json : ""));
+  json_object_object_add(row, "metric", json_object_new_string(metric));
+  json_object_object_add(row, "value", json_number(value));
+  json_object_object_add(row, "baseline",
+                         baseline ? json_object_new_string(baseline) : NULL);
+  json_object_object_add(row, "baseline_value",
+                         baseline ? json_number(baseline_value) : NULL);
+  json_object_object_add(
+      row, "ratio",
+      baseline ? json_number(baseline_value != 0 ? value / baseline_value : NAN)
+               : NULL);
+  fprintf(f, "%s\n",
+          json_object_to_json_string_ext(
+              row, JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE));
+  json_object_put(row);
   if (fclose(f) != 0) write_failed = true;
 }
 

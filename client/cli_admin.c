@@ -31,6 +31,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <inttypes.h>
+#include <json-c/json.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -290,17 +291,6 @@ static void cli_admin_cell(const char *s, int width) {
   printf("%*s", width - n, "");
 }
 
-/* A JSON string: the daemon sends valid UTF-8 without control characters;
- * escape " and \. */
-static void cli_admin_json_str(const char *s) {
-  putchar('"');
-  for (; s && *s; s++) {
-    if (*s == '"' || *s == '\\') putchar('\\');
-    if ((unsigned char)*s >= 0x20) putchar(*s);
-  }
-  putchar('"');
-}
-
 /* The value of the flag at argv[*i], "--flag VALUE" (*i moves past it) or
  * "--flag=VALUE"; NULL when there is none: the flag is last, its value is
  * empty, or what follows is another flag ("--job --json"). */
@@ -339,30 +329,49 @@ static int cli_admin_sessions(const char *sock, double timeout, int argc,
     /* One document: the summary the table's last line gives, then the list
      * (an empty list when there are none). The incarnation is a string: a
      * 64-bit number does not survive JSON readers that use doubles. */
-    printf("{\"incarnation\": \"%016" PRIx64 "\", \"job_id\": ",
-           r->incarnation);
-    cli_admin_json_str(job);
-    printf(
-        ", \"count\": %zu, \"draining\": %s, "
-        "\"device_memory_used_bytes\": %" PRIu64 ", \"sessions\": [",
-        r->n_sessions, r->draining ? "true" : "false",
-        r->device_memory_used_bytes);
+    char inc[20], sec[2][32];
+    snprintf(inc, sizeof inc, "%016" PRIx64, r->incarnation);
+    json_object *doc = json_object_new_object(),
+                *list = json_object_new_array();
+    json_object_object_add(doc, "incarnation", json_object_new_string(inc));
+    json_object_object_add(doc, "job_id", json_object_new_string(job));
+    json_object_object_add(doc, "count", json_object_new_uint64(r->n_sessions));
+    json_object_object_add(doc, "draining",
+                           json_object_new_boolean(r->draining));
+    json_object_object_add(doc, "device_memory_used_bytes",
+                           json_object_new_uint64(r->device_memory_used_bytes));
     for (size_t i = 0; i < r->n_sessions; i++) {
       const Paradev__V1__SessionSummary *e = r->sessions[i];
-      printf("%s\n  {\"session_id\": %" PRIu64 ", \"client_name\": ",
-             i ? "," : "", e->session_id);
-      cli_admin_json_str(e->client_name);
-      printf(", \"job_id\": ");
-      cli_admin_json_str(e->job_id);
-      printf(", \"memory_bytes\": %" PRIu64 ", \"handles\": %" PRIu64
-             ", \"queued_ops\": %" PRIu64
-             ", \"age_seconds\": %.3f, "
-             "\"idle_seconds\": %.3f, \"lease_seconds\": %u, "
-             "\"memory_quota_bytes\": %" PRIu64 "}",
-             e->memory_bytes, e->handles, e->queued_ops, e->age_seconds,
-             e->idle_seconds, e->lease_seconds, e->memory_quota_bytes);
+      json_object *o = json_object_new_object();
+      snprintf(sec[0], sizeof sec[0], "%.3f", e->age_seconds);
+      snprintf(sec[1], sizeof sec[1], "%.3f", e->idle_seconds);
+      json_object_object_add(o, "session_id",
+                             json_object_new_uint64(e->session_id));
+      json_object_object_add(o, "client_name",
+                             json_object_new_string(e->client_name));
+      json_object_object_add(o, "job_id", json_object_new_string(e->job_id));
+      json_object_object_add(o, "memory_bytes",
+                             json_object_new_uint64(e->memory_bytes));
+      json_object_object_add(o, "handles", json_object_new_uint64(e->handles));
+      json_object_object_add(o, "queued_ops",
+                             json_object_new_uint64(e->queued_ops));
+      json_object_object_add(o, "age_seconds",
+                             json_object_new_double_s(e->age_seconds, sec[0]));
+      json_object_object_add(o, "idle_seconds",
+                             json_object_new_double_s(e->idle_seconds, sec[1]));
+      json_object_object_add(o, "lease_seconds",
+                             json_object_new_uint64(e->lease_seconds));
+      json_object_object_add(o, "memory_quota_bytes",
+                             json_object_new_uint64(e->memory_quota_bytes));
+      json_object_array_add(list, o);
     }
-    printf("%s]}\n", r->n_sessions ? "\n" : "");
+    json_object_object_add(doc, "sessions", list);
+    /* Spaced ("count": 0, as deploy/slurm/epilog.sh matches) and one
+     * member per line; UTF-8 as the daemon sent it. */
+    puts(json_object_to_json_string_ext(
+        doc, JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_PRETTY |
+                 JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(doc);
   } else {
     printf("%-6s %-20s %-12s %11s %8s %7s %8s %7s %6s %11s\n", "ID", "CLIENT",
            "JOB", "MEMORY", "HANDLES", "QUEUED", "AGE", "IDLE", "LEASE",

@@ -12,12 +12,14 @@
 #                                 lib/       their shared-library closure from
 #                                            ldd, less glibc, libstdc++/libgcc_s
 #                                            and the CUDA and driver libraries;
-#                                            plus libcmocka.so/libopenblas.so
+#                                            plus libcmocka.so/libopenblas.so/
+#                                            libjson-c.so
 #                                            links for an engine-only build
 #                                 lib-compat/ libstdc++ and libgcc_s from here,
 #                                            used only where the machine's are
 #                                            missing or too old
-#                                 include/   cmocka.h, cblas.h, openblas_config.h
+#                                 include/   cmocka.h, cblas.h, openblas_config.h,
+#                                            json-c/
 #                                 data/      digits.csv.gz (train_digits)
 #                                 MANIFEST, sources.sha256
 #   .gpu-bundle/MANIFEST        the same manifest, readable without unpacking
@@ -165,8 +167,13 @@ cp -L "${cmocka_inc:-/usr/include}/cmocka.h" "$stage/include/cmocka.h"
 [ -f "$stage/lib/libopenblas.so.0" ] || die "libopenblas.so.0 is not in the closure"
 ln -s libcmocka.so.0 "$stage/lib/libcmocka.so"
 ln -s libopenblas.so.0 "$stage/lib/libopenblas.so"
+# json-c: bench/benchutil.c writes its JSON lines with it.
+jsonc_inc=$(pkg-config --variable=includedir json-c 2>/dev/null || true)
+cp -rL "${jsonc_inc:-/usr/include}/json-c" "$stage/include/json-c"
+[ -f "$stage/lib/libjson-c.so.5" ] || die "libjson-c.so.5 is not in the closure"
+ln -s libjson-c.so.5 "$stage/lib/libjson-c.so"
 echo "dev include/cmocka.h include/cblas.h include/openblas_config.h lib/libcmocka.so" \
-  "lib/libopenblas.so" >>"$manifest"
+  "lib/libopenblas.so include/json-c lib/libjson-c.so" >>"$manifest"
 
 cp examples/data/digits.csv.gz "$stage/data/digits.csv.gz"
 echo "data digits.csv.gz" >>"$manifest"
