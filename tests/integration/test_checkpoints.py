@@ -157,6 +157,7 @@ class Client:
         f = self.ch.unary_stream(SVC + "Download",
                                  request_serializer=lambda m: m.SerializeToString(),
                                  response_deserializer=pb.DownloadResponse.FromString)
+        layout = layout or pb.Layout(kind=pb.LAYOUT_MIRRORED)
         msgs = list(f(pb.DownloadRequest(session_token=tok, id=hid, layout=layout),
                       timeout=30))
         hdr = msgs[0].header
