@@ -16,6 +16,7 @@ struct pd_load {
   int n;
   char (*names)[PD_CHECKPOINT_NAME_MAX];
   pd_tensor_info *infos;
+  pd_tensor_info *hosts; /* rank -1: none */
 };
 
 static pd_code pdc_ckpt_layout(pd_layout in, const char *what, int i,
@@ -65,8 +66,9 @@ static pd_code pdc_load_from_pb(const Paradev__V1__LoadTensorsResponse *r,
   if (l && n) {
     l->names = calloc(n, sizeof(*l->names));
     l->infos = calloc(n, sizeof(*l->infos));
+    l->hosts = calloc(n, sizeof(*l->hosts));
   }
-  if (!l || (n && (!l->names || !l->infos))) {
+  if (!l || (n && (!l->names || !l->infos || !l->hosts))) {
     pd_load_delete(l);
     return pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
@@ -80,6 +82,9 @@ static pd_code pdc_load_from_pb(const Paradev__V1__LoadTensorsResponse *r,
                        i, PD_MAX_RANK);
     }
     snprintf(l->names[i], sizeof(l->names[i]), "%s", t->name ? t->name : "");
+    l->hosts[i].rank = -1;
+    if (t->host_shape && !pdc_shape_from_pb(t->host_shape, &l->hosts[i]))
+      l->hosts[i].rank = -1;
   }
   l->n = (int)n;
   l->load_id = r->load_id;
@@ -150,7 +155,17 @@ void pd_load_delete(pd_load *l) {
   if (!l) return;
   free(l->names);
   free(l->infos);
+  free(l->hosts);
   free(l);
+}
+
+bool pd_load_tensor_host_shape(const pd_load *l, int i, int *rank,
+                               int64_t dims[PD_MAX_RANK]) {
+  if (!l || i < 0 || i >= l->n || l->hosts[i].rank < 0 || !rank || !dims)
+    return false;
+  *rank = l->hosts[i].rank;
+  for (int k = 0; k < *rank; k++) dims[k] = l->hosts[i].dims[k];
+  return true;
 }
 
 uint64_t pd_load_id(const pd_load *l) { return l ? l->load_id : 0; }

@@ -297,11 +297,17 @@ static void cli_load_print(const pd_load *l, double secs) {
     pd_tensor_info ti;
     pd_load_tensor_info(l, i, &ti);
     const char *name = pd_load_tensor_name(l, i);
-    char shape[PD_MAX_RANK * 24 + 4] = "[";
-    for (int k = 0; k < ti.rank; k++)
+    /* The shape in the file; a per-component tensor has none: its
+     * components' (with -1 where they differ). */
+    int rank = ti.rank;
+    int64_t dims[PD_MAX_RANK];
+    memcpy(dims, ti.dims, sizeof(dims));
+    bool host = pd_load_tensor_host_shape(l, i, &rank, dims);
+    char shape[PD_MAX_RANK * 24 + 32] = "[";
+    for (int k = 0; k < rank; k++)
       snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape),
-               "%s%" PRId64, k ? ", " : "", ti.dims[k]);
-    strcat(shape, "]");
+               "%s%" PRId64, k ? ", " : "", dims[k]);
+    strcat(shape, host ? "]" : "] per component");
     printf("%-40s %-9s %s\n", *name ? name : "(the .npy array)",
            pd_dtype_name(ti.dtype), shape);
   }

@@ -200,6 +200,31 @@ void srv_storage_destroy(srv *s) {
 
 /* --- LoadTensors ---------------------------------------------------------------- */
 
+/* Each reply tensor's host_shape: the value's shape in the file, as a
+ * download by the load's layout would give it (none for PER_COMPONENT). A
+ * handle deleted meanwhile just gets none. */
+static bool srv_load_host_shapes(sched_session *ss,
+                                 const sched_load_request *lr,
+                                 Paradev__V1__LoadTensorsResponse *resp,
+                                 srv_arena *a) {
+  for (size_t i = 0; i < resp->n_tensors; i++) {
+    dev_layout l = lr->n ? lr->tensors[i].layout : lr->default_layout;
+    if (l.kind == DEV_LAYOUT_PER_COMPONENT) continue;
+    dev_tensor *t = NULL;
+    dev_status st = DEV_STATUS_INIT;
+    if (sched_handle_get(ss, resp->tensors[i]->tensor->id, &t, &st) != PD_OK)
+      continue;
+    dev_shape host;
+    uint64_t bytes = 0;
+    pd_code rc = dev_tensor_host_size(t, &l, 0, &host, &bytes, &st);
+    dev_tensor_release(t);
+    if (rc != PD_OK) continue;
+    if (!(resp->tensors[i]->host_shape = srv_shape_to_pb(a, &host)))
+      return false;
+  }
+  return true;
+}
+
 static void srv_load_tensors(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__LoadTensorsRequest *req = (const void *)m;
   srv *s = c->s;
@@ -221,7 +246,8 @@ static void srv_load_tensors(srv_call *c, const ProtobufCMessage *m) {
   srv_arena a = {NULL};
   Paradev__V1__LoadTensorsResponse resp =
       PARADEV__V1__LOAD_TENSORS_RESPONSE__INIT;
-  if (!srv_loaded_to_pb(&a, r, &resp)) {
+  if (!srv_loaded_to_pb(&a, r, &resp) ||
+      !srv_load_host_shapes(ss, &lr, &resp, &a)) {
     /* The handles exist and load on; the client can Describe them. */
     srv_call_finish(c, PD_RESOURCE_EXHAUSTED,
                     "out of host memory building the reply of load %llu",

@@ -108,6 +108,11 @@ uint64_t pd_load_total_bytes(const pd_load *l);
 int pd_load_num_tensors(const pd_load *l);
 const char *pd_load_tensor_name(const pd_load *l, int i);
 bool pd_load_tensor_info(const pd_load *l, int i, pd_tensor_info *out);
+/* The value's shape in the file (SHARDED: the whole value's, where the
+ * handle's own shape is its components'): *rank and dims[0..rank). False
+ * for PER_COMPONENT tensors (no one shape) and outside the range. */
+bool pd_load_tensor_host_shape(const pd_load *l, int i, int *rank,
+                               int64_t dims[PD_MAX_RANK]);
 
 /* How far a load has come. */
 typedef struct pd_load_progress_info {

@@ -309,6 +309,10 @@ def check_load_layouts(cl, d, root):
     for axis in (0, 1):
         r = cl.load(tok, "all.safetensors", [pb.LoadTensorSpec(
             name="w", id=50 + axis, layout=sharded(axis))])
+        assert list(r.tensors[0].host_shape.dims) == [7, 5], r
+        comp = [7, 5]
+        comp[axis] = -1 if comp[axis] % NDEV else comp[axis] // NDEV
+        assert list(r.tensors[0].tensor.shape.dims) == comp, r
         cl.wait_load(tok, r.load_id)
         _, parts = cl.download(tok, 50 + axis, PER_COMP)
         want = np.array_split(arrs["w"], NDEV, axis=axis)
@@ -322,6 +326,7 @@ def check_load_layouts(cl, d, root):
         name="", id=60, layout=PER_COMP,
         component_sources=["pc%d.npy" % k for k in range(NDEV)])])
     assert list(r.tensors[0].tensor.shape.dims) == [2, -1]
+    assert not r.tensors[0].HasField("host_shape")
     cl.wait_load(tok, r.load_id)
     _, parts = cl.download(tok, 60, PER_COMP)
     assert parts == [a.tobytes() for a in comps]
@@ -743,6 +748,7 @@ def check_cli(d, root):
     assert "progress:" in p.stderr and "done" in p.stderr, p.stderr
     p = run("load", "cli.npz", "--names", "emb", "--layout", "sharded:0", "--quiet")
     assert p.returncode == 0 and "bias" not in p.stdout and p.stderr == "", p
+    assert re.search(r"^emb\s+float32\s+\[10, 4\]$", p.stdout, re.M), p.stdout
     p = run("load", "cli.npz", "--names", "nope")
     assert p.returncode == 1 and "NOT_FOUND" in p.stderr, p
     p = run("load", "/etc/passwd")
