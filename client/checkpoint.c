@@ -22,6 +22,12 @@ struct pd_load {
 static pd_code pdc_ckpt_layout(pd_layout in, const char *what, int i,
                                Paradev__V1__Layout *out, pd_status *st) {
   paradev__v1__layout__init(out);
+  /* Kind 0 (a zeroed spec: MIRRORED, or UNSPECIFIED where pd_layout_kind
+   * has it) loads and saves MIRRORED, as an upload does. */
+  if ((int)in.kind == 0) {
+    out->kind = PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED;
+    return PD_OK;
+  }
   if (in.kind != PD_LAYOUT_MIRRORED && in.kind != PD_LAYOUT_SHARDED &&
       in.kind != PD_LAYOUT_PER_COMPONENT)
     return pdc_error(st, PD_INVALID_ARGUMENT,

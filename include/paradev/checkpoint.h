@@ -56,7 +56,8 @@ typedef struct pd_load_spec {
    * (each device reads only its own bytes where the file allows it);
    * PER_COMPONENT: one value per device, from component_sources (one file
    * per device), or, when n_component_sources is 0, from the entries
-   * "<name>:<k>" that a PER_COMPONENT save wrote. */
+   * "<name>:<k>" that a PER_COMPONENT save wrote. A zeroed layout is
+   * MIRRORED. */
   pd_layout layout;
   const char *const *component_sources;
   int n_component_sources; /* 0 or the number of devices */
@@ -143,7 +144,7 @@ typedef struct pd_save_spec {
   uint64_t id;      /* a live handle */
   /* MIRRORED: component 0, once; SHARDED: the components gathered along
    * axis; PER_COMPONENT: entries "<name>:<k>" and metadata
-   * "paradev.components.<name>". */
+   * "paradev.components.<name>". A zeroed layout is MIRRORED. */
   pd_layout layout;
 } pd_save_spec;
 
