@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "convert.h"
+#include "log.h"
 
 /* --- checkpoints ------------------------------------------------------------------ */
 
@@ -155,7 +156,11 @@ bool srv_loaded_to_pb(srv_arena *a, const sched_load_result *r,
   for (int i = 0; i < r->n; i++) {
     const sched_loaded *x = &r->tensors[i];
     paradev__v1__loaded_tensor__init(&lt[i]);
-    lt[i].name = (char *)x->name;
+    /* A name from the file (an .npz member's may be any bytes): proto3
+     * strings are UTF-8, so other bytes become '?'. */
+    char *name = srv_arena_alloc(a, sizeof(x->name));
+    if (!name) return false;
+    lt[i].name = srv_log_utf8(x->name, name, sizeof(x->name));
     lt[i].tensor = srv_info_to_pb(a, x->id, x->dtype, &x->shape);
     if (!lt[i].tensor) return false;
     v[i] = &lt[i];
