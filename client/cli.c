@@ -1,6 +1,7 @@
 /* paradev: the command-line client. `info` shows the daemon (version,
  * backend, devices and their memory, limits), `health` runs the standard gRPC
- * health check, `ping` measures Echo round trips. Uses libparadev's public API
+ * health check, `ping` measures Echo round trips; `load` and `save` are
+ * cli_checkpoint.c's. Uses libparadev's public API
  * only. Exit status: 0 success, 1 a failed call (or a health status other than
  * SERVING), 2 a bad command line (a bad --target included), 3 `admin kill
  * --verify` found memory still in use; the usage text says the same. */
@@ -18,6 +19,7 @@
 
 #include "cli_int.h"
 #include "cli_ops.h"
+#include "cli_cmd.h"
 #include "common.h"
 #include "paradev/paradev.h"
 
@@ -31,6 +33,10 @@ static const char cli_usage[] =
     "  health   the standard gRPC health check; exit 0 only when SERVING\n"
     "  ping     Echo round trips and their latency percentiles\n"
     "  ops      the op reference: every op, or 'ops NAME' in full\n"
+    "  load     load a checkpoint on the daemon (safetensors, .npy, .npz)\n"
+    "           and show its tensors; 'paradev load --help'\n"
+    "  save     load a checkpoint and save it again through the daemon\n"
+    "           (convert or copy it); 'paradev save --help'\n"
 #ifdef PARADEV_CLI_ADMIN
     "  admin    operators' commands on the admin socket (sessions, kill,\n"
     "           drain, log-level); 'paradev admin --help'\n"
@@ -69,9 +75,9 @@ static const char cli_ops_usage[] =
 static const char cli_info_usage[] =
     "Usage: paradev [--target ADDR] info\n"
     "Show the daemon's version, incarnation, backend and start time, every\n"
-    "device of its mesh with memory total/limit/used/free/peak, and the "
+    "device of its mesh with memory total/limit/used/free/peak, the "
     "limits\n"
-    "it puts on clients (GetServerInfo).\n";
+    "it puts on clients and its storage roots (GetServerInfo).\n";
 
 static const char cli_health_usage[] =
     "Usage: paradev [--target ADDR] health [--service NAME]\n"
@@ -105,25 +111,6 @@ static int cli_admin_with_target(const char *target, int argc, char **argv) {
 }
 #endif
 
-typedef struct cli_opts {
-  const char *target;
-  bool target_from_env; /* target is $PARADEV_TARGET's: errors say so */
-  int64_t timeout_ms;
-} cli_opts;
-
-static int cli_usage_error(const char *cmd, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int cli_usage_error(const char *cmd, const char *fmt, ...) {
-  fprintf(stderr, "paradev%s%s: ", cmd ? " " : "", cmd ? cmd : "");
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\nTry 'paradev %s%s--help'.\n", cmd ? cmd : "",
-          cmd ? " " : "");
-  return 2;
-}
-
 /* $PARADEV_TARGET (*from_env set), else paradevd's default Unix socket: in
  * $XDG_RUNTIME_DIR, else in /tmp/paradevd-UID/ when that is the user's
  * private directory (cli_private_dir_ok). */
@@ -153,57 +140,15 @@ static const char *cli_default_target(char *buf, size_t len, bool *from_env) {
   return "127.0.0.1:7478";
 }
 
-static char *cli_size(uint64_t bytes, char *buf, size_t len) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, len, "%" PRIu64 " B", bytes);
-  else
-    snprintf(buf, len, "%.1f %s", v, units[u]);
-  return buf;
-}
-
-/* Reports a failed call on stderr with `hint` (NULL: the code's general
- * advice, pd_status_str); returns 1. */
-static int cli_fail_hint(const char *cmd, const pd_status *st,
-                         const char *hint) {
-  pd_code code = pd_status_code(st);
-  fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
-  fprintf(stderr, "paradev %s: %s (%s)\n", cmd, pd_code_name(code),
-          hint ? hint : pd_status_str(code));
-  return 1;
-}
-
-static int cli_fail(const char *cmd, const pd_status *st) {
-  return cli_fail_hint(cmd, st, NULL);
-}
-
-/* Opens the channel; NULL after reporting why, with *rc set: 2 when the
- * target itself is wrong (a usage error: pd_client_new says
- * INVALID_ARGUMENT only for the target, the options here being fixed; the
- * message says when the target came from $PARADEV_TARGET), else 1. */
-static pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
-                              int *rc) {
-  pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
-  co.default_timeout_ms = o->timeout_ms;
-  co.user_agent = "paradev-cli";
-  pd_client *c = pd_client_new(o->target, &co, st);
-  if (c) return c;
-  if (pd_status_code(st) == PD_INVALID_ARGUMENT)
-    *rc = cli_usage_error(
-        NULL, "%s%s", pd_status_message(st),
-        o->target_from_env ? " (the target came from $PARADEV_TARGET)" : "");
-  else
-    *rc = cli_fail(cmd, st);
-  return NULL;
-}
-
 /* --- info ----------------------------------------------------------------------- */
+
+/* The storage roots that `paradev load` and `save` may use. */
+static void cli_info_storage(const pd_server_info *info) {
+  int n = pd_server_info_num_storage_roots(info);
+  printf("storage roots: %s\n", n ? "" : "none (checkpoints refused)");
+  for (int i = 0; i < n; i++)
+    printf("  %s\n", pd_server_info_storage_root(info, i));
+}
 
 static int cli_info(const cli_opts *o, int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
@@ -279,6 +224,7 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
   printf("  max_sessions             %d\n", l->max_sessions);
   printf("  lease_seconds            %u default, %u max\n",
          l->default_lease_seconds, l->max_lease_seconds);
+  cli_info_storage(info);
   pd_server_info_delete(info);
 out:
   pd_client_delete(c);
@@ -594,6 +540,10 @@ int main(int argc, char **argv) {
       rc = cli_ping(&o, nrest, rest);
     else if (strcmp(cmd, "ops") == 0)
       rc = cli_ops(&o, nrest, rest);
+    else if (strcmp(cmd, "load") == 0)
+      rc = cli_load(&o, nrest, rest);
+    else if (strcmp(cmd, "save") == 0)
+      rc = cli_save(&o, nrest, rest);
 #ifdef PARADEV_CLI_ADMIN
     else if (strcmp(cmd, "admin") == 0)
       rc = cli_admin_with_target(target_given ? o.target : NULL, nrest, rest);

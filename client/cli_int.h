@@ -1,4 +1,5 @@
-/* Private header of the `paradev` command (cli.c, cli_admin.c). */
+/* Private header of the `paradev` command (cli.c, cli_admin.c,
+ * cli_checkpoint.c); what needs libparadev's header is cli_cmd.h's. */
 #ifndef PARADEV_CLI_INT_H
 #define PARADEV_CLI_INT_H
 

@@ -165,6 +165,14 @@ const pd_device_info *pd_server_info_device(const pd_server_info *info, int i) {
 const pd_limits *pd_server_info_limits(const pd_server_info *info) {
   return &info->limits;
 }
+int pd_server_info_num_storage_roots(const pd_server_info *info) {
+  return (int)info->pb->n_storage_roots;
+}
+const char *pd_server_info_storage_root(const pd_server_info *info, int i) {
+  return i >= 0 && (size_t)i < info->pb->n_storage_roots
+             ? info->pb->storage_roots[i]
+             : NULL;
+}
 
 pd_code pdc_chunk_bytes(pd_client *c, const pd_call_options *o, size_t *out,
                         pd_status *st) {

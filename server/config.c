@@ -211,10 +211,13 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
       case SRV_K_BOOL: size = sizeof(bool); break;
       case SRV_K_SIZE_ALL: size = sizeof(uint64_t); break;
       case SRV_K_COLLECTIVES: size = sizeof(int); break;
+      case SRV_K_ROOTS: size = sizeof(old->storage_roots); break;
     }
     bool differ = memcmp((const char *)old + k->off, (const char *)now + k->off,
                          size) != 0;
     if (k->type == SRV_K_LISTEN) differ |= old->num_listen != now->num_listen;
+    if (k->type == SRV_K_ROOTS)
+      differ |= old->num_storage_roots != now->num_storage_roots;
     if (differ) {
       snprintf(msg, sizeof(msg),
                "[%s] %s changed: it takes effect when paradevd restarts",

@@ -23,6 +23,8 @@
 #define SRV_MAX_LISTEN 16
 #define SRV_MAX_THREADS 16
 #define SRV_ADDR_MAX 256
+#define SRV_MAX_ROOTS 16  /* [storage] roots and --storage-root */
+#define SRV_ROOT_MAX 1024 /* bytes of one root, NUL included */
 /* server/CMakeLists.txt sets it to the installed configuration
  * (CMAKE_INSTALL_FULL_SYSCONFDIR/paradev/paradevd.conf). */
 #ifndef SRV_DEFAULT_CONFIG
@@ -73,6 +75,17 @@ typedef struct srv_options {
   int cuda_collectives; /* a dev_cuda_collectives */
   /* [limits], [sessions] */
   srv_limits limits;
+  /* [storage]: checkpoints (storage/storage.h). Roots are absolute
+   * directories or http(s):// URL prefixes; none: loads and saves are
+   * refused. */
+  char storage_roots[SRV_MAX_ROOTS][SRV_ROOT_MAX];
+  int num_storage_roots;
+  uint64_t storage_block_size;      /* bytes */
+  uint64_t storage_cache_bytes;     /* bytes; 0 disables the cache */
+  uint32_t storage_max_staleness_s; /* 0: only a file's signature decides */
+  uint32_t storage_fetch_timeout_s; /* per HTTP request */
+  int storage_fetch_retries;        /* HTTP retries with backoff */
+  int storage_load_workers;         /* threads reading loads, writing saves */
   /* [log] */
   int log_levels[SRV_SUB_COUNT];
   /* Where the file came from: SRV_DEFAULT_CONFIG or --config. */

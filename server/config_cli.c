@@ -43,6 +43,10 @@ const char srv_usage[] =
     "  --allow-tf32 BOOL      cuda: float32 products may use TF32 tensor\n"
     "                         cores (default false)\n"
     "  --collectives PATH     cuda: auto (default), nccl or copy\n"
+    "  --storage-root ROOT    a directory or http(s):// URL prefix that\n"
+    "                         LoadTensors and SaveTensors may use; repeat\n"
+    "                         for several (replaces [storage] roots;\n"
+    "                         default: none, checkpoints refused)\n"
     "  --max-message-bytes N  gRPC message limit, both ways (default 64M)\n"
     "  --threads N            completion-queue threads, 1..16 (default 4)\n"
     "  --grace-ms N           shutdown grace period for calls (default 5000)\n"
@@ -51,7 +55,7 @@ const char srv_usage[] =
     "  --log SPEC             log levels: error|warn|info|debug, optionally\n"
     "                         per subsystem: info,sched=debug (also\n"
     "                         PARADEV_LOG; subsystems: core config rpc sched\n"
-    "                         health http admin)\n"
+    "                         health http admin storage)\n"
     "  --help                 this text\n"
     "  --version              print the version\n"
     "\n"
@@ -85,7 +89,7 @@ const char *srv_flag_name(const char *a, char *buf, size_t len,
 int srv_apply_flags(int argc, char **argv, srv_options *o,
                     srv_config_report_fn report) {
   int errors = 0;
-  bool listen_from_flags = false;
+  bool listen_from_flags = false, roots_from_flags = false;
   for (int i = 1; i < argc; i++) {
     char name[64];
     const char *val = NULL;
@@ -114,6 +118,10 @@ int srv_apply_flags(int argc, char **argv, srv_options *o,
     if (k->type == SRV_K_LISTEN && !listen_from_flags) {
       o->num_listen = 0; /* --listen replaces the file's addresses */
       listen_from_flags = true;
+    }
+    if (k->type == SRV_K_ROOTS && !roots_from_flags) {
+      o->num_storage_roots = 0; /* --storage-root replaces the file's roots */
+      roots_from_flags = true;
     }
     char err[512], cv[SRV_LOG_QUOTED(100)];
     if (!srv_key_set(k, o, val, err, sizeof(err))) {

@@ -75,14 +75,28 @@ const srv_key srv_keys[] = {
      LIM(default_memory_quota), 0, UINT64_MAX, true},
     {"sessions", "max_memory_quota", NULL, SRV_K_SIZE, LIM(max_memory_quota), 0,
      UINT64_MAX, true},
+    {"storage", "roots", "--storage-root", SRV_K_ROOTS, OFF(storage_roots), 0,
+     0, false},
+    {"storage", "block_size", NULL, SRV_K_SIZE, OFF(storage_block_size), 4096,
+     (uint64_t)1 << 30, false},
+    {"storage", "cache_bytes", NULL, SRV_K_SIZE, OFF(storage_cache_bytes), 0,
+     UINT64_MAX, false},
+    {"storage", "max_staleness_s", NULL, SRV_K_U32,
+     OFF(storage_max_staleness_s), 0, 315360000, false},
+    {"storage", "fetch_timeout_s", NULL, SRV_K_U32,
+     OFF(storage_fetch_timeout_s), 1, 3600, false},
+    {"storage", "fetch_retries", NULL, SRV_K_INT, OFF(storage_fetch_retries), 0,
+     100, false},
+    {"storage", "load_workers", NULL, SRV_K_INT, OFF(storage_load_workers), 1,
+     64, false},
     {"log", "level", "--log", SRV_K_LOG, OFF(log_levels), 0, 0, true},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
                "SRV_MAX_KEYS");
 
-const char *const srv_sections[] = {"daemon", "devices",  "cuda",
-                                    "limits", "sessions", "log"};
+const char *const srv_sections[] = {"daemon",   "devices", "cuda", "limits",
+                                    "sessions", "storage", "log"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;
@@ -111,6 +125,11 @@ void srv_defaults(srv_options *o) {
       .default_lease_s = 60,
       .max_lease_s = 86400,
   };
+  o->storage_block_size = 16u << 20;
+  o->storage_cache_bytes = 1u << 30;
+  o->storage_fetch_timeout_s = 30;
+  o->storage_fetch_retries = 3;
+  o->storage_load_workers = 2;
   for (int i = 0; i < SRV_SUB_COUNT; i++) o->log_levels[i] = SRV_LOG_INFO;
   snprintf(o->config_path, sizeof(o->config_path), "%s", SRV_DEFAULT_CONFIG);
 }
@@ -233,6 +252,50 @@ static bool srv_add_listen(srv_options *o, const char *value, char *err,
     snprintf(err, errlen,
              "no address: expected unix:/absolute/path or host:port, "
              "several separated by commas");
+    return false;
+  }
+  return true;
+}
+
+/* Appends storage roots from a comma-separated value: each an absolute
+ * directory or an http:// / https:// URL prefix (whether a directory exists
+ * is stg_roots_create's check, at start). */
+static bool srv_add_roots(srv_options *o, const char *value, char *err,
+                          size_t errlen) {
+  const char *p = value;
+  bool any = false;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    const char *b = p, *e = p + n;
+    while (b < e && (*b == ' ' || *b == '\t')) b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    size_t len = (size_t)(e - b);
+    if (len) {
+      bool url = (len > 7 && strncmp(b, "http://", 7) == 0) ||
+                 (len > 8 && strncmp(b, "https://", 8) == 0);
+      if (len >= SRV_ROOT_MAX || (!url && b[0] != '/')) {
+        snprintf(err, errlen,
+                 "'%.*s' is not a storage root: expected an absolute "
+                 "directory or an http:// or https:// URL prefix of at most "
+                 "%d bytes",
+                 (int)(len > 200 ? 200 : len), b, SRV_ROOT_MAX - 1);
+        return false;
+      }
+      if (o->num_storage_roots == SRV_MAX_ROOTS) {
+        snprintf(err, errlen, "more than %d storage roots", SRV_MAX_ROOTS);
+        return false;
+      }
+      memcpy(o->storage_roots[o->num_storage_roots], b, len);
+      o->storage_roots[o->num_storage_roots++][len] = '\0';
+      any = true;
+    }
+    p += n;
+    if (*p == ',') p++;
+  }
+  if (!any && *value) {
+    snprintf(err, errlen,
+             "no root: expected absolute directories or URL prefixes "
+             "separated by commas");
     return false;
   }
   return true;
@@ -421,6 +484,7 @@ bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
     case SRV_K_SIZE_ALL: return srv_set_size_all(field, value, err, errlen);
     case SRV_K_COLLECTIVES:
       return srv_set_collectives(field, value, err, errlen);
+    case SRV_K_ROOTS: return srv_add_roots(o, value, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;

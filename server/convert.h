@@ -141,4 +141,43 @@ uint8_t *srv_chunk_header(uint8_t *p, int component, uint64_t offset,
  * NULL when out of memory. */
 Paradev__V1__OpDef *srv_op_def_to_pb(const dev_op_def *def, srv_arena *a);
 
+/* --- checkpoints ------------------------------------------------------------- */
+
+/* Request-shape limits of LoadTensors and SaveTensors (paradev.proto,
+ * "Checkpoints"): tensors per request (the scheduler's), metadata entries,
+ * and bytes of a source, path or component source (NUL excluded). */
+#define SRV_CKPT_MAX_TENSORS SCHED_LOAD_MAX_TENSORS
+#define SRV_CKPT_MAX_META 64
+#define SRV_CKPT_PATH_MAX 4095
+
+/* A LoadTensors request -> sched_load_request for a mesh of `ndev` devices,
+ * checking the limits above (names up to max_string_bytes, "" allowed for a
+ * .npy), the format and each layout (MIRRORED, SHARDED or PER_COMPONENT;
+ * component sources only with PER_COMPONENT, none or one per device).
+ * INVALID_ARGUMENT naming the tensor and what was wrong. out->tensors is
+ * allocated (srv_load_request_free); its strings point into `pb`. */
+pd_code srv_load_from_pb(const srv_req_limits *l, int ndev,
+                         const Paradev__V1__LoadTensorsRequest *pb,
+                         sched_load_request *out, dev_status *st);
+void srv_load_request_free(sched_load_request *r);
+/* The reply's tensors from a sched_load_result, in `a`; false when out of
+ * memory. */
+bool srv_loaded_to_pb(srv_arena *a, const sched_load_result *r,
+                      Paradev__V1__LoadTensorsResponse *out);
+/* A load's progress; `status` and `msg` (DEV_STATUS_MSG_MAX) are caller
+ * storage that `out` points to. */
+void srv_progress_to_pb(const sched_load_progress *p, char *msg,
+                        Paradev__V1__Status *status,
+                        Paradev__V1__GetLoadProgressResponse *out);
+
+/* A SaveTensors request -> sched_save_request, checking the same limits,
+ * 1 to SRV_CKPT_MAX_TENSORS tensors and SRV_CKPT_MAX_META metadata entries
+ * (keys 1 to max_string_bytes, values up to it); format AUTO, SAFETENSORS
+ * or NPY. out's arrays are allocated: free them with srv_save_request_free
+ * whatever this returns; strings point into `pb`. */
+pd_code srv_save_from_pb(const srv_req_limits *l,
+                         const Paradev__V1__SaveTensorsRequest *pb,
+                         sched_save_request *out, dev_status *st);
+void srv_save_request_free(sched_save_request *r);
+
 #endif /* PARADEV_SERVER_CONVERT_H */

@@ -1,5 +1,6 @@
 /* The daemon's parts, started in one order and stopped in the reverse one:
- * the engine (device.h), the scheduler (scheduler.h), the shared memory
+ * the engine (device.h), the storage roots and block cache (storage.c), the
+ * scheduler (scheduler.h), the shared memory
  * registry (shm_region.c), health (health.c), the gRPC listeners and their
  * threads (rpc.c), the HTTP listener (http.c). A start that fails half-way
  * unwinds through labelled gotos, as libuv's uv_loop_init does, so that
@@ -107,6 +108,9 @@ static int srv_sched_start(srv *s) {
   sched_config sc = SCHED_CONFIG_INITIALIZER;
   sc.incarnation = s->incarnation;
   srv_daemon_sched_config(&s->opt, &sc);
+  sc.storage_roots = s->storage_roots;
+  sc.storage_cache = s->storage_cache;
+  sc.load_workers = s->opt.storage_load_workers;
   if (sched_create(s->engine, &sc, &s->sched, &st) != PD_OK) {
     SRV_ERROR("cannot start the scheduler: %s", st.msg);
     return -1;
@@ -132,7 +136,8 @@ int srv_daemon_start(srv *s) {
   s->start_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 
   if (srv_engine_start(s) != 0) goto fail;
-  if (srv_sched_start(s) != 0) goto fail_engine;
+  if (srv_storage_init(s) != 0) goto fail_engine;
+  if (srv_sched_start(s) != 0) goto fail_storage;
   if (srv_shm_init(s) != 0) goto fail_sched;
   if (srv_health_init(s) != 0) {
     SRV_ERROR("out of memory");
@@ -151,6 +156,8 @@ fail_shm:
 fail_sched:
   sched_destroy(s->sched);
   s->sched = NULL;
+fail_storage:
+  srv_storage_destroy(s);
 fail_engine:
   dev_engine_destroy(s->engine);
   s->engine = NULL;
@@ -176,7 +183,10 @@ void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what)) {
       "on the devices end)");
   sched_destroy(s->sched); /* every session ends: its regions go */
   s->sched = NULL;
-  if (!srv_calls_left) srv_shm_destroy(s);
+  if (!srv_calls_left) {
+    srv_shm_destroy(s);
+    srv_storage_destroy(s); /* after the scheduler, which borrows it */
+  }
   srv_health_destroy(s);
   phase("stopping the engine (dev_engine_destroy)");
   dev_engine_destroy(s->engine);

@@ -94,6 +94,12 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
   resp.devices = devs;
   resp.limits = &lim;
   resp.start_time_unix_ms = s->start_unix_ms;
+  int nr = s->storage_roots ? stg_roots_count(s->storage_roots) : 0;
+  char **roots = srv_arena_alloc(&a, sizeof(*roots) * (size_t)(nr + 1));
+  for (int i = 0; roots && i < nr; i++)
+    roots[i] = (char *)stg_roots_entry(s->storage_roots, i);
+  resp.n_storage_roots = roots ? (size_t)nr : 0;
+  resp.storage_roots = roots;
   srv_call_reply(c, &resp.base);
   srv_arena_free(&a);
 }

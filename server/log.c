@@ -9,10 +9,10 @@
 
 _Atomic int srv_log_levels[SRV_SUB_COUNT] = {
     SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO,
-    SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO};
+    SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO};
 
 static const char *const srv_sub_names[SRV_SUB_COUNT] = {
-    "core", "config", "rpc", "sched", "health", "http", "admin"};
+    "core", "config", "rpc", "sched", "health", "http", "admin", "storage"};
 
 static const char *srv_level_name(int level) {
   switch (level) {

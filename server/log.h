@@ -35,6 +35,7 @@ typedef enum srv_log_sub {
   SRV_SUB_HEALTH,   /* health, watchdog, devices */
   SRV_SUB_HTTP,     /* /metrics, /healthz, /readyz */
   SRV_SUB_ADMIN,    /* the Admin service */
+  SRV_SUB_STORAGE,  /* checkpoints: storage roots, fetches, the block cache */
   SRV_SUB_COUNT
 } srv_log_sub;
 

@@ -6,6 +6,7 @@
  * memory statistics, the RPC counters of every registered method. */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,55 @@ static void srv_render_ops(srv_buf *b, srv *s, const sched_stats *st) {
   srv_buf_printf(b, "paradev_ops_in_flight %" PRIu64 "\n", st->ops_in_flight);
 }
 
+/* The block cache of checkpoints (storage/storage.h stg_cache_stats). */
+static void srv_render_storage(srv_buf *b, srv *s) {
+  if (!s->storage_cache) return;
+  stg_cache_stats cs;
+  memset(&cs, 0, sizeof(cs));
+  stg_cache_get_stats(s->storage_cache, &cs);
+  static const struct {
+    const char *name, *type, *help;
+    size_t off;
+  } rows[] = {
+      {"paradev_storage_cache_hits_total", "counter",
+       "Block lookups of checkpoint reads served from the RAM block cache.",
+       offsetof(stg_cache_stats, hits)},
+      {"paradev_storage_cache_misses_total", "counter",
+       "Block lookups that had to fetch the block from storage.",
+       offsetof(stg_cache_stats, misses)},
+      {"paradev_storage_cache_waits_total", "counter",
+       "Block lookups that waited for another reader's fetch of the block.",
+       offsetof(stg_cache_stats, waits)},
+      {"paradev_storage_cache_evictions_total", "counter",
+       "Blocks dropped for the cache's budget or staleness.",
+       offsetof(stg_cache_stats, evictions)},
+      {"paradev_storage_cache_bytes", "gauge",
+       "Bytes the block cache holds now (as allocated).",
+       offsetof(stg_cache_stats, bytes_cached)},
+      {"paradev_storage_cache_blocks", "gauge",
+       "Blocks the block cache holds now.",
+       offsetof(stg_cache_stats, blocks_cached)},
+      {"paradev_storage_bytes_fetched_total", "counter",
+       "Bytes read from storage (files, HTTP) by every fetcher.",
+       offsetof(stg_cache_stats, bytes_fetched)},
+      {"paradev_storage_fetches_total", "counter",
+       "Fetcher calls (preads, HTTP range requests).",
+       offsetof(stg_cache_stats, fetches)},
+      {"paradev_storage_fetch_errors_total", "counter",
+       "Fetches that failed (each retry counts).",
+       offsetof(stg_cache_stats, fetch_errors)},
+      {"paradev_storage_bypass_reads_total", "counter",
+       "Reads larger than the cache's budget, which bypass it.",
+       offsetof(stg_cache_stats, bypass_reads)},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    uint64_t v;
+    memcpy(&v, (const char *)&cs + rows[i].off, sizeof(v));
+    srv_family(b, rows[i].name, rows[i].type, rows[i].help);
+    srv_buf_printf(b, "%s %" PRIu64 "\n", rows[i].name, v);
+  }
+}
+
 char *srv_metrics_render(srv *s, size_t *len) {
   srv_buf b = {malloc(16384), 0, 16384, false};
   if (!b.p) return NULL;
@@ -305,6 +355,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
              "DownloadToSharedMemory.");
   srv_buf_printf(&b, "paradev_shared_memory_download_bytes_total %" PRIu64 "\n",
                  atomic_load(&s->shm_download_bytes));
+  srv_render_storage(&b, s);
   if (b.oom) {
     free(b.p);
     return NULL;

@@ -143,6 +143,7 @@ typedef struct srv_runtime {
 
 typedef struct srv_health srv_health;
 typedef struct srv_shm srv_shm;
+typedef struct srv_storage srv_storage;
 
 struct srv {
   srv_options opt; /* as started; never written after start */
@@ -175,6 +176,12 @@ struct srv {
   /* Shared memory regions (shm.c) and the bytes their transfers moved. */
   srv_shm *shm;
   _Atomic uint64_t shm_upload_bytes, shm_download_bytes;
+  /* Checkpoints (storage.c): the storage roots and the block cache (made
+   * before the scheduler, which borrows them, and freed after it), and the
+   * GetLoadProgress calls that wait for a change. */
+  stg_roots *storage_roots;
+  stg_cache *storage_cache;
+  srv_storage *storage;
 };
 
 /* --- daemon.c ----------------------------------------------------------------- */
@@ -339,6 +346,18 @@ uint64_t srv_device_memory_used(srv *s);
 bool srv_drain(srv *s, bool exit);
 /* Back in service (not once exiting). */
 bool srv_resume(srv *s);
+
+/* --- storage.c: checkpoints ------------------------------------------------ */
+
+/* Creates the storage roots ([storage] roots, --storage-root) and the block
+ * cache from the options, points the storage layer's log at the daemon's,
+ * and starts the thread that ends GetLoadProgress waits. Called by
+ * srv_daemon_start before sched_create. Returns 0, or -1 after logging why
+ * (nothing left). */
+int srv_storage_init(srv *s);
+/* Stops the thread and frees the cache and roots; after sched_destroy.
+ * Accepts a server whose storage was never created. */
+void srv_storage_destroy(srv *s);
 
 /* --- metrics.c, http.c ------------------------------------------------------ */
 

@@ -1,9 +1,12 @@
 /* Wire helpers: a byte-budget allocator for protobuf-c (which has no limit of
  * its own on what untrusted input makes it allocate), unpacking from and
- * packing into gRPC byte buffers. */
+ * packing into gRPC byte buffers, and the refusal of NUL bytes in strings
+ * (protobuf-c would silently cut such a string at its first NUL: a path
+ * "a.npy\0../x" would reach the storage roots as "a.npy"). */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/slice.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server.h"
 
@@ -46,6 +49,54 @@ void srv_budget_init(srv_budget *b, size_t bytes) {
   b->exceeded = false;
 }
 
+/* Reads a varint at *p (below end); false past the end or over 10 bytes. */
+static bool srv_wire_varint(const uint8_t **p, const uint8_t *end,
+                            uint64_t *out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 70 && *p < end; shift += 7) {
+    uint8_t b = *(*p)++;
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The name of the first string field of message `d` (at any depth up to 16)
+ * whose wire bytes hold a NUL, or NULL. The bytes decoded already, so a
+ * malformed tail only ends the walk. */
+static const char *srv_wire_nul(const ProtobufCMessageDescriptor *d,
+                                const uint8_t *p, const uint8_t *end,
+                                int depth) {
+  while (p < end) {
+    uint64_t key = 0, len = 0;
+    if (!srv_wire_varint(&p, end, &key)) return NULL;
+    switch (key & 7) {
+      case 0:
+        if (!srv_wire_varint(&p, end, &len)) return NULL;
+        continue;
+      case 1: p += 8; continue;
+      case 5: p += 4; continue;
+      case 2: break;
+      default: return NULL; /* groups: not in proto3 */
+    }
+    if (!srv_wire_varint(&p, end, &len) || len > (uint64_t)(end - p))
+      return NULL;
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3));
+    if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, len))
+      return f->name;
+    if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 16) {
+      const char *bad = srv_wire_nul(f->descriptor, p, p + len, depth + 1);
+      if (bad) return bad;
+    }
+    p += len;
+  }
+  return NULL;
+}
+
 ProtobufCMessage *srv_unpack(const ProtobufCMessageDescriptor *d,
                              grpc_byte_buffer *bb, srv_budget *b,
                              dev_status *st) {
@@ -62,7 +113,18 @@ ProtobufCMessage *srv_unpack(const ProtobufCMessageDescriptor *d,
   ProtobufCMessage *m = protobuf_c_message_unpack(
       d, &b->alloc, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
   size_t len = GRPC_SLICE_LENGTH(all);
+  const char *nul = m ? srv_wire_nul(d, GRPC_SLICE_START_PTR(all),
+                                     GRPC_SLICE_START_PTR(all) + len, 0)
+                      : NULL;
   grpc_slice_unref(all);
+  if (nul) {
+    protobuf_c_message_free_unpacked(m, &b->alloc);
+    dev_error(st, PD_INVALID_ARGUMENT,
+              "%s: the string field '%s' holds a NUL byte; strings must not "
+              "contain NUL",
+              d->name, nul);
+    return NULL;
+  }
   if (!m) {
     if (b->exceeded)
       dev_error(st, PD_RESOURCE_EXHAUSTED,

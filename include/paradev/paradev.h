@@ -48,8 +48,9 @@
  * Layout: this header holds the conventions, statuses and cancellation, the
  * client, sessions, attributes, execution and Sync/Describe/Delete; it
  * includes the rest by domain: paradev/transfer.h (Upload, Download),
- * paradev/shm.h (shared memory), paradev/stream.h (the streamed enqueue) and
- * paradev/tape.h (gradient tapes). Include <paradev/paradev.h> only.
+ * paradev/shm.h (shared memory), paradev/stream.h (the streamed enqueue),
+ * paradev/tape.h (gradient tapes) and paradev/checkpoint.h (checkpoints read
+ * and written by the daemon). Include <paradev/paradev.h> only.
  */
 #ifndef PARADEV_PARADEV_H
 #define PARADEV_PARADEV_H
@@ -277,6 +278,11 @@ int pd_server_info_num_devices(const pd_server_info *info);
 /* Device i, 0 <= i < num_devices; NULL outside. */
 const pd_device_info *pd_server_info_device(const pd_server_info *info, int i);
 const pd_limits *pd_server_info_limits(const pd_server_info *info);
+/* The daemon's storage roots (directories and URL prefixes that checkpoint
+ * loads and saves may use; see paradev/checkpoint.h): how many, and root i
+ * as configured (NULL outside 0 <= i < num). */
+int pd_server_info_num_storage_roots(const pd_server_info *info);
+const char *pd_server_info_storage_root(const pd_server_info *info, int i);
 
 /* ---------------------------------------------------------------------------
  * Sessions */
@@ -560,10 +566,11 @@ pd_code pd_delete(pd_session *s, const uint64_t *ids, int n,
 #endif
 
 /* The rest of the API, by domain; each holds to the conventions above. */
-#include "paradev/transfer.h" /* pd_upload, pd_download */
-#include "paradev/shm.h"      /* pd_shared_memory and its transfers */
-#include "paradev/stream.h"   /* pd_stream: the streamed enqueue */
-#include "paradev/tape.h"     /* gradient tapes */
-#include "paradev/ops.h"      /* the op reference (ListOps) */
+#include "paradev/transfer.h"   /* pd_upload, pd_download */
+#include "paradev/shm.h"        /* pd_shared_memory and its transfers */
+#include "paradev/stream.h"     /* pd_stream: the streamed enqueue */
+#include "paradev/tape.h"       /* gradient tapes */
+#include "paradev/checkpoint.h" /* checkpoints: load and save on the daemon */
+#include "paradev/ops.h"        /* the op reference (ListOps) */
 
 #endif /* PARADEV_PARADEV_H */

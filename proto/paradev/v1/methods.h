@@ -74,6 +74,13 @@
   X(PD_SVC_PARALLEL_DEVICE, DownloadToSharedMemory, UNARY,                     \
     paradev__v1__download_to_shared_memory_request,                            \
     paradev__v1__download_to_shared_memory_response)                           \
+  X(PD_SVC_PARALLEL_DEVICE, LoadTensors, UNARY,                                \
+    paradev__v1__load_tensors_request, paradev__v1__load_tensors_response)     \
+  X(PD_SVC_PARALLEL_DEVICE, GetLoadProgress, UNARY,                            \
+    paradev__v1__get_load_progress_request,                                    \
+    paradev__v1__get_load_progress_response)                                   \
+  X(PD_SVC_PARALLEL_DEVICE, SaveTensors, UNARY,                                \
+    paradev__v1__save_tensors_request, paradev__v1__save_tensors_response)     \
   X(PD_SVC_PARALLEL_DEVICE, Echo, UNARY, paradev__v1__echo_request,            \
     paradev__v1__echo_response)                                                \
   X(PD_SVC_PARALLEL_DEVICE, EchoStream, BIDI, paradev__v1__echo_request,       \

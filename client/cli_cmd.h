@@ -1,0 +1,37 @@
+/* Private header of the `paradev` commands that speak libparadev (cli.c,
+ * cli_checkpoint.c, cli_util.c): the top level's options and the helpers
+ * they share (cli_util.c).
+ * (cli_admin.c speaks the Admin service itself and uses cli_int.h only.) */
+#ifndef PARADEV_CLI_CMD_H
+#define PARADEV_CLI_CMD_H
+
+#include "cli_int.h"
+#include "paradev/paradev.h"
+
+/* The top level's options, for every command but admin. */
+typedef struct cli_opts {
+  const char *target;
+  bool target_from_env; /* target is $PARADEV_TARGET's: errors say so */
+  int64_t timeout_ms;
+} cli_opts;
+
+/* cli_util.c: a usage error of `cmd` (NULL: the top level) on stderr; returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* cli_util.c: a failed call on stderr, with `hint` (NULL: pd_status_str's);
+ * returns 1. */
+int cli_fail_hint(const char *cmd, const pd_status *st, const char *hint);
+int cli_fail(const char *cmd, const pd_status *st);
+/* cli_util.c: opens the channel, or NULL after reporting why with *rc set (2 for
+ * a bad target, else 1). */
+pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
+                       int *rc);
+/* cli_util.c: "12.3 MiB". */
+char *cli_size(uint64_t bytes, char *buf, size_t len);
+
+/* cli_checkpoint.c: `paradev load ...`, `paradev save ...` (argv after the
+ * command). */
+int cli_load(const cli_opts *o, int argc, char **argv);
+int cli_save(const cli_opts *o, int argc, char **argv);
+
+#endif /* PARADEV_CLI_CMD_H */

@@ -1,0 +1,68 @@
+/* What the `paradev` commands share (cli_cmd.h): usage errors, failed
+ * calls' reports, the channel, byte counts for people. Calls no other file
+ * of the command. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "cli_cmd.h"
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  fprintf(stderr, "paradev%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nTry 'paradev %s%s--help'.\n", cmd ? cmd : "",
+          cmd ? " " : "");
+  return 2;
+}
+
+char *cli_size(uint64_t bytes, char *buf, size_t len) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%" PRIu64 " B", bytes);
+  else
+    snprintf(buf, len, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+/* Reports a failed call on stderr with `hint` (NULL: the code's general
+ * advice, pd_status_str); returns 1. */
+int cli_fail_hint(const char *cmd, const pd_status *st, const char *hint) {
+  pd_code code = pd_status_code(st);
+  fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
+  fprintf(stderr, "paradev %s: %s (%s)\n", cmd, pd_code_name(code),
+          hint ? hint : pd_status_str(code));
+  return 1;
+}
+
+int cli_fail(const char *cmd, const pd_status *st) {
+  return cli_fail_hint(cmd, st, NULL);
+}
+
+/* Opens the channel; NULL after reporting why, with *rc set: 2 when the
+ * target itself is wrong (a usage error: pd_client_new says
+ * INVALID_ARGUMENT only for the target, the options here being fixed; the
+ * message says when the target came from $PARADEV_TARGET), else 1. */
+pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
+                       int *rc) {
+  pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
+  co.default_timeout_ms = o->timeout_ms;
+  co.user_agent = "paradev-cli";
+  pd_client *c = pd_client_new(o->target, &co, st);
+  if (c) return c;
+  if (pd_status_code(st) == PD_INVALID_ARGUMENT)
+    *rc = cli_usage_error(
+        NULL, "%s%s", pd_status_message(st),
+        o->target_from_env ? " (the target came from $PARADEV_TARGET)" : "");
+  else
+    *rc = cli_fail(cmd, st);
+  return NULL;
+}
