@@ -114,7 +114,9 @@ static int parse_args(int argc, char **argv, opts *o) {
               NULL,
               DIGITS_DEFAULT_PATH,
               -1,
-              false};
+              false,
+              NULL,
+              NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
