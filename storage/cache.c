@@ -213,7 +213,7 @@ void stg_cache_get_stats(stg_cache *c, stg_cache_stats *out) {
   pthread_mutex_unlock(&c->mu);
 }
 
-/* --- the map and the LRU (c->mu held) ---------------------------------------- */
+/* --- the map and the LRU (c->mu held) ------------------------------------- */
 
 static size_t stg_hash(const stg_cache *c, const stg__cfile *f, uint64_t i) {
   uint64_t h = (uint64_t)(uintptr_t)f * 0x9E3779B97F4A7C15ull ^
@@ -378,7 +378,7 @@ void stg__cache_detach(stg_cache *c, stg__cfile *f) {
   pthread_mutex_unlock(&c->mu);
 }
 
-/* --- reads ------------------------------------------------------------------- */
+/* --- reads ---------------------------------------------------------------- */
 
 static void stg_release(stg_cache *c, stg_block *b) {
   pthread_mutex_lock(&c->mu);

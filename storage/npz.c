@@ -302,6 +302,14 @@ static pd_code zip_member(stg_file *f, const zip_dir *d, const unsigned char *c,
                      "not)",
                      what, (unsigned long long)csize,
                      (unsigned long long)usize);
+  /* Deflate expands at most 1032:1 (zlib's FAQ): a larger claim is a lie
+   * that would make a reader allocate for nothing. */
+  if (method == 8 && usize / 1032 > csize + 1)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s claims %llu bytes from %llu deflated ones; deflate "
+                     "cannot expand more than 1032:1",
+                     what, (unsigned long long)usize,
+                     (unsigned long long)csize);
   unsigned char lh[30];
   if (loc > d->offset)
     return dev_error(st, PD_INVALID_ARGUMENT,

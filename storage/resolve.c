@@ -28,7 +28,7 @@
 #define STG_MAX_LINKS 40
 
 static atomic_bool stg_walk_forced;
-static atomic_int stg_openat2_missing; /* 1 once the kernel said ENOSYS */
+static atomic_int stg_openat2_state_v;
 
 void stg__force_walk(bool on) { atomic_store(&stg_walk_forced, on); }
 
@@ -76,12 +76,25 @@ static int stg_open_kernel(int root_fd, const char *rel, int kind) {
   return rc;
 }
 
+/* Whether openat2 works here: 0 not known yet, 1 yes, 2 no. ENOSYS (an old
+ * kernel) and EPERM (a seccomp filter of an older container runtime) on a
+ * probe of the root itself mean no, once for the process. */
+static int stg_openat2_state(int root_fd) {
+  int s = atomic_load(&stg_openat2_state_v);
+  if (s != 0) return s;
+  int fd = stg_openat2(root_fd, ".", O_PATH);
+  s = fd >= 0 || (fd != -ENOSYS && fd != -EPERM) ? 1 : 2;
+  if (fd >= 0) close(fd);
+  atomic_store(&stg_openat2_state_v, s);
+  return s;
+}
+
 int stg__open_beneath(int root_fd, const char *rel, int kind) {
   const char *p = *rel ? rel : ".";
-  if (!atomic_load(&stg_walk_forced) && !atomic_load(&stg_openat2_missing)) {
+  if (!atomic_load(&stg_walk_forced) && stg_openat2_state(root_fd) == 1) {
     int rc = stg_open_kernel(root_fd, p, kind);
     if (rc != -ENOSYS) return rc;
-    atomic_store(&stg_openat2_missing, 1);
+    atomic_store(&stg_openat2_state_v, 2);
   }
   return stg__walk_beneath(root_fd, rel, kind);
 }
@@ -107,17 +120,13 @@ static void stg_walk_free(stg_walk *w) {
 static int stg_walk_splice(stg_walk *w, int link_fd, size_t rest) {
   char target[4096];
   ssize_t n = readlinkat(link_fd, "", target, sizeof target - 1);
-  if (n < 0)
-    return -errno;
+  if (n < 0) return -errno;
   target[n] = '\0';
-  if (target[0] == '/' || n == 0)
-    return -EXDEV;
-  if (++w->links > STG_MAX_LINKS)
-    return -ELOOP;
+  if (target[0] == '/' || n == 0) return -EXDEV;
+  if (++w->links > STG_MAX_LINKS) return -ELOOP;
   size_t tail = strlen(w->path + rest);
   char *np = malloc((size_t)n + tail + 1);
-  if (!np)
-    return -ENOMEM;
+  if (!np) return -ENOMEM;
   memcpy(np, target, (size_t)n);
   memcpy(np + n, w->path + rest, tail + 1);
   free(w->path);

@@ -196,7 +196,7 @@ pd_code stg__roots_url(const stg_roots *r, const char *url, char **norm,
   return PD_OK;
 }
 
-/* --- roots ----------------------------------------------------------------- */
+/* --- roots ---------------------------------------------------------------- */
 
 static pd_code stg_root_init(stg_root *rt, const char *e, dev_status *st) {
   memset(rt, 0, sizeof *rt);
@@ -282,7 +282,7 @@ const char *stg_roots_entry(const stg_roots *r, int i) {
   return r && i >= 0 && i < r->n ? r->v[i].entry : NULL;
 }
 
-/* --- local paths ------------------------------------------------------------ */
+/* --- local paths ---------------------------------------------------------- */
 
 pd_code stg__errno_code(int e, const char *path, const char *root,
                         const char *what, dev_status *st) {

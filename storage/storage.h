@@ -75,7 +75,8 @@ typedef struct stg_out stg_out;
  * directory does not exist), RESOURCE_EXHAUSTED (disk full, quota). */
 pd_code stg_out_create(const stg_roots *r, const char *path, bool overwrite,
                        stg_out **out, dev_status *st);
-pd_code stg_out_write(stg_out *o, const void *data, size_t len, dev_status *st);
+pd_code stg_out_write(stg_out *o, const void *data, size_t len,
+                      dev_status *st);
 /* fsync, rename into place (refusing to replace unless overwrite), fsync of
  * the directory; frees `o` whatever it returns. */
 pd_code stg_out_commit(stg_out *o, dev_status *st);
@@ -105,7 +106,7 @@ typedef struct stg_cache_stats {
   uint64_t bytes_fetched; /* from storage, all fetchers */
   uint64_t fetches;       /* fetcher calls */
   uint64_t fetch_errors;
-  uint64_t bypass_reads; /* reads larger than the budget */
+  uint64_t bypass_reads;  /* reads larger than the budget */
 } stg_cache_stats;
 
 /* cfg NULL: the defaults. INVALID_ARGUMENT for a struct_size this build does
@@ -145,16 +146,16 @@ typedef enum stg_format {
 } stg_format;
 
 typedef struct stg_entry {
-  char *name; /* safetensors key; npz member without ".npy"; "" for .npy */
+  char *name;       /* safetensors key; npz member without ".npy"; "" for .npy */
   pd_dtype dtype;
-  dev_shape shape; /* the C-order host shape */
-  uint64_t bytes;  /* dtype size x elements */
+  dev_shape shape;  /* the C-order host shape */
+  uint64_t bytes;   /* dtype size x elements */
   /* How the bytes lie in the file (readers need not look). */
-  uint64_t file_offset; /* of the data (npz: of the member's data) */
-  uint64_t file_bytes;  /* stored bytes (deflated: compressed size) */
-  bool byteswap;        /* big-endian data */
-  bool fortran_order;   /* stored transposed */
-  int compression;      /* 0 stored, 8 deflate (npz) */
+  uint64_t file_offset;  /* of the data (npz: of the member's data) */
+  uint64_t file_bytes;   /* stored bytes (deflated: compressed size) */
+  bool byteswap;         /* big-endian data */
+  bool fortran_order;    /* stored transposed */
+  int compression;       /* 0 stored, 8 deflate (npz) */
   /* npy/npz: bytes of the .npy header before the data; npz: the member's
    * uncompressed size and CRC-32 (checked on whole-value reads). */
   uint64_t header_bytes;
@@ -209,8 +210,8 @@ typedef pd_code (*stg_read_fn)(void *arg, int tensor, uint64_t offset,
  * does, data 8-byte aligned) to `o`; `n_meta` string pairs go to
  * __metadata__. Does not commit `o`. INVALID_ARGUMENT for a duplicate or
  * empty name. */
-pd_code stg_write_safetensors(stg_out *o, const stg_save_tensor *tensors, int n,
-                              stg_read_fn read, void *arg,
+pd_code stg_write_safetensors(stg_out *o, const stg_save_tensor *tensors,
+                              int n, stg_read_fn read, void *arg,
                               const char *const *meta_keys,
                               const char *const *meta_values, int n_meta,
                               dev_status *st);

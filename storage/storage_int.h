@@ -36,10 +36,11 @@ enum {
 
 /* Opens `rel` (relative, no leading '/') beneath the directory `root_fd`
  * without following a symlink or `..` out of it and without magic links:
- * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) where the kernel has it,
- * else (ENOSYS) stg__walk_beneath. Absolute symlink targets are refused even
- * when they point inside (as RESOLVE_BENEATH does). For STG__OPEN_READ the
- * file is first opened O_PATH and checked regular by fstat, then opened
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) where it works (probed
+ * once: ENOSYS or EPERM mean no), else stg__walk_beneath. Absolute symlink
+ * targets are refused even when they point inside (as RESOLVE_BENEATH
+ * does). For STG__OPEN_READ the file is first opened O_PATH and checked
+ * regular by fstat, then opened
  * O_RDONLY | O_NONBLOCK and checked to be the same inode, so a device is
  * never opened for reading and a FIFO never blocks.
  * Returns the fd (O_CLOEXEC) or -errno: -EXDEV (leaves the root), -ELOOP
@@ -56,7 +57,7 @@ int stg__walk_beneath(int root_fd, const char *rel, int kind);
  * (false, the default). */
 void stg__force_walk(bool on);
 
-/* --- roots.c ---------------------------------------------------------------- */
+/* --- roots.c -------------------------------------------------------------- */
 
 /* Which root a local path resolved under, and the part beneath it. */
 typedef struct stg__local_target {
@@ -96,7 +97,7 @@ pd_code stg__errno_code(int neg_errno, const char *path, const char *root,
  * written into buf. */
 const char *stg__url_for_msg(const char *url, char *buf, size_t cap);
 
-/* --- cache.c ---------------------------------------------------------------- */
+/* --- cache.c -------------------------------------------------------------- */
 
 /* One open file as the cache sees it: the fetcher and its handle, and the
  * cache's record of the file (blocks, signature). Created by file.c. */
@@ -133,7 +134,7 @@ void stg__cache_set_wait_bound(stg_cache *c, double seconds);
 pd_code stg__file_open_with(stg_cache *c, const stg_fetcher *fetcher,
                             const char *name, stg_file **out, dev_status *st);
 
-/* --- fetch_http.c ----------------------------------------------------------- */
+/* --- fetch_http.c --------------------------------------------------------- */
 
 /* Test hook: the first retry's backoff in seconds (default 0.2; doubles on
  * each retry). */

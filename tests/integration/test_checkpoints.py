@@ -157,6 +157,7 @@ class Client:
         f = self.ch.unary_stream(SVC + "Download",
                                  request_serializer=lambda m: m.SerializeToString(),
                                  response_deserializer=pb.DownloadResponse.FromString)
+        layout = layout or pb.Layout(kind=pb.LAYOUT_MIRRORED)
         msgs = list(f(pb.DownloadRequest(session_token=tok, id=hid, layout=layout),
                       timeout=30))
         hdr = msgs[0].header
@@ -772,6 +773,36 @@ def check_cli(d, root):
         assert p.returncode == 0 and "Usage: paradev" in p.stdout
 
 
+def check_config():
+    """[storage] keys and --storage-root: bad values are refused with the key
+    and what was expected; a root that does not exist stops the start."""
+    tmp = _mkdtemp(prefix="ckpt-conf-")
+
+    def check(conf, *flags):
+        path = os.path.join(tmp, "c.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        return subprocess.run([PARADEVD, "--config", path, "--check-config", *flags],
+                              capture_output=True, text=True, timeout=60)
+
+    r = check("[storage]\nroots = %s, https://models.example/v1/\nblock_size = 1M\n"
+              "cache_bytes = 0\nmax_staleness_s = 60\nfetch_timeout_s = 5\n"
+              "fetch_retries = 0\nload_workers = 4\n" % tmp)
+    assert r.returncode == 0, r.stderr
+    for conf, flags, what in [
+            ("[storage]\nroots = relative/dir\n", [], "not a storage root"),
+            ("[storage]\nblock_size = 12\n", [], "block_size"),
+            ("[storage]\nload_workers = 0\n", [], "load_workers"),
+            ("[storage]\nfetch_timeout_s = 0\n", [], "fetch_timeout_s"),
+            ("", ["--storage-root", "ftp://x/"], "not a storage root")]:
+        r = check(conf, *flags)
+        assert r.returncode == 2 and what in r.stderr, (conf, flags, r.stderr)
+    r = subprocess.run([PARADEVD, "--listen", "unix:" + os.path.join(tmp, "s.sock"),
+                        "--admin-socket", "", "--storage-root", tmp + "/missing"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and tmp + "/missing" in r.stderr, (r.returncode, r.stderr)
+
+
 def check_server_info(cl, d, root):
     r = cl.call("GetServerInfo", pb.GetServerInfoRequest(), pb.GetServerInfoResponse)
     assert list(r.storage_roots) == [root], r.storage_roots
@@ -790,6 +821,7 @@ def main():
             print("FAIL", name, flush=True)
             traceback.print_exc()
 
+    run("check_config", check_config)
     root = _mkdtemp(prefix="ckpt-root-")
     d = Daemon([root], "[storage]\nblock_size = 256K\ncache_bytes = 64M\n"
                "load_workers = 3\n")

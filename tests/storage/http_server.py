@@ -90,6 +90,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.send_plain(404, b"no such mode")
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng or "")
         if_range = self.headers.get("If-Range")
+        if m and rng != "bytes=0-0" and mode != "ignore" and not if_range:
+            # the fetcher must guard every block read against a new version
+            return self.send_plain(400, b"If-Range required")
         if mode == "ignore" or not m or (if_range and if_range != etag):
             self.send_response(200)
             self.send_header("ETag", etag)

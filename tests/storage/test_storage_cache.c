@@ -14,7 +14,7 @@
 #include "stgtest.h"
 #include "storage_int.h"
 
-/* --- the test fetcher ------------------------------------------------------ */
+/* --- the test fetcher ----------------------------------------------------- */
 
 typedef struct tf {
   pthread_mutex_t mu;
@@ -147,7 +147,7 @@ static void read_check(stg_file *f, tf *t, uint64_t off, size_t len,
   free(buf);
 }
 
-/* --- eight readers, one fetch ------------------------------------------------ */
+/* --- eight readers, one fetch --------------------------------------------- */
 
 typedef struct reader {
   stg_cache *c;
@@ -277,7 +277,7 @@ static void test_bounded_wait(void **state) {
   tf_free(&t);
 }
 
-/* --- LRU and budget ------------------------------------------------------------ */
+/* --- LRU and budget ------------------------------------------------------- */
 
 static void test_lru(void **state) {
   (void)state;

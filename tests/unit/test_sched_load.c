@@ -365,12 +365,17 @@ static sched_op op1(const char *name, const uint64_t *in, int nin,
   return o;
 }
 
-static void exec1(sched_session *ss, const char *op, uint64_t in,
-                  uint64_t out) {
+static void exec_tag(sched_session *ss, const char *op, uint64_t in,
+                     uint64_t out, uint64_t tag) {
   sched_op o = op1(op, &in, 1, &out);
   sched_op_result res;
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(sched_execute(ss, &o, 1, 0, &res, NULL, &st), PD_OK);
+  assert_int_equal(sched_execute(ss, &o, 1, tag, &res, NULL, &st), PD_OK);
+}
+
+static void exec1(sched_session *ss, const char *op, uint64_t in,
+                  uint64_t out) {
+  exec_tag(ss, op, in, out, 0);
 }
 
 static void upload_f32(sched_session *ss, uint64_t id, const float *v, int n) {
@@ -382,6 +387,18 @@ static void upload_f32(sched_session *ss, uint64_t id, const float *v, int n) {
       PD_OK);
   assert_int_equal(sched_upload_write(u, 0, 0, v, (size_t)n * 4, &st), PD_OK);
   assert_int_equal(sched_upload_commit(u, &st), PD_OK);
+}
+
+/* Waits until the dispatcher holds the session on a loading tensor (its
+ * private state, sched_int.h). */
+static void wait_held(sched_session *ss) {
+  for (;;) {
+    pthread_mutex_lock(&ss->owner->qmu);
+    bool held = ss->held_on != NULL;
+    pthread_mutex_unlock(&ss->owner->qmu);
+    if (held) return;
+    usleep(1000);
+  }
 }
 
 static void test_ops_wait_for_pending(void **state) {
@@ -405,6 +422,7 @@ static void test_ops_wait_for_pending(void **state) {
   const float x[2] = {1, 2};
   upload_f32(a, 10, x, 2);
   exec1(a, "Neg", 10, 11);
+  wait_held(a);
   /* Session b goes on meanwhile: -[1, 2] computed while a is held. */
   upload_f32(b, 10, x, 2);
   exec1(b, "Neg", 10, 11);
@@ -428,6 +446,37 @@ static void test_ops_wait_for_pending(void **state) {
   sched_load_result_free(r);
   close_session(s, a, &ia);
   close_session(s, b, &ib);
+  sched_destroy(s);
+}
+
+/* Cancelling the held op (its call's tag) lifts the hold: the session's
+ * later ops run while the load is still at the gate. */
+static void test_cancel_held_op(void **state) {
+  write_model("model.safetensors");
+  sched *s = new_sched(g_roots);
+  sched_session_info info;
+  sched_session *ss = open_new(s, 0, &info);
+  gate("a", true);
+  sched_load_tensor t[1] = {lt("a", 1, MIR)};
+  sched_load_result *r = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(load(ss, path_in("model.safetensors"), t, 1, &r, &st),
+                   PD_OK);
+  gate_reached();
+  uint64_t tag = sched_new_tag(s);
+  exec_tag(ss, "Neg", 1, 2, tag);
+  const float x[2] = {5, 6};
+  upload_f32(ss, 10, x, 2);
+  exec1(ss, "Neg", 10, 11);
+  wait_held(ss);
+  assert_int_equal(sched_cancel(ss, tag), 1);
+  expect_comp(ss, 11, 2, ((float[]){-5, -6}), 8); /* the gate is still shut */
+  unsigned char buf[80];
+  assert_int_equal(read_comp(ss, 2, 0, buf, sizeof buf, &st), PD_CANCELLED);
+  gate(NULL, false);
+  expect_comp(ss, 1, 1, A, sizeof A);
+  sched_load_result_free(r);
+  close_session(s, ss, &info);
   sched_destroy(s);
 }
 
@@ -522,6 +571,36 @@ static void test_load_errors(void **state) {
   s = new_sched(NULL);
   ss = open_new(s, 0, &info);
   assert_int_equal(load(ss, model, t, 1, &r, &st), PD_FAILED_PRECONDITION);
+  close_session(s, ss, &info);
+  sched_destroy(s);
+}
+
+/* A session keeps the progress of its last SCHED_LOADS_KEPT finished loads. */
+static void test_progress_kept(void **state) {
+  write_model("model.safetensors");
+  sched *s = new_sched(g_roots);
+  sched_session_info info;
+  sched_session *ss = open_new(s, 0, &info);
+  sched_load_tensor t[1] = {lt("c:1", 1, MIR)};
+  uint64_t first = 0, last = 0;
+  dev_status st = DEV_STATUS_INIT;
+  for (int i = 0; i < SCHED_LOADS_KEPT + 2; i++) {
+    sched_load_result *r = NULL;
+    assert_int_equal(load(ss, path_in("model.safetensors"), t, 1, &r, &st),
+                     PD_OK);
+    wait_load(ss, r->load_id);
+    if (i == 0) first = r->load_id;
+    last = r->load_id;
+    sched_load_result_free(r);
+    assert_int_equal(sched_handle_delete(ss, (uint64_t[]){1}, 1, &st), PD_OK);
+  }
+  assert_int_equal(last, first + SCHED_LOADS_KEPT + 1);
+  sched_load_progress p;
+  assert_int_equal(sched_load_get_progress(ss, first, &p, &st), PD_NOT_FOUND);
+  assert_int_equal(sched_load_get_progress(ss, first + 1, &p, &st), PD_OK);
+  assert_true(p.done);
+  assert_int_equal(p.bytes_done, 8);
+  assert_int_equal(sched_load_get_progress(ss, last, &p, &st), PD_OK);
   close_session(s, ss, &info);
   sched_destroy(s);
 }
@@ -813,9 +892,11 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_load_layouts),
       cmocka_unit_test(test_ops_wait_for_pending),
+      cmocka_unit_test(test_cancel_held_op),
       cmocka_unit_test(test_read_error_fails_one_tensor),
       cmocka_unit_test(test_load_errors),
       cmocka_unit_test(test_load_whole_entries),
+      cmocka_unit_test(test_progress_kept),
       cmocka_unit_test(test_session_closed_mid_load),
       cmocka_unit_test(test_save_round_trip),
       cmocka_unit_test(test_save_failed_tensor),

@@ -408,18 +408,122 @@ static void test_npz_rejections(void **state) {
   z.n -= 10; /* the end record cut off */
   expect_index("cut.npz", z, PD_INVALID_ARGUMENT,
                "no end of central directory record");
+  free(m.data.p);
   member two[2] = {{"a.npy", npy_member(), 0, 0, 0},
                    {"a.npy", npy_member(), 8, 0, 0}};
   expect_index("twice.npz", zip_file(two, 2), PD_INVALID_ARGUMENT,
                "appears more than once");
   free(two[0].data.p);
   free(two[1].data.p);
+  m = (member){"a.npy", npy_member(), 8, 0, 0};
+  z = zip_file(&m, 1);
+  size_t cd_at = z.n - 22 - (46 + strlen("a.npy"));
+  z.p[cd_at + 24 + 3] = 0x70; /* the uncompressed size: ~1.9 GB */
+  expect_index("bomb.npz", z, PD_INVALID_ARGUMENT, "cannot expand more than");
+  free(m.data.p);
   buf short_npy = npy_member();
   short_npy.n -= 4; /* the member's value is one element short */
   m = (member){"s.npy", short_npy, 8, 0, 0};
   expect_index("shortmember.npz", zip_file(&m, 1), PD_INVALID_ARGUMENT,
                "truncated: the .npy data needs 12 bytes");
   free(m.data.p);
+}
+
+/* One stored member in a zip whose every size and offset is in zip64 form:
+ * the central directory's sizes and offset saturated with a zip64 extra
+ * field, the end record saturated, a zip64 end record and its locator. */
+static buf zip64_file(const char *name, const buf *data) {
+  buf z = {0};
+  uint32_t crc = (uint32_t)crc32(0, data->p, (uInt)data->n);
+  size_t nl = strlen(name);
+  put_le(&z, 0x04034b50, 4);
+  put_le(&z, 45, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 4);
+  put_le(&z, crc, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, nl, 2);
+  put_le(&z, 20, 2);
+  put_s(&z, name);
+  put_le(&z, 1, 2); /* local zip64 extra: sizes */
+  put_le(&z, 16, 2);
+  put_le(&z, data->n, 8);
+  put_le(&z, data->n, 8);
+  put(&z, data->p, data->n);
+  size_t cd_at = z.n;
+  put_le(&z, 0x02014b50, 4);
+  put_le(&z, 45, 2);
+  put_le(&z, 45, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 4);
+  put_le(&z, crc, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, nl, 2);
+  put_le(&z, 28, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 2);
+  put_le(&z, 0, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_s(&z, name);
+  put_le(&z, 1, 2); /* zip64 extra: uncompressed, compressed, offset */
+  put_le(&z, 24, 2);
+  put_le(&z, data->n, 8);
+  put_le(&z, data->n, 8);
+  put_le(&z, 0, 8);
+  size_t cd_size = z.n - cd_at, eocd64_at = z.n;
+  put_le(&z, 0x06064b50, 4);
+  put_le(&z, 44, 8);
+  put_le(&z, 45, 2);
+  put_le(&z, 45, 2);
+  put_le(&z, 0, 4);
+  put_le(&z, 0, 4);
+  put_le(&z, 1, 8);
+  put_le(&z, 1, 8);
+  put_le(&z, cd_size, 8);
+  put_le(&z, cd_at, 8);
+  put_le(&z, 0x07064b50, 4);
+  put_le(&z, 0, 4);
+  put_le(&z, eocd64_at, 8);
+  put_le(&z, 1, 4);
+  put_le(&z, 0x06054b50, 4);
+  put_le(&z, 0, 4);
+  put_le(&z, 0xFFFF, 2);
+  put_le(&z, 0xFFFF, 2);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, 0xFFFFFFFF, 4);
+  put_le(&z, 0, 2);
+  return z;
+}
+
+static void test_npz_zip64(void **state) {
+  (void)state;
+  buf one = npy_member();
+  buf z = zip64_file("k.npy", &one);
+  stg_file *f = open_tmp("zip64.npz", &z);
+  stg_index *ix = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  if (stg_index_read(f, STG_FORMAT_AUTO, &ix, &st) != PD_OK)
+    fail_msg("zip64: %s", st.msg);
+  assert_int_equal(ix->n, 1);
+  const stg_entry *e = stg_index_find(ix, "k");
+  assert_non_null(e);
+  assert_true(stg_entry_random_access(e));
+  int32_t got[3];
+  const int32_t want[3] = {7, -8, 9};
+  assert_int_equal(stg_entry_read(f, e, 0, got, sizeof got, &st), PD_OK);
+  assert_memory_equal(got, want, sizeof want);
+  stg_index_free(ix);
+  stg_file_close(f);
+  /* Without its locator the saturated end record is a lie. */
+  size_t loc_at = z.n - 22 - 20;
+  z.p[loc_at] ^= 0xFF;
+  expect_index("zip64bad.npz", z, PD_INVALID_ARGUMENT, "zip64 locator");
+  free(one.p);
 }
 
 /* A CRC that does not match fails the whole-value read, stored or not. */
@@ -682,6 +786,82 @@ static void test_dtype_names(void **state) {
   assert_null(stg_safetensors_dtype_name(PD_DTYPE_INVALID));
 }
 
+/* --- mutations: damaged files give a status, never a crash ------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_next(void) { /* xorshift64*, fixed seed: reproducible */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+/* Reads every entry of a damaged file whole; every code must be one a bad
+ * file may give (the sanitizer build catches what a bad read would do). */
+static void mutate_and_read(const char *name, const buf *orig, int rounds) {
+  for (int r = 0; r < rounds; r++) {
+    buf b = {0};
+    put(&b, orig->p, orig->n);
+    int flips = 1 + (int)(rng_next() % 4);
+    for (int k = 0; k < flips; k++)
+      b.p[rng_next() % b.n] = (unsigned char)rng_next();
+    if (rng_next() % 4 == 0) b.n = (size_t)(rng_next() % b.n);
+    stg_file *f = open_tmp(name, &b);
+    stg_index *ix = NULL;
+    dev_status st = DEV_STATUS_INIT;
+    pd_code rc = stg_index_read(f, STG_FORMAT_AUTO, &ix, &st);
+    if (rc != PD_OK && rc != PD_INVALID_ARGUMENT && rc != PD_UNIMPLEMENTED &&
+        rc != PD_DATA_LOSS)
+      fail_msg("%s round %d: index %s \"%s\"", name, r, pd_code_name(rc),
+               st.msg);
+    for (int i = 0; ix && i < ix->n; i++) {
+      const stg_entry *e = &ix->entries[i];
+      void *v = malloc(e->bytes ? e->bytes : 1);
+      assert_non_null(v);
+      rc = stg_entry_read(f, e, 0, v, e->bytes, &st);
+      if (rc != PD_OK && rc != PD_DATA_LOSS)
+        fail_msg("%s round %d: read %s \"%s\"", name, r, pd_code_name(rc),
+                 st.msg);
+      free(v);
+    }
+    stg_index_free(ix);
+    stg_file_close(f);
+    free(b.p);
+  }
+}
+
+static void test_mutations(void **state) {
+  (void)state;
+  buf st = st_file(
+      "{\"__metadata__\":{\"k\":\"v\"},\"a\":{\"dtype\":\"F32\","
+      "\"shape\":[2,2],\"data_offsets\":[0,16]},\"b\":{\"dtype\":"
+      "\"BOOL\",\"shape\":[3],\"data_offsets\":[16,19]}}",
+      19);
+  mutate_and_read("m.safetensors", &st, 400);
+  int32_t v[12];
+  for (int i = 0; i < 12; i++) v[i] = i * 1000 - 7;
+  buf npy =
+      npy_file(1, "{'descr': '>i4', 'fortran_order': True, 'shape': (3, 4), }",
+               v, sizeof v);
+  mutate_and_read("m.npy", &npy, 400);
+  member m[2] = {
+      {"x.npy",
+       npy_file(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (12,), }",
+                v, sizeof v),
+       0, 0, 0},
+      {"y.npy",
+       npy_file(1, "{'descr': '>i4', 'fortran_order': True, 'shape': (3, 4), }",
+                v, sizeof v),
+       8, 0, 0}};
+  buf z = zip_file(m, 2);
+  mutate_and_read("m.npz", &z, 800);
+  free(st.p);
+  free(npy.p);
+  free(z.p);
+  free(m[0].data.p);
+  free(m[1].data.p);
+}
+
 static int setup(void **state) {
   (void)state;
   if (!mkdtemp(tmpdir)) return -1;
@@ -711,6 +891,7 @@ int main(void) {
       cmocka_unit_test(test_safetensors_rejections),
       cmocka_unit_test(test_npy_rejections),
       cmocka_unit_test(test_npz_rejections),
+      cmocka_unit_test(test_npz_zip64),
       cmocka_unit_test(test_npz_crc),
       cmocka_unit_test(test_npz_corrupt_deflate),
       cmocka_unit_test(test_npy_fortran_big_endian),
@@ -718,6 +899,7 @@ int main(void) {
       cmocka_unit_test(test_write_safetensors),
       cmocka_unit_test(test_write_npy),
       cmocka_unit_test(test_dtype_names),
+      cmocka_unit_test(test_mutations),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
