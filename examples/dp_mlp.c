@@ -397,7 +397,7 @@ pd_code dp_mlp_check_replicas(dp_mlp *m, bool *identical, uint64_t *bytes,
 }
 
 const char *const dp_mlp_weight_names[NW] = {"hidden.kernel", "hidden.bias",
-                                              "output.kernel", "output.bias"};
+                                             "output.kernel", "output.bias"};
 
 /* A call that may take as long as the file does (the default is 10 s). */
 static const pd_call_options *long_call(void) {

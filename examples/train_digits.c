@@ -128,9 +128,9 @@ static int parse_args(int argc, char **argv, opts *o) {
       continue;
     }
     static const char *const with_value[] = {
-        "--target", "--epochs", "--batch", "--lr",          "--optimizer",
-        "--seed",   "--plot",   "--data",  "--min-accuracy",
-        "--save",   "--evaluate"};
+        "--target",       "--epochs", "--batch",   "--lr",
+        "--optimizer",    "--seed",   "--plot",    "--data",
+        "--min-accuracy", "--save",   "--evaluate"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
       known |= strcmp(a, with_value[k]) == 0;
@@ -326,9 +326,10 @@ int main(int argc, char **argv) {
   int ndev = pd_session_num_devices(s);
   const char *opt_name = o.optimizer == DP_MLP_ADAM ? "adam" : "sgd";
   if (o.evaluate)
-    printf("train_digits: %d test images, MLP 64-128-10 with the weights of "
-           "%s, over %d device%s of %s\n",
-           test.n, o.evaluate, ndev, ndev == 1 ? "" : "s", o.target);
+    printf(
+        "train_digits: %d test images, MLP 64-128-10 with the weights of "
+        "%s, over %d device%s of %s\n",
+        test.n, o.evaluate, ndev, ndev == 1 ? "" : "s", o.target);
   else
     printf(
         "train_digits: %d train / %d test images, MLP 64-128-10, batch %d "
@@ -409,7 +410,8 @@ int main(int argc, char **argv) {
         "(the daemon's timers), the rest went to RPC and queueing\n",
         dp_mlp_steps(m), t_train, 100 * share);
   }
-  if (o.plot && !o.evaluate && plot(o.plot, loss_curve, acc_curve, o.epochs, test_acc) == 0)
+  if (o.plot && !o.evaluate &&
+      plot(o.plot, loss_curve, acc_curve, o.epochs, test_acc) == 0)
     printf("plot written to %s\n", o.plot);
   rc = 0;
   if (!same) rc = 1;
