@@ -396,6 +396,94 @@ pd_code dp_mlp_check_replicas(dp_mlp *m, bool *identical, uint64_t *bytes,
   return PD_OK;
 }
 
+const char *const dp_mlp_weight_names[NW] = {"hidden.kernel", "hidden.bias",
+                                             "output.kernel", "output.bias"};
+
+/* A call that may take as long as the file does (the default is 10 s). */
+static const pd_call_options *long_call(void) {
+  static pd_call_options co = PD_CALL_OPTIONS_INITIALIZER;
+  co.timeout_ms = 10 * 60 * 1000;
+  return &co;
+}
+
+pd_code dp_mlp_save(dp_mlp *m, const char *path, bool overwrite,
+                    uint64_t *bytes, pd_status *st) {
+  if (!failed(m)) pd_stream_wait(m->t, PD_TIMEOUT_NONE, m->err);
+  if (failed(m)) return report(m, st);
+  pd_save_spec specs[NW];
+  for (int i = 0; i < NW; i++) {
+    specs[i].name = dp_mlp_weight_names[i];
+    specs[i].id = m->w[i];
+    specs[i].layout = (pd_layout){PD_LAYOUT_MIRRORED, 0, 0};
+  }
+  char sizes[64];
+  snprintf(sizes, sizeof sizes, "%d-%d-%d", m->cfg.inputs, m->cfg.hidden,
+           m->cfg.classes);
+  const char *keys[] = {"model", "layers"};
+  const char *values[] = {"paradev dp_mlp", sizes};
+  pd_save_options so = PD_SAVE_OPTIONS_INITIALIZER;
+  so.format = PD_CHECKPOINT_SAFETENSORS;
+  so.overwrite = overwrite;
+  so.meta_keys = keys;
+  so.meta_values = values;
+  so.n_meta = 2;
+  return pd_save_tensors(m->s, path, specs, NW, &so, bytes, long_call(), st);
+}
+
+pd_code dp_mlp_load(dp_mlp *m, const char *path, pd_status *st) {
+  if (!failed(m)) pd_stream_wait(m->t, PD_TIMEOUT_NONE, m->err);
+  if (failed(m)) return report(m, st);
+  const int64_t want[NW][2] = {{m->cfg.inputs, m->cfg.hidden},
+                               {m->cfg.hidden, 0},
+                               {m->cfg.hidden, m->cfg.classes},
+                               {m->cfg.classes, 0}};
+  pd_load_spec specs[NW];
+  for (int i = 0; i < NW; i++) {
+    specs[i] = (pd_load_spec){dp_mlp_weight_names[i], 0,
+                              (pd_layout){PD_LAYOUT_MIRRORED, 0, 0}, NULL, 0};
+  }
+  pd_load *l = NULL;
+  pd_code rc =
+      pd_load_tensors(m->s, path, specs, NW, NULL, &l, long_call(), st);
+  if (rc != PD_OK) return rc;
+  uint64_t ids[NW];
+  for (int i = 0; i < NW && rc == PD_OK; i++) {
+    pd_tensor_info info;
+    pd_load_tensor_info(l, i, &info);
+    ids[i] = info.id;
+    int rank = want[i][1] ? 2 : 1;
+    bool ok = info.dtype == PD_FLOAT32 && info.rank == rank &&
+              info.dims[0] == want[i][0] &&
+              (rank == 1 || info.dims[1] == want[i][1]);
+    if (!ok) {
+      char msg[256], dims[48];
+      if (rank == 2)
+        snprintf(dims, sizeof dims, "%lld,%lld", (long long)want[i][0],
+                 (long long)want[i][1]);
+      else
+        snprintf(dims, sizeof dims, "%lld", (long long)want[i][0]);
+      snprintf(msg, sizeof msg,
+               "%s: weight '%s' is not float32 [%s] as the model's", path,
+               dp_mlp_weight_names[i], dims);
+      pd_status_set(st, PD_INVALID_ARGUMENT, msg);
+      rc = PD_INVALID_ARGUMENT;
+    }
+  }
+  if (rc != PD_OK) {
+    pd_delete(m->s, ids, NW, NULL, NULL);
+  } else {
+    /* The old weights go; the loaded ones are the model's from now on. */
+    for (int i = 0; i < NW; i++) {
+      keep_tmp(m, m->w[i]);
+      m->w[i] = ids[i];
+    }
+    flush_tmp(m);
+    rc = report(m, st);
+  }
+  pd_load_delete(l);
+  return rc;
+}
+
 void dp_mlp_delete(dp_mlp *m) {
   if (!m) return;
   if (m->t) {

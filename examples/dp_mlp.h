@@ -66,6 +66,26 @@ pd_code dp_mlp_evaluate(dp_mlp *m, const float *x, const int32_t *y, int rows,
 pd_code dp_mlp_check_replicas(dp_mlp *m, bool *identical, uint64_t *bytes,
                               pd_status *st);
 
+/* Names of the weights in a checkpoint, in the model's order (the
+ * hidden layer's kernel [inputs, hidden] and bias [hidden], the output
+ * layer's kernel [hidden, classes] and bias [classes]). */
+extern const char *const dp_mlp_weight_names[4];
+
+/* Waits for every step queued so far, then has the daemon write the weights
+ * (one replica: they are mirrored) as a safetensors file at `path` beneath
+ * one of its storage roots (SaveTensors), with the model's sizes in its
+ * metadata. Replaces an existing file only when `overwrite`. *bytes (may be
+ * NULL) gets the tensor bytes written. Errors: pd_save_tensors'. */
+pd_code dp_mlp_save(dp_mlp *m, const char *path, bool overwrite,
+                    uint64_t *bytes, pd_status *st);
+
+/* Replaces the model's weights with those of the checkpoint `path` (as
+ * dp_mlp_save writes it), loaded by the daemon mirrored on every device
+ * (LoadTensors); the optimizer's state is left as it is. INVALID_ARGUMENT
+ * when a weight's dtype or shape differs from the model's (naming it), and
+ * pd_load_tensors' errors; the old weights stay on failure. */
+pd_code dp_mlp_load(dp_mlp *m, const char *path, pd_status *st);
+
 /* Steps queued so far. */
 long dp_mlp_steps(const dp_mlp *m);
 

@@ -53,6 +53,12 @@ static const char usage[] =
     "  --plot FILE.png   draw loss and accuracy per epoch with gnuplot\n"
     "  --data PATH       the data set (default: the copy in the source tree)\n"
     "  --min-accuracy P  exit 1 when the test accuracy is below P percent\n"
+    "  --save PATH       at the end, have the daemon save the weights as a\n"
+    "                    safetensors file at PATH beneath one of its storage\n"
+    "                    roots (replacing an older one)\n"
+    "  --evaluate PATH   train nothing: load the weights of PATH (as --save\n"
+    "                    writes them) on the daemon and report their test\n"
+    "                    accuracy in a fresh session\n"
     "  --quiet           no per-epoch lines, only the summary\n"
     "  --help            this text\n";
 
@@ -66,6 +72,8 @@ typedef struct opts {
   const char *data;
   double min_accuracy;
   bool quiet;
+  const char *save;     /* checkpoint to write after training */
+  const char *evaluate; /* checkpoint to evaluate instead of training */
 } opts;
 
 static double now_s(void) {
@@ -106,7 +114,9 @@ static int parse_args(int argc, char **argv, opts *o) {
               NULL,
               DIGITS_DEFAULT_PATH,
               -1,
-              false};
+              false,
+              NULL,
+              NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -118,8 +128,9 @@ static int parse_args(int argc, char **argv, opts *o) {
       continue;
     }
     static const char *const with_value[] = {
-        "--target", "--epochs", "--batch", "--lr",          "--optimizer",
-        "--seed",   "--plot",   "--data",  "--min-accuracy"};
+        "--target",       "--epochs", "--batch",   "--lr",
+        "--optimizer",    "--seed",   "--plot",    "--data",
+        "--min-accuracy", "--save",   "--evaluate"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
       known |= strcmp(a, with_value[k]) == 0;
@@ -155,6 +166,10 @@ static int parse_args(int argc, char **argv, opts *o) {
       o->plot = v;
     } else if (strcmp(a, "--data") == 0) {
       o->data = v;
+    } else if (strcmp(a, "--save") == 0) {
+      o->save = v;
+    } else if (strcmp(a, "--evaluate") == 0) {
+      o->evaluate = v;
     } else if (strcmp(a, "--min-accuracy") == 0) {
       o->min_accuracy = strtod(v, &end);
       if (*end || end == v || !(o->min_accuracy >= 0 && o->min_accuracy <= 100))
@@ -162,6 +177,8 @@ static int parse_args(int argc, char **argv, opts *o) {
     }
   }
   if (o->lr == 0) o->lr = o->optimizer == DP_MLP_ADAM ? 0.003 : 0.05;
+  if (o->save && o->evaluate)
+    return bad_usage("--save and --evaluate: one or the other");
   return 0;
 }
 
@@ -308,15 +325,28 @@ int main(int argc, char **argv) {
   if (!(s = pd_session_new(c, &so, NULL, st))) goto fail;
   int ndev = pd_session_num_devices(s);
   const char *opt_name = o.optimizer == DP_MLP_ADAM ? "adam" : "sgd";
-  printf(
-      "train_digits: %d train / %d test images, MLP 64-128-10, batch %d "
-      "sharded over %d device%s of %s, %s lr %g, %d epochs\n",
-      train.n, test.n, o.batch, ndev, ndev == 1 ? "" : "s", o.target, opt_name,
-      o.lr, o.epochs);
+  if (o.evaluate)
+    printf(
+        "train_digits: %d test images, MLP 64-128-10 with the weights of "
+        "%s, over %d device%s of %s\n",
+        test.n, o.evaluate, ndev, ndev == 1 ? "" : "s", o.target);
+  else
+    printf(
+        "train_digits: %d train / %d test images, MLP 64-128-10, batch %d "
+        "sharded over %d device%s of %s, %s lr %g, %d epochs\n",
+        train.n, test.n, o.batch, ndev, ndev == 1 ? "" : "s", o.target,
+        opt_name, o.lr, o.epochs);
 
   dp_mlp_config mc = {DIGITS_FEATURES, 128,  DIGITS_CLASSES,
                       o.optimizer,     o.lr, o.seed};
   if (!(m = dp_mlp_new(s, &mc, st))) goto fail;
+  if (o.evaluate) {
+    double t0 = now_s();
+    if (dp_mlp_load(m, o.evaluate, st) != PD_OK) goto fail;
+    printf("weights loaded by the daemon from %s in %.3f s\n", o.evaluate,
+           now_s() - t0);
+    o.epochs = 0;
+  }
   for (int i = 0; i < train.n; i++) order[i] = i;
   uint64_t rng = o.seed * 0x9E3779B97F4A7C15ull + 1;
   double *loss_curve = curve, *acc_curve = curve + o.epochs;
@@ -351,6 +381,12 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   double busy1 = busy_total(c, NULL);
+  if (o.save) {
+    uint64_t saved = 0;
+    if (dp_mlp_save(m, o.save, true, &saved, st) != PD_OK) goto fail;
+    printf("weights saved by the daemon to %s (%" PRIu64 " bytes of tensors)\n",
+           o.save, saved);
+  }
 
   double test_correct = 0;
   if (dp_mlp_evaluate(m, test.x, test.y, test.n, &test_correct, st) != PD_OK)
@@ -367,14 +403,15 @@ int main(int argc, char **argv) {
            ndev, ndev == 1 ? "" : "s", wbytes);
   else
     printf("weights DIFFER between devices\n");
-  if (busy0 >= 0 && busy1 >= 0 && t_train > 0) {
+  if (!o.evaluate && busy0 >= 0 && busy1 >= 0 && t_train > 0) {
     double share = (busy1 - busy0) / ndev / t_train;
     printf(
         "%ld steps in %.2f s: the devices were busy %.0f%% of the time "
         "(the daemon's timers), the rest went to RPC and queueing\n",
         dp_mlp_steps(m), t_train, 100 * share);
   }
-  if (o.plot && plot(o.plot, loss_curve, acc_curve, o.epochs, test_acc) == 0)
+  if (o.plot && !o.evaluate &&
+      plot(o.plot, loss_curve, acc_curve, o.epochs, test_acc) == 0)
     printf("plot written to %s\n", o.plot);
   rc = 0;
   if (!same) rc = 1;

@@ -21,6 +21,7 @@ BENCHES=(
   bench_dispatch
   bench_rpc
   bench_train
+  bench_checkpoint
 )
 # Optional: run when built (bench_gpu needs the CUDA backend), never missed.
 OPTIONAL_BENCHES=(

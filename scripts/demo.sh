@@ -4,7 +4,10 @@
 # it answers health checks, trains the digits classifier through it
 # (examples/train_digits.c: data-parallel over the mesh, gradient tape and
 # all-reduce on the daemon), stops the daemon with SIGTERM and checks that it
-# exited 0. Exits non-zero if any of that failed; the temporary directory and
+# exited 0. The trainer has the daemon save its weights (SaveTensors) in a
+# checkpoints directory that is the daemon's storage root; a second step
+# loads them in a fresh session (LoadTensors) and must report the same test
+# accuracy. Exits non-zero if any of that failed; the temporary directory and
 # the daemon go in every case.
 #
 # Usage: scripts/demo.sh [BUILD_DIR] [TRAIN_DIGITS_OPTION...]
@@ -52,8 +55,12 @@ show_log() {
 }
 
 # --config /dev/null: the built-in defaults, whatever /etc/paradev holds.
+# The daemon may read and write checkpoints beneath $dir/checkpoints only.
+mkdir -p "$dir/checkpoints"
+checkpoint="$dir/checkpoints/digits.safetensors"
 "$paradevd" --config /dev/null --backend cpu --devices "$devices" \
   --listen "$target" --admin-socket "$dir/admin.sock" --log warn \
+  --storage-root "$dir/checkpoints" \
   2>"$dir/paradevd.log" &
 daemon_pid=$!
 
@@ -76,8 +83,26 @@ until "$paradev" --target "$target" --timeout 1s health >/dev/null 2>&1; do
 done
 echo "demo: paradevd (pid $daemon_pid) serves $devices simulated CPU devices on $target"
 
-"$trainer" --target "$target" "${args[@]}"
-train_rc=$?
+"$trainer" --target "$target" --save "$checkpoint" "${args[@]}" \
+  | tee "$dir/train.out"
+train_rc=${PIPESTATUS[0]}
+
+# Second step: a fresh session loads the saved weights and evaluates them.
+eval_rc=0
+if [ "$train_rc" -eq 0 ]; then
+  echo
+  echo "demo: a fresh session loads the weights the daemon saved"
+  "$trainer" --target "$target" --evaluate "$checkpoint" | tee "$dir/eval.out"
+  eval_rc=${PIPESTATUS[0]}
+  trained=$(grep '^test accuracy' "$dir/train.out")
+  loaded=$(grep '^test accuracy' "$dir/eval.out")
+  if [ "$eval_rc" -eq 0 ] && [ -n "$trained" ] && [ "$trained" = "$loaded" ]; then
+    echo "demo: the loaded weights give the same ${loaded#test }"
+  elif [ "$eval_rc" -eq 0 ]; then
+    echo "demo: the loaded weights give '$loaded', training gave '$trained'" >&2
+    eval_rc=1
+  fi
+fi
 
 kill -TERM "$daemon_pid"
 wait "$daemon_pid"
@@ -93,6 +118,10 @@ else
 fi
 if [ "$train_rc" -ne 0 ]; then
   echo "demo: train_digits failed (exit status $train_rc)" >&2
+  failed=1
+fi
+if [ "$eval_rc" -ne 0 ]; then
+  echo "demo: train_digits --evaluate failed (exit status $eval_rc)" >&2
   failed=1
 fi
 exit "$failed"
