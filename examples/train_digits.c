@@ -58,7 +58,9 @@ static const char usage[] =
     "                    roots (replacing an older one)\n"
     "  --evaluate PATH   train nothing: load the weights of PATH (as --save\n"
     "                    writes them) on the daemon and report their test\n"
-    "                    accuracy in a fresh session\n"
+    "                    accuracy in a fresh session (give the same --seed:\n"
+    "                    it chooses the test images; --epochs, --batch and\n"
+    "                    --plot are then ignored)\n"
     "  --quiet           no per-epoch lines, only the summary\n"
     "  --help            this text\n";
 

@@ -92,7 +92,7 @@ eval_rc=0
 if [ "$train_rc" -eq 0 ]; then
   echo
   echo "demo: a fresh session loads the weights the daemon saved"
-  "$trainer" --target "$target" --evaluate "$checkpoint" | tee "$dir/eval.out"
+  "$trainer" --target "$target" "${args[@]}" --evaluate "$checkpoint" | tee "$dir/eval.out"
   eval_rc=${PIPESTATUS[0]}
   trained=$(grep '^test accuracy' "$dir/train.out")
   loaded=$(grep '^test accuracy' "$dir/eval.out")

@@ -148,7 +148,13 @@ class Client:
         return self.call("Sync", pb.SyncRequest(session_token=tok, ids=list(ids)),
                          pb.SyncResponse)
 
-    def save(self, tok, path, tensors, timeout=60, **kw):
+    def save(self, tok, path, tensors, timeout=60, raw=False, **kw):
+        # A save must name each tensor's layout; the helper names MIRRORED
+        # where a test gave none (raw=True sends the specs as they are).
+        if not raw:
+            for t in tensors:
+                if not t.HasField("layout"):
+                    t.layout.CopyFrom(pb.Layout(kind=pb.LAYOUT_MIRRORED))
         return self.call("SaveTensors", pb.SaveTensorsRequest(
             session_token=tok, path=path, tensors=tensors, **kw),
             pb.SaveTensorsResponse, timeout=timeout)
@@ -424,7 +430,7 @@ def check_save_roundtrip(cl, d, root):
                           request_serializer=lambda m: m.SerializeToString(),
                           response_deserializer=pb.SaveTensorsResponse.FromString)
     fut = f.future(pb.SaveTensorsRequest(session_token=tok2, path="out/closed.npy",
-                                         tensors=[pb.SaveTensorSpec(name="x", id=1)]),
+                                         tensors=[pb.SaveTensorSpec(name="x", id=1, layout=pb.Layout(kind=pb.LAYOUT_MIRRORED))]),
                    timeout=60)
     cl.call("CloseSession", pb.CloseSessionRequest(session_token=tok2),
             pb.CloseSessionResponse)
@@ -494,6 +500,14 @@ def check_refusals(cl, d, root):
                  [pb.SaveTensorSpec(name="x", id=904)])
     expect_error(C.NOT_FOUND, cl.save, tok, "y.safetensors",
                  [pb.SaveTensorSpec(name="x", id=12345)])
+    # A save that names no layout would guess (MIRRORED = component 0): refused.
+    for layout in [None, pb.Layout(kind=pb.LAYOUT_UNSPECIFIED)]:
+        spec = pb.SaveTensorSpec(name="x", id=904)
+        if layout is not None:
+            spec.layout.CopyFrom(layout)
+        expect_error(C.INVALID_ARGUMENT, cl.save, tok, "z.safetensors",
+                     [spec], raw=True, match="no layout.*MIRRORED.*SHARDED")
+    assert not os.path.exists(os.path.join(root, "z.safetensors"))
     expect_error(C.NOT_FOUND, cl.progress, tok, 987654)
     expect_error(C.INVALID_ARGUMENT, cl.progress, tok, r.load_id, wait_ms=60001)
     cl.alive()
@@ -710,7 +724,8 @@ def check_kill_during_save(root):
                                   response_deserializer=pb.SaveTensorsResponse.FromString)
             fut = f.future(pb.SaveTensorsRequest(
                 session_token=tok, path="victim.safetensors", overwrite=True,
-                tensors=[pb.SaveTensorSpec(name="x", id=1)]), timeout=60)
+                tensors=[pb.SaveTensorSpec(name="x", id=1, layout=pb.Layout(kind=pb.LAYOUT_MIRRORED))]),
+                timeout=60)
             time.sleep(delay)
             d.proc.kill()
             d.proc.wait(10)

@@ -29,11 +29,17 @@ mapfile -t losses < <(awk '$1 == "epoch" { print $4 }' "$out")
 [ "${#losses[@]}" -eq 3 ] || fail "expected 3 epoch lines, got ${#losses[@]}"
 awk -v a="${losses[0]}" -v b="${losses[2]}" 'BEGIN { exit !(b < a) }' ||
   fail "the loss did not fall: epoch 1 ${losses[0]}, epoch 3 ${losses[2]}"
-acc=$(awk '$1 == "test" && $2 == "accuracy" { sub("%", "", $3); print $3 }' "$out")
+acc=$(awk '$1 == "test" && $2 == "accuracy" { sub("%", "", $3); print $3; exit }' "$out")
 [ -n "$acc" ] || fail "no test accuracy line"
 awk -v a="$acc" 'BEGIN { exit !(a >= 85) }' || fail "test accuracy $acc% < 85%"
 grep -q "weights bitwise identical on all 3 devices" "$out" ||
   fail "the weights were not reported identical on every device"
+# The second step: the weights the daemon saved (SaveTensors), loaded in a
+# fresh session (LoadTensors), give the same test accuracy, to the image.
+grep -q "weights saved by the daemon to .*digits.safetensors (38440 bytes" "$out" ||
+  fail "the trainer did not report the weights saved (38440 bytes: 64x128 + 128 + 128x10 + 10 floats)"
+grep -q "^demo: the loaded weights give the same accuracy $acc% " "$out" ||
+  fail "the loaded weights did not give the trained accuracy $acc%"
 grep -q "paradevd stopped cleanly" "$out" || fail "the daemon did not stop cleanly"
 if grep -q -e "AddressSanitizer" -e "runtime error" "$out"; then
   fail "sanitizer report"
