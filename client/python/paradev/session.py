@@ -1,0 +1,683 @@
+"""Session: a namespace of tensors on the daemon (pd_session), with
+uploads, downloads, ops (one Execute each, or pipelined through one Enqueue
+stream), gradient tapes, and batched deletion of collected tensors.
+
+Thread safety: a Session may be used from several threads (a lock guards
+its stream, its scratch attributes and its shared memory region); ops of
+one thread run in the order called. Sessions of different threads run
+independently.
+"""
+import collections
+import contextlib
+import threading
+
+import numpy as np
+
+from . import _dtypes, _lib, layouts
+from ._lib import ffi, lib
+from .errors import Error
+from .tensor import Tensor
+
+_NULL = ffi.NULL
+MAX_RANK = _lib.C["PD_MAX_RANK"]
+TIMEOUT_NONE = _lib.C["PD_TIMEOUT_NONE"]
+HEADER = _lib.C["PD_SHARED_MEMORY_HEADER_BYTES"]
+
+# Ops whose outputs hold the same value on every device whatever the
+# inputs, and ops whose outputs differ between devices.
+_MIRRORING = {"AllReduce", "Broadcast", "AllGather"}
+_VARYING = {"ReduceScatter", "DeviceId"}
+
+
+def _cstr(s, cache={}):
+    b = cache.get(s)
+    if b is None:
+        b = cache[s] = s.encode()
+    return b
+
+
+class Session:
+    """A session on the daemon; see Client.session. Attributes:
+    num_devices (components of every tensor), lease_s, incarnation,
+    memory_quota (bytes, 0: none), ops (generated op wrappers), stats (bytes
+    moved through gRPC and through shared memory)."""
+
+    def __init__(self, client, name=None, *, job_id=None, lease_s=None,
+                 memory_quota=None, keep_alive=True, pipelined=False,
+                 prefer_shared_memory=True, shm_threshold=1 << 20):
+        self.client = client
+        opts = ffi.new("pd_session_options *")
+        opts.struct_size = ffi.sizeof("pd_session_options")
+        keep = []
+        if name is not None:
+            keep.append(ffi.new("char[]", str(name).encode()))
+            opts.client_name = keep[-1]
+        if job_id is not None:
+            keep.append(ffi.new("char[]", str(job_id).encode()))
+            opts.job_id = keep[-1]
+        opts.lease_seconds = int(lease_s or 0)
+        opts.memory_quota_bytes = int(memory_quota or 0)
+        opts.keep_alive = bool(keep_alive)
+        st = _lib.status()
+        s = lib.pd_session_new(client._handle(), opts, _NULL, st)
+        if s == _NULL:
+            _lib.raise_status(lib.pd_status_code(st), st)
+        self._s = s
+        self.name = name
+        self.num_devices = lib.pd_session_num_devices(s)
+        self.lease_s = lib.pd_session_lease_seconds(s)
+        self.incarnation = lib.pd_session_incarnation(s)
+        self.memory_quota = lib.pd_session_memory_quota(s)
+        self._lock = threading.RLock()
+        self._pending = collections.deque()  # ids of collected tensors
+        self._pending_tapes = collections.deque()
+        self._stream = None
+        self._pipelined = bool(pipelined)
+        self._attrs = lib.pd_attrs_new()
+        self._region = None
+        self._shm = bool(prefer_shared_memory) and client.is_local
+        self.shm_threshold = int(shm_threshold)
+        self.shm_disabled_reason = None if self._shm else (
+            "prefer_shared_memory is False" if not prefer_shared_memory
+            else "the daemon is not on this machine (%s)" % client.target)
+        self.stats = {"grpc_upload_bytes": 0, "grpc_download_bytes": 0,
+                      "shm_upload_bytes": 0, "shm_download_bytes": 0}
+        self._closed = False
+        from .ops import Ops
+        self.ops = Ops(self)
+        self._timer_stop = threading.Event()
+        self._timer = threading.Thread(target=self._flush_periodically,
+                                       name="paradev-deletes", daemon=True)
+        self._timer.start()
+
+    # -- lifetime ------------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(_quiet=exc_type is not None)
+
+    def __del__(self):
+        try:
+            self.close(_quiet=True)
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<paradev.Session %s%s on %s, %d devices>" % (
+            "%r " % self.name if self.name else "",
+            "closed" if self._closed else "open", self.client.target,
+            self.num_devices)
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def close(self, _quiet=False):
+        """Closes the session on the daemon: every tensor it holds is freed.
+        Idempotent. Raises the close's error (e.g. paradev.NotFound for a
+        session the daemon already lost) unless the session was closing
+        because of another exception."""
+        if self._closed:
+            return
+        self._closed = True
+        self._timer_stop.set()
+        err = None
+        with self._lock:
+            self._pending.clear()
+            if self._stream is not None:
+                lib.pd_stream_delete(self._stream)
+                self._stream = None
+            if self._region is not None:
+                lib.pd_shared_memory_destroy(self._region, _NULL, _NULL)
+                self._region = None
+            st = _lib.status()
+            code = lib.pd_session_close(self._s, _NULL, st)
+            if code != 0:
+                try:
+                    _lib.raise_status(code, st)
+                except Error as e:
+                    err = e
+            lib.pd_session_delete(self._s)
+            lib.pd_attrs_delete(self._attrs)
+            self._attrs = _NULL
+        self.client._sessions.discard(self)
+        if err is not None and not _quiet:
+            raise err
+
+    def _h(self):
+        if self._closed:
+            raise ValueError("paradev.Session is closed")
+        return self._s
+
+    def keep_alive(self):
+        """Renews the lease now (a background thread does it by itself)."""
+        st = _lib.status()
+        _lib.check(lib.pd_session_keep_alive(self._h(), _NULL, st), st)
+
+    # -- deletion (batched) -----------------------------------------------
+    def _queue_delete(self, id):
+        if not self._closed:
+            self._pending.append(id)
+
+    def _flush_deletes(self):
+        """Sends the queued deletions: as a stream item when the session has
+        a stream (it keeps their order after the ops that made them), else
+        one Delete. Best effort: a failure here loses nothing the session's
+        close would not free."""
+        if self._closed:
+            return
+        ids = []
+        pend = self._pending
+        while pend:
+            ids.append(pend.popleft())
+        tapes = []
+        while self._pending_tapes:
+            tapes.append(self._pending_tapes.popleft())
+        st = _lib.status()
+        if ids:
+            arr = ffi.new("uint64_t[]", ids)
+            if self._stream is not None:
+                lib.pd_stream_delete_ids(self._stream, arr, len(ids), _NULL, st)
+            else:
+                lib.pd_delete(self._s, arr, len(ids), _NULL, st)
+        for tape in tapes:
+            if self._stream is not None:
+                lib.pd_stream_tape_delete(self._stream, tape, _NULL, st)
+            else:
+                lib.pd_tape_delete(self._s, tape, _NULL, st)
+
+    def _flush_periodically(self):
+        while not self._timer_stop.wait(0.5):
+            if (self._pending or self._pending_tapes) and \
+                    self._lock.acquire(blocking=False):
+                try:
+                    self._flush_deletes()
+                except Exception:
+                    pass
+                finally:
+                    self._lock.release()
+
+    def flush(self):
+        """Sends the queued deletions of collected tensors now."""
+        with self._lock:
+            self._flush_deletes()
+
+    # -- the stream (pipelined mode) --------------------------------------
+    def _get_stream(self):
+        t = self._stream
+        if t is None:
+            st = _lib.status()
+            t = lib.pd_stream_new(self._h(), _NULL, st)
+            if t == _NULL:
+                _lib.raise_status(lib.pd_status_code(st), st)
+            self._stream = t
+        return t
+
+    def _drain(self):
+        """Waits for the replies of every stream item so far, so that unary
+        calls see the handles they made; raises the first failed item's
+        error (each failure once)."""
+        t = self._stream
+        if t is not None and \
+                lib.pd_stream_num_replies(t) < lib.pd_stream_num_items(t):
+            st = _lib.status()
+            _lib.check(lib.pd_stream_wait(t, TIMEOUT_NONE, st), st)
+        elif t is not None and lib.pd_stream_num_failed(t):
+            st = _lib.status()
+            _lib.check(lib.pd_stream_wait(t, TIMEOUT_NONE, st), st)
+
+    @property
+    def pipelined(self):
+        return self._pipelined
+
+    @contextlib.contextmanager
+    def pipeline(self):
+        """Inside, ops, tape calls and deletions are written to one Enqueue
+        stream without waiting for replies (errors come at the next wait:
+        sync(), a download, a shape asked for, or the block's end)."""
+        old = self._pipelined
+        self._pipelined = True
+        try:
+            yield self
+        finally:
+            self._pipelined = old
+            with self._lock:
+                if not self._closed:
+                    self._drain()
+
+    # -- ops ---------------------------------------------------------------
+    def op(self, name, *inputs, **attrs):
+        """Runs op `name` (a TensorFlow raw-op name) on every device. Inputs
+        are Tensors (or values, uploaded mirrored); attributes are plain
+        Python values converted to the kinds the registry declares. Returns
+        a Tensor, or a tuple for an op with several outputs."""
+        opdef = self.ops._def(name)
+        n_out = opdef.num_outputs
+        ins = []
+        mirrored = True
+        for x in inputs:
+            if isinstance(x, (list, tuple)) and x and \
+                    all(isinstance(e, Tensor) for e in x):
+                xs = x
+            else:
+                xs = (x,)
+            for e in xs:
+                if not isinstance(e, Tensor):
+                    e = self.constant(e)
+                elif e.session is not self:
+                    raise ValueError("tensor %d belongs to another session"
+                                     % e.id)
+                elif e._deleted:
+                    raise ValueError("tensor %d was deleted" % e.id)
+                ins.append(e)
+                if e._mirrored is not True:
+                    mirrored = None
+        if name in _MIRRORING:
+            mirrored = True
+        elif name in _VARYING or attrs.get("per_device"):
+            mirrored = False
+        ids = [e.id for e in ins]
+        with self._lock:
+            if self._pending:
+                self._flush_deletes()
+            a = self._set_attrs(opdef, attrs) if attrs else _NULL
+            in_arr = ffi.new("uint64_t[]", ids) if ids else _NULL
+            out_ids = ffi.new("uint64_t[]", n_out)
+            st = _lib.status()
+            if self._pipelined:
+                code = lib.pd_stream_execute(self._get_stream(), _cstr(name),
+                                             in_arr, len(ids), a, out_ids,
+                                             n_out, _NULL, st)
+                if code != 0:
+                    _lib.raise_status(code, st)
+                outs = [Tensor(self, out_ids[i], None, None, mirrored)
+                        for i in range(n_out)]
+            else:
+                self._drain()
+                infos = ffi.new("pd_tensor_info[]", n_out)
+                code = lib.pd_execute(self._s, _cstr(name), in_arr, len(ids),
+                                      a, out_ids, n_out, infos, _NULL, st)
+                if code != 0:
+                    _lib.raise_status(code, st)
+                outs = [_tensor_from_info(self, infos[i], mirrored)
+                        for i in range(n_out)]
+        return outs[0] if n_out == 1 else tuple(outs)
+
+    def _set_attrs(self, opdef, attrs):
+        a = self._attrs
+        lib.pd_attrs_clear(a)
+        for k, v in attrs.items():
+            kind = opdef.attr_kind(k, v)
+            kb = _cstr(k)
+            if kind == "int":
+                lib.pd_attrs_set_int(a, kb, _int(k, v))
+            elif kind == "float":
+                lib.pd_attrs_set_float(a, kb, float(v))
+            elif kind == "bool":
+                lib.pd_attrs_set_bool(a, kb, bool(v))
+            elif kind == "string":
+                lib.pd_attrs_set_string(a, kb, str(v).encode())
+            elif kind == "dtype":
+                lib.pd_attrs_set_dtype(a, kb, _dtypes.to_number(v))
+            elif kind == "shape":
+                dims = [_int(k, d) for d in _seq(k, v)]
+                lib.pd_attrs_set_shape(a, kb, ffi.new("int64_t[]", dims)
+                                       if dims else _NULL, len(dims))
+            elif kind == "int_list":
+                vals = [_int(k, d) for d in _seq(k, v)]
+                lib.pd_attrs_set_int_list(a, kb, ffi.new("int64_t[]", vals)
+                                          if vals else _NULL, len(vals))
+            elif kind == "float_list":
+                vals = [float(d) for d in _seq(k, v)]
+                lib.pd_attrs_set_float_list(a, kb, ffi.new("double[]", vals)
+                                            if vals else _NULL, len(vals))
+            else:
+                raise TypeError("%s: attribute %s: cannot send %r (kind %s)"
+                                % (opdef.name, k, v, kind))
+        return a
+
+    def constant(self, value, dtype=None):
+        """Uploads a host value mirrored (what operators do with a Python
+        number beside a Tensor)."""
+        return self.upload(value, layouts.mirrored(), dtype=dtype)
+
+    # -- uploads ---------------------------------------------------------------
+    def upload(self, value, layout, *, dtype=None):
+        """Uploads a host value as a new tensor: an array (anything
+        np.asarray takes) with paradev.mirrored() or paradev.sharded(axis),
+        or a list of arrays, one per device, with paradev.per_component().
+        Returns a Tensor whose dtype and shape are known at once. Large
+        values travel through shared memory when the daemon is local."""
+        layouts.check(layout, "upload")
+        if layout.kind == layouts.PER_COMPONENT:
+            return self._upload_components(value, dtype)
+        if layout.kind not in (layouts.MIRRORED, layouts.SHARDED):
+            raise ValueError("upload takes paradev.mirrored(), "
+                             "paradev.sharded(axis) or paradev.per_component()"
+                             "; %r is for downloads" % (layout,))
+        a = _host_array(value, dtype)
+        dt = _dtypes.to_number(a.dtype)
+        with self._lock:
+            if self._pending:
+                self._flush_deletes()
+            s = self._h()
+            tid = lib.pd_session_new_id(s)
+            dims = ffi.new("int64_t[]", a.shape) if a.ndim else _NULL
+            info = ffi.new("pd_tensor_info *")
+            lay = _c_layout(layout)
+            st = _lib.status()
+            region = self._region_for(a.nbytes)
+            if region is not None:
+                ffi.memmove(lib.pd_shared_memory_data(region), a, a.nbytes)
+                code = lib.pd_upload_from_shared_memory(
+                    s, tid, dt, dims, a.ndim, region, 0, lay, info, _NULL, st)
+                self.stats["shm_upload_bytes"] += a.nbytes
+            else:
+                buf = ffi.from_buffer(a) if a.nbytes else _NULL
+                code = lib.pd_upload(s, tid, dt, dims, a.ndim, buf, a.nbytes,
+                                     lay, info, _NULL, st)
+                self.stats["grpc_upload_bytes"] += a.nbytes
+            _lib.check(code, st)
+        return _tensor_from_info(self, info[0],
+                                 layout.kind == layouts.MIRRORED)
+
+    def _upload_components(self, values, dtype):
+        if isinstance(values, np.ndarray) or not hasattr(values, "__len__"):
+            raise TypeError("paradev.per_component() uploads a list of %d "
+                            "arrays (one per device); got %s"
+                            % (self.num_devices, type(values).__name__))
+        arrs = [_host_array(v, dtype) for v in values]
+        n = len(arrs)
+        if n != self.num_devices:
+            raise ValueError("paradev.per_component(): %d arrays for %d "
+                             "devices; expected one per device"
+                             % (n, self.num_devices))
+        if dtype is None and len({a.dtype for a in arrs}) > 1:
+            raise TypeError("paradev.per_component(): the arrays' dtypes "
+                            "differ (%s); pass dtype= or convert them"
+                            % ", ".join(str(a.dtype) for a in arrs))
+        dt = _dtypes.to_number(arrs[0].dtype)
+        dims = [ffi.new("int64_t[]", a.shape or [0]) for a in arrs]
+        dims_p = ffi.new("int64_t *[]", dims)
+        ranks = ffi.new("int[]", [a.ndim for a in arrs])
+        total = sum(a.nbytes for a in arrs)
+        info = ffi.new("pd_tensor_info *")
+        with self._lock:
+            if self._pending:
+                self._flush_deletes()
+            s = self._h()
+            tid = lib.pd_session_new_id(s)
+            st = _lib.status()
+            region = self._region_for(total)
+            if region is not None:
+                base = ffi.cast("char *", lib.pd_shared_memory_data(region))
+                off = 0
+                for a in arrs:
+                    ffi.memmove(base + off, a, a.nbytes)
+                    off += a.nbytes
+                code = lib.pd_upload_components_from_shared_memory(
+                    s, tid, dt, n, dims_p, ranks, region, 0, info, _NULL, st)
+                self.stats["shm_upload_bytes"] += total
+            else:
+                bufs = [ffi.from_buffer(a) if a.nbytes else _NULL for a in arrs]
+                data = ffi.new("void *[]", bufs)
+                sizes = ffi.new("size_t[]", [a.nbytes for a in arrs])
+                code = lib.pd_upload_components(s, tid, dt, n, dims_p, ranks,
+                                                data, sizes, info, _NULL, st)
+                self.stats["grpc_upload_bytes"] += total
+            _lib.check(code, st)
+        same = all(np.array_equal(arrs[0], b) for b in arrs[1:]) and \
+            all(a.shape == arrs[0].shape for a in arrs)
+        return _tensor_from_info(self, info[0], True if same else False)
+
+    # -- shared memory -----------------------------------------------------
+    def _region_for(self, nbytes):
+        """The session's shared memory region, grown to hold nbytes, when
+        this transfer should use one; else None (gRPC). A region that cannot
+        be made turns shared memory off for the session
+        (shm_disabled_reason says why)."""
+        if not self._shm or nbytes < self.shm_threshold:
+            return None
+        r = self._region
+        if r is not None and lib.pd_shared_memory_size(r) >= nbytes:
+            return r
+        if r is not None:
+            lib.pd_shared_memory_destroy(r, _NULL, _NULL)
+            self._region = None
+        size = max(nbytes, 2 * (lib.pd_shared_memory_size(r) if r else 0))
+        size = (size + (1 << 20) - 1) & ~((1 << 20) - 1)
+        out = ffi.new("pd_shared_memory **")
+        st = _lib.status()
+        code = lib.pd_shared_memory_create(self._s, size, 0, out, _NULL, st)
+        if code != 0:
+            self._shm = False
+            self.shm_disabled_reason = "%s: %s" % (
+                ffi.string(lib.pd_code_name(code)).decode(),
+                ffi.string(lib.pd_status_message(st)).decode("utf-8",
+                                                             "replace"))
+            return None
+        self._region = out[0]
+        return self._region
+
+    # -- downloads -------------------------------------------------------------
+    def download(self, tensor, layout):
+        """tensor.numpy(layout); see Tensor.numpy."""
+        layouts.check(layout, "download")
+        with self._lock:
+            if self._pending:
+                self._flush_deletes()
+            self._drain()
+            dtype = _dtypes.need_numpy(tensor.dtype)
+            if layout.kind == layouts.PER_COMPONENT:
+                return self._download_components(tensor, dtype)
+            shape = self._host_shape(tensor, layout)
+            out = np.empty(shape, dtype)
+            lay = _c_layout(layout)
+            st = _lib.status()
+            got = ffi.new("size_t *")
+            region = self._region_for(out.nbytes)
+            if region is not None:
+                code = lib.pd_download_to_shared_memory(
+                    self._s, tensor.id, lay, region, 0, _NULL, got, _NULL, st)
+                _lib.check(code, st)
+                ffi.memmove(out, lib.pd_shared_memory_data(region), got[0])
+                self.stats["shm_download_bytes"] += got[0]
+            else:
+                buf = ffi.from_buffer(out, require_writable=True) \
+                    if out.nbytes else _NULL
+                code = lib.pd_download(self._s, tensor.id, lay, buf,
+                                       out.nbytes, _NULL, got, _NULL, st)
+                _lib.check(code, st)
+                self.stats["grpc_download_bytes"] += got[0]
+            if got[0] != out.nbytes:
+                raise Error("download of tensor %d gave %d bytes; expected %d"
+                            % (tensor.id, got[0], out.nbytes))
+            return out
+
+    def _download_components(self, tensor, dtype):
+        shapes = self._component_shapes(tensor)
+        outs = [np.empty(sh, dtype) for sh in shapes]
+        n = len(outs)
+        st = _lib.status()
+        total = sum(o.nbytes for o in outs)
+        region = self._region_for(total)
+        if region is not None:
+            got = ffi.new("size_t *")
+            _lib.check(lib.pd_download_components_to_shared_memory(
+                self._s, tensor.id, n, region, 0, _NULL, got, _NULL, st), st)
+            base = ffi.cast("char *", lib.pd_shared_memory_data(region))
+            off = 0
+            for o in outs:
+                ffi.memmove(o, base + off, o.nbytes)
+                off += o.nbytes
+            self.stats["shm_download_bytes"] += total
+        else:
+            bufs = [ffi.from_buffer(o, require_writable=True) if o.nbytes
+                    else _NULL for o in outs]
+            data = ffi.new("void *[]", bufs)
+            caps = ffi.new("size_t[]", [o.nbytes for o in outs])
+            _lib.check(lib.pd_download_components(
+                self._s, tensor.id, n, data, caps, _NULL, _NULL, st), st)
+            self.stats["grpc_download_bytes"] += total
+        return outs
+
+    def _component_shapes(self, tensor):
+        shape = tensor.shape
+        if all(d >= 0 for d in shape):
+            return [shape] * self.num_devices
+        return self.describe([tensor])[0]["component_shapes"]
+
+    def _host_shape(self, tensor, layout):
+        shape = tensor.shape
+        n = self.num_devices
+        if layout.kind == layouts.COMPONENT:
+            k = layout.component
+            if not 0 <= k < n:
+                raise IndexError("paradev.component(%d): the session's "
+                                 "tensors have %d components (0..%d)"
+                                 % (k, n, n - 1))
+        if all(d >= 0 for d in shape):
+            if layout.kind != layouts.SHARDED:
+                return shape
+            ax = layout.axis
+            if not -len(shape) <= ax < len(shape):
+                raise IndexError("paradev.concat(%d): tensor %d has rank %d"
+                                 % (ax, tensor.id, len(shape)))
+            s = list(shape)
+            s[ax] *= n
+            return tuple(s)
+        comps = self._component_shapes(tensor)
+        if layout.kind == layouts.MIRRORED:
+            return comps[0]
+        if layout.kind == layouts.COMPONENT:
+            return comps[layout.component]
+        ax = layout.axis
+        r = len(comps[0])
+        if not -r <= ax < r:
+            raise IndexError("paradev.concat(%d): tensor %d has rank %d"
+                             % (ax, tensor.id, r))
+        s = list(comps[0])
+        s[ax] = sum(c[ax] for c in comps)
+        return tuple(s)
+
+    # -- sync, describe ----------------------------------------------------
+    def sync(self, tensors=None):
+        """Waits until the session's work (or the given tensors) is
+        computed; raises the first stored error (the session stays
+        usable)."""
+        with self._lock:
+            self._flush_deletes()
+            self._drain()
+            ids = [t.id for t in tensors] if tensors else []
+            arr = ffi.new("uint64_t[]", ids) if ids else _NULL
+            st = _lib.status()
+            failed = ffi.new("uint64_t *")
+            _lib.check(lib.pd_sync(self._h(), arr, len(ids), failed, _NULL,
+                                   st), st)
+
+    def describe(self, tensors):
+        """A dict per tensor: dtype, shape, component_shapes, bytes, ready,
+        and error (None, or the stored Error) -- without waiting."""
+        with self._lock:
+            self._drain()
+            ids = [t.id for t in tensors]
+            arr = ffi.new("uint64_t[]", ids)
+            st = _lib.status()
+            d = lib.pd_describe(self._h(), arr, len(ids), _NULL, st)
+            if d == _NULL:
+                _lib.raise_status(lib.pd_status_code(st), st)
+        try:
+            out = []
+            info = ffi.new("pd_tensor_info *")
+            for i in range(len(ids)):
+                lib.pd_description_info(d, i, info)
+                comps = []
+                for k in range(lib.pd_description_num_components(d, i)):
+                    lib.pd_description_component(d, i, k, info)
+                    comps.append(tuple(info.dims[j] for j in range(info.rank)))
+                lib.pd_description_info(d, i, info)
+                ready = bool(lib.pd_description_ready(d, i))
+                err = None
+                if ready:
+                    msg = ffi.new("char **")
+                    code = lib.pd_description_status(d, i, msg)
+                    if code:
+                        from .errors import error_for
+                        err = error_for(code, ffi.string(msg[0]).decode(
+                            "utf-8", "replace"))
+                out.append({
+                    "id": ids[i],
+                    "dtype": _dtypes.from_number(info.dtype),
+                    "shape": tuple(info.dims[j] for j in range(info.rank)),
+                    "component_shapes": comps,
+                    "bytes": lib.pd_description_bytes(d, i),
+                    "ready": ready, "error": err})
+            return out
+        finally:
+            lib.pd_description_delete(d)
+
+    def _fetch_meta(self, tensor):
+        d = self.describe([tensor])[0]
+        tensor._dtype = d["dtype"]
+        tensor._shape = d["shape"]
+
+    # -- tapes -------------------------------------------------------------
+    def tape(self, *, persistent=False, watch=()):
+        """A gradient tape on the daemon, as a context manager:
+
+            with session.tape(watch=[w]) as tape:
+                loss = ...
+            dw, = tape.gradient(loss, [w])
+        """
+        from .tape import Tape
+        return Tape(self, persistent=persistent, watch=watch)
+
+
+def _tensor_from_info(session, info, mirrored):
+    shape = tuple(info.dims[j] for j in range(info.rank))
+    return Tensor(session, info.id, _dtypes.from_number(info.dtype), shape,
+                  mirrored)
+
+
+def _c_layout(layout):
+    p = ffi.new("pd_layout *")
+    p.kind = layout.kind
+    p.axis = layout.axis
+    p.component = layout.component
+    return p[0]
+
+
+def _host_array(value, dtype):
+    if isinstance(value, Tensor):
+        raise TypeError("upload takes host values; tensor %d is already on "
+                        "the daemon" % value.id)
+    a = np.asarray(value, dtype=dtype)
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    _dtypes.to_number(a.dtype)
+    if a.ndim > MAX_RANK:
+        raise ValueError("rank %d is over paradev's limit of %d"
+                         % (a.ndim, MAX_RANK))
+    return np.ascontiguousarray(a)
+
+
+def _int(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        try:
+            if float(v) != int(v):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise TypeError("attribute %s: expected an integer, got %r"
+                            % (name, v)) from None
+    return int(v)
+
+
+def _seq(name, v):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return [v]
+    try:
+        return list(v)
+    except TypeError:
+        raise TypeError("attribute %s: expected a list, got %r"
+                        % (name, v)) from None
