@@ -119,10 +119,32 @@ def guess_kind(name, value):
     return "unknown"
 
 
+# What the package knows without ListOps: kinds of attributes a Python value
+# does not tell (an int for an int-list axis; a tuple for a shape).
+_FALLBACK_KINDS = {
+    "Fill": {"shape": "shape"}, "RandomNormal": {"shape": "shape"},
+    "RandomUniform": {"shape": "shape"},
+    **{op: {"axis": "int_list"} for op in ("Sum", "Mean", "Max", "Min",
+                                           "Prod")},
+}
+
+
+_FALLBACKS = {}
+
+
 def _fallback(name):
+    d = _FALLBACKS.get(name)
+    if d is None:
+        d = _FALLBACKS[name] = _make_fallback(name)
+    return d
+
+
+def _make_fallback(name):
     outs = ("loss", "backprop") if name == \
         "SparseSoftmaxCrossEntropyWithLogits" else ("output",)
+    kinds = _FALLBACK_KINDS.get(name, {})
     return OpDef(name, outputs=outs, known=False,
+                 attrs=[AttrDef(k, v) for k, v in kinds.items()],
                  summary="%s (the daemon did not describe it: ListOps is "
                  "not available)" % name)
 

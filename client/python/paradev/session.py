@@ -9,6 +9,7 @@ independently.
 """
 import collections
 import contextlib
+import re
 import threading
 
 import numpy as np
@@ -72,6 +73,9 @@ class Session:
         self._pending = collections.deque()  # ids of collected tensors
         self._pending_tapes = collections.deque()
         self._stream = None
+        self._items = {}  # stream item index -> ids it makes or deletes
+        self._dead = set()  # ids whose making item failed: never deleted
+        self._index = ffi.new("uint64_t *")
         self._pipelined = bool(pipelined)
         self._attrs = lib.pd_attrs_new()
         self._region = None
@@ -158,6 +162,9 @@ class Session:
     # -- deletion (batched) -----------------------------------------------
     def _queue_delete(self, id):
         if not self._closed:
+            if self._dead and id in self._dead:
+                self._dead.discard(id)
+                return
             self._pending.append(id)
 
     def _flush_deletes(self):
@@ -171,6 +178,11 @@ class Session:
         pend = self._pending
         while pend:
             ids.append(pend.popleft())
+        if self._dead and ids:
+            dead = self._dead
+            keep = [i for i in ids if i not in dead]
+            dead.difference_update(ids)
+            ids = keep
         tapes = []
         while self._pending_tapes:
             tapes.append(self._pending_tapes.popleft())
@@ -178,7 +190,9 @@ class Session:
         if ids:
             arr = ffi.new("uint64_t[]", ids)
             if self._stream is not None:
-                lib.pd_stream_delete_ids(self._stream, arr, len(ids), _NULL, st)
+                if lib.pd_stream_delete_ids(self._stream, arr, len(ids),
+                                            self._index, st) == 0:
+                    self._items[self._index[0]] = None  # a delete item
             else:
                 lib.pd_delete(self._s, arr, len(ids), _NULL, st)
         for tape in tapes:
@@ -217,15 +231,39 @@ class Session:
     def _drain(self):
         """Waits for the replies of every stream item so far, so that unary
         calls see the handles they made; raises the first failed item's
-        error (each failure once)."""
+        error (each failure once).
+
+        A failed execute item made no handles: its outputs are marked dead
+        so that collecting them sends no delete (a Delete naming an unknown
+        id deletes nothing). A failed delete item (it named such an id when
+        more items failed than the wait reports) is not the caller's error
+        and is not raised."""
         t = self._stream
-        if t is not None and \
-                lib.pd_stream_num_replies(t) < lib.pd_stream_num_items(t):
-            st = _lib.status()
-            _lib.check(lib.pd_stream_wait(t, TIMEOUT_NONE, st), st)
-        elif t is not None and lib.pd_stream_num_failed(t):
-            st = _lib.status()
-            _lib.check(lib.pd_stream_wait(t, TIMEOUT_NONE, st), st)
+        if t is None:
+            return
+        if lib.pd_stream_num_replies(t) >= lib.pd_stream_num_items(t) and \
+                not self._items:
+            return
+        st = _lib.status()
+        code = lib.pd_stream_wait(t, TIMEOUT_NONE, st)
+        items, self._items = self._items, {}
+        if code == 0:
+            return
+        msg = ffi.string(lib.pd_status_message(st)).decode("utf-8", "replace")
+        m = re.match(r"item (\d+): .*?(\(and (\d+) more items failed\))?$",
+                     msg, re.S)
+        first = int(m.group(1)) if m else -1
+        more = m is not None and m.group(2) is not None
+        # Outputs of the failed item never existed; when more failed than
+        # the message names, every op item since the last wait is suspect:
+        # leaking their handles until the session closes beats deleting
+        # handles that do not exist.
+        for idx, ids in items.items():
+            if ids and (idx == first or (more and idx >= first)):
+                self._dead.update(ids)
+        if first in items and items[first] is None and not more:
+            return  # only a delete failed
+        _lib.raise_status(code, st)
 
     @property
     def pipelined(self):
@@ -288,11 +326,12 @@ class Session:
             if self._pipelined:
                 code = lib.pd_stream_execute(self._get_stream(), _cstr(name),
                                              in_arr, len(ids), a, out_ids,
-                                             n_out, _NULL, st)
+                                             n_out, self._index, st)
                 if code != 0:
                     _lib.raise_status(code, st)
                 outs = [Tensor(self, out_ids[i], None, None, mirrored)
                         for i in range(n_out)]
+                self._items[self._index[0]] = [o.id for o in outs]
             else:
                 self._drain()
                 infos = ffi.new("pd_tensor_info[]", n_out)
@@ -562,10 +601,11 @@ class Session:
         return tuple(s)
 
     # -- sync, describe ----------------------------------------------------
-    def sync(self, tensors=None):
+    def sync(self, tensors=None, *, timeout=None):
         """Waits until the session's work (or the given tensors) is
         computed; raises the first stored error (the session stays
-        usable)."""
+        usable). timeout: seconds (None: the client's default), past which
+        paradev.DeadlineExceeded is raised."""
         with self._lock:
             self._flush_deletes()
             self._drain()
@@ -573,8 +613,8 @@ class Session:
             arr = ffi.new("uint64_t[]", ids) if ids else _NULL
             st = _lib.status()
             failed = ffi.new("uint64_t *")
-            _lib.check(lib.pd_sync(self._h(), arr, len(ids), failed, _NULL,
-                                   st), st)
+            _lib.check(lib.pd_sync(self._h(), arr, len(ids), failed,
+                                   _call_options(timeout), st), st)
 
     def describe(self, tensors):
         """A dict per tensor: dtype, shape, component_shapes, bytes, ready,
@@ -634,6 +674,16 @@ class Session:
         return Tape(self, persistent=persistent, watch=watch)
 
 
+def _call_options(timeout):
+    if timeout is None:
+        return _NULL
+    from .client import _timeout_ms
+    o = ffi.new("pd_call_options *")
+    o.struct_size = ffi.sizeof("pd_call_options")
+    o.timeout_ms = _timeout_ms(timeout)
+    return o
+
+
 def _tensor_from_info(session, info, mirrored):
     shape = tuple(info.dims[j] for j in range(info.rank))
     return Tensor(session, info.id, _dtypes.from_number(info.dtype), shape,
@@ -659,7 +709,7 @@ def _host_array(value, dtype):
     if a.ndim > MAX_RANK:
         raise ValueError("rank %d is over paradev's limit of %d"
                          % (a.ndim, MAX_RANK))
-    return np.ascontiguousarray(a)
+    return a if a.flags.c_contiguous else np.array(a, order="C")
 
 
 def _int(name, v):

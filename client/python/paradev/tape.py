@@ -104,9 +104,10 @@ class Tape:
                 t = s._get_stream()
                 _lib.check(lib.pd_stream_tape_gradient(
                     t, self.id, _tensor(target, s).id, src_ids, n, og, res,
-                    _NULL, st), st)
+                    s._index, st), st)
                 outs = [Tensor(s, res[i], src._dtype, src._shape,
                                src._mirrored) for i, src in enumerate(srcs)]
+                s._items[s._index[0]] = [o.id for o in outs]
                 if not self.persistent:
                     self._done = True
                     lib.pd_stream_tape_delete(t, self.id, _NULL, st)
