@@ -122,7 +122,8 @@ def guess_kind(name, value):
 # What the package knows without ListOps: kinds of attributes a Python value
 # does not tell (an int for an int-list axis; a tuple for a shape).
 _FALLBACK_KINDS = {
-    "Fill": {"shape": "shape"}, "RandomNormal": {"shape": "shape"},
+    "Fill": {"shape": "shape", "value": "float"},
+    "RandomNormal": {"shape": "shape", "stddev": "float", "mean": "float"},
     "RandomUniform": {"shape": "shape"},
     **{op: {"axis": "int_list"} for op in ("Sum", "Mean", "Max", "Min",
                                            "Prod")},

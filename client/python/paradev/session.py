@@ -22,6 +22,13 @@ from .tensor import Tensor
 _NULL = ffi.NULL
 MAX_RANK = _lib.C["PD_MAX_RANK"]
 TIMEOUT_NONE = _lib.C["PD_TIMEOUT_NONE"]
+# Deletions of collected tensors wait for this many before an op sends them
+# (one Delete, or one stream item, for all); uploads, downloads, syncs and a
+# timer (every 0.5 s) send them whatever their number.
+FLUSH_AT = 64
+_SCRATCH = 16  # inputs / outputs that fit the session's scratch arrays
+_U64_ARRAY = ffi.typeof("uint64_t[]")
+_INFO_ARRAY = ffi.typeof("pd_tensor_info[]")
 HEADER = _lib.C["PD_SHARED_MEMORY_HEADER_BYTES"]
 
 # Ops whose outputs hold the same value on every device whatever the
@@ -76,6 +83,9 @@ class Session:
         self._items = {}  # stream item index -> ids it makes or deletes
         self._dead = set()  # ids whose making item failed: never deleted
         self._index = ffi.new("uint64_t *")
+        self._in_buf = ffi.new(_U64_ARRAY, _SCRATCH)
+        self._out_buf = ffi.new(_U64_ARRAY, _SCRATCH)
+        self._defs = {}
         self._pipelined = bool(pipelined)
         self._attrs = lib.pd_attrs_new()
         self._region = None
@@ -290,58 +300,82 @@ class Session:
         are Tensors (or values, uploaded mirrored); attributes are plain
         Python values converted to the kinds the registry declares. Returns
         a Tensor, or a tuple for an op with several outputs."""
-        opdef = self.ops._def(name)
+        opdef = self._defs.get(name)
+        if opdef is None:
+            opdef = self._defs[name] = self.ops._def(name)
         n_out = opdef.num_outputs
-        ins = []
         mirrored = True
-        for x in inputs:
-            if isinstance(x, (list, tuple)) and x and \
-                    all(isinstance(e, Tensor) for e in x):
-                xs = x
-            else:
-                xs = (x,)
-            for e in xs:
-                if not isinstance(e, Tensor):
-                    e = self.constant(e)
-                elif e.session is not self:
-                    raise ValueError("tensor %d belongs to another session"
-                                     % e.id)
-                elif e._deleted:
-                    raise ValueError("tensor %d was deleted" % e.id)
-                ins.append(e)
-                if e._mirrored is not True:
-                    mirrored = None
+        ids = []
+        for e in inputs:
+            if e.__class__ is not Tensor:
+                if isinstance(e, (list, tuple)) and e and \
+                        all(isinstance(t, Tensor) for t in e):
+                    for t in e:
+                        ids.append(self._input_id(t))
+                        if t._mirrored is not True:
+                            mirrored = None
+                    continue
+                e = self._input_tensor(e)
+            elif e.session is not self or e._deleted:
+                self._input_id(e)
+            ids.append(e.id)
+            if e._mirrored is not True:
+                mirrored = None
         if name in _MIRRORING:
             mirrored = True
         elif name in _VARYING or attrs.get("per_device"):
             mirrored = False
-        ids = [e.id for e in ins]
+        n_in = len(ids)
         with self._lock:
-            if self._pending:
+            if len(self._pending) >= FLUSH_AT:
                 self._flush_deletes()
             a = self._set_attrs(opdef, attrs) if attrs else _NULL
-            in_arr = ffi.new("uint64_t[]", ids) if ids else _NULL
-            out_ids = ffi.new("uint64_t[]", n_out)
+            if n_in <= _SCRATCH:
+                in_arr = self._in_buf
+                in_arr[0:n_in] = ids
+            else:
+                in_arr = ffi.new(_U64_ARRAY, ids)
+            out_ids = self._out_buf if n_out <= _SCRATCH else \
+                ffi.new(_U64_ARRAY, n_out)
+            for i in range(n_out):
+                out_ids[i] = 0
             st = _lib.status()
             if self._pipelined:
                 code = lib.pd_stream_execute(self._get_stream(), _cstr(name),
-                                             in_arr, len(ids), a, out_ids,
+                                             in_arr, n_in, a, out_ids,
                                              n_out, self._index, st)
                 if code != 0:
                     _lib.raise_status(code, st)
+                if n_out == 1:
+                    out = Tensor(self, out_ids[0], None, None, mirrored)
+                    self._items[self._index[0]] = (out.id,)
+                    return out
                 outs = [Tensor(self, out_ids[i], None, None, mirrored)
                         for i in range(n_out)]
                 self._items[self._index[0]] = [o.id for o in outs]
             else:
                 self._drain()
-                infos = ffi.new("pd_tensor_info[]", n_out)
-                code = lib.pd_execute(self._s, _cstr(name), in_arr, len(ids),
+                infos = ffi.new(_INFO_ARRAY, n_out)
+                code = lib.pd_execute(self._s, _cstr(name), in_arr, n_in,
                                       a, out_ids, n_out, infos, _NULL, st)
                 if code != 0:
                     _lib.raise_status(code, st)
                 outs = [_tensor_from_info(self, infos[i], mirrored)
                         for i in range(n_out)]
         return outs[0] if n_out == 1 else tuple(outs)
+
+    def _input_id(self, e):
+        if not isinstance(e, Tensor):
+            raise TypeError("op inputs are paradev Tensors or host values; "
+                            "got %s" % type(e).__name__)
+        if e.session is not self:
+            raise ValueError("tensor %d belongs to another session" % e.id)
+        if e._deleted:
+            raise ValueError("tensor %d was deleted" % e.id)
+        return e.id
+
+    def _input_tensor(self, value):
+        return self.constant(value)
 
     def _set_attrs(self, opdef, attrs):
         a = self._attrs
@@ -398,7 +432,7 @@ class Session:
         a = _host_array(value, dtype)
         dt = _dtypes.to_number(a.dtype)
         with self._lock:
-            if self._pending:
+            if len(self._pending) >= FLUSH_AT:
                 self._flush_deletes()
             s = self._h()
             tid = lib.pd_session_new_id(s)
@@ -443,7 +477,7 @@ class Session:
         total = sum(a.nbytes for a in arrs)
         info = ffi.new("pd_tensor_info *")
         with self._lock:
-            if self._pending:
+            if len(self._pending) >= FLUSH_AT:
                 self._flush_deletes()
             s = self._h()
             tid = lib.pd_session_new_id(s)
@@ -504,7 +538,7 @@ class Session:
         """tensor.numpy(layout); see Tensor.numpy."""
         layouts.check(layout, "download")
         with self._lock:
-            if self._pending:
+            if len(self._pending) >= FLUSH_AT:
                 self._flush_deletes()
             self._drain()
             dtype = _dtypes.need_numpy(tensor.dtype)

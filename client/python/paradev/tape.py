@@ -2,6 +2,7 @@
 DeleteTape). Source: TensorFlow's GradientTape."""
 from . import _lib
 from ._lib import ffi, lib
+from .session import FLUSH_AT
 from .tensor import Tensor
 
 _NULL = ffi.NULL
@@ -27,7 +28,7 @@ class Tape:
     def __enter__(self):
         s = self.session
         with s._lock:
-            if s._pending:
+            if len(s._pending) >= FLUSH_AT:
                 s._flush_deletes()
             self.id = lib.pd_session_new_id(s._h())
             st = _lib.status()
@@ -98,7 +99,7 @@ class Tape:
             else 0
         st = _lib.status()
         with s._lock:
-            if s._pending:
+            if len(s._pending) >= FLUSH_AT:
                 s._flush_deletes()
             if s._pipelined:
                 t = s._get_stream()
