@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli_int.h"
+#include "cli_ops.h"
 #include "common.h"
 #include "paradev/paradev.h"
 
@@ -29,6 +30,7 @@ static const char cli_usage[] =
     "limits\n"
     "  health   the standard gRPC health check; exit 0 only when SERVING\n"
     "  ping     Echo round trips and their latency percentiles\n"
+    "  ops      the op reference: every op, or 'ops NAME' in full\n"
 #ifdef PARADEV_CLI_ADMIN
     "  admin    operators' commands on the admin socket (sessions, kill,\n"
     "           drain, log-level); 'paradev admin --help'\n"
@@ -55,6 +57,14 @@ static const char cli_usage[] =
     "refusing; for health, a status other than SERVING); 2 a bad command\n"
     "line, a bad --target included; 3 'admin kill --verify' found device\n"
     "memory still in use.\n";
+
+static const char cli_ops_usage[] =
+    "Usage: paradev [--target ADDR] ops [NAME] [--markdown]\n"
+    "The daemon's op reference (ListOps): without NAME a table of every op\n"
+    "(name, inputs -> outputs, summary); with NAME that op in full (inputs\n"
+    "and their dtypes, outputs, attributes with kind, default and range,\n"
+    "gradient, notes on how it differs from tf.raw_ops). --markdown prints\n"
+    "Markdown (docs/ops.md is the same, made without a daemon).\n";
 
 static const char cli_info_usage[] =
     "Usage: paradev [--target ADDR] info\n"
@@ -469,6 +479,47 @@ out_free:
   return rc;
 }
 
+/* --- ops ------------------------------------------------------------------------ */
+
+static int cli_ops(const cli_opts *o, int argc, char **argv) {
+  const char *name = NULL;
+  bool md = false;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(cli_ops_usage, stdout);
+      return 0;
+    }
+    if (strcmp(argv[i], "--markdown") == 0)
+      md = true;
+    else if (argv[i][0] == '-' || name)
+      return cli_usage_error("ops", "unknown argument '%s'", argv[i]);
+    else
+      name = argv[i];
+  }
+  pd_status *st = pd_status_new();
+  int rc = 0;
+  pd_client *c = cli_connect(o, "ops", st, &rc);
+  if (!c) {
+    pd_status_delete(st);
+    return rc;
+  }
+  pd_op_info *ops = NULL;
+  int n = 0;
+  if (pd_list_ops(c, name, &ops, &n, NULL, st) != PD_OK) {
+    rc = cli_fail("ops", st);
+  } else if (md) {
+    cli_ops_print_markdown(stdout, ops, n);
+  } else if (name && n == 1) {
+    cli_ops_print_one(stdout, &ops[0]);
+  } else {
+    cli_ops_print_table(stdout, ops, n);
+  }
+  pd_ops_free(ops, n);
+  pd_client_delete(c);
+  pd_status_delete(st);
+  return rc;
+}
+
 /* --- main ------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -541,6 +592,8 @@ int main(int argc, char **argv) {
       rc = cli_health(&o, nrest, rest);
     else if (strcmp(cmd, "ping") == 0)
       rc = cli_ping(&o, nrest, rest);
+    else if (strcmp(cmd, "ops") == 0)
+      rc = cli_ops(&o, nrest, rest);
 #ifdef PARADEV_CLI_ADMIN
     else if (strcmp(cmd, "admin") == 0)
       rc = cli_admin_with_target(target_given ? o.target : NULL, nrest, rest);

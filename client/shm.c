@@ -416,7 +416,8 @@ pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id, pd_dtype dtype,
   if (!region)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload_from_shared_memory: region is NULL");
-  if (layout.kind != PD_LAYOUT_MIRRORED && layout.kind != PD_LAYOUT_SHARDED)
+  if (layout.kind != PD_LAYOUT_UNSPECIFIED &&
+      layout.kind != PD_LAYOUT_MIRRORED && layout.kind != PD_LAYOUT_SHARDED)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload_from_shared_memory takes layout MIRRORED or "
                      "SHARDED; got kind %d (PER_COMPONENT: use "

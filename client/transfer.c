@@ -245,7 +245,8 @@ pd_code pd_upload(pd_session *s, uint64_t id, pd_dtype dtype,
                   pd_layout layout, pd_tensor_info *info,
                   const pd_call_options *call, pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
-  if (layout.kind != PD_LAYOUT_MIRRORED && layout.kind != PD_LAYOUT_SHARDED)
+  if (layout.kind != PD_LAYOUT_UNSPECIFIED &&
+      layout.kind != PD_LAYOUT_MIRRORED && layout.kind != PD_LAYOUT_SHARDED)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload takes layout MIRRORED or SHARDED; got kind %d "
                      "(PER_COMPONENT: use pd_upload_components)",

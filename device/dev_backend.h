@@ -30,19 +30,33 @@ typedef struct dev_infer_ctx dev_infer_ctx;
 
 /* One declared input or output argument. A list argument (is_list) takes
  * min_len or more tensors, as TFE_OpGetInputLength describes; an op declares
- * at most one list input. */
+ * at most one list input. The rest is the op reference's (ListOps,
+ * docs/ops.md): `dtypes` the dtypes the infer function accepts (an output:
+ * can produce), `dtype_rule` NULL or a few words on how they must agree
+ * ("same as x"), `doc` NULL or a few words on the argument. */
 typedef struct dev_arg_def {
   const char *name;
   bool is_list;
   int min_len;
+  unsigned dtypes; /* DEV_DTYPE_BIT of each dtype */
+  const char *dtype_rule;
+  const char *doc;
 } dev_arg_def;
 
 /* One declared attribute: its type and its default (type DEV_ATTR_NONE when
- * the attribute is required). */
+ * the attribute is required). The rest is the op reference's: `doc` NULL or
+ * a few words (bounds that depend on the inputs go here: "-rank..rank-1");
+ * `allowed` NULL or the NULL-terminated values a STRING attribute may take;
+ * inclusive bounds of the value (INT, FLOAT) or of every element (lists)
+ * when has_min / has_max. The infer function enforces all of them. */
 typedef struct dev_attr_def {
   const char *name;
   dev_attr_type type;
   dev_attr_value default_value;
+  const char *doc;
+  const char *const *allowed;
+  bool has_min, has_max;
+  double min, max;
 } dev_attr_def;
 
 /* Shape/dtype inference for one component: reads ctx->in_dtype/in_shape of
@@ -84,6 +98,12 @@ struct dev_op_def {
   dev_kernel_fn kernels[DEV_BACKEND_KINDS];
   /* Collective kind for DEV_OP_COLLECTIVE ops (dev_collective_kind). */
   int collective;
+  /* The op reference (ListOps, `paradev ops`, docs/ops.md): one line saying
+   * what the op computes (required: registration refuses an op without
+   * one), and NULL or more text, which says where the op differs from
+   * tf.raw_ops.<name>. */
+  const char *summary;
+  const char *notes;
 };
 
 /* Registers an op (the registry keeps the pointer; `def` must outlive the

@@ -231,6 +231,48 @@ bool dev_op_def_is_collective(const dev_op_def *def);
  * num_inputs cannot be split among the args. */
 int dev_op_input_length(const dev_op_def *def, int arg, int num_inputs);
 
+/* The op reference: what ListOps, `paradev ops` and docs/ops.md show of an
+ * op, read from its definition (device/ops/). Strings are static, never
+ * NULL ("" when the definition has none). Thread-safe after
+ * dev_registry_init. Source: TensorFlow's OpDef (ArgDef, AttrDef). */
+typedef struct dev_op_arg_info {
+  const char *name;
+  bool is_list;
+  int min_len;            /* 1 for a plain argument */
+  unsigned dtypes;        /* bit (1u << dtype) per accepted / produced dtype */
+  const char *dtype_rule; /* "same as x", ...; "" */
+  const char *doc;
+} dev_op_arg_info;
+
+typedef struct dev_op_attr_info {
+  const char *name;
+  dev_attr_type type;
+  bool has_default;
+  dev_attr_value default_value; /* when has_default; points at static data */
+  bool has_min, has_max;        /* inclusive bounds of the value or of every
+                                   list element */
+  double min, max;
+  const char *const *allowed; /* NULL or NULL-terminated strings */
+  const char *doc;
+} dev_op_attr_info;
+
+/* The one-line summary (never ""), and the notes ("" when none). */
+const char *dev_op_def_summary(const dev_op_def *def);
+const char *dev_op_def_notes(const dev_op_def *def);
+/* True when a tape can differentiate through the op (it has a VJP). */
+bool dev_op_def_has_gradient(const dev_op_def *def);
+/* Numbers of declared input args, outputs and attributes. */
+int dev_op_def_num_inputs(const dev_op_def *def);
+int dev_op_def_num_outputs(const dev_op_def *def);
+int dev_op_def_num_attrs(const dev_op_def *def);
+/* Input arg / output / attribute i; false (out untouched) outside range. */
+bool dev_op_def_input(const dev_op_def *def, int i, dev_op_arg_info *out);
+bool dev_op_def_output(const dev_op_def *def, int i, dev_op_arg_info *out);
+bool dev_op_def_attr(const dev_op_def *def, int i, dev_op_attr_info *out);
+/* The name of an attribute type as the reference prints it: "int", "float",
+ * "bool", "string", "dtype", "shape", "list(int)", "list(float)". */
+const char *dev_attr_type_name(dev_attr_type t);
+
 /* ------------------------------------------------------------------------ */
 /* Device memory                                                             */
 
@@ -435,8 +477,12 @@ pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
                          dev_status *st);
 
 /* Host byte size of a download of `t` by `layout` (for PER_COMPONENT, of
- * component `component`). INVALID_ARGUMENT for a layout that does not fit
- * (axis out of range, components that differ off the axis). */
+ * component `component`). MIRRORED means component 0. INVALID_ARGUMENT for
+ * a layout that does not fit (axis out of range, components that differ off
+ * the axis), and for MIRRORED of a tensor known not to be mirrored: made
+ * from a SHARDED or PER_COMPONENT host value, or whose components differ in
+ * shape (ops' outputs are judged by their shapes only). dev_tensor_read and
+ * dev_tensor_to_host check the same. */
 pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout,
                              int component, dev_shape *host_shape,
                              uint64_t *bytes, dev_status *st);

@@ -49,6 +49,11 @@ pd_code dev_op_register(dev_op_def *def, dev_status *st) {
       !def->infer)
     return dev_error(st, PD_INVALID_ARGUMENT, "op %s: malformed definition",
                      def->name);
+  if (!def->summary || !def->summary[0])
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "op %s: no summary; every op carries a one-line "
+                     "description for the op reference (dev_op_def.summary)",
+                     def->name);
   g_ops[g_num_ops++] = def;
   qsort(g_ops, (size_t)g_num_ops, sizeof g_ops[0], cmp_def);
   return PD_OK;

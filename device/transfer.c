@@ -52,6 +52,7 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
                      (int)layout->kind);
   }
   if (rc == PD_OK) rc = dev_tensor_create(e, dtype, shapes, out, st);
+  if (rc == PD_OK) (*out)->not_mirrored = layout->kind != DEV_LAYOUT_MIRRORED;
   free(shapes);
   return rc;
 }
@@ -181,11 +182,32 @@ pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
                    (int)layout->kind);
 }
 
+/* A MIRRORED download returns component 0: refused when the components are
+ * known to differ (uploaded sharded or per component, or of different
+ * shapes), so that it never silently returns one shard. */
+static pd_code check_mirrored(const dev_tensor *t, dev_status *st) {
+  const char *why = NULL;
+  char sb[160];
+  if (t->not_mirrored) why = "it was uploaded SHARDED or PER_COMPONENT";
+  for (int d = 1; d < t->n && !why; d++)
+    if (!dev_shape_equal(&t->comps[d].shape, &t->comps[0].shape))
+      why = "its components differ in shape";
+  if (!why) return PD_OK;
+  return dev_error(st, PD_INVALID_ARGUMENT,
+                   "a MIRRORED download returns component 0 as the value of "
+                   "every device, but this tensor of shape %s is not "
+                   "mirrored (%s); download it with layout SHARDED (the "
+                   "components concatenated along an axis), COMPONENT (one "
+                   "component) or PER_COMPONENT (each)",
+                   dev_shape_str(&t->shape, sb, sizeof sb), why);
+}
+
 pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout,
                              int component, dev_shape *host_shape,
                              uint64_t *bytes, dev_status *st) {
   switch (layout->kind) {
     case DEV_LAYOUT_MIRRORED:
+      PD_TRY(check_mirrored(t, st));
       component = 0;
       /* fall through */
     case DEV_LAYOUT_PER_COMPONENT:
@@ -258,6 +280,7 @@ pd_code dev_tensor_from_components(dev_engine *e, pd_dtype dtype,
                                    dev_status *st) {
   dev_tensor *t;
   PD_TRY(dev_tensor_create(e, dtype, shapes, &t, st));
+  t->not_mirrored = true;
   dev_layout lay = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
   for (int d = 0; d < t->n; d++) {
     pd_code rc =

@@ -432,6 +432,10 @@ vjp_fn dev__vjp_for(const dev_op_def *def) {
   return NULL;
 }
 
+bool dev_op_def_has_gradient(const dev_op_def *def) {
+  return dev__vjp_for(def) != NULL;
+}
+
 #undef X
 #undef Y
 #undef DY

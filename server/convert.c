@@ -328,6 +328,9 @@ pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor, int dtype,
   PD_TRY(srv_dtype_from_pb(dtype, "header", &u->dtype, st));
   if (layout) {
     switch ((int)layout->kind) {
+      /* UNSPECIFIED is MIRRORED on the way in: one host value for every
+       * device is unambiguous, and it is what older clients' zero meant. */
+      case PARADEV__V1__LAYOUT_KIND__LAYOUT_UNSPECIFIED:
       case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED: break;
       case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
         u->layout.kind = DEV_LAYOUT_SHARDED;
@@ -338,8 +341,8 @@ pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor, int dtype,
         break;
       default:
         return dev_error(st, PD_INVALID_ARGUMENT,
-                         "upload layout kind %d; expected MIRRORED (0), "
-                         "SHARDED (1) or PER_COMPONENT (2)",
+                         "upload layout kind %d; expected MIRRORED (1), "
+                         "SHARDED (2) or PER_COMPONENT (3)",
                          (int)layout->kind);
     }
   }
@@ -380,12 +383,22 @@ pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor, int dtype,
   return PD_OK;
 }
 
+#define SRV_DOWNLOAD_LAYOUTS_MSG                                               \
+  "expected MIRRORED (1: component 0, for a mirrored tensor), SHARDED (2: "    \
+  "the components concatenated along `axis`), PER_COMPONENT (3: each "         \
+  "component) or COMPONENT (4: component `component`)"
+
 pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
                                     dev_layout *out, int *num_parts,
                                     dev_status *st) {
   dev_layout l = {DEV_LAYOUT_MIRRORED, 0, 0};
   int parts = 1;
-  if (pb) {
+  if (!pb || pb->kind == PARADEV__V1__LAYOUT_KIND__LAYOUT_UNSPECIFIED)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "the download's layout is unspecified (LayoutKind 0, "
+                     "the default: paradevd does not guess); %s",
+                     SRV_DOWNLOAD_LAYOUTS_MSG);
+  {
     switch ((int)pb->kind) {
       case PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED: break;
       case PARADEV__V1__LAYOUT_KIND__LAYOUT_SHARDED:
@@ -406,8 +419,8 @@ pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
         break;
       default:
         return dev_error(st, PD_INVALID_ARGUMENT,
-                         "download layout kind %d; expected 0..3",
-                         (int)pb->kind);
+                         "download layout kind %d is unknown; %s",
+                         (int)pb->kind, SRV_DOWNLOAD_LAYOUTS_MSG);
     }
   }
   *out = l;
@@ -463,4 +476,150 @@ uint8_t *srv_chunk_header(uint8_t *p, int component, uint64_t offset,
   }
   *p++ = 0x1a;
   return srv_put_varint(p, len);
+}
+
+/* --- the op reference (ListOps) ------------------------------------------------ */
+
+static char *srv_str_or_empty(const char *s) { return (char *)(s ? s : ""); }
+
+static Paradev__V1__ArgDef *srv_arg_to_pb(const dev_op_arg_info *ai,
+                                          srv_arena *a) {
+  Paradev__V1__ArgDef *pb = srv_arena_alloc(a, sizeof *pb);
+  Paradev__V1__DType *dts =
+      srv_arena_alloc(a, sizeof *dts * (size_t)PD_DTYPE_COUNT);
+  if (!pb || !dts) return NULL;
+  paradev__v1__arg_def__init(pb);
+  pb->name = srv_str_or_empty(ai->name);
+  pb->is_list = ai->is_list;
+  pb->min_length = ai->min_len;
+  for (int dt = 1; dt < PD_DTYPE_COUNT; dt++)
+    if (ai->dtypes & (1u << dt)) dts[pb->n_dtypes++] = (Paradev__V1__DType)dt;
+  pb->dtypes = dts;
+  pb->dtype_rule = srv_str_or_empty(ai->dtype_rule);
+  pb->doc = srv_str_or_empty(ai->doc);
+  return pb;
+}
+
+/* The default's value; the arrays point into the registry's static data. */
+static Paradev__V1__AttrValue *srv_default_to_pb(const dev_attr_value *v,
+                                                 srv_arena *a) {
+  Paradev__V1__AttrValue *pb = srv_arena_alloc(a, sizeof *pb);
+  if (!pb) return NULL;
+  paradev__v1__attr_value__init(pb);
+  switch (v->type) {
+    case DEV_ATTR_INT:
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_I;
+      pb->i = v->u.i;
+      break;
+    case DEV_ATTR_FLOAT:
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_F;
+      pb->f = v->u.f;
+      break;
+    case DEV_ATTR_BOOL:
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_B;
+      pb->b = v->u.b;
+      break;
+    case DEV_ATTR_STRING: {
+      char *s = srv_arena_alloc(a, v->u.s.len + 1);
+      if (!s) return NULL;
+      memcpy(s, v->u.s.ptr, v->u.s.len);
+      s[v->u.s.len] = '\0';
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_S;
+      pb->s = s;
+      break;
+    }
+    case DEV_ATTR_DTYPE:
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_DTYPE;
+      pb->dtype = (Paradev__V1__DType)v->u.dtype;
+      break;
+    case DEV_ATTR_SHAPE: {
+      Paradev__V1__Shape *sh = srv_arena_alloc(a, sizeof *sh);
+      if (!sh) return NULL;
+      paradev__v1__shape__init(sh);
+      sh->n_dims = (size_t)v->u.shape.rank;
+      sh->dims = (int64_t *)v->u.shape.dims;
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_SHAPE;
+      pb->shape = sh;
+      break;
+    }
+    case DEV_ATTR_INT_LIST: {
+      Paradev__V1__IntList *l = srv_arena_alloc(a, sizeof *l);
+      if (!l) return NULL;
+      paradev__v1__int_list__init(l);
+      l->n_values = (size_t)v->u.ilist.n;
+      l->values = (int64_t *)v->u.ilist.v;
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_INT_LIST;
+      pb->int_list = l;
+      break;
+    }
+    case DEV_ATTR_FLOAT_LIST: {
+      Paradev__V1__FloatList *l = srv_arena_alloc(a, sizeof *l);
+      if (!l) return NULL;
+      paradev__v1__float_list__init(l);
+      l->n_values = (size_t)v->u.flist.n;
+      l->values = (double *)v->u.flist.v;
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_FLOAT_LIST;
+      pb->float_list = l;
+      break;
+    }
+    case DEV_ATTR_NONE: break;
+  }
+  return pb;
+}
+
+static Paradev__V1__AttrDef *srv_attr_def_to_pb(const dev_op_attr_info *ai,
+                                                srv_arena *a) {
+  Paradev__V1__AttrDef *pb = srv_arena_alloc(a, sizeof *pb);
+  if (!pb) return NULL;
+  paradev__v1__attr_def__init(pb);
+  pb->name = srv_str_or_empty(ai->name);
+  pb->kind = (Paradev__V1__AttrKind)ai->type;
+  if (ai->has_default &&
+      !(pb->default_value = srv_default_to_pb(&ai->default_value, a)))
+    return NULL;
+  pb->has_minimum = ai->has_min;
+  pb->minimum = ai->min;
+  pb->has_maximum = ai->has_max;
+  pb->maximum = ai->max;
+  size_t n = 0;
+  while (ai->allowed && ai->allowed[n]) n++;
+  pb->n_allowed_values = n;
+  pb->allowed_values = (char **)ai->allowed;
+  pb->doc = srv_str_or_empty(ai->doc);
+  return pb;
+}
+
+Paradev__V1__OpDef *srv_op_def_to_pb(const dev_op_def *def, srv_arena *a) {
+  Paradev__V1__OpDef *pb = srv_arena_alloc(a, sizeof *pb);
+  int ni = dev_op_def_num_inputs(def), no = dev_op_def_num_outputs(def),
+      na = dev_op_def_num_attrs(def);
+  Paradev__V1__ArgDef **in = srv_arena_alloc(a, sizeof *in * (size_t)(ni + 1));
+  Paradev__V1__ArgDef **out =
+      srv_arena_alloc(a, sizeof *out * (size_t)(no + 1));
+  Paradev__V1__AttrDef **at = srv_arena_alloc(a, sizeof *at * (size_t)(na + 1));
+  if (!pb || !in || !out || !at) return NULL;
+  paradev__v1__op_def__init(pb);
+  pb->name = (char *)dev_op_def_name(def);
+  pb->summary = (char *)dev_op_def_summary(def);
+  pb->notes = (char *)dev_op_def_notes(def);
+  dev_op_arg_info ai;
+  dev_op_attr_info ti;
+  for (int i = 0; i < ni; i++)
+    if (!dev_op_def_input(def, i, &ai) || !(in[i] = srv_arg_to_pb(&ai, a)))
+      return NULL;
+  for (int i = 0; i < no; i++)
+    if (!dev_op_def_output(def, i, &ai) || !(out[i] = srv_arg_to_pb(&ai, a)))
+      return NULL;
+  for (int i = 0; i < na; i++)
+    if (!dev_op_def_attr(def, i, &ti) || !(at[i] = srv_attr_def_to_pb(&ti, a)))
+      return NULL;
+  pb->n_inputs = (size_t)ni;
+  pb->inputs = in;
+  pb->n_outputs = (size_t)no;
+  pb->outputs = out;
+  pb->n_attrs = (size_t)na;
+  pb->attrs = at;
+  pb->has_gradient = dev_op_def_has_gradient(def);
+  pb->is_collective = dev_op_def_is_collective(def);
+  return pb;
 }

@@ -118,9 +118,12 @@ pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor_bytes, int dtype,
                                 Paradev__V1__Shape *const *component_shapes,
                                 srv_upload_spec *out, dev_status *st);
 
-/* A download's layout (NULL: MIRRORED) for a tensor of `ndev` components;
- * *num_parts gets the host values it makes (ndev for PER_COMPONENT, else 1).
- * INVALID_ARGUMENT for an unknown kind or a component out of range. */
+/* A download's layout for a tensor of `ndev` components; *num_parts gets
+ * the host values it makes (ndev for PER_COMPONENT, else 1).
+ * INVALID_ARGUMENT, naming the layouts that exist, for no layout (NULL) or
+ * LAYOUT_UNSPECIFIED (never guessed), an unknown kind, or a component out
+ * of range. (Whether MIRRORED fits the tensor is the engine's check,
+ * dev_tensor_host_size.) */
 pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
                                     dev_layout *out, int *num_parts,
                                     dev_status *st);
@@ -132,5 +135,10 @@ pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
 size_t srv_chunk_header_len(int component, uint64_t offset, size_t len);
 uint8_t *srv_chunk_header(uint8_t *p, int component, uint64_t offset,
                           size_t len);
+
+/* The op reference (ListOps): `def` as an OpDef, every message and array in
+ * `a` (strings and default values point at the registry's static data).
+ * NULL when out of memory. */
+Paradev__V1__OpDef *srv_op_def_to_pb(const dev_op_def *def, srv_arena *a);
 
 #endif /* PARADEV_SERVER_CONVERT_H */

@@ -45,13 +45,14 @@ static pd_code identity_infer(dev_infer_ctx *c, dev_status *st) {
 static dev_op_def identity_def = {
     .name = "Identity",
     .num_inputs = 1,
-    .inputs = {{"input", false, 0}},
+    .inputs = {{"input", false, 0, DEV_MASK_ALL}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_ALL, "same as input"}},
     .num_attrs = 0,
     .flags = DEV_OP_ALIASES_INPUT,
     .infer = identity_infer,
     .kernels = {NULL, NULL},
+    .summary = "output = input (shares input's memory; no kernel runs).",
 };
 
 /* ------------------------------------------------------------------------ */
@@ -141,14 +142,27 @@ static pd_code reshape_infer(dev_infer_ctx *c, dev_status *st) {
 static dev_op_def reshape_def = {
     .name = "Reshape",
     .num_inputs = 1,
-    .inputs = {{"tensor", false, 0}},
+    .inputs = {{"tensor", false, 0, DEV_MASK_ALL}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_ALL, "same as tensor"}},
     .num_attrs = 1,
-    .attrs = {{"shape", DEV_ATTR_INT_LIST, {.type = DEV_ATTR_NONE}}},
+    .attrs = {{"shape",
+               DEV_ATTR_INT_LIST,
+               {.type = DEV_ATTR_NONE},
+               .doc = "the new dims; one -1 is inferred from the element "
+                      "count (per component)",
+               .has_min = true,
+               .min = -1}},
     .flags = DEV_OP_ALIASES_INPUT,
     .infer = reshape_infer,
     .kernels = {NULL, NULL},
+    .summary =
+        "output = tensor's elements in row-major order with the "
+        "attribute shape (shares tensor's memory).",
+    .notes =
+        "Differs from tf.raw_ops.Reshape: TF takes the new shape as an "
+        "input tensor `shape` (int32/int64); here `shape` is an int-list "
+        "attribute. As in TF, one entry may be -1.",
 };
 
 /* ------------------------------------------------------------------------ */
@@ -340,13 +354,23 @@ static pd_code transpose_kernel(dev_kernel_ctx *c, dev_status *st) {
 static dev_op_def transpose_def = {
     .name = "Transpose",
     .num_inputs = 1,
-    .inputs = {{"x", false, 0}},
+    .inputs = {{"x", false, 0, DEV_MASK_ALL}},
     .num_outputs = 1,
-    .outputs = {{"y", false, 0}},
+    .outputs = {{"y", false, 0, DEV_MASK_ALL, "same as x"}},
     .num_attrs = 1,
-    .attrs = {{"perm", DEV_ATTR_INT_LIST, {.type = DEV_ATTR_NONE}}},
+    .attrs = {{"perm",
+               DEV_ATTR_INT_LIST,
+               {.type = DEV_ATTR_NONE},
+               .doc = "a permutation of 0..rank-1; [] reverses the axes",
+               .has_min = true,
+               .min = 0}},
     .infer = transpose_infer,
     .kernels = {transpose_kernel, NULL},
+    .summary = "y = x with its axes permuted: y.dims[i] = x.dims[perm[i]].",
+    .notes =
+        "Differs from tf.raw_ops.Transpose: TF takes `perm` as an input "
+        "tensor; here it is a required int-list attribute, and an "
+        "empty `perm` reverses the axes (numpy.transpose).",
 };
 
 /* Registers Identity, Reshape and Transpose and their CPU kernels (called by

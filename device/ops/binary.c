@@ -367,16 +367,55 @@ EW_BINARY_KERNEL(ew_k_less, BIN_LT)
 
 static dev_op_def binary_defs[] = {
     /* Binary with broadcasting, TF raw ops of the same names. */
-    EW_BINARY_DEF("Add", ew_infer_arith, ew_k_add),
-    EW_BINARY_DEF("Sub", ew_infer_arith, ew_k_sub),
-    EW_BINARY_DEF("Mul", ew_infer_arith, ew_k_mul),
-    EW_BINARY_DEF("Div", ew_infer_arith, ew_k_div),
-    EW_BINARY_DEF("Pow", ew_infer_arith, ew_k_pow),
-    EW_BINARY_DEF("Maximum", ew_infer_arith, ew_k_max),
-    EW_BINARY_DEF("Minimum", ew_infer_arith, ew_k_min),
-    EW_BINARY_DEF("Equal", ew_infer_equal, ew_k_equal),
-    EW_BINARY_DEF("Greater", ew_infer_order, ew_k_greater),
-    EW_BINARY_DEF("Less", ew_infer_order, ew_k_less),
+    EW_BINARY_DEF("Add", ew_infer_arith, ew_k_add, DEV_MASK_NUMBER,
+                  DEV_MASK_NUMBER, "same as x",
+                  "z = x + y, element-wise with NumPy broadcasting; integers "
+                  "wrap around.",
+                  NULL),
+    EW_BINARY_DEF("Sub", ew_infer_arith, ew_k_sub, DEV_MASK_NUMBER,
+                  DEV_MASK_NUMBER, "same as x",
+                  "z = x - y, element-wise with NumPy broadcasting; integers "
+                  "wrap around.",
+                  NULL),
+    EW_BINARY_DEF("Mul", ew_infer_arith, ew_k_mul, DEV_MASK_NUMBER,
+                  DEV_MASK_NUMBER, "same as x",
+                  "z = x * y, element-wise with NumPy broadcasting; integers "
+                  "wrap around.",
+                  NULL),
+    EW_BINARY_DEF("Div", ew_infer_arith, ew_k_div, DEV_MASK_NUMBER,
+                  DEV_MASK_NUMBER, "same as x",
+                  "z = x / y, element-wise with NumPy broadcasting; integer "
+                  "division truncates toward zero and fails on a zero divisor.",
+                  NULL),
+    EW_BINARY_DEF("Pow", ew_infer_arith, ew_k_pow, DEV_MASK_NUMBER,
+                  DEV_MASK_NUMBER, "same as x",
+                  "z = x ^ y, element-wise with NumPy broadcasting; an integer "
+                  "to a negative power fails.",
+                  NULL),
+    EW_BINARY_DEF(
+        "Maximum", ew_infer_arith, ew_k_max, DEV_MASK_NUMBER, DEV_MASK_NUMBER,
+        "same as x",
+        "z = max(x, y), element-wise with NumPy broadcasting; NaN propagates.",
+        NULL),
+    EW_BINARY_DEF(
+        "Minimum", ew_infer_arith, ew_k_min, DEV_MASK_NUMBER, DEV_MASK_NUMBER,
+        "same as x",
+        "z = min(x, y), element-wise with NumPy broadcasting; NaN propagates.",
+        NULL),
+    EW_BINARY_DEF(
+        "Equal", ew_infer_equal, ew_k_equal, DEV_MASK_ALL,
+        DEV_DTYPE_BIT(PD_BOOL), "bool",
+        "z = (x == y) as bool, element-wise with NumPy broadcasting.",
+        "Differs from tf.raw_ops.Equal: no `incompatible_shape_error` "
+        "attribute (shapes that do not broadcast are always an error)."),
+    EW_BINARY_DEF("Greater", ew_infer_order, ew_k_greater, DEV_MASK_NUMBER,
+                  DEV_DTYPE_BIT(PD_BOOL), "bool",
+                  "z = (x > y) as bool, element-wise with NumPy broadcasting.",
+                  NULL),
+    EW_BINARY_DEF("Less", ew_infer_order, ew_k_less, DEV_MASK_NUMBER,
+                  DEV_DTYPE_BIT(PD_BOOL), "bool",
+                  "z = (x < y) as bool, element-wise with NumPy broadcasting.",
+                  NULL),
 };
 
 /* Registers the binary element-wise ops and their CPU kernels. */

@@ -117,56 +117,88 @@ static pd_code reduce_scatter_infer(dev_infer_ctx *c, dev_status *st) {
     DEV_ATTR_INT, { .i = v }                                                   \
   }
 
+static const char *const k_reductions[] = {"sum", "mean", "max",
+                                           "min", "prod", NULL};
+
+#define COLL_NOTES(TF)                                                         \
+  "No tf.raw_ops op of this name: the nearest is tf.raw_ops." TF               \
+  ", which takes its group, key and device count as inputs and attributes; "   \
+  "here the group is always the session's whole mesh, in the one global "      \
+  "order of ops."
+
 static dev_op_def all_reduce_def = {
     .name = "AllReduce",
     .num_inputs = 1,
-    .inputs = {{"input", false, 1}},
+    .inputs = {{"input", false, 1, COLL_DTYPES}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 1}},
+    .outputs = {{"output", false, 1, COLL_DTYPES, "same as input"}},
     .num_attrs = 1,
-    .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum")}},
+    .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum"),
+               .doc = "how components combine (mean: not for bool)",
+               .allowed = k_reductions}},
     .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
     .infer = all_reduce_infer,
     .collective = DEV_COLL_ALL_REDUCE,
+    .summary =
+        "Every component becomes the reduction (sum, mean, max, min "
+        "or prod) of all components, which must share one shape.",
+    .notes = COLL_NOTES("CollectiveReduceV2 (or NcclAllReduce)"),
 };
 
 static dev_op_def broadcast_def = {
     .name = "Broadcast",
     .num_inputs = 1,
-    .inputs = {{"input", false, 1}},
+    .inputs = {{"input", false, 1, COLL_DTYPES}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 1}},
+    .outputs = {{"output", false, 1, COLL_DTYPES, "same as input"}},
     .num_attrs = 1,
-    .attrs = {{"root", DEV_ATTR_INT, INT_DEFAULT(0)}},
+    .attrs = {{"root", DEV_ATTR_INT, INT_DEFAULT(0),
+               .doc = "the device whose component is copied; 0..devices-1",
+               .has_min = true, .min = 0}},
     .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
     .infer = broadcast_infer,
     .collective = DEV_COLL_BROADCAST,
+    .summary = "Every component becomes a copy of component `root`.",
+    .notes = COLL_NOTES("CollectiveBcastSendV2 / CollectiveBcastRecvV2 (or "
+                        "NcclBroadcast)"),
 };
 
 static dev_op_def all_gather_def = {
     .name = "AllGather",
     .num_inputs = 1,
-    .inputs = {{"input", false, 1}},
+    .inputs = {{"input", false, 1, COLL_DTYPES}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 1}},
+    .outputs = {{"output", false, 1, COLL_DTYPES, "same as input"}},
     .num_attrs = 1,
-    .attrs = {{"axis", DEV_ATTR_INT, INT_DEFAULT(0)}},
+    .attrs = {{"axis", DEV_ATTR_INT, INT_DEFAULT(0),
+               .doc = "the axis to concatenate along; -rank..rank-1"}},
     .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
     .infer = all_gather_infer,
     .collective = DEV_COLL_ALL_GATHER,
+    .summary =
+        "Every component becomes the concatenation of all components "
+        "along `axis` (their other dims must agree).",
+    .notes = COLL_NOTES("CollectiveGatherV2 (which gathers along axis 0 "
+                        "only)"),
 };
 
 static dev_op_def reduce_scatter_def = {
     .name = "ReduceScatter",
     .num_inputs = 1,
-    .inputs = {{"input", false, 1}},
+    .inputs = {{"input", false, 1, COLL_DTYPES}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 1}},
+    .outputs = {{"output", false, 1, COLL_DTYPES, "same as input"}},
     .num_attrs = 1,
-    .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum")}},
+    .attrs = {{"reduction", DEV_ATTR_STRING, STR_DEFAULT("sum"),
+               .doc = "how components combine (mean: not for bool)",
+               .allowed = k_reductions}},
     .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
     .infer = reduce_scatter_infer,
     .collective = DEV_COLL_REDUCE_SCATTER,
+    .summary =
+        "Reduces all components (one shape) and leaves shard i of the "
+        "result, along axis 0 as numpy.array_split, on device i.",
+    .notes = COLL_NOTES("CollectiveReduceScatterV2"),
 };
 
 void dev_register_collective_ops(void) {

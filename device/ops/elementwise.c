@@ -194,16 +194,30 @@ EW_UNARY_KERNEL(ew_k_sigmoid, UN_SIGMOID)
 static dev_op_def elementwise_defs[] = {
     /* Unary, TF raw ops Neg, Abs, Square, Relu, Exp, Log, Sqrt, Rsqrt,
      * Tanh, Sigmoid. */
-    EW_UNARY_DEF("Neg", ew_infer_unary_number, ew_k_neg),
-    EW_UNARY_DEF("Abs", ew_infer_unary_number, ew_k_abs),
-    EW_UNARY_DEF("Square", ew_infer_unary_number, ew_k_square),
-    EW_UNARY_DEF("Relu", ew_infer_unary_number, ew_k_relu),
-    EW_UNARY_DEF("Exp", ew_infer_unary_float, ew_k_exp),
-    EW_UNARY_DEF("Log", ew_infer_unary_float, ew_k_log),
-    EW_UNARY_DEF("Sqrt", ew_infer_unary_float, ew_k_sqrt),
-    EW_UNARY_DEF("Rsqrt", ew_infer_unary_float, ew_k_rsqrt),
-    EW_UNARY_DEF("Tanh", ew_infer_unary_float, ew_k_tanh),
-    EW_UNARY_DEF("Sigmoid", ew_infer_unary_float, ew_k_sigmoid),
+    EW_UNARY_DEF("Neg", ew_infer_unary_number, ew_k_neg, DEV_MASK_NUMBER,
+                 "y = -x, element-wise; integers wrap around.", NULL),
+    EW_UNARY_DEF(
+        "Abs", ew_infer_unary_number, ew_k_abs, DEV_MASK_NUMBER,
+        "y = |x|, element-wise; the most negative integer stays itself.", NULL),
+    EW_UNARY_DEF("Square", ew_infer_unary_number, ew_k_square, DEV_MASK_NUMBER,
+                 "y = x * x, element-wise; integers wrap around.", NULL),
+    EW_UNARY_DEF(
+        "Relu", ew_infer_unary_number, ew_k_relu, DEV_MASK_NUMBER,
+        "y = max(x, 0), element-wise.",
+        "Differs from tf.raw_ops.Relu in argument names only: the input is `x` "
+        "(TF: `features`) and the output `y` (TF: `activations`)."),
+    EW_UNARY_DEF("Exp", ew_infer_unary_float, ew_k_exp, DEV_MASK_FLOAT,
+                 "y = e^x, element-wise.", NULL),
+    EW_UNARY_DEF("Log", ew_infer_unary_float, ew_k_log, DEV_MASK_FLOAT,
+                 "y = ln(x), element-wise (-inf at 0, NaN below).", NULL),
+    EW_UNARY_DEF("Sqrt", ew_infer_unary_float, ew_k_sqrt, DEV_MASK_FLOAT,
+                 "y = sqrt(x), element-wise (NaN below 0).", NULL),
+    EW_UNARY_DEF("Rsqrt", ew_infer_unary_float, ew_k_rsqrt, DEV_MASK_FLOAT,
+                 "y = 1 / sqrt(x), element-wise.", NULL),
+    EW_UNARY_DEF("Tanh", ew_infer_unary_float, ew_k_tanh, DEV_MASK_FLOAT,
+                 "y = tanh(x), element-wise.", NULL),
+    EW_UNARY_DEF("Sigmoid", ew_infer_unary_float, ew_k_sigmoid, DEV_MASK_FLOAT,
+                 "y = 1 / (1 + e^-x), element-wise.", NULL),
 };
 
 /* Registers the unary element-wise ops and their CPU kernels. */

@@ -180,19 +180,26 @@ static inline uint64_t ew_ipow(uint64_t x, uint64_t y) {
   return r;
 }
 
-#define EW_UNARY_DEF(NAME, INFER, KERNEL)                                      \
+/* A unary element-wise op: x of a dtype in MASK, y of x's dtype and shape;
+ * SUMMARY and NOTES (NULL: none) for the op reference. */
+#define EW_UNARY_DEF(NAME, INFER, KERNEL, MASK, SUMMARY, NOTES)                \
   {                                                                            \
-    .name = NAME, .num_inputs = 1, .inputs = {{"x", false, 1}},                \
-    .num_outputs = 1, .outputs = {{"y", false, 1}}, .infer = INFER,            \
-    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                   \
+    .name = NAME, .num_inputs = 1, .inputs = {{"x", false, 1, MASK}},          \
+    .num_outputs = 1, .outputs = {{"y", false, 1, MASK, "same as x"}},         \
+    .infer = INFER, .kernels = {[DEV_BACKEND_CPU] = KERNEL},                   \
+    .summary = SUMMARY, .notes = NOTES,                                        \
   }
 
-#define EW_BINARY_DEF(NAME, INFER, KERNEL)                                     \
+/* A binary element-wise op with NumPy broadcasting: x and y of one dtype in
+ * MASK; z of OUT_MASK (RULE says which). */
+#define EW_BINARY_DEF(NAME, INFER, KERNEL, MASK, OUT_MASK, RULE, SUMMARY,      \
+                      NOTES)                                                   \
   {                                                                            \
     .name = NAME, .num_inputs = 2,                                             \
-    .inputs = {{"x", false, 1}, {"y", false, 1}}, .num_outputs = 1,            \
-    .outputs = {{"z", false, 1}}, .infer = INFER,                              \
-    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                   \
+    .inputs = {{"x", false, 1, MASK}, {"y", false, 1, MASK, "same as x"}},     \
+    .num_outputs = 1, .outputs = {{"z", false, 1, OUT_MASK, RULE}},            \
+    .infer = INFER, .kernels = {[DEV_BACKEND_CPU] = KERNEL},                   \
+    .summary = SUMMARY, .notes = NOTES,                                        \
   }
 
 /* What infer messages say the dtype masks accept. */

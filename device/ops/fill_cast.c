@@ -220,16 +220,24 @@ static dev_op_def fill_cast_defs[] = {
     {
         .name = "Cast",
         .num_inputs = 1,
-        .inputs = {{"x", false, 1}},
+        .inputs = {{"x", false, 1, DEV_MASK_ALL}},
         .num_outputs = 1,
-        .outputs = {{"y", false, 1}},
+        .outputs = {{"y", false, 1, DEV_MASK_ALL, "the attribute DstT"}},
         .num_attrs = 2,
-        .attrs = {{"DstT", DEV_ATTR_DTYPE, {.type = DEV_ATTR_NONE}},
+        .attrs = {{"DstT",
+                   DEV_ATTR_DTYPE,
+                   {.type = DEV_ATTR_NONE},
+                   .doc = "the output's dtype"},
                   {"Truncate",
                    DEV_ATTR_BOOL,
-                   {.type = DEV_ATTR_BOOL, .u.b = false}}},
+                   {.type = DEV_ATTR_BOOL, .u.b = false},
+                   .doc = "accepted and ignored"}},
         .infer = ew_infer_cast,
         .kernels = {[DEV_BACKEND_CPU] = ew_k_cast},
+        .summary = "y = x converted to dtype DstT, element-wise; float to "
+                   "integer truncates, saturates and maps NaN to 0.",
+        .notes = "Differs from tf.raw_ops.Cast: SrcT is not an attribute (it "
+                 "is x's dtype), and Truncate is accepted but ignored.",
     },
     /* Fill(; shape, value, dtype): TF's Fill takes dims and value as
      * tensors; here they are attributes. */
@@ -237,18 +245,33 @@ static dev_op_def fill_cast_defs[] = {
         .name = "Fill",
         .num_inputs = 0,
         .num_outputs = 1,
-        .outputs = {{"output", false, 1}},
+        .outputs = {{"output", false, 1, DEV_MASK_ALL, "the attribute dtype"}},
         .num_attrs = 3,
-        .attrs = {{"shape", DEV_ATTR_SHAPE, {.type = DEV_ATTR_NONE}},
-                  {"value", DEV_ATTR_FLOAT, {.type = DEV_ATTR_NONE}},
+        .attrs = {{"shape",
+                   DEV_ATTR_SHAPE,
+                   {.type = DEV_ATTR_NONE},
+                   .doc = "the output's shape"},
+                  {"value",
+                   DEV_ATTR_FLOAT,
+                   {.type = DEV_ATTR_NONE},
+                   .doc = "every element, converted to dtype"},
                   {"dtype",
                    DEV_ATTR_DTYPE,
-                   {.type = DEV_ATTR_DTYPE, .u.dtype = PD_FLOAT32}}},
+                   {.type = DEV_ATTR_DTYPE, .u.dtype = PD_FLOAT32},
+                   .doc = "the output's dtype"}},
         .infer = ew_infer_fill,
         .kernels = {[DEV_BACKEND_CPU] = ew_k_fill},
+        .summary = "A tensor of the attribute shape whose every element is "
+                   "value, of dtype dtype.",
+        .notes = "Differs from tf.raw_ops.Fill: TF takes `dims` and `value` "
+                 "as input tensors (the dtype is value's); here `shape` is a "
+                 "shape attribute, `value` a float attribute and `dtype` an "
+                 "attribute (default float32).",
     },
-    EW_UNARY_DEF("ZerosLike", ew_infer_like, ew_k_zeros_like),
-    EW_UNARY_DEF("OnesLike", ew_infer_like, ew_k_ones_like),
+    EW_UNARY_DEF("ZerosLike", ew_infer_like, ew_k_zeros_like, DEV_MASK_ALL,
+                 "y = zeros of x's shape and dtype.", NULL),
+    EW_UNARY_DEF("OnesLike", ew_infer_like, ew_k_ones_like, DEV_MASK_ALL,
+                 "y = ones of x's shape and dtype.", NULL),
 };
 
 /* Registers the Cast, Fill, ZerosLike and OnesLike and their CPU kernels. */

@@ -159,21 +159,35 @@ static pd_code sigmoid_grad_cpu(dev_kernel_ctx *c, dev_status *st) {
   return eg_kernel(c, EG_SIGMOID, st);
 }
 
-#define EG_DEF(NAME, IN0, IN1, OUT, KERNEL)                                    \
+#define EG_DEF(NAME, IN0, IN1, OUT, KERNEL, SUMMARY)                           \
   {                                                                            \
     .name = NAME, .num_inputs = 2,                                             \
-    .inputs = {{IN0, false, 0}, {IN1, false, 0}}, .num_outputs = 1,            \
-    .outputs = {{OUT, false, 0}}, .infer = eg_infer,                           \
-    .kernels = {[DEV_BACKEND_CPU] = KERNEL},                                   \
+    .inputs = {{IN0, false, 0, DEV_MASK_FLOAT},                                \
+               {IN1, false, 0, DEV_MASK_FLOAT, "same as " IN0}},               \
+    .num_outputs = 1,                                                          \
+    .outputs = {{OUT, false, 0, DEV_MASK_FLOAT, "same as " IN0}},              \
+    .infer = eg_infer, .kernels = {[DEV_BACKEND_CPU] = KERNEL},                \
+    .summary = SUMMARY,                                                        \
   }
 
 static dev_op_def eg_defs[] = {
-    EG_DEF("ReluGrad", "gradients", "features", "backprops", relu_grad_cpu),
-    EG_DEF("SqrtGrad", "y", "dy", "z", sqrt_grad_cpu),
-    EG_DEF("RsqrtGrad", "y", "dy", "z", rsqrt_grad_cpu),
-    EG_DEF("TanhGrad", "y", "dy", "z", tanh_grad_cpu),
-    EG_DEF("SigmoidGrad", "y", "dy", "z", sigmoid_grad_cpu),
+    EG_DEF("ReluGrad", "gradients", "features", "backprops", relu_grad_cpu,
+           "backprops = gradients * (features > 0): the gradient of Relu."),
+    EG_DEF("SqrtGrad", "y", "dy", "z", sqrt_grad_cpu,
+           "z = dy * 0.5 / y, where y = sqrt(x): the gradient of Sqrt."),
+    EG_DEF("RsqrtGrad", "y", "dy", "z", rsqrt_grad_cpu,
+           "z = dy * -0.5 * y^3, where y = rsqrt(x): the gradient of Rsqrt."),
+    EG_DEF("TanhGrad", "y", "dy", "z", tanh_grad_cpu,
+           "z = dy * (1 - y^2), where y = tanh(x): the gradient of Tanh."),
+    EG_DEF("SigmoidGrad", "y", "dy", "z", sigmoid_grad_cpu,
+           "z = dy * y * (1 - y), where y = sigmoid(x): the gradient of "
+           "Sigmoid."),
 };
+
+#define LIKE_NOTES                                                             \
+  "paradev's own (no tf.raw_ops op of this name): TensorFlow's gradients "     \
+  "take shapes from tensors computed at run time; here `like` gives each "     \
+  "component's shape (its data is never read), so uneven shards work."
 
 /* ------------------------------------------------------------------------ */
 /* BroadcastToLike(input, like; axis = [], mean = false)                     */
@@ -329,16 +343,28 @@ static pd_code btl_cpu(dev_kernel_ctx *c, dev_status *st) {
 static dev_op_def btl_def = {
     .name = "BroadcastToLike",
     .num_inputs = 2,
-    .inputs = {{"input", false, 0}, {"like", false, 0}},
+    .inputs = {{"input", false, 0, DEV_MASK_ALL},
+               {"like", false, 0, DEV_MASK_ALL, NULL,
+                "only its shape is read"}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_ALL, "same as input"}},
     .num_attrs = 2,
     .attrs = {{"axis",
                DEV_ATTR_INT_LIST,
-               {.type = DEV_ATTR_INT_LIST, .u.ilist = {NULL, 0}}},
-              {"mean", DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false}}},
+               {.type = DEV_ATTR_INT_LIST, .u.ilist = {NULL, 0}},
+               .doc = "axes of like missing from input (a reduction's "
+                      "axes without keep_dims); -rank..rank-1"},
+              {"mean",
+               DEV_ATTR_BOOL,
+               {.type = DEV_ATTR_BOOL, .u.b = false},
+               .doc = "divide by the broadcast factor (the gradient of "
+                      "Mean; floating dtypes)"}},
     .infer = btl_infer,
     .kernels = {[DEV_BACKEND_CPU] = btl_cpu},
+    .summary =
+        "output = input broadcast to like's shape (NumPy), size-1 "
+        "axes put back at `axis` first: the gradient of a reduction.",
+    .notes = LIKE_NOTES,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -441,11 +467,17 @@ static pd_code stl_cpu(dev_kernel_ctx *c, dev_status *st) {
 static dev_op_def stl_def = {
     .name = "SumToLike",
     .num_inputs = 2,
-    .inputs = {{"input", false, 0}, {"like", false, 0}},
+    .inputs = {{"input", false, 0, DEV_MASK_FLOAT},
+               {"like", false, 0, DEV_MASK_ALL, NULL,
+                "only its shape is read"}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_FLOAT, "same as input"}},
     .infer = stl_infer,
     .kernels = {[DEV_BACKEND_CPU] = stl_cpu},
+    .summary =
+        "output = input summed over the axes that broadcasting like "
+        "to input created or stretched: the gradient of broadcasting.",
+    .notes = LIKE_NOTES,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -474,12 +506,18 @@ static pd_code rsl_infer(dev_infer_ctx *c, dev_status *st) {
 static dev_op_def rsl_def = {
     .name = "ReshapeLike",
     .num_inputs = 2,
-    .inputs = {{"input", false, 0}, {"like", false, 0}},
+    .inputs = {{"input", false, 0, DEV_MASK_ALL},
+               {"like", false, 0, DEV_MASK_ALL, NULL,
+                "only its shape is read"}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_ALL, "same as input"}},
     .flags = DEV_OP_ALIASES_INPUT,
     .infer = rsl_infer,
     .kernels = {NULL, NULL},
+    .summary =
+        "output = input's elements with like's shape (equal element "
+        "counts; shares input's memory): the gradient of Reshape.",
+    .notes = LIKE_NOTES,
 };
 
 /* ------------------------------------------------------------------------ */

@@ -66,16 +66,32 @@ static pd_code sg_cpu(dev_kernel_ctx *c, dev_status *st) {
   return PD_OK;
 }
 
+#define PARTS_NOTES                                                            \
+  "paradev's own (no tf.raw_ops op of this name): TensorFlow's gradients "     \
+  "take offsets and shapes from tensors computed at run time; here `like` "    \
+  "gives each component's shape (its data is never read)."
+
 static dev_op_def sg_def = {
     .name = "SliceGrad",
     .num_inputs = 2,
-    .inputs = {{"grad", false, 0}, {"like", false, 0}},
+    .inputs = {{"grad", false, 0, DEV_MASK_ALL},
+               {"like", false, 0, DEV_MASK_ALL, NULL,
+                "only its shape is read"}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_ALL, "same as grad"}},
     .num_attrs = 1,
-    .attrs = {{"begin", DEV_ATTR_INT_LIST, {.type = DEV_ATTR_NONE}}},
+    .attrs = {{"begin",
+               DEV_ATTR_INT_LIST,
+               {.type = DEV_ATTR_NONE},
+               .doc = "Slice's begin, one entry per axis",
+               .has_min = true,
+               .min = 0}},
     .infer = sg_infer,
     .kernels = {[DEV_BACKEND_CPU] = sg_cpu},
+    .summary =
+        "Zeros of like's shape with grad written at `begin`: the "
+        "gradient of Slice.",
+    .notes = PARTS_NOTES,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -169,16 +185,29 @@ static pd_code cg_cpu(dev_kernel_ctx *c, dev_status *st) {
 static dev_op_def cg_def = {
     .name = "ConcatGrad",
     .num_inputs = 2,
-    .inputs = {{"grad", false, 0}, {"values", true, 1}},
+    .inputs = {{"grad", false, 0, DEV_MASK_ALL},
+               {"values", true, 1, DEV_MASK_ALL, NULL,
+                "Concat's inputs up to the one wanted (only shapes are "
+                "read)"}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_ALL, "same as grad"}},
     .num_attrs = 2,
-    .attrs = {{"axis", DEV_ATTR_INT, {.type = DEV_ATTR_NONE}},
+    .attrs = {{"axis",
+               DEV_ATTR_INT,
+               {.type = DEV_ATTR_NONE},
+               .doc = "Concat's axis; -rank..rank-1"},
               {"from_end",
                DEV_ATTR_BOOL,
-               {.type = DEV_ATTR_BOOL, .u.b = false}}},
+               {.type = DEV_ATTR_BOOL, .u.b = false},
+               .doc = "values are Concat's inputs from the wanted one to the "
+                      "last"}},
     .infer = cg_infer,
     .kernels = {[DEV_BACKEND_CPU] = cg_cpu},
+    .summary =
+        "The part of grad that Concat along `axis` took from the last "
+        "of `values` (the first, with from_end): the gradient of "
+        "Concat.",
+    .notes = PARTS_NOTES,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -289,13 +318,24 @@ static pd_code gg_cpu(dev_kernel_ctx *c, dev_status *st) {
 static dev_op_def gg_def = {
     .name = "GatherGrad",
     .num_inputs = 3,
-    .inputs = {{"grad", false, 0}, {"indices", false, 0}, {"like", false, 0}},
+    .inputs = {{"grad", false, 0, DEV_MASK_FLOAT},
+               {"indices", false, 0,
+                DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64)},
+               {"like", false, 0, DEV_MASK_ALL, NULL,
+                "only its shape is read"}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_FLOAT, "same as grad"}},
     .num_attrs = 1,
-    .attrs = {{"axis", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}}},
+    .attrs = {{"axis",
+               DEV_ATTR_INT,
+               {.type = DEV_ATTR_INT, .u.i = 0},
+               .doc = "Gather's axis; -rank..rank-1"}},
     .infer = gg_infer,
     .kernels = {[DEV_BACKEND_CPU] = gg_cpu},
+    .summary =
+        "Zeros of like's shape with grad's slices added at `indices` "
+        "along `axis` (repeats add up): the gradient of Gather.",
+    .notes = PARTS_NOTES,
 };
 
 /* ------------------------------------------------------------------------ */

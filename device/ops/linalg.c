@@ -366,47 +366,68 @@ static pd_code biasadd_cpu(dev_kernel_ctx *ctx, dev_status *st) {
 /* ------------------------------------------------------------------------ */
 /* Registration                                                              */
 
-#define BOOL_ATTR(nm)                                                          \
-  {                                                                            \
-    nm, DEV_ATTR_BOOL, { .type = DEV_ATTR_BOOL, .u.b = false }                 \
-  }
+#define BOOL_ATTR(nm, DOC)                                                     \
+  { nm, DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false}, .doc = DOC }
+
+static const char *const k_data_formats[] = {"NHWC", "NCHW", NULL};
 
 static dev_op_def matmul_def = {
     .name = "MatMul",
     .num_inputs = 2,
-    .inputs = {{.name = "a"}, {.name = "b"}},
+    .inputs = {{"a", false, 0, MASK_MATMUL, NULL, "a matrix"},
+               {"b", false, 0, MASK_MATMUL, "same as a", "a matrix"}},
     .num_outputs = 1,
-    .outputs = {{.name = "product"}},
+    .outputs = {{"product", false, 0, MASK_MATMUL, "same as a"}},
     .num_attrs = 2,
-    .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b")},
+    .attrs = {BOOL_ATTR("transpose_a", "use a's transpose"),
+              BOOL_ATTR("transpose_b", "use b's transpose")},
     .infer = matmul_infer,
     .kernels = {[DEV_BACKEND_CPU] = matmul_cpu},
+    .summary =
+        "product = op(a) @ op(b) for matrices, op transposing when "
+        "transpose_a / transpose_b.",
+    .notes =
+        "Differs from tf.raw_ops.MatMul: no grad_a / grad_b hint "
+        "attributes; floating dtypes only (TF also takes integers).",
 };
 
 static dev_op_def bmm_def = {
     .name = "BatchMatMul",
     .num_inputs = 2,
-    .inputs = {{.name = "x"}, {.name = "y"}},
+    .inputs = {{"x", false, 0, MASK_MATMUL, NULL, "rank >= 2"},
+               {"y", false, 0, MASK_MATMUL, "same as x", "rank >= 2"}},
     .num_outputs = 1,
-    .outputs = {{.name = "output"}},
+    .outputs = {{"output", false, 0, MASK_MATMUL, "same as x"}},
     .num_attrs = 2,
-    .attrs = {BOOL_ATTR("adj_x"), BOOL_ATTR("adj_y")},
+    .attrs = {BOOL_ATTR("adj_x", "use x's last two axes transposed"),
+              BOOL_ATTR("adj_y", "use y's last two axes transposed")},
     .infer = bmm_infer,
     .kernels = {[DEV_BACKEND_CPU] = bmm_cpu},
+    .summary =
+        "output[..., :, :] = op(x[..., :, :]) @ op(y[..., :, :]), the "
+        "batch axes broadcast as NumPy does.",
+    .notes =
+        "Follows tf.raw_ops.BatchMatMulV2 (batch axes broadcast); "
+        "tf.raw_ops.BatchMatMul of the same name requires equal batch "
+        "axes. Floating dtypes only.",
 };
 
 static dev_op_def biasadd_def = {
     .name = "BiasAdd",
     .num_inputs = 2,
-    .inputs = {{.name = "value"}, {.name = "bias"}},
+    .inputs = {{"value", false, 0, DEV_MASK_NUMBER},
+               {"bias", false, 0, DEV_MASK_NUMBER, "same as value", "rank 1"}},
     .num_outputs = 1,
-    .outputs = {{.name = "output"}},
+    .outputs = {{"output", false, 0, DEV_MASK_NUMBER, "same as value"}},
     .num_attrs = 1,
     .attrs = {{"data_format",
                DEV_ATTR_STRING,
-               {.type = DEV_ATTR_STRING, .u.s = {"NHWC", 4}}}},
+               {.type = DEV_ATTR_STRING, .u.s = {"NHWC", 4}},
+               .doc = "where the channel axis is: last (NHWC) or 1 (NCHW)",
+               .allowed = k_data_formats}},
     .infer = biasadd_infer,
     .kernels = {[DEV_BACKEND_CPU] = biasadd_cpu},
+    .summary = "output = value + bias, bias broadcast along the channel axis.",
 };
 
 /* Registers MatMul, BatchMatMul and BiasAdd with their CPU kernels. */

@@ -343,40 +343,87 @@ static pd_code normal_kernel(dev_kernel_ctx *c, dev_status *st) {
   return PD_OK;
 }
 
-#define RANDOM_ATTRS(P0, D0, P1, D1)                                           \
+#define RANDOM_ATTRS(P0, D0, DOC0, P1, D1, DOC1)                               \
   {                                                                            \
-    {"shape", DEV_ATTR_SHAPE, {.type = DEV_ATTR_NONE}},                        \
+    {"shape",                                                                  \
+     DEV_ATTR_SHAPE,                                                           \
+     {.type = DEV_ATTR_NONE},                                                  \
+     .doc = "the output's shape (every component's)"},                         \
         {"dtype",                                                              \
          DEV_ATTR_DTYPE,                                                       \
-         {.type = DEV_ATTR_DTYPE, .u.dtype = PD_FLOAT32}},                     \
-        {"seed", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}},              \
-        {"seed2", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}},             \
-        {P0, DEV_ATTR_FLOAT, {.type = DEV_ATTR_FLOAT, .u.f = D0}},             \
-        {P1, DEV_ATTR_FLOAT, {.type = DEV_ATTR_FLOAT, .u.f = D1}}, {           \
-      "per_device", DEV_ATTR_BOOL, { .type = DEV_ATTR_BOOL, .u.b = false }     \
+         {.type = DEV_ATTR_DTYPE, .u.dtype = PD_FLOAT32},                      \
+         .doc = "float32, float64, float16 or bfloat16"},                      \
+        {"seed",                                                               \
+         DEV_ATTR_INT,                                                         \
+         {.type = DEV_ATTR_INT, .u.i = 0},                                     \
+         .doc =                                                                \
+             "with seed2, picks the stream; the same seeds give the same "     \
+             "values"},                                                        \
+        {"seed2",                                                              \
+         DEV_ATTR_INT,                                                         \
+         {.type = DEV_ATTR_INT, .u.i = 0},                                     \
+         .doc = "second seed"},                                                \
+        {P0,                                                                   \
+         DEV_ATTR_FLOAT,                                                       \
+         {.type = DEV_ATTR_FLOAT, .u.f = D0},                                  \
+         .doc = DOC0},                                                         \
+        {P1,                                                                   \
+         DEV_ATTR_FLOAT,                                                       \
+         {.type = DEV_ATTR_FLOAT, .u.f = D1},                                  \
+         .doc = DOC1},                                                         \
+    {                                                                          \
+      "per_device", DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false},      \
+          .doc =                                                               \
+              "a different stream on each device (false: every component "     \
+              "gets the same values)"                                          \
     }                                                                          \
+  }
+
+#define RANDOM_OUT                                                             \
+  {                                                                            \
+    { "output", false, 0, DEV_MASK_FLOAT, "the attribute dtype" }              \
   }
 
 static dev_op_def uniform_def = {
     .name = "RandomUniform",
     .num_inputs = 0,
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = RANDOM_OUT,
     .num_attrs = 7,
-    .attrs = RANDOM_ATTRS("minval", 0.0, "maxval", 1.0),
+    .attrs = RANDOM_ATTRS("minval", 0.0, "the lower bound (included)", "maxval",
+                          1.0, "the upper bound (excluded)"),
     .infer = uniform_infer,
     .kernels = {uniform_kernel, NULL},
+    .summary =
+        "Uniform random values in [minval, maxval) of the attribute "
+        "shape and dtype (Philox4x32-10, counter-based).",
+    .notes =
+        "Differs from tf.raw_ops.RandomUniform: TF takes `shape` as an "
+        "input tensor and draws from [0, 1) only; here `shape` is a "
+        "shape attribute, `minval` / `maxval` are float attributes and "
+        "`per_device` chooses one stream per device. The values are not "
+        "TF's for the same seeds.",
 };
 
 static dev_op_def normal_def = {
     .name = "RandomNormal",
     .num_inputs = 0,
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = RANDOM_OUT,
     .num_attrs = 7,
-    .attrs = RANDOM_ATTRS("mean", 0.0, "stddev", 1.0),
+    .attrs = RANDOM_ATTRS("mean", 0.0, "the mean", "stddev", 1.0,
+                          "the standard deviation (>= 0)"),
     .infer = normal_infer,
     .kernels = {normal_kernel, NULL},
+    .summary =
+        "Normal random values (mean, stddev) of the attribute shape "
+        "and dtype (Philox4x32-10 and Box-Muller).",
+    .notes =
+        "No tf.raw_ops op of this name: it follows "
+        "tf.raw_ops.RandomStandardNormal, which takes `shape` as an "
+        "input tensor and has no mean / stddev; here `shape` is a shape "
+        "attribute, `mean` / `stddev` are float attributes and "
+        "`per_device` chooses one stream per device.",
 };
 
 /* ------------------------------------------------------------------------ */
@@ -400,10 +447,16 @@ static dev_op_def device_id_def = {
     .name = "DeviceId",
     .num_inputs = 0,
     .num_outputs = 1,
-    .outputs = {{"device_id", false, 0}},
+    .outputs = {{"device_id", false, 0, DEV_DTYPE_BIT(PD_INT32), "int32"}},
     .num_attrs = 0,
     .infer = device_id_infer,
     .kernels = {device_id_kernel, NULL},
+    .summary =
+        "A scalar int32 holding each component's device index "
+        "(0..devices-1).",
+    .notes =
+        "paradev's own (no tf.raw_ops op of this name), after the "
+        "DeviceID op of TensorFlow's parallel device.",
 };
 
 /* Registers the random ops and DeviceId with their CPU kernels (called by

@@ -503,35 +503,70 @@ static pd_code argmax_cpu(dev_kernel_ctx *ctx, dev_status *st) {
 /* ------------------------------------------------------------------------ */
 /* Registration                                                              */
 
-#define REDUCE_DEF(NM)                                                         \
+#define REDUCE_NOTES(NM)                                                       \
+  "Differs from tf.raw_ops." NM                                                \
+  ": TF takes the axes as an input tensor "                                    \
+  "`reduction_indices`; here `axis` is an int-list attribute, and an EMPTY "   \
+  "`axis` (the default) reduces over every axis, where TF's empty "            \
+  "reduction_indices reduces nothing. `keep_dims` is TF's."
+
+#define REDUCE_DEF(NM, SUMMARY)                                                \
   {                                                                            \
-    .name = NM, .num_inputs = 1, .inputs = {{.name = "input"}},                \
-    .num_outputs = 1, .outputs = {{.name = "output"}}, .num_attrs = 2,         \
+    .name = NM, .num_inputs = 1,                                               \
+    .inputs = {{"input", false, 0, DEV_MASK_NUMBER}}, .num_outputs = 1,        \
+    .outputs = {{"output", false, 0, DEV_MASK_NUMBER, "same as input"}},       \
+    .num_attrs = 2,                                                            \
     .attrs = {{"axis",                                                         \
                DEV_ATTR_INT_LIST,                                              \
-               {.type = DEV_ATTR_INT_LIST, .u.ilist = {NULL, 0}}},             \
+               {.type = DEV_ATTR_INT_LIST, .u.ilist = {NULL, 0}},              \
+               .doc = "distinct axes to reduce, -rank..rank-1; [] reduces "    \
+                      "every axis"},                                           \
               {"keep_dims",                                                    \
                DEV_ATTR_BOOL,                                                  \
-               {.type = DEV_ATTR_BOOL, .u.b = false}}},                        \
+               {.type = DEV_ATTR_BOOL, .u.b = false},                          \
+               .doc = "keep the reduced axes with size 1"}},                   \
     .infer = reduce_infer, .kernels = {[DEV_BACKEND_CPU] = reduce_cpu},        \
+    .summary = SUMMARY, .notes = REDUCE_NOTES(NM),                             \
   }
 
-static dev_op_def reduce_defs[4] = {REDUCE_DEF("Sum"), REDUCE_DEF("Mean"),
-                                    REDUCE_DEF("Max"), REDUCE_DEF("Min")};
+static dev_op_def reduce_defs[4] = {
+    REDUCE_DEF("Sum", "The sum of input's elements over `axis` (0 over none)."),
+    REDUCE_DEF("Mean",
+               "The mean of input's elements over `axis` (NaN over "
+               "none for floats; an error for integers)."),
+    REDUCE_DEF("Max",
+               "The largest of input's elements over `axis`; NaN "
+               "propagates."),
+    REDUCE_DEF("Min",
+               "The smallest of input's elements over `axis`; NaN "
+               "propagates.")};
 
 static dev_op_def argmax_def = {
     .name = "ArgMax",
     .num_inputs = 1,
-    .inputs = {{.name = "input"}},
+    .inputs = {{"input", false, 0, DEV_MASK_NUMBER}},
     .num_outputs = 1,
-    .outputs = {{.name = "output"}},
+    .outputs = {{"output", false, 0,
+                 DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64),
+                 "the attribute output_type"}},
     .num_attrs = 2,
-    .attrs = {{"axis", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}},
+    .attrs = {{"axis",
+               DEV_ATTR_INT,
+               {.type = DEV_ATTR_INT, .u.i = 0},
+               .doc = "the axis to search; -rank..rank-1"},
               {"output_type",
                DEV_ATTR_DTYPE,
-               {.type = DEV_ATTR_DTYPE, .u.dtype = PD_INT64}}},
+               {.type = DEV_ATTR_DTYPE, .u.dtype = PD_INT64},
+               .doc = "int32 or int64"}},
     .infer = argmax_infer,
     .kernels = {[DEV_BACKEND_CPU] = argmax_cpu},
+    .summary =
+        "The index of the largest element along `axis` (the first on "
+        "ties; a NaN wins, as numpy.argmax).",
+    .notes =
+        "Differs from tf.raw_ops.ArgMax: TF takes the axis as an input "
+        "tensor `dimension`; here `axis` is an int attribute (default "
+        "0).",
 };
 
 /* Registers Sum, Mean, Max, Min and ArgMax with their CPU kernels. */

@@ -94,13 +94,24 @@ static pd_code concat_kernel(dev_kernel_ctx *c, dev_status *st) {
 static dev_op_def concat_def = {
     .name = "Concat",
     .num_inputs = 1,
-    .inputs = {{"values", true, 1}},
+    .inputs = {{"values", true, 1, DEV_MASK_ALL, "one dtype for all",
+                "tensors of one rank (>= 1), equal dims except on axis"}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_ALL, "same as values"}},
     .num_attrs = 1,
-    .attrs = {{"axis", DEV_ATTR_INT, {.type = DEV_ATTR_NONE}}},
+    .attrs = {{"axis",
+               DEV_ATTR_INT,
+               {.type = DEV_ATTR_NONE},
+               .doc = "the axis to join along; -rank..rank-1"}},
     .infer = concat_infer,
     .kernels = {concat_kernel, NULL},
+    .summary =
+        "output = the `values` joined along `axis` (as "
+        "numpy.concatenate).",
+    .notes =
+        "Follows tf.raw_ops.ConcatV2, with `axis` an int attribute "
+        "rather than an input tensor; tf.raw_ops.Concat of the same name "
+        "takes `concat_dim` as its first input.",
 };
 
 /* ------------------------------------------------------------------------ */
@@ -156,14 +167,29 @@ static pd_code slice_kernel(dev_kernel_ctx *c, dev_status *st) {
 static dev_op_def slice_def = {
     .name = "Slice",
     .num_inputs = 1,
-    .inputs = {{"input", false, 0}},
+    .inputs = {{"input", false, 0, DEV_MASK_ALL}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_ALL, "same as input"}},
     .num_attrs = 2,
-    .attrs = {{"begin", DEV_ATTR_INT_LIST, {.type = DEV_ATTR_NONE}},
-              {"size", DEV_ATTR_INT_LIST, {.type = DEV_ATTR_NONE}}},
+    .attrs = {{"begin",
+               DEV_ATTR_INT_LIST,
+               {.type = DEV_ATTR_NONE},
+               .doc = "the first index on each axis, 0..dim",
+               .has_min = true,
+               .min = 0},
+              {"size",
+               DEV_ATTR_INT_LIST,
+               {.type = DEV_ATTR_NONE},
+               .doc = "the extent on each axis; -1: to the end",
+               .has_min = true,
+               .min = -1}},
     .infer = slice_infer,
     .kernels = {slice_kernel, NULL},
+    .summary = "output = input[begin[i] : begin[i] + size[i]] on every axis i.",
+    .notes =
+        "Differs from tf.raw_ops.Slice: TF takes `begin` and `size` as "
+        "input tensors; here they are int-list attributes with one "
+        "entry per axis (size -1 as in TF).",
 };
 
 /* ------------------------------------------------------------------------ */
@@ -270,13 +296,26 @@ static pd_code gather_kernel(dev_kernel_ctx *c, dev_status *st) {
 static dev_op_def gather_def = {
     .name = "Gather",
     .num_inputs = 2,
-    .inputs = {{"params", false, 0}, {"indices", false, 0}},
+    .inputs = {{"params", false, 0, DEV_MASK_ALL, NULL, "rank >= 1"},
+               {"indices", false, 0,
+                DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64)}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_ALL, "same as params"}},
     .num_attrs = 1,
-    .attrs = {{"axis", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = 0}}},
+    .attrs = {{"axis",
+               DEV_ATTR_INT,
+               {.type = DEV_ATTR_INT, .u.i = 0},
+               .doc = "the axis of params to index; -rank..rank-1"}},
     .infer = gather_infer,
     .kernels = {gather_kernel, NULL},
+    .summary =
+        "output = params indexed by indices along `axis`: shape "
+        "params[:axis] + indices.shape + params[axis+1:].",
+    .notes =
+        "Follows tf.raw_ops.GatherV2 with batch_dims = 0 and `axis` an "
+        "int attribute rather than an input tensor; tf.raw_ops.Gather "
+        "of the same name has no axis (and a validate_indices "
+        "attribute, absent here).",
 };
 
 /* ------------------------------------------------------------------------ */
@@ -454,20 +493,45 @@ static pd_code onehot_kernel(dev_kernel_ctx *c, dev_status *st) {
 static dev_op_def onehot_def = {
     .name = "OneHot",
     .num_inputs = 1,
-    .inputs = {{"indices", false, 0}},
+    .inputs = {{"indices", false, 0,
+                DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64) |
+                    DEV_DTYPE_BIT(PD_UINT8)}},
     .num_outputs = 1,
-    .outputs = {{"output", false, 0}},
+    .outputs = {{"output", false, 0, DEV_MASK_NUMBER, "the attribute dtype"}},
     .num_attrs = 5,
-    .attrs =
-        {{"depth", DEV_ATTR_INT, {.type = DEV_ATTR_NONE}},
-         {"on_value", DEV_ATTR_FLOAT, {.type = DEV_ATTR_FLOAT, .u.f = 1.0}},
-         {"off_value", DEV_ATTR_FLOAT, {.type = DEV_ATTR_FLOAT, .u.f = 0.0}},
-         {"axis", DEV_ATTR_INT, {.type = DEV_ATTR_INT, .u.i = -1}},
-         {"dtype",
-          DEV_ATTR_DTYPE,
-          {.type = DEV_ATTR_DTYPE, .u.dtype = PD_FLOAT32}}},
+    .attrs = {{"depth",
+               DEV_ATTR_INT,
+               {.type = DEV_ATTR_NONE},
+               .doc = "the size of the new axis",
+               .has_min = true,
+               .min = 0},
+              {"on_value",
+               DEV_ATTR_FLOAT,
+               {.type = DEV_ATTR_FLOAT, .u.f = 1.0},
+               .doc = "the value at each index"},
+              {"off_value",
+               DEV_ATTR_FLOAT,
+               {.type = DEV_ATTR_FLOAT, .u.f = 0.0},
+               .doc = "the value elsewhere"},
+              {"axis",
+               DEV_ATTR_INT,
+               {.type = DEV_ATTR_INT, .u.i = -1},
+               .doc = "where the new axis goes: -1 (last) or 0..rank"},
+              {"dtype",
+               DEV_ATTR_DTYPE,
+               {.type = DEV_ATTR_DTYPE, .u.dtype = PD_FLOAT32},
+               .doc = "the output's dtype (a number dtype)"}},
     .infer = onehot_infer,
     .kernels = {onehot_kernel, NULL},
+    .summary =
+        "A one-hot encoding of indices: a new axis of size depth at "
+        "`axis`, on_value at each index and off_value elsewhere.",
+    .notes =
+        "Differs from tf.raw_ops.OneHot: TF takes `depth`, `on_value` "
+        "and `off_value` as input tensors (T is on_value's dtype); here "
+        "`depth` is an int attribute, `on_value` / `off_value` float "
+        "attributes and `dtype` (TF: T) an attribute. Indices outside "
+        "[0, depth) give a row of off_value, as in TF.",
 };
 
 /* Registers Concat, Slice, Gather and OneHot and their CPU kernels (called

@@ -224,31 +224,45 @@ static pd_code sxent_cpu(dev_kernel_ctx *ctx, dev_status *st) {
 static dev_op_def softmax_def = {
     .name = "Softmax",
     .num_inputs = 1,
-    .inputs = {{.name = "logits"}},
+    .inputs = {{"logits", false, 0, DEV_MASK_FLOAT, NULL, "rank >= 1"}},
     .num_outputs = 1,
-    .outputs = {{.name = "softmax"}},
+    .outputs = {{"softmax", false, 0, DEV_MASK_FLOAT, "same as logits"}},
     .infer = softmax_infer,
     .kernels = {[DEV_BACKEND_CPU] = softmax_cpu},
+    .summary = "softmax = exp(logits) / sum(exp(logits)) along the last axis.",
 };
 
 static dev_op_def log_softmax_def = {
     .name = "LogSoftmax",
     .num_inputs = 1,
-    .inputs = {{.name = "logits"}},
+    .inputs = {{"logits", false, 0, DEV_MASK_FLOAT, NULL, "rank >= 1"}},
     .num_outputs = 1,
-    .outputs = {{.name = "logsoftmax"}},
+    .outputs = {{"logsoftmax", false, 0, DEV_MASK_FLOAT, "same as logits"}},
     .infer = softmax_infer,
     .kernels = {[DEV_BACKEND_CPU] = softmax_cpu},
+    .summary =
+        "logsoftmax = logits - log(sum(exp(logits))) along the last "
+        "axis.",
 };
 
 static dev_op_def sxent_def = {
     .name = "SparseSoftmaxCrossEntropyWithLogits",
     .num_inputs = 2,
-    .inputs = {{.name = "features"}, {.name = "labels"}},
+    .inputs = {{"features", false, 0, DEV_MASK_FLOAT, NULL,
+                "[batch, classes] logits"},
+               {"labels", false, 0,
+                DEV_DTYPE_BIT(PD_INT32) | DEV_DTYPE_BIT(PD_INT64), NULL,
+                "[batch] class indices in 0..classes-1"}},
     .num_outputs = 2,
-    .outputs = {{.name = "loss"}, {.name = "backprop"}},
+    .outputs = {{"loss", false, 0, DEV_MASK_FLOAT, "same as features",
+                 "[batch]"},
+                {"backprop", false, 0, DEV_MASK_FLOAT, "same as features",
+                 "[batch, classes]: softmax(features) - onehot(labels)"}},
     .infer = sxent_infer,
     .kernels = {[DEV_BACKEND_CPU] = sxent_cpu},
+    .summary =
+        "Per-example cross-entropy of softmax(features) against "
+        "integer labels, and its gradient with respect to features.",
 };
 
 /* Registers Softmax, LogSoftmax and SparseSoftmaxCrossEntropyWithLogits

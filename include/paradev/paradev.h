@@ -358,15 +358,23 @@ uint64_t pd_session_new_id(pd_session *s);
  * Tensors: layouts, and what the client knows of a handle (the transfers
  * themselves are in paradev/transfer.h and paradev/shm.h) */
 
-/* How a host value maps onto a parallel tensor's components. */
+/* How a host value maps onto a parallel tensor's components. The numbers are
+ * the wire's (paradev.v1.LayoutKind). The zero value is UNSPECIFIED, so a
+ * pd_layout left zeroed never guesses: a download refuses it with
+ * PD_INVALID_ARGUMENT; an upload takes it as MIRRORED (what older clients
+ * meant by the zero value; one host value is unambiguous on the way in). */
 typedef enum pd_layout_kind {
-  PD_LAYOUT_MIRRORED = 0,      /* the same value on every device */
-  PD_LAYOUT_SHARDED = 1,       /* split (upload) / concatenated (download)
+  PD_LAYOUT_UNSPECIFIED = 0,   /* no layout given: see above */
+  PD_LAYOUT_MIRRORED = 1,      /* the same value on every device; a download
+                                  returns component 0 and is refused for a
+                                  tensor known to be sharded or whose
+                                  components differ in shape */
+  PD_LAYOUT_SHARDED = 2,       /* split (upload) / concatenated (download)
                                   along `axis`; component i gets
                                   dim/n + (i < dim%n) rows, like
                                   numpy.array_split */
-  PD_LAYOUT_PER_COMPONENT = 2, /* one host value per component */
-  PD_LAYOUT_COMPONENT = 3,     /* download only: component `component` */
+  PD_LAYOUT_PER_COMPONENT = 3, /* one host value per component */
+  PD_LAYOUT_COMPONENT = 4,     /* download only: component `component` */
 } pd_layout_kind;
 
 typedef struct pd_layout {
@@ -556,5 +564,6 @@ pd_code pd_delete(pd_session *s, const uint64_t *ids, int n,
 #include "paradev/shm.h"      /* pd_shared_memory and its transfers */
 #include "paradev/stream.h"   /* pd_stream: the streamed enqueue */
 #include "paradev/tape.h"     /* gradient tapes */
+#include "paradev/ops.h"      /* the op reference (ListOps) */
 
 #endif /* PARADEV_PARADEV_H */

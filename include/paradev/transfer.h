@@ -49,14 +49,18 @@ pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
                              const pd_call_options *call, pd_status *st);
 
 /* Downloads handle `id` into `data` (capacity `capacity` bytes), waiting until
- * it is computed. Layout MIRRORED gives component 0, COMPONENT the chosen
+ * it is computed. Layout MIRRORED gives component 0 (for a tensor that is
+ * the same on every device), COMPONENT the chosen
  * component, SHARDED the concatenation of all components along `axis`.
  * *info (may be NULL) gets the dtype and host shape of what was written;
  * *bytes_out (may be NULL) its size.
  * Errors:   PD_OUT_OF_RANGE (`capacity` is smaller than the value: the message
  *           gives the size needed), PD_INVALID_ARGUMENT (layout
- *           PER_COMPONENT: use pd_download_components; a component out of
- *           range; components that cannot be concatenated), PD_NOT_FOUND
+ *           PER_COMPONENT: use pd_download_components; PD_LAYOUT_UNSPECIFIED,
+ *           a zeroed pd_layout: the daemon never guesses; MIRRORED of a
+ *           tensor uploaded SHARDED or PER_COMPONENT or whose components
+ *           differ in shape; a component out of range; components that
+ *           cannot be concatenated), PD_NOT_FOUND
  *           (unknown id), the error stored on a tensor whose op failed (e.g.
  *           PD_RESOURCE_EXHAUSTED), transport errors.
  * Thread safety: thread-safe.

@@ -1504,6 +1504,149 @@ static void test_cli(void **state) {
 
 /* --- main -------------------------------------------------------------------------- */
 
+/* --- the op reference and layouts that never guess (issue 12) ------------------ */
+
+/* ListOps through pd_list_ops, against what device/ops/linalg.c and
+ * reduce.c declare (read there, not from this library), and `paradev ops`. */
+static void test_list_ops(void **state) {
+  env *e = *state;
+  pd_op_info *ops = NULL;
+  int n = 0;
+  OK(e, pd_list_ops(e->c, NULL, &ops, &n, NULL, e->st));
+  assert_true(n >= 50);
+  for (int i = 0; i < n; i++) {
+    if (!ops[i].summary[0]) fail_msg("op %s has no summary", ops[i].name);
+    if (i) assert_true(strcmp(ops[i - 1].name, ops[i].name) < 0);
+  }
+  const pd_op_info *mm = pd_ops_find(ops, n, "MatMul");
+  assert_non_null(mm);
+  assert_int_equal(mm->num_inputs, 2);
+  assert_string_equal(mm->inputs[0].name, "a");
+  assert_string_equal(mm->inputs[1].name, "b");
+  assert_false(mm->inputs[0].is_list);
+  uint32_t floats = PD_DTYPE_BIT(PD_FLOAT32) | PD_DTYPE_BIT(PD_FLOAT64) |
+                    PD_DTYPE_BIT(PD_FLOAT16) | PD_DTYPE_BIT(PD_BFLOAT16);
+  assert_int_equal(mm->inputs[0].dtypes, floats);
+  assert_int_equal(mm->num_outputs, 1);
+  assert_string_equal(mm->outputs[0].name, "product");
+  assert_int_equal(mm->num_attrs, 2);
+  const char *tnames[] = {"transpose_a", "transpose_b"};
+  for (int i = 0; i < 2; i++) {
+    const pd_op_attr *a = pd_op_info_attr(mm, tnames[i]);
+    assert_non_null(a);
+    assert_int_equal(a->kind, PD_ATTR_KIND_BOOL);
+    assert_true(a->has_default);
+    assert_false(a->default_value.b);
+  }
+  assert_true(mm->has_gradient);
+  assert_false(mm->is_collective);
+  /* Sum: an int-list axis defaulting to [] and the TF difference noted. */
+  const pd_op_info *sum = pd_ops_find(ops, n, "Sum");
+  assert_non_null(sum);
+  const pd_op_attr *axis = pd_op_info_attr(sum, "axis");
+  assert_int_equal(axis->kind, PD_ATTR_KIND_INT_LIST);
+  assert_true(axis->has_default);
+  assert_int_equal(axis->default_value.n, 0);
+  ASSERT_HAS(sum->notes, "Differs from tf.raw_ops.Sum");
+  ASSERT_HAS(sum->notes, "reduction_indices");
+  /* Concat: one list input of at least one tensor; a required axis. */
+  const pd_op_info *cc = pd_ops_find(ops, n, "Concat");
+  assert_true(cc->inputs[0].is_list);
+  assert_int_equal(cc->inputs[0].min_length, 1);
+  assert_false(pd_op_info_attr(cc, "axis")->has_default);
+  /* AllReduce: a collective; reduction a string of five values, "sum". */
+  const pd_op_info *ar = pd_ops_find(ops, n, "AllReduce");
+  assert_true(ar->is_collective);
+  const pd_op_attr *red = pd_op_info_attr(ar, "reduction");
+  assert_int_equal(red->kind, PD_ATTR_KIND_STRING);
+  assert_string_equal(red->default_value.s, "sum");
+  assert_int_equal(red->num_allowed_values, 5);
+  /* Fill: shape a SHAPE attribute, no inputs; ArgMax has no gradient. */
+  const pd_op_info *fill = pd_ops_find(ops, n, "Fill");
+  assert_int_equal(fill->num_inputs, 0);
+  assert_int_equal(pd_op_info_attr(fill, "shape")->kind, PD_ATTR_KIND_SHAPE);
+  assert_false(pd_ops_find(ops, n, "ArgMax")->has_gradient);
+  pd_ops_free(ops, n);
+
+  /* One op by name, and a name no op has. */
+  OK(e, pd_list_ops(e->c, "MatMul", &ops, &n, NULL, e->st));
+  assert_int_equal(n, 1);
+  assert_string_equal(ops[0].name, "MatMul");
+  pd_ops_free(ops, n);
+  ops = NULL;
+  EXPECT_CODE(e, PD_NOT_FOUND,
+              pd_list_ops(e->c, "NoSuchOp", &ops, &n, NULL, e->st));
+  ASSERT_HAS(pd_status_message(e->st), "no op named 'NoSuchOp'");
+  assert_null(ops);
+
+  cli_out *o = calloc(1, sizeof(*o));
+  run_cli(o, NULL, "--target %s ops MatMul", e->target);
+  if (o->rc != 0) fail_msg("paradev ops MatMul: rc %d\n%s", o->rc, o->err);
+  ASSERT_HAS(o->out, "MatMul: product = op(a) @ op(b)");
+  ASSERT_HAS(o->out, "float32, float64, float16, bfloat16 (same as a)");
+  ASSERT_HAS(o->out, "transpose_a            bool        default false");
+  ASSERT_HAS(o->out, "Gradient: yes");
+  run_cli(o, NULL, "--target %s ops", e->target);
+  assert_int_equal(o->rc, 0);
+  ASSERT_HAS(o->out, "MatMul ");
+  ASSERT_HAS(o->out, "a, b -> product");
+  run_cli(o, NULL, "--target %s ops NoSuchOp", e->target);
+  assert_int_equal(o->rc, 1);
+  ASSERT_HAS(o->err, "no op named 'NoSuchOp'");
+  free(o);
+}
+
+/* A download never guesses: no layout (UNSPECIFIED) is refused naming the
+ * layouts; MIRRORED of a sharded tensor is refused; the session goes on. */
+static void test_layouts_never_guess(void **state) {
+  env *e = *state;
+  pd_session *s = new_session(e, "layouts");
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+  int64_t dims[1] = {8};
+  pd_layout unspecified = {PD_LAYOUT_UNSPECIFIED, 0, 0};
+  /* An upload with UNSPECIFIED is MIRRORED. */
+  upload_f32(e, s, 1, dims, 1, x, unspecified);
+  EXPECT_CODE(
+      e, PD_INVALID_ARGUMENT,
+      pd_download(s, 1, unspecified, got, sizeof got, NULL, NULL, NULL, e->st));
+  ASSERT_HAS(pd_status_message(e->st), "layout is unspecified");
+  ASSERT_HAS(pd_status_message(e->st), "MIRRORED (1");
+  ASSERT_HAS(pd_status_message(e->st), "PER_COMPONENT (3");
+  OK(e, pd_download(s, 1, pd_layout_mirrored(), got, sizeof got, NULL, NULL,
+                    NULL, e->st));
+  assert_floats(got, x, 8);
+  /* Sharded over 4 devices: two elements each. MIRRORED is refused. */
+  upload_f32(e, s, 2, dims, 1, x, pd_layout_sharded(0));
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_download(s, 2, pd_layout_mirrored(), got, sizeof got, NULL,
+                          NULL, NULL, e->st));
+  ASSERT_HAS(pd_status_message(e->st), "not mirrored");
+  ASSERT_HAS(pd_status_message(e->st), "SHARDED");
+  /* Uneven shards (components differ in shape): refused too. */
+  int64_t d5[1] = {5};
+  upload_f32(e, s, 3, d5, 1, x, pd_layout_sharded(0));
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_download(s, 3, pd_layout_mirrored(), got, sizeof got, NULL,
+                          NULL, NULL, e->st));
+  /* The session still works: SHARDED and COMPONENT read the right values. */
+  OK(e, pd_download(s, 2, pd_layout_sharded(0), got, sizeof got, NULL, NULL,
+                    NULL, e->st));
+  assert_floats(got, x, 8);
+  OK(e, pd_download(s, 2, pd_layout_component(1), got, sizeof got, NULL, NULL,
+                    NULL, e->st));
+  assert_floats(got, x + 2, 2);
+  /* An AllReduce's output is mirrored: MIRRORED reads it. */
+  uint64_t out = 0;
+  uint64_t in = 2;
+  OK(e, pd_execute(s, "AllReduce", &in, 1, NULL, &out, 1, NULL, NULL, e->st));
+  OK(e, pd_download(s, out, pd_layout_mirrored(), got, sizeof got, NULL, NULL,
+                    NULL, e->st));
+  float want[2] = {1 + 3 + 5 + 7, 2 + 4 + 6 + 8};
+  assert_floats(got, want, 2);
+  OK(e, pd_session_close(s, NULL, e->st));
+  pd_session_delete(s);
+}
+
 #define RPC_TESTS                                                              \
   cmocka_unit_test(test_server_info), cmocka_unit_test(test_health_and_echo),  \
       cmocka_unit_test(test_add_matmul), cmocka_unit_test(test_attrs_kinds),   \
@@ -1517,7 +1660,8 @@ static void test_cli(void **state) {
       cmocka_unit_test(test_batch),                                            \
       cmocka_unit_test(test_deadline_and_cancel),                              \
       cmocka_unit_test(test_options_checked), cmocka_unit_test(test_sessions), \
-      cmocka_unit_test(test_cli)
+      cmocka_unit_test(test_cli), cmocka_unit_test(test_list_ops),             \
+      cmocka_unit_test(test_layouts_never_guess)
 
 int main(int argc, char **argv) {
   if (argc != 3) {

@@ -190,6 +190,8 @@ def upload_f32(cl, tok, hid, dims, values, layout=None, chunk=10):
 
 
 def download_parts(cl, tok, hid, layout=None, chunk_bytes=0):
+    if layout is None:  # the proto default is UNSPECIFIED, which Download refuses
+        layout = pb.Layout(kind=pb.LAYOUT_MIRRORED)
     msgs = cl.download(pb.DownloadRequest(session_token=tok, id=hid, layout=layout,
                                           chunk_bytes=chunk_bytes))
     assert msgs and msgs[0].WhichOneof("item") == "header", "no header first"
@@ -335,7 +337,8 @@ def check_upload_download(cl, d):
     # 400 KB in 64 KiB chunks up, 100000-byte chunks down.
     big = [float((i * 7919) % 10007) for i in range(100000)]
     upload_f32(cl, tok, 16, [100000], big, chunk=65536)
-    msgs = cl.download(pb.DownloadRequest(session_token=tok, id=16, chunk_bytes=100000))
+    msgs = cl.download(pb.DownloadRequest(session_token=tok, id=16, chunk_bytes=100000,
+                                          layout=pb.Layout(kind=pb.LAYOUT_MIRRORED)))
     assert [len(m.chunk.data) for m in msgs[1:]] == [100000] * 4
     assert unf32(b"".join(m.chunk.data for m in msgs[1:])) == big
     # Per component: component i holds i+1 values; chunks of each in turn.

@@ -231,7 +231,8 @@ class Client:
         f = self.ch.unary_stream(SVC + "Download",
                                  request_serializer=lambda m: m.SerializeToString(),
                                  response_deserializer=pb.DownloadResponse.FromString)
-        return list(f(pb.DownloadRequest(session_token=tok, id=hid, chunk_bytes=chunk_bytes),
+        return list(f(pb.DownloadRequest(session_token=tok, id=hid, chunk_bytes=chunk_bytes,
+                                 layout=pb.Layout(kind=pb.LAYOUT_MIRRORED)),
                       timeout=timeout))
 
     def sync(self, tok, ids=(), timeout=300):

@@ -1,0 +1,108 @@
+/* The op reference kept beside each op's definition (device/ops/): every
+ * registered op carries a one-line summary and declares the dtypes of its
+ * arguments; defaults, allowed values and bounds agree with one another;
+ * has_gradient is the VJP table's; and the values ListOps reports for a few
+ * ops are the ones their files declare (read there by hand). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dev_backend.h"
+
+static void test_every_op_has_a_summary(void **state) {
+  (void)state;
+  int n = dev_op_count();
+  assert_true(n >= 50);
+  for (int i = 0; i < n; i++) {
+    const dev_op_def *d = dev_op_at(i);
+    const char *s = dev_op_def_summary(d);
+    if (!s[0]) fail_msg("op %s has no summary (dev_op_def.summary)", d->name);
+    if (strchr(s, '\n'))
+      fail_msg("op %s: the summary is one line; put more in notes", d->name);
+  }
+}
+
+static void test_every_arg_declares_dtypes(void **state) {
+  (void)state;
+  for (int i = 0; i < dev_op_count(); i++) {
+    const dev_op_def *d = dev_op_at(i);
+    dev_op_arg_info a;
+    for (int j = 0; dev_op_def_input(d, j, &a); j++)
+      if (!a.dtypes)
+        fail_msg("op %s: input %s declares no dtypes", d->name, a.name);
+    for (int j = 0; dev_op_def_output(d, j, &a); j++)
+      if (!a.dtypes)
+        fail_msg("op %s: output %s declares no dtypes", d->name, a.name);
+  }
+}
+
+/* A default is of the attribute's own type, inside its bounds, and among
+ * its allowed values. */
+static void test_defaults_agree(void **state) {
+  (void)state;
+  for (int i = 0; i < dev_op_count(); i++) {
+    const dev_op_def *d = dev_op_at(i);
+    dev_op_attr_info a;
+    for (int j = 0; dev_op_def_attr(d, j, &a); j++) {
+      if (!a.has_default) continue;
+      if (a.default_value.type != a.type)
+        fail_msg("op %s: attr %s: default of another type", d->name, a.name);
+      if (a.type == DEV_ATTR_INT && a.has_min &&
+          (double)a.default_value.u.i < a.min)
+        fail_msg("op %s: attr %s: default under the minimum", d->name, a.name);
+      if (a.allowed) {
+        bool found = false;
+        for (int k = 0; a.allowed[k]; k++)
+          found |= strlen(a.allowed[k]) == a.default_value.u.s.len &&
+                   memcmp(a.allowed[k], a.default_value.u.s.ptr,
+                          a.default_value.u.s.len) == 0;
+        if (!found)
+          fail_msg("op %s: attr %s: default not allowed", d->name, a.name);
+      }
+    }
+  }
+}
+
+static void test_values_of_some_ops(void **state) {
+  (void)state;
+  const dev_op_def *mm = dev_op_lookup("MatMul");
+  assert_int_equal(dev_op_def_num_attrs(mm), 2);
+  dev_op_attr_info a;
+  assert_true(dev_op_def_attr(mm, 0, &a));
+  assert_string_equal(a.name, "transpose_a");
+  assert_int_equal(a.type, DEV_ATTR_BOOL);
+  assert_true(a.has_default);
+  assert_false(a.default_value.u.b);
+  assert_true(dev_op_def_attr(mm, 1, &a));
+  assert_string_equal(a.name, "transpose_b");
+  assert_true(dev_op_def_has_gradient(mm));
+  assert_false(dev_op_def_is_collective(mm));
+  /* The gradient ops themselves have no VJP; collectives are flagged. */
+  assert_false(dev_op_def_has_gradient(dev_op_lookup("ReluGrad")));
+  assert_true(dev_op_def_is_collective(dev_op_lookup("AllReduce")));
+  assert_true(dev_op_def_has_gradient(dev_op_lookup("AllReduce")));
+  /* Every op whose definition differs from tf.raw_ops in kind says so. */
+  const char *differs[] = {"Sum",       "Mean", "Max",   "Min",    "Reshape",
+                           "Transpose", "Fill", "Slice", "OneHot", "ArgMax"};
+  for (size_t i = 0; i < sizeof differs / sizeof differs[0]; i++) {
+    const char *notes = dev_op_def_notes(dev_op_lookup(differs[i]));
+    if (!strstr(notes, "Differs from tf.raw_ops."))
+      fail_msg("op %s: notes do not say how it differs from TF", differs[i]);
+  }
+  assert_string_equal(dev_attr_type_name(DEV_ATTR_INT_LIST), "list(int)");
+}
+
+int main(void) {
+  dev_registry_init();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_every_op_has_a_summary),
+      cmocka_unit_test(test_every_arg_declares_dtypes),
+      cmocka_unit_test(test_defaults_agree),
+      cmocka_unit_test(test_values_of_some_ops),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
