@@ -241,6 +241,11 @@ def _pyname(n):
     return n + "_" if keyword.iskeyword(n) else n
 
 
+def _default(a):
+    v = a.default
+    return tuple(v) if isinstance(v, list) else v
+
+
 def _make_wrapper(session, d):
     if not d.known:
         def generic(*inputs, **attrs):
@@ -259,7 +264,8 @@ def _make_wrapper(session, d):
     for a in d.attrs.values():
         params.append(inspect.Parameter(
             _pyname(a.name), inspect.Parameter.KEYWORD_ONLY,
-            default=None if a.has_default else inspect.Parameter.empty))
+            default=_default(a) if a.has_default else
+            inspect.Parameter.empty))
     sig = inspect.Signature(params)
     in_names = [(_pyname(a.name), a.is_list) for a in d.inputs]
     attr_names = {_pyname(a.name): a.name for a in d.attrs.values()}
@@ -275,8 +281,9 @@ def _make_wrapper(session, d):
                 ins.extend(v)
             else:
                 ins.append(v)
+        # only the attributes given: the daemon fills in the defaults
         attrs = {attr_names[k]: v for k, v in bound.arguments.items()
-                 if k in attr_names and v is not None}
+                 if k in attr_names}
         return session.op(d.name, *ins, **attrs)
 
     wrapper.__name__ = wrapper.__qualname__ = d.name
