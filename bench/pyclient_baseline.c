@@ -103,9 +103,8 @@ static void transfer(pd_session *s, size_t bytes, pd_shared_memory *region,
     double t0 = now_s();
     if (region) {
       memcpy(pd_shared_memory_data(region), x, n * sizeof(float));
-      check(pd_upload_from_shared_memory(s, id, PD_FLOAT32, dims, 1, region,
-                                         0, pd_layout_sharded(0), NULL, NULL,
-                                         st),
+      check(pd_upload_from_shared_memory(s, id, PD_FLOAT32, dims, 1, region, 0,
+                                         pd_layout_sharded(0), NULL, NULL, st),
             "UploadFromSharedMemory");
     } else {
       check(pd_upload(s, id, PD_FLOAT32, dims, 1, x, n * sizeof(float),
@@ -116,13 +115,13 @@ static void transfer(pd_session *s, size_t bytes, pd_shared_memory *region,
     check(pd_sync(s, &id, 1, NULL, NULL, st), "Sync");
     double t2 = now_s();
     if (region) {
-      check(pd_download_to_shared_memory(s, id, pd_layout_sharded(0), region,
-                                         0, NULL, NULL, NULL, st),
+      check(pd_download_to_shared_memory(s, id, pd_layout_sharded(0), region, 0,
+                                         NULL, NULL, NULL, st),
             "DownloadToSharedMemory");
       memcpy(y, pd_shared_memory_data(region), n * sizeof(float));
     } else {
-      check(pd_download(s, id, pd_layout_sharded(0), y, n * sizeof(float),
-                        NULL, NULL, NULL, st),
+      check(pd_download(s, id, pd_layout_sharded(0), y, n * sizeof(float), NULL,
+                        NULL, NULL, st),
             "Download");
     }
     double t3 = now_s();
@@ -161,15 +160,15 @@ int main(int argc, char **argv) {
   double up, down, sup = 0, sdown = 0;
   transfer(s, bytes, NULL, &up, &down);
   pd_shared_memory *r = NULL;
-  bool have_shm =
-      pd_shared_memory_create(s, bytes, 0, &r, NULL, st) == PD_OK;
+  bool have_shm = pd_shared_memory_create(s, bytes, 0, &r, NULL, st) == PD_OK;
   if (have_shm) {
     transfer(s, bytes, r, &sup, &sdown);
     pd_shared_memory_destroy(r, NULL, st);
   }
-  printf("{\"execute_p50_us\": %.3f, \"pipelined_us_per_op\": %.3f, "
-         "\"upload_GBps\": %.4f, \"download_GBps\": %.4f",
-         rt * 1e6, pipe * 1e6, bytes / up / 1e9, bytes / down / 1e9);
+  printf(
+      "{\"execute_p50_us\": %.3f, \"pipelined_us_per_op\": %.3f, "
+      "\"upload_GBps\": %.4f, \"download_GBps\": %.4f",
+      rt * 1e6, pipe * 1e6, bytes / up / 1e9, bytes / down / 1e9);
   if (have_shm)
     printf(", \"shm_upload_GBps\": %.4f, \"shm_download_GBps\": %.4f",
            bytes / sup / 1e9, bytes / sdown / 1e9);
