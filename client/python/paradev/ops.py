@@ -59,10 +59,54 @@ class OpDef:
         self.summary, self.notes = summary, notes
         self.has_gradient, self.is_collective = has_gradient, is_collective
         self.known = known
+        self._rules = None
 
     @property
     def num_outputs(self):
         return len(self.outputs)
+
+    def output_dtypes(self, inputs, attrs):
+        """The outputs' dtypes as far as the registry's dtype rules tell
+        them without the daemon ("same as x", "the attribute DstT",
+        "bool"); None where they do not. `inputs`: the flattened input
+        Tensors."""
+        rules = self._rules
+        if rules is None:
+            rules = self._rules = [self._rule(o) for o in self.outputs]
+        out = []
+        for kind, arg in rules:
+            dt = None
+            if kind == "input" and arg < len(inputs):
+                dt = inputs[arg]._dtype
+            elif kind == "attr":
+                v = attrs.get(arg)
+                if v is None and arg in self.attrs:
+                    v = self.attrs[arg].default
+                if v is not None:
+                    try:
+                        dt = _dtypes.from_number(_dtypes.to_number(v))
+                    except TypeError:
+                        dt = None
+            elif kind == "fixed":
+                dt = arg
+            out.append(dt)
+        return out
+
+    def _rule(self, o):
+        rule = getattr(o, "dtype_rule", "") or ""
+        if rule.startswith("same as "):
+            name = rule[len("same as "):]
+            for k, a in enumerate(self.inputs):
+                if a.name == name:
+                    # the flattened index, when no list comes before it
+                    if any(b.is_list for b in self.inputs[:k]):
+                        return (None, None)
+                    return ("input", k)
+        elif rule.startswith("the attribute "):
+            return ("attr", rule[len("the attribute "):])
+        elif rule in _dtypes._BY_NAME:
+            return ("fixed", _dtypes.from_number(_dtypes._BY_NAME[rule]))
+        return (None, None)
 
     def attr_kind(self, name, value):
         a = self.attrs.get(name)

@@ -306,12 +306,14 @@ class Session:
         n_out = opdef.num_outputs
         mirrored = True
         ids = []
+        tensors = []
         for e in inputs:
             if e.__class__ is not Tensor:
                 if isinstance(e, (list, tuple)) and e and \
                         all(isinstance(t, Tensor) for t in e):
                     for t in e:
                         ids.append(self._input_id(t))
+                        tensors.append(t)
                         if t._mirrored is not True:
                             mirrored = None
                     continue
@@ -319,6 +321,7 @@ class Session:
             elif e.session is not self or e._deleted:
                 self._input_id(e)
             ids.append(e.id)
+            tensors.append(e)
             if e._mirrored is not True:
                 mirrored = None
         if name in _MIRRORING:
@@ -346,11 +349,12 @@ class Session:
                                              n_out, self._index, st)
                 if code != 0:
                     _lib.raise_status(code, st)
+                dts = opdef.output_dtypes(tensors, attrs)
                 if n_out == 1:
-                    out = Tensor(self, out_ids[0], None, None, mirrored)
+                    out = Tensor(self, out_ids[0], dts[0], None, mirrored)
                     self._items[self._index[0]] = (out.id,)
                     return out
-                outs = [Tensor(self, out_ids[i], None, None, mirrored)
+                outs = [Tensor(self, out_ids[i], dts[i], None, mirrored)
                         for i in range(n_out)]
                 self._items[self._index[0]] = [o.id for o in outs]
             else:

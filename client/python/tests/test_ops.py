@@ -168,6 +168,11 @@ def test_pipelined_ops(sess):
         for i in range(50):
             outs.append(outs[-1] * 1.0 + a)
         last = outs[-1]
+        # the registry's dtype rules give dtypes without asking the daemon
+        assert last._dtype == np.float64 and last._shape is None
+        c = sess.op("Cast", a, DstT="int32")
+        assert c._dtype == np.int32
+        assert sess.op("Equal", c, c)._dtype == np.bool_
     np.testing.assert_allclose(np.asarray(last), A * 51, rtol=1e-12)
     assert last.shape == (4, 3)
     assert last.dtype == np.float64
