@@ -2,6 +2,7 @@
 import dataclasses
 import os
 import stat
+import weakref
 
 from . import _lib
 from ._lib import ffi, lib
@@ -111,7 +112,7 @@ class Client:
         if c == ffi.NULL:
             _lib.raise_status(lib.pd_status_code(st), st)
         self._c = c
-        self._sessions = set()
+        self._sessions = weakref.WeakSet()
         self.target = _str(lib.pd_client_target(c))
 
     # -- lifetime --------------------------------------------------------

@@ -11,6 +11,7 @@ import collections
 import contextlib
 import re
 import threading
+import weakref
 
 import numpy as np
 
@@ -100,8 +101,12 @@ class Session:
         from .ops import Ops
         self.ops = Ops(self)
         self._timer_stop = threading.Event()
-        self._timer = threading.Thread(target=self._flush_periodically,
-                                       name="paradev-deletes", daemon=True)
+        # The timer holds the session weakly, so that a session dropped
+        # without close() is still collected (and closed).
+        self._timer = threading.Thread(
+            target=_flush_periodically,
+            args=(weakref.ref(self), self._timer_stop),
+            name="paradev-deletes", daemon=True)
         self._timer.start()
 
     # -- lifetime ------------------------------------------------------------
@@ -211,16 +216,15 @@ class Session:
             else:
                 lib.pd_tape_delete(self._s, tape, _NULL, st)
 
-    def _flush_periodically(self):
-        while not self._timer_stop.wait(0.5):
-            if (self._pending or self._pending_tapes) and \
-                    self._lock.acquire(blocking=False):
-                try:
-                    self._flush_deletes()
-                except Exception:
-                    pass
-                finally:
-                    self._lock.release()
+    def _flush_tick(self):
+        if (self._pending or self._pending_tapes) and \
+                self._lock.acquire(blocking=False):
+            try:
+                self._flush_deletes()
+            except Exception:
+                pass
+            finally:
+                self._lock.release()
 
     def flush(self):
         """Sends the queued deletions of collected tensors now."""
@@ -710,6 +714,17 @@ class Session:
         """
         from .tape import Tape
         return Tape(self, persistent=persistent, watch=watch)
+
+
+def _flush_periodically(ref, stop):
+    """The deletions timer: every 0.5 s, sends what collected tensors
+    queued when nothing else did (and the session is not busy)."""
+    while not stop.wait(0.5):
+        s = ref()
+        if s is None:
+            return
+        s._flush_tick()
+        del s
 
 
 def _call_options(timeout):

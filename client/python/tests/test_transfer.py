@@ -172,3 +172,17 @@ def test_one_session_shared_by_threads(sess):
         t.join(120)
     for k in range(3):
         np.testing.assert_array_equal(out[k], np.full(16, 31.0))
+
+
+def test_dropped_session_is_closed(client):
+    import weakref
+    s = client.session("dropped")
+    t = s.upload(np.ones((256, 1024), np.float32), paradev.mirrored())
+    s.sync()
+    used = _used(client)
+    ref = weakref.ref(s)
+    del s, t
+    gc.collect()
+    assert ref() is None
+    # collecting it closed it on the daemon: its tensor's memory is free
+    assert _used(client) <= used - 256 * 1024 * 4 * client.info().num_devices
