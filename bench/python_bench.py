@@ -73,7 +73,6 @@ def wait_ready(paradev, target):
 
 
 def py_execute_p50(s, one, n):
-    import paradev  # noqa: F401
     times = []
     for i in range(-(n // 10), n):
         t0 = time.perf_counter()

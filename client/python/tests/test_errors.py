@@ -1,8 +1,6 @@
 """Errors raise the paradev.Error subclass of their status code with the
 daemon's message, and the session works after each."""
-import os
 import signal
-import subprocess
 
 import numpy as np
 import pytest
@@ -106,7 +104,7 @@ def test_error_stored_on_a_tensor(client):
         with pytest.raises(paradev.ResourceExhausted):
             outs = [x @ x for _ in range(20)]
             s.sync()
-        outs = None
+        outs = None  # noqa: F841 -- frees the outputs
         still_works(s)
 
 
