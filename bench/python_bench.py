@@ -8,7 +8,9 @@ in the same run (pyclient_baseline, bench/pyclient_baseline.c):
               eager mode) p50, beside C's pd_execute p50 (ratio; 1 = free)
   pipelined   the same op through the session's pipelined mode (one Enqueue
               stream; outputs collected and deleted in the stream), wall
-              time per op, beside C's pd_stream_execute (aim: ratio <= 2)
+              time per op, beside C's pd_stream_execute (aim: ratio <= 2);
+              and the client process's CPU time per op (its stream thread
+              included), the client's own cost whatever the daemon's speed
   upload      session.upload / tensor.numpy of 16 MiB of float32 sharded
   download    over the mesh, through gRPC (prefer_shared_memory=False) and
               through shared memory, in bytes per second, beside
@@ -89,12 +91,12 @@ def py_pipelined(s, one, n):
     with s.pipeline():
         for _ in range(n // 10):
             s.op("Add", one, one)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with s.pipeline():
         op = s.op
         for _ in range(n):
             op("Add", one, one)
-    return (time.perf_counter() - t0) / n
+    return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
 
 
 def py_transfer(paradev, s, nbytes):
@@ -159,7 +161,7 @@ def main():
                 gc.disable()
                 rt = py_execute_p50(s, one, n_rt)
                 gc.enable()
-                pipe = py_pipelined(s, one, n_pipe)
+                pipe, pipe_cpu = py_pipelined(s, one, n_pipe)
                 up, down = py_transfer(paradev, s, nbytes)
             with c.session("python_bench_shm", shm_threshold=0) as s:
                 sup, sdown = py_transfer(paradev, s, nbytes)
@@ -169,6 +171,8 @@ def main():
                cb["execute_p50_us"])
         record("python", p, "pipelined_us_per_op", pipe * 1e6,
                "c_pipelined_us_per_op", cb["pipelined_us_per_op"])
+        record("python", p, "pipelined_cpu_us_per_op", pipe_cpu * 1e6,
+               "c_pipelined_cpu_us_per_op", cb["pipelined_cpu_us_per_op"])
         p = {"devices": DEVICES, "bytes": nbytes, "layout": "sharded",
              "path": "grpc"}
         record("python", p, "upload_GBps", up, "c_upload_GBps",
