@@ -542,8 +542,8 @@ class Session:
         return self._region
 
     # -- downloads -------------------------------------------------------------
-    def download(self, tensor, layout):
-        """tensor.numpy(layout); see Tensor.numpy."""
+    def download(self, tensor, layout, out=None):
+        """tensor.numpy(layout, out=None); see Tensor.numpy."""
         layouts.check(layout, "download")
         with self._lock:
             if len(self._pending) >= FLUSH_AT:
@@ -553,7 +553,15 @@ class Session:
             if layout.kind == layouts.PER_COMPONENT:
                 return self._download_components(tensor, dtype)
             shape = self._host_shape(tensor, layout)
-            out = np.empty(shape, dtype)
+            if out is None:
+                out = np.empty(shape, dtype)
+            elif not (isinstance(out, np.ndarray) and out.shape == shape and
+                      out.dtype == dtype and out.flags.c_contiguous and
+                      out.flags.writeable):
+                raise ValueError(
+                    "out= must be a writeable C-contiguous %s array of shape "
+                    "%s; got %s" % (np.dtype(dtype).name, shape,
+                                    _describe_array(out)))
             lay = _c_layout(layout)
             st = _lib.status()
             got = ffi.new("size_t *")
@@ -714,6 +722,14 @@ class Session:
         """
         from .tape import Tape
         return Tape(self, persistent=persistent, watch=watch)
+
+
+def _describe_array(a):
+    if not isinstance(a, np.ndarray):
+        return type(a).__name__
+    return "%s %s%s%s" % (a.dtype, a.shape,
+                          "" if a.flags.c_contiguous else " non-contiguous",
+                          "" if a.flags.writeable else " read-only")
 
 
 def _flush_periodically(ref, stop):

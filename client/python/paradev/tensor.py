@@ -107,12 +107,17 @@ class Tensor:
         the stored error, without waiting (Describe)."""
         return self.session.describe([self])[0]
 
-    def numpy(self, layout):
+    def numpy(self, layout, out=None):
         """Downloads the value (waiting until it is computed) as layout says:
         paradev.mirrored() (component 0; the value when mirrored),
         paradev.component(k), paradev.concat(axis), or
-        paradev.per_component() (a list of arrays, one per device)."""
-        return self.session.download(self, layout)
+        paradev.per_component() (a list of arrays, one per device).
+        out: an array of the right dtype and shape (C-contiguous) to write
+        into instead of a fresh one (not for per_component)."""
+        if out is not None and layout.kind == layouts.PER_COMPONENT:
+            raise ValueError("out= is for one array; per_component() "
+                             "downloads a list")
+        return self.session.download(self, layout, out)
 
     def __array__(self, dtype=None, copy=None):
         if copy is False:

@@ -189,3 +189,18 @@ def test_wait_and_sync(sess):
     d = u.describe()
     assert d["ready"] and d["error"] is None
     assert d["shape"] == (4, 4)
+
+
+def test_download_into(sess):
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    t = sess.upload(x, paradev.sharded(0))
+    out = np.zeros((6, 2), np.float32)
+    got = t.numpy(paradev.concat(0), out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, x)
+    with pytest.raises(ValueError, match="shape"):
+        t.numpy(paradev.concat(0), out=np.zeros((5, 2), np.float32))
+    with pytest.raises(ValueError, match="float32"):
+        t.numpy(paradev.concat(0), out=np.zeros((6, 2), np.float64))
+    with pytest.raises(ValueError, match="list"):
+        t.numpy(paradev.per_component(), out=out)
