@@ -1,6 +1,7 @@
 """Errors raise the paradev.Error subclass of their status code with the
 daemon's message, and the session works after each."""
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -145,12 +146,36 @@ def test_killed_daemon_gives_a_clear_error():
         np.testing.assert_array_equal(np.asarray(x + x), 2 * np.ones(4))
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(20)
+        for call in (lambda: x + x, lambda: x.numpy(paradev.mirrored()),
+                     c.info, s.sync):
+            with pytest.raises(paradev.Unavailable, match="cannot reach"):
+                call()
+        with pytest.raises(paradev.Unavailable, match="cannot reach"):
+            with s.pipeline():
+                x * x
+        s.close(_quiet=True)
+        c.close()
+    finally:
+        d.stop()
+
+
+def test_daemon_killed_during_a_wait():
+    # A sync waiting for long work on the devices ends with UNAVAILABLE when
+    # the daemon dies under it, long before the call's 60 s deadline.
+    d = Daemon(2)
+    try:
+        c = paradev.connect(d.unix, timeout=60)
+        s = c.session("doomed-wait")
+        x = s.upload(np.ones((384, 384)), paradev.mirrored())
+        with s.pipeline():
+            y = x
+            for _ in range(2000):
+                y = y @ x * (1.0 / 384)
+        killer = threading.Timer(0.3, d.proc.send_signal, (signal.SIGKILL,))
+        killer.start()
         with pytest.raises((paradev.Unavailable, paradev.Cancelled)):
-            x + x
-        with pytest.raises((paradev.Unavailable, paradev.Cancelled)):
-            x.numpy(paradev.mirrored())
-        with pytest.raises(paradev.Unavailable):
-            c.info()
+            s.sync()
+        killer.join()
         s.close(_quiet=True)
         c.close()
     finally:
