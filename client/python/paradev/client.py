@@ -1,4 +1,5 @@
 """paradev.connect and Client: one channel to one daemon (pd_client)."""
+import atexit
 import dataclasses
 import os
 import stat
@@ -8,6 +9,21 @@ from . import _lib
 from ._lib import ffi, lib
 
 DEFAULT_TCP = "127.0.0.1:7478"
+
+# Every open client, so that the interpreter's exit closes them (and their
+# sessions) while Python and libparadev's threads still run: left to the
+# interpreter's teardown, the keep-alive and stream threads would outlive
+# the objects they use.
+_LIVE = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for c in list(_LIVE):
+        try:
+            c.close()
+        except Exception:
+            pass
 
 
 def default_target():
@@ -113,6 +129,7 @@ class Client:
             _lib.raise_status(lib.pd_status_code(st), st)
         self._c = c
         self._sessions = weakref.WeakSet()
+        _LIVE.add(self)
         self.target = _str(lib.pd_client_target(c))
 
     # -- lifetime --------------------------------------------------------

@@ -186,3 +186,39 @@ def test_dropped_session_is_closed(client):
     assert ref() is None
     # collecting it closed it on the daemon: its tensor's memory is free
     assert _used(client) <= used - 256 * 1024 * 4 * client.info().num_devices
+
+
+EXIT_SCRIPT = """
+import sys, numpy as np, paradev
+c = paradev.connect(sys.argv[1])
+s = c.session("exit-test", pipelined=True)
+x = s.upload(np.ones((256, 256)), paradev.mirrored())
+for _ in range(50):
+    x = x @ x * (1.0 / 256)
+s2 = c.session("second")
+t = s2.upload(np.ones((256, 1024)), paradev.sharded(0))
+print("exiting")
+"""
+
+
+def test_exit_without_closing(daemon, client):
+    # A program that ends with its client, sessions, a stream and pending
+    # deletes all open exits cleanly, and the daemon frees what it held.
+    import os
+    import subprocess
+    import sys
+    before = _used(client)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, daemon.unix],
+                           capture_output=True, text=True, env=env,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "exiting"
+    # closed sessions free their memory once their queued ops are done
+    for _ in range(400):
+        if _used(client) <= before:
+            break
+        time.sleep(0.05)
+    assert _used(client) <= before
