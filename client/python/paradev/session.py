@@ -334,6 +334,7 @@ class Session:
             mirrored = False
         n_in = len(ids)
         with self._lock:
+            self._h()
             if len(self._pending) >= FLUSH_AT:
                 self._flush_deletes()
             a = self._set_attrs(opdef, attrs) if attrs else _NULL
@@ -546,6 +547,7 @@ class Session:
         """tensor.numpy(layout, out=None); see Tensor.numpy."""
         layouts.check(layout, "download")
         with self._lock:
+            self._h()
             if len(self._pending) >= FLUSH_AT:
                 self._flush_deletes()
             self._drain()

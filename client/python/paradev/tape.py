@@ -75,6 +75,7 @@ class Tape:
         ids = ffi.new("uint64_t[]", [_tensor(t, s).id for t in ts])
         st = _lib.status()
         with s._lock:
+            s._h()
             if s._pipelined:
                 _lib.check(lib.pd_stream_tape_watch(
                     s._get_stream(), self.id, ids, len(ts), _NULL, st), st)
@@ -99,6 +100,7 @@ class Tape:
             else 0
         st = _lib.status()
         with s._lock:
+            s._h()
             if len(s._pending) >= FLUSH_AT:
                 s._flush_deletes()
             if s._pipelined:

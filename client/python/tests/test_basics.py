@@ -44,6 +44,23 @@ def test_session_attributes(client):
         s.upload([1.0], paradev.mirrored())
 
 
+def test_closed_session_refuses_everything(client):
+    s = client.session("closing")
+    x = s.upload(np.ones(3), paradev.mirrored())
+    tape = s.tape(watch=[x]).__enter__()
+    y = x * x
+    s.close()
+    for call in (lambda: x + x, lambda: x.numpy(paradev.mirrored()),
+                 s.sync, lambda: tape.gradient(y, x), lambda: tape.watch(x),
+                 lambda: s.describe([x]), lambda: s.tape().__enter__()):
+        with pytest.raises(ValueError, match="closed"):
+            call()
+    with s.pipeline():
+        with pytest.raises(ValueError, match="closed"):
+            x * x
+    s.close()  # idempotent
+
+
 SHAPES = [(), (5,), (7, 3), (2, 3, 4)]
 
 
