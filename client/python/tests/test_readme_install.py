@@ -92,3 +92,14 @@ def test_pip_install_against_installed_libparadev(daemon, tmp_path):
     env.pop("LD_LIBRARY_PATH")
     env["PARADEV_LIBRARY"] = os.path.join(libdir, "libparadev.so.0")
     run_example(env, python=py, cwd=str(tmp_path))
+
+
+def test_package_readme_example_runs(daemon):
+    text = open(os.path.join(PKG, "README.md")).read()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    env = dict(os.environ, PARADEV_TARGET=daemon.unix, PYTHONPATH=PKG)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # sum(x @ ones(2, 3)) = 3 * sum(0..7), mirrored after the AllReduce
+    assert r.stdout.splitlines()[1].startswith("84.0 ")
