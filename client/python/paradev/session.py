@@ -397,6 +397,9 @@ class Session:
             elif kind == "float":
                 lib.pd_attrs_set_float(a, kb, float(v))
             elif kind == "bool":
+                if not isinstance(v, (bool, np.bool_)) and v not in (0, 1):
+                    raise TypeError("%s: attribute %s: expected a bool, got "
+                                    "%r" % (opdef.name, k, v))
                 lib.pd_attrs_set_bool(a, kb, bool(v))
             elif kind == "string":
                 lib.pd_attrs_set_string(a, kb, str(v).encode())

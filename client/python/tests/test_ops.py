@@ -186,3 +186,19 @@ def test_pipelined_error_comes_at_the_wait(sess):
             sess.op("MatMul", a, bad)
     # the session goes on
     np.testing.assert_allclose(np.asarray(a + a), 2 * A)
+
+
+def test_attribute_conversion_errors(sess):
+    a = sess.upload(A, paradev.mirrored())
+    with pytest.raises(TypeError, match="expected a bool"):
+        sess.ops.MatMul(a, a, transpose_b="yes")
+    with pytest.raises(TypeError, match="expected an integer"):
+        sess.op("Sum", a, axis=[0.5])
+    with pytest.raises(TypeError, match="dtype"):
+        sess.op("Cast", a, DstT="complex64")
+    # numbers given for int lists and shapes are converted
+    np.testing.assert_allclose(np.asarray(sess.op("Sum", a, axis=np.int64(0))),
+                               A.sum(0))
+    f = sess.op("Fill", shape=[np.int32(2)], value=np.float32(0.5),
+                dtype=np.float64)
+    np.testing.assert_array_equal(np.asarray(f), [0.5, 0.5])
