@@ -480,8 +480,10 @@ pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
  * component `component`). MIRRORED means component 0. INVALID_ARGUMENT for
  * a layout that does not fit (axis out of range, components that differ off
  * the axis), and for MIRRORED of a tensor known not to be mirrored: made
- * from a SHARDED or PER_COMPONENT host value, or whose components differ in
- * shape (ops' outputs are judged by their shapes only). dev_tensor_read and
+ * from a SHARDED or PER_COMPONENT host value, the output of an op that
+ * passes that on (any op with such an input, except AllReduce, Broadcast
+ * and AllGather; ReduceScatter, DeviceId and per-device random ops always),
+ * or whose components differ in shape. dev_tensor_read and
  * dev_tensor_to_host check the same. */
 pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout,
                              int component, dev_shape *host_shape,

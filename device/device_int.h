@@ -48,9 +48,9 @@ struct dev_tensor {
   dev_shape shape; /* common shape, -1 where components differ */
   int n;
   uint64_t bytes;
-  /* Made from a SHARDED or PER_COMPONENT host value: its components are
-   * known to differ, so a MIRRORED download (component 0) is refused. Ops'
-   * outputs do not carry it (their shapes still may refuse). */
+  /* Known not to be mirrored, so a MIRRORED download (component 0) is
+   * refused: made from a SHARDED or PER_COMPONENT host value, or the output
+   * of an op that passes the mark on (prepare.c outputs_not_mirrored). */
   bool not_mirrored;
   dev_component comps[];
 };

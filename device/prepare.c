@@ -306,6 +306,23 @@ static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
   return PD_OK;
 }
 
+/* Whether op's outputs are known not to be mirrored (dev_tensor
+ * .not_mirrored, which refuses a MIRRORED download): AllReduce, Broadcast
+ * and AllGather leave the same value on every device; ReduceScatter,
+ * DeviceId and per-device random streams do not; any other op passes on
+ * its inputs' mark. */
+static bool outputs_not_mirrored(const dev_op_def *def, const dev_op *op) {
+  if (def->flags & DEV_OP_COLLECTIVE)
+    return def->collective == DEV_COLL_REDUCE_SCATTER;
+  if (strcmp(def->name, "DeviceId") == 0) return true;
+  int pd = dev_op_attr_index(def, "per_device");
+  if (pd >= 0 && op->attrs[pd].type == DEV_ATTR_BOOL && op->attrs[pd].u.b)
+    return true;
+  for (int i = 0; i < op->num_inputs; i++)
+    if (op->inputs[i]->not_mirrored) return true;
+  return false;
+}
+
 pd_code dev_op_prepare(dev_engine *e, const char *op_name,
                        dev_tensor *const *inputs, int num_inputs,
                        const dev_attr *attrs, int num_attrs, dev_op **out,
@@ -339,6 +356,9 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
     op->inputs[i] = inputs[i];
   }
   PD_TRY_GOTO(make_outputs(e, def, op, out_dtype, out_shapes, st), rc, fail);
+  bool not_mirrored = outputs_not_mirrored(def, op);
+  for (int o = 0; o < op->num_outputs; o++)
+    op->outputs[o]->not_mirrored = not_mirrored;
   atomic_init(&op->pending, e->n);
   atomic_init(&op->inflight, e->n + 1);
   free(out_shapes);

@@ -58,8 +58,9 @@ pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
  *           gives the size needed), PD_INVALID_ARGUMENT (layout
  *           PER_COMPONENT: use pd_download_components; PD_LAYOUT_UNSPECIFIED,
  *           a zeroed pd_layout: the daemon never guesses; MIRRORED of a
- *           tensor uploaded SHARDED or PER_COMPONENT or whose components
- *           differ in shape; a component out of range; components that
+ *           tensor uploaded SHARDED or PER_COMPONENT, computed from one
+ *           (short of an AllReduce, Broadcast or AllGather), or whose
+ *           components differ in shape; a component out of range; components that
  *           cannot be concatenated), PD_NOT_FOUND
  *           (unknown id), the error stored on a tensor whose op failed (e.g.
  *           PD_RESOURCE_EXHAUSTED), transport errors.

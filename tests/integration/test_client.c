@@ -1593,6 +1593,14 @@ static void test_list_ops(void **state) {
   run_cli(o, NULL, "--target %s ops NoSuchOp", e->target);
   assert_int_equal(o->rc, 1);
   ASSERT_HAS(o->err, "no op named 'NoSuchOp'");
+  /* One source: the Markdown through the wire is the checked-in
+   * docs/ops.md, which tools/gen_ops_md made from the registry directly. */
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "%s --target %s ops --markdown > %s/ops.md && cmp %s/ops.md %s",
+           cli_path, e->target, D.dir, D.dir, PD_TEST_OPS_MD);
+  if (system(cmd) != 0)
+    fail_msg("'paradev ops --markdown' differs from %s", PD_TEST_OPS_MD);
   free(o);
 }
 

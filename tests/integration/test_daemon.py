@@ -898,10 +898,70 @@ def check_log_warn_port(cl, d):
     assert rc == 0, (rc, "".join(lines))
 
 
+def check_list_ops(cl, d):
+    """ListOps through an independent client: the registry's values."""
+    ops = cl.call("ListOps", pb.ListOpsRequest(), pb.ListOpsResponse).ops
+    names = [o.name for o in ops]
+    assert names == sorted(names) and len(names) >= 50, names
+    assert all(o.summary for o in ops), [o.name for o in ops if not o.summary]
+    mm = cl.call("ListOps", pb.ListOpsRequest(name="MatMul"), pb.ListOpsResponse).ops
+    assert len(mm) == 1 and mm[0].name == "MatMul" and mm[0].has_gradient
+    assert [a.name for a in mm[0].inputs] == ["a", "b"]
+    assert set(mm[0].inputs[0].dtypes) == {pb.DTYPE_FLOAT32, pb.DTYPE_FLOAT64,
+                                          pb.DTYPE_FLOAT16, pb.DTYPE_BFLOAT16}
+    for a in mm[0].attrs:
+        assert a.kind == pb.ATTR_KIND_BOOL and a.HasField("default_value")
+        assert a.default_value.WhichOneof("value") == "b" and not a.default_value.b
+    reshape = {o.name: o for o in ops}["Reshape"]
+    shape = reshape.attrs[0]
+    assert shape.name == "shape" and shape.kind == pb.ATTR_KIND_INT_LIST
+    assert not shape.HasField("default_value")  # required
+    assert "Differs from tf.raw_ops.Reshape" in reshape.notes
+    ar = {o.name: o for o in ops}["AllReduce"]
+    assert ar.is_collective and list(ar.attrs[0].allowed_values) == [
+        "sum", "mean", "max", "min", "prod"]
+    expect_error(grpc.StatusCode.NOT_FOUND, cl.call, "ListOps",
+                 pb.ListOpsRequest(name="Matmul"), pb.ListOpsResponse,
+                 match="no op named 'Matmul'")
+
+
+def check_layouts_never_guess(cl, d):
+    """A Download names its layout; MIRRORED of shards is refused."""
+    tok = cl.session(client_name="layouts").session_token
+    vals = [float(i) for i in range(6)]
+    upload_f32(cl, tok, 1, [6], vals)  # no layout: UNSPECIFIED, as MIRRORED
+    for lay in (None, pb.Layout(), pb.Layout(kind=pb.LAYOUT_UNSPECIFIED, axis=0)):
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, cl.download,
+                     pb.DownloadRequest(session_token=tok, id=1, layout=lay),
+                     match=r"layout is unspecified .*MIRRORED \(1.*SHARDED \(2"
+                           r".*PER_COMPONENT \(3.*COMPONENT \(4")
+    _, parts = download_parts(cl, tok, 1, pb.Layout(kind=pb.LAYOUT_MIRRORED))
+    assert unf32(parts[0]) == vals
+    upload_f32(cl, tok, 2, [6], vals, layout=pb.Layout(kind=pb.LAYOUT_SHARDED, axis=0))
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, download_parts, cl, tok, 2,
+                 pb.Layout(kind=pb.LAYOUT_MIRRORED), match="not mirrored")
+    # Neg of a sharded tensor is not mirrored either; its AllReduce is.
+    r = cl.call("Execute", pb.ExecuteRequest(session_token=tok, ops=[
+        pb.Operation(op="Neg", inputs=[2], output_ids=[3]),
+        pb.Operation(op="AllReduce", inputs=[3], output_ids=[4])]),
+        pb.ExecuteResponse)
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, download_parts, cl, tok, 3,
+                 pb.Layout(kind=pb.LAYOUT_MIRRORED), match="not mirrored")
+    _, parts = download_parts(cl, tok, 4, pb.Layout(kind=pb.LAYOUT_MIRRORED))
+    n = len(list(cl.call("Describe", pb.DescribeRequest(session_token=tok, ids=[2]),
+                         pb.DescribeResponse).tensors[0].component_shapes))
+    shards = [vals[i * 6 // n:(i + 1) * 6 // n] for i in range(n)]
+    want = [-sum(s[j] for s in shards) for j in range(len(shards[0]))]
+    assert unf32(parts[0]) == want, (unf32(parts[0]), want)
+    _, parts = download_parts(cl, tok, 2, pb.Layout(kind=pb.LAYOUT_SHARDED, axis=0))
+    assert unf32(parts[0]) == vals  # the session goes on
+
+
 CHECKS = [check_echo, check_server_info, check_health, check_sessions,
           check_bad_tokens, check_upload_download, check_execute, check_sync_error,
           check_quota, check_enqueue, check_echo_stream, check_unknown_method,
-          check_limits_and_garbage, check_fuzz, check_tape, check_papercuts]
+          check_limits_and_garbage, check_fuzz, check_tape, check_papercuts,
+          check_list_ops, check_layouts_never_guess]
 
 
 def main():

@@ -663,7 +663,13 @@ static void test_tensor_errors(void **state) {
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
               pd_upload_components_from_shared_memory(
                   s, 3, PD_FLOAT32, 3, NULL, NULL, r, 0, NULL, NULL, e->st));
-  /* Downloads: an unknown id, a component out of range. */
+  /* Downloads: no layout (never guessed), an unknown id, a component out
+   * of range. */
+  pd_layout unspecified = {PD_LAYOUT_UNSPECIFIED, 0, 0};
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_download_to_shared_memory(s, 2, unspecified, r, 0, NULL, NULL,
+                                           NULL, e->st));
+  ASSERT_MSG_HAS(e, "layout is unspecified");
   EXPECT_CODE(e, PD_NOT_FOUND,
               pd_download_to_shared_memory(s, 77, pd_layout_mirrored(), r, 0,
                                            NULL, NULL, NULL, e->st));
@@ -685,9 +691,15 @@ static void test_tensor_errors(void **state) {
   pd_attrs_delete(at);
   uint8_t *dst = (uint8_t *)pd_shared_memory_data(r) + 8192;
   memset(dst, 0xEE, 64);
+  /* Gathered from shards, the output is not mirrored: MIRRORED is refused
+   * (layouts never guess), COMPONENT 0 reports the op's error. */
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
               pd_download_to_shared_memory(s, 5, pd_layout_mirrored(), r, 8192,
                                            NULL, NULL, NULL, e->st));
+  ASSERT_MSG_HAS(e, "not mirrored");
+  EXPECT_CODE(e, PD_INVALID_ARGUMENT,
+              pd_download_to_shared_memory(s, 5, pd_layout_component(0), r,
+                                           8192, NULL, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "Gather: indices");
   ASSERT_MSG_HAS(e, "5000");
   for (int i = 0; i < 64; i++) assert_int_equal(dst[i], 0xEE);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "dev_backend.h"
+#include "testutil.h"
 
 static void test_every_op_has_a_summary(void **state) {
   (void)state;
@@ -96,6 +97,64 @@ static void test_values_of_some_ops(void **state) {
   assert_string_equal(dev_attr_type_name(DEV_ATTR_INT_LIST), "list(int)");
 }
 
+/* The declared dtypes are the ones shape inference accepts: for every op
+ * whose inputs all take one dtype (the first input's, the others "same
+ * as" it) and that has no required attribute, each dtype is tried on inputs
+ * of a shape the op takes; the op must prepare exactly when the dtype is in
+ * the first input's mask, and the output's dtype must be in its mask. */
+static void test_dtypes_are_what_infer_accepts(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(2, 0);
+  int checked = 0;
+  for (int i = 0; i < dev_op_count(); i++) {
+    const dev_op_def *d = dev_op_at(i);
+    if (d->num_inputs == 0 || d->inputs[0].is_list) continue;
+    bool simple = true;
+    for (int j = 1; j < d->num_inputs; j++)
+      simple &= d->inputs[j].dtype_rule &&
+                strncmp(d->inputs[j].dtype_rule, "same as ", 8) == 0;
+    for (int j = 0; j < d->num_attrs; j++)
+      simple &= d->attrs[j].default_value.type != DEV_ATTR_NONE;
+    if (!simple) continue;
+    int accepted = 0;
+    for (int dt = 1; dt < PD_DTYPE_COUNT; dt++) {
+      dev_tensor *in[DEV_MAX_ARGS];
+      for (int j = 0; j < d->num_inputs; j++) {
+        /* [2, 2] fits them all but BiasAdd's bias, which is [2]. */
+        int64_t dims[2] = {2, 2};
+        double zeros[4] = {0, 0, 0, 0};
+        int rank = strcmp(d->name, "BiasAdd") == 0 && j == 1 ? 1 : 2;
+        in[j] = tu_mirrored(e, (pd_dtype)dt, rank, dims, zeros);
+      }
+      dev_op *op = NULL;
+      dev_status st = DEV_STATUS_INIT;
+      pd_code rc =
+          dev_op_prepare(e, d->name, in, d->num_inputs, NULL, 0, &op, &st);
+      bool want = (d->inputs[0].dtypes >> dt) & 1u;
+      if ((rc == PD_OK) != want)
+        fail_msg("op %s with %s inputs: %s, but its inputs declare %s", d->name,
+                 pd_dtype_name((pd_dtype)dt), rc == PD_OK ? "prepared" : st.msg,
+                 want ? "that dtype" : "no such dtype");
+      if (rc == PD_OK) {
+        accepted++;
+        for (int o = 0; o < dev_op_num_outputs(op); o++) {
+          pd_dtype odt = dev_tensor_dtype(dev_op_output(op, o));
+          if (!((d->outputs[o].dtypes >> odt) & 1u))
+            fail_msg("op %s: output %s of dtype %s is outside its mask",
+                     d->name, d->outputs[o].name, pd_dtype_name(odt));
+        }
+        dev_op_abandon(op, PD_CANCELLED, "test");
+      }
+      for (int j = 0; j < d->num_inputs; j++) dev_tensor_release(in[j]);
+    }
+    assert_true(accepted > 0);
+    checked++;
+  }
+  /* Elementwise, binary, reductions, linalg, softmax, collectives, ... */
+  assert_true(checked >= 35);
+  dev_engine_destroy(e);
+}
+
 int main(void) {
   dev_registry_init();
   const struct CMUnitTest tests[] = {
@@ -103,6 +162,7 @@ int main(void) {
       cmocka_unit_test(test_every_arg_declares_dtypes),
       cmocka_unit_test(test_defaults_agree),
       cmocka_unit_test(test_values_of_some_ops),
+      cmocka_unit_test(test_dtypes_are_what_infer_accepts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

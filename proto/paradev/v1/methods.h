@@ -32,7 +32,7 @@
   X(PD_SVC_PARALLEL_DEVICE, GetServerInfo, UNARY,                              \
     paradev__v1__get_server_info_request,                                      \
     paradev__v1__get_server_info_response)                                     \
-  X(PD_SVC_PARALLEL_DEVICE, ListOps, UNARY, paradev__v1__list_ops_request,    \
+  X(PD_SVC_PARALLEL_DEVICE, ListOps, UNARY, paradev__v1__list_ops_request,     \
     paradev__v1__list_ops_response)                                            \
   X(PD_SVC_PARALLEL_DEVICE, CreateSession, UNARY,                              \
     paradev__v1__create_session_request, paradev__v1__create_session_response) \
