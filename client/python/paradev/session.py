@@ -318,16 +318,16 @@ class Session:
                     for t in e:
                         ids.append(self._input_id(t))
                         tensors.append(t)
-                        if t._mirrored is not True:
-                            mirrored = None
+                        if t._mirrored is not True and mirrored is not False:
+                            mirrored = t._mirrored
                     continue
                 e = self._input_tensor(e)
             elif e.session is not self or e._deleted:
                 self._input_id(e)
             ids.append(e.id)
             tensors.append(e)
-            if e._mirrored is not True:
-                mirrored = None
+            if e._mirrored is not True and mirrored is not False:
+                mirrored = e._mirrored
         if name in _MIRRORING:
             mirrored = True
         elif name in _VARYING or attrs.get("per_device"):
@@ -512,9 +512,7 @@ class Session:
                                                 data, sizes, info, _NULL, st)
                 self.stats["grpc_upload_bytes"] += total
             _lib.check(code, st)
-        same = all(np.array_equal(arrs[0], b) for b in arrs[1:]) and \
-            all(a.shape == arrs[0].shape for a in arrs)
-        return _tensor_from_info(self, info[0], True if same else False)
+        return _tensor_from_info(self, info[0], False)
 
     # -- shared memory -----------------------------------------------------
     def _region_for(self, nbytes):

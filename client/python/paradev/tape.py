@@ -108,8 +108,8 @@ class Tape:
                 _lib.check(lib.pd_stream_tape_gradient(
                     t, self.id, _tensor(target, s).id, src_ids, n, og, res,
                     s._index, st), st)
-                outs = [Tensor(s, res[i], src._dtype, src._shape,
-                               src._mirrored) for i, src in enumerate(srcs)]
+                outs = [Tensor(s, res[i], src._dtype, src._shape, None)
+                        for i, src in enumerate(srcs)]
                 s._items[s._index[0]] = [o.id for o in outs]
                 if not self.persistent:
                     self._done = True
@@ -121,8 +121,9 @@ class Tape:
                     s._s, self.id, _tensor(target, s).id, src_ids, n, og, res,
                     infos, _NULL, st), st)
                 from .session import _tensor_from_info
-                outs = [_tensor_from_info(s, infos[i], src._mirrored)
-                        for i, src in enumerate(srcs)]
+                # mirrored or not: the daemon knows (np.asarray asks it)
+                outs = [_tensor_from_info(s, infos[i], None)
+                        for i in range(n)]
                 if not self.persistent:
                     self._done = True
                     lib.pd_tape_delete(s._s, self.id, _NULL, st)

@@ -6,6 +6,7 @@ import numpy as np
 
 from . import layouts
 from ._dtypes import need_numpy
+from .errors import InvalidArgument
 
 
 class Tensor:
@@ -63,8 +64,10 @@ class Tensor:
     @property
     def is_mirrored(self):
         """True when the client knows every component holds the same value
-        (a mirrored upload, an AllReduce, ops on mirrored inputs)."""
-        return self._mirrored is True
+        (a mirrored upload, an AllReduce, ops on mirrored inputs); False
+        when it knows they may differ (a sharded or per-component upload,
+        what is computed from one); None when it cannot tell (a gradient)."""
+        return self._mirrored
 
     def __repr__(self):
         if self._deleted:
@@ -120,21 +123,35 @@ class Tensor:
         return self.session.download(self, layout, out)
 
     def __array__(self, dtype=None, copy=None):
+        """np.asarray(tensor): the value, when one array is unambiguous.
+        A tensor known to differ between components (sharded or
+        per-component uploads and what is computed from them) raises
+        ValueError naming the layouts to pass to numpy(); where the client
+        cannot tell (a gradient, an op on mixed inputs) the daemon decides:
+        it refuses a MIRRORED read of a tensor it knows is not mirrored."""
         if copy is False:
             raise ValueError("a paradev.Tensor cannot be viewed without a "
                              "copy: its value lives on the daemon")
-        if self._mirrored is not True:
-            raise ValueError(
-                "np.asarray(tensor) needs a mirrored tensor; tensor %d (shape "
-                "%s) may differ between its %d components: say which value "
-                "you want with tensor.numpy(paradev.concat(axis)), "
-                "tensor.numpy(paradev.component(k)) or "
-                "tensor.numpy(paradev.per_component())"
-                % (self.id, self.shape, self.session.num_devices))
-        a = self.session.download(self, layouts.mirrored())
+        if self._mirrored is False:
+            raise ValueError(self._not_mirrored())
+        try:
+            a = self.session.download(self, layouts.mirrored())
+        except InvalidArgument as e:
+            if self._mirrored is True or "MIRRORED" not in e.message:
+                raise
+            raise ValueError(self._not_mirrored() + " (the daemon: %s)"
+                             % e.message) from e
         if dtype is not None:
             a = a.astype(dtype, copy=False)
         return a
+
+    def _not_mirrored(self):
+        return ("np.asarray(tensor) needs a mirrored tensor; tensor %d "
+                "(shape %s) may differ between its %d components: say which "
+                "value you want with tensor.numpy(paradev.concat(axis)), "
+                "tensor.numpy(paradev.component(k)) or "
+                "tensor.numpy(paradev.per_component())"
+                % (self.id, self.shape, self.session.num_devices))
 
     def item(self):
         return np.asarray(self).item()

@@ -105,6 +105,13 @@ def test_output_gradient_and_sharded_allreduce(sess):
     comps = g.numpy(paradev.per_component())
     for comp, shard in zip(comps, np.array_split(X, n)):
         np.testing.assert_allclose(comp, n * shard.sum(0), rtol=1e-12)
+    # the client cannot tell whether a gradient is mirrored; the daemon
+    # knows this one is not, and np.asarray says which layouts to use
+    assert g.is_mirrored is None
+    with pytest.raises(ValueError, match="per_component.*the daemon"):
+        np.asarray(g)
+    m = sess.ops.AllReduce(g, reduction="sum")
+    np.testing.assert_allclose(np.asarray(m), n * X.sum(0), rtol=1e-12)
 
 
 def test_no_gradient_op_is_an_error(sess):
