@@ -544,8 +544,8 @@ class Session:
         return self._region
 
     # -- downloads -------------------------------------------------------------
-    def download(self, tensor, layout, out=None):
-        """tensor.numpy(layout, out=None); see Tensor.numpy."""
+    def download(self, tensor, layout, out=None, *, timeout=None):
+        """tensor.numpy(layout, out=None, timeout=None); see Tensor.numpy."""
         layouts.check(layout, "download")
         with self._lock:
             self._h()
@@ -553,8 +553,9 @@ class Session:
                 self._flush_deletes()
             self._drain()
             dtype = _dtypes.need_numpy(tensor.dtype)
+            call = _call_options(timeout)
             if layout.kind == layouts.PER_COMPONENT:
-                return self._download_components(tensor, dtype)
+                return self._download_components(tensor, dtype, call)
             shape = self._host_shape(tensor, layout)
             if out is None:
                 out = np.empty(shape, dtype)
@@ -571,7 +572,7 @@ class Session:
             region = self._region_for(out.nbytes)
             if region is not None:
                 code = lib.pd_download_to_shared_memory(
-                    self._s, tensor.id, lay, region, 0, _NULL, got, _NULL, st)
+                    self._s, tensor.id, lay, region, 0, _NULL, got, call, st)
                 _lib.check(code, st)
                 ffi.memmove(out, lib.pd_shared_memory_data(region), got[0])
                 self.stats["shm_download_bytes"] += got[0]
@@ -579,7 +580,7 @@ class Session:
                 buf = ffi.from_buffer(out, require_writable=True) \
                     if out.nbytes else _NULL
                 code = lib.pd_download(self._s, tensor.id, lay, buf,
-                                       out.nbytes, _NULL, got, _NULL, st)
+                                       out.nbytes, _NULL, got, call, st)
                 _lib.check(code, st)
                 self.stats["grpc_download_bytes"] += got[0]
             if got[0] != out.nbytes:
@@ -587,7 +588,7 @@ class Session:
                             % (tensor.id, got[0], out.nbytes))
             return out
 
-    def _download_components(self, tensor, dtype):
+    def _download_components(self, tensor, dtype, call=_NULL):
         shapes = self._component_shapes(tensor)
         outs = [np.empty(sh, dtype) for sh in shapes]
         n = len(outs)
@@ -597,7 +598,7 @@ class Session:
         if region is not None:
             got = ffi.new("size_t *")
             _lib.check(lib.pd_download_components_to_shared_memory(
-                self._s, tensor.id, n, region, 0, _NULL, got, _NULL, st), st)
+                self._s, tensor.id, n, region, 0, _NULL, got, call, st), st)
             base = ffi.cast("char *", lib.pd_shared_memory_data(region))
             off = 0
             for o in outs:
@@ -610,7 +611,7 @@ class Session:
             data = ffi.new("void *[]", bufs)
             caps = ffi.new("size_t[]", [o.nbytes for o in outs])
             _lib.check(lib.pd_download_components(
-                self._s, tensor.id, n, data, caps, _NULL, _NULL, st), st)
+                self._s, tensor.id, n, data, caps, _NULL, call, st), st)
             self.stats["grpc_download_bytes"] += total
         return outs
 

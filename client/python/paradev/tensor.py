@@ -110,17 +110,19 @@ class Tensor:
         the stored error, without waiting (Describe)."""
         return self.session.describe([self])[0]
 
-    def numpy(self, layout, out=None):
+    def numpy(self, layout, out=None, *, timeout=None):
         """Downloads the value (waiting until it is computed) as layout says:
         paradev.mirrored() (component 0; the value when mirrored),
         paradev.component(k), paradev.concat(axis), or
         paradev.per_component() (a list of arrays, one per device).
         out: an array of the right dtype and shape (C-contiguous) to write
-        into instead of a fresh one (not for per_component)."""
+        into instead of a fresh one (not for per_component). timeout:
+        seconds (None: the client's), past which paradev.DeadlineExceeded
+        is raised."""
         if out is not None and layout.kind == layouts.PER_COMPONENT:
             raise ValueError("out= is for one array; per_component() "
                              "downloads a list")
-        return self.session.download(self, layout, out)
+        return self.session.download(self, layout, out, timeout=timeout)
 
     def __array__(self, dtype=None, copy=None):
         """np.asarray(tensor): the value, when one array is unambiguous.
@@ -198,6 +200,9 @@ class Tensor:
 
     def __rmatmul__(self, o):
         return self._operand(o).__matmul__(self)
+
+    def __lt__(self, o): return self._bin("Less", o)
+    def __gt__(self, o): return self._bin("Greater", o)
 
     def __neg__(self):
         return self.session.op("Neg", self)

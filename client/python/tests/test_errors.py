@@ -117,6 +117,8 @@ def test_deadline_exceeded(sess):
             y = y @ x * (1.0 / 384)
     with pytest.raises(paradev.DeadlineExceeded):
         sess.sync(timeout=0.001)
+    with pytest.raises(paradev.DeadlineExceeded):
+        y.numpy(paradev.mirrored(), timeout=0.001)
     sess.sync()
     np.testing.assert_allclose(np.asarray(y[0, :3]), [1.0, 1.0, 1.0])
     still_works(sess)

@@ -118,6 +118,8 @@ def test_operators(sess):
     np.testing.assert_allclose(np.asarray(2 - a), 2 - A)
     np.testing.assert_allclose(np.asarray(1 / p), 1 / P)
     np.testing.assert_allclose(np.asarray(p ** 2), P ** 2)
+    np.testing.assert_array_equal(np.asarray(a < b), A < B)
+    np.testing.assert_array_equal(np.asarray(a > 0.5), A > 0.5)
     np.testing.assert_allclose(np.asarray(a.sum()), A.sum())
     np.testing.assert_allclose(np.asarray(a.mean(axis=1)), A.mean(axis=1))
     np.testing.assert_array_equal(np.asarray(a.reshape(12)), A.reshape(12))
