@@ -152,7 +152,7 @@ class DataParallelMLP:
         # AllReduce(mean) of the gradients is the gradient of the batch's
         # mean loss whatever the split (dp_mlp.c explains).
         scale = self.scalar(self.n / rows)
-        with s.tape(watch=self.w) as tape:
+        with s.tape(watch=self.w, watch_accessed=False) as tape:
             logits = self.forward(x)
             xent, _ = op("SparseSoftmaxCrossEntropyWithLogits", logits, y)
             loss_sum = op("Sum", xent)

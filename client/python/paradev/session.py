@@ -87,6 +87,7 @@ class Session:
         self._in_buf = ffi.new(_U64_ARRAY, _SCRATCH)
         self._out_buf = ffi.new(_U64_ARRAY, _SCRATCH)
         self._defs = {}
+        self._tapes = []  # tapes whose block is running, watch_accessed
         self._pipelined = bool(pipelined)
         self._attrs = lib.pd_attrs_new()
         self._region = None
@@ -332,6 +333,9 @@ class Session:
             mirrored = True
         elif name in _VARYING or attrs.get("per_device"):
             mirrored = False
+        if self._tapes and tensors:
+            for tape in self._tapes:
+                tape._accessed(tensors)
         n_in = len(ids)
         with self._lock:
             self._h()
@@ -717,15 +721,19 @@ class Session:
         tensor._shape = d["shape"]
 
     # -- tapes -------------------------------------------------------------
-    def tape(self, *, persistent=False, watch=()):
+    def tape(self, *, persistent=False, watch=(), watch_accessed=True):
         """A gradient tape on the daemon, as a context manager:
 
-            with session.tape(watch=[w]) as tape:
+            with session.tape() as tape:
                 loss = ...
             dw, = tape.gradient(loss, [w])
-        """
+
+        Inside the block the inputs of every op are watched
+        (watch_accessed=True); with watch_accessed=False only watch= and
+        tape.watch() say what is."""
         from .tape import Tape
-        return Tape(self, persistent=persistent, watch=watch)
+        return Tape(self, persistent=persistent, watch=watch,
+                    watch_accessed=watch_accessed)
 
 
 def _describe_array(a):

@@ -11,18 +11,23 @@ _NULL = ffi.NULL
 class Tape:
     """Records the session's ops on watched tensors while it exists.
 
-    Use it as a context manager; watch the tensors to differentiate with
-    respect to (watch= or tape.watch) before the ops that use them, then
-    call tape.gradient(target, sources), inside the block or after it. A
+    Use it as a context manager; inside the block every tensor an op
+    reads is watched (watch_accessed=True, as TensorFlow's
+    watch_accessed_variables); with watch_accessed=False only what watch=
+    or tape.watch names is, before the ops that use it. Then call
+    tape.gradient(target, sources), inside the block or after it. A
     one-shot tape (persistent=False) answers one gradient and is then
     deleted on the daemon; a persistent one lives until tape.delete() or
     until it is collected. Only floating tensors carry gradients."""
 
-    def __init__(self, session, persistent=False, watch=()):
+    def __init__(self, session, persistent=False, watch=(),
+                 watch_accessed=True):
         self.session = session
         self.persistent = bool(persistent)
         self.id = None
         self._watch = list(watch)
+        self._watch_accessed = bool(watch_accessed)
+        self._watched = set()
         self._done = False
 
     def __enter__(self):
@@ -41,10 +46,24 @@ class Tape:
                                              _NULL, st), st)
         if self._watch:
             self.watch(*self._watch)
+        if self._watch_accessed:
+            s._tapes.append(self)
         return self
 
     def __exit__(self, *exc):
+        try:
+            self.session._tapes.remove(self)
+        except ValueError:
+            pass
         return False
+
+    def _accessed(self, tensors):
+        """Inside the block: watches the inputs of an op about to run that
+        the tape does not watch yet (TensorFlow's watch_accessed_variables,
+        for every tensor)."""
+        new = [t for t in tensors if t.id not in self._watched]
+        if new and not self._done:
+            self.watch(*new)
 
     def __del__(self):
         try:
@@ -71,6 +90,7 @@ class Tape:
               for t in (x if isinstance(x, (list, tuple)) else (x,))]
         if not ts:
             return
+        self._watched.update(t.id for t in ts)
         s = self.session
         ids = ffi.new("uint64_t[]", [_tensor(t, s).id for t in ts])
         st = _lib.status()

@@ -126,3 +126,25 @@ def test_no_gradient_op_is_an_error(sess):
         return
     # An integer path carries no gradient: zeros.
     np.testing.assert_array_equal(np.asarray(g), [0.0, 0.0])
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_tape_watches_what_its_block_reads(sess, pipelined):
+    W = RNG.standard_normal((3, 3))
+    w = sess.upload(W, paradev.mirrored())
+    ctx = sess.pipeline() if pipelined else _nullctx()
+    with ctx:
+        with sess.tape() as tape:
+            loss = (w @ w).sum()
+        g = tape.gradient(loss, w)
+    # d/dW sum(W W) = 1 W^T + W^T 1 (1: ones)
+    ones = np.ones((3, 3))
+    np.testing.assert_allclose(np.asarray(g), ones @ W.T + W.T @ ones,
+                               rtol=1e-12)
+    # watch_accessed=False: only what is named; the rest gets zeros
+    v = sess.upload(W, paradev.mirrored())
+    with sess.tape(watch_accessed=False, watch=[w]) as tape:
+        loss = (w * v).sum()
+    gw, gv = tape.gradient(loss, [w, v])
+    np.testing.assert_allclose(np.asarray(gw), W, rtol=1e-12)
+    np.testing.assert_array_equal(np.asarray(gv), np.zeros((3, 3)))
