@@ -362,6 +362,8 @@ class Session:
                 if n_out == 1:
                     out = Tensor(self, out_ids[0], dts[0], None, mirrored)
                     self._items[self._index[0]] = (out.id,)
+                    if self._tapes:
+                        self._tracked((out,))
                     return out
                 outs = [Tensor(self, out_ids[i], dts[i], None, mirrored)
                         for i in range(n_out)]
@@ -375,7 +377,15 @@ class Session:
                     _lib.raise_status(code, st)
                 outs = [_tensor_from_info(self, infos[i], mirrored)
                         for i in range(n_out)]
+        if self._tapes:
+            self._tracked(outs)
         return outs[0] if n_out == 1 else tuple(outs)
+
+    def _tracked(self, outs):
+        """Outputs of an op run inside a watching tape's block: the tape
+        records them already, so they need no watch of their own."""
+        for tape in self._tapes:
+            tape._watched.update(o.id for o in outs)
 
     def _input_id(self, e):
         if not isinstance(e, Tensor):
