@@ -363,7 +363,7 @@ class Session:
                     out = Tensor(self, out_ids[0], dts[0], None, mirrored)
                     self._items[self._index[0]] = (out.id,)
                     if self._tapes:
-                        self._tracked((out,))
+                        self._tracked(tensors, (out,))
                     return out
                 outs = [Tensor(self, out_ids[i], dts[i], None, mirrored)
                         for i in range(n_out)]
@@ -378,12 +378,16 @@ class Session:
                 outs = [_tensor_from_info(self, infos[i], mirrored)
                         for i in range(n_out)]
         if self._tapes:
-            self._tracked(outs)
+            self._tracked(tensors, outs)
         return outs[0] if n_out == 1 else tuple(outs)
 
-    def _tracked(self, outs):
-        """Outputs of an op run inside a watching tape's block: the tape
-        records them already, so they need no watch of their own."""
+    def _tracked(self, inputs, outs):
+        """Outputs of an op run inside a watching tape's block, with a
+        floating input (watched above): the tape records the op, so they need
+        no watch of their own. Others (an op on integers only: not recorded)
+        are watched when an op reads them."""
+        if not any(_is_floating(t._dtype) for t in inputs):
+            return
         for tape in self._tapes:
             tape._watched.update(o.id for o in outs)
 
@@ -744,6 +748,11 @@ class Session:
         from .tape import Tape
         return Tape(self, persistent=persistent, watch=watch,
                     watch_accessed=watch_accessed)
+
+
+def _is_floating(dt):
+    return dt is not None and (dt is _dtypes.bfloat16 or
+                               getattr(dt, "kind", "") == "f")
 
 
 def _describe_array(a):

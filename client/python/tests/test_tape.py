@@ -148,3 +148,11 @@ def test_tape_watches_what_its_block_reads(sess, pipelined):
     gw, gv = tape.gradient(loss, [w, v])
     np.testing.assert_allclose(np.asarray(gw), W, rtol=1e-12)
     np.testing.assert_array_equal(np.asarray(gv), np.zeros((3, 3)))
+
+
+def test_tape_through_a_cast_of_integers(sess):
+    k = sess.upload(np.array([1, 2, 3], np.int32), paradev.mirrored())
+    with sess.tape() as tape:
+        f = sess.ops.Cast(k, DstT="float64")  # not recorded: integer input
+        y = (f * f).sum()
+    np.testing.assert_allclose(np.asarray(tape.gradient(y, f)), [2.0, 4, 6])
