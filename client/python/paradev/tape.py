@@ -2,7 +2,7 @@
 DeleteTape). Source: TensorFlow's GradientTape."""
 from . import _lib
 from ._lib import ffi, lib
-from .session import FLUSH_AT
+from ._util import FLUSH_AT, _tensor_from_info
 from .tensor import Tensor
 
 _NULL = ffi.NULL
@@ -140,7 +140,6 @@ class Tape:
                 _lib.check(lib.pd_tape_gradient(
                     s._s, self.id, _tensor(target, s).id, src_ids, n, og, res,
                     infos, _NULL, st), st)
-                from .session import _tensor_from_info
                 # mirrored or not: the daemon knows (np.asarray asks it)
                 outs = [_tensor_from_info(s, infos[i], None)
                         for i in range(n)]
