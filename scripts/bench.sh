@@ -4,6 +4,7 @@
 # (format: bench/benchutil.h); the previous run's file is kept as
 # bench-results.jsonl.prev. Benchmarks are not tests: nothing here pass/fails
 # on a number, only on a benchmark that crashed or reported an error.
+# bench/python_bench.py (the Python package beside the C client) runs last.
 # bench_gpu (the CUDA backend; built when it is) runs too where it was built:
 # its exit status 77 (no GPU here) counts as skipped, not failed.
 #
@@ -61,6 +62,20 @@ for b in "${BENCHES[@]}" "${OPTIONAL_BENCHES[@]}"; do
   fi
   echo
 done
+
+# The Python package beside the C client (bench/python_bench.py; it needs
+# Debian's python3-numpy and python3-cffi, and pyclient_baseline built).
+if [ -x "$build/pyclient_baseline" ] && [ -x /usr/bin/python3 ] &&
+  /usr/bin/python3 -c "import numpy, cffi" 2>/dev/null; then
+  echo "=== python_bench"
+  if ! /usr/bin/python3 "$(dirname "$0")/../bench/python_bench.py" \
+    --build "$build" "${args[@]}"; then
+    failed+=("python_bench")
+  fi
+  echo
+else
+  skipped+=("python_bench")
+fi
 
 echo "bench: results in $PARADEV_BENCH_RESULTS"
 if [ ${#skipped[@]} -ne 0 ]; then

@@ -3,12 +3,14 @@
 # CPU backend with 4 simulated devices on a temporary Unix socket, waits until
 # it answers health checks, trains the digits classifier through it
 # (examples/train_digits.c: data-parallel over the mesh, gradient tape and
-# all-reduce on the daemon), stops the daemon with SIGTERM and checks that it
-# exited 0. The trainer has the daemon save its weights (SaveTensors) in a
-# checkpoints directory that is the daemon's storage root; a second step
-# loads them in a fresh session (LoadTensors) and must report the same test
-# accuracy. Exits non-zero if any of that failed; the temporary directory and
-# the daemon go in every case.
+# all-reduce on the daemon), then -- without options, where Debian's NumPy and
+# cffi are installed -- trains it again from Python (examples/train_digits.py
+# through the paradev package). The C trainer has the daemon save its weights
+# (SaveTensors) in a checkpoints directory that is the daemon's storage root;
+# a second step loads them in a fresh session (LoadTensors) and must report
+# the same test accuracy. Then it stops the daemon with SIGTERM and checks
+# that it exited 0. Exits non-zero if any of that failed; the temporary
+# directory and the daemon go in every case.
 #
 # Usage: scripts/demo.sh [BUILD_DIR] [TRAIN_DIGITS_OPTION...]
 #   Options go to train_digits; without any: --plot BUILD_DIR/train_digits.png
@@ -104,6 +106,19 @@ if [ "$train_rc" -eq 0 ]; then
   fi
 fi
 
+# Then, on the plain `make demo` (no options given), its Python twin through
+# the paradev package (examples/train_digits.py), where Debian's NumPy and
+# cffi are there: same split, seeds and ops, so the same numbers.
+py_rc=0
+if [ $# -eq 0 ] && [ "$train_rc" -eq 0 ] && [ -x /usr/bin/python3 ] &&
+  /usr/bin/python3 -c "import numpy, cffi" 2>/dev/null; then
+  echo "demo: the same training from Python (examples/train_digits.py):"
+  PARADEV_LIBRARY="$build/client/libparadev.so" /usr/bin/python3 \
+    "$(dirname "$0")/../examples/train_digits.py" --target "$target" \
+    --plot "$build/train_digits_py.png" --min-accuracy 95
+  py_rc=$?
+fi
+
 kill -TERM "$daemon_pid"
 wait "$daemon_pid"
 daemon_rc=$?
@@ -122,6 +137,10 @@ if [ "$train_rc" -ne 0 ]; then
 fi
 if [ "$eval_rc" -ne 0 ]; then
   echo "demo: train_digits --evaluate failed (exit status $eval_rc)" >&2
+  failed=1
+fi
+if [ "$py_rc" -ne 0 ]; then
+  echo "demo: train_digits.py failed (exit status $py_rc)" >&2
   failed=1
 fi
 exit "$failed"

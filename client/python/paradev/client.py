@@ -1,0 +1,249 @@
+"""paradev.connect and Client: one channel to one daemon (pd_client)."""
+import atexit
+import dataclasses
+import os
+import stat
+import weakref
+
+from . import _lib
+from ._lib import ffi, lib
+
+DEFAULT_TCP = "127.0.0.1:7478"
+
+# Every open client, so that the interpreter's exit closes them (and their
+# sessions) while Python and libparadev's threads still run: left to the
+# interpreter's teardown, the keep-alive and stream threads would outlive
+# the objects they use.
+_LIVE = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for c in list(_LIVE):
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+def default_target():
+    """The daemon the `paradev` command talks to without --target:
+    $PARADEV_TARGET, else paradevd's default Unix socket
+    ($XDG_RUNTIME_DIR/paradevd.sock, else /tmp/paradevd-UID/paradevd.sock
+    when that directory is the user's alone), else 127.0.0.1:7478."""
+    env = os.environ.get("PARADEV_TARGET")
+    if env:
+        return env
+    rt = os.environ.get("XDG_RUNTIME_DIR")
+    if rt:
+        p = os.path.join(rt, "paradevd.sock")
+        if _is_socket(p):
+            return "unix:" + p
+    d = "/tmp/paradevd-%d" % os.getuid()
+    try:
+        sb = os.lstat(d)
+        private = (stat.S_ISDIR(sb.st_mode) and sb.st_uid == os.getuid() and
+                   (sb.st_mode & 0o077) == 0)
+    except OSError:
+        private = False
+    if private and _is_socket(os.path.join(d, "paradevd.sock")):
+        return "unix:" + os.path.join(d, "paradevd.sock")
+    return DEFAULT_TCP
+
+
+def _is_socket(p):
+    try:
+        return stat.S_ISSOCK(os.stat(p).st_mode)
+    except OSError:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    name: str
+    kind: str
+    memory_total_bytes: int
+    memory_limit_bytes: int
+    memory_used_bytes: int
+    memory_free_bytes: int
+    memory_peak_bytes: int
+    busy_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    incarnation: int
+    backend: str
+    start_time_ms: int
+    devices: tuple
+    limits: dict
+
+    @property
+    def num_devices(self):
+        return len(self.devices)
+
+    @property
+    def memory_used_bytes(self):
+        """Bytes in use, all devices together."""
+        return sum(d.memory_used_bytes for d in self.devices)
+
+
+_LIMIT_FIELDS = ("max_message_bytes", "max_tensor_bytes", "max_rank",
+                 "max_ops_per_request", "max_handles_per_session",
+                 "max_sessions", "max_string_bytes", "max_inputs_per_op",
+                 "max_attrs_per_op", "max_list_length", "max_ids_per_request",
+                 "default_lease_seconds", "max_lease_seconds",
+                 "max_chunk_bytes")
+
+_SERVING = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING",
+            3: "SERVICE_UNKNOWN"}
+
+
+def _str(p):
+    return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else ""
+
+
+class Client:
+    """A connection to one daemon. Thread-safe: sessions of several threads
+    may share it. Close it with close() (or use it as a context manager);
+    every session made from it must be closed first."""
+
+    def __init__(self, target=None, *, timeout=None, max_message_bytes=0,
+                 chunk_bytes=0, user_agent="paradev-python",
+                 prefer_shared_memory=True):
+        self.target_given = target if target is not None else default_target()
+        self.timeout = timeout
+        self.prefer_shared_memory = prefer_shared_memory
+        opts = ffi.new("pd_client_options *")
+        opts.struct_size = ffi.sizeof("pd_client_options")
+        opts.max_message_bytes = max_message_bytes
+        opts.default_timeout_ms = _timeout_ms(timeout)
+        opts.chunk_bytes = chunk_bytes
+        self._ua = ffi.new("char[]", user_agent.encode()) if user_agent else None
+        opts.user_agent = self._ua if self._ua is not None else ffi.NULL
+        st = _lib.status()
+        c = lib.pd_client_new(self.target_given.encode(), opts, st)
+        if c == ffi.NULL:
+            _lib.raise_status(lib.pd_status_code(st), st)
+        self._c = c
+        self._sessions = weakref.WeakSet()
+        _LIVE.add(self)
+        self.target = _str(lib.pd_client_target(c))
+
+    # -- lifetime --------------------------------------------------------
+    def close(self):
+        """Closes every session still open and the channel. Idempotent."""
+        for s in list(self._sessions):
+            s.close(_quiet=True)
+        if self._c is not None:
+            lib.pd_client_delete(self._c)
+            self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<paradev.Client %s>" % self.target
+
+    def _handle(self):
+        if self._c is None:
+            raise ValueError("paradev.Client is closed")
+        return self._c
+
+    @property
+    def is_local(self):
+        """True when the daemon is on this machine (a Unix socket or a
+        loopback address): shared memory transfers can work."""
+        t = self.target
+        if t.startswith("unix:") or t.startswith("unix-abstract:"):
+            return True
+        host = t.rsplit(":", 1)[0].strip("[]")
+        return host in ("localhost", "::1") or host.startswith("127.")
+
+    # -- calls -----------------------------------------------------------
+    def info(self):
+        """The daemon's version, incarnation, backend, devices (memory now)
+        and limits (GetServerInfo)."""
+        st = _lib.status()
+        p = lib.pd_client_get_server_info(self._handle(), ffi.NULL, st)
+        if p == ffi.NULL:
+            _lib.raise_status(lib.pd_status_code(st), st)
+        try:
+            devs = []
+            for i in range(lib.pd_server_info_num_devices(p)):
+                d = lib.pd_server_info_device(p, i)
+                devs.append(DeviceInfo(
+                    d.index, _str(d.name), _str(d.kind), d.memory_total_bytes,
+                    d.memory_limit_bytes, d.memory_used_bytes,
+                    d.memory_free_bytes, d.memory_peak_bytes, d.busy_seconds))
+            lim = lib.pd_server_info_limits(p)
+            limits = {f: getattr(lim, f) for f in _LIMIT_FIELDS}
+            return ServerInfo(_str(lib.pd_server_info_version(p)),
+                              lib.pd_server_info_incarnation(p),
+                              _str(lib.pd_server_info_backend(p)),
+                              lib.pd_server_info_start_time_ms(p),
+                              tuple(devs), limits)
+        finally:
+            lib.pd_server_info_delete(p)
+
+    def health(self, service=""):
+        """The standard health check: "SERVING", "NOT_SERVING", "UNKNOWN" or
+        "SERVICE_UNKNOWN". service "" is the whole server,
+        "paradev.v1.ParallelDevice" the device service."""
+        st = _lib.status()
+        out = ffi.new("pd_serving_status *")
+        _lib.check(lib.pd_client_health(self._handle(), service.encode(), out,
+                                        ffi.NULL, st), st)
+        return _SERVING.get(out[0], "UNKNOWN")
+
+    def echo(self, payload=b""):
+        """Echo round trip (the transport's baseline)."""
+        st = _lib.status()
+        _lib.check(lib.pd_client_echo(self._handle(), payload, len(payload),
+                                      ffi.NULL, 0, ffi.NULL, ffi.NULL, st), st)
+
+    def session(self, name=None, *, job_id=None, lease_s=None,
+                memory_quota=None, keep_alive=True, pipelined=False,
+                prefer_shared_memory=None, shm_threshold=1 << 20):
+        """Opens a session (CreateSession): a namespace of tensors with a
+        lease, renewed in the background while it is open. Use it as a
+        context manager: it is closed (every tensor freed) on exit."""
+        from .session import Session
+        if prefer_shared_memory is None:
+            prefer_shared_memory = self.prefer_shared_memory
+        s = Session(self, name, job_id=job_id, lease_s=lease_s,
+                    memory_quota=memory_quota, keep_alive=keep_alive,
+                    pipelined=pipelined,
+                    prefer_shared_memory=prefer_shared_memory,
+                    shm_threshold=shm_threshold)
+        self._sessions.add(s)
+        return s
+
+
+def _timeout_ms(timeout):
+    if timeout is None:
+        return 0
+    if timeout <= 0:
+        raise ValueError("timeout %r: expected a positive number of seconds "
+                         "or None" % (timeout,))
+    return max(1, int(round(timeout * 1000)))
+
+
+def connect(target=None, *, timeout=None, **kw):
+    """Opens a Client on the daemon at `target` ("unix:/path", "host:port";
+    None: as the `paradev` command finds it, see default_target()).
+    timeout: seconds each call may take (None: libparadev's 60 s). Nothing
+    is sent yet: a daemon that is not there shows as paradev.Unavailable on
+    the first call."""
+    return Client(target, timeout=timeout, **kw)

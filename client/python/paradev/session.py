@@ -1,0 +1,556 @@
+"""Session: a namespace of tensors on the daemon (pd_session), with
+uploads, downloads, ops (one Execute each, or pipelined through one Enqueue
+stream), gradient tapes, and batched deletion of collected tensors.
+
+Thread safety: a Session may be used from several threads (a lock guards
+its stream, its scratch attributes and its shared memory region); ops of
+one thread run in the order called. Sessions of different threads run
+independently.
+"""
+import collections
+import contextlib
+import re
+import threading
+import weakref
+
+import numpy as np
+
+from . import _dtypes, _lib, layouts
+from ._lib import ffi, lib
+from .errors import Error
+from .tensor import Tensor
+from ._util import FLUSH_AT, _call_options, _tensor_from_info
+from .transfer import Transfers
+
+_NULL = ffi.NULL
+TIMEOUT_NONE = _lib.C["PD_TIMEOUT_NONE"]
+_SCRATCH = 16  # inputs / outputs that fit the session's scratch arrays
+_U64_ARRAY = ffi.typeof("uint64_t[]")
+_INFO_ARRAY = ffi.typeof("pd_tensor_info[]")
+
+# Ops whose outputs hold the same value on every device whatever the
+# inputs, and ops whose outputs differ between devices.
+_MIRRORING = {"AllReduce", "Broadcast", "AllGather"}
+_VARYING = {"ReduceScatter", "DeviceId"}
+
+
+def _cstr(s, cache={}):
+    b = cache.get(s)
+    if b is None:
+        b = cache[s] = s.encode()
+    return b
+
+
+class Session(Transfers):
+    """A session on the daemon; see Client.session. Attributes:
+    num_devices (components of every tensor), lease_s, incarnation,
+    memory_quota (bytes, 0: none), ops (generated op wrappers), stats (bytes
+    moved through gRPC and through shared memory)."""
+
+    def __init__(self, client, name=None, *, job_id=None, lease_s=None,
+                 memory_quota=None, keep_alive=True, pipelined=False,
+                 prefer_shared_memory=True, shm_threshold=1 << 20):
+        self.client = client
+        opts = ffi.new("pd_session_options *")
+        opts.struct_size = ffi.sizeof("pd_session_options")
+        keep = []
+        if name is not None:
+            keep.append(ffi.new("char[]", str(name).encode()))
+            opts.client_name = keep[-1]
+        if job_id is not None:
+            keep.append(ffi.new("char[]", str(job_id).encode()))
+            opts.job_id = keep[-1]
+        opts.lease_seconds = int(lease_s or 0)
+        opts.memory_quota_bytes = int(memory_quota or 0)
+        opts.keep_alive = bool(keep_alive)
+        st = _lib.status()
+        s = lib.pd_session_new(client._handle(), opts, _NULL, st)
+        if s == _NULL:
+            _lib.raise_status(lib.pd_status_code(st), st)
+        self._s = s
+        self.name = name
+        self.num_devices = lib.pd_session_num_devices(s)
+        self.lease_s = lib.pd_session_lease_seconds(s)
+        self.incarnation = lib.pd_session_incarnation(s)
+        self.memory_quota = lib.pd_session_memory_quota(s)
+        self._lock = threading.RLock()
+        self._pending = collections.deque()  # ids of collected tensors
+        self._pending_tapes = collections.deque()
+        self._stream = None
+        self._items = {}  # stream item index -> ids it makes or deletes
+        self._dead = set()  # ids whose making item failed: never deleted
+        self._index = ffi.new("uint64_t *")
+        self._in_buf = ffi.new(_U64_ARRAY, _SCRATCH)
+        self._out_buf = ffi.new(_U64_ARRAY, _SCRATCH)
+        self._defs = {}
+        self._tapes = []  # tapes whose block is running, watch_accessed
+        self._pipelined = bool(pipelined)
+        self._attrs = lib.pd_attrs_new()
+        self._region = None
+        self._shm = bool(prefer_shared_memory) and client.is_local
+        self.shm_threshold = int(shm_threshold)
+        self.shm_disabled_reason = None if self._shm else (
+            "prefer_shared_memory is False" if not prefer_shared_memory
+            else "the daemon is not on this machine (%s)" % client.target)
+        self.stats = {"grpc_upload_bytes": 0, "grpc_download_bytes": 0,
+                      "shm_upload_bytes": 0, "shm_download_bytes": 0}
+        self._closed = False
+        from .ops import Ops
+        self.ops = Ops(self)
+        self._timer_stop = threading.Event()
+        # The timer holds the session weakly, so that a session dropped
+        # without close() is still collected (and closed).
+        self._timer = threading.Thread(
+            target=_flush_periodically,
+            args=(weakref.ref(self), self._timer_stop),
+            name="paradev-deletes", daemon=True)
+        self._timer.start()
+
+    # -- lifetime ------------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(_quiet=exc_type is not None)
+
+    def __del__(self):
+        try:
+            self.close(_quiet=True)
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<paradev.Session %s%s on %s, %d devices>" % (
+            "%r " % self.name if self.name else "",
+            "closed" if self._closed else "open", self.client.target,
+            self.num_devices)
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def close(self, _quiet=False):
+        """Closes the session on the daemon: every tensor it holds is freed.
+        Idempotent. Raises the close's error (e.g. paradev.NotFound for a
+        session the daemon already lost) unless the session was closing
+        because of another exception."""
+        if self._closed:
+            return
+        self._closed = True
+        self._timer_stop.set()
+        err = None
+        with self._lock:
+            self._pending.clear()
+            if self._stream is not None:
+                lib.pd_stream_delete(self._stream)
+                self._stream = None
+            if self._region is not None:
+                lib.pd_shared_memory_destroy(self._region, _NULL, _NULL)
+                self._region = None
+            st = _lib.status()
+            code = lib.pd_session_close(self._s, _NULL, st)
+            if code != 0:
+                try:
+                    _lib.raise_status(code, st)
+                except Error as e:
+                    err = e
+            lib.pd_session_delete(self._s)
+            lib.pd_attrs_delete(self._attrs)
+            self._attrs = _NULL
+        self.client._sessions.discard(self)
+        if err is not None and not _quiet:
+            raise err
+
+    def _h(self):
+        if self._closed:
+            raise ValueError("paradev.Session is closed")
+        return self._s
+
+    def keep_alive(self):
+        """Renews the lease now (a background thread does it by itself)."""
+        st = _lib.status()
+        _lib.check(lib.pd_session_keep_alive(self._h(), _NULL, st), st)
+
+    # -- deletion (batched) -----------------------------------------------
+    def _queue_delete(self, id):
+        if not self._closed:
+            if self._dead and id in self._dead:
+                self._dead.discard(id)
+                return
+            self._pending.append(id)
+
+    def _flush_deletes(self):
+        """Sends the queued deletions: as a stream item when the session has
+        a stream (it keeps their order after the ops that made them), else
+        one Delete. Best effort: a failure here loses nothing the session's
+        close would not free."""
+        if self._closed:
+            return
+        ids = []
+        pend = self._pending
+        while pend:
+            ids.append(pend.popleft())
+        if self._dead and ids:
+            dead = self._dead
+            keep = [i for i in ids if i not in dead]
+            dead.difference_update(ids)
+            ids = keep
+        tapes = []
+        while self._pending_tapes:
+            tapes.append(self._pending_tapes.popleft())
+        st = _lib.status()
+        if ids:
+            arr = ffi.new("uint64_t[]", ids)
+            if self._stream is not None:
+                if lib.pd_stream_delete_ids(self._stream, arr, len(ids),
+                                            self._index, st) == 0:
+                    self._items[self._index[0]] = None  # a delete item
+            else:
+                lib.pd_delete(self._s, arr, len(ids), _NULL, st)
+        for tape in tapes:
+            if self._stream is not None:
+                lib.pd_stream_tape_delete(self._stream, tape, _NULL, st)
+            else:
+                lib.pd_tape_delete(self._s, tape, _NULL, st)
+
+    def _flush_tick(self):
+        if (self._pending or self._pending_tapes) and \
+                self._lock.acquire(blocking=False):
+            try:
+                self._flush_deletes()
+            except Exception:
+                pass
+            finally:
+                self._lock.release()
+
+    def flush(self):
+        """Sends the queued deletions of collected tensors now."""
+        with self._lock:
+            self._flush_deletes()
+
+    # -- the stream (pipelined mode) --------------------------------------
+    def _get_stream(self):
+        t = self._stream
+        if t is None:
+            st = _lib.status()
+            t = lib.pd_stream_new(self._h(), _NULL, st)
+            if t == _NULL:
+                _lib.raise_status(lib.pd_status_code(st), st)
+            self._stream = t
+        return t
+
+    def _drain(self):
+        """Waits for the replies of every stream item so far, so that unary
+        calls see the handles they made; raises the first failed item's
+        error (each failure once).
+
+        A failed execute item made no handles: its outputs are marked dead
+        so that collecting them sends no delete (a Delete naming an unknown
+        id deletes nothing). A failed delete item (it named such an id when
+        more items failed than the wait reports) is not the caller's error
+        and is not raised."""
+        t = self._stream
+        if t is None:
+            return
+        if lib.pd_stream_num_replies(t) >= lib.pd_stream_num_items(t) and \
+                not self._items:
+            return
+        st = _lib.status()
+        code = lib.pd_stream_wait(t, TIMEOUT_NONE, st)
+        items, self._items = self._items, {}
+        if code == 0:
+            return
+        msg = ffi.string(lib.pd_status_message(st)).decode("utf-8", "replace")
+        m = re.match(r"item (\d+): .*?(\(and (\d+) more items failed\))?$",
+                     msg, re.S)
+        first = int(m.group(1)) if m else -1
+        more = m is not None and m.group(2) is not None
+        # Outputs of the failed item never existed; when more failed than
+        # the message names, every op item since the last wait is suspect:
+        # leaking their handles until the session closes beats deleting
+        # handles that do not exist.
+        for idx, ids in items.items():
+            if ids and (idx == first or (more and idx >= first)):
+                self._dead.update(ids)
+        if first in items and items[first] is None and not more:
+            return  # only a delete failed
+        _lib.raise_status(code, st)
+
+    @property
+    def pipelined(self):
+        return self._pipelined
+
+    @contextlib.contextmanager
+    def pipeline(self):
+        """Inside, ops, tape calls and deletions are written to one Enqueue
+        stream without waiting for replies (errors come at the next wait:
+        sync(), a download, a shape asked for, or the block's end)."""
+        old = self._pipelined
+        self._pipelined = True
+        try:
+            yield self
+        finally:
+            self._pipelined = old
+            with self._lock:
+                if not self._closed:
+                    self._drain()
+
+    # -- ops ---------------------------------------------------------------
+    def op(self, name, *inputs, **attrs):
+        """Runs op `name` (a TensorFlow raw-op name) on every device. Inputs
+        are Tensors (or values, uploaded mirrored); attributes are plain
+        Python values converted to the kinds the registry declares. Returns
+        a Tensor, or a tuple for an op with several outputs."""
+        opdef = self._defs.get(name)
+        if opdef is None:
+            opdef = self._defs[name] = self.ops._def(name)
+        n_out = opdef.num_outputs
+        mirrored = True
+        ids = []
+        tensors = []
+        for e in inputs:
+            if e.__class__ is not Tensor:
+                if isinstance(e, (list, tuple)) and e and \
+                        all(isinstance(t, Tensor) for t in e):
+                    for t in e:
+                        ids.append(self._input_id(t))
+                        tensors.append(t)
+                        if t._mirrored is not True and mirrored is not False:
+                            mirrored = t._mirrored
+                    continue
+                e = self._input_tensor(e)
+            elif e.session is not self or e._deleted:
+                self._input_id(e)
+            ids.append(e.id)
+            tensors.append(e)
+            if e._mirrored is not True and mirrored is not False:
+                mirrored = e._mirrored
+        if name in _MIRRORING:
+            mirrored = True
+        elif name in _VARYING or attrs.get("per_device"):
+            mirrored = False
+        if self._tapes and tensors:
+            for tape in self._tapes:
+                tape._accessed(tensors)
+        n_in = len(ids)
+        with self._lock:
+            self._h()
+            if len(self._pending) >= FLUSH_AT:
+                self._flush_deletes()
+            a = self._set_attrs(opdef, attrs) if attrs else _NULL
+            if n_in <= _SCRATCH:
+                in_arr = self._in_buf
+                in_arr[0:n_in] = ids
+            else:
+                in_arr = ffi.new(_U64_ARRAY, ids)
+            out_ids = self._out_buf if n_out <= _SCRATCH else \
+                ffi.new(_U64_ARRAY, n_out)
+            for i in range(n_out):
+                out_ids[i] = 0
+            st = _lib.status()
+            if self._pipelined:
+                code = lib.pd_stream_execute(self._get_stream(), _cstr(name),
+                                             in_arr, n_in, a, out_ids,
+                                             n_out, self._index, st)
+                if code != 0:
+                    _lib.raise_status(code, st)
+                dts = opdef.output_dtypes(tensors, attrs)
+                if n_out == 1:
+                    out = Tensor(self, out_ids[0], dts[0], None, mirrored)
+                    self._items[self._index[0]] = (out.id,)
+                    if self._tapes:
+                        self._tracked(tensors, (out,))
+                    return out
+                outs = [Tensor(self, out_ids[i], dts[i], None, mirrored)
+                        for i in range(n_out)]
+                self._items[self._index[0]] = [o.id for o in outs]
+            else:
+                self._drain()
+                infos = ffi.new(_INFO_ARRAY, n_out)
+                code = lib.pd_execute(self._s, _cstr(name), in_arr, n_in,
+                                      a, out_ids, n_out, infos, _NULL, st)
+                if code != 0:
+                    _lib.raise_status(code, st)
+                outs = [_tensor_from_info(self, infos[i], mirrored)
+                        for i in range(n_out)]
+        if self._tapes:
+            self._tracked(tensors, outs)
+        return outs[0] if n_out == 1 else tuple(outs)
+
+    def _tracked(self, inputs, outs):
+        """Outputs of an op run inside a watching tape's block, with a
+        floating input (watched above): the tape records the op, so they need
+        no watch of their own. Others (an op on integers only: not recorded)
+        are watched when an op reads them."""
+        if not any(_is_floating(t._dtype) for t in inputs):
+            return
+        for tape in self._tapes:
+            tape._watched.update(o.id for o in outs)
+
+    def _input_id(self, e):
+        if not isinstance(e, Tensor):
+            raise TypeError("op inputs are paradev Tensors or host values; "
+                            "got %s" % type(e).__name__)
+        if e.session is not self:
+            raise ValueError("tensor %d belongs to another session" % e.id)
+        if e._deleted:
+            raise ValueError("tensor %d was deleted" % e.id)
+        return e.id
+
+    def _input_tensor(self, value):
+        return self.constant(value)
+
+    def _set_attrs(self, opdef, attrs):
+        a = self._attrs
+        lib.pd_attrs_clear(a)
+        for k, v in attrs.items():
+            kind = opdef.attr_kind(k, v)
+            kb = _cstr(k)
+            if kind == "int":
+                lib.pd_attrs_set_int(a, kb, _int(k, v))
+            elif kind == "float":
+                lib.pd_attrs_set_float(a, kb, float(v))
+            elif kind == "bool":
+                if not isinstance(v, (bool, np.bool_)) and v not in (0, 1):
+                    raise TypeError("%s: attribute %s: expected a bool, got "
+                                    "%r" % (opdef.name, k, v))
+                lib.pd_attrs_set_bool(a, kb, bool(v))
+            elif kind == "string":
+                lib.pd_attrs_set_string(a, kb, str(v).encode())
+            elif kind == "dtype":
+                lib.pd_attrs_set_dtype(a, kb, _dtypes.to_number(v))
+            elif kind == "shape":
+                dims = [_int(k, d) for d in _seq(k, v)]
+                lib.pd_attrs_set_shape(a, kb, ffi.new("int64_t[]", dims)
+                                       if dims else _NULL, len(dims))
+            elif kind == "int_list":
+                vals = [_int(k, d) for d in _seq(k, v)]
+                lib.pd_attrs_set_int_list(a, kb, ffi.new("int64_t[]", vals)
+                                          if vals else _NULL, len(vals))
+            elif kind == "float_list":
+                vals = [float(d) for d in _seq(k, v)]
+                lib.pd_attrs_set_float_list(a, kb, ffi.new("double[]", vals)
+                                            if vals else _NULL, len(vals))
+            else:
+                raise TypeError("%s: attribute %s: cannot send %r (kind %s)"
+                                % (opdef.name, k, v, kind))
+        return a
+
+    def constant(self, value, dtype=None):
+        """Uploads a host value mirrored (what operators do with a Python
+        number beside a Tensor)."""
+        return self.upload(value, layouts.mirrored(), dtype=dtype)
+
+    # -- sync, describe ----------------------------------------------------
+    def sync(self, tensors=None, *, timeout=None):
+        """Waits until the session's work (or the given tensors) is
+        computed; raises the first stored error (the session stays
+        usable). timeout: seconds (None: the client's default), past which
+        paradev.DeadlineExceeded is raised."""
+        with self._lock:
+            self._flush_deletes()
+            self._drain()
+            ids = [t.id for t in tensors] if tensors else []
+            arr = ffi.new("uint64_t[]", ids) if ids else _NULL
+            st = _lib.status()
+            failed = ffi.new("uint64_t *")
+            _lib.check(lib.pd_sync(self._h(), arr, len(ids), failed,
+                                   _call_options(timeout), st), st)
+
+    def describe(self, tensors):
+        """A dict per tensor: dtype, shape, component_shapes, bytes, ready,
+        and error (None, or the stored Error) -- without waiting."""
+        with self._lock:
+            self._drain()
+            ids = [t.id for t in tensors]
+            arr = ffi.new("uint64_t[]", ids)
+            st = _lib.status()
+            d = lib.pd_describe(self._h(), arr, len(ids), _NULL, st)
+            if d == _NULL:
+                _lib.raise_status(lib.pd_status_code(st), st)
+        try:
+            out = []
+            info = ffi.new("pd_tensor_info *")
+            for i in range(len(ids)):
+                lib.pd_description_info(d, i, info)
+                comps = []
+                for k in range(lib.pd_description_num_components(d, i)):
+                    lib.pd_description_component(d, i, k, info)
+                    comps.append(tuple(info.dims[j] for j in range(info.rank)))
+                lib.pd_description_info(d, i, info)
+                ready = bool(lib.pd_description_ready(d, i))
+                err = None
+                if ready:
+                    msg = ffi.new("char **")
+                    code = lib.pd_description_status(d, i, msg)
+                    if code:
+                        from .errors import error_for
+                        err = error_for(code, ffi.string(msg[0]).decode(
+                            "utf-8", "replace"))
+                out.append({
+                    "id": ids[i],
+                    "dtype": _dtypes.from_number(info.dtype),
+                    "shape": tuple(info.dims[j] for j in range(info.rank)),
+                    "component_shapes": comps,
+                    "bytes": lib.pd_description_bytes(d, i),
+                    "ready": ready, "error": err})
+            return out
+        finally:
+            lib.pd_description_delete(d)
+
+    def _fetch_meta(self, tensor):
+        d = self.describe([tensor])[0]
+        tensor._dtype = d["dtype"]
+        tensor._shape = d["shape"]
+
+    # -- tapes -------------------------------------------------------------
+    def tape(self, *, persistent=False, watch=(), watch_accessed=True):
+        """A gradient tape on the daemon, as a context manager:
+
+            with session.tape() as tape:
+                loss = ...
+            dw, = tape.gradient(loss, [w])
+
+        Inside the block the inputs of every op are watched
+        (watch_accessed=True); with watch_accessed=False only watch= and
+        tape.watch() say what is."""
+        from .tape import Tape
+        return Tape(self, persistent=persistent, watch=watch,
+                    watch_accessed=watch_accessed)
+
+
+def _is_floating(dt):
+    return dt is not None and (dt is _dtypes.bfloat16 or
+                               getattr(dt, "kind", "") == "f")
+
+
+def _flush_periodically(ref, stop):
+    """The deletions timer: every 0.5 s, sends what collected tensors
+    queued when nothing else did (and the session is not busy)."""
+    while not stop.wait(0.5):
+        s = ref()
+        if s is None:
+            return
+        s._flush_tick()
+        del s
+
+
+def _int(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        try:
+            if float(v) != int(v):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise TypeError("attribute %s: expected an integer, got %r"
+                            % (name, v)) from None
+    return int(v)
+
+
+def _seq(name, v):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return [v]
+    try:
+        return list(v)
+    except TypeError:
+        raise TypeError("attribute %s: expected a list, got %r"
+                        % (name, v)) from None
