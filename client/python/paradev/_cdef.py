@@ -125,6 +125,8 @@ int64_t pd_server_info_start_time_ms(const pd_server_info *info);
 int pd_server_info_num_devices(const pd_server_info *info);
 const pd_device_info *pd_server_info_device(const pd_server_info *info, int i);
 const pd_limits *pd_server_info_limits(const pd_server_info *info);
+int pd_server_info_num_storage_roots(const pd_server_info *info);
+const char *pd_server_info_storage_root(const pd_server_info *info, int i);
 typedef struct pd_session pd_session;
 typedef struct pd_session_options {
 size_t struct_size;
@@ -321,6 +323,65 @@ uint64_t output_gradient, uint64_t *result_ids,
 uint64_t *index, pd_status *st);
 pd_code pd_stream_tape_delete(pd_stream *t, uint64_t tape_id, uint64_t *index,
 pd_status *st);
+typedef enum pd_checkpoint_format {
+PD_CHECKPOINT_AUTO = 0,
+PD_CHECKPOINT_SAFETENSORS = 1,
+PD_CHECKPOINT_NPY = 2,
+PD_CHECKPOINT_NPZ = 3,
+} pd_checkpoint_format;
+typedef struct pd_load_spec {
+const char *name;
+uint64_t id;
+pd_layout layout;
+const char *const *component_sources;
+int n_component_sources;
+} pd_load_spec;
+typedef struct pd_load_options {
+size_t struct_size;
+pd_checkpoint_format format;
+pd_layout default_layout;
+uint64_t first_id;
+} pd_load_options;
+typedef struct pd_load pd_load;
+pd_code pd_load_tensors(pd_session *s, const char *source,
+const pd_load_spec *specs, int n,
+const pd_load_options *opts, pd_load **out,
+const pd_call_options *call, pd_status *st);
+void pd_load_delete(pd_load *l);
+uint64_t pd_load_id(const pd_load *l);
+uint64_t pd_load_total_bytes(const pd_load *l);
+int pd_load_num_tensors(const pd_load *l);
+const char *pd_load_tensor_name(const pd_load *l, int i);
+bool pd_load_tensor_info(const pd_load *l, int i, pd_tensor_info *out);
+bool pd_load_tensor_host_shape(const pd_load *l, int i, int *rank,
+int64_t dims[8]);
+typedef struct pd_load_progress_info {
+uint64_t bytes_done, bytes_total;
+int tensors_done, tensors_total, tensors_failed;
+bool done;
+pd_code code;
+char message[512];
+} pd_load_progress_info;
+pd_code pd_load_progress(pd_session *s, uint64_t load_id, uint32_t wait_ms,
+pd_load_progress_info *out,
+const pd_call_options *call, pd_status *st);
+typedef struct pd_save_spec {
+const char *name;
+uint64_t id;
+pd_layout layout;
+} pd_save_spec;
+typedef struct pd_save_options {
+size_t struct_size;
+pd_checkpoint_format format;
+bool overwrite;
+const char *const *meta_keys;
+const char *const *meta_values;
+int n_meta;
+} pd_save_options;
+pd_code pd_save_tensors(pd_session *s, const char *path,
+const pd_save_spec *specs, int n,
+const pd_save_options *opts, uint64_t *bytes_written,
+const pd_call_options *call, pd_status *st);
 typedef enum pd_attr_kind {
 PD_ATTR_KIND_INVALID = 0,
 PD_ATTR_KIND_INT = 1,
@@ -388,6 +449,7 @@ const pd_op_attr *pd_op_info_attr(const pd_op_info *op, const char *name);
 
 CONSTANTS = {
     'PD_ATTR_KIND_COUNT': 9,
+    'PD_CHECKPOINT_NAME_MAX': 256,
     'PD_DEFAULT_PORT': 7478,
     'PD_DTYPE_COUNT': 9,
     'PD_FIRST_LIBRARY_ID': 4611686018427387904,
