@@ -12,6 +12,7 @@ See client/python/README.md.
 """
 from ._lib import LIBRARY_PATH, LibraryNotFound, lib as _clib, ffi as _ffi
 from ._dtypes import bfloat16
+from .checkpoint import Load, LoadProgress
 from .client import Client, DeviceInfo, ServerInfo, connect, default_target
 from .errors import *  # noqa: F401,F403 -- Error and its subclasses
 from .errors import Error, __all__ as _error_names
@@ -28,5 +29,6 @@ library_version = _ffi.string(_clib.pd_version()).decode()
 __all__ = ["connect", "Client", "Session", "Tensor", "Tape", "Layout",
            "mirrored", "sharded", "per_component", "component", "concat",
            "bfloat16", "ServerInfo", "DeviceInfo", "OpDef", "default_target",
-           "LibraryNotFound", "LIBRARY_PATH", "library_version"] + \
+           "LibraryNotFound", "LIBRARY_PATH", "library_version", "Load",
+           "LoadProgress"] + \
     list(_error_names)

@@ -1,6 +1,7 @@
 """Session: a namespace of tensors on the daemon (pd_session), with
 uploads, downloads, ops (one Execute each, or pipelined through one Enqueue
-stream), gradient tapes, and batched deletion of collected tensors.
+stream), gradient tapes, checkpoints the daemon loads and saves
+(checkpoint.py), and batched deletion of collected tensors.
 
 Thread safety: a Session may be used from several threads (a lock guards
 its stream, its scratch attributes and its shared memory region); ops of
@@ -21,6 +22,7 @@ from .errors import Error
 from .tensor import Tensor
 from ._util import FLUSH_AT, _call_options, _tensor_from_info
 from .transfer import Transfers
+from .checkpoint import Checkpoints
 
 _NULL = ffi.NULL
 TIMEOUT_NONE = _lib.C["PD_TIMEOUT_NONE"]
@@ -41,7 +43,7 @@ def _cstr(s, cache={}):
     return b
 
 
-class Session(Transfers):
+class Session(Transfers, Checkpoints):
     """A session on the daemon; see Client.session. Attributes:
     num_devices (components of every tensor), lease_s, incarnation,
     memory_quota (bytes, 0: none), ops (generated op wrappers), stats (bytes

@@ -1,5 +1,6 @@
 """Fixtures of the paradev package's tests: a real paradevd on a temporary
-Unix socket (and 127.0.0.1:0), started once per test run; a client; a fresh
+Unix socket (and 127.0.0.1:0), with a storage root (daemon.storage) for
+checkpoints, started once per test run; a client; a fresh
 session per test.
 
 Environment (ctest sets both; client/python/CMakeLists.txt):
@@ -42,10 +43,14 @@ class Daemon:
     def __init__(self, devices=NDEV, *extra):
         self.dir = tempfile.mkdtemp(prefix="paradev-py-")
         self.sock = os.path.join(self.dir, "pd.sock")
+        # beneath it the daemon loads and saves checkpoints (test_checkpoint)
+        self.storage = os.path.join(self.dir, "storage")
+        os.mkdir(self.storage)
         args = [paradevd_path(), "--listen", "unix:" + self.sock,
                 "--listen", "127.0.0.1:0", "--devices", str(devices),
                 "--memory-limit", str(MEM_LIMIT), "--admin-socket", "",
-                "--grace-ms", "2000", *extra]
+                "--grace-ms", "2000",
+                "--storage-root", self.storage, *extra]
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                                      errors="replace")
         self.lines = []
