@@ -79,6 +79,9 @@ class ServerInfo:
     start_time_ms: int
     devices: tuple
     limits: dict
+    # where Session.load and Session.save may read and write: local
+    # directories and http(s):// URL prefixes (empty: checkpoints refused)
+    storage_roots: tuple = ()
 
     @property
     def num_devices(self):
@@ -174,7 +177,7 @@ class Client:
     # -- calls -----------------------------------------------------------
     def info(self):
         """The daemon's version, incarnation, backend, devices (memory now)
-        and limits (GetServerInfo)."""
+        limits and storage roots (GetServerInfo)."""
         st = _lib.status()
         p = lib.pd_client_get_server_info(self._handle(), ffi.NULL, st)
         if p == ffi.NULL:
@@ -189,11 +192,13 @@ class Client:
                     d.memory_free_bytes, d.memory_peak_bytes, d.busy_seconds))
             lim = lib.pd_server_info_limits(p)
             limits = {f: getattr(lim, f) for f in _LIMIT_FIELDS}
+            roots = tuple(_str(lib.pd_server_info_storage_root(p, i)) for i in
+                          range(lib.pd_server_info_num_storage_roots(p)))
             return ServerInfo(_str(lib.pd_server_info_version(p)),
                               lib.pd_server_info_incarnation(p),
                               _str(lib.pd_server_info_backend(p)),
                               lib.pd_server_info_start_time_ms(p),
-                              tuple(devs), limits)
+                              tuple(devs), limits, roots)
         finally:
             lib.pd_server_info_delete(p)
 

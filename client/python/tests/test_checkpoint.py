@@ -5,13 +5,19 @@ and safetensors parsed here with json + np.frombuffer); metadata; progress;
 refusals, each followed by a call that works."""
 import json
 import os
+import re
 import struct
+import subprocess
+import sys
+import zipfile
 
 import numpy as np
 import pytest
 
 import paradev
 from conftest import NDEV
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 # safetensors' dtype names (huggingface/safetensors) and NumPy's
 ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8",
@@ -87,6 +93,10 @@ def read_safetensors(path):
 @pytest.fixture
 def root(daemon):
     return daemon.storage
+
+
+def test_storage_roots_in_info(client, daemon):
+    assert client.info().storage_roots == (daemon.storage,)
 
 
 LAYOUTS = [paradev.mirrored(), paradev.sharded(0), paradev.sharded(1)]
@@ -274,6 +284,40 @@ def test_progress_callback(sess, root):
     same_bits(got[""].numpy(paradev.mirrored()), big)
 
 
+def test_failed_read_is_stored_on_its_tensor(sess, root):
+    """A member whose deflated bytes are damaged past its header: the load
+    returns, the read fails later, and only that tensor carries the error."""
+    a = np.random.default_rng(85).standard_normal(1 << 18).astype(np.float32)
+    b = np.arange(10, dtype=np.int32)
+    p = os.path.join(root, "damaged.npz")
+    np.savez_compressed(p, a=a, b=b)
+    with zipfile.ZipFile(p) as zf:
+        m = zf.getinfo("a.npy")
+    data = bytearray(open(p, "rb").read())
+    mid = m.header_offset + 30 + len(m.filename) + len(m.extra) + \
+        m.compress_size // 2
+    for i in range(mid, mid + 64):
+        data[i] ^= 0xFF
+    open(p, "wb").write(bytes(data))
+    calls = []
+    got = sess.load(p, progress=lambda d, t: calls.append((d, t)))  # absolute
+    assert list(got) == ["a", "b"] and got["a"].shape == a.shape
+    assert calls and calls[-1][1] == got.total_bytes
+    pr = got.progress()
+    assert pr.done and pr.tensors_failed == 1
+    assert isinstance(pr.error, paradev.Error) and "'a'" in pr.error.message
+    with pytest.raises(paradev.Error, match="damaged.npz"):
+        got["a"].numpy(paradev.mirrored())
+    with pytest.raises(paradev.Error, match="damaged.npz"):
+        got["a"].wait()
+    with pytest.raises(paradev.Error, match="damaged.npz"):
+        got.wait()
+    same_bits(got["b"].numpy(paradev.mirrored()), b)
+    with pytest.raises(paradev.Error, match="damaged.npz"):
+        sess.sync()
+    same_bits(sess.load("damaged.npz", "b")["b"].numpy(paradev.mirrored()), b)
+
+
 # -- refusals, each followed by a working call ----------------------------------
 def test_refusals(sess, root):
     a = np.random.default_rng(90).standard_normal((4, 2)).astype(np.float32)
@@ -332,3 +376,30 @@ def test_refusals(sess, root):
     with pytest.raises(ValueError, match="format"):
         sess.save("c.npz", {"t": t}, format="npz")
     works()
+
+
+# -- the READMEs' checkpoint examples run as they are ---------------------------
+def python_blocks(path, start=""):
+    text = open(path).read()
+    return re.findall(r"```python\n(.*?)```", text[text.index(start):], re.S)
+
+
+def run_block(code, daemon):
+    env = dict(os.environ, PARADEV_TARGET=daemon.unix,
+               PYTHONPATH=os.path.dirname(HERE))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.splitlines()
+
+
+def test_readme_examples(daemon):
+    root_readme = os.path.join(HERE, "..", "..", "..", "README.md")
+    out = run_block(python_blocks(root_readme, "### Python client")[1], daemon)
+    assert out[0] == "roots ('%s',)" % daemon.storage
+    assert out[1] == "72 bytes written"  # w 3x2, x 6x2 float32
+    assert out[-2] == "loaded 72 of 72 bytes"
+    assert out[-1] == "['w', 'x'] 15.0 12.0"
+    pkg_readme = os.path.join(HERE, "..", "README.md")
+    out = run_block(python_blocks(pkg_readme)[1], daemon)
+    assert out == ["['x', 'w'] 144 12.0"]  # 6 + 12 float64
