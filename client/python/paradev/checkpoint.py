@@ -150,6 +150,36 @@ def _str_arg(v, what):
     return v.encode()
 
 
+def _check_names(names, per_name, default, component_sources):
+    """Refuses what would silently load something else than asked."""
+    if not names:
+        raise ValueError("load: names=[] names no tensor; pass None for "
+                         "every tensor of the file")
+    seen = set()
+    for n in names:
+        if n in seen:
+            raise ValueError("load: the name %r is given twice" % (n,))
+        seen.add(n)
+    if per_name:
+        extra = [k for k in per_name if k not in seen]
+        if extra:
+            raise ValueError("load: layout names %s, which names= lacks (%s)"
+                             % (", ".join(map(repr, extra)),
+                                ", ".join(map(repr, names))))
+    pc = [n for n in names if getattr(
+        per_name.get(n, default) if per_name else default, "kind",
+        None) == layouts.PER_COMPONENT]
+    if component_sources is not None and not pc:
+        raise ValueError("load: component_sources, but no tensor is loaded "
+                         "paradev.per_component()")
+    if isinstance(component_sources, dict):
+        extra = [k for k in component_sources if k not in pc]
+        if extra:
+            raise ValueError("load: component_sources names %s, which is not "
+                             "loaded paradev.per_component()"
+                             % ", ".join(map(repr, extra)))
+
+
 class Checkpoints:
     """Session's load and save (a mixin: needs _lock, _h, _pending,
     _flush_deletes, _drain, _input_id, num_devices)."""
@@ -222,9 +252,8 @@ class Checkpoints:
         specs, n = _NULL, 0
         if names is not None:
             names = list(names)
-            if not names:
-                raise ValueError("load: names=[] names no tensor; pass None "
-                                 "for every tensor of the file")
+            _check_names(names, layout if per_name else None, default,
+                         component_sources)
             specs = ffi.new("pd_load_spec[]", len(names))
             n = len(names)
             for i, name in enumerate(names):

@@ -371,6 +371,15 @@ def test_refusals(sess, root):
         sess.save("c.safetensors", {"t": t}, layout=paradev.component(1))
     with pytest.raises(ValueError, match="component"):
         sess.load("ok.npy", layout=paradev.component(0))
+    with pytest.raises(ValueError, match="twice"):
+        sess.load("nz.npz", ["w", "w"])
+    with pytest.raises(ValueError, match="'v', which names= lacks"):
+        sess.load("nz.npz", ["w"], {"v": paradev.sharded(0)})
+    with pytest.raises(ValueError, match="component_sources"):
+        sess.load("nz.npz", ["w"], component_sources=["ok.npy"] * NDEV)
+    with pytest.raises(ValueError, match="one per device"):
+        sess.load("nz.npz", ["w"], paradev.per_component(),
+                  component_sources=["ok.npy"])
     with pytest.raises(TypeError, match="Tensors"):
         sess.save("c.safetensors", {"t": a})
     with pytest.raises(ValueError, match="format"):
