@@ -226,7 +226,9 @@ class Checkpoints:
         once; the bytes stream into the devices afterwards. tensor.numpy(),
         tensor.wait() and session.sync() wait for them and raise the error
         of a failed read (that tensor's alone); Load.progress() and
-        Load.wait() follow the load.
+        Load.wait() follow the load. In pipelined mode the stream's queue
+        is sent and waited for first (raising a failed item's error); the
+        callback runs in the caller's thread.
 
         Raises (on error no tensor is made): paradev.PermissionDenied
         (outside the storage roots), paradev.NotFound (no such file, or a
@@ -248,31 +250,13 @@ class Checkpoints:
         opts = ffi.new("pd_load_options *")
         opts.struct_size = ffi.sizeof("pd_load_options")
         opts.format = _format(format, False)
-        keep = []
+        keep = []  # what the specs point to, alive until the call returns
         specs, n = _NULL, 0
         if names is not None:
             names = list(names)
-            _check_names(names, layout if per_name else None, default,
-                         component_sources)
-            specs = ffi.new("pd_load_spec[]", len(names))
+            specs = self._load_specs(names, layout if per_name else None,
+                                     default, component_sources, keep)
             n = len(names)
-            for i, name in enumerate(names):
-                keep.append(ffi.new("char[]", _str_arg(name, "load: name")))
-                specs[i].name = keep[-1]
-                lay = layout.get(name, default) if per_name else default
-                _c_layout(lay, "load: layout of %r" % name)
-                specs[i].layout = _pd_layout(lay)
-                if lay.kind == layouts.PER_COMPONENT:
-                    srcs = self._sources(component_sources, name)
-                    if srcs:
-                        arr = [ffi.new("char[]", _str_arg(
-                            p if isinstance(p, str) else _fspath(p),
-                            "load: component source of %r" % name))
-                            for p in srcs]
-                        keep.extend(arr)
-                        keep.append(ffi.new("char *[]", arr))
-                        specs[i].component_sources = keep[-1]
-                        specs[i].n_component_sources = len(arr)
         else:
             if default.kind == layouts.PER_COMPONENT:
                 raise ValueError("load: paradev.per_component() needs the "
@@ -296,6 +280,30 @@ class Checkpoints:
         if progress is not None:
             result._follow(progress, timeout)
         return result
+
+    def _load_specs(self, names, per_name, default, component_sources,
+                    keep):
+        """pd_load_spec[len(names)]; the strings they point to in keep."""
+        _check_names(names, per_name, default, component_sources)
+        specs = ffi.new("pd_load_spec[]", len(names))
+        for i, name in enumerate(names):
+            keep.append(ffi.new("char[]", _str_arg(name, "load: name")))
+            specs[i].name = keep[-1]
+            lay = per_name.get(name, default) if per_name else default
+            _c_layout(lay, "load: layout of %r" % name)
+            specs[i].layout = _pd_layout(lay)
+            if lay.kind != layouts.PER_COMPONENT:
+                continue
+            srcs = self._sources(component_sources, name)
+            if srcs:
+                arr = [ffi.new("char[]", _str_arg(
+                    p if isinstance(p, str) else _fspath(p),
+                    "load: component source of %r" % name)) for p in srcs]
+                keep.extend(arr)
+                keep.append(ffi.new("char *[]", arr))
+                specs[i].component_sources = keep[-1]
+                specs[i].n_component_sources = len(arr)
+        return specs
 
     def _sources(self, component_sources, name):
         srcs = component_sources

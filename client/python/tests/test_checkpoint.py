@@ -5,6 +5,7 @@ and safetensors parsed here with json + np.frombuffer); metadata; progress;
 refusals, each followed by a call that works."""
 import json
 import os
+import pathlib
 import re
 import struct
 import subprocess
@@ -164,8 +165,8 @@ def test_load_names_order_and_layout_dict(sess, root):
     got = sess.load("three.npz", ["a", "c"], {"c": paradev.sharded(1)})
     check_layout(got["a"], arrs["a"], paradev.mirrored())
     check_layout(got["c"], arrs["c"], paradev.sharded(1))
-    # an explicit format
-    got = sess.load("three.npz", "a", format="npz")
+    # an explicit format; an absolute os.PathLike path
+    got = sess.load(pathlib.Path(root) / "three.npz", "a", format="npz")
     check_layout(got["a"], arrs["a"], paradev.mirrored())
 
 
@@ -367,6 +368,15 @@ def test_refusals(sess, root):
               layout={"s": paradev.sharded(0)})
     got, _ = read_safetensors(os.path.join(root, "sharded.safetensors"))
     same_bits(got["s"], a)
+    with sess.tape(watch=[t]) as tape:
+        y = (t * t).sum()
+    (g,) = tape.gradient(y, [t])
+    assert g.is_mirrored is None  # the client cannot tell
+    with pytest.raises(ValueError, match="'g'.*not known to be mirrored"):
+        sess.save("grad.safetensors", {"g": g})
+    sess.save("grad.safetensors", {"g": g}, layout=paradev.mirrored())
+    got, _ = read_safetensors(os.path.join(root, "grad.safetensors"))
+    same_bits(got["g"], a * np.float32(2))
     with pytest.raises(ValueError, match="component"):
         sess.save("c.safetensors", {"t": t}, layout=paradev.component(1))
     with pytest.raises(ValueError, match="component"):
