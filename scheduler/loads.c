@@ -335,7 +335,6 @@ static pd_code piece_copy(load_piece *p, const char *buf, uint64_t off,
   PD_TRY(
       dev_tensor_write(lt->t, &p->wlay, p->comp, p->dst_off + off, buf, n, st));
   atomic_fetch_add(&lt->ld->bytes_done, (uint64_t)n);
-  atomic_fetch_add(&lt->ld->ss->owner->n_load_steps, 1);
   return PD_OK;
 }
 
@@ -345,27 +344,35 @@ static size_t piece_chunk(const load_piece *p, uint64_t off) {
   return left < chunk ? (size_t)left : chunk;
 }
 
-/* A random-access range, chunk by chunk. */
+typedef struct piece_span {
+  load_piece *p;
+  uint64_t off; /* of the chunk, in the piece */
+} piece_span;
+
+static pd_code piece_span_write(void *arg, uint64_t done, const void *data,
+                                size_t len, dev_status *st) {
+  piece_span *ps = arg;
+  return piece_copy(ps->p, data, ps->off + done, len, st);
+}
+
+/* A random-access range, chunk by chunk, each written to the device straight
+ * from the cache's blocks (stg_entry_read_spans): no staging buffer, one
+ * copy less. */
 static pd_code piece_read_chunks(load_piece *p, dev_status *st) {
   load_tensor *lt = p->lt;
   if (p->len == 0) return piece_check(p, 0, st); /* an empty shard */
-  size_t cap = piece_chunk(p, 0);
-  char *buf = malloc(cap ? cap : 1);
-  if (!buf) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
-  pd_code c = PD_OK;
   uint64_t off = 0;
   do {
     size_t n = piece_chunk(p, off);
-    PD_TRY_GOTO(piece_check(p, off, st), c, out);
-    PD_TRY_GOTO(stg_entry_read(lt->file[p->src], lt->entry[p->src],
-                               p->src_off + off, buf, n, st),
-                c, out);
-    PD_TRY_GOTO(piece_copy(p, buf, off, n, st), c, out);
+    PD_TRY(piece_check(p, off, st));
+    piece_span ps = {p, off};
+    PD_TRY(stg_entry_read_spans(lt->file[p->src], lt->entry[p->src],
+                                p->src_off + off, n, piece_span_write, &ps,
+                                st));
+    atomic_fetch_add(&lt->ld->ss->owner->n_load_steps, 1);
     off += n;
   } while (off < p->len);
-out:
-  free(buf);
-  return c;
+  return PD_OK;
 }
 
 /* An entry that must be read whole (deflated, byte-swapped, transposed):
@@ -388,6 +395,7 @@ static pd_code piece_read_whole(load_piece *p, dev_status *st) {
     size_t n = piece_chunk(p, off);
     if (off > 0) PD_TRY_GOTO(piece_check(p, off, st), c, out);
     PD_TRY_GOTO(piece_copy(p, buf + p->src_off + off, off, n, st), c, out);
+    atomic_fetch_add(&lt->ld->ss->owner->n_load_steps, 1);
     off += n;
   }
 out:

@@ -572,6 +572,54 @@ static pd_code stg_bypass(stg_cache *c, stg__fetch_fn fetch, void *fctx,
   return rc;
 }
 
+/* A bypassed range, in pieces of at most one block through a buffer. */
+static pd_code stg_bypass_spans(stg_cache *c, stg__fetch_fn fetch, void *fctx,
+                                uint64_t offset, size_t len, stg_span_fn fn,
+                                void *arg, dev_status *st) {
+  stg_cache_config cfg;
+  stg__cache_config_get(c, &cfg);
+  size_t cap = len < cfg.block_size ? len : (size_t)cfg.block_size;
+  unsigned char *buf = stg_data_alloc(cap);
+  if (!buf)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "out of memory for a read buffer of %zu bytes", cap);
+  pd_code rc = PD_OK;
+  for (size_t done = 0; rc == PD_OK && done < len;) {
+    size_t n = len - done < cap ? len - done : cap;
+    rc = stg_bypass(c, fetch, fctx, offset + done, buf, n, st);
+    if (rc == PD_OK) rc = fn(arg, done, buf, n, st);
+    done += n;
+  }
+  stg_data_free(NULL, buf, cap);
+  return rc;
+}
+
+pd_code stg__cache_read_spans(stg_cache *c, stg__cfile *f, const char *name,
+                              stg__fetch_fn fetch, void *fctx, uint64_t offset,
+                              size_t len, stg_span_fn fn, void *arg,
+                              dev_status *st) {
+  if (len == 0) return PD_OK;
+  if (!c || c->cfg.cache_bytes == 0 || len > c->cfg.cache_bytes)
+    return stg_bypass_spans(c, fetch, fctx, offset, len, fn, arg, st);
+  uint64_t bs = c->cfg.block_size;
+  uint64_t size = f->sig.size;
+  uint64_t end = offset + len;
+  for (uint64_t i = offset / bs; i * bs < end; i++) {
+    uint64_t bstart = i * bs;
+    size_t blen = (size_t)(size - bstart < bs ? size - bstart : bs);
+    stg_block *b = NULL;
+    pd_code rc = stg_get_block(c, f, i, blen, name, fetch, fctx, &b, st);
+    if (rc != PD_OK) return rc;
+    uint64_t from = offset > bstart ? offset : bstart;
+    uint64_t to = end < bstart + blen ? end : bstart + blen;
+    rc = fn(arg, from - offset, b->data + (from - bstart), (size_t)(to - from),
+            st);
+    stg_release(c, b);
+    if (rc != PD_OK) return rc;
+  }
+  return PD_OK;
+}
+
 pd_code stg__cache_read(stg_cache *c, stg__cfile *f, const char *name,
                         stg__fetch_fn fetch, void *fctx, uint64_t offset,
                         void *buf, size_t len, dev_status *st) {
