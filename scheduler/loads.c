@@ -7,12 +7,13 @@
  *
  * A piece reads one byte range of one entry in chunks (sched.load_chunk)
  * through stg_entry_read and writes it with dev_tensor_write:
- *  - MIRRORED: the whole entry once, written to every component;
+ *  - MIRRORED: the entry once, in up to n chunk-aligned byte ranges (one
+ *    piece each, so the workers share it), each written to every component;
  *  - SHARDED along axis a: when the entry is random-access and every axis
  *    before a has size 1 (axis 0, in particular), component k's bytes are
  *    one contiguous range and each component is its own piece reading only
- *    that range; otherwise (a later axis: strided rows) one piece reads the
- *    whole entry and dev_tensor_write scatters it;
+ *    that range; otherwise (a later axis: strided rows) the entry is read
+ *    in byte ranges as for MIRRORED and dev_tensor_write scatters them;
  *  - PER_COMPONENT: one piece per component, from component_sources[k] or
  *    from the entry "<name>:<k>".
  * An entry that is not random-access (deflated, big-endian, Fortran order)
@@ -283,6 +284,25 @@ static int64_t dims_before(const dev_shape *s, int axis) {
   return p;
 }
 
+/* A tensor written whole by its own layout (MIRRORED, or SHARDED along a
+ * later axis): a random-access entry in up to n byte ranges, on chunk
+ * boundaries, so that the workers share it; dev_tensor_write places any
+ * range. One worker reading a mirrored entry alone left the other idle and
+ * made four device copies of every byte in a row. */
+static void load_plan_ranges(load *ld, load_tensor *lt, int n) {
+  const stg_entry *e = lt->entry[0];
+  uint64_t chunk = ld->ss->owner->load_chunk;
+  uint64_t chunks = (e->bytes + chunk - 1) / chunk;
+  uint64_t k = stg_entry_random_access(e) && chunks > 1 ? chunks : 1;
+  if (k > (uint64_t)n) k = (uint64_t)n;
+  uint64_t per = (chunks + k - 1) / k * chunk, off = 0;
+  do {
+    uint64_t len = e->bytes - off < per ? e->bytes - off : per;
+    piece_add(ld, lt, 0, off, len, lt->layout, 0, off);
+    off += len;
+  } while (off < e->bytes);
+}
+
 /* The pieces of one created tensor (see the top of the file). */
 static void load_plan_pieces(load *ld, load_tensor *lt, int n) {
   const dev_layout comp_lay = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
@@ -296,7 +316,7 @@ static void load_plan_pieces(load *ld, load_tensor *lt, int n) {
                stg_entry_random_access(e) &&
                dims_before(&lt->host, lt->layout.axis) == 1;
   if (!split) {
-    piece_add(ld, lt, 0, 0, e->bytes, lt->layout, 0, 0);
+    load_plan_ranges(ld, lt, n);
     return;
   }
   uint64_t off = 0;
