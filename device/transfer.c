@@ -174,15 +174,34 @@ static pd_code check_component(const dev_tensor *t, int c, dev_status *st) {
   return PD_OK;
 }
 
+/* Every component gets the same bytes. On the CPU backend the source goes
+ * out in pieces small enough to stay in the core's cache between the
+ * components' copies, so it is read from memory once, not once per device;
+ * a GPU backend gets one copy per device (each call has its own cost). */
+#define MIRROR_PIECE ((size_t)256 << 10)
+
+static pd_code write_mirrored(dev_tensor *t, uint64_t offset, const void *data,
+                              size_t len, dev_status *st) {
+  size_t piece = t->engine->backend->kind == DEV_BACKEND_CPU && t->n > 1
+                     ? MIRROR_PIECE
+                     : len;
+  for (size_t done = 0; done < len || len == 0;) {
+    size_t n = len - done < piece ? len - done : piece;
+    for (int d = 0; d < t->n; d++)
+      PD_TRY(write_span(t, d, offset + done, (char *)data + done, n, st));
+    done += n;
+    if (len == 0) break;
+  }
+  return PD_OK;
+}
+
 pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
                          uint64_t offset, const void *data, size_t len,
                          dev_status *st) {
   switch (layout->kind) {
     case DEV_LAYOUT_MIRRORED:
       PD_TRY(check_range(offset, len, t->comps[0].bytes, st));
-      for (int d = 0; d < t->n; d++)
-        PD_TRY(write_span(t, d, offset, (void *)data, len, st));
-      return PD_OK;
+      return write_mirrored(t, offset, data, len, st);
     case DEV_LAYOUT_PER_COMPONENT:
     case DEV_LAYOUT_COMPONENT:
       PD_TRY(check_component(t, component, st));

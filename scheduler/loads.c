@@ -7,12 +7,13 @@
  *
  * A piece reads one byte range of one entry in chunks (sched.load_chunk)
  * through stg_entry_read and writes it with dev_tensor_write:
- *  - MIRRORED: the whole entry once, written to every component;
+ *  - MIRRORED: the entry once, in up to n chunk-aligned byte ranges (one
+ *    piece each, so the workers share it), each written to every component;
  *  - SHARDED along axis a: when the entry is random-access and every axis
  *    before a has size 1 (axis 0, in particular), component k's bytes are
  *    one contiguous range and each component is its own piece reading only
- *    that range; otherwise (a later axis: strided rows) one piece reads the
- *    whole entry and dev_tensor_write scatters it;
+ *    that range; otherwise (a later axis: strided rows) the entry is read
+ *    in byte ranges as for MIRRORED and dev_tensor_write scatters them;
  *  - PER_COMPONENT: one piece per component, from component_sources[k] or
  *    from the entry "<name>:<k>".
  * An entry that is not random-access (deflated, big-endian, Fortran order)
@@ -283,6 +284,25 @@ static int64_t dims_before(const dev_shape *s, int axis) {
   return p;
 }
 
+/* A tensor written whole by its own layout (MIRRORED, or SHARDED along a
+ * later axis): a random-access entry in up to n byte ranges, on chunk
+ * boundaries, so that the workers share it; dev_tensor_write places any
+ * range. One worker reading a mirrored entry alone left the other idle and
+ * made four device copies of every byte in a row. */
+static void load_plan_ranges(load *ld, load_tensor *lt, int n) {
+  const stg_entry *e = lt->entry[0];
+  uint64_t chunk = ld->ss->owner->load_chunk;
+  uint64_t chunks = (e->bytes + chunk - 1) / chunk;
+  uint64_t k = stg_entry_random_access(e) && chunks > 1 ? chunks : 1;
+  if (k > (uint64_t)n) k = (uint64_t)n;
+  uint64_t per = (chunks + k - 1) / k * chunk, off = 0;
+  do {
+    uint64_t len = e->bytes - off < per ? e->bytes - off : per;
+    piece_add(ld, lt, 0, off, len, lt->layout, 0, off);
+    off += len;
+  } while (off < e->bytes);
+}
+
 /* The pieces of one created tensor (see the top of the file). */
 static void load_plan_pieces(load *ld, load_tensor *lt, int n) {
   const dev_layout comp_lay = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
@@ -296,7 +316,7 @@ static void load_plan_pieces(load *ld, load_tensor *lt, int n) {
                stg_entry_random_access(e) &&
                dims_before(&lt->host, lt->layout.axis) == 1;
   if (!split) {
-    piece_add(ld, lt, 0, 0, e->bytes, lt->layout, 0, 0);
+    load_plan_ranges(ld, lt, n);
     return;
   }
   uint64_t off = 0;
@@ -335,7 +355,6 @@ static pd_code piece_copy(load_piece *p, const char *buf, uint64_t off,
   PD_TRY(
       dev_tensor_write(lt->t, &p->wlay, p->comp, p->dst_off + off, buf, n, st));
   atomic_fetch_add(&lt->ld->bytes_done, (uint64_t)n);
-  atomic_fetch_add(&lt->ld->ss->owner->n_load_steps, 1);
   return PD_OK;
 }
 
@@ -345,27 +364,35 @@ static size_t piece_chunk(const load_piece *p, uint64_t off) {
   return left < chunk ? (size_t)left : chunk;
 }
 
-/* A random-access range, chunk by chunk. */
+typedef struct piece_span {
+  load_piece *p;
+  uint64_t off; /* of the chunk, in the piece */
+} piece_span;
+
+static pd_code piece_span_write(void *arg, uint64_t done, const void *data,
+                                size_t len, dev_status *st) {
+  piece_span *ps = arg;
+  return piece_copy(ps->p, data, ps->off + done, len, st);
+}
+
+/* A random-access range, chunk by chunk, each written to the device straight
+ * from the cache's blocks (stg_entry_read_spans): no staging buffer, one
+ * copy less. */
 static pd_code piece_read_chunks(load_piece *p, dev_status *st) {
   load_tensor *lt = p->lt;
   if (p->len == 0) return piece_check(p, 0, st); /* an empty shard */
-  size_t cap = piece_chunk(p, 0);
-  char *buf = malloc(cap ? cap : 1);
-  if (!buf) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
-  pd_code c = PD_OK;
   uint64_t off = 0;
   do {
     size_t n = piece_chunk(p, off);
-    PD_TRY_GOTO(piece_check(p, off, st), c, out);
-    PD_TRY_GOTO(stg_entry_read(lt->file[p->src], lt->entry[p->src],
-                               p->src_off + off, buf, n, st),
-                c, out);
-    PD_TRY_GOTO(piece_copy(p, buf, off, n, st), c, out);
+    PD_TRY(piece_check(p, off, st));
+    piece_span ps = {p, off};
+    PD_TRY(stg_entry_read_spans(lt->file[p->src], lt->entry[p->src],
+                                p->src_off + off, n, piece_span_write, &ps,
+                                st));
+    atomic_fetch_add(&lt->ld->ss->owner->n_load_steps, 1);
     off += n;
   } while (off < p->len);
-out:
-  free(buf);
-  return c;
+  return PD_OK;
 }
 
 /* An entry that must be read whole (deflated, byte-swapped, transposed):
@@ -388,6 +415,7 @@ static pd_code piece_read_whole(load_piece *p, dev_status *st) {
     size_t n = piece_chunk(p, off);
     if (off > 0) PD_TRY_GOTO(piece_check(p, off, st), c, out);
     PD_TRY_GOTO(piece_copy(p, buf + p->src_off + off, off, n, st), c, out);
+    atomic_fetch_add(&lt->ld->ss->owner->n_load_steps, 1);
     off += n;
   }
 out:

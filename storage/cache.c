@@ -71,6 +71,11 @@ struct stg_cache {
   stg__cfile *files;
   stg_cache_stats stats;
   double wait_bound_s;
+  /* Freed block memory kept for the next miss (full blocks of the mapped
+   * kind only), linked through its first bytes; pool_bytes + bytes_cached
+   * stays within cache_bytes. */
+  void *pool;
+  uint64_t pool_bytes;
 };
 
 static double stg_now(void) {
@@ -155,14 +160,24 @@ static void stg_cfile_free(stg__cfile *f);
 
 /* Block memory: blocks of 1 MiB and more are mapped anonymously with
  * transparent huge pages asked for (MADV_HUGEPAGE), so the first touch of a
- * 16 MiB block costs a few faults instead of 4096; a cold load's cost is then
- * the fetch, the zeroing of fresh pages and one copy out. Mapping the file
- * itself (no copy) was rejected: a truncated file would raise SIGBUS in the
- * daemon and a rewritten one would change cached bytes under readers. */
+ * 16 MiB block costs a few faults instead of 4096. Mapping the file itself
+ * (no copy) was rejected: a truncated file would raise SIGBUS in the daemon
+ * and a rewritten one would change cached bytes under readers.
+ *
+ * The memory of a full mapped block that leaves the cache (evicted, its file
+ * changed, a failed fetch) goes to c->pool while pool_bytes + bytes_cached
+ * stays within cache_bytes, and the next miss takes it from there: faulting
+ * and zeroing fresh pages cost as much as the fetch itself (perf on
+ * bench_checkpoint: clear_page 29% of a cold load's samples), so the cache
+ * pays them once up to its budget, not on every load of a new version. The
+ * pool never holds more than the budget allows the cache to hold anyway. */
 #define STG_MAP_MIN (1u << 20)
 
-static unsigned char *stg_data_alloc(size_t len) {
-  if (len < STG_MAP_MIN) return malloc(len ? len : 1);
+static bool stg_pooled(const stg_cache *c, size_t len) {
+  return len >= STG_MAP_MIN && len == c->cfg.block_size;
+}
+
+static unsigned char *stg_map(size_t len) {
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                  -1, 0);
   if (p == MAP_FAILED) return NULL;
@@ -170,16 +185,49 @@ static unsigned char *stg_data_alloc(size_t len) {
   return p;
 }
 
-static void stg_data_free(unsigned char *p, size_t len) {
-  if (!p) return;
-  if (len < STG_MAP_MIN)
-    free(p);
-  else
-    munmap(p, len);
+/* A block's memory: from the pool when one is there (c->mu held). */
+static unsigned char *stg_pool_take(stg_cache *c, size_t len) {
+  if (!stg_pooled(c, len) || !c->pool) return NULL;
+  void *p = c->pool;
+  memcpy(&c->pool, p, sizeof c->pool);
+  c->pool_bytes -= len;
+  return p;
 }
 
-static void stg_block_free(stg_block *b) {
-  stg_data_free(b->data, b->len);
+static unsigned char *stg_data_alloc(size_t len) {
+  if (len < STG_MAP_MIN) return malloc(len ? len : 1);
+  return stg_map(len);
+}
+
+/* Frees block memory, or keeps it in the pool (c->mu held, or c NULL). */
+static void stg_data_free(stg_cache *c, unsigned char *p, size_t len) {
+  if (!p) return;
+  if (len < STG_MAP_MIN) {
+    free(p);
+  } else if (c && stg_pooled(c, len) &&
+             c->pool_bytes + c->stats.bytes_cached + len <=
+                 c->cfg.cache_bytes) {
+    memcpy(p, &c->pool, sizeof c->pool);
+    c->pool = p;
+    c->pool_bytes += len;
+  } else {
+    munmap(p, len);
+  }
+}
+
+/* Unmaps pooled memory until the pool and the cached blocks fit the budget
+ * (c->mu held). */
+static void stg_pool_trim(stg_cache *c) {
+  while (c->pool &&
+         c->pool_bytes + c->stats.bytes_cached > c->cfg.cache_bytes) {
+    size_t len = (size_t)c->cfg.block_size;
+    unsigned char *p = stg_pool_take(c, len);
+    munmap(p, len);
+  }
+}
+
+static void stg_block_free(stg_cache *c, stg_block *b) {
+  stg_data_free(c, b->data, b->len);
   free(b);
 }
 
@@ -190,13 +238,16 @@ void stg_cache_destroy(stg_cache *c) {
       n = b->hnext;
       stg__cfile *f = b->file; /* a replaced version is not in c->files */
       if (!f->live && --f->nblocks == 0 && f->refs == 0) stg_cfile_free(f);
-      stg_block_free(b);
+      stg_block_free(NULL, b);
     }
   for (stg__cfile *f = c->files, *n; f; f = n) {
     n = f->next;
     free(f->identity);
     free(f);
   }
+  while (c->pool)
+    munmap(stg_pool_take(c, (size_t)c->cfg.block_size),
+           (size_t)c->cfg.block_size);
   free(c->buckets);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
@@ -302,7 +353,7 @@ static void stg_remove(stg_cache *c, stg_block *b, bool evicted) {
     c->stats.blocks_cached--;
     if (evicted) c->stats.evictions++;
   }
-  if (b->refs == 0) stg_block_free(b);
+  if (b->refs == 0) stg_block_free(c, b);
   if (f->nblocks == 0 && f->refs == 0) {
     if (f->live) stg_cfile_unlink(c, f);
     stg_cfile_free(f);
@@ -382,16 +433,17 @@ void stg__cache_detach(stg_cache *c, stg__cfile *f) {
 
 static void stg_release(stg_cache *c, stg_block *b) {
   pthread_mutex_lock(&c->mu);
-  if (--b->refs == 0 && !b->in_map) stg_block_free(b);
+  if (--b->refs == 0 && !b->in_map) stg_block_free(c, b);
   pthread_mutex_unlock(&c->mu);
 }
 
-/* Fetches a block this reader created (called without the lock). */
+/* Fetches a block this reader created (called without the lock) into
+ * `data` (memory from the pool) or, NULL, fresh memory. */
 static pd_code stg_fetch_block(stg_cache *c, stg_block *b, size_t len,
-                               stg__fetch_fn fetch, void *fctx,
-                               dev_status *st) {
+                               unsigned char *data, stg__fetch_fn fetch,
+                               void *fctx, dev_status *st) {
   dev_status fst = DEV_STATUS_INIT;
-  unsigned char *data = stg_data_alloc(len);
+  if (!data) data = stg_data_alloc(len);
   pd_code rc =
       data ? fetch(fctx, b->index * c->cfg.block_size, data, len, &fst)
            : dev_error(&fst, PD_RESOURCE_EXHAUSTED,
@@ -409,9 +461,10 @@ static pd_code stg_fetch_block(stg_cache *c, stg_block *b, size_t len,
       c->stats.blocks_cached++;
       stg_lru_front(c, b);
       stg_evict_to_budget(c);
+      stg_pool_trim(c);
     }
   } else {
-    stg_data_free(data, len);
+    stg_data_free(c, data, len);
     c->stats.fetch_errors++;
     b->state = STG_FAILED;
     b->err = fst;
@@ -491,8 +544,9 @@ static pd_code stg_get_block(stg_cache *c, stg__cfile *f, uint64_t i,
   b->refs = 1;
   stg_insert(c, b);
   c->stats.misses++;
+  unsigned char *data = stg_pool_take(c, len);
   pthread_mutex_unlock(&c->mu);
-  pd_code rc = stg_fetch_block(c, b, len, fetch, fctx, st);
+  pd_code rc = stg_fetch_block(c, b, len, data, fetch, fctx, st);
   if (rc != PD_OK) {
     stg_release(c, b);
     return rc;
@@ -516,6 +570,54 @@ static pd_code stg_bypass(stg_cache *c, stg__fetch_fn fetch, void *fctx,
     pthread_mutex_unlock(&c->mu);
   }
   return rc;
+}
+
+/* A bypassed range, in pieces of at most one block through a buffer. */
+static pd_code stg_bypass_spans(stg_cache *c, stg__fetch_fn fetch, void *fctx,
+                                uint64_t offset, size_t len, stg_span_fn fn,
+                                void *arg, dev_status *st) {
+  stg_cache_config cfg;
+  stg__cache_config_get(c, &cfg);
+  size_t cap = len < cfg.block_size ? len : (size_t)cfg.block_size;
+  unsigned char *buf = stg_data_alloc(cap);
+  if (!buf)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "out of memory for a read buffer of %zu bytes", cap);
+  pd_code rc = PD_OK;
+  for (size_t done = 0; rc == PD_OK && done < len;) {
+    size_t n = len - done < cap ? len - done : cap;
+    rc = stg_bypass(c, fetch, fctx, offset + done, buf, n, st);
+    if (rc == PD_OK) rc = fn(arg, done, buf, n, st);
+    done += n;
+  }
+  stg_data_free(NULL, buf, cap);
+  return rc;
+}
+
+pd_code stg__cache_read_spans(stg_cache *c, stg__cfile *f, const char *name,
+                              stg__fetch_fn fetch, void *fctx, uint64_t offset,
+                              size_t len, stg_span_fn fn, void *arg,
+                              dev_status *st) {
+  if (len == 0) return PD_OK;
+  if (!c || c->cfg.cache_bytes == 0 || len > c->cfg.cache_bytes)
+    return stg_bypass_spans(c, fetch, fctx, offset, len, fn, arg, st);
+  uint64_t bs = c->cfg.block_size;
+  uint64_t size = f->sig.size;
+  uint64_t end = offset + len;
+  for (uint64_t i = offset / bs; i * bs < end; i++) {
+    uint64_t bstart = i * bs;
+    size_t blen = (size_t)(size - bstart < bs ? size - bstart : bs);
+    stg_block *b = NULL;
+    pd_code rc = stg_get_block(c, f, i, blen, name, fetch, fctx, &b, st);
+    if (rc != PD_OK) return rc;
+    uint64_t from = offset > bstart ? offset : bstart;
+    uint64_t to = end < bstart + blen ? end : bstart + blen;
+    rc = fn(arg, from - offset, b->data + (from - bstart), (size_t)(to - from),
+            st);
+    stg_release(c, b);
+    if (rc != PD_OK) return rc;
+  }
+  return PD_OK;
 }
 
 pd_code stg__cache_read(stg_cache *c, stg__cfile *f, const char *name,

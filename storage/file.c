@@ -129,6 +129,17 @@ pd_code stg_file_pread(stg_file *f, uint64_t offset, void *buf, size_t len,
                          buf, len, st);
 }
 
+pd_code stg_file_read_spans(stg_file *f, uint64_t offset, size_t len,
+                            stg_span_fn fn, void *arg, dev_status *st) {
+  if (offset > f->size || len > f->size - offset)
+    return dev_error(st, PD_OUT_OF_RANGE,
+                     "reading %zu bytes at offset %" PRIu64
+                     " of '%s' goes past its end (%" PRIu64 " bytes)",
+                     len, offset, f->name, f->size);
+  return stg__cache_read_spans(f->cache, f->cf, f->name, stg_file_fetch, f,
+                               offset, len, fn, arg, st);
+}
+
 void stg_file_close(stg_file *f) {
   if (!f) return;
   stg__cache_detach(f->cache, f->cf);

@@ -131,3 +131,30 @@ out:
   if (raw != buf) free(raw);
   return rc;
 }
+
+pd_code stg_entry_read_spans(stg_file *f, const stg_entry *e, uint64_t offset,
+                             size_t len, stg_span_fn fn, void *arg,
+                             dev_status *st) {
+  if (!f || !e || !fn)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "stg_entry_read_spans: a file, an entry and a function "
+                     "are required");
+  if (offset > e->bytes || len > e->bytes - offset) /* its range error */
+    return stg_entry_read(f, e, offset, NULL, len, st);
+  bool whole = offset == 0 && len == e->bytes;
+  /* A stored npz member read whole is checked against its CRC: that needs
+   * the bytes together, as does every entry that is not random-access. */
+  if (stg_entry_random_access(e) && !(whole && e->member_bytes))
+    return len ? stg_file_read_spans(f, e->file_offset + offset, len, fn, arg,
+                                     st)
+               : PD_OK;
+  void *buf = malloc(len ? len : 1);
+  if (!buf)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "out of host memory for %zu bytes of tensor \"%s\"", len,
+                     e->name);
+  pd_code rc = stg_entry_read(f, e, offset, buf, len, st);
+  if (rc == PD_OK && len) rc = fn(arg, 0, buf, len, st);
+  free(buf);
+  return rc;
+}

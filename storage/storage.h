@@ -75,8 +75,7 @@ typedef struct stg_out stg_out;
  * directory does not exist), RESOURCE_EXHAUSTED (disk full, quota). */
 pd_code stg_out_create(const stg_roots *r, const char *path, bool overwrite,
                        stg_out **out, dev_status *st);
-pd_code stg_out_write(stg_out *o, const void *data, size_t len,
-                      dev_status *st);
+pd_code stg_out_write(stg_out *o, const void *data, size_t len, dev_status *st);
 /* fsync, rename into place (refusing to replace unless overwrite), fsync of
  * the directory; frees `o` whatever it returns. */
 pd_code stg_out_commit(stg_out *o, dev_status *st);
@@ -106,7 +105,7 @@ typedef struct stg_cache_stats {
   uint64_t bytes_fetched; /* from storage, all fetchers */
   uint64_t fetches;       /* fetcher calls */
   uint64_t fetch_errors;
-  uint64_t bypass_reads;  /* reads larger than the budget */
+  uint64_t bypass_reads; /* reads larger than the budget */
 } stg_cache_stats;
 
 /* cfg NULL: the defaults. INVALID_ARGUMENT for a struct_size this build does
@@ -134,6 +133,21 @@ const char *stg_file_name(const stg_file *f); /* as given, for messages */
  * failed after retries. Thread-safe. */
 pd_code stg_file_pread(stg_file *f, uint64_t offset, void *buf, size_t len,
                        dev_status *st);
+/* Receives one span of stg_file_read_spans or stg_entry_read_spans: the `len` bytes that lie
+ * `done` bytes after the start of the range read. `data` is valid only
+ * during the call (it may point into a cache block); a code other than
+ * PD_OK stops the read and is its result. */
+typedef pd_code (*stg_span_fn)(void *arg, uint64_t done, const void *data,
+                               size_t len, dev_status *st);
+
+/* The bytes stg_file_pread would read, handed to `fn` in order as spans
+ * that cover the range exactly (none for len 0): slices of the cached
+ * blocks, read-only, kept alive for the call; a read that bypasses the cache
+ * goes through a temporary buffer of at most one block. Errors: those of
+ * stg_file_pread, and fn's. Thread-safe; fn runs on the calling thread with
+ * no storage lock held. */
+pd_code stg_file_read_spans(stg_file *f, uint64_t offset, size_t len,
+                            stg_span_fn fn, void *arg, dev_status *st);
 void stg_file_close(stg_file *f); /* accepts NULL */
 
 /* --- formats ----------------------------------------------------------------- */
@@ -146,16 +160,16 @@ typedef enum stg_format {
 } stg_format;
 
 typedef struct stg_entry {
-  char *name;       /* safetensors key; npz member without ".npy"; "" for .npy */
+  char *name; /* safetensors key; npz member without ".npy"; "" for .npy */
   pd_dtype dtype;
-  dev_shape shape;  /* the C-order host shape */
-  uint64_t bytes;   /* dtype size x elements */
+  dev_shape shape; /* the C-order host shape */
+  uint64_t bytes;  /* dtype size x elements */
   /* How the bytes lie in the file (readers need not look). */
-  uint64_t file_offset;  /* of the data (npz: of the member's data) */
-  uint64_t file_bytes;   /* stored bytes (deflated: compressed size) */
-  bool byteswap;         /* big-endian data */
-  bool fortran_order;    /* stored transposed */
-  int compression;       /* 0 stored, 8 deflate (npz) */
+  uint64_t file_offset; /* of the data (npz: of the member's data) */
+  uint64_t file_bytes;  /* stored bytes (deflated: compressed size) */
+  bool byteswap;        /* big-endian data */
+  bool fortran_order;   /* stored transposed */
+  int compression;      /* 0 stored, 8 deflate (npz) */
   /* npy/npz: bytes of the .npy header before the data; npz: the member's
    * uncompressed size and CRC-32 (checked on whole-value reads). */
   uint64_t header_bytes;
@@ -195,6 +209,18 @@ bool stg_entry_random_access(const stg_entry *e);
 pd_code stg_entry_read(stg_file *f, const stg_entry *e, uint64_t offset,
                        void *buf, size_t len, dev_status *st);
 
+/* The bytes stg_entry_read would give, handed to `fn` in order as spans
+ * that cover [offset, offset + len) exactly (none for len 0), without a copy
+ * into a caller's buffer where the entry is random-access: each span is a
+ * slice of a cached block (read-only, kept alive for the call). Other
+ * entries (and a cache bypass) go through a temporary buffer. Errors: those
+ * of stg_entry_read, and fn's. Thread-safe; fn runs on the calling thread,
+ * with no storage lock held. Added for loads that write each span straight
+ * to device memory (issue #13, Benchmark). */
+pd_code stg_entry_read_spans(stg_file *f, const stg_entry *e, uint64_t offset,
+                             size_t len, stg_span_fn fn, void *arg,
+                             dev_status *st);
+
 /* A writer pulls each tensor's bytes through `read` (C order, little-endian),
  * so a saved tensor is never held twice in host memory. */
 typedef struct stg_save_tensor {
@@ -210,8 +236,8 @@ typedef pd_code (*stg_read_fn)(void *arg, int tensor, uint64_t offset,
  * does, data 8-byte aligned) to `o`; `n_meta` string pairs go to
  * __metadata__. Does not commit `o`. INVALID_ARGUMENT for a duplicate or
  * empty name. */
-pd_code stg_write_safetensors(stg_out *o, const stg_save_tensor *tensors,
-                              int n, stg_read_fn read, void *arg,
+pd_code stg_write_safetensors(stg_out *o, const stg_save_tensor *tensors, int n,
+                              stg_read_fn read, void *arg,
                               const char *const *meta_keys,
                               const char *const *meta_values, int n_meta,
                               dev_status *st);

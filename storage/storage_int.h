@@ -119,6 +119,13 @@ typedef pd_code (*stg__fetch_fn)(void *fctx, uint64_t offset, void *buf,
 pd_code stg__cache_read(stg_cache *c, stg__cfile *cf, const char *name,
                         stg__fetch_fn fetch, void *fctx, uint64_t offset,
                         void *buf, size_t len, dev_status *st);
+/* The same range handed to fn span by span (stg_entry_read_spans): slices
+ * of the cached blocks under a reference, or for a bypass, pieces fetched
+ * into a temporary buffer. */
+pd_code stg__cache_read_spans(stg_cache *c, stg__cfile *cf, const char *name,
+                              stg__fetch_fn fetch, void *fctx, uint64_t offset,
+                              size_t len, stg_span_fn fn, void *arg,
+                              dev_status *st);
 
 /* The cache's configuration with defaults filled in (NULL: the defaults). */
 void stg__cache_config_get(const stg_cache *c, stg_cache_config *out);

@@ -524,6 +524,123 @@ static void test_big_blocks(void **state) {
   tf_free(&t);
 }
 
+/* --- spans (stg_file_read_spans) ------------------------------------------ */
+
+typedef struct spans {
+  unsigned char *buf;
+  uint64_t next; /* the `done` the next span must have */
+  int calls, fail_at;
+} spans;
+
+static pd_code span_take(void *arg, uint64_t done, const void *data, size_t len,
+                         dev_status *st) {
+  spans *sp = arg;
+  assert_int_equal(done, sp->next); /* in order, no gap, no overlap */
+  assert_true(len > 0);
+  if (++sp->calls == sp->fail_at)
+    return dev_error(st, PD_ABORTED, "the span function refused span %d",
+                     sp->calls);
+  memcpy(sp->buf + done, data, len);
+  sp->next = done + len;
+  return PD_OK;
+}
+
+/* Reads [off, off + len) by spans; checks the bytes against the fetcher's. */
+static int spans_check(stg_file *f, tf *t, uint64_t off, size_t len) {
+  spans sp = {malloc(len ? len : 1), 0, 0, 0};
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_file_read_spans(f, off, len, span_take, &sp, &st), PD_OK,
+                 &st);
+  assert_int_equal(sp.next, len);
+  assert_memory_equal(sp.buf, t->data + off, len);
+  free(sp.buf);
+  return sp.calls;
+}
+
+static void test_spans(void **state) {
+  (void)state;
+  tf t;
+  tf_init(&t, 5 * 4096 + 100, 13);
+  stg_fetcher fx = tf_table(&t);
+  stg_cache *c = mk_cache(4096, 1 << 20, 0);
+  stg_file *f = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg__file_open_with(c, &fx, "s", &f, &st), PD_OK, &st);
+  /* [1000, 13788) touches blocks 0 to 3: one span each, one fetch each */
+  assert_int_equal(spans_check(f, &t, 1000, 3 * 4096 + 500), 4);
+  assert_int_equal(tf_reads(&t), 4);
+  assert_int_equal(spans_check(f, &t, 1000, 3 * 4096 + 500), 4);
+  assert_int_equal(tf_reads(&t), 4);                      /* hits */
+  assert_int_equal(spans_check(f, &t, 5 * 4096, 100), 1); /* the last block */
+  assert_int_equal(spans_check(f, &t, 0, 0), 0);
+  /* the function's error stops the read and is its result */
+  unsigned char buf[3 * 4096];
+  spans sp = {buf, 0, 0, 2};
+  st_assert_code(stg_file_read_spans(f, 0, sizeof buf, span_take, &sp, &st),
+                 PD_ABORTED, &st);
+  assert_int_equal(sp.calls, 2);
+  /* past the end: OUT_OF_RANGE, no span */
+  sp = (spans){buf, 0, 0, 0};
+  st_assert_code(stg_file_read_spans(f, 5 * 4096, 200, span_take, &sp, &st),
+                 PD_OUT_OF_RANGE, &st);
+  assert_int_equal(sp.calls, 0);
+  /* a fetch error is the read's */
+  stg_file_close(f);
+  stg_cache_destroy(c);
+  c = mk_cache(4096, 1 << 20, 0);
+  st_assert_code(stg__file_open_with(c, &fx, "s", &f, &st), PD_OK, &st);
+  t.fail_next = 1;
+  sp = (spans){buf, 0, 0, 0};
+  st_assert_code(stg_file_read_spans(f, 0, 10, span_take, &sp, &st),
+                 PD_UNAVAILABLE, &st);
+  assert_int_equal(sp.calls, 0);
+  stg_file_close(f);
+  stg_cache_destroy(c);
+  /* larger than the budget: bypassed, in pieces of at most one block */
+  c = mk_cache(4096, 2 * 4096, 0);
+  st_assert_code(stg__file_open_with(c, &fx, "s", &f, &st), PD_OK, &st);
+  assert_int_equal(spans_check(f, &t, 7, 3 * 4096), 3);
+  assert_int_equal(stats(c).bypass_reads, 3);
+  assert_int_equal(stats(c).blocks_cached, 0);
+  stg_file_close(f);
+  stg_cache_destroy(c);
+  /* no cache */
+  st_assert_code(stg__file_open_with(NULL, &fx, "s", &f, &st), PD_OK, &st);
+  assert_true(spans_check(f, &t, 3, 5 * 4096) >= 1);
+  stg_file_close(f);
+  tf_free(&t);
+}
+
+/* Mapped blocks of a replaced version are reused for the new one (the
+ * pool): the new bytes are read, never the old, and the budget holds. */
+static void test_reused_blocks(void **state) {
+  (void)state;
+  tf t;
+  tf_init(&t, 3 * (1 << 20), 17);
+  stg_fetcher fx = tf_table(&t);
+  stg_cache *c = mk_cache(1 << 20, 2 << 20, 0);
+  stg_file *f = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  for (int v = 0; v < 3; v++) {
+    st_assert_code(stg__file_open_with(c, &fx, "r", &f, &st), PD_OK, &st);
+    read_check(f, &t, 0, t.size, PD_OK); /* larger than the budget: bypass */
+    for (uint64_t off = 0; off < t.size; off += 400000)
+      read_check(f, &t, off, off + 400000 < t.size ? 400000 : t.size - off,
+                 PD_OK);
+    assert_int_equal(spans_check(f, &t, 1000, 2 << 20), 3);
+    stg_cache_stats s = stats(c);
+    assert_true(s.bytes_cached <= 2 << 20);
+    stg_file_close(f);
+    pthread_mutex_lock(&t.mu);
+    free(t.data);
+    t.data = st_bytes(t.size, 18 + (uint64_t)v);
+    t.version++;
+    pthread_mutex_unlock(&t.mu);
+  }
+  stg_cache_destroy(c);
+  tf_free(&t);
+}
+
 static void test_config(void **state) {
   (void)state;
   stg_cache *c = NULL;
@@ -547,12 +664,19 @@ static void test_config(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_one_fetch),    cmocka_unit_test(test_failed_fetch),
-      cmocka_unit_test(test_bounded_wait), cmocka_unit_test(test_lru),
-      cmocka_unit_test(test_bypass),       cmocka_unit_test(test_staleness),
-      cmocka_unit_test(test_new_version),  cmocka_unit_test(test_local_rewrite),
-      cmocka_unit_test(test_stress),       cmocka_unit_test(test_big_blocks),
+      cmocka_unit_test(test_one_fetch),
+      cmocka_unit_test(test_failed_fetch),
+      cmocka_unit_test(test_bounded_wait),
+      cmocka_unit_test(test_lru),
+      cmocka_unit_test(test_bypass),
+      cmocka_unit_test(test_staleness),
+      cmocka_unit_test(test_new_version),
+      cmocka_unit_test(test_local_rewrite),
+      cmocka_unit_test(test_stress),
+      cmocka_unit_test(test_big_blocks),
       cmocka_unit_test(test_config),
+      cmocka_unit_test(test_spans),
+      cmocka_unit_test(test_reused_blocks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
