@@ -283,6 +283,10 @@ typedef struct dev_memory_stats {
   uint64_t bytes_limit; /* 0: no limit */
   uint64_t bytes_total; /* physical memory of the device, 0 if unknown */
   uint64_t num_allocs;
+  /* Freed blocks the backend keeps for reuse (CPU block cache): host memory
+   * held for the device but not in bytes_in_use; dropped before an
+   * allocation would fail and after large frees. */
+  uint64_t bytes_cached;
 } dev_memory_stats;
 
 #define DEV_MEMORY_STATS_STRUCT_SIZE sizeof(dev_memory_stats)

@@ -261,6 +261,7 @@ void dev_op_submit(dev_engine *e, dev_op *op) {
     }
   }
   op->seq = ++e->seq;
+  op->per_device_release = !(op->def->flags & DEV_OP_COLLECTIVE);
   for (int o = 0; o < op->num_outputs; o++)
     for (int d = 0; d < e->n; d++)
       atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);

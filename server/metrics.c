@@ -148,7 +148,7 @@ static void srv_render_devices(srv_buf *b, srv *s, const sched_stats *st) {
   dev_memory_stats ms[PD_MAX_DEVICES];
   bool ok[PD_MAX_DEVICES];
   for (int i = 0; i < n; i++) {
-    ms[i] = (dev_memory_stats){sizeof(ms[i]), 0, 0, 0, 0, 0};
+    ms[i] = (dev_memory_stats){.struct_size = sizeof(ms[i])};
     ok[i] = dev_engine_memory_stats(s->engine, i, &ms[i], NULL) == PD_OK;
   }
   static const struct {
