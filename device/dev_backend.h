@@ -324,8 +324,6 @@ typedef struct dev_cpu_config {
   int blas_threads;
 } dev_cpu_config;
 
-#define DEV_MEMORY_RESERVE_DEFAULT UINT64_MAX
-
 #define DEV_CPU_CONFIG_INITIALIZER                                             \
   { sizeof(dev_cpu_config), 4, 0, DEV_MEMORY_RESERVE_DEFAULT, 0 }
 

@@ -58,6 +58,7 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
       dv[i].memory_limit_bytes = ms.bytes_limit;
       dv[i].memory_used_bytes = ms.bytes_in_use;
       dv[i].memory_peak_bytes = ms.peak_bytes_in_use;
+      dv[i].memory_cached_bytes = ms.bytes_cached;
       uint64_t cap = ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
       dv[i].memory_free_bytes =
           cap > ms.bytes_in_use ? cap - ms.bytes_in_use : 0;
