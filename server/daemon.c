@@ -34,7 +34,8 @@ uint64_t srv_default_quota(const srv_options *o, dev_engine *e) {
     if (dev_engine_memory_stats(e, i, &ms, NULL) == PD_OK)
       mesh += ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
   }
-  uint64_t q = mesh / 100 * (uint64_t)l->default_memory_quota_percent;
+  uint64_t pct = (uint64_t)l->default_memory_quota_percent;
+  uint64_t q = mesh <= UINT64_MAX / 100 ? mesh * pct / 100 : mesh / 100 * pct;
   if (l->max_memory_quota && q > l->max_memory_quota) q = l->max_memory_quota;
   return q;
 }
