@@ -722,7 +722,9 @@ def check_metrics():
     d = Daemon(ndev=ndev, mem=1 << 20)
     try:
         cl = Client(d.target)
-        a = cl.session(client_name="wa", job_id="j1")
+        # A quota of its own: the fill below must reach the device (the
+        # default quota, half of these small devices, would refuse it first).
+        a = cl.session(client_name="wa", job_id="j1", memory_quota_bytes=1 << 40)
         b = cl.session(client_name='w"b', job_id="j2")
         for hid, n in [(1, 100), (2, 200), (3, 50)]:
             cl.upload(a, hid, n)
