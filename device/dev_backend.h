@@ -337,10 +337,6 @@ typedef struct dev_cpu_config {
 pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
                                dev_status *st);
 
-/* The thread count of the process's OpenBLAS pool (openblas_get_num_threads),
- * 0 when the linked BLAS has none. Thread-safe. */
-int dev_cpu_blas_threads(void);
-
 #ifdef __cplusplus
 }
 #endif

@@ -353,6 +353,11 @@ typedef struct dev_engine_config {
         DEV_CUDA_COLL_AUTO, UINT64_MAX, 0                                      \
   }
 
+/* The thread count of the process's OpenBLAS pool (openblas_get_num_threads;
+ * the cpu backend sets it from dev_engine_config.blas_threads), 0 when the
+ * linked BLAS has none. Thread-safe. */
+int dev_cpu_blas_threads(void);
+
 /* Creates an engine over a new backend and starts one executor thread per
  * device, plus, on a backend with fences (CUDA), one completion thread per
  * device. Errors: INVALID_ARGUMENT (unknown backend, bad device count, a cuda

@@ -124,10 +124,11 @@ static int srv_engine_start(srv *s) {
   if (dev_engine_memory_stats(s->engine, 0, &ms, NULL) == PD_OK)
     SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO,
                "device memory: %s has a limit of %" PRIu64
-               " bytes (%.1f GiB); sessions' default quota %" PRIu64 " bytes",
+               " bytes (%.1f GiB); sessions' default quota %" PRIu64
+               " bytes; OpenBLAS threads %d",
                dev_engine_device_name(s->engine, 0), ms.bytes_limit,
                (double)ms.bytes_limit / (1 << 30),
-               srv_default_quota(o, s->engine));
+               srv_default_quota(o, s->engine), dev_cpu_blas_threads());
   return 0;
 }
 

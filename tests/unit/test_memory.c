@@ -202,6 +202,30 @@ static void test_drift_frees_per_device(void **state) {
   dev_engine_destroy(e);
 }
 
+/* OpenBLAS's pool: the cores divided by the devices by default, else as
+ * configured (skipped when the linked BLAS has no pool). */
+static void test_blas_threads(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(2, 0);
+  int got = dev_cpu_blas_threads();
+  dev_engine_destroy(e);
+  if (got == 0) skip();
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int want = cores > 2 ? (int)(cores / 2) : 1;
+  /* OpenBLAS caps it at the cores it was started with. */
+  assert_int_equal(got, want);
+  dev_engine_config cfg = DEV_ENGINE_CONFIG_INITIALIZER;
+  cfg.num_devices = 4;
+  cfg.blas_threads = 1;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_engine_create(&cfg, &e, &st), PD_OK);
+  assert_int_equal(dev_cpu_blas_threads(), 1);
+  dev_engine_destroy(e);
+  cfg.blas_threads = -1;
+  assert_int_equal(dev_engine_create(&cfg, &e, &st), PD_INVALID_ARGUMENT);
+  assert_non_null(strstr(st.msg, "blas_threads -1"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_default_limit_is_share_of_ram),
@@ -209,6 +233,7 @@ int main(void) {
       cmocka_unit_test(test_failed_op_frees_peer_components),
       cmocka_unit_test(test_cache_counted_and_trimmed),
       cmocka_unit_test(test_drift_frees_per_device),
+      cmocka_unit_test(test_blas_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
