@@ -37,7 +37,10 @@ typedef struct dev_component {
   dev_buffer *buf;
   _Atomic uint64_t ready_seq; /* 0: ready at creation (uploads);
                                UINT64_MAX: prepared, not yet submitted */
-  pd_code code;
+  /* Atomic: release.c may fail an OK component after it was published (a
+   * peer's component of the same output failed); readers that see its code
+   * not OK see its msg (written first). */
+  _Atomic pd_code code;
   char *msg; /* heap, when code != PD_OK */
   /* References that may still read this component: the tensor's refs less
    * the ops that hold it and have finished on this device (exec.c drops
