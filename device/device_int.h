@@ -119,6 +119,11 @@ struct dev_op {
    * component's hold on the inputs and outputs once it has run (issued)
    * the op (dev__tensor_drop_component), so freeing the op only unrefs. */
   bool per_device_release;
+  /* Backends with fences: an output could not be allocated on a device
+   * (over its limit), so release.c frees the peers' components once every
+   * device has issued the op. Other failures (late ones, failed inputs) do
+   * not set it: each device's component stands on its own there. */
+  atomic_bool issue_failed;
 };
 
 /* Allocates a buffer of `bytes` on `device` through the backend. */

@@ -136,7 +136,10 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
   dev_status st = DEV_STATUS_INIT;
   run_args a;
   bool failed = !read_inputs(x, op, &a, deps, ndeps, &st);
-  failed = !alloc_outputs(b, d, op, &a, failed, &st) || failed;
+  if (!alloc_outputs(b, d, op, &a, failed, &st)) {
+    if (!failed) atomic_store(&op->issue_failed, true); /* out of memory */
+    failed = true;
+  }
 
   dev_kernel_ctx ctx = {
       .op = op->def,

@@ -135,10 +135,11 @@ void dev__exec_push(dev_exec *x, dev_op *op);
  * frees its own, between ops, so no op reading it is running), with the
  * failure's code; their message then names the failed component. A failed
  * op thus holds no memory on any device. On host out of memory the buffers
- * stay until the tensor is released. Backends without fences only (the CPU
- * executor calls it): with fences a device's failure may come late, after
- * its peers' consumers ran on their components, and those components stay
- * (tests/unit/test_fence.c relies on it). */
+ * stay until the tensor is released. With fences (complete.c) only when an
+ * output could not be allocated (op->issue_failed): after other failures
+ * (late ones, failed inputs) each device's component stands on its own
+ * (tests/unit/test_fence.c relies on it). The freed components take the
+ * failed one's code and message, so waits report the root cause. */
 void dev__exec_release_failed(dev_engine *e, dev_op *op);
 
 /* The executor's side: frees the components queued for x (x->mu held on

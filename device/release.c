@@ -3,7 +3,7 @@
  * error), the components its peers computed are of no use (every consumer
  * fails on the failed device, and a download reads every component), so
  * each peer's executor frees its own between ops and marks it failed with
- * the same code. Also the executor hold the tests use to let one device
+ * the same code and message. Also the executor hold the tests use to let one device
  * run far ahead of another. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,9 +53,7 @@ void dev__exec_drain_released(dev_exec *x) {
     dev_tensor *t = r->t;
     int f = first_failed(t);
     char msg[DEV_STATUS_MSG_MAX];
-    snprintf(msg, sizeof msg,
-             "freed: component %d of this tensor failed on %s: %s", f,
-             t->engine->backend->device_name(t->engine->backend, f),
+    snprintf(msg, sizeof msg, "%s",
              f >= 0 && t->comps[f].msg ? t->comps[f].msg : "");
     if (x->fenced) pthread_mutex_lock(&x->mu);
     if (t->comps[d].code == PD_OK)

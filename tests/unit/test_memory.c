@@ -95,8 +95,8 @@ static void test_op_over_device_total_fails(void **state) {
 }
 
 /* Device 1 is nearly full, device 0 empty: an op whose output fits on
- * device 0 only fails, and device 0's component is freed too (its error
- * names the failed component). */
+ * device 0 only fails, and device 0's component is freed too (with the
+ * failed component's error). */
 static void test_failed_op_frees_peer_components(void **state) {
   (void)state;
   dev_engine *e = tu_engine(2, 64 * MiB);
@@ -117,8 +117,7 @@ static void test_failed_op_frees_peer_components(void **state) {
   assert_int_equal(stats(e, 0).bytes_in_use, used0);
   assert_int_equal(y->comps[0].code, PD_RESOURCE_EXHAUSTED);
   assert_null(y->comps[0].buf);
-  assert_non_null(strstr(y->comps[0].msg, "component 1"));
-  assert_non_null(strstr(y->comps[0].msg, "cpu:1"));
+  assert_string_equal(y->comps[0].msg, y->comps[1].msg); /* the root cause */
   dev_tensor_release(y);
   dev_tensor_release(fill);
   dev_engine_destroy(e);
