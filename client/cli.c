@@ -170,7 +170,7 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
     rc = cli_fail("info", st);
     goto out;
   }
-  char b1[32], b2[32], b3[32], b4[32], b5[32];
+  char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
   printf("paradevd %s at %s\n", pd_server_info_version(info), o->target);
   printf("  incarnation  %016" PRIx64 "\n", pd_server_info_incarnation(info));
   printf("  backend      %s\n", pd_server_info_backend(info));
@@ -189,12 +189,12 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
   }
   int n = pd_server_info_num_devices(info);
   printf("devices: %d\n", n);
-  printf("  %-3s %-28s %-5s %10s %10s %10s %10s %10s\n", "#", "NAME", "KIND",
-         "TOTAL", "LIMIT", "USED", "FREE", "PEAK");
+  printf("  %-3s %-28s %-5s %10s %10s %10s %10s %10s %10s\n", "#", "NAME",
+         "KIND", "TOTAL", "LIMIT", "USED", "FREE", "PEAK", "CACHED");
   for (int i = 0; i < n; i++) {
     const pd_device_info *d = pd_server_info_device(info, i);
     printf(
-        "  %-3d %-28s %-5s %10s %10s %10s %10s %10s\n", d->index, d->name,
+        "  %-3d %-28s %-5s %10s %10s %10s %10s %10s %10s\n", d->index, d->name,
         d->kind,
         d->memory_total_bytes ? cli_size(d->memory_total_bytes, b1, sizeof b1)
                               : "-",
@@ -204,7 +204,8 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
         d->memory_total_bytes || d->memory_limit_bytes
             ? cli_size(d->memory_free_bytes, b4, sizeof b4)
             : "-",
-        cli_size(d->memory_peak_bytes, b5, sizeof b5));
+        cli_size(d->memory_peak_bytes, b5, sizeof b5),
+        cli_size(d->memory_cached_bytes, b6, sizeof b6));
   }
   const pd_limits *l = pd_server_info_limits(info);
   printf("limits:\n");

@@ -110,6 +110,7 @@ pd_server_info *pd_client_get_server_info(pd_client *c,
     o->memory_free_bytes = d->memory_free_bytes;
     o->memory_peak_bytes = d->memory_peak_bytes;
     o->busy_seconds = d->busy_seconds;
+    o->memory_cached_bytes = d->memory_cached_bytes;
   }
   const Paradev__V1__Limits *l = resp->limits;
   if (l) {

@@ -83,7 +83,10 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
   if (x->fsleeping) pthread_cond_signal(&x->fence_cv);
   pthread_mutex_unlock(&x->mu);
   if (atomic_fetch_sub(&op->pending, 1) == 1) {
-    for (int i = 0; i < op->num_inputs; i++) dev_tensor_release(op->inputs[i]);
+    if (atomic_load(&op->issue_failed)) dev__exec_release_failed(x->engine, op);
+    void (*rel)(dev_tensor *) =
+        op->per_device_release ? dev__tensor_unref : dev_tensor_release;
+    for (int i = 0; i < op->num_inputs; i++) rel(op->inputs[i]);
     op->num_inputs = 0;
     op_unhold(op);
   }

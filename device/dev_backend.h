@@ -295,22 +295,45 @@ typedef struct dev_backend {
   pd_code (*fence_wait)(struct dev_backend *b, int device, void *fence,
                         dev_status *st);
   void (*fence_release)(struct dev_backend *b, int device, void *fence);
+
+  /* Optional (NULL: nothing to do; check struct_size first). Called on
+   * `device`'s executor once the device has been idle a while
+   * (DEV_IDLE_TRIM_MS): gives cached memory back to the system (the CPU
+   * backend's block cache, then malloc_trim). */
+  void (*trim)(struct dev_backend *b, int device);
 } dev_backend;
+
+/* Milliseconds an executor waits idle before calling its backend's trim. */
+#define DEV_IDLE_TRIM_MS 1000
 
 #define DEV_BACKEND_STRUCT_SIZE sizeof(dev_backend)
 
 /* Configuration of the CPU backend; starts with struct_size. */
 typedef struct dev_cpu_config {
   size_t struct_size;
-  int num_devices;       /* 1..PD_MAX_DEVICES */
-  uint64_t memory_limit; /* per device, bytes; 0: none */
+  int num_devices; /* 1..PD_MAX_DEVICES */
+  /* Per device, bytes; 0: the default, (physical memory - memory_reserve)
+   * split evenly among the devices. */
+  uint64_t memory_limit;
+  /* Host memory kept back for the daemon itself (not lent to any device)
+   * when memory_limit is 0. DEV_MEMORY_RESERVE_DEFAULT: 1 GiB, or a quarter
+   * of physical memory when that is less. */
+  uint64_t memory_reserve;
+  /* OpenBLAS threads (one pool for the process, shared by every device's
+   * executor): 0: the online cores divided by the devices, at least 1. */
+  int blas_threads;
 } dev_cpu_config;
 
 #define DEV_CPU_CONFIG_INITIALIZER                                             \
-  { sizeof(dev_cpu_config), 4, 0 }
+  { sizeof(dev_cpu_config), 4, 0, DEV_MEMORY_RESERVE_DEFAULT, 0 }
 
-/* Creates the CPU backend of `cfg->num_devices` simulated devices.
- * INVALID_ARGUMENT for a device count outside 1..64. */
+/* Creates the CPU backend of `cfg->num_devices` simulated devices, each
+ * with a memory limit (cfg->memory_limit, or the default above): an
+ * allocation over it fails with RESOURCE_EXHAUSTED naming the device, the
+ * bytes asked and the bytes in use, after first dropping the device's cache
+ * of freed blocks. Sets OpenBLAS's thread count (cfg->blas_threads; through
+ * openblas_set_num_threads when the linked BLAS has it). INVALID_ARGUMENT for
+ * a device count outside 1..64 or negative blas_threads. */
 pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
                                dev_status *st);
 

@@ -31,16 +31,24 @@ typedef struct dev_cuda_config {
   /* Bytes each GPU's memory pool keeps cached across synchronizations
    * (cudaMemPoolAttrReleaseThreshold). Default UINT64_MAX: keep everything. */
   uint64_t pool_release_threshold;
-  /* Per mesh entry limit in bytes, 0: none (the GPU's memory is the limit). */
+  /* Per mesh entry limit in bytes; 0: the default, the GPU's free memory at
+   * start less memory_reserve, split among the entries on that GPU. */
   uint64_t memory_limit;
   /* A collective that has not completed after this many milliseconds fails,
    * and the NCCL communicator is aborted and rebuilt. 0: 300000 (5 min). */
   int collective_timeout_ms;
   dev_cuda_collectives collectives;
+  /* Bytes of each GPU's free memory kept back from the default limits (for
+   * cuBLAS workspaces, NCCL buffers, other processes);
+   * DEV_MEMORY_RESERVE_DEFAULT (dev_backend.h): 512 MiB. */
+  uint64_t memory_reserve;
 } dev_cuda_config;
 
 #define DEV_CUDA_CONFIG_INITIALIZER                                            \
-  { sizeof(dev_cuda_config), NULL, false, UINT64_MAX, 0, 0, DEV_CUDA_COLL_AUTO }
+  {                                                                            \
+    sizeof(dev_cuda_config), NULL, false, UINT64_MAX, 0, 0,                    \
+        DEV_CUDA_COLL_AUTO, UINT64_MAX                                         \
+  }
 
 /* Creates the CUDA backend: one device per mesh entry, each with its own
  * stream; memory from a stream-ordered pool per GPU (cudaMallocAsync); host

@@ -283,6 +283,10 @@ typedef struct dev_memory_stats {
   uint64_t bytes_limit; /* 0: no limit */
   uint64_t bytes_total; /* physical memory of the device, 0 if unknown */
   uint64_t num_allocs;
+  /* Freed blocks the backend keeps for reuse (CPU block cache): host memory
+   * held for the device but not in bytes_in_use; dropped before an
+   * allocation would fail and after large frees. */
+  uint64_t bytes_cached;
 } dev_memory_stats;
 
 #define DEV_MEMORY_STATS_STRUCT_SIZE sizeof(dev_memory_stats)
@@ -310,11 +314,17 @@ typedef enum dev_cuda_collectives {
 /* Engine configuration; starts with struct_size (use
  * DEV_ENGINE_CONFIG_INITIALIZER, then set fields by name). Fields are only
  * ever appended; the engine reads a field only when struct_size covers it. */
+/* "The backend's default reserve" (dev_engine_config.memory_reserve). */
+#define DEV_MEMORY_RESERVE_DEFAULT UINT64_MAX
+
 typedef struct dev_engine_config {
   size_t struct_size;
-  const char *backend;   /* "cpu" (default when NULL) or "cuda" */
-  int num_devices;       /* cpu: simulated devices, default 4 */
-  uint64_t memory_limit; /* per-device limit in bytes, 0: none (cpu and cuda) */
+  const char *backend; /* "cpu" (default when NULL) or "cuda" */
+  int num_devices;     /* cpu: simulated devices, default 4 */
+  /* Per-device limit in bytes; 0: the backend's default (cpu: physical
+   * memory less memory_reserve, split among the devices; cuda: each GPU's
+   * free memory at start less memory_reserve, split among its entries). */
+  uint64_t memory_limit;
   /* cuda: the mesh, "cuda:0,cuda:1", "cuda:all" or "cuda:0,cuda:0" (see
    * dev_cuda_config.mesh in dev_cuda.h); NULL: "cuda:all". Ignored by the
    * cpu backend. */
@@ -328,13 +338,25 @@ typedef struct dev_engine_config {
   uint64_t cuda_pool_release_threshold;
   int cuda_collective_timeout_ms;
   dev_cuda_collectives cuda_collectives;
+  /* Memory kept back from the default limits, in bytes; UINT64_MAX
+   * (DEV_MEMORY_RESERVE_DEFAULT): cpu 1 GiB of the host (a quarter of it
+   * when that is less), cuda 512 MiB of each GPU. */
+  uint64_t memory_reserve;
+  /* cpu: OpenBLAS threads for the process; 0: the cores divided by the
+   * devices (at least 1), so the executors' sgemms do not oversubscribe. */
+  int blas_threads;
 } dev_engine_config;
 
 #define DEV_ENGINE_CONFIG_INITIALIZER                                          \
   {                                                                            \
     sizeof(dev_engine_config), NULL, 4, 0, NULL, false, UINT64_MAX, 0,         \
-        DEV_CUDA_COLL_AUTO                                                     \
+        DEV_CUDA_COLL_AUTO, UINT64_MAX, 0                                      \
   }
+
+/* The thread count of the process's OpenBLAS pool (openblas_get_num_threads;
+ * the cpu backend sets it from dev_engine_config.blas_threads), 0 when the
+ * linked BLAS has none. Thread-safe. */
+int dev_cpu_blas_threads(void);
 
 /* Creates an engine over a new backend and starts one executor thread per
  * device, plus, on a backend with fences (CUDA), one completion thread per

@@ -37,8 +37,17 @@ typedef struct dev_component {
   dev_buffer *buf;
   _Atomic uint64_t ready_seq; /* 0: ready at creation (uploads);
                                UINT64_MAX: prepared, not yet submitted */
-  pd_code code;
+  /* Atomic: release.c may fail an OK component after it was published (a
+   * peer's component of the same output failed); readers that see its code
+   * not OK see its msg (written first). */
+  _Atomic pd_code code;
   char *msg; /* heap, when code != PD_OK */
+  /* References that may still read this component: the tensor's refs less
+   * the ops that hold it and have finished on this device (exec.c drops
+   * theirs per device). At zero the buffer is freed, though the tensor lives
+   * on until its peers' ops are done: a device far ahead does not hold its
+   * peers' intermediates. */
+  atomic_int holders;
 } dev_component;
 
 /* What a pending tensor (dev_tensor_create_pending) needs until
@@ -106,6 +115,15 @@ struct dev_op {
   void *attr_arena; /* strings and lists of attrs */
   void *collective;
   struct dev_op *next_free;
+  /* Submitted, not a collective: each device's executor drops its
+   * component's hold on the inputs and outputs once it has run (issued)
+   * the op (dev__tensor_drop_component), so freeing the op only unrefs. */
+  bool per_device_release;
+  /* Backends with fences: an output could not be allocated on a device
+   * (over its limit), so release.c frees the peers' components once every
+   * device has issued the op. Other failures (late ones, failed inputs) do
+   * not set it: each device's component stands on its own there. */
+  atomic_bool issue_failed;
 };
 
 /* Allocates a buffer of `bytes` on `device` through the backend. */
@@ -113,6 +131,12 @@ pd_code dev__buffer_alloc(dev_backend *b, int device, size_t bytes,
                           dev_buffer **out, dev_status *st);
 void dev__buffer_retain(dev_buffer *buf);
 void dev__buffer_release(dev_buffer *buf);
+
+/* Drops one hold on t's component d (its buffer is freed at the last), and
+ * one reference on t without touching the components' holds (the tensor is
+ * freed at the last). dev_tensor_release is both, for every component. */
+void dev__tensor_drop_component(dev_tensor *t, int d);
+void dev__tensor_unref(dev_tensor *t);
 
 /* Creates a tensor with unallocated components (executor allocates). */
 pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
@@ -146,6 +170,10 @@ void dev_exec_wait(dev_engine *e, int device, uint64_t seq);
  * when the deadline passed first. */
 bool dev__exec_wait_until(dev_engine *e, int device, uint64_t seq,
                           double deadline);
+
+/* Test hook (release.c): while `hold` is set, `device`'s executor runs
+ * nothing (ops queue up; other devices run on, far ahead of it). */
+void dev__exec_hold(dev_engine *e, int device, bool hold);
 
 /* Registration of the built-in op groups (device/ops/ files). Each registers
  * its op defs and their CPU kernels. */

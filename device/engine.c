@@ -51,6 +51,11 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
     dev_cpu_config cc = DEV_CPU_CONFIG_INITIALIZER;
     cc.num_devices = cfg->num_devices;
     cc.memory_limit = cfg->memory_limit;
+    if (cfg->struct_size >=
+        offsetof(dev_engine_config, blas_threads) + sizeof cfg->blas_threads) {
+      cc.memory_reserve = cfg->memory_reserve;
+      cc.blas_threads = cfg->blas_threads;
+    }
     rc = dev_cpu_backend_create(&cc, &b, st);
   } else if (strcmp(name, "cuda") == 0) {
 #ifdef PARADEV_HAVE_CUDA
@@ -72,6 +77,9 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
       cc.collective_timeout_ms = cfg->cuda_collective_timeout_ms;
       cc.collectives = cfg->cuda_collectives;
     }
+    if (cfg->struct_size >= offsetof(dev_engine_config, memory_reserve) +
+                                sizeof cfg->memory_reserve)
+      cc.memory_reserve = cfg->memory_reserve;
     rc = dev_cuda_backend_create(&cc, &b, st);
 #else
     rc = dev_error(st, PD_UNAVAILABLE,
@@ -261,6 +269,7 @@ void dev_op_submit(dev_engine *e, dev_op *op) {
     }
   }
   op->seq = ++e->seq;
+  op->per_device_release = !(op->def->flags & DEV_OP_COLLECTIVE);
   for (int o = 0; o < op->num_outputs; o++)
     for (int d = 0; d < e->n; d++)
       atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);

@@ -6,8 +6,11 @@
  * on a backend with fences it hands the op to the completion thread
  * (complete.c), which publishes once the device has finished it. Submission
  * (engine.c) reserves room and pushes ops here. */
+#include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "exec_int.h"
 
@@ -133,7 +136,10 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
   dev_status st = DEV_STATUS_INIT;
   run_args a;
   bool failed = !read_inputs(x, op, &a, deps, ndeps, &st);
-  failed = !alloc_outputs(b, d, op, &a, failed, &st) || failed;
+  if (!alloc_outputs(b, d, op, &a, failed, &st)) {
+    if (!failed) atomic_store(&op->issue_failed, true); /* out of memory */
+    failed = true;
+  }
 
   dev_kernel_ctx ctx = {
       .op = op->def,
@@ -175,29 +181,74 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
   return issued && !failed;
 }
 
+/* Device d is done with op: its hold on its component of every input and
+ * output goes (a collective's peers may read each other's components until
+ * all are done, so its holds go with the op). */
+static void drop_holds(dev_op *op, int d) {
+  if (!op->per_device_release) return;
+  for (int i = 0; i < op->num_inputs; i++)
+    dev__tensor_drop_component(op->inputs[i], d);
+  for (int i = 0; i < op->num_outputs; i++)
+    dev__tensor_drop_component(op->outputs[i], d);
+}
+
+/* Waits (x->mu held) for work, a release to do or stop. Once the device
+ * has been idle DEV_IDLE_TRIM_MS after running something, the backend's
+ * trim gives its cached memory back. */
+static void wait_work(dev_exec *x, bool *trim_due) {
+  dev_backend *b = x->engine->backend;
+  bool can_trim =
+      b->struct_size >= offsetof(dev_backend, trim) + sizeof b->trim && b->trim;
+  while ((x->count == 0 || x->held) && !x->stop && !x->released) {
+    x->sleeping = true;
+    if (*trim_due && can_trim) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts); /* work_cv's clock */
+      ts.tv_sec += DEV_IDLE_TRIM_MS / 1000;
+      ts.tv_nsec += (long)(DEV_IDLE_TRIM_MS % 1000) * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      if (pthread_cond_timedwait(&x->work_cv, &x->mu, &ts) == ETIMEDOUT &&
+          x->count == 0) {
+        *trim_due = false;
+        pthread_mutex_unlock(&x->mu);
+        b->trim(b, x->device);
+        pthread_mutex_lock(&x->mu);
+      }
+    } else {
+      pthread_cond_wait(&x->work_cv, &x->mu);
+    }
+    x->sleeping = false;
+  }
+}
+
 void *dev__exec_main(void *arg) {
   dev_exec *x = arg;
   enum { BATCH = 32 };
   dev_op *batch[BATCH];
+  bool trim_due = false;
   for (;;) {
     /* Take every queued op (up to BATCH) under one lock. */
     pthread_mutex_lock(&x->mu);
-    while (x->count == 0 && !x->stop) {
-      x->sleeping = true;
-      pthread_cond_wait(&x->work_cv, &x->mu);
-      x->sleeping = false;
+    for (;;) {
+      wait_work(x, &trim_due);
+      if (!x->released) break;
+      dev__exec_drain_released(x);
     }
     if (x->count == 0 && x->stop) {
       pthread_mutex_unlock(&x->mu);
       return NULL;
     }
     int n = 0;
-    while (x->count > 0 && n < BATCH) {
+    while (x->count > 0 && n < BATCH && (!x->held || x->stop)) {
       batch[n++] = x->ring[x->head];
       x->head = (x->head + 1) % x->cap;
       x->count--;
     }
     pthread_mutex_unlock(&x->mu);
+    trim_due = trim_due || n > 0;
 
     for (int b = 0; b < n; b++) {
       dev_op *op = batch[b];
@@ -205,6 +256,7 @@ void *dev__exec_main(void *arg) {
       uint64_t deps[DEV_MAX_INPUTS];
       int ndeps = 0;
       bool issued = run_op(x, op, deps, &ndeps);
+      drop_holds(op, x->device);
       if (x->fenced) {
         dev__complete_queue(x, op, issued, t0, deps, ndeps);
         continue;
@@ -212,7 +264,10 @@ void *dev__exec_main(void *arg) {
       atomic_fetch_add_explicit(&x->busy_ns, dev__now_ns() - t0,
                                 memory_order_relaxed);
       uint64_t seq = op->seq;
-      if (atomic_fetch_sub(&op->pending, 1) == 1) dev__op_free(op);
+      if (atomic_fetch_sub(&op->pending, 1) == 1) {
+        dev__exec_release_failed(x->engine, op);
+        dev__op_free(op);
+      }
       dev__ready_publish(&x->ready, seq);
     }
   }

@@ -101,7 +101,20 @@ typedef struct dev_exec {
   int nlate, late_cap;
   uint64_t completed;
   uint64_t last_done_ns; /* when the previous op finished (busy time) */
+  /* Under mu: components of this device to free because a peer's component
+   * of the same output failed (release.c), taken by the executor between
+   * ops; and the test hook's hold (dev__exec_hold): the executor runs
+   * nothing while it is set. */
+  struct dev__released *released;
+  bool held;
 } dev_exec;
+
+/* One component of a failed op's output to free on its device. */
+typedef struct dev__released {
+  dev_tensor *t; /* a reference */
+  pd_code code;
+  struct dev__released *next;
+} dev__released;
 
 /* The executor thread of one device (pthread start routine; arg: dev_exec). */
 void *dev__exec_main(void *arg);
@@ -113,6 +126,25 @@ bool dev__exec_reserve(dev_exec *x);
 
 /* Appends `op` to x's ring (room reserved) and wakes the executor. */
 void dev__exec_push(dev_exec *x, dev_op *op);
+
+/* --- release after failure (release.c) ---------------------------------- */
+
+/* Called once every device has run (issued) `op`: when one device's
+ * component of an output failed, queues the output's other components that
+ * hold a buffer for freeing on their own devices (each device's executor
+ * frees its own, between ops, so no op reading it is running), with the
+ * failure's code; their message then names the failed component. A failed
+ * op thus holds no memory on any device. On host out of memory the buffers
+ * stay until the tensor is released. With fences (complete.c) only when an
+ * output could not be allocated (op->issue_failed): after other failures
+ * (late ones, failed inputs) each device's component stands on its own
+ * (tests/unit/test_fence.c relies on it). The freed components take the
+ * failed one's code and message, so waits report the root cause. */
+void dev__exec_release_failed(dev_engine *e, dev_op *op);
+
+/* The executor's side: frees the components queued for x (x->mu held on
+ * entry and on return; dropped while freeing). */
+void dev__exec_drain_released(dev_exec *x);
 
 /* --- completion (complete.c) --------------------------------------------- */
 

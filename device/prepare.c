@@ -15,8 +15,10 @@ void dev__op_free(dev_op *op) {
   dev_backend *b = op->engine->backend;
   if (op->collective && b->collective_release)
     b->collective_release(b, op->collective);
-  for (int i = 0; i < op->num_inputs; i++) dev_tensor_release(op->inputs[i]);
-  for (int i = 0; i < op->num_outputs; i++) dev_tensor_release(op->outputs[i]);
+  void (*rel)(dev_tensor *) =
+      op->per_device_release ? dev__tensor_unref : dev_tensor_release;
+  for (int i = 0; i < op->num_inputs; i++) rel(op->inputs[i]);
+  for (int i = 0; i < op->num_outputs; i++) rel(op->outputs[i]);
   free(op->attr_arena);
   free(op);
 }

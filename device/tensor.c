@@ -77,6 +77,7 @@ pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
     }
     c->shape = shapes[d];
     atomic_init(&c->ready_seq, 0);
+    atomic_init(&c->holders, 1);
     t->bytes += c->bytes;
   }
   merge_shape(t);
@@ -124,17 +125,34 @@ static void pending_free(dev__pending *p) {
   free(p);
 }
 
-void dev_tensor_retain(dev_tensor *t) { atomic_fetch_add(&t->refs, 1); }
+void dev_tensor_retain(dev_tensor *t) {
+  for (int d = 0; d < t->n; d++) atomic_fetch_add(&t->comps[d].holders, 1);
+  atomic_fetch_add(&t->refs, 1);
+}
 
-void dev_tensor_release(dev_tensor *t) {
-  if (!t) return;
+void dev__tensor_drop_component(dev_tensor *t, int d) {
+  dev_component *c = &t->comps[d];
+  if (atomic_fetch_sub(&c->holders, 1) != 1) return;
+  /* No one can read it any more: the last holder was the caller. */
+  dev_buffer *buf = c->buf;
+  c->buf = NULL;
+  dev__buffer_release(buf);
+}
+
+void dev__tensor_unref(dev_tensor *t) {
   if (atomic_fetch_sub(&t->refs, 1) != 1) return;
   for (int d = 0; d < t->n; d++) {
-    dev__buffer_release(t->comps[d].buf);
+    dev__buffer_release(t->comps[d].buf); /* NULL unless holds remain */
     free(t->comps[d].msg);
   }
   pending_free(t->pend);
   free(t);
+}
+
+void dev_tensor_release(dev_tensor *t) {
+  if (!t) return;
+  for (int d = 0; d < t->n; d++) dev__tensor_drop_component(t, d);
+  dev__tensor_unref(t);
 }
 
 pd_dtype dev_tensor_dtype(const dev_tensor *t) { return t->dtype; }

@@ -273,11 +273,16 @@ pd_code dev_tensor_read(dev_tensor *t, const dev_layout *layout, int component,
   uint64_t total;
   PD_TRY(dev_tensor_host_size(t, layout, component, NULL, &total, st));
   PD_TRY(check_range(offset, len, total, st));
+  /* Every code first: a failed component makes release.c free its peers'
+   * buffers, so their buf is looked at only when none failed. */
+  for (int d = 0; d < t->n; d++) {
+    pd_code code = t->comps[d].code;
+    if (code != PD_OK)
+      return dev_error(st, code, "%s", t->comps[d].msg ? t->comps[d].msg : "");
+  }
   for (int d = 0; d < t->n; d++)
-    if (t->comps[d].code != PD_OK || !t->comps[d].buf)
-      return dev_error(
-          st, t->comps[d].code ? t->comps[d].code : PD_FAILED_PRECONDITION,
-          "%s", t->comps[d].msg ? t->comps[d].msg : "tensor is not ready");
+    if (!t->comps[d].buf)
+      return dev_error(st, PD_FAILED_PRECONDITION, "tensor is not ready");
   if (layout->kind == DEV_LAYOUT_SHARDED) {
     span_map m;
     dev_shape host;

@@ -230,7 +230,7 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
 }
 
 void srv_config_describe_devices(const srv_options *o, char *buf, size_t len) {
-  char limit[32] = "none", pool[32] = "unlimited";
+  char limit[64] = "default", pool[32] = "unlimited";
   if (o->memory_limit)
     snprintf(limit, sizeof(limit), "%llu bytes",
              (unsigned long long)o->memory_limit);

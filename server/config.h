@@ -43,10 +43,13 @@ typedef struct srv_limits {
   int max_queued_ops; /* per session */
   uint32_t default_lease_s;
   uint32_t max_lease_s;
-  uint64_t default_memory_quota; /* bytes, 0: none */
-  uint64_t max_memory_quota;     /* bytes, 0: no cap */
-  uint64_t max_chunk_bytes;      /* Upload chunk / Download chunk_bytes */
-  uint64_t default_chunk_bytes;  /* Download when the client says 0 */
+  /* bytes; 0: default_memory_quota_percent of the mesh's memory (the sum of
+   * the devices' limits); UINT64_MAX ("unlimited"): none */
+  uint64_t default_memory_quota;
+  int default_memory_quota_percent; /* 1..100 */
+  uint64_t max_memory_quota;        /* bytes, 0: no cap */
+  uint64_t max_chunk_bytes;         /* Upload chunk / Download chunk_bytes */
+  uint64_t default_chunk_bytes;     /* Download when the client says 0 */
 } srv_limits;
 
 /* The daemon's options. Plain data: copied by value (reload compares old
@@ -67,7 +70,9 @@ typedef struct srv_options {
   char backend[8];
   int num_devices;
   char mesh[SRV_ADDR_MAX];
-  uint64_t memory_limit;
+  uint64_t memory_limit;   /* per device; 0: the backend's default */
+  uint64_t memory_reserve; /* DEV_MEMORY_RESERVE_DEFAULT: the backend's */
+  int blas_threads;        /* 0: the cores divided by the devices */
   /* [cuda]: passed to the CUDA backend (dev_engine_config.cuda_*) */
   bool cuda_allow_tf32;
   uint64_t cuda_pool_release_threshold; /* bytes; UINT64_MAX: keep all */

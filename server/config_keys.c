@@ -45,6 +45,10 @@ const srv_key srv_keys[] = {
     {"devices", "mesh", "--mesh", SRV_K_MESH, OFF(mesh), 0, 0, false},
     {"devices", "memory_limit", "--memory-limit", SRV_K_SIZE, OFF(memory_limit),
      0, UINT64_MAX, false},
+    {"devices", "memory_reserve", "--memory-reserve", SRV_K_SIZE,
+     OFF(memory_reserve), 0, UINT64_MAX, false},
+    {"devices", "blas_threads", NULL, SRV_K_INT, OFF(blas_threads), 0, 1024,
+     false},
     {"cuda", "allow_tf32", "--allow-tf32", SRV_K_BOOL, OFF(cuda_allow_tf32), 0,
      0, false},
     {"cuda", "collectives", "--collectives", SRV_K_COLLECTIVES,
@@ -71,8 +75,10 @@ const srv_key srv_keys[] = {
      1, 315360000, true},
     {"sessions", "max_lease_seconds", NULL, SRV_K_U32, LIM(max_lease_s), 1,
      315360000, true},
-    {"sessions", "default_memory_quota", NULL, SRV_K_SIZE,
-     LIM(default_memory_quota), 0, UINT64_MAX, true},
+    {"sessions", "default_memory_quota", "--default-memory-quota",
+     SRV_K_SIZE_ALL, LIM(default_memory_quota), 0, UINT64_MAX, true},
+    {"sessions", "default_memory_quota_percent", NULL, SRV_K_INT,
+     LIM(default_memory_quota_percent), 1, 100, true},
     {"sessions", "max_memory_quota", NULL, SRV_K_SIZE, LIM(max_memory_quota), 0,
      UINT64_MAX, true},
     {"storage", "roots", "--storage-root", SRV_K_ROOTS, OFF(storage_roots), 0,
@@ -111,6 +117,7 @@ void srv_defaults(srv_options *o) {
   o->stall_timeout_s = 60;
   snprintf(o->backend, sizeof(o->backend), "cpu");
   o->num_devices = 4;
+  o->memory_reserve = UINT64_MAX; /* DEV_MEMORY_RESERVE_DEFAULT */
   o->cuda_pool_release_threshold = UINT64_MAX;
   o->cuda_collective_timeout_ms = 300000;
   o->limits = (srv_limits){
@@ -124,6 +131,7 @@ void srv_defaults(srv_options *o) {
       .max_queued_ops = 1 << 20,
       .default_lease_s = 60,
       .max_lease_s = 86400,
+      .default_memory_quota_percent = 50,
   };
   o->storage_block_size = 16u << 20;
   o->storage_cache_bytes = 1u << 30;

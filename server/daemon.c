@@ -23,7 +23,25 @@
  * shared memory registry is then left as it is too (a call may still copy). */
 static bool srv_calls_left;
 
-void srv_daemon_sched_config(const srv_options *o, sched_config *sc) {
+uint64_t srv_default_quota(const srv_options *o, dev_engine *e) {
+  const srv_limits *l = &o->limits;
+  if (l->default_memory_quota == UINT64_MAX) return 0; /* none */
+  if (l->default_memory_quota) return l->default_memory_quota;
+  uint64_t mesh = 0;
+  int n = e ? dev_engine_num_devices(e) : 0;
+  for (int i = 0; i < n; i++) {
+    dev_memory_stats ms = {.struct_size = sizeof ms};
+    if (dev_engine_memory_stats(e, i, &ms, NULL) == PD_OK)
+      mesh += ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
+  }
+  uint64_t pct = (uint64_t)l->default_memory_quota_percent;
+  uint64_t q = mesh <= UINT64_MAX / 100 ? mesh * pct / 100 : mesh / 100 * pct;
+  if (l->max_memory_quota && q > l->max_memory_quota) q = l->max_memory_quota;
+  return q;
+}
+
+void srv_daemon_sched_config(const srv_options *o, dev_engine *e,
+                             sched_config *sc) {
   const srv_limits *l = &o->limits;
   sc->default_lease_s = l->default_lease_s;
   sc->max_lease_s = l->max_lease_s;
@@ -31,7 +49,7 @@ void srv_daemon_sched_config(const srv_options *o, sched_config *sc) {
   sc->max_handles_per_session = l->max_handles_per_session;
   sc->max_ops_per_request = l->max_ops_per_request;
   sc->max_queued_ops = l->max_queued_ops;
-  sc->default_memory_quota = l->default_memory_quota;
+  sc->default_memory_quota = srv_default_quota(o, e);
   sc->max_memory_quota = l->max_memory_quota;
 }
 
@@ -86,6 +104,8 @@ static int srv_engine_start(srv *s) {
   ec.backend = o->backend;
   ec.num_devices = o->num_devices;
   ec.memory_limit = o->memory_limit;
+  ec.memory_reserve = o->memory_reserve;
+  ec.blas_threads = o->blas_threads;
   ec.mesh = o->mesh[0] ? o->mesh : NULL;
   ec.cuda_allow_tf32 = o->cuda_allow_tf32;
   ec.cuda_pool_release_threshold = o->cuda_pool_release_threshold;
@@ -100,6 +120,15 @@ static int srv_engine_start(srv *s) {
                st.msg);
     return -1;
   }
+  dev_memory_stats ms = {.struct_size = sizeof ms};
+  if (dev_engine_memory_stats(s->engine, 0, &ms, NULL) == PD_OK)
+    SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO,
+               "device memory: %s has a limit of %" PRIu64
+               " bytes (%.1f GiB); sessions' default quota %" PRIu64
+               " bytes; OpenBLAS threads %d",
+               dev_engine_device_name(s->engine, 0), ms.bytes_limit,
+               (double)ms.bytes_limit / (1 << 30),
+               srv_default_quota(o, s->engine), dev_cpu_blas_threads());
   return 0;
 }
 
@@ -107,7 +136,7 @@ static int srv_sched_start(srv *s) {
   dev_status st = DEV_STATUS_INIT;
   sched_config sc = SCHED_CONFIG_INITIALIZER;
   sc.incarnation = s->incarnation;
-  srv_daemon_sched_config(&s->opt, &sc);
+  srv_daemon_sched_config(&s->opt, s->engine, &sc);
   sc.storage_roots = s->storage_roots;
   sc.storage_cache = s->storage_cache;
   sc.load_workers = s->opt.storage_load_workers;

@@ -51,13 +51,14 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
     dv[i].index = i;
     dv[i].name = (char *)dev_engine_device_name(s->engine, i);
     dv[i].kind = (char *)dev_engine_backend_name(s->engine);
-    dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
+    dev_memory_stats ms = {.struct_size = sizeof(ms)};
     dev_status st = DEV_STATUS_INIT;
     if (dev_engine_memory_stats(s->engine, i, &ms, &st) == PD_OK) {
       dv[i].memory_total_bytes = ms.bytes_total;
       dv[i].memory_limit_bytes = ms.bytes_limit;
       dv[i].memory_used_bytes = ms.bytes_in_use;
       dv[i].memory_peak_bytes = ms.peak_bytes_in_use;
+      dv[i].memory_cached_bytes = ms.bytes_cached;
       uint64_t cap = ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
       dv[i].memory_free_bytes =
           cap > ms.bytes_in_use ? cap - ms.bytes_in_use : 0;

@@ -276,7 +276,7 @@ static void srv_apply_runtime(srv *s, const srv_options *o) {
   atomic_store(&rt->max_queued_ops, l->max_queued_ops);
   atomic_store(&rt->default_lease_s, l->default_lease_s);
   atomic_store(&rt->max_lease_s, l->max_lease_s);
-  atomic_store(&rt->default_memory_quota, l->default_memory_quota);
+  atomic_store(&rt->default_memory_quota, srv_default_quota(o, s->engine));
   atomic_store(&rt->max_memory_quota, l->max_memory_quota);
   atomic_store(&rt->drain_timeout_s, o->drain_timeout_s);
   atomic_store(&rt->stall_timeout_s, o->stall_timeout_s);
@@ -316,7 +316,7 @@ static void srv_reload(srv *s) {
       SRV_CONFIG_RUN) {
     srv_config_restart_keys(&s->opt, &o, srv_report_log);
     sched_config sc = SCHED_CONFIG_INITIALIZER;
-    srv_daemon_sched_config(&o, &sc);
+    srv_daemon_sched_config(&o, s->engine, &sc);
     dev_status st = DEV_STATUS_INIT;
     if (sched_reconfigure(s->sched, &sc, &st) != PD_OK) {
       SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_ERROR,
@@ -331,7 +331,7 @@ static void srv_reload(srv *s) {
                  " max %" PRIu64 " bytes",
                  o.config_loaded ? o.config_path : "(no file)", spec,
                  o.limits.max_sessions, o.limits.max_handles_per_session,
-                 o.limits.default_memory_quota, o.limits.max_memory_quota);
+                 srv_default_quota(&o, s->engine), o.limits.max_memory_quota);
     }
   } else {
     SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_ERROR,

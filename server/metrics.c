@@ -148,7 +148,7 @@ static void srv_render_devices(srv_buf *b, srv *s, const sched_stats *st) {
   dev_memory_stats ms[PD_MAX_DEVICES];
   bool ok[PD_MAX_DEVICES];
   for (int i = 0; i < n; i++) {
-    ms[i] = (dev_memory_stats){sizeof(ms[i]), 0, 0, 0, 0, 0};
+    ms[i] = (dev_memory_stats){.struct_size = sizeof(ms[i])};
     ok[i] = dev_engine_memory_stats(s->engine, i, &ms[i], NULL) == PD_OK;
   }
   static const struct {
@@ -160,11 +160,13 @@ static void srv_render_devices(srv_buf *b, srv *s, const sched_stats *st) {
       {"paradev_device_memory_free_bytes",
        "Device memory left under the limit (or the total)."},
       {"paradev_device_memory_limit_bytes",
-       "Configured per-device memory limit (0: none)."},
+       "Per-device memory limit (configured or the default; 0: none)."},
       {"paradev_device_memory_total_bytes",
        "Physical memory of the device (0: unknown)."},
       {"paradev_device_memory_peak_bytes", "Peak device memory in use."},
       {"paradev_device_healthy", "1 when the device is healthy."},
+      {"paradev_device_memory_cached_bytes",
+       "Freed blocks kept for reuse (CPU block cache), beside memory used."},
   };
   for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
     srv_family(b, fam[f].name, "gauge", fam[f].help);
@@ -182,6 +184,7 @@ static void srv_render_devices(srv_buf *b, srv *s, const sched_stats *st) {
         case 4: v = ms[i].bytes_total; break;
         case 5: v = ms[i].peak_bytes_in_use; break;
         case 6: v = dev_engine_device_healthy(s->engine, i); break;
+        case 7: v = ms[i].bytes_cached; break;
       }
       if (f != 0 && f != 6 && !ok[i]) continue;
       srv_buf_printf(b, "%s{device=\"%d\"} %" PRIu64 "\n", fam[f].name, i, v);

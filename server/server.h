@@ -201,7 +201,12 @@ void srv_daemon_stop_serving(srv *s, void (*phase)(const char *what));
  * exits with ops still on the devices skips this. Main thread. */
 void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what));
 /* The scheduler's configuration from the options (start and SIGHUP). */
-void srv_daemon_sched_config(const srv_options *o, sched_config *sc);
+void srv_daemon_sched_config(const srv_options *o, dev_engine *e,
+                             sched_config *sc);
+/* The default session quota in bytes: [sessions] default_memory_quota, or
+ * when that is 0, default_memory_quota_percent of the sum of the devices'
+ * limits (capped at max_memory_quota); UINT64_MAX ("unlimited") is none. */
+uint64_t srv_default_quota(const srv_options *o, dev_engine *e);
 
 /* --- rpc.c: the transport ----------------------------------------------------- */
 

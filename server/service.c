@@ -103,7 +103,7 @@ uint64_t srv_device_memory_used(srv *s) {
   uint64_t sum = 0;
   int n = dev_engine_num_devices(s->engine);
   for (int i = 0; i < n; i++) {
-    dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
+    dev_memory_stats ms = {.struct_size = sizeof(ms)};
     if (dev_engine_memory_stats(s->engine, i, &ms, NULL) == PD_OK)
       sum += ms.bytes_in_use;
   }

@@ -1,7 +1,14 @@
 /* The CPU backend: N simulated devices in host memory. Each device has its
- * own memory accounting and an optional limit, so out-of-memory can be
- * exercised without a GPU. Kernels run on the engine's executor thread of
- * their device. */
+ * own memory accounting and a limit (by default its share of physical
+ * memory less the daemon's reserve), so out-of-memory is an op's
+ * RESOURCE_EXHAUSTED, never the kernel's OOM killer. Kernels run on the
+ * engine's executor thread of their device. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#endif
+#include <dlfcn.h>
+#include <malloc.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +19,18 @@
 /* Freed blocks of 1 MiB and more are kept per device for reuse, as a CUDA
  * memory pool keeps memory up to its release threshold. Large blocks come
  * from the kernel as fresh pages (glibc mmaps anything above 32 MiB at most),
- * and faulting them in again on every op costs more than the op itself. */
+ * and faulting them in again on every op costs more than the op itself.
+ * The cache counts against the device's limit with bytes_in_use (so the two
+ * never hold more host memory than the limit lends): an allocation that
+ * would not fit beside it drops cached blocks first, and the executor drops
+ * them all once its device has been idle a while (cpu_trim). */
 #define CACHE_MIN_BYTES (1u << 20)
 #define CACHE_SLOTS 8
 #define CACHE_MAX_BYTES ((uint64_t)1 << 30) /* per device */
+/* After this many bytes went back to malloc, malloc_trim hands the free
+ * pages to the kernel (glibc keeps freed heap memory mapped otherwise). */
+#define TRIM_AFTER_BYTES ((uint64_t)64 << 20)
+#define RESERVE_DEFAULT ((uint64_t)1 << 30)
 
 typedef struct cached_block {
   void *ptr;
@@ -24,9 +39,9 @@ typedef struct cached_block {
 
 typedef struct cpu_device {
   pthread_mutex_t cache_mu;
-  cached_block cache[CACHE_SLOTS];
-  int cached;
-  uint64_t cached_bytes;
+  cached_block cache[CACHE_SLOTS]; /* under cache_mu */
+  int cached;                      /* under cache_mu */
+  _Atomic uint64_t cached_bytes;   /* written under cache_mu */
   _Atomic uint64_t in_use;
   _Atomic uint64_t peak;
   _Atomic uint64_t allocs;
@@ -35,17 +50,57 @@ typedef struct cpu_device {
 
 typedef struct cpu_backend {
   dev_backend base;
-  uint64_t limit;
+  uint64_t limit; /* per device; 0: none (physical memory unknown) */
   uint64_t total;
+  _Atomic uint64_t freed_untrimmed; /* bytes freed since the last trim */
   cpu_device devs[];
 } cpu_backend;
 
 static cpu_backend *cpu(dev_backend *b) { return (cpu_backend *)b; }
 
+/* Counts `sz` bytes given back to malloc, and trims malloc's free pages once
+ * TRIM_AFTER_BYTES have been. */
+static void note_freed(cpu_backend *c, uint64_t sz) {
+  if (atomic_fetch_add(&c->freed_untrimmed, sz) + sz < TRIM_AFTER_BYTES) return;
+  atomic_store(&c->freed_untrimmed, 0);
+  malloc_trim(0);
+}
+
+/* Frees cached blocks of `d`, oldest placed first, until at most `keep`
+ * bytes stay cached. Returns the bytes freed. */
+static uint64_t cache_drop(cpu_device *d, uint64_t keep) {
+  uint64_t freed = 0;
+  pthread_mutex_lock(&d->cache_mu);
+  while (d->cached > 0 && atomic_load(&d->cached_bytes) > keep) {
+    free(d->cache[0].ptr);
+    freed += d->cache[0].size;
+    atomic_fetch_sub(&d->cached_bytes, d->cache[0].size);
+    d->cache[0] = d->cache[--d->cached];
+  }
+  pthread_mutex_unlock(&d->cache_mu);
+  return freed;
+}
+
+/* Takes a cached block of exactly `sz` bytes, or NULL. */
+static void *cache_take(cpu_device *d, size_t sz) {
+  void *p = NULL;
+  pthread_mutex_lock(&d->cache_mu);
+  for (int i = 0; i < d->cached; i++)
+    if (d->cache[i].size == sz) {
+      p = d->cache[i].ptr;
+      atomic_fetch_sub(&d->cached_bytes, sz);
+      d->cache[i] = d->cache[--d->cached];
+      break;
+    }
+  pthread_mutex_unlock(&d->cache_mu);
+  return p;
+}
+
 static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes,
                             void **out, dev_status *st) {
-  cpu_device *d = &cpu(b)->devs[device];
-  uint64_t limit = cpu(b)->limit;
+  cpu_backend *c = cpu(b);
+  cpu_device *d = &c->devs[device];
+  uint64_t limit = c->limit;
   uint64_t cur = atomic_load(&d->in_use);
   for (;;) {
     if (limit && (bytes > limit || cur > limit - bytes))
@@ -56,19 +111,14 @@ static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes,
                        (unsigned long long)limit);
     if (atomic_compare_exchange_weak(&d->in_use, &cur, cur + bytes)) break;
   }
+  uint64_t now = cur + bytes;
   /* 64-byte alignment suits SIMD loads and BLAS. */
   size_t sz = bytes ? (bytes + 63) & ~(size_t)63 : 64;
-  void *p = NULL;
-  if (sz >= CACHE_MIN_BYTES) {
-    pthread_mutex_lock(&d->cache_mu);
-    for (int i = 0; i < d->cached; i++)
-      if (d->cache[i].size == sz) {
-        p = d->cache[i].ptr;
-        d->cached_bytes -= sz;
-        d->cache[i] = d->cache[--d->cached];
-        break;
-      }
-    pthread_mutex_unlock(&d->cache_mu);
+  void *p = sz >= CACHE_MIN_BYTES ? cache_take(d, sz) : NULL;
+  if (!p && limit && now + atomic_load(&d->cached_bytes) > limit) {
+    /* Under pressure: what is cached makes room first. */
+    uint64_t freed = cache_drop(d, limit - now);
+    if (freed) note_freed(c, freed);
   }
   if (!p && sz >= bytes) p = aligned_alloc(64, sz);
   if (!p) {
@@ -76,7 +126,7 @@ static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes,
     return dev_error(st, PD_RESOURCE_EXHAUSTED,
                      "%s: host allocation of %zu bytes failed", d->name, bytes);
   }
-  uint64_t now = cur + bytes, peak = atomic_load(&d->peak);
+  uint64_t peak = atomic_load(&d->peak);
   while (now > peak && !atomic_compare_exchange_weak(&d->peak, &peak, now)) {
   }
   atomic_fetch_add(&d->allocs, 1);
@@ -87,24 +137,42 @@ static pd_code cpu_allocate(dev_backend *b, int device, size_t bytes,
 static void cpu_deallocate(dev_backend *b, int device, void *ptr,
                            size_t bytes) {
   if (!ptr) return;
-  cpu_device *d = &cpu(b)->devs[device];
-  atomic_fetch_sub(&d->in_use, bytes);
+  cpu_backend *c = cpu(b);
+  cpu_device *d = &c->devs[device];
   size_t sz = bytes ? (bytes + 63) & ~(size_t)63 : 64;
+  uint64_t freed = 0;
   if (sz >= CACHE_MIN_BYTES) {
     pthread_mutex_lock(&d->cache_mu);
     if (d->cached == CACHE_SLOTS) { /* evict the oldest-placed slot */
       free(d->cache[0].ptr);
-      d->cached_bytes -= d->cache[0].size;
+      freed += d->cache[0].size;
+      atomic_fetch_sub(&d->cached_bytes, d->cache[0].size);
       d->cache[0] = d->cache[--d->cached];
     }
-    if (d->cached_bytes + sz <= CACHE_MAX_BYTES) {
+    if (atomic_load(&d->cached_bytes) + sz <= CACHE_MAX_BYTES) {
       d->cache[d->cached++] = (cached_block){ptr, sz};
-      d->cached_bytes += sz;
+      atomic_fetch_add(&d->cached_bytes, sz);
       ptr = NULL;
     }
     pthread_mutex_unlock(&d->cache_mu);
   }
-  free(ptr);
+  /* in_use drops after the block is cached, so in_use + cached never reads
+   * less than what the device holds. */
+  atomic_fetch_sub(&d->in_use, bytes);
+  if (ptr) {
+    free(ptr);
+    freed += sz;
+  }
+  if (freed >= CACHE_MIN_BYTES) note_freed(c, freed);
+}
+
+/* Idle device: every cached block goes back to the system. */
+static void cpu_trim(dev_backend *b, int device) {
+  cpu_backend *c = cpu(b);
+  if (cache_drop(&c->devs[device], 0) || atomic_load(&c->freed_untrimmed) > 0) {
+    atomic_store(&c->freed_untrimmed, 0);
+    malloc_trim(0);
+  }
 }
 
 static pd_code cpu_copy(dev_backend *b, int device, void *dst, const void *src,
@@ -140,8 +208,9 @@ static pd_code cpu_memory_stats(dev_backend *b, int device,
   m.bytes_in_use = atomic_load(&d->in_use);
   m.peak_bytes_in_use = atomic_load(&d->peak);
   m.bytes_limit = cpu(b)->limit;
-  m.bytes_total = cpu(b)->limit ? cpu(b)->limit : cpu(b)->total;
+  m.bytes_total = cpu(b)->total;
   m.num_allocs = atomic_load(&d->allocs);
+  m.bytes_cached = atomic_load(&d->cached_bytes);
   *out = m;
   return PD_OK;
 }
@@ -160,12 +229,39 @@ static void cpu_destroy(dev_backend *b) {
   free(b);
 }
 
+/* One OpenBLAS pool serves the process: `threads` of them (0: the online
+ * cores shared among the n executors), so n executors each calling sgemm
+ * use about the cores there are. openblas_set_num_threads is looked up at
+ * run time: a reference CBLAS has no pool and no such function. */
+static void set_blas_threads(int threads, int n) {
+  if (threads <= 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = cores > n ? (int)(cores / n) : 1;
+  }
+  void (*set)(int) =
+      (void (*)(int))dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
+  if (set) set(threads);
+}
+
+int dev_cpu_blas_threads(void) {
+  int (*get)(void) =
+      (int (*)(void))dlsym(RTLD_DEFAULT, "openblas_get_num_threads");
+  return get ? get() : 0;
+}
+
 pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
                                dev_status *st) {
   if (!cfg || cfg->struct_size < sizeof(dev_cpu_config))
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "dev_cpu_config: struct_size too small");
   int n = cfg->num_devices;
+  if (cfg->struct_size >=
+          offsetof(dev_cpu_config, blas_threads) + sizeof cfg->blas_threads &&
+      cfg->blas_threads < 0)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "cpu backend: blas_threads %d; expected 0 (the cores "
+                     "divided by the devices) or more",
+                     cfg->blas_threads);
   if (n < 1 || n > PD_MAX_DEVICES)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "cpu backend: %d devices; expected 1 to %d", n,
@@ -191,11 +287,19 @@ pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
   b->memory_stats = cpu_memory_stats;
   b->device_name = cpu_device_name;
   b->destroy = cpu_destroy;
-  c->limit = cfg->memory_limit;
+  b->trim = cpu_trim;
+  bool has_new = cfg->struct_size >= offsetof(dev_cpu_config, blas_threads) +
+                                         sizeof cfg->blas_threads;
+  uint64_t reserve = has_new ? cfg->memory_reserve : DEV_MEMORY_RESERVE_DEFAULT;
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-  c->total = pages > 0 && psize > 0
-                 ? (uint64_t)pages * (uint64_t)psize / (uint64_t)n
-                 : 0;
+  uint64_t phys =
+      pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+  if (reserve == DEV_MEMORY_RESERVE_DEFAULT)
+    reserve = phys / 4 < RESERVE_DEFAULT ? phys / 4 : RESERVE_DEFAULT;
+  /* What each device reports as its total is what it may use. */
+  c->total = phys > reserve ? (phys - reserve) / (uint64_t)n : 0;
+  c->limit = cfg->memory_limit ? cfg->memory_limit : c->total;
+  set_blas_threads(has_new ? cfg->blas_threads : 0, n);
   for (int i = 0; i < n; i++) {
     snprintf(c->devs[i].name, sizeof c->devs[i].name, "cpu:%d", i);
     pthread_mutex_init(&c->devs[i].cache_mu, NULL);

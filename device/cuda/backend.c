@@ -440,6 +440,34 @@ static pd_code probe_kernels(cu_backend *c, dev_status *st) {
   return PD_OK;
 }
 
+/* Each entry's memory limit: the configured one, or its share of its GPU's
+ * free memory now (after the contexts, streams and cuBLAS handles took
+ * theirs) less the reserve kept for cuBLAS workspaces, NCCL and kernels, so
+ * that an allocation over it is an op's RESOURCE_EXHAUSTED. */
+static pd_code set_limits(cu_backend *c, const dev_cuda_config *cfg,
+                          dev_status *st) {
+  dev_backend *b = &c->base;
+  uint64_t reserve = cfg->memory_reserve == DEV_MEMORY_RESERVE_DEFAULT
+                         ? CU_RESERVE_DEFAULT
+                         : cfg->memory_reserve;
+  for (int i = 0; i < b->num_devices; i++) c->gpus[c->devs[i].gpu].entries++;
+  for (int g = 0; g < c->num_gpus; g++) {
+    size_t free_b = 0, total_b = 0;
+    CU_CHECK(b, -1, cudaSetDevice(c->gpus[g].ordinal), st);
+    CU_CHECK(b, -1, cudaMemGetInfo(&free_b, &total_b), st);
+    c->gpus[g].free_at_start = free_b;
+  }
+  for (int i = 0; i < b->num_devices; i++) {
+    cu_gpu *g = &c->gpus[c->devs[i].gpu];
+    uint64_t avail = g->free_at_start > reserve ? g->free_at_start - reserve
+                                                : g->free_at_start / 2;
+    c->devs[i].limit = cfg->memory_limit
+                           ? cfg->memory_limit
+                           : avail / (uint64_t)(g->entries ? g->entries : 1);
+  }
+  return PD_OK;
+}
+
 /* Sets c->use_nccl from the chosen path (NCCL needs distinct GPUs and an
  * NCCL build) and prepares the copy path's peer access otherwise. */
 static pd_code choose_collectives(cu_backend *c, dev_cuda_collectives path,
@@ -499,6 +527,7 @@ pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out,
     rc = init_gpu(c, g, cfg, st);
   for (int i = 0; i < n && rc == PD_OK; i++) rc = init_device(c, i, st);
   if (rc == PD_OK) rc = probe_kernels(c, st);
+  if (rc == PD_OK) rc = set_limits(c, cfg, st);
   if (rc == PD_OK) rc = choose_collectives(c, path, distinct, cfg, st);
   if (rc == PD_OK) rc = cu_collectives_init(c, st);
   if (rc != PD_OK) {

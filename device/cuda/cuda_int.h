@@ -145,12 +145,17 @@ cudaError_t dev_cuda_bool_normalize(void *data, int64_t count, cudaStream_t s);
 
 typedef struct cu_nccl cu_nccl; /* collective.c */
 
+/* The default reserve of each GPU's free memory (dev_cuda_config). */
+#define CU_RESERVE_DEFAULT ((uint64_t)512 << 20)
+
 /* One physical GPU (several mesh entries may share it). */
 typedef struct cu_gpu {
   int ordinal;
   int sm_count;
   int cc_major, cc_minor;
   uint64_t total_mem;
+  uint64_t free_at_start; /* cudaMemGetInfo once the mesh is set up */
+  int entries;            /* mesh entries on this GPU */
   char name[96];
   cudaMemPool_t pool;
   bool pool_created;
@@ -176,6 +181,9 @@ typedef struct cu_device {
   unsigned long long *dflag;
   unsigned long long *hflag;
   _Atomic uint64_t in_use, peak, allocs;
+  /* Bytes this entry may hold: dev_cuda_config.memory_limit, or by default
+   * its share of the GPU's free memory at start less the reserve. */
+  uint64_t limit;
   char name[32];
 } cu_device;
 

@@ -20,7 +20,7 @@ pd_code cu_allocate(dev_backend *b, int device, size_t bytes, void **out,
   cu_device *d = &c->devs[device];
   cu_gpu *g = &c->gpus[d->gpu];
   PD_TRY(cu_check_healthy(c, device, st));
-  uint64_t limit = c->memory_limit;
+  uint64_t limit = d->limit;
   uint64_t cur = atomic_load(&d->in_use);
   for (;;) {
     if (limit && (bytes > limit || cur > limit - bytes))
@@ -79,7 +79,7 @@ pd_code cu_memory_stats(dev_backend *b, int device, dev_memory_stats *out,
   m.struct_size = sizeof m;
   m.bytes_in_use = atomic_load(&d->in_use);
   m.peak_bytes_in_use = atomic_load(&d->peak);
-  m.bytes_limit = c->memory_limit;
+  m.bytes_limit = d->limit;
   m.bytes_total = c->gpus[d->gpu].total_mem;
   m.num_allocs = atomic_load(&d->allocs);
   *out = m;

@@ -231,11 +231,13 @@ typedef struct pd_device_info {
   uint64_t memory_used_bytes;
   uint64_t memory_free_bytes; /* limit (or total) less used; 0 if unknown */
   uint64_t memory_peak_bytes;
-  double busy_seconds; /* seconds the device has spent running ops
+  double busy_seconds;          /* seconds the device has spent running ops
                                   since the daemon started (kernels and its
                                   share of collectives): two readings and the
                                   wall time between them give how busy it
                                   was; the rest went to RPC, queueing, idle */
+  uint64_t memory_cached_bytes; /* freed blocks kept for reuse (CPU block
+                                   cache), not in memory_used_bytes */
 } pd_device_info;
 
 /* The daemon's limits on what a client controls (exceeding one is

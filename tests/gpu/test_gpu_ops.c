@@ -1667,6 +1667,13 @@ static void test_out_of_memory(void **state) {
     dev_engine *g = gpu_engine(2);
     assert_int_equal(dev_engine_memory_stats(g, 1, &ms, &st), PD_OK);
     uint64_t before = ms.bytes_in_use;
+    /* The default limit: the GPU's free memory at start less the 512 MiB
+     * reserve, split among the entries on it (issue #15). */
+    printf("default limit of cuda:1: %llu of %llu bytes\n",
+           (unsigned long long)ms.bytes_limit,
+           (unsigned long long)ms.bytes_total);
+    assert_true(ms.bytes_limit > 0);
+    assert_true(ms.bytes_limit <= ms.bytes_total - ((uint64_t)512 << 20));
     expect_fill(g, (int64_t)1 << 40, PD_RESOURCE_EXHAUSTED, "out of memory");
     expect_fill(g, 1 << 20, PD_OK, NULL);
     assert_int_equal(dev_engine_memory_stats(g, 1, &ms, &st), PD_OK);

@@ -55,9 +55,19 @@ static void daemon_start(pdt_daemon *d) {
   snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
   snprintf(msg, sizeof(msg), "%u", MAX_MSG);
   snprintf(ndev, sizeof(ndev), "%d", NDEV);
-  const char *extra[] = {
-      "--devices", ndev,         "--memory-limit", mem, "--max-message-bytes",
-      msg,         "--grace-ms", "2000",           NULL};
+  /* No default session quota: these tests fill the small devices from one
+   * session (test_memory.py tests the default quota). */
+  const char *extra[] = {"--devices",
+                         ndev,
+                         "--memory-limit",
+                         mem,
+                         "--default-memory-quota",
+                         "unlimited",
+                         "--max-message-bytes",
+                         msg,
+                         "--grace-ms",
+                         "2000",
+                         NULL};
   pdt_daemon_start(d, paradevd_path, "pdclient", true, extra);
 }
 

@@ -494,7 +494,7 @@ def check_config():
                  "pool_release_threshold = 2G\n")
     r = run("--config", cuda)
     assert r.returncode == 0 and (
-        "paradevd: devices: backend cuda, mesh cuda:0,cuda:0, memory_limit none; [cuda] "
+        "paradevd: devices: backend cuda, mesh cuda:0,cuda:0, memory_limit default; [cuda] "
         "allow_tf32 true, collectives copy, collective_timeout_ms 60000, "
         "pool_release_threshold 2147483648 bytes\n") in r.stdout, (r.stdout, r.stderr)
     r = run("--config", cuda, "--allow-tf32", "no", "--collectives=nccl")
@@ -502,11 +502,11 @@ def check_config():
         (r.stdout, r.stderr)
     r = run("--config", good, "--backend", "cuda")  # the built-in defaults
     assert r.returncode == 0 and (
-        "paradevd: devices: backend cuda, mesh cuda:all, memory_limit none; [cuda] "
+        "paradevd: devices: backend cuda, mesh cuda:all, memory_limit default; [cuda] "
         "allow_tf32 false, collectives auto, collective_timeout_ms 300000, "
         "pool_release_threshold unlimited\n") in r.stdout, (r.stdout, r.stderr)
     r = run("--config", good)
-    assert "paradevd: devices: backend cpu, 4 devices, memory_limit none\n" in r.stdout, r.stdout
+    assert "paradevd: devices: backend cpu, 4 devices, memory_limit default\n" in r.stdout, r.stdout
     # [cuda] under the cpu backend: a warning, not an error.
     r = run("--config", write(os.path.join(tmp, "cpucuda.conf"), "[cuda]\nallow_tf32 = on\n"))
     assert r.returncode == 0 and ("paradevd: warning: %s: [cuda] settings other than the "
@@ -722,7 +722,9 @@ def check_metrics():
     d = Daemon(ndev=ndev, mem=1 << 20)
     try:
         cl = Client(d.target)
-        a = cl.session(client_name="wa", job_id="j1")
+        # A quota of its own: the fill below must reach the device (the
+        # default quota, half of these small devices, would refuse it first).
+        a = cl.session(client_name="wa", job_id="j1", memory_quota_bytes=1 << 40)
         b = cl.session(client_name='w"b', job_id="j2")
         for hid, n in [(1, 100), (2, 200), (3, 50)]:
             cl.upload(a, hid, n)

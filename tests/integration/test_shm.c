@@ -69,8 +69,16 @@ static void daemon_start(pdt_daemon *d, const char *prefix) {
   char mem[32], ndev[8];
   snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
   snprintf(ndev, sizeof(ndev), "%d", NDEV);
-  const char *extra[] = {"--devices", ndev, "--memory-limit", mem, "--grace-ms",
-                         "2000",      NULL};
+  /* No default session quota (test_memory.py tests it). */
+  const char *extra[] = {"--devices",
+                         ndev,
+                         "--memory-limit",
+                         mem,
+                         "--default-memory-quota",
+                         "unlimited",
+                         "--grace-ms",
+                         "2000",
+                         NULL};
   pdt_daemon_start(d, paradevd_path, prefix, false, extra);
 }
 
@@ -1250,9 +1258,17 @@ static void unregister_under_waiting_download(env *e, pdt_daemon *dd,
 static void daemon_start_debug(pdt_daemon *d, const char *prefix) {
   char mem[32];
   snprintf(mem, sizeof(mem), "%u", MEM_LIMIT);
-  const char *extra[] = {
-      "--devices", "1",     "--memory-limit", mem, "--grace-ms",
-      "2000",      "--log", "info,rpc=debug", NULL};
+  const char *extra[] = {"--devices",
+                         "1",
+                         "--memory-limit",
+                         mem,
+                         "--default-memory-quota",
+                         "unlimited",
+                         "--grace-ms",
+                         "2000",
+                         "--log",
+                         "info,rpc=debug",
+                         NULL};
   pdt_daemon_start(d, paradevd_path, prefix, false, extra);
 }
 

@@ -138,7 +138,11 @@ static void tf_destroy(dev_backend *b) {
 }
 
 /* An engine of n CPU devices whose ops complete when their fences do. */
-static dev_engine *fenced_engine(int n) {
+static dev_engine *fenced_engine_limit(int n, uint64_t limit);
+static dev_engine *fenced_engine(int n) { return fenced_engine_limit(n, 0); }
+
+/* The same with a per-device memory limit (0: the default). */
+static dev_engine *fenced_engine_limit(int n, uint64_t limit) {
   pthread_mutex_lock(&t_mu);
   memset(T.recorded, 0, sizeof T.recorded);
   memset(T.live, 0, sizeof T.live);
@@ -152,6 +156,7 @@ static dev_engine *fenced_engine(int n) {
   pthread_mutex_unlock(&t_mu);
   dev_cpu_config cc = DEV_CPU_CONFIG_INITIALIZER;
   cc.num_devices = n;
+  cc.memory_limit = limit;
   dev_backend *b = NULL;
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(dev_cpu_backend_create(&cc, &b, &st), PD_OK);
@@ -405,6 +410,38 @@ static void test_inputs_freed_at_issue(void **state) {
   dev_tensor_release(z);
   dev_engine_destroy(e);
   assert_int_equal(T.destroyed_with_live, 0);
+}
+
+/* An allocation over device 1's limit fails the op as it is issued there;
+ * once every device has issued it, device 0's component is freed too (as
+ * on a GPU: stream-ordered, by its own executor), while y is still held. */
+static void test_issue_failure_frees_peers(void **state) {
+  const uint64_t MiB = 1u << 20;
+  dev_engine *e = fenced_engine_limit(2, 64 * MiB);
+  complete_all();
+  dev_shape sh[2] = {{.rank = 1, .dims = {1}},
+                     {.rank = 1, .dims = {(int64_t)(56 * MiB / 4)}}};
+  dev_tensor *fill;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_tensor_create(e, PD_FLOAT32, sh, &fill, &st), PD_OK);
+  int64_t dims[1] = {(int64_t)(16 * MiB / 4)};
+  dev_attr a[2] = {dev_attr_shape("shape", 1, dims),
+                   dev_attr_dtype("dtype", PD_FLOAT32)};
+  dev_tensor *y = tu_exec(e, "RandomNormal", NULL, 0, a, 2, 0);
+  assert_int_equal(dev_tensor_wait(y, &st), PD_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(st.msg, "cpu:1 is out of memory"));
+  dev_tensor *b = tu_mirrored(e, PD_FLOAT32, 1, dims3, (double[]){1, 2, 3});
+  dev_tensor *z = exec2(e, "Neg", b, NULL); /* queued behind the release */
+  assert_int_equal(dev_tensor_wait(z, &st), PD_OK);
+  dev_memory_stats ms;
+  assert_int_equal(dev_engine_memory_stats(e, 0, &ms, &st), PD_OK);
+  assert_int_equal(ms.bytes_in_use, 4 + 12 + 12); /* fill, b, z */
+  assert_int_equal(y->comps[0].code, PD_RESOURCE_EXHAUSTED);
+  dev_tensor_release(z);
+  dev_tensor_release(b);
+  dev_tensor_release(y);
+  dev_tensor_release(fill);
+  dev_engine_destroy(e);
 }
 
 static void test_fence_record_failure(void **state) {
@@ -947,6 +984,7 @@ int main(void) {
       cmocka_unit_test(test_ready_waits_for_fence),
       cmocka_unit_test(test_pipelined_notify_after_fence),
       cmocka_unit_test(test_fence_error_fails_that_op),
+      cmocka_unit_test(test_issue_failure_frees_peers),
       cmocka_unit_test(test_inputs_freed_at_issue),
       cmocka_unit_test(test_fence_record_failure),
       cmocka_unit_test(test_destroy_with_pending_fences),

@@ -82,7 +82,7 @@ static pd_code fill(sched_session *ss, uint64_t out, int n, uint64_t tag,
 static uint64_t mem_read(void) {
   uint64_t sum = 0;
   for (int d = 0; d < NDEV; d++) {
-    dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
+    dev_memory_stats ms = {.struct_size = sizeof(ms)};
     dev_status st = DEV_STATUS_INIT;
     assert_int_equal(dev_engine_memory_stats(g_engine, d, &ms, &st), PD_OK);
     sum += ms.bytes_in_use;

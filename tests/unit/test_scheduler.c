@@ -317,7 +317,7 @@ static void test_lease_and_quota(void **state) {
   const float x[4] = {1, 2, 3, 4};
   assert_int_equal(upload(a, 1, 4, x, &st), PD_OK);
   sched_session_put(a);
-  dev_memory_stats ms = {sizeof ms, 0, 0, 0, 0, 0};
+  dev_memory_stats ms = {.struct_size = sizeof ms};
   assert_int_equal(dev_engine_memory_stats(g_engine, 0, &ms, &st), PD_OK);
   uint64_t held = ms.bytes_in_use;
   assert_true(held >= 16);
@@ -420,7 +420,7 @@ static void fence_wait(sched *s) {
 static uint64_t engine_bytes(void) {
   uint64_t sum = 0;
   for (int d = 0; d < dev_engine_num_devices(g_engine); d++) {
-    dev_memory_stats ms = {sizeof(ms), 0, 0, 0, 0, 0};
+    dev_memory_stats ms = {.struct_size = sizeof(ms)};
     assert_int_equal(dev_engine_memory_stats(g_engine, d, &ms, NULL), PD_OK);
     sum += ms.bytes_in_use;
   }
