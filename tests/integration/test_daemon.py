@@ -418,6 +418,10 @@ def check_execute(cl, d):
     assert list(r.results[0].outputs[0].shape.dims) == []
     _, parts = download_parts(cl, tok, 6, pb.Layout(kind=pb.LAYOUT_PER_COMPONENT))
     assert [struct.unpack("<i", p)[0] for p in parts] == list(range(NDEV))
+    # A MIRRORED download of it is refused for what it is: computed per
+    # device, not uploaded sharded.
+    expect_error(C.INVALID_ARGUMENT, download_parts, cl, tok, 6,
+                 pb.Layout(kind=pb.LAYOUT_MIRRORED), match="differs between devices")
 
     ex = lambda *ops: cl.call("Execute", pb.ExecuteRequest(session_token=tok, ops=ops),
                               pb.ExecuteResponse)
