@@ -802,7 +802,7 @@ def check_npy_names_and_axes(cl, d, root):
     a save or download along another axis than the sharded load's is refused;
     the CLI's hints fit the command."""
     rng = np.random.default_rng(11)
-    x = rng.standard_normal((4, 6)).astype(np.float32)
+    x = rng.standard_normal((6, 4)).astype(np.float32)  # 3 devices: [2, 4] each
     np.save(os.path.join(root, "x.npy"), x)
 
     def run(*args):
@@ -835,8 +835,9 @@ def check_npy_names_and_axes(cl, d, root):
                        [pb.SaveTensorSpec(name="", id=900, layout=sharded(0))])
     assert "tensor 0 ('')" in msg and "needs a name of 1 to 255 bytes; give one" in msg \
         and "handle" not in msg, msg
-    # Loaded sharded(0): saving or downloading sharded(1) would join the shards
-    # into another value ([4,6] -> [1,24] on 4 devices): refused, both axes named.
+    # Loaded sharded(0): saving or downloading sharded(1) would join the equal
+    # shards into another value ([6,4] -> [2,12] on 3 devices), silently before:
+    # refused, both axes named.
     msg = expect_error(C.INVALID_ARGUMENT, cl.save, tok, "wrong.safetensors",
                        [pb.SaveTensorSpec(name="x", id=900, layout=sharded(1))])
     assert "along axis 0" in msg and "along axis 1" in msg, msg
@@ -849,7 +850,7 @@ def check_npy_names_and_axes(cl, d, root):
     cl.save(tok, "right.safetensors", [pb.SaveTensorSpec(name="x", id=900,
                                                          layout=sharded(0))])
     back, _ = read_safetensors(os.path.join(root, "right.safetensors"))
-    assert back["x"].shape == (4, 6) and back["x"].tobytes() == x.tobytes()
+    assert back["x"].shape == (6, 4) and back["x"].tobytes() == x.tobytes()
     # Hints by command: a missing file is not a missing session.
     p = run("load", "missing.npy")
     assert p.returncode == 1 and "NOT_FOUND" in p.stderr, p
