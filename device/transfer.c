@@ -255,7 +255,9 @@ static pd_code check_mirrored(const dev_tensor *t, dev_status *st) {
  * or loaded sharded along would concatenate its shards into a wrong value
  * (sharded(0) [4,6] on 4 devices read along 1: [1,24]): refused. */
 static pd_code check_shard_axis(const dev_tensor *t, int axis, dev_status *st) {
-  if (!t->shard_axis_p1 || t->shard_axis_p1 - 1 == axis) return PD_OK;
+  /* One device: every axis joins the one shard into the same value. */
+  if (!t->shard_axis_p1 || t->shard_axis_p1 - 1 == axis || t->n == 1)
+    return PD_OK;
   char sb[160];
   return dev_error(st, PD_INVALID_ARGUMENT,
                    "this tensor (components %s) was uploaded or loaded "
@@ -284,8 +286,10 @@ pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout,
     case DEV_LAYOUT_SHARDED: {
       span_map m;
       dev_shape host;
-      PD_TRY(check_shard_axis(t, layout->axis, st));
+      /* concat_map first: shards that cannot join along the axis keep its
+       * message; check_shard_axis refuses those that would join wrongly. */
       PD_TRY(concat_map(t, layout->axis, &m, &host, st));
+      PD_TRY(check_shard_axis(t, layout->axis, st));
       if (host_shape) *host_shape = host;
       *bytes = t->bytes;
       return PD_OK;
