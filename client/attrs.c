@@ -1,5 +1,6 @@
 /* libparadev: the attribute builder (pd_attrs): each attribute kept with
  * the wire messages that encode it, so encoding an op only points at them. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,8 +170,12 @@ void pd_attrs_set_shape(pd_attrs *a, const char *name, const int64_t *dims,
   pdc_attr *e = pdc_attrs_slot(a, name);
   if (!e) return;
   if (rank < 0 || rank > PD_MAX_RANK || (rank > 0 && !dims)) {
-    pdc_attrs_fail(a, PD_INVALID_ARGUMENT, name,
-                   "a shape needs rank 0 to 8 and its dims");
+    char why[160];
+    snprintf(why, sizeof why,
+             "rank %d%s; a shape needs rank 0 to %d and, for rank > 0, a "
+             "dims array of that many sizes",
+             rank, rank > 0 && !dims ? " without dims" : "", PD_MAX_RANK);
+    pdc_attrs_fail(a, PD_INVALID_ARGUMENT, name, why);
     return;
   }
   e->ints = malloc(sizeof(int64_t) * (size_t)(rank ? rank : 1));

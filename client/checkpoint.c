@@ -1,5 +1,6 @@
 /* libparadev: checkpoints (include/paradev/checkpoint.h): LoadTensors,
  * GetLoadProgress and SaveTensors, each one unary call. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,12 +288,13 @@ pd_code pd_save_tensors(pd_session *s, const char *path,
   PD_TRY(pdc_session_check(s, st));
   pd_save_options o = PD_SAVE_OPTIONS_INITIALIZER;
   if (opts) {
-    if (opts->struct_size != sizeof(o))
+    size_t old_size = offsetof(pd_save_options, path_out);
+    if (opts->struct_size != sizeof(o) && opts->struct_size != old_size)
       return pdc_error(st, PD_INVALID_ARGUMENT,
                        "pd_save_options.struct_size %zu; expected %zu (start "
                        "from PD_SAVE_OPTIONS_INITIALIZER)",
                        opts->struct_size, sizeof(o));
-    o = *opts;
+    memcpy(&o, opts, opts->struct_size);
   }
   if (!path || n < 1 || !specs || o.n_meta < 0 ||
       (o.n_meta > 0 && (!o.meta_keys || !o.meta_values)))
@@ -320,6 +322,9 @@ pd_code pd_save_tensors(pd_session *s, const char *path,
               rc, out);
   pdc_session_touch(s);
   if (bytes_written) *bytes_written = resp->bytes_written;
+  if (o.path_out && o.path_cap)
+    snprintf(o.path_out, o.path_cap, "%s",
+             resp->path && resp->path[0] ? resp->path : path);
   pdc_ok(st);
 out:
   if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);

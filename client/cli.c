@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,7 +146,7 @@ static const char *cli_default_target(char *buf, size_t len, bool *from_env) {
 /* The storage roots that `paradev load` and `save` may use. */
 static void cli_info_storage(const pd_server_info *info) {
   int n = pd_server_info_num_storage_roots(info);
-  printf("storage roots: %s\n", n ? "" : "none (checkpoints refused)");
+  printf("storage roots:%s\n", n ? "" : " none (checkpoints refused)");
   for (int i = 0; i < n; i++)
     printf("  %s\n", pd_server_info_storage_root(info, i));
 }
@@ -428,6 +429,25 @@ out_free:
 
 /* --- ops ------------------------------------------------------------------------ */
 
+/* After NOT_FOUND for `name`: "did you mean 'MatMul'?" (into buf) when an op
+ * matches it ignoring case, else NULL (the default hint). */
+static const char *cli_ops_suggest(pd_client *c, const char *name, char *buf,
+                                   size_t cap) {
+  pd_op_info *all = NULL;
+  int n = 0;
+  pd_status *st = pd_status_new();
+  const char *hint = NULL;
+  if (st && pd_list_ops(c, NULL, &all, &n, NULL, st) == PD_OK)
+    for (int i = 0; i < n && !hint; i++)
+      if (strcasecmp(all[i].name, name) == 0) {
+        snprintf(buf, cap, "did you mean '%s'?", all[i].name);
+        hint = buf;
+      }
+  pd_ops_free(all, n);
+  pd_status_delete(st);
+  return hint;
+}
+
 static int cli_ops(const cli_opts *o, int argc, char **argv) {
   const char *name = NULL;
   bool md = false;
@@ -453,7 +473,11 @@ static int cli_ops(const cli_opts *o, int argc, char **argv) {
   pd_op_info *ops = NULL;
   int n = 0;
   if (pd_list_ops(c, name, &ops, &n, NULL, st) != PD_OK) {
-    rc = cli_fail("ops", st);
+    char hint[128];
+    rc = cli_fail_hint("ops", st,
+                       name && pd_status_code(st) == PD_NOT_FOUND
+                           ? cli_ops_suggest(c, name, hint, sizeof hint)
+                           : NULL);
   } else if (md) {
     cli_ops_print_markdown(stdout, ops, n);
   } else if (name && n == 1) {

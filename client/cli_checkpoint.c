@@ -45,11 +45,18 @@ static const char cli_save_usage[] =
     "  --names A,B     the tensors to copy (default: all)\n"
     "  --overwrite     replace DEST if it exists (default: refuse)\n"
     "  --metadata K=V  a safetensors __metadata__ entry; repeat for more\n"
+    "  --name NEW      the name of the one tensor in DEST (default: its name\n"
+    "                  in SOURCE; a .npy's tensor, which has none, gets the\n"
+    "                  file's stem: weights.npy -> 'weights')\n"
+    "  --rename OLD=NEW  save tensor OLD as NEW; repeat for more\n"
     "  --layout L      how the tensors sit on the devices meanwhile:\n"
     "                  mirrored (default), sharded:AXIS, per-component\n"
     "  --format F      of SOURCE: auto (default), safetensors, npy, npz\n"
     "  --dest-format F of DEST: auto (default), safetensors, npy\n"
     "  --quiet         no progress lines\n"
+    "A relative DEST goes to the first storage root that already holds that\n"
+    "file, else to the first root where its directory exists; the absolute\n"
+    "path written is printed.\n"
     "Exit status: 0 saved; 1 a call failed; 2 a bad command line.\n";
 
 #define CLI_CKPT_MAX_NAMES 4096
@@ -66,11 +73,17 @@ typedef struct cli_ckpt_args {
   const char *meta_keys[CLI_CKPT_MAX_META], *meta_values[CLI_CKPT_MAX_META];
   char *meta_buf[CLI_CKPT_MAX_META];
   int n_meta;
+  const char *name; /* --name */
+  /* --rename OLD=NEW (split in ren_buf) */
+  const char *ren_old[CLI_CKPT_MAX_META], *ren_new[CLI_CKPT_MAX_META];
+  char *ren_buf[CLI_CKPT_MAX_META];
+  int n_ren;
 } cli_ckpt_args;
 
 static void cli_ckpt_args_free(cli_ckpt_args *a) {
   free(a->names_buf);
   for (int i = 0; i < a->n_meta; i++) free(a->meta_buf[i]);
+  for (int i = 0; i < a->n_ren; i++) free(a->ren_buf[i]);
 }
 
 static double cli_now(void) {
@@ -123,11 +136,24 @@ static bool cli_parse_names(cli_ckpt_args *a, const char *v) {
   for (;;) {
     char *comma = strchr(p, ',');
     if (comma) *comma = '\0';
-    if (a->n_names == CLI_CKPT_MAX_NAMES) return false;
+    if (a->n_names == CLI_CKPT_MAX_NAMES || !*p) return false;
     a->names[a->n_names++] = p;
     if (!comma) break;
     p = comma + 1;
   }
+  return true;
+}
+
+/* --rename OLD=NEW: both non-empty. */
+static bool cli_parse_rename(cli_ckpt_args *a, const char *v) {
+  const char *eq = strchr(v, '=');
+  if (!eq || eq == v || !eq[1] || a->n_ren == CLI_CKPT_MAX_META) return false;
+  char *kv = strdup(v);
+  if (!kv) return false;
+  kv[eq - v] = '\0';
+  a->ren_buf[a->n_ren] = kv;
+  a->ren_old[a->n_ren] = kv;
+  a->ren_new[a->n_ren++] = kv + (eq - v) + 1;
   return true;
 }
 
@@ -151,9 +177,9 @@ static int cli_ckpt_option(const char *cmd, cli_ckpt_args *a, int argc,
   char name[32];
   size_t nl = eq && arg[0] == '-' ? (size_t)(eq - arg) : strlen(arg);
   snprintf(name, sizeof(name), "%.*s", (int)(nl < 31 ? nl : 31), arg);
-  static const char *const with_value[] = {"--names",  "--layout",
-                                           "--format", "--dest-format",
-                                           "--from",   "--metadata"};
+  static const char *const with_value[] = {
+      "--names", "--layout",   "--format", "--dest-format",
+      "--from",  "--metadata", "--name",   "--rename"};
   bool takes = false;
   for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
     takes |= strcmp(name, with_value[k]) == 0;
@@ -175,13 +201,20 @@ static int cli_ckpt_option(const char *cmd, cli_ckpt_args *a, int argc,
   else if (strcmp(name, "--from") == 0) {
     a->source = v;
     a->from_given = true;
-  } else
+  } else if (strcmp(name, "--name") == 0)
+    ok = (a->name = v)[0] != '\0';
+  else if (strcmp(name, "--rename") == 0)
+    ok = cli_parse_rename(a, v);
+  else
     ok = cli_parse_meta(a, v);
   if (!ok)
     return cli_usage_error(
         cmd, "%s '%s': expected %s", name, v,
-        strcmp(name, "--names") == 0    ? "names separated by commas (at most "
-                                          "4096)"
+        strcmp(name, "--names") == 0    ? "non-empty names separated by "
+                                          "commas (at most 4096)"
+        : strcmp(name, "--name") == 0   ? "a non-empty name"
+        : strcmp(name, "--rename") == 0 ? "OLD=NEW, both non-empty (at most "
+                                          "64)"
         : strcmp(name, "--layout") == 0 ? "mirrored, sharded:AXIS or "
                                           "per-component"
         : strcmp(name, "--format") == 0 ? "auto, safetensors, npy or npz"
@@ -231,8 +264,15 @@ static int cli_ckpt_args_parse(const char *cmd, bool save, int argc,
   }
   if (a->layout.kind == PD_LAYOUT_PER_COMPONENT && a->n_names == 0)
     return cli_usage_error(cmd, "--layout per-component needs --names");
-  if (!save && a->n_meta)
-    return cli_usage_error(cmd, "--metadata is an option of save");
+  if (!save && (a->n_meta || a->name || a->n_ren))
+    return cli_usage_error(cmd, "--%s is an option of save",
+                           a->n_meta ? "metadata"
+                           : a->name ? "name"
+                                     : "rename");
+  if (a->name && a->n_ren)
+    return cli_usage_error(cmd,
+                           "give --name (one tensor) or --rename, not "
+                           "both");
   return -1;
 }
 
@@ -379,6 +419,57 @@ int cli_load(const cli_opts *o, int argc, char **argv) {
 
 /* --- the save ---------------------------------------------------------------------- */
 
+/* The stem of SOURCE's last component ("/m/weights.npy" -> "weights"; a
+ * URL's query cut), into buf; "tensor" when nothing is left. */
+static const char *cli_source_stem(const char *source, char *buf, size_t cap) {
+  size_t len = strcspn(source, "?#");
+  const char *base = source;
+  for (size_t i = 0; i < len; i++)
+    if (source[i] == '/') base = source + i + 1;
+  size_t bl = (size_t)(source + len - base);
+  for (size_t i = bl; i > 0; i--)
+    if (base[i - 1] == '.') {
+      bl = i - 1;
+      break;
+    }
+  if (bl == 0) return "tensor";
+  snprintf(buf, cap, "%.*s", (int)(bl < cap - 1 ? bl : cap - 1), base);
+  return buf;
+}
+
+/* The name tensor i of the load gets in DEST: --name, a --rename of its
+ * name, its name, or for a nameless .npy tensor the source's stem. Returns
+ * 2 after a usage error (a --rename of a name the load lacks, --name with
+ * several tensors), else 0. */
+static int cli_save_names(const cli_ckpt_args *a, const pd_load *l,
+                          pd_save_spec *specs, int n, char *stem,
+                          size_t stem_cap) {
+  if (a->name && n != 1)
+    return cli_usage_error("save",
+                           "--name names one tensor; SOURCE has %d (give "
+                           "--rename OLD=NEW)",
+                           n);
+  for (int r = 0; r < a->n_ren; r++) {
+    bool found = false;
+    for (int i = 0; i < n; i++)
+      found |= !strcmp(pd_load_tensor_name(l, i), a->ren_old[r]);
+    if (!found)
+      return cli_usage_error("save",
+                             "--rename %s=%s: SOURCE has no tensor "
+                             "'%s'",
+                             a->ren_old[r], a->ren_new[r], a->ren_old[r]);
+  }
+  for (int i = 0; i < n; i++) {
+    const char *nm = pd_load_tensor_name(l, i);
+    for (int r = 0; r < a->n_ren; r++)
+      if (!strcmp(nm, a->ren_old[r])) nm = a->ren_new[r];
+    if (a->name) nm = a->name;
+    if (!*nm) nm = cli_source_stem(a->source, stem, stem_cap);
+    specs[i].name = nm;
+  }
+  return 0;
+}
+
 static int cli_ckpt_save(const cli_ckpt_args *a, pd_session *s,
                          const pd_load *l, pd_status *st) {
   int n = pd_load_num_tensors(l);
@@ -390,9 +481,14 @@ static int cli_ckpt_save(const cli_ckpt_args *a, pd_session *s,
   for (int i = 0; i < n; i++) {
     pd_tensor_info ti;
     pd_load_tensor_info(l, i, &ti);
-    specs[i].name = pd_load_tensor_name(l, i);
     specs[i].id = ti.id;
     specs[i].layout = a->layout;
+  }
+  char stem[256], written[4096] = "";
+  int urc = cli_save_names(a, l, specs, n, stem, sizeof stem);
+  if (urc) {
+    free(specs);
+    return urc;
   }
   pd_save_options so = PD_SAVE_OPTIONS_INITIALIZER;
   so.format = a->dest_format;
@@ -400,6 +496,8 @@ static int cli_ckpt_save(const cli_ckpt_args *a, pd_session *s,
   so.meta_keys = a->meta_keys;
   so.meta_values = a->meta_values;
   so.n_meta = a->n_meta;
+  so.path_out = written;
+  so.path_cap = sizeof written;
   uint64_t bytes = 0;
   double t0 = cli_now();
   pd_code rc = pd_save_tensors(s, a->dest, specs, n, &so, &bytes, NULL, st);
@@ -411,7 +509,8 @@ static int cli_ckpt_save(const cli_ckpt_args *a, pd_session *s,
   double secs = cli_now() - t0;
   char size[32];
   printf("saved %d tensors (%s) to %s in %.3f s\n", n,
-         cli_size(bytes, size, sizeof size), a->dest, secs);
+         cli_size(bytes, size, sizeof size), written[0] ? written : a->dest,
+         secs);
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli_cmd.h"
 
@@ -33,13 +34,37 @@ char *cli_size(uint64_t bytes, char *buf, size_t len) {
   return buf;
 }
 
-/* Reports a failed call on stderr with `hint` (NULL: the code's general
- * advice, pd_status_str); returns 1. */
+/* The advice for `code` after command `cmd` where the caller gives none:
+ * load, save and ops read files and names, not sessions or handles, so
+ * NOT_FOUND and UNIMPLEMENTED there get their own words (or none: the
+ * message says it); the others get pd_status_str. NULL: no hint. */
+static const char *cli_default_hint(const char *cmd, pd_code code) {
+  bool ckpt = !strcmp(cmd, "load") || !strcmp(cmd, "save");
+  if (ckpt && code == PD_NOT_FOUND)
+    return "check the path, the names and the storage roots ('paradev "
+           "info' lists them)";
+  if (ckpt && code == PD_UNIMPLEMENTED)
+    return "not supported by this daemon: see the message";
+  if (!strcmp(cmd, "ops") && code == PD_NOT_FOUND)
+    return "'paradev ops' lists the ops";
+  if ((ckpt || !strcmp(cmd, "ops")) &&
+      (code == PD_NOT_FOUND || code == PD_UNIMPLEMENTED))
+    return NULL;
+  return pd_status_str(code);
+}
+
+/* Reports a failed call on stderr with `hint` (NULL: the command's default,
+ * cli_default_hint); returns 1. */
 int cli_fail_hint(const char *cmd, const pd_status *st, const char *hint) {
   pd_code code = pd_status_code(st);
+  if (!hint) hint = cli_default_hint(cmd, code);
+  if (!hint) {
+    fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
+    fprintf(stderr, "paradev %s: %s\n", cmd, pd_code_name(code));
+    return 1;
+  }
   fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
-  fprintf(stderr, "paradev %s: %s (%s)\n", cmd, pd_code_name(code),
-          hint ? hint : pd_status_str(code));
+  fprintf(stderr, "paradev %s: %s (%s)\n", cmd, pd_code_name(code), hint);
   return 1;
 }
 

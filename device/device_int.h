@@ -83,6 +83,11 @@ struct dev_tensor {
    * refused: made from a SHARDED or PER_COMPONENT host value, or the output
    * of an op that passes the mark on (prepare.c outputs_not_mirrored). */
   bool not_mirrored;
+  /* The axis + 1 of the SHARDED host value it was made from (an upload or
+   * a load, dev_tensor_create_for_layout); 0 where not known (an op's
+   * output, another layout). A SHARDED read along another axis is refused
+   * (transfer.c check_shard_axis). */
+  unsigned char shard_axis_p1;
   dev_component comps[];
 };
 

@@ -53,7 +53,11 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
                      (int)layout->kind);
   }
   if (rc == PD_OK) rc = dev_tensor_create(e, dtype, shapes, out, st);
-  if (rc == PD_OK) (*out)->not_mirrored = layout->kind != DEV_LAYOUT_MIRRORED;
+  if (rc == PD_OK) {
+    (*out)->not_mirrored = layout->kind != DEV_LAYOUT_MIRRORED;
+    if (layout->kind == DEV_LAYOUT_SHARDED)
+      (*out)->shard_axis_p1 = (unsigned char)(layout->axis + 1);
+  }
   free(shapes);
   return rc;
 }
@@ -224,8 +228,16 @@ pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
  * shapes), so that it never silently returns one shard. */
 static pd_code check_mirrored(const dev_tensor *t, dev_status *st) {
   const char *why = NULL;
-  char sb[160];
-  if (t->not_mirrored) why = "it was uploaded SHARDED or PER_COMPONENT";
+  char sb[160], ax[96];
+  if (t->shard_axis_p1) {
+    snprintf(ax, sizeof ax, "it was uploaded or loaded SHARDED along axis %d",
+             t->shard_axis_p1 - 1);
+    why = ax;
+  } else if (t->not_mirrored) {
+    why =
+        "it differs between devices: uploaded or loaded PER_COMPONENT, "
+        "computed per device or from sharded values";
+  }
   for (int d = 1; d < t->n && !why; d++)
     if (!dev_shape_equal(&t->comps[d].shape, &t->comps[0].shape))
       why = "its components differ in shape";
@@ -237,6 +249,23 @@ static pd_code check_mirrored(const dev_tensor *t, dev_status *st) {
                    "components concatenated along an axis), COMPONENT (one "
                    "component) or PER_COMPONENT (each)",
                    dev_shape_str(&t->shape, sb, sizeof sb), why);
+}
+
+/* A SHARDED read along another axis than the one the tensor was uploaded
+ * or loaded sharded along would concatenate its shards into a wrong value
+ * (sharded(0) [4,6] on 4 devices read along 1: [1,24]): refused. */
+static pd_code check_shard_axis(const dev_tensor *t, int axis, dev_status *st) {
+  /* One device: every axis joins the one shard into the same value. */
+  if (!t->shard_axis_p1 || t->shard_axis_p1 - 1 == axis || t->n == 1)
+    return PD_OK;
+  char sb[160];
+  return dev_error(st, PD_INVALID_ARGUMENT,
+                   "this tensor (components %s) was uploaded or loaded "
+                   "SHARDED along axis %d; reading it SHARDED along axis %d "
+                   "would join its shards into a different value: read it "
+                   "SHARDED along axis %d",
+                   dev_shape_str(&t->comps[0].shape, sb, sizeof sb),
+                   t->shard_axis_p1 - 1, axis, t->shard_axis_p1 - 1);
 }
 
 pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout,
@@ -257,7 +286,10 @@ pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout,
     case DEV_LAYOUT_SHARDED: {
       span_map m;
       dev_shape host;
+      /* concat_map first: shards that cannot join along the axis keep its
+       * message; check_shard_axis refuses those that would join wrongly. */
       PD_TRY(concat_map(t, layout->axis, &m, &host, st));
+      PD_TRY(check_shard_axis(t, layout->axis, st));
       if (host_shape) *host_shape = host;
       *bytes = t->bytes;
       return PD_OK;

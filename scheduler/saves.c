@@ -36,8 +36,9 @@ typedef struct save {
   pthread_mutex_t mu; /* bad, bad_code */
   stg_out *out;
   bool npy;
-  char path[4096];
-  int n; /* request tensors */
+  char path[4096];    /* as given, for messages */
+  char written[4096]; /* the absolute path (stg_out_path) */
+  int n;              /* request tensors */
   char **names;
   uint64_t *ids;
   dev_tensor **ts;
@@ -234,11 +235,13 @@ static pd_code save_collect(save *sv, const sched_save_request *req,
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   for (int i = 0; i < req->n; i++) {
     const char *nm = req->tensors[i].name;
-    if (!nm || !nm[0] || strlen(nm) >= SCHED_NAME_MAX)
+    /* A .npy holds no name: "" is fine there (a .npy loads as ""). */
+    if (!nm || (!nm[0] && !sv->npy) || strlen(nm) >= SCHED_NAME_MAX)
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "tensor %d (handle %llu): expected a name of 1 to %d "
-                       "bytes",
-                       i, (unsigned long long)req->tensors[i].id,
+                       "tensor %d ('%.64s'%s): a safetensors entry needs a "
+                       "name of 1 to %d bytes; give one (a tensor loaded "
+                       "from a .npy has the name '')",
+                       i, nm ? nm : "", nm && strlen(nm) > 64 ? "..." : "",
                        SCHED_NAME_MAX - 1);
     sv->names[i] = strdup(nm);
     if (!sv->names[i])
@@ -309,7 +312,8 @@ static void save_run(sched_work *w) {
   sched_save_result res;
   memset(&res, 0, sizeof res);
   res.bytes_written = c == PD_OK ? sv->bytes : 0;
-  snprintf(res.path, sizeof res.path, "%s", sv->path);
+  snprintf(res.path, sizeof res.path, "%s",
+           sv->written[0] ? sv->written : sv->path);
   sched_session *ss = sv->ss;
   sched *s = ss->owner;
   save_release_job(sv); /* aborts the temporary file on failure */
@@ -394,6 +398,7 @@ pd_code sched_save_begin(sched_session *ss, const sched_save_request *req,
   PD_TRY_GOTO(stg_out_create(s->cfg.storage_roots, sv->path, req->overwrite,
                              &sv->out, st),
               c, fail);
+  snprintf(sv->written, sizeof sv->written, "%s", stg_out_path(sv->out));
   sched_io_begin(s);
   if ((c = save_register(sv, st)) != PD_OK) {
     sched_io_end(s);

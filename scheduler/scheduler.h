@@ -370,7 +370,7 @@ typedef struct sched_save_request {
 
 typedef struct sched_save_result {
   uint64_t bytes_written; /* the tensors' data bytes (without the header) */
-  char path[4096];        /* as written */
+  char path[4096];        /* the absolute path written (stg_out_path) */
 } sched_save_result;
 
 /* Called once, from a save worker, when a save ended (code PD_OK or the

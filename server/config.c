@@ -52,6 +52,59 @@ static void srv_default_paths(srv_options *o) {
              admin_path);
 }
 
+/* Where a root would expose the system: "/" itself, or a root that holds
+ * or lies in /etc, /proc, /sys, /dev, /boot or /root. NULL when fine. */
+static const char *srv_root_danger(const char *root) {
+  static const char *const sys[] = {"/etc", "/proc", "/sys",
+                                    "/dev", "/boot", "/root"};
+  char real[PATH_MAX];
+  const char *r = realpath(root, real) ? real : root;
+  if (strcmp(r, "/") == 0) return "/";
+  for (size_t i = 0; i < sizeof(sys) / sizeof(sys[0]); i++) {
+    size_t n = strlen(sys[i]);
+    if (strncmp(r, sys[i], n) == 0 && (r[n] == '\0' || r[n] == '/'))
+      return sys[i];
+  }
+  return NULL;
+}
+
+/* The [storage] roots: a loud warning for a root that exposes the system
+ * (the daemon then reads and writes there as its user; allowed, as a
+ * deliberate choice, but never silently), and with `check` (--check-config)
+ * an error for a local root that is not an existing directory, which a
+ * real start refuses (stg_roots_create). */
+static int srv_check_roots(const srv_options *o, bool check,
+                           srv_config_report_fn report) {
+  int errors = 0;
+  char msg[768];
+  for (int i = 0; i < o->num_storage_roots; i++) {
+    const char *r = o->storage_roots[i];
+    if (r[0] != '/') continue; /* a URL prefix */
+    struct stat sb;
+    int src = stat(r, &sb), e = errno;
+    if (check && (src != 0 || !S_ISDIR(sb.st_mode))) {
+      snprintf(msg, sizeof(msg),
+               "[storage] roots: '%s' is not an existing directory (%s); a "
+               "start refuses it",
+               r, src != 0 ? strerror(e) : "not a directory");
+      report(true, msg);
+      errors++;
+      continue;
+    }
+    const char *d = srv_root_danger(r);
+    if (d) {
+      snprintf(msg, sizeof(msg),
+               "[storage] roots: '%s' %s %s: every client may read "
+               "and write files there as the daemon's user; give a directory "
+               "of checkpoints instead",
+               r, strcmp(d, "/") == 0 ? "is the root file system" : "exposes",
+               strcmp(d, "/") == 0 ? "(/)" : d);
+      report(false, msg);
+    }
+  }
+  return errors;
+}
+
 /* Checks that hold between keys. */
 static int srv_check_options(const srv_options *o,
                              srv_config_report_fn report) {
@@ -161,6 +214,7 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
   errors += srv_apply_flags(argc, argv, &o, report);
   srv_default_paths(&o);
   if (errors == 0) errors += srv_check_options(&o, report);
+  if (errors == 0) errors += srv_check_roots(&o, *check, report);
   /* Chunks leave room for the rest of their message under the limit. */
   o.limits.max_chunk_bytes = o.limits.max_message_bytes - 1024;
   o.limits.default_chunk_bytes = 1u << 20;

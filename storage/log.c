@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "storage_int.h"
 
@@ -15,7 +16,10 @@ static void stg_vlog(int level, const char *fmt, va_list ap) {
   if (!fn) return;
   char line[DEV_STATUS_MSG_MAX + 64];
   vsnprintf(line, sizeof line, fmt, ap);
-  fn(level, line);
+  /* The daemon's log names the subsystem itself ("storage: ..."): a line
+   * that says it again (fetch_http.c's) loses the second one. */
+  const char *p = strncmp(line, "storage: ", 9) == 0 ? line + 9 : line;
+  fn(level, p);
 }
 
 void stg__log(int level, const char *fmt, ...) {
@@ -32,6 +36,6 @@ pd_code stg__refuse(dev_status *st, pd_code code, int level, const char *fmt,
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  stg__log(level, "storage: %s", msg);
+  stg__log(level, "%s", msg);
   return dev_error(st, code, "%s", msg);
 }

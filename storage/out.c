@@ -26,14 +26,52 @@ struct stg_out {
   int fd;     /* the temporary file */
   char *path; /* as given, for messages */
   char *name; /* the final component */
+  char *root; /* the root's entry, for messages */
+  char *abs;  /* the root's entry + the path beneath it (stg_out_path) */
   char *tmp;  /* the temporary file's name in dir_fd */
   bool overwrite;
   bool failed; /* a write failed: commit refuses */
 };
 
+/* Where the directory was found: the root and the part beneath it. */
+typedef struct stg_found {
+  const char *name; /* the final component (pass 1 looks for it) */
+  int root_index;
+  char *rel; /* malloc'd */
+} stg_found;
+
+static int stg_found_set(stg_found *f, const stg__local_target *t, int fd) {
+  char *rel = strdup(t->rel);
+  if (!rel) {
+    close(fd);
+    return -ENOMEM;
+  }
+  free(f->rel);
+  f->rel = rel;
+  f->root_index = t->root_index;
+  return fd;
+}
+
+/* Pass 2 (and absolute paths): the first root where the directory exists. */
 static int stg_try_dir(void *arg, const stg__local_target *t) {
-  (void)arg;
-  return stg__open_beneath(t->root_fd, t->rel, STG__OPEN_DIR_RDONLY);
+  int fd = stg__open_beneath(t->root_fd, t->rel, STG__OPEN_DIR_RDONLY);
+  return fd < 0 ? fd : stg_found_set(arg, t, fd);
+}
+
+/* Pass 1 of a relative path: the first root that already holds the file
+ * (anything by that name: stg_check_target then refuses what is not a
+ * regular file), as a load would find it; -ENOENT where it does not. */
+static int stg_try_existing(void *arg, const stg__local_target *t) {
+  stg_found *f = arg;
+  int fd = stg__open_beneath(t->root_fd, t->rel, STG__OPEN_DIR_RDONLY);
+  if (fd < 0) return fd;
+  struct stat s;
+  if (fstatat(fd, f->name, &s, AT_SYMLINK_NOFOLLOW) != 0) {
+    int e = errno;
+    close(fd);
+    return e == ENOENT ? -ENOENT : -e;
+  }
+  return stg_found_set(f, t, fd);
 }
 
 static void stg_out_free(stg_out *o) {
@@ -41,6 +79,8 @@ static void stg_out_free(stg_out *o) {
   if (o->dir_fd >= 0) close(o->dir_fd);
   free(o->path);
   free(o->name);
+  free(o->root);
+  free(o->abs);
   free(o->tmp);
   free(o);
 }
@@ -67,7 +107,7 @@ static pd_code stg_check_target(stg_out *o, dev_status *st) {
   struct stat s;
   if (fstatat(o->dir_fd, o->name, &s, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno == ENOENT) return PD_OK;
-    return stg__errno_code(-errno, o->path, "(its directory)", "write", st);
+    return stg__errno_code(-errno, o->path, o->root, "write", st);
   }
   if (!S_ISREG(s.st_mode))
     return stg__refuse(st, PD_PERMISSION_DENIED, 4,
@@ -94,11 +134,61 @@ static pd_code stg_open_tmp(stg_out *o, dev_status *st) {
                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (o->fd >= 0) return PD_OK;
     if (errno != EEXIST)
-      return stg__errno_code(-errno, o->path, "(its directory)", "write", st);
+      return stg__errno_code(-errno, o->path, o->root, "write", st);
   }
   return dev_error(st, PD_ABORTED,
                    "could not pick a free temporary name beside '%s'", o->path);
 }
+
+/* Joins the root's entry, the directory beneath it and the name. */
+static pd_code stg_set_abs(stg_out *o, const char *entry, const char *rel,
+                           dev_status *st) {
+  size_t el = strlen(entry);
+  while (el > 1 && entry[el - 1] == '/') el--;
+  while (rel[0] == '.' && (rel[1] == '/' || rel[1] == '\0'))
+    rel += rel[1] ? 2 : 1;
+  while (*rel == '/') rel++;
+  size_t rl = strlen(rel);
+  while (rl > 0 && rel[rl - 1] == '/') rl--;
+  size_t cap = el + rl + strlen(o->name) + 3;
+  if (!(o->abs = malloc(cap)))
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+  const char *sep = el == 1 && entry[0] == '/' ? "" : "/";
+  if (rl)
+    snprintf(o->abs, cap, "%.*s%s%.*s/%s", (int)el, entry, sep, (int)rl, rel,
+             o->name);
+  else
+    snprintf(o->abs, cap, "%.*s%s%s", (int)el, entry, sep, o->name);
+  return PD_OK;
+}
+
+/* The directory of a new file (storage/README.md, "Where a save goes"): an
+ * absolute path under the root it names; a relative one under the first
+ * root that already holds the file (as a load finds it), else under the
+ * first root where its directory exists. */
+static pd_code stg_find_dir(const stg_roots *r, stg_out *o, const char *dir,
+                            dev_status *st) {
+  stg_found f = {o->name, -1, NULL};
+  const char *d = dir[0] ? dir : ".";
+  pd_code rc = PD_NOT_FOUND;
+  if (o->path[0] != '/') {
+    rc = stg__roots_local(r, d, "write", stg_try_existing, &f, &o->dir_fd, st);
+    if (rc == PD_NOT_FOUND) dev_status_clear(st);
+  }
+  if (rc == PD_NOT_FOUND)
+    rc = stg__roots_local(r, d, "write", stg_try_dir, &f, &o->dir_fd, st);
+  if (rc == PD_OK) {
+    const char *entry = stg_roots_entry(r, f.root_index);
+    if (!(o->root = strdup(entry ? entry : "?")))
+      rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+    else
+      rc = stg_set_abs(o, o->root, f.rel ? f.rel : "", st);
+  }
+  free(f.rel);
+  return rc;
+}
+
+const char *stg_out_path(const stg_out *o) { return o ? o->abs : NULL; }
 
 pd_code stg_out_create(const stg_roots *r, const char *path, bool overwrite,
                        stg_out **out, dev_status *st) {
@@ -129,9 +219,7 @@ pd_code stg_out_create(const stg_roots *r, const char *path, bool overwrite,
                    path);
     goto fail;
   }
-  PD_TRY_GOTO(stg__roots_local(r, dir[0] ? dir : ".", "write", stg_try_dir,
-                               NULL, &o->dir_fd, st),
-              rc, fail);
+  PD_TRY_GOTO(stg_find_dir(r, o, dir, st), rc, fail);
   PD_TRY_GOTO(stg_check_target(o, st), rc, fail);
   PD_TRY_GOTO(stg_open_tmp(o, st), rc, fail);
   free(dir);
@@ -209,7 +297,7 @@ pd_code stg_out_commit(stg_out *o, dev_status *st) {
                      "overwrite to replace it)",
                      o->path);
     else
-      rc = stg__errno_code(-errno, o->path, "(its directory)", "write", st);
+      rc = stg__errno_code(-errno, o->path, o->root, "write", st);
     goto fail;
   }
   if (fsync(o->dir_fd) != 0 && errno != EINVAL) {

@@ -410,6 +410,16 @@ out:
   return rc;
 }
 
+/* What the first 8 bytes say a file is when it is not safetensors: "a zip
+ * archive's (an .npz)" or "the .npy magic"; NULL otherwise. */
+static const char *stg_st_other_format(const unsigned char b[8]) {
+  if (b[0] == 'P' && b[1] == 'K' &&
+      ((b[2] == 3 && b[3] == 4) || (b[2] == 5 && b[3] == 6)))
+    return "a zip archive's (an .npz)";
+  if (memcmp(b, "\x93NUMPY", 6) == 0) return "the .npy magic";
+  return NULL;
+}
+
 pd_code stg__safetensors_index(stg_file *f, stg_index *ix, dev_status *st) {
   const char *fname = stg_file_name(f);
   uint64_t size = stg_file_size(f);
@@ -422,10 +432,18 @@ pd_code stg__safetensors_index(stg_file *f, stg_index *ix, dev_status *st) {
   PD_TRY(stg__read_at(f, 0, len8, 8, "the header length", st));
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = n << 8 | len8[i];
+  const char *other = stg_st_other_format(len8);
+  if (other)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: not a safetensors file: its first bytes are %s; "
+                     "load it with format %s (or auto)",
+                     fname, other,
+                     other[0] == 'a' && other[1] == ' ' ? "npz" : "npy");
   if (n > STG_SAFETENSORS_MAX_HEADER)
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: safetensors header length %llu is over the limit "
-                     "of %u bytes",
+                     "%s: not a safetensors file, or a damaged one: its "
+                     "header length %llu (the first 8 bytes, little-endian) "
+                     "is over the limit of %u bytes",
                      fname, (unsigned long long)n, STG_SAFETENSORS_MAX_HEADER);
   if (n > size - 8)
     return dev_error(st, PD_INVALID_ARGUMENT,

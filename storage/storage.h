@@ -76,6 +76,12 @@ typedef struct stg_out stg_out;
 pd_code stg_out_create(const stg_roots *r, const char *path, bool overwrite,
                        stg_out **out, dev_status *st);
 pd_code stg_out_write(stg_out *o, const void *data, size_t len, dev_status *st);
+/* The absolute path the file gets: the root's entry as configured, the
+ * directory beneath it and the name ("/a/sub/x.npy"). A relative path goes
+ * to the first root that already holds that file, else to the first root
+ * where its directory exists (storage/README.md, "Where a save goes").
+ * Valid until commit or abort. */
+const char *stg_out_path(const stg_out *o);
 /* fsync, rename into place (refusing to replace unless overwrite), fsync of
  * the directory; frees `o` whatever it returns. */
 pd_code stg_out_commit(stg_out *o, dev_status *st);

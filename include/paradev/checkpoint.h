@@ -157,10 +157,17 @@ typedef struct pd_save_options {
   const char *const *meta_keys;
   const char *const *meta_values;
   int n_meta;
+  /* Where the daemon wrote the file (may be NULL): the absolute path,
+   * NUL-terminated, cut to path_cap bytes. A relative `path` goes to the
+   * first storage root that already holds that file, else to the first
+   * root where its directory exists. Added after n_meta: a struct_size of
+   * offsetof(pd_save_options, path_out) (an older caller) is accepted. */
+  char *path_out;
+  size_t path_cap;
 } pd_save_options;
 
 #define PD_SAVE_OPTIONS_INITIALIZER                                            \
-  { sizeof(pd_save_options), PD_CHECKPOINT_AUTO, false, NULL, NULL, 0 }
+  { sizeof(pd_save_options), PD_CHECKPOINT_AUTO, false, NULL, NULL, 0, NULL, 0 }
 
 /* Saves specs[0..n) (1 to 4096; .npy: 1) to `path` beneath a storage root:
  * the daemon waits for the tensors, writes a temporary file in the same

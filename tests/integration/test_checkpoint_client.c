@@ -206,8 +206,19 @@ static void test_save(void **state) {
                               NULL, e->st));
   so.overwrite = true;
   so.n_meta = 0;
+  /* path_out: the absolute path the daemon wrote, not the relative one. */
+  char where[256] = "";
+  so.path_out = where;
+  so.path_cap = sizeof where;
   OK(e, pd_save_tensors(e->s, "out.safetensors", &spec, 1, &so, NULL, NULL,
                         e->st));
+  assert_string_equal(where, path);
+  /* An older caller's struct (ending at n_meta) is still accepted. */
+  so.struct_size = offsetof(pd_save_options, path_out);
+  where[0] = '\0';
+  OK(e, pd_save_tensors(e->s, "out.safetensors", &spec, 1, &so, NULL, NULL,
+                        e->st));
+  assert_string_equal(where, ""); /* not written: the fields are not its */
 }
 
 static void test_errors(void **state) {

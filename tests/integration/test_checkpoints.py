@@ -772,7 +772,9 @@ def check_cli(d, root):
     assert p.returncode == 2, p
     p = run("save", "--from", "cli.npz", "cli.safetensors", "--metadata", "k=v")
     assert p.returncode == 0, p.stderr
-    assert re.search(r"saved 2 tensors \(.*\) to cli.safetensors", p.stdout), p.stdout
+    # The absolute path written, not the path as given.
+    assert re.search(r"saved 2 tensors \(.*\) to %s in " % re.escape(
+        os.path.join(root, "cli.safetensors")), p.stdout), p.stdout
     back, meta = read_safetensors(os.path.join(root, "cli.safetensors"))
     assert meta == {"k": "v"} and all(back[n].tobytes() == a.tobytes()
                                       for n, a in arrs.items())
@@ -787,11 +789,129 @@ def check_cli(d, root):
     p = run("save", "cli.safetensors")
     assert p.returncode == 2, p
     p = run("info")
-    assert p.returncode == 0 and re.search(r"storage roots: \n  %s\n" % re.escape(root),
+    assert p.returncode == 0 and re.search(r"storage roots:\n  %s\n" % re.escape(root),
                                            p.stdout), p.stdout
     for cmd in ("load", "save"):
         p = run(cmd, "--help")
         assert p.returncode == 0 and "Usage: paradev" in p.stdout
+
+
+def check_npy_names_and_axes(cl, d, root):
+    """A .npy's tensor (no name) saved to safetensors takes the file's stem,
+    --name and --rename rename; the daemon names a nameless tensor by name;
+    a save or download along another axis than the sharded load's is refused;
+    the CLI's hints fit the command."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((6, 4)).astype(np.float32)  # 3 devices: [2, 4] each
+    np.save(os.path.join(root, "x.npy"), x)
+
+    def run(*args):
+        return subprocess.run([PARADEV_CLI, "--target", d.target, *args],
+                              capture_output=True, text=True, timeout=120)
+
+    p = run("save", "--from", "x.npy", "x.safetensors", "--quiet")
+    assert p.returncode == 0, p.stderr
+    back, _ = read_safetensors(os.path.join(root, "x.safetensors"))
+    assert list(back) == ["x"] and back["x"].tobytes() == x.tobytes(), list(back)
+    p = run("save", "--from", "x.npy", "x2.safetensors", "--name", "weights", "--quiet")
+    assert p.returncode == 0, p.stderr
+    back, _ = read_safetensors(os.path.join(root, "x2.safetensors"))
+    assert list(back) == ["weights"] and back["weights"].tobytes() == x.tobytes()
+    p = run("save", "--from", "x.safetensors", "x3.safetensors", "--rename", "x=y",
+            "--quiet")
+    assert p.returncode == 0, p.stderr
+    back, _ = read_safetensors(os.path.join(root, "x3.safetensors"))
+    assert list(back) == ["y"] and back["y"].tobytes() == x.tobytes()
+    p = run("save", "--from", "x.safetensors", "x4.safetensors", "--rename", "nope=y")
+    assert p.returncode == 2 and "no tensor 'nope'" in p.stderr, p
+    p = run("save", "--from", "x.npy", "x5.npy", "--quiet")  # .npy keeps no name
+    assert p.returncode == 0, p.stderr
+    assert np.load(os.path.join(root, "x5.npy")).tobytes() == x.tobytes()
+    # The daemon: a nameless tensor is named by its (empty) name, not a handle.
+    tok = cl.session()
+    r = cl.load(tok, "x.npy", [pb.LoadTensorSpec(name="", id=900, layout=sharded(0))])
+    cl.wait_load(tok, r.load_id)
+    msg = expect_error(C.INVALID_ARGUMENT, cl.save, tok, "n.safetensors",
+                       [pb.SaveTensorSpec(name="", id=900, layout=sharded(0))])
+    assert "tensor 0 ('')" in msg and "needs a name of 1 to 255 bytes; give one" in msg \
+        and "handle" not in msg, msg
+    # Loaded sharded(0): saving or downloading sharded(1) would join the equal
+    # shards into another value ([6,4] -> [2,12] on 3 devices), silently before:
+    # refused, both axes named.
+    msg = expect_error(C.INVALID_ARGUMENT, cl.save, tok, "wrong.safetensors",
+                       [pb.SaveTensorSpec(name="x", id=900, layout=sharded(1))])
+    assert "along axis 0" in msg and "along axis 1" in msg, msg
+    assert not os.path.exists(os.path.join(root, "wrong.safetensors"))
+    expect_error(C.INVALID_ARGUMENT, cl.download, tok, 900, sharded(1),
+                 match="SHARDED along axis 0; reading it SHARDED along axis 1")
+    expect_error(C.INVALID_ARGUMENT, cl.download, tok, 900, MIRRORED,
+                 match="loaded SHARDED along axis 0")
+    check_bytes(cl, tok, 900, x, sharded(0))
+    cl.save(tok, "right.safetensors", [pb.SaveTensorSpec(name="x", id=900,
+                                                         layout=sharded(0))])
+    back, _ = read_safetensors(os.path.join(root, "right.safetensors"))
+    assert back["x"].shape == (6, 4) and back["x"].tobytes() == x.tobytes()
+    # Hints by command: a missing file is not a missing session.
+    p = run("load", "missing.npy")
+    assert p.returncode == 1 and "NOT_FOUND" in p.stderr, p
+    assert "open a new session" not in p.stderr and "paradev info" in p.stderr, p.stderr
+    p = run("save", "--from", "x.npy", "https://example.com/x.safetensors")
+    assert p.returncode == 1 and "UNIMPLEMENTED" in p.stderr, p
+    assert "upgrade" not in p.stderr, p.stderr
+    p = run("load", "x.npy", "--names", "a,,b")
+    assert p.returncode == 2 and "non-empty names" in p.stderr, p
+    p = run("ops", "matmul")
+    assert p.returncode == 1 and "did you mean 'MatMul'?" in p.stderr, p
+    assert "open a new session" not in p.stderr, p.stderr
+    # .npz read as safetensors: the format is named.
+    np.savez(os.path.join(root, "z.npz"), a=x)
+    p = run("load", "z.npz", "--format", "safetensors")
+    assert p.returncode == 1 and "not a safetensors file" in p.stderr \
+        and "format npz" in p.stderr, p.stderr
+    assert not any("storage: storage:" in line for line in d.lines), \
+        [line for line in d.lines if "storage: storage:" in line]
+
+
+def check_multi_root():
+    """A relative save goes to the root that holds the file (as a load reads
+    it), else to the first root where its directory exists; the reply and
+    the CLI say the absolute path."""
+    roots = [_mkdtemp(prefix="ckpt-r%d-" % i) for i in range(3)]
+    a, b, c = roots
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    write_safetensors(os.path.join(b, "ok.safetensors"), {"x": x})
+    write_safetensors(os.path.join(c, "held.safetensors"), {"old": x[:1]})
+    os.makedirs(os.path.join(b, "sub"))
+    d = Daemon(roots)
+    try:
+        cl = Client(d.target)
+        tok = cl.session()
+        r = cl.load(tok, "ok.safetensors", [pb.LoadTensorSpec(name="x", id=1)])
+        cl.wait_load(tok, r.load_id)
+        spec = [pb.SaveTensorSpec(name="x", id=1)]
+        resp = cl.save(tok, "new.safetensors", spec)
+        assert resp.path == os.path.join(a, "new.safetensors"), resp.path
+        assert os.path.exists(resp.path)
+        # held.safetensors is in c: a save without overwrite is refused there
+        # (it used to land in a), and with overwrite replaces c's file.
+        expect_error(C.ALREADY_EXISTS, cl.save, tok, "held.safetensors", spec)
+        assert not os.path.exists(os.path.join(a, "held.safetensors"))
+        resp = cl.save(tok, "held.safetensors", spec, overwrite=True)
+        assert resp.path == os.path.join(c, "held.safetensors"), resp.path
+        back, _ = read_safetensors(resp.path)
+        assert list(back) == ["x"] and back["x"].tobytes() == x.tobytes()
+        # sub/ exists only in b.
+        resp = cl.save(tok, "sub/s.npy", spec)
+        assert resp.path == os.path.join(b, "sub", "s.npy"), resp.path
+        assert np.load(resp.path).tobytes() == x.tobytes()
+        p = subprocess.run([PARADEV_CLI, "--target", d.target, "save", "--from",
+                            "ok.safetensors", "fifo.npy", "--quiet"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert "to %s in " % os.path.join(a, "fifo.npy") in p.stdout, p.stdout
+    finally:
+        rc = d.stop()
+    assert rc == 0, "".join(d.lines)
 
 
 def check_config():
@@ -822,6 +942,16 @@ def check_config():
                         "--admin-socket", "", "--storage-root", tmp + "/missing"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and tmp + "/missing" in r.stderr, (r.returncode, r.stderr)
+    # --check-config checks the roots as a start does.
+    r = check("", "--storage-root", tmp + "/missing")
+    assert r.returncode == 2 and tmp + "/missing" in r.stderr \
+        and "not an existing directory" in r.stderr, r.stderr
+    # A root of / (or one holding /etc) is warned about loudly, not refused.
+    r = check("[storage]\nroots = %s, /\n" % tmp)
+    assert r.returncode == 0 and "warning:" in r.stderr \
+        and "'/' is the root file system" in r.stderr, r.stderr
+    r = check("[storage]\nroots = %s\n" % tmp)
+    assert r.returncode == 0 and "warning:" not in r.stderr, r.stderr
 
 
 def check_server_info(cl, d, root):
@@ -852,11 +982,13 @@ def main():
                       check_refusals, check_concurrent_sessions, check_rewritten]:
             run(check.__name__, check, cl, d, root)
         run("check_cli", check_cli, d, root)
+        run("check_npy_names_and_axes", check_npy_names_and_axes, cl, d, root)
     finally:
         rc = d.stop()
     if rc != 0:
         failed += 1
         print("FAIL SIGTERM: exit status %s; log:\n%s" % (rc, "".join(d.lines)))
+    run("check_multi_root", check_multi_root)
     web = _mkdtemp(prefix="ckpt-web-")
     servers = [serve(RangeHandler, web), serve(NoRangeHandler, web),
                serve(StallHandler, web)]

@@ -360,6 +360,10 @@ static void test_attrs_kinds(void **state) {
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
               pd_execute(s, "Fill", NULL, 0, at, &bad, 1, NULL, NULL, e->st));
   ASSERT_MSG_HAS(e, "shape");
+  /* The whole rule, not a sentence cut short. */
+  ASSERT_MSG_HAS(e,
+                 "rank 9; a shape needs rank 0 to 8 and, for rank > 0, a "
+                 "dims array of that many sizes");
   /* A string attribute of the wrong kind for its op. */
   pd_attrs_clear(at);
   pd_attrs_set_string(at, "reduction", "median");

@@ -334,6 +334,16 @@ def check_upload_download(cl, d):
     assert unf32(parts[0]) == flat[6:10]
     hdr, parts = download_parts(cl, tok, 11, pb.Layout(kind=pb.LAYOUT_PER_COMPONENT))
     assert [unf32(p) for p in parts] == [flat[0:6], flat[6:10], flat[10:14]]
+    # 6 rows: shards of [2,2] that would join along axis 1 too, into another
+    # value ([2,6], silently before): refused, both axes named.
+    upload_f32(cl, tok, 470, [6, 2], flat[:12],
+               layout=pb.Layout(kind=pb.LAYOUT_SHARDED, axis=0))
+    expect_error(C.INVALID_ARGUMENT, download_parts, cl, tok, 470,
+                 pb.Layout(kind=pb.LAYOUT_SHARDED, axis=1),
+                 match="uploaded or loaded SHARDED along axis 0; reading it "
+                       "SHARDED along axis 1")
+    _, parts = download_parts(cl, tok, 470, pb.Layout(kind=pb.LAYOUT_SHARDED, axis=0))
+    assert unf32(parts[0]) == flat[:12]
     # 400 KB in 64 KiB chunks up, 100000-byte chunks down.
     big = [float((i * 7919) % 10007) for i in range(100000)]
     upload_f32(cl, tok, 16, [100000], big, chunk=65536)
@@ -418,6 +428,10 @@ def check_execute(cl, d):
     assert list(r.results[0].outputs[0].shape.dims) == []
     _, parts = download_parts(cl, tok, 6, pb.Layout(kind=pb.LAYOUT_PER_COMPONENT))
     assert [struct.unpack("<i", p)[0] for p in parts] == list(range(NDEV))
+    # A MIRRORED download of it is refused for what it is: computed per
+    # device, not uploaded sharded.
+    expect_error(C.INVALID_ARGUMENT, download_parts, cl, tok, 6,
+                 pb.Layout(kind=pb.LAYOUT_MIRRORED), match="differs between devices")
 
     ex = lambda *ops: cl.call("Execute", pb.ExecuteRequest(session_token=tok, ops=ops),
                               pb.ExecuteResponse)

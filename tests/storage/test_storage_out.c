@@ -208,6 +208,86 @@ static void test_full(void **state) {
   signal(SIGXFSZ, SIG_DFL);
 }
 
+/* Where a relative path goes with several roots (storage/README.md, "Where
+ * a save goes"): the first root that holds the file, else the first where
+ * its directory exists; stg_out_path says the absolute path. An absolute
+ * path goes where it says. */
+static void test_roots_rule(void **state) {
+  fx *f = *state;
+  char *dirs[3];
+  const char *e[3];
+  for (int i = 0; i < 3; i++) {
+    char name[8];
+    snprintf(name, sizeof name, "r%d", i);
+    dirs[i] = st_join(f->top, name);
+    assert_int_equal(mkdir(dirs[i], 0755), 0);
+    e[i] = dirs[i];
+  }
+  char *held = st_join(dirs[2], "held.st"), *sub = st_join(dirs[1], "sub");
+  st_write_file(held, "old", 3);
+  assert_int_equal(mkdir(sub, 0755), 0);
+  stg_roots *r = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_roots_create(e, 3, &r, &st), PD_OK, &st);
+  struct {
+    const char *path;
+    bool overwrite;
+    pd_code code;
+    int root; /* where it goes, -1: refused */
+    const char *rel;
+  } cases[] = {
+      {"new.st", false, PD_OK, 0, "new.st"},
+      {"./new.st", false, PD_OK, 0, "new.st"},
+      {"held.st", false, PD_ALREADY_EXISTS, -1, NULL}, /* c's, not a new a/ */
+      {"held.st", true, PD_OK, 2, "held.st"},
+      {"sub/x.st", false, PD_OK, 1, "sub/x.st"},
+      {"nodir/x.st", false, PD_NOT_FOUND, -1, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    stg_out *o = NULL;
+    dev_status_clear(&st);
+    st_assert_code(
+        stg_out_create(r, cases[i].path, cases[i].overwrite, &o, &st),
+        cases[i].code, &st);
+    if (cases[i].code != PD_OK) {
+      assert_null(o);
+      continue;
+    }
+    char *want = st_join(dirs[cases[i].root], cases[i].rel);
+    assert_string_equal(stg_out_path(o), want);
+    st_assert_code(stg_out_commit(o, &st), PD_OK, &st);
+    size_t n = 0;
+    unsigned char *back = st_read_file(want, &n);
+    assert_non_null(back);
+    assert_int_equal(n, 0);
+    free(back);
+    unlink(want);
+    free(want);
+  }
+  /* An absolute path: under the root it names, whoever else holds it. */
+  char *abs = st_join(dirs[1], "held.st");
+  stg_out *o = NULL;
+  st_assert_code(stg_out_create(r, abs, false, &o, &st), PD_OK, &st);
+  assert_string_equal(stg_out_path(o), abs);
+  stg_out_abort(o);
+  /* A refusal is logged once, without a second "storage: " (the daemon's
+   * log adds the subsystem). */
+  st_log_capture();
+  st_assert_code(stg_out_create(r, "/etc/evil", false, &o, &st),
+                 PD_PERMISSION_DENIED, &st);
+  int level = 0;
+  const char *line = st_log_last(&level);
+  assert_non_null(line);
+  assert_non_null(strstr(line, "is not beneath any storage root"));
+  assert_int_not_equal(strncmp(line, "storage: ", 9), 0);
+  st_log_reset();
+  stg_roots_destroy(r);
+  free(abs);
+  free(held);
+  free(sub);
+  for (int i = 0; i < 3; i++) free(dirs[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_commit, fx_setup, fx_teardown),
@@ -215,6 +295,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_race, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_refusals, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_full, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_roots_rule, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

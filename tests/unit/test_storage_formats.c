@@ -166,12 +166,12 @@ static stg_file *open_tmp(const char *name, const buf *b) {
 }
 
 /* Reads the index of file `name` holding b, expecting `code` and `needle`. */
-static void expect_index(const char *name, buf b, pd_code code,
-                         const char *needle) {
+static void expect_index_as(const char *name, buf b, stg_format format,
+                            pd_code code, const char *needle) {
   stg_file *f = open_tmp(name, &b);
   stg_index *ix = NULL;
   dev_status st = DEV_STATUS_INIT;
-  pd_code rc = stg_index_read(f, STG_FORMAT_AUTO, &ix, &st);
+  pd_code rc = stg_index_read(f, format, &ix, &st);
   if (rc != code || (needle && !strstr(st.msg, needle)))
     fail_msg("%s: got %s \"%s\"; expected %s with \"%s\"", name,
              pd_code_name(rc), st.msg, pd_code_name(code),
@@ -183,6 +183,11 @@ static void expect_index(const char *name, buf b, pd_code code,
   stg_index_free(ix);
   stg_file_close(f);
   free(b.p);
+}
+
+static void expect_index(const char *name, buf b, pd_code code,
+                         const char *needle) {
+  expect_index_as(name, b, STG_FORMAT_AUTO, code, needle);
 }
 
 /* --- the table of malformed files --------------------------------------------- */
@@ -202,6 +207,20 @@ static void test_safetensors_rejections(void **state) {
   b = (buf){0};
   put_s(&b, "abc");
   expect_index("short.safetensors", b, PD_INVALID_ARGUMENT, "truncated");
+  /* An .npz or .npy read as safetensors: its magic is named, not a huge
+   * header length ("PK\3\4" reads as 85966670672 in 8 bytes). */
+  b = (buf){0};
+  put(&b, "PK\x03\x04\x14\x00\x00\x00", 8);
+  put_s(&b, "zip member data");
+  expect_index_as("zip.npz", b, STG_FORMAT_SAFETENSORS, PD_INVALID_ARGUMENT,
+                  "not a safetensors file: its first bytes are a zip "
+                  "archive's (an .npz); load it with format npz");
+  b = (buf){0};
+  put(&b, "\x93NUMPY\x01\x00", 8);
+  put_s(&b, "{'descr': '<f4'}");
+  expect_index_as("magic.npy", b, STG_FORMAT_SAFETENSORS, PD_INVALID_ARGUMENT,
+                  "its first bytes are the .npy magic; load it with format "
+                  "npy");
   expect_index("utf8.safetensors", st_file("{\"a\xff\":{}}", 0),
                PD_INVALID_ARGUMENT, "not valid UTF-8");
   expect_index("json.safetensors", st_file("{\"a\": [1, }", 0),

@@ -378,6 +378,8 @@ bool overwrite;
 const char *const *meta_keys;
 const char *const *meta_values;
 int n_meta;
+char *path_out;
+size_t path_cap;
 } pd_save_options;
 pd_code pd_save_tensors(pd_session *s, const char *path,
 const pd_save_spec *specs, int n,
