@@ -264,6 +264,28 @@ static void test_safetensors_rejections(void **state) {
                        "\"shape\":[1],\"data_offsets\":[1,2]}}",
                        2),
                PD_INVALID_ARGUMENT, "\"a\" appears more than once");
+  /* json-c would cut these names at the NUL (two keys "a" then, and a
+   * misleading duplicate "") or put U+FFFD for the lone surrogate. */
+  expect_index(
+      "nul.safetensors",
+      st_file("{\"a\\u0000x\":{\"dtype\":\"U8\",\"shape\":[1],"
+              "\"data_offsets\":[0,1]},\"a\\u0000y\":{\"dtype\":\"U8\","
+              "\"shape\":[1],\"data_offsets\":[1,2]}}",
+              2),
+      PD_INVALID_ARGUMENT,
+      "nul.safetensors: safetensors header: the name "
+      "\"a\\u0000x\" holds a NUL byte");
+  expect_index("surrogate.safetensors",
+               st_file("{\"a\\udc80\":{\"dtype\":\"U8\",\"shape\":[1],"
+                       "\"data_offsets\":[0,1]}}",
+                       1),
+               PD_INVALID_ARGUMENT, "unpaired UTF-16 surrogate (\\udc80)");
+  expect_index(
+      "metanul.safetensors",
+      st_file("{\"__metadata__\":{\"k\":\"v\\u0000w\"},\"a\":{"
+              "\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+              1),
+      PD_INVALID_ARGUMENT, "the string \"v\\u0000w\" holds a NUL");
   expect_index("unknown.safetensors",
                st_file("{\"a\":{\"dtype\":\"Q7\",\"shape\":[1],"
                        "\"data_offsets\":[0,1]}}",
