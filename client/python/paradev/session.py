@@ -20,7 +20,9 @@ from . import _dtypes, _lib, layouts
 from ._lib import ffi, lib
 from .errors import Error
 from .tensor import Tensor
-from ._util import FLUSH_AT, _call_options, _tensor_from_info
+from ._cstr import cbytes
+from ._util import (FLUSH_AT, _tensor_from_info, sliced_stream_wait,
+                    sliced_sync)
 from .transfer import Transfers
 from .checkpoint import Checkpoints
 
@@ -36,10 +38,13 @@ _MIRRORING = {"AllReduce", "Broadcast", "AllGather"}
 _VARYING = {"ReduceScatter", "DeviceId"}
 
 
-def _cstr(s, cache={}):
+def _cstr(s, what, arg=None, cache={}):
+    """cbytes(s), remembered (op and attribute names recur)."""
     b = cache.get(s)
     if b is None:
-        b = cache[s] = s.encode()
+        b = cbytes(s, what if arg is None else what % arg)
+        if len(cache) < 4096:
+            cache[s] = b
     return b
 
 
@@ -57,10 +62,12 @@ class Session(Transfers, Checkpoints):
         opts.struct_size = ffi.sizeof("pd_session_options")
         keep = []
         if name is not None:
-            keep.append(ffi.new("char[]", str(name).encode()))
+            keep.append(ffi.new("char[]", cbytes(str(name),
+                                                 "session: name")))
             opts.client_name = keep[-1]
         if job_id is not None:
-            keep.append(ffi.new("char[]", str(job_id).encode()))
+            keep.append(ffi.new("char[]", cbytes(str(job_id),
+                                                 "session: job_id")))
             opts.job_id = keep[-1]
         opts.lease_seconds = int(lease_s or 0)
         opts.memory_quota_bytes = int(memory_quota or 0)
@@ -257,8 +264,7 @@ class Session(Transfers, Checkpoints):
         if lib.pd_stream_num_replies(t) >= lib.pd_stream_num_items(t) and \
                 not self._items:
             return
-        st = _lib.status()
-        code = lib.pd_stream_wait(t, TIMEOUT_NONE, st)
+        code, st = sliced_stream_wait(self, t)
         items, self._items = self._items, {}
         if code == 0:
             return
@@ -351,7 +357,8 @@ class Session(Transfers, Checkpoints):
                 out_ids[i] = 0
             st = _lib.status()
             if self._pipelined:
-                code = lib.pd_stream_execute(self._get_stream(), _cstr(name),
+                code = lib.pd_stream_execute(self._get_stream(),
+                                             _cstr(name, "op name"),
                                              in_arr, n_in, a, out_ids,
                                              n_out, self._index, st)
                 if code != 0:
@@ -369,7 +376,8 @@ class Session(Transfers, Checkpoints):
             else:
                 self._drain()
                 infos = ffi.new(_INFO_ARRAY, n_out)
-                code = lib.pd_execute(self._s, _cstr(name), in_arr, n_in,
+                code = lib.pd_execute(self._s, _cstr(name, "op name"),
+                                      in_arr, n_in,
                                       a, out_ids, n_out, infos, _NULL, st)
                 if code != 0:
                     _lib.raise_status(code, st)
@@ -407,7 +415,7 @@ class Session(Transfers, Checkpoints):
         lib.pd_attrs_clear(a)
         for k, v in attrs.items():
             kind = opdef.attr_kind(k, v)
-            kb = _cstr(k)
+            kb = _cstr(k, "%s: attribute name", opdef.name)
             if kind == "int":
                 lib.pd_attrs_set_int(a, kb, _int(k, v))
             elif kind == "float":
@@ -418,7 +426,8 @@ class Session(Transfers, Checkpoints):
                                     "%r" % (opdef.name, k, v))
                 lib.pd_attrs_set_bool(a, kb, bool(v))
             elif kind == "string":
-                lib.pd_attrs_set_string(a, kb, str(v).encode())
+                lib.pd_attrs_set_string(a, kb, cbytes(
+                    str(v), "%s: attribute %s" % (opdef.name, k)))
             elif kind == "dtype":
                 lib.pd_attrs_set_dtype(a, kb, _dtypes.to_number(v))
             elif kind == "shape":
@@ -453,11 +462,7 @@ class Session(Transfers, Checkpoints):
             self._flush_deletes()
             self._drain()
             ids = [t.id for t in tensors] if tensors else []
-            arr = ffi.new("uint64_t[]", ids) if ids else _NULL
-            st = _lib.status()
-            failed = ffi.new("uint64_t *")
-            _lib.check(lib.pd_sync(self._h(), arr, len(ids), failed,
-                                   _call_options(timeout), st), st)
+            sliced_sync(self, ids, timeout)
 
     def describe(self, tensors):
         """A dict per tensor: dtype, shape, component_shapes, bytes, ready,
