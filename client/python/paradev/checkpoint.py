@@ -246,7 +246,8 @@ class Checkpoints:
         if per_name and names is None:
             names = list(layout)
         default = layouts.mirrored() if per_name or layout is None \
-            else _c_layout(layout, "load: layout")
+            else _c_layout(layouts.check_placing(layout, "load: layout"),
+                           "load: layout")
         opts = ffi.new("pd_load_options *")
         opts.struct_size = ffi.sizeof("pd_load_options")
         opts.format = _format(format, False)
@@ -290,7 +291,8 @@ class Checkpoints:
             keep.append(ffi.new("char[]", _str_arg(name, "load: name")))
             specs[i].name = keep[-1]
             lay = per_name.get(name, default) if per_name else default
-            _c_layout(lay, "load: layout of %r" % name)
+            _c_layout(layouts.check_placing(lay, "load: layout of %r" % name),
+                      "load: layout of %r" % name)
             specs[i].layout = _pd_layout(lay)
             if lay.kind != layouts.PER_COMPONENT:
                 continue

@@ -30,7 +30,7 @@ class Transfers:
         or a list of arrays, one per device, with paradev.per_component().
         Returns a Tensor whose dtype and shape are known at once. Large
         values travel through shared memory when the daemon is local."""
-        layouts.check(layout, "upload")
+        layouts.check_placing(layout, "upload")
         if layout.kind == layouts.PER_COMPONENT:
             return self._upload_components(value, dtype)
         if layout.kind not in (layouts.MIRRORED, layouts.SHARDED):
