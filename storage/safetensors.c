@@ -11,7 +11,9 @@
  * Metadata::validate is made (HeaderTooLarge, InvalidHeaderLength,
  * InvalidHeaderStart, InvalidHeaderDeserialization, InvalidOffset,
  * TensorInvalidInfo, ValidationOverflow, MetadataIncompleteBuffer), plus
- * duplicate names, unknown keys and paradev's rank limit; each is
+ * duplicate names, unknown keys, paradev's rank limit and header strings
+ * json-c would change (a \u0000 escape: json-c's keys end at the NUL; a
+ * lone surrogate escape: it puts U+FFFD); each is
  * INVALID_ARGUMENT naming the file. A dtype safetensors has and paradev
  * lacks is UNIMPLEMENTED naming it and the tensor, after the whole header
  * has been checked. The JSON is parsed by json-c. */
