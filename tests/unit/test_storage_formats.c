@@ -431,6 +431,10 @@ static void test_npz_rejections(void **state) {
   expect_index("cut.npz", z, PD_INVALID_ARGUMENT,
                "no end of central directory record");
   free(m.data.p);
+  m = (member){"\xff\xfe.npy", npy_member(), 0, 0, 0};
+  expect_index("latin.npz", zip_file(&m, 1), PD_INVALID_ARGUMENT,
+               "a member name (6 bytes) is not valid UTF-8");
+  free(m.data.p);
   member two[2] = {{"a.npy", npy_member(), 0, 0, 0},
                    {"a.npy", npy_member(), 8, 0, 0}};
   expect_index("twice.npz", zip_file(two, 2), PD_INVALID_ARGUMENT,

@@ -4,9 +4,11 @@ is refused with ValueError naming the argument, before any call. Bytes
 paths stay bytes (os.fsencode), so a name that is not UTF-8 works. The
 daemon refuses safetensors header names json-c would change (a \\u0000
 escape, a lone surrogate)."""
+import io
 import json
 import os
 import struct
+import zipfile
 
 import numpy as np
 import pytest
@@ -113,3 +115,25 @@ def test_safetensors_names_json_c_would_change(sess, root):
     t = sess.load("pair.safetensors")
     assert list(t) == ["\U0001f600"]
     assert t["\U0001f600"].numpy(paradev.mirrored()).tolist() == [7]
+
+
+def test_npz_member_names_that_are_not_utf8(sess, root):
+    """A member name that is not UTF-8 (zipfile writes UTF-8 or ASCII; this
+    one is patched in) is refused by the daemon, as safetensors and .npy
+    headers that are not UTF-8 are: no tensor comes back under a name the
+    client cannot spell."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        one = io.BytesIO()
+        np.save(one, np.arange(3))
+        z.writestr("QQ.npy", one.getvalue())
+        z.writestr("ok.npy", one.getvalue())
+    with open(os.path.join(root, "latin.npz"), "wb") as f:
+        f.write(buf.getvalue().replace(b"QQ.npy", b"\xff\xfe.npy"))
+    with pytest.raises(paradev.InvalidArgument,
+                       match=r"latin\.npz: zip: a member name \(6 bytes\) is "
+                       "not valid UTF-8"):
+        sess.load("latin.npz")
+    with open(os.path.join(root, "fine.npz"), "wb") as f:
+        f.write(buf.getvalue())
+    assert list(sess.load("fine.npz")) == ["QQ", "ok"]
