@@ -152,8 +152,11 @@ class Transfers:
             # Wait first, in slices (Ctrl-C works), and raise a stored error
             # before allocating the host array (a failed huge op's
             # RESOURCE_EXHAUSTED, not np.empty's MemoryError).
-            sliced_sync(self, [tensor.id], timeout, "download of tensor %d"
-                        % tensor.id)
+            # A computed value never changes: once is enough.
+            if not tensor._ready:
+                sliced_sync(self, [tensor.id], timeout,
+                            "download of tensor %d" % tensor.id)
+                tensor._ready = True
             call = _call_options(timeout)
             if layout.kind == layouts.PER_COMPONENT:
                 return self._download_components(tensor, dtype, call)
