@@ -22,7 +22,11 @@ same numbers up to the last digits.
 Prints one line per epoch (loss, train accuracy, steps per second), then the
 test accuracy, whether the weights are bitwise identical on every device,
 and how busy the devices were. --plot FILE.png draws the curves with
-matplotlib when it is installed, else with gnuplot.
+matplotlib when it is installed, else with gnuplot. --save PATH has the
+daemon write the weights (hidden.kernel, hidden.bias, output.kernel,
+output.bias, mirrored, as safetensors with the model in its metadata, the C
+trainer's names); --evaluate PATH loads such a file, from either trainer,
+in a fresh session and reports its test accuracy (give the same --seed).
 
 Exit status: 0 done (1 when --min-accuracy is given and not reached, or the
 replicas differ), 1 a failed call, 2 a bad command line.
@@ -47,6 +51,12 @@ except ImportError:  # run from a source tree without installing
     import paradev
 
 FEATURES, CLASSES, HIDDEN = 64, 10, 128
+# the C trainer's names (dp_mlp.c: dp_mlp_weight_names), so that either
+# trainer evaluates what the other saved
+WEIGHT_NAMES = ("hidden.kernel", "hidden.bias", "output.kernel",
+                "output.bias")
+WEIGHT_SHAPES = ((FEATURES, HIDDEN), (HIDDEN,), (HIDDEN, CLASSES), (CLASSES,))
+LONG_CALL_S = 600  # a save or load may take as long as the file does
 SYNC_EVERY = 16
 BETA1, BETA2, EPS, MOMENTUM = 0.9, 0.999, 1e-7, 0.9
 M64 = (1 << 64) - 1
@@ -104,8 +114,7 @@ class DataParallelMLP:
         self.n = s.num_devices
         self.steps = 0
         self.mark = None
-        shapes = [(FEATURES, HIDDEN), (HIDDEN,), (HIDDEN, CLASSES),
-                  (CLASSES,)]
+        shapes = WEIGHT_SHAPES
         self.w, self.m1, self.m2 = [], [], []
         for i, shape in enumerate(shapes):
             if len(shape) == 2:
@@ -202,6 +211,30 @@ class DataParallelMLP:
         total = s.op("AllReduce", correct, reduction="sum")
         return float(total.numpy(paradev.mirrored()))
 
+    def save(self, path):
+        """dp_mlp_save: the weights mirrored, as safetensors beneath one of
+        the daemon's storage roots (replacing an older file), with the
+        model in the metadata; returns the tensor bytes written."""
+        return self.s.save(
+            path, [(n, w, paradev.mirrored())
+                   for n, w in zip(WEIGHT_NAMES, self.w)],
+            {"model": "paradev dp_mlp",
+             "layers": "%d-%d-%d" % (FEATURES, HIDDEN, CLASSES)},
+            overwrite=True, format="safetensors", timeout=LONG_CALL_S)
+
+    def load(self, path):
+        """dp_mlp_load: the weights of `path` (as save writes them), loaded
+        mirrored by the daemon, become the model's; InvalidArgument when
+        one is not float32 of the model's shape."""
+        t = self.s.load(path, list(WEIGHT_NAMES), timeout=LONG_CALL_S)
+        for name, shape in zip(WEIGHT_NAMES, WEIGHT_SHAPES):
+            if t[name].dtype != np.float32 or t[name].shape != shape:
+                raise paradev.InvalidArgument(
+                    "%s: weight '%s' is not float32 [%s] as the model's"
+                    % (path, name, ",".join(map(str, shape))))
+        self.w = [t[name] for name in WEIGHT_NAMES]
+        t.wait(timeout=LONG_CALL_S)
+
     def check_replicas(self):
         same, total = True, 0
         for w in self.w:
@@ -291,6 +324,16 @@ def parse_args(argv):
     ap.add_argument("--data", default=os.path.join(HERE, "data",
                                                    "digits.csv.gz"))
     ap.add_argument("--min-accuracy", type=float, default=None)
+    ap.add_argument("--save", metavar="PATH",
+                    help="at the end, have the daemon save the weights as a "
+                    "safetensors file at PATH beneath one of its storage "
+                    "roots (replacing an older one)")
+    ap.add_argument("--evaluate", metavar="PATH",
+                    help="train nothing: load the weights of PATH (as --save "
+                    "writes them, or the C trainer's) on the daemon and "
+                    "report their test accuracy in a fresh session (give the "
+                    "same --seed: it chooses the test images; --epochs, "
+                    "--batch and --plot are then ignored)")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     if not 1 <= a.epochs <= 100000:
@@ -301,6 +344,8 @@ def parse_args(argv):
         ap.error("--lr: expected a positive number")
     if a.seed < 0:
         ap.error("--seed: expected a non-negative integer")
+    if a.save and a.evaluate:
+        ap.error("--save and --evaluate: one or the other")
     if a.lr == 0:
         a.lr = 0.003 if a.optimizer == "adam" else 0.05
     return a
@@ -329,11 +374,24 @@ def train(o, trx, try_, tex, tey):
     with paradev.connect(target, user_agent="train_digits.py") as client, \
             client.session("train_digits.py", pipelined=True) as s:
         n = s.num_devices
-        print("train_digits: %d train / %d test images, MLP 64-128-10, batch "
-              "%d sharded over %d device%s of %s, %s lr %g, %d epochs" %
-              (len(try_), len(tey), o.batch, n, "" if n == 1 else "s",
-               target, o.optimizer, o.lr, o.epochs), flush=True)
+        if o.evaluate:
+            print("train_digits: %d test images, MLP 64-128-10 with the "
+                  "weights of %s, over %d device%s of %s" %
+                  (len(tey), o.evaluate, n, "" if n == 1 else "s", target),
+                  flush=True)
+        else:
+            print("train_digits: %d train / %d test images, MLP 64-128-10, "
+                  "batch %d sharded over %d device%s of %s, %s lr %g, %d "
+                  "epochs" % (len(try_), len(tey), o.batch, n,
+                              "" if n == 1 else "s", target, o.optimizer,
+                              o.lr, o.epochs), flush=True)
         m = DataParallelMLP(s, o.lr, o.optimizer, o.seed)
+        if o.evaluate:
+            t0 = time.monotonic()
+            m.load(o.evaluate)
+            print("weights loaded by the daemon from %s in %.3f s"
+                  % (o.evaluate, time.monotonic() - t0), flush=True)
+            o.epochs = 0
         order = list(range(len(try_)))
         rng = (o.seed * 0x9E3779B97F4A7C15 + 1) & M64
         losses, accs = [], []
@@ -357,6 +415,10 @@ def train(o, trx, try_, tex, tey):
                                          100 * accs[-1], steps / dt),
                       flush=True)
         busy1 = busy_total(client)
+        if o.save:
+            saved = m.save(o.save)
+            print("weights saved by the daemon to %s (%d bytes of tensors)"
+                  % (o.save, saved), flush=True)
         test_correct = m.evaluate(tex, tey)
         test_acc = test_correct / len(tey)
         print("test accuracy %.2f%% (%d of %d images)" %
@@ -367,12 +429,12 @@ def train(o, trx, try_, tex, tey):
                   "per replica)" % (n, "" if n == 1 else "s", wbytes))
         else:
             print("weights DIFFER between devices")
-        if busy0 >= 0 and busy1 >= 0 and t_train > 0:
+        if not o.evaluate and busy0 >= 0 and busy1 >= 0 and t_train > 0:
             share = (busy1 - busy0) / n / t_train
             print("%d steps in %.2f s: the devices were busy %.0f%% of the "
                   "time (the daemon's timers), the rest went to RPC, "
                   "queueing and Python" % (m.steps, t_train, 100 * share))
-        if o.plot and plot(o.plot, losses, accs, test_acc):
+        if o.plot and not o.evaluate and plot(o.plot, losses, accs, test_acc):
             print("plot written to %s" % o.plot)
     rc = 0 if same else 1
     if o.min_accuracy is not None and 100 * test_acc < o.min_accuracy:

@@ -287,6 +287,11 @@ static pd_code zip_member(stg_file *f, const zip_dir *d, const unsigned char *c,
   name[nlen] = 0;
   if (nlen < 4 || strcmp(name + nlen - 4, ".npy") != 0)
     return PD_OK; /* not an array (or a directory): np.load leaves it bytes */
+  if (!stg__utf8_valid(name, nlen))
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s: zip: a member name (%zu bytes) is not valid UTF-8; "
+                     "tensor names are UTF-8 (NumPy's savez writes them so)",
+                     fname, nlen);
   char what[600];
   snprintf(what, sizeof what, "%s: member '%s'", fname, name);
   if (flags & 1)

@@ -11,11 +11,14 @@
  * Metadata::validate is made (HeaderTooLarge, InvalidHeaderLength,
  * InvalidHeaderStart, InvalidHeaderDeserialization, InvalidOffset,
  * TensorInvalidInfo, ValidationOverflow, MetadataIncompleteBuffer), plus
- * duplicate names, unknown keys and paradev's rank limit; each is
+ * duplicate names, unknown keys, paradev's rank limit and header strings
+ * json-c would change (a \u0000 escape: json-c's keys end at the NUL; a
+ * lone surrogate escape: it puts U+FFFD); each is
  * INVALID_ARGUMENT naming the file. A dtype safetensors has and paradev
  * lacks is UNIMPLEMENTED naming it and the tensor, after the whole header
  * has been checked. The JSON is parsed by json-c. */
 #include <json-c/json.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,6 +149,78 @@ static pd_code st_check_duplicates(const char *fname, const char *text,
                          fname, shown, dup, n, distinct);
   free(keys);
   return rc;
+}
+
+/* The code point of the 4 hex digits at s (s has them: valid JSON). */
+static unsigned st_hex4(const char *s) {
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = s[i];
+    v = v * 16 + (unsigned)(c <= '9'   ? c - '0'
+                            : c <= 'F' ? c - 'A' + 10
+                                       : c - 'a' + 10);
+  }
+  return v;
+}
+
+/* What is wrong with the raw (still escaped) JSON string s[0..len): "a NUL
+ * (\\u0000)", "an unpaired surrogate (\\uXXXX)" or NULL. json-c would cut a
+ * name at the NUL and put U+FFFD for a lone surrogate: another name than the
+ * file's. */
+static const char *st_bad_escape(const char *s, size_t len, char *buf,
+                                 size_t cap) {
+  for (size_t i = 0; i + 1 < len; i++) {
+    if (s[i] != '\\') continue;
+    if (s[i + 1] != 'u' || i + 6 > len) {
+      i++;
+      continue;
+    }
+    unsigned cp = st_hex4(s + i + 2);
+    if (cp == 0) return "a NUL byte (\\u0000)";
+    if (cp >= 0xD800 && cp <= 0xDBFF && i + 12 <= len && s[i + 6] == '\\' &&
+        s[i + 7] == 'u') {
+      unsigned lo = st_hex4(s + i + 8);
+      if (lo >= 0xDC00 && lo <= 0xDFFF) {
+        i += 11;
+        continue;
+      }
+    }
+    if (cp >= 0xD800 && cp <= 0xDFFF) {
+      snprintf(buf, cap, "an unpaired UTF-16 surrogate (\\u%.4s)", s + i + 2);
+      return buf;
+    }
+    i += 5;
+  }
+  return NULL;
+}
+
+/* Refuses a header string (a tensor name, a metadata key or value) that
+ * holds a NUL or an unpaired surrogate escape; `s` is valid JSON text. */
+static pd_code st_check_strings(const char *fname, const char *s, size_t len,
+                                dev_status *st) {
+  int depth = 0;
+  for (size_t i = 0; i < len; i++) {
+    char c = s[i];
+    if (c == '{' || c == '[') {
+      depth++;
+    } else if (c == '}' || c == ']') {
+      depth--;
+    } else if (c == '"') {
+      size_t start = ++i;
+      while (i < len && s[i] != '"') i += s[i] == '\\' ? 2 : 1;
+      char buf[64];
+      const char *bad = st_bad_escape(s + start, i - start, buf, sizeof buf);
+      if (bad) {
+        int shown = i - start > 200 ? 200 : (int)(i - start);
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "%s: safetensors header: the %s \"%.*s\" holds %s; "
+                         "names and metadata must be UTF-8 without NUL bytes",
+                         fname, depth == 1 ? "name" : "string", shown,
+                         s + start, bad);
+      }
+    }
+  }
+  return PD_OK;
 }
 
 /* --- one tensor's header entry ------------------------------------------- */
@@ -372,6 +447,7 @@ static pd_code st_parse_header(stg_file *f, const char *text, size_t n,
                    fname, json_type_to_name(json_object_get_type(root)));
     goto out;
   }
+  PD_TRY_GOTO(st_check_strings(fname, text, n, st), rc, out);
   size_t keys = (size_t)json_object_object_length(root);
   PD_TRY_GOTO(st_check_duplicates(fname, text, n, keys, st), rc, out);
   ranges = malloc((keys ? keys : 1) * sizeof *ranges);

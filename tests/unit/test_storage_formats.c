@@ -283,6 +283,28 @@ static void test_safetensors_rejections(void **state) {
                        "\"shape\":[1],\"data_offsets\":[1,2]}}",
                        2),
                PD_INVALID_ARGUMENT, "\"a\" appears more than once");
+  /* json-c would cut these names at the NUL (two keys "a" then, and a
+   * misleading duplicate "") or put U+FFFD for the lone surrogate. */
+  expect_index(
+      "nul.safetensors",
+      st_file("{\"a\\u0000x\":{\"dtype\":\"U8\",\"shape\":[1],"
+              "\"data_offsets\":[0,1]},\"a\\u0000y\":{\"dtype\":\"U8\","
+              "\"shape\":[1],\"data_offsets\":[1,2]}}",
+              2),
+      PD_INVALID_ARGUMENT,
+      "nul.safetensors: safetensors header: the name "
+      "\"a\\u0000x\" holds a NUL byte");
+  expect_index("surrogate.safetensors",
+               st_file("{\"a\\udc80\":{\"dtype\":\"U8\",\"shape\":[1],"
+                       "\"data_offsets\":[0,1]}}",
+                       1),
+               PD_INVALID_ARGUMENT, "unpaired UTF-16 surrogate (\\udc80)");
+  expect_index(
+      "metanul.safetensors",
+      st_file("{\"__metadata__\":{\"k\":\"v\\u0000w\"},\"a\":{"
+              "\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+              1),
+      PD_INVALID_ARGUMENT, "the string \"v\\u0000w\" holds a NUL");
   expect_index("unknown.safetensors",
                st_file("{\"a\":{\"dtype\":\"Q7\",\"shape\":[1],"
                        "\"data_offsets\":[0,1]}}",
@@ -427,6 +449,10 @@ static void test_npz_rejections(void **state) {
   z.n -= 10; /* the end record cut off */
   expect_index("cut.npz", z, PD_INVALID_ARGUMENT,
                "no end of central directory record");
+  free(m.data.p);
+  m = (member){"\xff\xfe.npy", npy_member(), 0, 0, 0};
+  expect_index("latin.npz", zip_file(&m, 1), PD_INVALID_ARGUMENT,
+               "a member name (6 bytes) is not valid UTF-8");
   free(m.data.p);
   member two[2] = {{"a.npy", npy_member(), 0, 0, 0},
                    {"a.npy", npy_member(), 8, 0, 0}};

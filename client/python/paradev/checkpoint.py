@@ -15,7 +15,8 @@ import time
 from . import _lib, layouts
 from ._lib import ffi, lib
 from .errors import DeadlineExceeded, error_for
-from ._util import _call_options, _tensor_from_info
+from ._cstr import cbytes, cpath
+from ._util import _call_options, _tensor_from_info, sliced_sync
 from .tensor import Tensor
 
 _NULL = ffi.NULL
@@ -147,7 +148,7 @@ def _c_layout(layout, what):
 def _str_arg(v, what):
     if not isinstance(v, str):
         raise TypeError("%s: expected a str, got %s" % (what, type(v).__name__))
-    return v.encode()
+    return cbytes(v, what)
 
 
 def _check_names(names, per_name, default, component_sources):
@@ -238,15 +239,15 @@ class Checkpoints:
         paradev.FailedPrecondition (the daemon has no storage root),
         paradev.Unavailable (an HTTP source unreachable); TypeError /
         ValueError for arguments that are wrong before any call."""
-        src = _str_arg(path if isinstance(path, str) else
-                       _fspath(path), "load: path")
+        src = cpath(path, "load: path")
         if isinstance(names, str):
             names = [names]
         per_name = isinstance(layout, dict)
         if per_name and names is None:
             names = list(layout)
         default = layouts.mirrored() if per_name or layout is None \
-            else _c_layout(layout, "load: layout")
+            else _c_layout(layouts.check_placing(layout, "load: layout"),
+                           "load: layout")
         opts = ffi.new("pd_load_options *")
         opts.struct_size = ffi.sizeof("pd_load_options")
         opts.format = _format(format, False)
@@ -290,15 +291,15 @@ class Checkpoints:
             keep.append(ffi.new("char[]", _str_arg(name, "load: name")))
             specs[i].name = keep[-1]
             lay = per_name.get(name, default) if per_name else default
-            _c_layout(lay, "load: layout of %r" % name)
+            _c_layout(layouts.check_placing(lay, "load: layout of %r" % name),
+                      "load: layout of %r" % name)
             specs[i].layout = _pd_layout(lay)
             if lay.kind != layouts.PER_COMPONENT:
                 continue
             srcs = self._sources(component_sources, name)
             if srcs:
-                arr = [ffi.new("char[]", _str_arg(
-                    p if isinstance(p, str) else _fspath(p),
-                    "load: component source of %r" % name)) for p in srcs]
+                arr = [ffi.new("char[]", cpath(
+                    p, "load: component source of %r" % name)) for p in srcs]
                 keep.extend(arr)
                 keep.append(ffi.new("char *[]", arr))
                 specs[i].component_sources = keep[-1]
@@ -368,13 +369,12 @@ class Checkpoints:
         or bad names, layouts that do not fit), paradev.ResourceExhausted
         (disk full), paradev.FailedPrecondition (no storage root), or a
         tensor's stored error (then nothing is written)."""
-        dst = _str_arg(path if isinstance(path, str) else _fspath(path),
-                       "save: path")
+        dst = cpath(path, "save: path")
         items = self._save_items(tensors, layout)
         specs = ffi.new("pd_save_spec[]", len(items))
         keep = []
         for i, (name, t, lay) in enumerate(items):
-            keep.append(ffi.new("char[]", name.encode()))
+            keep.append(ffi.new("char[]", cbytes(name, "save: name")))
             specs[i].name = keep[-1]
             specs[i].id = self._input_id(t)
             specs[i].layout = _pd_layout(lay)
@@ -399,6 +399,8 @@ class Checkpoints:
         st = _lib.status()
         with self._lock:
             self._quiesce()
+            # the wait for the tensors in slices (Ctrl-C works)
+            sliced_sync(self, [t.id for _, t, _ in items], timeout, "save")
             _lib.check(lib.pd_save_tensors(self._s, dst, specs, len(items),
                                            opts, written,
                                            _call_options(timeout), st), st)
@@ -455,13 +457,3 @@ def _pd_layout(layout):
     p.axis = layout.axis
     p.component = 0
     return p[0]
-
-
-def _fspath(p):
-    import os
-    try:
-        p = os.fspath(p)
-    except TypeError:
-        raise TypeError("a path is a str or os.PathLike; got %s"
-                        % type(p).__name__) from None
-    return p.decode() if isinstance(p, bytes) else p

@@ -6,6 +6,7 @@ import stat
 import weakref
 
 from . import _lib
+from ._cstr import cbytes
 from ._lib import ffi, lib
 
 DEFAULT_TCP = "127.0.0.1:7478"
@@ -124,10 +125,12 @@ class Client:
         opts.max_message_bytes = max_message_bytes
         opts.default_timeout_ms = _timeout_ms(timeout)
         opts.chunk_bytes = chunk_bytes
-        self._ua = ffi.new("char[]", user_agent.encode()) if user_agent else None
+        self._ua = ffi.new("char[]", cbytes(
+            user_agent, "connect: user_agent")) if user_agent else None
         opts.user_agent = self._ua if self._ua is not None else ffi.NULL
         st = _lib.status()
-        c = lib.pd_client_new(self.target_given.encode(), opts, st)
+        c = lib.pd_client_new(cbytes(self.target_given, "connect: target"),
+                              opts, st)
         if c == ffi.NULL:
             _lib.raise_status(lib.pd_status_code(st), st)
         self._c = c
@@ -208,7 +211,8 @@ class Client:
         "paradev.v1.ParallelDevice" the device service."""
         st = _lib.status()
         out = ffi.new("pd_serving_status *")
-        _lib.check(lib.pd_client_health(self._handle(), service.encode(), out,
+        _lib.check(lib.pd_client_health(self._handle(), cbytes(
+            service, "health: service"), out,
                                         ffi.NULL, st), st)
         return _SERVING.get(out[0], "UNKNOWN")
 

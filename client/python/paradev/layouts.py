@@ -16,16 +16,21 @@ COMPONENT = _lib.PD_LAYOUT_COMPONENT
 
 
 class Layout:
-    __slots__ = ("kind", "axis", "component")
+    """A pd_layout. download_only: concat(axis) and component(k), which
+    name a way to read a tensor, not a way to place a value (upload and
+    load refuse them; concat(axis) is sharded(axis)'s wire layout)."""
+    __slots__ = ("kind", "axis", "component", "download_only")
 
-    def __init__(self, kind, axis=0, component=0):
+    def __init__(self, kind, axis=0, component=0, download_only=False):
         self.kind, self.axis, self.component = kind, int(axis), int(component)
+        self.download_only = bool(download_only) or kind == COMPONENT
 
     def __repr__(self):
         if self.kind == MIRRORED:
             return "paradev.mirrored()"
         if self.kind == SHARDED:
-            return "paradev.sharded(%d)" % self.axis
+            return "paradev.%s(%d)" % (
+                "concat" if self.download_only else "sharded", self.axis)
         if self.kind == PER_COMPONENT:
             return "paradev.per_component()"
         return "paradev.component(%d)" % self.component
@@ -51,7 +56,7 @@ def sharded(axis=0):
 
 def concat(axis=0):
     """Download: every component concatenated along `axis`."""
-    return Layout(SHARDED, axis=axis)
+    return Layout(SHARDED, axis=axis, download_only=True)
 
 
 def per_component():
@@ -70,4 +75,19 @@ def check(layout, what):
             "%s needs a layout: paradev.mirrored(), paradev.sharded(axis), "
             "paradev.per_component(), paradev.component(k) or "
             "paradev.concat(axis); got %r" % (what, layout))
+    return layout
+
+
+def check_placing(layout, what):
+    """check(), and refuses the download-only layouts (concat, component)
+    where a value is placed onto the devices (upload, load)."""
+    check(layout, what)
+    if layout.download_only:
+        hint = ("paradev.sharded(%d)" % layout.axis
+                if layout.kind == SHARDED else "paradev.mirrored()")
+        raise ValueError(
+            "%s: %r is for downloads; a value is placed with "
+            "paradev.mirrored(), paradev.sharded(axis) or "
+            "paradev.per_component() (here perhaps %s)"
+            % (what, layout, hint))
     return layout

@@ -10,17 +10,21 @@ independently.
 """
 import collections
 import contextlib
+import math
 import re
 import threading
+import warnings
 import weakref
 
 import numpy as np
 
 from . import _dtypes, _lib, layouts
 from ._lib import ffi, lib
-from .errors import Error
+from .errors import Error, NotFound
 from .tensor import Tensor
-from ._util import FLUSH_AT, _call_options, _tensor_from_info
+from ._cstr import cbytes
+from ._util import (FLUSH_AT, _tensor_from_info, sliced_stream_wait,
+                    sliced_sync)
 from .transfer import Transfers
 from .checkpoint import Checkpoints
 
@@ -36,10 +40,13 @@ _MIRRORING = {"AllReduce", "Broadcast", "AllGather"}
 _VARYING = {"ReduceScatter", "DeviceId"}
 
 
-def _cstr(s, cache={}):
+def _cstr(s, what, arg=None, cache={}):
+    """cbytes(s), remembered (op and attribute names recur)."""
     b = cache.get(s)
     if b is None:
-        b = cache[s] = s.encode()
+        b = cbytes(s, what if arg is None else what % arg)
+        if len(cache) < 4096:
+            cache[s] = b
     return b
 
 
@@ -57,10 +64,12 @@ class Session(Transfers, Checkpoints):
         opts.struct_size = ffi.sizeof("pd_session_options")
         keep = []
         if name is not None:
-            keep.append(ffi.new("char[]", str(name).encode()))
+            keep.append(ffi.new("char[]", cbytes(str(name),
+                                                 "session: name")))
             opts.client_name = keep[-1]
         if job_id is not None:
-            keep.append(ffi.new("char[]", str(job_id).encode()))
+            keep.append(ffi.new("char[]", cbytes(str(job_id),
+                                                 "session: job_id")))
             opts.job_id = keep[-1]
         opts.lease_seconds = int(lease_s or 0)
         opts.memory_quota_bytes = int(memory_quota or 0)
@@ -113,7 +122,7 @@ class Session(Transfers, Checkpoints):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self.close(_quiet=exc_type is not None)
+        self.close(_quiet=exc_type is not None, _exit=True)
 
     def __del__(self):
         try:
@@ -131,11 +140,13 @@ class Session(Transfers, Checkpoints):
     def closed(self):
         return self._closed
 
-    def close(self, _quiet=False):
+    def close(self, _quiet=False, _exit=False):
         """Closes the session on the daemon: every tensor it holds is freed.
         Idempotent. Raises the close's error (e.g. paradev.NotFound for a
-        session the daemon already lost) unless the session was closing
-        because of another exception."""
+        session the daemon already lost: restarted, or the lease ran out)
+        unless the session was closing because of another exception. At
+        the end of a `with` block a session the daemon no longer has is
+        not an error: a RuntimeWarning says so instead."""
         if self._closed:
             return
         self._closed = True
@@ -160,8 +171,15 @@ class Session(Transfers, Checkpoints):
             lib.pd_attrs_delete(self._attrs)
             self._attrs = _NULL
         self.client._sessions.discard(self)
-        if err is not None and not _quiet:
-            raise err
+        if err is None or _quiet:
+            return
+        if _exit and isinstance(err, NotFound):
+            warnings.warn("paradev: session%s was already gone on the daemon "
+                          "when its with-block ended (%s)" % (
+                              " %r" % self.name if self.name else "",
+                              err.message), RuntimeWarning, stacklevel=3)
+            return
+        raise err
 
     def _h(self):
         if self._closed:
@@ -257,8 +275,7 @@ class Session(Transfers, Checkpoints):
         if lib.pd_stream_num_replies(t) >= lib.pd_stream_num_items(t) and \
                 not self._items:
             return
-        st = _lib.status()
-        code = lib.pd_stream_wait(t, TIMEOUT_NONE, st)
+        code, st = sliced_stream_wait(self, t)
         items, self._items = self._items, {}
         if code == 0:
             return
@@ -351,7 +368,8 @@ class Session(Transfers, Checkpoints):
                 out_ids[i] = 0
             st = _lib.status()
             if self._pipelined:
-                code = lib.pd_stream_execute(self._get_stream(), _cstr(name),
+                code = lib.pd_stream_execute(self._get_stream(),
+                                             _cstr(name, "op name"),
                                              in_arr, n_in, a, out_ids,
                                              n_out, self._index, st)
                 if code != 0:
@@ -369,7 +387,8 @@ class Session(Transfers, Checkpoints):
             else:
                 self._drain()
                 infos = ffi.new(_INFO_ARRAY, n_out)
-                code = lib.pd_execute(self._s, _cstr(name), in_arr, n_in,
+                code = lib.pd_execute(self._s, _cstr(name, "op name"),
+                                      in_arr, n_in,
                                       a, out_ids, n_out, infos, _NULL, st)
                 if code != 0:
                     _lib.raise_status(code, st)
@@ -407,30 +426,31 @@ class Session(Transfers, Checkpoints):
         lib.pd_attrs_clear(a)
         for k, v in attrs.items():
             kind = opdef.attr_kind(k, v)
-            kb = _cstr(k)
+            kb = _cstr(k, "%s: attribute name", opdef.name)
             if kind == "int":
-                lib.pd_attrs_set_int(a, kb, _int(k, v))
+                lib.pd_attrs_set_int(a, kb, _int(opdef.name, k, v))
             elif kind == "float":
-                lib.pd_attrs_set_float(a, kb, float(v))
+                lib.pd_attrs_set_float(a, kb, _float(opdef, k, v, attrs))
             elif kind == "bool":
                 if not isinstance(v, (bool, np.bool_)) and v not in (0, 1):
                     raise TypeError("%s: attribute %s: expected a bool, got "
                                     "%r" % (opdef.name, k, v))
                 lib.pd_attrs_set_bool(a, kb, bool(v))
             elif kind == "string":
-                lib.pd_attrs_set_string(a, kb, str(v).encode())
+                lib.pd_attrs_set_string(a, kb, cbytes(
+                    str(v), "%s: attribute %s" % (opdef.name, k)))
             elif kind == "dtype":
                 lib.pd_attrs_set_dtype(a, kb, _dtypes.to_number(v))
             elif kind == "shape":
-                dims = [_int(k, d) for d in _seq(k, v)]
+                dims = [_int(opdef.name, k, d) for d in _seq(k, v)]
                 lib.pd_attrs_set_shape(a, kb, ffi.new("int64_t[]", dims)
                                        if dims else _NULL, len(dims))
             elif kind == "int_list":
-                vals = [_int(k, d) for d in _seq(k, v)]
+                vals = [_int(opdef.name, k, d) for d in _seq(k, v)]
                 lib.pd_attrs_set_int_list(a, kb, ffi.new("int64_t[]", vals)
                                           if vals else _NULL, len(vals))
             elif kind == "float_list":
-                vals = [float(d) for d in _seq(k, v)]
+                vals = [_float(opdef, k, d) for d in _seq(k, v)]
                 lib.pd_attrs_set_float_list(a, kb, ffi.new("double[]", vals)
                                             if vals else _NULL, len(vals))
             else:
@@ -453,11 +473,7 @@ class Session(Transfers, Checkpoints):
             self._flush_deletes()
             self._drain()
             ids = [t.id for t in tensors] if tensors else []
-            arr = ffi.new("uint64_t[]", ids) if ids else _NULL
-            st = _lib.status()
-            failed = ffi.new("uint64_t *")
-            _lib.check(lib.pd_sync(self._h(), arr, len(ids), failed,
-                                   _call_options(timeout), st), st)
+            sliced_sync(self, ids, timeout)
 
     def describe(self, tensors):
         """A dict per tensor: dtype, shape, component_shapes, bytes, ready,
@@ -537,15 +553,56 @@ def _flush_periodically(ref, stop):
         del s
 
 
-def _int(name, v):
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int(op, name, v):
+    """An int64 attribute value; TypeError for a non-integer, ValueError
+    (naming the op, the attribute and the range) past int64."""
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         try:
             if float(v) != int(v):
                 raise ValueError
-        except (TypeError, ValueError):
-            raise TypeError("attribute %s: expected an integer, got %r"
-                            % (name, v)) from None
-    return int(v)
+        except (TypeError, ValueError, OverflowError):
+            raise TypeError("%s: attribute %s: expected an integer, got %r"
+                            % (op, name, v)) from None
+    i = int(v)
+    if not _INT64[0] <= i <= _INT64[1]:
+        raise ValueError("%s: attribute %s: %d is out of range; expected an "
+                         "integer from -2**63 to 2**63-1 (int64)"
+                         % (op, name, i))
+    return i
+
+
+def _float(opdef, name, v, attrs=None):
+    """A float attribute value. The `value` of an op making an integer (or
+    bool) dtype must be integral: the daemon would cast 3.7 to 3 where
+    TensorFlow's Fill takes a value of the dtype itself."""
+    try:
+        f = float(v)
+    except OverflowError:
+        raise ValueError("%s: attribute %s: %r is out of range; expected a "
+                         "float64" % (opdef.name, name, v)) from None
+    except (TypeError, ValueError):
+        raise TypeError("%s: attribute %s: expected a float, got %r"
+                        % (opdef.name, name, v)) from None
+    if attrs is not None and name == "value" and not f.is_integer():
+        dt = attrs.get("dtype")
+        if dt is None and "dtype" in opdef.attrs:
+            dt = opdef.attrs["dtype"].default
+        if dt is not None:
+            try:
+                npdt = _dtypes.from_number(_dtypes.to_number(dt))
+            except TypeError:
+                npdt = None
+            if getattr(npdt, "kind", "") in ("i", "u", "b"):
+                raise ValueError(
+                    "%s: value=%r is not an integer but dtype is %s (it "
+                    "would become %s); pass a value of the dtype, as "
+                    "TensorFlow's Fill takes" % (
+                        opdef.name, v, npdt.name,
+                        int(f) if math.isfinite(f) else "undefined"))
+    return f
 
 
 def _seq(name, v):

@@ -22,7 +22,7 @@ class Tensor:
     """
 
     __slots__ = ("session", "id", "_dtype", "_shape", "_mirrored",
-                 "_deleted", "__weakref__")
+                 "_deleted", "_ready", "__weakref__")
     __array_priority__ = 1000  # ndarray + Tensor -> Tensor.__radd__
 
     def __init__(self, session, id, dtype, shape, mirrored):
@@ -32,6 +32,7 @@ class Tensor:
         self._shape = shape
         self._mirrored = mirrored
         self._deleted = False
+        self._ready = False  # known computed (a download waited for it)
 
     # -- metadata ----------------------------------------------------------
     @property

@@ -11,7 +11,8 @@ import numpy as np
 from . import _dtypes, _lib, layouts
 from ._lib import ffi, lib
 from .errors import Error
-from ._util import FLUSH_AT, _call_options, _tensor_from_info
+from ._util import (FLUSH_AT, _call_options, _tensor_from_info,
+                    sliced_sync)
 from .tensor import Tensor
 
 _NULL = ffi.NULL
@@ -29,7 +30,7 @@ class Transfers:
         or a list of arrays, one per device, with paradev.per_component().
         Returns a Tensor whose dtype and shape are known at once. Large
         values travel through shared memory when the daemon is local."""
-        layouts.check(layout, "upload")
+        layouts.check_placing(layout, "upload")
         if layout.kind == layouts.PER_COMPONENT:
             return self._upload_components(value, dtype)
         if layout.kind not in (layouts.MIRRORED, layouts.SHARDED):
@@ -148,6 +149,14 @@ class Transfers:
                 self._flush_deletes()
             self._drain()
             dtype = _dtypes.need_numpy(tensor.dtype)
+            # Wait first, in slices (Ctrl-C works), and raise a stored error
+            # before allocating the host array (a failed huge op's
+            # RESOURCE_EXHAUSTED, not np.empty's MemoryError).
+            # A computed value never changes: once is enough.
+            if not tensor._ready:
+                sliced_sync(self, [tensor.id], timeout,
+                            "download of tensor %d" % tensor.id)
+                tensor._ready = True
             call = _call_options(timeout)
             if layout.kind == layouts.PER_COMPONENT:
                 return self._download_components(tensor, dtype, call)
