@@ -3,6 +3,7 @@ import atexit
 import dataclasses
 import os
 import stat
+import threading
 import weakref
 
 from . import _lib
@@ -135,6 +136,13 @@ class Client:
             _lib.raise_status(lib.pd_status_code(st), st)
         self._c = c
         self._sessions = weakref.WeakSet()
+        # Sessions whose C object is alive: libparadev requires every
+        # pd_session to be deleted before its pd_client. A client and its
+        # sessions dropped together are finalized in any order (the WeakSet
+        # is already empty then), so the channel goes with the last session.
+        self._live = 0
+        self._closing = False
+        self._live_lock = threading.Lock()
         _LIVE.add(self)
         self.target = _str(lib.pd_client_target(c))
 
@@ -143,9 +151,27 @@ class Client:
         """Closes every session still open and the channel. Idempotent."""
         for s in list(self._sessions):
             s.close(_quiet=True)
+        with self._live_lock:
+            self._closing = True
+            if self._live == 0:
+                self._delete_channel()
+
+    def _delete_channel(self):
         if self._c is not None:
             lib.pd_client_delete(self._c)
             self._c = None
+
+    def _session_made(self):
+        with self._live_lock:
+            self._live += 1
+
+    def _session_deleted(self):
+        """A session's pd_session is gone; the last one of a closed client
+        takes the channel with it."""
+        with self._live_lock:
+            self._live -= 1
+            if self._closing and self._live == 0:
+                self._delete_channel()
 
     def __enter__(self):
         return self
@@ -163,7 +189,7 @@ class Client:
         return "<paradev.Client %s>" % self.target
 
     def _handle(self):
-        if self._c is None:
+        if self._c is None or self._closing:
             raise ValueError("paradev.Client is closed")
         return self._c
 

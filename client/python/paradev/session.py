@@ -79,6 +79,7 @@ class Session(Transfers, Checkpoints):
         if s == _NULL:
             _lib.raise_status(lib.pd_status_code(st), st)
         self._s = s
+        client._session_made()
         self.name = name
         self.num_devices = lib.pd_session_num_devices(s)
         self.lease_s = lib.pd_session_lease_seconds(s)
@@ -168,6 +169,7 @@ class Session(Transfers, Checkpoints):
                 except Error as e:
                     err = e
             lib.pd_session_delete(self._s)
+            self.client._session_deleted()
             lib.pd_attrs_delete(self._attrs)
             self._attrs = _NULL
         self.client._sessions.discard(self)

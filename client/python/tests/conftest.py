@@ -50,7 +50,11 @@ class Daemon:
                 "--listen", "127.0.0.1:0", "--devices", str(devices),
                 "--memory-limit", str(MEM_LIMIT), "--admin-socket", "",
                 "--grace-ms", "2000",
-                "--storage-root", self.storage, *extra]
+                "--storage-root", self.storage,
+                # Sessions here fill small devices on purpose; the daemon's
+                # default quota (half the mesh) is tested in
+                # tests/integration/test_memory.py.
+                "--default-memory-quota", "unlimited", *extra]
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                                      errors="replace")
         self.lines = []
