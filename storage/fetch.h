@@ -24,7 +24,8 @@
 #define STG_SIGNATURE_MAX 320
 typedef struct stg_signature {
   uint64_t size;                /* bytes */
-  char text[STG_SIGNATURE_MAX]; /* local: "dev:ino:size:mtime_ns"; HTTP:
+  char text[STG_SIGNATURE_MAX]; /* local: "dev:ino:size:mtime_ns:ctime_ns";
+                                   HTTP:
                                    "etag:<ETag>" or "lm:<Last-Modified>" */
 } stg_signature;
 

@@ -16,8 +16,8 @@
  *            directory, fsync, rename, fsync of the directory).
  *   fetchers a table of ways to read bytes (starting with struct_size):
  *            local files (pread) and http:// / https:// range reads (libcurl).
- *            Each open file has a signature (device, inode, size, mtime ns;
- *            ETag or Last-Modified) checked on open.
+ *            Each open file has a signature (device, inode, size, mtime and
+ *            ctime ns; ETag or Last-Modified) checked on open.
  *   cache    one RAM block cache per daemon, after TensorFlow's
  *            RamFileBlockCache: blocks keyed by (file signature, aligned
  *            offset), LRU to a byte budget, one fetch per block however many

@@ -3,6 +3,7 @@
  * it (so "8 readers, 1 fetch" is shown without any timing), and over real
  * local files (a rewritten file is read anew). Every wait is bounded. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -447,6 +448,51 @@ static void test_local_rewrite(void **state) {
   free(a), free(b), free(path), free(dir);
 }
 
+/* A file rewritten in place with the same size and its mtime restored
+ * (os.utime) is still a new version: ctime, which utime cannot set back, is
+ * in the signature: the cache serves the new bytes, not its blocks of the
+ * old ones. */
+static void test_local_rewrite_same_mtime(void **state) {
+  (void)state;
+  char *dir = st_mkdtemp();
+  char *path = st_join(dir, "m.bin");
+  unsigned char *a = st_bytes(10000, 21), *b = st_bytes(10000, 22);
+  st_write_file(path, a, 10000);
+  struct stat before;
+  assert_int_equal(stat(path, &before), 0);
+  const char *e[] = {dir};
+  stg_roots *r = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_roots_create(e, 1, &r, &st), PD_OK, &st);
+  stg_cache *c = mk_cache(4096, 1 << 20, 0);
+  stg_file *f = NULL, *g = NULL;
+  unsigned char buf[10000];
+  st_assert_code(stg_file_open(c, r, "m.bin", &f, &st), PD_OK, &st);
+  st_assert_code(stg_file_pread(f, 0, buf, 10000, &st), PD_OK, &st);
+  assert_memory_equal(buf, a, 10000);
+  /* ctime has nanoseconds on the test file systems, but make sure it moves */
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  st_write_file(path, b, 10000); /* same inode, same size */
+  struct timespec times[2] = {before.st_atim, before.st_mtim};
+  assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+  struct stat after;
+  assert_int_equal(stat(path, &after), 0);
+  assert_int_equal(after.st_ino, before.st_ino);
+  assert_int_equal(after.st_size, before.st_size);
+  assert_int_equal(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+  assert_int_equal(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  stg_file_close(f);
+  st_assert_code(stg_file_open(c, r, "m.bin", &g, &st), PD_OK, &st);
+  st_assert_code(stg_file_pread(g, 0, buf, 10000, &st), PD_OK, &st);
+  assert_memory_equal(buf, b, 10000);
+  stg_file_close(g);
+  stg_cache_destroy(c);
+  stg_roots_destroy(r);
+  st_rmtree(dir);
+  free(a), free(b), free(path), free(dir);
+}
+
 /* Many readers, random ranges, a small cache: every byte right, the budget
  * kept. */
 typedef struct rnd {
@@ -677,6 +723,7 @@ int main(void) {
       cmocka_unit_test(test_config),
       cmocka_unit_test(test_spans),
       cmocka_unit_test(test_reused_blocks),
+      cmocka_unit_test(test_local_rewrite_same_mtime),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
