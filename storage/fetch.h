@@ -37,6 +37,9 @@ typedef struct stg_fetch_open_args {
   int fd;           /* local: an fd the fetcher takes over; else -1 */
   double timeout_s; /* per request (HTTP) */
   int retries;      /* after the first try (HTTP) */
+  /* The file's bounds (storage.h), alive as long as the handle; NULL: none.
+   * Read at each request, so stg_file_set_deadline reaches later reads. */
+  const stg_io_ctl *ctl;
 } stg_fetch_open_args;
 #define STG_FETCH_OPEN_ARGS_STRUCT_SIZE sizeof(stg_fetch_open_args)
 
