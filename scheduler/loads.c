@@ -1,5 +1,11 @@
 /* Checkpoint loads (scheduler.h, "Checkpoints"): sched_load_begin opens and
- * indexes the sources at once (storage.h), so a bad header, an unknown name,
+ * indexes the sources on the caller's thread, sched_load_begin_async on an
+ * open worker (workers.c) with every fetch bounded by the call's deadline
+ * and aborted once the load is cancelled (stg_io_ctl on ld->io.cancelled:
+ * the session's end, or sched_load_pending_cancel before the handles are
+ * published), then calls back. The load is on the session's list from its
+ * begin (so the session's end reaches a stalled open), and leaves it if the
+ * begin fails. Either way a bad header, an unknown name,
  * a dtype or a layout that does not fit is the call's error and nothing is
  * published; it creates every tensor pending (dev_tensor_create_pending),
  * checks the handle limit and the quota as an upload does, publishes the
@@ -21,6 +27,7 @@
  * completes it (a read error fails that tensor alone, CANCELLED when its
  * session ended); the last tensor ends the load, whose progress record stays
  * on the session's list (workers.c). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +82,13 @@ struct load {
   atomic_int tensors_done, tensors_failed;
   pd_code code;
   char message[DEV_STATUS_MSG_MAX];
+  /* The open: its bounds, and (sched_load_begin_async) its work. */
+  double deadline_s; /* 0: none; the reads after the reply have none */
+  bool published;    /* the handles are public (ss->mu) */
+  sched_work open;   /* on the open workers */
+  const sched_load_request *req; /* the caller's, until done */
+  sched_load_done_fn done;
+  void *done_arg;
 };
 
 /* --- the load's resources ------------------------------------------------- */
@@ -126,8 +140,11 @@ static pd_code load_open(load *ld, const char *name, stg_format format,
     ld->cap_files = cap;
   }
   stg_file *f = NULL;
-  PD_TRY(
-      stg_file_open(s->cfg.storage_cache, s->cfg.storage_roots, name, &f, st));
+  /* Every fetch of the open and index (and, once the deadline is lifted,
+   * of the reads) stops when the session ends or the caller gives up. */
+  stg_io_ctl ctl = {.deadline_s = ld->deadline_s, .cancel = &ld->io.cancelled};
+  PD_TRY(stg_file_open_ctl(s->cfg.storage_cache, s->cfg.storage_roots, name,
+                           &ctl, &f, st));
   stg_index *x = NULL;
   pd_code c = stg_index_read(f, format, &x, st);
   if (c != PD_OK) {
@@ -623,6 +640,10 @@ static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
   sched_session *ss = ld->ss;
   pthread_mutex_lock(&ss->mu);
   pd_code c = load_room_locked(ld, bytes, st);
+  if (c == PD_OK && atomic_load(&ld->io.cancelled))
+    c = dev_error(st, PD_CANCELLED,
+                  "the load was abandoned before its handles were published "
+                  "(its call was cancelled or its session ended)");
   if (c == PD_OK && !sched_htab_reserve(&ss->handles, (size_t)ld->n_tensors))
     c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   if (c == PD_OK) {
@@ -633,8 +654,7 @@ static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
       sched_htab_insert(&ss->handles, lt->id, lt->t, b);
       ss->bytes += b;
     }
-    ld->io.id = ++ss->last_load_id;
-    sched_io_add_locked(ss, &ld->io); /* the list's reference */
+    ld->published = true;
   }
   pthread_mutex_unlock(&ss->mu);
   return c;
@@ -672,10 +692,9 @@ static pd_code load_check_request(sched *s, const sched_load_request *req,
   return PD_OK;
 }
 
-pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
-                         sched_load_result **out, dev_status *st) {
-  sched *s = ss->owner;
-  PD_TRY(load_check_request(s, req, st));
+/* A new load on the session's list (the list's reference), counted by
+ * sched_io_begin; NOT_FOUND when the session has closed. */
+static pd_code load_new(sched_session *ss, load **out, dev_status *st) {
   load *ld = calloc(1, sizeof(*ld));
   if (!ld) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   ld->ss = ss;
@@ -683,12 +702,31 @@ pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
   atomic_init(&ld->io.refs, 1);
   ld->io.is_load = true;
   ld->io.free = load_free;
-  pd_code c = PD_OK;
-  sched_load_result *r = NULL;
+  pthread_mutex_lock(&ss->mu);
+  bool closed = ss->closed;
+  if (!closed) {
+    ld->io.id = ++ss->last_load_id;
+    sched_io_add_locked(ss, &ld->io);
+  }
+  pthread_mutex_unlock(&ss->mu);
+  if (closed) {
+    load_free(&ld->io);
+    return sched_closed_error(st);
+  }
+  sched_io_begin(ss->owner);
+  *out = ld;
+  return PD_OK;
+}
+
+/* Opens, plans, creates and publishes (the result in *out), all or
+ * nothing. */
+static pd_code load_prepare(load *ld, const sched_load_request *req,
+                            sched_load_result **out, dev_status *st) {
+  sched *s = ld->ss->owner;
   stg_index *ix = NULL;
   if (req->source && req->source[0])
-    PD_TRY_GOTO(load_open(ld, req->source, req->format, &ix, st), c, fail);
-  PD_TRY_GOTO(load_plan(ld, req, st), c, fail);
+    PD_TRY(load_open(ld, req->source, req->format, &ix, st));
+  PD_TRY(load_plan(ld, req, st));
   ld->n_total = ld->n_tensors;
   int ndev = dev_engine_num_devices(s->engine);
   uint64_t dev_bytes = 0;
@@ -698,24 +736,101 @@ pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
     ld->bytes_total += rd;
     dev_bytes += dv;
   }
-  PD_TRY_GOTO(load_room(ld, dev_bytes, st), c, fail); /* before allocating */
-  PD_TRY_GOTO(load_create(ld, st), c, fail);
-  PD_TRY_GOTO(load_result_new(ld, &r, st), c, fail);
-  sched_io_begin(s);
-  c = load_publish(ld, dev_bytes, st);
+  PD_TRY(load_room(ld, dev_bytes, st)); /* before allocating */
+  PD_TRY(load_create(ld, st));
+  sched_load_result *r = NULL;
+  PD_TRY(load_result_new(ld, &r, st));
+  pd_code c = load_publish(ld, dev_bytes, st);
   if (c != PD_OK) {
-    sched_io_end(s);
-    goto fail;
+    sched_load_result_free(r);
+    return c;
   }
   r->load_id = ld->io.id;
-  load_start(ld);
   *out = r;
   return PD_OK;
+}
 
-fail:
-  sched_load_result_free(r);
-  load_free(&ld->io);
+/* load_prepare, then the reads start (their fetches without the call's
+ * deadline); on failure the load leaves the session's list. The caller ends
+ * the sched_io_begin of a failed load. */
+static pd_code load_run(load *ld, sched_load_result **out, dev_status *st) {
+  sched_load_result *r = NULL;
+  pd_code c = load_prepare(ld, ld->req, &r, st);
+  if (c != PD_OK) {
+    sched_io_remove(ld->ss, &ld->io);
+    return c;
+  }
+  for (int i = 0; i < ld->n_files; i++) stg_file_set_deadline(ld->files[i], 0);
+  load_start(ld); /* may end the load at once */
+  *out = r;
+  return PD_OK;
+}
+
+pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
+                         sched_load_result **out, dev_status *st) {
+  sched *s = ss->owner;
+  PD_TRY(load_check_request(s, req, st));
+  load *ld = NULL;
+  PD_TRY(load_new(ss, &ld, st));
+  sched_io_ref(&ld->io); /* ours, over the list's */
+  ld->req = req;
+  pd_code c = load_run(ld, out, st);
+  if (c != PD_OK) sched_io_end(s);
+  ld->req = NULL;
+  sched_io_unref(&ld->io);
   return c;
+}
+
+/* sched_work: the open of a load begun asynchronously, on an open worker. */
+static void load_open_run(sched_work *w) {
+  load *ld = (load *)(void *)((char *)w - offsetof(load, open));
+  sched_session *ss = ld->ss;
+  sched *s = ss->owner;
+  dev_status st = DEV_STATUS_INIT;
+  sched_load_result *r = NULL;
+  pd_code c = load_run(ld, &r, &st);
+  ld->req = NULL;
+  ld->done(ld->done_arg, c, &st, c == PD_OK ? r : NULL);
+  if (c != PD_OK) sched_io_end(s);
+  sched_io_unref(&ld->io); /* the open's */
+  sched_session_put(ss);
+}
+
+pd_code sched_load_begin_async(sched_session *ss, const sched_load_request *req,
+                               double deadline_s, sched_load_done_fn done,
+                               void *arg, sched_load_pending **out,
+                               dev_status *st) {
+  sched *s = ss->owner;
+  PD_TRY(load_check_request(s, req, st));
+  if (!done || !out)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "sched_load_begin_async: done and out are required");
+  load *ld = NULL;
+  PD_TRY(load_new(ss, &ld, st));
+  ld->req = req;
+  ld->deadline_s = deadline_s;
+  ld->done = done;
+  ld->done_arg = arg;
+  ld->open.run = load_open_run;
+  ld->open.ss = ss;
+  sched_session_ref(ss); /* the open's */
+  sched_io_ref(&ld->io); /* the open's (the first is the list's) */
+  sched_io_ref(&ld->io); /* the caller's */
+  *out = (sched_load_pending *)(void *)ld;
+  sched_open_queue(s, &ld->open);
+  return PD_OK;
+}
+
+void sched_load_pending_cancel(sched_load_pending *p) {
+  load *ld = (load *)(void *)p;
+  if (!ld) return;
+  pthread_mutex_lock(&ld->ss->mu);
+  if (!ld->published) atomic_store(&ld->io.cancelled, true);
+  pthread_mutex_unlock(&ld->ss->mu);
+}
+
+void sched_load_pending_put(sched_load_pending *p) {
+  if (p) sched_io_unref(&((load *)(void *)p)->io);
 }
 
 void sched_load_result_free(sched_load_result *r) {
