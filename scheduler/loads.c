@@ -1,15 +1,13 @@
-/* Checkpoint loads (scheduler.h, "Checkpoints"): sched_load_begin opens and
- * indexes the sources on the caller's thread, sched_load_begin_async on an
- * open worker (workers.c) with every fetch bounded by the call's deadline
- * and aborted once the load is cancelled (stg_io_ctl on ld->io.cancelled:
- * the session's end, or sched_load_pending_cancel before the handles are
- * published), then calls back. The load is on the session's list from its
- * begin (so the session's end reaches a stalled open), and leaves it if the
- * begin fails. Either way a bad header, an unknown name,
- * a dtype or a layout that does not fit is the call's error and nothing is
- * published; it creates every tensor pending (dev_tensor_create_pending),
- * checks the handle limit and the quota as an upload does, publishes the
- * handles and queues the reads as pieces on the load workers (workers.c).
+/* Checkpoint loads (scheduler.h, "Checkpoints"): sched_load_new puts a
+ * load on the session's list (so the session's end reaches a stalled open);
+ * sched_load_run opens and indexes its sources (on the caller's thread or
+ * an open worker: load_begin.c), every fetch bounded by the deadline and
+ * aborted once ld->io.cancelled is set (the session's end, or
+ * sched_load_abandon before the handles are published). A bad header, an
+ * unknown name, a dtype or a layout that does not fit is the call's error,
+ * nothing published, the load off the list; else it creates every tensor
+ * pending, checks the handle limit and the quota as an upload does,
+ * publishes the handles and queues the reads as pieces on the load workers.
  *
  * A piece reads one byte range of one entry in chunks (sched.load_chunk)
  * through stg_entry_read and writes it with dev_tensor_write:
@@ -27,7 +25,6 @@
  * completes it (a read error fails that tensor alone, CANCELLED when its
  * session ended); the last tensor ends the load, whose progress record stays
  * on the session's list (workers.c). */
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,13 +79,10 @@ struct load {
   atomic_int tensors_done, tensors_failed;
   pd_code code;
   char message[DEV_STATUS_MSG_MAX];
-  /* The open: its bounds, and (sched_load_begin_async) its work. */
-  double deadline_s; /* 0: none; the reads after the reply have none */
-  bool published;    /* the handles are public (ss->mu) */
-  sched_work open;   /* on the open workers */
-  const sched_load_request *req; /* the caller's, until done */
-  sched_load_done_fn done;
-  void *done_arg;
+  /* The open: its bounds and request (load_begin.c) */
+  double deadline_s;             /* 0: none; the reads have none */
+  bool published;                /* the handles are public (ss->mu) */
+  const sched_load_request *req; /* the caller's, until it ran */
 };
 
 /* --- the load's resources ------------------------------------------------- */
@@ -618,7 +612,7 @@ static pd_code load_result_new(load *ld, sched_load_result **out,
     r->tensors =
         calloc(ld->n_tensors ? (size_t)ld->n_tensors : 1, sizeof(*r->tensors));
   if (!r || !r->tensors) {
-    sched_load_result_free(r);
+    free(r); /* r->tensors is NULL */
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
   r->n = ld->n_tensors;
@@ -692,14 +686,16 @@ static pd_code load_check_request(sched *s, const sched_load_request *req,
   return PD_OK;
 }
 
-/* A new load on the session's list (the list's reference), counted by
- * sched_io_begin; NOT_FOUND when the session has closed. */
-static pd_code load_new(sched_session *ss, load **out, dev_status *st) {
+pd_code sched_load_new(sched_session *ss, const sched_load_request *req,
+                       double deadline_s, sched_io **out, dev_status *st) {
+  PD_TRY(load_check_request(ss->owner, req, st));
   load *ld = calloc(1, sizeof(*ld));
   if (!ld) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   ld->ss = ss;
+  ld->req = req;
+  ld->deadline_s = deadline_s;
   pthread_mutex_init(&ld->mu, NULL);
-  atomic_init(&ld->io.refs, 1);
+  atomic_init(&ld->io.refs, 2); /* the list's and the caller's */
   ld->io.is_load = true;
   ld->io.free = load_free;
   pthread_mutex_lock(&ss->mu);
@@ -714,7 +710,7 @@ static pd_code load_new(sched_session *ss, load **out, dev_status *st) {
     return sched_closed_error(st);
   }
   sched_io_begin(ss->owner);
-  *out = ld;
+  *out = &ld->io;
   return PD_OK;
 }
 
@@ -742,7 +738,8 @@ static pd_code load_prepare(load *ld, const sched_load_request *req,
   PD_TRY(load_result_new(ld, &r, st));
   pd_code c = load_publish(ld, dev_bytes, st);
   if (c != PD_OK) {
-    sched_load_result_free(r);
+    free(r->tensors);
+    free(r);
     return c;
   }
   r->load_id = ld->io.id;
@@ -750,14 +747,13 @@ static pd_code load_prepare(load *ld, const sched_load_request *req,
   return PD_OK;
 }
 
-/* load_prepare, then the reads start (their fetches without the call's
- * deadline); on failure the load leaves the session's list. The caller ends
- * the sched_io_begin of a failed load. */
-static pd_code load_run(load *ld, sched_load_result **out, dev_status *st) {
+pd_code sched_load_run(sched_io *io, sched_load_result **out, dev_status *st) {
+  load *ld = (load *)io;
   sched_load_result *r = NULL;
   pd_code c = load_prepare(ld, ld->req, &r, st);
   if (c != PD_OK) {
     sched_io_remove(ld->ss, &ld->io);
+    sched_io_end(ld->ss->owner);
     return c;
   }
   for (int i = 0; i < ld->n_files; i++) stg_file_set_deadline(ld->files[i], 0);
@@ -766,77 +762,11 @@ static pd_code load_run(load *ld, sched_load_result **out, dev_status *st) {
   return PD_OK;
 }
 
-pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
-                         sched_load_result **out, dev_status *st) {
-  sched *s = ss->owner;
-  PD_TRY(load_check_request(s, req, st));
-  load *ld = NULL;
-  PD_TRY(load_new(ss, &ld, st));
-  sched_io_ref(&ld->io); /* ours, over the list's */
-  ld->req = req;
-  pd_code c = load_run(ld, out, st);
-  if (c != PD_OK) sched_io_end(s);
-  ld->req = NULL;
-  sched_io_unref(&ld->io);
-  return c;
-}
-
-/* sched_work: the open of a load begun asynchronously, on an open worker. */
-static void load_open_run(sched_work *w) {
-  load *ld = (load *)(void *)((char *)w - offsetof(load, open));
-  sched_session *ss = ld->ss;
-  sched *s = ss->owner;
-  dev_status st = DEV_STATUS_INIT;
-  sched_load_result *r = NULL;
-  pd_code c = load_run(ld, &r, &st);
-  ld->req = NULL;
-  ld->done(ld->done_arg, c, &st, c == PD_OK ? r : NULL);
-  if (c != PD_OK) sched_io_end(s);
-  sched_io_unref(&ld->io); /* the open's */
-  sched_session_put(ss);
-}
-
-pd_code sched_load_begin_async(sched_session *ss, const sched_load_request *req,
-                               double deadline_s, sched_load_done_fn done,
-                               void *arg, sched_load_pending **out,
-                               dev_status *st) {
-  sched *s = ss->owner;
-  PD_TRY(load_check_request(s, req, st));
-  if (!done || !out)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "sched_load_begin_async: done and out are required");
-  load *ld = NULL;
-  PD_TRY(load_new(ss, &ld, st));
-  ld->req = req;
-  ld->deadline_s = deadline_s;
-  ld->done = done;
-  ld->done_arg = arg;
-  ld->open.run = load_open_run;
-  ld->open.ss = ss;
-  sched_session_ref(ss); /* the open's */
-  sched_io_ref(&ld->io); /* the open's (the first is the list's) */
-  sched_io_ref(&ld->io); /* the caller's */
-  *out = (sched_load_pending *)(void *)ld;
-  sched_open_queue(s, &ld->open);
-  return PD_OK;
-}
-
-void sched_load_pending_cancel(sched_load_pending *p) {
-  load *ld = (load *)(void *)p;
-  if (!ld) return;
+void sched_load_abandon(sched_io *io) {
+  load *ld = (load *)io;
   pthread_mutex_lock(&ld->ss->mu);
   if (!ld->published) atomic_store(&ld->io.cancelled, true);
   pthread_mutex_unlock(&ld->ss->mu);
-}
-
-void sched_load_pending_put(sched_load_pending *p) {
-  if (p) sched_io_unref(&((load *)(void *)p)->io);
-}
-
-void sched_load_result_free(sched_load_result *r) {
-  if (!r) return;
-  free(r->tensors);
-  free(r);
 }
 
 pd_code sched_load_get_progress(sched_session *ss, uint64_t load_id,

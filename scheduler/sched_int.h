@@ -325,6 +325,19 @@ void sched_work_queue(sched *s, sched_work *w);
  * its record's `cancelled` itself). */
 void sched_open_queue(sched *s, sched_work *w);
 #define SCHED_OPEN_WORKERS 4
+
+/* Loads (loads.c), for load_begin.c. sched_load_new checks req and puts a
+ * new load on ss's list, counted by sched_io_begin; *out has two
+ * references, the list's and the caller's; req (borrowed) and deadline_s
+ * (stg_now_s's clock, 0: none) serve sched_load_run, which opens, indexes,
+ * publishes and starts the reads (*out: the result) or, failing, takes the
+ * load off the list and ends its sched_io_begin. sched_load_abandon cancels
+ * a load whose handles are not yet published (its fetches abort); the
+ * caller holds a reference on its session. */
+pd_code sched_load_new(sched_session *ss, const sched_load_request *req,
+                       double deadline_s, sched_io **out, dev_status *st);
+pd_code sched_load_run(sched_io *io, sched_load_result **out, dev_status *st);
+void sched_load_abandon(sched_io *io);
 /* The end of a session (no lock held, the session closed, so its list is
  * frozen): marks its loads and saves cancelled and runs the work of it still
  * queued on this thread, where it sees the cancellation and ends at once. */
