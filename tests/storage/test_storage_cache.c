@@ -23,10 +23,11 @@ typedef struct tf {
   unsigned char *data;
   size_t size;
   int version;
-  int reads;      /* read calls */
-  int fail_next;  /* fail this many reads */
-  bool gate_shut; /* reads wait until it opens */
-  int at_gate;    /* reads waiting at the gate */
+  int reads;         /* read calls */
+  int fail_next;     /* fail this many reads */
+  bool gate_shut;    /* reads wait until it opens */
+  pd_code fail_code; /* of the injected failures; 0: UNAVAILABLE */
+  int at_gate;       /* reads waiting at the gate */
 } tf;
 
 static void tf_init(tf *t, size_t size, uint64_t seed) {
@@ -80,8 +81,8 @@ static pd_code tf_read(const stg_fetcher *f, void *handle, uint64_t off,
   if (t->fail_next > 0) t->fail_next--;
   if (!fail) memcpy(buf, t->data + off, len);
   pthread_mutex_unlock(&t->mu);
-  return fail ? dev_error(st, PD_UNAVAILABLE, "injected failure at %ju",
-                          (uintmax_t)off)
+  pd_code code = t->fail_code ? t->fail_code : PD_UNAVAILABLE;
+  return fail ? dev_error(st, code, "injected failure at %ju", (uintmax_t)off)
               : PD_OK;
 }
 
@@ -247,6 +248,41 @@ static void test_failed_fetch(void **state) {
   read_check(f, &t, 20, 100, PD_OK); /* now a hit */
   assert_int_equal(tf_reads(&t), 2);
   stg_file_close(f);
+  stg_cache_destroy(c);
+  tf_free(&t);
+}
+
+/* A fetch cancelled by its own reader (its session ended: stg_io_ctl) is
+ * not the error of the readers that waited for it: they fetch the block
+ * themselves. */
+static void test_cancelled_fetch(void **state) {
+  (void)state;
+  tf t;
+  tf_init(&t, 3 * 4096, 4);
+  stg_fetcher fx = tf_table(&t);
+  stg_cache *c = mk_cache(4096, 1 << 20, 0);
+  t.fail_next = 1;
+  t.fail_code = PD_CANCELLED;
+  tf_gate(&t, true);
+  reader rs[3];
+  pthread_t th[3];
+  run_readers(c, &fx, &t, 3, rs, th);
+  tf_wait_at_gate(&t, 1);
+  wait_waits(c, 2);
+  tf_gate(&t, false);
+  int cancelled = 0;
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    if (rs[i].rc == PD_CANCELLED) {
+      cancelled++;
+      continue;
+    }
+    assert_int_equal(rs[i].rc, PD_OK);
+    assert_memory_equal(rs[i].buf, t.data + rs[i].off, rs[i].len);
+  }
+  assert_int_equal(cancelled, 1); /* the fetching reader alone */
+  assert_int_equal(tf_reads(&t), 2);
+  assert_int_equal(stats(c).blocks_cached, 1);
   stg_cache_destroy(c);
   tf_free(&t);
 }
@@ -724,6 +760,7 @@ int main(void) {
       cmocka_unit_test(test_spans),
       cmocka_unit_test(test_reused_blocks),
       cmocka_unit_test(test_local_rewrite_same_mtime),
+      cmocka_unit_test(test_cancelled_fetch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
