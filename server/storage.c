@@ -134,6 +134,12 @@ static int srv_storage_roots(srv *s) {
   }
   for (int i = 0; i < o->num_storage_roots; i++)
     SRV_INFO("storage root %d: %s", i, o->storage_roots[i]);
+  if (o->num_storage_roots > 0)
+    SRV_INFO(
+        "storage: a save killed mid-write (SIGKILL, crash) leaves its target "
+        "intact and an orphan .NAME.tmp-XXXXXX beside it; the next save of "
+        "NAME removes it once it is over 5 minutes old and its writer is "
+        "gone; nothing else is swept");
   if (o->num_storage_roots == 0)
     SRV_INFO(
         "no storage root: LoadTensors and SaveTensors are refused "
