@@ -119,9 +119,10 @@ typedef struct sched_work {
 } sched_work;
 
 /* A load or a save of a session, on the session's list (newest first, under
- * session.mu) from its begin until the session is freed, or until trimmed
- * once finished (SCHED_LOADS_KEPT finished loads stay, for late polls). Two
- * references: the list's and the running job's. */
+ * session.mu) from its begin until the session is freed, until its begin
+ * fails (sched_io_remove), or until trimmed once finished (SCHED_LOADS_KEPT
+ * finished loads stay, for late polls). References: the list's, the running
+ * job's, and a pending load's holder (load_begin.c). */
 typedef struct sched_io {
   atomic_int refs;
   atomic_bool cancelled; /* the session ended: stop at the next chunk */

@@ -157,9 +157,12 @@ static sched_work *sched_unqueue_session_locked(sched *s, sched_session *ss) {
 
 void sched_io_cancel_session(sched_session *ss) {
   sched *s = ss->owner;
-  if (!ss->io) return;
+  pthread_mutex_lock(&ss->mu); /* a failed begin may leave the list */
+  bool any = ss->io != NULL;
   for (sched_io *io = ss->io; io; io = io->next)
     atomic_store(&io->cancelled, true);
+  pthread_mutex_unlock(&ss->mu);
+  if (!any) return;
   pthread_mutex_lock(&s->io_mu);
   sched_work *w = sched_unqueue_session_locked(s, ss);
   pthread_mutex_unlock(&s->io_mu);
