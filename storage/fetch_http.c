@@ -22,8 +22,10 @@
  *   bounds a file opened with an stg_io_ctl (storage.h): each request's
  *          timeout is min(fetch_timeout_s, time to the deadline), no attempt
  *          starts past it (DEADLINE_EXCEEDED) and the backoff stops at it;
- *          once the cancel flag is set, the progress callback aborts the
- *          transfer in progress and the request is CANCELLED.
+ *          a cancellable request runs through the thread's multi handle,
+ *          polled every STG_CANCEL_POLL_MS (and the progress callback), so
+ *          once the cancel flag is set the transfer in progress aborts
+ *          within about 50 ms and the request is CANCELLED.
  *
  * Threads: curl_global_init runs once (pthread_once); each thread has its
  * own easy handle (a pthread key, cleaned up at thread exit), reset before
@@ -64,14 +66,28 @@ void stg__http_set_backoff(double first_s) {
 }
 
 static pthread_once_t stg_curl_once = PTHREAD_ONCE_INIT;
-static pthread_key_t stg_curl_key;
+static pthread_key_t stg_curl_key, stg_multi_key;
 static CURLcode stg_curl_init_rc;
 
 static void stg_curl_free(void *h) { curl_easy_cleanup(h); }
+static void stg_multi_free(void *m) { curl_multi_cleanup(m); }
 
 static void stg_curl_global(void) {
   stg_curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
   pthread_key_create(&stg_curl_key, stg_curl_free);
+  pthread_key_create(&stg_multi_key, stg_multi_free);
+}
+
+/* This thread's multi handle (its connections kept between requests), for
+ * requests that may be cancelled; NULL when it cannot be made. */
+static CURLM *stg_multi(void) {
+  CURLM *m = pthread_getspecific(stg_multi_key);
+  if (!m && (m = curl_multi_init()) &&
+      pthread_setspecific(stg_multi_key, m) != 0) {
+    curl_multi_cleanup(m);
+    m = NULL;
+  }
+  return m;
 }
 
 /* This thread's easy handle, reset; NULL when curl cannot start. */
@@ -197,6 +213,40 @@ static int stg_on_progress(void *arg, curl_off_t dt, curl_off_t dn,
   return ctl && ctl->cancel && atomic_load(ctl->cancel) ? 1 : 0;
 }
 
+/* curl_easy_perform, but through this thread's multi handle, polling at
+ * most STG_CANCEL_POLL_MS at a time, so a set cancel flag aborts the
+ * transfer within about that long whatever it is doing (libcurl calls the
+ * progress callback only about once a second while nothing arrives). */
+#define STG_CANCEL_POLL_MS 50
+static CURLcode stg_perform_cancellable(CURL *c, const stg_io_ctl *ctl) {
+  CURLM *m = stg_multi();
+  if (!m || curl_multi_add_handle(m, c) != CURLM_OK)
+    return curl_easy_perform(c);
+  CURLcode rc = CURLE_OK;
+  for (;;) {
+    int running = 0;
+    if (curl_multi_perform(m, &running) != CURLM_OK) {
+      rc = CURLE_FAILED_INIT;
+      break;
+    }
+    bool done = false;
+    int left = 0;
+    for (CURLMsg *msg; (msg = curl_multi_info_read(m, &left));)
+      if (msg->msg == CURLMSG_DONE && msg->easy_handle == c) {
+        rc = msg->data.result;
+        done = true;
+      }
+    if (done || running == 0) break;
+    if (atomic_load(ctl->cancel)) {
+      rc = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    curl_multi_poll(m, NULL, 0, STG_CANCEL_POLL_MS, NULL);
+  }
+  curl_multi_remove_handle(m, c);
+  return rc;
+}
+
 /* Performs one GET; the curl code (CURLE_WRITE_ERROR when we stopped). */
 static CURLcode stg_perform(stg_req *r, const char *url, double timeout_s,
                             const stg_io_ctl *ctl) {
@@ -235,7 +285,8 @@ static CURLcode stg_perform(stg_req *r, const char *url, double timeout_s,
   curl_easy_setopt(c, CURLOPT_NOPROGRESS, ctl && ctl->cancel ? 0L : 1L);
   curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, stg_on_progress);
   curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)ctl);
-  CURLcode rc = curl_easy_perform(c);
+  CURLcode rc = ctl && ctl->cancel ? stg_perform_cancellable(c, ctl)
+                                   : curl_easy_perform(c);
   curl_slist_free_all(hdrs);
   return rc;
 }
