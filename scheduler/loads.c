@@ -1,9 +1,13 @@
-/* Checkpoint loads (scheduler.h, "Checkpoints"): sched_load_begin opens and
- * indexes the sources at once (storage.h), so a bad header, an unknown name,
- * a dtype or a layout that does not fit is the call's error and nothing is
- * published; it creates every tensor pending (dev_tensor_create_pending),
- * checks the handle limit and the quota as an upload does, publishes the
- * handles and queues the reads as pieces on the load workers (workers.c).
+/* Checkpoint loads (scheduler.h, "Checkpoints"): sched_load_new puts a
+ * load on the session's list (so the session's end reaches a stalled open);
+ * sched_load_run opens and indexes its sources (on the caller's thread or
+ * an open worker: load_begin.c), every fetch bounded by the deadline and
+ * aborted once ld->io.cancelled is set (the session's end, or
+ * sched_load_abandon before the handles are published). A bad header, an
+ * unknown name, a dtype or a layout that does not fit is the call's error,
+ * nothing published, the load off the list; else it creates every tensor
+ * pending, checks the handle limit and the quota as an upload does,
+ * publishes the handles and queues the reads as pieces on the load workers.
  *
  * A piece reads one byte range of one entry in chunks (sched.load_chunk)
  * through stg_entry_read and writes it with dev_tensor_write:
@@ -75,6 +79,10 @@ struct load {
   atomic_int tensors_done, tensors_failed;
   pd_code code;
   char message[DEV_STATUS_MSG_MAX];
+  /* The open: its bounds and request (load_begin.c) */
+  double deadline_s;             /* 0: none; the reads have none */
+  bool published;                /* the handles are public (ss->mu) */
+  const sched_load_request *req; /* the caller's, until it ran */
 };
 
 /* --- the load's resources ------------------------------------------------- */
@@ -126,8 +134,11 @@ static pd_code load_open(load *ld, const char *name, stg_format format,
     ld->cap_files = cap;
   }
   stg_file *f = NULL;
-  PD_TRY(
-      stg_file_open(s->cfg.storage_cache, s->cfg.storage_roots, name, &f, st));
+  /* Every fetch of the open and index (and, once the deadline is lifted,
+   * of the reads) stops when the session ends or the caller gives up. */
+  stg_io_ctl ctl = {.deadline_s = ld->deadline_s, .cancel = &ld->io.cancelled};
+  PD_TRY(stg_file_open_ctl(s->cfg.storage_cache, s->cfg.storage_roots, name,
+                           &ctl, &f, st));
   stg_index *x = NULL;
   pd_code c = stg_index_read(f, format, &x, st);
   if (c != PD_OK) {
@@ -601,7 +612,7 @@ static pd_code load_result_new(load *ld, sched_load_result **out,
     r->tensors =
         calloc(ld->n_tensors ? (size_t)ld->n_tensors : 1, sizeof(*r->tensors));
   if (!r || !r->tensors) {
-    sched_load_result_free(r);
+    free(r); /* r->tensors is NULL */
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
   r->n = ld->n_tensors;
@@ -623,6 +634,10 @@ static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
   sched_session *ss = ld->ss;
   pthread_mutex_lock(&ss->mu);
   pd_code c = load_room_locked(ld, bytes, st);
+  if (c == PD_OK && atomic_load(&ld->io.cancelled))
+    c = dev_error(st, PD_CANCELLED,
+                  "the load was abandoned before its handles were published "
+                  "(its call was cancelled or its session ended)");
   if (c == PD_OK && !sched_htab_reserve(&ss->handles, (size_t)ld->n_tensors))
     c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   if (c == PD_OK) {
@@ -633,8 +648,7 @@ static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
       sched_htab_insert(&ss->handles, lt->id, lt->t, b);
       ss->bytes += b;
     }
-    ld->io.id = ++ss->last_load_id;
-    sched_io_add_locked(ss, &ld->io); /* the list's reference */
+    ld->published = true;
   }
   pthread_mutex_unlock(&ss->mu);
   return c;
@@ -672,23 +686,43 @@ static pd_code load_check_request(sched *s, const sched_load_request *req,
   return PD_OK;
 }
 
-pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
-                         sched_load_result **out, dev_status *st) {
-  sched *s = ss->owner;
-  PD_TRY(load_check_request(s, req, st));
+pd_code sched_load_new(sched_session *ss, const sched_load_request *req,
+                       double deadline_s, sched_io **out, dev_status *st) {
+  PD_TRY(load_check_request(ss->owner, req, st));
   load *ld = calloc(1, sizeof(*ld));
   if (!ld) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   ld->ss = ss;
+  ld->req = req;
+  ld->deadline_s = deadline_s;
   pthread_mutex_init(&ld->mu, NULL);
-  atomic_init(&ld->io.refs, 1);
+  atomic_init(&ld->io.refs, 2); /* the list's and the caller's */
   ld->io.is_load = true;
   ld->io.free = load_free;
-  pd_code c = PD_OK;
-  sched_load_result *r = NULL;
+  pthread_mutex_lock(&ss->mu);
+  bool closed = ss->closed;
+  if (!closed) {
+    ld->io.id = ++ss->last_load_id;
+    sched_io_add_locked(ss, &ld->io);
+  }
+  pthread_mutex_unlock(&ss->mu);
+  if (closed) {
+    load_free(&ld->io);
+    return sched_closed_error(st);
+  }
+  sched_io_begin(ss->owner);
+  *out = &ld->io;
+  return PD_OK;
+}
+
+/* Opens, plans, creates and publishes (the result in *out), all or
+ * nothing. */
+static pd_code load_prepare(load *ld, const sched_load_request *req,
+                            sched_load_result **out, dev_status *st) {
+  sched *s = ld->ss->owner;
   stg_index *ix = NULL;
   if (req->source && req->source[0])
-    PD_TRY_GOTO(load_open(ld, req->source, req->format, &ix, st), c, fail);
-  PD_TRY_GOTO(load_plan(ld, req, st), c, fail);
+    PD_TRY(load_open(ld, req->source, req->format, &ix, st));
+  PD_TRY(load_plan(ld, req, st));
   ld->n_total = ld->n_tensors;
   int ndev = dev_engine_num_devices(s->engine);
   uint64_t dev_bytes = 0;
@@ -698,30 +732,41 @@ pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
     ld->bytes_total += rd;
     dev_bytes += dv;
   }
-  PD_TRY_GOTO(load_room(ld, dev_bytes, st), c, fail); /* before allocating */
-  PD_TRY_GOTO(load_create(ld, st), c, fail);
-  PD_TRY_GOTO(load_result_new(ld, &r, st), c, fail);
-  sched_io_begin(s);
-  c = load_publish(ld, dev_bytes, st);
+  PD_TRY(load_room(ld, dev_bytes, st)); /* before allocating */
+  PD_TRY(load_create(ld, st));
+  sched_load_result *r = NULL;
+  PD_TRY(load_result_new(ld, &r, st));
+  pd_code c = load_publish(ld, dev_bytes, st);
   if (c != PD_OK) {
-    sched_io_end(s);
-    goto fail;
+    free(r->tensors);
+    free(r);
+    return c;
   }
   r->load_id = ld->io.id;
-  load_start(ld);
   *out = r;
   return PD_OK;
-
-fail:
-  sched_load_result_free(r);
-  load_free(&ld->io);
-  return c;
 }
 
-void sched_load_result_free(sched_load_result *r) {
-  if (!r) return;
-  free(r->tensors);
-  free(r);
+pd_code sched_load_run(sched_io *io, sched_load_result **out, dev_status *st) {
+  load *ld = (load *)io;
+  sched_load_result *r = NULL;
+  pd_code c = load_prepare(ld, ld->req, &r, st);
+  if (c != PD_OK) {
+    sched_io_remove(ld->ss, &ld->io);
+    sched_io_end(ld->ss->owner);
+    return c;
+  }
+  for (int i = 0; i < ld->n_files; i++) stg_file_set_deadline(ld->files[i], 0);
+  load_start(ld); /* may end the load at once */
+  *out = r;
+  return PD_OK;
+}
+
+void sched_load_abandon(sched_io *io) {
+  load *ld = (load *)io;
+  pthread_mutex_lock(&ld->ss->mu);
+  if (!ld->published) atomic_store(&ld->io.cancelled, true);
+  pthread_mutex_unlock(&ld->ss->mu);
 }
 
 pd_code sched_load_get_progress(sched_session *ss, uint64_t load_id,

@@ -119,9 +119,10 @@ typedef struct sched_work {
 } sched_work;
 
 /* A load or a save of a session, on the session's list (newest first, under
- * session.mu) from its begin until the session is freed, or until trimmed
- * once finished (SCHED_LOADS_KEPT finished loads stay, for late polls). Two
- * references: the list's and the running job's. */
+ * session.mu) from its begin until the session is freed, until its begin
+ * fails (sched_io_remove), or until trimmed once finished (SCHED_LOADS_KEPT
+ * finished loads stay, for late polls). References: the list's, the running
+ * job's, and a pending load's holder (load_begin.c). */
 typedef struct sched_io {
   atomic_int refs;
   atomic_bool cancelled; /* the session ended: stop at the next chunk */
@@ -263,6 +264,13 @@ struct sched {
   bool io_stop;
   pthread_t *io_threads;
   int n_io_threads;
+  /* Open workers (workers.c), also under io_mu: the opens and indexes of
+   * loads begun with sched_load_begin_async, on their own FIFO and threads
+   * so a stalled source never holds a load worker (or an RPC thread). */
+  pthread_cond_t open_cv; /* open work arrived, or io_stop */
+  sched_work *open_head, *open_tail;
+  pthread_t *open_threads;
+  int n_open_threads;
   size_t load_chunk;       /* bytes a worker reads at once */
   sched_load_hook_fn hook; /* tests only; set before any load */
   void *hook_arg;
@@ -314,6 +322,23 @@ void sched_io_begin(sched *s);
 void sched_io_end(sched *s);
 /* Queues work for the workers (no lock held). */
 void sched_work_queue(sched *s, sched_work *w);
+/* Queues w on the open workers (never run at a session's end: it must see
+ * its record's `cancelled` itself). */
+void sched_open_queue(sched *s, sched_work *w);
+#define SCHED_OPEN_WORKERS 4
+
+/* Loads (loads.c), for load_begin.c. sched_load_new checks req and puts a
+ * new load on ss's list, counted by sched_io_begin; *out has two
+ * references, the list's and the caller's; req (borrowed) and deadline_s
+ * (stg_now_s's clock, 0: none) serve sched_load_run, which opens, indexes,
+ * publishes and starts the reads (*out: the result) or, failing, takes the
+ * load off the list and ends its sched_io_begin. sched_load_abandon cancels
+ * a load whose handles are not yet published (its fetches abort); the
+ * caller holds a reference on its session. */
+pd_code sched_load_new(sched_session *ss, const sched_load_request *req,
+                       double deadline_s, sched_io **out, dev_status *st);
+pd_code sched_load_run(sched_io *io, sched_load_result **out, dev_status *st);
+void sched_load_abandon(sched_io *io);
 /* The end of a session (no lock held, the session closed, so its list is
  * frozen): marks its loads and saves cancelled and runs the work of it still
  * queued on this thread, where it sees the cancellation and ends at once. */
@@ -323,6 +348,9 @@ void sched_io_unref(sched_io *io);
 /* Puts io on the session's list and drops finished records beyond what is
  * kept (ss->mu held). */
 void sched_io_add_locked(sched_session *ss, sched_io *io);
+/* Takes io off the session's list (session.mu taken here), dropping the
+ * list's reference; nothing when it is not there. */
+void sched_io_remove(sched_session *ss, sched_io *io);
 /* Drops the list's references (sched_session_free). */
 void sched_io_release_all(sched_session *ss);
 /* Test hook and the chunk size of reads (0: SCHED_LOAD_CHUNK). Call before

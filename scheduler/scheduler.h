@@ -334,6 +334,33 @@ void sched_load_result_free(sched_load_result *r);
 pd_code sched_load_begin(sched_session *ss, const sched_load_request *req,
                          sched_load_result **out, dev_status *st);
 
+/* sched_load_begin off the caller's thread (issue #13: a stalled source
+ * must not hold an RPC thread): checks the request at once
+ * (FAILED_PRECONDITION without storage, INVALID_ARGUMENT for its counts,
+ * NOT_FOUND for a session already closed), then opens and indexes the
+ * files on an open worker and calls done(arg, code, st, r) there exactly
+ * once: r (owned by done; free with sched_load_result_free) on PD_OK, else
+ * NULL with sched_load_begin's errors, DEADLINE_EXCEEDED (deadline_s, on
+ * stg_now_s's clock, 0: none, passed during the open: every fetch of the
+ * open and index is bounded by it) or CANCELLED (the session ended, or
+ * sched_load_pending_cancel). `req` and everything it points to must stay
+ * valid until done is called. *out is a reference for the caller: drop it
+ * with sched_load_pending_put (after done, or after cancelling), holding a
+ * reference on ss until then. */
+typedef struct sched_load_pending sched_load_pending;
+typedef void (*sched_load_done_fn)(void *arg, pd_code code,
+                                   const dev_status *st, sched_load_result *r);
+pd_code sched_load_begin_async(sched_session *ss, const sched_load_request *req,
+                               double deadline_s, sched_load_done_fn done,
+                               void *arg, sched_load_pending **out,
+                               dev_status *st);
+/* The caller no longer wants the load (its call was cancelled): if the
+ * handles are not published yet, its fetches abort and done gets
+ * CANCELLED, nothing published; a load already published goes on. Any
+ * thread. */
+void sched_load_pending_cancel(sched_load_pending *p);
+void sched_load_pending_put(sched_load_pending *p); /* accepts NULL */
+
 /* bytes_done: read from storage and written so far (short of bytes_total
  * when a tensor failed); tensors_done: tensors that ended, loaded or failed;
  * tensors_failed: those of them that failed; done: the load has ended. */

@@ -9,51 +9,87 @@
  * cancellation and ends at once (pending tensors complete with CANCELLED);
  * work already running stops at its next chunk. sched_destroy waits for
  * every load and save to end before stopping the threads (sched_io_begin /
- * sched_io_end count them). Lock: sched.io_mu (sched_int.h, 3b). */
+ * sched_io_end count them).
+ *
+ * The open workers (SCHED_OPEN_WORKERS threads, their own FIFO) run the
+ * opens and indexes of loads begun with sched_load_begin_async: storage
+ * I/O that may stall on a source until its call's deadline, kept off the
+ * RPC threads and off the load workers, so a stalled source delays neither
+ * the daemon nor the reads of other loads. A session's end does not run
+ * them (they see their record's `cancelled`, and the storage's fetches
+ * abort on it). Lock: sched.io_mu (sched_int.h, 3b) for both FIFOs. */
 #include <stdlib.h>
 
 #include "sched_int.h"
 
-static void *sched_worker_main(void *arg) {
-  sched *s = arg;
+/* One FIFO's worker loop (io_mu guards both FIFOs). */
+static void sched_worker_loop(sched *s, sched_work **head, sched_work **tail,
+                              pthread_cond_t *cv) {
   pthread_mutex_lock(&s->io_mu);
   for (;;) {
-    while (!s->io_head && !s->io_stop) pthread_cond_wait(&s->io_cv, &s->io_mu);
-    if (!s->io_head) break; /* stopping, and nothing left */
-    sched_work *w = s->io_head;
-    s->io_head = w->next;
-    if (!s->io_head) s->io_tail = NULL;
+    while (!*head && !s->io_stop) pthread_cond_wait(cv, &s->io_mu);
+    if (!*head) break; /* stopping, and nothing left */
+    sched_work *w = *head;
+    *head = w->next;
+    if (!*head) *tail = NULL;
     w->next = NULL;
     pthread_mutex_unlock(&s->io_mu);
     w->run(w);
     pthread_mutex_lock(&s->io_mu);
   }
   pthread_mutex_unlock(&s->io_mu);
+}
+
+static void *sched_worker_main(void *arg) {
+  sched *s = arg;
+  sched_worker_loop(s, &s->io_head, &s->io_tail, &s->io_cv);
   return NULL;
 }
 
-static void sched_workers_join(sched *s, int n) {
+static void *sched_open_main(void *arg) {
+  sched *s = arg;
+  sched_worker_loop(s, &s->open_head, &s->open_tail, &s->open_cv);
+  return NULL;
+}
+
+static void sched_workers_join(sched *s, int n, int n_open) {
   pthread_mutex_lock(&s->io_mu);
   s->io_stop = true;
   pthread_cond_broadcast(&s->io_cv);
+  pthread_cond_broadcast(&s->open_cv);
   pthread_mutex_unlock(&s->io_mu);
   for (int i = 0; i < n; i++) pthread_join(s->io_threads[i], NULL);
+  for (int i = 0; i < n_open; i++) pthread_join(s->open_threads[i], NULL);
   free(s->io_threads);
-  s->io_threads = NULL;
-  s->n_io_threads = 0;
+  free(s->open_threads);
+  s->io_threads = s->open_threads = NULL;
+  s->n_io_threads = s->n_open_threads = 0;
+  pthread_cond_destroy(&s->open_cv);
 }
 
 bool sched_workers_start(sched *s, int n) {
+  pthread_cond_init(&s->open_cv, NULL);
   s->io_threads = calloc((size_t)n, sizeof(*s->io_threads));
-  if (!s->io_threads) return false;
+  s->open_threads = calloc(SCHED_OPEN_WORKERS, sizeof(*s->open_threads));
+  if (!s->io_threads || !s->open_threads) {
+    sched_workers_join(s, 0, 0);
+    return false;
+  }
   if (!s->load_chunk) s->load_chunk = SCHED_LOAD_CHUNK;
   for (int i = 0; i < n; i++) {
     if (pthread_create(&s->io_threads[i], NULL, sched_worker_main, s) != 0) {
-      sched_workers_join(s, i);
+      sched_workers_join(s, i, 0);
+      return false;
+    }
+  }
+  for (int i = 0; i < SCHED_OPEN_WORKERS; i++) {
+    if (pthread_create(&s->open_threads[i], NULL, sched_open_main, s) != 0) {
+      sched_workers_join(s, n, i);
       return false;
     }
   }
   s->n_io_threads = n;
+  s->n_open_threads = SCHED_OPEN_WORKERS;
   return true;
 }
 
@@ -61,7 +97,7 @@ void sched_workers_stop(sched *s) {
   pthread_mutex_lock(&s->io_mu);
   while (s->io_live > 0) pthread_cond_wait(&s->io_idle_cv, &s->io_mu);
   pthread_mutex_unlock(&s->io_mu);
-  sched_workers_join(s, s->n_io_threads);
+  sched_workers_join(s, s->n_io_threads, s->n_open_threads);
 }
 
 void sched_io_begin(sched *s) {
@@ -88,6 +124,18 @@ void sched_work_queue(sched *s, sched_work *w) {
   pthread_mutex_unlock(&s->io_mu);
 }
 
+void sched_open_queue(sched *s, sched_work *w) {
+  w->next = NULL;
+  pthread_mutex_lock(&s->io_mu);
+  if (s->open_tail)
+    s->open_tail->next = w;
+  else
+    s->open_head = w;
+  s->open_tail = w;
+  pthread_cond_signal(&s->open_cv);
+  pthread_mutex_unlock(&s->io_mu);
+}
+
 /* Unlinks the queued work of `ss` (io_mu held), in queue order. */
 static sched_work *sched_unqueue_session_locked(sched *s, sched_session *ss) {
   sched_work *mine = NULL, **tail = &mine, *last = NULL;
@@ -109,9 +157,12 @@ static sched_work *sched_unqueue_session_locked(sched *s, sched_session *ss) {
 
 void sched_io_cancel_session(sched_session *ss) {
   sched *s = ss->owner;
-  if (!ss->io) return;
+  pthread_mutex_lock(&ss->mu); /* a failed begin may leave the list */
+  bool any = ss->io != NULL;
   for (sched_io *io = ss->io; io; io = io->next)
     atomic_store(&io->cancelled, true);
+  pthread_mutex_unlock(&ss->mu);
+  if (!any) return;
   pthread_mutex_lock(&s->io_mu);
   sched_work *w = sched_unqueue_session_locked(s, ss);
   pthread_mutex_unlock(&s->io_mu);
@@ -142,6 +193,21 @@ void sched_io_add_locked(sched_session *ss, sched_io *io) {
       pp = &r->next;
     }
   }
+}
+
+void sched_io_remove(sched_session *ss, sched_io *io) {
+  bool found = false;
+  pthread_mutex_lock(&ss->mu);
+  for (sched_io **pp = &ss->io; *pp; pp = &(*pp)->next) {
+    if (*pp == io) {
+      *pp = io->next;
+      io->next = NULL;
+      found = true;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ss->mu);
+  if (found) sched_io_unref(io);
 }
 
 void sched_io_release_all(sched_session *ss) {

@@ -3,9 +3,12 @@
  * the block cache (storage/storage.h) that the scheduler borrows.
  *
  * None of the three blocks a completion-queue thread (server.h):
- *  - LoadTensors replies at once: sched_load_begin opens and indexes the
- *    files, publishes the handles and hands the reads to the scheduler's
- *    load workers.
+ *  - LoadTensors hands the load to the scheduler (sched_load_begin_async),
+ *    whose open worker opens and indexes the files (every fetch bounded by
+ *    the call's deadline, aborted when the call is cancelled or the session
+ *    ends), publishes the handles, starts the reads on the load workers and
+ *    calls srv_load_done, which wakes the call to reply from on_wake, as
+ *    SaveTensors does.
  *  - GetLoadProgress with wait_ms lists its call with the progress thread
  *    here, which looks at every listed load each SRV_PROGRESS_TICK_MS and
  *    wakes the call (srv_call_wake) once bytes_done changed, the load ended
@@ -131,6 +134,12 @@ static int srv_storage_roots(srv *s) {
   }
   for (int i = 0; i < o->num_storage_roots; i++)
     SRV_INFO("storage root %d: %s", i, o->storage_roots[i]);
+  if (o->num_storage_roots > 0)
+    SRV_INFO(
+        "storage: a save killed mid-write (SIGKILL, crash) leaves its target "
+        "intact and an orphan .NAME.tmp-XXXXXX beside it; the next save of "
+        "NAME removes it once it is over 5 minutes old and its writer is "
+        "gone; nothing else is swept");
   if (o->num_storage_roots == 0)
     SRV_INFO(
         "no storage root: LoadTensors and SaveTensors are refused "
@@ -225,45 +234,196 @@ static bool srv_load_host_shapes(sched_session *ss,
   return true;
 }
 
-static void srv_load_tensors(srv_call *c, const ProtobufCMessage *m) {
-  const Paradev__V1__LoadTensorsRequest *req = (const void *)m;
-  srv *s = c->s;
-  srv_req_limits l = srv_call_limits(c);
-  sched_load_request lr;
-  dev_status st = DEV_STATUS_INIT;
-  if (srv_load_from_pb(&l, dev_engine_num_devices(s->engine), req, &lr, &st) !=
-      PD_OK) {
+/* A LoadTensors in flight, as srv_save_job: the call's reference and the
+ * callback's; `c` is set, with a call reference, while the call waits. It
+ * owns the request (the scheduler reads it until the callback) and a
+ * session reference (for the reply's host shapes and the pending load). */
+typedef struct srv_load_job {
+  atomic_int refs;
+  pthread_mutex_t mu;
+  srv_call *c;
+  sched_session *ss;
+  sched_load_request lr; /* its strings copied into `owned` */
+  void **owned;
+  int n_owned;
+  sched_load_pending *pending;
+  pd_code code;
+  dev_status st;
+  sched_load_result *r;
+} srv_load_job;
+
+static void srv_load_job_put(srv_load_job *j) {
+  if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
+  sched_load_pending_put(j->pending);
+  sched_load_result_free(j->r);
+  srv_load_request_free(&j->lr);
+  for (int i = 0; i < j->n_owned; i++) free(j->owned[i]);
+  free(j->owned);
+  sched_session_put(j->ss);
+  pthread_mutex_destroy(&j->mu);
+  free(j);
+}
+
+static void srv_load_job_detach(srv_load_job *j) {
+  pthread_mutex_lock(&j->mu);
+  srv_call *c = j->c;
+  j->c = NULL;
+  pthread_mutex_unlock(&j->mu);
+  if (c) srv_call_unref(c);
+}
+
+static const char *srv_load_own(srv_load_job *j, const char *v) {
+  if (!v) return NULL;
+  char *d = strdup(v);
+  if (d) j->owned[j->n_owned++] = d;
+  return d;
+}
+
+/* Copies the request's strings (borrowed from the request message, which
+ * goes with the call) into the job, which may outlive the call. */
+static bool srv_load_job_own(srv_load_job *j) {
+  sched_load_request *lr = &j->lr;
+  size_t n = 1;
+  for (int i = 0; i < lr->n; i++)
+    n += 2 + (size_t)lr->tensors[i].n_component_sources;
+  if (!(j->owned = calloc(n, sizeof(*j->owned)))) return false;
+  if (lr->source && !(lr->source = srv_load_own(j, lr->source))) return false;
+  sched_load_tensor *t = (sched_load_tensor *)lr->tensors;
+  for (int i = 0; i < lr->n; i++) {
+    if (t[i].name && !(t[i].name = srv_load_own(j, t[i].name))) return false;
+    int k = t[i].n_component_sources;
+    if (k == 0) continue;
+    const char **cs = calloc((size_t)k, sizeof(*cs));
+    if (!cs) return false;
+    j->owned[j->n_owned++] = (void *)cs;
+    for (int q = 0; q < k; q++)
+      if (!(cs[q] = srv_load_own(j, t[i].component_sources[q]))) return false;
+    t[i].component_sources = cs;
+  }
+  return true;
+}
+
+/* sched_load_done_fn, on an open worker: keeps the outcome, wakes the
+ * call (which replies from on_wake). */
+static void srv_load_done(void *arg, pd_code code, const dev_status *st,
+                          sched_load_result *r) {
+  srv_load_job *j = arg;
+  pthread_mutex_lock(&j->mu);
+  j->code = code;
+  if (st) j->st = *st;
+  j->r = r;
+  srv_call *c = j->c;
+  j->c = NULL;
+  pthread_mutex_unlock(&j->mu);
+  if (c) {
+    srv_call_wake(c);
+    srv_call_unref(c);
+  }
+  srv_load_job_put(j);
+}
+
+static void srv_load_destroy(srv_call *c) {
+  srv_load_job *j = c->user;
+  if (!j) return;
+  srv_load_job_detach(j);
+  srv_load_job_put(j);
+  c->user = NULL;
+}
+
+/* on_wake: the files are open and the handles published, or the begin
+ * failed. */
+static void srv_load_reply(srv_call *c) {
+  srv_load_job *j = c->user;
+  pthread_mutex_lock(&j->mu);
+  pd_code code = j->code;
+  dev_status st = j->st;
+  sched_load_result *r = j->r;
+  pthread_mutex_unlock(&j->mu);
+  if (code != PD_OK || !r) {
+    st.code = code != PD_OK ? code : PD_INTERNAL;
     srv_call_fail(c, &st);
     return;
-  }
-  sched_session *ss = srv_call_session(c, req->session_token);
-  sched_load_result *r = NULL;
-  if (!ss) goto out;
-  if (sched_load_begin(ss, &lr, &r, &st) != PD_OK) {
-    srv_call_fail(c, &st);
-    goto out;
   }
   srv_arena a = {NULL};
   Paradev__V1__LoadTensorsResponse resp =
       PARADEV__V1__LOAD_TENSORS_RESPONSE__INIT;
   if (!srv_loaded_to_pb(&a, r, &resp) ||
-      !srv_load_host_shapes(ss, &lr, &resp, &a)) {
+      !srv_load_host_shapes(j->ss, &j->lr, &resp, &a)) {
     /* The handles exist and load on; the client can Describe them. */
     srv_call_finish(c, PD_RESOURCE_EXHAUSTED,
                     "out of host memory building the reply of load %llu",
                     (unsigned long long)r->load_id);
   } else {
-    resp.incarnation = s->incarnation;
+    resp.incarnation = c->s->incarnation;
     srv_call_reply(c, &resp.base);
   }
   srv_arena_free(&a);
-  sched_load_result_free(r);
-out:
-  sched_session_put(ss);
-  srv_load_request_free(&lr);
 }
 
-const srv_handlers srv_h_LoadTensors = {.on_request = srv_load_tensors};
+/* The call's deadline on stg_now_s's clock; 0 for none. */
+static double srv_load_deadline(srv_call *c) {
+  if (gpr_time_cmp(c->deadline, gpr_inf_future(c->deadline.clock_type)) == 0)
+    return 0;
+  gpr_timespec dl = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
+  gpr_timespec left = gpr_time_sub(dl, gpr_now(GPR_CLOCK_MONOTONIC));
+  double s = (double)left.tv_sec + (double)left.tv_nsec * 1e-9;
+  return stg_now_s() + (s > 0.001 ? s : 0.001);
+}
+
+static void srv_load_tensors(srv_call *c, const ProtobufCMessage *m) {
+  const Paradev__V1__LoadTensorsRequest *req = (const void *)m;
+  srv *s = c->s;
+  srv_req_limits l = srv_call_limits(c);
+  srv_load_job *j = calloc(1, sizeof(*j));
+  if (!j) {
+    srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    return;
+  }
+  atomic_init(&j->refs, 1); /* the call's */
+  pthread_mutex_init(&j->mu, NULL);
+  c->user = j;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_load_from_pb(&l, dev_engine_num_devices(s->engine), req, &j->lr,
+                       &st) != PD_OK) {
+    memset(&j->lr, 0, sizeof j->lr); /* nothing to free */
+    srv_call_fail(c, &st);
+    return;
+  }
+  if (!srv_load_job_own(j)) {
+    srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    return;
+  }
+  if (!(j->ss = srv_call_session(c, req->session_token))) return;
+  atomic_fetch_add(&j->refs, 1); /* the callback's */
+  srv_call_ref(c);
+  j->c = c;
+  /* The open and index run on an open worker, bounded by the deadline
+   * (issue #13: never storage I/O on a completion-queue thread). */
+  if (sched_load_begin_async(j->ss, &j->lr, srv_load_deadline(c), srv_load_done,
+                             j, &j->pending, &st) != PD_OK) {
+    srv_load_job_detach(j);
+    srv_load_job_put(j); /* the callback's: it never comes */
+    srv_call_fail(c, &st);
+  }
+  /* else srv_load_reply runs when the handles are published */
+}
+
+/* The client gave up (deadline, cancel): the open stops at once, nothing is
+ * published unless it already was. */
+static void srv_load_cancel(srv_call *c) {
+  srv_load_job *j = c->user;
+  if (j) {
+    sched_load_pending_cancel(j->pending);
+    srv_load_job_detach(j);
+  }
+  srv_call_finish_cancelled(c, "LoadTensors");
+}
+
+const srv_handlers srv_h_LoadTensors = {.on_request = srv_load_tensors,
+                                        .on_destroy = srv_load_destroy,
+                                        .on_wake = srv_load_reply,
+                                        .on_cancel = srv_load_cancel,
+                                        .early_close = true};
 
 /* --- GetLoadProgress -------------------------------------------------------------- */
 

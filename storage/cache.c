@@ -12,7 +12,8 @@
  *     readers of the same block meanwhile wait (bounded) on the cache's
  *     condition variable for that one fetch (TF's per-block state
  *     CREATED -> FETCHING -> FINISHED). A failed fetch is not cached: the
- *     block leaves the map, the readers that waited for it get its error,
+ *     block leaves the map, the readers that waited for it get its error
+ *     (but for CANCELLED, its reader's own: they fetch it again themselves),
  *     and the next reader fetches again (TF sets the state back to CREATED).
  *   - with max_staleness_s > 0, a lookup that finds a block older than that
  *     drops every block of its file (TF's staleness check in Lookup).
@@ -503,10 +504,13 @@ static pd_code stg_wait(stg_cache *c, stg_block *b, const char *name,
   return PD_OK;
 }
 
-/* Returns block `i` READY with a reference held, fetching it if missing. */
-static pd_code stg_get_block(stg_cache *c, stg__cfile *f, uint64_t i,
-                             size_t len, const char *name, stg__fetch_fn fetch,
-                             void *fctx, stg_block **out, dev_status *st) {
+/* Returns block `i` READY with a reference held, fetching it if missing;
+ * *waited: it waited for another reader's fetch. */
+static pd_code stg_get_block_once(stg_cache *c, stg__cfile *f, uint64_t i,
+                                  size_t len, const char *name,
+                                  stg__fetch_fn fetch, void *fctx,
+                                  stg_block **out, bool *waited,
+                                  dev_status *st) {
   pthread_mutex_lock(&c->mu);
   stg_block *b = stg_lookup(c, f, i);
   if (b && stg_stale(c, b)) {
@@ -522,6 +526,7 @@ static pd_code stg_get_block(stg_cache *c, stg__cfile *f, uint64_t i,
     return PD_OK;
   }
   if (b) { /* FETCHING by another reader */
+    *waited = true;
     c->stats.waits++;
     b->refs++;
     pd_code rc = stg_wait(c, b, name, st);
@@ -553,6 +558,21 @@ static pd_code stg_get_block(stg_cache *c, stg__cfile *f, uint64_t i,
   }
   *out = b;
   return PD_OK;
+}
+
+/* stg_get_block_once; a wait for another reader's fetch that its reader
+ * cancelled (its session ended, its call gave up: stg_io_ctl) is no error
+ * of this reader, which then fetches the block itself (a few times at
+ * most). */
+static pd_code stg_get_block(stg_cache *c, stg__cfile *f, uint64_t i,
+                             size_t len, const char *name, stg__fetch_fn fetch,
+                             void *fctx, stg_block **out, dev_status *st) {
+  for (int tries = 0;; tries++) {
+    bool waited = false;
+    pd_code rc =
+        stg_get_block_once(c, f, i, len, name, fetch, fctx, out, &waited, st);
+    if (rc != PD_CANCELLED || !waited || tries >= 3) return rc;
+  }
 }
 
 static pd_code stg_bypass(stg_cache *c, stg__fetch_fn fetch, void *fctx,

@@ -24,7 +24,8 @@
 #define STG_SIGNATURE_MAX 320
 typedef struct stg_signature {
   uint64_t size;                /* bytes */
-  char text[STG_SIGNATURE_MAX]; /* local: "dev:ino:size:mtime_ns"; HTTP:
+  char text[STG_SIGNATURE_MAX]; /* local: "dev:ino:size:mtime_ns:ctime_ns";
+                                   HTTP:
                                    "etag:<ETag>" or "lm:<Last-Modified>" */
 } stg_signature;
 
@@ -36,6 +37,9 @@ typedef struct stg_fetch_open_args {
   int fd;           /* local: an fd the fetcher takes over; else -1 */
   double timeout_s; /* per request (HTTP) */
   int retries;      /* after the first try (HTTP) */
+  /* The file's bounds (storage.h), alive as long as the handle; NULL: none.
+   * Read at each request, so stg_file_set_deadline reaches later reads. */
+  const stg_io_ctl *ctl;
 } stg_fetch_open_args;
 #define STG_FETCH_OPEN_ARGS_STRUCT_SIZE sizeof(stg_fetch_open_args)
 

@@ -19,6 +19,13 @@
  *          (redirects are not followed: they could leave the URL root). Each
  *          message names the URL (its query, a presigned signature, cut) and
  *          the HTTP status.
+ *   bounds a file opened with an stg_io_ctl (storage.h): each request's
+ *          timeout is min(fetch_timeout_s, time to the deadline), no attempt
+ *          starts past it (DEADLINE_EXCEEDED) and the backoff stops at it;
+ *          a cancellable request runs through the thread's multi handle,
+ *          polled every STG_CANCEL_POLL_MS (and the progress callback), so
+ *          once the cancel flag is set the transfer in progress aborts
+ *          within about 50 ms and the request is CANCELLED.
  *
  * Threads: curl_global_init runs once (pthread_once); each thread has its
  * own easy handle (a pthread key, cleaned up at thread exit), reset before
@@ -47,6 +54,7 @@ typedef struct stg_http {
   atomic_bool ranges;
   double timeout_s;
   int retries;
+  const stg_io_ctl *ctl; /* the file's bounds (fetch.h), or NULL */
 } stg_http;
 
 static atomic_uint_fast64_t stg_h_opens, stg_h_reads, stg_h_bytes, stg_h_req,
@@ -58,14 +66,28 @@ void stg__http_set_backoff(double first_s) {
 }
 
 static pthread_once_t stg_curl_once = PTHREAD_ONCE_INIT;
-static pthread_key_t stg_curl_key;
+static pthread_key_t stg_curl_key, stg_multi_key;
 static CURLcode stg_curl_init_rc;
 
 static void stg_curl_free(void *h) { curl_easy_cleanup(h); }
+static void stg_multi_free(void *m) { curl_multi_cleanup(m); }
 
 static void stg_curl_global(void) {
   stg_curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
   pthread_key_create(&stg_curl_key, stg_curl_free);
+  pthread_key_create(&stg_multi_key, stg_multi_free);
+}
+
+/* This thread's multi handle (its connections kept between requests), for
+ * requests that may be cancelled; NULL when it cannot be made. */
+static CURLM *stg_multi(void) {
+  CURLM *m = pthread_getspecific(stg_multi_key);
+  if (!m && (m = curl_multi_init()) &&
+      pthread_setspecific(stg_multi_key, m) != 0) {
+    curl_multi_cleanup(m);
+    m = NULL;
+  }
+  return m;
 }
 
 /* This thread's easy handle, reset; NULL when curl cannot start. */
@@ -182,8 +204,52 @@ static size_t stg_on_body(char *p, size_t sz, size_t n, void *arg) {
   return len;
 }
 
+/* CURLOPT_XFERINFOFUNCTION: a non-zero answer aborts the transfer
+ * (CURLE_ABORTED_BY_CALLBACK) once the file's cancel flag is set. */
+static int stg_on_progress(void *arg, curl_off_t dt, curl_off_t dn,
+                           curl_off_t ut, curl_off_t un) {
+  (void)dt, (void)dn, (void)ut, (void)un;
+  const stg_io_ctl *ctl = arg;
+  return ctl && ctl->cancel && atomic_load(ctl->cancel) ? 1 : 0;
+}
+
+/* curl_easy_perform, but through this thread's multi handle, polling at
+ * most STG_CANCEL_POLL_MS at a time, so a set cancel flag aborts the
+ * transfer within about that long whatever it is doing (libcurl calls the
+ * progress callback only about once a second while nothing arrives). */
+#define STG_CANCEL_POLL_MS 50
+static CURLcode stg_perform_cancellable(CURL *c, const stg_io_ctl *ctl) {
+  CURLM *m = stg_multi();
+  if (!m || curl_multi_add_handle(m, c) != CURLM_OK)
+    return curl_easy_perform(c);
+  CURLcode rc = CURLE_OK;
+  for (;;) {
+    int running = 0;
+    if (curl_multi_perform(m, &running) != CURLM_OK) {
+      rc = CURLE_FAILED_INIT;
+      break;
+    }
+    bool done = false;
+    int left = 0;
+    for (CURLMsg *msg; (msg = curl_multi_info_read(m, &left));)
+      if (msg->msg == CURLMSG_DONE && msg->easy_handle == c) {
+        rc = msg->data.result;
+        done = true;
+      }
+    if (done || running == 0) break;
+    if (atomic_load(ctl->cancel)) {
+      rc = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    curl_multi_poll(m, NULL, 0, STG_CANCEL_POLL_MS, NULL);
+  }
+  curl_multi_remove_handle(m, c);
+  return rc;
+}
+
 /* Performs one GET; the curl code (CURLE_WRITE_ERROR when we stopped). */
-static CURLcode stg_perform(stg_req *r, const char *url, double timeout_s) {
+static CURLcode stg_perform(stg_req *r, const char *url, double timeout_s,
+                            const stg_io_ctl *ctl) {
   CURL *c = stg_curl();
   if (!c) return CURLE_FAILED_INIT;
   atomic_fetch_add(&stg_h_req, 1);
@@ -216,7 +282,11 @@ static CURLcode stg_perform(stg_req *r, const char *url, double timeout_s) {
   curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, stg_on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-  CURLcode rc = curl_easy_perform(c);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, ctl && ctl->cancel ? 0L : 1L);
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, stg_on_progress);
+  curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)ctl);
+  CURLcode rc = ctl && ctl->cancel ? stg_perform_cancellable(c, ctl)
+                                   : curl_easy_perform(c);
   curl_slist_free_all(hdrs);
   return rc;
 }
@@ -231,6 +301,8 @@ static pd_code stg_judge_common(stg_req *r, CURLcode cc, const char *shown,
                                 double timeout_s, bool *retry, dev_status *st) {
   if (cc == CURLE_WRITE_ERROR && (r->stopped || r->changed || r->overflow))
     cc = CURLE_OK;
+  if (cc == CURLE_ABORTED_BY_CALLBACK)
+    return dev_error(st, PD_CANCELLED, "GET '%s': cancelled", shown);
   if (cc == CURLE_OPERATION_TIMEDOUT) {
     *retry = true;
     return dev_error(st, PD_DEADLINE_EXCEEDED,
@@ -342,16 +414,60 @@ static pd_code stg_judge_read(stg_req *r, const char *shown, bool *retry,
   return PD_OK;
 }
 
+/* The time one request may take: fetch_timeout_s cut to the deadline;
+ * 0 when the deadline passed or the file was cancelled (with *stop set). */
+static double stg_time_left(const stg_http *h, pd_code *stop) {
+  const stg_io_ctl *ctl = h->ctl;
+  *stop = PD_OK;
+  if (!ctl) return h->timeout_s;
+  if (ctl->cancel && atomic_load(ctl->cancel)) {
+    *stop = PD_CANCELLED;
+    return 0;
+  }
+  if (ctl->deadline_s <= 0) return h->timeout_s;
+  double left = ctl->deadline_s - stg_now_s();
+  if (left <= 0.001) {
+    *stop = PD_DEADLINE_EXCEEDED;
+    return 0;
+  }
+  return left < h->timeout_s ? left : h->timeout_s;
+}
+
+/* Sleeps `wait` seconds in 50 ms steps, stopping early once the file is
+ * cancelled or its deadline passed. */
+static void stg_backoff(const stg_http *h, double wait) {
+  double until = stg_now_s() + wait;
+  for (;;) {
+    pd_code stop;
+    stg_time_left(h, &stop);
+    double left = until - stg_now_s();
+    if (stop != PD_OK || left <= 0) return;
+    double step = left < 0.05 ? left : 0.05;
+    struct timespec ts = {0, (long)(step * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+      ;
+  }
+}
+
 /* One request and its retries; on success *io holds the answer. */
 static pd_code stg_request(const stg_http *h, stg_req *io, stg_judge_fn judge,
                            dev_status *st) {
   double wait = atomic_load(&stg_backoff_first);
   for (int attempt = 0;; attempt++) {
+    pd_code stop;
+    double tmo = stg_time_left(h, &stop);
+    if (stop == PD_CANCELLED)
+      return dev_error(st, stop, "GET '%s': cancelled", h->shown);
+    if (stop != PD_OK)
+      return dev_error(st, stop,
+                       "GET '%s': the call's deadline passed (after %d "
+                       "attempts)",
+                       h->shown, attempt);
     stg_req r = *io;
-    CURLcode cc = stg_perform(&r, h->url, h->timeout_s);
+    CURLcode cc = stg_perform(&r, h->url, tmo, h->ctl);
     bool retry = false;
     dev_status e = DEV_STATUS_INIT;
-    pd_code rc = stg_judge_common(&r, cc, h->shown, h->timeout_s, &retry, &e);
+    pd_code rc = stg_judge_common(&r, cc, h->shown, tmo, &retry, &e);
     if (rc == PD_OK) rc = judge(&r, h->shown, &retry, &e);
     if (rc == PD_OK) {
       *io = r;
@@ -367,10 +483,7 @@ static pd_code stg_request(const stg_http *h, stg_req *io, stg_judge_fn judge,
     atomic_fetch_add(&stg_h_retries, 1);
     stg__log(4, "storage: %s; retry %d of %d in %.2f s", e.msg, attempt + 1,
              h->retries, wait);
-    struct timespec ts = {(time_t)wait,
-                          (long)((wait - (double)(time_t)wait) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0)
-      ;
+    stg_backoff(h, wait);
     wait = wait * 2 < 5 ? wait * 2 : 5;
   }
 }
@@ -396,6 +509,7 @@ static pd_code stg_http_open(const stg_fetcher *f, const stg_fetch_open_args *a,
   stg__url_for_msg(h->url, h->shown, sizeof h->shown);
   h->timeout_s = a->timeout_s > 0 ? a->timeout_s : 30;
   h->retries = a->retries >= 0 ? a->retries : 0;
+  if (a->struct_size >= STG_FETCH_OPEN_ARGS_STRUCT_SIZE) h->ctl = a->ctl;
   unsigned char one;
   stg_req r = {.h = h, .offset = 0, .len = 1, .ranged = true, .buf = &one};
   atomic_fetch_add(&stg_h_opens, 1);

@@ -1,8 +1,10 @@
 /* The local fetcher: pread on a file descriptor that the roots opened
- * (resolve.c). Signature: device, inode, size and mtime in ns; each read
- * checks by fstat that size and mtime still match, so a file rewritten in
- * place under an open reader is DATA_LOSS, never mixed bytes served as
- * good. */
+ * (resolve.c). Signature: device, inode, size, mtime and ctime in ns
+ * (ctime because a user can restore an mtime with utime(2) after
+ * rewriting a file in place with the same size, but cannot set ctime); each
+ * read checks by fstat that size, mtime and ctime still match, so a file
+ * rewritten in place under an open reader is DATA_LOSS, never mixed bytes
+ * served as good. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -17,7 +19,7 @@
 typedef struct stg_local {
   int fd;
   uint64_t size;
-  int64_t mtime_ns;
+  int64_t mtime_ns, ctime_ns;
   char name[];
 } stg_local;
 
@@ -26,6 +28,10 @@ static atomic_uint_fast64_t stg_local_opens, stg_local_reads, stg_local_bytes,
 
 static int64_t stg_mtime_ns(const struct stat *s) {
   return (int64_t)s->st_mtim.tv_sec * 1000000000 + s->st_mtim.tv_nsec;
+}
+
+static int64_t stg_ctime_ns(const struct stat *s) {
+  return (int64_t)s->st_ctim.tv_sec * 1000000000 + s->st_ctim.tv_nsec;
 }
 
 static pd_code stg_local_open(const stg_fetcher *f,
@@ -49,10 +55,12 @@ static pd_code stg_local_open(const stg_fetcher *f,
   l->fd = a->fd;
   l->size = (uint64_t)s.st_size;
   l->mtime_ns = stg_mtime_ns(&s);
+  l->ctime_ns = stg_ctime_ns(&s);
   memcpy(l->name, a->name, nlen + 1);
   sig->size = l->size;
-  snprintf(sig->text, sizeof sig->text, "%ju:%ju:%" PRIu64 ":%" PRId64,
-           (uintmax_t)s.st_dev, (uintmax_t)s.st_ino, l->size, l->mtime_ns);
+  snprintf(sig->text, sizeof sig->text,
+           "%ju:%ju:%" PRIu64 ":%" PRId64 ":%" PRId64, (uintmax_t)s.st_dev,
+           (uintmax_t)s.st_ino, l->size, l->mtime_ns, l->ctime_ns);
   snprintf(identity, cap, "local:%ju:%ju", (uintmax_t)s.st_dev,
            (uintmax_t)s.st_ino);
   atomic_fetch_add(&stg_local_opens, 1);
@@ -88,11 +96,12 @@ static pd_code stg_local_read(const stg_fetcher *f, void *handle,
   }
   struct stat s;
   if (fstat(l->fd, &s) == 0 &&
-      ((uint64_t)s.st_size != l->size || stg_mtime_ns(&s) != l->mtime_ns)) {
+      ((uint64_t)s.st_size != l->size || stg_mtime_ns(&s) != l->mtime_ns ||
+       stg_ctime_ns(&s) != l->ctime_ns)) {
     atomic_fetch_add(&stg_local_errors, 1);
     return dev_error(st, PD_DATA_LOSS,
                      "'%s' was modified since it was opened (size %" PRIu64
-                     " -> %jd, or a new mtime): open it again",
+                     " -> %jd, or a new mtime or ctime): open it again",
                      l->name, l->size, (intmax_t)s.st_size);
   }
   atomic_fetch_add(&stg_local_bytes, len);

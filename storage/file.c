@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -20,18 +21,39 @@ struct stg_file {
   stg__cfile *cf;
   uint64_t size;
   char *name;
+  stg_io_ctl ctl; /* the fetcher's args point here */
 };
+
+double stg_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CANCELLED once the flag is set, DEADLINE_EXCEEDED past the deadline. */
+static pd_code stg_ctl_check(const stg_io_ctl *ctl, const char *name,
+                             dev_status *st) {
+  if (ctl->cancel && atomic_load(ctl->cancel))
+    return dev_error(st, PD_CANCELLED, "reading '%s': cancelled", name);
+  if (ctl->deadline_s > 0 && stg_now_s() >= ctl->deadline_s)
+    return dev_error(st, PD_DEADLINE_EXCEEDED,
+                     "reading '%s': the call's deadline passed", name);
+  return PD_OK;
+}
 
 static pd_code stg_file_fetch(void *fctx, uint64_t offset, void *buf,
                               size_t len, dev_status *st) {
   stg_file *f = fctx;
+  PD_TRY(stg_ctl_check(&f->ctl, f->name, st));
   return f->fetcher->read(f->fetcher, f->handle, offset, buf, len, st);
 }
 
 /* Opens through `fetcher`; takes over args->fd. */
 static pd_code stg_file_open_args(stg_cache *c, const stg_fetcher *fetcher,
-                                  const stg_fetch_open_args *args,
-                                  stg_file **out, dev_status *st) {
+                                  const stg_fetch_open_args *given,
+                                  const stg_io_ctl *ctl, stg_file **out,
+                                  dev_status *st) {
+  stg_fetch_open_args a = *given, *args = &a;
   if (!fetcher || fetcher->struct_size < STG_FETCHER_STRUCT_SIZE) {
     if (args->fd >= 0) close(args->fd);
     return dev_error(st, PD_INVALID_ARGUMENT,
@@ -48,6 +70,15 @@ static pd_code stg_file_open_args(stg_cache *c, const stg_fetcher *fetcher,
   }
   f->cache = c;
   f->fetcher = fetcher;
+  if (ctl) f->ctl = *ctl;
+  a.ctl = &f->ctl;
+  pd_code cc = stg_ctl_check(&f->ctl, f->name, st);
+  if (cc != PD_OK) {
+    free(f->name);
+    free(f);
+    if (args->fd >= 0) close(args->fd);
+    return cc;
+  }
   stg_signature sig;
   memset(&sig, 0, sizeof sig);
   char identity[4096];
@@ -84,7 +115,7 @@ pd_code stg__file_open_with(stg_cache *c, const stg_fetcher *fetcher,
                             const char *name, stg_file **out, dev_status *st) {
   stg_fetch_open_args a;
   stg_open_args_init(c, name, &a);
-  return stg_file_open_args(c, fetcher, &a, out, st);
+  return stg_file_open_args(c, fetcher, &a, NULL, out, st);
 }
 
 static int stg_try_read(void *arg, const stg__local_target *t) {
@@ -94,6 +125,16 @@ static int stg_try_read(void *arg, const stg__local_target *t) {
 
 pd_code stg_file_open(stg_cache *c, const stg_roots *roots, const char *name,
                       stg_file **out, dev_status *st) {
+  return stg_file_open_ctl(c, roots, name, NULL, out, st);
+}
+
+void stg_file_set_deadline(stg_file *f, double deadline_s) {
+  if (f) f->ctl.deadline_s = deadline_s;
+}
+
+pd_code stg_file_open_ctl(stg_cache *c, const stg_roots *roots,
+                          const char *name, const stg_io_ctl *ctl,
+                          stg_file **out, dev_status *st) {
   if (!roots || !name || !out)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "stg_file_open: roots, name and out are required");
@@ -103,12 +144,12 @@ pd_code stg_file_open(stg_cache *c, const stg_roots *roots, const char *name,
     char *url = NULL;
     PD_TRY(stg__roots_url(roots, name, &url, st));
     a.url = url;
-    pd_code rc = stg_file_open_args(c, &stg__fetcher_http, &a, out, st);
+    pd_code rc = stg_file_open_args(c, &stg__fetcher_http, &a, ctl, out, st);
     free(url);
     return rc;
   }
   PD_TRY(stg__roots_local(roots, name, "read", stg_try_read, NULL, &a.fd, st));
-  return stg_file_open_args(c, &stg__fetcher_local, &a, out, st);
+  return stg_file_open_args(c, &stg__fetcher_local, &a, ctl, out, st);
 }
 
 uint64_t stg_file_size(const stg_file *f) { return f ? f->size : 0; }

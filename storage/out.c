@@ -3,32 +3,50 @@
  * beneath a root, as reads are), which is fsynced and renamed into place
  * with renameat2(RENAME_NOREPLACE) unless overwriting is asked for, then the
  * directory is fsynced. A crash leaves the old file or the new one, never a
- * torn one (a killed writer may leave its temporary file behind).
+ * torn one.
+ *
+ * Orphans: a writer killed mid-save (SIGKILL, a crash, power loss) leaves
+ * its temporary file behind. While it writes, a writer holds flock(LOCK_EX)
+ * on its temporary file through a second descriptor (until it is renamed
+ * or removed); the kernel drops the lock with the process. So the next
+ * stg_out_create of the same target removes a `.NAME.tmp-XXXXXX` beside it
+ * (exactly that pattern, a regular file) that is older than
+ * STG_OUT_STALE_S by mtime and whose lock it can take: its creator is gone.
+ * It is logged (stg_set_log, info). Other names and directories are never
+ * touched; there is no sweep of the roots.
  *
  * Why not O_TMPFILE: linking an unnamed file into place needs
  * linkat(AT_EMPTY_PATH) (CAP_DAC_READ_SEARCH) or /proc/self/fd, and an
  * overwrite needs a name to rename from anyway.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "storage_int.h"
 
+/* An unlocked temporary file older than this (by mtime) is an orphan. */
+#define STG_OUT_STALE_S 300
+
 struct stg_out {
-  int dir_fd; /* the target's directory, O_RDONLY (fsync-able) */
-  int fd;     /* the temporary file */
-  char *path; /* as given, for messages */
-  char *name; /* the final component */
-  char *root; /* the root's entry, for messages */
-  char *abs;  /* the root's entry + the path beneath it (stg_out_path) */
-  char *tmp;  /* the temporary file's name in dir_fd */
+  int dir_fd;  /* the target's directory, O_RDONLY (fsync-able) */
+  int fd;      /* the temporary file */
+  char *path;  /* as given, for messages */
+  char *name;  /* the final component */
+  char *root;  /* the root's entry, for messages */
+  char *abs;   /* the root's entry + the path beneath it (stg_out_path) */
+  char *tmp;   /* the temporary file's name in dir_fd */
+  int lock_fd; /* the temporary file again, holding its flock */
   bool overwrite;
   bool failed; /* a write failed: commit refuses */
 };
@@ -76,6 +94,7 @@ static int stg_try_existing(void *arg, const stg__local_target *t) {
 
 static void stg_out_free(stg_out *o) {
   if (o->fd >= 0) close(o->fd);
+  if (o->lock_fd >= 0) close(o->lock_fd);
   if (o->dir_fd >= 0) close(o->dir_fd);
   free(o->path);
   free(o->name);
@@ -132,7 +151,12 @@ static pd_code stg_open_tmp(stg_out *o, dev_status *st) {
     snprintf(o->tmp, cap, ".%.200s.tmp-%06x", o->name, rnd & 0xffffff);
     o->fd = openat(o->dir_fd, o->tmp,
                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (o->fd >= 0) return PD_OK;
+    if (o->fd >= 0) {
+      /* held until the file is renamed or removed (see Orphans above) */
+      o->lock_fd = openat(o->dir_fd, o->tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (o->lock_fd >= 0) flock(o->lock_fd, LOCK_EX | LOCK_NB);
+      return PD_OK;
+    }
     if (errno != EEXIST)
       return stg__errno_code(-errno, o->path, o->root, "write", st);
   }
@@ -190,6 +214,53 @@ static pd_code stg_find_dir(const stg_roots *r, stg_out *o, const char *dir,
 
 const char *stg_out_path(const stg_out *o) { return o ? o->abs : NULL; }
 
+/* True for `.NAME.tmp-` followed by six hex digits. */
+static bool stg_is_tmp_of(const char *entry, const char *name) {
+  size_t n = strlen(name);
+  if (entry[0] != '.' || strncmp(entry + 1, name, n) != 0 ||
+      strncmp(entry + 1 + n, ".tmp-", 5) != 0)
+    return false;
+  const char *x = entry + 1 + n + 5;
+  for (int i = 0; i < 6; i++)
+    if (!((x[i] >= '0' && x[i] <= '9') || (x[i] >= 'a' && x[i] <= 'f')))
+      return false;
+  return x[6] == '\0';
+}
+
+/* Removes the orphan `entry` if it is one (see Orphans above). */
+static void stg_remove_orphan(stg_out *o, const char *entry) {
+  int fd =
+      openat(o->dir_fd, entry, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat s, now_s;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  if (fstat(fd, &s) == 0 && S_ISREG(s.st_mode) &&
+      now.tv_sec - s.st_mtim.tv_sec > STG_OUT_STALE_S &&
+      flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+      fstatat(o->dir_fd, entry, &now_s, AT_SYMLINK_NOFOLLOW) == 0 &&
+      now_s.st_ino == s.st_ino && now_s.st_dev == s.st_dev &&
+      unlinkat(o->dir_fd, entry, 0) == 0)
+    stg__log(6,
+             "storage: removed '%s' beside '%s': the temporary file of a "
+             "save whose writer is gone (killed mid-save), %jd s old",
+             entry, o->path, (intmax_t)(now.tv_sec - s.st_mtim.tv_sec));
+  close(fd);
+}
+
+/* The orphans of the target's name in its directory. */
+static void stg_sweep_orphans(stg_out *o) {
+  int dfd = openat(o->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (!d) {
+    if (dfd >= 0) close(dfd);
+    return;
+  }
+  for (struct dirent *e; (e = readdir(d));)
+    if (stg_is_tmp_of(e->d_name, o->name)) stg_remove_orphan(o, e->d_name);
+  closedir(d);
+}
+
 pd_code stg_out_create(const stg_roots *r, const char *path, bool overwrite,
                        stg_out **out, dev_status *st) {
   if (!r || !path || !out)
@@ -197,7 +268,7 @@ pd_code stg_out_create(const stg_roots *r, const char *path, bool overwrite,
                      "stg_out_create: roots, path and out are required");
   stg_out *o = calloc(1, sizeof *o);
   if (!o) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
-  o->fd = o->dir_fd = -1;
+  o->fd = o->dir_fd = o->lock_fd = -1;
   o->overwrite = overwrite;
   char *dir = NULL;
   const char *name = NULL;
@@ -221,6 +292,7 @@ pd_code stg_out_create(const stg_roots *r, const char *path, bool overwrite,
   }
   PD_TRY_GOTO(stg_find_dir(r, o, dir, st), rc, fail);
   PD_TRY_GOTO(stg_check_target(o, st), rc, fail);
+  stg_sweep_orphans(o);
   PD_TRY_GOTO(stg_open_tmp(o, st), rc, fail);
   free(dir);
   *out = o;

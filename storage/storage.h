@@ -16,8 +16,8 @@
  *            directory, fsync, rename, fsync of the directory).
  *   fetchers a table of ways to read bytes (starting with struct_size):
  *            local files (pread) and http:// / https:// range reads (libcurl).
- *            Each open file has a signature (device, inode, size, mtime ns;
- *            ETag or Last-Modified) checked on open.
+ *            Each open file has a signature (device, inode, size, mtime and
+ *            ctime ns; ETag or Last-Modified) checked on open.
  *   cache    one RAM block cache per daemon, after TensorFlow's
  *            RamFileBlockCache: blocks keyed by (file signature, aligned
  *            offset), LRU to a byte budget, one fetch per block however many
@@ -33,6 +33,7 @@
 #ifndef PARADEV_STORAGE_H
 #define PARADEV_STORAGE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -131,6 +132,32 @@ typedef struct stg_file stg_file;
  * unreachable after retries), DEADLINE_EXCEEDED. */
 pd_code stg_file_open(stg_cache *c, const stg_roots *roots, const char *name,
                       stg_file **out, dev_status *st);
+/* What bounds the fetches of one open file (issue #13: a stalled source
+ * must not hold a daemon thread past its caller). deadline_s: seconds on
+ * stg_now_s's clock, 0 for none; each HTTP request's timeout is then
+ * min(fetch_timeout_s, time left), no retry starts after it, and a fetch
+ * past it fails DEADLINE_EXCEEDED. cancel: NULL, or a flag that, once set,
+ * makes every fetch of the file stop with CANCELLED (a transfer in progress
+ * aborts through libcurl's progress callback, within about a second at
+ * worst; the backoff between retries within 50 ms). The flag must outlive
+ * the file. */
+typedef struct stg_io_ctl {
+  double deadline_s;
+  const atomic_bool *cancel;
+} stg_io_ctl;
+
+/* CLOCK_MONOTONIC, in seconds. */
+double stg_now_s(void);
+
+/* stg_file_open, its fetches (the open, and every later read of the file)
+ * bounded by *ctl (copied; NULL: none). CANCELLED once ctl->cancel is set;
+ * DEADLINE_EXCEEDED past ctl->deadline_s; else as stg_file_open. */
+pd_code stg_file_open_ctl(stg_cache *c, const stg_roots *roots,
+                          const char *name, const stg_io_ctl *ctl,
+                          stg_file **out, dev_status *st);
+/* Replaces the file's deadline (0: none) for its later reads, e.g. once
+ * the call that opened it has answered. Not while another thread reads f. */
+void stg_file_set_deadline(stg_file *f, double deadline_s);
 uint64_t stg_file_size(const stg_file *f);
 const char *stg_file_name(const stg_file *f); /* as given, for messages */
 /* Reads exactly `len` bytes at `offset` through the cache. OUT_OF_RANGE past

@@ -703,6 +703,111 @@ def check_http(web_dir, servers):
         assert d.stop() == 0
 
 
+class StallServer:
+    """A TCP server that accepts and never answers (nor closes): an HTTP
+    source that stalls."""
+
+    def __init__(self):
+        import socket
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def check_stalled_source(root):
+    """A stalled HTTP source holds neither the RPC threads nor the session:
+    4 loads from it with a 1 s deadline (the daemon's default 4 threads, 30 s
+    per request and 3 retries), then a health check, an Echo and a local load
+    from another session on a new connection answer promptly; the abandoned
+    loads published nothing (their ids load again); a CloseSession during a
+    stalled load answers at once and that load ends. Bounds are generous
+    (10 s), never a timing threshold."""
+    stall = StallServer()
+    url = "http://127.0.0.1:%d/" % stall.port
+    arr = np.arange(1000, dtype=np.float32) * 0.5
+    np.save(os.path.join(root, "local.npy"), arr)
+    d = Daemon([root, url])
+    try:
+        cl = Client(d.target)
+        tok = cl.session()
+        errs = []
+
+        def stalled(k):
+            try:
+                cl.call("LoadTensors", pb.LoadTensorsRequest(
+                    session_token=tok, source=url + "r%d.safetensors" % k,
+                    first_id=700 + k), pb.LoadTensorsResponse, timeout=1)
+                errs.append("load %d answered" % k)
+            except grpc.RpcError as e:
+                errs.append(e.code())
+        ts = [threading.Thread(target=stalled, args=(k,)) for k in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        assert errs == [C.DEADLINE_EXCEEDED] * 4, errs
+        # the daemon answers at once, on a new connection too
+        p = subprocess.run([PARADEV_CLI, "--target", d.target, "--timeout", "10s",
+                            "health"], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+        c2 = Client(d.target)
+        r = c2.call("Echo", pb.EchoRequest(payload=b"x"), pb.EchoResponse, timeout=10)
+        assert r.payload == b"x"
+        tok2 = c2.session()
+        r = c2.call("LoadTensors", pb.LoadTensorsRequest(
+            session_token=tok2, source="local.npy",
+            tensors=[pb.LoadTensorSpec(name="", id=1)]),
+            pb.LoadTensorsResponse, timeout=10)
+        c2.wait_load(tok2, r.load_id)
+        check_bytes(c2, tok2, 1, arr)
+        # the abandoned loads published no handle: their ids are free
+        r = cl.call("LoadTensors", pb.LoadTensorsRequest(
+            session_token=tok, source="local.npy",
+            tensors=[pb.LoadTensorSpec(name="", id=700)]),
+            pb.LoadTensorsResponse, timeout=10)
+        cl.wait_load(tok, r.load_id)
+        check_bytes(cl, tok, 700, arr)
+        # CloseSession while the session's load is stuck in a fetch (no
+        # deadline on the load): the close answers, the load ends with it.
+        tok3 = cl.session()
+        f = cl.ch.unary_unary(SVC + "LoadTensors",
+                              request_serializer=lambda m: m.SerializeToString(),
+                              response_deserializer=pb.LoadTensorsResponse.FromString)
+        fut = f.future(pb.LoadTensorsRequest(session_token=tok3,
+                                             source=url + "c.safetensors"))
+        time.sleep(0.3)  # let the open reach the stalled server
+        cl.call("CloseSession", pb.CloseSessionRequest(session_token=tok3),
+                pb.CloseSessionResponse, timeout=10)
+        try:
+            fut.result(timeout=10)
+            raise AssertionError("the load of a closed session answered OK")
+        except grpc.FutureTimeoutError:
+            raise AssertionError("the load still runs 10 s after its session closed")
+        except grpc.RpcError as e:
+            assert e.code() in (C.CANCELLED, C.NOT_FOUND), (e.code(), e.details())
+        cl.alive()
+    finally:
+        stall.close()
+        assert d.stop() == 0
+
+
+
 def check_kill_during_save(root):
     """SIGKILL of the daemon during a large SaveTensors leaves the old file or
     the new one, never a torn one."""
@@ -996,6 +1101,7 @@ def main():
     for s in servers:
         s.shutdown()
     run("check_kill_during_save", check_kill_during_save, _mkdtemp(prefix="ckpt-kill-"))
+    run("check_stalled_source", check_stalled_source, _mkdtemp(prefix="ckpt-stall-"))
     for line in d.lines:
         if "AddressSanitizer" in line or "runtime error" in line:
             failed += 1

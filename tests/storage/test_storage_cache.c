@@ -3,6 +3,7 @@
  * it (so "8 readers, 1 fetch" is shown without any timing), and over real
  * local files (a rewritten file is read anew). Every wait is bounded. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +23,11 @@ typedef struct tf {
   unsigned char *data;
   size_t size;
   int version;
-  int reads;      /* read calls */
-  int fail_next;  /* fail this many reads */
-  bool gate_shut; /* reads wait until it opens */
-  int at_gate;    /* reads waiting at the gate */
+  int reads;         /* read calls */
+  int fail_next;     /* fail this many reads */
+  bool gate_shut;    /* reads wait until it opens */
+  pd_code fail_code; /* of the injected failures; 0: UNAVAILABLE */
+  int at_gate;       /* reads waiting at the gate */
 } tf;
 
 static void tf_init(tf *t, size_t size, uint64_t seed) {
@@ -79,8 +81,8 @@ static pd_code tf_read(const stg_fetcher *f, void *handle, uint64_t off,
   if (t->fail_next > 0) t->fail_next--;
   if (!fail) memcpy(buf, t->data + off, len);
   pthread_mutex_unlock(&t->mu);
-  return fail ? dev_error(st, PD_UNAVAILABLE, "injected failure at %ju",
-                          (uintmax_t)off)
+  pd_code code = t->fail_code ? t->fail_code : PD_UNAVAILABLE;
+  return fail ? dev_error(st, code, "injected failure at %ju", (uintmax_t)off)
               : PD_OK;
 }
 
@@ -246,6 +248,41 @@ static void test_failed_fetch(void **state) {
   read_check(f, &t, 20, 100, PD_OK); /* now a hit */
   assert_int_equal(tf_reads(&t), 2);
   stg_file_close(f);
+  stg_cache_destroy(c);
+  tf_free(&t);
+}
+
+/* A fetch cancelled by its own reader (its session ended: stg_io_ctl) is
+ * not the error of the readers that waited for it: they fetch the block
+ * themselves. */
+static void test_cancelled_fetch(void **state) {
+  (void)state;
+  tf t;
+  tf_init(&t, 3 * 4096, 4);
+  stg_fetcher fx = tf_table(&t);
+  stg_cache *c = mk_cache(4096, 1 << 20, 0);
+  t.fail_next = 1;
+  t.fail_code = PD_CANCELLED;
+  tf_gate(&t, true);
+  reader rs[3];
+  pthread_t th[3];
+  run_readers(c, &fx, &t, 3, rs, th);
+  tf_wait_at_gate(&t, 1);
+  wait_waits(c, 2);
+  tf_gate(&t, false);
+  int cancelled = 0;
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    if (rs[i].rc == PD_CANCELLED) {
+      cancelled++;
+      continue;
+    }
+    assert_int_equal(rs[i].rc, PD_OK);
+    assert_memory_equal(rs[i].buf, t.data + rs[i].off, rs[i].len);
+  }
+  assert_int_equal(cancelled, 1); /* the fetching reader alone */
+  assert_int_equal(tf_reads(&t), 2);
+  assert_int_equal(stats(c).blocks_cached, 1);
   stg_cache_destroy(c);
   tf_free(&t);
 }
@@ -440,6 +477,51 @@ static void test_local_rewrite(void **state) {
   stg__fetcher_local.stats(&stg__fetcher_local, &ls);
   assert_true(ls.bytes_read >= 4096 + 12000);
   stg_file_close(f);
+  stg_file_close(g);
+  stg_cache_destroy(c);
+  stg_roots_destroy(r);
+  st_rmtree(dir);
+  free(a), free(b), free(path), free(dir);
+}
+
+/* A file rewritten in place with the same size and its mtime restored
+ * (os.utime) is still a new version: ctime, which utime cannot set back, is
+ * in the signature: the cache serves the new bytes, not its blocks of the
+ * old ones. */
+static void test_local_rewrite_same_mtime(void **state) {
+  (void)state;
+  char *dir = st_mkdtemp();
+  char *path = st_join(dir, "m.bin");
+  unsigned char *a = st_bytes(10000, 21), *b = st_bytes(10000, 22);
+  st_write_file(path, a, 10000);
+  struct stat before;
+  assert_int_equal(stat(path, &before), 0);
+  const char *e[] = {dir};
+  stg_roots *r = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_roots_create(e, 1, &r, &st), PD_OK, &st);
+  stg_cache *c = mk_cache(4096, 1 << 20, 0);
+  stg_file *f = NULL, *g = NULL;
+  unsigned char buf[10000];
+  st_assert_code(stg_file_open(c, r, "m.bin", &f, &st), PD_OK, &st);
+  st_assert_code(stg_file_pread(f, 0, buf, 10000, &st), PD_OK, &st);
+  assert_memory_equal(buf, a, 10000);
+  /* ctime has nanoseconds on the test file systems, but make sure it moves */
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  st_write_file(path, b, 10000); /* same inode, same size */
+  struct timespec times[2] = {before.st_atim, before.st_mtim};
+  assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+  struct stat after;
+  assert_int_equal(stat(path, &after), 0);
+  assert_int_equal(after.st_ino, before.st_ino);
+  assert_int_equal(after.st_size, before.st_size);
+  assert_int_equal(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+  assert_int_equal(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  stg_file_close(f);
+  st_assert_code(stg_file_open(c, r, "m.bin", &g, &st), PD_OK, &st);
+  st_assert_code(stg_file_pread(g, 0, buf, 10000, &st), PD_OK, &st);
+  assert_memory_equal(buf, b, 10000);
   stg_file_close(g);
   stg_cache_destroy(c);
   stg_roots_destroy(r);
@@ -677,6 +759,8 @@ int main(void) {
       cmocka_unit_test(test_config),
       cmocka_unit_test(test_spans),
       cmocka_unit_test(test_reused_blocks),
+      cmocka_unit_test(test_local_rewrite_same_mtime),
+      cmocka_unit_test(test_cancelled_fetch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

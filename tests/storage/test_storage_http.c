@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <time.h>
 
 #include "stgtest.h"
 #include "storage_int.h"
@@ -296,6 +297,79 @@ static void test_timeout(void **state) {
   stg_cache_destroy(c);
 }
 
+/* A deadline cuts each request's timeout and stops the retries: with 30 s
+ * per request and 3 retries, a source that answers after 5 s fails
+ * DEADLINE_EXCEEDED once the 0.3 s deadline passes (well before the first
+ * answer could arrive). */
+static void test_deadline(void **state) {
+  (void)state;
+  NEED_SERVER();
+  stg_cache *c = mk_cache(30, 3);
+  stg_file *f = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  double t0 = stg_now_s();
+  stg_io_ctl ctl = {.deadline_s = t0 + 0.3, .cancel = NULL};
+  st_assert_code(stg_file_open_ctl(c, roots, url_of("slow"), &ctl, &f, &st),
+                 PD_DEADLINE_EXCEEDED, &st);
+  assert_true(stg_now_s() - t0 < 4.5); /* the server sleeps 5 s */
+  /* past the deadline already: no request at all */
+  uint64_t req = hstats().requests;
+  st_assert_code(stg_file_open_ctl(c, roots, url_of("range"), &ctl, &f, &st),
+                 PD_DEADLINE_EXCEEDED, &st);
+  assert_int_equal(hstats().requests, req);
+  /* a deadline far off: the file opens and reads; later reads without one */
+  ctl.deadline_s = stg_now_s() + 60;
+  st_assert_code(stg_file_open_ctl(c, roots, url_of("range"), &ctl, &f, &st),
+                 PD_OK, &st);
+  stg_file_set_deadline(f, 0);
+  read_all(f);
+  stg_file_close(f);
+  stg_cache_destroy(c);
+}
+
+typedef struct canceller {
+  atomic_bool *flag;
+  double after_s;
+} canceller;
+
+static void *cancel_main(void *arg) {
+  canceller *k = arg;
+  struct timespec ts = {0, (long)(k->after_s * 1e9)};
+  nanosleep(&ts, NULL);
+  atomic_store(k->flag, true);
+  return NULL;
+}
+
+/* The cancel flag aborts a transfer in progress (the server sleeps 5 s
+ * before answering) and any later fetch of the file. */
+static void test_cancel(void **state) {
+  (void)state;
+  NEED_SERVER();
+  stg_cache *c = mk_cache(30, 3);
+  stg_file *f = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  atomic_bool flag;
+  atomic_init(&flag, false);
+  stg_io_ctl ctl = {.deadline_s = 0, .cancel = &flag};
+  canceller k = {&flag, 0.2};
+  pthread_t t;
+  double t0 = stg_now_s();
+  assert_int_equal(pthread_create(&t, NULL, cancel_main, &k), 0);
+  st_assert_code(stg_file_open_ctl(c, roots, url_of("slow"), &ctl, &f, &st),
+                 PD_CANCELLED, &st);
+  assert_true(stg_now_s() - t0 < 4.5); /* the server sleeps 5 s */
+  pthread_join(t, NULL);
+  /* a file opened before the flag is set: its reads stop once it is */
+  atomic_store(&flag, false);
+  st_assert_code(stg_file_open_ctl(c, roots, url_of("range"), &ctl, &f, &st),
+                 PD_OK, &st);
+  atomic_store(&flag, true);
+  unsigned char b[100];
+  st_assert_code(stg_file_pread(f, 4096, b, 100, &st), PD_CANCELLED, &st);
+  stg_file_close(f);
+  stg_cache_destroy(c);
+}
+
 /* A closed port: connection refused, retried, UNAVAILABLE. */
 static void test_unreachable(void **state) {
   (void)state;
@@ -319,6 +393,7 @@ int main(void) {
       cmocka_unit_test(test_ignore_range), cmocka_unit_test(test_changed),
       cmocka_unit_test(test_retry),        cmocka_unit_test(test_failures),
       cmocka_unit_test(test_timeout),      cmocka_unit_test(test_unreachable),
+      cmocka_unit_test(test_deadline),     cmocka_unit_test(test_cancel),
   };
   return cmocka_run_group_tests(tests, start_server, stop_server);
 }

@@ -2,6 +2,9 @@
  * only at commit; overwrite is refused unless asked for; abort and a failed
  * commit leave no temporary file; writes obey the roots as reads do. */
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <time.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -116,6 +119,58 @@ static void test_abort(void **state) {
   free(got);
   stg_out_abort(NULL);
   free(path);
+}
+
+/* Writes `name` in dir with an mtime `age_s` seconds ago. */
+static char *aged_file(const char *dir, const char *name, long age_s) {
+  char *p = st_join(dir, name);
+  st_write_file(p, "orphan", 6);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  struct timespec t[2] = {{now.tv_sec - age_s, 0}, {now.tv_sec - age_s, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, p, t, 0), 0);
+  return p;
+}
+
+/* A save removes the orphaned temporary files of its own target (a writer
+ * killed mid-save: old, and nobody holds their lock), and nothing else: a
+ * fresh one, one whose writer still holds its lock, another target's, and
+ * names that only look alike stay. */
+static void test_orphans(void **state) {
+  fx *f = *state;
+  char *orphan = aged_file(f->root, ".m.safetensors.tmp-0a1b2c", 3600);
+  char *fresh = aged_file(f->root, ".m.safetensors.tmp-00ffee", 0);
+  char *live = aged_file(f->root, ".m.safetensors.tmp-123456", 3600);
+  char *other = aged_file(f->root, ".n.safetensors.tmp-0a1b2c", 3600);
+  char *alike = aged_file(f->root, ".m.safetensors.tmp-0a1b2cX", 3600);
+  int lfd = open(live, O_RDONLY | O_CLOEXEC);
+  assert_true(lfd >= 0);
+  assert_int_equal(flock(lfd, LOCK_EX | LOCK_NB), 0); /* a live writer */
+  assert_int_equal(hidden_entries(f->root), 5);
+  st_log_capture();
+  st_log_reset();
+  stg_out *o = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  st_assert_code(stg_out_create(f->roots, "m.safetensors", false, &o, &st),
+                 PD_OK, &st);
+  write_all(o, (const unsigned char *)"abc", 3);
+  st_assert_code(stg_out_commit(o, &st), PD_OK, &st);
+  size_t n = 0;
+  unsigned char *got;
+  assert_null(st_read_file(orphan, &n));
+  int level = 0;
+  const char *msg = st_log_last(&level);
+  assert_non_null(msg);
+  assert_non_null(strstr(msg, "removed '.m.safetensors.tmp-0a1b2c'"));
+  assert_int_equal(level, 6);
+  const char *kept[] = {fresh, live, other, alike};
+  for (int i = 0; i < 4; i++) {
+    assert_non_null(got = st_read_file(kept[i], &n));
+    free(got);
+  }
+  assert_int_equal(hidden_entries(f->root), 4);
+  close(lfd);
+  free(orphan), free(fresh), free(live), free(other), free(alike);
 }
 
 /* A file that appears at the target after create is not replaced. */
@@ -296,6 +351,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_refusals, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_full, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_roots_rule, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_orphans, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

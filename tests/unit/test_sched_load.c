@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sched_int.h"
@@ -647,6 +648,130 @@ static void test_session_closed_mid_load(void **state) {
   }
 }
 
+/* --- sched_load_begin_async ------------------------------------------------ */
+
+typedef struct done_box {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool called;
+  int calls;
+  pd_code code;
+  char msg[DEV_STATUS_MSG_MAX];
+  sched_load_result *r;
+} done_box;
+
+static void on_done(void *arg, pd_code code, const dev_status *st,
+                    sched_load_result *r) {
+  done_box *b = arg;
+  pthread_mutex_lock(&b->mu);
+  b->called = true;
+  b->calls++;
+  b->code = code;
+  snprintf(b->msg, sizeof b->msg, "%s", st ? st->msg : "");
+  b->r = r;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* Begins an async load of `file` and waits (bounded) for its callback. */
+static pd_code load_async(sched_session *ss, const char *file,
+                          const sched_load_tensor *t, int n, double deadline_s,
+                          bool cancel, done_box *b) {
+  memset(b, 0, sizeof *b);
+  pthread_mutex_init(&b->mu, NULL);
+  pthread_cond_init(&b->cv, NULL);
+  sched_load_request req = {file, STG_FORMAT_AUTO, t, n, 0, MIR};
+  sched_load_pending *p = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  pd_code c = sched_load_begin_async(ss, &req, deadline_s, on_done, b, &p, &st);
+  assert_int_equal(c, PD_OK);
+  if (cancel) sched_load_pending_cancel(p);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += 20;
+  pthread_mutex_lock(&b->mu);
+  while (!b->called)
+    if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) != 0) break;
+  bool called = b->called;
+  pthread_mutex_unlock(&b->mu);
+  assert_true(called);
+  sched_load_pending_put(p);
+  return b->code;
+}
+
+static bool handle_live(sched_session *ss, uint64_t id) {
+  dev_tensor *t = NULL;
+  if (sched_handle_get(ss, id, &t, NULL) != PD_OK) return false;
+  dev_tensor_release(t);
+  return true;
+}
+
+/* The open runs on an open worker and calls back once: the result on
+ * success (then the reads go on as for sched_load_begin); a missing file,
+ * a deadline already past, or a cancel before publishing fail it with
+ * nothing published and the load off the session's list. */
+static void test_load_async(void **state) {
+  (void)state;
+  write_model("model.safetensors");
+  sched *s = new_sched(g_roots);
+  sched_session_info info;
+  sched_session *ss = open_new(s, 0, &info);
+  sched_load_tensor t[2] = {lt("a", 1, MIR), lt("b", 2, SH0)};
+  done_box b;
+  assert_int_equal(
+      load_async(ss, path_in("model.safetensors"), t, 2, 0, false, &b), PD_OK);
+  assert_int_equal(b.calls, 1);
+  assert_non_null(b.r);
+  assert_int_equal(b.r->n, 2);
+  assert_int_equal(b.r->tensors[0].dtype, PD_FLOAT32);
+  sched_load_progress p = wait_load(ss, b.r->load_id);
+  assert_int_equal(p.code, PD_OK);
+  for (int k = 0; k < NDEV; k++) expect_comp(ss, 1, k, A, sizeof A);
+  sched_load_result_free(b.r);
+  /* a missing file: NOT_FOUND, the record gone */
+  sched_load_tensor t3[1] = {lt("a", 3, MIR)};
+  assert_int_equal(
+      load_async(ss, path_in("missing.safetensors"), t3, 1, 0, false, &b),
+      PD_NOT_FOUND);
+  assert_null(b.r);
+  assert_false(handle_live(ss, 3));
+  uint64_t last = 0;
+  pthread_mutex_lock(&ss->mu);
+  last = ss->last_load_id;
+  pthread_mutex_unlock(&ss->mu);
+  assert_int_equal(sched_load_get_progress(ss, last, &p, NULL), PD_NOT_FOUND);
+  /* a deadline already past: even a local open is refused */
+  assert_int_equal(load_async(ss, path_in("model.safetensors"), t3, 1,
+                              stg_now_s() - 1, false, &b),
+                   PD_DEADLINE_EXCEEDED);
+  assert_false(handle_live(ss, 3));
+  /* a cancel right after the begin: CANCELLED with nothing published, or
+   * (the open was quicker) published and loading */
+  pd_code c = load_async(ss, path_in("model.safetensors"), t3, 1, 0, true, &b);
+  if (c == PD_OK) {
+    assert_true(handle_live(ss, 3));
+    wait_load(ss, b.r->load_id);
+    sched_load_result_free(b.r);
+  } else {
+    assert_int_equal(c, PD_CANCELLED);
+    assert_false(handle_live(ss, 3));
+  }
+  close_session(s, ss, &info);
+  /* a closed session: refused at once */
+  ss = open_new(s, 0, &info);
+  sched_session *keep = ss;
+  sched_session_ref(keep);
+  close_session(s, ss, &info);
+  sched_load_request req = {
+      path_in("model.safetensors"), STG_FORMAT_AUTO, t3, 1, 0, MIR};
+  sched_load_pending *pp = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_load_begin_async(keep, &req, 0, on_done, &b, &pp, &st),
+                   PD_NOT_FOUND);
+  sched_session_put(keep);
+  sched_destroy(s);
+}
+
 /* Entries that are not random-access are read whole, then scattered:
  * big-endian data (byte-swapped) and Fortran order (transposed). */
 static void test_load_whole_entries(void **state) {
@@ -898,6 +1023,7 @@ int main(void) {
       cmocka_unit_test(test_load_whole_entries),
       cmocka_unit_test(test_progress_kept),
       cmocka_unit_test(test_session_closed_mid_load),
+      cmocka_unit_test(test_load_async),
       cmocka_unit_test(test_save_round_trip),
       cmocka_unit_test(test_save_failed_tensor),
   };
