@@ -136,7 +136,7 @@ static int srv_storage_roots(srv *s) {
     SRV_INFO("storage root %d: %s", i, o->storage_roots[i]);
   if (o->num_storage_roots > 0)
     SRV_INFO(
-        "storage: a save killed mid-write (SIGKILL, crash) leaves its target "
+        "a save killed mid-write (SIGKILL, crash) leaves its target "
         "intact and an orphan .NAME.tmp-XXXXXX beside it; the next save of "
         "NAME removes it once it is over 5 minutes old and its writer is "
         "gone; nothing else is swept");
