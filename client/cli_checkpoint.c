@@ -392,31 +392,6 @@ static int cli_ckpt_load(const char *cmd, pd_client *c, const cli_ckpt_args *a,
   return wrc;
 }
 
-int cli_load(const cli_opts *o, int argc, char **argv) {
-  cli_ckpt_args a = {0};
-  int rc = cli_ckpt_args_parse("load", false, argc, argv, &a);
-  if (rc >= 0) {
-    cli_ckpt_args_free(&a);
-    return rc;
-  }
-  pd_status *st = pd_status_new();
-  rc = 0;
-  pd_client *c = cli_connect(o, "load", st, &rc);
-  pd_session *s = NULL;
-  pd_load *l = NULL;
-  double secs = 0;
-  if (c) rc = cli_ckpt_load("load", c, &a, &s, &l, &secs, st);
-  if (c && rc == 0) cli_load_print(l, secs);
-  if (s && pd_session_close(s, NULL, st) != PD_OK && rc == 0)
-    rc = cli_fail("load", st);
-  pd_load_delete(l);
-  pd_session_delete(s);
-  pd_client_delete(c);
-  pd_status_delete(st);
-  cli_ckpt_args_free(&a);
-  return rc;
-}
-
 /* --- the save ---------------------------------------------------------------------- */
 
 /* The stem of SOURCE's last component ("/m/weights.npy" -> "weights"; a
@@ -514,27 +489,43 @@ static int cli_ckpt_save(const cli_ckpt_args *a, pd_session *s,
   return 0;
 }
 
-int cli_save(const cli_opts *o, int argc, char **argv) {
+/* `paradev load` and `paradev save`: one session, the load, then for save
+ * the save; the session closed whatever happened. */
+static int cli_ckpt_run(const cli_opts *o, const char *cmd, bool save, int argc,
+                        char **argv) {
   cli_ckpt_args a = {0};
-  int rc = cli_ckpt_args_parse("save", true, argc, argv, &a);
+  int rc = cli_ckpt_args_parse(cmd, save, argc, argv, &a);
   if (rc >= 0) {
     cli_ckpt_args_free(&a);
     return rc;
   }
   pd_status *st = pd_status_new();
   rc = 0;
-  pd_client *c = cli_connect(o, "save", st, &rc);
+  pd_client *c = cli_connect(o, cmd, st, &rc);
   pd_session *s = NULL;
   pd_load *l = NULL;
   double secs = 0;
-  if (c) rc = cli_ckpt_load("save", c, &a, &s, &l, &secs, st);
-  if (c && rc == 0) rc = cli_ckpt_save(&a, s, l, st);
+  if (c) rc = cli_ckpt_load(cmd, c, &a, &s, &l, &secs, st);
+  if (c && rc == 0) {
+    if (save)
+      rc = cli_ckpt_save(&a, s, l, st);
+    else
+      cli_load_print(l, secs);
+  }
   if (s && pd_session_close(s, NULL, st) != PD_OK && rc == 0)
-    rc = cli_fail("save", st);
+    rc = cli_fail(cmd, st);
   pd_load_delete(l);
   pd_session_delete(s);
   pd_client_delete(c);
   pd_status_delete(st);
   cli_ckpt_args_free(&a);
   return rc;
+}
+
+int cli_load(const cli_opts *o, int argc, char **argv) {
+  return cli_ckpt_run(o, "load", false, argc, argv);
+}
+
+int cli_save(const cli_opts *o, int argc, char **argv) {
+  return cli_ckpt_run(o, "save", true, argc, argv);
 }
