@@ -76,7 +76,7 @@ static const char *srv_root_danger(const char *root) {
 static int srv_check_roots(const srv_options *o, bool check,
                            srv_config_report_fn report) {
   int errors = 0;
-  char msg[768];
+  char msg[1536]; /* a root is at most 1023 bytes (config_keys.c) */
   for (int i = 0; i < o->num_storage_roots; i++) {
     const char *r = o->storage_roots[i];
     if (r[0] != '/') continue; /* a URL prefix */
@@ -84,8 +84,8 @@ static int srv_check_roots(const srv_options *o, bool check,
     int src = stat(r, &sb), e = errno;
     if (check && (src != 0 || !S_ISDIR(sb.st_mode))) {
       snprintf(msg, sizeof(msg),
-               "[storage] roots: '%s' is not an existing directory (%s); a "
-               "start refuses it",
+               "[storage] roots: '%.1023s' is not an existing directory (%s); "
+               "a start refuses it",
                r, src != 0 ? strerror(e) : "not a directory");
       report(true, msg);
       errors++;
@@ -94,7 +94,7 @@ static int srv_check_roots(const srv_options *o, bool check,
     const char *d = srv_root_danger(r);
     if (d) {
       snprintf(msg, sizeof(msg),
-               "[storage] roots: '%s' %s %s: every client may read "
+               "[storage] roots: '%.1023s' %s %s: every client may read "
                "and write files there as the daemon's user; give a directory "
                "of checkpoints instead",
                r, strcmp(d, "/") == 0 ? "is the root file system" : "exposes",
