@@ -165,6 +165,20 @@ void pd_attrs_set_dtype(pd_attrs *a, const char *name, pd_dtype v) {
   e->value.dtype = (Paradev__V1__DType)v;
 }
 
+/* A heap copy of n values of `size` bytes for attr `name` (one slot when n
+ * is 0, so the pointer is never NULL); NULL, with `a` failed, when out of
+ * memory. */
+static void *pdc_attrs_copy_values(pd_attrs *a, const char *name, const void *v,
+                                   int n, size_t size) {
+  void *p = malloc(size * (size_t)(n ? n : 1));
+  if (!p) {
+    pdc_attrs_fail(a, PD_RESOURCE_EXHAUSTED, name, "out of host memory");
+    return NULL;
+  }
+  if (n) memcpy(p, v, size * (size_t)n);
+  return p;
+}
+
 void pd_attrs_set_shape(pd_attrs *a, const char *name, const int64_t *dims,
                         int rank) {
   pdc_attr *e = pdc_attrs_slot(a, name);
@@ -178,12 +192,8 @@ void pd_attrs_set_shape(pd_attrs *a, const char *name, const int64_t *dims,
     pdc_attrs_fail(a, PD_INVALID_ARGUMENT, name, why);
     return;
   }
-  e->ints = malloc(sizeof(int64_t) * (size_t)(rank ? rank : 1));
-  if (!e->ints) {
-    pdc_attrs_fail(a, PD_RESOURCE_EXHAUSTED, name, "out of host memory");
+  if (!(e->ints = pdc_attrs_copy_values(a, name, dims, rank, sizeof(int64_t))))
     return;
-  }
-  if (rank) memcpy(e->ints, dims, sizeof(int64_t) * (size_t)rank);
   paradev__v1__shape__init(&e->shape);
   e->shape.n_dims = (size_t)rank;
   e->shape.dims = e->ints;
@@ -199,12 +209,8 @@ void pd_attrs_set_int_list(pd_attrs *a, const char *name, const int64_t *v,
     pdc_attrs_fail(a, PD_INVALID_ARGUMENT, name, "a list needs n >= 0 values");
     return;
   }
-  e->ints = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-  if (!e->ints) {
-    pdc_attrs_fail(a, PD_RESOURCE_EXHAUSTED, name, "out of host memory");
+  if (!(e->ints = pdc_attrs_copy_values(a, name, v, n, sizeof(int64_t))))
     return;
-  }
-  if (n) memcpy(e->ints, v, sizeof(int64_t) * (size_t)n);
   paradev__v1__int_list__init(&e->ilist);
   e->ilist.n_values = (size_t)n;
   e->ilist.values = e->ints;
@@ -220,12 +226,8 @@ void pd_attrs_set_float_list(pd_attrs *a, const char *name, const double *v,
     pdc_attrs_fail(a, PD_INVALID_ARGUMENT, name, "a list needs n >= 0 values");
     return;
   }
-  e->floats = malloc(sizeof(double) * (size_t)(n ? n : 1));
-  if (!e->floats) {
-    pdc_attrs_fail(a, PD_RESOURCE_EXHAUSTED, name, "out of host memory");
+  if (!(e->floats = pdc_attrs_copy_values(a, name, v, n, sizeof(double))))
     return;
-  }
-  if (n) memcpy(e->floats, v, sizeof(double) * (size_t)n);
   paradev__v1__float_list__init(&e->flist);
   e->flist.n_values = (size_t)n;
   e->flist.values = e->floats;

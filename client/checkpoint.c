@@ -20,30 +20,13 @@ struct pd_load {
   pd_tensor_info *hosts; /* rank -1: none */
 };
 
-static pd_code pdc_ckpt_layout(pd_layout in, const char *what, int i, bool save,
-                               Paradev__V1__Layout *out, pd_status *st) {
+/* A checkpoint tensor's layout on the wire, as given: the daemon decides
+ * what each kind means there (UNSPECIFIED loads MIRRORED and is refused for
+ * a save) and refuses the kinds a checkpoint cannot take, as for Download. */
+static void pdc_ckpt_layout(pd_layout in, Paradev__V1__Layout *out) {
   paradev__v1__layout__init(out);
-  /* UNSPECIFIED (a zeroed spec) loads MIRRORED, as an upload does; a save
-   * reads the devices and must say how, as a download must. */
-  if (in.kind == PD_LAYOUT_UNSPECIFIED && save)
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%s %d: no layout; a saved tensor is MIRRORED "
-                     "(component 0), SHARDED (gathered along an axis) or "
-                     "PER_COMPONENT",
-                     what, i);
-  if (in.kind == PD_LAYOUT_UNSPECIFIED) {
-    out->kind = PARADEV__V1__LAYOUT_KIND__LAYOUT_MIRRORED;
-    return PD_OK;
-  }
-  if (in.kind != PD_LAYOUT_MIRRORED && in.kind != PD_LAYOUT_SHARDED &&
-      in.kind != PD_LAYOUT_PER_COMPONENT)
-    return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "%s %d: layout kind %d; a checkpoint tensor is MIRRORED, "
-                     "SHARDED or PER_COMPONENT",
-                     what, i, (int)in.kind);
   out->kind = (Paradev__V1__LayoutKind)in.kind;
   out->axis = in.axis;
-  return PD_OK;
 }
 
 /* The request's specs, in `specs_pb` and `lay` (n each). */
@@ -54,7 +37,7 @@ static pd_code pdc_load_specs(pd_session *s, const pd_load_spec *specs, int n,
   for (int i = 0; i < n; i++) {
     const pd_load_spec *sp = &specs[i];
     paradev__v1__load_tensor_spec__init(&pb[i]);
-    PD_TRY(pdc_ckpt_layout(sp->layout, "tensor", i, false, &lay[i], st));
+    pdc_ckpt_layout(sp->layout, &lay[i]);
     if (sp->n_component_sources < 0 ||
         (sp->n_component_sources > 0 && !sp->component_sources))
       return pdc_error(st, PD_INVALID_ARGUMENT,
@@ -136,9 +119,7 @@ pd_code pd_load_tensors(pd_session *s, const char *source,
   }
   PD_TRY_GOTO(pdc_load_specs(s, specs, n, pb, ptrs, lay, st), rc, out);
   Paradev__V1__Layout dl;
-  PD_TRY_GOTO(
-      pdc_ckpt_layout(o.default_layout, "default layout", 0, false, &dl, st),
-      rc, out);
+  pdc_ckpt_layout(o.default_layout, &dl);
   Paradev__V1__LoadTensorsRequest req = PARADEV__V1__LOAD_TENSORS_REQUEST__INIT;
   req.session_token.data = s->token;
   req.session_token.len = s->token_len;
@@ -263,7 +244,7 @@ static pd_code pdc_save_fill(const pd_save_spec *specs, int n,
     return pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   for (int i = 0; i < n; i++) {
     paradev__v1__save_tensor_spec__init(&b->specs[i]);
-    PD_TRY(pdc_ckpt_layout(specs[i].layout, "tensor", i, true, &b->lay[i], st));
+    pdc_ckpt_layout(specs[i].layout, &b->lay[i]);
     b->specs[i].name = (char *)(specs[i].name ? specs[i].name : "");
     b->specs[i].id = specs[i].id;
     b->specs[i].layout = &b->lay[i];
