@@ -170,6 +170,9 @@ struct sched_session {
   uint64_t seq;
   char client[SCHED_NAME_MAX + 1];
   char job[SCHED_NAME_MAX + 1];
+  char tenant[SCHED_NAME_MAX + 1];
+  int priority;    /* band, SCHED_PRIORITY_MIN..MAX */
+  uint32_t weight; /* >= 1 */
   uint32_t lease_s;
   uint64_t quota;
   int64_t created_ms;         /* monotonic */

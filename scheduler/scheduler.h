@@ -128,7 +128,16 @@ typedef struct sched_session_params {
   const char *job_id;      /* may be NULL; at most SCHED_NAME_MAX bytes */
   uint32_t lease_s;        /* 0: the default */
   uint64_t memory_quota;   /* bytes over all devices; 0: none */
+  /* Tenancy and sharing (issues #14, #15); zero for none / the defaults. */
+  const char *tenant; /* the owning tenant's name; NULL or "": no tenant */
+  int priority;       /* band: a higher band is served strictly first;
+                         0 the default, SCHED_PRIORITY_MIN..MAX */
+  uint32_t weight;    /* share of device time inside its band; 0: 1 */
 } sched_session_params;
+
+#define SCHED_PRIORITY_MIN (-8)
+#define SCHED_PRIORITY_MAX 8
+#define SCHED_WEIGHT_MAX 10000
 
 typedef struct sched_session_info {
   uint8_t token[SCHED_TOKEN_BYTES];
@@ -165,6 +174,11 @@ pd_code sched_session_close(sched *s, const void *token, size_t len,
 void sched_session_touch(sched_session *ss);
 
 uint64_t sched_session_seq(const sched_session *ss);
+/* The tenant the session belongs to ("" for none), its band and weight, as
+ * set at sched_session_create. Thread-safe (fixed for the session's life). */
+const char *sched_session_tenant(const sched_session *ss);
+int sched_session_priority(const sched_session *ss);
+uint32_t sched_session_weight(const sched_session *ss);
 uint32_t sched_session_lease_s(const sched_session *ss);
 
 /* --- The end of a session: observers ------------------------------------ */

@@ -111,6 +111,21 @@ pd_code sched_session_create(sched *s, const sched_session_params *p,
   PD_TRY_GOTO(sched_copy_name(ss->client, p->client_name, "client_name", st), c,
               fail);
   PD_TRY_GOTO(sched_copy_name(ss->job, p->job_id, "job_id", st), c, fail);
+  PD_TRY_GOTO(sched_copy_name(ss->tenant, p->tenant, "tenant", st), c, fail);
+  if (p->priority < SCHED_PRIORITY_MIN || p->priority > SCHED_PRIORITY_MAX) {
+    c = dev_error(st, PD_INVALID_ARGUMENT,
+                  "priority %d out of range: expected %d to %d", p->priority,
+                  SCHED_PRIORITY_MIN, SCHED_PRIORITY_MAX);
+    goto fail;
+  }
+  if (p->weight > SCHED_WEIGHT_MAX) {
+    c = dev_error(st, PD_INVALID_ARGUMENT,
+                  "weight %u out of range: expected 1 to %d (0: 1)", p->weight,
+                  SCHED_WEIGHT_MAX);
+    goto fail;
+  }
+  ss->priority = p->priority;
+  ss->weight = p->weight ? p->weight : 1;
   PD_TRY_GOTO(sched_make_token(s, ss->token, st), c, fail);
   atomic_init(&ss->refs, 1); /* the table's */
   ss->owner = s;
@@ -242,6 +257,9 @@ void sched_session_touch(sched_session *ss) {
 
 uint64_t sched_session_seq(const sched_session *ss) { return ss->seq; }
 uint32_t sched_session_lease_s(const sched_session *ss) { return ss->lease_s; }
+const char *sched_session_tenant(const sched_session *ss) { return ss->tenant; }
+int sched_session_priority(const sched_session *ss) { return ss->priority; }
+uint32_t sched_session_weight(const sched_session *ss) { return ss->weight; }
 
 int sched_num_sessions(sched *s) {
   pthread_mutex_lock(&s->mu);

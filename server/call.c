@@ -125,6 +125,7 @@ static void srv_call_destroy(srv_call *c) {
   grpc_metadata_array_destroy(&c->md);
   if (c->call) grpc_call_unref(c->call);
   free(c->fin_msg);
+  free(c->identity);
   atomic_fetch_sub(&c->s->active_calls, 1);
   free(c);
 }

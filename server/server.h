@@ -116,6 +116,8 @@ struct srv_call {
   /* the request of a unary/server-stream call and its allocator */
   srv_budget budget;
   ProtobufCMessage *req;
+  /* the caller (auth.h), resolved at the first srv_call_identity */
+  struct srv_identity *identity;
   /* method state */
   void *user;
   /* tags */

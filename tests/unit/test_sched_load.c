@@ -203,7 +203,7 @@ static sched *new_sched(const stg_roots *roots) {
 
 static sched_session *open_new(sched *s, uint64_t quota,
                                sched_session_info *info) {
-  sched_session_params p = {"t", "job", 0, quota};
+  sched_session_params p = {"t", "job", 0, quota, NULL, 0, 0};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
   sched_session *ss = NULL;

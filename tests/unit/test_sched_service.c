@@ -37,7 +37,7 @@ static sched *new_sched(void) {
 
 static sched_session *open_new(sched *s, const char *name, const char *job,
                                uint64_t quota, sched_session_info *info) {
-  sched_session_params p = {name, job, 0, quota};
+  sched_session_params p = {name, job, 0, quota, NULL, 0, 0};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
   sched_session *ss = NULL;
@@ -206,7 +206,7 @@ static void test_default_and_max_quota(void **state) {
   sched *s = new_sched_cfg(&cfg);
   dev_status st = DEV_STATUS_INIT;
   sched_session_info info;
-  sched_session_params p = {"a", "", 0, 0};
+  sched_session_params p = {"a", "", 0, 0, NULL, 0, 0};
   assert_int_equal(sched_session_create(s, &p, &info, &st), PD_OK);
   assert_int_equal(info.memory_quota, 1000);
   p.memory_quota = 4000;
@@ -242,7 +242,7 @@ static void test_reconfigure_limits(void **state) {
   cfg.max_ops_per_request = 1;
   cfg.default_lease_s = 7;
   assert_int_equal(sched_reconfigure(s, &cfg, &st), PD_OK);
-  sched_session_params p = {"c", "", 0, 0};
+  sched_session_params p = {"c", "", 0, 0, NULL, 0, 0};
   assert_int_equal(sched_session_create(s, &p, &i3, &st),
                    PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "max_sessions = 2"));

@@ -31,7 +31,7 @@ static sched *new_sched(uint32_t lease_check_ms, const sched_observer *obs) {
 
 static sched_session *open_new(sched *s, const char *name, uint32_t lease,
                                uint64_t quota, sched_session_info *info) {
-  sched_session_params p = {name, "job", lease, quota};
+  sched_session_params p = {name, "job", lease, quota, NULL, 0, 0};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
   sched_session *ss = NULL;
@@ -94,7 +94,7 @@ static void test_tokens(void **state) {
   assert_int_equal(sched_session_open(s, tok, sizeof tok, &x, &st),
                    PD_NOT_FOUND);
   assert_null(strstr(st.msg, "restarted"));
-  sched_session_params p = {NULL, NULL, 86401, 0};
+  sched_session_params p = {NULL, NULL, 86401, 0, NULL, 0, 0};
   assert_int_equal(sched_session_create(s, &p, &info, &st),
                    PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "max_lease_seconds"));
@@ -366,7 +366,7 @@ static void test_limits(void **state) {
   sched_session_info i1, i2, i3;
   sched_session *a = open_new(s, "a", 0, 0, &i1);
   sched_session *b = open_new(s, "b", 0, 0, &i2);
-  sched_session_params p = {"c", NULL, 0, 0};
+  sched_session_params p = {"c", NULL, 0, 0, NULL, 0, 0};
   assert_int_equal(sched_session_create(s, &p, &i3, &st),
                    PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "max_sessions = 2"));
@@ -762,7 +762,7 @@ typedef struct stress_arg {
 /* One session's life in a stress worker. */
 static void stress_round(stress_arg *a) {
   sched_session_info info;
-  sched_session_params prm = {"stress", NULL, 86400, 0}; /* never expires */
+  sched_session_params prm = {"stress", NULL, 86400, 0, NULL, 0, 0}; /* never expires */
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(a->s, &prm, &info, &st), PD_OK);
   a->created++;
