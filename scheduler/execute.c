@@ -232,7 +232,7 @@ static void exec_publish_locked(sched_exec *x) {
       dev_tensor *t = x->pend[k].t;
       dev_tensor_retain(t);
       sched_htab_insert(&ss->handles, x->pend[k].id, t, x->pend[k].bytes);
-      ss->bytes += x->pend[k].bytes;
+      sched_charge_locked(ss, x->pend[k].bytes, 0);
     }
     q->op = x->prepared[i];
     q->seq = ++ss->enqueued;

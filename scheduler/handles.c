@@ -60,7 +60,7 @@ pd_code sched_handle_delete(sched_session *ss, const uint64_t *ids, int n,
   for (int i = 0; c == PD_OK && i < n; i++) {
     sched_slot *sl = sched_htab_find(&ss->handles, ids[i]);
     dev_tensor *t = sl->t;
-    ss->bytes -= sl->bytes;
+    sched_charge_locked(ss, 0, sl->bytes);
     sched_htab_remove(&ss->handles, sl);
     dev_tensor_release(t);
   }
@@ -92,7 +92,14 @@ pd_code sched_check_room_locked(sched_session *ss, int extra_handles,
                      (unsigned long long)ss->bytes,
                      (unsigned long long)extra_bytes,
                      (unsigned long long)ss->quota);
+  if (ss->tn) return sched_tenant_room(ss->tn, extra_bytes, st);
   return PD_OK;
+}
+
+void sched_charge_locked(sched_session *ss, uint64_t add, uint64_t sub) {
+  ss->bytes += add;
+  ss->bytes -= sub;
+  sched_tenant_charge(ss->tn, add, sub);
 }
 
 uint64_t sched_release_all_locked(sched_session *ss) {
@@ -106,7 +113,7 @@ uint64_t sched_release_all_locked(sched_session *ss) {
   }
   free(ss->handles.slots);
   memset(&ss->handles, 0, sizeof(ss->handles));
-  ss->bytes = 0;
+  sched_charge_locked(ss, 0, ss->bytes);
   /* Tapes hold references to what they recorded: release them too. */
   for (int i = 0; i < ss->num_tapes; i++) dev_tape_destroy(ss->tapes[i].tape);
   free(ss->tapes);

@@ -137,8 +137,8 @@ static pd_code load_open(load *ld, const char *name, stg_format format,
   /* Every fetch of the open and index (and, once the deadline is lifted,
    * of the reads) stops when the session ends or the caller gives up. */
   stg_io_ctl ctl = {.deadline_s = ld->deadline_s, .cancel = &ld->io.cancelled};
-  PD_TRY(stg_file_open_ctl(s->cfg.storage_cache, s->cfg.storage_roots, name,
-                           &ctl, &f, st));
+  PD_TRY(stg_file_open_ctl(s->cfg.storage_cache, ld->ss->roots, name, &ctl, &f,
+                           st));
   stg_index *x = NULL;
   pd_code c = stg_index_read(f, format, &x, st);
   if (c != PD_OK) {
@@ -646,7 +646,7 @@ static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
       uint64_t b = dev_tensor_bytes(lt->t);
       dev_tensor_retain(lt->t);
       sched_htab_insert(&ss->handles, lt->id, lt->t, b);
-      ss->bytes += b;
+      sched_charge_locked(ss, b, 0);
     }
     ld->published = true;
   }

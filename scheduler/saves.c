@@ -395,9 +395,9 @@ pd_code sched_save_begin(sched_session *ss, const sched_save_request *req,
   PD_TRY_GOTO(save_collect(sv, req, st), c, fail);
   PD_TRY_GOTO(save_plan(sv, req, dev_engine_num_devices(s->engine), st), c,
               fail);
-  PD_TRY_GOTO(stg_out_create(s->cfg.storage_roots, sv->path, req->overwrite,
-                             &sv->out, st),
-              c, fail);
+  PD_TRY_GOTO(
+      stg_out_create(sv->ss->roots, sv->path, req->overwrite, &sv->out, st), c,
+      fail);
   snprintf(sv->written, sizeof sv->written, "%s", stg_out_path(sv->out));
   sched_io_begin(s);
   if ((c = save_register(sv, st)) != PD_OK) {

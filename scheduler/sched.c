@@ -198,6 +198,7 @@ void sched_destroy(sched *s) {
   while (atomic_load(&s->n_completed) < atomic_load(&s->n_submitted))
     pthread_cond_wait(&s->done_cv, &s->done_mu);
   pthread_mutex_unlock(&s->done_mu);
+  sched_tenants_free(s);
   sched_locks_destroy(s);
   sched_stats_free(s);
   free(s);

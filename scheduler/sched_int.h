@@ -29,8 +29,9 @@
  *
  * Files, lowest first (each calls only files listed before it; the call
  * graph is acyclic):
- *   htab.c, policy_rr.c, stats.c, observers.c, workers.c   no scheduler
- *                 calls (workers.c runs work through function pointers)
+ *   htab.c, policy_rr.c, stats.c, observers.c, workers.c, tenants.c   no
+ *                 scheduler calls (workers.c runs work through function
+ *                 pointers)
  *   handles.c     handle table use, room checks, release of a session's state
  *   waits.c       handed-over checks, queue waiters, Sync
  *   queue.c       appending, unqueueing and dropping ops; cancel
@@ -155,6 +156,34 @@ typedef struct sched_op_name {
   int index;
 } sched_op_name;
 
+/* --- Tenants' accounts (tenants.c) ---------------------------------------- */
+
+typedef struct sched_tenant {
+  struct sched_tenant *next; /* sched.tenants, under sched.mu */
+  int sessions;              /* in the table now, under sched.mu */
+  int max_sessions;          /* 0: none; under sched.mu */
+  _Atomic uint64_t bytes;    /* held by all its sessions */
+  _Atomic uint64_t quota;    /* bytes; 0: none */
+  const stg_roots *roots;    /* NULL: the scheduler's; under sched.mu */
+  char name[SCHED_NAME_MAX + 1];
+} sched_tenant;
+
+/* Counts new session `ss` in the account of its tenant (ss->tenant; made
+ * at first use) and sets ss->tn and ss->roots; RESOURCE_EXHAUSTED naming
+ * the tenant when it holds max_sessions (> 0) already (sched.mu held). */
+pd_code sched_tenant_join_locked(struct sched *s, struct sched_session *ss,
+                                 dev_status *st);
+/* A session of `tn` left the table (sched.mu held; accepts NULL). */
+void sched_tenant_leave_locked(sched_tenant *tn);
+/* RESOURCE_EXHAUSTED naming the tenant when `extra_bytes` more would go
+ * over its quota (any lock; reads atomics). */
+pd_code sched_tenant_room(const sched_tenant *tn, uint64_t extra_bytes,
+                          dev_status *st);
+/* Adds and subtracts bytes held by one of its sessions (accepts NULL). */
+void sched_tenant_charge(sched_tenant *tn, uint64_t add, uint64_t sub);
+/* Frees every account (sched_destroy). */
+void sched_tenants_free(struct sched *s);
+
 /* --- Sessions and the scheduler ---------------------------------------- */
 
 /* A gradient tape of a session, under its client-chosen id. */
@@ -171,8 +200,10 @@ struct sched_session {
   char client[SCHED_NAME_MAX + 1];
   char job[SCHED_NAME_MAX + 1];
   char tenant[SCHED_NAME_MAX + 1];
-  int priority;    /* band, SCHED_PRIORITY_MIN..MAX */
-  uint32_t weight; /* >= 1 */
+  sched_tenant *tn;       /* its tenant's account; NULL: no tenant */
+  const stg_roots *roots; /* its loads' and saves' roots; NULL: none */
+  int priority;           /* band, SCHED_PRIORITY_MIN..MAX */
+  uint32_t weight;        /* >= 1 */
   uint32_t lease_s;
   uint64_t quota;
   int64_t created_ms;         /* monotonic */
@@ -223,6 +254,7 @@ struct sched {
   pthread_mutex_t mu;      /* lock 1: the session table */
   sched_session *sessions; /* newest first */
   int num_sessions;
+  sched_tenant *tenants; /* tenants' accounts (tenants.c) */
   uint64_t next_seq;
   bool stopping;
   pthread_cond_t cv;
@@ -373,6 +405,9 @@ pd_code sched_check_room_locked(sched_session *ss, int extra_handles,
 /* Releases every handle and tape and marks the session closed (ss->mu).
  * Returns the handles released. */
 uint64_t sched_release_all_locked(sched_session *ss);
+/* Counts `add` bytes more and `sub` fewer held by the session's handles, in
+ * the session and its tenant's account (ss->mu). */
+void sched_charge_locked(sched_session *ss, uint64_t add, uint64_t sub);
 
 /* --- waits.c --------------------------------------------------------------- */
 

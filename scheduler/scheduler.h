@@ -150,8 +150,13 @@ typedef struct sched_session_info {
  * when that is 0; with max_memory_quota set, a session asking for none gets
  * max_memory_quota. Errors: INVALID_ARGUMENT (a name over SCHED_NAME_MAX, a
  * lease over max_lease_s, a quota over max_memory_quota, each naming the
- * limit), RESOURCE_EXHAUSTED (at max_sessions), INTERNAL (getrandom
- * failed). */
+ * limit), RESOURCE_EXHAUSTED (at max_sessions, or the tenant at its
+ * max_sessions (sched_tenant_configure): the message names the tenant, the
+ * limit and the sessions in use), INTERNAL (getrandom failed). A session of
+ * a tenant with a memory quota also fails ops, uploads and loads with
+ * RESOURCE_EXHAUSTED when the tenant's sessions together would hold more
+ * (naming the tenant, the bytes held and the quota), and its checkpoint
+ * loads and saves use the tenant's storage roots. */
 pd_code sched_session_create(sched *s, const sched_session_params *p,
                              sched_session_info *out, dev_status *st);
 
@@ -180,6 +185,31 @@ const char *sched_session_tenant(const sched_session *ss);
 int sched_session_priority(const sched_session *ss);
 uint32_t sched_session_weight(const sched_session *ss);
 uint32_t sched_session_lease_s(const sched_session *ss);
+
+/* The limits of a tenant's sessions together (issue #14). */
+typedef struct sched_tenant_limits {
+  int max_sessions;      /* sessions in the table at once; 0: none */
+  uint64_t memory_quota; /* bytes over all its sessions' handles; 0: none */
+  /* The roots its sessions' checkpoint loads and saves may use; NULL: the
+   * scheduler's (sched_config.storage_roots). Borrowed: must outlive every
+   * session made under it (the daemon keeps them until sched_destroy). */
+  const stg_roots *storage_roots;
+} sched_tenant_limits;
+
+/* Sets the limits of tenant `tenant` (its account is made when missing)
+ * for the sessions created from now on; those open keep their roots, and
+ * the new session count and quota apply to the next session and the next
+ * op. A tenant never configured has none. Errors: INVALID_ARGUMENT (an
+ * empty name or one over SCHED_NAME_MAX), RESOURCE_EXHAUSTED (host memory).
+ * Thread-safe (the daemon's start and reload). */
+pd_code sched_tenant_configure(sched *s, const char *tenant,
+                               const sched_tenant_limits *lim, dev_status *st);
+
+/* A tenant's sessions in the table and the bytes their handles hold
+ * (accounted as for quotas); 0 and 0 for a tenant never seen. Thread-safe
+ * (takes the session table's lock). For metrics, admin and tests. */
+void sched_tenant_usage(sched *s, const char *tenant, int *sessions,
+                        uint64_t *bytes);
 
 /* --- The end of a session: observers ------------------------------------ */
 

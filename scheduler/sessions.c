@@ -80,8 +80,8 @@ static pd_code sched_session_terms(sched *s, const sched_session_params *p,
   return PD_OK;
 }
 
-/* Puts a new session in the table, numbering it; RESOURCE_EXHAUSTED at
- * max_sessions. */
+/* Puts a new session in the table, numbering it and counting it in its
+ * tenant's account; RESOURCE_EXHAUSTED at max_sessions or at the tenant's. */
 static pd_code sched_insert(sched *s, sched_session *ss, dev_status *st) {
   pthread_mutex_lock(&s->mu);
   int max_sessions = SCHED_LIM(s, max_sessions);
@@ -92,6 +92,14 @@ static pd_code sched_insert(sched *s, sched_session *ss, dev_status *st) {
                      "or wait for a lease to end",
                      max_sessions);
   }
+  if (ss->tenant[0]) {
+    pd_code c = sched_tenant_join_locked(s, ss, st);
+    if (c != PD_OK) {
+      pthread_mutex_unlock(&s->mu);
+      return c;
+    }
+  }
+  if (!ss->tn) ss->roots = s->cfg.storage_roots;
   ss->seq = s->next_seq++;
   ss->next = s->sessions;
   s->sessions = ss;
@@ -198,6 +206,7 @@ void sched_unlink_locked(sched *s, sched_session *ss) {
       *pp = ss->next;
       ss->next = NULL;
       s->num_sessions--;
+      sched_tenant_leave_locked(ss->tn);
       return;
     }
   }

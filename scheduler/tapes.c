@@ -302,7 +302,7 @@ static pd_code sched_grad_publish_locked(sched_session *ss,
   for (int i = 0; i < n; i++) {
     uint64_t b = dev_tensor_bytes(outs[i]);
     sched_htab_insert(&ss->handles, g->result_ids[i], outs[i], b);
-    ss->bytes += b;
+    sched_charge_locked(ss, b, 0);
     dtypes[i] = dev_tensor_dtype(outs[i]);
     shapes[i] = *dev_tensor_shape(outs[i]);
     outs[i] = NULL; /* the table's now */

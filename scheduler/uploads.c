@@ -81,7 +81,7 @@ pd_code sched_upload_commit(sched_upload *u, dev_status *st) {
   pd_code c = sched_upload_check_locked(ss, u->id, bytes, st);
   if (c == PD_OK) {
     if (sched_htab_insert(&ss->handles, u->id, u->t, bytes)) {
-      ss->bytes += bytes;
+      sched_charge_locked(ss, bytes, 0);
       u->t = NULL; /* the table owns it now */
     } else {
       c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
