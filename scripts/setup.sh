@@ -15,6 +15,7 @@ PKGS=(
   zlib1g-dev             # reading the examples' gzip data; .npz members
   libjson-c-dev          # safetensors headers; JSON the CLI and benches print
   libcurl4-openssl-dev   # HTTP range reads of checkpoints
+  libssl-dev             # SHA-256 of bearer tokens (libcrypto's EVP)
   python3-cffi python3-pytest  # the Python client and its tests
   python3-venv           # a venv for what Debian lacks (safetensors)
 )

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #define SRV_LOG_SUB SRV_SUB_RPC
+#include "auth.h"
 #include "log.h"
 #include "server.h"
 
@@ -186,6 +187,18 @@ void srv__call_begin(srv_call *c) {
   atomic_fetch_add(&srv_started_calls, 1);
   srv_live_add(c);
   SRV_DEBUG("call %s", m->path);
+  /* Who is calling, before anything of the request is looked at: health
+   * probes alone need no identity (an orchestrator's kubelet has none). */
+  const srv_identity *id = NULL;
+  dev_status ast = DEV_STATUS_INIT;
+  if (strncmp(m->path, "/grpc.health.v1.", 16) != 0 &&
+      srv_call_identity(c, &id, &ast) != PD_OK) {
+    if (!srv_unary_like(c) || m->kind == SRV_SERVER_STREAM ||
+        m->h->early_close)
+      srv_start_close(c);
+    srv_call_fail(c, &ast);
+    return;
+  }
   if (srv_unary_like(c)) {
     if (m->kind == SRV_SERVER_STREAM || m->h->early_close) srv_start_close(c);
     if (!c->payload) {
@@ -461,6 +474,10 @@ void srv_call_finish(srv_call *c, pd_code code, const char *fmt, ...) {
 
 void srv_call_fail(srv_call *c, const dev_status *st) {
   pd_code code = st->code == PD_OK ? PD_INTERNAL : st->code;
+  /* The scheduler's refusals by a tenant's limit (scheduler/tenants.c)
+   * all begin so: counted and logged as refusals. */
+  if (code == PD_RESOURCE_EXHAUSTED && strncmp(st->msg, "tenant \"", 8) == 0)
+    srv_auth_refused(c, SRV_REFUSE_TENANT_LIMIT, st);
   srv_call_finish(c, code, "%s", st->msg[0] ? st->msg : pd_code_name(code));
 }
 
@@ -560,8 +577,20 @@ void srv_call_await_cancel(srv_wait **slot) {
 sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token) {
   sched_session *ss = NULL;
   dev_status st = DEV_STATUS_INIT;
-  if (sched_session_open(c->s->sched, token.data, token.len, &ss, &st) !=
-      PD_OK) {
+  const srv_identity *id = NULL;
+  if (srv_call_identity(c, &id, &st) != PD_OK ||
+      sched_session_open(c->s->sched, token.data, token.len, &ss, &st) !=
+          PD_OK) {
+    srv_call_fail(c, &st);
+    return NULL;
+  }
+  if (strcmp(sched_session_tenant(ss), id->tenant) != 0) {
+    /* Another tenant's session: to this caller it does not exist (the same
+     * text as sched_find_locked's, so a token's owner cannot be probed). */
+    sched_session_put(ss);
+    dev_error(&st, PD_NOT_FOUND,
+              "session not found: closed, lease expired, or never created");
+    srv_auth_refused(c, SRV_REFUSE_OTHER_TENANT, &st);
     srv_call_fail(c, &st);
     return NULL;
   }

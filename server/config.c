@@ -215,6 +215,7 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
   srv_default_paths(&o);
   if (errors == 0) errors += srv_check_options(&o, report);
   if (errors == 0) errors += srv_check_roots(&o, *check, report);
+  if (errors == 0) errors += srv_check_tenants(&o, report);
   /* Chunks leave room for the rest of their message under the limit. */
   o.limits.max_chunk_bytes = o.limits.max_message_bytes - 1024;
   o.limits.default_chunk_bytes = 1u << 20;
@@ -266,6 +267,9 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
       case SRV_K_SIZE_ALL: size = sizeof(uint64_t); break;
       case SRV_K_COLLECTIVES: size = sizeof(int); break;
       case SRV_K_ROOTS: size = sizeof(old->storage_roots); break;
+      case SRV_K_FILE:
+      case SRV_K_REQUIRE:
+      case SRV_K_IDLIST: size = 0; break; /* reloadable */
     }
     bool differ = memcmp((const char *)old + k->off, (const char *)now + k->off,
                          size) != 0;

@@ -52,6 +52,37 @@ typedef struct srv_limits {
   uint64_t default_chunk_bytes;     /* Download when the client says 0 */
 } srv_limits;
 
+/* [auth] require_identity: which callers must present an identity (a
+ * client certificate, a bearer token or a Unix peer's uid, auth.h). */
+typedef enum srv_require {
+  SRV_REQUIRE_NONE = 0,   /* nobody: identities are used when presented */
+  SRV_REQUIRE_REMOTE = 1, /* TCP peers not on a loopback address (default) */
+  SRV_REQUIRE_TCP = 2,    /* every TCP peer, loopback included */
+  SRV_REQUIRE_ALL = 3,    /* TCP and Unix socket peers alike */
+} srv_require;
+
+#define SRV_MAX_TENANTS 32
+#define SRV_TENANT_NAME_MAX 64 /* bytes of a tenant's name: [A-Za-z0-9._-] */
+#define SRV_AUTH_LIST_MAX 2048 /* bytes of an identities or roots list */
+#define SRV_IDENTITY_NAME_MAX 512 /* bytes of one identity (auth.h) */
+
+/* One [tenant NAME] section (issue #14): who belongs to it and what all its
+ * sessions together may hold. */
+typedef struct srv_tenant_conf {
+  char name[SRV_TENANT_NAME_MAX + 1];
+  int line;                              /* of its first section header */
+  unsigned set;                          /* keys set (duplicates) */
+  char identities[SRV_AUTH_LIST_MAX];    /* "a,b,c": certificate SAN/CN,
+                                            token names, "uid:N" */
+  uint64_t memory_quota;                 /* bytes over its sessions; 0: none */
+  int max_sessions;                      /* 0: none */
+  uint32_t max_lease_s;                  /* 0: [sessions] max_lease_seconds */
+  int priority;                          /* band, -8..8 */
+  uint32_t weight;                       /* 1..10000 */
+  bool roots_set;                        /* storage_roots given */
+  char storage_roots[SRV_AUTH_LIST_MAX]; /* "r1,r2": some [storage] roots */
+} srv_tenant_conf;
+
 /* The daemon's options. Plain data: copied by value (reload compares old
  * and new). */
 typedef struct srv_options {
@@ -91,6 +122,12 @@ typedef struct srv_options {
   uint32_t storage_fetch_timeout_s; /* per HTTP request */
   int storage_fetch_retries;        /* HTTP retries with backoff */
   int storage_load_workers;         /* threads reading loads, writing saves */
+  /* [auth] and [tenant NAME] (issue #14; auth.h): all reloadable. */
+  char auth_tokens_file[SRV_ROOT_MAX];  /* "": no bearer tokens */
+  int auth_require;                     /* an srv_require */
+  char auth_operators[SRV_AUTH_LIST_MAX]; /* identities with operator rights */
+  srv_tenant_conf tenants[SRV_MAX_TENANTS];
+  int num_tenants;
   /* [log] */
   int log_levels[SRV_SUB_COUNT];
   /* Where the file came from: SRV_DEFAULT_CONFIG or --config. */

@@ -106,8 +106,17 @@ static int srv_ini_handler(void *user, const char *section, const char *name,
   if (!section || !*section) {
     srv_ini_error(c,
                   "key '%s' before any section (put it under one of [daemon], "
-                  "[devices], [cuda], [limits], [sessions], [log])",
+                  "[devices], [cuda], [limits], [sessions], [storage], "
+                  "[auth], [tenant NAME], [log])",
                   name);
+    return 1;
+  }
+  const char *tenant = srv_tenant_section(section);
+  if (tenant) {
+    char err[512];
+    if (!srv_tenant_key_set(c->o, tenant, name, value, c->line, err,
+                            sizeof(err)))
+      srv_ini_error(c, "[%s] %s = '%s': %s", section, name, cv, err);
     return 1;
   }
   bool known_section = false;
@@ -118,7 +127,8 @@ static int srv_ini_handler(void *user, const char *section, const char *name,
       snprintf(c->bad_section, sizeof(c->bad_section), "%s", section);
       srv_ini_error(c,
                     "unknown section [%s] (key '%s'); expected [daemon], "
-                    "[devices], [cuda], [limits], [sessions] or [log]",
+                    "[devices], [cuda], [limits], [sessions], [storage], "
+                    "[auth], [tenant NAME] or [log]",
                     section, name);
     }
     return 1;

@@ -26,6 +26,10 @@ typedef enum srv_key_type {
   SRV_K_SIZE_ALL,    /* like SRV_K_SIZE, or "unlimited" for UINT64_MAX */
   SRV_K_COLLECTIVES, /* auto|nccl|copy, as dev_cuda_collectives */
   SRV_K_ROOTS,       /* storage roots: a list of directories and URLs */
+  SRV_K_FILE,        /* an absolute file path of fewer than SRV_ROOT_MAX
+                        bytes, or empty */
+  SRV_K_REQUIRE,     /* none|remote|tcp|all, as srv_require */
+  SRV_K_IDLIST,      /* a comma list of identities (SRV_AUTH_LIST_MAX) */
 } srv_key_type;
 
 typedef struct srv_key {
@@ -47,6 +51,24 @@ extern const char *const srv_sections[];
 extern const size_t srv_num_sections;
 extern const char *const srv_collectives[];
 extern const size_t srv_num_collectives;
+
+/* --- [tenant NAME] sections (config_tenants.c) --------------------------- */
+
+/* The tenant's name when `section` is "tenant NAME" (NAME points into it),
+ * else NULL. */
+const char *srv_tenant_section(const char *section);
+/* Sets key `name` of tenant `tenant` (made at its first key) from `value`;
+ * false with the reason (what was expected) in err. `line`: where. */
+bool srv_tenant_key_set(srv_options *o, const char *tenant, const char *name,
+                        const char *value, int line, char *err, size_t errlen);
+/* Checks between tenants and against the other keys: an identity in two
+ * tenants, a tenant root that is not a [storage] root, a max_lease over
+ * [sessions] max_lease_seconds. Returns the errors (reported). */
+int srv_check_tenants(const srv_options *o, srv_config_report_fn report);
+/* Parses a comma list of identities into `out` ("a,b", blanks trimmed);
+ * false with what was expected in err. */
+bool srv_idlist_parse(const char *value, char *out, size_t cap, char *err,
+                      size_t errlen);
 
 /* The built-in defaults. */
 void srv_defaults(srv_options *o);

@@ -95,14 +95,20 @@ const srv_key srv_keys[] = {
      100, false},
     {"storage", "load_workers", NULL, SRV_K_INT, OFF(storage_load_workers), 1,
      64, false},
+    {"auth", "tokens_file", "--tokens-file", SRV_K_FILE, OFF(auth_tokens_file),
+     0, SRV_ROOT_MAX, true},
+    {"auth", "require_identity", "--require-identity", SRV_K_REQUIRE,
+     OFF(auth_require), 0, 0, true},
+    {"auth", "operators", NULL, SRV_K_IDLIST, OFF(auth_operators), 0,
+     SRV_AUTH_LIST_MAX, true},
     {"log", "level", "--log", SRV_K_LOG, OFF(log_levels), 0, 0, true},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
                "SRV_MAX_KEYS");
 
-const char *const srv_sections[] = {"daemon",   "devices", "cuda", "limits",
-                                    "sessions", "storage", "log"};
+const char *const srv_sections[] = {"daemon",  "devices", "cuda", "limits",
+                                    "sessions", "storage", "auth", "log"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;
@@ -138,6 +144,7 @@ void srv_defaults(srv_options *o) {
   o->storage_fetch_timeout_s = 30;
   o->storage_fetch_retries = 3;
   o->storage_load_workers = 2;
+  o->auth_require = SRV_REQUIRE_REMOTE;
   for (int i = 0; i < SRV_SUB_COUNT; i++) o->log_levels[i] = SRV_LOG_INFO;
   snprintf(o->config_path, sizeof(o->config_path), "%s", SRV_DEFAULT_CONFIG);
 }
@@ -472,6 +479,34 @@ static bool srv_set_collectives(char *field, const char *value, char *err,
   return false;
 }
 
+/* An absolute path of fewer than k->max bytes, or "" for none. */
+static bool srv_set_file(const srv_key *k, char *field, const char *value,
+                         char *err, size_t errlen) {
+  if (*value && (value[0] != '/' || strlen(value) >= k->max)) {
+    snprintf(err, errlen,
+             "expected an absolute file path of at most %llu bytes, or "
+             "nothing for none",
+             (unsigned long long)k->max - 1);
+    return false;
+  }
+  snprintf(field, k->max, "%s", value);
+  return true;
+}
+
+static bool srv_set_require(char *field, const char *value, char *err,
+                            size_t errlen) {
+  static const char *const names[] = {"none", "remote", "tcp", "all"};
+  for (int i = 0; i < 4; i++)
+    if (strcmp(value, names[i]) == 0) {
+      *(int *)(void *)field = i;
+      return true;
+    }
+  snprintf(err, errlen,
+           "expected none, remote (TCP peers off loopback), tcp (every TCP "
+           "peer) or all (TCP and Unix socket peers)");
+  return false;
+}
+
 /* Sets key `k` from text. On error writes what was expected into err. */
 bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
                  size_t errlen) {
@@ -493,6 +528,10 @@ bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
     case SRV_K_COLLECTIVES:
       return srv_set_collectives(field, value, err, errlen);
     case SRV_K_ROOTS: return srv_add_roots(o, value, err, errlen);
+    case SRV_K_FILE: return srv_set_file(k, field, value, err, errlen);
+    case SRV_K_REQUIRE: return srv_set_require(field, value, err, errlen);
+    case SRV_K_IDLIST:
+      return srv_idlist_parse(value, field, k->max, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;

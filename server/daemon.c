@@ -15,6 +15,7 @@
 #include <time.h>
 
 #define SRV_LOG_SUB SRV_SUB_CORE
+#include "auth.h"
 #include "check.h"
 #include "log.h"
 #include "server.h"
@@ -167,7 +168,8 @@ int srv_daemon_start(srv *s) {
   if (srv_engine_start(s) != 0) goto fail;
   if (srv_storage_init(s) != 0) goto fail_engine;
   if (srv_sched_start(s) != 0) goto fail_storage;
-  if (srv_shm_init(s) != 0) goto fail_sched;
+  if (srv_auth_init(s) != 0) goto fail_sched;
+  if (srv_shm_init(s) != 0) goto fail_auth;
   if (srv_health_init(s) != 0) {
     SRV_ERROR("out of memory");
     goto fail_shm;
@@ -182,9 +184,11 @@ fail_health:
   srv_health_destroy(s);
 fail_shm:
   srv_shm_destroy(s);
+fail_auth:
 fail_sched:
   sched_destroy(s->sched);
   s->sched = NULL;
+  srv_auth_destroy(s); /* after the scheduler: its tenants' roots */
 fail_storage:
   srv_storage_destroy(s);
 fail_engine:
@@ -214,6 +218,7 @@ void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what)) {
   s->sched = NULL;
   if (!srv_calls_left) {
     srv_shm_destroy(s);
+    srv_auth_destroy(s);    /* after the scheduler: tenants' roots */
     srv_storage_destroy(s); /* after the scheduler, which borrows it */
   }
   srv_health_destroy(s);

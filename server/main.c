@@ -46,8 +46,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "log.h"
 #include "server.h"
+#include "tokens.h"
 
 /* Signals, and the shutdown's watchdog.
  *
@@ -323,6 +325,7 @@ static void srv_reload(srv *s) {
                  "reload: %s; keeping the running configuration", st.msg);
     } else {
       srv_apply_runtime(s, &o);
+      srv_auth_reload(s, &o); /* keeps the old tables when it fails */
       char spec[256];
       srv_log_spec(o.log_levels, spec, sizeof(spec));
       SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO,
@@ -359,6 +362,8 @@ typedef struct srv_loop {
 static int srv_main_prepare(srv *s, int argc, char **argv) {
   s->argc = argc;
   s->argv = argv;
+  if (argc == 2 && strcmp(argv[1], "--hash-token") == 0)
+    return srv_tokens_hash_main();
   bool check = false;
   switch (srv_config_load(argc, argv, &s->opt, &check, srv_report_stderr)) {
     case SRV_CONFIG_EXIT_OK: return 0;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "log.h"
 #include "server.h"
 
@@ -304,6 +305,19 @@ static void srv_render_storage(srv_buf *b, srv *s) {
   }
 }
 
+/* Refusals by reason (auth.h), every reason listed even at 0. */
+static void srv_render_auth(srv_buf *b, srv *s) {
+  srv_family(b, "paradev_auth_refusals_total", "counter",
+             "Requests refused for who sent them: no identity, a bad "
+             "token, no tenant, another tenant's session, a tenant's "
+             "limit, no operator rights.");
+  for (int r = 0; r < SRV_REFUSE_COUNT; r++)
+    srv_buf_printf(b, "paradev_auth_refusals_total{reason=\"%s\"} %" PRIu64
+                   "\n",
+                   srv_refusal_name((srv_refusal)r),
+                   srv_auth_refusals(s, (srv_refusal)r));
+}
+
 char *srv_metrics_render(srv *s, size_t *len) {
   srv_buf b = {malloc(16384), 0, 16384, false};
   if (!b.p) return NULL;
@@ -359,6 +373,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
   srv_buf_printf(&b, "paradev_shared_memory_download_bytes_total %" PRIu64 "\n",
                  atomic_load(&s->shm_download_bytes));
   srv_render_storage(&b, s);
+  srv_render_auth(&b, s);
   if (b.oom) {
     free(b.p);
     return NULL;

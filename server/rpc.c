@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #define SRV_LOG_SUB SRV_SUB_RPC
+#include "auth.h"
 #include "log.h"
 #include "server.h"
 
@@ -296,6 +297,12 @@ static int srv_listen_one(srv *s, const char *addr) {
     return -1;
   }
   if (addr_taken(addr)) return -1;
+  if (strncmp(addr, "unix:", 5) == 0) {
+    /* Accepted by the daemon itself, for the peer's uid (peercred.c). */
+    if (srv_unix_listen(s->server, addr + 5, 0) != 0) return -1;
+    SRV_NOTICE("listening on %s", addr);
+    return 0;
+  }
   grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
   int port = grpc_server_add_http2_port(s->server, addr, creds);
   grpc_server_credentials_release(creds);
@@ -459,12 +466,14 @@ int srv_rpc_start(srv *s) {
   if (srv_admin_listen(s) != 0) goto fail_servers;
   if (srv_threads_start(s) != 0) goto fail_threads;
   srv_servers_serve(s);
+  if (srv_unix_serve() != 0) goto fail_threads;
   return 0;
 
   /* In reverse. A thread ends only with its queue, and the queues must
    * outlive the servers: srv_queues_end joins the threads that started. */
 fail_threads:
 fail_servers:
+  srv_unix_stop();    /* the Unix sockets' accept threads */
   srv_servers_end(s); /* steps 4-2, and step 1's servers */
   srv_queues_end(s);  /* step 5's threads, and step 1's queues */
   grpc_shutdown();
@@ -473,6 +482,7 @@ fail_servers:
 
 bool srv_rpc_stop(srv *s) {
   atomic_store(&s->shutting_down, true);
+  srv_unix_stop(); /* no new Unix connections */
   grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
   int tags[2];
   grpc_server *servers[2] = {s->server, s->admin_server};

@@ -184,6 +184,8 @@ struct srv {
   stg_roots *storage_roots;
   stg_cache *storage_cache;
   srv_storage *storage;
+  /* Identities, tenants and refusals (auth.c). */
+  struct srv_auth *auth;
 };
 
 /* --- daemon.c ----------------------------------------------------------------- */
