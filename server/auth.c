@@ -321,8 +321,7 @@ static int srv_bearer(const srv_call *c, const char **tok, size_t *len,
     const grpc_slice *v = &c->md.metadata[i].value;
     const char *p = (const char *)GRPC_SLICE_START_PTR(*v);
     size_t n = GRPC_SLICE_LENGTH(*v);
-    if (n <= 7 || strncasecmp(p, "Bearer ", 7) != 0 ||
-        n - 7 > SRV_TOKEN_MAX) {
+    if (n <= 7 || strncasecmp(p, "Bearer ", 7) != 0 || n - 7 > SRV_TOKEN_MAX) {
       dev_error(st, PD_UNAUTHENTICATED,
                 "the authorization metadata is not 'Bearer <token>' with a "
                 "token of 1 to %d bytes",
@@ -349,8 +348,8 @@ static pd_code srv_presented(srv_call *c, srv_auth_table *t, const char *peer,
       return dev_error(st, PD_UNAUTHENTICATED,
                        "this daemon takes no bearer tokens ([auth] "
                        "tokens_file is not set)");
-    PD_TRY(srv_tokens_check(t->tokens, tok, len, id->name, sizeof(id->name),
-                            st));
+    PD_TRY(
+        srv_tokens_check(t->tokens, tok, len, id->name, sizeof(id->name), st));
     id->kind = SRV_IDENTITY_TOKEN;
     return PD_OK;
   }
@@ -379,9 +378,8 @@ static pd_code srv_resolve(srv_call *c, srv_identity *id, srv_refusal *why,
     return code;
   }
   bool admin = c->s->admin_server && c->gs == c->s->admin_server;
-  id->is_operator =
-      admin || (id->kind != SRV_IDENTITY_NONE &&
-                srv_list_has(t->operators, id->name));
+  id->is_operator = admin || (id->kind != SRV_IDENTITY_NONE &&
+                              srv_list_has(t->operators, id->name));
   if (admin) return PD_OK; /* the admin socket's group decides */
   if (id->kind == SRV_IDENTITY_NONE) {
     if (!srv_required(t->require, pk)) return PD_OK;

@@ -193,8 +193,7 @@ void srv__call_begin(srv_call *c) {
   dev_status ast = DEV_STATUS_INIT;
   if (strncmp(m->path, "/grpc.health.v1.", 16) != 0 &&
       srv_call_identity(c, &id, &ast) != PD_OK) {
-    if (!srv_unary_like(c) || m->kind == SRV_SERVER_STREAM ||
-        m->h->early_close)
+    if (!srv_unary_like(c) || m->kind == SRV_SERVER_STREAM || m->h->early_close)
       srv_start_close(c);
     srv_call_fail(c, &ast);
     return;

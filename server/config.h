@@ -62,8 +62,8 @@ typedef enum srv_require {
 } srv_require;
 
 #define SRV_MAX_TENANTS 32
-#define SRV_TENANT_NAME_MAX 64 /* bytes of a tenant's name: [A-Za-z0-9._-] */
-#define SRV_AUTH_LIST_MAX 2048 /* bytes of an identities or roots list */
+#define SRV_TENANT_NAME_MAX 64    /* bytes of a tenant's name: [A-Za-z0-9._-] */
+#define SRV_AUTH_LIST_MAX 2048    /* bytes of an identities or roots list */
 #define SRV_IDENTITY_NAME_MAX 512 /* bytes of one identity (auth.h) */
 
 /* One [tenant NAME] section (issue #14): who belongs to it and what all its
@@ -123,8 +123,8 @@ typedef struct srv_options {
   int storage_fetch_retries;        /* HTTP retries with backoff */
   int storage_load_workers;         /* threads reading loads, writing saves */
   /* [auth] and [tenant NAME] (issue #14; auth.h): all reloadable. */
-  char auth_tokens_file[SRV_ROOT_MAX];  /* "": no bearer tokens */
-  int auth_require;                     /* an srv_require */
+  char auth_tokens_file[SRV_ROOT_MAX];    /* "": no bearer tokens */
+  int auth_require;                       /* an srv_require */
   char auth_operators[SRV_AUTH_LIST_MAX]; /* identities with operator rights */
   srv_tenant_conf tenants[SRV_MAX_TENANTS];
   int num_tenants;

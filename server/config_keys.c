@@ -107,7 +107,7 @@ const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
                "SRV_MAX_KEYS");
 
-const char *const srv_sections[] = {"daemon",  "devices", "cuda", "limits",
+const char *const srv_sections[] = {"daemon",   "devices", "cuda", "limits",
                                     "sessions", "storage", "auth", "log"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};

@@ -312,10 +312,9 @@ static void srv_render_auth(srv_buf *b, srv *s) {
              "token, no tenant, another tenant's session, a tenant's "
              "limit, no operator rights.");
   for (int r = 0; r < SRV_REFUSE_COUNT; r++)
-    srv_buf_printf(b, "paradev_auth_refusals_total{reason=\"%s\"} %" PRIu64
-                   "\n",
-                   srv_refusal_name((srv_refusal)r),
-                   srv_auth_refusals(s, (srv_refusal)r));
+    srv_buf_printf(
+        b, "paradev_auth_refusals_total{reason=\"%s\"} %" PRIu64 "\n",
+        srv_refusal_name((srv_refusal)r), srv_auth_refusals(s, (srv_refusal)r));
 }
 
 char *srv_metrics_render(srv *s, size_t *len) {

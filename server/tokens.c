@@ -172,8 +172,8 @@ static pd_code srv_tokens_read(const char *path, srv_token_ent **v, int *n,
                   "%s: expected a regular file of at most 16 MiB", path);
     goto out;
   }
-  *sig = (srv_file_sig){sb.st_dev, sb.st_ino, sb.st_size, sb.st_mtim,
-                        sb.st_ctim};
+  *sig =
+      (srv_file_sig){sb.st_dev, sb.st_ino, sb.st_size, sb.st_mtim, sb.st_ctim};
   buf = malloc((size_t)sb.st_size + 1);
   if (!buf) {
     c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -233,9 +233,10 @@ static void srv_tokens_refresh_locked(srv_tokens *t) {
   struct stat sb;
   if (stat(t->path, &sb) != 0) {
     if (t->have_sig || t->n) {
-      SRV_ERROR("tokens file %s: %s; every bearer token is refused until it "
-                "is back",
-                t->path, strerror(errno));
+      SRV_ERROR(
+          "tokens file %s: %s; every bearer token is refused until it "
+          "is back",
+          t->path, strerror(errno));
       free(t->v);
       t->v = NULL;
       t->n = 0;
@@ -256,9 +257,10 @@ static void srv_tokens_refresh_locked(srv_tokens *t) {
     t->sig = (srv_file_sig){sb.st_dev, sb.st_ino, sb.st_size, sb.st_mtim,
                             sb.st_ctim};
     t->refused++;
-    SRV_ERROR("tokens file changed but is refused: %s; keeping the %d "
-              "token%s read before",
-              st.msg, t->n, t->n == 1 ? "" : "s");
+    SRV_ERROR(
+        "tokens file changed but is refused: %s; keeping the %d "
+        "token%s read before",
+        st.msg, t->n, t->n == 1 ? "" : "s");
     return;
   }
   free(t->v);

@@ -1,0 +1,153 @@
+/* Tenants' accounts in the scheduler (scheduler/tenants.c, issue #14): a
+ * tenant's session count against its max_sessions, the bytes of all its
+ * sessions against its memory quota (uploads into two sessions, released by
+ * delete and by close), limits changed by sched_tenant_configure for the
+ * next session, and sessions of no tenant untouched. Byte counts are worked
+ * out by hand: a mirrored float32 tensor of n elements on 2 devices holds
+ * 2 * 4 * n bytes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler.h"
+#include "testutil.h"
+
+static dev_engine *g_engine;
+
+static sched *new_sched(void) {
+  sched_config cfg = SCHED_CONFIG_INITIALIZER;
+  cfg.incarnation = 0x55;
+  sched *s = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_create(g_engine, &cfg, &s, &st), PD_OK);
+  return s;
+}
+
+/* The token of each session opened, by its seq (for close_session). */
+static uint8_t g_tokens[64][SCHED_TOKEN_BYTES];
+
+static pd_code open_in(sched *s, const char *tenant, sched_session **out,
+                       dev_status *st) {
+  sched_session_params p = {"c", "j", 0, 0, tenant, 0, 0};
+  sched_session_info info;
+  pd_code c = sched_session_create(s, &p, &info, st);
+  if (c != PD_OK) return c;
+  memcpy(g_tokens[info.seq % 64], info.token, SCHED_TOKEN_BYTES);
+  return sched_session_open(s, info.token, SCHED_TOKEN_BYTES, out, st);
+}
+
+static pd_code upload(sched_session *ss, uint64_t id, int n, dev_status *st) {
+  dev_shape shape = {1, {n}};
+  dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
+  float *v = calloc((size_t)n, sizeof(float));
+  sched_upload *u = NULL;
+  pd_code c =
+      sched_upload_begin(ss, id, PD_FLOAT32, &lay, &shape, NULL, &u, st);
+  if (c == PD_OK) c = sched_upload_write(u, 0, 0, v, (size_t)n * 4, st);
+  if (c == PD_OK) c = sched_upload_commit(u, st);
+  free(v);
+  return c;
+}
+
+static void close_session(sched *s, sched_session *ss) {
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_session_close(s, g_tokens[sched_session_seq(ss) % 64],
+                                       SCHED_TOKEN_BYTES, NULL, &st),
+                   PD_OK);
+  sched_session_put(ss);
+}
+
+static void test_sessions_limit(void **state) {
+  (void)state;
+  sched *s = new_sched();
+  sched_tenant_limits lim = {2, 0, NULL};
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_tenant_configure(s, "alice", &lim, &st), PD_OK);
+  sched_session *a1 = NULL, *a2 = NULL, *a3 = NULL, *b = NULL, *none = NULL;
+  assert_int_equal(open_in(s, "alice", &a1, &st), PD_OK);
+  assert_int_equal(open_in(s, "alice", &a2, &st), PD_OK);
+  assert_int_equal(open_in(s, "alice", &a3, &st), PD_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(st.msg,
+                         "tenant \"alice\" holds 2 sessions; its "
+                         "limit max_sessions is 2"));
+  /* Other tenants and sessions of none are not counted against alice. */
+  assert_int_equal(open_in(s, "bob", &b, &st), PD_OK);
+  assert_int_equal(open_in(s, NULL, &none, &st), PD_OK);
+  assert_string_equal(sched_session_tenant(a1), "alice");
+  assert_string_equal(sched_session_tenant(none), "");
+  int n = 0;
+  sched_tenant_usage(s, "alice", &n, NULL);
+  assert_int_equal(n, 2);
+  /* One ends: room for one more. */
+  close_session(s, a1);
+  sched_tenant_usage(s, "alice", &n, NULL);
+  assert_int_equal(n, 1);
+  assert_int_equal(open_in(s, "alice", &a3, &st), PD_OK);
+  /* A higher limit applies to the next session. */
+  lim.max_sessions = 3;
+  assert_int_equal(sched_tenant_configure(s, "alice", &lim, &st), PD_OK);
+  assert_int_equal(open_in(s, "alice", &a1, &st), PD_OK);
+  sched_tenant_usage(s, "alice", &n, NULL);
+  assert_int_equal(n, 3);
+  sched_tenant_usage(s, "nobody", &n, NULL);
+  assert_int_equal(n, 0);
+  sched_session_put(a1);
+  sched_session_put(a2);
+  sched_session_put(a3);
+  sched_session_put(b);
+  sched_session_put(none);
+  sched_destroy(s);
+}
+
+static void test_memory_across_sessions(void **state) {
+  (void)state;
+  sched *s = new_sched();
+  /* 10000 bytes for alice's sessions together. */
+  sched_tenant_limits lim = {0, 10000, NULL};
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_tenant_configure(s, "alice", &lim, &st), PD_OK);
+  sched_session *a1 = NULL, *a2 = NULL, *b = NULL;
+  assert_int_equal(open_in(s, "alice", &a1, &st), PD_OK);
+  assert_int_equal(open_in(s, "alice", &a2, &st), PD_OK);
+  assert_int_equal(open_in(s, "bob", &b, &st), PD_OK);
+  /* 600 floats mirrored on 2 devices: 4800 bytes. */
+  assert_int_equal(upload(a1, 1, 600, &st), PD_OK);
+  assert_int_equal(upload(a2, 1, 600, &st), PD_OK); /* 9600 */
+  uint64_t bytes = 0;
+  sched_tenant_usage(s, "alice", NULL, &bytes);
+  assert_int_equal(bytes, 9600);
+  assert_int_equal(upload(a2, 2, 100, &st), PD_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(st.msg,
+                         "tenant \"alice\" memory quota exceeded: "
+                         "9600 bytes held by its sessions + 800 new "
+                         "> memory_quota 10000 bytes"));
+  /* 50 floats (400 bytes) still fit: 10000 exactly. */
+  assert_int_equal(upload(a1, 2, 50, &st), PD_OK);
+  sched_tenant_usage(s, "alice", NULL, &bytes);
+  assert_int_equal(bytes, 10000);
+  /* Bob is not alice. */
+  assert_int_equal(upload(b, 1, 2000, &st), PD_OK);
+  /* Deleting and closing give bytes back. */
+  uint64_t id = 1;
+  assert_int_equal(sched_handle_delete(a1, &id, 1, &st), PD_OK);
+  sched_tenant_usage(s, "alice", NULL, &bytes);
+  assert_int_equal(bytes, 5200);
+  close_session(s, a2);
+  sched_tenant_usage(s, "alice", NULL, &bytes);
+  assert_int_equal(bytes, 400);
+  assert_int_equal(upload(a1, 3, 1200, &st), PD_OK); /* 400 + 9600 */
+  sched_session_put(a1);
+  sched_session_put(b);
+  sched_destroy(s);
+}
+
+int main(void) {
+  g_engine = tu_engine(2, 0);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sessions_limit),
+      cmocka_unit_test(test_memory_across_sessions),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  dev_engine_destroy(g_engine);
+  return rc;
+}
