@@ -23,6 +23,7 @@ BENCHES=(
   bench_rpc
   bench_train
   bench_checkpoint
+  bench_auth
 )
 # Optional: run when built (bench_gpu needs the CUDA backend), never missed.
 OPTIONAL_BENCHES=(
