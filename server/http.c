@@ -1,7 +1,15 @@
 /* The HTTP listener (libmicrohttpd, its own thread, its own address from
- * [daemon] metrics_listen): GET /metrics (Prometheus), /healthz (the process
- * is alive and its devices make progress: for liveness probes) and /readyz
- * (it takes new sessions: for readiness probes and load balancers). */
+ * [daemon] metrics_listen): GET /metrics (Prometheus), /healthz (liveness,
+ * srv_alive: the process is alive, its devices healthy and runnable work
+ * making progress; a drain leaves it 200: for liveness probes) and /readyz
+ * (readiness, srv_serving: it takes new sessions and new work: for
+ * readiness probes and load balancers).
+ *
+ * Probes must answer even while other clients hold connections open: the
+ * listener takes at most metrics_max_connections at once, at most
+ * metrics_max_connections_per_ip from one client address (libmicrohttpd
+ * closes the ones over either at once), and closes a connection idle for
+ * metrics_idle_timeout_seconds. */
 #define SRV_LOG_SUB SRV_SUB_HTTP
 #include <microhttpd.h>
 #include <netdb.h>
@@ -69,22 +77,22 @@ static enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *conn,
                          "text/plain; version=0.0.4; charset=utf-8", body, len);
   }
   if (strcmp(url, "/healthz") == 0) {
-    if (atomic_load(&s->stalled))
-      return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-                           "stalled: queued work makes no progress\n");
     if (!atomic_load(&s->devices_ok))
       return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
                            "unhealthy: a device failed\n");
+    if (!srv_alive(s))
+      return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+                           "stalled: runnable work makes no progress\n");
     return srv_http_text(conn, MHD_HTTP_OK, "ok\n");
   }
   if (strcmp(url, "/readyz") == 0) {
     if (srv_serving(s)) return srv_http_text(conn, MHD_HTTP_OK, "ready\n");
     char msg[128];
     snprintf(msg, sizeof(msg), "not ready: %s\n",
-             !atomic_load(&s->ready)        ? "starting"
-             : atomic_load(&s->draining)    ? "draining"
-             : !atomic_load(&s->devices_ok) ? "a device failed"
-                                            : "stalled");
+             !atomic_load(&s->devices_ok) ? "a device failed"
+             : !srv_alive(s)              ? "stalled"
+             : !atomic_load(&s->ready)    ? "starting"
+                                          : "draining");
     return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, msg);
   }
   return srv_http_text(conn, MHD_HTTP_NOT_FOUND,
@@ -128,8 +136,11 @@ int srv_http_start(srv *s) {
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, 0, NULL, NULL, srv_http_handler, s, MHD_OPTION_EXTERNAL_LOGGER,
       srv_http_log, (void *)NULL, MHD_OPTION_SOCK_ADDR, res->ai_addr,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)10, MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opt.metrics_max_connections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)s->opt.metrics_max_connections_per_ip,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.metrics_idle_timeout_s,
+      MHD_OPTION_END);
   freeaddrinfo(res);
   if (!d) {
     SRV_ERROR(

@@ -11,23 +11,24 @@
 
 static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__CreateSessionRequest *req = (const void *)m;
-  if (atomic_load(&c->s->draining)) {
-    srv_call_finish(
-        c, PD_UNAVAILABLE,
-        "paradevd is draining (%s): it takes no new sessions; "
-        "open one on another daemon or retry later",
-        atomic_load(&c->s->exiting) ? "shutting down" : "out of service");
+  dev_status ck = DEV_STATUS_INIT;
+  if (srv_check_accepting(c->s, "CreateSession", &ck) != PD_OK) {
+    srv_call_fail(c, &ck);
     return;
   }
   srv_req_limits l = srv_call_limits(c);
-  dev_status ck = DEV_STATUS_INIT;
   if (srv_check_string(&l, req->client_name, "client_name", &ck) != PD_OK ||
       srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK) {
     srv_call_fail(c, &ck);
     return;
   }
-  sched_session_params p = {req->client_name, req->job_id, req->lease_seconds,
-                            req->memory_quota_bytes, NULL, 0, 0};
+  sched_session_params p = {req->client_name,
+                            req->job_id,
+                            req->lease_seconds,
+                            req->memory_quota_bytes,
+                            NULL,
+                            0,
+                            0};
   sched_session_info info;
   dev_status st = DEV_STATUS_INIT;
   if (sched_session_create(c->s->sched, &p, &info, &st) != PD_OK) {
