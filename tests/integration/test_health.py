@@ -358,6 +358,9 @@ def check_probe_starvation():
         assert http_get(d.http, "/healthz") == (200, "ok\n", "text/plain; charset=utf-8")
         assert http_get(d.http, "/readyz")[0] == 200
         assert scrape(d.http)[("paradev_live", frozenset())] == 1
+        # 72 refusals, one log line (a loop of connections cannot flood it).
+        refused = [line for line in d.lines if "reached connection limit" in line]
+        assert len(refused) == 1 and "metrics_max_connections_per_ip 8" in refused[0], refused
         assert d.stop() == 0, d.log()
     finally:
         for s in conns:
