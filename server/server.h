@@ -349,7 +349,9 @@ bool srv_progress_check(srv *s, double now);
  * finishes, and what the client should do. Every method that brings new
  * work (CreateSession, Execute and Enqueue's execute and gradient items,
  * Gradient, Upload, UploadFromSharedMemory, LoadTensors) asks it first;
- * reading results and ending sessions are never refused. Any thread. */
+ * collecting results (Sync, Download, Describe, SaveTensors) and ending
+ * sessions (Delete, KeepAlive, CloseSession) are never refused. Any
+ * thread. */
 pd_code srv_check_accepting(srv *s, const char *what, dev_status *st);
 /* Recomputes the status (after any input changed; any thread) and streams
  * a change to every Watch. */
