@@ -243,7 +243,8 @@ static int srv_device_verdict(srv *s, srv_health *h, int d, double quiet) {
   if (long_op && !h->dev_long[d] && bad == SRV_DEV_OK)
     SRV_INFO(
         "device %d (%s): one op has run for over %.0f s "
-        "(stall_timeout_seconds): a long kernel, not a stall; "
+        "(stall_timeout_seconds): a long kernel (or a collective waiting "
+        "for its peers), not a stall; "
         "kernel_timeout_seconds (%.0f s%s) bounds it",
         d, name, stall, bound, bound > 0 ? "" : ": off");
   h->dev_long[d] = long_op;

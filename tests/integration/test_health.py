@@ -175,6 +175,9 @@ def liveness_never_failed(d, watcher):
 # a long op is not a stall
 
 
+MAX_N = 8192  # 3 matrices of 256 MiB: within the daemon's 4 GiB below
+
+
 def matmul_ops(n, first):
     """A (n x n) @ B (n x n) of Fills: one long kernel on each device."""
     return [fill_op(first, [n, n], 1.0), fill_op(first + 1, [n, n], 0.5),
@@ -205,10 +208,13 @@ def run_long_matmul(d, cl, tok, n, first, until):
                         "the long MatMul to run or be reported", 600)
         if seen != "done":
             return n, out, seen
+        st = cl.describe(tok, [out])[0].status
+        assert st.code == 0, "the long MatMul of %d x %d failed: %s" % (n, n, st.message)
+        assert n < MAX_N, "a MatMul of %d x %d ran too fast to be seen" % (n, n)
         # Finished before the daemon saw it pass the bound: larger.
         cl.pd("Delete", pb.DeleteRequest(session_token=tok, ids=[first, first + 1, out]),
               pb.DeleteResponse)
-        n = int(n * 1.6)
+        n = min(int(n * 1.6), MAX_N)
         first += 10
     raise AssertionError("no MatMul ran long enough to be seen (last n = %d)" % n)
 
@@ -237,9 +243,10 @@ def check_long_op():
         # Size one MatMul to about 8 stall timeouts on this machine.
         n0 = 512
         t = max(seconds_of_matmul(cl, tok, n0, 10), 1e-3)
-        n = min(int(n0 * (8.0 / t) ** (1 / 3.0)) + 1, 8192)
+        n = min(int(n0 * (8.0 / t) ** (1 / 3.0)) + 1, MAX_N)
         long_line = (r"device 0 \(.*\): one op has run for over 1 s \(stall_timeout_seconds\): "
-                     r"a long kernel, not a stall; kernel_timeout_seconds \(3600 s\) bounds it")
+                     r"a long kernel \(or a collective waiting for its peers\), not a stall; "
+                     r"kernel_timeout_seconds \(3600 s\) bounds it")
         n, out, _ = run_long_matmul(d, cl, tok, n, 100, long_line)
         # The daemon saw one kernel run past the stall timeout: alive.
         assert cl.health(LIVE) == H.SERVING and cl.health(READY) == H.SERVING
