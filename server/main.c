@@ -289,13 +289,14 @@ static void srv_apply_runtime(srv *s, const srv_options *o) {
 /* The STATUS= text: what an operator sees in `systemctl status`. */
 static void srv_status_text(srv *s, const sched_stats *st, double drain_left,
                             char *out, size_t len) {
+  /* Liveness first: a draining daemon that is also stalled says so. */
   const char *state =
       srv_serving(s)                 ? "serving"
-      : atomic_load(&s->exiting)     ? "draining to exit"
-      : atomic_load(&s->draining)    ? "draining"
       : !atomic_load(&s->devices_ok) ? "NOT SERVING: a device is unhealthy"
-      : atomic_load(&s->stalled) ? "NOT SERVING: the devices make no progress"
-                                 : "starting";
+      : atomic_load(&s->stalled)  ? "NOT SERVING: the devices make no progress"
+      : atomic_load(&s->exiting)  ? "draining to exit"
+      : atomic_load(&s->draining) ? "draining"
+                                  : "starting";
   const char *backend = dev_engine_backend_name(s->engine);
   int n = snprintf(out, len,
                    "%s: %d session%s on %d %s device%s, %" PRIu64
