@@ -257,7 +257,7 @@ def check_long_op():
         assert not d.find(r"stalled|wedged"), d.log()
         desc = cl.describe(tok, [out])[0]
         assert list(desc.shape.dims) == [n, n] and desc.status.code == 0, desc
-        cl.pd("Delete", pb.DeleteRequest(session_token=tok, ids=[100, 101, out]),
+        cl.pd("Delete", pb.DeleteRequest(session_token=tok, ids=[out - 2, out - 1, out]),
               pb.DeleteResponse)
 
         # The kernel bound: with kernel_timeout_seconds = 2 (a reload), the
