@@ -14,6 +14,8 @@
 #ifndef PARADEV_DEV_BACKEND_H
 #define PARADEV_DEV_BACKEND_H
 
+#include <stdatomic.h>
+
 #include "device.h"
 
 #ifdef __cplusplus
@@ -155,7 +157,20 @@ struct dev_kernel_ctx {
   int *out_alias;
   /* The collective rendezvous of DEV_OP_COLLECTIVE ops (backend-private). */
   void *collective;
+  /* The device's heartbeat counter (the executor's; NULL where none): see
+   * dev_kernel_heartbeat. */
+  _Atomic uint64_t *heartbeat;
 };
+
+/* Says that a long kernel is still making progress (a block of a batched
+ * product done, a chunk of a long loop): the daemon's liveness watch
+ * (dev_engine_watch) then does not count the op's time against the kernel
+ * bound. Call it between blocks of work, not per element: one relaxed
+ * atomic add. Any kernel thread; a ctx without a counter is ignored. */
+static inline void dev_kernel_heartbeat(const dev_kernel_ctx *ctx) {
+  if (ctx->heartbeat)
+    atomic_fetch_add_explicit(ctx->heartbeat, 1, memory_order_relaxed);
+}
 
 /* Helpers for infer functions: each returns INVALID_ARGUMENT with a message
  * naming the op and the input when the check fails. */

@@ -413,6 +413,44 @@ pd_code dev_engine_sync(dev_engine *e, dev_status *st);
  *    busy time, as nvidia-smi's utilisation is. */
 double dev_engine_busy_seconds(dev_engine *e, int device);
 
+/* --- Progress (for a daemon's liveness) ------------------------------------ */
+
+/* What one device is doing, as dev_engine_watch last saw it. */
+typedef enum dev_progress_state {
+  DEV_PROGRESS_IDLE = 0, /* every op submitted to it has finished */
+  /* An op is in its kernel (on a backend with fences: issued and not yet
+   * finished on the device), a collective waiting for its peers included. */
+  DEV_PROGRESS_RUNNING,
+  /* Ops are submitted to it, but its executor runs none of them. */
+  DEV_PROGRESS_WAITING,
+} dev_progress_state;
+
+/* The caller's memory between dev_engine_watch calls for one device; zero
+ * it first. */
+typedef struct dev_progress {
+  uint64_t done, run, beats; /* the counters as last sampled */
+  double since; /* when it last made progress, or started having work */
+  dev_progress_state state;
+} dev_progress;
+
+/* Samples `device`'s progress at `now` (seconds, any clock the caller uses
+ * consistently) and returns the seconds since it last made progress while
+ * it had work (0 when idle); p->state says what it is doing. Progress is an
+ * op beginning or finishing on the device, or a heartbeat of the running
+ * kernel (dev_kernel_heartbeat); work arriving is not. So a WAITING device
+ * whose time keeps growing is stalled (its executor takes no work), and a
+ * RUNNING one runs one long kernel (or waits in a collective for a peer).
+ * Call it periodically with the same `p`. Lock-free: a wedged executor or
+ * device cannot block the caller. Any thread (one per `p`); 0 and IDLE for
+ * a device out of range. Source: the liveness/readiness split of
+ * Kubernetes probes (issue #14: a long kernel is not a stall). */
+double dev_engine_watch(dev_engine *e, int device, dev_progress *p, double now);
+
+/* Test hook: while `hold` is set, `device`'s executor runs nothing (ops
+ * queue up; the device reads as DEV_PROGRESS_WAITING). For tests of the
+ * daemon's stall detection; never set in service. Thread-safe. */
+void dev_engine_test_hold(dev_engine *e, int device, bool hold);
+
 /* Prepares host memory [ptr, ptr + bytes) for fast transfers: on CUDA it is
  * page-locked (cudaHostRegister) so dev_tensor_write / dev_tensor_read from
  * and into it are direct DMA; on the CPU backend it does nothing. Meant for

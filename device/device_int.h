@@ -97,8 +97,9 @@ struct dev_engine {
   int n;
   bool fenced; /* the backend has all three fence functions */
   pthread_mutex_t submit_mu;
-  uint64_t seq;           /* the last op seq handed out (under submit_mu) */
-  struct dev_exec *execs; /* [n] */
+  uint64_t seq;              /* the last op seq handed out (under submit_mu) */
+  _Atomic uint64_t last_seq; /* the same, lock-free (dev_engine_watch) */
+  struct dev_exec *execs;    /* [n] */
 };
 
 /* Deep-copied attribute storage of a queued op. */

@@ -159,6 +159,8 @@ pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out,
     dev__ready_init(&x->ready, &x->mu);
     if (fenced) pthread_cond_init(&x->fence_cv, NULL);
     atomic_init(&x->busy_ns, 0);
+    atomic_init(&x->run_seq, 0);
+    atomic_init(&x->beats, 0);
     if (pthread_create(&x->thread, NULL, dev__exec_main, x) != 0) {
       exec_free(x);
       goto fail_threads;
@@ -269,6 +271,7 @@ void dev_op_submit(dev_engine *e, dev_op *op) {
     }
   }
   op->seq = ++e->seq;
+  atomic_store_explicit(&e->last_seq, op->seq, memory_order_relaxed);
   op->per_device_release = !(op->def->flags & DEV_OP_COLLECTIVE);
   for (int o = 0; o < op->num_outputs; o++)
     for (int d = 0; d < e->n; d++)

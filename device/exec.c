@@ -158,6 +158,7 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
       .out_data = a.out_data,
       .out_alias = a.out_alias,
       .collective = op->collective,
+      .heartbeat = &x->beats,
   };
 
   bool issued = false;
@@ -253,6 +254,7 @@ void *dev__exec_main(void *arg) {
     for (int b = 0; b < n; b++) {
       dev_op *op = batch[b];
       uint64_t t0 = dev__now_ns();
+      atomic_store_explicit(&x->run_seq, op->seq, memory_order_relaxed);
       uint64_t deps[DEV_MAX_INPUTS];
       int ndeps = 0;
       bool issued = run_op(x, op, deps, &ndeps);

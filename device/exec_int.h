@@ -80,6 +80,12 @@ typedef struct dev_exec {
   bool sleeping; /* waiting on work_cv: only then does a push signal it */
   dev__ready ready;
   _Atomic uint64_t busy_ns; /* dev_engine_busy_seconds */
+  /* For dev_engine_watch (ready.c), lock-free so that a wedged executor
+   * cannot block the watcher: the seq of the op the executor began last
+   * (stored before its kernel runs), and the heartbeats of running kernels
+   * (dev_kernel_heartbeat, through dev_kernel_ctx.heartbeat). */
+  _Atomic uint64_t run_seq;
+  _Atomic uint64_t beats;
   /* Backends with fences only. Under mu: fring holds the ops issued on the
    * device whose fence the completion thread has not yet taken, in issue
    * order; `outstanding` counts the ops pushed to this device that are not

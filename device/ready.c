@@ -14,6 +14,9 @@
  * error the device reports late, by the completion thread under the
  * device's mutex (dev__component_set_late_error).
  *
+ * It also answers dev_engine_watch, a device's progress for the daemon's
+ * liveness, from the same counters.
+ *
  * Calls down only (tensor.c for references and buffers); the executor files
  * call in. */
 #include <errno.h>
@@ -123,6 +126,36 @@ bool dev__exec_wait_until(dev_engine *e, int device, uint64_t seq,
   atomic_fetch_sub(&r->waiters, 1);
   pthread_mutex_unlock(r->mu);
   return done;
+}
+
+/* --- watching progress (dev_engine_watch) --------------------------------- */
+
+/* Only atomics are read here (done_seq, run_seq, beats, the engine's
+ * last_seq), never under a lock: the watcher must answer while an executor
+ * is stuck holding its mutex. A sample that races an op's start or end
+ * reads as a change, which is progress anyway. */
+double dev_engine_watch(dev_engine *e, int device, dev_progress *p,
+                        double now) {
+  if (!e || device < 0 || device >= e->n) {
+    p->state = DEV_PROGRESS_IDLE;
+    return 0;
+  }
+  dev_exec *x = &e->execs[device];
+  uint64_t last = atomic_load_explicit(&e->last_seq, memory_order_relaxed);
+  uint64_t done = atomic_load(&x->ready.done_seq);
+  uint64_t run = atomic_load_explicit(&x->run_seq, memory_order_relaxed);
+  uint64_t beats = atomic_load_explicit(&x->beats, memory_order_relaxed);
+  dev_progress_state state = done >= last ? DEV_PROGRESS_IDLE
+                             : run > done ? DEV_PROGRESS_RUNNING
+                                          : DEV_PROGRESS_WAITING;
+  bool moved = done != p->done || run != p->run || beats != p->beats;
+  if (state == DEV_PROGRESS_IDLE || p->state == DEV_PROGRESS_IDLE || moved)
+    p->since = now; /* idle, work that just came, or progress */
+  p->done = done;
+  p->run = run;
+  p->beats = beats;
+  p->state = state;
+  return state == DEV_PROGRESS_IDLE || now < p->since ? 0 : now - p->since;
 }
 
 /* --- notify callbacks ----------------------------------------------------- */

@@ -73,3 +73,7 @@ void dev__exec_hold(dev_engine *e, int device, bool hold) {
   if (!hold) pthread_cond_signal(&x->work_cv);
   pthread_mutex_unlock(&x->mu);
 }
+
+void dev_engine_test_hold(dev_engine *e, int device, bool hold) {
+  if (e && device >= 0 && device < e->n) dev__exec_hold(e, device, hold);
+}

@@ -703,9 +703,11 @@ typedef struct sched_progress {
 } sched_progress;
 
 /* Says whether the scheduler is stalled at time `now` (seconds, any clock
- * the caller uses consistently): ops were outstanding (queued or on the
- * devices) and none completed for longer than `stall_s`. Idle is not
- * stalled. Call it periodically with the same `p`. */
+ * the caller uses consistently): ops were queued with none on the devices,
+ * and none was submitted or completed (nor a checkpoint load moved) for
+ * longer than `stall_s`. Idle is not stalled, and neither is work on the
+ * devices: whether they progress is dev_engine_watch's to say (a long
+ * kernel is not a stall). Call it periodically with the same `p`. */
 bool sched_check_progress(sched *s, sched_progress *p, double now,
                           double stall_s);
 

@@ -114,11 +114,14 @@ void sched_op_stats(sched *s, int op_index, uint64_t by_code[SCHED_NUM_CODES],
 
 bool sched_check_progress(sched *s, sched_progress *p, double now,
                           double stall_s) {
-  /* A load's progress counts: ops held on it are queued, not stalled. */
+  /* A load's progress counts: ops held on it are queued, not stalled. An
+   * op submitted or completed is progress too. Ops on the devices are the
+   * engine's to watch (dev_engine_watch: a long kernel is not a stall), so
+   * the scheduler only waits while it has queued ops and none out. */
   uint64_t done = atomic_load(&s->n_completed);
-  uint64_t completed = done + atomic_load(&s->n_load_steps);
-  bool outstanding =
-      atomic_load(&s->n_queued) > 0 || atomic_load(&s->n_submitted) > done;
+  uint64_t submitted = atomic_load(&s->n_submitted);
+  uint64_t completed = done + submitted + atomic_load(&s->n_load_steps);
+  bool outstanding = atomic_load(&s->n_queued) > 0 && submitted == done;
   bool stalled = false;
   if (!outstanding || !p->outstanding || completed != p->completed)
     p->since = now; /* idle, new work, or progress: the wait starts again */

@@ -96,7 +96,14 @@ typedef struct srv_options {
   int num_threads;
   int grace_ms;
   uint32_t drain_timeout_s;
-  uint32_t stall_timeout_s;
+  uint32_t stall_timeout_s;  /* no progress while work is runnable */
+  uint32_t kernel_timeout_s; /* one op's kernel without progress; 0: none */
+  /* The HTTP listener's connections (libmicrohttpd): at most this many at
+   * once, per client IP address (0: no per-address limit), and the seconds
+   * one may stay idle. */
+  int metrics_max_connections;
+  int metrics_max_connections_per_ip;
+  uint32_t metrics_idle_timeout_s;
   /* [devices] */
   char backend[8];
   int num_devices;

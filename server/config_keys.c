@@ -38,6 +38,14 @@ const srv_key srv_keys[] = {
      OFF(drain_timeout_s), 0, 86400, true},
     {"daemon", "stall_timeout_seconds", NULL, SRV_K_U32, OFF(stall_timeout_s),
      1, 86400, true},
+    {"daemon", "kernel_timeout_seconds", NULL, SRV_K_U32, OFF(kernel_timeout_s),
+     0, 31536000, true},
+    {"daemon", "metrics_max_connections", NULL, SRV_K_INT,
+     OFF(metrics_max_connections), 1, 65536, false},
+    {"daemon", "metrics_max_connections_per_ip", NULL, SRV_K_INT,
+     OFF(metrics_max_connections_per_ip), 0, 65536, false},
+    {"daemon", "metrics_idle_timeout_seconds", NULL, SRV_K_U32,
+     OFF(metrics_idle_timeout_s), 1, 3600, false},
     {"devices", "backend", "--backend", SRV_K_BACKEND, OFF(backend), 0, 0,
      false},
     {"devices", "devices", "--devices", SRV_K_INT, OFF(num_devices), 1,
@@ -121,6 +129,10 @@ void srv_defaults(srv_options *o) {
   o->grace_ms = 5000;
   o->drain_timeout_s = 30;
   o->stall_timeout_s = 60;
+  o->kernel_timeout_s = 3600;
+  o->metrics_max_connections = 64;
+  o->metrics_max_connections_per_ip = 8;
+  o->metrics_idle_timeout_s = 10;
   snprintf(o->backend, sizeof(o->backend), "cpu");
   o->num_devices = 4;
   o->memory_reserve = UINT64_MAX; /* DEV_MEMORY_RESERVE_DEFAULT */

@@ -56,7 +56,8 @@ static void srv_execute(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__ExecuteRequest *req = (const void *)m;
   srv_req_limits l = srv_call_limits(c);
   dev_status st = DEV_STATUS_INIT;
-  if (sched_check_ops(c->s->sched,
+  if (srv_check_accepting(c->s, "Execute", &st) != PD_OK ||
+      sched_check_ops(c->s->sched,
                       req->n_ops > LONG_MAX ? LONG_MAX : (long)req->n_ops,
                       &st) != PD_OK) {
     srv_call_fail(c, &st);
@@ -166,6 +167,19 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     return;
   }
   srv_req_limits l = srv_call_limits(c);
+  /* While draining, items that bring new work are refused one by one; the
+   * stream stays open for the rest (delete items, tape bookkeeping). */
+  if ((req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE ||
+       req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_GRADIENT) &&
+      srv_check_accepting(
+          c->s,
+          req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE
+              ? "an Enqueue execute item"
+              : "an Enqueue gradient item",
+          &st) != PD_OK) {
+    srv_enqueue_reply(c, index, &st, NULL, 0);
+    return;
+  }
   if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE) {
     dev_attr attrs[DEV_MAX_ATTRS];
     sched_op op;

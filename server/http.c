@@ -1,7 +1,15 @@
 /* The HTTP listener (libmicrohttpd, its own thread, its own address from
- * [daemon] metrics_listen): GET /metrics (Prometheus), /healthz (the process
- * is alive and its devices make progress: for liveness probes) and /readyz
- * (it takes new sessions: for readiness probes and load balancers). */
+ * [daemon] metrics_listen): GET /metrics (Prometheus), /healthz (liveness,
+ * srv_alive: the process is alive, its devices healthy and runnable work
+ * making progress; a drain leaves it 200: for liveness probes) and /readyz
+ * (readiness, srv_serving: it takes new sessions and new work: for
+ * readiness probes and load balancers).
+ *
+ * Probes must answer even while other clients hold connections open: the
+ * listener takes at most metrics_max_connections at once, at most
+ * metrics_max_connections_per_ip from one client address (libmicrohttpd
+ * closes the ones over either at once), and closes a connection idle for
+ * metrics_idle_timeout_seconds. */
 #define SRV_LOG_SUB SRV_SUB_HTTP
 #include <microhttpd.h>
 #include <netdb.h>
@@ -9,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "log.h"
 #include "server.h"
@@ -69,22 +78,22 @@ static enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *conn,
                          "text/plain; version=0.0.4; charset=utf-8", body, len);
   }
   if (strcmp(url, "/healthz") == 0) {
-    if (atomic_load(&s->stalled))
-      return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-                           "stalled: queued work makes no progress\n");
     if (!atomic_load(&s->devices_ok))
       return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
                            "unhealthy: a device failed\n");
+    if (!srv_alive(s))
+      return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+                           "stalled: runnable work makes no progress\n");
     return srv_http_text(conn, MHD_HTTP_OK, "ok\n");
   }
   if (strcmp(url, "/readyz") == 0) {
     if (srv_serving(s)) return srv_http_text(conn, MHD_HTTP_OK, "ready\n");
     char msg[128];
     snprintf(msg, sizeof(msg), "not ready: %s\n",
-             !atomic_load(&s->ready)        ? "starting"
-             : atomic_load(&s->draining)    ? "draining"
-             : !atomic_load(&s->devices_ok) ? "a device failed"
-                                            : "stalled");
+             !atomic_load(&s->devices_ok) ? "a device failed"
+             : !srv_alive(s)              ? "stalled"
+             : !atomic_load(&s->ready)    ? "starting"
+                                          : "draining");
     return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, msg);
   }
   return srv_http_text(conn, MHD_HTTP_NOT_FOUND,
@@ -92,12 +101,46 @@ static enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *conn,
                        "/readyz\n");
 }
 
+/* Refused connections (over a limit) are logged once a minute at most,
+ * with how many there were: a client opening connections in a loop must
+ * not flood the log. */
+#define SRV_HTTP_REFUSED_LOG_S 60
+static _Atomic int64_t srv_http_refused_at = -1; /* s, CLOCK_MONOTONIC */
+static _Atomic uint64_t srv_http_refused_quiet;
+
+static bool srv_http_log_refused(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t last = atomic_load(&srv_http_refused_at);
+  if (last >= 0 && ts.tv_sec - last < SRV_HTTP_REFUSED_LOG_S) {
+    atomic_fetch_add(&srv_http_refused_quiet, 1);
+    return false;
+  }
+  return atomic_compare_exchange_strong(&srv_http_refused_at, &last,
+                                        (int64_t)ts.tv_sec);
+}
+
 static void srv_http_log(void *cls, const char *fmt, va_list ap) {
-  (void)cls;
+  const srv *s = cls;
   char msg[512];
   vsnprintf(msg, sizeof(msg), fmt, ap);
   size_t n = strlen(msg);
   while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+  if (strstr(msg, "connection limit") || strstr(msg, "per-IP")) {
+    if (!srv_http_log_refused()) return;
+    uint64_t quiet = atomic_exchange(&srv_http_refused_quiet, 0);
+    char more[96] = "";
+    if (quiet)
+      snprintf(more, sizeof more, "; %llu more refused in the last %d s",
+               (unsigned long long)quiet, SRV_HTTP_REFUSED_LOG_S);
+    SRV_WARN(
+        "libmicrohttpd: %s (metrics_max_connections %d, "
+        "metrics_max_connections_per_ip %d%s; logged once a minute at "
+        "most)",
+        msg, s->opt.metrics_max_connections,
+        s->opt.metrics_max_connections_per_ip, more);
+    return;
+  }
   SRV_WARN("libmicrohttpd: %s", msg);
 }
 
@@ -127,9 +170,12 @@ int srv_http_start(srv *s) {
   if (res->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, 0, NULL, NULL, srv_http_handler, s, MHD_OPTION_EXTERNAL_LOGGER,
-      srv_http_log, (void *)NULL, MHD_OPTION_SOCK_ADDR, res->ai_addr,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)10, MHD_OPTION_END);
+      srv_http_log, (void *)s, MHD_OPTION_SOCK_ADDR, res->ai_addr,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opt.metrics_max_connections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)s->opt.metrics_max_connections_per_ip,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.metrics_idle_timeout_s,
+      MHD_OPTION_END);
   freeaddrinfo(res);
   if (!d) {
     SRV_ERROR(

@@ -7,11 +7,13 @@
  *
  * The main thread then waits for signals (see srv_signal_main) and, at least
  * once a second (and at half of WatchdogSec), looks at the service: whether
- * the devices make progress (sched_check_progress) and are healthy, which
- * feeds the health status; WATCHDOG=1 only while they make progress, so a
- * stuck engine lets systemd's watchdog fire; a STATUS= line when something
- * changed; and, while draining to exit, whether the queued work is done or
- * the drain timeout has passed.
+ * runnable work makes progress (service.c srv_progress_check: the
+ * scheduler's queue and each device; a long kernel is not a stall) and the
+ * devices are healthy, which feeds liveness and readiness; WATCHDOG=1 only
+ * while live, so a stuck engine lets systemd's watchdog fire (a drain does
+ * not stop it); a STATUS= line when something changed; and, while draining
+ * to exit, whether the queued work is done or the drain timeout has
+ * passed.
  *
  * Signals: SIGTERM or SIGINT drains (health NOT_SERVING, no new sessions,
  * queued work finishes for up to drain_timeout_seconds, then the rest is
@@ -282,19 +284,21 @@ static void srv_apply_runtime(srv *s, const srv_options *o) {
   atomic_store(&rt->max_memory_quota, l->max_memory_quota);
   atomic_store(&rt->drain_timeout_s, o->drain_timeout_s);
   atomic_store(&rt->stall_timeout_s, o->stall_timeout_s);
+  atomic_store(&rt->kernel_timeout_s, o->kernel_timeout_s);
   srv_log_set(o->log_levels);
 }
 
 /* The STATUS= text: what an operator sees in `systemctl status`. */
 static void srv_status_text(srv *s, const sched_stats *st, double drain_left,
                             char *out, size_t len) {
+  /* Liveness first: a draining daemon that is also stalled says so. */
   const char *state =
       srv_serving(s)                 ? "serving"
-      : atomic_load(&s->exiting)     ? "draining to exit"
-      : atomic_load(&s->draining)    ? "draining"
       : !atomic_load(&s->devices_ok) ? "NOT SERVING: a device is unhealthy"
-      : atomic_load(&s->stalled) ? "NOT SERVING: the devices make no progress"
-                                 : "starting";
+      : atomic_load(&s->stalled)  ? "NOT SERVING: the devices make no progress"
+      : atomic_load(&s->exiting)  ? "draining to exit"
+      : atomic_load(&s->draining) ? "draining"
+                                  : "starting";
   const char *backend = dev_engine_backend_name(s->engine);
   int n = snprintf(out, len,
                    "%s: %d session%s on %d %s device%s, %" PRIu64
@@ -348,7 +352,6 @@ static void srv_reload(srv *s) {
 /* What the service loop carries from one turn to the next. */
 typedef struct srv_loop {
   sched_stats stats;
-  sched_progress prog;
   char status[256], last_status[256]; /* the STATUS= line, and the last sent */
   bool watchdog;                      /* WatchdogSec is set */
   double wd_period;                   /* half of it, in seconds */
@@ -440,17 +443,16 @@ static void srv_loop_wait(srv *s, const srv_loop *L) {
 }
 
 /* Progress, device health, and with them the health status; the fresh
- * counts in L->stats. True while the devices are stalled. */
+ * counts in L->stats. True while liveness fails (stalled, or a device
+ * unhealthy). */
 static bool srv_loop_health(srv *s, srv_loop *L, double now) {
-  bool stalled = sched_check_progress(s->sched, &L->prog, now,
-                                      (double)SRV_RT(s, stall_timeout_s));
+  bool stalled = srv_progress_check(s, now);
   if (stalled != atomic_load(&s->stalled)) {
     atomic_store(&s->stalled, stalled);
     if (stalled)
       SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_ERROR,
-                 "no op completed for %u s while work is outstanding: "
-                 "NOT_SERVING%s",
-                 SRV_RT(s, stall_timeout_s),
+                 "runnable work makes no progress (see above): liveness "
+                 "and readiness NOT_SERVING%s",
                  L->watchdog ? ", and no more WATCHDOG=1" : "");
     else
       SRV_LOG_AT(SRV_SUB_HEALTH, SRV_LOG_INFO,
@@ -460,7 +462,7 @@ static bool srv_loop_health(srv *s, srv_loop *L, double now) {
   srv_health_update(s);
   sched_get_stats(s->sched, &L->stats);
   srv_note_counts(&L->stats);
-  return stalled;
+  return !srv_alive(s);
 }
 
 /* Draining to exit (SIGTERM, or Admin Drain with exit_when_drained): true
@@ -500,9 +502,10 @@ static bool srv_loop_drain(srv *s, srv_loop *L, double now,
   return false;
 }
 
-/* A STATUS= line when it changed, WATCHDOG=1 when due and not stalled, and
+/* A STATUS= line when it changed, WATCHDOG=1 when due and live (the same
+ * signal as paradev.liveness and /healthz; a drain keeps it coming), and
  * the next tick. */
-static void srv_loop_notify(srv *s, srv_loop *L, double now, bool stalled,
+static void srv_loop_notify(srv *s, srv_loop *L, double now, bool dead,
                             double drain_left) {
   srv_status_text(s, &L->stats, drain_left, L->status, sizeof(L->status));
   if (strcmp(L->status, L->last_status) != 0) {
@@ -510,7 +513,7 @@ static void srv_loop_notify(srv *s, srv_loop *L, double now, bool stalled,
     snprintf(L->last_status, sizeof(L->last_status), "%s", L->status);
   }
   if (L->watchdog && now >= L->next_wd) {
-    if (!stalled) sd_notify(0, "WATCHDOG=1");
+    if (!dead) sd_notify(0, "WATCHDOG=1");
     L->next_wd = now + L->wd_period;
   }
   if (now >= L->next_tick) L->next_tick = now + 1.0;
@@ -526,10 +529,10 @@ static void srv_serve(srv *s, srv_loop *L) {
   for (;;) {
     srv_loop_wait(s, L);
     now = srv_now();
-    bool stalled = srv_loop_health(s, L, now);
+    bool dead = srv_loop_health(s, L, now);
     double drain_left;
     if (srv_loop_drain(s, L, now, &drain_left)) break;
-    srv_loop_notify(s, L, now, stalled, drain_left);
+    srv_loop_notify(s, L, now, dead, drain_left);
   }
 }
 
@@ -568,8 +571,7 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   sd_notify(0, "STATUS=starting");
   if (srv_daemon_start(&s) != 0) return 1;
-  srv_loop L = {.stats = {.struct_size = sizeof(L.stats)},
-                .prog = {0, false, 0}};
+  srv_loop L = {.stats = {.struct_size = sizeof(L.stats)}};
   srv_announce_ready(&s, &L);
   srv_serve(&s, &L);
   srv_shutdown(&s, &L);

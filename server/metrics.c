@@ -204,6 +204,16 @@ static void srv_render_busy(srv_buf *b, srv *s) {
   for (int i = 0; i < n; i++)
     srv_buf_printf(b, "paradev_device_busy_seconds_total{device=\"%d\"} %.9g\n",
                    i, dev_engine_busy_seconds(s->engine, i));
+  srv_family(b, "paradev_device_seconds_since_progress", "gauge",
+             "Seconds since the device last made progress (an op began or "
+             "finished, a kernel's heartbeat) while it had work; 0 when idle. "
+             "Past stall_timeout_seconds with no op running, or past "
+             "kernel_timeout_seconds in one kernel, liveness fails.");
+  for (int i = 0; i < n && i < PD_MAX_DEVICES; i++)
+    srv_buf_printf(b,
+                   "paradev_device_seconds_since_progress{device=\"%d\"} "
+                   "%.3f\n",
+                   i, (double)atomic_load(&s->dev_quiet_ms[i]) / 1000.0);
 }
 
 static void srv_render_ops(srv_buf *b, srv *s, const sched_stats *st) {
@@ -333,8 +343,13 @@ char *srv_metrics_render(srv *s, size_t *len) {
   srv_buf_printf(&b, "paradev_start_time_seconds %.3f\n",
                  (double)s->start_unix_ms / 1000.0);
   srv_family(&b, "paradev_serving", "gauge",
-             "1 when the daemon takes new sessions (health SERVING).");
+             "1 when the daemon takes new sessions and work (readiness: "
+             "health paradev.readiness SERVING, /readyz 200).");
   srv_buf_printf(&b, "paradev_serving %d\n", srv_serving(s) ? 1 : 0);
+  srv_family(&b, "paradev_live", "gauge",
+             "1 while alive and not wedged (liveness: health "
+             "paradev.liveness SERVING, /healthz 200); a drain keeps it 1.");
+  srv_buf_printf(&b, "paradev_live %d\n", srv_alive(s) ? 1 : 0);
   srv_family(&b, "paradev_draining", "gauge",
              "1 while draining (SIGTERM or Admin Drain).");
   srv_buf_printf(&b, "paradev_draining %d\n",

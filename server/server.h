@@ -138,7 +138,7 @@ typedef struct srv_runtime {
   atomic_int max_queued_ops;
   _Atomic uint32_t default_lease_s, max_lease_s;
   _Atomic uint64_t default_memory_quota, max_memory_quota;
-  _Atomic uint32_t drain_timeout_s, stall_timeout_s;
+  _Atomic uint32_t drain_timeout_s, stall_timeout_s, kernel_timeout_s;
 } srv_runtime;
 
 #define SRV_RT(s, f) atomic_load_explicit(&(s)->rt.f, memory_order_relaxed)
@@ -166,8 +166,13 @@ struct srv {
   atomic_bool ready;    /* every listener accepts */
   atomic_bool draining; /* no new sessions */
   atomic_bool exiting;  /* the drain ends in exit */
-  atomic_bool stalled;  /* no op completed for stall_timeout_s */
+  /* No progress while work is runnable for stall_timeout_s, or one kernel
+   * without progress for kernel_timeout_s (service.c srv_progress_check). */
+  atomic_bool stalled;
   atomic_bool devices_ok;
+  /* Per device, the milliseconds since its last progress while it had work
+   * (0 when idle), as the last check saw them (metrics). */
+  _Atomic uint64_t dev_quiet_ms[PD_MAX_DEVICES];
   srv_health *health;
   /* Counters the handlers keep. */
   _Atomic uint64_t upload_bytes, download_bytes;
@@ -327,9 +332,29 @@ const srv_method *srv_method_find(const char *path);
 
 /* --- service.c: the service's state (health.c reports it) ---------------- */
 
-/* SERVING: every listener accepts, not draining, every device healthy and
- * the devices making progress. */
+/* Liveness: every device healthy and runnable work making progress (not
+ * stalled, no kernel past kernel_timeout_seconds). Draining does not
+ * change it. Any thread. */
+bool srv_alive(srv *s);
+/* Readiness (SERVING for "", paradev.v1.ParallelDevice, paradev.readiness):
+ * live, every listener accepts, and not draining. Any thread. */
 bool srv_serving(srv *s);
+/* Samples the scheduler's and every device's progress at `now` (seconds,
+ * CLOCK_MONOTONIC), logs what changed (a device stalled or wedged, a long
+ * kernel, progress again), stores each device's seconds without progress
+ * for /metrics, and applies the PARADEV_TEST_HOLD test hook. True when
+ * liveness must fail for want of progress. Main loop only, once a tick. */
+bool srv_progress_check(srv *s, double now);
+/* PD_OK unless draining; then UNAVAILABLE in *st, saying that the daemon is
+ * draining (for maintenance, or shutting down), that `what` (a method or an
+ * item: "Execute") is new work it no longer takes, that queued work
+ * finishes, and what the client should do. Every method that brings new
+ * work (CreateSession, Execute and Enqueue's execute and gradient items,
+ * Gradient, Upload, UploadFromSharedMemory, LoadTensors) asks it first;
+ * collecting results (Sync, Download, Describe, SaveTensors) and ending
+ * sessions (Delete, KeepAlive, CloseSession) are never refused. Any
+ * thread. */
+pd_code srv_check_accepting(srv *s, const char *what, dev_status *st);
 /* Recomputes the status (after any input changed; any thread) and streams
  * a change to every Watch. */
 void srv_health_update(srv *s);

@@ -29,16 +29,12 @@ static void srv_tenant_session_terms(srv *s, const char *tenant,
 
 static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__CreateSessionRequest *req = (const void *)m;
-  if (atomic_load(&c->s->draining)) {
-    srv_call_finish(
-        c, PD_UNAVAILABLE,
-        "paradevd is draining (%s): it takes no new sessions; "
-        "open one on another daemon or retry later",
-        atomic_load(&c->s->exiting) ? "shutting down" : "out of service");
+  dev_status ck = DEV_STATUS_INIT;
+  if (srv_check_accepting(c->s, "CreateSession", &ck) != PD_OK) {
+    srv_call_fail(c, &ck);
     return;
   }
   srv_req_limits l = srv_call_limits(c);
-  dev_status ck = DEV_STATUS_INIT;
   if (srv_check_string(&l, req->client_name, "client_name", &ck) != PD_OK ||
       srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK) {
     srv_call_fail(c, &ck);

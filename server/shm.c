@@ -352,9 +352,13 @@ static pd_code srv_shm_copy_fn(void *arg, dev_status *st) {
 static void srv_upload_shm(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__UploadFromSharedMemoryRequest *req = (const void *)m;
   srv *s = c->s;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_check_accepting(s, "UploadFromSharedMemory", &st) != PD_OK) {
+    srv_call_fail(c, &st);
+    return;
+  }
   sched_session *ss = srv_call_session(c, req->session_token);
   if (!ss) return;
-  dev_status st = DEV_STATUS_INIT;
   srv_shm_region *r = NULL;
   sched_upload *up = NULL;
   srv_arena a = {NULL};

@@ -374,6 +374,11 @@ static void srv_load_tensors(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__LoadTensorsRequest *req = (const void *)m;
   srv *s = c->s;
   srv_req_limits l = srv_call_limits(c);
+  dev_status dst = DEV_STATUS_INIT;
+  if (srv_check_accepting(s, "LoadTensors", &dst) != PD_OK) {
+    srv_call_fail(c, &dst);
+    return;
+  }
   srv_load_job *j = calloc(1, sizeof(*j));
   if (!j) {
     srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");

@@ -132,9 +132,13 @@ static void srv_watch_tape_rpc(srv_call *c, const ProtobufCMessage *msg) {
 static void srv_gradient_rpc(srv_call *c, const ProtobufCMessage *msg) {
   const Paradev__V1__GradientRequest *req = (const void *)msg;
   srv_req_limits l = srv_call_limits(c);
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_check_accepting(c->s, "Gradient", &st) != PD_OK) {
+    srv_call_fail(c, &st);
+    return;
+  }
   sched_session *ss = srv_call_session(c, req->session_token);
   if (!ss) return;
-  dev_status st = DEV_STATUS_INIT;
   srv_arena a = {NULL};
   Paradev__V1__TensorInfo **infos = NULL;
   size_t n = 0;

@@ -40,6 +40,7 @@ static void srv_upload_header(srv_call *c, srv_upload_state *u,
                               const Paradev__V1__UploadHeader *h) {
   srv *s = c->s;
   dev_status st = DEV_STATUS_INIT;
+  if (srv_check_accepting(s, "Upload", &st) != PD_OK) goto fail;
   u->ss = srv_call_session(c, h->session_token);
   if (!u->ss) return;
   int ndev = dev_engine_num_devices(s->engine);

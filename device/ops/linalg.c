@@ -102,9 +102,11 @@ static void gemm_f64(const mm_problem *p, int64_t m, const double *a,
               1.0, a, (int)p->xc, b, (int)p->yc, 0.0, c, (int)p->n);
 }
 
-/* Runs the whole (batched) product for float32 or float64 data. */
-static void mm_run(const mm_problem *p, bool f64, const void *x, const void *y,
-                   void *out) {
+/* Runs the whole (batched) product for float32 or float64 data; one
+ * heartbeat per matrix of a batch walked one by one (a long batch is
+ * progress, not a wedged kernel: dev_kernel_heartbeat). */
+static void mm_run(const dev_kernel_ctx *ctx, const mm_problem *p, bool f64,
+                   const void *x, const void *y, void *out) {
   size_t es = f64 ? sizeof(double) : sizeof(float);
   int64_t out_n = p->batch * p->m * p->n;
   if (out_n == 0) return;
@@ -131,6 +133,7 @@ static void mm_run(const mm_problem *p, bool f64, const void *x, const void *y,
     else
       gemm_f32(p, p->m, (const float *)x + xoff, (const float *)y + yoff,
                (float *)out + b * mn);
+    dev_kernel_heartbeat(ctx);
     for (int i = p->nb - 1; i >= 0; i--) { /* odometer over batch axes */
       xoff += p->xstride[i];
       yoff += p->ystride[i];
@@ -149,7 +152,7 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty,
   mm_plan(&ctx->in_shape[0], &ctx->in_shape[1], tx, ty, &p);
   pd_dtype dt = ctx->in_dtype[0];
   if (dt == PD_FLOAT32 || dt == PD_FLOAT64) {
-    mm_run(&p, dt == PD_FLOAT64, ctx->in_data[0], ctx->in_data[1],
+    mm_run(ctx, &p, dt == PD_FLOAT64, ctx->in_data[0], ctx->in_data[1],
            ctx->out_data[0]);
     return PD_OK;
   }
@@ -163,7 +166,7 @@ static pd_code mm_kernel(dev_kernel_ctx *ctx, bool tx, bool ty,
   float *fx = buf, *fy = buf + nx, *fo = buf + nx + ny;
   dev__widen_16(dt, ctx->in_data[0], fx, nx);
   dev__widen_16(dt, ctx->in_data[1], fy, ny);
-  mm_run(&p, false, fx, fy, fo);
+  mm_run(ctx, &p, false, fx, fy, fo);
   dev__narrow_16(dt, fo, ctx->out_data[0], no);
   free(buf);
   return PD_OK;

@@ -1,6 +1,7 @@
 /* The engine core: dtypes, shapes, parallel tensors and their layouts, the
  * registry's validation, memory accounting and limits, asynchronous errors. */
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -484,6 +485,70 @@ static void test_registry_listing(void **state) {
   assert_null(dev_op_lookup("allreduce"));
 }
 
+/* Samples device d until it reads `want` (a hang fails the test). */
+static void watch_until(dev_engine *e, int d, dev_progress *p, double now,
+                        dev_progress_state want) {
+  double limit = dev_monotonic_now() + 60;
+  for (;;) {
+    dev_engine_watch(e, d, p, now);
+    if (p->state == want) return;
+    assert_true(dev_monotonic_now() < limit);
+    sched_yield();
+  }
+}
+
+/* dev_engine_watch: idle reads 0; a held executor with an op queued reads
+ * WAITING, its time without progress growing with the caller's clock; its
+ * peer, inside the collective waiting for it, reads RUNNING; finishing is
+ * progress; a batched product's heartbeats (one per matrix) are progress
+ * too, counted in p->beats. */
+static void test_watch_progress(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(2, 0);
+  dev_progress p0, p1;
+  memset(&p0, 0, sizeof p0);
+  memset(&p1, 0, sizeof p1);
+  assert_true(dev_engine_watch(e, 0, &p0, 100.0) == 0.0);
+  assert_int_equal(p0.state, DEV_PROGRESS_IDLE);
+  assert_true(dev_engine_watch(e, 5, &p1, 100.0) == 0.0); /* out of range */
+  assert_int_equal(p1.state, DEV_PROGRESS_IDLE);
+  memset(&p1, 0, sizeof p1);
+  dev_tensor *x =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){4}, (double[]){1, 2, 3, 4});
+  dev_engine_test_hold(e, 1, true);
+  dev_tensor *y = tu_exec(e, "AllReduce", &x, 1, NULL, 0, 0);
+  watch_until(e, 0, &p0, 101.0, DEV_PROGRESS_RUNNING);
+  assert_true(dev_engine_watch(e, 1, &p1, 101.0) == 0.0); /* work came */
+  assert_int_equal(p1.state, DEV_PROGRESS_WAITING);
+  assert_true(dev_engine_watch(e, 1, &p1, 111.0) == 10.0);
+  assert_int_equal(p1.state, DEV_PROGRESS_WAITING);
+  assert_true(dev_engine_watch(e, 0, &p0, 111.0) == 10.0);
+  assert_int_equal(p0.state, DEV_PROGRESS_RUNNING);
+  dev_engine_test_hold(e, 1, false);
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_tensor_wait(y, &st), PD_OK);
+  assert_int_equal(dev_engine_sync(e, &st), PD_OK);
+  for (int d = 0; d < 2; d++) {
+    dev_progress *p = d ? &p1 : &p0;
+    assert_true(dev_engine_watch(e, d, p, 112.0) == 0.0);
+    assert_int_equal(p->state, DEV_PROGRESS_IDLE);
+  }
+  /* 8 products of 2 x 2 matrices, walked one by one: 8 beats a device. */
+  double v[32];
+  for (int i = 0; i < 32; i++) v[i] = i % 5;
+  dev_tensor *a = tu_mirrored(e, PD_FLOAT32, 3, (int64_t[]){8, 2, 2}, v);
+  uint64_t before = p0.beats;
+  dev_tensor *in[2] = {a, a};
+  dev_tensor *b = tu_exec(e, "BatchMatMul", in, 2, NULL, 0, 0);
+  assert_int_equal(dev_tensor_wait(b, &st), PD_OK);
+  assert_int_equal(dev_engine_sync(e, &st), PD_OK);
+  dev_engine_watch(e, 0, &p0, 113.0);
+  assert_int_equal(p0.beats, before + 8);
+  dev_tensor *all[] = {x, y, a, b};
+  for (int i = 0; i < 4; i++) dev_tensor_release(all[i]);
+  dev_engine_destroy(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dtype_names_and_sizes),
@@ -500,6 +565,7 @@ int main(void) {
       cmocka_unit_test(test_registry_listing),
       cmocka_unit_test(test_notify_and_deadline),
       cmocka_unit_test(test_wait_deadline_exceeded),
+      cmocka_unit_test(test_watch_progress),
   };
   return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }

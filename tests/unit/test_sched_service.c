@@ -7,6 +7,7 @@
  * test needs ops to stay queued, so nothing here depends on timing.
  * Expected values are worked out by hand in each test. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -523,6 +524,36 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* Ops on the devices are not the scheduler's stall however long they take
+ * (the engine's watch says whether the devices progress); ops queued with
+ * none on the devices are, once nothing was dispatched for the limit. */
+static void test_progress_leaves_running_ops_to_the_engine(void **state) {
+  (void)state;
+  sched *s = new_sched();
+  sched_session_info info;
+  sched_session *ss = open_new(s, "c", "", 0, &info);
+  dev_status st = DEV_STATUS_INIT;
+  sched_progress p;
+  memset(&p, 0, sizeof(p));
+  dev_engine_test_hold(g_engine, 0, true);
+  assert_int_equal(fill(ss, 1, 4, 0, &st), PD_OK);
+  sched_stats a = {.struct_size = sizeof(a)};
+  for (;;) { /* the dispatcher submits it */
+    sched_get_stats(s, &a);
+    if (a.ops_in_flight == 1 && a.ops_queued == 0) break;
+    sched_yield();
+  }
+  assert_false(sched_check_progress(s, &p, 0.0, 5.0));
+  assert_false(sched_check_progress(s, &p, 100.0, 5.0));
+  dev_engine_test_hold(g_engine, 0, false);
+  dev_status err = DEV_STATUS_INIT;
+  uint64_t failed_id = 0;
+  assert_int_equal(sched_sync(ss, NULL, 0, &err, &failed_id, &st), PD_OK);
+  assert_false(sched_check_progress(s, &p, 200.0, 5.0));
+  sched_session_put(ss);
+  sched_destroy(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_quota_aliasing),
@@ -531,6 +562,7 @@ int main(void) {
       cmocka_unit_test(test_notify_waits_for_the_queue),
       cmocka_unit_test(test_kill_and_fence),
       cmocka_unit_test(test_counters_and_progress),
+      cmocka_unit_test(test_progress_leaves_running_ops_to_the_engine),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
