@@ -14,7 +14,12 @@
 #ifndef PARADEV_DEV_BACKEND_H
 #define PARADEV_DEV_BACKEND_H
 
+#ifndef __cplusplus
 #include <stdatomic.h>
+#define DEV__ATOMIC_U64 _Atomic uint64_t
+#else /* CUDA translation units (C++): the field's layout, no heartbeat */
+#define DEV__ATOMIC_U64 uint64_t
+#endif
 
 #include "device.h"
 
@@ -159,7 +164,7 @@ struct dev_kernel_ctx {
   void *collective;
   /* The device's heartbeat counter (the executor's; NULL where none): see
    * dev_kernel_heartbeat. */
-  _Atomic uint64_t *heartbeat;
+  DEV__ATOMIC_U64 *heartbeat;
 };
 
 /* Says that a long kernel is still making progress (a block of a batched
@@ -167,10 +172,12 @@ struct dev_kernel_ctx {
  * (dev_engine_watch) then does not count the op's time against the kernel
  * bound. Call it between blocks of work, not per element: one relaxed
  * atomic add. Any kernel thread; a ctx without a counter is ignored. */
+#ifndef __cplusplus
 static inline void dev_kernel_heartbeat(const dev_kernel_ctx *ctx) {
   if (ctx->heartbeat)
     atomic_fetch_add_explicit(ctx->heartbeat, 1, memory_order_relaxed);
 }
+#endif
 
 /* Helpers for infer functions: each returns INVALID_ARGUMENT with a message
  * naming the op and the input when the check fails. */
