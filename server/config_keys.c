@@ -95,6 +95,16 @@ const srv_key srv_keys[] = {
      100, false},
     {"storage", "load_workers", NULL, SRV_K_INT, OFF(storage_load_workers), 1,
      64, false},
+    {"tls", "cert_file", "--tls-cert", SRV_K_FILE, OFF(tls_cert_file), 0, 0,
+     false},
+    {"tls", "key_file", "--tls-key", SRV_K_FILE, OFF(tls_key_file), 0, 0,
+     false},
+    {"tls", "client_ca_file", "--tls-client-ca", SRV_K_FILE,
+     OFF(tls_client_ca_file), 0, 0, false},
+    {"tls", "require_client_cert", NULL, SRV_K_BOOL,
+     OFF(tls_require_client_cert), 0, 0, false},
+    {"tls", "allow_insecure_tcp", NULL, SRV_K_BOOL, OFF(tls_allow_insecure_tcp),
+     0, 0, false},
     {"log", "level", "--log", SRV_K_LOG, OFF(log_levels), 0, 0, true},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
@@ -102,7 +112,7 @@ _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
                "SRV_MAX_KEYS");
 
 const char *const srv_sections[] = {"daemon",   "devices", "cuda", "limits",
-                                    "sessions", "storage", "log"};
+                                    "sessions", "storage", "tls",  "log"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;
@@ -460,6 +470,20 @@ static bool srv_set_bool(char *field, const char *value, char *err,
   return true;
 }
 
+/* An absolute path of at most SRV_FILE_MAX - 1 bytes, or "" (none). */
+static bool srv_set_file(char *field, const char *value, char *err,
+                         size_t errlen) {
+  if (*value && (value[0] != '/' || strlen(value) >= SRV_FILE_MAX)) {
+    snprintf(err, errlen,
+             "expected the absolute path of a file (at most %d bytes), or "
+             "nothing for none",
+             SRV_FILE_MAX - 1);
+    return false;
+  }
+  snprintf(field, SRV_FILE_MAX, "%s", value);
+  return true;
+}
+
 /* The index of the name in srv_collectives. */
 static bool srv_set_collectives(char *field, const char *value, char *err,
                                 size_t errlen) {
@@ -493,6 +517,7 @@ bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
     case SRV_K_COLLECTIVES:
       return srv_set_collectives(field, value, err, errlen);
     case SRV_K_ROOTS: return srv_add_roots(o, value, err, errlen);
+    case SRV_K_FILE: return srv_set_file(field, value, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;

@@ -184,6 +184,9 @@ struct srv {
   stg_roots *storage_roots;
   stg_cache *storage_cache;
   srv_storage *storage;
+  /* TLS of the TCP listeners (tls.h); NULL without [tls] cert_file. Made
+   * and freed by rpc.c, reloaded on SIGHUP by main.c. */
+  struct srv_tls *tls;
 };
 
 /* --- daemon.c ----------------------------------------------------------------- */
