@@ -162,6 +162,11 @@ static bool srv_tls_check_pem(const char *const path[], srv_tls_pem *p,
              "cert_file %s (install a certificate together with the key it "
              "was issued for)",
              path[SRV_TLS_KEY], path[SRV_TLS_CERT]);
+  else if (X509_cmp_current_time(X509_get0_notAfter(x)) <= 0)
+    snprintf(err, errlen,
+             "the certificate in cert_file %s has expired: every client "
+             "would refuse it; renew it",
+             path[SRV_TLS_CERT]);
   else if (p->pem[SRV_TLS_CA] && !ca)
     snprintf(err, errlen,
              "client_ca_file %s holds no PEM certificate (expected the CA "

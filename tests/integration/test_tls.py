@@ -449,6 +449,37 @@ def test_bad_files_refuse_to_start(certs, tmp):
     r = subprocess.run([PARADEVD, "--config", d.conf, "--check-config"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "a start refuses it" in r.stderr, r.stderr
+    # An expired certificate (notAfter = notBefore = now, then a second).
+    _ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey",
+         "ca.key", "-CAcreateserial", "-out", os.path.join(tmp, "old.crt"),
+         "-days", "0", "-extfile", "server.ext", cwd=certs.dir)
+    time.sleep(1.1)
+    conf = os.path.join(tmp, "old.conf")
+    with open(conf, "w") as f:
+        f.write("[daemon]\nlisten = 127.0.0.1:0\nadmin_socket =\n[tls]\n"
+                "cert_file = %s\nkey_file = %s\n" % (
+                    os.path.join(tmp, "old.crt"), certs.p("server.key")))
+    r = subprocess.run([PARADEVD, "--config", conf, "--check-config"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "has expired" in r.stderr, r.stderr
+    # Missing and empty files, a section without its key.
+    for body, why in [
+            ("cert_file = /nonexistent.crt\nkey_file = %s\n" %
+             certs.p("server.key"), "cert_file /nonexistent.crt cannot be "
+             "read: No such file or directory"),
+            ("cert_file = %s\nkey_file = /dev/null\n" % certs.p("server.crt"),
+             "key_file /dev/null is empty"),
+            ("cert_file = %s\n" % certs.p("server.crt"),
+             "cert_file is set without key_file"),
+            ("client_ca_file = %s\n" % certs.p("ca.crt"),
+             "client_ca_file needs TLS"),
+            ("cert_file = relative.crt\n", "expected the absolute path")]:
+        with open(conf, "w") as f:
+            f.write("[daemon]\nlisten = 127.0.0.1:0\nadmin_socket =\n"
+                    "[tls]\n" + body)
+        r = subprocess.run([PARADEVD, "--config", conf, "--check-config"],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and why in r.stderr, (why, r.stderr)
 
 
 # --- plaintext off loopback -------------------------------------------------
