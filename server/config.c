@@ -210,7 +210,7 @@ static int srv_check_tls(const srv_options *o, bool check,
   }
   if (check && errors == 0 && cert) {
     char why[2 * SRV_FILE_MAX + 256];
-    if (!srv_tls_check_files(o, why, sizeof(why))) {
+    if (!srv_tls_check_files(o, NULL, 0, why, sizeof(why))) {
       snprintf(msg, sizeof(msg), "%.255s: [tls] %s; a start refuses it", where,
                why);
       report(true, msg);
@@ -352,6 +352,13 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
     char devs[512];
     srv_config_describe_devices(&o, devs, sizeof(devs));
     printf("paradevd: devices: %s\n", devs);
+    char about[512], why[2 * SRV_FILE_MAX + 256];
+    if (o.tls_cert_file[0] &&
+        srv_tls_check_files(&o, about, sizeof(about), why, sizeof(why)))
+      printf("paradevd: tls: %s; client certificates %s\n", about,
+             o.tls_require_client_cert ? "required"
+             : o.tls_client_ca_file[0] ? "verified when given"
+                                       : "not asked for");
     return SRV_CONFIG_EXIT_OK;
   }
   if (errors) return SRV_CONFIG_EXIT_BAD;

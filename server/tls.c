@@ -213,12 +213,14 @@ static void srv_tls_paths(const srv_options *o,
   snprintf(path[SRV_TLS_CA], SRV_FILE_MAX, "%s", o->tls_client_ca_file);
 }
 
-bool srv_tls_check_files(const srv_options *o, char *err, size_t errlen) {
+bool srv_tls_check_files(const srv_options *o, char *about, size_t about_len,
+                         char *err, size_t errlen) {
   char path[SRV_TLS_NFILES][SRV_FILE_MAX];
   srv_tls_paths(o, path);
   const char *p[SRV_TLS_NFILES] = {path[0], path[1], path[2]};
   srv_tls_pem pem;
   if (!srv_tls_load(p, &pem, err, errlen)) return false;
+  if (about) snprintf(about, about_len, "%s", pem.about);
   srv_tls_pem_free(&pem);
   return true;
 }

@@ -52,7 +52,9 @@ const char *srv_tls_mode_name(const srv_tls *t);
 bool srv_tls_requires_client_cert(const srv_tls *t);
 
 /* --check-config: reads and checks the files as srv_tls_new would; false
- * with the reason in `err`. */
-bool srv_tls_check_files(const srv_options *o, char *err, size_t errlen);
+ * with the reason in `err`. On success `about` (may be NULL) gets the
+ * certificate's subject, serial and expiry. */
+bool srv_tls_check_files(const srv_options *o, char *about, size_t about_len,
+                         char *err, size_t errlen);
 
 #endif /* PARADEV_SERVER_TLS_H */

@@ -241,6 +241,12 @@ def test_mtls_accepted_and_refused(certs, tmp):
     d = Daemon(tmp, tls_conf(certs, ca="ca", require=True))
     try:
         assert "client certificates required" in d.log()
+        r = subprocess.run([PARADEVD, "--config", d.conf, "--check-config"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "tls: subject /CN=server, serial %s" % serial_of(
+            certs.p("server.crt")) in r.stdout, r.stdout
+        assert "client certificates required" in r.stdout, r.stdout
         with connect(d.port, tls_ca=certs.p("ca.crt"),
                      tls_cert=certs.p("client.crt"),
                      tls_key=certs.p("client.key")) as c:
