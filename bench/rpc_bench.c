@@ -21,6 +21,8 @@
  *            component, plus the call and the first touch of the tensor's
  *            fresh memory) and beside gRPC's Upload / Download of the same
  *            value in the same run
+ *  tls       Execute p50/p99 and Enqueue ops/s over TLS beside plaintext
+ *            loopback TCP, two daemons of their own (rpc_tls_bench.c)
  *
  * Usage: bench_rpc [--quick] [--paradevd PATH] [--target ADDR]
  *   --target uses a running daemon instead of starting one.
@@ -39,6 +41,7 @@
 
 #include "benchutil.h"
 #include "client_int.h"
+#include "rpc_tls_bench.h"
 
 #ifndef PARADEVD_PATH
 #define PARADEVD_PATH "paradevd"
@@ -433,5 +436,6 @@ int main(int argc, char **argv) {
   pd_client_delete(c);
   pd_status_delete(st);
   stop_daemon();
+  bench_rpc_tls(path, quick);
   return bu_print_table();
 }

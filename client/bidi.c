@@ -162,6 +162,7 @@ pdc_bidi *pdc_bidi_new(pd_client *c, pdc_method m, int64_t timeout_ms,
   if (ok) {
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    pdc_security_md(c, &ops[0]);
     ok = pdc_bidi_batch(b, ops, 1, &b->t_start);
     if (ok)
       pdc_bidi_arm_recv(b, true);

@@ -104,6 +104,7 @@ bool pdc_call_request(pdc_call *k, grpc_byte_buffer *send,
   grpc_op ops[5];
   memset(ops, 0, sizeof(ops));
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  pdc_security_md(k->c, &ops[0]);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = send;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -134,6 +135,10 @@ pd_code pdc_call_status(pdc_call *k, pd_status *st) {
    * transport's does not name the daemon. */
   if (code == PD_UNAVAILABLE && dlen > 9 && memcmp(d, "paradevd ", 9) == 0)
     return pdc_error(st, code, "%.*s", dlen, d);
+  char why[PDC_MSG_MAX];
+  if (code == PD_UNAVAILABLE &&
+      pdc_security_explain(k->c, d, dlen, why, sizeof(why)))
+    return pdc_error(st, code, "%s", why);
   if (code == PD_UNAVAILABLE)
     return pdc_error(st, code, "cannot reach %s: %.*s", k->c->target, dlen,
                      dlen ? d : "unavailable");

@@ -57,6 +57,15 @@ static const char cli_usage[] =
     "                  (a note on stderr says so): 'admin --socket PATH'\n"
     "  --timeout TIME  deadline of each call, 1ms to 24h: 500ms, 2s, 1m, 1h;\n"
     "                  a number needs a unit (default 10s)\n"
+    "  --tls-ca FILE   PEM CAs that sign the daemon's certificate; turns TLS\n"
+    "                  on for a TCP target (so does tls://host:port).\n"
+    "                  Default: $PARADEV_TLS_CA\n"
+    "  --tls-cert FILE, --tls-key FILE  client certificate and key (mutual\n"
+    "                  TLS). Default: $PARADEV_TLS_CERT, $PARADEV_TLS_KEY\n"
+    "  --tls-server-name NAME  the name the daemon's certificate must hold\n"
+    "                  (default: $PARADEV_TLS_SERVER_NAME, else the host)\n"
+    "  --token-file FILE  a bearer token (its first line), sent on every\n"
+    "                  call. Default: $PARADEV_TOKEN, $PARADEV_TOKEN_FILE\n"
     "  --help          this text; 'paradev COMMAND --help' for a command\n"
     "  --version       print the version\n"
     "\n"
@@ -175,6 +184,12 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
   printf("paradevd %s at %s\n", pd_server_info_version(info), o->target);
   printf("  incarnation  %016" PRIx64 "\n", pd_server_info_incarnation(info));
   printf("  backend      %s\n", pd_server_info_backend(info));
+  printf("  transport    %s%s\n", pd_client_tls(c) ? "TLS" : "plaintext",
+         pd_server_info_client_cert_required(info)
+             ? " (the daemon requires client certificates)"
+             : "");
+  for (int i = 0; i < pd_server_info_num_warnings(info); i++)
+    printf("  warning      %s\n", pd_server_info_warning(info, i));
   int64_t start_ms = pd_server_info_start_time_ms(info);
   if (start_ms > 0) {
     time_t t = (time_t)(start_ms / 1000);
@@ -493,8 +508,24 @@ static int cli_ops(const cli_opts *o, int argc, char **argv) {
 
 /* --- main ------------------------------------------------------------------------ */
 
+/* `a` is option `name`, alone or as name=value. */
+static bool cli_is_opt(const char *a, const char *name) {
+  size_t n = strlen(name);
+  return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+}
+
+/* The field of a TLS or token option (--tls-ca, ...), or NULL. */
+static const char **cli_security_opt(cli_opts *o, const char *a) {
+  if (cli_is_opt(a, "--tls-ca")) return &o->tls_ca;
+  if (cli_is_opt(a, "--tls-cert")) return &o->tls_cert;
+  if (cli_is_opt(a, "--tls-key")) return &o->tls_key;
+  if (cli_is_opt(a, "--tls-server-name")) return &o->tls_server_name;
+  if (cli_is_opt(a, "--token-file")) return &o->token_file;
+  return NULL;
+}
+
 int main(int argc, char **argv) {
-  cli_opts o = {NULL, false, 10000};
+  cli_opts o = {NULL, false, 10000, NULL, NULL, NULL, NULL, NULL};
   char defbuf[512];
   const char *cmd = NULL;
   char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
@@ -505,11 +536,10 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc && rc < 0; i++) {
     const char *a = argv[i];
     const char *val = NULL;
-    bool is_target =
-        strncmp(a, "--target", 8) == 0 && (a[8] == '\0' || a[8] == '=');
-    bool is_timeout =
-        strncmp(a, "--timeout", 9) == 0 && (a[9] == '\0' || a[9] == '=');
-    if (is_target || is_timeout) {
+    bool is_target = cli_is_opt(a, "--target");
+    bool is_timeout = cli_is_opt(a, "--timeout");
+    const char **sec = cli_security_opt(&o, a);
+    if (is_target || is_timeout || sec) {
       const char *eq = strchr(a, '=');
       if (eq) {
         val = eq + 1;
@@ -519,7 +549,12 @@ int main(int argc, char **argv) {
         rc = cli_usage_error(cmd, "%s needs a value", a);
         break;
       }
-      if (is_target) {
+      if (sec) {
+        if (!*val)
+          rc = cli_usage_error(cmd, "%.*s needs a value", (int)strcspn(a, "="),
+                               a);
+        *sec = val;
+      } else if (is_target) {
         if (!*val) rc = cli_usage_error(cmd, "--target needs an address");
         o.target = val;
         target_given = true;

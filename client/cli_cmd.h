@@ -13,6 +13,8 @@ typedef struct cli_opts {
   const char *target;
   bool target_from_env; /* target is $PARADEV_TARGET's: errors say so */
   int64_t timeout_ms;
+  /* TLS and the token (NULL: libparadev's environment variables) */
+  const char *tls_ca, *tls_cert, *tls_key, *tls_server_name, *token_file;
 } cli_opts;
 
 /* cli_util.c: a usage error of `cmd` (NULL: the top level) on stderr; returns 2. */

@@ -38,7 +38,8 @@ char *cli_size(uint64_t bytes, char *buf, size_t len) {
  * load, save and ops read files and names, not sessions or handles, so
  * NOT_FOUND and UNIMPLEMENTED there get their own words (or none: the
  * message says it); the others get pd_status_str. NULL: no hint. */
-static const char *cli_default_hint(const char *cmd, pd_code code) {
+static const char *cli_default_hint(const char *cmd, pd_code code,
+                                    const char *msg) {
   bool ckpt = !strcmp(cmd, "load") || !strcmp(cmd, "save");
   if (ckpt && code == PD_NOT_FOUND)
     return "check the path, the names and the storage roots ('paradev "
@@ -47,6 +48,8 @@ static const char *cli_default_hint(const char *cmd, pd_code code) {
     return "not supported by this daemon: see the message";
   if (!strcmp(cmd, "ops") && code == PD_NOT_FOUND)
     return "'paradev ops' lists the ops";
+  if (code == PD_UNAVAILABLE && strstr(msg, "TLS handshake"))
+    return "the connection's TLS settings: see above";
   if ((ckpt || !strcmp(cmd, "ops")) &&
       (code == PD_NOT_FOUND || code == PD_UNIMPLEMENTED))
     return NULL;
@@ -57,7 +60,7 @@ static const char *cli_default_hint(const char *cmd, pd_code code) {
  * cli_default_hint); returns 1. */
 int cli_fail_hint(const char *cmd, const pd_status *st, const char *hint) {
   pd_code code = pd_status_code(st);
-  if (!hint) hint = cli_default_hint(cmd, code);
+  if (!hint) hint = cli_default_hint(cmd, code, pd_status_message(st));
   if (!hint) {
     fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
     fprintf(stderr, "paradev %s: %s\n", cmd, pd_code_name(code));
@@ -81,6 +84,11 @@ pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
   pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
   co.default_timeout_ms = o->timeout_ms;
   co.user_agent = "paradev-cli";
+  co.tls_ca_file = o->tls_ca;
+  co.tls_cert_file = o->tls_cert;
+  co.tls_key_file = o->tls_key;
+  co.tls_server_name = o->tls_server_name;
+  co.token_file = o->token_file;
   pd_client *c = pd_client_new(o->target, &co, st);
   if (c) return c;
   if (pd_status_code(st) == PD_INVALID_ARGUMENT)

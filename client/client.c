@@ -176,8 +176,9 @@ static pd_code pdc_client_options(const char *target,
  * and every method registered on it. On failure c->channel is what was
  * created (NULL or the channel), for the caller to destroy. */
 static pd_code pdc_channel_open(pd_client *c, const pd_client_options *o,
+                                grpc_channel_credentials *creds,
                                 pd_status *st) {
-  grpc_arg args[3];
+  grpc_arg args[4];
   size_t nargs = 0;
   args[nargs].type = GRPC_ARG_INTEGER;
   args[nargs].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -190,10 +191,13 @@ static pd_code pdc_channel_open(pd_client *c, const pd_client_options *o,
     args[nargs].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
     args[nargs++].value.string = (char *)o->user_agent;
   }
+  if (c->sec.server_name[0]) {
+    args[nargs].type = GRPC_ARG_STRING;
+    args[nargs].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[nargs++].value.string = c->sec.server_name;
+  }
   grpc_channel_args chargs = {nargs, args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   c->channel = grpc_channel_create(c->target, creds, &chargs);
-  grpc_channel_credentials_release(creds);
   if (!c->channel)
     return pdc_error(st, PD_INTERNAL, "gRPC could not create a channel to %s",
                      c->target);
@@ -216,7 +220,23 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
     pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     return NULL;
   }
-  if (pdc_target(target, &c->target, st) != PD_OK) goto fail_target;
+  /* "tls://host:port": TLS to host:port (the rest is checked as any). */
+  bool tls_scheme = strncmp(target, "tls://", 6) == 0;
+  if (tls_scheme && !target[6]) {
+    pdc_error(st, PD_INVALID_ARGUMENT,
+              "target \"tls://\" has no address; expected tls://host:port");
+    goto fail_target;
+  }
+  if (pdc_target(tls_scheme ? target + 6 : target, &c->target, st) != PD_OK)
+    goto fail_target;
+  bool unix_target = strncmp(c->target, "unix", 4) == 0;
+  if (tls_scheme && unix_target) {
+    pdc_error(st, PD_INVALID_ARGUMENT,
+              "target \"%s\": TLS is for TCP; a Unix socket is local and "
+              "plaintext (drop tls://)",
+              target);
+    goto fail_security;
+  }
   c->max_message_bytes =
       o.max_message_bytes ? o.max_message_bytes : PDC_DEFAULT_MAX_MESSAGE;
   c->default_timeout_ms =
@@ -224,14 +244,21 @@ pd_client *pd_client_new(const char *target, const pd_client_options *opts,
   c->chunk_bytes_opt = o.chunk_bytes ? o.chunk_bytes : PDC_DEFAULT_CHUNK;
   pthread_mutex_init(&c->mu, NULL);
   grpc_init();
-  if (pdc_channel_open(c, &o, st) != PD_OK) goto fail_channel;
+  grpc_channel_credentials *creds = NULL;
+  if (pdc_security_init(c, &o, tls_scheme, unix_target, &creds, st) != PD_OK)
+    goto fail_channel;
+  pd_code code = pdc_channel_open(c, &o, creds, st);
+  grpc_channel_credentials_release(creds);
+  if (code != PD_OK) goto fail_channel;
   pdc_ok(st);
   return c;
 
 fail_channel:
   if (c->channel) grpc_channel_destroy(c->channel);
+  pdc_security_free(c);
   grpc_shutdown();
   pthread_mutex_destroy(&c->mu);
+fail_security:
   free(c->target);
 fail_target:
   free(c);
@@ -241,6 +268,7 @@ fail_target:
 void pd_client_delete(pd_client *c) {
   if (!c) return;
   grpc_channel_destroy(c->channel);
+  pdc_security_free(c);
   grpc_shutdown();
   pthread_mutex_destroy(&c->mu);
   free(c->target);
@@ -248,3 +276,5 @@ void pd_client_delete(pd_client *c) {
 }
 
 const char *pd_client_target(const pd_client *c) { return c ? c->target : ""; }
+
+int pd_client_tls(const pd_client *c) { return c && c->sec.tls; }

@@ -57,9 +57,22 @@ extern const char *const pdc_method_paths[PDC_NUM_METHODS];
 
 /* --- the client (client.c) and its calls (call.c, info.c) ------------------ */
 
+/* What the channel's security is (security.c): TLS or not, what was given,
+ * for the handshake's errors; the bearer token's metadata. */
+typedef struct pdc_security {
+  bool tls;
+  bool client_cert;      /* a certificate and key are offered */
+  char ca_from[320];     /* "tls_ca_file /x", "$PARADEV_TLS_CA (/x)", "" */
+  char cert_from[320];   /* likewise for the certificate */
+  char server_name[256]; /* the override, "" for the target's host */
+  bool token;            /* md holds "authorization: Bearer ..." */
+  grpc_metadata md;
+} pdc_security;
+
 struct pd_client {
   char *target;
   grpc_channel *channel;
+  pdc_security sec;
   void *reg[PDC_NUM_METHODS];
   uint64_t max_message_bytes;
   int64_t default_timeout_ms;
@@ -83,6 +96,28 @@ struct pd_cancel {
 pd_code pdc_cancel_add(pd_cancel *c, grpc_call *call, pd_status *st);
 /* Unregisters a call (a no-op when it is not registered). */
 void pdc_cancel_remove(pd_cancel *c, grpc_call *call);
+
+/* --- security (security.c): TLS and the bearer token --------------------- */
+
+/* Resolves the options' and the environment's TLS settings and token into
+ * c->sec and the channel's credentials (*creds, the caller releases them);
+ * *name_arg is set when a target-name override must go in the channel's
+ * arguments. `tls_scheme`: the target said "tls://"; `unix_target`: a Unix
+ * socket. c->sec.server_name, when set, goes into the channel's arguments
+ * (GRPC_SSL_TARGET_NAME_OVERRIDE_ARG). PD_INVALID_ARGUMENT names the option
+ * or variable at fault. */
+pd_code pdc_security_init(pd_client *c, const pd_client_options *o,
+                          bool tls_scheme, bool unix_target,
+                          grpc_channel_credentials **creds, pd_status *st);
+/* Frees what pdc_security_init kept. */
+void pdc_security_free(pd_client *c);
+/* Puts the call's initial metadata (the token, if any) into a
+ * GRPC_OP_SEND_INITIAL_METADATA op. */
+void pdc_security_md(const pd_client *c, grpc_op *op);
+/* A message for an UNAVAILABLE whose details `d` (dlen bytes) show a TLS
+ * handshake failure, naming the cause and the fix; false when they do not. */
+bool pdc_security_explain(const pd_client *c, const char *d, int dlen,
+                          char *out, size_t len);
 
 /* One call in flight, with what its status batch receives. */
 typedef struct pdc_call {

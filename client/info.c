@@ -175,6 +175,24 @@ const char *pd_server_info_storage_root(const pd_server_info *info, int i) {
              : NULL;
 }
 
+int pd_server_info_tls(const pd_server_info *info) {
+  return info && info->pb->tls;
+}
+int pd_server_info_client_cert_required(const pd_server_info *info) {
+  return info && info->pb->client_cert_required;
+}
+int pd_server_info_insecure_tcp(const pd_server_info *info) {
+  return info && info->pb->insecure_tcp;
+}
+int pd_server_info_num_warnings(const pd_server_info *info) {
+  return info ? (int)info->pb->n_warnings : 0;
+}
+const char *pd_server_info_warning(const pd_server_info *info, int i) {
+  return info && i >= 0 && (size_t)i < info->pb->n_warnings
+             ? info->pb->warnings[i]
+             : NULL;
+}
+
 pd_code pdc_chunk_bytes(pd_client *c, const pd_call_options *o, size_t *out,
                         pd_status *st) {
   pthread_mutex_lock(&c->mu);

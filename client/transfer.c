@@ -107,6 +107,7 @@ static pd_code pdc_up_begin(pdc_up *u, Paradev__V1__UploadHeader *h,
   u->out = pdc_pack(&r.base);
   memset(ops, 0, sizeof(ops));
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  pdc_security_md(u->k.c, &ops[0]);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = u->out;
   if (grpc_call_start_batch(u->k.call, ops, 2, &u->t_send, NULL) ==

@@ -5,6 +5,7 @@
 #define SRV_LOG_SUB SRV_SUB_CONFIG
 #include "config_int.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ini.h>
 #include <limits.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "paradev/types.h"
+#include "tls.h"
 
 /* The directory for default sockets: systemd's RuntimeDirectory, else the
  * user's runtime directory, else a private directory in /tmp (created by
@@ -100,6 +102,119 @@ static int srv_check_roots(const srv_options *o, bool check,
                r, strcmp(d, "/") == 0 ? "is the root file system" : "exposes",
                strcmp(d, "/") == 0 ? "(/)" : d);
       report(false, msg);
+    }
+  }
+  return errors;
+}
+
+/* True when the TCP address `a` (host:port, [v6]:port) names a loopback
+ * address: localhost, 127.0.0.0/8, ::1 or ::ffff:127.x.y.z. Another name
+ * counts as reachable from the network (it may resolve to anything). */
+static bool srv_addr_loopback(const char *a) {
+  char host[SRV_ADDR_MAX];
+  const char *colon = strrchr(a, ':');
+  size_t n = colon ? (size_t)(colon - a) : strlen(a);
+  if (n >= sizeof(host)) return false;
+  memcpy(host, a, n);
+  host[n] = '\0';
+  char *h = host;
+  if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
+    h[n - 1] = '\0';
+    h++;
+  }
+  if (strcasecmp(h, "localhost") == 0) return true;
+  struct in_addr v4;
+  struct in6_addr v6;
+  if (inet_pton(AF_INET, h, &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET6, h, &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
+int srv_config_insecure_tcp(const srv_options *o, char *first, size_t len) {
+  int n = 0;
+  if (o->tls_cert_file[0]) return 0;
+  for (int i = 0; i < o->num_listen; i++) {
+    const char *a = o->listen[i];
+    if (strncmp(a, "unix:", 5) == 0 || srv_addr_loopback(a)) continue;
+    if (n++ == 0 && first) snprintf(first, len, "%s", a);
+  }
+  return n;
+}
+
+void srv_config_insecure_warning(const srv_options *o, char *buf, size_t len) {
+  char first[SRV_ADDR_MAX];
+  int n = srv_config_insecure_tcp(o, first, sizeof(first));
+  if (n == 0) {
+    snprintf(buf, len, "%s", "");
+    return;
+  }
+  snprintf(buf, len,
+           "insecure TCP: %s%s serves plaintext on a non-loopback address "
+           "([tls] allow_insecure_tcp = true): calls, session tokens and "
+           "tensors cross the network unencrypted and unauthenticated; set "
+           "[tls] cert_file and key_file",
+           first, n > 1 ? " (and others)" : "");
+}
+
+/* The [tls] keys: what needs what, and a non-loopback TCP listener without
+ * TLS, which needs allow_insecure_tcp (then a warning). With `check`
+ * (--check-config) also the files themselves, as a start reads them. */
+static int srv_check_tls(const srv_options *o, bool check,
+                         srv_config_report_fn report) {
+  int errors = 0;
+  char msg[3 * SRV_FILE_MAX];
+  const char *where = o->config_loaded ? o->config_path : "configuration";
+  bool cert = o->tls_cert_file[0], key = o->tls_key_file[0];
+  if (cert != key) {
+    snprintf(msg, sizeof(msg),
+             "%s: [tls] %s is set without %s; TLS needs both the "
+             "certificate (cert_file) and its private key (key_file)",
+             where, cert ? "cert_file" : "key_file",
+             cert ? "key_file" : "cert_file");
+    report(true, msg);
+    errors++;
+  }
+  if (!cert && (o->tls_client_ca_file[0] || o->tls_require_client_cert)) {
+    snprintf(
+        msg, sizeof(msg),
+        "%s: [tls] %s needs TLS: set cert_file and key_file too", where,
+        o->tls_client_ca_file[0] ? "client_ca_file" : "require_client_cert");
+    report(true, msg);
+    errors++;
+  }
+  if (o->tls_require_client_cert && !o->tls_client_ca_file[0]) {
+    snprintf(msg, sizeof(msg),
+             "%s: [tls] require_client_cert = true needs client_ca_file: "
+             "the CA bundle that signs the clients' certificates",
+             where);
+    report(true, msg);
+    errors++;
+  }
+  char first[SRV_ADDR_MAX];
+  if (srv_config_insecure_tcp(o, first, sizeof(first)) > 0) {
+    if (!o->tls_allow_insecure_tcp) {
+      snprintf(msg, sizeof(msg),
+               "%s: [daemon] listen %s is not a loopback address and [tls] "
+               "is not set: anyone who reaches it could use the daemon in "
+               "plaintext. Set [tls] cert_file and key_file (see "
+               "deploy/README.md, TLS), or [tls] allow_insecure_tcp = true "
+               "to serve plaintext anyway (for a trusted network only)",
+               where, first);
+      report(true, msg);
+      errors++;
+    } else {
+      srv_config_insecure_warning(o, msg, sizeof(msg));
+      report(false, msg);
+    }
+  }
+  if (check && errors == 0 && cert) {
+    char why[2 * SRV_FILE_MAX + 256];
+    if (!srv_tls_check_files(o, NULL, 0, why, sizeof(why))) {
+      snprintf(msg, sizeof(msg), "%.255s: [tls] %s; a start refuses it", where,
+               why);
+      report(true, msg);
+      errors++;
     }
   }
   return errors;
@@ -216,6 +331,7 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
   if (errors == 0) errors += srv_check_options(&o, report);
   if (errors == 0) errors += srv_check_roots(&o, *check, report);
   if (errors == 0) errors += srv_check_tenants(&o, report);
+  if (errors == 0) errors += srv_check_tls(&o, *check, report);
   /* Chunks leave room for the rest of their message under the limit. */
   o.limits.max_chunk_bytes = o.limits.max_message_bytes - 1024;
   o.limits.default_chunk_bytes = 1u << 20;
@@ -237,6 +353,13 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
     char devs[512];
     srv_config_describe_devices(&o, devs, sizeof(devs));
     printf("paradevd: devices: %s\n", devs);
+    char about[512], why[2 * SRV_FILE_MAX + 256];
+    if (o.tls_cert_file[0] &&
+        srv_tls_check_files(&o, about, sizeof(about), why, sizeof(why)))
+      printf("paradevd: tls: %s; client certificates %s\n", about,
+             o.tls_require_client_cert ? "required"
+             : o.tls_client_ca_file[0] ? "verified when given"
+                                       : "not asked for");
     return SRV_CONFIG_EXIT_OK;
   }
   if (errors) return SRV_CONFIG_EXIT_BAD;
@@ -267,7 +390,7 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
       case SRV_K_SIZE_ALL: size = sizeof(uint64_t); break;
       case SRV_K_COLLECTIVES: size = sizeof(int); break;
       case SRV_K_ROOTS: size = sizeof(old->storage_roots); break;
-      case SRV_K_FILE:
+      case SRV_K_FILE: size = k->reload ? 0 : k->max; break;
       case SRV_K_REQUIRE:
       case SRV_K_IDLIST: size = 0; break; /* reloadable */
     }

@@ -25,6 +25,7 @@
 #define SRV_ADDR_MAX 256
 #define SRV_MAX_ROOTS 16  /* [storage] roots and --storage-root */
 #define SRV_ROOT_MAX 1024 /* bytes of one root, NUL included */
+#define SRV_FILE_MAX 1024 /* bytes of a [tls] file's path, NUL included */
 /* server/CMakeLists.txt sets it to the installed configuration
  * (CMAKE_INSTALL_FULL_SYSCONFDIR/paradev/paradevd.conf). */
 #ifndef SRV_DEFAULT_CONFIG
@@ -135,6 +136,14 @@ typedef struct srv_options {
   char auth_operators[SRV_AUTH_LIST_MAX]; /* identities with operator rights */
   srv_tenant_conf tenants[SRV_MAX_TENANTS];
   int num_tenants;
+  /* [tls]: the TCP listeners' certificate (tls.c); empty cert_file: no TLS.
+   * The files are re-read when they change and on SIGHUP; their paths take
+   * effect at a restart. */
+  char tls_cert_file[SRV_FILE_MAX];      /* PEM chain, the leaf first */
+  char tls_key_file[SRV_FILE_MAX];       /* PEM private key of the leaf */
+  char tls_client_ca_file[SRV_FILE_MAX]; /* PEM CAs of client certificates */
+  bool tls_require_client_cert;          /* mTLS: refuse clients without */
+  bool tls_allow_insecure_tcp; /* plaintext on a non-loopback address */
   /* [log] */
   int log_levels[SRV_SUB_COUNT];
   /* Where the file came from: SRV_DEFAULT_CONFIG or --config. */
@@ -180,6 +189,16 @@ void srv_tmp_socket_dir(char *out, size_t len);
  * `err`: in a world-writable /tmp another user could have created the name
  * first, to serve in the daemon's place or read what clients send. */
 bool srv_private_dir_prepare(const char *dir, char *err, size_t errlen);
+
+/* How many TCP listen addresses of `o` are not loopback and serve
+ * plaintext (no [tls] cert_file); the first one's address in `first` (may
+ * be NULL). Such a configuration starts only with [tls] allow_insecure_tcp
+ * = true (srv_config_load refuses it otherwise). */
+int srv_config_insecure_tcp(const srv_options *o, char *first, size_t len);
+
+/* The warning for srv_config_insecure_tcp's listeners ("" when none): for
+ * the start-up log, --check-config and GetServerInfo's warnings. */
+void srv_config_insecure_warning(const srv_options *o, char *buf, size_t len);
 
 /* The usage text (--help). */
 extern const char srv_usage[];

@@ -57,6 +57,10 @@ const char srv_usage[] =
     "                         loopback), tcp or all: who must identify\n"
     "  --hash-token           read a token on stdin, print the line's hash\n"
     "                         for the tokens file (sha256:HEX), exit\n"
+    "  --tls-cert FILE        PEM certificate chain: TCP listeners serve TLS\n"
+    "  --tls-key FILE         PEM private key of --tls-cert\n"
+    "  --tls-client-ca FILE   PEM CAs that sign clients' certificates (mTLS;\n"
+    "                         [tls] require_client_cert to require one)\n"
     "  --max-message-bytes N  gRPC message limit, both ways (default 64M)\n"
     "  --threads N            completion-queue threads, 1..16 (default 4)\n"
     "  --grace-ms N           shutdown grace period for calls (default 5000)\n"
@@ -71,7 +75,7 @@ const char srv_usage[] =
     "\n"
     "Every key of the file, with its default: deploy/paradevd.conf.\n"
     "Signals: SIGTERM/SIGINT drain then exit (a second one exits at once);\n"
-    "SIGHUP reloads the log levels, limits and quotas.\n";
+    "SIGHUP reloads the log levels, limits and quotas, and the TLS files.\n";
 
 void srv_report_flag(srv_config_report_fn report, const char *fmt, ...) {
   char msg[768];

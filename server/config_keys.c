@@ -109,6 +109,16 @@ const srv_key srv_keys[] = {
      OFF(auth_require), 0, 0, true},
     {"auth", "operators", NULL, SRV_K_IDLIST, OFF(auth_operators), 0,
      SRV_AUTH_LIST_MAX, true},
+    {"tls", "cert_file", "--tls-cert", SRV_K_FILE, OFF(tls_cert_file), 0, SRV_FILE_MAX,
+     false},
+    {"tls", "key_file", "--tls-key", SRV_K_FILE, OFF(tls_key_file), 0, SRV_FILE_MAX,
+     false},
+    {"tls", "client_ca_file", "--tls-client-ca", SRV_K_FILE,
+     OFF(tls_client_ca_file), 0, SRV_FILE_MAX, false},
+    {"tls", "require_client_cert", NULL, SRV_K_BOOL,
+     OFF(tls_require_client_cert), 0, 0, false},
+    {"tls", "allow_insecure_tcp", NULL, SRV_K_BOOL, OFF(tls_allow_insecure_tcp),
+     0, 0, false},
     {"log", "level", "--log", SRV_K_LOG, OFF(log_levels), 0, 0, true},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
@@ -116,7 +126,7 @@ _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
                "SRV_MAX_KEYS");
 
 const char *const srv_sections[] = {"daemon",   "devices", "cuda", "limits",
-                                    "sessions", "storage", "auth", "log"};
+                                    "sessions", "storage", "auth", "tls", "log"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;

@@ -8,6 +8,7 @@
 #define SRV_LOG_SUB SRV_SUB_RPC
 #include "log.h"
 #include "server.h"
+#include "tls.h"
 
 /* --- Echo, EchoStream ---------------------------------------------------------- */
 
@@ -101,6 +102,14 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
     roots[i] = (char *)stg_roots_entry(s->storage_roots, i);
   resp.n_storage_roots = roots ? (size_t)nr : 0;
   resp.storage_roots = roots;
+  resp.tls = s->tls != NULL;
+  resp.client_cert_required = srv_tls_requires_client_cert(s->tls);
+  char insecure[SRV_ADDR_MAX + 512];
+  srv_config_insecure_warning(&s->opt, insecure, sizeof(insecure));
+  char *warnings[1] = {insecure};
+  resp.insecure_tcp = insecure[0] != '\0';
+  resp.n_warnings = resp.insecure_tcp ? 1 : 0;
+  resp.warnings = warnings;
   srv_call_reply(c, &resp.base);
   srv_arena_free(&a);
 }

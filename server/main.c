@@ -52,6 +52,7 @@
 #include "log.h"
 #include "server.h"
 #include "tokens.h"
+#include "tls.h"
 
 /* Signals, and the shutdown's watchdog.
  *
@@ -316,6 +317,7 @@ static void srv_reload(srv *s) {
   uint64_t usec = (uint64_t)(srv_now() * 1e6);
   sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=reloading %s",
              usec, s->opt.config_path);
+  srv_tls_reload(s->tls); /* the certificate files, even if the rest fails */
   srv_options o;
   bool check = false;
   if (srv_config_load(s->argc, s->argv, &o, &check, srv_report_log) ==

@@ -23,6 +23,7 @@
 #include "auth.h"
 #include "log.h"
 #include "server.h"
+#include "tls.h"
 
 static pthread_t srv_threads[SRV_MAX_THREADS];
 static int srv_num_threads; /* started and not yet joined */
@@ -303,7 +304,14 @@ static int srv_listen_one(srv *s, const char *addr) {
     SRV_NOTICE("listening on %s", addr);
     return 0;
   }
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  bool tls = s->tls != NULL; /* TCP only: Unix sockets returned above */
+  grpc_server_credentials *creds =
+      tls ? srv_tls_server_credentials(s->tls)
+          : grpc_insecure_server_credentials_create();
+  if (!creds) {
+    SRV_ERROR("cannot listen on %s: gRPC refused the TLS credentials", addr);
+    return -1;
+  }
   int port = grpc_server_add_http2_port(s->server, addr, creds);
   grpc_server_credentials_release(creds);
   if (port == 0) {
@@ -315,7 +323,21 @@ static int srv_listen_one(srv *s, const char *addr) {
   }
   char name[512];
   srv_bound_name(addr, port, name, sizeof(name));
-  SRV_NOTICE("listening on %s", name);
+  SRV_NOTICE("listening on %s%s%s%s", name, tls ? " (" : "",
+             tls ? srv_tls_mode_name(s->tls) : "", tls ? ")" : "");
+  return 0;
+}
+
+/* The TLS state of the TCP listeners, when [tls] names a certificate; 0, or
+ * -1 (logged: which file, and why). */
+static int srv_tls_start(srv *s) {
+  if (!s->opt.tls_cert_file[0]) return 0;
+  char err[2 * SRV_FILE_MAX + 256];
+  s->tls = srv_tls_new(&s->opt, err, sizeof(err));
+  if (!s->tls) {
+    SRV_ERROR("cannot serve TLS: [tls] %s", err);
+    return -1;
+  }
   return 0;
 }
 
@@ -456,6 +478,7 @@ static void srv_servers_end(srv *s) {
 }
 
 int srv_rpc_start(srv *s) {
+  if (srv_tls_start(s) != 0) return -1;
   grpc_init();
   srv_servers_create(s);
   if (srv_methods_register(s->server, srv_methods) != 0 ||
@@ -477,6 +500,8 @@ fail_servers:
   srv_servers_end(s); /* steps 4-2, and step 1's servers */
   srv_queues_end(s);  /* step 5's threads, and step 1's queues */
   grpc_shutdown();
+  srv_tls_free(s->tls);
+  s->tls = NULL;
   return -1;
 }
 
@@ -546,5 +571,7 @@ bool srv_rpc_stop(srv *s) {
   for (int i = 0; i < s->num_cqs; i++) grpc_completion_queue_destroy(s->cqs[i]);
   srv_num_threads = 0;
   grpc_shutdown();
+  srv_tls_free(s->tls); /* no listener asks its fetcher any more */
+  s->tls = NULL;
   return true;
 }

@@ -191,6 +191,9 @@ struct srv {
   srv_storage *storage;
   /* Identities, tenants and refusals (auth.c). */
   struct srv_auth *auth;
+  /* TLS of the TCP listeners (tls.h); NULL without [tls] cert_file. Made
+   * and freed by rpc.c, reloaded on SIGHUP by main.c. */
+  struct srv_tls *tls;
 };
 
 /* --- daemon.c ----------------------------------------------------------------- */

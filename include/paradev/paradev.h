@@ -141,6 +141,16 @@ typedef struct pd_call_options {
 
 typedef struct pd_client pd_client;
 
+/* Whether a TCP target is dialed with TLS (pd_client_options.tls). Unix
+ * sockets never use TLS. */
+typedef enum pd_tls_mode {
+  /* TLS when the target is "tls://host:port", or when a CA bundle or a
+   * client certificate is given (in the options or the environment). */
+  PD_TLS_AUTO = 0,
+  PD_TLS_ON = 1,  /* always (a Unix-socket target is then an error) */
+  PD_TLS_OFF = 2, /* never: plaintext, whatever the environment says */
+} pd_tls_mode;
+
 typedef struct pd_client_options {
   size_t struct_size;
   uint64_t max_message_bytes; /* channel limit, both ways; 0: 64 MiB. Must be
@@ -151,29 +161,69 @@ typedef struct pd_client_options {
                                  by the daemon's max_chunk_bytes and by
                                  max_message_bytes less 1 KiB. */
   const char *user_agent;     /* prefix of gRPC's user agent; NULL: none */
+  /* Transport security and credentials (issue #14). Paths are read once,
+   * by pd_client_new. A field left NULL takes its environment variable
+   * (unless ignore_environment): */
+  pd_tls_mode tls;             /* PD_TLS_AUTO (0), PD_TLS_ON, PD_TLS_OFF */
+  const char *tls_ca_file;     /* PEM CAs trusted for the daemon's
+                                  certificate; $PARADEV_TLS_CA; neither:
+                                  gRPC's default roots */
+  const char *tls_cert_file;   /* PEM client certificate chain (mutual TLS);
+                                  $PARADEV_TLS_CERT */
+  const char *tls_key_file;    /* its PEM private key; $PARADEV_TLS_KEY */
+  const char *tls_server_name; /* the name the daemon's certificate must
+                                  hold (and SNI); $PARADEV_TLS_SERVER_NAME;
+                                  neither: the target's host */
+  const char *token;           /* bearer token, sent on every call as
+                                  "authorization: Bearer TOKEN";
+                                  $PARADEV_TOKEN */
+  const char *token_file;      /* a file whose first line is the token
+                                  (when `token` and $PARADEV_TOKEN are
+                                  unset); $PARADEV_TOKEN_FILE */
+  int ignore_environment;      /* nonzero: read none of the variables */
 } pd_client_options;
 
 #define PD_CLIENT_OPTIONS_INITIALIZER                                          \
-  { sizeof(pd_client_options), 0, 0, 0, NULL }
+  {                                                                            \
+    sizeof(pd_client_options), 0, 0, 0, NULL, PD_TLS_AUTO, NULL, NULL, NULL,   \
+        NULL, NULL, NULL, 0                                                    \
+  }
 
 /* paradevd's TCP port, for a target that names none. */
 #define PD_DEFAULT_PORT 7478
 
 /* Opens a channel to the daemon at `target`: "unix:/path" (a Unix socket; a
  * bare path that starts with "/", "./" or "../" means the same), or
- * "host:port" (TCP, e.g. "127.0.0.1:7478"; "[::1]:7478" for IPv6). A host
- * without a port ("localhost", "[::1]") gets PD_DEFAULT_PORT, not gRPC's 443.
- * pd_client_target gives the address as dialed ("unix:/path", "host:7478").
+ * "host:port" (TCP, e.g. "127.0.0.1:7478"; "[::1]:7478" for IPv6), or
+ * "tls://host:port" (TCP with TLS). A host without a port ("localhost",
+ * "[::1]") gets PD_DEFAULT_PORT, not gRPC's 443. pd_client_target gives the
+ * address as dialed ("unix:/path", "host:7478", without "tls://");
+ * pd_client_tls says whether TLS is on.
+ * TLS (see pd_client_options.tls): the daemon's certificate must chain to
+ * tls_ca_file (or gRPC's default roots) and name the target's host (or
+ * tls_server_name); a client certificate and key are offered when given.
+ * A token (token, $PARADEV_TOKEN, token_file, $PARADEV_TOKEN_FILE, first
+ * found) is sent on every call, with TLS or without (on plaintext TCP it
+ * crosses the network readable: use TLS off loopback).
+ * A failed handshake shows on the first call as PD_UNAVAILABLE with a
+ * message that names the cause and the fix: the daemon's certificate is
+ * not signed by a trusted CA (or expired), does not name the host (name
+ * mismatch), the daemon requires a client certificate or refused the one
+ * given, or the daemon does not speak TLS (or speaks only TLS).
  * Nothing is sent yet: a daemon that is not there shows as PD_UNAVAILABLE on
  * the first call. `opts` may be NULL.
  * Errors:   PD_INVALID_ARGUMENT (empty or over-long target, "unix:" without
  *           a path, an empty TCP port or one outside 1..65535: the message
  *           names the target and the forms expected; bad options, among
- *           them a struct_size that is not the initializer's),
- *           PD_RESOURCE_EXHAUSTED (out of memory), PD_INTERNAL (gRPC refused
- *           to create the channel).
+ *           them a struct_size that is not the initializer's; a TLS or
+ *           token file that cannot be read or is empty, a certificate
+ *           without its key, a token that is not printable ASCII, TLS on
+ *           a Unix socket with PD_TLS_ON; the message names the option or
+ *           environment variable), PD_RESOURCE_EXHAUSTED (out of memory),
+ *           PD_INTERNAL (gRPC refused to create the channel).
  * Thread safety: the client may be shared by threads.
- * Source: grpc_channel_create with insecure credentials (gRPC C core). */
+ * Source: grpc_channel_create with insecure or SSL credentials
+ * (grpc_ssl_credentials_create; gRPC C core). */
 pd_client *pd_client_new(const char *target, const pd_client_options *opts,
                          pd_status *st);
 
@@ -184,6 +234,10 @@ void pd_client_delete(pd_client *c);
 /* The address the client dials (the target with "unix:" or the default port
  * added, see pd_client_new). Valid as long as the client. */
 const char *pd_client_target(const pd_client *c);
+
+/* 1 when the client dials with TLS, 0 when in plaintext (Unix sockets
+ * always); 0 for NULL. */
+int pd_client_tls(const pd_client *c);
 
 /* Echo: sends `len` payload bytes and receives them back; the transport
  * baseline (ping, benchmarks). `reply` (capacity `reply_cap` bytes) may be
@@ -285,6 +339,17 @@ const pd_limits *pd_server_info_limits(const pd_server_info *info);
  * as configured (NULL outside 0 <= i < num). */
 int pd_server_info_num_storage_roots(const pd_server_info *info);
 const char *pd_server_info_storage_root(const pd_server_info *info, int i);
+/* Transport security as the daemon reports it: 1 when its TCP listeners
+ * serve TLS, when they require a client certificate (mutual TLS), when a
+ * non-loopback TCP listener serves plaintext ([tls] allow_insecure_tcp);
+ * else 0. */
+int pd_server_info_tls(const pd_server_info *info);
+int pd_server_info_client_cert_required(const pd_server_info *info);
+int pd_server_info_insecure_tcp(const pd_server_info *info);
+/* The daemon's warnings for its operator (one sentence each): how many,
+ * and warning i (NULL outside 0 <= i < num). */
+int pd_server_info_num_warnings(const pd_server_info *info);
+const char *pd_server_info_warning(const pd_server_info *info, int i);
 
 /* ---------------------------------------------------------------------------
  * Sessions */

@@ -61,17 +61,31 @@ int64_t timeout_ms;
 pd_cancel *cancel;
 } pd_call_options;
 typedef struct pd_client pd_client;
+typedef enum pd_tls_mode {
+PD_TLS_AUTO = 0,
+PD_TLS_ON = 1,
+PD_TLS_OFF = 2,
+} pd_tls_mode;
 typedef struct pd_client_options {
 size_t struct_size;
 uint64_t max_message_bytes;
 int64_t default_timeout_ms;
 uint64_t chunk_bytes;
 const char *user_agent;
+pd_tls_mode tls;
+const char *tls_ca_file;
+const char *tls_cert_file;
+const char *tls_key_file;
+const char *tls_server_name;
+const char *token;
+const char *token_file;
+int ignore_environment;
 } pd_client_options;
 pd_client *pd_client_new(const char *target, const pd_client_options *opts,
 pd_status *st);
 void pd_client_delete(pd_client *c);
 const char *pd_client_target(const pd_client *c);
+int pd_client_tls(const pd_client *c);
 pd_code pd_client_echo(pd_client *c, const void *payload, size_t len,
 void *reply, size_t reply_cap, size_t *reply_len,
 const pd_call_options *call, pd_status *st);
@@ -128,6 +142,11 @@ const pd_device_info *pd_server_info_device(const pd_server_info *info, int i);
 const pd_limits *pd_server_info_limits(const pd_server_info *info);
 int pd_server_info_num_storage_roots(const pd_server_info *info);
 const char *pd_server_info_storage_root(const pd_server_info *info, int i);
+int pd_server_info_tls(const pd_server_info *info);
+int pd_server_info_client_cert_required(const pd_server_info *info);
+int pd_server_info_insecure_tcp(const pd_server_info *info);
+int pd_server_info_num_warnings(const pd_server_info *info);
+const char *pd_server_info_warning(const pd_server_info *info, int i);
 typedef struct pd_session pd_session;
 typedef struct pd_session_options {
 size_t struct_size;

@@ -84,6 +84,13 @@ class ServerInfo:
     # where Session.load and Session.save may read and write: local
     # directories and http(s):// URL prefixes (empty: checkpoints refused)
     storage_roots: tuple = ()
+    # transport security: the daemon's TCP listeners serve TLS, require a
+    # client certificate, or serve plaintext off loopback (allowed by
+    # [tls] allow_insecure_tcp); its warnings for the operator
+    tls: bool = False
+    client_cert_required: bool = False
+    insecure_tcp: bool = False
+    warnings: tuple = ()
 
     @property
     def num_devices(self):
@@ -117,7 +124,19 @@ class Client:
 
     def __init__(self, target=None, *, timeout=None, max_message_bytes=0,
                  chunk_bytes=0, user_agent="paradev-python",
-                 prefer_shared_memory=True):
+                 prefer_shared_memory=True, tls=None, tls_ca=None,
+                 tls_cert=None, tls_key=None, tls_server_name=None,
+                 token=None, token_file=None, ignore_environment=False):
+        """tls: None (TLS for "tls://host:port" or when a CA or client
+        certificate is given, here or in $PARADEV_TLS_CA / $PARADEV_TLS_CERT),
+        True or False. tls_ca, tls_cert, tls_key: PEM files (the CAs of the
+        daemon's certificate; a client certificate and its key for mutual
+        TLS); tls_server_name: the name the daemon's certificate must hold.
+        token (or token_file, its first line): a bearer token sent on every
+        call. A None argument takes its environment variable
+        (PARADEV_TLS_CA, PARADEV_TLS_CERT, PARADEV_TLS_KEY,
+        PARADEV_TLS_SERVER_NAME, PARADEV_TOKEN, PARADEV_TOKEN_FILE) unless
+        ignore_environment."""
         self.target_given = target if target is not None else default_target()
         self.timeout = timeout
         self.prefer_shared_memory = prefer_shared_memory
@@ -129,6 +148,19 @@ class Client:
         self._ua = ffi.new("char[]", cbytes(
             user_agent, "connect: user_agent")) if user_agent else None
         opts.user_agent = self._ua if self._ua is not None else ffi.NULL
+        opts.tls = {None: lib.PD_TLS_AUTO, True: lib.PD_TLS_ON,
+                    False: lib.PD_TLS_OFF}[tls]
+        keep = []  # the strings live until pd_client_new returns
+        for field, value in (("tls_ca_file", tls_ca),
+                             ("tls_cert_file", tls_cert),
+                             ("tls_key_file", tls_key),
+                             ("tls_server_name", tls_server_name),
+                             ("token", token), ("token_file", token_file)):
+            if value is not None:
+                keep.append(ffi.new("char[]", cbytes(
+                    os.fspath(value), "connect: " + field)))
+                setattr(opts, field, keep[-1])
+        opts.ignore_environment = 1 if ignore_environment else 0
         st = _lib.status()
         c = lib.pd_client_new(cbytes(self.target_given, "connect: target"),
                               opts, st)
@@ -145,6 +177,7 @@ class Client:
         self._live_lock = threading.Lock()
         _LIVE.add(self)
         self.target = _str(lib.pd_client_target(c))
+        self.tls = bool(lib.pd_client_tls(c))
 
     # -- lifetime --------------------------------------------------------
     def close(self):
@@ -223,11 +256,16 @@ class Client:
             limits = {f: getattr(lim, f) for f in _LIMIT_FIELDS}
             roots = tuple(_str(lib.pd_server_info_storage_root(p, i)) for i in
                           range(lib.pd_server_info_num_storage_roots(p)))
-            return ServerInfo(_str(lib.pd_server_info_version(p)),
-                              lib.pd_server_info_incarnation(p),
-                              _str(lib.pd_server_info_backend(p)),
-                              lib.pd_server_info_start_time_ms(p),
-                              tuple(devs), limits, roots)
+            warnings = tuple(_str(lib.pd_server_info_warning(p, i)) for i in
+                             range(lib.pd_server_info_num_warnings(p)))
+            return ServerInfo(
+                _str(lib.pd_server_info_version(p)),
+                lib.pd_server_info_incarnation(p),
+                _str(lib.pd_server_info_backend(p)),
+                lib.pd_server_info_start_time_ms(p), tuple(devs), limits,
+                roots, bool(lib.pd_server_info_tls(p)),
+                bool(lib.pd_server_info_client_cert_required(p)),
+                bool(lib.pd_server_info_insecure_tcp(p)), warnings)
         finally:
             lib.pd_server_info_delete(p)
 
@@ -276,8 +314,9 @@ def _timeout_ms(timeout):
 
 
 def connect(target=None, *, timeout=None, **kw):
-    """Opens a Client on the daemon at `target` ("unix:/path", "host:port";
-    None: as the `paradev` command finds it, see default_target()).
+    """Opens a Client on the daemon at `target` ("unix:/path", "host:port",
+    "tls://host:port"; None: as the `paradev` command finds it, see
+    default_target()). TLS and token arguments: see Client.
     timeout: seconds each call may take (None: libparadev's 60 s). Nothing
     is sent yet: a daemon that is not there shows as paradev.Unavailable on
     the first call."""
