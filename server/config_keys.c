@@ -109,10 +109,10 @@ const srv_key srv_keys[] = {
      OFF(auth_require), 0, 0, true},
     {"auth", "operators", NULL, SRV_K_IDLIST, OFF(auth_operators), 0,
      SRV_AUTH_LIST_MAX, true},
-    {"tls", "cert_file", "--tls-cert", SRV_K_FILE, OFF(tls_cert_file), 0, SRV_FILE_MAX,
-     false},
-    {"tls", "key_file", "--tls-key", SRV_K_FILE, OFF(tls_key_file), 0, SRV_FILE_MAX,
-     false},
+    {"tls", "cert_file", "--tls-cert", SRV_K_FILE, OFF(tls_cert_file), 0,
+     SRV_FILE_MAX, false},
+    {"tls", "key_file", "--tls-key", SRV_K_FILE, OFF(tls_key_file), 0,
+     SRV_FILE_MAX, false},
     {"tls", "client_ca_file", "--tls-client-ca", SRV_K_FILE,
      OFF(tls_client_ca_file), 0, SRV_FILE_MAX, false},
     {"tls", "require_client_cert", NULL, SRV_K_BOOL,
@@ -125,8 +125,9 @@ const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
                "SRV_MAX_KEYS");
 
-const char *const srv_sections[] = {"daemon",   "devices", "cuda", "limits",
-                                    "sessions", "storage", "auth", "tls", "log"};
+const char *const srv_sections[] = {"daemon", "devices",  "cuda",
+                                    "limits", "sessions", "storage",
+                                    "auth",   "tls",      "log"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;
@@ -506,7 +507,7 @@ static bool srv_set_file(const srv_key *k, char *field, const char *value,
                          char *err, size_t errlen) {
   if (*value && (value[0] != '/' || strlen(value) >= k->max)) {
     snprintf(err, errlen,
-             "expected an absolute file path of at most %llu bytes, or "
+             "expected the absolute path of a file (at most %llu bytes), or "
              "nothing for none",
              (unsigned long long)k->max - 1);
     return false;
