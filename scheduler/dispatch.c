@@ -74,15 +74,30 @@ static void sched_hold(sched_session *ss, dev_tensor *t) {
  * and charges the policy (qmu held). It stops before an op with a pending
  * input (a tensor still loading): the session is then held on it (*hold,
  * retained) and leaves the ready set with its later ops queued behind; other
- * sessions go on. *idle: the session left the ready set (empty or held; its
- * reference is the caller's to drop). */
+ * sessions go on. An op whose deadline passed is not submitted: it goes to
+ * *expired (in queue order, *nexp of them, counted as dropping) for the
+ * caller to drop with sched_finish_expire before it submits the batch, and
+ * costs the session nothing. *idle: the session left the ready set (empty
+ * or held; its reference is the caller's to drop). */
 static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
                                    sched_qop **batch, bool *idle,
-                                   dev_tensor **hold) {
-  int k = 0;
+                                   dev_tensor **hold, sched_qop **expired,
+                                   int *nexp) {
+  int k = 0, x = 0;
+  uint64_t now = 0; /* read once, at the first op with a deadline */
+  sched_qop **xtail = expired;
   *hold = NULL;
+  *expired = NULL;
   while (ss->qhead && k < budget) {
     sched_qop *q = ss->qhead;
+    if (sched_qop_expired(q, &now)) {
+      ss->qhead = q->next;
+      q->next = NULL;
+      *xtail = q;
+      xtail = &q->next;
+      x++;
+      continue;
+    }
     if (dev_op_has_pending_input(q->op, hold)) {
       dev_tensor_retain(*hold); /* the op may be dropped once qmu is let go */
       ss->held_on = *hold;
@@ -92,9 +107,11 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
     q->next = NULL;
     batch[k++] = q;
   }
-  ss->qlen -= k;
+  ss->qlen -= k + x;
+  ss->dropping += x;
+  *nexp = x;
   ss->sub_lo = k ? batch[0]->seq : 0;
-  atomic_fetch_sub(&s->n_queued, (uint64_t)k);
+  atomic_fetch_sub(&s->n_queued, (uint64_t)(k + x));
   if (!ss->qhead) ss->qtail = NULL;
   *idle = ss->qhead == NULL || *hold != NULL;
   if (*idle) ss->in_ready = false;
@@ -110,8 +127,12 @@ static void sched_dispatch_turn_locked(sched *s, sched_qop **batch) {
   if (budget > SCHED_DISPATCH_BATCH) budget = SCHED_DISPATCH_BATCH;
   bool drop_ref = false;
   dev_tensor *hold = NULL;
-  int k = sched_take_batch_locked(s, ss, budget, batch, &drop_ref, &hold);
+  sched_qop *expired = NULL;
+  int nexp = 0;
+  int k = sched_take_batch_locked(s, ss, budget, batch, &drop_ref, &hold,
+                                  &expired, &nexp);
   pthread_mutex_unlock(&s->qmu);
+  sched_finish_expire(ss, expired, nexp); /* before ops that may read them */
   for (int i = 0; i < k; i++) sched_submit(s, batch[i]);
   if (hold) {
     sched_hold(ss, hold);

@@ -73,6 +73,7 @@ static void sched_locks_init(sched *s) {
   pthread_mutex_init(&s->io_mu, NULL);
   pthread_cond_init(&s->io_cv, NULL);
   pthread_cond_init(&s->io_idle_cv, NULL);
+  atomic_init(&s->dl_next_ns, UINT64_MAX); /* no queued op has a deadline */
 }
 
 static void sched_locks_destroy(sched *s) {

@@ -89,7 +89,13 @@ typedef struct sched_qop {
   int op_index;      /* into sched->op_stats */
   uint64_t t_enq_ns; /* sched_execute */
   uint64_t t_sub_ns; /* submission to the engine */
+  /* CLOCK_MONOTONIC ns by which it must be submitted (0: none), and where
+   * that came from (SCHED_DL_*, for the message). */
+  uint64_t deadline_ns;
+  int dl_src;
 } sched_qop;
+
+enum { SCHED_DL_CALL = 1, SCHED_DL_OP = 2, SCHED_DL_SESSION = 3 };
 
 /* A sched_tensor_notify registration waiting for its session's queue. */
 typedef struct sched_dwait {
@@ -174,6 +180,7 @@ struct sched_session {
   int priority;    /* band, SCHED_PRIORITY_MIN..MAX */
   uint32_t weight; /* >= 1 */
   uint32_t lease_s;
+  uint32_t op_timeout_ms; /* default deadline of its ops; 0: none */
   uint64_t quota;
   int64_t created_ms;         /* monotonic */
   _Atomic int64_t expires_ms; /* monotonic */
@@ -205,6 +212,11 @@ struct sched_session {
    * session is held out of the ready set (dispatch.c); a borrowed pointer,
    * compared only while a hold's registration keeps the tensor alive. */
   dev_tensor *held_on;
+  /* The lease thread's deadline sweep (lease.c), under qmu: the session's
+   * expired ops taken off its queue and the next session swept. */
+  sched_qop *xops;
+  int xn;
+  sched_session *xnext;
 };
 
 /* The limits sched_reconfigure may change while sessions run. */
@@ -241,7 +253,11 @@ struct sched {
 
   /* Counters. */
   _Atomic uint64_t n_created, n_closed, n_expired, n_killed;
-  _Atomic uint64_t n_queued, n_submitted, n_completed, n_dropped;
+  _Atomic uint64_t n_queued, n_submitted, n_completed, n_dropped, n_expired_ops;
+  /* The earliest deadline of a queued op (CLOCK_MONOTONIC ns; UINT64_MAX:
+   * none), a lower bound: lowered by sched_execute, recomputed by the lease
+   * thread's sweep, which runs when it passes. */
+  _Atomic uint64_t dl_next_ns;
   /* Chunks the load workers wrote and tensors they ended: progress for
    * sched_check_progress while ops wait, held, for a load. */
   _Atomic uint64_t n_load_steps;
@@ -289,6 +305,14 @@ static inline uint64_t sched_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* True when q has a deadline and `*now` (read lazily: 0 until needed) is
+ * past it. */
+static inline bool sched_qop_expired(const sched_qop *q, uint64_t *now) {
+  if (!q->deadline_ns) return false;
+  if (!*now) *now = sched_now_ns();
+  return *now >= q->deadline_ns;
 }
 
 static inline void sched_session_ref(sched_session *ss) {
@@ -403,6 +427,22 @@ void sched_queue_append_locked(sched_session *ss, sched_qop *first,
                                sched_qop *last, int n);
 /* Drops every queued op of a session being ended (no lock held). */
 void sched_drop_queue(sched_session *ss, const char *why);
+/* Deadlines. Unlinks the queued ops of ss whose deadline passed by `now`
+ * into a list (returned; *n of them), counted as `dropping` until
+ * sched_finish_expire; *next_dl gets the earliest deadline of the ops left
+ * (lowered only). A session held on a loading tensor is let go when ops
+ * left its queue, so the dispatcher looks at the new head (qmu held). */
+sched_qop *sched_unqueue_expired_locked(sched_session *ss, uint64_t now, int *n,
+                                        uint64_t *next_dl);
+/* Abandons expired ops (a list from sched_unqueue_expired_locked or the
+ * dispatcher's, in queue order) with DEADLINE_EXCEEDED, then lets waiters
+ * on them go (no lock held). */
+void sched_finish_expire(sched_session *ss, sched_qop *list, int n);
+/* Notes that an op with `deadline_ns` was queued: lowers dl_next_ns and
+ * returns true when the lease thread must be woken for it (qmu held). */
+bool sched_deadline_note_locked(sched *s, uint64_t deadline_ns);
+/* Wakes the lease thread to look at dl_next_ns again (no lock held). */
+void sched_deadline_kick(sched *s);
 
 /* --- sessions.c ------------------------------------------------------------ */
 

@@ -27,7 +27,8 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     return;
   }
   sched_session_params p = {req->client_name, req->job_id, req->lease_seconds,
-                            req->memory_quota_bytes, NULL, 0, 0};
+                            req->memory_quota_bytes, NULL, 0, 0, 0};
+  p.op_timeout_ms = req->op_timeout_ms; /* issue #15: deadlines */
   sched_session_info info;
   dev_status st = DEV_STATUS_INIT;
   if (sched_session_create(c->s->sched, &p, &info, &st) != PD_OK) {
