@@ -52,8 +52,9 @@ static void sched_sweep_deadlines(sched *s) {
     int n = 0;
     sched_qop *l = sched_unqueue_expired_locked(ss, now, &n, &next);
     if (!n) continue;
+    /* Failed before an op behind them can be dispatched (qmu held). */
+    sched_abandon_expired_list(l);
     sched_session_ref(ss);
-    ss->xops = l;
     ss->xn = n;
     ss->xnext = swept;
     swept = ss;
@@ -65,7 +66,7 @@ static void sched_sweep_deadlines(sched *s) {
   while (swept) {
     sched_session *ss = swept;
     swept = ss->xnext;
-    sched_finish_expire(ss, ss->xops, ss->xn);
+    sched_finish_expire(ss, NULL, ss->xn);
     sched_session_put(ss);
   }
 }

@@ -104,8 +104,12 @@ static int sched_drop(sched_session *ss, bool all, uint64_t tag,
     ss->held_on = NULL;
     sched_make_ready_locked(ss);
   }
+  /* Their outputs fail before qmu is let go: an op left in the queue that
+   * reads one (another tag's) may be submitted as soon as it is, and must
+   * find the error there, not a buffer never allocated. */
+  sched_abandon_list(d, why);
   pthread_mutex_unlock(&s->qmu);
-  sched_finish_drop(ss, d, n, why);
+  sched_finish_drop(ss, NULL, n, why);
   return n;
 }
 
@@ -198,15 +202,19 @@ static void sched_abandon_expired(sched_qop *q, uint64_t now) {
   free(q);
 }
 
-void sched_finish_expire(sched_session *ss, sched_qop *list, int n) {
-  if (n == 0) return;
-  sched *s = ss->owner;
+void sched_abandon_expired_list(sched_qop *list) {
   uint64_t now = sched_now_ns();
   while (list) {
     sched_qop *next = list->next;
     sched_abandon_expired(list, now);
     list = next;
   }
+}
+
+void sched_finish_expire(sched_session *ss, sched_qop *list, int n) {
+  if (n == 0) return;
+  sched *s = ss->owner;
+  sched_abandon_expired_list(list);
   pthread_mutex_lock(&s->qmu);
   ss->dropping -= n;
   sched_dwait *w = sched_take_waiters_locked(ss);

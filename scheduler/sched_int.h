@@ -212,9 +212,8 @@ struct sched_session {
    * session is held out of the ready set (dispatch.c); a borrowed pointer,
    * compared only while a hold's registration keeps the tensor alive. */
   dev_tensor *held_on;
-  /* The lease thread's deadline sweep (lease.c), under qmu: the session's
-   * expired ops taken off its queue and the next session swept. */
-  sched_qop *xops;
+  /* The lease thread's deadline sweep (lease.c), under qmu: how many
+   * expired ops it dropped from the queue and the next session swept. */
   int xn;
   sched_session *xnext;
 };
@@ -435,8 +434,14 @@ void sched_drop_queue(sched_session *ss, const char *why);
 sched_qop *sched_unqueue_expired_locked(sched_session *ss, uint64_t now, int *n,
                                         uint64_t *next_dl);
 /* Abandons expired ops (a list from sched_unqueue_expired_locked or the
- * dispatcher's, in queue order) with DEADLINE_EXCEEDED, then lets waiters
- * on them go (no lock held). */
+ * dispatcher's, in queue order) with DEADLINE_EXCEEDED, each with a message
+ * naming it, its deadline and its time queued (any lock state: the engine
+ * is called, nothing of the scheduler). The lease thread's sweep does it
+ * under qmu, before an op behind them in the queue can be dispatched and
+ * read their outputs. */
+void sched_abandon_expired_list(sched_qop *list);
+/* Abandons `list` (may be NULL: abandoned already), then ends the n ops'
+ * `dropping` and lets waiters on them go (no lock held). */
 void sched_finish_expire(sched_session *ss, sched_qop *list, int n);
 /* Notes that an op with `deadline_ns` was queued: lowers dl_next_ns and
  * returns true when the lease thread must be woken for it (qmu held). */
