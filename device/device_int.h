@@ -15,6 +15,8 @@
 #include "dev_backend.h"
 #include "../common/check.h"
 
+#define DEV_CACHE_LINE 64
+
 /* A device buffer, shared by tensors that alias it (Reshape, Identity). */
 typedef struct dev_buffer {
   atomic_int refs;
@@ -32,7 +34,11 @@ typedef struct dev_buffer {
  * the executor's mutex and leaving `buf` in place (freed with the tensor), so
  * the executor reads the codes of its ops' inputs under that mutex. */
 typedef struct dev_component {
-  dev_shape shape;
+  /* Each component starts a cache line of its own (DEV_CACHE_LINE), so one
+   * device's executor dropping its holds does not contend with its peers
+   * reading theirs (adjacent components shared a line: pipelined dispatch
+   * went from ~4.7 to ~5.7 us/op when per-component holds came in). */
+  _Alignas(DEV_CACHE_LINE) dev_shape shape;
   size_t bytes;
   dev_buffer *buf;
   _Atomic uint64_t ready_seq; /* 0: ready at creation (uploads);

@@ -15,6 +15,12 @@
 
 #include "sched_int.h"
 
+/* --- submission and completion (issue #15: speed) --------------------------
+ * sched_submit_batch and sched_op_done are the dispatcher's hot path: one
+ * dev_op_submit_batch per turn (one lock and at most one wake-up per
+ * device for the whole batch), and a completion that takes no lock unless
+ * sched_destroy waits for it (done_waiting). */
+
 /* Completion of a submitted op (on the executor that finished it last). */
 static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
   (void)t;
@@ -22,26 +28,39 @@ static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
   sched *s = q->owner;
   sched_count_done(s, q, code);
   free(q);
-  pthread_mutex_lock(&s->done_mu);
   atomic_fetch_add(&s->n_completed, 1);
-  pthread_cond_broadcast(&s->done_cv);
-  pthread_mutex_unlock(&s->done_mu);
+  if (atomic_load(&s->done_waiting)) { /* sched_destroy waits: wake it */
+    pthread_mutex_lock(&s->done_mu);
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->done_mu);
+  }
 }
 
-/* Submits one op and arranges for its completion to be counted. */
-static void sched_submit(sched *s, sched_qop *q) {
-  dev_op *op = q->op;
-  dev_tensor *out = dev_op_num_outputs(op) > 0 ? dev_op_output(op, 0) : NULL;
-  q->t_sub_ns = sched_now_ns();
-  atomic_fetch_add(&s->n_submitted, 1);
-  if (out) dev_tensor_retain(out); /* the op belongs to the engine after this */
-  dev_op_submit(s->engine, op);
-  dev_status st = DEV_STATUS_INIT;
-  if (!out)
-    sched_op_done(q, NULL, PD_OK);
-  else if (dev_tensor_notify(out, sched_op_done, q, &st) != PD_OK)
-    sched_op_done(q, out, PD_OK); /* host memory: count it now, untimed */
-  dev_tensor_release(out);
+/* Submits batch[0..k) in order and arranges for each completion to be
+ * counted. */
+static void sched_submit_batch(sched *s, sched_qop *const *batch, int k) {
+  if (k <= 0) return;
+  dev_op *ops[SCHED_DISPATCH_BATCH];
+  dev_tensor *outs[SCHED_DISPATCH_BATCH];
+  uint64_t now = sched_now_ns();
+  for (int i = 0; i < k; i++) {
+    dev_op *op = batch[i]->op;
+    ops[i] = op;
+    outs[i] = dev_op_num_outputs(op) > 0 ? dev_op_output(op, 0) : NULL;
+    /* The ops belong to the engine after the submission. */
+    if (outs[i]) dev_tensor_retain(outs[i]);
+    batch[i]->t_sub_ns = now;
+  }
+  atomic_fetch_add(&s->n_submitted, (uint64_t)k);
+  dev_op_submit_batch(s->engine, ops, k);
+  for (int i = 0; i < k; i++) {
+    dev_status st = DEV_STATUS_INIT;
+    if (!outs[i])
+      sched_op_done(batch[i], NULL, PD_OK);
+    else if (dev_tensor_notify(outs[i], sched_op_done, batch[i], &st) != PD_OK)
+      sched_op_done(batch[i], outs[i], PD_OK); /* host memory: now, untimed */
+    dev_tensor_release(outs[i]);
+  }
 }
 
 /* The end of a hold (sched_hold): the pending tensor the session's head op
@@ -133,7 +152,7 @@ static void sched_dispatch_turn_locked(sched *s, sched_qop **batch) {
                                   &expired, &nexp);
   pthread_mutex_unlock(&s->qmu);
   sched_finish_expire(ss, expired, nexp); /* before ops that may read them */
-  for (int i = 0; i < k; i++) sched_submit(s, batch[i]);
+  sched_submit_batch(s, batch, k);
   if (hold) {
     sched_hold(ss, hold);
     dev_tensor_release(hold);

@@ -196,6 +196,7 @@ void sched_destroy(sched *s) {
   sched_workers_stop(s);
   /* Ops on the devices still report their completion here. */
   pthread_mutex_lock(&s->done_mu);
+  atomic_store(&s->done_waiting, true); /* from now on completions wake us */
   while (atomic_load(&s->n_completed) < atomic_load(&s->n_submitted))
     pthread_cond_wait(&s->done_cv, &s->done_mu);
   pthread_mutex_unlock(&s->done_mu);

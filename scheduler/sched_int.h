@@ -265,7 +265,8 @@ struct sched {
   int num_ops;
   sched_op_name *op_names; /* sorted by name */
   sched_op_counter *op_stats;
-  pthread_mutex_t done_mu; /* lock 4: sched_destroy waits for callbacks */
+  pthread_mutex_t done_mu;  /* lock 4: sched_destroy waits for callbacks */
+  atomic_bool done_waiting; /* set by sched_destroy: completions wake it */
   pthread_cond_t done_cv;
 
   /* Observers of sessions' ends; set before serving, read-only after. */
