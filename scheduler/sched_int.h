@@ -22,8 +22,10 @@
  *   5. the engine's own locks (dev_*), taken inside dev_* calls.
  *
  * Nestings that occur: mu -> session.mu (sched_get_stats), session.mu ->
- * qmu (sched_execute, the tape executor), qmu -> engine
- * (dev_tensor_is_ready). A session's `refs`, `expires_ms`, the limits and the
+ * qmu (sched_execute, the tape executor), mu -> qmu (the lease thread's
+ * deadline sweep, lease.c), qmu -> engine (dev_tensor_is_ready, and
+ * dev_op_abandon of cancelled and expired ops, so their outputs carry the
+ * error before an op behind them can be dispatched). A session's `refs`, `expires_ms`, the limits and the
  * counters are atomics and need no lock. The observers table is written
  * before serving only.
  *
