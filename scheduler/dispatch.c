@@ -42,12 +42,18 @@ static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
   sched_qop *q = arg;
   sched *s = q->owner;
   sched_count_done(s, q, code);
-  free(q);
-  atomic_fetch_add(&s->n_completed, 1);
-  if (atomic_load(&s->done_waiting)) { /* sched_destroy waits: wake it */
+  sched_qop_free(s, q);
+  /* The count is the last touch of s: once it reaches n_submitted,
+   * sched_destroy may free s. While it waits, the count moves under
+   * done_mu and wakes it; a completion that saw it not waiting yet moves
+   * the count alone, which sched_destroy's timed wait picks up. */
+  if (atomic_load(&s->done_waiting)) {
     pthread_mutex_lock(&s->done_mu);
+    atomic_fetch_add(&s->n_completed, 1);
     pthread_cond_broadcast(&s->done_cv);
     pthread_mutex_unlock(&s->done_mu);
+  } else {
+    atomic_fetch_add(&s->n_completed, 1);
   }
 }
 

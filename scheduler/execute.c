@@ -59,7 +59,7 @@ static void exec_free(sched_exec *x) {
   while (x->chain) {
     sched_qop *q = x->chain;
     x->chain = q->next;
-    free(q);
+    sched_qop_free(x->ss->owner, q);
   }
   for (int i = 0; i < x->n; i++)
     if (x->prepared[i])
@@ -177,7 +177,7 @@ static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
   if (!sched_htab_reserve(&ss->handles, (size_t)x->npend))
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   for (int i = x->n - 1; i >= 0; i--) { /* the queue entries, in order */
-    sched_qop *q = calloc(1, sizeof(*q));
+    sched_qop *q = sched_qop_new(s);
     if (!q) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     q->tag = tag;
     q->owner = s;

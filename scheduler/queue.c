@@ -5,8 +5,46 @@
  * and tags. Queues are under sched.qmu. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sched_int.h"
+
+/* --- Queue entries: a free list (issue #15: no per-op malloc) ----------- */
+
+sched_qop *sched_qop_new(sched *s) {
+  pthread_mutex_lock(&s->qop_mu);
+  sched_qop *q = s->qop_free;
+  if (q) {
+    s->qop_free = q->next;
+    s->qop_nfree--;
+  }
+  pthread_mutex_unlock(&s->qop_mu);
+  if (!q) return calloc(1, sizeof(*q));
+  memset(q, 0, sizeof(*q));
+  return q;
+}
+
+void sched_qop_free(sched *s, sched_qop *q) {
+  if (!q) return;
+  pthread_mutex_lock(&s->qop_mu);
+  if (s->qop_nfree < SCHED_QOP_POOL) {
+    q->next = s->qop_free;
+    s->qop_free = q;
+    s->qop_nfree++;
+    q = NULL;
+  }
+  pthread_mutex_unlock(&s->qop_mu);
+  free(q);
+}
+
+void sched_qop_pool_free(sched *s) {
+  while (s->qop_free) {
+    sched_qop *q = s->qop_free;
+    s->qop_free = q->next;
+    free(q);
+  }
+  s->qop_nfree = 0;
+}
 
 void sched_make_ready_locked(sched_session *ss) {
   sched *s = ss->owner;
@@ -71,7 +109,7 @@ static void sched_abandon_list(sched_qop *q, const char *why) {
     dev_op_abandon(rev->op, PD_CANCELLED, why);
     sched_count_outcome(rev->owner, rev->op_index, PD_CANCELLED);
     atomic_fetch_add(&rev->owner->n_dropped, 1);
-    free(rev);
+    sched_qop_free(rev->owner, rev);
     rev = next;
   }
 }
@@ -199,7 +237,7 @@ static void sched_abandon_expired(sched_qop *q, uint64_t now) {
   dev_op_abandon(q->op, PD_DEADLINE_EXCEEDED, msg);
   sched_count_outcome(s, idx, PD_DEADLINE_EXCEEDED);
   atomic_fetch_add(&s->n_expired_ops, 1);
-  free(q);
+  sched_qop_free(s, q);
 }
 
 void sched_abandon_expired_list(sched_qop *list) {

@@ -269,6 +269,11 @@ struct sched {
   sched_op_counter *op_stats;
   pthread_mutex_t done_mu;  /* lock 4: sched_destroy waits for callbacks */
   atomic_bool done_waiting; /* set by sched_destroy: completions wake it */
+  /* Queue entries for reuse (queue.c sched_qop_new/free), under qop_mu, a
+   * leaf lock (taken under any other, nothing under it). */
+  pthread_mutex_t qop_mu;
+  sched_qop *qop_free;
+  int qop_nfree;
   pthread_cond_t done_cv;
 
   /* Observers of sessions' ends; set before serving, read-only after. */
@@ -427,6 +432,14 @@ void sched_make_ready_locked(sched_session *ss);
  * the session ready (qmu held). */
 void sched_queue_append_locked(sched_session *ss, sched_qop *first,
                                sched_qop *last, int n);
+/* Queue entries from the scheduler's free list (no malloc on the hot path;
+ * at most SCHED_QOP_POOL are kept): a zeroed entry, or NULL when out of
+ * host memory; and its return. Any lock state (qop_mu is a leaf). */
+#define SCHED_QOP_POOL 4096
+sched_qop *sched_qop_new(sched *s);
+void sched_qop_free(sched *s, sched_qop *q);
+/* Frees the free list (sched_destroy). */
+void sched_qop_pool_free(sched *s);
 /* Drops every queued op of a session being ended (no lock held). */
 void sched_drop_queue(sched_session *ss, const char *why);
 /* Deadlines. Unlinks the queued ops of ss whose deadline passed by `now`
