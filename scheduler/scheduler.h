@@ -29,8 +29,9 @@
  * session cannot starve the others) and submits them to the engine, which
  * gives every device the same global order. Ops still queued can be dropped:
  * those of a cancelled call (sched_cancel), and all of a closed, expired or
- * killed session; their outputs then fail with CANCELLED. Ops already
- * submitted run to the end. Priorities and deadlines come next.
+ * killed session; their outputs then fail with CANCELLED; and those whose
+ * deadline passed before they were submitted (sched_execute), which fail
+ * with DEADLINE_EXCEEDED. Ops already submitted run to the end.
  *
  * Waiting: sched_tensor_notify calls back when a handle's tensor is computed
  * without blocking a thread, so a server can honour its callers' deadlines
@@ -561,7 +562,8 @@ uint64_t sched_new_tag(sched *s);
 
 /* Waits until `t` (a tensor of session `ss`, e.g. from sched_handle_get) is
  * computed: first until the session's queue has handed over every op queued
- * so far, then on the devices. Returns the tensor's stored error, if any. */
+ * so far (or until t's own op was dropped: cancelled, past its deadline),
+ * then on the devices. Returns the tensor's stored error, if any. */
 pd_code sched_tensor_wait(sched_session *ss, dev_tensor *t, dev_status *st);
 
 /* Waits for handles ids[0..n) (n == 0: every live handle of the session),
