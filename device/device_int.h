@@ -105,6 +105,11 @@ struct dev_engine {
   pthread_mutex_t submit_mu;
   uint64_t seq;           /* the last op seq handed out (under submit_mu) */
   struct dev_exec *execs; /* [n] */
+  /* Freed ops for reuse (dev__op_alloc / dev__op_recycle), under op_mu, a
+   * leaf lock: no malloc of a dev_op per op on the hot path. */
+  pthread_mutex_t op_mu;
+  struct dev_op *op_free;
+  int op_nfree;
 };
 
 /* Deep-copied attribute storage of a queued op. */
@@ -165,6 +170,13 @@ void dev__component_set_late_error(dev_component *c, pd_code code,
 /* Frees a queued or prepared op: releases its tensors, collective and
  * attribute storage (prepare.c). */
 void dev__op_free(dev_op *op);
+
+/* A zeroed dev_op from e's free list (NULL on host out of memory), and its
+ * return (at most DEV_OP_POOL are kept; the rest are freed). Thread-safe
+ * (engine.c). */
+#define DEV_OP_POOL 1024
+dev_op *dev__op_alloc(dev_engine *e);
+void dev__op_recycle(dev_op *op);
 
 /* Creates an engine over `b` (engine.c; taking ownership of it: on failure it is
  * destroyed) and starts its threads: what dev_engine_create does once it has
