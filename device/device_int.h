@@ -172,11 +172,13 @@ void dev__component_set_late_error(dev_component *c, pd_code code,
 void dev__op_free(dev_op *op);
 
 /* A zeroed dev_op from e's free list (NULL on host out of memory), and its
- * return (at most DEV_OP_POOL are kept; the rest are freed). Thread-safe
- * (engine.c). */
+ * return (at most DEV_OP_POOL are kept; the rest are freed); the list's
+ * end with the engine (dev_engine_destroy; also destroys op_mu, which
+ * dev_engine_create_with_backend sets up). Thread-safe (prepare.c). */
 #define DEV_OP_POOL 1024
 dev_op *dev__op_alloc(dev_engine *e);
 void dev__op_recycle(dev_op *op);
+void dev__op_pool_free(dev_engine *e);
 
 /* Creates an engine over `b` (engine.c; taking ownership of it: on failure it is
  * destroyed) and starts its threads: what dev_engine_create does once it has

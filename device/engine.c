@@ -94,8 +94,6 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
   return dev_engine_create_with_backend(b, out, st);
 }
 
-static void engine_free_ops(dev_engine *e);
-
 /* Stops and joins the threads of execs[0..n) (executors first, so that the
  * completion threads see every issued op before they are told to stop). */
 static void engine_stop_threads(dev_engine *e, int n) {
@@ -196,7 +194,7 @@ void dev_engine_destroy(dev_engine *e) {
   engine_stop_threads(e, e->n);
   engine_free_execs(e, e->n);
   pthread_mutex_destroy(&e->submit_mu);
-  engine_free_ops(e);
+  dev__op_pool_free(e);
   e->backend->destroy(e->backend);
   free(e->execs);
   free(e);
@@ -280,43 +278,6 @@ void dev_op_submit(dev_engine *e, dev_op *op) {
       atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
   for (int d = 0; d < e->n; d++) dev__exec_push(&e->execs[d], op);
   pthread_mutex_unlock(&e->submit_mu);
-}
-
-/* --- the op free list (issue #15: no malloc per op) ------------------------ */
-
-dev_op *dev__op_alloc(dev_engine *e) {
-  pthread_mutex_lock(&e->op_mu);
-  dev_op *op = e->op_free;
-  if (op) {
-    e->op_free = op->next_free;
-    e->op_nfree--;
-  }
-  pthread_mutex_unlock(&e->op_mu);
-  if (!op) return calloc(1, sizeof *op);
-  memset(op, 0, sizeof *op);
-  return op;
-}
-
-void dev__op_recycle(dev_op *op) {
-  dev_engine *e = op->engine;
-  pthread_mutex_lock(&e->op_mu);
-  if (e->op_nfree < DEV_OP_POOL) {
-    op->next_free = e->op_free;
-    e->op_free = op;
-    e->op_nfree++;
-    op = NULL;
-  }
-  pthread_mutex_unlock(&e->op_mu);
-  free(op);
-}
-
-static void engine_free_ops(dev_engine *e) {
-  while (e->op_free) {
-    dev_op *op = e->op_free;
-    e->op_free = op->next_free;
-    free(op);
-  }
-  pthread_mutex_destroy(&e->op_mu);
 }
 
 /* --- batch submission (issue #15) ---------------------------------------- */

@@ -4,12 +4,50 @@
  * allocated), so a caller knows every output's dtype and shape before the
  * devices run it. Also a prepared op's accessors, abandoning it, and freeing
  * it (dev__op_free, which the executor files call when the devices are done
- * with it). Submission is engine.c's. */
+ * with it) into the engine's free list of ops (dev__op_alloc takes from it:
+ * no malloc of a dev_op per op). Submission is engine.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device_int.h"
+
+/* --- the op free list (issue #15: no malloc per op) ------------------------ */
+
+dev_op *dev__op_alloc(dev_engine *e) {
+  pthread_mutex_lock(&e->op_mu);
+  dev_op *op = e->op_free;
+  if (op) {
+    e->op_free = op->next_free;
+    e->op_nfree--;
+  }
+  pthread_mutex_unlock(&e->op_mu);
+  if (!op) return calloc(1, sizeof *op);
+  memset(op, 0, sizeof *op);
+  return op;
+}
+
+void dev__op_recycle(dev_op *op) {
+  dev_engine *e = op->engine;
+  pthread_mutex_lock(&e->op_mu);
+  if (e->op_nfree < DEV_OP_POOL) {
+    op->next_free = e->op_free;
+    e->op_free = op;
+    e->op_nfree++;
+    op = NULL;
+  }
+  pthread_mutex_unlock(&e->op_mu);
+  free(op);
+}
+
+void dev__op_pool_free(dev_engine *e) {
+  while (e->op_free) {
+    dev_op *op = e->op_free;
+    e->op_free = op->next_free;
+    free(op);
+  }
+  pthread_mutex_destroy(&e->op_mu);
+}
 
 void dev__op_free(dev_op *op) {
   dev_backend *b = op->engine->backend;
