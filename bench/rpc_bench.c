@@ -4,13 +4,18 @@
  * through the same client machinery:
  *
  *  execute   a tiny op's Execute round trip (Add of two float32 [1]) beside
- *            a unary Echo whose payload is the Execute request's size:
- *            p50 and p99 latency, ratio Execute/Echo (aim <= 1.3)
+ *            a unary Echo whose payload is the Execute request's size, call
+ *            by call interleaved: p50 and p99 latency, ratio Execute/Echo
+ *            (aim <= 1.15); the median over 7 repetitions (3 with --quick)
  *  enqueue   ops per second streamed through one Enqueue call (each op's
  *            reply awaited only at the end) beside EchoStream messages per
- *            second of the Enqueue item's size (aim >= 0.7); and items the
+ *            second of the Enqueue item's size (aim >= 0.8); and items the
  *            daemon refuses at validation, which isolates the stream path
- *            from the scheduler's and engine's per-op cost
+ *            from the scheduler's and engine's per-op cost; EchoStream, Add
+ *            and Nop alternate, and each figure is the median over the
+ *            repetitions
+ *  (every repeated row gives the ratios' range across its repetitions,
+ *  ratio_min and ratio_max: how much the shared machine moved them)
  *  upload    Upload bytes per second (sharded, so each byte lands on one
  *  download  device once) beside EchoStream bytes per second at the same
  *            chunk size, counting the bytes that cross the transport (each
@@ -111,7 +116,26 @@ static const char *start_daemon(const char *path, char *target, size_t len) {
 
 /* --- Execute beside Echo --------------------------------------------------------- */
 
-static void bench_execute(pd_client *c, pd_session *s, int n) {
+/* The median of v[0..n) (sorts v). */
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void minmax(const double *v, int n, double *lo, double *hi) {
+  *lo = *hi = v[0];
+  for (int i = 1; i < n; i++) {
+    if (v[i] < *lo) *lo = v[i];
+    if (v[i] > *hi) *hi = v[i];
+  }
+}
+
+/* Execute of a tiny op beside a unary Echo of the request's size, call by
+ * call interleaved (Echo, Execute, Echo, ...), in `reps` repetitions of n
+ * calls each: each repetition gives p50 and p99 of both; the figures are
+ * the medians over the repetitions, and the ratios' range across them says
+ * how noisy the machine was. */
+static void bench_execute(pd_client *c, pd_session *s, int n, int reps) {
   const float one[1] = {1};
   const int64_t d1[1] = {1};
   if (pd_upload(s, 1, PD_FLOAT32, d1, 1, one, sizeof(one), pd_layout_mirrored(),
@@ -136,39 +160,61 @@ static void bench_execute(pd_client *c, pd_session *s, int n) {
 
   double *te = malloc(sizeof(double) * (size_t)n);
   double *tx = malloc(sizeof(double) * (size_t)n);
+  double e50[16], x50[16], e99[16], x99[16], r50[16], r99[16];
+  if (reps > 16) reps = 16;
   uint64_t ids[1000];
   int nid = 0;
-  for (int i = -n / 10; i < n; i++) { /* the first tenth warms up */
-    double t0 = bu_now();
-    if (pd_client_echo(c, buf, payload, NULL, 0, NULL, NULL, st) != PD_OK)
-      die("Echo");
-    double t1 = bu_now();
-    out = 0;
-    if (pd_execute(s, "Add", in, 2, NULL, &out, 1, NULL, NULL, st) != PD_OK)
-      die("Execute");
-    double t2 = bu_now();
-    if (i >= 0) {
-      te[i] = t1 - t0;
-      tx[i] = t2 - t1;
+  for (int rep = 0; rep < reps; rep++) {
+    int warm = rep == 0 ? n / 10 : 0; /* the first tenth warms up */
+    for (int i = -warm; i < n; i++) {
+      double t0 = bu_now();
+      if (pd_client_echo(c, buf, payload, NULL, 0, NULL, NULL, st) != PD_OK)
+        die("Echo");
+      double t1 = bu_now();
+      out = 0;
+      if (pd_execute(s, "Add", in, 2, NULL, &out, 1, NULL, NULL, st) != PD_OK)
+        die("Execute");
+      double t2 = bu_now();
+      if (i >= 0) {
+        te[i] = t1 - t0;
+        tx[i] = t2 - t1;
+      }
+      ids[nid++] = out;
+      if (nid == 1000) { /* untimed: keep the handle table small */
+        if (pd_delete(s, ids, nid, NULL, st) != PD_OK) die("Delete");
+        nid = 0;
+      }
     }
-    ids[nid++] = out;
-    if (nid == 1000) { /* untimed: keep the handle table small */
-      if (pd_delete(s, ids, nid, NULL, st) != PD_OK) die("Delete");
-      nid = 0;
-    }
+    qsort(te, (size_t)n, sizeof(double), cmp_double);
+    qsort(tx, (size_t)n, sizeof(double), cmp_double);
+    e50[rep] = pct(te, n, 50) * 1e6;
+    x50[rep] = pct(tx, n, 50) * 1e6;
+    e99[rep] = pct(te, n, 99) * 1e6;
+    x99[rep] = pct(tx, n, 99) * 1e6;
+    r50[rep] = x50[rep] / e50[rep];
+    r99[rep] = x99[rep] / e99[rep];
   }
   if (nid && pd_delete(s, ids, nid, NULL, st) != PD_OK) die("Delete");
-  qsort(te, (size_t)n, sizeof(double), cmp_double);
-  qsort(tx, (size_t)n, sizeof(double), cmp_double);
-  char params[256];
+  double lo50, hi50, lo99, hi99;
+  minmax(r50, reps, &lo50, &hi50);
+  minmax(r99, reps, &lo99, &hi99);
+  char params[384];
   snprintf(params, sizeof(params),
            "\"op\": \"Add\", \"dtype\": \"float32\", \"shape\": [1], "
-           "\"devices\": %d, \"request_bytes\": %zu, \"calls\": %d",
-           DEVICES, req_bytes, n);
-  bu_record("rpc", params, "execute_p50_us", pct(tx, n, 50) * 1e6,
-            "echo_p50_us", pct(te, n, 50) * 1e6);
-  bu_record("rpc", params, "execute_p99_us", pct(tx, n, 99) * 1e6,
-            "echo_p99_us", pct(te, n, 99) * 1e6);
+           "\"devices\": %d, \"request_bytes\": %zu, \"calls\": %d, "
+           "\"reps\": %d, \"statistic\": \"median over reps\", "
+           "\"ratio_min\": %.3f, \"ratio_max\": %.3f",
+           DEVICES, req_bytes, n, reps, lo50, hi50);
+  bu_record("rpc", params, "execute_p50_us", median(x50, reps), "echo_p50_us",
+            median(e50, reps));
+  snprintf(params, sizeof(params),
+           "\"op\": \"Add\", \"dtype\": \"float32\", \"shape\": [1], "
+           "\"devices\": %d, \"request_bytes\": %zu, \"calls\": %d, "
+           "\"reps\": %d, \"statistic\": \"median over reps\", "
+           "\"ratio_min\": %.3f, \"ratio_max\": %.3f",
+           DEVICES, req_bytes, n, reps, lo99, hi99);
+  bu_record("rpc", params, "execute_p99_us", median(x99, reps), "echo_p99_us",
+            median(e99, reps));
   free(te);
   free(tx);
   free(buf);
@@ -212,7 +258,7 @@ static double echo_stream(pd_client *c, int n, size_t payload) {
   return t;
 }
 
-static void bench_enqueue(pd_session *s, int n) {
+static void bench_enqueue(pd_session *s, int n, int reps) {
   const float one[1] = {1};
   const int64_t d1[1] = {1};
   if (pd_upload(s, 2, PD_FLOAT32, d1, 1, one, sizeof(one), pd_layout_mirrored(),
@@ -232,12 +278,14 @@ static void bench_enqueue(pd_session *s, int n) {
       item_bytes - (protobuf_c_message_get_packed_size(&ereq.base) - 1);
 
   /* Add runs on the devices; "Nop" (no such op) is refused at validation,
-   * which measures the stream path without the scheduler and engine. */
+   * which measures the stream path without the scheduler and engine. Each
+   * repetition runs EchoStream, Add, Nop back to back (A B C A B C ...); the
+   * figures are medians over the repetitions, with the ratios' range. */
   const char *names[2] = {"Add", "Nop"};
-  double best_q[2] = {1e30, 1e30}, best_e = 1e30;
-  for (int rep = 0; rep < 3; rep++) {
-    double te = echo_stream(s->c, n, payload);
-    if (te < best_e) best_e = te;
+  double q[2][16], e[16], r[2][16];
+  if (reps > 16) reps = 16;
+  for (int rep = 0; rep < reps; rep++) {
+    e[rep] = n / echo_stream(s->c, n, payload);
     for (int k = 0; k < 2; k++) {
       pd_stream *t = pd_stream_new(s, NULL, st);
       if (!t) die("Enqueue");
@@ -250,27 +298,32 @@ static void bench_enqueue(pd_session *s, int n) {
       }
       pd_code rc = pd_stream_wait(t, PD_TIMEOUT_NONE, st);
       if (rc != (k == 0 ? PD_OK : PD_INVALID_ARGUMENT)) die("Enqueue wait");
-      double tq = bu_now() - t0;
-      if (tq < best_q[k]) best_q[k] = tq;
+      q[k][rep] = n / (bu_now() - t0);
+      r[k][rep] = q[k][rep] / e[rep];
       if (pd_stream_close(t, PD_TIMEOUT_NONE, st) != PD_OK)
         die("Enqueue close");
       pd_stream_delete(t);
     }
     if (pd_sync(s, NULL, 0, NULL, NULL, st) != PD_OK) die("Sync");
   }
-  char params[256];
+  double lo[2], hi[2];
+  for (int k = 0; k < 2; k++) minmax(r[k], reps, &lo[k], &hi[k]);
+  double echo_med = median(e, reps);
+  char params[384];
   snprintf(params, sizeof(params),
            "\"op\": \"Add\", \"shape\": [1], \"devices\": %d, \"ops\": %d, "
-           "\"item_bytes\": %zu",
-           DEVICES, n, item_bytes);
-  bu_record("rpc", params, "enqueue_ops_per_s", n / best_q[0],
-            "echo_stream_msgs_per_s", n / best_e);
+           "\"item_bytes\": %zu, \"reps\": %d, \"statistic\": \"median over "
+           "reps\", \"ratio_min\": %.3f, \"ratio_max\": %.3f",
+           DEVICES, n, item_bytes, reps, lo[0], hi[0]);
+  bu_record("rpc", params, "enqueue_ops_per_s", median(q[0], reps),
+            "echo_stream_msgs_per_s", echo_med);
   snprintf(params, sizeof(params),
            "\"op\": \"Nop (refused at validation)\", \"ops\": %d, "
-           "\"item_bytes\": %zu",
-           n, item_bytes);
-  bu_record("rpc", params, "enqueue_refused_ops_per_s", n / best_q[1],
-            "echo_stream_msgs_per_s", n / best_e);
+           "\"item_bytes\": %zu, \"reps\": %d, \"statistic\": \"median over "
+           "reps\", \"ratio_min\": %.3f, \"ratio_max\": %.3f",
+           n, item_bytes, reps, lo[1], hi[1]);
+  bu_record("rpc", params, "enqueue_refused_ops_per_s", median(q[1], reps),
+            "echo_stream_msgs_per_s", echo_med);
 }
 
 static void bench_transfer(pd_session *s, size_t bytes, int reps) {
@@ -423,8 +476,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_rpc: note: the daemon has %d devices\n",
             pd_session_num_devices(s));
 
-  bench_execute(c, s, quick ? 500 : 5000);
-  bench_enqueue(s, quick ? 2000 : 20000);
+  bench_execute(c, s, quick ? 500 : 2000, quick ? 3 : 7);
+  bench_enqueue(s, quick ? 2000 : 20000, quick ? 3 : 7);
   pd_session_delete(s);
   s = pd_session_new(c, &so, NULL, st); /* frees the streamed outputs */
   if (!s) die("CreateSession");

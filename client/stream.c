@@ -13,7 +13,8 @@ struct pd_stream {
   pdc_bidi *b;
   pd_stream_reply_fn on_reply;
   void *on_reply_arg;
-  int64_t deadline_ms; /* < 0: none */
+  int64_t deadline_ms;    /* < 0: none */
+  uint32_t op_timeout_ms; /* sent with every execute item; 0: none */
   bool token_sent;
   bool closed;
   uint64_t items;
@@ -105,6 +106,7 @@ pd_stream *pd_stream_new(pd_session *s, const pd_stream_options *opts,
   t->on_reply = o.on_reply;
   t->on_reply_arg = o.on_reply_arg;
   t->deadline_ms = o.timeout_ms ? pdc_now_ms() + o.timeout_ms : -1;
+  t->op_timeout_ms = o.op_timeout_ms;
   pthread_mutex_init(&t->mu, NULL);
   t->b = pdc_bidi_new(s->c, PDC_M_Enqueue, o.timeout_ms ? o.timeout_ms : -1,
                       o.max_in_flight, pdc_stream_on_message, t, st);
@@ -153,6 +155,7 @@ pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
   Paradev__V1__EnqueueRequest r = PARADEV__V1__ENQUEUE_REQUEST__INIT;
   r.item_case = PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE;
   r.execute = &o;
+  r.op_timeout_ms = t->op_timeout_ms;
   return pdc_stream_send(t, &r, index, st);
 }
 

@@ -654,6 +654,14 @@ bool dev_op_has_pending_input(const dev_op *op, dev_tensor **pending);
  * ownership of `op`. Thread-safe. */
 void dev_op_submit(dev_engine *e, dev_op *op);
 
+/* Queues ops[0..n) as n dev_op_submit calls in that order would, taking
+ * ownership of each, but with one lock and at most one wake-up per device
+ * for the whole batch (a dispatcher's turn). An op with a pending input is
+ * refused as dev_op_submit refuses it; the others keep their order.
+ * Thread-safe. Source: paradev (issue #15, the dispatcher's batches). */
+#define DEV_SUBMIT_BATCH_MAX 64
+void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n);
+
 /* Drops a prepared op without running it; its outputs fail with `code` and
  * `msg` (e.g. CANCELLED). Takes ownership of `op`. */
 void dev_op_abandon(dev_op *op, pd_code code, const char *msg);

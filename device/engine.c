@@ -148,6 +148,7 @@ pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out,
   e->execs = calloc((size_t)e->n, sizeof *e->execs);
   if (!e->execs) goto fail_engine;
   pthread_mutex_init(&e->submit_mu, NULL);
+  pthread_mutex_init(&e->op_mu, NULL);
   int started = 0;
   for (; started < e->n; started++) {
     dev_exec *x = &e->execs[started];
@@ -180,6 +181,7 @@ fail_threads:
   engine_stop_threads(e, started);
   engine_free_execs(e, started);
   pthread_mutex_destroy(&e->submit_mu);
+  pthread_mutex_destroy(&e->op_mu);
   free(e->execs);
 fail_engine:
   free(e);
@@ -194,6 +196,7 @@ void dev_engine_destroy(dev_engine *e) {
   engine_stop_threads(e, e->n);
   engine_free_execs(e, e->n);
   pthread_mutex_destroy(&e->submit_mu);
+  dev__op_pool_free(e);
   e->backend->destroy(e->backend);
   free(e->execs);
   free(e);
@@ -278,6 +281,49 @@ void dev_op_submit(dev_engine *e, dev_op *op) {
       atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
   for (int d = 0; d < e->n; d++) dev__exec_push(&e->execs[d], op);
   pthread_mutex_unlock(&e->submit_mu);
+}
+
+/* --- batch submission (issue #15) ---------------------------------------- */
+
+void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
+  /* Ops with a pending input are refused one by one, as dev_op_submit does;
+   * the rest go out in one reservation and one push per device. Up to
+   * DEV_SUBMIT_BATCH_MAX at a time (the arrays below). */
+  while (n > 0) {
+    dev_op *go[DEV_SUBMIT_BATCH_MAX];
+    int k = 0, used = 0;
+    for (; used < n && k < DEV_SUBMIT_BATCH_MAX; used++) {
+      if (dev_op_has_pending_input(ops[used], NULL))
+        dev_op_submit(e, ops[used]); /* refuses it, with the message */
+      else
+        go[k++] = ops[used];
+    }
+    ops += used;
+    n -= used;
+    if (k == 0) continue;
+    pthread_mutex_lock(&e->submit_mu);
+    bool room = true;
+    for (int d = 0; d < e->n && room; d++)
+      room = dev__exec_reserve_n(&e->execs[d], (size_t)k);
+    if (!room) {
+      pthread_mutex_unlock(&e->submit_mu);
+      for (int i = 0; i < k; i++)
+        dev_op_abandon(go[i], PD_RESOURCE_EXHAUSTED,
+                       "host out of memory while queueing the op");
+      continue;
+    }
+    for (int i = 0; i < k; i++) {
+      dev_op *op = go[i];
+      op->seq = ++e->seq;
+      op->per_device_release = !(op->def->flags & DEV_OP_COLLECTIVE);
+      for (int o = 0; o < op->num_outputs; o++)
+        for (int d = 0; d < e->n; d++)
+          atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
+    }
+    for (int d = 0; d < e->n; d++)
+      dev__exec_push_n(&e->execs[d], go, (size_t)k);
+    pthread_mutex_unlock(&e->submit_mu);
+  }
 }
 
 pd_code dev_execute(dev_engine *e, const char *op_name,

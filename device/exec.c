@@ -275,11 +275,14 @@ void *dev__exec_main(void *arg) {
   }
 }
 
-bool dev__exec_reserve(dev_exec *x) {
+bool dev__exec_reserve(dev_exec *x) { return dev__exec_reserve_n(x, 1); }
+
+bool dev__exec_reserve_n(dev_exec *x, size_t n) {
   bool ok = true;
   pthread_mutex_lock(&x->mu);
-  if (x->count == x->cap) {
+  if (x->count + n > x->cap) {
     size_t ncap = x->cap ? x->cap * 2 : 256;
+    while (ncap < x->count + n) ncap *= 2;
     dev_op **nr = malloc(ncap * sizeof *nr);
     if (nr) {
       for (size_t i = 0; i < x->count; i++)
@@ -292,9 +295,10 @@ bool dev__exec_reserve(dev_exec *x) {
       ok = false;
     }
   }
-  if (ok && x->fenced && x->outstanding == x->fcap) {
+  if (ok && x->fenced && x->outstanding + n > x->fcap) {
     /* Room in fring for every op that may reach it. */
     size_t ncap = x->fcap ? x->fcap * 2 : 256;
+    while (ncap < x->outstanding + n) ncap *= 2;
     dev_inflight *nf = malloc(ncap * sizeof *nf);
     if (nf) {
       for (size_t i = 0; i < x->fcount; i++)
@@ -311,11 +315,18 @@ bool dev__exec_reserve(dev_exec *x) {
   return ok;
 }
 
-void dev__exec_push(dev_exec *x, dev_op *op) {
+void dev__exec_push(dev_exec *x, dev_op *op) { dev__exec_push_n(x, &op, 1); }
+
+/* --- batch submission (issue #15: a dispatcher as fast as the wire) -------
+ * Pushes ops[0..n) (room reserved) under one lock with at most one wake-up:
+ * a dispatcher batch costs each executor one lock and one signal, not one
+ * per op, and an executor that is running is never signalled. */
+void dev__exec_push_n(dev_exec *x, dev_op *const *ops, size_t n) {
   pthread_mutex_lock(&x->mu);
-  x->ring[(x->head + x->count) % x->cap] = op;
-  x->count++;
-  if (x->fenced) x->outstanding++;
+  for (size_t i = 0; i < n; i++)
+    x->ring[(x->head + x->count + i) % x->cap] = ops[i];
+  x->count += n;
+  if (x->fenced) x->outstanding += n;
   if (x->sleeping) pthread_cond_signal(&x->work_cv); /* no syscall when awake */
   pthread_mutex_unlock(&x->mu);
 }

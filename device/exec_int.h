@@ -133,6 +133,12 @@ bool dev__exec_reserve(dev_exec *x);
 /* Appends `op` to x's ring (room reserved) and wakes the executor. */
 void dev__exec_push(dev_exec *x, dev_op *op);
 
+/* The same for n ops (dev_op_submit_batch): room for n reserved at once,
+ * pushed under one lock with at most one wake-up (only when the executor
+ * sleeps). */
+bool dev__exec_reserve_n(dev_exec *x, size_t n);
+void dev__exec_push_n(dev_exec *x, dev_op *const *ops, size_t n);
+
 /* --- release after failure (release.c) ---------------------------------- */
 
 /* Called once every device has run (issued) `op`: when one device's

@@ -4,12 +4,50 @@
  * allocated), so a caller knows every output's dtype and shape before the
  * devices run it. Also a prepared op's accessors, abandoning it, and freeing
  * it (dev__op_free, which the executor files call when the devices are done
- * with it). Submission is engine.c's. */
+ * with it) into the engine's free list of ops (dev__op_alloc takes from it:
+ * no malloc of a dev_op per op). Submission is engine.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device_int.h"
+
+/* --- the op free list (issue #15: no malloc per op) ------------------------ */
+
+dev_op *dev__op_alloc(dev_engine *e) {
+  pthread_mutex_lock(&e->op_mu);
+  dev_op *op = e->op_free;
+  if (op) {
+    e->op_free = op->next_free;
+    e->op_nfree--;
+  }
+  pthread_mutex_unlock(&e->op_mu);
+  if (!op) return calloc(1, sizeof *op);
+  memset(op, 0, sizeof *op);
+  return op;
+}
+
+void dev__op_recycle(dev_op *op) {
+  dev_engine *e = op->engine;
+  pthread_mutex_lock(&e->op_mu);
+  if (e->op_nfree < DEV_OP_POOL) {
+    op->next_free = e->op_free;
+    e->op_free = op;
+    e->op_nfree++;
+    op = NULL;
+  }
+  pthread_mutex_unlock(&e->op_mu);
+  free(op);
+}
+
+void dev__op_pool_free(dev_engine *e) {
+  while (e->op_free) {
+    dev_op *op = e->op_free;
+    e->op_free = op->next_free;
+    free(op);
+  }
+  pthread_mutex_destroy(&e->op_mu);
+}
 
 void dev__op_free(dev_op *op) {
   dev_backend *b = op->engine->backend;
@@ -20,7 +58,7 @@ void dev__op_free(dev_op *op) {
   for (int i = 0; i < op->num_inputs; i++) rel(op->inputs[i]);
   for (int i = 0; i < op->num_outputs; i++) rel(op->outputs[i]);
   free(op->attr_arena);
-  free(op);
+  dev__op_recycle(op);
 }
 
 static const char *attr_type_name(dev_attr_type t) {
@@ -336,15 +374,20 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
                      op_name ? op_name : "(null)");
   PD_TRY(check_inputs(def, e, inputs, num_inputs, st));
 
-  dev_op *op = calloc(1, sizeof *op);
+  dev_op *op = dev__op_alloc(e); /* zeroed, from the engine's free list */
   if (!op) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   op->def = def;
   op->engine = e;
   pd_dtype out_dtype[DEV_MAX_OUTPUTS];
+  /* Output shapes: on the stack for meshes up to 8 devices (no malloc per
+   * op on the hot path), else on the heap. */
+  dev_shape shapes_local[8 * DEV_MAX_OUTPUTS];
   dev_shape *out_shapes = NULL;
   pd_code rc;
   PD_TRY_GOTO(resolve_attrs(def, attrs, num_attrs, op, st), rc, fail);
-  out_shapes = malloc(sizeof(dev_shape) * (size_t)e->n * DEV_MAX_OUTPUTS);
+  out_shapes = e->n <= 8
+                   ? shapes_local
+                   : malloc(sizeof(dev_shape) * (size_t)e->n * DEV_MAX_OUTPUTS);
   if (!out_shapes) {
     rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
     goto fail;
@@ -363,12 +406,12 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
     op->outputs[o]->not_mirrored = not_mirrored;
   atomic_init(&op->pending, e->n);
   atomic_init(&op->inflight, e->n + 1);
-  free(out_shapes);
+  if (out_shapes != shapes_local) free(out_shapes);
   *out = op;
   return PD_OK;
 
 fail:
-  free(out_shapes);
+  if (out_shapes != shapes_local) free(out_shapes);
   dev__op_free(op);
   return rc;
 }

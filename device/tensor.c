@@ -57,8 +57,11 @@ pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
                        "component %d has rank %d but component 0 has rank %d; "
                        "expected equal ranks",
                        d, shapes[d].rank, shapes[0].rank);
-  dev_tensor *t = calloc(1, sizeof *t + (size_t)n * sizeof(dev_component));
+  size_t size = sizeof(dev_tensor) + (size_t)n * sizeof(dev_component);
+  size = (size + DEV_CACHE_LINE - 1) / DEV_CACHE_LINE * DEV_CACHE_LINE;
+  dev_tensor *t = aligned_alloc(DEV_CACHE_LINE, size); /* comps[] aligned */
   if (!t) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  memset(t, 0, size);
   atomic_init(&t->refs, 1);
   atomic_init(&t->pending, false);
   t->engine = e;

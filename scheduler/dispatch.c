@@ -2,7 +2,10 @@
  * the order the policy (sched_policy.h) picks sessions, submits them to the
  * engine and counts their completion; fence requests go out between turns.
  * A session whose next op reads a tensor still loading (a pending tensor,
- * loads.c) is held: it leaves the ready set until that tensor completes.
+ * loads.c) is held: it leaves the ready set until that tensor completes. An
+ * op whose deadline passed while it was queued is dropped at its turn with
+ * DEADLINE_EXCEEDED instead of being submitted (the lease thread's timer
+ * drops the others, lease.c).
  *
  * Ops reach the engine from this thread, not straight from sched_execute's
  * caller (an RPC thread), even when nothing else is queued: dev_op_submit
@@ -10,10 +13,28 @@
  * thread that woke it. Measured on 2 cores (bench_rpc, Enqueue ops/s over
  * EchoStream msgs/s in one run): submitting from the RPC thread took the
  * ratio from about 0.6 to 0.3; here those wake-ups land on a thread that no
- * client waits for. */
+ * client waits for. Where the rest of the time went (perf on the daemon
+ * under bench_rpc, issue #15): about 40% of its CPU in the kernel's
+ * context-switch and wake-up paths, under 5% in the scheduler's and
+ * engine's own code. So a turn costs as few wake-ups as it can: the batch
+ * goes out in one dev_op_submit_batch (one lock and at most one wake-up per
+ * device, and none for an executor that is running), a completion takes no
+ * lock unless sched_destroy waits, and the dispatcher, once woken, first
+ * yields to the thread that woke it (it is about to send its reply, or to
+ * queue the next streamed op, which then joins this batch): Execute p50
+ * over Echo went from 1.17-1.27 to 1.04-1.07 and Enqueue over EchoStream
+ * from 0.71-0.80 to about 0.89 (bench_rpc --quick, 3 runs each, same
+ * machine). */
+#include <sched.h>
 #include <stdlib.h>
 
 #include "sched_int.h"
+
+/* --- submission and completion (issue #15: speed) --------------------------
+ * sched_submit_batch and sched_op_done are the dispatcher's hot path: one
+ * dev_op_submit_batch per turn (one lock and at most one wake-up per
+ * device for the whole batch), and a completion that takes no lock unless
+ * sched_destroy waits for it (done_waiting). */
 
 /* Completion of a submitted op (on the executor that finished it last). */
 static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
@@ -21,27 +42,46 @@ static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
   sched_qop *q = arg;
   sched *s = q->owner;
   sched_count_done(s, q, code);
-  free(q);
-  pthread_mutex_lock(&s->done_mu);
-  atomic_fetch_add(&s->n_completed, 1);
-  pthread_cond_broadcast(&s->done_cv);
-  pthread_mutex_unlock(&s->done_mu);
+  sched_qop_free(s, q);
+  /* The count is the last touch of s: once it reaches n_submitted,
+   * sched_destroy may free s. While it waits, the count moves under
+   * done_mu and wakes it; a completion that saw it not waiting yet moves
+   * the count alone, which sched_destroy's timed wait picks up. */
+  if (atomic_load(&s->done_waiting)) {
+    pthread_mutex_lock(&s->done_mu);
+    atomic_fetch_add(&s->n_completed, 1);
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->done_mu);
+  } else {
+    atomic_fetch_add(&s->n_completed, 1);
+  }
 }
 
-/* Submits one op and arranges for its completion to be counted. */
-static void sched_submit(sched *s, sched_qop *q) {
-  dev_op *op = q->op;
-  dev_tensor *out = dev_op_num_outputs(op) > 0 ? dev_op_output(op, 0) : NULL;
-  q->t_sub_ns = sched_now_ns();
-  atomic_fetch_add(&s->n_submitted, 1);
-  if (out) dev_tensor_retain(out); /* the op belongs to the engine after this */
-  dev_op_submit(s->engine, op);
-  dev_status st = DEV_STATUS_INIT;
-  if (!out)
-    sched_op_done(q, NULL, PD_OK);
-  else if (dev_tensor_notify(out, sched_op_done, q, &st) != PD_OK)
-    sched_op_done(q, out, PD_OK); /* host memory: count it now, untimed */
-  dev_tensor_release(out);
+/* Submits batch[0..k) in order and arranges for each completion to be
+ * counted. */
+static void sched_submit_batch(sched *s, sched_qop *const *batch, int k) {
+  if (k <= 0) return;
+  dev_op *ops[SCHED_DISPATCH_BATCH];
+  dev_tensor *outs[SCHED_DISPATCH_BATCH];
+  uint64_t now = sched_now_ns();
+  for (int i = 0; i < k; i++) {
+    dev_op *op = batch[i]->op;
+    ops[i] = op;
+    outs[i] = dev_op_num_outputs(op) > 0 ? dev_op_output(op, 0) : NULL;
+    /* The ops belong to the engine after the submission. */
+    if (outs[i]) dev_tensor_retain(outs[i]);
+    batch[i]->t_sub_ns = now;
+  }
+  atomic_fetch_add(&s->n_submitted, (uint64_t)k);
+  dev_op_submit_batch(s->engine, ops, k);
+  for (int i = 0; i < k; i++) {
+    dev_status st = DEV_STATUS_INIT;
+    if (!outs[i])
+      sched_op_done(batch[i], NULL, PD_OK);
+    else if (dev_tensor_notify(outs[i], sched_op_done, batch[i], &st) != PD_OK)
+      sched_op_done(batch[i], outs[i], PD_OK); /* host memory: now, untimed */
+    dev_tensor_release(outs[i]);
+  }
 }
 
 /* The end of a hold (sched_hold): the pending tensor the session's head op
@@ -74,15 +114,30 @@ static void sched_hold(sched_session *ss, dev_tensor *t) {
  * and charges the policy (qmu held). It stops before an op with a pending
  * input (a tensor still loading): the session is then held on it (*hold,
  * retained) and leaves the ready set with its later ops queued behind; other
- * sessions go on. *idle: the session left the ready set (empty or held; its
- * reference is the caller's to drop). */
+ * sessions go on. An op whose deadline passed is not submitted: it goes to
+ * *expired (in queue order, *nexp of them, counted as dropping) for the
+ * caller to drop with sched_finish_expire before it submits the batch, and
+ * costs the session nothing. *idle: the session left the ready set (empty
+ * or held; its reference is the caller's to drop). */
 static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
                                    sched_qop **batch, bool *idle,
-                                   dev_tensor **hold) {
-  int k = 0;
+                                   dev_tensor **hold, sched_qop **expired,
+                                   int *nexp) {
+  int k = 0, x = 0;
+  uint64_t now = 0; /* read once, at the first op with a deadline */
+  sched_qop **xtail = expired;
   *hold = NULL;
+  *expired = NULL;
   while (ss->qhead && k < budget) {
     sched_qop *q = ss->qhead;
+    if (sched_qop_expired(q, &now)) {
+      ss->qhead = q->next;
+      q->next = NULL;
+      *xtail = q;
+      xtail = &q->next;
+      x++;
+      continue;
+    }
     if (dev_op_has_pending_input(q->op, hold)) {
       dev_tensor_retain(*hold); /* the op may be dropped once qmu is let go */
       ss->held_on = *hold;
@@ -92,9 +147,11 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
     q->next = NULL;
     batch[k++] = q;
   }
-  ss->qlen -= k;
+  ss->qlen -= k + x;
+  ss->dropping += x;
+  *nexp = x;
   ss->sub_lo = k ? batch[0]->seq : 0;
-  atomic_fetch_sub(&s->n_queued, (uint64_t)k);
+  atomic_fetch_sub(&s->n_queued, (uint64_t)(k + x));
   if (!ss->qhead) ss->qtail = NULL;
   *idle = ss->qhead == NULL || *hold != NULL;
   if (*idle) ss->in_ready = false;
@@ -110,9 +167,13 @@ static void sched_dispatch_turn_locked(sched *s, sched_qop **batch) {
   if (budget > SCHED_DISPATCH_BATCH) budget = SCHED_DISPATCH_BATCH;
   bool drop_ref = false;
   dev_tensor *hold = NULL;
-  int k = sched_take_batch_locked(s, ss, budget, batch, &drop_ref, &hold);
+  sched_qop *expired = NULL;
+  int nexp = 0;
+  int k = sched_take_batch_locked(s, ss, budget, batch, &drop_ref, &hold,
+                                  &expired, &nexp);
   pthread_mutex_unlock(&s->qmu);
-  for (int i = 0; i < k; i++) sched_submit(s, batch[i]);
+  sched_finish_expire(ss, expired, nexp); /* before ops that may read them */
+  sched_submit_batch(s, batch, k);
   if (hold) {
     sched_hold(ss, hold);
     dev_tensor_release(hold);
@@ -129,15 +190,30 @@ static void sched_dispatch_turn_locked(sched *s, sched_qop **batch) {
   }
 }
 
+/* Woken by the thread that queued work (an RPC thread, most often): let it
+ * run on first (it is about to send its reply, or to queue the next op of
+ * a stream, which then joins this batch) rather than preempting it (qmu
+ * held on entry and exit). Measured with bench_rpc on 2 cores: see the
+ * header. */
+static void sched_dispatch_yield_locked(sched *s) {
+  pthread_mutex_unlock(&s->qmu);
+  sched_yield();
+  pthread_mutex_lock(&s->qmu);
+}
+
 void *sched_dispatch_main(void *arg) {
   sched *s = arg;
   sched_qop *batch[SCHED_DISPATCH_BATCH];
   pthread_mutex_lock(&s->qmu);
   for (;;) {
+    bool slept = false;
     while (!s->fences && (sched_policy_empty(&s->ready) || s->paused) &&
-           !s->qstop)
+           !s->qstop) {
       pthread_cond_wait(&s->qcv, &s->qmu);
+      slept = true;
+    }
     if (s->qstop) break;
+    if (slept) sched_dispatch_yield_locked(s);
     if (s->fences) { /* every batch taken before was submitted */
       sched_fence_req *f = s->fences;
       s->fences = NULL;

@@ -24,6 +24,7 @@ typedef struct sched_exec {
   int npend;
   uint64_t new_bytes;
   sched_qop *chain; /* the n queue entries, once allocated */
+  bool kick;        /* an op lowered the earliest deadline: wake the timer */
   /* A call of one op (every streamed op) needs no allocation. */
   dev_op *prepared1[1];
   sched_pending pend1[DEV_MAX_OUTPUTS];
@@ -37,6 +38,7 @@ static pd_code exec_init(sched_exec *x, sched_session *ss, const sched_op *ops,
   x->npend = 0;
   x->new_bytes = 0;
   x->chain = NULL;
+  x->kick = false;
   x->prepared1[0] = NULL;
   x->prepared = x->prepared1;
   x->pend = x->pend1;
@@ -57,7 +59,7 @@ static void exec_free(sched_exec *x) {
   while (x->chain) {
     sched_qop *q = x->chain;
     x->chain = q->next;
-    free(q);
+    sched_qop_free(x->ss->owner, q);
   }
   for (int i = 0; i < x->n; i++)
     if (x->prepared[i])
@@ -175,7 +177,7 @@ static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
   if (!sched_htab_reserve(&ss->handles, (size_t)x->npend))
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   for (int i = x->n - 1; i >= 0; i--) { /* the queue entries, in order */
-    sched_qop *q = calloc(1, sizeof(*q));
+    sched_qop *q = sched_qop_new(s);
     if (!q) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     q->tag = tag;
     q->owner = s;
@@ -218,6 +220,21 @@ static pd_code exec_record_locked(sched_exec *x, int *bad, dev_status *inner) {
   return PD_OK;
 }
 
+/* The deadline of a queued op: the earlier of the call's and of its
+ * timeout (its own, else the session's) from queueing. */
+static void exec_set_deadline(sched_qop *q, const sched_op *op,
+                              const sched_session *ss) {
+  q->deadline_ns = op->deadline_ns;
+  q->dl_src = op->deadline_ns ? SCHED_DL_CALL : 0;
+  uint32_t ms = op->timeout_ms ? op->timeout_ms : ss->op_timeout_ms;
+  if (!ms) return;
+  uint64_t d = q->t_enq_ns + (uint64_t)ms * 1000000u;
+  if (!q->deadline_ns || d < q->deadline_ns) {
+    q->deadline_ns = d;
+    q->dl_src = op->timeout_ms ? SCHED_DL_OP : SCHED_DL_SESSION;
+  }
+}
+
 /* Publishes the outputs and queues the ops (cannot fail). */
 static void exec_publish_locked(sched_exec *x) {
   sched_session *ss = x->ss;
@@ -237,6 +254,9 @@ static void exec_publish_locked(sched_exec *x) {
     q->op = x->prepared[i];
     q->seq = ++ss->enqueued;
     q->t_enq_ns = t_enq;
+    exec_set_deadline(q, &x->ops[i], ss);
+    if (q->deadline_ns && sched_deadline_note_locked(s, q->deadline_ns))
+      x->kick = true;
     x->prepared[i] = NULL;
   }
   sched_queue_append_locked(ss, x->chain, last, x->n);
@@ -273,6 +293,7 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
   if (c == PD_OK) c = exec_record_locked(&x, &bad, &inner);
   if (c == PD_OK) exec_publish_locked(&x);
   pthread_mutex_unlock(&ss->mu);
+  if (x.kick) sched_deadline_kick(ss->owner);
   if (c != PD_OK && bad >= 0) sched_op_error(st, bad, ops[bad].op_name, &inner);
   exec_free(&x);
   if (c != PD_OK && failed_op) *failed_op = bad < 0 ? 0 : bad;

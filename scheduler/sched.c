@@ -73,9 +73,13 @@ static void sched_locks_init(sched *s) {
   pthread_mutex_init(&s->io_mu, NULL);
   pthread_cond_init(&s->io_cv, NULL);
   pthread_cond_init(&s->io_idle_cv, NULL);
+  atomic_init(&s->dl_next_ns, UINT64_MAX); /* no queued op has a deadline */
+  pthread_mutex_init(&s->qop_mu, NULL);
 }
 
 static void sched_locks_destroy(sched *s) {
+  sched_qop_pool_free(s);
+  pthread_mutex_destroy(&s->qop_mu);
   pthread_cond_destroy(&s->io_idle_cv);
   pthread_cond_destroy(&s->io_cv);
   pthread_mutex_destroy(&s->io_mu);
@@ -195,8 +199,19 @@ void sched_destroy(sched *s) {
   sched_workers_stop(s);
   /* Ops on the devices still report their completion here. */
   pthread_mutex_lock(&s->done_mu);
-  while (atomic_load(&s->n_completed) < atomic_load(&s->n_submitted))
-    pthread_cond_wait(&s->done_cv, &s->done_mu);
+  atomic_store(&s->done_waiting, true); /* from now on completions wake us */
+  while (atomic_load(&s->n_completed) < atomic_load(&s->n_submitted)) {
+    /* Timed: a completion that read done_waiting false just before it was
+     * set counts without waking us (dispatch.c sched_op_done). */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* done_cv's clock */
+    ts.tv_nsec += 1000000;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->done_cv, &s->done_mu, &ts);
+  }
   pthread_mutex_unlock(&s->done_mu);
   sched_tenants_free(s);
   sched_locks_destroy(s);

@@ -22,8 +22,10 @@
  *   5. the engine's own locks (dev_*), taken inside dev_* calls.
  *
  * Nestings that occur: mu -> session.mu (sched_get_stats), session.mu ->
- * qmu (sched_execute, the tape executor), qmu -> engine
- * (dev_tensor_is_ready). A session's `refs`, `expires_ms`, the limits and the
+ * qmu (sched_execute, the tape executor), mu -> qmu (the lease thread's
+ * deadline sweep, lease.c), qmu -> engine (dev_tensor_is_ready, and
+ * dev_op_abandon of cancelled and expired ops, so their outputs carry the
+ * error before an op behind them can be dispatched). A session's `refs`, `expires_ms`, the limits and the
  * counters are atomics and need no lock. The observers table is written
  * before serving only.
  *
@@ -90,7 +92,13 @@ typedef struct sched_qop {
   int op_index;      /* into sched->op_stats */
   uint64_t t_enq_ns; /* sched_execute */
   uint64_t t_sub_ns; /* submission to the engine */
+  /* CLOCK_MONOTONIC ns by which it must be submitted (0: none), and where
+   * that came from (SCHED_DL_*, for the message). */
+  uint64_t deadline_ns;
+  int dl_src;
 } sched_qop;
+
+enum { SCHED_DL_CALL = 1, SCHED_DL_OP = 2, SCHED_DL_SESSION = 3 };
 
 /* A sched_tensor_notify registration waiting for its session's queue. */
 typedef struct sched_dwait {
@@ -205,6 +213,7 @@ struct sched_session {
   int priority;           /* band, SCHED_PRIORITY_MIN..MAX */
   uint32_t weight;        /* >= 1 */
   uint32_t lease_s;
+  uint32_t op_timeout_ms; /* default deadline of its ops; 0: none */
   uint64_t quota;
   int64_t created_ms;         /* monotonic */
   _Atomic int64_t expires_ms; /* monotonic */
@@ -236,6 +245,10 @@ struct sched_session {
    * session is held out of the ready set (dispatch.c); a borrowed pointer,
    * compared only while a hold's registration keeps the tensor alive. */
   dev_tensor *held_on;
+  /* The lease thread's deadline sweep (lease.c), under qmu: how many
+   * expired ops it dropped from the queue and the next session swept. */
+  int xn;
+  sched_session *xnext;
 };
 
 /* The limits sched_reconfigure may change while sessions run. */
@@ -273,7 +286,11 @@ struct sched {
 
   /* Counters. */
   _Atomic uint64_t n_created, n_closed, n_expired, n_killed;
-  _Atomic uint64_t n_queued, n_submitted, n_completed, n_dropped;
+  _Atomic uint64_t n_queued, n_submitted, n_completed, n_dropped, n_expired_ops;
+  /* The earliest deadline of a queued op (CLOCK_MONOTONIC ns; UINT64_MAX:
+   * none), a lower bound: lowered by sched_execute, recomputed by the lease
+   * thread's sweep, which runs when it passes. */
+  _Atomic uint64_t dl_next_ns;
   /* Chunks the load workers wrote and tensors they ended: progress for
    * sched_check_progress while ops wait, held, for a load. */
   _Atomic uint64_t n_load_steps;
@@ -282,7 +299,13 @@ struct sched {
   int num_ops;
   sched_op_name *op_names; /* sorted by name */
   sched_op_counter *op_stats;
-  pthread_mutex_t done_mu; /* lock 4: sched_destroy waits for callbacks */
+  pthread_mutex_t done_mu;  /* lock 4: sched_destroy waits for callbacks */
+  atomic_bool done_waiting; /* set by sched_destroy: completions wake it */
+  /* Queue entries for reuse (queue.c sched_qop_new/free), under qop_mu, a
+   * leaf lock (taken under any other, nothing under it). */
+  pthread_mutex_t qop_mu;
+  sched_qop *qop_free;
+  int qop_nfree;
   pthread_cond_t done_cv;
 
   /* Observers of sessions' ends; set before serving, read-only after. */
@@ -321,6 +344,14 @@ static inline uint64_t sched_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* True when q has a deadline and `*now` (read lazily: 0 until needed) is
+ * past it. */
+static inline bool sched_qop_expired(const sched_qop *q, uint64_t *now) {
+  if (!q->deadline_ns) return false;
+  if (!*now) *now = sched_now_ns();
+  return *now >= q->deadline_ns;
 }
 
 static inline void sched_session_ref(sched_session *ss) {
@@ -436,8 +467,38 @@ void sched_make_ready_locked(sched_session *ss);
  * the session ready (qmu held). */
 void sched_queue_append_locked(sched_session *ss, sched_qop *first,
                                sched_qop *last, int n);
+/* Queue entries from the scheduler's free list (no malloc on the hot path;
+ * at most SCHED_QOP_POOL are kept): a zeroed entry, or NULL when out of
+ * host memory; and its return. Any lock state (qop_mu is a leaf). */
+#define SCHED_QOP_POOL 4096
+sched_qop *sched_qop_new(sched *s);
+void sched_qop_free(sched *s, sched_qop *q);
+/* Frees the free list (sched_destroy). */
+void sched_qop_pool_free(sched *s);
 /* Drops every queued op of a session being ended (no lock held). */
 void sched_drop_queue(sched_session *ss, const char *why);
+/* Deadlines. Unlinks the queued ops of ss whose deadline passed by `now`
+ * into a list (returned; *n of them), counted as `dropping` until
+ * sched_finish_expire; *next_dl gets the earliest deadline of the ops left
+ * (lowered only). A session held on a loading tensor is let go when ops
+ * left its queue, so the dispatcher looks at the new head (qmu held). */
+sched_qop *sched_unqueue_expired_locked(sched_session *ss, uint64_t now, int *n,
+                                        uint64_t *next_dl);
+/* Abandons expired ops (a list from sched_unqueue_expired_locked or the
+ * dispatcher's, in queue order) with DEADLINE_EXCEEDED, each with a message
+ * naming it, its deadline and its time queued (any lock state: the engine
+ * is called, nothing of the scheduler). The lease thread's sweep does it
+ * under qmu, before an op behind them in the queue can be dispatched and
+ * read their outputs. */
+void sched_abandon_expired_list(sched_qop *list);
+/* Abandons `list` (may be NULL: abandoned already), then ends the n ops'
+ * `dropping` and lets waiters on them go (no lock held). */
+void sched_finish_expire(sched_session *ss, sched_qop *list, int n);
+/* Notes that an op with `deadline_ns` was queued: lowers dl_next_ns and
+ * returns true when the lease thread must be woken for it (qmu held). */
+bool sched_deadline_note_locked(sched *s, uint64_t deadline_ns);
+/* Wakes the lease thread to look at dl_next_ns again (no lock held). */
+void sched_deadline_kick(sched *s);
 
 /* --- sessions.c ------------------------------------------------------------ */
 

@@ -29,8 +29,9 @@
  * session cannot starve the others) and submits them to the engine, which
  * gives every device the same global order. Ops still queued can be dropped:
  * those of a cancelled call (sched_cancel), and all of a closed, expired or
- * killed session; their outputs then fail with CANCELLED. Ops already
- * submitted run to the end. Priorities and deadlines come next.
+ * killed session; their outputs then fail with CANCELLED; and those whose
+ * deadline passed before they were submitted (sched_execute), which fail
+ * with DEADLINE_EXCEEDED. Ops already submitted run to the end.
  *
  * Waiting: sched_tensor_notify calls back when a handle's tensor is computed
  * without blocking a thread, so a server can honour its callers' deadlines
@@ -133,6 +134,10 @@ typedef struct sched_session_params {
   int priority;       /* band: a higher band is served strictly first;
                          0 the default, SCHED_PRIORITY_MIN..MAX */
   uint32_t weight;    /* share of device time inside its band; 0: 1 */
+  /* Deadlines (issue #15): an op of the session not started (submitted to
+   * the devices) within this many ms of being queued fails with
+   * DEADLINE_EXCEEDED, unless its own sched_op sets one; 0: none. */
+  uint32_t op_timeout_ms;
 } sched_session_params;
 
 #define SCHED_PRIORITY_MIN (-8)
@@ -185,6 +190,8 @@ const char *sched_session_tenant(const sched_session *ss);
 int sched_session_priority(const sched_session *ss);
 uint32_t sched_session_weight(const sched_session *ss);
 uint32_t sched_session_lease_s(const sched_session *ss);
+/* The session's default op timeout in ms (0: none), as created. */
+uint32_t sched_session_op_timeout_ms(const sched_session *ss);
 
 /* The limits of a tenant's sessions together (issue #14). */
 typedef struct sched_tenant_limits {
@@ -470,6 +477,12 @@ typedef struct sched_op {
   int num_attrs;
   const uint64_t *output_ids; /* fresh ids, one per output of the op */
   int num_outputs;
+  /* Deadlines (issue #15), zero for none: an absolute deadline on
+   * CLOCK_MONOTONIC in ns (the server passes the call's gRPC deadline), and
+   * a timeout in ms from queueing that replaces the session's op_timeout_ms.
+   * The op gets the earlier of the two; see sched_execute. */
+  uint64_t deadline_ns;
+  uint32_t timeout_ms;
 } sched_op;
 
 typedef struct sched_op_result {
@@ -492,7 +505,15 @@ pd_code sched_check_ops(sched *s, long n, dev_status *st);
  * nothing is queued): INVALID_ARGUMENT (too many ops, id 0, an output id
  * given twice, the wrong number of output ids, anything dev_op_prepare
  * rejects), NOT_FOUND (an input not in the session), ALREADY_EXISTS (an
- * output id that is live), RESOURCE_EXHAUSTED (quota, handle limit). */
+ * output id that is live), RESOURCE_EXHAUSTED (quota, handle limit).
+ * Deadlines: an op still queued (not submitted to the engine) at its
+ * deadline (ops[i].deadline_ns, or timeout_ms / the session's op_timeout_ms
+ * after queueing, whichever is earlier) is dropped, at the dispatcher's turn
+ * or by the lease thread's timer when nothing dispatches it (a paused
+ * dispatcher, a session held on a loading tensor): its outputs fail with
+ * DEADLINE_EXCEEDED naming the op, its deadline and how long it was queued,
+ * and so do the ops that consume them (the engine passes an input's error
+ * on). An op already on the devices runs to its end. The session goes on. */
 pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
                       uint64_t tag, sched_op_result *results, int *failed_op,
                       dev_status *st);
@@ -571,7 +592,8 @@ uint64_t sched_new_tag(sched *s);
 
 /* Waits until `t` (a tensor of session `ss`, e.g. from sched_handle_get) is
  * computed: first until the session's queue has handed over every op queued
- * so far, then on the devices. Returns the tensor's stored error, if any. */
+ * so far (or until t's own op was dropped: cancelled, past its deadline),
+ * then on the devices. Returns the tensor's stored error, if any. */
 pd_code sched_tensor_wait(sched_session *ss, dev_tensor *t, dev_status *st);
 
 /* Waits for handles ids[0..n) (n == 0: every live handle of the session),
@@ -683,6 +705,7 @@ typedef struct sched_stats {
    * bucket of sched_latency_bounds, plus +Inf (= count). */
   uint64_t latency_buckets[SCHED_LATENCY_BUCKETS + 1];
   double latency_sum_s;
+  uint64_t ops_expired; /* ever: dropped at their deadline (issue #15) */
 } sched_stats;
 
 void sched_get_stats(sched *s, sched_stats *out);

@@ -138,6 +138,7 @@ pd_code sched_session_create(sched *s, const sched_session_params *p,
   atomic_init(&ss->refs, 1); /* the table's */
   ss->owner = s;
   ss->lease_s = lease;
+  ss->op_timeout_ms = p->op_timeout_ms;
   ss->quota = quota;
   ss->created_ms = sched_now_ms();
   atomic_init(&ss->expires_ms, ss->created_ms + (int64_t)lease * 1000);
@@ -266,6 +267,9 @@ void sched_session_touch(sched_session *ss) {
 
 uint64_t sched_session_seq(const sched_session *ss) { return ss->seq; }
 uint32_t sched_session_lease_s(const sched_session *ss) { return ss->lease_s; }
+uint32_t sched_session_op_timeout_ms(const sched_session *ss) {
+  return ss->op_timeout_ms;
+}
 const char *sched_session_tenant(const sched_session *ss) { return ss->tenant; }
 int sched_session_priority(const sched_session *ss) { return ss->priority; }
 uint32_t sched_session_weight(const sched_session *ss) { return ss->weight; }

@@ -90,6 +90,7 @@ void sched_get_stats(sched *s, sched_stats *out) {
   r.ops_submitted = atomic_load(&s->n_submitted);
   r.ops_in_flight = r.ops_submitted - r.ops_completed;
   r.ops_dropped = atomic_load(&s->n_dropped);
+  r.ops_expired = atomic_load(&s->n_expired_ops);
   uint64_t cum = 0;
   for (int b = 0; b <= SCHED_LATENCY_BUCKETS; b++) {
     cum += atomic_load_explicit(&s->lat_buckets[b], memory_order_relaxed);

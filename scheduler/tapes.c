@@ -134,7 +134,7 @@ static pd_code sched_grad_admit(sched_grad_ctx *g, const char *op_name,
         "(%s) > quota %llu bytes",
         (unsigned long long)ss->bytes, (unsigned long long)g->new_bytes,
         (unsigned long long)nb, op_name, (unsigned long long)ss->quota);
-  if ((*q = calloc(1, sizeof(**q))) == NULL)
+  if ((*q = sched_qop_new(ss->owner)) == NULL)
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   return PD_OK;
 }
@@ -196,7 +196,7 @@ static pd_code sched_grad_exec(void *arg, const char *op_name,
     q->op_index = sched_op_index(s, op_name);
     q->op = op;
     c = sched_grad_enqueue(g, op_name, q, outputs, nout, st);
-    if (c != PD_OK) free(q);
+    if (c != PD_OK) sched_qop_free(s, q);
   }
   if (c != PD_OK) {
     dev_op_abandon(op, PD_CANCELLED, "the gradient was not computed");

@@ -55,7 +55,17 @@ void sched_wait_dispatched(sched_session *ss) {
 }
 
 pd_code sched_tensor_wait(sched_session *ss, dev_tensor *t, dev_status *st) {
-  if (!dev_tensor_is_ready(t)) sched_wait_dispatched(ss);
+  if (!dev_tensor_is_ready(t)) {
+    /* As sched_wait_dispatched, but a tensor whose op was dropped (its
+     * deadline passed, say) while later ops stay queued is ready at once. */
+    sched *s = ss->owner;
+    pthread_mutex_lock(&s->qmu);
+    uint64_t target = ss->enqueued;
+    while (!sched_handed_over_locked(ss, target) && !s->qstop &&
+           !dev_tensor_is_ready(t))
+      pthread_cond_wait(&s->dcv, &s->qmu);
+    pthread_mutex_unlock(&s->qmu);
+  }
   return dev_tensor_wait(t, st);
 }
 

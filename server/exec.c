@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SRV_LOG_SUB SRV_SUB_RPC
 #include "check.h"
@@ -17,17 +18,39 @@
 
 /* --- the items Execute and Enqueue share ------------------------------------------ */
 
+/* The call's gRPC deadline as the scheduler takes an op's (CLOCK_MONOTONIC
+ * ns; 0: none). gpr's monotonic clock has another origin, so the time left
+ * is measured on gpr's clock and added to ours. */
+static uint64_t srv_call_deadline_ns(const srv_call *c) {
+  if (gpr_time_cmp(c->deadline, gpr_inf_future(c->deadline.clock_type)) == 0)
+    return 0;
+  gpr_timespec left =
+      gpr_time_sub(c->deadline, gpr_now(c->deadline.clock_type));
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  int64_t secs = left.tv_sec > 100000000 ? 100000000 : left.tv_sec;
+  int64_t l_ns = secs * 1000000000 + left.tv_nsec;
+  if (l_ns < 0) l_ns = 0; /* passed already: the op expires at its turn */
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec +
+         (uint64_t)l_ns;
+}
+
 /* An execute item: converts ops[0..n) (checking every limit) and queues them
- * in one sched_execute; ops_out, res and attrs (n * DEV_MAX_ATTRS) are the
- * caller's. */
+ * in one sched_execute, each with the call's deadline and `timeout_ms` (the
+ * request's op_timeout_ms; 0: the session's); ops_out, res and attrs
+ * (n * DEV_MAX_ATTRS) are the caller's. */
 static pd_code srv_execute_item(const srv_req_limits *l, sched_session *ss,
                                 Paradev__V1__Operation *const *ops, size_t n,
-                                uint64_t tag, dev_attr *attrs,
+                                uint64_t tag, uint64_t deadline_ns,
+                                uint32_t timeout_ms, dev_attr *attrs,
                                 sched_op *ops_out, sched_op_result *res,
                                 dev_status *st) {
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
     PD_TRY(srv_op_from_pb(l, ops[i], (int)i, attrs + i * DEV_MAX_ATTRS,
                           &ops_out[i], st));
+    ops_out[i].deadline_ns = deadline_ns;
+    ops_out[i].timeout_ms = timeout_ms;
+  }
   int failed = 0;
   PD_TRY(sched_execute(ss, ops_out, (int)n, tag, res, &failed, st));
   return PD_OK;
@@ -75,7 +98,8 @@ static void srv_execute(srv_call *c, const ProtobufCMessage *m) {
     dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     goto fail;
   }
-  if (srv_execute_item(&l, ss, req->ops, n, 0, attrs, ops, res, &st) != PD_OK)
+  if (srv_execute_item(&l, ss, req->ops, n, 0, srv_call_deadline_ns(c),
+                       req->op_timeout_ms, attrs, ops, res, &st) != PD_OK)
     goto fail;
   for (size_t i = 0; i < n; i++) {
     pres[i] = srv_result_to_pb(&a, &ops[i], &res[i]);
@@ -104,7 +128,8 @@ typedef struct srv_enqueue_state {
   sched_session *ss;
   uint8_t token[SCHED_TOKEN_BYTES];
   uint64_t index;
-  uint64_t tag; /* marks this stream's queued ops */
+  uint64_t tag;         /* marks this stream's queued ops */
+  uint64_t deadline_ns; /* the stream's gRPC deadline (0: none) */
 } srv_enqueue_state;
 
 static void srv_enqueue_destroy(srv_call *c) {
@@ -152,6 +177,7 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     if (!e->ss) return; /* the stream ends with the session's error */
     memcpy(e->token, req->session_token.data, SCHED_TOKEN_BYTES);
     e->tag = sched_new_tag(c->s->sched);
+    e->deadline_ns = srv_call_deadline_ns(c);
   } else {
     sched_session_touch(e->ss);
   }
@@ -187,8 +213,8 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     srv_op_infos infos; /* no arena: this is the path of every streamed op */
     infos.n = 0;
     Paradev__V1__Operation *const ops[1] = {req->execute};
-    if (srv_execute_item(&l, e->ss, ops, 1, e->tag, attrs, &op, &res, &st) ==
-        PD_OK)
+    if (srv_execute_item(&l, e->ss, ops, 1, e->tag, e->deadline_ns,
+                         req->op_timeout_ms, attrs, &op, &res, &st) == PD_OK)
       srv_op_infos_fill(&infos, &op, &res);
     srv_enqueue_reply(c, index, &st, infos.ptrs, infos.n);
   } else if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_DELETE) {

@@ -40,13 +40,9 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &ck);
     return;
   }
-  sched_session_params p = {req->client_name,
-                            req->job_id,
-                            req->lease_seconds,
-                            req->memory_quota_bytes,
-                            NULL,
-                            0,
-                            0};
+  sched_session_params p = {req->client_name, req->job_id, req->lease_seconds,
+                            req->memory_quota_bytes, NULL, 0, 0, 0};
+  p.op_timeout_ms = req->op_timeout_ms; /* issue #15: deadlines */
   dev_status st = DEV_STATUS_INIT;
   const srv_identity *id = NULL;
   if (srv_call_identity(c, &id, &st) != PD_OK) {

@@ -365,10 +365,16 @@ typedef struct pd_session_options {
   uint64_t memory_quota_bytes; /* 0: no quota of the session's own */
   bool keep_alive;             /* the library renews the lease while the
                                   session is open (default true) */
+  uint32_t op_timeout_ms;      /* an op of the session not started on the
+                                  devices within this many ms of being queued
+                                  fails with PD_DEADLINE_EXCEEDED, and so do
+                                  the ops that consume it; 0: none. A call's
+                                  own deadline (pd_call_options) bounds the
+                                  ops of a pd_execute too. */
 } pd_session_options;
 
 #define PD_SESSION_OPTIONS_INITIALIZER                                         \
-  { sizeof(pd_session_options), NULL, NULL, 0, 0, true }
+  { sizeof(pd_session_options), NULL, NULL, 0, 0, true, 0 }
 
 /* The smallest id the library hands out (pd_session_new_id). */
 #define PD_FIRST_LIBRARY_ID (UINT64_C(1) << 62)

@@ -35,13 +35,17 @@ typedef struct pd_stream_options {
                                   stream's own thread; must not call into the
                                   stream. NULL: none. */
   void *on_reply_arg;
-  int max_in_flight;  /* items sent and not yet answered before
+  int max_in_flight;      /* items sent and not yet answered before
                                   pd_stream_execute waits; 0: 4096 */
-  int64_t timeout_ms; /* deadline of the whole stream; 0: none */
+  int64_t timeout_ms;     /* deadline of the whole stream; 0: none */
+  uint32_t op_timeout_ms; /* each execute item's op must start on the
+                             devices within this many ms of being queued
+                             (else it and its consumers fail with
+                             PD_DEADLINE_EXCEEDED); 0: the session's */
 } pd_stream_options;
 
 #define PD_STREAM_OPTIONS_INITIALIZER                                          \
-  { sizeof(pd_stream_options), NULL, NULL, 0, 0 }
+  { sizeof(pd_stream_options), NULL, NULL, 0, 0, 0 }
 
 /* Opens a bidirectional Enqueue stream on the session: items (execute,
  * delete, and the tape items below) are written without waiting for their replies, in order, and the

@@ -209,12 +209,69 @@ static void test_pending_race(void **state) {
   dev_engine_destroy(e);
 }
 
+/* dev_op_submit_batch (issue #15): 150 chained ops (each adds 1 to the
+ * previous result) handed over in one call, more than DEV_SUBMIT_BATCH_MAX,
+ * keep their order (x + 150 by hand); an op with a pending input in the
+ * middle is refused as dev_op_submit refuses it, and its consumer fails
+ * with its error, while the chain around it is unaffected. */
+static void test_submit_batch(void **state) {
+  dev_engine *e = tu_engine(3, 0);
+  dev_tensor *x =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1.5, -4});
+  dev_tensor *one =
+      tu_mirrored(e, PD_FLOAT32, 1, (int64_t[]){2}, (double[]){1, 1});
+  dev_layout mir = {DEV_LAYOUT_MIRRORED, 0, 0};
+  dev_tensor *p = pending_vec(e, 2, mir);
+  enum { N = 150 };
+  dev_op *ops[N + 2];
+  dev_status st = DEV_STATUS_INIT;
+  dev_tensor *cur = x;
+  int k = 0;
+  for (int i = 0; i < N; i++) {
+    dev_tensor *in[2] = {cur, one};
+    assert_int_equal(dev_op_prepare(e, "Add", in, 2, NULL, 0, &ops[k], &st),
+                     PD_OK);
+    cur = dev_op_output(ops[k++], 0);
+    if (i == 70) { /* the pending op and its consumer, mid-chain */
+      dev_tensor *pin[2] = {p, one};
+      assert_int_equal(
+          dev_op_prepare(e, "Add", pin, 2, NULL, 0, &ops[k++], &st), PD_OK);
+      dev_tensor *cin[1] = {dev_op_output(ops[k - 1], 0)};
+      assert_int_equal(
+          dev_op_prepare(e, "Neg", cin, 1, NULL, 0, &ops[k++], &st), PD_OK);
+    }
+  }
+  dev_tensor *last = cur, *refused = dev_op_output(ops[71], 0);
+  dev_tensor *consumer = dev_op_output(ops[72], 0);
+  dev_tensor_retain(last);
+  dev_tensor_retain(refused);
+  dev_tensor_retain(consumer);
+  dev_op_submit_batch(e, ops, k);
+  double out[2];
+  for (int c = 0; c < 3; c++) {
+    assert_int_equal(tu_read(last, c, out, 2), 2);
+    assert_true(out[0] == 151.5 && out[1] == 146);
+  }
+  assert_int_equal(dev_tensor_wait(refused, &st), PD_FAILED_PRECONDITION);
+  assert_non_null(strstr(st.msg, "still loading"));
+  assert_int_equal(dev_tensor_wait(consumer, &st), PD_FAILED_PRECONDITION);
+  dev_tensor_complete(p, PD_OK, "");
+  dev_tensor_release(last);
+  dev_tensor_release(refused);
+  dev_tensor_release(consumer);
+  dev_tensor_release(p);
+  dev_tensor_release(one);
+  dev_tensor_release(x);
+  dev_engine_destroy(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pending_then_ready),
       cmocka_unit_test(test_pending_failed),
       cmocka_unit_test(test_pending_input_of_op),
       cmocka_unit_test(test_pending_race),
+      cmocka_unit_test(test_submit_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

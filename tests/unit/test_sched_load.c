@@ -203,7 +203,7 @@ static sched *new_sched(const stg_roots *roots) {
 
 static sched_session *open_new(sched *s, uint64_t quota,
                                sched_session_info *info) {
-  sched_session_params p = {"t", "job", 0, quota, NULL, 0, 0};
+  sched_session_params p = {"t", "job", 0, quota, NULL, 0, 0, 0};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
   sched_session *ss = NULL;
@@ -362,7 +362,7 @@ static void test_load_layouts(void **state) {
 
 static sched_op op1(const char *name, const uint64_t *in, int nin,
                     const uint64_t *out) {
-  sched_op o = {name, in, nin, NULL, 0, out, 1};
+  sched_op o = {name, in, nin, NULL, 0, out, 1, 0, 0};
   return o;
 }
 

@@ -28,7 +28,7 @@ static uint8_t g_tokens[64][SCHED_TOKEN_BYTES];
 
 static pd_code open_in(sched *s, const char *tenant, sched_session **out,
                        dev_status *st) {
-  sched_session_params p = {"c", "j", 0, 0, tenant, 0, 0};
+  sched_session_params p = {"c", "j", 0, 0, tenant, 0, 0, 0};
   sched_session_info info;
   pd_code c = sched_session_create(s, &p, &info, st);
   if (c != PD_OK) return c;

@@ -31,7 +31,7 @@ static sched *new_sched(uint32_t lease_check_ms, const sched_observer *obs) {
 
 static sched_session *open_new(sched *s, const char *name, uint32_t lease,
                                uint64_t quota, sched_session_info *info) {
-  sched_session_params p = {name, "job", lease, quota, NULL, 0, 0};
+  sched_session_params p = {name, "job", lease, quota, NULL, 0, 0, 0};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
   sched_session *ss = NULL;
@@ -56,7 +56,7 @@ static pd_code upload(sched_session *ss, uint64_t id, int n, const float *v,
 
 static sched_op op1(const char *name, const uint64_t *in, int nin,
                     const uint64_t *out) {
-  sched_op o = {name, in, nin, NULL, 0, out, 1};
+  sched_op o = {name, in, nin, NULL, 0, out, 1, 0, 0};
   return o;
 }
 
@@ -94,7 +94,7 @@ static void test_tokens(void **state) {
   assert_int_equal(sched_session_open(s, tok, sizeof tok, &x, &st),
                    PD_NOT_FOUND);
   assert_null(strstr(st.msg, "restarted"));
-  sched_session_params p = {NULL, NULL, 86401, 0, NULL, 0, 0};
+  sched_session_params p = {NULL, NULL, 86401, 0, NULL, 0, 0, 0};
   assert_int_equal(sched_session_create(s, &p, &info, &st),
                    PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "max_lease_seconds"));
@@ -207,7 +207,7 @@ static void test_two_outputs(void **state) {
 
   const uint64_t in[2] = {1, 2}, outs[2] = {10, 11};
   sched_op op = {
-      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, outs, 2};
+      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, outs, 2, 0, 0};
   sched_op_result res;
   int failed = -1;
   assert_int_equal(sched_execute(a, &op, 1, 0, &res, &failed, &st), PD_OK);
@@ -234,7 +234,7 @@ static void test_two_outputs(void **state) {
   /* One output id for two outputs: refused, and nothing is published. */
   const uint64_t one_out = 20;
   sched_op short_op = {
-      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, &one_out, 1};
+      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, &one_out, 1, 0, 0};
   assert_int_equal(sched_execute(a, &short_op, 1, 0, &res, &failed, &st),
                    PD_INVALID_ARGUMENT);
   assert_int_equal(failed, 0);
@@ -293,6 +293,118 @@ static void test_queue_cancel(void **state) {
   assert_int_equal(freed, 4); /* 1, 10, 11, 12 */
   sched_pause(s, false);
   sched_session_put(a);
+  sched_destroy(s);
+}
+
+/* Deadlines (issue #15): ops held in the queue (dispatcher paused) past
+ * their deadline fail with DEADLINE_EXCEEDED without a dispatcher turn (the
+ * lease thread's timer), their consumers fail with the same error once they
+ * run, ops without a deadline are untouched and the session goes on. The
+ * waits below end only through the timer, so no timing is asserted. */
+static void test_deadlines(void **state) {
+  sched *s = new_sched(60000, NULL); /* the lease check never fires here */
+  sched_session_info ia;
+  sched_session *a = open_new(s, "a", 0, 0, &ia);
+  dev_status st = DEV_STATUS_INIT;
+  const float x[2] = {3.f, -1.f};
+  assert_int_equal(upload(a, 1, 2, x, &st), PD_OK);
+  sched_pause(s, true);
+  uint64_t in1 = 1, o10 = 10, o11 = 11, o12 = 12;
+  sched_op neg10 = op1("Neg", &in1, 1, &o10);
+  neg10.timeout_ms = 20;
+  sched_op neg11 = op1("Neg", &o10, 1, &o11); /* no deadline: a consumer */
+  sched_op neg12 = op1("Neg", &in1, 1, &o12); /* no deadline */
+  sched_op_result res;
+  int failed;
+  assert_int_equal(sched_execute(a, &neg10, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_execute(a, &neg11, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_execute(a, &neg12, 1, 0, &res, &failed, &st), PD_OK);
+  dev_tensor *t10 = NULL, *t11 = NULL;
+  assert_int_equal(sched_handle_get(a, 10, &t10, &st), PD_OK);
+  assert_int_equal(sched_handle_get(a, 11, &t11, &st), PD_OK);
+  /* The dispatcher is paused: only the timer can end this wait. */
+  assert_int_equal(sched_tensor_wait(a, t10, &st), PD_DEADLINE_EXCEEDED);
+  assert_non_null(strstr(st.msg, "Neg (op 1 of its session) was not started"));
+  assert_non_null(strstr(st.msg, "20.0 ms after it was queued"));
+  assert_non_null(strstr(st.msg, "the op's own timeout_ms"));
+  assert_non_null(strstr(st.msg, "ms in the queue"));
+  assert_false(dev_tensor_is_ready(t11)); /* still queued, no deadline */
+  sched_stats ss0;
+  memset(&ss0, 0, sizeof ss0);
+  ss0.struct_size = sizeof ss0;
+  sched_get_stats(s, &ss0);
+  assert_int_equal(ss0.ops_expired, 1);
+  assert_int_equal(ss0.ops_queued, 2);
+  sched_pause(s, false);
+  dev_status e11 = DEV_STATUS_INIT;
+  assert_int_equal(sched_tensor_wait(a, t11, &e11), PD_DEADLINE_EXCEEDED);
+  assert_non_null(strstr(e11.msg, "Neg (op 1 of its session)"));
+  float y[2];
+  read_f32(a, 12, y, 2);
+  assert_true(y[0] == -3.f && y[1] == 1.f);
+  dev_tensor_release(t10);
+  dev_tensor_release(t11);
+
+  /* A call's absolute deadline that comes before the timeout wins; an op
+   * queued behind the expired one (same deadline) fails with its own. */
+  sched_pause(s, true);
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  uint64_t in11[2] = {1, 1}, o20 = 20, o21 = 21, o22 = 22;
+  sched_op add20 = op1("Add", in11, 2, &o20);
+  add20.deadline_ns = (uint64_t)now.tv_sec * 1000000000u +
+                      (uint64_t)now.tv_nsec + 10000000u; /* 10 ms */
+  add20.timeout_ms = 600000;
+  sched_op mul21 = op1("Mul", (uint64_t[]){20, 1}, 2, &o21);
+  mul21.deadline_ns = add20.deadline_ns;
+  sched_op add22 = op1("Add", in11, 2, &o22);
+  assert_int_equal(sched_execute(a, &add20, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_execute(a, &mul21, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_execute(a, &add22, 1, 0, &res, &failed, &st), PD_OK);
+  dev_tensor *t21 = NULL;
+  assert_int_equal(sched_handle_get(a, 21, &t21, &st), PD_OK);
+  assert_int_equal(sched_tensor_wait(a, t21, &st), PD_DEADLINE_EXCEEDED);
+  assert_non_null(strstr(st.msg, "Mul (op 5 of its session)"));
+  assert_non_null(strstr(st.msg, "the deadline of the call that queued it"));
+  dev_tensor_release(t21);
+  sched_pause(s, false);
+  read_f32(a, 22, y, 2);
+  assert_true(y[0] == 6.f && y[1] == -2.f);
+  dev_status err = DEV_STATUS_INIT;
+  uint64_t failed_id = 0;
+  assert_int_equal(sched_sync(a, &o20, 1, &err, &failed_id, &st), PD_OK);
+  assert_int_equal(err.code, PD_DEADLINE_EXCEEDED);
+  assert_true(failed_id == 20);
+  sched_session_put(a);
+
+  /* The session's default: every op of it gets op_timeout_ms; an op
+   * submitted in time is not touched, and the session goes on. */
+  sched_session_params p = {"b", NULL, 0, 0, NULL, 0, 0, 15};
+  sched_session_info ib;
+  assert_int_equal(sched_session_create(s, &p, &ib, &st), PD_OK);
+  sched_session *b = NULL;
+  assert_int_equal(sched_session_open(s, ib.token, SCHED_TOKEN_BYTES, &b, &st),
+                   PD_OK);
+  assert_int_equal(sched_session_op_timeout_ms(b), 15);
+  assert_int_equal(upload(b, 1, 2, x, &st), PD_OK);
+  sched_op neg30 = op1("Neg", &in1, 1, (uint64_t[]){30});
+  assert_int_equal(sched_execute(b, &neg30, 1, 0, &res, &failed, &st), PD_OK);
+  read_f32(b, 30, y, 2); /* dispatched at once: well within 15 ms... */
+  assert_true(y[0] == -3.f && y[1] == 1.f);
+  sched_pause(s, true); /* ...but not while the dispatcher is held */
+  sched_op neg31 = op1("Neg", (uint64_t[]){30}, 1, (uint64_t[]){31});
+  assert_int_equal(sched_execute(b, &neg31, 1, 0, &res, &failed, &st), PD_OK);
+  dev_tensor *t31 = NULL;
+  assert_int_equal(sched_handle_get(b, 31, &t31, &st), PD_OK);
+  assert_int_equal(sched_tensor_wait(b, t31, &st), PD_DEADLINE_EXCEEDED);
+  assert_non_null(strstr(st.msg, "the session's op_timeout_ms"));
+  dev_tensor_release(t31);
+  sched_pause(s, false);
+  sched_op neg32 = op1("Neg", (uint64_t[]){30}, 1, (uint64_t[]){32});
+  assert_int_equal(sched_execute(b, &neg32, 1, 0, &res, &failed, &st), PD_OK);
+  read_f32(b, 32, y, 2);
+  assert_true(y[0] == 3.f && y[1] == -1.f);
+  sched_session_put(b);
   sched_destroy(s);
 }
 
@@ -366,7 +478,7 @@ static void test_limits(void **state) {
   sched_session_info i1, i2, i3;
   sched_session *a = open_new(s, "a", 0, 0, &i1);
   sched_session *b = open_new(s, "b", 0, 0, &i2);
-  sched_session_params p = {"c", NULL, 0, 0, NULL, 0, 0};
+  sched_session_params p = {"c", NULL, 0, 0, NULL, 0, 0, 0};
   assert_int_equal(sched_session_create(s, &p, &i3, &st),
                    PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "max_sessions = 2"));
@@ -762,7 +874,8 @@ typedef struct stress_arg {
 /* One session's life in a stress worker. */
 static void stress_round(stress_arg *a) {
   sched_session_info info;
-  sched_session_params prm = {"stress", NULL, 86400, 0, NULL, 0, 0}; /* never expires */
+  sched_session_params prm = {"stress", NULL, 86400, 0,
+                              NULL,     0,    0,     0}; /* never expires */
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(a->s, &prm, &info, &st), PD_OK);
   a->created++;
@@ -910,6 +1023,7 @@ int main(void) {
       cmocka_unit_test(test_tapes),
       cmocka_unit_test(test_session_end_events),
       cmocka_unit_test(test_observer_slots),
+      cmocka_unit_test(test_deadlines),
       cmocka_unit_test(test_stress),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -155,6 +155,7 @@ const char *job_id;
 uint32_t lease_seconds;
 uint64_t memory_quota_bytes;
 bool keep_alive;
+uint32_t op_timeout_ms;
 } pd_session_options;
 pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
 const pd_call_options *call, pd_status *st);
@@ -306,6 +307,7 @@ pd_stream_reply_fn on_reply;
 void *on_reply_arg;
 int max_in_flight;
 int64_t timeout_ms;
+uint32_t op_timeout_ms;
 } pd_stream_options;
 pd_stream *pd_stream_new(pd_session *s, const pd_stream_options *opts,
 pd_status *st);

@@ -58,7 +58,8 @@ class Session(Transfers, Checkpoints):
 
     def __init__(self, client, name=None, *, job_id=None, lease_s=None,
                  memory_quota=None, keep_alive=True, pipelined=False,
-                 prefer_shared_memory=True, shm_threshold=1 << 20):
+                 prefer_shared_memory=True, shm_threshold=1 << 20,
+                 op_timeout_ms=None):
         self.client = client
         opts = ffi.new("pd_session_options *")
         opts.struct_size = ffi.sizeof("pd_session_options")
@@ -74,6 +75,7 @@ class Session(Transfers, Checkpoints):
         opts.lease_seconds = int(lease_s or 0)
         opts.memory_quota_bytes = int(memory_quota or 0)
         opts.keep_alive = bool(keep_alive)
+        opts.op_timeout_ms = int(op_timeout_ms or 0)
         st = _lib.status()
         s = lib.pd_session_new(client._handle(), opts, _NULL, st)
         if s == _NULL:

@@ -221,3 +221,16 @@ def test_download_into(sess):
         t.numpy(paradev.concat(0), out=np.zeros((6, 2), np.float64))
     with pytest.raises(ValueError, match="list"):
         t.numpy(paradev.per_component(), out=out)
+
+
+def test_session_op_timeout(client):
+    # A session's op_timeout_ms (issue #15) reaches the daemon and bounds
+    # only queued ops: these are dispatched at once, well within a minute,
+    # and compute as NumPy does. Expiry itself is integration.deadlines'.
+    x = np.arange(6, dtype=np.float32)
+    with client.session("deadline", op_timeout_ms=60000) as s:
+        t = s.upload(x, paradev.mirrored())
+        np.testing.assert_array_equal((t * t + t).numpy(paradev.mirrored()),
+                                      x * x + x)
+    with pytest.raises(OverflowError):
+        client.session("bad", op_timeout_ms=-1)
