@@ -171,8 +171,10 @@ struct sched_session {
   char client[SCHED_NAME_MAX + 1];
   char job[SCHED_NAME_MAX + 1];
   char tenant[SCHED_NAME_MAX + 1];
-  int priority;    /* band, SCHED_PRIORITY_MIN..MAX */
-  uint32_t weight; /* >= 1 */
+  char identity[SCHED_IDENTITY_MAX + 1];
+  bool job_claimed; /* the job id is a label, not proven: kills skip it */
+  int priority;     /* band, SCHED_PRIORITY_MIN..MAX */
+  uint32_t weight;  /* >= 1 */
   uint32_t lease_s;
   uint64_t quota;
   int64_t created_ms;         /* monotonic */

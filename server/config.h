@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "log.h"
 
@@ -61,6 +62,9 @@ typedef struct srv_options {
   char admin_socket[SRV_ADDR_MAX]; /* a path; "" disables the Admin service */
   bool admin_socket_set;           /* by the file or a flag, not the default */
   unsigned admin_socket_mode;
+  /* [daemon] admin_socket_group: a group name or number; "": the daemon's
+   * own group. Operators join it; clients join the daemon's group. */
+  char admin_socket_group[SRV_ADDR_MAX];
   char metrics_listen[SRV_ADDR_MAX]; /* host:port; "" disables HTTP */
   int num_threads;
   int grace_ms;
@@ -95,6 +99,11 @@ typedef struct srv_options {
   int log_levels[SRV_SUB_COUNT];
   /* Where the file came from: SRV_DEFAULT_CONFIG or --config. */
   char config_path[SRV_ADDR_MAX];
+  /* [auth], job tokens (jobs.h): refuse job ids given without a token;
+   * a token's default lifetime (s); how many may be live at once. */
+  bool require_job_token;
+  uint32_t job_token_lifetime_s;
+  int max_job_tokens;
   bool config_explicit; /* --config given: a missing file is an error */
   bool config_loaded;   /* a file was read */
 } srv_options;
@@ -136,6 +145,11 @@ void srv_tmp_socket_dir(char *out, size_t len);
  * `err`: in a world-writable /tmp another user could have created the name
  * first, to serve in the daemon's place or read what clients send. */
 bool srv_private_dir_prepare(const char *dir, char *err, size_t errlen);
+
+/* A group named `name` (or numbered: digits) exists on this machine; its
+ * gid into *gid (may be NULL). A number is taken as it is (a container may
+ * have no group database). Thread-safe (getgrnam_r). */
+bool srv_group_lookup(const char *name, gid_t *gid);
 
 /* The usage text (--help). */
 extern const char srv_usage[];

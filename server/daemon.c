@@ -1,7 +1,8 @@
 /* The daemon's parts, started in one order and stopped in the reverse one:
  * the engine (device.h), the storage roots and block cache (storage.c), the
  * scheduler (scheduler.h), the shared memory
- * registry (shm_region.c), health (health.c), the gRPC listeners and their
+ * registry (shm_region.c), health (health.c), the job tokens (jobs.c), the
+ * gRPC listeners and their
  * threads (rpc.c), the HTTP listener (http.c). A start that fails half-way
  * unwinds through labelled gotos, as libuv's uv_loop_init does, so that
  * nothing it started is left running. Also the scheduler's configuration
@@ -16,6 +17,7 @@
 
 #define SRV_LOG_SUB SRV_SUB_CORE
 #include "check.h"
+#include "jobs.h"
 #include "log.h"
 #include "server.h"
 
@@ -172,12 +174,19 @@ int srv_daemon_start(srv *s) {
     SRV_ERROR("out of memory");
     goto fail_shm;
   }
-  if (srv_rpc_start(s) != 0) goto fail_health;
+  if (!(s->jobs = srv_jobs_new(s->opt.max_job_tokens))) {
+    SRV_ERROR("out of memory for %d job tokens", s->opt.max_job_tokens);
+    goto fail_health;
+  }
+  if (srv_rpc_start(s) != 0) goto fail_jobs;
   if (srv_http_start(s) != 0) goto fail_rpc;
   return 0;
 
 fail_rpc:
   srv_rpc_stop(s);
+fail_jobs:
+  srv_jobs_free(s->jobs);
+  s->jobs = NULL;
 fail_health:
   srv_health_destroy(s);
 fail_shm:
@@ -213,6 +222,8 @@ void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what)) {
   sched_destroy(s->sched); /* every session ends: its regions go */
   s->sched = NULL;
   if (!srv_calls_left) {
+    srv_jobs_free(s->jobs);
+    s->jobs = NULL;
     srv_shm_destroy(s);
     srv_storage_destroy(s); /* after the scheduler, which borrows it */
   }

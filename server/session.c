@@ -2,12 +2,66 @@
  * scheduler owns sessions, tokens and leases (scheduler.h); what a session's
  * end frees in the server (shared memory regions) hears of it through the
  * scheduler's end-of-session event, and so does the log (daemon.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SRV_LOG_SUB SRV_SUB_RPC
+#include "auth.h"
+#include "check.h"
+#include "jobs.h"
 #include "log.h"
 #include "server.h"
+
+/* The job a new session belongs to (issue #14): the job of a valid
+ * job_token (which a job_id, if given too, must name), or the client's
+ * claim of job_id, refused under [auth] require_job_token and otherwise
+ * kept as a label (*claimed) that kills by job never match. On Unix
+ * sockets a token bound to a uid works only for that uid. `job` receives
+ * SRV_JOB_ID_MAX + 1 bytes, or points at req->job_id for a claim. */
+static pd_code srv_session_job(srv_call *c,
+                               const Paradev__V1__CreateSessionRequest *req,
+                               const srv_identity *id, const char **job,
+                               char proven[SRV_JOB_ID_MAX + 1], bool *claimed,
+                               dev_status *st) {
+  const char *tok = req->job_token ? req->job_token : "";
+  const char *given = req->job_id ? req->job_id : "";
+  *claimed = false;
+  *job = given;
+  if (!*tok) {
+    if (!*given) return PD_OK;
+    if (SRV_RT(c->s, require_job_token))
+      return dev_error(st, PD_PERMISSION_DENIED,
+                       "job_id given without a job token: this paradevd "
+                       "takes only proven job ids ([auth] require_job_token "
+                       "= true); present the job's token (job_token, "
+                       "$PARADEV_JOB_TOKEN, set by the Slurm TaskProlog), "
+                       "or give no job id");
+    *claimed = true;
+    return PD_OK;
+  }
+  srv_job_proof p;
+  PD_TRY(srv_jobs_check(c->s->jobs, tok, strlen(tok), &p, st));
+  if (*given && strcmp(given, p.job) != 0) {
+    char q[SRV_LOG_QUOTED(64)];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "job_id \"%s\" is not the job of the job token (job "
+                     "\"%s\"): give the token alone, or the same job id",
+                     srv_log_quote(given, q, sizeof q), p.job);
+  }
+  if (p.uid >= 0 && id->kind == SRV_IDENTITY_UNIX) {
+    char want[32];
+    snprintf(want, sizeof want, "uid:%lld", (long long)p.uid);
+    if (strcmp(id->name, want) != 0)
+      return dev_error(st, PD_PERMISSION_DENIED,
+                       "the job token of job \"%s\" belongs to %s; this "
+                       "caller is %s",
+                       p.job, want, id->name);
+  }
+  memcpy(proven, p.job, sizeof p.job);
+  *job = proven;
+  return PD_OK;
+}
 
 static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__CreateSessionRequest *req = (const void *)m;
@@ -21,27 +75,42 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   }
   srv_req_limits l = srv_call_limits(c);
   dev_status ck = DEV_STATUS_INIT;
+  const srv_identity *id = NULL;
+  const char *job = NULL;
+  char proven[SRV_JOB_ID_MAX + 1];
+  bool claimed = false;
   if (srv_check_string(&l, req->client_name, "client_name", &ck) != PD_OK ||
-      srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK) {
+      srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK ||
+      srv_check_string(&l, req->job_token, "job_token", &ck) != PD_OK ||
+      srv_call_identity(c, &id, &ck) != PD_OK ||
+      srv_session_job(c, req, id, &job, proven, &claimed, &ck) != PD_OK) {
     srv_call_fail(c, &ck);
     return;
   }
-  sched_session_params p = {req->client_name, req->job_id, req->lease_seconds,
-                            req->memory_quota_bytes, NULL, 0, 0};
+  sched_session_params p = {req->client_name,
+                            job,
+                            req->lease_seconds,
+                            req->memory_quota_bytes,
+                            id->tenant,
+                            0,
+                            0};
+  sched_session_origin origin = {id->name, claimed};
   sched_session_info info;
   dev_status st = DEV_STATUS_INIT;
-  if (sched_session_create(c->s->sched, &p, &info, &st) != PD_OK) {
+  if (sched_session_create_from(c->s->sched, &p, &origin, &info, &st) !=
+      PD_OK) {
     srv_call_fail(c, &st);
     return;
   }
-  char cn[SRV_LOG_QUOTED(64)], job[SRV_LOG_QUOTED(64)];
+  char cn[SRV_LOG_QUOTED(64)], jq[SRV_LOG_QUOTED(64)];
   SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
              "session %llu opened: client \"%s\" job \"%s\" lease %u s "
-             "quota %llu bytes",
+             "quota %llu bytes%s",
              (unsigned long long)info.seq,
              srv_log_quote(req->client_name, cn, sizeof cn),
-             srv_log_quote(req->job_id, job, sizeof job), info.lease_s,
-             (unsigned long long)info.memory_quota);
+             srv_log_quote(job, jq, sizeof jq), info.lease_s,
+             (unsigned long long)info.memory_quota,
+             claimed ? " (job id claimed without a job token: a label)" : "");
   Paradev__V1__CreateSessionResponse resp =
       PARADEV__V1__CREATE_SESSION_RESPONSE__INIT;
   resp.session_token.data = info.token;
