@@ -261,11 +261,9 @@ static void srv_admin_kill_job(srv_call *c, const ProtobufCMessage *m) {
   if (!srv_admin_operator(c, "KillJob")) return;
   const char *job = req->job_id ? req->job_id : "";
   size_t n = strlen(job);
-  if (n == 0 || n > SRV_JOB_ID_MAX) {
-    srv_call_finish(c, PD_INVALID_ARGUMENT,
-                    "KillJob: job_id is %zu bytes; expected 1 to %d (the id "
-                    "CreateJobToken was given)",
-                    n, SRV_JOB_ID_MAX);
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_jobs_check_id(job, &st) != PD_OK) { /* no token could name it */
+    srv_call_fail(c, &st);
     return;
   }
   srv_kill_state *k = calloc(1, sizeof(*k));

@@ -71,7 +71,7 @@ static void srv_jobs_expire_locked(srv_jobs *j, int64_t now) {
       memset(&j->e[i], 0, sizeof(j->e[i]));
 }
 
-static pd_code srv_jobs_check_id(const char *job, dev_status *st) {
+pd_code srv_jobs_check_id(const char *job, dev_status *st) {
   size_t n = job ? strlen(job) : 0;
   if (n == 0 || n > SRV_JOB_ID_MAX)
     return dev_error(st, PD_INVALID_ARGUMENT,

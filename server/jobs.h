@@ -35,6 +35,11 @@ void srv_jobs_free(srv_jobs *j);
  * CLOCK_MONOTONIC. Call before the table is shared. */
 void srv_jobs_set_clock(srv_jobs *j, int64_t (*now_ms)(void));
 
+/* A job id a token may carry: 1..SRV_JOB_ID_MAX bytes of printable ASCII
+ * without spaces. Errors: INVALID_ARGUMENT naming the length or the first
+ * bad byte and what is expected. */
+pd_code srv_jobs_check_id(const char *job, dev_status *st);
+
 /* Mints a token for `job` (1..SRV_JOB_ID_MAX bytes of printable ASCII, no
  * space) bound to `uid` (-1: to no uid), valid `lifetime_s` seconds
  * (1..SRV_JOB_LIFETIME_MAX). A job has at most one token: an older one is
