@@ -50,6 +50,11 @@ case $JOB_UID in
     exit 1 ;;
 esac
 
+if [ -L "$TOKEN_DIR" ]; then
+  say "$TOKEN_DIR is a symbolic link; refusing to write the job token there"
+  exit 1
+fi
+
 waited=0
 while ! state=$("$PARADEV" admin status --field state 2>&1); do
   if [ "$waited" -ge "$WAIT" ]; then
@@ -92,10 +97,6 @@ esac
 
 # The token file: root's directory (no one else may write there), a file
 # only the job's user may read, put in place whole.
-if [ -L "$TOKEN_DIR" ]; then
-  say "$TOKEN_DIR is a symbolic link; refusing to write the job token there"
-  exit 1
-fi
 umask 077
 if ! mkdir -p "$TOKEN_DIR" || ! chmod 0755 "$TOKEN_DIR"; then
   say "cannot make $TOKEN_DIR for the job token"
