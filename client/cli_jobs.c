@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "cli_admin.h"
-#include "cli_int.h"
 #include "paradev/v1/admin.pb-c.h"
 
 /* A uid: digits only, below 2^32 - 1. */
@@ -22,6 +21,24 @@ static bool cli_jobs_uid(const char *v, int64_t *out) {
   unsigned long long n = strtoull(v, NULL, 10);
   if (n >= UINT32_MAX) return false;
   *out = (int64_t)n;
+  return true;
+}
+
+/* A lifetime: whole seconds, minutes, hours or days with their unit (90m,
+ * 48h, 7d), 1 s to 30 days (the daemon's bound). */
+static bool cli_jobs_lifetime(const char *v, uint32_t *out) {
+  size_t digits = strspn(v, "0123456789");
+  if (digits == 0 || digits > 8 || strlen(v) != digits + 1) return false;
+  unsigned long long n = strtoull(v, NULL, 10), unit;
+  switch (v[digits]) {
+    case 's': unit = 1; break;
+    case 'm': unit = 60; break;
+    case 'h': unit = 3600; break;
+    case 'd': unit = 86400; break;
+    default: return false;
+  }
+  if (n == 0 || n * unit > 30ull * 86400) return false;
+  *out = (uint32_t)(n * unit);
   return true;
 }
 
@@ -55,13 +72,12 @@ int cli_admin_job_token(const char *sock, double timeout, int argc,
             "(such as $SLURM_JOB_UID)",
             v);
     } else {
-      int64_t ms;
-      if (!cli_parse_duration_ms(v, &ms) || ms < 1000)
+      if (!cli_jobs_lifetime(v, &req.lifetime_seconds))
         return cli_admin_bad(
-            "job-token: --lifetime '%s': expected a time from 1s to 24h, "
-            "such as 90m or 12h (the daemon's default when not given)",
+            "job-token: --lifetime '%s': expected whole seconds, minutes, "
+            "hours or days with their unit, 1s to 30d, such as 90m, 48h or "
+            "7d (the daemon's default when not given)",
             v);
-      req.lifetime_seconds = (uint32_t)((ms + 999) / 1000);
     }
   }
   if (!job)

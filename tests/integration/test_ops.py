@@ -260,11 +260,16 @@ def check_job_tokens():
         doc = ts.json.loads(r.stdout)
         assert (doc["job_id"], doc["uid"], doc["lifetime_seconds"], doc["replaced"]) == \
             ("703", 1000, 5400, False), doc
+        r = admin_cli(d, "job-token", "--job", "706", "--lifetime", "30d", "--field",
+                      "lifetime_seconds")
+        assert r.stdout == "2592000\n", (r.stdout, r.stderr)
         r = admin_cli(d, "job-token", "--job", "704")
         assert r.returncode == 0 and re.fullmatch(r"pdjob1_[0-9a-f]{64}\n", r.stdout), r.stdout
         for args, msg in ((("job-token",), "--job ID is required"),
                           (("job-token", "--job", "1", "--uid", "-1"), "--uid '-1'"),
                           (("job-token", "--job", "1", "--lifetime", "60"), "--lifetime '60'"),
+                          (("job-token", "--job", "1", "--lifetime", "31d"), "1s to 30d"),
+                          (("job-token", "--job", "1", "--lifetime", "1.5h"), "--lifetime '1.5h'"),
                           (("kill-job",), "--job ID is required"),
                           (("status", "--field", "nope"), "--field 'nope': no such member"),
                           (("kill-job", "--job", "1", "--field"), "--field needs a value")):
