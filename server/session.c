@@ -82,8 +82,17 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   if (srv_check_string(&l, req->client_name, "client_name", &ck) != PD_OK ||
       srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK ||
       srv_check_string(&l, req->job_token, "job_token", &ck) != PD_OK ||
-      srv_call_identity(c, &id, &ck) != PD_OK ||
-      srv_session_job(c, req, id, &job, proven, &claimed, &ck) != PD_OK) {
+      srv_call_identity(c, &id, &ck) != PD_OK) {
+    srv_call_fail(c, &ck);
+    return;
+  }
+  if (srv_session_job(c, req, id, &job, proven, &claimed, &ck) != PD_OK) {
+    char who[SRV_LOG_QUOTED(96)], tenant[SRV_LOG_QUOTED(64)];
+    SRV_WARN("refused CreateSession: identity \"%s\" (tenant \"%s\"): %s",
+             srv_log_quote(id->name[0] ? id->name : "(none)", who, sizeof who),
+             srv_log_quote(id->tenant[0] ? id->tenant : "(none)", tenant,
+                           sizeof tenant),
+             ck.msg);
     srv_call_fail(c, &ck);
     return;
   }

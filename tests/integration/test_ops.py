@@ -2,6 +2,8 @@
 """Operators apart from clients, and job ids that are proven (issue #14),
 tested on real daemons over real sockets.
 
+ - deploy:   the shipped unit, sysusers file, configuration and DaemonSet
+             give clients and operators different groups or places.
  - rights:   every Admin method is refused (PERMISSION_DENIED naming the
              method) to callers on the client listeners, TCP and Unix, with
              no effect, and the refusal is logged; the admin socket is
@@ -166,6 +168,46 @@ def check_operator_rights():
                        text=True, timeout=60)
     assert r.returncode != 0 and "admin_socket_group = 'two words': expected a group name" \
         in r.stderr, r.stderr
+
+
+def check_deploy_files():
+    """deploy/ keeps clients and operators apart: the shipped configuration
+    gives the admin socket the operators' group, which sysusers makes and
+    the unit adds to the daemon's user, and which is not the daemon's (the
+    clients') group; it requires job tokens; the Kubernetes admin socket is
+    outside the host path client pods mount, and its configuration checks."""
+    conf = open(os.path.join(DEPLOY, "paradevd.conf")).read()
+    unit = open(os.path.join(DEPLOY, "systemd", "paradevd.service.in")).read()
+    users = open(os.path.join(DEPLOY, "systemd", "paradevd.sysusers")).read()
+    key = lambda k, text: re.search(r"(?m)^%s\s*=\s*(\S*)" % k, text).group(1)
+    admin_group, client_group = key("admin_socket_group", conf), key("Group", unit)
+    assert admin_group == "paradev-admin" and client_group == "paradev", \
+        (admin_group, client_group)
+    assert key("SupplementaryGroups", unit) == admin_group
+    assert re.search(r"(?m)^g %s -$" % admin_group, users) and \
+        re.search(r"(?m)^g %s -$" % client_group, users), users
+    assert key("admin_socket_mode", conf) == "0660" and key("require_job_token", conf) == "true"
+    assert os.path.dirname(key("admin_socket", conf)) == "/run/paradev"
+    assert key("RuntimeDirectoryMode", unit) == "0755"  # operators outside paradev
+    try:
+        import yaml
+    except ImportError:
+        print("note: python3-yaml missing; the DaemonSet's configuration not checked")
+        return
+    docs = list(yaml.safe_load_all(open(os.path.join(DEPLOY, "kubernetes",
+                                                     "daemonset.yaml"))))
+    kconf = [x for x in docs if x["kind"] == "ConfigMap"][0]["data"]["paradevd.conf"]
+    tmp = ts._mkdtemp(prefix="paradevd-k8s-")
+    r = subprocess.run([PARADEVD, "--check-config", "--config",
+                        write(os.path.join(tmp, "k.conf"), kconf)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    ds = [x for x in docs if x["kind"] == "DaemonSet"][0]["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m["name"] for m in ds["containers"][0]["volumeMounts"]}
+    vols = {v["name"]: v for v in ds["volumes"]}
+    admin_dir = os.path.dirname(key("admin_socket", kconf))
+    assert "emptyDir" in vols[mounts[admin_dir]], vols[mounts[admin_dir]]
+    assert "hostPath" in vols[mounts["/run/paradev"]]
 
 
 # --------------------------------------------------------------------------
@@ -333,6 +375,8 @@ def check_job_tokens():
         expect_error(C.PERMISSION_DENIED, cl.session, job_id="800",
                      match=r"job_id given without a job token.*require_job_token = true")
         assert not listed(adm).sessions
+        d.wait_line(r'refused CreateSession: identity ".*" \(tenant ".*"\): job_id given '
+                    r'without a job token')
         ok = cl.session(client_name="proven", job_token=mint(adm, "800").token)
         cl.session(client_name="no-job")
         assert [(s.job_id, s.job_proven) for s in listed(adm).sessions] == \
@@ -472,7 +516,7 @@ def check_slurm_scripts():
             d.proc.kill()
 
 
-CHECKS = [check_operator_rights, check_job_tokens, check_slurm_scripts]
+CHECKS = [check_deploy_files, check_operator_rights, check_job_tokens, check_slurm_scripts]
 
 
 def main():
