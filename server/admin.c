@@ -273,7 +273,9 @@ static void srv_admin_kill_job(srv_call *c, const ProtobufCMessage *m) {
   }
   k->job = true;
   memcpy(k->job_id, job, n + 1);
-  k->revoked = srv_jobs_revoke(c->s->jobs, job);
+  k->revoked = srv_jobs_revoke(c->s->jobs, job, &st);
+  if (st.code != PD_OK)
+    SRV_ERROR("KillJob: job \"%s\"'s token is revoked, but %s", job, st.msg);
   char q[SRV_LOG_QUOTED(64)], what[SRV_LOG_QUOTED(64) + 64];
   snprintf(what, sizeof what, "job \"%s\" (token %s)",
            srv_log_quote(job, q, sizeof q),

@@ -26,7 +26,8 @@ typedef enum srv_key_type {
   SRV_K_SIZE_ALL,    /* like SRV_K_SIZE, or "unlimited" for UINT64_MAX */
   SRV_K_COLLECTIVES, /* auto|nccl|copy, as dev_cuda_collectives */
   SRV_K_ROOTS,       /* storage roots: a list of directories and URLs */
-  SRV_K_GROUP,       /* a group name or number that exists, or empty */
+  SRV_K_GROUP,       /* a group name or number, or empty */
+  SRV_K_FILE,        /* an absolute file path (SRV_ADDR_MAX), or empty */
 } srv_key_type;
 
 typedef struct srv_key {

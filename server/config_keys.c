@@ -105,6 +105,8 @@ const srv_key srv_keys[] = {
      OFF(job_token_lifetime_s), 60, 2592000, true},
     {"auth", "max_job_tokens", NULL, SRV_K_INT, OFF(max_job_tokens), 1, 1000000,
      false},
+    {"auth", "job_tokens_file", NULL, SRV_K_FILE, OFF(job_tokens_file), 0, 0,
+     false},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
@@ -486,6 +488,21 @@ static bool srv_set_group(char *field, const char *value, char *err,
   return true;
 }
 
+/* An absolute path of a file the daemon keeps, or empty. */
+static bool srv_set_file(char *field, const char *value, char *err,
+                         size_t errlen) {
+  if (*value && (value[0] != '/' || strlen(value) >= SRV_ADDR_MAX - 8 ||
+                 value[strlen(value) - 1] == '/')) {
+    snprintf(err, errlen,
+             "expected an absolute file path of at most %d bytes, such as "
+             "/var/lib/paradev/job-tokens, or nothing",
+             SRV_ADDR_MAX - 9);
+    return false;
+  }
+  snprintf(field, SRV_ADDR_MAX, "%s", value);
+  return true;
+}
+
 bool srv_group_lookup(const char *name, gid_t *gid) {
   uint64_t n = 0;
   if (srv_parse_uint(name, &n) && n < UINT32_MAX) {
@@ -542,6 +559,7 @@ bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
       return srv_set_collectives(field, value, err, errlen);
     case SRV_K_ROOTS: return srv_add_roots(o, value, err, errlen);
     case SRV_K_GROUP: return srv_set_group(field, value, err, errlen);
+    case SRV_K_FILE: return srv_set_file(field, value, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;

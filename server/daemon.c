@@ -155,6 +155,28 @@ static int srv_sched_start(srv *s) {
   return 0;
 }
 
+/* The job tokens' table, and its file when there is one. */
+static int srv_jobs_start(srv *s) {
+  if (!(s->jobs = srv_jobs_new(s->opt.max_job_tokens))) {
+    SRV_ERROR("out of memory for %d job tokens", s->opt.max_job_tokens);
+    return -1;
+  }
+  const char *f = s->opt.job_tokens_file;
+  if (!f[0]) return 0;
+  int loaded = 0, dropped = 0;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_jobs_open_file(s->jobs, f, &loaded, &dropped, &st) != PD_OK) {
+    SRV_ERROR("cannot start: %s", st.msg);
+    srv_jobs_free(s->jobs);
+    s->jobs = NULL;
+    return -1;
+  }
+  SRV_INFO(
+      "job tokens: %d live from %s%s", loaded, f,
+      dropped ? " (more than [auth] max_job_tokens: the rest dropped)" : "");
+  return 0;
+}
+
 int srv_daemon_start(srv *s) {
   pdcom_set_trail(srv_trail);
   if (getrandom(&s->incarnation, sizeof(s->incarnation), 0) !=
@@ -174,10 +196,7 @@ int srv_daemon_start(srv *s) {
     SRV_ERROR("out of memory");
     goto fail_shm;
   }
-  if (!(s->jobs = srv_jobs_new(s->opt.max_job_tokens))) {
-    SRV_ERROR("out of memory for %d job tokens", s->opt.max_job_tokens);
-    goto fail_health;
-  }
+  if (srv_jobs_start(s) != 0) goto fail_health;
   if (srv_rpc_start(s) != 0) goto fail_jobs;
   if (srv_http_start(s) != 0) goto fail_rpc;
   return 0;

@@ -2,11 +2,19 @@
  * Lookups scan every live entry and compare each hash in constant time
  * (CRYPTO_memcmp), so the time a check takes says nothing about which
  * entry, or which byte, matched. The table is small (max_job_tokens) and
- * touched only by CreateSession with a token and by the Admin methods. */
+ * touched only by CreateSession with a token and by the Admin methods.
+ *
+ * With a file ([auth] job_tokens_file) every mint and revocation rewrites
+ * it whole (a temporary file, fsync, rename: a crash leaves the old or the
+ * new one), under the table's mutex so that writes keep their order; a
+ * start reads it back. Lines: "v1 SHA256HEX EXPIRES_UNIX_MS UID JOB". */
 #include "jobs.h"
 
 #include "check.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <pthread.h>
@@ -14,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct srv_job_entry {
   bool used;
@@ -29,6 +39,7 @@ struct srv_jobs {
   int capacity;
   srv_job_entry *e;
   int64_t (*now_ms)(void);
+  char *path; /* the file the table is kept in; NULL: memory only */
 };
 
 static int64_t srv_jobs_monotonic_ms(void) {
@@ -60,6 +71,7 @@ void srv_jobs_free(srv_jobs *j) {
   if (!j) return;
   OPENSSL_cleanse(j->e, sizeof(*j->e) * (size_t)j->capacity);
   free(j->e);
+  free(j->path);
   pthread_mutex_destroy(&j->mu);
   free(j);
 }
@@ -69,6 +81,148 @@ static void srv_jobs_expire_locked(srv_jobs *j, int64_t now) {
   for (int i = 0; i < j->capacity; i++)
     if (j->e[i].used && j->e[i].expires_ms <= now)
       memset(&j->e[i], 0, sizeof(j->e[i]));
+}
+
+static int64_t srv_jobs_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Rewrites the file from the table (j->mu held); PD_OK without a file.
+ * Errors: UNAVAILABLE naming the file and the system's reason. */
+static pd_code srv_jobs_save_locked(srv_jobs *j, dev_status *st) {
+  if (!j->path) return PD_OK;
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", j->path);
+  int fd =
+      open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    return dev_error(st, PD_UNAVAILABLE,
+                     "cannot write the job tokens file %s: %s", tmp,
+                     strerror(e));
+  }
+  int64_t mono = j->now_ms(), unix_ms = srv_jobs_unix_ms();
+  fprintf(f,
+          "# paradevd job tokens: SHA-256 of each token, never a token. "
+          "Written by paradevd; do not edit.\n");
+  for (int i = 0; i < j->capacity; i++) {
+    const srv_job_entry *e = &j->e[i];
+    if (!e->used || e->expires_ms <= mono) continue;
+    fprintf(f, "v1 ");
+    for (int b = 0; b < SHA256_DIGEST_LENGTH; b++)
+      fprintf(f, "%02x", e->hash[b]);
+    fprintf(f, " %" PRId64 " %" PRId64 " %s\n",
+            unix_ms + (e->expires_ms - mono), e->uid, e->job);
+  }
+  bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+  int e = errno;
+  ok = fclose(f) == 0 && ok;
+  if (ok && rename(tmp, j->path) != 0) {
+    e = errno;
+    ok = false;
+  }
+  if (!ok) {
+    unlink(tmp);
+    return dev_error(st, PD_UNAVAILABLE,
+                     "cannot write the job tokens file %s: %s", j->path,
+                     strerror(e));
+  }
+  return PD_OK;
+}
+
+/* One line of the file into *e (0), or -1 with what is wrong in `why`. */
+static int srv_jobs_parse_line(const char *line, int64_t mono, int64_t unix_ms,
+                               srv_job_entry *e, const char **why) {
+  char hex[65], job[SRV_JOB_ID_MAX + 2];
+  long long exp = 0, uid = 0;
+  int used = 0;
+  if (sscanf(line, "v1 %64[0-9a-f] %lld %lld %65s%n", hex, &exp, &uid, job,
+             &used) != 4 ||
+      strlen(hex) != 64 || line[used] != '\n') {
+    *why = "expected \"v1 SHA256HEX EXPIRES_UNIX_MS UID JOB\"";
+    return -1;
+  }
+  dev_status ck = DEV_STATUS_INIT;
+  if (srv_jobs_check_id(job, &ck) != PD_OK || uid < -1 ||
+      uid >= (long long)UINT32_MAX) {
+    *why = "a job id or uid that no token may carry";
+    return -1;
+  }
+  memset(e, 0, sizeof(*e));
+  for (int b = 0; b < SHA256_DIGEST_LENGTH; b++) {
+    unsigned v;
+    sscanf(hex + 2 * b, "%2x", &v);
+    e->hash[b] = (uint8_t)v;
+  }
+  e->used = true;
+  e->uid = uid;
+  e->expires_ms = mono + ((int64_t)exp - unix_ms);
+  memcpy(e->job, job, strlen(job) + 1); /* checked: at most SRV_JOB_ID_MAX */
+  return 0;
+}
+
+pd_code srv_jobs_open_file(srv_jobs *j, const char *path, int *loaded,
+                           int *dropped, dev_status *st) {
+  *loaded = *dropped = 0;
+  if (!(j->path = strdup(path)))
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return PD_OK; /* the first start */
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    return dev_error(st, PD_FAILED_PRECONDITION,
+                     "cannot read the job tokens file %s: %s", path,
+                     strerror(e));
+  }
+  /* Whoever may write it could add a token of their own: the daemon's
+   * file alone. */
+  if (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 022)) {
+    close(fd);
+    return dev_error(st, PD_FAILED_PRECONDITION,
+                     "the job tokens file %s is %s owned by uid %u with mode "
+                     "%04o; expected a regular file of uid %u that only it "
+                     "may write (mode 0600): another user could add tokens",
+                     path, S_ISREG(sb.st_mode) ? "a file" : "not a file",
+                     (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777),
+                     (unsigned)geteuid());
+  }
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  char line[512];
+  int n = 0, slot = 0;
+  pd_code c = PD_OK;
+  int64_t mono = j->now_ms(), unix_ms = srv_jobs_unix_ms();
+  while (c == PD_OK && fgets(line, sizeof line, f)) {
+    n++;
+    if (line[0] == '#') continue;
+    srv_job_entry e;
+    const char *why = NULL;
+    if (srv_jobs_parse_line(line, mono, unix_ms, &e, &why) != 0) {
+      c = dev_error(st, PD_FAILED_PRECONDITION,
+                    "the job tokens file %s:%d: %s (paradevd writes this "
+                    "file; remove it to forget every token)",
+                    path, n, why);
+    } else if (e.expires_ms <= mono) {
+      continue;
+    } else if (slot == j->capacity) {
+      (*dropped)++;
+    } else {
+      j->e[slot++] = e;
+    }
+  }
+  fclose(f);
+  if (c != PD_OK) memset(j->e, 0, sizeof(*j->e) * (size_t)j->capacity);
+  *loaded = c == PD_OK ? slot : 0;
+  return c;
 }
 
 pd_code srv_jobs_check_id(const char *job, dev_status *st) {
@@ -126,8 +280,18 @@ pd_code srv_jobs_mint(srv_jobs *j, const char *job, int64_t uid,
     }
     if (!j->e[i].used && slot < 0) slot = i;
   }
-  if (slot >= 0) j->e[slot] = e;
+  pd_code saved = PD_OK;
+  if (slot >= 0) {
+    srv_job_entry before = j->e[slot];
+    j->e[slot] = e;
+    saved = srv_jobs_save_locked(j, st);
+    if (saved != PD_OK) j->e[slot] = before; /* not made: kept as it was */
+  }
   pthread_mutex_unlock(&j->mu);
+  if (saved != PD_OK) {
+    OPENSSL_cleanse(token, SRV_JOB_TOKEN_CHARS + 1);
+    return saved;
+  }
   if (slot < 0) {
     OPENSSL_cleanse(token, SRV_JOB_TOKEN_CHARS + 1);
     return dev_error(st, PD_RESOURCE_EXHAUSTED,
@@ -179,15 +343,17 @@ pd_code srv_jobs_check(srv_jobs *j, const char *token, size_t len,
   return PD_OK;
 }
 
-bool srv_jobs_revoke(srv_jobs *j, const char *job) {
-  bool live = false;
+bool srv_jobs_revoke(srv_jobs *j, const char *job, dev_status *st) {
+  bool live = false, found = false;
   pthread_mutex_lock(&j->mu);
   int64_t now = j->now_ms();
   for (int i = 0; i < j->capacity; i++)
     if (j->e[i].used && strcmp(j->e[i].job, job) == 0) {
       live = j->e[i].expires_ms > now;
+      found = true;
       memset(&j->e[i], 0, sizeof(j->e[i]));
     }
+  if (found) srv_jobs_save_locked(j, st);
   pthread_mutex_unlock(&j->mu);
   return live;
 }

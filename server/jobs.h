@@ -7,8 +7,8 @@
  * epilog's Admin.KillJob revokes the token and ends the sessions bound to
  * the job. Only the SHA-256 of each token is kept (OpenSSL libcrypto), and
  * compared in constant time; the table is bounded ([auth] max_job_tokens)
- * and every token expires. A restart forgets every token, as it forgets
- * every session. */
+ * and every token expires. With [auth] job_tokens_file the hashes outlive
+ * a restart (srv_jobs_open_file); without, a restart forgets every token. */
 #ifndef PARADEV_SERVER_JOBS_H
 #define PARADEV_SERVER_JOBS_H
 
@@ -31,6 +31,15 @@ typedef struct srv_jobs srv_jobs;
 srv_jobs *srv_jobs_new(int capacity);
 /* Accepts NULL. */
 void srv_jobs_free(srv_jobs *j);
+/* Keeps the table in the file at `path` from now on, after loading the
+ * live entries it holds (*loaded; *dropped: those beyond the capacity).
+ * No file yet is fine. Call once, before the table is shared. Errors:
+ * FAILED_PRECONDITION (unreadable; not a regular file of this user that
+ * only it may write; a line that is not paradevd's, naming it: the table
+ * is then left empty), RESOURCE_EXHAUSTED. */
+pd_code srv_jobs_open_file(srv_jobs *j, const char *path, int *loaded,
+                           int *dropped, dev_status *st);
+
 /* Tests: the clock expiry reads (milliseconds, monotonic); NULL: the real
  * CLOCK_MONOTONIC. Call before the table is shared. */
 void srv_jobs_set_clock(srv_jobs *j, int64_t (*now_ms)(void));
@@ -45,9 +54,11 @@ pd_code srv_jobs_check_id(const char *job, dev_status *st);
  * (1..SRV_JOB_LIFETIME_MAX). A job has at most one token: an older one is
  * dropped (*replaced true). Expired entries are dropped first; a full table
  * of live tokens is RESOURCE_EXHAUSTED naming the limit. `token` receives
- * the token's text (SRV_JOB_TOKEN_CHARS + 1 bytes). Errors: INVALID_ARGUMENT
- * (the job id, uid or lifetime, naming what is expected), RESOURCE_EXHAUSTED,
- * INTERNAL (no randomness). Thread-safe. */
+ * the token's text (SRV_JOB_TOKEN_CHARS + 1 bytes). With a file, the token
+ * exists only once the file holds it. Errors: INVALID_ARGUMENT (the job id,
+ * uid or lifetime, naming what is expected), RESOURCE_EXHAUSTED, UNAVAILABLE
+ * (the file could not be written: no token was made), INTERNAL (no
+ * randomness). Thread-safe. */
 pd_code srv_jobs_mint(srv_jobs *j, const char *job, int64_t uid,
                       uint32_t lifetime_s, char token[SRV_JOB_TOKEN_CHARS + 1],
                       bool *replaced, dev_status *st);
@@ -66,8 +77,11 @@ typedef struct srv_job_proof {
 pd_code srv_jobs_check(srv_jobs *j, const char *token, size_t len,
                        srv_job_proof *out, dev_status *st);
 
-/* Drops the token of `job`; true when it had a live one. Thread-safe. */
-bool srv_jobs_revoke(srv_jobs *j, const char *job);
+/* Drops the token of `job`; true when it had a live one. It is gone from
+ * memory at once; when the file cannot be rewritten, *st says why (the
+ * file still holds it: a restart would bring it back until it expires).
+ * Thread-safe. */
+bool srv_jobs_revoke(srv_jobs *j, const char *job, dev_status *st);
 
 /* Live (unexpired) tokens now. Thread-safe. */
 int srv_jobs_count(srv_jobs *j);

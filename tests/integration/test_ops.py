@@ -189,6 +189,9 @@ def check_deploy_files():
     assert key("admin_socket_mode", conf) == "0660" and key("require_job_token", conf) == "true"
     assert os.path.dirname(key("admin_socket", conf)) == "/run/paradev"
     assert key("RuntimeDirectoryMode", unit) == "0755"  # operators outside paradev
+    # The job tokens' file is in the unit's state directory, the daemon's.
+    assert key("job_tokens_file", conf) == "/var/lib/%s/job-tokens" % key("StateDirectory", unit)
+    assert key("StateDirectoryMode", unit) == "0700"
     try:
         import yaml
     except ImportError:
@@ -365,6 +368,43 @@ def check_job_tokens():
     finally:
         if d.proc.poll() is None:
             d.proc.kill()
+
+    # job_tokens_file: the hashes outlive a restart; a revoked token stays
+    # revoked; the file holds each token's SHA-256 (hashlib's) and no token.
+    import hashlib
+    jt = os.path.join(tmp, "state", "job-tokens")
+    os.mkdir(os.path.dirname(jt))
+    fconf = write(os.path.join(tmp, "file.conf"), "[auth]\njob_tokens_file = %s\n" % jt)
+    d = Daemon(config=fconf)
+    try:
+        adm = Client("unix:" + d.admin)
+        keep, gone_tok = mint(adm, "900").token, mint(adm, "901").token
+        adm.admin("KillJob", apb.KillJobRequest(job_id="901"), apb.KillJobResponse)
+        assert d.stop() == 0, d.log()
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+    text = open(jt).read()
+    assert stat.S_IMODE(os.stat(jt).st_mode) == 0o600
+    assert hashlib.sha256(keep.encode()).hexdigest() in text, text
+    assert hashlib.sha256(gone_tok.encode()).hexdigest() not in text, text
+    assert keep[7:] not in text and gone_tok[7:] not in text
+    d = Daemon(config=fconf)
+    try:
+        cl, adm = Client(d.target), Client("unix:" + d.admin)
+        d.wait_line(r"job tokens: 1 live from %s" % re.escape(jt))
+        cl.session(client_name="after-restart", job_token=keep)
+        assert [(s.job_id, s.job_proven) for s in listed(adm).sessions] == [("900", True)]
+        expect_error(C.UNAUTHENTICATED, cl.session, job_token=gone_tok)
+        assert d.stop() == 0, d.log()
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+    os.chmod(jt, 0o666)
+    r = subprocess.run([PARADEVD, "--config", fconf, "--listen", "unix:" + tmp + "/f.sock",
+                        "--admin-socket", "", "--metrics-listen", "", "--devices", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "another user could add tokens" in r.stderr, r.stderr
 
     # require_job_token: a claim is refused; a token, or no job id, is fine;
     # SIGHUP applies a change.

@@ -2,12 +2,15 @@
  * it expires or is revoked; a job has one token (a new one replaces it);
  * the table is bounded; bad job ids, uids, lifetimes and tokens are refused
  * with the codes jobs.h names. Time is a fake clock, so expiry is exact. */
+#include <openssl/evp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -84,10 +87,10 @@ static void test_replace_and_revoke(void **state) {
   assert_int_equal(srv_jobs_check(j, old, strlen(old), &p, &st),
                    PD_UNAUTHENTICATED);
   assert_int_equal(srv_jobs_check(j, cur, strlen(cur), &p, &st), PD_OK);
-  assert_false(srv_jobs_revoke(j, "78")); /* another job: nothing */
+  assert_false(srv_jobs_revoke(j, "78", &st)); /* another job: nothing */
   assert_int_equal(srv_jobs_check(j, cur, strlen(cur), &p, &st), PD_OK);
-  assert_true(srv_jobs_revoke(j, "77"));
-  assert_false(srv_jobs_revoke(j, "77")); /* twice: nothing left */
+  assert_true(srv_jobs_revoke(j, "77", &st));
+  assert_false(srv_jobs_revoke(j, "77", &st)); /* twice: nothing left */
   assert_int_equal(srv_jobs_check(j, cur, strlen(cur), &p, &st),
                    PD_UNAUTHENTICATED);
   assert_non_null(strstr(st.msg, "revoked"));
@@ -115,7 +118,7 @@ static void test_expiry(void **state) {
                    PD_UNAUTHENTICATED);
   assert_non_null(strstr(st.msg, "unknown"));
   assert_int_equal(srv_jobs_count(j), 0);
-  assert_false(srv_jobs_revoke(j, "9"));
+  assert_false(srv_jobs_revoke(j, "9", &st));
   /* A full table of expired tokens makes room for new ones. */
   mint_ok(j, "a", -1, 1, tok, false);
   mint_ok(j, "b", -1, 1, t2, false);
@@ -138,7 +141,7 @@ static void test_bounds(void **state) {
   assert_non_null(strstr(st.msg, "2 job tokens are live"));
   assert_non_null(strstr(st.msg, "max_job_tokens"));
   mint_ok(j, "2", -1, 60, tok, true); /* replacing needs no new slot */
-  assert_true(srv_jobs_revoke(j, "1"));
+  assert_true(srv_jobs_revoke(j, "1", &st));
   mint_ok(j, "3", -1, 60, tok, false);
   /* Bad input, each named. */
   const char *bad_ids[] = {"",
@@ -193,6 +196,108 @@ static void test_text_counts(void **state) {
   srv_jobs_free(j);
 }
 
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  static char buf[8192];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* The file: what a restart reads back. It holds each live token's SHA-256
+ * (checked against EVP's, computed here) and never a token; a revoked
+ * token stays revoked across the restart; a file others may write, or one
+ * with a line that is not paradevd's, is refused; a file that cannot be
+ * written makes no token. */
+static void test_file(void **state) {
+  (void)state;
+  char dir[] = "/tmp/test_jobs_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[256], tmp[300];
+  snprintf(path, sizeof path, "%s/job-tokens", dir);
+  srv_jobs *j = new_jobs(8);
+  int loaded = -1, dropped = -1;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(srv_jobs_open_file(j, path, &loaded, &dropped, &st), PD_OK);
+  assert_int_equal(loaded, 0); /* no file yet */
+  char a[SRV_JOB_TOKEN_CHARS + 1], b[SRV_JOB_TOKEN_CHARS + 1];
+  mint_ok(j, "500", 1234, 3600, a, false);
+  mint_ok(j, "501", -1, 3600, b, false);
+  assert_false(srv_jobs_revoke(j, "nothing", &st));
+  assert_true(srv_jobs_revoke(j, "501", &st));
+  assert_int_equal(st.code, PD_OK);
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  const char *text = slurp(path);
+  assert_null(strstr(text, a + 7)); /* no token, only hashes */
+  assert_null(strstr(text, b + 7));
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  assert_int_equal(EVP_Digest(a, strlen(a), md, &n, EVP_sha256(), NULL), 1);
+  char hex[65];
+  for (unsigned i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+  char want[100];
+  snprintf(want, sizeof want, "v1 %s ", hex);
+  assert_non_null(strstr(text, want));
+  assert_non_null(strstr(text, " 1234 500\n"));
+  assert_null(strstr(text, " 501\n")); /* revoked: gone from the file */
+  srv_jobs_free(j);
+
+  /* The restart. */
+  j = new_jobs(8);
+  assert_int_equal(srv_jobs_open_file(j, path, &loaded, &dropped, &st), PD_OK);
+  assert_int_equal(loaded, 1);
+  assert_int_equal(dropped, 0);
+  srv_job_proof p;
+  assert_int_equal(srv_jobs_check(j, a, strlen(a), &p, &st), PD_OK);
+  assert_string_equal(p.job, "500");
+  assert_int_equal(p.uid, 1234);
+  assert_true(p.left_s >= 3598 && p.left_s <= 3600);
+  assert_int_equal(srv_jobs_check(j, b, strlen(b), &p, &st),
+                   PD_UNAUTHENTICATED);
+  mint_ok(j, "502", -1, 60, b, false);
+  srv_jobs_free(j);
+  /* A smaller table keeps what fits and counts the rest. */
+  j = new_jobs(1);
+  assert_int_equal(srv_jobs_open_file(j, path, &loaded, &dropped, &st), PD_OK);
+  assert_int_equal(loaded, 1);
+  assert_int_equal(dropped, 1);
+  srv_jobs_free(j);
+
+  /* Others may write it: refused. */
+  assert_int_equal(chmod(path, 0620), 0);
+  j = new_jobs(8);
+  assert_int_equal(srv_jobs_open_file(j, path, &loaded, &dropped, &st),
+                   PD_FAILED_PRECONDITION);
+  assert_non_null(strstr(st.msg, "mode 0620"));
+  srv_jobs_free(j);
+  assert_int_equal(chmod(path, 0600), 0);
+  /* Not paradevd's lines. */
+  FILE *f = fopen(path, "a");
+  fputs("v1 nothex 1 2 x\n", f);
+  fclose(f);
+  j = new_jobs(8);
+  assert_int_equal(srv_jobs_open_file(j, path, &loaded, &dropped, &st),
+                   PD_FAILED_PRECONDITION);
+  assert_non_null(strstr(st.msg, "job-tokens:4:"));
+  assert_int_equal(srv_jobs_count(j), 0);
+  srv_jobs_free(j);
+  /* A file that cannot be written: no token. */
+  snprintf(tmp, sizeof tmp, "%s/no-such-dir/job-tokens", dir);
+  j = new_jobs(8);
+  assert_int_equal(srv_jobs_open_file(j, tmp, &loaded, &dropped, &st), PD_OK);
+  bool r;
+  assert_int_equal(srv_jobs_mint(j, "503", -1, 60, a, &r, &st), PD_UNAVAILABLE);
+  assert_non_null(strstr(st.msg, "cannot write the job tokens file"));
+  assert_int_equal(srv_jobs_count(j), 0);
+  srv_jobs_free(j);
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mint_and_check),
@@ -200,6 +305,7 @@ int main(void) {
       cmocka_unit_test(test_expiry),
       cmocka_unit_test(test_bounds),
       cmocka_unit_test(test_text_counts),
+      cmocka_unit_test(test_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
