@@ -324,7 +324,8 @@ grpc_byte_buffer *srv_pack(const ProtobufCMessage *m);
 
 /* The methods paradevd registers (NULL-terminated), expanded from
  * proto/paradev/v1/methods.h: ParallelDevice and Health on the listen
- * addresses, Admin on the admin socket. */
+ * addresses, Admin on the admin socket and (operators' identities only,
+ * admin.c checks) on the listen addresses too. */
 extern srv_method *const srv_methods[];
 extern srv_method *const srv_admin_methods[];
 /* The method of a path ("/paradev.v1.Admin/Drain"), or NULL. */
