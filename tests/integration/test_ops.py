@@ -327,15 +327,18 @@ def check_job_tokens():
             t705 = mint(adm, "705").token
             prog = ("import sys; sys.path.insert(0, %r); import paradev\n"
                     "c = paradev.connect(%r)\n"
-                    "s = c.session('env')\n"
+                    "kw = {'job_token': sys.argv[1]} if len(sys.argv) > 1 else {}\n"
+                    "s = c.session('env', **kw)\n"
                     "print('open', flush=True); sys.stdin.read()\n" % (pkg, "unix:" + d.sock))
-            for env, want in (({"PARADEV_JOB_TOKEN": t705, "SLURM_JOB_ID": "9999"},
-                               ("705", True)),
-                              ({"SLURM_JOB_ID": "9999"}, ("9999", False))):
+            t706 = mint(adm, "706").token
+            for env, want, argv in (
+                    ({"PARADEV_JOB_TOKEN": t705, "SLURM_JOB_ID": "9999"}, ("705", True), []),
+                    ({"SLURM_JOB_ID": "9999"}, ("9999", False), []),
+                    ({"PARADEV_JOB_TOKEN": t705}, ("706", True), [t706])):  # the argument wins
                 e = {k: v for k, v in os.environ.items()
                      if k not in ("PARADEV_JOB_TOKEN", "SLURM_JOB_ID")}
                 e.update(env, PARADEV_LIBRARY=lib)
-                p = subprocess.Popen([sys.executable, "-c", prog], stdin=subprocess.PIPE,
+                p = subprocess.Popen([sys.executable, "-c", prog, *argv], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=e)
                 try:
                     assert p.stdout.readline() == "open\n"
