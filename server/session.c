@@ -63,6 +63,30 @@ static pd_code srv_session_job(srv_call *c,
   return PD_OK;
 }
 
+/* KillJob revokes the token, then kills the job's sessions; a session made
+ * from the token while that ran could escape both. So the token is asked
+ * again once the session exists: still valid, the session was made before
+ * the revocation, and the kill (which comes after it) finds it; revoked,
+ * the session is closed here. The call is finished on failure. */
+static pd_code srv_session_recheck(srv_call *c,
+                                   const Paradev__V1__CreateSessionRequest *req,
+                                   const char *job, bool claimed,
+                                   const sched_session_info *info) {
+  if (claimed || !job[0] || !req->job_token || !req->job_token[0]) return PD_OK;
+  srv_job_proof p;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_jobs_check(c->s->jobs, req->job_token, strlen(req->job_token), &p,
+                     &st) == PD_OK &&
+      strcmp(p.job, job) == 0)
+    return PD_OK;
+  sched_session_close(c->s->sched, info->token, SCHED_TOKEN_BYTES, NULL, NULL);
+  srv_call_finish(c, PD_UNAUTHENTICATED,
+                  "the job token of job \"%s\" was revoked (KillJob: the "
+                  "job ended) while the session was being opened",
+                  job);
+  return PD_UNAUTHENTICATED;
+}
+
 static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__CreateSessionRequest *req = (const void *)m;
   if (atomic_load(&c->s->draining)) {
@@ -111,6 +135,7 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &st);
     return;
   }
+  if (srv_session_recheck(c, req, job, claimed, &info) != PD_OK) return;
   char cn[SRV_LOG_QUOTED(64)], jq[SRV_LOG_QUOTED(64)];
   SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
              "session %llu opened: client \"%s\" job \"%s\" lease %u s "
