@@ -104,7 +104,7 @@ typedef struct srv_options {
   bool require_job_token;
   uint32_t job_token_lifetime_s;
   int max_job_tokens;
-  char job_tokens_file[SRV_ADDR_MAX]; /* "": tokens in memory only */
+  char job_tokens_file[SRV_ROOT_MAX]; /* "": tokens in memory only */
   bool config_explicit; /* --config given: a missing file is an error */
   bool config_loaded;   /* a file was read */
 } srv_options;

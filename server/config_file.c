@@ -118,7 +118,8 @@ static int srv_ini_handler(void *user, const char *section, const char *name,
       snprintf(c->bad_section, sizeof(c->bad_section), "%s", section);
       srv_ini_error(c,
                     "unknown section [%s] (key '%s'); expected [daemon], "
-                    "[devices], [cuda], [limits], [sessions] or [log]",
+                    "[devices], [cuda], [limits], [sessions], [storage], "
+                    "[auth] or [log]",
                     section, name);
     }
     return 1;

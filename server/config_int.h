@@ -27,7 +27,8 @@ typedef enum srv_key_type {
   SRV_K_COLLECTIVES, /* auto|nccl|copy, as dev_cuda_collectives */
   SRV_K_ROOTS,       /* storage roots: a list of directories and URLs */
   SRV_K_GROUP,       /* a group name or number, or empty */
-  SRV_K_FILE,        /* an absolute file path (SRV_ADDR_MAX), or empty */
+  SRV_K_FILE,        /* an absolute file path of fewer than SRV_ROOT_MAX
+                        bytes, or empty */
 } srv_key_type;
 
 typedef struct srv_key {

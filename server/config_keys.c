@@ -105,15 +105,15 @@ const srv_key srv_keys[] = {
      OFF(job_token_lifetime_s), 60, 2592000, true},
     {"auth", "max_job_tokens", NULL, SRV_K_INT, OFF(max_job_tokens), 1, 1000000,
      false},
-    {"auth", "job_tokens_file", NULL, SRV_K_FILE, OFF(job_tokens_file), 0, 0,
-     false},
+    {"auth", "job_tokens_file", NULL, SRV_K_FILE, OFF(job_tokens_file), 0,
+     SRV_ROOT_MAX, false},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
                "SRV_MAX_KEYS");
 
 const char *const srv_sections[] = {"daemon",   "devices", "cuda", "limits",
-                                    "sessions", "storage", "log",  "auth"};
+                                    "sessions", "storage", "auth", "log"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;
@@ -488,18 +488,17 @@ static bool srv_set_group(char *field, const char *value, char *err,
   return true;
 }
 
-/* An absolute path of a file the daemon keeps, or empty. */
-static bool srv_set_file(char *field, const char *value, char *err,
-                         size_t errlen) {
-  if (*value && (value[0] != '/' || strlen(value) >= SRV_ADDR_MAX - 8 ||
-                 value[strlen(value) - 1] == '/')) {
+/* An absolute path of fewer than k->max bytes, or "" for none. */
+static bool srv_set_file(const srv_key *k, char *field, const char *value,
+                         char *err, size_t errlen) {
+  if (*value && (value[0] != '/' || strlen(value) >= k->max)) {
     snprintf(err, errlen,
-             "expected an absolute file path of at most %d bytes, such as "
-             "/var/lib/paradev/job-tokens, or nothing",
-             SRV_ADDR_MAX - 9);
+             "expected an absolute file path of at most %llu bytes, or "
+             "nothing for none",
+             (unsigned long long)k->max - 1);
     return false;
   }
-  snprintf(field, SRV_ADDR_MAX, "%s", value);
+  snprintf(field, k->max, "%s", value);
   return true;
 }
 
@@ -559,7 +558,7 @@ bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
       return srv_set_collectives(field, value, err, errlen);
     case SRV_K_ROOTS: return srv_add_roots(o, value, err, errlen);
     case SRV_K_GROUP: return srv_set_group(field, value, err, errlen);
-    case SRV_K_FILE: return srv_set_file(field, value, err, errlen);
+    case SRV_K_FILE: return srv_set_file(k, field, value, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;
