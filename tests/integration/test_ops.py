@@ -211,6 +211,8 @@ def check_deploy_files():
     admin_dir = os.path.dirname(key("admin_socket", kconf))
     assert "emptyDir" in vols[mounts[admin_dir]], vols[mounts[admin_dir]]
     assert "hostPath" in vols[mounts["/run/paradev"]]
+    env = {e["name"]: e.get("value") for e in ds["containers"][0].get("env", [])}
+    assert env.get("PARADEV_ADMIN_SOCKET") == key("admin_socket", kconf), env
 
 
 # --------------------------------------------------------------------------
