@@ -54,6 +54,16 @@ if [ -L "$TOKEN_DIR" ]; then
   say "$TOKEN_DIR is a symbolic link; refusing to write the job token there"
   exit 1
 fi
+if [ -d "$TOKEN_DIR" ]; then
+  # Whoever owns the directory could swap a job's token file for another.
+  owner_mode=$(stat -c '%u %a' "$TOKEN_DIR") || exit 1
+  owner=${owner_mode% *}
+  mode=${owner_mode#* }
+  if [ "$owner" != "$(id -u)" ] || [ $((0$mode & 022)) -ne 0 ]; then
+    say "$TOKEN_DIR is owned by uid $owner with mode $mode; expected this user's (uid $(id -u)) directory that only it may write"
+    exit 1
+  fi
+fi
 
 waited=0
 while ! state=$("$PARADEV" admin status --field state 2>&1); do

@@ -546,6 +546,16 @@ def check_slurm_scripts():
         os.symlink(jobs, link)
         r = run("prolog.sh", "805", PARADEV_JOB_TOKEN_DIR=link)
         assert r.returncode == 1 and "is a symbolic link" in r.stderr, r.stderr
+        # A token directory others may write, or another user's: refused.
+        os.chmod(jobs, 0o775)
+        r = run("prolog.sh", "806")
+        assert r.returncode == 1 and "with mode 775; expected" in r.stderr, r.stderr
+        os.chmod(jobs, 0o755)
+        if os.getuid() == 0:
+            os.chown(jobs, 65534, -1)
+            r = run("prolog.sh", "806")
+            assert r.returncode == 1 and "is owned by uid 65534" in r.stderr, r.stderr
+            os.chown(jobs, 0, -1)
         for job in ("802", "803"):
             r = run("epilog.sh", job)
             assert r.returncode == 0, r.stderr
