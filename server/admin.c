@@ -12,6 +12,7 @@
 #include "auth.h"
 #include "jobs.h"
 #include "log.h"
+#include "ratelimit.h"
 #include "paradev/v1/admin.pb-c.h"
 #include "server.h"
 
@@ -29,13 +30,18 @@ static bool srv_admin_operator(srv_call *c, const char *method) {
     return false;
   }
   if (id->is_operator) return true;
+  static srv_rate rate;
+  uint64_t skipped = 0;
   char who[SRV_LOG_QUOTED(96)], tenant[SRV_LOG_QUOTED(64)];
   srv_log_quote(id->name[0] ? id->name : "(none)", who, sizeof who);
   srv_log_quote(id->tenant[0] ? id->tenant : "(none)", tenant, sizeof tenant);
-  SRV_WARN(
-      "refused Admin.%s: identity \"%s\" (tenant \"%s\") is not an "
-      "operator",
-      method, who, tenant);
+  if (srv_rate_ok(&rate, SRV_REFUSALS_LOGGED_PER_S, &skipped))
+    SRV_WARN(
+        "refused Admin.%s: identity \"%s\" (tenant \"%s\") is not an "
+        "operator%s%.0llu%s",
+        method, who, tenant, skipped ? " (and " : "",
+        (unsigned long long)skipped,
+        skipped ? " more such refusals not logged)" : "");
   srv_call_finish(c, PD_PERMISSION_DENIED,
                   "Admin.%s needs an operator: identity \"%s\" (tenant "
                   "\"%s\") is not one (use the admin socket as a member of "

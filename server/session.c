@@ -11,6 +11,7 @@
 #include "check.h"
 #include "jobs.h"
 #include "log.h"
+#include "ratelimit.h"
 #include "server.h"
 
 /* The job a new session belongs to (issue #14): the job of a valid
@@ -111,12 +112,18 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     return;
   }
   if (srv_session_job(c, req, id, &job, proven, &claimed, &ck) != PD_OK) {
+    static srv_rate rate;
+    uint64_t skipped = 0;
     char who[SRV_LOG_QUOTED(96)], tenant[SRV_LOG_QUOTED(64)];
-    SRV_WARN("refused CreateSession: identity \"%s\" (tenant \"%s\"): %s",
-             srv_log_quote(id->name[0] ? id->name : "(none)", who, sizeof who),
-             srv_log_quote(id->tenant[0] ? id->tenant : "(none)", tenant,
-                           sizeof tenant),
-             ck.msg);
+    if (srv_rate_ok(&rate, SRV_REFUSALS_LOGGED_PER_S, &skipped))
+      SRV_WARN(
+          "refused CreateSession: identity \"%s\" (tenant \"%s\"): "
+          "%s%s%.0llu%s",
+          srv_log_quote(id->name[0] ? id->name : "(none)", who, sizeof who),
+          srv_log_quote(id->tenant[0] ? id->tenant : "(none)", tenant,
+                        sizeof tenant),
+          ck.msg, skipped ? " (and " : "", (unsigned long long)skipped,
+          skipped ? " more such refusals not logged)" : "");
     srv_call_fail(c, &ck);
     return;
   }
