@@ -1,14 +1,21 @@
 /* `paradev admin`: the operators' commands, spoken to paradevd's admin Unix
  * socket (service paradev.v1.Admin, proto/paradev/v1/admin.proto). The
- * socket's file mode decides who may run them (paradevd creates it 0660).
+ * socket's group and mode decide who may run them (deploy/: group
+ * paradev-admin, 0660); paradevd checks that the caller is an operator.
  *
  *   paradev admin [--socket PATH] [--timeout TIME] COMMAND
- *     sessions [--job ID] [--json]    the open sessions, oldest first
+ *     status [--json | --field NAME]  in service or draining; counts
+ *     sessions [--job ID] [--json | --field NAME]
+ *                                     the open sessions, oldest first
  *     kill (--job ID | --session N | --token HEX) [--verify]
  *                                     end sessions; answers once the devices
  *                                     have freed their memory. --verify: exit
  *                                     3 when no session is left but device
  *                                     memory is still in use
+ *     job-token --job ID [--uid N] [--lifetime TIME] [--json | --field NAME]
+ *                                     mint the token that proves a job's id
+ *     kill-job --job ID [--verify] [--json | --field NAME]
+ *                                     revoke it and end the job's sessions
  *     drain [--exit | --resume]       stop taking sessions (and exit once the
  *                                     queued work is done), or take them again
  *     log-level SPEC                  e.g. debug, or info,sched=debug
@@ -17,22 +24,19 @@
  * (/run/paradev/admin.sock under systemd, $XDG_RUNTIME_DIR/paradevd-admin.sock
  * otherwise, /tmp/paradevd-UID/paradevd-admin.sock without a runtime
  * directory). --timeout takes a unit (500ms, 2s, 1m), as the top level's;
- * a bare number is refused.
+ * a bare number is refused. --field NAME prints one member of --json's
+ * document alone (a string without quotes, true/false, a number), for
+ * scripts: `paradev admin status --field draining`.
  *
  * Exit status: 0 done, 1 the daemon said no (its message is printed), 2 a
- * bad command line, 3 --verify found memory still in use.
- *
- * This file speaks gRPC itself (C core, one blocking call per command):
- * libparadev exports the pd_* API only, and Admin is not part of it. */
+ * bad command line (or no such --field), 3 --verify found memory still in
+ * use. The unary call itself is cli_admin_rpc.c's, the job commands
+ * cli_jobs.c's. */
 #include <ctype.h>
 #include <errno.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
-#include <grpc/support/time.h>
 #include <inttypes.h>
 #include <json-c/json.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +44,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli_admin.h"
 #include "cli_int.h"
 #include "paradev/v1/admin.pb-c.h"
 
@@ -50,13 +55,21 @@ static const char cli_admin_usage[] =
     "Operate a paradevd through its admin socket.\n"
     "\n"
     "Commands:\n"
+    "  status [--json]                in service, draining or exiting; the\n"
+    "                                 sessions and job tokens live\n"
     "  sessions [--job ID] [--json]   list the open sessions (--json: one\n"
     "                                 document, {\"count\": N, ...,\n"
-    "                                 \"sessions\": [...]})\n"
+    "                                 \"sessions\": [...]}); a JOB ending in\n"
+    "                                 '?' is only claimed (no job token)\n"
     "  kill --job ID | --session N | --token HEX [--verify]\n"
     "                                 end sessions and free their memory;\n"
     "                                 --verify: exit 3 if no session is left\n"
     "                                 but device memory is still in use\n"
+    "  job-token --job ID [--uid N] [--lifetime TIME]\n"
+    "                                 mint the token that proves a job's id\n"
+    "                                 (the Slurm prolog; prints the token)\n"
+    "  kill-job --job ID [--verify]   revoke the job's token and end the\n"
+    "                                 sessions bound to it (the epilog)\n"
     "  drain [--exit | --resume]      take no new sessions (--exit: exit once\n"
     "                                 queued work is done; --resume: undo)\n"
     "  log-level SPEC                 set log levels: debug, info,sched=debug\n"
@@ -69,24 +82,15 @@ static const char cli_admin_usage[] =
     "/tmp/paradevd-UID/paradevd-admin.sock)\n"
     "  --timeout TIME     give up after this long, 1ms to 24h: 500ms, 2s, 1m;\n"
     "                     a number needs a unit (default 60s)\n"
+    "  --json, --field NAME (after status, sessions, job-token, kill-job)\n"
+    "                     print the reply as one JSON document, or one member\n"
+    "                     of it alone (for scripts)\n"
     "  (paradev's --target is not for these: a note on stderr says so, and\n"
     "  'admin --target' is refused; use --socket PATH)\n"
     "\n"
     "Exit status: 0 done; 1 the daemon said no or could not be reached (its\n"
-    "message is printed); 2 a bad command line; 3 kill --verify found device\n"
-    "memory still in use.\n";
-
-static int cli_admin_bad(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-static int cli_admin_bad(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "paradev admin: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\nTry 'paradev admin --help'.\n");
-  va_end(ap);
-  return 2;
-}
+    "message is printed); 2 a bad command line (or no such --field); 3 kill\n"
+    "--verify or kill-job --verify found device memory still in use.\n";
 
 static void cli_admin_default_socket(char *out, size_t len) {
   const char *env = getenv("PARADEV_ADMIN_SOCKET");
@@ -102,159 +106,6 @@ static void cli_admin_default_socket(char *out, size_t len) {
     cli_tmp_socket_dir(dir, sizeof(dir));
     snprintf(out, len, "%s/paradevd-admin.sock", dir);
   }
-}
-
-/* One unary Admin call: its channel, queue and call, the messages, and
- * what comes back. */
-typedef struct cli_admin_rpc {
-  grpc_channel *ch;
-  grpc_completion_queue *cq;
-  grpc_call *call;
-  grpc_byte_buffer *send, *recv;
-  grpc_metadata_array md_initial, md_trailing;
-  grpc_status_code status;
-  grpc_slice details;
-} cli_admin_rpc;
-
-/* The channel to the admin socket and the call to "/paradev.v1.Admin/METHOD"
- * (the service's name from its descriptor), with the request packed. */
-static void cli_admin_open(cli_admin_rpc *r, const char *socket_path,
-                           double timeout_s, const char *method,
-                           const ProtobufCMessage *req) {
-  char target[4200];
-  snprintf(target, sizeof(target), "unix:%s", socket_path);
-  char path[256];
-  snprintf(path, sizeof(path), "/%s/%s", paradev__v1__admin__descriptor.name,
-           method);
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-  r->ch = grpc_channel_create(target, creds, NULL);
-  grpc_channel_credentials_release(creds);
-  r->cq = grpc_completion_queue_create_for_pluck(NULL);
-  grpc_slice mslice = grpc_slice_from_copied_string(path);
-  gpr_timespec deadline = gpr_time_add(
-      gpr_now(GPR_CLOCK_REALTIME),
-      gpr_time_from_millis((int64_t)(timeout_s * 1000 + 0.5), GPR_TIMESPAN));
-  r->call = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS,
-                                     r->cq, mslice, NULL, deadline, NULL);
-  grpc_slice_unref(mslice);
-  size_t len = protobuf_c_message_get_packed_size(req);
-  grpc_slice out = grpc_slice_malloc(len);
-  protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(out));
-  r->send = grpc_raw_byte_buffer_create(&out, 1);
-  grpc_slice_unref(out);
-  grpc_metadata_array_init(&r->md_initial);
-  grpc_metadata_array_init(&r->md_trailing);
-  r->status = GRPC_STATUS_UNKNOWN;
-  r->details = grpc_empty_slice();
-}
-
-/* The whole call as one batch, waited for; false if it could not start. */
-static bool cli_admin_run(cli_admin_rpc *r) {
-  grpc_op ops[6];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = r->send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &r->md_initial;
-  ops[4].op = GRPC_OP_RECV_MESSAGE;
-  ops[4].data.recv_message.recv_message = &r->recv;
-  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[5].data.recv_status_on_client.trailing_metadata = &r->md_trailing;
-  ops[5].data.recv_status_on_client.status = &r->status;
-  ops[5].data.recv_status_on_client.status_details = &r->details;
-  int tag = 0;
-  if (grpc_call_start_batch(r->call, ops, 6, &tag, NULL) != GRPC_CALL_OK)
-    return false;
-  grpc_completion_queue_pluck(r->cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME),
-                              NULL);
-  return true;
-}
-
-/* The status, then the reply decoded into *resp: 0, or 1 (printed). */
-static int cli_admin_reply(const cli_admin_rpc *r, const char *socket_path,
-                           const char *method,
-                           const ProtobufCMessageDescriptor *resp_desc,
-                           ProtobufCMessage **resp) {
-  if (r->status != GRPC_STATUS_OK) {
-    size_t dl = GRPC_SLICE_LENGTH(r->details);
-    fprintf(stderr, "paradev admin: %s: %.*s (status %d)\n", method, (int)dl,
-            (const char *)GRPC_SLICE_START_PTR(r->details), (int)r->status);
-    if (r->status == GRPC_STATUS_UNAVAILABLE)
-      fprintf(stderr,
-              "paradev admin: is paradevd running, and is %s its admin "
-              "socket? (--socket, $PARADEV_ADMIN_SOCKET)\n",
-              socket_path);
-    return 1;
-  }
-  if (!r->recv) {
-    fprintf(stderr, "paradev admin: %s: the reply carried no message\n",
-            method);
-    return 1;
-  }
-  grpc_byte_buffer_reader rd;
-  if (grpc_byte_buffer_reader_init(&rd, r->recv)) {
-    grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
-    grpc_byte_buffer_reader_destroy(&rd);
-    *resp = protobuf_c_message_unpack(resp_desc, NULL, GRPC_SLICE_LENGTH(all),
-                                      GRPC_SLICE_START_PTR(all));
-    grpc_slice_unref(all);
-  }
-  if (*resp) return 0;
-  fprintf(stderr, "paradev admin: %s: the reply does not decode\n", method);
-  return 1;
-}
-
-/* Undoes cli_admin_open, the queue drained before it is destroyed. */
-static void cli_admin_close(cli_admin_rpc *r) {
-  if (r->recv) grpc_byte_buffer_destroy(r->recv);
-  grpc_byte_buffer_destroy(r->send);
-  grpc_slice_unref(r->details);
-  grpc_metadata_array_destroy(&r->md_initial);
-  grpc_metadata_array_destroy(&r->md_trailing);
-  grpc_call_unref(r->call);
-  grpc_completion_queue_shutdown(r->cq);
-  while (grpc_completion_queue_pluck(r->cq, NULL,
-                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-             .type != GRPC_QUEUE_SHUTDOWN) {
-  }
-  grpc_completion_queue_destroy(r->cq);
-  grpc_channel_destroy(r->ch);
-}
-
-/* One unary call. On success *resp is set (free with
- * protobuf_c_message_free_unpacked(resp, NULL)) and 0 returned; else the
- * error was printed and 1 returned. */
-static int cli_admin_call(const char *socket_path, double timeout_s,
-                          const char *method, const ProtobufCMessage *req,
-                          const ProtobufCMessageDescriptor *resp_desc,
-                          ProtobufCMessage **resp) {
-  cli_admin_rpc r = {NULL};
-  cli_admin_open(&r, socket_path, timeout_s, method, req);
-  int rc = 1;
-  if (!cli_admin_run(&r))
-    fprintf(stderr, "paradev admin: internal: cannot start the call\n");
-  else
-    rc = cli_admin_reply(&r, socket_path, method, resp_desc, resp);
-  cli_admin_close(&r);
-  return rc;
-}
-
-/* 1536 -> "1.5 KiB". */
-static const char *cli_admin_bytes(uint64_t b, char *buf, size_t len) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = (double)b;
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, len, "%" PRIu64 " B", b);
-  else
-    snprintf(buf, len, "%.1f %s", v, units[u]);
-  return buf;
 }
 
 static const char *cli_admin_dur(double s, char *buf, size_t len) {
@@ -291,115 +142,182 @@ static void cli_admin_cell(const char *s, int width) {
   printf("%*s", width - n, "");
 }
 
-/* The value of the flag at argv[*i], "--flag VALUE" (*i moves past it) or
- * "--flag=VALUE"; NULL when there is none: the flag is last, its value is
- * empty, or what follows is another flag ("--job --json"). */
-static const char *cli_admin_value(int argc, char **argv, int *i) {
-  const char *eq = strchr(argv[*i], '=');
-  const char *v = eq ? eq + 1 : (*i + 1 < argc ? argv[*i + 1] : NULL);
-  if (!v || !*v || (!eq && strncmp(v, "--", 2) == 0)) return NULL;
-  if (!eq) (*i)++;
-  return v;
+/* One session of ListSessions as a JSON object. */
+static json_object *cli_admin_session_json(
+    const Paradev__V1__SessionSummary *e) {
+  char sec[2][32];
+  json_object *o = json_object_new_object();
+  snprintf(sec[0], sizeof sec[0], "%.3f", e->age_seconds);
+  snprintf(sec[1], sizeof sec[1], "%.3f", e->idle_seconds);
+  json_object_object_add(o, "session_id",
+                         json_object_new_uint64(e->session_id));
+  json_object_object_add(o, "client_name",
+                         json_object_new_string(e->client_name));
+  json_object_object_add(o, "job_id", json_object_new_string(e->job_id));
+  json_object_object_add(o, "job_proven",
+                         json_object_new_boolean(e->job_proven));
+  json_object_object_add(o, "tenant", json_object_new_string(e->tenant));
+  json_object_object_add(o, "identity", json_object_new_string(e->identity));
+  json_object_object_add(o, "memory_bytes",
+                         json_object_new_uint64(e->memory_bytes));
+  json_object_object_add(o, "handles", json_object_new_uint64(e->handles));
+  json_object_object_add(o, "queued_ops",
+                         json_object_new_uint64(e->queued_ops));
+  json_object_object_add(o, "age_seconds",
+                         json_object_new_double_s(e->age_seconds, sec[0]));
+  json_object_object_add(o, "idle_seconds",
+                         json_object_new_double_s(e->idle_seconds, sec[1]));
+  json_object_object_add(o, "lease_seconds",
+                         json_object_new_uint64(e->lease_seconds));
+  json_object_object_add(o, "memory_quota_bytes",
+                         json_object_new_uint64(e->memory_quota_bytes));
+  return o;
+}
+
+/* The daemon's state from a ListSessions reply, the members `status` and
+ * `sessions` share. The incarnation is a string: a 64-bit number does not
+ * survive JSON readers that use doubles. */
+static json_object *cli_admin_state_json(
+    const Paradev__V1__ListSessionsResponse *r) {
+  char inc[20];
+  snprintf(inc, sizeof inc, "%016" PRIx64, r->incarnation);
+  json_object *doc = json_object_new_object();
+  json_object_object_add(doc, "incarnation", json_object_new_string(inc));
+  json_object_object_add(doc, "state",
+                         json_object_new_string(r->exiting    ? "exiting"
+                                                : r->draining ? "draining"
+                                                              : "serving"));
+  json_object_object_add(doc, "draining", json_object_new_boolean(r->draining));
+  json_object_object_add(doc, "exiting", json_object_new_boolean(r->exiting));
+  json_object_object_add(doc, "job_tokens",
+                         json_object_new_uint64(r->job_tokens));
+  json_object_object_add(doc, "require_job_token",
+                         json_object_new_boolean(r->require_job_token));
+  json_object_object_add(doc, "device_memory_used_bytes",
+                         json_object_new_uint64(r->device_memory_used_bytes));
+  return doc;
+}
+
+static void cli_admin_sessions_table(const Paradev__V1__ListSessionsResponse *r,
+                                     const char *job) {
+  char b1[32], b2[32], b3[32], b4[32];
+  printf("%-6s %-20s %-13s %-12s %11s %8s %7s %8s %7s %6s %11s\n", "ID",
+         "CLIENT", "JOB", "TENANT", "MEMORY", "HANDLES", "QUEUED", "AGE",
+         "IDLE", "LEASE", "QUOTA");
+  for (size_t i = 0; i < r->n_sessions; i++) {
+    const Paradev__V1__SessionSummary *e = r->sessions[i];
+    char quota[32];
+    if (e->memory_quota_bytes)
+      cli_admin_bytes(e->memory_quota_bytes, quota, sizeof quota);
+    else
+      snprintf(quota, sizeof quota, "-");
+    printf("%-6" PRIu64 " ", e->session_id);
+    cli_admin_cell(e->client_name[0] ? e->client_name : "-", 20);
+    putchar(' ');
+    cli_admin_cell(e->job_id[0] ? e->job_id : "-", 12);
+    /* A job id the client only claimed (no job token) ends in '?'. */
+    putchar(e->job_id[0] && !e->job_proven ? '?' : ' ');
+    putchar(' ');
+    cli_admin_cell(e->tenant[0] ? e->tenant : "-", 12);
+    printf(" %11s %8" PRIu64 " %7" PRIu64 " %8s %7s %5us %11s\n",
+           cli_admin_bytes(e->memory_bytes, b1, sizeof b1), e->handles,
+           e->queued_ops, cli_admin_dur(e->age_seconds, b2, sizeof b2),
+           cli_admin_dur(e->idle_seconds, b3, sizeof b3), e->lease_seconds,
+           quota);
+  }
+  printf("(%zu session%s%s; device memory in use: %s%s)\n", r->n_sessions,
+         r->n_sessions == 1 ? "" : "s", job[0] ? " of that job" : "",
+         cli_admin_bytes(r->device_memory_used_bytes, b4, sizeof b4),
+         r->exiting    ? "; DRAINING to exit"
+         : r->draining ? "; DRAINING"
+                       : "");
+}
+
+/* ListSessions, for `sessions` and `status`; 0 or 1 (printed). */
+static int cli_admin_list(const char *sock, double timeout, const char *job,
+                          Paradev__V1__ListSessionsResponse **r) {
+  Paradev__V1__ListSessionsRequest req;
+  paradev__v1__list_sessions_request__init(&req);
+  req.job_id = (char *)job;
+  return cli_admin_call(sock, timeout, "ListSessions", &req.base,
+                        &paradev__v1__list_sessions_response__descriptor,
+                        (ProtobufCMessage **)r);
 }
 
 static int cli_admin_sessions(const char *sock, double timeout, int argc,
                               char **argv) {
   const char *job = "";
-  bool json = false;
+  cli_admin_out out = {false, NULL};
   for (int i = 1; i < argc; i++) {
+    int f = cli_admin_out_flag("sessions", argc, argv, &i, &out);
+    if (f < 0) return 2;
+    if (f) continue;
     if (strcmp(argv[i], "--job") == 0 || strncmp(argv[i], "--job=", 6) == 0) {
       if (!(job = cli_admin_value(argc, argv, &i)))
         return cli_admin_bad("sessions: --job needs a value (a job id)");
-    } else if (strcmp(argv[i], "--json") == 0) {
-      json = true;
     } else {
       return cli_admin_bad("sessions: unexpected '%s'", argv[i]);
     }
   }
-  Paradev__V1__ListSessionsRequest req;
-  paradev__v1__list_sessions_request__init(&req);
-  req.job_id = (char *)job;
   Paradev__V1__ListSessionsResponse *r = NULL;
-  if (cli_admin_call(sock, timeout, "ListSessions", &req.base,
-                     &paradev__v1__list_sessions_response__descriptor,
-                     (ProtobufCMessage **)&r))
-    return 1;
-  char b1[32], b2[32], b3[32], b4[32];
-  if (json) {
+  if (cli_admin_list(sock, timeout, job, &r)) return 1;
+  int rc = 0;
+  if (out.json) {
     /* One document: the summary the table's last line gives, then the list
-     * (an empty list when there are none). The incarnation is a string: a
-     * 64-bit number does not survive JSON readers that use doubles. */
-    char inc[20], sec[2][32];
-    snprintf(inc, sizeof inc, "%016" PRIx64, r->incarnation);
-    json_object *doc = json_object_new_object(),
-                *list = json_object_new_array();
-    json_object_object_add(doc, "incarnation", json_object_new_string(inc));
+     * (an empty list when there are none); UTF-8 as the daemon sent it.
+     * job_sessions: those bound to the job (job_proven), which its kills
+     * end; count: every session listed, claims of the job id included. */
+    json_object *doc = cli_admin_state_json(r), *list = json_object_new_array();
+    uint64_t bound = 0;
+    for (size_t i = 0; i < r->n_sessions; i++) {
+      json_object_array_add(list, cli_admin_session_json(r->sessions[i]));
+      bound += r->sessions[i]->job_proven;
+    }
     json_object_object_add(doc, "job_id", json_object_new_string(job));
     json_object_object_add(doc, "count", json_object_new_uint64(r->n_sessions));
-    json_object_object_add(doc, "draining",
-                           json_object_new_boolean(r->draining));
-    json_object_object_add(doc, "device_memory_used_bytes",
-                           json_object_new_uint64(r->device_memory_used_bytes));
-    for (size_t i = 0; i < r->n_sessions; i++) {
-      const Paradev__V1__SessionSummary *e = r->sessions[i];
-      json_object *o = json_object_new_object();
-      snprintf(sec[0], sizeof sec[0], "%.3f", e->age_seconds);
-      snprintf(sec[1], sizeof sec[1], "%.3f", e->idle_seconds);
-      json_object_object_add(o, "session_id",
-                             json_object_new_uint64(e->session_id));
-      json_object_object_add(o, "client_name",
-                             json_object_new_string(e->client_name));
-      json_object_object_add(o, "job_id", json_object_new_string(e->job_id));
-      json_object_object_add(o, "memory_bytes",
-                             json_object_new_uint64(e->memory_bytes));
-      json_object_object_add(o, "handles", json_object_new_uint64(e->handles));
-      json_object_object_add(o, "queued_ops",
-                             json_object_new_uint64(e->queued_ops));
-      json_object_object_add(o, "age_seconds",
-                             json_object_new_double_s(e->age_seconds, sec[0]));
-      json_object_object_add(o, "idle_seconds",
-                             json_object_new_double_s(e->idle_seconds, sec[1]));
-      json_object_object_add(o, "lease_seconds",
-                             json_object_new_uint64(e->lease_seconds));
-      json_object_object_add(o, "memory_quota_bytes",
-                             json_object_new_uint64(e->memory_quota_bytes));
-      json_object_array_add(list, o);
-    }
+    json_object_object_add(doc, "job_sessions",
+                           json_object_new_uint64(job[0] ? bound : 0));
     json_object_object_add(doc, "sessions", list);
-    /* Spaced ("count": 0, as deploy/slurm/epilog.sh matches) and one
-     * member per line; UTF-8 as the daemon sent it. */
-    puts(json_object_to_json_string_ext(
-        doc, JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_PRETTY |
-                 JSON_C_TO_STRING_NOSLASHESCAPE));
-    json_object_put(doc);
+    rc = cli_admin_emit(doc, &out, "sessions");
   } else {
-    printf("%-6s %-20s %-12s %11s %8s %7s %8s %7s %6s %11s\n", "ID", "CLIENT",
-           "JOB", "MEMORY", "HANDLES", "QUEUED", "AGE", "IDLE", "LEASE",
-           "QUOTA");
-    for (size_t i = 0; i < r->n_sessions; i++) {
-      const Paradev__V1__SessionSummary *e = r->sessions[i];
-      char quota[32];
-      if (e->memory_quota_bytes)
-        cli_admin_bytes(e->memory_quota_bytes, quota, sizeof quota);
-      else
-        snprintf(quota, sizeof quota, "-");
-      printf("%-6" PRIu64 " ", e->session_id);
-      cli_admin_cell(e->client_name[0] ? e->client_name : "-", 20);
-      putchar(' ');
-      cli_admin_cell(e->job_id[0] ? e->job_id : "-", 12);
-      printf(" %11s %8" PRIu64 " %7" PRIu64 " %8s %7s %5us %11s\n",
-             cli_admin_bytes(e->memory_bytes, b1, sizeof b1), e->handles,
-             e->queued_ops, cli_admin_dur(e->age_seconds, b2, sizeof b2),
-             cli_admin_dur(e->idle_seconds, b3, sizeof b3), e->lease_seconds,
-             quota);
-    }
-    printf("(%zu session%s%s; device memory in use: %s%s)\n", r->n_sessions,
-           r->n_sessions == 1 ? "" : "s", job[0] ? " of that job" : "",
-           cli_admin_bytes(r->device_memory_used_bytes, b4, sizeof b4),
-           r->draining ? "; DRAINING" : "");
+    cli_admin_sessions_table(r, job);
   }
   protobuf_c_message_free_unpacked(&r->base, NULL);
-  return 0;
+  return rc;
+}
+
+/* `status`: in service or draining, and the counts, from ListSessions. */
+static int cli_admin_status(const char *sock, double timeout, int argc,
+                            char **argv) {
+  cli_admin_out out = {false, NULL};
+  for (int i = 1; i < argc; i++) {
+    int f = cli_admin_out_flag("status", argc, argv, &i, &out);
+    if (f < 0) return 2;
+    if (!f) return cli_admin_bad("status: unexpected '%s'", argv[i]);
+  }
+  Paradev__V1__ListSessionsResponse *r = NULL;
+  if (cli_admin_list(sock, timeout, "", &r)) return 1;
+  int rc = 0;
+  if (out.json) {
+    json_object *doc = cli_admin_state_json(r);
+    json_object_object_add(doc, "sessions",
+                           json_object_new_uint64(r->n_sessions));
+    rc = cli_admin_emit(doc, &out, "status");
+  } else {
+    char b[32];
+    printf(
+        "%s: %zu session%s open, %u job token%s live%s; device memory in "
+        "use: %s\n",
+        r->exiting    ? "draining to exit"
+        : r->draining ? "draining"
+                      : "in service",
+        r->n_sessions, r->n_sessions == 1 ? "" : "s", r->job_tokens,
+        r->job_tokens == 1 ? "" : "s",
+        r->require_job_token ? " (job ids need a job token)" : "",
+        cli_admin_bytes(r->device_memory_used_bytes, b, sizeof b));
+  }
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  return rc;
 }
 
 static int cli_admin_hex(const char *hex, uint8_t *out, size_t cap,
@@ -584,6 +502,12 @@ int cli_admin(int argc, char **argv) {
   int (*fn)(const char *, double, int, char **) = NULL;
   if (strcmp(cmd, "sessions") == 0)
     fn = cli_admin_sessions;
+  else if (strcmp(cmd, "status") == 0)
+    fn = cli_admin_status;
+  else if (strcmp(cmd, "job-token") == 0)
+    fn = cli_admin_job_token;
+  else if (strcmp(cmd, "kill-job") == 0)
+    fn = cli_admin_kill_job;
   else if (strcmp(cmd, "kill") == 0)
     fn = cli_admin_kill;
   else if (strcmp(cmd, "drain") == 0)
@@ -592,8 +516,8 @@ int cli_admin(int argc, char **argv) {
     fn = cli_admin_log;
   else
     return cli_admin_bad(
-        "unknown command '%s' (sessions, kill, drain, "
-        "log-level)",
+        "unknown command '%s' (status, sessions, kill, job-token, "
+        "kill-job, drain, log-level)",
         cmd);
   /* A socket in /tmp/paradevd-UID is paradevd's only when that directory
    * is ours alone (see cli_private_dir_ok); one that does not exist is

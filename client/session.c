@@ -137,9 +137,15 @@ pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
   Paradev__V1__CreateSessionRequest req =
       PARADEV__V1__CREATE_SESSION_REQUEST__INIT;
   req.client_name = (char *)(o.client_name ? o.client_name : "libparadev");
-  /* Under Slurm, sessions carry the job id so the epilog can kill them. */
-  const char *job = o.job_id ? o.job_id : getenv("SLURM_JOB_ID");
+  /* Under Slurm, sessions carry the job's token (the prolog minted it, the
+   * TaskProlog exported it) so that the epilog's KillJob ends them; without
+   * one, the job id is only a claim, a label (refused by a daemon with
+   * [auth] require_job_token). */
+  const char *token = o.job_token ? o.job_token : getenv("PARADEV_JOB_TOKEN");
+  if (token && !*token) token = NULL;
+  const char *job = o.job_id ? o.job_id : token ? NULL : getenv("SLURM_JOB_ID");
   req.job_id = (char *)(job ? job : "");
+  req.job_token = (char *)(token ? token : "");
   req.lease_seconds = o.lease_seconds;
   req.memory_quota_bytes = o.memory_quota_bytes;
   req.op_timeout_ms = o.op_timeout_ms;

@@ -39,7 +39,8 @@ file(INSTALL DESTINATION "${_pd_sysconf}/paradev" TYPE FILE
      FILES "${PARADEV_SOURCE_DIR}/deploy/paradevd.conf")
 file(INSTALL DESTINATION "${_pd_sysconf}/paradev/slurm" TYPE PROGRAM
      FILES "${PARADEV_SOURCE_DIR}/deploy/slurm/prolog.sh"
-           "${PARADEV_SOURCE_DIR}/deploy/slurm/epilog.sh")
+           "${PARADEV_SOURCE_DIR}/deploy/slurm/epilog.sh"
+           "${PARADEV_SOURCE_DIR}/deploy/slurm/task_prolog.sh")
 
 # The unit, filled in with this install's paths. Written directly (not
 # staged in the build tree, which the installing user may not own).

@@ -11,6 +11,9 @@ static void sched_fill_view(sched_session *ss, int64_t now,
   e->seq = ss->seq;
   memcpy(e->client, ss->client, sizeof(e->client));
   memcpy(e->job, ss->job, sizeof(e->job));
+  memcpy(e->tenant, ss->tenant, sizeof(e->tenant));
+  memcpy(e->identity, ss->identity, sizeof(e->identity));
+  e->job_claimed = ss->job_claimed;
   e->memory_quota = ss->quota;
   e->lease_s = ss->lease_s;
   e->age_s = (double)(now - ss->created_ms) / 1000.0;
@@ -54,12 +57,13 @@ int sched_list_sessions(sched *s, const char *job, sched_session_view **out) {
   return (int)n;
 }
 
-/* Unlinks every session of `job` into a list (sched.mu held). */
+/* Unlinks every session of `job` into a list (sched.mu held); a session
+ * that only claimed the job id is not the job's. */
 static sched_session *sched_take_job_locked(sched *s, const char *job) {
   sched_session *victims = NULL;
   for (sched_session **pp = &s->sessions; *pp;) {
     sched_session *ss = *pp;
-    if (strcmp(ss->job, job) == 0) {
+    if (!ss->job_claimed && strcmp(ss->job, job) == 0) {
       *pp = ss->next;
       s->num_sessions--;
       ss->next = victims;

@@ -210,8 +210,10 @@ struct sched_session {
   char tenant[SCHED_NAME_MAX + 1];
   sched_tenant *tn;       /* its tenant's account; NULL: no tenant */
   const stg_roots *roots; /* its loads' and saves' roots; NULL: none */
-  int priority;           /* band, SCHED_PRIORITY_MIN..MAX */
-  uint32_t weight;        /* >= 1 */
+  char identity[SCHED_IDENTITY_MAX + 1];
+  bool job_claimed; /* the job id is a label, not proven: kills skip it */
+  int priority;     /* band, SCHED_PRIORITY_MIN..MAX */
+  uint32_t weight;  /* >= 1 */
   uint32_t lease_s;
   uint32_t op_timeout_ms; /* default deadline of its ops; 0: none */
   uint64_t quota;

@@ -64,6 +64,7 @@ extern "C" {
 
 #define SCHED_TOKEN_BYTES 24
 #define SCHED_NAME_MAX 256      /* client name and job id, bytes */
+#define SCHED_IDENTITY_MAX 512  /* a session's identity, bytes */
 #define SCHED_DISPATCH_BATCH 64 /* ops from one session per dispatcher turn */
 
 typedef struct sched sched;
@@ -140,6 +141,17 @@ typedef struct sched_session_params {
   uint32_t op_timeout_ms;
 } sched_session_params;
 
+/* Where a session comes from, for operators (issue #14); a struct of its
+ * own so that sched_session_params' positional initializers stay valid. */
+typedef struct sched_session_origin {
+  /* Who opened it, for listings; NULL or "": none. At most
+   * SCHED_IDENTITY_MAX bytes. */
+  const char *identity;
+  /* job_id is the client's unproven claim (no job token): listed as such,
+   * never matched by a kill by job. false: the server proved it. */
+  bool job_claimed;
+} sched_session_origin;
+
 #define SCHED_PRIORITY_MIN (-8)
 #define SCHED_PRIORITY_MAX 8
 #define SCHED_WEIGHT_MAX 10000
@@ -164,6 +176,12 @@ typedef struct sched_session_info {
  * loads and saves use the tenant's storage roots. */
 pd_code sched_session_create(sched *s, const sched_session_params *p,
                              sched_session_info *out, dev_status *st);
+/* The same, with the session's origin (NULL: no identity, job id proven,
+ * as sched_session_create). Errors as above, and INVALID_ARGUMENT for an
+ * identity over SCHED_IDENTITY_MAX. */
+pd_code sched_session_create_from(sched *s, const sched_session_params *p,
+                                  const sched_session_origin *origin,
+                                  sched_session_info *out, dev_status *st);
 
 /* Looks a session up by token and renews its lease. On success the caller
  * holds a reference: drop it with sched_session_put. Errors as described at
@@ -649,18 +667,23 @@ typedef struct sched_session_view {
   double age_s;  /* since it was created */
   double idle_s; /* since the last call that renewed it */
   uint64_t queued_ops;
+  char tenant[SCHED_NAME_MAX + 1];
+  char identity[SCHED_IDENTITY_MAX + 1];
+  bool job_claimed; /* as sched_session_origin.job_claimed */
 } sched_session_view;
 
 /* Snapshot of the open sessions (those of job `job` only, when not NULL or
- * empty), oldest first, into a new array (free() it). Returns the number,
- * or -1 when out of host memory. */
+ * empty: proven and claimed alike, see job_claimed), oldest first, into a
+ * new array (free() it). Returns the number, or -1 when out of host
+ * memory. */
 int sched_list_sessions(sched *s, const char *job, sched_session_view **out);
 
 /* Which sessions sched_kill ends: exactly one of the three. */
 typedef struct sched_kill_target {
   const void *token; /* a session token, token_len bytes */
   size_t token_len;
-  const char *job; /* every session of this job id (may be none) */
+  const char *job; /* every session of this job id (may be none), except
+                      those whose job id is only claimed (job_claimed) */
   uint64_t seq;    /* the session numbered seq */
 } sched_kill_target;
 

@@ -110,6 +110,14 @@ static pd_code sched_insert(sched *s, sched_session *ss, dev_status *st) {
 
 pd_code sched_session_create(sched *s, const sched_session_params *p,
                              sched_session_info *out, dev_status *st) {
+  return sched_session_create_from(s, p, NULL, out, st);
+}
+
+pd_code sched_session_create_from(sched *s, const sched_session_params *p,
+                                  const sched_session_origin *origin,
+                                  sched_session_info *out, dev_status *st) {
+  sched_session_origin none = {NULL, false};
+  if (!origin) origin = &none;
   uint32_t lease = 0;
   uint64_t quota = 0;
   PD_TRY(sched_session_terms(s, p, &lease, &quota, st));
@@ -120,6 +128,15 @@ pd_code sched_session_create(sched *s, const sched_session_params *p,
               fail);
   PD_TRY_GOTO(sched_copy_name(ss->job, p->job_id, "job_id", st), c, fail);
   PD_TRY_GOTO(sched_copy_name(ss->tenant, p->tenant, "tenant", st), c, fail);
+  size_t idlen = origin->identity ? strlen(origin->identity) : 0;
+  if (idlen > SCHED_IDENTITY_MAX) {
+    c = dev_error(st, PD_INVALID_ARGUMENT,
+                  "identity is %zu bytes; the limit is %d", idlen,
+                  SCHED_IDENTITY_MAX);
+    goto fail;
+  }
+  if (idlen) memcpy(ss->identity, origin->identity, idlen);
+  ss->job_claimed = origin->job_claimed && ss->job[0];
   if (p->priority < SCHED_PRIORITY_MIN || p->priority > SCHED_PRIORITY_MAX) {
     c = dev_error(st, PD_INVALID_ARGUMENT,
                   "priority %d out of range: expected %d to %d", p->priority,

@@ -51,7 +51,7 @@ struct srv_auth {
 
 static const char *const srv_refusal_names[SRV_REFUSE_COUNT] = {
     "no_identity",  "bad_token",    "no_tenant",
-    "other_tenant", "tenant_limit", "not_operator",
+    "other_tenant", "tenant_limit", "not_operator", "job_token",
 };
 
 const char *srv_refusal_name(srv_refusal r) {

@@ -50,6 +50,8 @@ typedef enum srv_refusal {
   SRV_REFUSE_OTHER_TENANT = 3, /* another tenant's session (NOT_FOUND) */
   SRV_REFUSE_TENANT_LIMIT = 4, /* the tenant's sessions, memory or lease */
   SRV_REFUSE_NOT_OPERATOR = 5, /* an Admin method without operator rights */
+  SRV_REFUSE_JOB_TOKEN = 6,    /* a job token unknown, expired, another
+                                  uid's, or a job id claimed without one */
   SRV_REFUSE_COUNT
 } srv_refusal;
 

@@ -390,7 +390,8 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
       case SRV_K_SIZE_ALL: size = sizeof(uint64_t); break;
       case SRV_K_COLLECTIVES: size = sizeof(int); break;
       case SRV_K_ROOTS: size = sizeof(old->storage_roots); break;
-      case SRV_K_FILE: size = k->reload ? 0 : k->max; break;
+      case SRV_K_GROUP: size = SRV_ADDR_MAX; break;
+      case SRV_K_FILE: size = (size_t)k->max; break; /* the field's size */
       case SRV_K_REQUIRE:
       case SRV_K_IDLIST: size = 0; break; /* reloadable */
     }

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "log.h"
 
@@ -93,6 +94,9 @@ typedef struct srv_options {
   char admin_socket[SRV_ADDR_MAX]; /* a path; "" disables the Admin service */
   bool admin_socket_set;           /* by the file or a flag, not the default */
   unsigned admin_socket_mode;
+  /* [daemon] admin_socket_group: a group name or number; "": the daemon's
+   * own group. Operators join it; clients join the daemon's group. */
+  char admin_socket_group[SRV_ADDR_MAX];
   char metrics_listen[SRV_ADDR_MAX]; /* host:port; "" disables HTTP */
   int num_threads;
   int grace_ms;
@@ -148,6 +152,12 @@ typedef struct srv_options {
   int log_levels[SRV_SUB_COUNT];
   /* Where the file came from: SRV_DEFAULT_CONFIG or --config. */
   char config_path[SRV_ADDR_MAX];
+  /* [auth], job tokens (jobs.h): refuse job ids given without a token;
+   * a token's default lifetime (s); how many may be live at once. */
+  bool require_job_token;
+  uint32_t job_token_lifetime_s;
+  int max_job_tokens;
+  char job_tokens_file[SRV_ROOT_MAX]; /* "": tokens in memory only */
   bool config_explicit; /* --config given: a missing file is an error */
   bool config_loaded;   /* a file was read */
 } srv_options;
@@ -199,6 +209,11 @@ int srv_config_insecure_tcp(const srv_options *o, char *first, size_t len);
 /* The warning for srv_config_insecure_tcp's listeners ("" when none): for
  * the start-up log, --check-config and GetServerInfo's warnings. */
 void srv_config_insecure_warning(const srv_options *o, char *buf, size_t len);
+
+/* A group named `name` (or numbered: digits) exists on this machine; its
+ * gid into *gid (may be NULL). A number is taken as it is (a container may
+ * have no group database). Thread-safe (getgrnam_r). */
+bool srv_group_lookup(const char *name, gid_t *gid);
 
 /* The usage text (--help). */
 extern const char srv_usage[];

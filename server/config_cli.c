@@ -22,7 +22,8 @@ const char srv_usage[] =
     "Usage: paradevd [OPTIONS]\n"
     "Serve this machine's devices as one parallel device over gRPC\n"
     "(services paradev.v1.ParallelDevice, grpc.health.v1.Health, and\n"
-    "paradev.v1.Admin on the admin socket).\n"
+    "paradev.v1.Admin, for operators: the admin socket, or identities\n"
+    "listed in [auth] operators).\n"
     "\n"
     "  --config FILE          INI configuration (default " SRV_DEFAULT_CONFIG
     ",\n"

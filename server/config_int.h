@@ -26,6 +26,7 @@ typedef enum srv_key_type {
   SRV_K_SIZE_ALL,    /* like SRV_K_SIZE, or "unlimited" for UINT64_MAX */
   SRV_K_COLLECTIVES, /* auto|nccl|copy, as dev_cuda_collectives */
   SRV_K_ROOTS,       /* storage roots: a list of directories and URLs */
+  SRV_K_GROUP,       /* a group name or number, or empty */
   SRV_K_FILE,        /* an absolute file path of fewer than k->max bytes,
                         or empty */
   SRV_K_REQUIRE,     /* none|remote|tcp|all, as srv_require */

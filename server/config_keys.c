@@ -4,6 +4,7 @@
 #include "config_int.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -28,6 +29,8 @@ const srv_key srv_keys[] = {
      0, 0, false},
     {"daemon", "admin_socket_mode", NULL, SRV_K_MODE, OFF(admin_socket_mode), 0,
      0777, false},
+    {"daemon", "admin_socket_group", NULL, SRV_K_GROUP, OFF(admin_socket_group),
+     0, 0, false},
     {"daemon", "metrics_listen", "--metrics-listen", SRV_K_HOSTPORT,
      OFF(metrics_listen), 0, 0, false},
     {"daemon", "threads", "--threads", SRV_K_INT, OFF(num_threads), 1,
@@ -120,6 +123,14 @@ const srv_key srv_keys[] = {
     {"tls", "allow_insecure_tcp", NULL, SRV_K_BOOL, OFF(tls_allow_insecure_tcp),
      0, 0, false},
     {"log", "level", "--log", SRV_K_LOG, OFF(log_levels), 0, 0, true},
+    {"auth", "require_job_token", NULL, SRV_K_BOOL, OFF(require_job_token), 0,
+     0, true},
+    {"auth", "job_token_lifetime_seconds", NULL, SRV_K_U32,
+     OFF(job_token_lifetime_s), 60, 2592000, true},
+    {"auth", "max_job_tokens", NULL, SRV_K_INT, OFF(max_job_tokens), 1, 1000000,
+     false},
+    {"auth", "job_tokens_file", NULL, SRV_K_FILE, OFF(job_tokens_file), 0,
+     SRV_ROOT_MAX, false},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
@@ -168,6 +179,8 @@ void srv_defaults(srv_options *o) {
   o->storage_fetch_retries = 3;
   o->storage_load_workers = 2;
   o->auth_require = SRV_REQUIRE_REMOTE;
+  o->job_token_lifetime_s = 7 * 86400;
+  o->max_job_tokens = 4096;
   for (int i = 0; i < SRV_SUB_COUNT; i++) o->log_levels[i] = SRV_LOG_INFO;
   snprintf(o->config_path, sizeof(o->config_path), "%s", SRV_DEFAULT_CONFIG);
 }
@@ -481,6 +494,43 @@ static bool srv_set_mode(const srv_key *k, char *field, const char *value,
   return true;
 }
 
+/* A group: a name (as useradd accepts: letters, digits, '_', '-', '.',
+ * not starting with '-') or a number; empty for the daemon's own. Whether
+ * it exists is checked when the admin socket is bound (rpc.c), so that a
+ * file can be checked on a machine without the group. */
+static bool srv_set_group(char *field, const char *value, char *err,
+                          size_t errlen) {
+  size_t n = strlen(value);
+  bool ok = n < 64 && value[0] != '-';
+  for (size_t i = 0; ok && i < n; i++)
+    ok = (value[i] >= 'a' && value[i] <= 'z') ||
+         (value[i] >= 'A' && value[i] <= 'Z') ||
+         (value[i] >= '0' && value[i] <= '9') || value[i] == '_' ||
+         value[i] == '-' || value[i] == '.';
+  if (!ok) {
+    snprintf(err, errlen,
+             "expected a group name (letters, digits, '_', '-', '.', at most "
+             "63 bytes) or number, such as paradev-admin, or nothing for "
+             "the daemon's own group");
+    return false;
+  }
+  snprintf(field, SRV_ADDR_MAX, "%s", value);
+  return true;
+}
+
+bool srv_group_lookup(const char *name, gid_t *gid) {
+  uint64_t n = 0;
+  if (srv_parse_uint(name, &n) && n < UINT32_MAX) {
+    if (gid) *gid = (gid_t)n;
+    return true;
+  }
+  struct group gr, *res = NULL;
+  char buf[16384];
+  if (getgrnam_r(name, &gr, buf, sizeof buf, &res) != 0 || !res) return false;
+  if (gid) *gid = res->gr_gid;
+  return true;
+}
+
 static bool srv_set_bool(char *field, const char *value, char *err,
                          size_t errlen) {
   if (!srv_parse_bool(value, (bool *)(void *)field)) {
@@ -551,6 +601,7 @@ bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
     case SRV_K_COLLECTIVES:
       return srv_set_collectives(field, value, err, errlen);
     case SRV_K_ROOTS: return srv_add_roots(o, value, err, errlen);
+    case SRV_K_GROUP: return srv_set_group(field, value, err, errlen);
     case SRV_K_FILE: return srv_set_file(k, field, value, err, errlen);
     case SRV_K_REQUIRE: return srv_set_require(field, value, err, errlen);
     case SRV_K_IDLIST:

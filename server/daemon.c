@@ -1,7 +1,8 @@
 /* The daemon's parts, started in one order and stopped in the reverse one:
  * the engine (device.h), the storage roots and block cache (storage.c), the
  * scheduler (scheduler.h), the shared memory
- * registry (shm_region.c), health (health.c), the gRPC listeners and their
+ * registry (shm_region.c), health (health.c), the job tokens (jobs.c), the
+ * gRPC listeners and their
  * threads (rpc.c), the HTTP listener (http.c). A start that fails half-way
  * unwinds through labelled gotos, as libuv's uv_loop_init does, so that
  * nothing it started is left running. Also the scheduler's configuration
@@ -17,6 +18,7 @@
 #define SRV_LOG_SUB SRV_SUB_CORE
 #include "auth.h"
 #include "check.h"
+#include "jobs.h"
 #include "log.h"
 #include "server.h"
 
@@ -154,6 +156,28 @@ static int srv_sched_start(srv *s) {
   return 0;
 }
 
+/* The job tokens' table, and its file when there is one. */
+static int srv_jobs_start(srv *s) {
+  if (!(s->jobs = srv_jobs_new(s->opt.max_job_tokens))) {
+    SRV_ERROR("out of memory for %d job tokens", s->opt.max_job_tokens);
+    return -1;
+  }
+  const char *f = s->opt.job_tokens_file;
+  if (!f[0]) return 0;
+  int loaded = 0, dropped = 0;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_jobs_open_file(s->jobs, f, &loaded, &dropped, &st) != PD_OK) {
+    SRV_ERROR("cannot start: %s", st.msg);
+    srv_jobs_free(s->jobs);
+    s->jobs = NULL;
+    return -1;
+  }
+  SRV_INFO(
+      "job tokens: %d live from %s%s", loaded, f,
+      dropped ? " (more than [auth] max_job_tokens: the rest dropped)" : "");
+  return 0;
+}
+
 int srv_daemon_start(srv *s) {
   pdcom_set_trail(srv_trail);
   if (getrandom(&s->incarnation, sizeof(s->incarnation), 0) !=
@@ -174,12 +198,16 @@ int srv_daemon_start(srv *s) {
     SRV_ERROR("out of memory");
     goto fail_shm;
   }
-  if (srv_rpc_start(s) != 0) goto fail_health;
+  if (srv_jobs_start(s) != 0) goto fail_health;
+  if (srv_rpc_start(s) != 0) goto fail_jobs;
   if (srv_http_start(s) != 0) goto fail_rpc;
   return 0;
 
 fail_rpc:
   srv_rpc_stop(s);
+fail_jobs:
+  srv_jobs_free(s->jobs);
+  s->jobs = NULL;
 fail_health:
   srv_health_destroy(s);
 fail_shm:
@@ -217,6 +245,8 @@ void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what)) {
   sched_destroy(s->sched); /* every session ends: its regions go */
   s->sched = NULL;
   if (!srv_calls_left) {
+    srv_jobs_free(s->jobs);
+    s->jobs = NULL;
     srv_shm_destroy(s);
     srv_auth_destroy(s);    /* after the scheduler: tenants' roots */
     srv_storage_destroy(s); /* after the scheduler, which borrows it */

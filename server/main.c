@@ -286,6 +286,8 @@ static void srv_apply_runtime(srv *s, const srv_options *o) {
   atomic_store(&rt->drain_timeout_s, o->drain_timeout_s);
   atomic_store(&rt->stall_timeout_s, o->stall_timeout_s);
   atomic_store(&rt->kernel_timeout_s, o->kernel_timeout_s);
+  atomic_store(&rt->require_job_token, o->require_job_token);
+  atomic_store(&rt->job_token_lifetime_s, o->job_token_lifetime_s);
   srv_log_set(o->log_levels);
 }
 

@@ -42,8 +42,9 @@ static void srv_arm(srv *s, const srv_method *m, grpc_server *gs, int cqi) {
   }
   grpc_call_error e;
   if (m) {
+    void *handle = gs == m->server ? m->registered : m->registered_main;
     e = grpc_server_request_registered_call(
-        gs, m->registered, &c->call, &c->deadline, &c->md,
+        gs, handle, &c->call, &c->deadline, &c->md,
         (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM) ? &c->payload
                                                                : NULL,
         s->cqs[cqi], s->cqs[cqi], &c->t_req);
@@ -236,17 +237,24 @@ static void srv_servers_create(srv *s) {
 }
 
 /* Step 2: every method of a table on its server, so that srv_arm can ask
- * for its calls; 0, or -1 (logged). */
-static int srv_methods_register(grpc_server *gs, srv_method *const *table) {
+ * for its calls; `also`: the Admin table on the main server as well (its
+ * handle in registered_main). 0, or -1 (logged). */
+static int srv_methods_register(grpc_server *gs, srv_method *const *table,
+                                bool also) {
   for (int i = 0; gs && table[i]; i++) {
     srv_method *m = table[i];
     grpc_server_register_method_payload_handling ph =
         (m->kind == SRV_UNARY || m->kind == SRV_SERVER_STREAM)
             ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
             : GRPC_SRM_PAYLOAD_NONE;
-    m->server = gs;
-    m->registered = grpc_server_register_method(gs, m->path, NULL, ph, 0);
-    if (!m->registered) {
+    void *h = grpc_server_register_method(gs, m->path, NULL, ph, 0);
+    if (also) {
+      m->registered_main = h;
+    } else {
+      m->server = gs;
+      m->registered = h;
+    }
+    if (!h) {
       SRV_ERROR("internal: cannot register %s", m->path);
       return -1;
     }
@@ -348,6 +356,33 @@ static void srv_admin_drop(srv *s) {
   s->admin_server = NULL;
 }
 
+/* Gives the bound admin socket to [daemon] admin_socket_group, the
+ * operators' group (distinct from the clients', the daemon's own): the
+ * daemon must be a member (systemd: SupplementaryGroups=). 0, or -1
+ * (logged: a socket left in the clients' group would let any client in). */
+static int srv_admin_group(srv *s) {
+  const char *g = s->opt.admin_socket_group;
+  gid_t gid;
+  if (!g[0]) return 0;
+  if (!srv_group_lookup(g, &gid)) {
+    SRV_ERROR(
+        "cannot give the admin socket %s to group '%s': no such group "
+        "(create it: systemd-sysusers, or groupadd --system %s; or set "
+        "[daemon] admin_socket_group to an existing one)",
+        s->opt.admin_socket, g, g);
+    return -1;
+  }
+  if (chown(s->opt.admin_socket, (uid_t)-1, gid) != 0) {
+    SRV_ERROR(
+        "cannot give the admin socket %s to group '%s' (gid %u): %s (the "
+        "daemon's user must be a member: SupplementaryGroups=%s in the "
+        "unit, or usermod -aG %s USER)",
+        s->opt.admin_socket, g, (unsigned)gid, strerror(errno), g, g);
+    return -1;
+  }
+  return 0;
+}
+
 /* Binds the admin socket. Its mode decides who may use the Admin service:
  * create it with no more than admin_socket_mode, then set exactly that.
  * 0 (bound, or dropped for the default path), or -1 (logged). */
@@ -376,9 +411,13 @@ static int srv_admin_bind(srv *s, const char *addr) {
     SRV_ERROR("cannot set mode %04o on the admin socket %s: %s",
               s->opt.admin_socket_mode, s->opt.admin_socket, strerror(errno));
     return -1;
+  } else if (srv_admin_group(s) != 0) {
+    return -1;
   } else {
-    SRV_NOTICE("admin service on unix:%s (mode %04o)", s->opt.admin_socket,
-               s->opt.admin_socket_mode);
+    SRV_NOTICE("admin service on unix:%s (mode %04o, group %s)",
+               s->opt.admin_socket, s->opt.admin_socket_mode,
+               s->opt.admin_socket_group[0] ? s->opt.admin_socket_group
+                                            : "the daemon's own");
   }
   return 0;
 }
@@ -440,6 +479,8 @@ static void srv_servers_serve(srv *s) {
   for (int i = 0; i < s->num_cqs; i++) {
     for (int j = 0; srv_methods[j]; j++)
       srv_arm(s, srv_methods[j], s->server, i);
+    for (int j = 0; srv_admin_methods[j]; j++) /* operators' identities */
+      srv_arm(s, srv_admin_methods[j], s->server, i);
     srv_arm(s, NULL, s->server, i);
     if (s->admin_server) {
       for (int j = 0; srv_admin_methods[j]; j++)
@@ -481,8 +522,11 @@ int srv_rpc_start(srv *s) {
   if (srv_tls_start(s) != 0) return -1;
   grpc_init();
   srv_servers_create(s);
-  if (srv_methods_register(s->server, srv_methods) != 0 ||
-      srv_methods_register(s->admin_server, srv_admin_methods) != 0)
+  /* Admin on the admin socket, and on the main server too, where only
+   * identities listed as operators pass admin.c's check. */
+  if (srv_methods_register(s->server, srv_methods, false) != 0 ||
+      srv_methods_register(s->admin_server, srv_admin_methods, false) != 0 ||
+      srv_methods_register(s->server, srv_admin_methods, true) != 0)
     goto fail_servers;
   for (int i = 0; i < s->opt.num_listen; i++)
     if (srv_listen_one(s, s->opt.listen[i]) != 0) goto fail_servers;

@@ -80,6 +80,9 @@ struct srv_method {
   const srv_handlers *h;
   void *registered;    /* grpc_server_register_method's handle */
   grpc_server *server; /* the server it is registered on */
+  /* Admin methods: the handle on the main server as well, where only
+   * operator identities may call them (admin.c checks). */
+  void *registered_main;
   /* Finished calls by status code (metrics). */
   _Atomic uint64_t codes[SRV_NUM_CODES];
 };
@@ -139,6 +142,8 @@ typedef struct srv_runtime {
   _Atomic uint32_t default_lease_s, max_lease_s;
   _Atomic uint64_t default_memory_quota, max_memory_quota;
   _Atomic uint32_t drain_timeout_s, stall_timeout_s, kernel_timeout_s;
+  atomic_bool require_job_token;         /* [auth] require_job_token */
+  _Atomic uint32_t job_token_lifetime_s; /* [auth] job_token_lifetime_s */
 } srv_runtime;
 
 #define SRV_RT(s, f) atomic_load_explicit(&(s)->rt.f, memory_order_relaxed)
@@ -146,6 +151,7 @@ typedef struct srv_runtime {
 typedef struct srv_health srv_health;
 typedef struct srv_shm srv_shm;
 typedef struct srv_storage srv_storage;
+typedef struct srv_jobs srv_jobs;
 
 struct srv {
   srv_options opt; /* as started; never written after start */
@@ -158,6 +164,7 @@ struct srv {
   sched *sched;
   grpc_server *server;       /* ParallelDevice, Health */
   grpc_server *admin_server; /* Admin, on the admin socket; may be NULL */
+  srv_jobs *jobs;            /* job tokens (jobs.h) */
   grpc_completion_queue *cqs[SRV_MAX_THREADS];
   int num_cqs;
   atomic_bool shutting_down;
@@ -327,7 +334,8 @@ grpc_byte_buffer *srv_pack(const ProtobufCMessage *m);
 
 /* The methods paradevd registers (NULL-terminated), expanded from
  * proto/paradev/v1/methods.h: ParallelDevice and Health on the listen
- * addresses, Admin on the admin socket. */
+ * addresses, Admin on the admin socket and (operators' identities only,
+ * admin.c checks) on the listen addresses too. */
 extern srv_method *const srv_methods[];
 extern srv_method *const srv_admin_methods[];
 /* The method of a path ("/paradev.v1.Admin/Drain"), or NULL. */

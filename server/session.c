@@ -2,12 +2,16 @@
  * scheduler owns sessions, tokens and leases (scheduler.h); what a session's
  * end frees in the server (shared memory regions) hears of it through the
  * scheduler's end-of-session event, and so does the log (daemon.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SRV_LOG_SUB SRV_SUB_RPC
 #include "auth.h"
+#include "check.h"
+#include "jobs.h"
 #include "log.h"
+#include "ratelimit.h"
 #include "server.h"
 
 /* A tenant's session: its tenant, band and weight, and its lease and quota
@@ -27,6 +31,80 @@ static void srv_tenant_session_terms(srv *s, const char *tenant,
     p->memory_quota = tt->memory_quota;
 }
 
+/* The job a new session belongs to (issue #14): the job of a valid
+ * job_token (which a job_id, if given too, must name), or the client's
+ * claim of job_id, refused under [auth] require_job_token and otherwise
+ * kept as a label (*claimed) that kills by job never match. On Unix
+ * sockets a token bound to a uid works only for that uid. `job` receives
+ * SRV_JOB_ID_MAX + 1 bytes, or points at req->job_id for a claim. */
+static pd_code srv_session_job(srv_call *c,
+                               const Paradev__V1__CreateSessionRequest *req,
+                               const srv_identity *id, const char **job,
+                               char proven[SRV_JOB_ID_MAX + 1], bool *claimed,
+                               dev_status *st) {
+  const char *tok = req->job_token ? req->job_token : "";
+  const char *given = req->job_id ? req->job_id : "";
+  *claimed = false;
+  *job = given;
+  if (!*tok) {
+    if (!*given) return PD_OK;
+    if (SRV_RT(c->s, require_job_token))
+      return dev_error(st, PD_PERMISSION_DENIED,
+                       "job_id given without a job token: this paradevd "
+                       "takes only proven job ids ([auth] require_job_token "
+                       "= true); present the job's token (job_token, "
+                       "$PARADEV_JOB_TOKEN, set by the Slurm TaskProlog), "
+                       "or give no job id");
+    *claimed = true;
+    return PD_OK;
+  }
+  srv_job_proof p;
+  PD_TRY(srv_jobs_check(c->s->jobs, tok, strlen(tok), &p, st));
+  if (*given && strcmp(given, p.job) != 0) {
+    char q[SRV_LOG_QUOTED(64)];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "job_id \"%s\" is not the job of the job token (job "
+                     "\"%s\"): give the token alone, or the same job id",
+                     srv_log_quote(given, q, sizeof q), p.job);
+  }
+  if (p.uid >= 0 && id->kind == SRV_IDENTITY_UNIX) {
+    char want[32];
+    snprintf(want, sizeof want, "uid:%lld", (long long)p.uid);
+    if (strcmp(id->name, want) != 0)
+      return dev_error(st, PD_PERMISSION_DENIED,
+                       "the job token of job \"%s\" belongs to %s; this "
+                       "caller is %s",
+                       p.job, want, id->name);
+  }
+  memcpy(proven, p.job, sizeof p.job);
+  *job = proven;
+  return PD_OK;
+}
+
+/* KillJob revokes the token, then kills the job's sessions; a session made
+ * from the token while that ran could escape both. So the token is asked
+ * again once the session exists: still valid, the session was made before
+ * the revocation, and the kill (which comes after it) finds it; revoked,
+ * the session is closed here. The call is finished on failure. */
+static pd_code srv_session_recheck(srv_call *c,
+                                   const Paradev__V1__CreateSessionRequest *req,
+                                   const char *job, bool claimed,
+                                   const sched_session_info *info) {
+  if (claimed || !job[0] || !req->job_token || !req->job_token[0]) return PD_OK;
+  srv_job_proof p;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_jobs_check(c->s->jobs, req->job_token, strlen(req->job_token), &p,
+                     &st) == PD_OK &&
+      strcmp(p.job, job) == 0)
+    return PD_OK;
+  sched_session_close(c->s->sched, info->token, SCHED_TOKEN_BYTES, NULL, NULL);
+  srv_call_finish(c, PD_UNAUTHENTICATED,
+                  "the job token of job \"%s\" was revoked (KillJob: the "
+                  "job ended) while the session was being opened",
+                  job);
+  return PD_UNAUTHENTICATED;
+}
+
 static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__CreateSessionRequest *req = (const void *)m;
   dev_status ck = DEV_STATUS_INIT;
@@ -35,38 +113,54 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     return;
   }
   srv_req_limits l = srv_call_limits(c);
+  const srv_identity *id = NULL;
+  const char *job = NULL;
+  char proven[SRV_JOB_ID_MAX + 1];
+  bool claimed = false;
   if (srv_check_string(&l, req->client_name, "client_name", &ck) != PD_OK ||
-      srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK) {
+      srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK ||
+      srv_check_string(&l, req->job_token, "job_token", &ck) != PD_OK ||
+      srv_call_identity(c, &id, &ck) != PD_OK) {
     srv_call_fail(c, &ck);
     return;
   }
-  sched_session_params p = {req->client_name, req->job_id, req->lease_seconds,
-                            req->memory_quota_bytes, NULL, 0, 0, 0};
-  p.op_timeout_ms = req->op_timeout_ms; /* issue #15: deadlines */
-  dev_status st = DEV_STATUS_INIT;
-  const srv_identity *id = NULL;
-  if (srv_call_identity(c, &id, &st) != PD_OK) {
-    srv_call_fail(c, &st);
+  if (srv_session_job(c, req, id, &job, proven, &claimed, &ck) != PD_OK) {
+    srv_auth_refused(c, SRV_REFUSE_JOB_TOKEN, &ck); /* logged, counted */
+    srv_call_fail(c, &ck);
     return;
   }
+  sched_session_params p = {req->client_name,
+                            job,
+                            req->lease_seconds,
+                            req->memory_quota_bytes,
+                            NULL,
+                            0,
+                            0,
+                            0};
+  p.op_timeout_ms = req->op_timeout_ms; /* issue #15: deadlines */
   srv_tenant_terms tt;
   if (id->tenant[0] && srv_auth_tenant_terms(c->s, id->tenant, &tt))
     srv_tenant_session_terms(c->s, id->tenant, &tt, &p);
+  sched_session_origin origin = {id->name, claimed};
   sched_session_info info;
-  if (sched_session_create(c->s->sched, &p, &info, &st) != PD_OK) {
+  dev_status st = DEV_STATUS_INIT;
+  if (sched_session_create_from(c->s->sched, &p, &origin, &info, &st) !=
+      PD_OK) {
     srv_call_fail(c, &st);
     return;
   }
-  char cn[SRV_LOG_QUOTED(64)], job[SRV_LOG_QUOTED(64)];
+  if (srv_session_recheck(c, req, job, claimed, &info) != PD_OK) return;
+  char cn[SRV_LOG_QUOTED(64)], jq[SRV_LOG_QUOTED(64)];
   SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
              "session %llu opened: client \"%s\" job \"%s\" lease %u s "
-             "quota %llu bytes%s%s%s",
+             "quota %llu bytes%s%s%s%s",
              (unsigned long long)info.seq,
              srv_log_quote(req->client_name, cn, sizeof cn),
-             srv_log_quote(req->job_id, job, sizeof job), info.lease_s,
+             srv_log_quote(job, jq, sizeof jq), info.lease_s,
              (unsigned long long)info.memory_quota,
              p.tenant ? " tenant \"" : "", p.tenant ? p.tenant : "",
-             p.tenant ? "\"" : "");
+             p.tenant ? "\"" : "",
+             claimed ? " (job id claimed without a job token: a label)" : "");
   Paradev__V1__CreateSessionResponse resp =
       PARADEV__V1__CREATE_SESSION_RESPONSE__INIT;
   resp.session_token.data = info.token;

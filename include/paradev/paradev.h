@@ -371,10 +371,15 @@ typedef struct pd_session_options {
                                   the ops that consume it; 0: none. A call's
                                   own deadline (pd_call_options) bounds the
                                   ops of a pd_execute too. */
+  const char *job_token;       /* the job's proof (the Slurm prolog's token):
+                                  the session's job id comes from it. NULL:
+                                  $PARADEV_JOB_TOKEN when set, else none.
+                                  With a token, job_id NULL sends no job id
+                                  ($SLURM_JOB_ID is not read) */
 } pd_session_options;
 
 #define PD_SESSION_OPTIONS_INITIALIZER                                         \
-  { sizeof(pd_session_options), NULL, NULL, 0, 0, true, 0 }
+  { sizeof(pd_session_options), NULL, NULL, 0, 0, true, 0, NULL }
 
 /* The smallest id the library hands out (pd_session_new_id). */
 #define PD_FIRST_LIBRARY_ID (UINT64_C(1) << 62)
@@ -385,8 +390,11 @@ typedef struct pd_session_options {
  * or deleted; its last failure is pd_session_keep_alive_status. `opts` may be
  * NULL.
  * Errors:   PD_INVALID_ARGUMENT (lease over max_lease_seconds, over-long
- *           names), PD_RESOURCE_EXHAUSTED (the daemon's max_sessions), and
- *           transport errors.
+ *           names, a job_id that is not the job token's),
+ *           PD_UNAUTHENTICATED (a job token unknown, revoked or expired),
+ *           PD_PERMISSION_DENIED (a job id without a token where the daemon
+ *           requires one; a token of another uid), PD_RESOURCE_EXHAUSTED
+ *           (the daemon's max_sessions), and transport errors.
  * Thread safety: thread-safe (see the header's opening comment).
  * Source: CreateContext of TensorFlow's eager service;
  *         paradev.v1.ParallelDevice/CreateSession. */

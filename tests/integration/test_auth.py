@@ -53,7 +53,8 @@ TOKENS = {"alice": "alice-" + "a" * 40, "bob": "bob-" + "b" * 40,
 NOT_FOUND_TEXT = "session not found: closed, lease expired, or never created"
 # Refusals this test causes, by reason; /metrics must show exactly these.
 EXPECTED = {"no_identity": 0, "bad_token": 0, "no_tenant": 0,
-            "other_tenant": 0, "tenant_limit": 0, "not_operator": 0}
+            "other_tenant": 0, "tenant_limit": 0, "not_operator": 0,
+            "job_token": 0}
 
 
 def sha(tok):

@@ -49,7 +49,8 @@ unit=$prefix/lib/systemd/system/paradevd.service
 for f in "$prefix/include/paradev/paradev.h" "$prefix/include/paradev/types.h" \
          "$prefix/bin/paradev" "$prefix/sbin/paradevd" "$unit" \
          "$prefix/etc/paradev/paradevd.conf" "$prefix/etc/paradev/slurm/prolog.sh" \
-         "$prefix/etc/paradev/slurm/epilog.sh" "$prefix/lib/sysusers.d/paradev.conf"; do
+         "$prefix/etc/paradev/slurm/epilog.sh" "$prefix/etc/paradev/slurm/task_prolog.sh" \
+         "$prefix/lib/sysusers.d/paradev.conf"; do
   [ -f "$f" ] || fail "not installed: $f"
 done
 ls "$libdir"/libparadev.so* "$libdir"/libparadev.a >/dev/null

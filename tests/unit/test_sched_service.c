@@ -340,6 +340,53 @@ static void test_notify_waits_for_the_queue(void **state) {
   sched_destroy(s);
 }
 
+/* A session whose job id is only claimed (no job token, issue #14) is
+ * listed with its job, flagged, and never ended by a kill of that job; its
+ * identity is kept for listings. */
+static void test_kill_skips_claimed_job(void **state) {
+  (void)state;
+  sched *s = new_sched();
+  dev_status st = DEV_STATUS_INIT;
+  sched_session_info ia, ic;
+  sched_session_params p = {"bound", "job-5", 0, 0, "tenant-a", 0, 0, 0};
+  sched_session_origin proven = {"uid:1000", false};
+  assert_int_equal(sched_session_create_from(s, &p, &proven, &ia, &st), PD_OK);
+  sched_session_params q = {"spoof", "job-5", 0, 0, NULL, 0, 0, 0};
+  sched_session_origin claim = {"uid:1001", true};
+  assert_int_equal(sched_session_create_from(s, &q, &claim, &ic, &st), PD_OK);
+  sched_session_view *v = NULL;
+  assert_int_equal(sched_list_sessions(s, "job-5", &v), 2);
+  assert_string_equal(v[0].client, "bound");
+  assert_false(v[0].job_claimed);
+  assert_string_equal(v[0].identity, "uid:1000");
+  assert_string_equal(v[0].tenant, "tenant-a");
+  assert_string_equal(v[1].client, "spoof");
+  assert_true(v[1].job_claimed);
+  assert_string_equal(v[1].job, "job-5");
+  free(v);
+  sched_kill_target t = {NULL, 0, "job-5", 0};
+  sched_kill_result r = {0, 0, 0};
+  assert_int_equal(sched_kill(s, &t, &r, &st), PD_OK);
+  assert_int_equal(r.sessions, 1);
+  assert_int_equal(sched_num_sessions(s), 1);
+  assert_int_equal(sched_list_sessions(s, NULL, &v), 1);
+  assert_string_equal(v[0].client, "spoof");
+  free(v);
+  /* The claim is still ended by its number. */
+  sched_kill_target by_seq = {NULL, 0, NULL, ic.seq};
+  assert_int_equal(sched_kill(s, &by_seq, &r, &st), PD_OK);
+  assert_int_equal(r.sessions, 1);
+  /* An identity over the limit is refused, naming it. */
+  char big[SCHED_IDENTITY_MAX + 2];
+  memset(big, 'a', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  sched_session_origin huge = {big, false};
+  assert_int_equal(sched_session_create_from(s, &p, &huge, &ia, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_non_null(strstr(st.msg, "identity is 513 bytes"));
+  sched_destroy(s);
+}
+
 static void test_kill_and_fence(void **state) {
   (void)state;
   sched *s = new_sched();
@@ -561,6 +608,7 @@ int main(void) {
       cmocka_unit_test(test_reconfigure_limits),
       cmocka_unit_test(test_notify_waits_for_the_queue),
       cmocka_unit_test(test_kill_and_fence),
+      cmocka_unit_test(test_kill_skips_claimed_job),
       cmocka_unit_test(test_counters_and_progress),
       cmocka_unit_test(test_progress_leaves_running_ops_to_the_engine),
   };

@@ -156,6 +156,7 @@ uint32_t lease_seconds;
 uint64_t memory_quota_bytes;
 bool keep_alive;
 uint32_t op_timeout_ms;
+const char *job_token;
 } pd_session_options;
 pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
 const pd_call_options *call, pd_status *st);

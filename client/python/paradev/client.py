@@ -289,13 +289,16 @@ class Client:
     def session(self, name=None, *, job_id=None, lease_s=None,
                 memory_quota=None, keep_alive=True, pipelined=False,
                 prefer_shared_memory=None, shm_threshold=1 << 20,
-                op_timeout_ms=None):
+                op_timeout_ms=None, job_token=None):
         """Opens a session (CreateSession): a namespace of tensors with a
         lease, renewed in the background while it is open. Use it as a
         context manager: it is closed (every tensor freed) on exit.
         op_timeout_ms: an op not started on the devices within this many ms
         of being queued fails with DEADLINE_EXCEEDED (and so do the ops
-        that consume it); None: no deadline."""
+        that consume it); None: no deadline.
+        job_token: the job's proof (default $PARADEV_JOB_TOKEN, which the
+        Slurm TaskProlog exports); the session's job id then comes from it.
+        """
         from .session import Session
         if prefer_shared_memory is None:
             prefer_shared_memory = self.prefer_shared_memory
@@ -303,7 +306,8 @@ class Client:
                     memory_quota=memory_quota, keep_alive=keep_alive,
                     pipelined=pipelined,
                     prefer_shared_memory=prefer_shared_memory,
-                    shm_threshold=shm_threshold, op_timeout_ms=op_timeout_ms)
+                    shm_threshold=shm_threshold, op_timeout_ms=op_timeout_ms,
+                    job_token=job_token)
         self._sessions.add(s)
         return s
 

@@ -59,7 +59,7 @@ class Session(Transfers, Checkpoints):
     def __init__(self, client, name=None, *, job_id=None, lease_s=None,
                  memory_quota=None, keep_alive=True, pipelined=False,
                  prefer_shared_memory=True, shm_threshold=1 << 20,
-                 op_timeout_ms=None):
+                 op_timeout_ms=None, job_token=None):
         self.client = client
         opts = ffi.new("pd_session_options *")
         opts.struct_size = ffi.sizeof("pd_session_options")
@@ -72,6 +72,10 @@ class Session(Transfers, Checkpoints):
             keep.append(ffi.new("char[]", cbytes(str(job_id),
                                                  "session: job_id")))
             opts.job_id = keep[-1]
+        if job_token is not None:  # else libparadev reads $PARADEV_JOB_TOKEN
+            keep.append(ffi.new("char[]", cbytes(str(job_token),
+                                                 "session: job_token")))
+            opts.job_token = keep[-1]
         opts.lease_seconds = int(lease_s or 0)
         opts.memory_quota_bytes = int(memory_quota or 0)
         opts.keep_alive = bool(keep_alive)

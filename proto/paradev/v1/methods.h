@@ -94,7 +94,12 @@
   X(PD_SVC_ADMIN, Drain, UNARY, paradev__v1__drain_request,                    \
     paradev__v1__drain_response)                                               \
   X(PD_SVC_ADMIN, SetLogLevel, UNARY, paradev__v1__set_log_level_request,      \
-    paradev__v1__set_log_level_response)
+    paradev__v1__set_log_level_response)                                       \
+  X(PD_SVC_ADMIN, CreateJobToken, UNARY,                                       \
+    paradev__v1__create_job_token_request,                                     \
+    paradev__v1__create_job_token_response)                                    \
+  X(PD_SVC_ADMIN, KillJob, UNARY, paradev__v1__kill_job_request,               \
+    paradev__v1__kill_job_response)
 
 #define PD_HEALTH_METHODS(X)                                                   \
   X(PD_SVC_HEALTH, Check, UNARY, grpc__health__v1__health_check_request,       \
