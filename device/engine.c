@@ -320,6 +320,7 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
         for (int d = 0; d < e->n; d++)
           atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
     }
+    atomic_store_explicit(&e->last_seq, e->seq, memory_order_relaxed);
     for (int d = 0; d < e->n; d++)
       dev__exec_push_n(&e->execs[d], go, (size_t)k);
     pthread_mutex_unlock(&e->submit_mu);

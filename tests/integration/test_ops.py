@@ -202,6 +202,17 @@ def check_deploy_files():
                                                      "daemonset.yaml"))))
     kconf = [x for x in docs if x["kind"] == "ConfigMap"][0]["data"]["paradevd.conf"]
     tmp = ts._mkdtemp(prefix="paradevd-k8s-")
+    # The Secret paradevd-tls is mounted at /etc/paradev-tls in the pod; here
+    # a certificate made for the check stands in for it (--check-config reads
+    # the files and checks the key is the certificate's).
+    crt, keyf = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", keyf,
+                    "-out", crt, "-days", "2", "-subj", "/CN=paradevd-k8s"],
+                   check=True, capture_output=True, timeout=60)
+    assert "/etc/paradev-tls/tls.crt" in kconf and "/etc/paradev-tls/tls.key" in kconf
+    kconf = kconf.replace("/etc/paradev-tls/tls.crt", crt).replace(
+        "/etc/paradev-tls/tls.key", keyf)
     r = subprocess.run([PARADEVD, "--check-config", "--config",
                         write(os.path.join(tmp, "k.conf"), kconf)],
                        capture_output=True, text=True, timeout=60)
