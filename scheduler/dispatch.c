@@ -15,12 +15,22 @@
 
 #include "sched_int.h"
 
-/* Completion of a submitted op (on the executor that finished it last). */
-static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
-  (void)t;
-  sched_qop *q = arg;
+/* Completion of a submitted op (on the executor that finished it last;
+ * `timed`: every device has added its time to q->dev_ns): counted, its
+ * session's charge corrected by the measured device time, and the
+ * dispatch-ahead room given back (waking the dispatcher if it waits for it). */
+static void sched_op_finish(sched_qop *q, pd_code code, bool timed) {
   sched *s = q->owner;
-  sched_count_done(s, q, code);
+  uint64_t dev = sched_count_done(s, q, code, timed);
+  sched_policy_correct(q->acct, (int64_t)dev - (int64_t)q->est_ns);
+  sched_account_put(q->acct);
+  atomic_fetch_sub(&s->inflight_ns, q->est_ns);
+  atomic_fetch_sub(&s->inflight_ops, 1);
+  if (atomic_load(&s->ahead_wait)) {
+    pthread_mutex_lock(&s->qmu);
+    pthread_cond_signal(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+  }
   free(q);
   pthread_mutex_lock(&s->done_mu);
   atomic_fetch_add(&s->n_completed, 1);
@@ -28,20 +38,45 @@ static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
   pthread_mutex_unlock(&s->done_mu);
 }
 
-/* Submits one op and arranges for its completion to be counted. */
-static void sched_submit(sched *s, sched_qop *q) {
+static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
+  (void)t;
+  sched_op_finish(arg, code, true);
+}
+
+/* Submits one op of `ss` and arranges for its completion to be counted and
+ * its device time measured (dev_op_set_time_sink into q->dev_ns). */
+static void sched_submit(sched *s, sched_session *ss, sched_qop *q) {
   dev_op *op = q->op;
   dev_tensor *out = dev_op_num_outputs(op) > 0 ? dev_op_output(op, 0) : NULL;
+  if (s->hooks.submitted) s->hooks.submitted(s->hooks.arg, ss, op, q->est_ns);
+  q->acct = sched_account_ref(ss->pol.acct);
   q->t_sub_ns = sched_now_ns();
   atomic_fetch_add(&s->n_submitted, 1);
-  if (out) dev_tensor_retain(out); /* the op belongs to the engine after this */
+  atomic_fetch_add(&s->inflight_ns, q->est_ns);
+  atomic_fetch_add(&s->inflight_ops, 1);
+  if (out) {
+    dev_tensor_retain(out); /* the op belongs to the engine after this */
+    dev_op_set_time_sink(op, &q->dev_ns);
+  }
   dev_op_submit(s->engine, op);
   dev_status st = DEV_STATUS_INIT;
   if (!out)
-    sched_op_done(q, NULL, PD_OK);
+    sched_op_finish(q, PD_OK, false);
   else if (dev_tensor_notify(out, sched_op_done, q, &st) != PD_OK)
-    sched_op_done(q, out, PD_OK); /* host memory: count it now, untimed */
+    sched_op_finish(q, PD_OK, false); /* host memory: count it now, untimed */
   dev_tensor_release(out);
+}
+
+/* Estimated device ns the dispatcher may still submit before the devices
+ * hold dispatch_ahead_ns (UINT64_MAX: no bound); 0 when full. At least two
+ * ops stay in flight whatever their cost, so a device has its next op when
+ * it finishes one (qmu held or not: atomics). */
+static uint64_t sched_ahead_room(sched *s) {
+  uint64_t bound = SCHED_LIM(s, dispatch_ahead_ns);
+  if (bound == 0 || s->ready.round_robin) return UINT64_MAX;
+  if (atomic_load(&s->inflight_ops) < 2) return bound;
+  uint64_t in = atomic_load(&s->inflight_ns);
+  return in >= bound ? 0 : bound - in;
 }
 
 /* The end of a hold (sched_hold): the pending tensor the session's head op
@@ -71,17 +106,20 @@ static void sched_hold(sched_session *ss, dev_tensor *t) {
 }
 
 /* Takes up to `budget` ops off the head of the session's queue into batch[]
- * and charges the policy (qmu held). It stops before an op with a pending
+ * while their estimated device ns stay within `budget_ns` (at least one op),
+ * and charges the policy with their estimates (qmu held). It stops before
+ * an op with a pending
  * input (a tensor still loading): the session is then held on it (*hold,
  * retained) and leaves the ready set with its later ops queued behind; other
  * sessions go on. *idle: the session left the ready set (empty or held; its
  * reference is the caller's to drop). */
 static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
-                                   sched_qop **batch, bool *idle,
-                                   dev_tensor **hold) {
+                                   uint64_t budget_ns, sched_qop **batch,
+                                   bool *idle, dev_tensor **hold) {
   int k = 0;
+  uint64_t cost = 0;
   *hold = NULL;
-  while (ss->qhead && k < budget) {
+  while (ss->qhead && k < budget && (k == 0 || cost < budget_ns)) {
     sched_qop *q = ss->qhead;
     if (dev_op_has_pending_input(q->op, hold)) {
       dev_tensor_retain(*hold); /* the op may be dropped once qmu is let go */
@@ -91,14 +129,16 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
     ss->qhead = q->next;
     q->next = NULL;
     batch[k++] = q;
+    cost += q->est_ns;
   }
   ss->qlen -= k;
+  ss->q_est_ns -= cost;
   ss->sub_lo = k ? batch[0]->seq : 0;
   atomic_fetch_sub(&s->n_queued, (uint64_t)k);
   if (!ss->qhead) ss->qtail = NULL;
   *idle = ss->qhead == NULL || *hold != NULL;
   if (*idle) ss->in_ready = false;
-  sched_policy_charge(&s->ready, ss, k, !*idle);
+  sched_policy_charge(&s->ready, ss, cost, !*idle);
   return k;
 }
 
@@ -106,13 +146,16 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
  * exit, dropped while submitting). */
 static void sched_dispatch_turn_locked(sched *s, sched_qop **batch) {
   int budget = 0;
-  sched_session *ss = sched_policy_pick(&s->ready, &budget);
+  uint64_t budget_ns = 0, room = sched_ahead_room(s);
+  sched_session *ss = sched_policy_pick(&s->ready, &budget, &budget_ns);
   if (budget > SCHED_DISPATCH_BATCH) budget = SCHED_DISPATCH_BATCH;
+  if (room < budget_ns) budget_ns = room;
   bool drop_ref = false;
   dev_tensor *hold = NULL;
-  int k = sched_take_batch_locked(s, ss, budget, batch, &drop_ref, &hold);
+  int k = sched_take_batch_locked(s, ss, budget, budget_ns, batch, &drop_ref,
+                                  &hold);
   pthread_mutex_unlock(&s->qmu);
-  for (int i = 0; i < k; i++) sched_submit(s, batch[i]);
+  for (int i = 0; i < k; i++) sched_submit(s, ss, batch[i]);
   if (hold) {
     sched_hold(ss, hold);
     dev_tensor_release(hold);
@@ -134,9 +177,13 @@ void *sched_dispatch_main(void *arg) {
   sched_qop *batch[SCHED_DISPATCH_BATCH];
   pthread_mutex_lock(&s->qmu);
   for (;;) {
-    while (!s->fences && (sched_policy_empty(&s->ready) || s->paused) &&
-           !s->qstop)
+    for (;;) { /* ahead_wait set before the room is read: no lost wake-up */
+      bool idle = sched_policy_empty(&s->ready) || s->paused;
+      atomic_store(&s->ahead_wait, !idle);
+      if (s->fences || s->qstop || (!idle && sched_ahead_room(s) > 0)) break;
       pthread_cond_wait(&s->qcv, &s->qmu);
+    }
+    atomic_store(&s->ahead_wait, false);
     if (s->qstop) break;
     if (s->fences) { /* every batch taken before was submitted */
       sched_fence_req *f = s->fences;
