@@ -64,8 +64,8 @@ static void component_cost(const dev_op *op, int d, double *flops,
 }
 
 pd_code dev_op_estimate(const dev_op *op, dev_op_cost *out, dev_status *st) {
-  if (!op || !out || out->struct_size < offsetof(dev_op_cost, flops) +
-                                            sizeof out->flops)
+  if (!op || !out ||
+      out->struct_size < offsetof(dev_op_cost, flops) + sizeof out->flops)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "dev_op_estimate: NULL op or out, or out->struct_size "
                      "%zu below %zu (use DEV_OP_COST_INITIALIZER)",

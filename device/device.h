@@ -641,7 +641,8 @@ typedef struct dev_op_cost {
   uint64_t time_ns;
 } dev_op_cost;
 
-#define DEV_OP_COST_INITIALIZER {sizeof(dev_op_cost), 0, 0, 0}
+#define DEV_OP_COST_INITIALIZER                                                \
+  { sizeof(dev_op_cost), 0, 0, 0 }
 
 pd_code dev_op_estimate(const dev_op *op, dev_op_cost *out, dev_status *st);
 

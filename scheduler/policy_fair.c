@@ -36,8 +36,8 @@ void sched_account_put(sched_account *a) {
 }
 
 void sched_policy_correct(sched_account *a, int64_t delta_ns) {
-  if (delta_ns) atomic_fetch_add_explicit(&a->owed_ns, delta_ns,
-                                          memory_order_relaxed);
+  if (delta_ns)
+    atomic_fetch_add_explicit(&a->owed_ns, delta_ns, memory_order_relaxed);
 }
 
 /* Folds the corrections that completions left into the session's vtime. */

@@ -37,7 +37,7 @@ static void sched_set_limits(sched *s, const sched_config *cfg) {
 #define SCHED_CONFIG_RULES                                                     \
   "every limit must be positive, default_lease_s <= max_lease_s, and "         \
   "default_memory_quota <= max_memory_quota when a maximum is set, and "       \
-  "load_workers 0 (the default, 2) to 64, and policy SCHED_POLICY_FAIR or " \
+  "load_workers 0 (the default, 2) to 64, and policy SCHED_POLICY_FAIR or "    \
   "SCHED_POLICY_ROUND_ROBIN"
 
 static pd_code sched_check_size(const sched_config *cfg, dev_status *st) {

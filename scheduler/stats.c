@@ -68,8 +68,8 @@ uint64_t sched_count_done(sched *s, const sched_qop *q, pd_code code,
                               now - q->t_sub_ns, memory_order_relaxed);
   if (s->hooks.cost || !timed) return q->est_ns;
   int n = dev_engine_num_devices(s->engine);
-  uint64_t dev = __atomic_load_n(&q->dev_ns, __ATOMIC_RELAXED) /
-                 (uint64_t)(n > 0 ? n : 1);
+  uint64_t dev =
+      __atomic_load_n(&q->dev_ns, __ATOMIC_RELAXED) / (uint64_t)(n > 0 ? n : 1);
   if (q->op_index >= 0 && q->model_ns > 0) {
     sched_op_counter *c = &s->op_stats[q->op_index];
     atomic_fetch_add_explicit(&c->model_ns, q->model_ns, memory_order_relaxed);
@@ -104,8 +104,6 @@ uint64_t sched_estimate_ns(sched *s, const dev_op *op, int op_index,
   }
   return est < 1 ? 1 : (uint64_t)est;
 }
-
-
 
 void sched_get_stats(sched *s, sched_stats *out) {
   sched_stats r;

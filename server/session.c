@@ -28,6 +28,9 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   }
   sched_session_params p = {req->client_name, req->job_id, req->lease_seconds,
                             req->memory_quota_bytes, NULL, 0, 0};
+  /* Band and weight (issue #15), checked by sched_session_create. */
+  p.priority = req->priority;
+  p.weight = req->weight;
   sched_session_info info;
   dev_status st = DEV_STATUS_INIT;
   if (sched_session_create(c->s->sched, &p, &info, &st) != PD_OK) {
