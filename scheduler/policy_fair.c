@@ -145,9 +145,12 @@ void sched_policy_charge(sched_policy_queue *q, sched_session *ss,
                          uint64_t cost_ns, bool more) {
   ss->pol.vtime += (double)cost_ns / (double)ss->weight;
   ss->pol.served_ns += cost_ns;
+  sched_policy_band *b = band_of(q, ss);
   if (more) {
-    band_push_back(band_of(q, ss), ss);
+    band_push_back(b, ss);
     q->ready++;
+  } else if (!b->head && ss->pol.vtime > b->vtime) {
+    b->vtime = ss->pol.vtime; /* the last to leave sets the band's time */
   }
 }
 

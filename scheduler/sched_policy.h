@@ -85,7 +85,8 @@ typedef struct sched_policy_node {
 
 typedef struct sched_policy_band {
   sched_session *head, *tail;
-  double vtime; /* the band's virtual time: the last picked session's */
+  double vtime; /* the band's virtual time when none is ready: the last
+                   picked session's, or the last to leave's */
 } sched_policy_band;
 
 /* The policy's state in the scheduler: the ready set. */
