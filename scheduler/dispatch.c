@@ -15,6 +15,15 @@
 
 #include "sched_int.h"
 
+/* The devices hold at most half of dispatch_ahead_ns (or under two ops):
+ * a waiting dispatcher is woken only then, so it submits in batches rather
+ * than one op per completion, and the half left covers its wake-up. */
+static bool sched_ahead_low(sched *s) {
+  uint64_t bound = SCHED_LIM(s, dispatch_ahead_ns);
+  return atomic_load(&s->inflight_ops) < 2 ||
+         atomic_load(&s->inflight_ns) <= bound / 2;
+}
+
 /* Completion of a submitted op (on the executor that finished it last;
  * `timed`: every device has added its time to q->dev_ns): counted, its
  * session's charge corrected by the measured device time, and the
@@ -23,10 +32,11 @@ static void sched_op_finish(sched_qop *q, pd_code code, bool timed) {
   sched *s = q->owner;
   uint64_t dev = sched_count_done(s, q, code, timed);
   sched_policy_correct(q->acct, (int64_t)dev - (int64_t)q->est_ns);
+  sched_account_note_op(q->acct, dev);
   sched_account_put(q->acct);
   atomic_fetch_sub(&s->inflight_ns, q->est_ns);
   atomic_fetch_sub(&s->inflight_ops, 1);
-  if (atomic_load(&s->ahead_wait)) {
+  if (atomic_load(&s->ahead_wait) && sched_ahead_low(s)) {
     pthread_mutex_lock(&s->qmu);
     pthread_cond_signal(&s->qcv);
     pthread_mutex_unlock(&s->qmu);

@@ -17,6 +17,7 @@ bool sched_policy_session_init(sched_session *ss) {
   if (!a) return false;
   atomic_init(&a->refs, 1);
   atomic_init(&a->owed_ns, 0);
+  atomic_init(&a->largest_ns, 0);
   ss->pol.acct = a;
   return true;
 }
@@ -38,6 +39,14 @@ void sched_account_put(sched_account *a) {
 void sched_policy_correct(sched_account *a, int64_t delta_ns) {
   if (delta_ns)
     atomic_fetch_add_explicit(&a->owed_ns, delta_ns, memory_order_relaxed);
+}
+
+void sched_account_note_op(sched_account *a, uint64_t ns) {
+  uint64_t cur = atomic_load_explicit(&a->largest_ns, memory_order_relaxed);
+  while (ns > cur && !atomic_compare_exchange_weak_explicit(
+                         &a->largest_ns, &cur, ns, memory_order_relaxed,
+                         memory_order_relaxed)) {
+  }
 }
 
 /* Folds the corrections that completions left into the session's vtime. */

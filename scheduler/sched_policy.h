@@ -73,6 +73,7 @@
 typedef struct sched_account {
   atomic_int refs;
   _Atomic int64_t owed_ns;
+  _Atomic uint64_t largest_ns; /* the largest op's measured device ns */
 } sched_account;
 
 /* The policy's state in each session. */
@@ -125,6 +126,9 @@ void sched_policy_charge(sched_policy_queue *q, sched_session *ss,
 /* A completed op took `measured_ns - estimated_ns` more device time than it
  * was charged (negative: less). Any thread, no lock: folded in later. */
 void sched_policy_correct(sched_account *a, int64_t delta_ns);
+/* Notes an op's measured device ns (the largest is kept: the unit of the
+ * lag bound). Any thread, no lock. */
+void sched_account_note_op(sched_account *a, uint64_t ns);
 
 /* True when no session is ready. */
 bool sched_policy_empty(const sched_policy_queue *q);
