@@ -300,10 +300,16 @@ typedef struct pd_session_options {
   uint64_t memory_quota_bytes; /* 0: no quota of the session's own */
   bool keep_alive;             /* the library renews the lease while the
                                   session is open (default true) */
+  /* Sharing the devices (README, "Sharing the devices"): the priority band,
+   * -8..8 (0: the default; a higher band is served strictly first), and the
+   * weight, the session's share of device time inside its band, 1..10000
+   * (0: 1). Out of range: PD_INVALID_ARGUMENT. */
+  int priority;
+  uint32_t weight;
 } pd_session_options;
 
 #define PD_SESSION_OPTIONS_INITIALIZER                                         \
-  { sizeof(pd_session_options), NULL, NULL, 0, 0, true }
+  { sizeof(pd_session_options), NULL, NULL, 0, 0, true, 0, 0 }
 
 /* The smallest id the library hands out (pd_session_new_id). */
 #define PD_FIRST_LIBRARY_ID (UINT64_C(1) << 62)
@@ -313,9 +319,9 @@ typedef struct pd_session_options {
  * session has been idle for a third of its lease, until the session is closed
  * or deleted; its last failure is pd_session_keep_alive_status. `opts` may be
  * NULL.
- * Errors:   PD_INVALID_ARGUMENT (lease over max_lease_seconds, over-long
- *           names), PD_RESOURCE_EXHAUSTED (the daemon's max_sessions), and
- *           transport errors.
+ * Errors:   PD_INVALID_ARGUMENT (lease over max_lease_seconds, priority or
+ *           weight out of range, over-long names), PD_RESOURCE_EXHAUSTED
+ *           (the daemon's max_sessions), and transport errors.
  * Thread safety: thread-safe (see the header's opening comment).
  * Source: CreateContext of TensorFlow's eager service;
  *         paradev.v1.ParallelDevice/CreateSession. */

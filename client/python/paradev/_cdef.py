@@ -136,6 +136,8 @@ const char *job_id;
 uint32_t lease_seconds;
 uint64_t memory_quota_bytes;
 bool keep_alive;
+int priority;
+uint32_t weight;
 } pd_session_options;
 pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
 const pd_call_options *call, pd_status *st);
