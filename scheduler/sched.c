@@ -60,6 +60,10 @@ pd_code sched_reconfigure(sched *s, const sched_config *cfg, dev_status *st) {
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "sched_config: " SCHED_CONFIG_RULES);
   sched_set_limits(s, &c);
+  /* A dispatcher waiting for room ahead re-reads dispatch_ahead_ns. */
+  pthread_mutex_lock(&s->qmu);
+  pthread_cond_broadcast(&s->qcv);
+  pthread_mutex_unlock(&s->qmu);
   return PD_OK;
 }
 
