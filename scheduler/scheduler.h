@@ -109,7 +109,7 @@ typedef struct sched_config {
 #define SCHED_CONFIG_INITIALIZER                                               \
   {                                                                            \
     sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, 0,  \
-        0, NULL, NULL, 0, SCHED_POLICY_FAIR, 2000000, 60000000000ull           \
+        0, NULL, NULL, 0, SCHED_POLICY_FAIR, 2000000, 600000000000ull          \
   }
 
 /* Creates a scheduler over engine `e` (borrowed; it must outlive the

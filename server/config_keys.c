@@ -136,7 +136,7 @@ void srv_defaults(srv_options *o) {
       .max_string_bytes = 256,
       .max_ids_per_request = 65536,
       .max_queued_ops = 1 << 20,
-      .max_queued_device_ms = 60000,
+      .max_queued_device_ms = 600000,
       .default_lease_s = 60,
       .max_lease_s = 86400,
       .default_memory_quota_percent = 50,
