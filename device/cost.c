@@ -63,6 +63,18 @@ static void component_cost(const dev_op *op, int d, double *flops,
   *bytes = b;
 }
 
+/* True when every input and output has one shape on every device (its
+ * common shape has no -1, dev_tensor.shape). */
+static bool same_shapes(const dev_op *op) {
+  for (int i = 0; i < op->num_inputs + op->num_outputs; i++) {
+    const dev_tensor *t =
+        i < op->num_inputs ? op->inputs[i] : op->outputs[i - op->num_inputs];
+    for (int k = 0; k < t->shape.rank; k++)
+      if (t->shape.dims[k] < 0) return false;
+  }
+  return true;
+}
+
 pd_code dev_op_estimate(const dev_op *op, dev_op_cost *out, dev_status *st) {
   if (!op || !out ||
       out->struct_size < offsetof(dev_op_cost, flops) + sizeof out->flops)
@@ -75,7 +87,9 @@ pd_code dev_op_estimate(const dev_op *op, dev_op_cost *out, dev_status *st) {
   double peak = cuda ? DEV_COST_CUDA_FLOPS : DEV_COST_CPU_FLOPS;
   double bw = cuda ? DEV_COST_CUDA_BYTES_PER_S : DEV_COST_CPU_BYTES_PER_S;
   double flops = 0, bytes = 0, worst = 0;
-  for (int d = 0; d < op->engine->n; d++) {
+  /* Components of one shape (the common case) cost the same everywhere. */
+  int ndev = same_shapes(op) ? 1 : op->engine->n;
+  for (int d = 0; d < ndev; d++) {
     double f = 0, b = 0;
     component_cost(op, d, &f, &b);
     double t = fmax(f / peak, b / bw) * 1e9;
