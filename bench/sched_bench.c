@@ -57,7 +57,7 @@ typedef struct be_arg {
 /* The submitted hook: the largest service lag between best-effort sessions,
  * in device time charged by the policy (estimates at dispatch, corrected by
  * the measured time of completed ops: sched_policy_node.served_ns, which
- * the dispatcher updates, read here on its thread), over intervals in which
+ * read here without qmu: a benchmark's estimate), over intervals in which
  * every one had ops queued (a session that drains is not backlogged, so
  * the lag starts again from its current service when one is found empty;
  * qlen is read without qmu, a benchmark's estimate). In units of the

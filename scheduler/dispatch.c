@@ -1,6 +1,10 @@
 /* The dispatcher: one thread that takes ops from the sessions' queues, in
  * the order the policy (sched_policy.h) picks sessions, submits them to the
  * engine and counts their completion; fence requests go out between turns.
+ * It keeps no more than dispatch_ahead_ns of estimated device time on the
+ * devices (and at least two ops), so the order is decided here; each
+ * completion gives its estimate back and corrects its session's charge by
+ * the device time the executors measured (dev_op_set_time_sink).
  * A session whose next op reads a tensor still loading (a pending tensor,
  * loads.c) is held: it leaves the ready set until that tensor completes.
  *
