@@ -56,11 +56,11 @@ typedef struct be_arg {
 
 /* The submitted hook: the largest service lag between best-effort sessions,
  * in device time charged by the policy (estimates at dispatch, corrected by
- * the measured time of completed ops: sched_policy_node.served_ns, which
- * read here without qmu: a benchmark's estimate), over intervals in which
- * every one had ops queued (a session that drains is not backlogged, so
- * the lag starts again from its current service when one is found empty;
- * qlen is read without qmu, a benchmark's estimate). In units of the
+ * the measured time of completed ops: sched_policy_node.served_ns), over
+ * intervals in which every one had ops queued (a session that drains is not
+ * backlogged, so the lag starts again from its current service when one is
+ * found empty). served_ns and qlen are read without qmu: a benchmark's
+ * estimate. In units of the
  * largest best-effort op as measured (sched_account.largest_ns: on a
  * shared CPU host an op whose executor thread was preempted counts its
  * whole wall time, as a device it occupied). Dispatcher thread only. */
