@@ -2,7 +2,7 @@
  * the order the policy (sched_policy.h) picks sessions, submits them to the
  * engine and counts their completion; fence requests go out between turns.
  * It keeps no more than dispatch_ahead_ns of estimated device time on the
- * devices (and at least two ops), so the order is decided here; each
+ * devices (and at least SCHED_AHEAD_MIN_OPS), so the order is decided here; each
  * completion gives its estimate back and corrects its session's charge by
  * the device time the executors measured (dev_op_set_time_sink).
  * A session whose next op reads a tensor still loading (a pending tensor,
@@ -19,12 +19,17 @@
 
 #include "sched_int.h"
 
-/* The devices hold at most half of dispatch_ahead_ns (or under two ops):
+/* Ops kept in flight whatever their cost: one running on each device and
+ * two behind it, so a device has its next op while the dispatcher is slow
+ * to wake (a loaded host) for up to two ops' time. */
+#define SCHED_AHEAD_MIN_OPS 3
+
+/* The devices hold at most half of dispatch_ahead_ns (or under the minimum):
  * a waiting dispatcher is woken only then, so it submits in batches rather
  * than one op per completion, and the half left covers its wake-up. */
 static bool sched_ahead_low(sched *s) {
   uint64_t bound = SCHED_LIM(s, dispatch_ahead_ns);
-  return atomic_load(&s->inflight_ops) < 2 ||
+  return atomic_load(&s->inflight_ops) < SCHED_AHEAD_MIN_OPS ||
          atomic_load(&s->inflight_ns) <= bound / 2;
 }
 
@@ -82,13 +87,13 @@ static void sched_submit(sched *s, sched_session *ss, sched_qop *q) {
 }
 
 /* Estimated device ns the dispatcher may still submit before the devices
- * hold dispatch_ahead_ns (UINT64_MAX: no bound); 0 when full. At least two
- * ops stay in flight whatever their cost, so a device has its next op when
- * it finishes one (qmu held or not: atomics). */
+ * hold dispatch_ahead_ns (UINT64_MAX: no bound); 0 when full. At least
+ * SCHED_AHEAD_MIN_OPS stay in flight whatever their cost, so a device has
+ * its next op when it finishes one (qmu held or not: atomics). */
 static uint64_t sched_ahead_room(sched *s) {
   uint64_t bound = SCHED_LIM(s, dispatch_ahead_ns);
   if (bound == 0 || s->ready.round_robin) return UINT64_MAX;
-  if (atomic_load(&s->inflight_ops) < 2) return bound;
+  if (atomic_load(&s->inflight_ops) < SCHED_AHEAD_MIN_OPS) return bound;
   uint64_t in = atomic_load(&s->inflight_ns);
   return in >= bound ? 0 : bound - in;
 }

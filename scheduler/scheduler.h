@@ -94,7 +94,7 @@ typedef struct sched_config {
   /* Sharing the devices (issue #15; sched_policy.h). */
   int policy; /* SCHED_POLICY_FAIR or SCHED_POLICY_ROUND_ROBIN (baseline) */
   /* Estimated device ns the dispatcher keeps submitted and not completed
-   * (the executors' queues); 0: no bound. At least two ops are in flight
+   * (the executors' queues); 0: no bound. At least three ops are in flight
    * whatever their cost, so a device never waits for the dispatcher. */
   uint64_t dispatch_ahead_ns;
   /* Estimated device ns of one session's queued ops; 0: no bound.
