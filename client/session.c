@@ -149,6 +149,8 @@ pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
   req.lease_seconds = o.lease_seconds;
   req.memory_quota_bytes = o.memory_quota_bytes;
   req.op_timeout_ms = o.op_timeout_ms;
+  req.priority = o.priority; /* zero from the initializer for older callers */
+  req.weight = o.weight;
   Paradev__V1__CreateSessionResponse *resp = NULL;
   if (pdc_unary(c, PDC_M_CreateSession, &req.base,
                 &paradev__v1__create_session_response__descriptor,

@@ -650,6 +650,41 @@ uint64_t dev_op_new_bytes(const dev_op *op);
  * when pending != NULL. Thread-safe. */
 bool dev_op_has_pending_input(const dev_op *op, dev_tensor **pending);
 
+/* The estimated cost of a prepared op on its engine's backend, before it
+ * runs, from its shapes alone, for the slowest device (the component with
+ * the most work; components may differ in shape):
+ *   flops    2*M*N*K for MatMul and BatchMatMul (K read off input 0 and
+ *            the output's M), 5 per element for the softmax ops, 10 per
+ *            output element for random ops, else one per element of the
+ *            largest input or output
+ *   bytes    every input and output component read or written; none for an
+ *            op that may alias its input (Reshape, Identity); a collective's
+ *            buffers twice (a ring moves 2(n-1)/n of them)
+ *   time_ns  launch + max(flops / FLOP/s, bytes / bandwidth) (a roofline):
+ *            CPU 2 us, 20 GFLOP/s, 8 GB/s per device; CUDA 5 us, 30
+ *            TFLOP/s, 2 TB/s (DEV_COST_* in device/cost.c). The scheduler
+ *            scales it by what completions of the same op measured.
+ * `out->struct_size` must be set (DEV_OP_COST_INITIALIZER); fields beyond
+ * it are not written. Errors: INVALID_ARGUMENT (NULL op or out, or a
+ * struct_size short of `flops`). Thread-safe (reads the prepared op only).
+ * Source: the roofline model (Williams et al., CACM 2009). */
+typedef struct dev_op_cost {
+  size_t struct_size;
+  double flops, bytes;
+  uint64_t time_ns;
+} dev_op_cost;
+#define DEV_OP_COST_INITIALIZER                                                \
+  { sizeof(dev_op_cost), 0, 0, 0 }
+pd_code dev_op_estimate(const dev_op *op, dev_op_cost *out, dev_status *st);
+
+/* Asks each device's executor to add the nanoseconds its part of `op` took
+ * to *sink (atomically; the sum over devices) before it publishes the op,
+ * so a dev_tensor_notify on an output sees every device's time. CPU: the
+ * kernel's run; with fences: from when the device could start it (issued,
+ * the previous op done) to its fence. Call before dev_op_submit; *sink must
+ * outlive the op's completion on every device. NULL: none (the default). */
+void dev_op_set_time_sink(dev_op *op, uint64_t *sink);
+
 /* Queues a prepared op on every device in the one global order and takes
  * ownership of `op`. Thread-safe. */
 void dev_op_submit(dev_engine *e, dev_op *op);

@@ -141,6 +141,8 @@ struct dev_op {
    * device has issued the op. Other failures (late ones, failed inputs) do
    * not set it: each device's component stands on its own there. */
   atomic_bool issue_failed;
+  /* dev_op_set_time_sink: each device adds its ns (__atomic, relaxed). */
+  uint64_t *time_sink;
 };
 
 /* Allocates a buffer of `bytes` on `device` through the backend. */

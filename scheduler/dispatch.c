@@ -1,6 +1,10 @@
 /* The dispatcher: one thread that takes ops from the sessions' queues, in
  * the order the policy (sched_policy.h) picks sessions, submits them to the
  * engine and counts their completion; fence requests go out between turns.
+ * It keeps no more than dispatch_ahead_ns of estimated device time on the
+ * devices (and at least SCHED_AHEAD_MIN_OPS), so the order is decided here; each
+ * completion gives its estimate back and corrects its session's charge by
+ * the device time the executors measured (dev_op_set_time_sink).
  * A session whose next op reads a tensor still loading (a pending tensor,
  * loads.c) is held: it leaves the ready set until that tensor completes. An
  * op whose deadline passed while it was queued is dropped at its turn with
@@ -30,18 +34,44 @@
 
 #include "sched_int.h"
 
-/* --- submission and completion (issue #15: speed) --------------------------
- * sched_submit_batch and sched_op_done are the dispatcher's hot path: one
+/* Ops kept in flight whatever their cost: one running on each device and
+ * two behind it, so a device has its next op while the dispatcher is slow
+ * to wake (a loaded host) for up to two ops' time. */
+#define SCHED_AHEAD_MIN_OPS 3
+
+/* The devices hold at most half of dispatch_ahead_ns (or under the minimum):
+ * a waiting dispatcher is woken only then, so it submits in batches rather
+ * than one op per completion, and the half left covers its wake-up. */
+static bool sched_ahead_low(sched *s) {
+  uint64_t bound = SCHED_LIM(s, dispatch_ahead_ns);
+  return atomic_load(&s->inflight_ops) < SCHED_AHEAD_MIN_OPS ||
+         atomic_load(&s->inflight_ns) <= bound / 2;
+}
+
+/* --- submission and completion (issue #15) --------------------------------
+ * sched_submit_batch and sched_op_finish are the dispatcher's hot path: one
  * dev_op_submit_batch per turn (one lock and at most one wake-up per
  * device for the whole batch), and a completion that takes no lock unless
- * sched_destroy waits for it (done_waiting). */
+ * the dispatcher waits for dispatch-ahead room or sched_destroy waits for
+ * it (done_waiting). */
 
-/* Completion of a submitted op (on the executor that finished it last). */
-static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
-  (void)t;
-  sched_qop *q = arg;
+/* Completion of a submitted op (on the executor that finished it last;
+ * `timed`: every device has added its time to q->dev_ns): counted, its
+ * session's charge corrected by the measured device time, and the
+ * dispatch-ahead room given back (waking the dispatcher if it waits for it). */
+static void sched_op_finish(sched_qop *q, pd_code code, bool timed) {
   sched *s = q->owner;
-  sched_count_done(s, q, code);
+  uint64_t dev = sched_count_done(s, q, code, timed);
+  sched_policy_correct(q->acct, (int64_t)dev - (int64_t)q->est_ns);
+  sched_account_note_op(q->acct, dev);
+  sched_account_put(q->acct);
+  atomic_fetch_sub(&s->inflight_ns, q->est_ns);
+  atomic_fetch_sub(&s->inflight_ops, 1);
+  if (atomic_load(&s->ahead_wait) && sched_ahead_low(s)) {
+    pthread_mutex_lock(&s->qmu);
+    pthread_cond_signal(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+  }
   sched_qop_free(s, q);
   /* The count is the last touch of s: once it reaches n_submitted,
    * sched_destroy may free s. While it waits, the count moves under
@@ -57,31 +87,58 @@ static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
   }
 }
 
-/* Submits batch[0..k) in order and arranges for each completion to be
- * counted. */
-static void sched_submit_batch(sched *s, sched_qop *const *batch, int k) {
+static void sched_op_done(void *arg, dev_tensor *t, pd_code code) {
+  (void)t;
+  sched_op_finish(arg, code, true);
+}
+
+/* Submits batch[0..k) of `ss` in order and arranges for each completion to
+ * be counted and its device time measured (dev_op_set_time_sink into
+ * q->dev_ns). */
+static void sched_submit_batch(sched *s, sched_session *ss,
+                               sched_qop *const *batch, int k) {
   if (k <= 0) return;
   dev_op *ops[SCHED_DISPATCH_BATCH];
   dev_tensor *outs[SCHED_DISPATCH_BATCH];
-  uint64_t now = sched_now_ns();
+  uint64_t now = sched_now_ns(), est = 0;
   for (int i = 0; i < k; i++) {
-    dev_op *op = batch[i]->op;
+    sched_qop *q = batch[i];
+    dev_op *op = q->op;
+    if (s->hooks.submitted) s->hooks.submitted(s->hooks.arg, ss, op, q->est_ns);
+    q->acct = sched_account_ref(ss->pol.acct);
+    q->t_sub_ns = now;
+    est += q->est_ns;
     ops[i] = op;
     outs[i] = dev_op_num_outputs(op) > 0 ? dev_op_output(op, 0) : NULL;
-    /* The ops belong to the engine after the submission. */
-    if (outs[i]) dev_tensor_retain(outs[i]);
-    batch[i]->t_sub_ns = now;
+    if (outs[i]) {
+      dev_tensor_retain(outs[i]); /* the ops belong to the engine after this */
+      dev_op_set_time_sink(op, &q->dev_ns);
+    }
   }
   atomic_fetch_add(&s->n_submitted, (uint64_t)k);
+  atomic_fetch_add(&s->inflight_ns, est);
+  atomic_fetch_add(&s->inflight_ops, k);
   dev_op_submit_batch(s->engine, ops, k);
   for (int i = 0; i < k; i++) {
     dev_status st = DEV_STATUS_INIT;
     if (!outs[i])
-      sched_op_done(batch[i], NULL, PD_OK);
+      sched_op_finish(batch[i], PD_OK, false);
     else if (dev_tensor_notify(outs[i], sched_op_done, batch[i], &st) != PD_OK)
-      sched_op_done(batch[i], outs[i], PD_OK); /* host memory: now, untimed */
+      sched_op_finish(batch[i], PD_OK, false); /* host memory: now, untimed */
     dev_tensor_release(outs[i]);
   }
+}
+
+/* Estimated device ns the dispatcher may still submit before the devices
+ * hold dispatch_ahead_ns (UINT64_MAX: no bound); 0 when full. At least
+ * SCHED_AHEAD_MIN_OPS stay in flight whatever their cost, so a device has
+ * its next op when it finishes one (qmu held or not: atomics). */
+static uint64_t sched_ahead_room(sched *s) {
+  uint64_t bound = SCHED_LIM(s, dispatch_ahead_ns);
+  if (bound == 0 || s->ready.round_robin) return UINT64_MAX;
+  if (atomic_load(&s->inflight_ops) < SCHED_AHEAD_MIN_OPS) return bound;
+  uint64_t in = atomic_load(&s->inflight_ns);
+  return in >= bound ? 0 : bound - in;
 }
 
 /* The end of a hold (sched_hold): the pending tensor the session's head op
@@ -111,7 +168,9 @@ static void sched_hold(sched_session *ss, dev_tensor *t) {
 }
 
 /* Takes up to `budget` ops off the head of the session's queue into batch[]
- * and charges the policy (qmu held). It stops before an op with a pending
+ * while their estimated device ns stay within `budget_ns` (at least one op),
+ * and charges the policy with their estimates (qmu held). It stops before
+ * an op with a pending
  * input (a tensor still loading): the session is then held on it (*hold,
  * retained) and leaves the ready set with its later ops queued behind; other
  * sessions go on. An op whose deadline passed is not submitted: it goes to
@@ -120,19 +179,21 @@ static void sched_hold(sched_session *ss, dev_tensor *t) {
  * costs the session nothing. *idle: the session left the ready set (empty
  * or held; its reference is the caller's to drop). */
 static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
-                                   sched_qop **batch, bool *idle,
-                                   dev_tensor **hold, sched_qop **expired,
-                                   int *nexp) {
+                                   uint64_t budget_ns, sched_qop **batch,
+                                   bool *idle, dev_tensor **hold,
+                                   sched_qop **expired, int *nexp) {
   int k = 0, x = 0;
+  uint64_t cost = 0, xcost = 0;
   uint64_t now = 0; /* read once, at the first op with a deadline */
   sched_qop **xtail = expired;
   *hold = NULL;
   *expired = NULL;
-  while (ss->qhead && k < budget) {
+  while (ss->qhead && k < budget && (k == 0 || cost < budget_ns)) {
     sched_qop *q = ss->qhead;
     if (sched_qop_expired(q, &now)) {
       ss->qhead = q->next;
       q->next = NULL;
+      xcost += q->est_ns;
       *xtail = q;
       xtail = &q->next;
       x++;
@@ -146,8 +207,10 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
     ss->qhead = q->next;
     q->next = NULL;
     batch[k++] = q;
+    cost += q->est_ns;
   }
   ss->qlen -= k + x;
+  ss->q_est_ns -= cost + xcost;
   ss->dropping += x;
   *nexp = x;
   ss->sub_lo = k ? batch[0]->seq : 0;
@@ -155,7 +218,7 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
   if (!ss->qhead) ss->qtail = NULL;
   *idle = ss->qhead == NULL || *hold != NULL;
   if (*idle) ss->in_ready = false;
-  sched_policy_charge(&s->ready, ss, k, !*idle);
+  sched_policy_charge(&s->ready, ss, cost, !*idle);
   return k;
 }
 
@@ -163,17 +226,19 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
  * exit, dropped while submitting). */
 static void sched_dispatch_turn_locked(sched *s, sched_qop **batch) {
   int budget = 0;
-  sched_session *ss = sched_policy_pick(&s->ready, &budget);
+  uint64_t budget_ns = 0, room = sched_ahead_room(s);
+  sched_session *ss = sched_policy_pick(&s->ready, &budget, &budget_ns);
   if (budget > SCHED_DISPATCH_BATCH) budget = SCHED_DISPATCH_BATCH;
+  if (room < budget_ns) budget_ns = room;
   bool drop_ref = false;
   dev_tensor *hold = NULL;
   sched_qop *expired = NULL;
   int nexp = 0;
-  int k = sched_take_batch_locked(s, ss, budget, batch, &drop_ref, &hold,
-                                  &expired, &nexp);
+  int k = sched_take_batch_locked(s, ss, budget, budget_ns, batch, &drop_ref,
+                                  &hold, &expired, &nexp);
   pthread_mutex_unlock(&s->qmu);
   sched_finish_expire(ss, expired, nexp); /* before ops that may read them */
-  sched_submit_batch(s, batch, k);
+  sched_submit_batch(s, ss, batch, k);
   if (hold) {
     sched_hold(ss, hold);
     dev_tensor_release(hold);
@@ -207,11 +272,14 @@ void *sched_dispatch_main(void *arg) {
   pthread_mutex_lock(&s->qmu);
   for (;;) {
     bool slept = false;
-    while (!s->fences && (sched_policy_empty(&s->ready) || s->paused) &&
-           !s->qstop) {
+    for (;;) { /* ahead_wait set before the room is read: no lost wake-up */
+      bool idle = sched_policy_empty(&s->ready) || s->paused;
+      atomic_store(&s->ahead_wait, !idle);
+      if (s->fences || s->qstop || (!idle && sched_ahead_room(s) > 0)) break;
       pthread_cond_wait(&s->qcv, &s->qmu);
       slept = true;
     }
+    atomic_store(&s->ahead_wait, false);
     if (s->qstop) break;
     if (slept) sched_dispatch_yield_locked(s);
     if (s->fences) { /* every batch taken before was submitted */

@@ -167,8 +167,25 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
   return PD_OK;
 }
 
+/* Admission by device time: the session's queued ops and the request's
+ * together within max_queued_device_ns (estimates, sched_estimate_ns). One
+ * op alone on an empty queue is always admitted, so an op larger than the
+ * bound still runs; a request of several is refused and should be split. */
+static pd_code exec_check_device_time(sched *s, int ql, uint64_t qns, int n,
+                                      uint64_t est, dev_status *st) {
+  uint64_t bound = SCHED_LIM(s, max_queued_device_ns);
+  if (bound == 0 || qns + est <= bound || (ql == 0 && n == 1)) return PD_OK;
+  return dev_error(
+      st, PD_RESOURCE_EXHAUSTED,
+      "the session has %d ops queued, an estimated %.3f ms of device time; "
+      "with %d more (%.3f ms) it would pass the limit max_queued_device_ms "
+      "= %.3f ms (Sync or wait for the queue to drain, then send again)",
+      ql, (double)qns * 1e-6, n, (double)est * 1e-6, (double)bound * 1e-6);
+}
+
 /* Everything that can fail before publishing: the session's room for the
- * outputs, the table's room, the queue entries, the queue limit. */
+ * outputs, the table's room, the queue entries (with their estimated
+ * device time), the queue limits in ops and device time. */
 static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
                                    dev_status *st) {
   sched_session *ss = x->ss;
@@ -176,12 +193,15 @@ static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
   PD_TRY(sched_check_room_locked(ss, x->npend, x->new_bytes, st));
   if (!sched_htab_reserve(&ss->handles, (size_t)x->npend))
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  uint64_t est = 0;
   for (int i = x->n - 1; i >= 0; i--) { /* the queue entries, in order */
     sched_qop *q = sched_qop_new(s);
     if (!q) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     q->tag = tag;
     q->owner = s;
     q->op_index = sched_op_index(s, x->ops[i].op_name);
+    q->est_ns = sched_estimate_ns(s, x->prepared[i], q->op_index, &q->model_ns);
+    est += q->est_ns;
     q->next = x->chain;
     x->chain = q;
   }
@@ -189,6 +209,7 @@ static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
    * queue can only shrink between this check and the append. */
   pthread_mutex_lock(&s->qmu);
   int ql = ss->qlen;
+  uint64_t qns = ss->q_est_ns;
   pthread_mutex_unlock(&s->qmu);
   int max_queued = SCHED_LIM(s, max_queued);
   if (ql + x->n > max_queued)
@@ -197,7 +218,7 @@ static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
         "the session has %d ops queued; with %d more it would pass "
         "the limit max_queued_ops = %d (Sync, or send fewer at once)",
         ql, x->n, max_queued);
-  return PD_OK;
+  return exec_check_device_time(s, ql, qns, x->n, est, st);
 }
 
 /* Every op will run: offers each, in order, to the session's tapes (between

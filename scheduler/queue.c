@@ -64,6 +64,8 @@ void sched_queue_append_locked(sched_session *ss, sched_qop *first,
     ss->qhead = first;
   ss->qtail = last;
   ss->qlen += n;
+  for (sched_qop *q = first; q; q = q == last ? NULL : q->next)
+    ss->q_est_ns += q->est_ns;
   atomic_fetch_add(&s->n_queued, (uint64_t)n);
   sched_make_ready_locked(ss); /* not while held on a loading tensor */
 }
@@ -78,6 +80,7 @@ static sched_qop *sched_unqueue_locked(sched_session *ss, bool all,
   while (*pp) {
     sched_qop *q = *pp;
     if (all || q->tag == tag) {
+      ss->q_est_ns -= q->est_ns;
       *pp = q->next;
       q->next = dropped;
       dropped = q;
@@ -188,6 +191,7 @@ sched_qop *sched_unqueue_expired_locked(sched_session *ss, uint64_t now, int *n,
       q->next = NULL;
       *tail = q; /* kept in queue order */
       tail = &q->next;
+      ss->q_est_ns -= q->est_ns; /* admission counts what is queued */
       k++;
     } else {
       if (q->deadline_ns && q->deadline_ns < *next_dl)

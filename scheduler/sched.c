@@ -14,6 +14,8 @@ static bool sched_config_valid(const sched_config *cfg) {
          cfg->max_lease_s >= cfg->default_lease_s && cfg->max_sessions > 0 &&
          cfg->max_handles_per_session > 0 && cfg->max_ops_per_request > 0 &&
          cfg->lease_check_ms != 0 && cfg->max_queued_ops > 0 &&
+         (cfg->policy == SCHED_POLICY_FAIR ||
+          cfg->policy == SCHED_POLICY_ROUND_ROBIN) &&
          (cfg->max_memory_quota == 0 ||
           cfg->default_memory_quota <= cfg->max_memory_quota);
 }
@@ -28,12 +30,15 @@ static void sched_set_limits(sched *s, const sched_config *cfg) {
   atomic_store(&l->max_queued, cfg->max_queued_ops);
   atomic_store(&l->default_quota, cfg->default_memory_quota);
   atomic_store(&l->max_quota, cfg->max_memory_quota);
+  atomic_store(&l->dispatch_ahead_ns, cfg->dispatch_ahead_ns);
+  atomic_store(&l->max_queued_device_ns, cfg->max_queued_device_ns);
 }
 
 #define SCHED_CONFIG_RULES                                                     \
   "every limit must be positive, default_lease_s <= max_lease_s, and "         \
   "default_memory_quota <= max_memory_quota when a maximum is set, and "       \
-  "load_workers 0 (the default, 2) to 64"
+  "load_workers 0 (the default, 2) to 64, and policy SCHED_POLICY_FAIR or "    \
+  "SCHED_POLICY_ROUND_ROBIN"
 
 static pd_code sched_check_size(const sched_config *cfg, dev_status *st) {
   if (cfg->struct_size != sizeof(sched_config))
@@ -55,6 +60,10 @@ pd_code sched_reconfigure(sched *s, const sched_config *cfg, dev_status *st) {
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "sched_config: " SCHED_CONFIG_RULES);
   sched_set_limits(s, &c);
+  /* A dispatcher waiting for room ahead re-reads dispatch_ahead_ns. */
+  pthread_mutex_lock(&s->qmu);
+  pthread_cond_broadcast(&s->qcv);
+  pthread_mutex_unlock(&s->qmu);
   return PD_OK;
 }
 
@@ -126,7 +135,7 @@ pd_code sched_create(dev_engine *e, const sched_config *cfg, sched **out,
   s->cfg = *cfg;
   sched_set_limits(s, cfg);
   s->next_seq = 1;
-  sched_policy_init(&s->ready);
+  sched_policy_init(&s->ready, cfg->policy == SCHED_POLICY_ROUND_ROBIN);
   if (!sched_stats_init(s)) {
     free(s);
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -161,8 +170,9 @@ fail_lease:
 static void sched_drain_ready(sched *s) {
   for (;;) {
     int budget = 0;
+    uint64_t budget_ns = 0;
     pthread_mutex_lock(&s->qmu);
-    sched_session *ss = sched_policy_pick(&s->ready, &budget);
+    sched_session *ss = sched_policy_pick(&s->ready, &budget, &budget_ns);
     if (ss) ss->in_ready = false;
     pthread_mutex_unlock(&s->qmu);
     if (!ss) return;
@@ -217,6 +227,12 @@ void sched_destroy(sched *s) {
   sched_locks_destroy(s);
   sched_stats_free(s);
   free(s);
+}
+
+void sched_set_test_hooks(sched *s, const sched_test_hooks *h) {
+  pthread_mutex_lock(&s->qmu);
+  s->hooks = *h;
+  pthread_mutex_unlock(&s->qmu);
 }
 
 void sched_pause(sched *s, bool paused) {

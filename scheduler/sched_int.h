@@ -31,7 +31,7 @@
  *
  * Files, lowest first (each calls only files listed before it; the call
  * graph is acyclic):
- *   htab.c, policy_rr.c, stats.c, observers.c, workers.c, tenants.c   no
+ *   htab.c, policy_fair.c, stats.c, observers.c, workers.c, tenants.c   no
  *                 scheduler calls (workers.c runs work through function
  *                 pointers)
  *   handles.c     handle table use, room checks, release of a session's state
@@ -96,6 +96,12 @@ typedef struct sched_qop {
    * that came from (SCHED_DL_*, for the message). */
   uint64_t deadline_ns;
   int dl_src;
+  uint64_t est_ns;   /* estimated device ns (sched_estimate_ns) */
+  uint64_t model_ns; /* dev_op_estimate's part of it (calibration) */
+  /* Device ns the executors measured, summed over the devices (they add to
+   * it through dev_op_set_time_sink before they publish the op). */
+  uint64_t dev_ns;
+  sched_account *acct; /* its session's, from submission to completion */
 } sched_qop;
 
 enum { SCHED_DL_CALL = 1, SCHED_DL_OP = 2, SCHED_DL_SESSION = 3 };
@@ -157,7 +163,23 @@ typedef pd_code (*sched_load_hook_fn)(void *arg, const char *name,
 typedef struct sched_op_counter {
   _Atomic uint64_t by_code[SCHED_NUM_CODES];
   _Atomic uint64_t run_ns;
+  /* Timed completions: dev_op_estimate's ns and the measured device ns (per
+   * device), whose ratio calibrates the estimates of this op. */
+  _Atomic uint64_t model_ns, device_ns;
 } sched_op_counter;
+
+/* Test hooks (tests/unit/test_sched_fair.c), set before any op is queued:
+ * `cost` replaces an op's estimate and its measured device time (so charges
+ * are exact and the dispatch order does not depend on timing); `submitted`
+ * is called on the dispatcher thread, no lock held, just before each op
+ * goes to the engine. */
+typedef struct sched_test_hooks {
+  uint64_t (*cost)(void *arg, const dev_op *op);
+  void (*submitted)(void *arg, sched_session *ss, const dev_op *op,
+                    uint64_t est_ns);
+  void *arg;
+} sched_test_hooks;
+void sched_set_test_hooks(sched *s, const sched_test_hooks *h);
 
 typedef struct sched_op_name {
   const char *name;
@@ -243,6 +265,7 @@ struct sched_session {
   uint64_t sub_lo;
   int dropping;
   sched_dwait *dwait; /* sched_tensor_notify registrations */
+  uint64_t q_est_ns;  /* estimated device ns of the queued ops */
   /* The pending tensor (a load's) that the head op reads: while set the
    * session is held out of the ready set (dispatch.c); a borrowed pointer,
    * compared only while a hold's registration keeps the tensor alive. */
@@ -258,6 +281,7 @@ typedef struct sched_limits {
   _Atomic uint32_t default_lease_s, max_lease_s;
   atomic_int max_sessions, max_handles, max_ops, max_queued;
   _Atomic uint64_t default_quota, max_quota;
+  _Atomic uint64_t dispatch_ahead_ns, max_queued_device_ns;
 } sched_limits;
 
 #define SCHED_LIM(s, f) atomic_load_explicit(&(s)->lim.f, memory_order_relaxed)
@@ -285,6 +309,13 @@ struct sched {
   bool paused;
   pthread_t dispatch_thread;
   atomic_uint_fast64_t next_tag;
+  /* Submitted and not completed: estimated device ns and ops (the
+   * dispatch-ahead bound); ahead_wait: the dispatcher sleeps on qcv until
+   * a completion brings them under the bound. */
+  _Atomic uint64_t inflight_ns;
+  atomic_int inflight_ops;
+  atomic_bool ahead_wait;
+  sched_test_hooks hooks;
 
   /* Counters. */
   _Atomic uint64_t n_created, n_closed, n_expired, n_killed;
@@ -368,8 +399,18 @@ void sched_stats_free(sched *s);
 /* Index of op `name` into op_stats, or -1 (unknown names never get queued). */
 int sched_op_index(const sched *s, const char *name);
 void sched_count_outcome(sched *s, int op_index, pd_code code);
-/* Counts a submitted op's completion: latency, outcome, run time. */
-void sched_count_done(sched *s, const sched_qop *q, pd_code code);
+/* Counts a submitted op's completion: latency, outcome, run time, and the
+ * measured device ns against the estimate (`timed`: q->dev_ns holds every
+ * device's time). Returns the measured device ns per device (q->est_ns when
+ * not timed or under the cost hook). */
+uint64_t sched_count_done(sched *s, const sched_qop *q, pd_code code,
+                          bool timed);
+/* The estimated device ns of a prepared op (per device, the slowest
+ * component): dev_op_estimate, scaled by what this op's completions
+ * measured so far (*model_ns: the model's own figure, for that
+ * calibration; 0 under the hook); the test hook's cost when set. >= 1. */
+uint64_t sched_estimate_ns(sched *s, const dev_op *op, int op_index,
+                           uint64_t *model_ns);
 
 /* --- observers.c ----------------------------------------------------------- */
 

@@ -24,14 +24,21 @@
  * Queueing: sched_execute validates an op, runs its shape inference and
  * publishes its outputs' handles at once (so the reply carries dtypes and
  * shapes), then appends the prepared op to its session's queue. One
- * dispatcher thread takes ops from the sessions' queues in turn (up to
- * SCHED_DISPATCH_BATCH from one session before moving to the next, so a busy
- * session cannot starve the others) and submits them to the engine, which
- * gives every device the same global order. Ops still queued can be dropped:
- * those of a cancelled call (sched_cancel), and all of a closed, expired or
- * killed session; their outputs then fail with CANCELLED; and those whose
- * deadline passed before they were submitted (sched_execute), which fail
- * with DEADLINE_EXCEEDED. Ops already submitted run to the end.
+ * dispatcher thread takes ops from the sessions' queues and submits them to
+ * the engine, which gives every device the same global order. Which session
+ * goes next is the policy's (sched_policy.h): strict priority between bands
+ * (sched_session_priority), fair share of device time inside a band
+ * (sched_session_weight; each op's cost estimated by dev_op_estimate when
+ * queued, corrected by the device time the executors measured), and no more
+ * than dispatch_ahead_ns of estimated device time submitted ahead of the
+ * devices, so the order is decided here, where it can still change. A
+ * session's queue is bounded by max_queued_ops and max_queued_device_ns.
+ * Ops still queued can be dropped: those of a cancelled call
+ * (sched_cancel), and all of a closed, expired or killed session; their
+ * outputs then fail with CANCELLED; and those whose deadline passed before
+ * they were submitted (sched_execute), which fail with DEADLINE_EXCEEDED.
+ * Ops already submitted run to the end (devices do not preempt a running
+ * kernel).
  *
  * Waiting: sched_tensor_notify calls back when a handle's tensor is computed
  * without blocking a thread, so a server can honour its callers' deadlines
@@ -87,12 +94,25 @@ typedef struct sched_config {
   const stg_roots *storage_roots; /* NULL: loads and saves refused */
   stg_cache *storage_cache;
   int load_workers; /* threads reading loads and writing saves; 0: 2; <= 64 */
+  /* Sharing the devices (issue #15; sched_policy.h). */
+  int policy; /* SCHED_POLICY_FAIR or SCHED_POLICY_ROUND_ROBIN (baseline) */
+  /* Estimated device ns the dispatcher keeps submitted and not completed
+   * (the executors' queues); 0: no bound. At least three ops are in flight
+   * whatever their cost, so a device never waits for the dispatcher. */
+  uint64_t dispatch_ahead_ns;
+  /* Estimated device ns of one session's queued ops; 0: no bound.
+   * RESOURCE_EXHAUSTED beyond, as max_queued_ops. */
+  uint64_t max_queued_device_ns;
 } sched_config;
+
+/* sched_config.policy */
+#define SCHED_POLICY_FAIR 0        /* bands, then fair share of device time */
+#define SCHED_POLICY_ROUND_ROBIN 1 /* FIFO of sessions, 64 ops per turn */
 
 #define SCHED_CONFIG_INITIALIZER                                               \
   {                                                                            \
     sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, 0,  \
-        0, NULL, NULL, 0                                                       \
+        0, NULL, NULL, 0, SCHED_POLICY_FAIR, 2000000, 600000000000ull          \
   }
 
 /* Creates a scheduler over engine `e` (borrowed; it must outlive the
@@ -112,7 +132,8 @@ int sched_num_sessions(sched *s);
 
 /* Replaces the limits of a running scheduler (a daemon's reload): the lease
  * defaults, max_sessions, max_handles_per_session, max_ops_per_request,
- * max_queued_ops and the memory quotas of `cfg`; the other fields are
+ * max_queued_ops, max_queued_device_ns, dispatch_ahead_ns and the memory
+ * quotas of `cfg`; the other fields (policy among them) are
  * ignored. Sessions already open keep their lease and quota; a limit that
  * shrinks below what a session holds stops it from growing, nothing is
  * taken away. INVALID_ARGUMENT (nothing changed) as sched_create. */

@@ -151,6 +151,10 @@ pd_code sched_session_create_from(sched *s, const sched_session_params *p,
   }
   ss->priority = p->priority;
   ss->weight = p->weight ? p->weight : 1;
+  if (!sched_policy_session_init(ss)) {
+    c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    goto fail;
+  }
   PD_TRY_GOTO(sched_make_token(s, ss->token, st), c, fail);
   atomic_init(&ss->refs, 1); /* the table's */
   ss->owner = s;
@@ -173,6 +177,7 @@ pd_code sched_session_create_from(sched *s, const sched_session_params *p,
   return PD_OK;
 
 fail:
+  sched_policy_session_fini(ss); /* accepts one never set up */
   free(ss);
   return c;
 }
@@ -270,6 +275,7 @@ static void sched_session_free(sched_session *ss) {
    * none can be left, but never strand a caller. */
   sched_fire_waiters(ss->dwait);
   sched_io_release_all(ss);
+  sched_policy_session_fini(ss);
   pthread_mutex_destroy(&ss->mu);
   free(ss);
 }

@@ -53,7 +53,8 @@ void sched_count_outcome(sched *s, int op_index, pd_code code) {
                             memory_order_relaxed);
 }
 
-void sched_count_done(sched *s, const sched_qop *q, pd_code code) {
+uint64_t sched_count_done(sched *s, const sched_qop *q, pd_code code,
+                          bool timed) {
   uint64_t now = sched_now_ns();
   double lat = (double)(now - q->t_enq_ns) * 1e-9;
   int b = 0;
@@ -65,6 +66,43 @@ void sched_count_done(sched *s, const sched_qop *q, pd_code code) {
   if (q->op_index >= 0)
     atomic_fetch_add_explicit(&s->op_stats[q->op_index].run_ns,
                               now - q->t_sub_ns, memory_order_relaxed);
+  if (s->hooks.cost || !timed) return q->est_ns;
+  int n = dev_engine_num_devices(s->engine);
+  uint64_t dev =
+      __atomic_load_n(&q->dev_ns, __ATOMIC_RELAXED) / (uint64_t)(n > 0 ? n : 1);
+  if (q->op_index >= 0 && q->model_ns > 0) {
+    sched_op_counter *c = &s->op_stats[q->op_index];
+    atomic_fetch_add_explicit(&c->model_ns, q->model_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->device_ns, dev, memory_order_relaxed);
+  }
+  return dev;
+}
+
+/* Completions of one op needed before its measured time calibrates the
+ * model: 1 ms of modelled time. */
+#define SCHED_CALIBRATE_MIN_NS 1000000ull
+
+uint64_t sched_estimate_ns(sched *s, const dev_op *op, int op_index,
+                           uint64_t *model_ns) {
+  *model_ns = 0;
+  if (s->hooks.cost) {
+    uint64_t c = s->hooks.cost(s->hooks.arg, op);
+    return c ? c : 1;
+  }
+  dev_op_cost cost = DEV_OP_COST_INITIALIZER;
+  if (dev_op_estimate(op, &cost, NULL) != PD_OK) return 1;
+  *model_ns = cost.time_ns ? cost.time_ns : 1;
+  double est = (double)*model_ns;
+  if (op_index >= 0) {
+    sched_op_counter *c = &s->op_stats[op_index];
+    uint64_t m = atomic_load_explicit(&c->model_ns, memory_order_relaxed);
+    uint64_t d = atomic_load_explicit(&c->device_ns, memory_order_relaxed);
+    if (m >= SCHED_CALIBRATE_MIN_NS) {
+      double r = (double)d / (double)m;
+      est *= r < 0.01 ? 0.01 : r > 1000 ? 1000 : r;
+    }
+  }
+  return est < 1 ? 1 : (uint64_t)est;
 }
 
 void sched_get_stats(sched *s, sched_stats *out) {

@@ -195,6 +195,7 @@ static pd_code sched_grad_exec(void *arg, const char *op_name,
     q->owner = s;
     q->op_index = sched_op_index(s, op_name);
     q->op = op;
+    q->est_ns = sched_estimate_ns(s, op, q->op_index, &q->model_ns);
     c = sched_grad_enqueue(g, op_name, q, outputs, nout, st);
     if (c != PD_OK) sched_qop_free(s, q);
   }

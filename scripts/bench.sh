@@ -20,6 +20,7 @@ args=("$@")
 BENCHES=(
   bench_engine
   bench_dispatch
+  bench_sched
   bench_rpc
   bench_train
   bench_checkpoint

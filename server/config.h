@@ -52,6 +52,7 @@ typedef struct srv_limits {
   uint64_t max_memory_quota;        /* bytes, 0: no cap */
   uint64_t max_chunk_bytes;         /* Upload chunk / Download chunk_bytes */
   uint64_t default_chunk_bytes;     /* Download when the client says 0 */
+  uint32_t max_queued_device_ms;    /* per session, estimated; 0: no bound */
 } srv_limits;
 
 /* [auth] require_identity: which callers must present an identity (a
@@ -123,6 +124,9 @@ typedef struct srv_options {
   int cuda_collectives; /* a dev_cuda_collectives */
   /* [limits], [sessions] */
   srv_limits limits;
+  /* [scheduler] (issue #15): sched_config.policy and dispatch_ahead_ns */
+  bool sched_fair_share; /* false: the old round-robin (a baseline) */
+  int dispatch_ahead_us; /* estimated device time ahead; 0: no bound */
   /* [storage]: checkpoints (storage/storage.h). Roots are absolute
    * directories or http(s):// URL prefixes; none: loads and saves are
    * refused. */

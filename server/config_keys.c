@@ -82,6 +82,12 @@ const srv_key srv_keys[] = {
      1, 10000000, true},
     {"limits", "max_queued_ops", NULL, SRV_K_INT, LIM(max_queued_ops), 1,
      100000000, true},
+    {"limits", "max_queued_device_ms", NULL, SRV_K_U32,
+     LIM(max_queued_device_ms), 0, 86400000, true},
+    {"scheduler", "fair_share", NULL, SRV_K_BOOL, OFF(sched_fair_share), 0, 0,
+     false},
+    {"scheduler", "dispatch_ahead_us", NULL, SRV_K_INT, OFF(dispatch_ahead_us),
+     0, 60000000, true},
     {"sessions", "default_lease_seconds", NULL, SRV_K_U32, LIM(default_lease_s),
      1, 315360000, true},
     {"sessions", "max_lease_seconds", NULL, SRV_K_U32, LIM(max_lease_s), 1,
@@ -136,9 +142,10 @@ const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
                "SRV_MAX_KEYS");
 
-const char *const srv_sections[] = {"daemon", "devices",  "cuda",
-                                    "limits", "sessions", "storage",
-                                    "auth",   "tls",      "log"};
+const char *const srv_sections[] = {"daemon",  "devices",   "cuda",
+                                    "limits",  "scheduler", "sessions",
+                                    "storage", "auth",      "tls",
+                                    "log"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;
@@ -169,10 +176,13 @@ void srv_defaults(srv_options *o) {
       .max_string_bytes = 256,
       .max_ids_per_request = 65536,
       .max_queued_ops = 1 << 20,
+      .max_queued_device_ms = 600000,
       .default_lease_s = 60,
       .max_lease_s = 86400,
       .default_memory_quota_percent = 50,
   };
+  o->sched_fair_share = true;
+  o->dispatch_ahead_us = 2000;
   o->storage_block_size = 16u << 20;
   o->storage_cache_bytes = 1u << 30;
   o->storage_fetch_timeout_s = 30;

@@ -54,6 +54,10 @@ void srv_daemon_sched_config(const srv_options *o, dev_engine *e,
   sc->max_queued_ops = l->max_queued_ops;
   sc->default_memory_quota = srv_default_quota(o, e);
   sc->max_memory_quota = l->max_memory_quota;
+  sc->policy =
+      o->sched_fair_share ? SCHED_POLICY_FAIR : SCHED_POLICY_ROUND_ROBIN;
+  sc->dispatch_ahead_ns = (uint64_t)o->dispatch_ahead_us * 1000u;
+  sc->max_queued_device_ns = (uint64_t)l->max_queued_device_ms * 1000000u;
 }
 
 /* Every session's end, whatever the reason, in one line that names it. */

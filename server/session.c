@@ -21,8 +21,11 @@ static void srv_tenant_session_terms(srv *s, const char *tenant,
                                      const srv_tenant_terms *tt,
                                      sched_session_params *p) {
   p->tenant = tenant;
-  p->priority = tt->priority;
-  p->weight = tt->weight;
+  /* The session may ask for less than its tenant's band and weight, never
+   * more; asking nothing (0) gets the tenant's. */
+  if (p->priority == 0 || p->priority > tt->priority)
+    p->priority = tt->priority;
+  if (p->weight == 0 || p->weight > tt->weight) p->weight = tt->weight;
   uint32_t lease = p->lease_s ? p->lease_s : SRV_RT(s, default_lease_s);
   if (tt->max_lease_s && lease > tt->max_lease_s) p->lease_s = tt->max_lease_s;
   uint64_t quota =
@@ -138,6 +141,10 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
                             0,
                             0};
   p.op_timeout_ms = req->op_timeout_ms; /* issue #15: deadlines */
+  /* Band and weight (issue #15), checked by sched_session_create; a
+   * tenant's are the most its sessions get. */
+  p.priority = req->priority;
+  p.weight = req->weight;
   srv_tenant_terms tt;
   if (id->tenant[0] && srv_auth_tenant_terms(c->s, id->tenant, &tt))
     srv_tenant_session_terms(c->s, id->tenant, &tt, &p);

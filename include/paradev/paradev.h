@@ -376,10 +376,16 @@ typedef struct pd_session_options {
                                   $PARADEV_JOB_TOKEN when set, else none.
                                   With a token, job_id NULL sends no job id
                                   ($SLURM_JOB_ID is not read) */
+  /* Sharing the devices (README, "Sharing the devices"): the priority band,
+   * -8..8 (0: the default; a higher band is served strictly first), and the
+   * weight, the session's share of device time inside its band, 1..10000
+   * (0: 1). Out of range: PD_INVALID_ARGUMENT. */
+  int priority;
+  uint32_t weight;
 } pd_session_options;
 
 #define PD_SESSION_OPTIONS_INITIALIZER                                         \
-  { sizeof(pd_session_options), NULL, NULL, 0, 0, true, 0, NULL }
+  { sizeof(pd_session_options), NULL, NULL, 0, 0, true, 0, NULL, 0, 0 }
 
 /* The smallest id the library hands out (pd_session_new_id). */
 #define PD_FIRST_LIBRARY_ID (UINT64_C(1) << 62)
@@ -389,8 +395,9 @@ typedef struct pd_session_options {
  * session has been idle for a third of its lease, until the session is closed
  * or deleted; its last failure is pd_session_keep_alive_status. `opts` may be
  * NULL.
- * Errors:   PD_INVALID_ARGUMENT (lease over max_lease_seconds, over-long
- *           names, a job_id that is not the job token's),
+ * Errors:   PD_INVALID_ARGUMENT (lease over max_lease_seconds, priority or
+ *           weight out of range, over-long names, a job_id that is not the
+ *           job token's),
  *           PD_UNAUTHENTICATED (a job token unknown, revoked or expired),
  *           PD_PERMISSION_DENIED (a job id without a token where the daemon
  *           requires one; a token of another uid), PD_RESOURCE_EXHAUSTED

@@ -157,6 +157,8 @@ uint64_t memory_quota_bytes;
 bool keep_alive;
 uint32_t op_timeout_ms;
 const char *job_token;
+int priority;
+uint32_t weight;
 } pd_session_options;
 pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
 const pd_call_options *call, pd_status *st);

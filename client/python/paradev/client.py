@@ -287,12 +287,14 @@ class Client:
                                       ffi.NULL, 0, ffi.NULL, ffi.NULL, st), st)
 
     def session(self, name=None, *, job_id=None, lease_s=None,
-                memory_quota=None, keep_alive=True, pipelined=False,
-                prefer_shared_memory=None, shm_threshold=1 << 20,
-                op_timeout_ms=None, job_token=None):
+                memory_quota=None, keep_alive=True, priority=0, weight=0,
+                pipelined=False, prefer_shared_memory=None,
+                shm_threshold=1 << 20, op_timeout_ms=None, job_token=None):
         """Opens a session (CreateSession): a namespace of tensors with a
         lease, renewed in the background while it is open. Use it as a
         context manager: it is closed (every tensor freed) on exit.
+        priority: the band, -8..8 (higher served strictly first); weight:
+        the share of device time inside the band, 1..10000 (0: 1).
         op_timeout_ms: an op not started on the devices within this many ms
         of being queued fails with DEADLINE_EXCEEDED (and so do the ops
         that consume it); None: no deadline.
@@ -304,7 +306,7 @@ class Client:
             prefer_shared_memory = self.prefer_shared_memory
         s = Session(self, name, job_id=job_id, lease_s=lease_s,
                     memory_quota=memory_quota, keep_alive=keep_alive,
-                    pipelined=pipelined,
+                    priority=priority, weight=weight, pipelined=pipelined,
                     prefer_shared_memory=prefer_shared_memory,
                     shm_threshold=shm_threshold, op_timeout_ms=op_timeout_ms,
                     job_token=job_token)

@@ -57,7 +57,8 @@ class Session(Transfers, Checkpoints):
     moved through gRPC and through shared memory)."""
 
     def __init__(self, client, name=None, *, job_id=None, lease_s=None,
-                 memory_quota=None, keep_alive=True, pipelined=False,
+                 memory_quota=None, keep_alive=True, priority=0, weight=0,
+                 pipelined=False,
                  prefer_shared_memory=True, shm_threshold=1 << 20,
                  op_timeout_ms=None, job_token=None):
         self.client = client
@@ -80,6 +81,8 @@ class Session(Transfers, Checkpoints):
         opts.memory_quota_bytes = int(memory_quota or 0)
         opts.keep_alive = bool(keep_alive)
         opts.op_timeout_ms = int(op_timeout_ms or 0)
+        opts.priority = int(priority)  # band -8..8; weight 1..10000 (0: 1)
+        opts.weight = int(weight)
         st = _lib.status()
         s = lib.pd_session_new(client._handle(), opts, _NULL, st)
         if s == _NULL:

@@ -182,3 +182,15 @@ def test_daemon_killed_during_a_wait():
         c.close()
     finally:
         d.stop()
+
+
+def test_session_priority_and_weight(client):
+    """A session's band and weight travel to the daemon (CreateSession
+    fields 180, 181): in range it serves, out of range is InvalidArgument
+    naming the range."""
+    with client.session("hp", priority=3, weight=5) as s:
+        still_works(s)
+    with pytest.raises(paradev.InvalidArgument, match="-8 to 8"):
+        client.session("bad", priority=9)
+    with pytest.raises(paradev.InvalidArgument, match="1 to 10000"):
+        client.session("bad", weight=10001)

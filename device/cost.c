@@ -1,0 +1,111 @@
+/* The cost of an op before it runs (dev_op_estimate, device.h): FLOPs and
+ * bytes from its components' shapes, turned into device time by a roofline
+ * with each backend's rates. The scheduler charges this at dispatch and
+ * corrects it with the device time the executors measured, so the rates
+ * only need to be right within a small factor; they bound what is
+ * dispatched ahead and queued before the first completions calibrate them. */
+#include <math.h>
+#include <string.h>
+
+#include "device_int.h"
+
+/* Per device. CPU: one executor thread with its share of the cores (sgemm
+ * through OpenBLAS, element-wise loops at memory speed); CUDA: an H100/H200
+ * class GPU at float32 without tensor cores, and its HBM. */
+#define DEV_COST_CPU_LAUNCH_NS 2000.0
+#define DEV_COST_CPU_FLOPS 20e9
+#define DEV_COST_CPU_BYTES_PER_S 8e9
+#define DEV_COST_CUDA_LAUNCH_NS 5000.0
+#define DEV_COST_CUDA_FLOPS 30e12
+#define DEV_COST_CUDA_BYTES_PER_S 2e12
+
+/* FLOPs of device d's part of a MatMul / BatchMatMul: 2 * out elements * K,
+ * with K = input 0's elements / (its batch * the output's M). */
+static double matmul_flops(const dev_op *op, int d) {
+  const dev_shape *a = &op->inputs[0]->comps[d].shape;
+  const dev_shape *o = &op->outputs[0]->comps[d].shape;
+  if (a->rank < 2 || o->rank < 2) return 0;
+  double m = (double)o->dims[o->rank - 2];
+  double batch = (double)dev_dims_prod(a, 0, a->rank - 2);
+  double k = m * batch > 0 ? (double)dev_num_elems(a) / (m * batch) : 0;
+  return 2.0 * (double)dev_num_elems(o) * k;
+}
+
+/* FLOPs and bytes of device d's part of op. */
+static void component_cost(const dev_op *op, int d, double *flops,
+                           double *bytes) {
+  const char *name = op->def->name;
+  double in_elems = 0, out_elems = 0, max_elems = 0, b = 0;
+  for (int i = 0; i < op->num_inputs; i++) {
+    const dev_component *c = &op->inputs[i]->comps[d];
+    double n = (double)dev_num_elems(&c->shape);
+    in_elems += n;
+    max_elems = fmax(max_elems, n);
+    b += (double)c->bytes;
+  }
+  for (int i = 0; i < op->num_outputs; i++) {
+    const dev_component *c = &op->outputs[i]->comps[d];
+    double n = (double)dev_num_elems(&c->shape);
+    out_elems += n;
+    max_elems = fmax(max_elems, n);
+    b += (double)c->bytes;
+  }
+  double f = max_elems;
+  if (strcmp(name, "MatMul") == 0 || strcmp(name, "BatchMatMul") == 0)
+    f = matmul_flops(op, d);
+  else if (strstr(name, "Softmax"))
+    f = 5.0 * in_elems;
+  else if (strncmp(name, "Random", 6) == 0)
+    f = 10.0 * out_elems;
+  if (op->def->flags & DEV_OP_ALIASES_INPUT) b = f = 0;
+  if (op->def->flags & DEV_OP_COLLECTIVE) b *= 2.0;
+  *flops = f;
+  *bytes = b;
+}
+
+/* True when every input and output has one shape on every device (its
+ * common shape has no -1, dev_tensor.shape). */
+static bool same_shapes(const dev_op *op) {
+  for (int i = 0; i < op->num_inputs + op->num_outputs; i++) {
+    const dev_tensor *t =
+        i < op->num_inputs ? op->inputs[i] : op->outputs[i - op->num_inputs];
+    for (int k = 0; k < t->shape.rank; k++)
+      if (t->shape.dims[k] < 0) return false;
+  }
+  return true;
+}
+
+pd_code dev_op_estimate(const dev_op *op, dev_op_cost *out, dev_status *st) {
+  if (!op || !out ||
+      out->struct_size < offsetof(dev_op_cost, flops) + sizeof out->flops)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "dev_op_estimate: NULL op or out, or out->struct_size "
+                     "%zu below %zu (use DEV_OP_COST_INITIALIZER)",
+                     out ? out->struct_size : (size_t)0, sizeof(dev_op_cost));
+  bool cuda = op->engine->backend->kind == DEV_BACKEND_CUDA;
+  double launch = cuda ? DEV_COST_CUDA_LAUNCH_NS : DEV_COST_CPU_LAUNCH_NS;
+  double peak = cuda ? DEV_COST_CUDA_FLOPS : DEV_COST_CPU_FLOPS;
+  double bw = cuda ? DEV_COST_CUDA_BYTES_PER_S : DEV_COST_CPU_BYTES_PER_S;
+  double flops = 0, bytes = 0, worst = 0;
+  /* Components of one shape (the common case) cost the same everywhere. */
+  int ndev = same_shapes(op) ? 1 : op->engine->n;
+  for (int d = 0; d < ndev; d++) {
+    double f = 0, b = 0;
+    component_cost(op, d, &f, &b);
+    double t = fmax(f / peak, b / bw) * 1e9;
+    if (d == 0 || t > worst) {
+      worst = t;
+      flops = f;
+      bytes = b;
+    }
+  }
+  dev_op_cost r = {out->struct_size, flops, bytes,
+                   (uint64_t)fmin(launch + worst, 1e18)};
+  size_t n = out->struct_size < sizeof r ? out->struct_size : sizeof r;
+  memcpy(out, &r, n);
+  return PD_OK;
+}
+
+void dev_op_set_time_sink(dev_op *op, uint64_t *sink) {
+  if (op) op->time_sink = sink;
+}
