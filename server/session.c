@@ -21,8 +21,8 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   }
   srv_req_limits l = srv_call_limits(c);
   dev_status ck = DEV_STATUS_INIT;
-  if (srv_check_string(&l, req->client_name, "client_name", &ck) != PD_OK ||
-      srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK) {
+  if (srv_check_label(&l, req->client_name, "client_name", &ck) != PD_OK ||
+      srv_check_label(&l, req->job_id, "job_id", &ck) != PD_OK) {
     srv_call_fail(c, &ck);
     return;
   }
