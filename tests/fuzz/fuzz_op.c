@@ -79,6 +79,29 @@ static void fz_init(void) {
   fz_inputs[k++] = fz_tensor(PD_FLOAT32, 2, d32, S, 1);
 }
 
+/* The reply's TensorInfos, both ways the daemon builds them (Execute:
+ * srv_result_to_pb in an arena; Enqueue: srv_op_infos_fill), packed. */
+static void fz_reply(const sched_op *op, const dev_op *p) {
+  sched_op_result r;
+  memset(&r, 0, sizeof r);
+  r.num_outputs = dev_op_num_outputs(p);
+  for (int i = 0; i < r.num_outputs && i < DEV_MAX_OUTPUTS; i++) {
+    r.dtype[i] = dev_tensor_dtype(dev_op_output(p, i));
+    r.shape[i] = *dev_tensor_shape(dev_op_output(p, i));
+  }
+  srv_arena a = {NULL};
+  Paradev__V1__OpResult *pr = srv_result_to_pb(&a, op, &r);
+  if (pr) {
+    uint8_t *out = malloc(protobuf_c_message_get_packed_size(&pr->base) + 1);
+    if (!out) abort();
+    protobuf_c_message_pack(&pr->base, out);
+    free(out);
+  }
+  srv_arena_free(&a);
+  srv_op_infos infos;
+  srv_op_infos_fill(&infos, op, &r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!fz_engine) fz_init();
@@ -99,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pd_code rc = dev_op_prepare(fz_engine, op.op_name, in, op.num_inputs,
                                 op.attrs, op.num_attrs, &p, &st);
     if (rc == PD_OK) {
-      /* What the reply would say of each output (srv_result_to_pb). */
+      /* Every output has a dtype and a known shape per component. */
       for (int i = 0; i < dev_op_num_outputs(p); i++) {
         dev_tensor *t = dev_op_output(p, i);
         if (!dev_dtype_is_valid(dev_tensor_dtype(t))) abort();
@@ -111,6 +134,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (cs->dims[a] < 0) abort(); /* a component's shape is known */
         }
       }
+      /* Only for an op that names one id per output, as the scheduler
+       * requires before any reply is built (scheduler/execute.c). */
+      if (op.num_outputs == dev_op_num_outputs(p)) fz_reply(&op, p);
       dev_op_new_bytes(p);
       dev_op_abandon(p, PD_CANCELLED, "fuzz: not run");
     } else if (!st.msg[0]) {
