@@ -7,7 +7,7 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DPARADEV_WERROR=ON
 endif
 
-.PHONY: all setup build venv demo test test-sanitize bench format clean
+.PHONY: all setup build venv demo test test-sanitize bench fuzz format clean
 
 all: build
 
@@ -41,10 +41,16 @@ test-sanitize: setup
 bench: build venv
 	@bash scripts/bench.sh $(BUILD)
 
+# The libFuzzer targets (tests/fuzz/README.md), built with clang under
+# ASan + UBSan in build-fuzz/, FUZZ_SECONDS each (default 60); FUZZ_JOBS
+# processes per target; `make fuzz FUZZ_TARGETS=fuzz_config` for one.
+fuzz: setup
+	@bash scripts/fuzz.sh $(FUZZ_TARGETS)
+
 # clang-format (.clang-format) over the tracked .c and .h files, in place;
 # scripts/format.sh --check only lists what would change.
 format:
 	@bash scripts/format.sh
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-sanitize
+	rm -rf $(BUILD) $(BUILD)-sanitize build-fuzz

@@ -171,14 +171,8 @@ static void srv_read(srv_call *c) {
   if (!srv__call_batch(c, &op, 1, &c->t_recv)) c->reading = false;
 }
 
-/* Unpack budget. Small nested messages (an Operation with its attrs) grow
- * about tenfold when unpacked, bytes fields not at all; so allow 16x, but at
- * most 256 MiB beyond the message itself, whatever its shape. */
 static size_t srv_budget_for(grpc_byte_buffer *bb) {
-  size_t len = grpc_byte_buffer_length(bb);
-  size_t extra = len * 15;
-  if (extra > ((size_t)256 << 20)) extra = (size_t)256 << 20;
-  return len + extra + ((size_t)1 << 20);
+  return srv_budget_bytes(grpc_byte_buffer_length(bb));
 }
 
 void srv__call_begin(srv_call *c) {

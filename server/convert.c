@@ -40,6 +40,20 @@ pd_code srv_check_ids(const srv_req_limits *l, size_t n, const char *what,
   return PD_OK;
 }
 
+/* INVALID_ARGUMENT naming `what` and the byte where `s` stops being UTF-8
+ * (or, unless `controls`, has a control character). */
+static pd_code srv_check_text(const char *s, bool controls, const char *what,
+                              dev_status *st) {
+  const char *why = "";
+  long at = srv_log_text_check(s, controls, &why);
+  if (at < 0) return PD_OK;
+  return dev_error(st, PD_INVALID_ARGUMENT,
+                   "%s: byte %ld (0x%02X) %s; expected UTF-8 text%s (proto3 "
+                   "strings are UTF-8)",
+                   what, at, (unsigned)(unsigned char)s[at], why,
+                   controls ? "" : " without control characters");
+}
+
 pd_code srv_check_name(const srv_req_limits *l, const char *s, bool printable,
                        const char *what, dev_status *st) {
   size_t n = strlen(s), max = (size_t)l->max_string_bytes;
@@ -52,17 +66,30 @@ pd_code srv_check_name(const srv_req_limits *l, const char *s, bool printable,
                      "bytes%s",
                      what, n, bad ? " with unprintable bytes" : "", max,
                      printable ? " of printable ASCII" : "");
-  return PD_OK;
+  return printable ? PD_OK : srv_check_text(s, true, what, st);
 }
 
-pd_code srv_check_string(const srv_req_limits *l, const char *s,
-                         const char *what, dev_status *st) {
+/* INVALID_ARGUMENT naming `what` when `s` passes max_string_bytes. */
+static pd_code srv_check_len(const srv_req_limits *l, const char *s,
+                             const char *what, dev_status *st) {
   size_t n = s ? strlen(s) : 0;
   if (n > (size_t)l->max_string_bytes)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "%s is %zu bytes; the limit max_string_bytes is %d", what,
                      n, l->max_string_bytes);
   return PD_OK;
+}
+
+pd_code srv_check_string(const srv_req_limits *l, const char *s,
+                         const char *what, dev_status *st) {
+  PD_TRY(srv_check_len(l, s, what, st));
+  return srv_check_text(s, true, what, st);
+}
+
+pd_code srv_check_label(const srv_req_limits *l, const char *s,
+                        const char *what, dev_status *st) {
+  PD_TRY(srv_check_len(l, s, what, st));
+  return srv_check_text(s, false, what, st);
 }
 
 /* --- shapes, dtypes, tensors ------------------------------------------------------ */

@@ -46,14 +46,22 @@ typedef struct srv_req_limits {
 pd_code srv_check_ids(const srv_req_limits *l, size_t n, const char *what,
                       dev_status *st);
 /* INVALID_ARGUMENT naming `what` unless `s` is 1 to max_string_bytes bytes
- * (`printable`: of printable ASCII too). */
+ * (`printable`: of printable ASCII too; else of UTF-8, naming the first byte
+ * that is not). */
 pd_code srv_check_name(const srv_req_limits *l, const char *s, bool printable,
                        const char *what, dev_status *st);
 
 /* INVALID_ARGUMENT naming `what` when `s` (NULL: empty) passes
- * max_string_bytes (client names, job ids: empty is allowed). */
+ * max_string_bytes or is not UTF-8 (naming the byte offset: proto3 strings
+ * are UTF-8, and a reply or a file carrying such bytes would not parse in
+ * other readers); empty is allowed (a metadata value). */
 pd_code srv_check_string(const srv_req_limits *l, const char *s,
                          const char *what, dev_status *st);
+/* srv_check_string, and no control characters (C0, DEL, C1: a newline, an
+ * escape sequence), naming the byte offset: client names and job ids, which
+ * logs, /metrics labels and `paradev admin` then show exactly as given. */
+pd_code srv_check_label(const srv_req_limits *l, const char *s,
+                        const char *what, dev_status *st);
 
 /* --- shapes, dtypes, tensors -------------------------------------------------- */
 

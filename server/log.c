@@ -165,6 +165,23 @@ static bool srv_utf8_control(const unsigned char *s, size_t n) {
          (n == 2 && s[0] == 0xC2 && s[1] < 0xA0);
 }
 
+long srv_log_text_check(const char *s, bool controls, const char **why) {
+  const unsigned char *p = (const unsigned char *)(s ? s : "");
+  for (const unsigned char *q = p; *q;) {
+    size_t n = srv_utf8_len(q);
+    if (!n) {
+      if (why) *why = "is not UTF-8";
+      return (long)(q - p);
+    }
+    if (!controls && srv_utf8_control(q, n)) {
+      if (why) *why = "is a control character";
+      return (long)(q - p);
+    }
+    q += n;
+  }
+  return -1;
+}
+
 char *srv_log_utf8(const char *in, char *out, size_t len) {
   if (!len) return out;
   const unsigned char *p = (const unsigned char *)(in ? in : "");

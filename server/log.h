@@ -70,6 +70,16 @@ char *srv_log_clean(const char *in, char *out, size_t len);
  * between characters, never inside one. Returns out. */
 char *srv_log_utf8(const char *in, char *out, size_t len);
 
+/* Where text `s` (NULL: empty) stops being clean: the offset of the first
+ * byte that does not begin a well-formed UTF-8 character (RFC 3629: no
+ * overlong forms, surrogates or code points past U+10FFFF), or, unless
+ * `controls`, that begins a control character (C0, DEL, C1); -1 when there
+ * is none. *why (may be NULL) gets "is not UTF-8" or "is a control
+ * character". What CreateSession checks client names and job ids with
+ * (convert.h srv_check_label), so that they come out of logs, metrics and
+ * admin replies exactly as given. */
+long srv_log_text_check(const char *s, bool controls, const char **why);
+
 /* Client-controlled text for a log line, between double quotes: valid
  * UTF-8 is kept as it is; '"' and '\' are escaped with a backslash, \n \t
  * \r as such, other control characters and bytes that are not UTF-8 as

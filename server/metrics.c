@@ -51,11 +51,15 @@ static void srv_family(srv_buf *b, const char *name, const char *type,
   srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* A label value: the client's bytes, cleaned to printable ASCII, with \ and
- * " escaped as the format requires. */
+/* A label value: the client's name or job id as given (UTF-8: CreateSession
+ * refuses other bytes and control characters, convert.h srv_check_label),
+ * with \ and " escaped as the text format requires (a line feed would be
+ * \n; srv_log_utf8 has made any that could not arrive '?', as the admin
+ * reply does). `out` holds 2 * SCHED_NAME_MAX + 1 bytes: every byte may
+ * double. */
 static void srv_label(const char *in, char *out, size_t len) {
   char clean[SCHED_NAME_MAX + 1];
-  srv_log_clean(in, clean, sizeof(clean));
+  srv_log_utf8(in, clean, sizeof(clean));
   size_t j = 0;
   for (size_t i = 0; clean[i] && j + 3 < len; i++) {
     if (clean[i] == '\\' || clean[i] == '"') out[j++] = '\\';

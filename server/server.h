@@ -322,8 +322,21 @@ srv_req_limits srv_call_limits(const srv_call *c);
 /* --- wire.c -------------------------------------------------------------- */
 
 void srv_budget_init(srv_budget *b, size_t bytes);
-/* Unpacks a byte buffer; NULL with a status (RESOURCE_EXHAUSTED over the
- * budget, INVALID_ARGUMENT for malformed bytes). */
+/* The decoding budget of a request of `len` bytes. Small nested messages (an
+ * Operation with its attrs) grow about tenfold when unpacked, bytes fields
+ * not at all; so 16x, but at most 256 MiB beyond the message itself,
+ * whatever its shape, plus 1 MiB. */
+size_t srv_budget_bytes(size_t len);
+/* Unpacks `len` bytes of message type `d` with allocator `b`: NULL with a
+ * status (RESOURCE_EXHAUSTED over the budget, INVALID_ARGUMENT for
+ * malformed bytes or a string field, at any depth, that holds a NUL). Free
+ * the result with protobuf_c_message_free_unpacked(m, &b->alloc). What
+ * srv_unpack runs on a request's bytes; tests/fuzz/ drives it directly. */
+ProtobufCMessage *srv_unpack_bytes(const ProtobufCMessageDescriptor *d,
+                                   const uint8_t *data, size_t len,
+                                   srv_budget *b, dev_status *st);
+/* srv_unpack_bytes on a byte buffer's bytes (INVALID_ARGUMENT too when they
+ * cannot be read: compressed with an unknown algorithm). */
 ProtobufCMessage *srv_unpack(const ProtobufCMessageDescriptor *d,
                              grpc_byte_buffer *bb, srv_budget *b,
                              dev_status *st);

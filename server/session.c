@@ -120,8 +120,8 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const char *job = NULL;
   char proven[SRV_JOB_ID_MAX + 1];
   bool claimed = false;
-  if (srv_check_string(&l, req->client_name, "client_name", &ck) != PD_OK ||
-      srv_check_string(&l, req->job_id, "job_id", &ck) != PD_OK ||
+  if (srv_check_label(&l, req->client_name, "client_name", &ck) != PD_OK ||
+      srv_check_label(&l, req->job_id, "job_id", &ck) != PD_OK ||
       srv_check_string(&l, req->job_token, "job_token", &ck) != PD_OK ||
       srv_call_identity(c, &id, &ck) != PD_OK) {
     srv_call_fail(c, &ck);

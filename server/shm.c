@@ -21,32 +21,6 @@
 
 /* --- RegisterSharedMemory ------------------------------------------------------- */
 
-/* "/" followed by 1 to SRV_SHM_KEY_MAX of [A-Za-z0-9._-], not "/." or "/..". */
-static bool srv_shm_key_ok(const char *key) {
-  if (!key || key[0] != '/') return false;
-  size_t n = strlen(key + 1);
-  if (n == 0 || n > SRV_SHM_KEY_MAX) return false;
-  if (strcmp(key, "/.") == 0 || strcmp(key, "/..") == 0) return false;
-  for (size_t i = 1; key[i]; i++) {
-    char ch = key[i];
-    bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-              (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-/* The header a region of the session with `token` carries. */
-static void srv_shm_expected_header(const uint8_t *token, size_t len,
-                                    uint8_t out[SRV_SHM_HEADER_BYTES]) {
-  memset(out, 0, SRV_SHM_HEADER_BYTES);
-  memcpy(out, "PDSHM", 5);
-  out[5] = SRV_SHM_VERSION;
-  out[6] = (uint8_t)(len & 0xff);
-  out[7] = (uint8_t)(len >> 8);
-  memcpy(out + 8, token, len);
-}
-
 typedef struct srv_hdr_copy {
   const uint8_t *src;
   uint8_t *dst;
@@ -57,13 +31,6 @@ static pd_code srv_hdr_copy_fn(void *arg, dev_status *st) {
   srv_hdr_copy *h = arg;
   memcpy(h->dst, h->src, SRV_SHM_HEADER_BYTES);
   return PD_OK;
-}
-
-/* Every byte compared, whatever differs first. */
-static bool srv_ct_equal(const uint8_t *a, const uint8_t *b, size_t n) {
-  volatile uint8_t d = 0;
-  for (size_t i = 0; i < n; i++) d |= (uint8_t)(a[i] ^ b[i]);
-  return d == 0;
 }
 
 /* Opens `key` and checks that it is a regular object of at least byte_size
@@ -164,12 +131,11 @@ static pd_code srv_shm_map(srv *s, const char *name, const char *key, int fd,
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
   /* The header: the session's, compared in constant time. */
-  uint8_t got[SRV_SHM_HEADER_BYTES], want[SRV_SHM_HEADER_BYTES];
+  uint8_t got[SRV_SHM_HEADER_BYTES];
   srv_hdr_copy hc = {r->base, got};
   rc = srv_shm_guarded(r, true, srv_hdr_copy_fn, &hc, st);
   if (rc == PD_OK) {
-    srv_shm_expected_header(token.data, token.len, want);
-    if (!srv_ct_equal(got, want, SRV_SHM_HEADER_BYTES))
+    if (!srv_shm_header_ok(got, token.data, token.len))
       rc = dev_error(st, PD_PERMISSION_DENIED,
                      "shared memory object %s does not carry this session's "
                      "header (its first 64 bytes must be \"PDSHM\", version "
@@ -297,23 +263,6 @@ static void srv_unregister_shm(srv_call *c, const ProtobufCMessage *m) {
 
 /* --- transfers ------------------------------------------------------------------ */
 
-/* OUT_OF_RANGE unless `bytes` at data offset `offset` fit the region. */
-static pd_code srv_shm_check_range(const srv_shm_region *r, uint64_t offset,
-                                   uint64_t bytes, dev_status *st) {
-  uint64_t data = r->size - SRV_SHM_HEADER_BYTES;
-  if (offset > data || bytes > data - offset)
-    return dev_error(st, PD_OUT_OF_RANGE,
-                     "%" PRIu64 " bytes at data offset %" PRIu64
-                     " run past "
-                     "the end of shared memory region \"%.128s\", which "
-                     "holds %" PRIu64
-                     " bytes of data (byte_size %zu less the "
-                     "%d-byte header)",
-                     bytes, offset, r->name, data, r->size,
-                     SRV_SHM_HEADER_BYTES);
-  return PD_OK;
-}
-
 /* One transfer's copies between the tensor and the mapping, run under the
  * SIGBUS guard: parts[0..n) in turn, each sizes[i] bytes, from data offset
  * `offset` on. */
@@ -373,7 +322,8 @@ static void srv_upload_shm(srv_call *c, const ProtobufCMessage *m) {
                               req->component_shapes, sp, &st) != PD_OK ||
       srv_shm_get(s->shm, ss, req->region ? req->region : "", &r, &st) !=
           PD_OK ||
-      srv_shm_check_range(r, req->offset, sp->total, &st) != PD_OK)
+      srv_shm_check_range(r->size, r->name, req->offset, sp->total, &st) !=
+          PD_OK)
     goto fail;
   bool per_comp = sp->layout.kind == DEV_LAYOUT_PER_COMPONENT;
   if (sched_upload_begin(ss, req->id, sp->dtype, &sp->layout, &sp->host,
@@ -506,7 +456,8 @@ static void srv_download_shm(srv_call *c, const ProtobufCMessage *m) {
   }
   d->offset = req->offset;
   /* Before waiting: a value that does not fit is refused at once. */
-  if (srv_shm_check_range(d->r, d->offset, d->total, &st) != PD_OK) {
+  if (srv_shm_check_range(d->r->size, d->r->name, d->offset, d->total, &st) !=
+      PD_OK) {
     srv_call_fail(c, &st);
     return;
   }

@@ -124,6 +124,25 @@ typedef pd_code (*srv_copy_fn)(void *arg, dev_status *st);
 pd_code srv_shm_guarded(srv_shm_region *r, bool reading, srv_copy_fn fn,
                         void *arg, dev_status *st);
 
+/* --- shm_header.c: the checks of a client's bytes -------------------------------- */
+
+/* The longest token a header holds: what follows magic, version, length. */
+#define SRV_SHM_TOKEN_MAX (SRV_SHM_HEADER_BYTES - 8)
+/* True when `key` is "/" followed by 1 to SRV_SHM_KEY_MAX of [A-Za-z0-9._-],
+ * and not "/." or "/..": a POSIX shm_open name with no path in it. */
+bool srv_shm_key_ok(const char *key);
+/* True when the first 64 bytes of a region, `got`, are the header of the
+ * session whose token is token[0..len): "PDSHM", version SRV_SHM_VERSION,
+ * len as 16 bits little-endian, the token, zeros. Compared in constant
+ * time. False for a token longer than SRV_SHM_TOKEN_MAX. */
+bool srv_shm_header_ok(const uint8_t got[SRV_SHM_HEADER_BYTES],
+                       const uint8_t *token, size_t len);
+/* OUT_OF_RANGE (naming region `name`) unless `bytes` at data offset
+ * `offset` fit the data of a region of `size` bytes (the header's 64 bytes
+ * excluded; a region no larger than its header holds none). */
+pd_code srv_shm_check_range(size_t size, const char *name, uint64_t offset,
+                            uint64_t bytes, dev_status *st);
+
 /* --- shm_guard.c: the SIGBUS guard ------------------------------------------------ */
 
 /* Runs fn(arg), a copy from or into r's mapping, so that a SIGBUS in the

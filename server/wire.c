@@ -5,6 +5,7 @@
  * "a.npy\0../x" would reach the storage roots as "a.npy"). */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/slice.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,8 +78,14 @@ static const char *srv_wire_nul(const ProtobufCMessageDescriptor *d,
       case 0:
         if (!srv_wire_varint(&p, end, &len)) return NULL;
         continue;
-      case 1: p += 8; continue;
-      case 5: p += 4; continue;
+      case 1:
+        if (end - p < 8) return NULL;
+        p += 8;
+        continue;
+      case 5:
+        if (end - p < 4) return NULL;
+        p += 4;
+        continue;
       case 2: break;
       default: return NULL; /* groups: not in proto3 */
     }
@@ -97,26 +104,18 @@ static const char *srv_wire_nul(const ProtobufCMessageDescriptor *d,
   return NULL;
 }
 
-ProtobufCMessage *srv_unpack(const ProtobufCMessageDescriptor *d,
-                             grpc_byte_buffer *bb, srv_budget *b,
-                             dev_status *st) {
-  grpc_byte_buffer_reader rd;
-  if (!grpc_byte_buffer_reader_init(&rd, bb)) {
-    dev_error(st, PD_INVALID_ARGUMENT,
-              "cannot read the request bytes (compressed with an unknown "
-              "algorithm?)");
-    return NULL;
-  }
-  grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
-  grpc_byte_buffer_reader_destroy(&rd);
+size_t srv_budget_bytes(size_t len) {
+  size_t extra = len > SIZE_MAX / 15 ? SIZE_MAX : len * 15;
+  if (extra > ((size_t)256 << 20)) extra = (size_t)256 << 20;
+  return len + extra + ((size_t)1 << 20);
+}
+
+ProtobufCMessage *srv_unpack_bytes(const ProtobufCMessageDescriptor *d,
+                                   const uint8_t *data, size_t len,
+                                   srv_budget *b, dev_status *st) {
   size_t budget = b->left;
-  ProtobufCMessage *m = protobuf_c_message_unpack(
-      d, &b->alloc, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
-  size_t len = GRPC_SLICE_LENGTH(all);
-  const char *nul = m ? srv_wire_nul(d, GRPC_SLICE_START_PTR(all),
-                                     GRPC_SLICE_START_PTR(all) + len, 0)
-                      : NULL;
-  grpc_slice_unref(all);
+  ProtobufCMessage *m = protobuf_c_message_unpack(d, &b->alloc, len, data);
+  const char *nul = m ? srv_wire_nul(d, data, data + len, 0) : NULL;
   if (nul) {
     protobuf_c_message_free_unpacked(m, &b->alloc);
     dev_error(st, PD_INVALID_ARGUMENT,
@@ -137,6 +136,24 @@ ProtobufCMessage *srv_unpack(const ProtobufCMessageDescriptor *d,
                 "paradev/v1/paradev.proto says",
                 d->name, len);
   }
+  return m;
+}
+
+ProtobufCMessage *srv_unpack(const ProtobufCMessageDescriptor *d,
+                             grpc_byte_buffer *bb, srv_budget *b,
+                             dev_status *st) {
+  grpc_byte_buffer_reader rd;
+  if (!grpc_byte_buffer_reader_init(&rd, bb)) {
+    dev_error(st, PD_INVALID_ARGUMENT,
+              "cannot read the request bytes (compressed with an unknown "
+              "algorithm?)");
+    return NULL;
+  }
+  grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
+  grpc_byte_buffer_reader_destroy(&rd);
+  ProtobufCMessage *m = srv_unpack_bytes(d, GRPC_SLICE_START_PTR(all),
+                                         GRPC_SLICE_LENGTH(all), b, st);
+  grpc_slice_unref(all);
   return m;
 }
 

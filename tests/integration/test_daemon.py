@@ -971,11 +971,73 @@ def check_layouts_never_guess(cl, d):
     assert unf32(parts[0]) == vals  # the session goes on
 
 
+def check_bad_input(cl, d):
+    """The bad-input table (README, "Bad input"): one row per refusal of a
+    request's bytes, each with its status and the words of its message.
+    Rows are raw bytes: strings that are not UTF-8 cannot be built from
+    Python's str, so a same-length placeholder is swapped for them."""
+    tok = cl.session(client_name="bad-input").session_token
+
+    def swap(msg, old, new):
+        raw = msg.SerializeToString()
+        assert len(old) == len(new) and raw.count(old) == 1, (raw, old)
+        return raw.replace(old, new)
+
+    ld = lambda src: pb.LoadTensorsRequest(session_token=tok, source=src)
+    meta = lambda k, v: pb.SaveTensorsRequest(
+        session_token=tok, path="x.safetensors",
+        tensors=[pb.SaveTensorSpec(name="x", id=1, layout=pb.Layout(kind=pb.LAYOUT_MIRRORED))],
+        metadata=[pb.MetadataEntry(key=k, value=v)])
+    table = [
+        # (method, request bytes, code, message words)
+        ("Echo", b"\xff\xff\xff\xff\x0f\x01", C.INVALID_ARGUMENT,
+         r"malformed paradev.v1.EchoRequest: 6 bytes"),
+        ("Execute", b"\x12\x00" * 400000, C.RESOURCE_EXHAUSTED, r"decoding budget"),
+        # A NUL in any string field, at any depth (protobuf-c would cut it).
+        ("CreateSession", pb.CreateSessionRequest(client_name="a\0b").SerializeToString(),
+         C.INVALID_ARGUMENT, r"CreateSessionRequest: the string field 'client_name' holds a NUL"),
+        ("CreateSession", pb.CreateSessionRequest(job_id="1\0002").SerializeToString(),
+         C.INVALID_ARGUMENT, r"the string field 'job_id' holds a NUL byte"),
+        ("LoadTensors", ld("a.npy\0../x").SerializeToString(), C.INVALID_ARGUMENT,
+         r"the string field 'source' holds a NUL byte"),
+        ("Execute", pb.ExecuteRequest(session_token=tok, ops=[pb.Operation(
+            op="Neg\0x", inputs=[1], output_ids=[2])]).SerializeToString(),
+         C.INVALID_ARGUMENT, r"the string field 'op' holds a NUL byte"),
+        ("Execute", pb.ExecuteRequest(session_token=tok, ops=[pb.Operation(
+            op="Fill", output_ids=[2], attrs=[attr("s", s="x\0y")])]).SerializeToString(),
+         C.INVALID_ARGUMENT, r"the string field 's' holds a NUL byte"),
+        ("RegisterSharedMemory", pb.RegisterSharedMemoryRequest(
+            session_token=tok, name="r", key="/k\0x", byte_size=4096).SerializeToString(),
+         C.INVALID_ARGUMENT, r"the string field 'key' holds a NUL byte"),
+        # Client names and job ids: UTF-8 without control characters.
+        ("CreateSession", swap(pb.CreateSessionRequest(client_name="badX"), b"badX", b"bad\xff"),
+         C.INVALID_ARGUMENT, r"client_name: byte 3 \(0xFF\) is not UTF-8"),
+        ("CreateSession", swap(pb.CreateSessionRequest(job_id="jXX"), b"jXX", b"j\xed\xa0"),
+         C.INVALID_ARGUMENT, r"job_id: byte 1 \(0xED\) is not UTF-8"),
+        ("CreateSession", pb.CreateSessionRequest(client_name="a\nb").SerializeToString(),
+         C.INVALID_ARGUMENT, r"client_name: byte 1 \(0x0A\) is a control character"),
+        ("CreateSession", pb.CreateSessionRequest(job_id="\x1b[2J").SerializeToString(),
+         C.INVALID_ARGUMENT, r"job_id: byte 0 \(0x1B\) is a control character"),
+        # Checkpoint metadata: UTF-8 (the file's JSON header must be).
+        ("SaveTensors", swap(meta("kX", "v"), b"kX", b"k\xfe"), C.INVALID_ARGUMENT,
+         r"a metadata key: byte 1 \(0xFE\) is not UTF-8"),
+        ("SaveTensors", swap(meta("k", "cafX"), b"cafX", b"caf\xe9"), C.INVALID_ARGUMENT,
+         r"a metadata value: byte 3 \(0xE9\) is not UTF-8"),
+    ]
+    for method, data, code, match in table:
+        try:
+            expect_error(code, cl.raw, SVC + method, data, timeout=30, match=match)
+        except AssertionError as e:
+            raise AssertionError("%s %r: %s" % (method, data[:40], e))
+    r = cl.call("Echo", pb.EchoRequest(payload=b"still here"), pb.EchoResponse)
+    assert r.payload == b"still here"
+
+
 CHECKS = [check_echo, check_server_info, check_health, check_sessions,
           check_bad_tokens, check_upload_download, check_execute, check_sync_error,
           check_quota, check_enqueue, check_echo_stream, check_unknown_method,
           check_limits_and_garbage, check_fuzz, check_tape, check_papercuts,
-          check_list_ops, check_layouts_never_guess]
+          check_list_ops, check_layouts_never_guess, check_bad_input]
 
 
 def main():

@@ -1495,9 +1495,13 @@ def check_default_socket_dir():
 
 def check_names():
     """Client names and job ids in any language: kept as they are in
-    ListSessions, `paradev admin sessions` and the log; the log escapes
-    quotes, backslashes, control characters and bytes that are not UTF-8."""
-    d = Daemon(metrics=False)
+    ListSessions, `paradev admin sessions` (table and JSON), /metrics labels
+    (escaped as the text format says) and the log (which escapes quotes and
+    backslashes). Names that are not UTF-8, or hold control characters, are
+    refused by CreateSession with INVALID_ARGUMENT naming the byte offset
+    (proto3 strings are UTF-8: a reply carrying such bytes would not parse
+    in Python), so nothing has to be rewritten on the way out."""
+    d = Daemon()
     try:
         cl = Client(d.target)
         adm = Client("unix:" + d.admin)
@@ -1509,16 +1513,31 @@ def check_names():
         # Not UTF-8 (a client other than Python's may send it), with a newline.
         create = cl.ch.unary_unary(SVC + "CreateSession", request_serializer=lambda b: b,
                                    response_deserializer=pb.CreateSessionResponse.FromString)
-        create(b"\x0a\x06bad\xff\n!\x12\x02j2", timeout=30)
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, create,
+                     b"\x0a\x06bad\xff\n!\x12\x02j2", timeout=30,
+                     match=re.escape("client_name: byte 3 (0xFF) is not UTF-8; expected "
+                                     "UTF-8 text without control characters"))
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, create, b"\x0a\x02ok\x12\x02\xc3\x28",
+                     timeout=30, match=re.escape("job_id: byte 0 (0xC3) is not UTF-8"))
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, cl.session, client_name="bad\n!",
+                     match=re.escape("client_name: byte 3 (0x0A) is a control character"))
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, cl.session, client_name="ok",
+                     job_id="\x1b[31mred",
+                     match=re.escape("job_id: byte 0 (0x1B) is a control character"))
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, cl.session, client_name="c1\u0085",
+                     match=re.escape("client_name: byte 2 (0xC2) is a control character"))
         cl.session(client_name="x" * 19 + "中中", job_id="cut")
         lst = adm.admin("ListSessions", apb.ListSessionsRequest(),
                         apb.ListSessionsResponse).sessions
         assert [(s.client_name, s.job_id) for s in lst] == [
-            ("unié中", 'quo"te\\back'), ("bad??!", "j2"), ("x" * 19 + "中中", "cut")], lst
+            ("unié中", 'quo"te\\back'), ("x" * 19 + "中中", "cut")], lst
         logged = lambda text: wait_for(lambda: any(text in line for line in d.lines),
                                        "log line with %r" % text)
         logged('opened: client "unié中" job "quo\\"te\\\\back" lease')
-        logged('opened: client "bad\\xFF\\n!" job "j2" lease')
+        # /metrics: the label values as given, \\ and \" escaped.
+        m = scrape(d.http)
+        labels = sorted((x["client"], x["job"]) for x, _ in series(m, "paradev_session_tensors"))
+        assert labels == [("unié中", 'quo\\"te\\\\back'), ("x" * 19 + "中中", "cut")], labels
         # The table: whole characters, cut and padded by characters.
         r = subprocess.run([ADMIN_CLI, "admin", "--socket", d.admin, "sessions"],
                            capture_output=True, timeout=120)
@@ -1530,7 +1549,7 @@ def check_names():
                            capture_output=True, timeout=120)
         rows = json.loads(r.stdout.decode("utf-8"))["sessions"]
         assert [(x["client_name"], x["job_id"]) for x in rows] == [
-            ("unié中", 'quo"te\\back'), ("bad??!", "j2"), ("x" * 19 + "中中", "cut")], rows
+            ("unié中", 'quo"te\\back'), ("x" * 19 + "中中", "cut")], rows
         # The session's end, escaped the same way.
         adm.admin("KillSession", apb.KillSessionRequest(job_id='quo"te\\back'),
                   apb.KillSessionResponse)
