@@ -172,6 +172,10 @@ def request_seeds(w, proto_python):
     put("KillSession", apb.KillSessionRequest(session_token=tok), "_token")
     put("KillSession", apb.KillSessionRequest(job_id='quo"te\\back'), "_job")
     put("KillSession", apb.KillSessionRequest(session_id=3), "_id")
+    put("CreateJobToken", apb.CreateJobTokenRequest(job_id="4242", uid=1000,
+                                                    lifetime_seconds=3600))
+    put("CreateJobToken", apb.CreateJobTokenRequest(job_id="4243", uid=-1), "_any")
+    put("KillJob", apb.KillJobRequest(job_id="4242"))
     put("Drain", apb.DrainRequest(resume=False, exit_when_drained=True))
     put("SetLogLevel", apb.SetLogLevelRequest(spec="info,sched=debug,rpc=warn"))
     put("Check", hpb.HealthCheckRequest(service="paradev.v1.ParallelDevice"))
