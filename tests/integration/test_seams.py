@@ -78,6 +78,9 @@ def certs():
     tt._leaf(d, "alice", "ca", "URI:spiffe://example/alice", "clientAuth")
     tt._leaf(d, "ops", "ca", "URI:spiffe://example/ops", "clientAuth")
     _leaf_cn(d, "bobcn", "ca")
+    # A DNS name before the spiffe ID: the spiffe ID still names alice.
+    tt._leaf(d, "alice2", "ca", "DNS:alice.example,URI:spiffe://example/alice",
+             "clientAuth")
     yield type("Certs", (), {"dir": d, "p": staticmethod(
         lambda n: os.path.join(d, n))})
     shutil.rmtree(d, ignore_errors=True)
@@ -202,6 +205,10 @@ def test_cert_identity_becomes_tenant(tls_site):
                 "spiffe://example/alice", "alice")
             assert (rows["bob-lib"].identity, rows["bob-lib"].tenant) == (
                 "bobcn", "bob")
+        with s.connect("alice2") as c3, c3.session("alice-dns") as a2:
+            assert (a2.lease_s, a2.memory_quota) == (30, 1 << 20)
+            assert sessions_by_name(s)["alice-dns"].identity == \
+                "spiffe://example/alice"
         x = np.arange(4, dtype=np.float32)
         t = a.upload(x, paradev.mirrored())
         np.testing.assert_array_equal((t + t).numpy(paradev.mirrored()), x + x)
