@@ -147,8 +147,7 @@ static pd_code load_open(load *ld, const char *name, stg_format format,
     return c;
   }
   ld->files[ld->n_files] = f;
-  ld->indexes[ld->n_files++] = x;
-  *ix = x;
+  ld->indexes[ld->n_files++] = *ix = x;
   return PD_OK;
 }
 
