@@ -346,6 +346,18 @@ def test_remote_operator(tls_site, plain_site, tmp_path):
                         "--token-file", opsfile, "status", "--field",
                         "state"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout == "serving\n", r.stderr
+    # The environment's CA and token, as for any client, and tls://.
+    env = dict(os.environ, PARADEV_TLS_CA=s.certs.p("ca.crt"),
+               PARADEV_TOKEN=TOKENS["opsbot"])
+    for t in (s.target, "tls://localhost:%d" % s.d.port):
+        r = subprocess.run([CLI, "admin", "--target", t, "status", "--field",
+                            "state"], capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and r.stdout == "serving\n", (t, r.stderr)
+    # Plaintext to the TLS listener: the hint names TLS.
+    r = subprocess.run([CLI, "admin", "--timeout", "5s", "--target", s.target,
+                        "--token-file", opsfile, "status"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "without TLS?" in r.stderr, r.stderr
     # Someone else: PERMISSION_DENIED, printed with the method.
     r = subprocess.run([CLI, "admin", "--target", s.target, "--tls-ca",
                         s.certs.p("ca.crt"), "--tls-cert",
