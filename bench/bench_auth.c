@@ -5,8 +5,9 @@
  * file of 64 tokens. Its baseline, measured in the same run, is the two
  * system parts alone (one stat plus one SHA-256): the ratio shows what the
  * table's scan and lock add. For scale, NOTES.md measured a unary gRPC round
- * trip on loopback at ~89 us here; the RPC-level row (a call with and
- * without a token) comes once libparadev can send tokens.
+ * trip on loopback at ~89 us here; the RPC-level rows (an Execute round
+ * trip with a token beside one without, same daemon, same run) are
+ * bench_rpc's "rpc_token" (bench/rpc_tls_bench.c).
  *
  * Usage: bench_auth [--quick] */
 #include <openssl/evp.h>

@@ -28,6 +28,9 @@
  *            value in the same run
  *  tls       Execute p50/p99 and Enqueue ops/s over TLS beside plaintext
  *            loopback TCP, two daemons of their own (rpc_tls_bench.c)
+ *  token     Execute p50/p99 of a client that presents a bearer token
+ *            (checked against a tokens file of 64 on every call) beside
+ *            one without, on one daemon (rpc_tls_bench.c)
  *
  * Usage: bench_rpc [--quick] [--paradevd PATH] [--target ADDR]
  *   --target uses a running daemon instead of starting one.
@@ -490,5 +493,6 @@ int main(int argc, char **argv) {
   pd_status_delete(st);
   stop_daemon();
   bench_rpc_tls(path, quick);
+  bench_rpc_token(path, quick);
   return bu_print_table();
 }

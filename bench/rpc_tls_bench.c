@@ -9,7 +9,8 @@
  *
  * The handshake is not timed: each client connects (one call) before the
  * turns begin, as a long-lived client would. Without `openssl` the rows are
- * skipped with a note. See rpc_tls_bench.h. */
+ * skipped with a note. The token rows (bench_rpc_token) come last. See
+ * rpc_tls_bench.h. */
 #include "rpc_tls_bench.h"
 
 #include <math.h>
@@ -68,7 +69,8 @@ static int tls_free_port(void) {
   return port;
 }
 
-/* paradevd on 127.0.0.1:port, with the certificate when `crt` is given. */
+/* paradevd on 127.0.0.1:port, with the certificate when `crt` is given, or
+ * the config file `conf` (the token rows) when `key` is NULL. */
 static pid_t tls_daemon(const char *path, int port, const char *crt,
                         const char *key) {
   char listen[64];
@@ -76,10 +78,13 @@ static pid_t tls_daemon(const char *path, int port, const char *crt,
   pid_t parent = getpid(), pid = fork();
   if (pid == 0) {
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
-    if (crt)
+    if (crt && key)
       execl(path, path, "--listen", listen, "--admin-socket", "", "--devices",
             "4", "--log", "warn", "--tls-cert", crt, "--tls-key", key,
             (char *)NULL);
+    else if (crt)
+      execl(path, path, "--config", crt, "--listen", listen, "--admin-socket",
+            "", "--devices", "4", "--log", "warn", (char *)NULL);
     else
       execl(path, path, "--listen", listen, "--admin-socket", "", "--devices",
             "4", "--log", "warn", (char *)NULL);
@@ -88,13 +93,15 @@ static pid_t tls_daemon(const char *path, int port, const char *crt,
   return pid;
 }
 
-/* A client of the daemon at `target` once it serves, and a session. */
-static pd_client *tls_connect(const char *target, const char *ca,
-                              pd_session **s) {
+/* A client of the daemon at `target` once it serves, and a session; with
+ * `token`, every call presents it (authorization: Bearer). */
+static pd_client *tls_connect_as(const char *target, const char *ca,
+                                 const char *token, pd_session **s) {
   pd_client_options co = PD_CLIENT_OPTIONS_INITIALIZER;
   co.ignore_environment = 1;
   co.tls = ca ? PD_TLS_ON : PD_TLS_OFF;
   co.tls_ca_file = ca;
+  co.token = token;
   pd_client *c = pd_client_new(target, &co, tst);
   if (!c) tls_die("connect");
   pd_serving_status ss = PD_SERVING_UNKNOWN;
@@ -115,6 +122,11 @@ static pd_client *tls_connect(const char *target, const char *ca,
                 pd_layout_mirrored(), NULL, NULL, tst) != PD_OK)
     tls_die("Upload");
   return c;
+}
+
+static pd_client *tls_connect(const char *target, const char *ca,
+                              pd_session **s) {
+  return tls_connect_as(target, ca, NULL, s);
 }
 
 static int tls_cmp(const void *a, const void *b) {
@@ -257,6 +269,94 @@ void bench_rpc_tls(const char *paradevd, bool quick) {
            TLS_DEVICES, ops, turns);
   bu_record("rpc_tls", params, "tls_enqueue_ops_per_s", mq[1],
             "tcp_enqueue_ops_per_s", mq[0]);
+  for (int k = 0; k < 2; k++) {
+    pd_session_delete(s[k]);
+    pd_client_delete(c[k]);
+  }
+  tls_stop();
+  pd_status_delete(tst);
+}
+
+/* --- the token check per call --------------------------------------------- */
+
+#define TOKEN_FILLERS 63 /* other clients' entries, scanned on every check */
+
+/* tokens and paradevd.conf in tls_dir: 63 other entries and ours last
+ * (hashed by `paradevd --hash-token`); false when one cannot be made. */
+static bool token_files(const char *paradevd, const char *token, char *conf,
+                        size_t len) {
+  snprintf(tls_dir, sizeof(tls_dir), "/tmp/bench-token-XXXXXX");
+  if (!mkdtemp(tls_dir)) {
+    tls_dir[0] = '\0';
+    return false;
+  }
+  char cmd[512], hash[128] = "", tokens[128];
+  snprintf(cmd, sizeof(cmd), "echo '%s' | '%s' --hash-token", token, paradevd);
+  FILE *p = popen(cmd, "r");
+  if (!p) return false;
+  bool got = fgets(hash, sizeof(hash), p) != NULL;
+  if (pclose(p) != 0 || !got || strncmp(hash, "sha256:", 7) != 0) return false;
+  hash[strcspn(hash, "\n")] = '\0';
+  snprintf(tokens, sizeof(tokens), "%s/tokens", tls_dir);
+  snprintf(conf, len, "%s/paradevd.conf", tls_dir);
+  FILE *f = fopen(tokens, "w");
+  if (!f) return false;
+  for (int i = 0; i < TOKEN_FILLERS; i++)
+    fprintf(f, "client-%02d sha256:%064x\n", i, i + 1);
+  fprintf(f, "bench %s\n", hash);
+  bool ok = fclose(f) == 0;
+  f = ok ? fopen(conf, "w") : NULL;
+  if (!f) return false;
+  fprintf(f, "[auth]\ntokens_file = %s\n", tokens);
+  return fclose(f) == 0;
+}
+
+void bench_rpc_token(const char *paradevd, bool quick) {
+  const char *token = "bench-token-0123456789abcdef0123456789abcdef";
+  char conf[128];
+  tst = pd_status_new();
+  if (!token_files(paradevd, token, conf, sizeof(conf))) {
+    fprintf(stderr,
+            "bench_rpc: note: cannot write the tokens file; token "
+            "rows skipped\n");
+    tls_stop();
+    pd_status_delete(tst);
+    return;
+  }
+  atexit(tls_stop);
+  int port = tls_free_port();
+  tls_pids[0] = tls_daemon(paradevd, port, conf, NULL);
+  char target[64];
+  snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+  /* One daemon, two clients: [auth] require_identity is "remote" by
+   * default, so the loopback client without a token is let in too. */
+  pd_client *c[2];
+  pd_session *s[2];
+  for (int k = 0; k < 2; k++)
+    c[k] = tls_connect_as(target, NULL, k ? token : NULL, &s[k]);
+  int turns = quick ? 3 : 7, calls = quick ? 300 : 2000;
+  double p50[2][TLS_MAX_TURNS], p99[2][TLS_MAX_TURNS];
+  for (int r = 0; r < turns; r++)
+    for (int j = 0; j < 2; j++) {
+      int k = (r + j) % 2; /* without the token first on even turns */
+      tls_execute(s[k], calls, &p50[k][r], &p99[k][r]);
+    }
+  double m50[2], m99[2];
+  for (int k = 0; k < 2; k++) {
+    m50[k] = tls_median(p50[k], turns);
+    m99[k] = tls_median(p99[k], turns);
+  }
+  char params[320];
+  snprintf(params, sizeof(params),
+           "\"op\": \"Add\", \"shape\": [1], \"devices\": %d, "
+           "\"transport\": \"loopback TCP, one daemon\", \"tokens\": %d, "
+           "\"calls\": %d, \"turns\": %d, \"statistic\": \"median of "
+           "turns\"",
+           TLS_DEVICES, TOKEN_FILLERS + 1, calls, turns);
+  bu_record("rpc_token", params, "token_execute_p50_us", m50[1] * 1e6,
+            "no_token_execute_p50_us", m50[0] * 1e6);
+  bu_record("rpc_token", params, "token_execute_p99_us", m99[1] * 1e6,
+            "no_token_execute_p99_us", m99[0] * 1e6);
   for (int k = 0; k < 2; k++) {
     pd_session_delete(s[k]);
     pd_client_delete(c[k]);

@@ -54,7 +54,8 @@ static const char cli_usage[] =
     "                  unix:/tmp/paradevd-UID/paradevd.sock (a directory of\n"
     "                  yours, mode 0700) that exists, else 127.0.0.1:7478\n"
     "                  (paradevd's defaults). admin commands do not use it\n"
-    "                  (a note on stderr says so): 'admin --socket PATH'\n"
+    "                  (a note on stderr says so): 'admin --socket PATH',\n"
+    "                  or 'admin --target ADDR' for a remote operator\n"
     "  --timeout TIME  deadline of each call, 1ms to 24h: 500ms, 2s, 1m, 1h;\n"
     "                  a number needs a unit (default 10s)\n"
     "  --tls-ca FILE   PEM CAs that sign the daemon's certificate; turns TLS\n"
@@ -110,12 +111,15 @@ static const char cli_ping_usage[] =
 int cli_admin(int argc, char **argv);
 
 /* `paradev --target ADDR admin ...`: admin talks to the admin socket, never
- * to ADDR, so say so on stderr (one line) and go on. */
+ * to ADDR (a client's $PARADEV_TARGET must not redirect an operator's
+ * command), so say so on stderr (one line) and go on; a remote operator
+ * says `paradev admin --target ADDR`. */
 static int cli_admin_with_target(const char *target, int argc, char **argv) {
   if (target)
     fprintf(stderr,
             "paradev: note: --target %s is not used by admin commands; they "
-            "talk to the admin socket: 'paradev admin --socket PATH'\n",
+            "talk to the admin socket: 'paradev admin --socket PATH' (a "
+            "remote operator: 'paradev admin --target ADDR')\n",
             target);
   return cli_admin(argc, argv);
 }

@@ -3,7 +3,9 @@
  * socket's group and mode decide who may run them (deploy/: group
  * paradev-admin, 0660); paradevd checks that the caller is an operator.
  *
- *   paradev admin [--socket PATH] [--timeout TIME] COMMAND
+ *   paradev admin [--socket PATH | --target ADDR [--tls-ca F] [--tls-cert F
+ *                  --tls-key F] [--tls-server-name N] [--token-file F]]
+ *                 [--timeout TIME] COMMAND
  *     status [--json | --field NAME]  in service or draining; counts
  *     sessions [--job ID] [--json | --field NAME]
  *                                     the open sessions, oldest first
@@ -27,6 +29,9 @@
  * a bare number is refused. --field NAME prints one member of --json's
  * document alone (a string without quotes, true/false, a number), for
  * scripts: `paradev admin status --field draining`.
+ * --target sends the commands to a client listener instead (a remote
+ * operator: an identity of [auth] operators, by client certificate or
+ * bearer token; cli_admin_set_remote).
  *
  * Exit status: 0 done, 1 the daemon said no (its message is printed), 2 a
  * bad command line (or no such --field), 3 --verify found memory still in
@@ -51,8 +56,9 @@
 int cli_admin(int argc, char **argv);
 
 static const char cli_admin_usage[] =
-    "Usage: paradev admin [--socket PATH] [--timeout TIME] COMMAND\n"
-    "Operate a paradevd through its admin socket.\n"
+    "Usage: paradev admin [--socket PATH | --target ADDR [TLS and token\n"
+    "                     options]] [--timeout TIME] COMMAND\n"
+    "Operate a paradevd through its admin socket, or as a remote operator.\n"
     "\n"
     "Commands:\n"
     "  status [--json]                in service, draining or exiting; the\n"
@@ -85,8 +91,15 @@ static const char cli_admin_usage[] =
     "  --json, --field NAME (after status, sessions, job-token, kill-job)\n"
     "                     print the reply as one JSON document, or one member\n"
     "                     of it alone (for scripts)\n"
-    "  (paradev's --target is not for these: a note on stderr says so, and\n"
-    "  'admin --target' is refused; use --socket PATH)\n"
+    "  --target ADDR      a remote operator: the daemon's client listener\n"
+    "                     (host:port, tls://host:port) instead of the admin\n"
+    "                     socket; the caller must be in [auth] operators\n"
+    "  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME\n"
+    "                     TLS with --target, as paradev's own (default\n"
+    "                     $PARADEV_TLS_CA, $PARADEV_TLS_CERT, ...)\n"
+    "  --token-file FILE  a bearer token with --target (default\n"
+    "                     $PARADEV_TOKEN, $PARADEV_TOKEN_FILE)\n"
+    "  (paradev's own --target is not used here: a note on stderr says so)\n"
     "\n"
     "Exit status: 0 done; 1 the daemon said no or could not be reached (its\n"
     "message is printed); 2 a bad command line (or no such --field); 3 kill\n"
@@ -455,11 +468,28 @@ static int cli_admin_log(const char *sock, double timeout, int argc,
   return 0;
 }
 
+/* The member of `r` that option a[0..nlen) sets, or NULL. */
+static const char **cli_admin_remote_flag(cli_admin_remote *r, const char *a,
+                                          size_t nlen) {
+  static const char *const names[] = {"--target",          "--tls-ca",
+                                      "--tls-cert",        "--tls-key",
+                                      "--tls-server-name", "--token-file"};
+  const char **members[] = {&r->target,  &r->tls_ca,          &r->tls_cert,
+                            &r->tls_key, &r->tls_server_name, &r->token_file};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+    if (strlen(names[k]) == nlen && strncmp(a, names[k], nlen) == 0)
+      return members[k];
+  return NULL;
+}
+
 /* argv[0] is "admin". */
 int cli_admin(int argc, char **argv) {
   char sock[4096];
   cli_admin_default_socket(sock, sizeof(sock));
   double timeout = 60;
+  cli_admin_remote remote = {NULL};
+  const char *remote_flag = NULL; /* a TLS or token option given */
+  bool socket_given = false;
   int i = 1;
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
     const char *a = argv[i];
@@ -472,16 +502,17 @@ int cli_admin(int argc, char **argv) {
     const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
     bool is_socket = nlen == 8 && strncmp(a, "--socket", 8) == 0;
     bool is_timeout = nlen == 9 && strncmp(a, "--timeout", 9) == 0;
-    if (nlen == 8 && strncmp(a, "--target", 8) == 0)
-      return cli_admin_bad(
-          "unknown option '--target': admin commands talk to the admin "
-          "socket; use --socket PATH");
-    if (!is_socket && !is_timeout)
+    const char **remote_opt = cli_admin_remote_flag(&remote, a, nlen);
+    if (!is_socket && !is_timeout && !remote_opt)
       return cli_admin_bad("unknown option '%s'", a);
     if (!v || (!eq && strncmp(v, "--", 2) == 0))
       return cli_admin_bad("%.*s needs a value", (int)nlen, a);
     if (!eq) i++;
-    if (is_socket) {
+    if (remote_opt) {
+      *remote_opt = v;
+      if (remote_opt != &remote.target) remote_flag = a;
+    } else if (is_socket) {
+      socket_given = true;
       if (!*v || strlen(v) >= sizeof(sock))
         return cli_admin_bad("--socket '%s': expected a path", v);
       snprintf(sock, sizeof(sock), "%s", v);
@@ -495,6 +526,18 @@ int cli_admin(int argc, char **argv) {
   if (i >= argc) {
     fputs(cli_admin_usage, stderr);
     return 2;
+  }
+  if (remote.target && socket_given)
+    return cli_admin_bad("--target and --socket: give one of the two");
+  if (!remote.target && remote_flag)
+    return cli_admin_bad(
+        "%s needs --target HOST:PORT: the admin socket is local and "
+        "plaintext (its group decides who may use it); a remote "
+        "operator's certificate or token goes to a client listener",
+        remote_flag);
+  if (remote.target) {
+    int rc = cli_admin_set_remote(&remote);
+    if (rc) return rc;
   }
   const char *cmd = argv[i];
   int sub_argc = argc - i;
@@ -526,8 +569,8 @@ int cli_admin(int argc, char **argv) {
   struct stat sb;
   cli_tmp_socket_dir(dir, sizeof(dir));
   size_t dl = strlen(dir);
-  if (strncmp(sock, dir, dl) == 0 && sock[dl] == '/' && lstat(dir, &sb) == 0 &&
-      !cli_private_dir_ok(dir)) {
+  if (!remote.target && strncmp(sock, dir, dl) == 0 && sock[dl] == '/' &&
+      lstat(dir, &sb) == 0 && !cli_private_dir_ok(dir)) {
     fprintf(stderr,
             "paradev admin: %s is not a directory of yours that only you may "
             "enter (owner uid %u, mode %04o; expected uid %u, mode 0700), so "

@@ -25,6 +25,26 @@ int cli_admin_call(const char *socket_path, double timeout_s,
                    const ProtobufCMessageDescriptor *resp_desc,
                    ProtobufCMessage **resp);
 
+/* A remote operator's settings (`paradev admin --target ...`): the
+ * daemon's client listener ("host:port", "tls://host:port", "unix:/path"),
+ * TLS material and a token file; NULL members fall back to
+ * $PARADEV_TLS_CA, $PARADEV_TLS_CERT, $PARADEV_TLS_KEY,
+ * $PARADEV_TLS_SERVER_NAME, $PARADEV_TOKEN and $PARADEV_TOKEN_FILE, as
+ * libparadev reads them. TLS is on for tls:// or when a CA or certificate
+ * is given. */
+typedef struct cli_admin_remote {
+  const char *target;
+  const char *tls_ca, *tls_cert, *tls_key, *tls_server_name, *token_file;
+} cli_admin_remote;
+
+/* Makes every later cli_admin_call go to r->target (its socket_path
+ * unused), with the token as `authorization: Bearer` metadata. Reads the
+ * files now. 0, or 2 after printing the usage error (a bad target, a file
+ * that cannot be read, a certificate without its key, a bad token). */
+int cli_admin_set_remote(const cli_admin_remote *r);
+/* The remote target in force, or NULL (the admin socket). */
+const char *cli_admin_remote_target(void);
+
 /* 1536 -> "1.5 KiB" into buf; returns buf. */
 const char *cli_admin_bytes(uint64_t b, char *buf, size_t len);
 

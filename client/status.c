@@ -73,7 +73,10 @@ const char *pd_status_str(pd_code code) {
       return "check that paradevd runs and listens on this address, then retry";
     case PD_DATA_LOSS: return "data was lost or corrupted in transit; retry";
     case PD_UNAUTHENTICATED:
-      return "the session token is malformed; open a new session";
+      return "the daemon did not accept who is calling: check the bearer "
+             "token (--token-file, $PARADEV_TOKEN; revoked?) or the client "
+             "certificate; for a malformed session token, open a new "
+             "session";
   }
   return "unknown status code";
 }

@@ -137,8 +137,9 @@ static pd_code load_open(load *ld, const char *name, stg_format format,
   /* Every fetch of the open and index (and, once the deadline is lifted,
    * of the reads) stops when the session ends or the caller gives up. */
   stg_io_ctl ctl = {.deadline_s = ld->deadline_s, .cancel = &ld->io.cancelled};
-  PD_TRY(stg_file_open_ctl(s->cfg.storage_cache, ld->ss->roots, name, &ctl, &f,
-                           st));
+  pd_code oc = stg_file_open_ctl(s->cfg.storage_cache, ld->ss->roots, name,
+                                 &ctl, &f, st);
+  if (oc != PD_OK) return sched_tenant_roots_note(s, ld->ss, oc, st);
   stg_index *x = NULL;
   pd_code c = stg_index_read(f, format, &x, st);
   if (c != PD_OK) {
@@ -146,8 +147,7 @@ static pd_code load_open(load *ld, const char *name, stg_format format,
     return c;
   }
   ld->files[ld->n_files] = f;
-  ld->indexes[ld->n_files++] = x;
-  *ix = x;
+  ld->indexes[ld->n_files++] = *ix = x;
   return PD_OK;
 }
 

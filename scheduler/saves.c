@@ -396,8 +396,11 @@ pd_code sched_save_begin(sched_session *ss, const sched_save_request *req,
   PD_TRY_GOTO(save_plan(sv, req, dev_engine_num_devices(s->engine), st), c,
               fail);
   PD_TRY_GOTO(
-      stg_out_create(sv->ss->roots, sv->path, req->overwrite, &sv->out, st), c,
-      fail);
+      sched_tenant_roots_note(
+          s, sv->ss,
+          stg_out_create(sv->ss->roots, sv->path, req->overwrite, &sv->out, st),
+          st),
+      c, fail);
   snprintf(sv->written, sizeof sv->written, "%s", stg_out_path(sv->out));
   sched_io_begin(s);
   if ((c = save_register(sv, st)) != PD_OK) {

@@ -209,6 +209,14 @@ void sched_tenant_leave_locked(sched_tenant *tn);
  * over its quota (any lock; reads atomics). */
 pd_code sched_tenant_room(const sched_tenant *tn, uint64_t extra_bytes,
                           dev_status *st);
+/* A checkpoint path refused (PERMISSION_DENIED in `c`) for session `ss`
+ * whose roots are its tenant's own: appends to st->msg that the tenant's
+ * storage_roots is the rule, so the caller sees why a path beneath a
+ * [storage] root is refused. Returns `c`. Any thread (reads ss->tn, set
+ * once at creation). */
+pd_code sched_tenant_roots_note(const struct sched *s,
+                                const struct sched_session *ss, pd_code c,
+                                dev_status *st);
 /* Adds and subtracts bytes held by one of its sessions (accepts NULL). */
 void sched_tenant_charge(sched_tenant *tn, uint64_t add, uint64_t sub);
 /* Frees every account (sched_destroy). */

@@ -8,6 +8,7 @@
  * the sum at once; two of them passing the check at the same moment may
  * overshoot the quota by one op's bytes, as the check and the charge are
  * not one step across sessions). Calls no other scheduler file. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,19 @@ pd_code sched_tenant_join_locked(sched *s, sched_session *ss, dev_status *st) {
   ss->tn = tn;
   ss->roots = tn->roots;
   return PD_OK;
+}
+
+pd_code sched_tenant_roots_note(const sched *s, const sched_session *ss,
+                                pd_code c, dev_status *st) {
+  const sched_tenant *tn = ss->tn;
+  if (c != PD_PERMISSION_DENIED || !tn || ss->roots == s->cfg.storage_roots)
+    return c;
+  size_t n = strlen(st->msg);
+  snprintf(st->msg + n, sizeof(st->msg) - n,
+           "; tenant \"%s\" may use only its own roots ([tenant %s] "
+           "storage_roots), not every [storage] root",
+           tn->name, tn->name);
+  return c;
 }
 
 void sched_tenant_leave_locked(sched_tenant *tn) {

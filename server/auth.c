@@ -50,8 +50,8 @@ struct srv_auth {
 };
 
 static const char *const srv_refusal_names[SRV_REFUSE_COUNT] = {
-    "no_identity",  "bad_token",    "no_tenant",
-    "other_tenant", "tenant_limit", "not_operator", "job_token",
+    "no_identity",  "bad_token",    "no_tenant", "other_tenant",
+    "tenant_limit", "not_operator", "job_token",
 };
 
 const char *srv_refusal_name(srv_refusal r) {
@@ -290,20 +290,31 @@ static bool srv_required(int require, srv_peer_kind k) {
   }
 }
 
+/* The first value of `it` into out[cap]; false when none fits. */
+static bool srv_auth_first(grpc_auth_property_iterator it, char *out,
+                           size_t cap) {
+  const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
+  if (!p || !p->value || p->value_length == 0 || p->value_length >= cap ||
+      memchr(p->value, '\0', p->value_length))
+    return false;
+  memcpy(out, p->value, p->value_length);
+  out[p->value_length] = '\0';
+  return true;
+}
+
 bool srv_auth_cert_identity(grpc_call *call, char *out, size_t cap) {
   grpc_auth_context *ctx = grpc_call_auth_context(call);
   if (!ctx) return false;
   bool found = false;
-  if (grpc_auth_context_peer_is_authenticated(ctx)) {
-    grpc_auth_property_iterator it = grpc_auth_context_peer_identity(ctx);
-    const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
-    if (p && p->value && p->value_length > 0 && p->value_length < cap &&
-        !memchr(p->value, '\0', p->value_length)) {
-      memcpy(out, p->value, p->value_length);
-      out[p->value_length] = '\0';
-      found = true;
-    }
-  }
+  /* The peer identity is every SAN in the certificate's order (DNS names,
+   * URIs, ...): a certificate with "DNS:host, URI:spiffe://..." would be
+   * named by its DNS name. The spiffe ID, which gRPC sets when the
+   * certificate has exactly one, names the workload: it goes first. */
+  if (grpc_auth_context_peer_is_authenticated(ctx))
+    found = srv_auth_first(grpc_auth_context_find_properties_by_name(
+                               ctx, GRPC_PEER_SPIFFE_ID_PROPERTY_NAME),
+                           out, cap) ||
+            srv_auth_first(grpc_auth_context_peer_identity(ctx), out, cap);
   grpc_auth_context_release(ctx);
   return found;
 }

@@ -89,9 +89,10 @@ int srv_auth_reload(srv *s, const srv_options *o);
 /* Frees every table; after sched_destroy. Accepts a server without one. */
 void srv_auth_destroy(srv *s);
 
-/* The mTLS client certificate's identity of `call` (gRPC's peer identity:
- * the SAN when the certificate has one, else the CN) into out[cap]; false
- * when the call has no authenticated peer (no TLS, or no certificate). */
+/* The mTLS client certificate's identity of `call` into out[cap]: its
+ * spiffe:// URI SAN when it has exactly one, else gRPC's peer identity (the
+ * first SAN when the certificate has any, else the CN); false when the call
+ * has no authenticated peer (no TLS, or no certificate). */
 bool srv_auth_cert_identity(grpc_call *call, char *out, size_t cap);
 
 /* --- Unix socket peers (peercred.c) ----------------------------------------- */

@@ -2,6 +2,7 @@
  * scheduler owns sessions, tokens and leases (scheduler.h); what a session's
  * end frees in the server (shared memory regions) hears of it through the
  * scheduler's end-of-session event, and so does the log (daemon.c). */
+#include <grpc/support/alloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +39,12 @@ static void srv_tenant_session_terms(srv *s, const char *tenant,
  * job_token (which a job_id, if given too, must name), or the client's
  * claim of job_id, refused under [auth] require_job_token and otherwise
  * kept as a label (*claimed) that kills by job never match. On Unix
- * sockets a token bound to a uid works only for that uid. `job` receives
+ * sockets a token bound to a uid works only for a peer of that uid
+ * (SO_PEERCRED, whatever identity the call presents). `job` receives
  * SRV_JOB_ID_MAX + 1 bytes, or points at req->job_id for a claim. */
 static pd_code srv_session_job(srv_call *c,
                                const Paradev__V1__CreateSessionRequest *req,
-                               const srv_identity *id, const char **job,
+                               const char **job,
                                char proven[SRV_JOB_ID_MAX + 1], bool *claimed,
                                dev_status *st) {
   const char *tok = req->job_token ? req->job_token : "";
@@ -70,15 +72,17 @@ static pd_code srv_session_job(srv_call *c,
                      "\"%s\"): give the token alone, or the same job id",
                      srv_log_quote(given, q, sizeof q), p.job);
   }
-  if (p.uid >= 0 && id->kind == SRV_IDENTITY_UNIX) {
-    char want[32];
-    snprintf(want, sizeof want, "uid:%lld", (long long)p.uid);
-    if (strcmp(id->name, want) != 0)
-      return dev_error(st, PD_PERMISSION_DENIED,
-                       "the job token of job \"%s\" belongs to %s; this "
-                       "caller is %s",
-                       p.job, want, id->name);
-  }
+  /* The peer's uid, not the identity: a bearer token presented on the
+   * Unix socket names the caller but does not make it the job's user. */
+  unsigned peer_uid = 0;
+  char *peer = p.uid >= 0 ? grpc_call_get_peer(c->call) : NULL;
+  bool unix_peer = peer && srv_unix_peer_uid(peer, &peer_uid);
+  gpr_free(peer);
+  if (unix_peer && (long long)peer_uid != (long long)p.uid)
+    return dev_error(st, PD_PERMISSION_DENIED,
+                     "the job token of job \"%s\" belongs to uid:%lld; this "
+                     "caller is uid:%u",
+                     p.job, (long long)p.uid, peer_uid);
   memcpy(proven, p.job, sizeof p.job);
   *job = proven;
   return PD_OK;
@@ -127,7 +131,7 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     srv_call_fail(c, &ck);
     return;
   }
-  if (srv_session_job(c, req, id, &job, proven, &claimed, &ck) != PD_OK) {
+  if (srv_session_job(c, req, &job, proven, &claimed, &ck) != PD_OK) {
     srv_auth_refused(c, SRV_REFUSE_JOB_TOKEN, &ck); /* logged, counted */
     srv_call_fail(c, &ck);
     return;

@@ -1432,11 +1432,13 @@ static void test_cli(void **state) {
              "paradev: note: --target 127.0.0.1:1 is not used by admin "
              "commands; they talk to the admin socket: 'paradev admin "
              "--socket PATH'");
-  run_cli(o, NULL, "admin --target 127.0.0.1:1 sessions");
+  /* admin's own --target: a remote operator on a client listener. */
+  run_cli(o, NULL, "admin --timeout 5s --target 127.0.0.1:1 sessions");
+  assert_int_equal(o->rc, 1);
+  ASSERT_HAS(o->err, "is paradevd listening on 127.0.0.1:1 without TLS?");
+  run_cli(o, NULL, "admin --tls-ca /nonexistent.pem sessions");
   assert_int_equal(o->rc, 2);
-  ASSERT_HAS(o->err,
-             "unknown option '--target': admin commands talk to the "
-             "admin socket; use --socket PATH");
+  ASSERT_HAS(o->err, "--tls-ca needs --target HOST:PORT");
   run_cli(o, NULL, "--target %s ping --count 25 --size 300", e->target);
   if (o->rc != 0) fail_msg("paradev ping: rc %d\n%s%s", o->rc, o->out, o->err);
   ASSERT_HAS(o->out, "300-byte Echo");

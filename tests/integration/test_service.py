@@ -1321,8 +1321,9 @@ def check_admin():
         r = subprocess.run([ADMIN_CLI, "admin", "--socket"], capture_output=True, text=True,
                            timeout=120)
         assert r.returncode == 2 and "--socket needs a value" in r.stderr, r.stderr
+        # --target is a remote operator's (a client listener): not with --socket.
         r = cli(d, "--target", "127.0.0.1:1", "sessions")
-        assert r.returncode == 2 and "admin commands talk to the admin socket; use --socket PATH" \
+        assert r.returncode == 2 and "--target and --socket: give one of the two" \
             in r.stderr, r.stderr
         r = cli(d, "frobnicate")
         assert r.returncode == 2, r.stderr
