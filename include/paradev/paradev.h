@@ -98,6 +98,15 @@ void pd_status_set(pd_status *s, pd_code code, const char *msg);
  * Thread-safe; static storage. */
 const char *pd_status_str(pd_code code);
 
+/* Returns one sentence about what to do next after the failure held in `s`:
+ * pd_status_str of its code, unless the message tells more. For
+ * PD_UNAUTHENTICATED, whether the daemon refused the caller's identity
+ * (none given where one is required, a bearer token unknown or not taken:
+ * the options that give one), a job token, or a session token; for
+ * PD_UNAVAILABLE, a daemon that is draining. NULL `s`: as PD_OK.
+ * Thread-safe; static storage. */
+const char *pd_status_hint(const pd_status *s);
+
 /* ---------------------------------------------------------------------------
  * Per-call options and cancellation */
 
