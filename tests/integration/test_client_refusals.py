@@ -216,16 +216,19 @@ def test_slurm_job_id_never_fails_a_session(tmp):
 
 def test_admin_escapes_bidi_and_names_codes(tmp):
     d = Daemon(tmp, "")
-    name = "ab\u202edcba\u2066x"  # a right-to-left override, an isolate
+    # an override and an isolate; a tag character (past U+FFFF)
+    names = ["ab\u202edcba\u2066x", "\U000e0041\u200bz"]
     try:
-        with connect(d.port) as c, c.session(name):
+        with connect(d.port) as c, c.session(names[0]), c.session(names[1]):
             r = cli("admin", "--socket", d.admin, "sessions")
             assert r.returncode == 0, r.stderr
-            assert "\u202e" not in r.stdout and "\u2066" not in r.stdout
-            assert "ab\\u202Edcba\\u2066x" in r.stdout, r.stdout
+            for ch in "\u202e\u2066\U000e0041\u200b":
+                assert ch not in r.stdout, r.stdout
+            assert "ab\\u202Edcba\\u2066x " in r.stdout, r.stdout
+            assert "\\U000E0041\\u200Bz " in r.stdout, r.stdout
             r = cli("admin", "--socket", d.admin, "sessions", "--json")
-            names = [e["client_name"] for e in json.loads(r.stdout)["sessions"]]
-            assert names == [name], names  # JSON stays exact
+            got = [e["client_name"] for e in json.loads(r.stdout)["sessions"]]
+            assert sorted(got) == sorted(names), got  # JSON stays exact
         r = cli("admin", "--socket", d.admin, "kill", "--session", "999999")
         assert r.returncode == 1, r.stderr
         assert "(NOT_FOUND)" in r.stderr and "(status " not in r.stderr, r.stderr
