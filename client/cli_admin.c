@@ -135,21 +135,48 @@ static const char *cli_admin_dur(double s, char *buf, size_t len) {
   return buf;
 }
 
+/* The code point of the UTF-8 sequence p..q, and whether a terminal must
+ * not get it raw: C1 controls, and the format characters that reorder or
+ * hide text (bidi embeddings, overrides and isolates such as U+202E, marks,
+ * zero-width characters, line and paragraph separators, tag characters). */
+static bool cli_admin_hidden(const char *p, const char *q, unsigned *cp) {
+  const unsigned char *u = (const unsigned char *)p;
+  size_t n = (size_t)(q - p);
+  *cp = n == 2   ? (u[0] & 0x1Fu) << 6 | (u[1] & 0x3Fu)
+        : n == 3 ? (u[0] & 0x0Fu) << 12 | (u[1] & 0x3Fu) << 6 | (u[2] & 0x3Fu)
+        : n == 4 ? (u[0] & 0x07u) << 18 | (u[1] & 0x3Fu) << 12 |
+                       (u[2] & 0x3Fu) << 6 | (u[3] & 0x3Fu)
+                 : 0;
+  unsigned c = *cp;
+  return (c >= 0x80 && c <= 0x9F) || c == 0x61C || c == 0x180E ||
+         (c >= 0x200B && c <= 0x200F) || (c >= 0x2028 && c <= 0x202E) ||
+         (c >= 0x2060 && c <= 0x206F) || c == 0xFEFF ||
+         (c >= 0xFFF9 && c <= 0xFFFB) || (c >= 0xE0000 && c <= 0xE007F);
+}
+
 /* A table cell of `width` characters: the text cut to that many characters
  * (the daemon sends valid UTF-8; a character is never cut in two), then
- * padded with spaces. Counts characters, not display columns. */
+ * padded with spaces. Counts characters, not display columns. A character
+ * that would reorder or hide the operator's terminal text is written as
+ * \uXXXX (six characters of the cell; \UXXXXXXXX, ten, past U+FFFF);
+ * --json keeps every name exact. */
 static void cli_admin_cell(const char *s, int width) {
   int n = 0;
   const char *p = s;
   while (*p) {
     const char *q = p + 1;
     while ((*q & 0xC0) == 0x80) q++; /* continuation bytes */
-    if (n == width) break;
+    unsigned cp;
+    bool hide = cli_admin_hidden(p, q, &cp);
+    int w = !hide ? 1 : cp > 0xFFFF ? 10 : 6;
+    if (n + w > width) break;
     if ((unsigned char)*p < 0x20 || *p == 0x7f)
       putchar('?'); /* a terminal's control: not from this daemon */
+    else if (hide)
+      printf(cp > 0xFFFF ? "\\U%08X" : "\\u%04X", cp);
     else
       fwrite(p, 1, (size_t)(q - p), stdout);
-    n++;
+    n += w;
     p = q;
   }
   printf("%*s", width - n, "");

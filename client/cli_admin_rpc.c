@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cli_admin.h"
+#include "paradev/types.h" /* pd_code_name: gRPC's codes are pd_code's */
 #include "paradev/v1/admin.pb-c.h"
 
 int cli_admin_bad(const char *fmt, ...) {
@@ -284,8 +285,9 @@ static int cli_admin_reply(const cli_admin_rpc *r, const char *socket_path,
                            ProtobufCMessage **resp) {
   if (r->status != GRPC_STATUS_OK) {
     size_t dl = GRPC_SLICE_LENGTH(r->details);
-    fprintf(stderr, "paradev admin: %s: %.*s (status %d)\n", method, (int)dl,
-            (const char *)GRPC_SLICE_START_PTR(r->details), (int)r->status);
+    fprintf(stderr, "paradev admin: %s: %.*s (%s)\n", method, (int)dl,
+            (const char *)GRPC_SLICE_START_PTR(r->details),
+            pd_code_name((pd_code)r->status));
     if (r->status == GRPC_STATUS_UNAVAILABLE && !cli_remote.on)
       fprintf(stderr,
               "paradev admin: is paradevd running, and is %s its admin "

@@ -20,7 +20,7 @@ typedef struct cli_opts {
 /* cli_util.c: a usage error of `cmd` (NULL: the top level) on stderr; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* cli_util.c: a failed call on stderr, with `hint` (NULL: pd_status_str's);
+/* cli_util.c: a failed call on stderr, with `hint` (NULL: the command's default, pd_status_hint's);
  * returns 1. */
 int cli_fail_hint(const char *cmd, const pd_status *st, const char *hint);
 int cli_fail(const char *cmd, const pd_status *st);

@@ -37,9 +37,11 @@ char *cli_size(uint64_t bytes, char *buf, size_t len) {
 /* The advice for `code` after command `cmd` where the caller gives none:
  * load, save and ops read files and names, not sessions or handles, so
  * NOT_FOUND and UNIMPLEMENTED there get their own words (or none: the
- * message says it); the others get pd_status_str. NULL: no hint. */
-static const char *cli_default_hint(const char *cmd, pd_code code,
-                                    const char *msg) {
+ * message says it); the others get pd_status_hint (its code's advice, or
+ * the message's: an identity refused, a draining daemon). NULL: no hint. */
+static const char *cli_default_hint(const char *cmd, const pd_status *st) {
+  pd_code code = pd_status_code(st);
+  const char *msg = pd_status_message(st);
   bool ckpt = !strcmp(cmd, "load") || !strcmp(cmd, "save");
   if (ckpt && code == PD_NOT_FOUND)
     return "check the path, the names and the storage roots ('paradev "
@@ -53,14 +55,14 @@ static const char *cli_default_hint(const char *cmd, pd_code code,
   if ((ckpt || !strcmp(cmd, "ops")) &&
       (code == PD_NOT_FOUND || code == PD_UNIMPLEMENTED))
     return NULL;
-  return pd_status_str(code);
+  return pd_status_hint(st);
 }
 
 /* Reports a failed call on stderr with `hint` (NULL: the command's default,
  * cli_default_hint); returns 1. */
 int cli_fail_hint(const char *cmd, const pd_status *st, const char *hint) {
   pd_code code = pd_status_code(st);
-  if (!hint) hint = cli_default_hint(cmd, code, pd_status_message(st));
+  if (!hint) hint = cli_default_hint(cmd, st);
   if (!hint) {
     fprintf(stderr, "paradev %s: %s\n", cmd, pd_status_message(st));
     fprintf(stderr, "paradev %s: %s\n", cmd, pd_code_name(code));

@@ -7,6 +7,11 @@
 #include <ctype.h>
 #include <errno.h>
 #include <grpc/grpc_security.h>
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,10 +134,56 @@ static pd_code pdc_want_tls(const pd_client_options *o, bool tls_scheme,
   if (unix_target && o->tls == PD_TLS_ON)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "TLS is for TCP targets; a Unix socket is local and "
-                     "plaintext (use host:port, or PD_TLS_AUTO)");
+                     "plaintext (use host:port, or leave TLS at its default: "
+                     "PD_TLS_AUTO in C, tls=None in Python)");
   *tls = !unix_target && o->tls != PD_TLS_OFF &&
          (o->tls == PD_TLS_ON || tls_scheme || material);
   return PD_OK;
+}
+
+/* The client certificate (the first of `cert_pem`) and its key, checked
+ * with libcrypto before gRPC sees them: gRPC logs "Invalid private key"
+ * and the channel then fails as "empty address list", and a certificate
+ * the daemon refuses for its use alone reads as one of an unknown CA.
+ * PD_INVALID_ARGUMENT naming the files: not a certificate or key, a key
+ * that is not the certificate's, an extendedKeyUsage without clientAuth. */
+static pd_code pdc_check_pair(const char *cert_pem, const char *key_pem,
+                              const char *certf, const char *cert,
+                              const char *keyf, const char *key,
+                              pd_status *st) {
+  BIO *cb = BIO_new_mem_buf(cert_pem, -1), *kb = BIO_new_mem_buf(key_pem, -1);
+  X509 *x = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
+  EVP_PKEY *k = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
+  pd_code code = PD_OK;
+  if (!x)
+    code = pdc_error(st, PD_INVALID_ARGUMENT,
+                     "%s %s holds no X.509 certificate that can be read; "
+                     "expected the client certificate in PEM "
+                     "(-----BEGIN CERTIFICATE-----)",
+                     certf, cert);
+  else if (!k)
+    code = pdc_error(st, PD_INVALID_ARGUMENT,
+                     "%s %s holds no private key that can be read; expected "
+                     "an unencrypted PEM key (-----BEGIN PRIVATE KEY-----)",
+                     keyf, key);
+  else if (X509_check_private_key(x, k) != 1)
+    code = pdc_error(st, PD_INVALID_ARGUMENT,
+                     "%s %s is not the private key of the client certificate "
+                     "%s %s: give the key made with that certificate",
+                     keyf, key, certf, cert);
+  else if ((X509_get_extension_flags(x) & EXFLAG_XKUSAGE) &&
+           !(X509_get_extended_key_usage(x) & XKU_SSL_CLIENT))
+    code = pdc_error(st, PD_INVALID_ARGUMENT,
+                     "%s %s is not a client certificate: its "
+                     "extendedKeyUsage lacks clientAuth (a server's "
+                     "certificate?); the daemon refuses it. Use one made with "
+                     "extendedKeyUsage=clientAuth",
+                     certf, cert);
+  EVP_PKEY_free(k);
+  X509_free(x);
+  BIO_free(kb);
+  BIO_free(cb);
+  return code;
 }
 
 /* The SSL credentials: CA, client certificate and key, read now. */
@@ -158,6 +209,8 @@ static pd_code pdc_tls_creds(pd_client *c, const pd_client_options *o,
     code = pdc_read_pem(cert, certf, "a certificate", &cert_pem, st);
   if (code == PD_OK && key)
     code = pdc_read_pem(key, keyf, "a private key", &key_pem, st);
+  if (code == PD_OK && cert)
+    code = pdc_check_pair(cert_pem, key_pem, certf, cert, keyf, key, st);
   if (code == PD_OK) {
     grpc_ssl_pem_key_cert_pair pair = {key_pem, cert_pem};
     *creds =

@@ -138,12 +138,14 @@ pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
       PARADEV__V1__CREATE_SESSION_REQUEST__INIT;
   req.client_name = (char *)(o.client_name ? o.client_name : "libparadev");
   /* Under Slurm, sessions carry the job's token (the prolog minted it, the
-   * TaskProlog exported it) so that the epilog's KillJob ends them; without
-   * one, the job id is only a claim, a label (refused by a daemon with
-   * [auth] require_job_token). */
+   * TaskProlog exported it) so that the epilog's KillJob ends them. A job
+   * id without one is only a claim, a label, which a daemon with [auth]
+   * require_job_token refuses: so only the caller's own job_id is sent,
+   * never $SLURM_JOB_ID, which would make every session of a shell inside
+   * a job fail there although the user gave no job id. */
   const char *token = o.job_token ? o.job_token : getenv("PARADEV_JOB_TOKEN");
   if (token && !*token) token = NULL;
-  const char *job = o.job_id ? o.job_id : token ? NULL : getenv("SLURM_JOB_ID");
+  const char *job = o.job_id;
   req.job_id = (char *)(job ? job : "");
   req.job_token = (char *)(token ? token : "");
   req.lease_seconds = o.lease_seconds;

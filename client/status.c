@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "client_int.h"
 
@@ -73,12 +74,38 @@ const char *pd_status_str(pd_code code) {
       return "check that paradevd runs and listens on this address, then retry";
     case PD_DATA_LOSS: return "data was lost or corrupted in transit; retry";
     case PD_UNAUTHENTICATED:
-      return "the daemon did not accept who is calling: check the bearer "
-             "token (--token-file, $PARADEV_TOKEN; revoked?) or the client "
-             "certificate; for a malformed session token, open a new "
-             "session";
+      return "the daemon did not accept the caller's identity or token: see "
+             "the message";
   }
   return "unknown status code";
+}
+
+/* The daemon's UNAUTHENTICATED refusals (server/auth.c, tokens.c, jobs.c,
+ * scheduler/sessions.c) are about three things: who the caller is (no
+ * identity where one is required, a bearer token refused or not taken), a
+ * job token, or a session token. The message tells which. */
+static const char *pdc_unauthenticated_hint(const char *msg) {
+  if (strstr(msg, "session token"))
+    return "the session token is malformed; open a new session";
+  if (strstr(msg, "job token") || strstr(msg, "job_token"))
+    return "present the job's current token ($PARADEV_JOB_TOKEN or "
+           "job_token: the Slurm prolog's file), or open the session without "
+           "one";
+  if (strstr(msg, "takes no bearer tokens"))
+    return "this daemon takes no bearer token: drop --token-file, or unset "
+           "$PARADEV_TOKEN_FILE and $PARADEV_TOKEN for it";
+  return "identify with a bearer token (--token-file or $PARADEV_TOKEN_FILE) "
+         "or a client certificate and its key (--tls-cert and --tls-key, or "
+         "$PARADEV_TLS_CERT and $PARADEV_TLS_KEY)";
+}
+
+const char *pd_status_hint(const pd_status *s) {
+  pd_code code = pd_status_code(s);
+  const char *msg = s ? s->msg : "";
+  if (code == PD_UNAUTHENTICATED) return pdc_unauthenticated_hint(msg);
+  if (code == PD_UNAVAILABLE && strstr(msg, "paradevd is draining"))
+    return "paradevd takes no new work while it drains: see the message";
+  return pd_status_str(code);
 }
 
 /* pd_code_name, pd_dtype_* (paradev/types.h) are defined in types.c. */

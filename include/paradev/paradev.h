@@ -98,6 +98,15 @@ void pd_status_set(pd_status *s, pd_code code, const char *msg);
  * Thread-safe; static storage. */
 const char *pd_status_str(pd_code code);
 
+/* Returns one sentence about what to do next after the failure held in `s`:
+ * pd_status_str of its code, unless the message tells more. For
+ * PD_UNAUTHENTICATED, whether the daemon refused the caller's identity
+ * (none given where one is required, a bearer token unknown or not taken:
+ * the options that give one), a job token, or a session token; for
+ * PD_UNAVAILABLE, a daemon that is draining. NULL `s`: as PD_OK.
+ * Thread-safe; static storage. */
+const char *pd_status_hint(const pd_status *s);
+
 /* ---------------------------------------------------------------------------
  * Per-call options and cancellation */
 
@@ -359,8 +368,10 @@ typedef struct pd_session pd_session;
 typedef struct pd_session_options {
   size_t struct_size;
   const char *client_name;     /* for the daemon's logs; NULL: "libparadev" */
-  const char *job_id;          /* e.g. a Slurm job id; NULL: $SLURM_JOB_ID
-                                  when set, else none */
+  const char *job_id;          /* e.g. a Slurm job id; NULL: none (the job
+                                  comes from job_token; $SLURM_JOB_ID is
+                                  never read: alone it is only a claim,
+                                  which [auth] require_job_token refuses) */
   uint32_t lease_seconds;      /* 0: the daemon's default (60) */
   uint64_t memory_quota_bytes; /* 0: no quota of the session's own */
   bool keep_alive;             /* the library renews the lease while the
@@ -373,9 +384,7 @@ typedef struct pd_session_options {
                                   ops of a pd_execute too. */
   const char *job_token;       /* the job's proof (the Slurm prolog's token):
                                   the session's job id comes from it. NULL:
-                                  $PARADEV_JOB_TOKEN when set, else none.
-                                  With a token, job_id NULL sends no job id
-                                  ($SLURM_JOB_ID is not read) */
+                                  $PARADEV_JOB_TOKEN when set, else none */
   /* Sharing the devices (README, "Sharing the devices"): the priority band,
    * -8..8 (0: the default; a higher band is served strictly first), and the
    * weight, the session's share of device time inside its band, 1..10000

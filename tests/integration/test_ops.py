@@ -334,8 +334,8 @@ def check_job_tokens():
                           (("kill-job", "--job", "1", "--field"), "--field needs a value")):
             r = admin_cli(d, *args)
             assert r.returncode == 2 and msg in r.stderr, (args, r.returncode, r.stderr)
-        # libparadev presents $PARADEV_JOB_TOKEN by itself (and then sends
-        # no $SLURM_JOB_ID claim); without it $SLURM_JOB_ID is a claim.
+        # libparadev presents $PARADEV_JOB_TOKEN by itself, and never sends
+        # $SLURM_JOB_ID (alone only a claim, which require_job_token refuses).
         lib, pkg = os.environ.get("PARADEV_LIBRARY"), os.environ.get("PARADEV_PYTHON_DIR")
         if lib and pkg:
             t705 = mint(adm, "705").token
@@ -347,7 +347,7 @@ def check_job_tokens():
             t706 = mint(adm, "706").token
             for env, want, argv in (
                     ({"PARADEV_JOB_TOKEN": t705, "SLURM_JOB_ID": "9999"}, ("705", True), []),
-                    ({"SLURM_JOB_ID": "9999"}, ("9999", False), []),
+                    ({"SLURM_JOB_ID": "9999"}, ("", False), []),
                     ({"PARADEV_JOB_TOKEN": t705}, ("706", True), [t706])):  # the argument wins
                 e = {k: v for k, v in os.environ.items()
                      if k not in ("PARADEV_JOB_TOKEN", "SLURM_JOB_ID")}

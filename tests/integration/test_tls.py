@@ -450,6 +450,7 @@ def test_bad_files_refuse_to_start(certs, tmp):
     d = Daemon(tmp, tls_conf(certs, cert="server", key="server2"),
                wait=False)
     rc = d.proc.wait(30)
+    d.ready.wait(10)  # set at the end of stderr: the log is read whole
     assert rc != 0
     assert "is not the private key of the certificate" in d.log(), d.log()
     r = subprocess.run([PARADEVD, "--config", d.conf, "--check-config"],
@@ -493,6 +494,7 @@ def test_bad_files_refuse_to_start(certs, tmp):
 def test_non_loopback_without_tls_refuses_to_start(tmp):
     d = Daemon(tmp, "", listen="0.0.0.0:0", wait=False)
     rc = d.proc.wait(30)
+    d.ready.wait(10)  # set at the end of stderr: the log is read whole
     log = d.log()
     assert rc == 2, log
     assert "listen 0.0.0.0:0 is not a loopback address" in log, log

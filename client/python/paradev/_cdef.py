@@ -50,6 +50,7 @@ pd_code pd_status_code(const pd_status *s);
 const char *pd_status_message(const pd_status *s);
 void pd_status_set(pd_status *s, pd_code code, const char *msg);
 const char *pd_status_str(pd_code code);
+const char *pd_status_hint(const pd_status *s);
 typedef struct pd_cancel pd_cancel;
 pd_cancel *pd_cancel_new(void);
 void pd_cancel_trigger(pd_cancel *c);

@@ -3,6 +3,8 @@ here, so that none is cut short at a NUL byte (a C string ends at its
 first NUL: "n\\0x.safetensors" would name the file "n")."""
 import os
 
+from .errors import InvalidArgument
+
 
 def cbytes(v, what):
     """The bytes of `v` (a str, UTF-8 encoded, or bytes) for a C string.
@@ -24,6 +26,18 @@ def cbytes(v, what):
         raise ValueError("%s: %r contains a NUL byte; a C string would end "
                          "there and name something else" % (what, v))
     return b
+
+
+def cint(v, what, lo, hi, expected):
+    """int(v) for a C integer field of range lo..hi. Raises
+    paradev.InvalidArgument (as the daemon does for a value in the field but
+    out of its range) naming `what` and `expected` when it does not fit the
+    field: cffi would raise a bare OverflowError."""
+    n = int(v)
+    if not lo <= n <= hi:
+        raise InvalidArgument("%s=%d is out of range: expected %s" % (
+            what, n, expected))
+    return n
 
 
 def cpath(p, what):

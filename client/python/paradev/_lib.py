@@ -123,7 +123,7 @@ def status():
 
 def raise_status(code, st):
     msg = ffi.string(lib.pd_status_message(st)).decode("utf-8", "replace")
-    hint = ffi.string(lib.pd_status_str(code)).decode("utf-8", "replace")
+    hint = ffi.string(lib.pd_status_hint(st)).decode("utf-8", "replace")
     raise error_for(code, msg or ffi.string(lib.pd_code_name(code)).decode(),
                     hint)
 

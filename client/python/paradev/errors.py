@@ -9,7 +9,9 @@ class Error(Exception):
     code:      the status code's number (gRPC's: 3 is INVALID_ARGUMENT, ...)
     code_name: its name, "INVALID_ARGUMENT"
     message:   what was wrong and what was expected (the daemon's words)
-    hint:      one sentence on what to do next (libparadev's pd_status_str)
+    hint:      one sentence on what to do next (libparadev's pd_status_hint:
+               the code's advice, or the message's); str() shows it for
+               UNAVAILABLE and UNAUTHENTICATED
     """
 
     code = 2
@@ -22,7 +24,7 @@ class Error(Exception):
 
     def __str__(self):
         s = "%s: %s" % (self.code_name, self.message)
-        if self.hint and self.code_name == "UNAVAILABLE":
+        if self.hint and self.code_name in ("UNAVAILABLE", "UNAUTHENTICATED"):
             s += " (%s)" % self.hint
         return s
 

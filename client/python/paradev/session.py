@@ -22,7 +22,7 @@ from . import _dtypes, _lib, layouts
 from ._lib import ffi, lib
 from .errors import Error, NotFound
 from .tensor import Tensor
-from ._cstr import cbytes
+from ._cstr import cbytes, cint
 from ._util import (FLUSH_AT, _tensor_from_info, sliced_stream_wait,
                     sliced_sync)
 from .transfer import Transfers
@@ -77,12 +77,17 @@ class Session(Transfers, Checkpoints):
             keep.append(ffi.new("char[]", cbytes(str(job_token),
                                                  "session: job_token")))
             opts.job_token = keep[-1]
-        opts.lease_seconds = int(lease_s or 0)
-        opts.memory_quota_bytes = int(memory_quota or 0)
+        u32, u64 = (1 << 32) - 1, (1 << 64) - 1
+        opts.lease_seconds = cint(lease_s or 0, "lease_s", 0, u32,
+                                  "seconds, 0 (the daemon's default) or more")
+        opts.memory_quota_bytes = cint(memory_quota or 0, "memory_quota", 0,
+                                       u64, "bytes, 0 (none) to 2**64-1")
         opts.keep_alive = bool(keep_alive)
-        opts.op_timeout_ms = int(op_timeout_ms or 0)
-        opts.priority = int(priority)  # band -8..8; weight 1..10000 (0: 1)
-        opts.weight = int(weight)
+        opts.op_timeout_ms = cint(op_timeout_ms or 0, "op_timeout_ms", 0, u32,
+                                  "milliseconds, 0 (none) to 2**32-1")
+        opts.priority = cint(priority, "priority", -(1 << 31), (1 << 31) - 1,
+                             "a band -8 to 8 (0: the default)")
+        opts.weight = cint(weight, "weight", 0, u32, "1 to 10000 (0: 1)")
         st = _lib.status()
         s = lib.pd_session_new(client._handle(), opts, _NULL, st)
         if s == _NULL:

@@ -232,5 +232,7 @@ def test_session_op_timeout(client):
         t = s.upload(x, paradev.mirrored())
         np.testing.assert_array_equal((t * t + t).numpy(paradev.mirrored()),
                                       x * x + x)
-    with pytest.raises(OverflowError):
+    with pytest.raises(paradev.InvalidArgument,
+                       match=r"op_timeout_ms=-1 is out of range: expected "
+                             r"milliseconds, 0 \(none\) to 2\*\*32-1"):
         client.session("bad", op_timeout_ms=-1)

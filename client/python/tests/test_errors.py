@@ -194,3 +194,53 @@ def test_session_priority_and_weight(client):
         client.session("bad", priority=9)
     with pytest.raises(paradev.InvalidArgument, match="1 to 10000"):
         client.session("bad", weight=10001)
+    # Past the C fields: the package's own InvalidArgument, not cffi's
+    # OverflowError, naming the argument and the range.
+    for kw, want in ((dict(priority=2 ** 40),
+                      r"priority=1099511627776 is out of range: expected a "
+                      r"band -8 to 8"),
+                     (dict(weight=-1), r"weight=-1 is out of range: expected "
+                      r"1 to 10000"),
+                     (dict(weight=2 ** 32), r"weight=4294967296 is out"),
+                     (dict(lease_s=-5), r"lease_s=-5 is out of range"),
+                     (dict(op_timeout_ms=2 ** 32), r"op_timeout_ms=4294967296"),
+                     (dict(memory_quota=2 ** 64), r"memory_quota=18446744073709551616")):
+        with pytest.raises(paradev.InvalidArgument, match=want):
+            client.session("bad", **kw)
+
+
+def test_hint_follows_the_message():
+    """pd_status_hint: an UNAUTHENTICATED about the session token, a job
+    token or the caller's identity gets advice for that one (the daemon's
+    messages: scheduler/sessions.c, server/jobs.c, server/auth.c)."""
+    st = _lib.status()
+    cases = [
+        (16, b"malformed session token: 3 bytes, expected 32 (the ...)",
+         "the session token is malformed; open a new session"),
+        (16, b"job_token is unknown to this paradevd: revoked ...",
+         "present the job's current token"),
+        (16, b"this listener requires an identity ([auth] require_identity)",
+         "identify with a bearer token (--token-file"),
+        (16, b"the bearer token is not valid: unknown or revoked",
+         "identify with a bearer token"),
+        (16, b"this daemon takes no bearer tokens ([auth] tokens_file is "
+             b"not set)", "this daemon takes no bearer token: drop"),
+        (14, b"paradevd is draining for maintenance: it takes no new work",
+         "paradevd takes no new work while it drains"),
+        (14, b"connection refused", "check that paradevd runs"),
+        (5, b"session not found", "the session or handle does not exist"),
+    ]
+    for code, msg, want in cases:
+        lib.pd_status_set(st, code, msg)
+        hint = ffi.string(lib.pd_status_hint(st)).decode()
+        assert hint.startswith(want), (msg, hint)
+        assert hint == ffi.string(lib.pd_status_str(code)).decode() or \
+            code in (14, 16), hint
+        with pytest.raises(paradev.Error) as e:
+            _lib.check(code, st)
+        assert e.value.hint == hint
+    lib.pd_status_set(st, 16, b"this listener requires an identity")
+    with pytest.raises(paradev.Unauthenticated) as e:
+        _lib.check(16, st)
+    assert "(identify with a bearer token" in str(e.value), str(e.value)
+    assert "session token" not in str(e.value)
