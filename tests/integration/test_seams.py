@@ -288,7 +288,7 @@ def test_token_end_to_end(kind, request, tmp_path):
         "not valid" in r.stderr, r.stderr
     # The hint is about the caller's credentials, not a session token.
     assert "the session token is malformed" not in r.stderr, r.stderr
-    assert "check the bearer token" in r.stderr, r.stderr
+    assert "identify with a bearer token" in r.stderr, r.stderr
     # Revoked by editing the file: the next call of an open client fails.
     c = s.connect(token=TOKENS["alice-tok"])
     try:
