@@ -57,7 +57,9 @@ static pd_code srv_session_job(srv_call *c,
                        "takes only proven job ids ([auth] require_job_token "
                        "= true); present the job's token (job_token, "
                        "$PARADEV_JOB_TOKEN, set by the Slurm TaskProlog), "
-                       "or give no job id");
+                       "or give no job id (libparadev and the paradev "
+                       "command send $SLURM_JOB_ID by themselves when no "
+                       "job token is set: unset it)");
     *claimed = true;
     return PD_OK;
   }
