@@ -22,10 +22,14 @@
  * callback unlists it under the guard's lock, so the thread never shuts
  * down a closed (or reused) descriptor.
  *
- * Many client addresses can still fill metrics_max_connections with
- * connections that each send one request in time; the shipped DaemonSet's
- * probes therefore do not use this port (exec probes over a Unix socket
- * of the pod alone: deploy/kubernetes/daemonset.yaml). */
+ * When the listener is full (libmicrohttpd then accepts no more), each new
+ * connection shuts down the listed one whose deadline is nearest (it has
+ * waited longest for a request: srv_http_evict), so a probe queued behind
+ * held connections is taken at once. Clients of many addresses opening
+ * connections faster than a probe sends its request could still crowd it
+ * out; the shipped DaemonSet's probes therefore do not use this port (exec
+ * probes over a Unix socket of the pod alone:
+ * deploy/kubernetes/daemonset.yaml). */
 #define SRV_LOG_SUB SRV_SUB_HTTP
 #include <microhttpd.h>
 #include <netdb.h>
@@ -54,6 +58,8 @@ typedef struct srv_http_guard {
   srv_http_conn head; /* the list's sentinel */
   bool stop;
   int64_t limit_ms; /* metrics_idle_timeout_seconds */
+  int live;         /* listed and not cut */
+  int max_live;     /* metrics_max_connections */
   pthread_t thread;
 } srv_http_guard;
 
@@ -72,7 +78,8 @@ typedef struct srv_http_quiet {
   _Atomic uint64_t quiet;
 } srv_http_quiet;
 
-static srv_http_quiet srv_http_refused = {-1, 0}, srv_http_cut = {-1, 0};
+static srv_http_quiet srv_http_refused = {-1, 0}, srv_http_cut = {-1, 0},
+                      srv_http_evicted = {-1, 0};
 
 /* Counts n events; true when a line may be logged now, then *events is
  * the number since the last line (these n included). Any thread. */
@@ -83,6 +90,26 @@ static bool srv_http_may_log(srv_http_quiet *q, uint64_t n, uint64_t *events) {
   if (last >= 0 && now - last < SRV_HTTP_QUIET_LOG_S) return false;
   if (!atomic_compare_exchange_strong(&q->at, &last, now)) return false;
   *events = atomic_exchange(&q->quiet, 0);
+  return true;
+}
+
+/* The listener is full (libmicrohttpd accepts no more until one closes):
+ * shuts down the listed connection, other than `fresh`, whose deadline is
+ * nearest (the one that has waited longest for a request), so that a new
+ * connection (a probe queued behind others) is taken soon, and clients
+ * that hold connections open only delay it. True when one was cut. With
+ * the guard's lock. */
+static bool srv_http_evict(srv_http_guard *g, const srv_http_conn *fresh) {
+  srv_http_conn *oldest = NULL;
+  /* From the oldest (the list's tail): of equal deadlines, the first. */
+  for (srv_http_conn *c = g->head.prev; c != &g->head; c = c->prev)
+    if (c != fresh && !c->cut &&
+        (!oldest || c->deadline_ms < oldest->deadline_ms))
+      oldest = c;
+  if (!oldest) return false;
+  shutdown(oldest->fd, SHUT_RDWR);
+  oldest->cut = true;
+  g->live--;
   return true;
 }
 
@@ -103,12 +130,21 @@ static void srv_http_notify(void *cls, struct MHD_Connection *conn,
     c->prev = &g->head;
     g->head.next->prev = c;
     g->head.next = c;
+    bool evicted = ++g->live >= g->max_live && srv_http_evict(g, c);
     pthread_mutex_unlock(&g->mu);
+    uint64_t events = 0;
+    if (evicted && srv_http_may_log(&srv_http_evicted, 1, &events))
+      SRV_WARN(
+          "the metrics port is full (metrics_max_connections %d): closed "
+          "%llu connection%s that had waited longest for a request, to make "
+          "room for new ones (logged once a minute at most)",
+          g->max_live, (unsigned long long)events, events == 1 ? "" : "s");
     return;
   }
   srv_http_conn *c = *socket_context;
   if (!c) return;
   pthread_mutex_lock(&g->mu);
+  if (!c->cut) g->live--;
   c->prev->next = c->next;
   c->next->prev = c->prev;
   pthread_mutex_unlock(&g->mu);
@@ -136,6 +172,7 @@ static unsigned srv_http_cut_late(srv_http_guard *g, int64_t now) {
     if (!c->cut && c->deadline_ms <= now) {
       shutdown(c->fd, SHUT_RDWR);
       c->cut = true;
+      g->live--;
       n++;
     }
   return n;
@@ -180,6 +217,7 @@ static srv_http_guard *srv_http_guard_new(srv *s) {
   pthread_cond_init(&g->cv, NULL);
   g->head.next = g->head.prev = &g->head;
   g->limit_ms = (int64_t)s->opt.metrics_idle_timeout_s * 1000;
+  g->max_live = s->opt.metrics_max_connections;
   return g;
 }
 

@@ -25,6 +25,8 @@ daemons over real sockets:
  - slowloris:   64 connections from 8 addresses that trickle header lines
                 (never idle) are closed by the request deadline, and
                 /healthz answers a 9th address meanwhile.
+ - full:        a full listener closes the connection that waited longest
+                for a request to take a new one (a probe).
  - wedged:      /healthz names the cause the log names (a kernel past
                 kernel_timeout_seconds: "wedged", a queue: "stalled").
 
@@ -480,8 +482,43 @@ def check_probe_slowloris():
             d.proc.kill()
 
 
+def check_probe_full_listener():
+    """A full listener makes room: with the request deadline far off (60 s),
+    64 trickling connections from 8 addresses fill metrics_max_connections;
+    each new connection closes the one that has waited longest for a
+    request, so a probe from a 9th address is answered long before any
+    deadline, and only the oldest of the others are closed."""
+    tmp = ts._mkdtemp(prefix="paradevd-full-")
+    conf = write(os.path.join(tmp, "paradevd.conf"),
+                 "[daemon]\nmetrics_max_connections = 64\nmetrics_max_connections_per_ip = 8\n"
+                 "metrics_idle_timeout_seconds = 60\n")
+    d = Daemon(config=conf)
+    t = None
+    try:
+        t = Trickler(d.http, ["127.0.0.%d" % i for i in range(3, 11)], 8, 0.2)
+        # http_get gives up after 30 s: a hang, half the deadline.
+        assert http_get(d.http, "/healthz") == (200, "ok\n", "text/plain; charset=utf-8")
+        closed = [c for c in t.conns if closed_by_peer(c)]
+        # One made room for the 64th of them (the listener's last slot),
+        # one for the probe: the first two to have connected.
+        assert 1 <= len(closed) <= 2, len(closed)
+        assert all(c in t.conns[:2] for c in closed), [t.conns.index(c) for c in closed]
+        full = [line for line in d.lines if "the metrics port is full "
+                "(metrics_max_connections 64): closed" in line]
+        assert len(full) == 1, d.log()
+        assert not any("had not sent a whole request" in line for line in d.lines), d.log()
+        t.close()
+        t = None
+        assert d.stop() == 0, d.log()
+    finally:
+        if t:
+            t.close()
+        if d.proc.poll() is None:
+            d.proc.kill()
+
+
 CHECKS = [check_drain_liveness_and_work, check_stall, check_probe_starvation,
-          check_probe_slowloris, check_long_op]
+          check_probe_slowloris, check_probe_full_listener, check_long_op]
 
 
 def main():
