@@ -189,6 +189,10 @@ def check_deploy_files():
     assert re.search(r"(?m)^g %s -$" % admin_group, users) and \
         re.search(r"(?m)^g %s -$" % client_group, users), users
     assert key("admin_socket_mode", conf) == "0660" and key("require_job_token", conf) == "true"
+    # No TCP listener a local user could reach around the clients' group
+    # (the trial's finding 5), and any added one needs identities.
+    assert key_line("listen", conf).strip() == "unix:/run/paradev/paradevd.sock", conf
+    assert key("require_identity", conf) == "tcp"
     assert os.path.dirname(key("admin_socket", conf)) == "/run/paradev"
     assert key("RuntimeDirectoryMode", unit) == "0755"  # operators outside paradev
     # The job tokens' file is in the unit's state directory, the daemon's.
