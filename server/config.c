@@ -220,6 +220,42 @@ static int srv_check_tls(const srv_options *o, bool check,
   return errors;
 }
 
+/* A warning (never an error: the operator may add a source by a reload)
+ * when a TCP listener requires identities ([auth] require_identity) that
+ * no configured source can give: no client certificates ([tls]
+ * client_ca_file) and no bearer tokens ([auth] tokens_file), so every
+ * caller that must identify there is refused. Unix socket peers always
+ * identify (uid:N). */
+static void srv_check_identity_sources(const srv_options *o,
+                                       srv_config_report_fn report) {
+  if (o->auth_require == SRV_REQUIRE_NONE || o->auth_tokens_file[0] ||
+      (o->tls_cert_file[0] && o->tls_client_ca_file[0]))
+    return;
+  for (int i = 0; i < o->num_listen; i++) {
+    const char *a = o->listen[i];
+    bool loopback = srv_addr_loopback(a);
+    if (strncmp(a, "unix:", 5) == 0 ||
+        (o->auth_require == SRV_REQUIRE_REMOTE && loopback))
+      continue;
+    char msg[3 * SRV_FILE_MAX];
+    snprintf(msg, sizeof(msg),
+             "%s: [daemon] listen %s requires an identity of every %s "
+             "caller ([auth] require_identity = %s) but none can give one: "
+             "no [tls] client_ca_file (client certificates) and no [auth] "
+             "tokens_file (bearer tokens), so each such call is refused "
+             "UNAUTHENTICATED. Set one of them (deploy/README.md, Tenants "
+             "and tokens), or let those callers use the Unix socket",
+             o->config_loaded ? o->config_path : "configuration", a,
+             loopback || o->auth_require != SRV_REQUIRE_REMOTE ? "TCP"
+                                                               : "off-loopback",
+             o->auth_require == SRV_REQUIRE_REMOTE ? "remote"
+             : o->auth_require == SRV_REQUIRE_TCP  ? "tcp"
+                                                   : "all");
+    report(false, msg);
+    return; /* one line names the first; the cause is the same */
+  }
+}
+
 /* Checks that hold between keys. */
 static int srv_check_options(const srv_options *o,
                              srv_config_report_fn report) {
@@ -332,6 +368,7 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
   if (errors == 0) errors += srv_check_roots(&o, *check, report);
   if (errors == 0) errors += srv_check_tenants(&o, report);
   if (errors == 0) errors += srv_check_tls(&o, *check, report);
+  if (errors == 0) srv_check_identity_sources(&o, report);
   /* Chunks leave room for the rest of their message under the limit. */
   o.limits.max_chunk_bytes = o.limits.max_message_bytes - 1024;
   o.limits.default_chunk_bytes = 1u << 20;

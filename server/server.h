@@ -186,6 +186,7 @@ struct srv {
   _Atomic uint64_t unknown_method_calls;
   /* HTTP listener (http.c). */
   void *http;
+  void *http_guard; /* the request deadline's (http.c) */
   int http_port;
   /* Shared memory regions (shm.c) and the bytes their transfers moved. */
   srv_shm *shm;
@@ -360,6 +361,12 @@ const srv_method *srv_method_find(const char *path);
  * stalled, no kernel past kernel_timeout_seconds). Draining does not
  * change it. Any thread. */
 bool srv_alive(srv *s);
+/* Why liveness fails, as /healthz and the log name it: NULL while alive;
+ * else "unhealthy: a device failed", "stalled: runnable work makes no
+ * progress" (stall_timeout_seconds), "wedged: a kernel has run past
+ * kernel_timeout_seconds ..." or both of the last two. A static string.
+ * Any thread. */
+const char *srv_liveness_cause(srv *s);
 /* Readiness (SERVING for "", paradev.v1.ParallelDevice, paradev.readiness):
  * live, every listener accepts, and not draining. Any thread. */
 bool srv_serving(srv *s);

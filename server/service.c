@@ -28,6 +28,8 @@
 
 /* Why a device counts against liveness. */
 enum { SRV_DEV_OK = 0, SRV_DEV_STALLED, SRV_DEV_WEDGED };
+/* Why liveness fails for want of progress (bits). */
+enum { SRV_CAUSE_STALLED = 1, SRV_CAUSE_WEDGED = 2 };
 
 struct srv_health {
   pthread_mutex_t mu; /* guards serving, live, closing and the Watch list */
@@ -43,6 +45,8 @@ struct srv_health {
   dev_progress prog[PD_MAX_DEVICES];
   int dev_bad[PD_MAX_DEVICES];   /* SRV_DEV_* */
   bool dev_long[PD_MAX_DEVICES]; /* "a long kernel" logged for this wait */
+  /* Why progress fails, as the last check found: SRV_CAUSE_* bits. */
+  atomic_int cause;
   /* The test hook (PARADEV_TEST_HOLD): a file whose existence holds device
    * 0's executor; NULL when off. */
   const char *hold_file;
@@ -85,9 +89,25 @@ bool srv_serving(srv *s) {
   return atomic_load(&s->ready) && !atomic_load(&s->draining) && srv_alive(s);
 }
 
+const char *srv_liveness_cause(srv *s) {
+  if (!atomic_load(&s->devices_ok)) return "unhealthy: a device failed";
+  if (!atomic_load(&s->stalled)) return NULL;
+  int cause = s->health ? atomic_load(&s->health->cause) : 0;
+  switch (cause) {
+    case SRV_CAUSE_WEDGED:
+      return "wedged: a kernel has run past kernel_timeout_seconds without "
+             "finishing or a heartbeat";
+    case SRV_CAUSE_WEDGED | SRV_CAUSE_STALLED:
+      return "wedged and stalled: a kernel has run past "
+             "kernel_timeout_seconds without finishing or a heartbeat, and "
+             "runnable work makes no progress";
+    default: return "stalled: runnable work makes no progress";
+  }
+}
+
 static const char *srv_why_not(srv *s) {
   if (!atomic_load(&s->devices_ok)) return "a device is unhealthy";
-  if (atomic_load(&s->stalled)) return "the devices make no progress";
+  if (atomic_load(&s->stalled)) return srv_liveness_cause(s);
   if (!atomic_load(&s->ready)) return "not ready";
   return atomic_load(&s->exiting) ? "draining to exit" : "draining";
 }
@@ -281,13 +301,17 @@ bool srv_progress_check(srv *s, double now) {
     else
       SRV_INFO("the scheduler dispatches again");
   }
+  int cause = stalled ? SRV_CAUSE_STALLED : 0;
   int n = dev_engine_num_devices(s->engine);
   for (int d = 0; d < n && d < PD_MAX_DEVICES; d++) {
     double quiet = dev_engine_watch(s->engine, d, &h->prog[d], now);
     atomic_store(&s->dev_quiet_ms[d], (uint64_t)(quiet * 1000));
-    stalled |= srv_device_verdict(s, h, d, quiet) != SRV_DEV_OK;
+    int bad = srv_device_verdict(s, h, d, quiet);
+    if (bad == SRV_DEV_STALLED) cause |= SRV_CAUSE_STALLED;
+    if (bad == SRV_DEV_WEDGED) cause |= SRV_CAUSE_WEDGED;
   }
-  return stalled;
+  atomic_store(&h->cause, cause);
+  return cause != 0;
 }
 
 /* --- drain: no new work ---------------------------------------------------- */

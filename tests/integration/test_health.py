@@ -22,6 +22,13 @@ daemons over real sockets:
  - starvation:  idle connections to the metrics port from one address do
                 not starve /healthz from another (per-address limit); idle
                 ones are closed after metrics_idle_timeout_seconds.
+ - slowloris:   64 connections from 8 addresses that trickle header lines
+                (never idle) are closed by the request deadline, and
+                /healthz answers a 9th address meanwhile.
+ - full:        a full listener closes the connection that waited longest
+                for a request to take a new one (a probe).
+ - wedged:      /healthz names the cause the log names (a kernel past
+                kernel_timeout_seconds: "wedged", a queue: "stalled").
 
 No timing threshold is asserted: each check waits (with limits that only
 catch hangs) for what the daemon reports, and a long op is sized by
@@ -37,6 +44,7 @@ import socket
 import re
 import struct
 import sys
+import threading
 import time
 import traceback
 
@@ -269,6 +277,14 @@ def check_long_op():
         wedged = (r"device 0 \(.*\): one op's kernel has run \d+ s without finishing or a "
                   r"heartbeat \(kernel_timeout_seconds 2\): wedged")
         n, out, _ = run_long_matmul(d, cl, tok, n, 200, wedged)
+        # /healthz names the cause the log named (wedged, not stalled):
+        # liveness fails here for the kernel bound alone.
+        health = wait_for(lambda: (lambda r: r[0] == 503 and r)(http_get(d.http, "/healthz")),
+                          "/healthz 503")
+        assert health[:2] == (503, "wedged: a kernel has run past kernel_timeout_seconds "
+                                   "without finishing or a heartbeat\n"), health
+        ready = http_get(d.http, "/readyz")
+        assert ready[:2] in ((503, "not ready: wedged\n"), (200, "ready\n")), ready
         wait_for(lambda: cl.health(LIVE) == H.NOT_SERVING, "liveness NOT_SERVING")
         assert cl.sync(tok, [out], timeout=600).error.code == 0
         wait_for(lambda: cl.health(LIVE) == H.SERVING, "liveness SERVING again", 60)
@@ -396,7 +412,113 @@ def check_probe_starvation():
             d.proc.kill()
 
 
-CHECKS = [check_drain_liveness_and_work, check_stall, check_probe_starvation, check_long_op]
+class Trickler:
+    """The trial's slowloris: `per` connections from each of `sources`,
+    each sending the start of a request and then one header line every
+    `every` s, never the end of the headers, so no connection is ever idle
+    for libmicrohttpd's idle timeout."""
+
+    def __init__(self, port, sources, per, every):
+        self.conns = []
+        for src in sources:
+            self.conns += idle_connections(port, per, src)
+        for c in self.conns:
+            c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        self.every, self.stop, self.sent = every, threading.Event(), 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.wait(self.every):
+            for c in self.conns:
+                try:
+                    c.sendall(b"X-a: b\r\n")
+                    self.sent += 1
+                except OSError:
+                    pass  # closed by the daemon
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+        for c in self.conns:
+            c.close()
+
+
+def check_probe_slowloris():
+    """Issue #14's "probes always answer", the trial's finding 3: 8 client
+    addresses x 8 connections fill metrics_max_connections (64), each
+    trickling a header line far more often than the idle timeout; the
+    request deadline (a whole request within metrics_idle_timeout_seconds)
+    closes them all, and a probe from a 9th address is answered meanwhile."""
+    tmp = ts._mkdtemp(prefix="paradevd-slowloris-")
+    conf = write(os.path.join(tmp, "paradevd.conf"),
+                 "[daemon]\nmetrics_max_connections = 64\nmetrics_max_connections_per_ip = 8\n"
+                 "metrics_idle_timeout_seconds = 3\n")
+    d = Daemon(config=conf)
+    t = None
+    try:
+        t = Trickler(d.http, ["127.0.0.%d" % i for i in range(3, 11)], 8, 0.2)
+        # All 64 were taken (none over a limit: no refusal logged) ...
+        assert len(t.conns) == 64
+        # ... and the probe from 127.0.0.1 is answered although they trickle.
+        assert http_get(d.http, "/healthz") == (200, "ok\n", "text/plain; charset=utf-8")
+        assert http_get(d.http, "/readyz")[:2] == (200, "ready\n")
+        wait_for(lambda: all(closed_by_peer(c) for c in t.conns),
+                 "the 64 trickling connections closed by the daemon")
+        assert t.sent > 64, t.sent  # they did trickle: never idle
+        # Closed by the request deadline, not as idle, and said so once.
+        cut = [line for line in d.lines if "that had not sent a whole request within "
+               "metrics_idle_timeout_seconds (3 s)" in line]
+        assert len(cut) == 1, d.log()
+        assert re.search(r"closed (\d+) connections? to the metrics port", cut[0]), cut
+        assert not any("reached connection limit" in line for line in d.lines), d.log()
+        # The listener is free again: probes are answered at once.
+        assert http_get(d.http, "/healthz")[:2] == (200, "ok\n")
+        assert d.stop() == 0, d.log()
+    finally:
+        if t:
+            t.close()
+        if d.proc.poll() is None:
+            d.proc.kill()
+
+
+def check_probe_full_listener():
+    """A full listener makes room: with the request deadline far off (60 s),
+    64 trickling connections from 8 addresses fill metrics_max_connections;
+    each new connection closes the one that has waited longest for a
+    request, so a probe from a 9th address is answered long before any
+    deadline, and only the oldest of the others are closed."""
+    tmp = ts._mkdtemp(prefix="paradevd-full-")
+    conf = write(os.path.join(tmp, "paradevd.conf"),
+                 "[daemon]\nmetrics_max_connections = 64\nmetrics_max_connections_per_ip = 8\n"
+                 "metrics_idle_timeout_seconds = 60\n")
+    d = Daemon(config=conf)
+    t = None
+    try:
+        t = Trickler(d.http, ["127.0.0.%d" % i for i in range(3, 11)], 8, 0.2)
+        # http_get gives up after 30 s: a hang, half the deadline.
+        assert http_get(d.http, "/healthz") == (200, "ok\n", "text/plain; charset=utf-8")
+        closed = [c for c in t.conns if closed_by_peer(c)]
+        # One made room for the 64th of them (the listener's last slot),
+        # one for the probe: the first two to have connected.
+        assert 1 <= len(closed) <= 2, len(closed)
+        assert all(c in t.conns[:2] for c in closed), [t.conns.index(c) for c in closed]
+        full = [line for line in d.lines if "the metrics port is full "
+                "(metrics_max_connections 64): closed" in line]
+        assert len(full) == 1, d.log()
+        assert not any("had not sent a whole request" in line for line in d.lines), d.log()
+        t.close()
+        t = None
+        assert d.stop() == 0, d.log()
+    finally:
+        if t:
+            t.close()
+        if d.proc.poll() is None:
+            d.proc.kill()
+
+
+CHECKS = [check_drain_liveness_and_work, check_stall, check_probe_starvation,
+          check_probe_slowloris, check_probe_full_listener, check_long_op]
 
 
 def main():

@@ -181,6 +181,7 @@ def check_deploy_files():
     unit = open(os.path.join(DEPLOY, "systemd", "paradevd.service.in")).read()
     users = open(os.path.join(DEPLOY, "systemd", "paradevd.sysusers")).read()
     key = lambda k, text: re.search(r"(?m)^%s\s*=\s*(\S*)" % k, text).group(1)
+    key_line = lambda k, text: re.search(r"(?m)^%s\s*=\s*(.*)$" % k, text).group(1)
     admin_group, client_group = key("admin_socket_group", conf), key("Group", unit)
     assert admin_group == "paradev-admin" and client_group == "paradev", \
         (admin_group, client_group)
@@ -188,6 +189,10 @@ def check_deploy_files():
     assert re.search(r"(?m)^g %s -$" % admin_group, users) and \
         re.search(r"(?m)^g %s -$" % client_group, users), users
     assert key("admin_socket_mode", conf) == "0660" and key("require_job_token", conf) == "true"
+    # No TCP listener a local user could reach around the clients' group
+    # (the trial's finding 5), and any added one needs identities.
+    assert key_line("listen", conf).strip() == "unix:/run/paradev/paradevd.sock", conf
+    assert key("require_identity", conf) == "tcp"
     assert os.path.dirname(key("admin_socket", conf)) == "/run/paradev"
     assert key("RuntimeDirectoryMode", unit) == "0755"  # operators outside paradev
     # The job tokens' file is in the unit's state directory, the daemon's.
@@ -211,12 +216,26 @@ def check_deploy_files():
                     "-out", crt, "-days", "2", "-subj", "/CN=paradevd-k8s"],
                    check=True, capture_output=True, timeout=60)
     assert "/etc/paradev-tls/tls.crt" in kconf and "/etc/paradev-tls/tls.key" in kconf
+    # The clients' CA (ca.crt): the self-signed certificate stands in too.
+    assert "/etc/paradev-tls/ca.crt" in kconf
     kconf = kconf.replace("/etc/paradev-tls/tls.crt", crt).replace(
-        "/etc/paradev-tls/tls.key", keyf)
+        "/etc/paradev-tls/tls.key", keyf).replace("/etc/paradev-tls/ca.crt", crt)
     r = subprocess.run([PARADEVD, "--check-config", "--config",
                         write(os.path.join(tmp, "k.conf"), kconf)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    assert "client certificates required" in r.stdout, r.stdout
+    # Without the clients' CA (the trial's finding 4) no TCP caller could
+    # identify: a warning says so, naming the listener and both sources.
+    lone = re.sub(r"(?m)^(client_ca_file|require_client_cert) =.*\n", "", kconf)
+    r = subprocess.run([PARADEVD, "--check-config", "--config",
+                        write(os.path.join(tmp, "lone.conf"), lone)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and (
+        "warning: %s: [daemon] listen 0.0.0.0:7478 requires an identity of every TCP caller "
+        "([auth] require_identity = tcp) but none can give one: no [tls] client_ca_file "
+        "(client certificates) and no [auth] tokens_file (bearer tokens)"
+        % os.path.join(tmp, "lone.conf")) in r.stderr, r.stderr
     ds = [x for x in docs if x["kind"] == "DaemonSet"][0]["spec"]["template"]["spec"]
     mounts = {m["mountPath"]: m["name"] for m in ds["containers"][0]["volumeMounts"]}
     vols = {v["name"]: v for v in ds["volumes"]}
@@ -225,6 +244,23 @@ def check_deploy_files():
     assert "hostPath" in vols[mounts["/run/paradev"]]
     env = {e["name"]: e.get("value") for e in ds["containers"][0].get("env", [])}
     assert env.get("PARADEV_ADMIN_SOCKET") == key("admin_socket", kconf), env
+    # The probes (the trial's finding 3): `paradev health` over a Unix
+    # socket that is a listen address in a directory of the pod alone, so
+    # no other pod can fill its connections; liveness and startup ask
+    # paradev.liveness, readiness paradev.readiness.
+    listen = [a.strip() for a in key_line("listen", kconf).split(",")]
+    c0 = ds["containers"][0]
+    for probe, svc in (("startupProbe", "paradev.liveness"),
+                       ("livenessProbe", "paradev.liveness"),
+                       ("readinessProbe", "paradev.readiness")):
+        cmd = c0[probe]["exec"]["command"]
+        assert cmd[0] == "paradev" and cmd[-3:] == ["health", "--service", svc], cmd
+        target = cmd[cmd.index("--target") + 1]
+        assert target.startswith("unix:") and target in listen, (target, listen)
+        assert "emptyDir" in vols[mounts[os.path.dirname(target[5:])]], target
+    # Pods of the node use the hostPath socket; TCP callers must identify.
+    assert "unix:/run/paradev/paradevd.sock" in listen and \
+        key("require_identity", kconf) == "tcp", kconf
 
 
 # --------------------------------------------------------------------------
