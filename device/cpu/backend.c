@@ -304,6 +304,15 @@ pd_code dev_cpu_backend_create(const dev_cpu_config *cfg, dev_backend **out,
     snprintf(c->devs[i].name, sizeof c->devs[i].name, "cpu:%d", i);
     pthread_mutex_init(&c->devs[i].cache_mu, NULL);
   }
+  /* glibc's malloc sets itself up on its first call, without a lock. Under
+   * a malloc that replaces glibc's (AddressSanitizer's, a preloaded
+   * tcmalloc) that first call is malloc_trim, which is not replaced, and
+   * the executors' idle trims (cpu_trim) come at once on several threads:
+   * each would take glibc's main arena as its own while it counts one
+   * thread, and the second of them to exit aborts the daemon ("malloc
+   * assertion failure in __malloc_arena_thread_freeres"). So the first call
+   * is made here, on the creating thread, before any executor runs. */
+  malloc_trim(0);
   *out = b;
   return PD_OK;
 }

@@ -657,7 +657,10 @@ def check_notify():
     d = Daemon(config=conf, env={"NOTIFY_SOCKET": ns.path, "WATCHDOG_USEC": "300000"})
     d_box.append(d)
     try:
-        wait_for(lambda: accepted, "the connection at READY=1", 30)
+        # at_ready records "tcp", then "unix" (its last step) or "error":
+        # wait for its end, not for its first step.
+        wait_for(lambda: "unix" in accepted or "error" in accepted,
+                 "the connections at READY=1", 30)
         assert accepted.get("tcp") and accepted.get("unix"), accepted
         cl = Client(d.target)
         assert cl.health() == H.SERVING
