@@ -239,6 +239,11 @@ static void srv_on_recv(srv_call *c, bool ok) {
   c->payload = NULL;
   if (!msg) {
     srv_call_fail(c, &st);
+  } else if (!c->finishing && srv_call_recheck(c, &st) != PD_OK) {
+    /* A revoked token ends its open streams at their next item. */
+    srv_auth_refused(c, SRV_REFUSE_BAD_TOKEN, &st);
+    srv_call_fail(c, &st);
+    protobuf_c_message_free_unpacked(msg, &b.alloc);
   } else {
     if (!c->finishing) c->m->h->on_message(c, msg);
     protobuf_c_message_free_unpacked(msg, &b.alloc);

@@ -121,6 +121,10 @@ struct srv_call {
   ProtobufCMessage *req;
   /* the caller (auth.h), resolved at the first srv_call_identity */
   struct srv_identity *identity;
+  /* a bearer token's caller: the tokens table it was checked against and
+   * that table's generation before the check (srv_call_recheck) */
+  const void *auth_tokens;
+  uint64_t auth_gen;
   /* method state */
   void *user;
   /* tags */
