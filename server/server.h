@@ -230,6 +230,9 @@ void srv_daemon_sched_config(const srv_options *o, dev_engine *e,
  * when that is 0, default_memory_quota_percent of the sum of the devices'
  * limits (capped at max_memory_quota); UINT64_MAX ("unlimited") is none. */
 uint64_t srv_default_quota(const srv_options *o, dev_engine *e);
+/* The mesh's memory in bytes: the sum of the devices' limits (a device
+ * without one: its total); 0 without an engine. Any thread. */
+uint64_t srv_mesh_bytes(dev_engine *e);
 
 /* --- rpc.c: the transport ----------------------------------------------------- */
 

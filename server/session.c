@@ -148,6 +148,12 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   srv_tenant_terms tt;
   if (id->tenant[0] && srv_auth_tenant_terms(c->s, id->tenant, &tt))
     srv_tenant_session_terms(c->s, id->tenant, &tt, &p);
+  /* Without [sessions] max_memory_quota a session may ask at most the
+   * mesh's memory: more is capped there (the reply says what it got), so a
+   * quota always means bytes the devices have (trial finding 11). */
+  uint64_t mesh =
+      SRV_RT(c->s, max_memory_quota) ? 0 : srv_mesh_bytes(c->s->engine);
+  if (mesh && p.memory_quota > mesh) p.memory_quota = mesh;
   sched_session_origin origin = {id->name, claimed};
   sched_session_info info;
   dev_status st = DEV_STATUS_INIT;
