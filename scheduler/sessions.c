@@ -301,6 +301,9 @@ uint32_t sched_session_op_timeout_ms(const sched_session *ss) {
   return ss->op_timeout_ms;
 }
 const char *sched_session_tenant(const sched_session *ss) { return ss->tenant; }
+const char *sched_session_identity(const sched_session *ss) {
+  return ss->identity;
+}
 int sched_session_priority(const sched_session *ss) { return ss->priority; }
 uint32_t sched_session_weight(const sched_session *ss) { return ss->weight; }
 
