@@ -26,17 +26,6 @@
  * shared memory registry is then left as it is too (a call may still copy). */
 static bool srv_calls_left;
 
-uint64_t srv_mesh_bytes(dev_engine *e) {
-  uint64_t mesh = 0;
-  int n = e ? dev_engine_num_devices(e) : 0;
-  for (int i = 0; i < n; i++) {
-    dev_memory_stats ms = {.struct_size = sizeof ms};
-    if (dev_engine_memory_stats(e, i, &ms, NULL) == PD_OK)
-      mesh += ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
-  }
-  return mesh;
-}
-
 uint64_t srv_default_quota(const srv_options *o, dev_engine *e) {
   const srv_limits *l = &o->limits;
   if (l->default_memory_quota == UINT64_MAX) return 0; /* none */

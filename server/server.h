@@ -231,7 +231,8 @@ void srv_daemon_sched_config(const srv_options *o, dev_engine *e,
  * limits (capped at max_memory_quota); UINT64_MAX ("unlimited") is none. */
 uint64_t srv_default_quota(const srv_options *o, dev_engine *e);
 /* The mesh's memory in bytes: the sum of the devices' limits (a device
- * without one: its total); 0 without an engine. Any thread. */
+ * without one: its total); 0 without an engine. Any thread. In session.c,
+ * which caps asked quotas with it (daemon.c's default quota uses it too). */
 uint64_t srv_mesh_bytes(dev_engine *e);
 
 /* --- rpc.c: the transport ----------------------------------------------------- */

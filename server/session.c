@@ -17,6 +17,17 @@
 /* A tenant's session: its tenant, band and weight, and its lease and quota
  * capped at the tenant's (a larger or default ask gets the tenant's
  * maximum; CreateSession's reply says what was granted). */
+uint64_t srv_mesh_bytes(dev_engine *e) {
+  uint64_t mesh = 0;
+  int n = e ? dev_engine_num_devices(e) : 0;
+  for (int i = 0; i < n; i++) {
+    dev_memory_stats ms = {.struct_size = sizeof ms};
+    if (dev_engine_memory_stats(e, i, &ms, NULL) == PD_OK)
+      mesh += ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
+  }
+  return mesh;
+}
+
 static void srv_tenant_session_terms(srv *s, const char *tenant,
                                      const srv_tenant_terms *tt,
                                      sched_session_params *p) {
