@@ -203,7 +203,8 @@ typedef struct sched_tenant {
  * the tenant when it holds max_sessions (> 0) already (sched.mu held). */
 pd_code sched_tenant_join_locked(struct sched *s, struct sched_session *ss,
                                  dev_status *st);
-/* A session of `tn` left the table (sched.mu held; accepts NULL). */
+/* A session of `tn` ended (sched.mu held; accepts NULL). Called only by
+ * sched_end_session, which every end of a session passes through. */
 void sched_tenant_leave_locked(sched_tenant *tn);
 /* RESOURCE_EXHAUSTED naming the tenant when `extra_bytes` more would go
  * over its quota (any lock; reads atomics). */
@@ -238,7 +239,9 @@ struct sched_session {
   char client[SCHED_NAME_MAX + 1];
   char job[SCHED_NAME_MAX + 1];
   char tenant[SCHED_NAME_MAX + 1];
-  sched_tenant *tn;       /* its tenant's account; NULL: no tenant */
+  sched_tenant *tn; /* its tenant's account; NULL: no tenant */
+  bool in_tenant;   /* counted in tn->sessions (under sched.mu): cleared by
+                     sched_end_session, the one place every end passes */
   const stg_roots *roots; /* its loads' and saves' roots; NULL: none */
   char identity[SCHED_IDENTITY_MAX + 1];
   bool job_claimed; /* the job id is a label, not proven: kills skip it */
@@ -557,11 +560,13 @@ void sched_deadline_kick(sched *s);
  * sched_session_open. */
 pd_code sched_find_locked(sched *s, const void *token, size_t len,
                           sched_session **out, dev_status *st);
-/* Unlinks `ss` from the table (sched->mu held). */
+/* Unlinks `ss` from the table (sched->mu held). Its tenant's count drops
+ * later, in sched_end_session. */
 void sched_unlink_locked(sched *s, sched_session *ss);
 /* Ends a session already unlinked from the table (no lock held): releases
  * its handles, drops its queue, waits for what the dispatcher took of it and
- * tells the observers. The caller then drops the table's reference.
+ * gives its tenant's session slot back (takes sched.mu briefly) and tells
+ * the observers. The caller then drops the table's reference.
  * *bytes (may be NULL) gets its accounted bytes. Returns the handles freed. */
 uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
                            const char *msg, uint64_t *bytes);

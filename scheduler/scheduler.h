@@ -226,6 +226,9 @@ uint64_t sched_session_seq(const sched_session *ss);
 /* The tenant the session belongs to ("" for none), its band and weight, as
  * set at sched_session_create. Thread-safe (fixed for the session's life). */
 const char *sched_session_tenant(const sched_session *ss);
+/* Who opened it (sched_session_origin.identity; "" for none). Thread-safe
+ * (fixed for the session's life). */
+const char *sched_session_identity(const sched_session *ss);
 int sched_session_priority(const sched_session *ss);
 uint32_t sched_session_weight(const sched_session *ss);
 uint32_t sched_session_lease_s(const sched_session *ss);

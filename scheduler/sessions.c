@@ -229,7 +229,6 @@ void sched_unlink_locked(sched *s, sched_session *ss) {
       *pp = ss->next;
       ss->next = NULL;
       s->num_sessions--;
-      sched_tenant_leave_locked(ss->tn);
       return;
     }
   }
@@ -247,6 +246,14 @@ uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
   sched_io_cancel_session(ss); /* its loads and saves: CANCELLED */
   sched_drop_queue(ss, msg);
   sched_wait_dispatched(ss);
+  /* Every end (close, expiry, kill by token, number or job, stop) passes
+   * here once: the tenant's slot is given back here and nowhere else, after
+   * the session's memory went back to the tenant's account. */
+  sched *s = ss->owner;
+  pthread_mutex_lock(&s->mu);
+  if (ss->in_tenant) sched_tenant_leave_locked(ss->tn);
+  ss->in_tenant = false;
+  pthread_mutex_unlock(&s->mu);
   sched_notify_end(ss, why, n, states);
   return n;
 }
@@ -294,6 +301,9 @@ uint32_t sched_session_op_timeout_ms(const sched_session *ss) {
   return ss->op_timeout_ms;
 }
 const char *sched_session_tenant(const sched_session *ss) { return ss->tenant; }
+const char *sched_session_identity(const sched_session *ss) {
+  return ss->identity;
+}
 int sched_session_priority(const sched_session *ss) { return ss->priority; }
 uint32_t sched_session_weight(const sched_session *ss) { return ss->weight; }
 

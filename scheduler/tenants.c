@@ -68,6 +68,7 @@ pd_code sched_tenant_join_locked(sched *s, sched_session *ss, dev_status *st) {
                      tn->name, tn->sessions, tn->max_sessions);
   tn->sessions++;
   ss->tn = tn;
+  ss->in_tenant = true;
   ss->roots = tn->roots;
   return PD_OK;
 }

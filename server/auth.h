@@ -39,6 +39,17 @@ typedef struct srv_identity {
 pd_code srv_call_identity(srv_call *c, const srv_identity **out,
                           dev_status *st);
 
+/* Checks again, at each message of a stream, that the bearer token call
+ * `c` was let in with is still valid (trial finding 7: a revoked holder
+ * must not keep an Enqueue stream). Cheap: only when the tokens table in
+ * force is another one (a reload) or its generation moved
+ * (srv_tokens_generation, which looks at the file at most once a second)
+ * is the token checked again. PD_OK for a call of any other identity.
+ * UNAUTHENTICATED when the token is revoked, names another identity now,
+ * or the daemon takes no tokens any more (the caller fails the call and
+ * counts the refusal as bad_token). The call's thread. */
+pd_code srv_call_recheck(srv_call *c, dev_status *st);
+
 /* --- The daemon's side: tables, refusals (auth.c) ------------------------ */
 
 /* Why a request was refused, for the log and for /metrics

@@ -239,6 +239,11 @@ static void srv_on_recv(srv_call *c, bool ok) {
   c->payload = NULL;
   if (!msg) {
     srv_call_fail(c, &st);
+  } else if (!c->finishing && srv_call_recheck(c, &st) != PD_OK) {
+    /* A revoked token ends its open streams at their next item. */
+    srv_auth_refused(c, SRV_REFUSE_BAD_TOKEN, &st);
+    srv_call_fail(c, &st);
+    protobuf_c_message_free_unpacked(msg, &b.alloc);
   } else {
     if (!c->finishing) c->m->h->on_message(c, msg);
     protobuf_c_message_free_unpacked(msg, &b.alloc);
@@ -567,6 +572,19 @@ void srv_call_await_cancel(srv_wait **slot) {
 
 /* --- what every method needs ----------------------------------------------------- */
 
+/* A session whose tenant a reload removed or renamed (trial finding 12)
+ * stays reachable by the identity that opened it, whatever tenant that
+ * identity is in now; everyone else gets NOT_FOUND as for any other
+ * tenant's session. Its lease runs as before, and operators can kill it. */
+static bool srv_orphan_opener(srv *s, const sched_session *ss,
+                              const srv_identity *id) {
+  srv_tenant_terms tt;
+  const char *tenant = sched_session_tenant(ss);
+  return tenant[0] && id->name[0] &&
+         strcmp(sched_session_identity(ss), id->name) == 0 &&
+         !srv_auth_tenant_terms(s, tenant, &tt);
+}
+
 sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token) {
   sched_session *ss = NULL;
   dev_status st = DEV_STATUS_INIT;
@@ -577,7 +595,8 @@ sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token) {
     srv_call_fail(c, &st);
     return NULL;
   }
-  if (strcmp(sched_session_tenant(ss), id->tenant) != 0) {
+  if (strcmp(sched_session_tenant(ss), id->tenant) != 0 &&
+      !srv_orphan_opener(c->s, ss, id)) {
     /* Another tenant's session: to this caller it does not exist (the same
      * text as sched_find_locked's, so a token's owner cannot be probed). */
     sched_session_put(ss);

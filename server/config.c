@@ -19,8 +19,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "jobs.h"
 #include "paradev/types.h"
 #include "tls.h"
+#include "tokens.h"
 
 /* The directory for default sockets: systemd's RuntimeDirectory, else the
  * user's runtime directory, else a private directory in /tmp (created by
@@ -256,6 +258,45 @@ static void srv_check_identity_sources(const srv_options *o,
   }
 }
 
+/* --check-config: the [auth] files as a start reads them (the tokens file
+ * parsed, both files' owner and mode, secfile.h), so a configuration the
+ * start would refuse is not OK. */
+static int srv_check_auth_files(const srv_options *o,
+                                srv_config_report_fn report) {
+  int errors = 0;
+  char msg[sizeof(((dev_status *)0)->msg) + 2 * SRV_FILE_MAX];
+  const char *where = o->config_loaded ? o->config_path : "configuration";
+  dev_status st = DEV_STATUS_INIT;
+  if (o->auth_tokens_file[0]) {
+    srv_tokens *t = NULL;
+    if (srv_tokens_open(o->auth_tokens_file, &t, &st) != PD_OK) {
+      snprintf(msg, sizeof(msg),
+               "%s: [auth] tokens_file: %s; a start "
+               "refuses it",
+               where, st.msg);
+      report(true, msg);
+      errors++;
+    }
+    srv_tokens_free(t);
+  }
+  if (o->job_tokens_file[0]) {
+    srv_jobs *j = srv_jobs_new(o->max_job_tokens);
+    int loaded = 0, dropped = 0;
+    st = (dev_status)DEV_STATUS_INIT;
+    if (!j || srv_jobs_open_file(j, o->job_tokens_file, &loaded, &dropped,
+                                 &st) != PD_OK) {
+      snprintf(msg, sizeof(msg),
+               "%s: [auth] job_tokens_file: %s; a start "
+               "refuses it",
+               where, j ? st.msg : "out of host memory");
+      report(true, msg);
+      errors++;
+    }
+    srv_jobs_free(j);
+  }
+  return errors;
+}
+
 /* Checks that hold between keys. */
 static int srv_check_options(const srv_options *o,
                              srv_config_report_fn report) {
@@ -369,6 +410,7 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
   if (errors == 0) errors += srv_check_tenants(&o, report);
   if (errors == 0) errors += srv_check_tls(&o, *check, report);
   if (errors == 0) srv_check_identity_sources(&o, report);
+  if (errors == 0 && *check) errors += srv_check_auth_files(&o, report);
   /* Chunks leave room for the rest of their message under the limit. */
   o.limits.max_chunk_bytes = o.limits.max_message_bytes - 1024;
   o.limits.default_chunk_bytes = 1u << 20;

@@ -30,13 +30,7 @@ uint64_t srv_default_quota(const srv_options *o, dev_engine *e) {
   const srv_limits *l = &o->limits;
   if (l->default_memory_quota == UINT64_MAX) return 0; /* none */
   if (l->default_memory_quota) return l->default_memory_quota;
-  uint64_t mesh = 0;
-  int n = e ? dev_engine_num_devices(e) : 0;
-  for (int i = 0; i < n; i++) {
-    dev_memory_stats ms = {.struct_size = sizeof ms};
-    if (dev_engine_memory_stats(e, i, &ms, NULL) == PD_OK)
-      mesh += ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
-  }
+  uint64_t mesh = srv_mesh_bytes(e);
   uint64_t pct = (uint64_t)l->default_memory_quota_percent;
   uint64_t q = mesh <= UINT64_MAX / 100 ? mesh * pct / 100 : mesh / 100 * pct;
   if (l->max_memory_quota && q > l->max_memory_quota) q = l->max_memory_quota;

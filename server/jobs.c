@@ -11,6 +11,7 @@
 #include "jobs.h"
 
 #include "check.h"
+#include "secfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -170,28 +171,18 @@ pd_code srv_jobs_open_file(srv_jobs *j, const char *path, int *loaded,
   *loaded = *dropped = 0;
   if (!(j->path = strdup(path)))
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT) return PD_OK; /* the first start */
-  struct stat sb;
-  if (fd < 0 || fstat(fd, &sb) != 0) {
-    int e = errno;
-    if (fd >= 0) close(fd);
-    return dev_error(st, PD_FAILED_PRECONDITION,
-                     "cannot read the job tokens file %s: %s", path,
-                     strerror(e));
-  }
   /* Whoever may write it could add a token of their own: the daemon's
-   * file alone. */
-  if (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 022)) {
-    close(fd);
-    return dev_error(st, PD_FAILED_PRECONDITION,
-                     "the job tokens file %s is %s owned by uid %u with mode "
-                     "%04o; expected a regular file of uid %u that only it "
-                     "may write (mode 0600): another user could add tokens",
-                     path, S_ISREG(sb.st_mode) ? "a file" : "not a file",
-                     (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777),
-                     (unsigned)geteuid());
+   * (or root's) file alone, and never a FIFO that would block the start. */
+  static const srv_file_rules rules = {"the job tokens file", true, true,
+                                       "another user could add tokens"};
+  int fd = -1;
+  struct stat sb;
+  pd_code oc = srv_file_open(path, &rules, &fd, &sb, st);
+  if (oc == PD_NOT_FOUND) { /* the first start */
+    *st = (dev_status)DEV_STATUS_INIT;
+    return PD_OK;
   }
+  if (oc != PD_OK) return oc;
   FILE *f = fdopen(fd, "r");
   if (!f) {
     close(fd);

@@ -34,8 +34,8 @@ void srv_jobs_free(srv_jobs *j);
 /* Keeps the table in the file at `path` from now on, after loading the
  * live entries it holds (*loaded; *dropped: those beyond the capacity).
  * No file yet is fine. Call once, before the table is shared. Errors:
- * FAILED_PRECONDITION (unreadable; not a regular file of this user that
- * only it may write; a line that is not paradevd's, naming it: the table
+ * FAILED_PRECONDITION (unreadable; not a regular file of root or this
+ * user that no one else may write, secfile.h; a line that is not paradevd's, naming it: the table
  * is then left empty), RESOURCE_EXHAUSTED. */
 pd_code srv_jobs_open_file(srv_jobs *j, const char *path, int *loaded,
                            int *dropped, dev_status *st);

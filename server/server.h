@@ -121,6 +121,10 @@ struct srv_call {
   ProtobufCMessage *req;
   /* the caller (auth.h), resolved at the first srv_call_identity */
   struct srv_identity *identity;
+  /* a bearer token's caller: the tokens table it was checked against and
+   * that table's generation before the check (srv_call_recheck) */
+  const void *auth_tokens;
+  uint64_t auth_gen;
   /* method state */
   void *user;
   /* tags */
@@ -227,6 +231,10 @@ void srv_daemon_sched_config(const srv_options *o, dev_engine *e,
  * when that is 0, default_memory_quota_percent of the sum of the devices'
  * limits (capped at max_memory_quota); UINT64_MAX ("unlimited") is none. */
 uint64_t srv_default_quota(const srv_options *o, dev_engine *e);
+/* The mesh's memory in bytes: the sum of the devices' limits (a device
+ * without one: its total); 0 without an engine. Any thread. In session.c,
+ * which caps asked quotas with it (daemon.c's default quota uses it too). */
+uint64_t srv_mesh_bytes(dev_engine *e);
 
 /* --- rpc.c: the transport ----------------------------------------------------- */
 

@@ -18,6 +18,17 @@
 /* A tenant's session: its tenant, band and weight, and its lease and quota
  * capped at the tenant's (a larger or default ask gets the tenant's
  * maximum; CreateSession's reply says what was granted). */
+uint64_t srv_mesh_bytes(dev_engine *e) {
+  uint64_t mesh = 0;
+  int n = e ? dev_engine_num_devices(e) : 0;
+  for (int i = 0; i < n; i++) {
+    dev_memory_stats ms = {.struct_size = sizeof ms};
+    if (dev_engine_memory_stats(e, i, &ms, NULL) == PD_OK)
+      mesh += ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
+  }
+  return mesh;
+}
+
 static void srv_tenant_session_terms(srv *s, const char *tenant,
                                      const srv_tenant_terms *tt,
                                      sched_session_params *p) {
@@ -152,6 +163,12 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   srv_tenant_terms tt;
   if (id->tenant[0] && srv_auth_tenant_terms(c->s, id->tenant, &tt))
     srv_tenant_session_terms(c->s, id->tenant, &tt, &p);
+  /* Without [sessions] max_memory_quota a session may ask at most the
+   * mesh's memory: more is capped there (the reply says what it got), so a
+   * quota always means bytes the devices have (trial finding 11). */
+  uint64_t mesh =
+      SRV_RT(c->s, max_memory_quota) ? 0 : srv_mesh_bytes(c->s->engine);
+  if (mesh && p.memory_quota > mesh) p.memory_quota = mesh;
   sched_session_origin origin = {id->name, claimed};
   sched_session_info info;
   dev_status st = DEV_STATUS_INIT;

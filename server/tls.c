@@ -18,8 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
+#include "secfile.h"
 
 #define SRV_TLS_FILE_LIMIT (1u << 20) /* bytes of one PEM file */
 
@@ -85,10 +87,17 @@ static bool srv_tls_sig_same(const srv_tls_sig *a, const srv_tls_sig *b) {
 /* The whole file, NUL-terminated, in *out; false with the reason. */
 static bool srv_tls_read(const char *key, const char *path, char **out,
                          char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
+  /* Never blocks on a FIFO or a device (secfile.h). */
+  srv_file_rules rules = {key, false, false, NULL};
+  int fd = -1;
+  struct stat sb;
+  dev_status st = DEV_STATUS_INIT;
+  FILE *f = NULL;
+  if (srv_file_open(path, &rules, &fd, &sb, &st) == PD_OK &&
+      !(f = fdopen(fd, "rb")))
+    close(fd);
   if (!f) {
-    snprintf(err, errlen, "%s %s cannot be read: %s", key, path,
-             strerror(errno));
+    snprintf(err, errlen, "%s", st.msg[0] ? st.msg : "out of memory");
     return false;
   }
   char *buf = malloc(SRV_TLS_FILE_LIMIT + 1);

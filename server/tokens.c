@@ -10,9 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "log.h"
+#include "secfile.h"
 
 /* What identifies one version of the file. */
 typedef struct srv_file_sig {
@@ -30,7 +33,19 @@ struct srv_tokens {
   srv_file_sig sig; /* of the version last looked at */
   bool have_sig;    /* false: missing or unreadable last time */
   uint64_t reloads, refused;
+  uint64_t generation; /* + 1 at each change of v (a reload, emptied) */
+  int64_t stat_ms;     /* CLOCK_MONOTONIC of the last look at the file */
 };
+
+/* How often an open stream's re-check looks at the file (a stat), at
+ * most: a new call always looks. */
+#define SRV_TOKENS_RESTAT_MS 1000
+
+static int64_t srv_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static bool srv_hash(const void *data, size_t len, uint8_t out[32]) {
   unsigned int n = 0;
@@ -158,18 +173,25 @@ fail:
 /* Reads and parses the whole file at `path`; *sig gets what was read. */
 static pd_code srv_tokens_read(const char *path, srv_token_ent **v, int *n,
                                srv_file_sig *sig, dev_status *st) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return dev_error(st, errno == ENOENT ? PD_NOT_FOUND : PD_INVALID_ARGUMENT,
-                     "%s: cannot read the tokens file: %s", path,
-                     strerror(errno));
+  /* Whoever may write it may mint an identity (an operator's too). */
+  static const srv_file_rules rules = {
+      "the tokens file", true, false,
+      "another user could add a token and take any identity, an operator's "
+      "included"};
+  int fd = -1;
   struct stat sb;
+  PD_TRY(srv_file_open(path, &rules, &fd, &sb, st));
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
   char *buf = NULL;
   pd_code c = PD_OK;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) ||
-      sb.st_size > (16 << 20)) {
+  if (sb.st_size > (16 << 20)) {
     c = dev_error(st, PD_INVALID_ARGUMENT,
-                  "%s: expected a regular file of at most 16 MiB", path);
+                  "%s: the tokens file is %lld bytes; expected at most 16 MiB",
+                  path, (long long)sb.st_size);
     goto out;
   }
   *sig =
@@ -206,6 +228,8 @@ pd_code srv_tokens_open(const char *path, srv_tokens **out, dev_status *st) {
     return c;
   }
   t->have_sig = true;
+  t->generation = 1;
+  t->stat_ms = srv_mono_ms();
   pthread_mutex_init(&t->mu, NULL);
   *out = t;
   return PD_OK;
@@ -231,8 +255,10 @@ static bool srv_sig_eq(const srv_file_sig *a, const struct stat *b) {
 /* Re-reads the file when it changed since last looked at (t->mu held). */
 static void srv_tokens_refresh_locked(srv_tokens *t) {
   struct stat sb;
+  t->stat_ms = srv_mono_ms();
   if (stat(t->path, &sb) != 0) {
     if (t->have_sig || t->n) {
+      t->generation++;
       SRV_ERROR(
           "tokens file %s: %s; every bearer token is refused until it "
           "is back",
@@ -268,6 +294,7 @@ static void srv_tokens_refresh_locked(srv_tokens *t) {
   t->n = n;
   t->sig = sig;
   t->reloads++;
+  t->generation++;
   SRV_INFO("tokens file %s reloaded: %d token%s", t->path, n,
            n == 1 ? "" : "s");
 }
@@ -290,6 +317,15 @@ pd_code srv_tokens_check(srv_tokens *t, const void *token, size_t len,
                      "the bearer token is not valid: unknown or revoked; ask "
                      "the operator for a token");
   return PD_OK;
+}
+
+uint64_t srv_tokens_generation(srv_tokens *t) {
+  pthread_mutex_lock(&t->mu);
+  if (srv_mono_ms() - t->stat_ms >= SRV_TOKENS_RESTAT_MS)
+    srv_tokens_refresh_locked(t);
+  uint64_t g = t->generation;
+  pthread_mutex_unlock(&t->mu);
+  return g;
 }
 
 void srv_tokens_stats(srv_tokens *t, int *entries, uint64_t *reloads,

@@ -14,6 +14,9 @@
  * logged, with its line and what was expected; a file that is gone or
  * unreadable empties the table (every token refused: deleting the file
  * revokes every token) and is logged. Either is logged once per change.
+ * Each good reload increments the table's generation (srv_tokens_generation),
+ * by which open streams notice that a token they were let in with must be
+ * checked again (auth.c srv_call_recheck).
  *
  * Thread safety: every function may be called from any thread. */
 #ifndef PARADEV_SERVER_TOKENS_H
@@ -51,8 +54,12 @@ bool srv_token_hash_hex(const void *token, size_t len, char *out);
 
 /* Opens the tokens file at `path` (absolute): reads it now. A file that
  * cannot be read or parsed is an error at start (INVALID_ARGUMENT naming
- * the file, the line and what was expected; NOT_FOUND when missing);
- * RESOURCE_EXHAUSTED when out of memory. */
+ * the file, the line and what was expected; NOT_FOUND when missing;
+ * FAILED_PRECONDITION when it is not a regular file, or one that group or
+ * others may write or that is owned by neither root nor the daemon's user:
+ * secfile.h, the same check as the job tokens file's); RESOURCE_EXHAUSTED
+ * when out of memory. A reload applies the same checks: a refused file
+ * keeps the table in force. */
 pd_code srv_tokens_open(const char *path, srv_tokens **out, dev_status *st);
 void srv_tokens_free(srv_tokens *t);
 const char *srv_tokens_path(const srv_tokens *t);
@@ -65,6 +72,13 @@ const char *srv_tokens_path(const srv_tokens *t);
  * does not depend on which entry matched or how much of a hash did. */
 pd_code srv_tokens_check(srv_tokens *t, const void *token, size_t len,
                          char *name, size_t cap, dev_status *st);
+
+/* The table's generation: 1 when opened, + 1 at each change of the table
+ * (a good reload, or the file gone). Looks at the file first (a stat, and
+ * a reload when it changed) when it was last looked at over a second ago,
+ * so an open stream that asks at each item learns of a revocation within
+ * about a second, at the cost of one stat a second. Any thread. */
+uint64_t srv_tokens_generation(srv_tokens *t);
 
 /* Entries in the table now, and reloads (good and refused) so far. */
 void srv_tokens_stats(srv_tokens *t, int *entries, uint64_t *reloads,

@@ -4,13 +4,15 @@
 1. The default configuration (4 CPU devices, no memory flags): one
    RandomNormal [50000, 50000] float32 (10 GB a component) is refused with
    RESOURCE_EXHAUSTED, by the default session quota for a session that asked
-   none and by the device's default limit (naming cpu:0, the bytes asked and
-   in use) for a session whose own quota is larger; the daemon never
+   none and by its own quota, capped at the mesh's memory (the sum of the
+   device limits) when no max_memory_quota is set, for a session that asked
+   2^50 bytes; the daemon never
    allocates it (its peak RSS stays under a gigabyte) and serves on.
 2. A daemon with a small memory (2 devices of 64 MiB): the default quota is
    half the mesh's memory (64 MiB), so 48 MiB mirrored (96 MiB of quota) is
-   refused; an op over a device's limit fails naming the device, and the
-   next ones run; freed blocks appear as memory_cached_bytes in
+   refused; a session asking 2^64 - 1 bytes gets the mesh's 128 MiB; an op
+   over a device's limit fails naming the device (cpu:0, the bytes asked and
+   in use), and the next ones run; freed blocks appear as memory_cached_bytes in
    GetServerInfo and /metrics.
 Expected values are computed here by hand.
 
@@ -156,14 +158,17 @@ def check_default_config():
         assert err is not None and err.code() == C.RESOURCE_EXHAUSTED, err
         assert "quota" in err.details(), err.details()
         print("PASS default quota:", err.details())
-        # A quota of its own: the device's default limit refuses it.
-        tok = d.session(client_name="own-quota", memory_quota_bytes=1 << 50)
-        err, (code, msg) = execute(d, tok, [gen_op("RandomNormal", 1, big)])
-        assert err is None and code == C.RESOURCE_EXHAUSTED.value[0], (err, code, msg)
-        want = "cpu:0 is out of memory: %d bytes requested with 0 of %d bytes in use" % (
-            asked, limit)
-        assert want in msg, (msg, want)
-        print("PASS device limit:", msg)
+        # A quota of its own: without max_memory_quota it is capped at the
+        # mesh's memory (4 device limits), which still refuses 4 components
+        # of `asked` bytes, each over a device's limit.
+        r = d.call("CreateSession", pb.CreateSessionRequest(
+            client_name="own-quota", memory_quota_bytes=1 << 50),
+            pb.CreateSessionResponse)
+        assert r.memory_quota_bytes == 4 * limit, (r.memory_quota_bytes, limit)
+        err, _ = execute(d, r.session_token, [gen_op("RandomNormal", 1, big)])
+        assert err is not None and err.code() == C.RESOURCE_EXHAUSTED, err
+        assert "quota" in err.details(), err.details()
+        print("PASS own quota capped at the mesh:", err.details())
         hwm = d.status_kb("VmHWM")
         assert hwm < 1 << 20, "peak RSS %d kB: the tensor was allocated" % hwm
         print("PASS never allocated: peak RSS %.0f MiB" % (hwm / 1024))
@@ -183,6 +188,11 @@ def check_small_memory():
         print("PASS default quota (half of 128 MiB):", err.details())
         err, (code, msg) = execute(d, tok, [gen_op("Fill", 2, [4 * MiB])])  # 16 MiB x 2
         assert err is None and code == 0, (err, msg)
+        r = d.call("CreateSession", pb.CreateSessionRequest(
+            client_name="huge", memory_quota_bytes=2**64 - 1), pb.CreateSessionResponse)
+        assert r.memory_quota_bytes == 2 * 64 * MiB, r.memory_quota_bytes
+        print("PASS a quota of 2^64 - 1 asked, %d bytes (the mesh) given" %
+              r.memory_quota_bytes)
         tok2 = d.session(client_name="own-quota", memory_quota_bytes=1 << 40)
         err, (code, msg) = execute(d, tok2, [gen_op("Fill", 1, [14 * MiB])])  # 56 MiB
         assert err is None and code == C.RESOURCE_EXHAUSTED.value[0], (err, code, msg)

@@ -725,21 +725,23 @@ def check_metrics():
     d = Daemon(ndev=ndev, mem=1 << 20)
     try:
         cl = Client(d.target)
-        # A quota of its own: the fill below must reach the device (the
-        # default quota, half of these small devices, would refuse it first).
+        # A quota of its own (capped at the mesh's 2 MiB): the fill below
+        # must reach the device (the default quota, half of these small
+        # devices, would refuse it first).
         a = cl.session(client_name="wa", job_id="j1", memory_quota_bytes=1 << 40)
         b = cl.session(client_name='w"b', job_id="j2")
         for hid, n in [(1, 100), (2, 200), (3, 50)]:
             cl.upload(a, hid, n)
-        cl.upload(b, 1, 10)
-        uploaded = 4 * (100 + 200 + 50 + 10)
+        cl.upload(b, 1, 100000)  # 400 KB a device, within b's default quota
+        uploaded = 4 * (100 + 200 + 50 + 100000)
         cl.execute(a, pb.Operation(op="Add", inputs=[1, 1], output_ids=[10]),
                    pb.Operation(op="Mul", inputs=[10, 1], output_ids=[11]),
                    pb.Operation(op="Neg", inputs=[3], output_ids=[12]),
                    pb.Operation(op="AllReduce", inputs=[1], output_ids=[13],
                                 attrs=[attr("reduction", s="sum")]))
-        # Does not fit a device of 1 MiB: fails when it runs.
-        cl.execute(a, fill_op(14, [300000]))
+        # Fits a's quota (1.6 MB + 5600 bytes <= 2 MiB) but not beside b's
+        # 400 KB on a device of 1 MiB: fails when it runs.
+        cl.execute(a, fill_op(14, [200000]))
         expect_error(C.INVALID_ARGUMENT, cl.execute, a,
                      pb.Operation(op="NoSuchOp", output_ids=[15]))
         s = cl.sync(a)
@@ -797,8 +799,8 @@ def check_metrics():
         assert sess['w\\"b'][1] == 1
         by = {l["client"]: v for l, v in series(m, "paradev_session_bytes")}
         f32 = 4 * ndev
-        assert by["wa"] == f32 * (100 + 200 + 50 + 100 + 100 + 100 + 300000), by
-        assert by['w\\"b'] == f32 * 10
+        assert by["wa"] == f32 * (100 + 200 + 50 + 100 + 100 + 100 + 200000), by
+        assert by['w\\"b'] == f32 * 100000
         for i in range(ndev):
             assert metric(m, "paradev_device_tensors", device=str(i)) == 8
             assert metric(m, "paradev_device_memory_used_bytes", device=str(i)) == \

@@ -475,7 +475,7 @@ def test_bad_files_refuse_to_start(certs, tmp):
              certs.p("server.key"), "cert_file /nonexistent.crt cannot be "
              "read: No such file or directory"),
             ("cert_file = %s\nkey_file = /dev/null\n" % certs.p("server.crt"),
-             "key_file /dev/null is empty"),
+             "key_file /dev/null is a device; expected a regular file"),
             ("cert_file = %s\n" % certs.p("server.crt"),
              "cert_file is set without key_file"),
             ("client_ca_file = %s\n" % certs.p("ca.crt"),

@@ -2,18 +2,26 @@
  * hashing against the FIPS 180-2 test vectors, parsing (comments, blanks,
  * CRLF; each malformed line named), checking a token, and reloading when
  * the file changes: a new token works and a removed one is refused at once,
- * a broken edit keeps the old table, a deleted file refuses every token. */
+ * a broken edit keeps the old table, a deleted file refuses every token.
+ * The shared check of files that grant rights (server/secfile.c, trial
+ * findings 6 and 9): a tokens file that group or others may write, or
+ * owned by another user, is refused at open and on reload; a FIFO, a
+ * directory or a device is refused at once instead of blocking the open;
+ * the job tokens file gets the same check; the table's generation moves
+ * at each change and only then (finding 7). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "config_int.h"
+#include "jobs.h"
 #include "tokens.h"
 
 /* SHA-256("abc") and SHA-256("") (FIPS 180-2, appendix B.1; and the
@@ -137,6 +145,81 @@ static void test_check_and_reload(void **state) {
   rmdir(dir);
 }
 
+static void test_file_rules(void **state) {
+  (void)state;
+  char dir[] = "/tmp/pd-tokens-XXXXXX", path[600], fifo[600], want[1400];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/tokens", dir);
+  snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+  write_file(path, "alice " ABC_HASH "\n");
+  dev_status st = DEV_STATUS_INIT;
+  srv_tokens *t = NULL;
+  /* Anyone may write it: anyone could mint alice (or an operator). */
+  assert_int_equal(chmod(path, 0666), 0);
+  assert_int_equal(srv_tokens_open(path, &t, &st), PD_FAILED_PRECONDITION);
+  snprintf(want, sizeof(want),
+           "the tokens file %s is owned by uid %u with mode 0666; expected a "
+           "file of root or of uid %u (the daemon's user) that no one else "
+           "may write (mode 0600 or 0640)",
+           path, (unsigned)geteuid(), (unsigned)geteuid());
+  assert_non_null(strstr(st.msg, want));
+  assert_int_equal(chmod(path, 0620), 0); /* the group may write */
+  assert_int_equal(srv_tokens_open(path, &t, &st), PD_FAILED_PRECONDITION);
+  if (geteuid() == 0) { /* another owner: only root can make one */
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_int_equal(chown(path, 12345, 0), 0);
+    assert_int_equal(srv_tokens_open(path, &t, &st), PD_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "is owned by uid 12345 with mode 0600"));
+    assert_int_equal(chown(path, 0, 0), 0);
+  }
+  /* Readable by the group is fine. */
+  assert_int_equal(chmod(path, 0640), 0);
+  assert_int_equal(srv_tokens_open(path, &t, &st), PD_OK);
+  uint64_t g1 = srv_tokens_generation(t);
+  assert_int_equal(g1, 1);
+  char name[SRV_IDENTITY_NAME_MAX + 1] = "";
+  assert_int_equal(check(t, "abc", name), PD_OK);
+  assert_int_equal(srv_tokens_generation(t), g1); /* unchanged file */
+  /* A reload that turns writable is refused: the table read before stays,
+   * and its generation with it. */
+  write_file(path, "bob " EMPTY_HASH "\n");
+  assert_int_equal(chmod(path, 0646), 0);
+  assert_int_equal(check(t, "", name), PD_UNAUTHENTICATED);
+  assert_int_equal(check(t, "abc", name), PD_OK);
+  assert_int_equal(srv_tokens_generation(t), g1);
+  /* Fixed: read, and the generation moves once. */
+  assert_int_equal(chmod(path, 0600), 0);
+  assert_int_equal(check(t, "", name), PD_OK);
+  assert_string_equal(name, "bob");
+  assert_int_equal(srv_tokens_generation(t), g1 + 1);
+  /* Gone: every token refused, another generation. */
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(check(t, "", name), PD_UNAUTHENTICATED);
+  assert_int_equal(srv_tokens_generation(t), g1 + 2);
+  srv_tokens_free(t);
+  /* A FIFO, a directory, a device: refused at once (an open without
+   * O_NONBLOCK would wait for a writer forever). */
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(srv_tokens_open(fifo, &t, &st), PD_FAILED_PRECONDITION);
+  assert_non_null(strstr(st.msg, "is a FIFO; expected a regular file"));
+  assert_int_equal(srv_tokens_open(dir, &t, &st), PD_FAILED_PRECONDITION);
+  assert_non_null(strstr(st.msg, "is a directory; expected a regular file"));
+  assert_int_equal(srv_tokens_open("/dev/null", &t, &st),
+                   PD_FAILED_PRECONDITION);
+  assert_non_null(strstr(st.msg, "is a device; expected a regular file"));
+  /* The job tokens file: the same check. */
+  srv_jobs *j = srv_jobs_new(4);
+  assert_non_null(j);
+  int loaded = -1, dropped = -1;
+  assert_int_equal(srv_jobs_open_file(j, fifo, &loaded, &dropped, &st),
+                   PD_FAILED_PRECONDITION);
+  assert_non_null(strstr(st.msg, "the job tokens file"));
+  assert_non_null(strstr(st.msg, "is a FIFO; expected a regular file"));
+  srv_jobs_free(j);
+  unlink(fifo);
+  rmdir(dir);
+}
+
 static void test_idlist(void **state) {
   (void)state;
   char out[64], err[256];
@@ -159,6 +242,7 @@ int main(void) {
       cmocka_unit_test(test_parse_good),
       cmocka_unit_test(test_parse_errors),
       cmocka_unit_test(test_check_and_reload),
+      cmocka_unit_test(test_file_rules),
       cmocka_unit_test(test_idlist),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -33,10 +33,10 @@ def test_default_target(monkeypatch, tmp_path):
 
 def test_session_attributes(client):
     with client.session("attrs", job_id="job-7", lease_s=30,
-                        memory_quota=1 << 30) as s:
+                        memory_quota=1 << 28) as s:
         assert s.num_devices == NDEV
         assert s.lease_s == 30
-        assert s.memory_quota == 1 << 30
+        assert s.memory_quota == 1 << 28
         assert s.incarnation == client.info().incarnation
         s.keep_alive()
     assert s.closed
