@@ -99,21 +99,19 @@ def test_identity_refusal_names_the_identity_options(tmp):
 
 
 def test_token_to_a_daemon_without_tokens(tmp):
+    """A daemon without [auth] tokens_file ignores a token a client sends
+    (deploy/README.md, Tenants and tokens, step 2): a client set up with a
+    token for another daemon still works on this one."""
     d = Daemon(tmp, "")
     tok = os.path.join(tmp, "t.token")
     with open(tok, "w") as f:
         f.write("secret-token\n")
     try:
         with connect(d.port, token="secret-token") as c:
-            with pytest.raises(paradev.Unauthenticated) as e:
-                c.info()
-        assert "takes no bearer tokens" in e.value.message
-        assert "unset $PARADEV_TOKEN_FILE" in e.value.hint, e.value.hint
+            assert c.info().num_devices > 0
         r = cli("--target", d.target, "ping", "--count", "1",
                 env={"PARADEV_TOKEN_FILE": tok})
-        assert r.returncode == 1, r.stderr
-        assert "drop --token-file" in r.stderr, r.stderr
-        assert "session token" not in r.stderr, r.stderr
+        assert r.returncode == 0, r.stderr
     finally:
         assert d.stop() == 0, d.log()
 
