@@ -1002,9 +1002,11 @@ def check_drain_timeout_and_second_signal():
         d.reader.join(5)
         assert rc == 1, (rc, d.log())
         m = d.find(r"second SIGTERM: exiting now with status 1, the drain and shutdown cut "
-                   r"short while draining \(the main loop\); abandoning \d+ queued ops and "
+                   r"short while draining \(the main loop\); abandoning (\d+) queued ops and "
                    r"(\d+) running on the devices \(at the last count\), 0 calls in progress$")
-        assert m and int(m.group(1)) > 0, d.log()
+        # Work was cut short; how it splits between queued and running at the
+        # last count depends on how far the dispatcher got (dispatch-ahead).
+        assert m and int(m.group(1)) + int(m.group(2)) > 0, d.log()
     finally:
         if d.proc.poll() is None:
             d.proc.kill()
