@@ -394,6 +394,9 @@ def _as_other_uid(site, job_token, extra=""):
     env = {"PATH": "/usr/bin:/bin", "HOME": "/", "PYTHONDONTWRITEBYTECODE": "1"}
     if lib:
         env["PARADEV_LIBRARY"] = lib
+    for k in ("LD_PRELOAD", "ASAN_OPTIONS"):  # a sanitizer build's runtime
+        if k in os.environ:
+            env[k] = os.environ[k]
     r = subprocess.run(["setpriv", "--reuid", str(OTHER_UID), "--regid",
                         str(OTHER_UID), "--clear-groups", sys.executable, "-c",
                         prog], capture_output=True, text=True, env=env,
