@@ -254,50 +254,34 @@ pd_code dev_engine_memory_stats(dev_engine *e, int device,
   return e->backend->memory_stats(e->backend, device, out, st);
 }
 
+/* Refuses an op with an input still loading: a caller's bug (device.h:
+ * hold such ops until the input completes); running it would read a
+ * half-loaded buffer. True when refused (the op is abandoned). */
+static bool dev__refuse_pending(dev_op *op) {
+  if (!dev_op_has_pending_input(op, NULL)) return false;
+  dev_op_abandon(op, PD_FAILED_PRECONDITION,
+                 "an input of the op is still loading (a pending tensor); "
+                 "hold the op until dev_tensor_complete");
+  return true;
+}
+
+/* One op is a batch of one: one path hands out op numbers, publishes the
+ * last one for the progress watch and pushes to the executors. */
 void dev_op_submit(dev_engine *e, dev_op *op) {
-  dev_tensor *p = NULL;
-  if (dev_op_has_pending_input(op, &p)) {
-    /* A caller's bug (device.h: hold such ops until the input completes);
-     * running it would read a half-loaded buffer. */
-    dev_op_abandon(op, PD_FAILED_PRECONDITION,
-                   "an input of the op is still loading (a pending tensor); "
-                   "hold the op until dev_tensor_complete");
-    return;
-  }
-  pthread_mutex_lock(&e->submit_mu);
-  for (int d = 0; d < e->n; d++) {
-    if (!dev__exec_reserve(&e->execs[d])) {
-      pthread_mutex_unlock(&e->submit_mu);
-      dev_op_abandon(op, PD_RESOURCE_EXHAUSTED,
-                     "host out of memory while queueing the op");
-      return;
-    }
-  }
-  op->seq = ++e->seq;
-  atomic_store_explicit(&e->last_seq, op->seq, memory_order_relaxed);
-  op->per_device_release = !(op->def->flags & DEV_OP_COLLECTIVE);
-  for (int o = 0; o < op->num_outputs; o++)
-    for (int d = 0; d < e->n; d++)
-      atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
-  for (int d = 0; d < e->n; d++) dev__exec_push(&e->execs[d], op);
-  pthread_mutex_unlock(&e->submit_mu);
+  dev_op_submit_batch(e, &op, 1);
 }
 
 /* --- batch submission (issue #15) ---------------------------------------- */
 
 void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
-  /* Ops with a pending input are refused one by one, as dev_op_submit does;
+  /* Ops with a pending input are refused one by one (dev__refuse_pending);
    * the rest go out in one reservation and one push per device. Up to
    * DEV_SUBMIT_BATCH_MAX at a time (the arrays below). */
   while (n > 0) {
     dev_op *go[DEV_SUBMIT_BATCH_MAX];
     int k = 0, used = 0;
-    for (; used < n && k < DEV_SUBMIT_BATCH_MAX; used++) {
-      if (dev_op_has_pending_input(ops[used], NULL))
-        dev_op_submit(e, ops[used]); /* refuses it, with the message */
-      else
-        go[k++] = ops[used];
-    }
+    for (; used < n && k < DEV_SUBMIT_BATCH_MAX; used++)
+      if (!dev__refuse_pending(ops[used])) go[k++] = ops[used];
     ops += used;
     n -= used;
     if (k == 0) continue;

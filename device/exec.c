@@ -277,8 +277,6 @@ void *dev__exec_main(void *arg) {
   }
 }
 
-bool dev__exec_reserve(dev_exec *x) { return dev__exec_reserve_n(x, 1); }
-
 bool dev__exec_reserve_n(dev_exec *x, size_t n) {
   bool ok = true;
   pthread_mutex_lock(&x->mu);
@@ -316,8 +314,6 @@ bool dev__exec_reserve_n(dev_exec *x, size_t n) {
   pthread_mutex_unlock(&x->mu);
   return ok;
 }
-
-void dev__exec_push(dev_exec *x, dev_op *op) { dev__exec_push_n(x, &op, 1); }
 
 /* --- batch submission (issue #15: a dispatcher as fast as the wire) -------
  * Pushes ops[0..n) (room reserved) under one lock with at most one wake-up:

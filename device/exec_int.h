@@ -125,18 +125,13 @@ typedef struct dev__released {
 /* The executor thread of one device (pthread start routine; arg: dev_exec). */
 void *dev__exec_main(void *arg);
 
-/* Makes room in x's ring (and, with fences, its completion queue) for one
- * more op; called under the engine's submit lock, so the room stays (the
+/* Makes room in x's ring (and, with fences, its completion queue) for n
+ * more ops; called under the engine's submit lock, so the room stays (the
  * executor only removes ops). False on host out of memory. */
-bool dev__exec_reserve(dev_exec *x);
-
-/* Appends `op` to x's ring (room reserved) and wakes the executor. */
-void dev__exec_push(dev_exec *x, dev_op *op);
-
-/* The same for n ops (dev_op_submit_batch): room for n reserved at once,
- * pushed under one lock with at most one wake-up (only when the executor
- * sleeps). */
 bool dev__exec_reserve_n(dev_exec *x, size_t n);
+
+/* Appends ops[0..n) to x's ring (room reserved) under one lock, with at most
+ * one wake-up (only when the executor sleeps); dev_op_submit_batch. */
 void dev__exec_push_n(dev_exec *x, dev_op *const *ops, size_t n);
 
 /* --- release after failure (release.c) ---------------------------------- */

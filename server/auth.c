@@ -10,6 +10,7 @@
  * is simpler to reason about (NOTES.md). */
 #define SRV_LOG_SUB SRV_SUB_RPC
 #include "auth.h"
+#include "ratelimit.h"
 
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -42,12 +43,10 @@ typedef struct srv_auth_table {
 } srv_auth_table;
 
 struct srv_auth {
-  pthread_mutex_t mu;  /* guards cur and the log's rate */
+  pthread_mutex_t mu;  /* guards cur */
   srv_auth_table *cur; /* in force; its older ones are kept */
   _Atomic uint64_t refusals[SRV_REFUSE_COUNT];
-  int64_t log_second; /* the rate limit's current second */
-  int logged;         /* lines in it */
-  uint64_t unlogged;  /* refusals not logged since the last line */
+  srv_rate log_rate; /* the refusal lines' (ratelimit.h) */
 };
 
 static const char *const srv_refusal_names[SRV_REFUSE_COUNT] = {
@@ -233,24 +232,8 @@ void srv_auth_refused(srv_call *c, srv_refusal why, const dev_status *st) {
   struct srv_auth *a = c->s->auth;
   if (!a) return;
   atomic_fetch_add(&a->refusals[why], 1);
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  pthread_mutex_lock(&a->mu);
-  if (now.tv_sec != a->log_second) {
-    a->log_second = now.tv_sec;
-    a->logged = 0;
-  }
-  bool log = a->logged < SRV_REFUSAL_LOG_PER_S;
   uint64_t skipped = 0;
-  if (log) {
-    a->logged++;
-    skipped = a->unlogged;
-    a->unlogged = 0;
-  } else {
-    a->unlogged++;
-  }
-  pthread_mutex_unlock(&a->mu);
-  if (!log) return;
+  if (!srv_rate_ok(&a->log_rate, SRV_REFUSAL_LOG_PER_S, &skipped)) return;
   const srv_identity *id = c->identity;
   char name[SRV_LOG_QUOTED(128)], more[64] = "";
   if (skipped)
