@@ -46,7 +46,6 @@ import struct
 import sys
 import threading
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_service as ts  # noqa: E402  (reads the same four arguments)
@@ -522,27 +521,7 @@ CHECKS = [check_drain_liveness_and_work, check_stall, check_probe_starvation,
 
 
 def main():
-    only = os.environ.get("PARADEV_TEST_ONLY")
-    failed = 0
-    for check in CHECKS:
-        if only and check.__name__ not in only.split(","):
-            continue
-        t0 = time.monotonic()
-        try:
-            check()
-            print("PASS %s (%.1f s)" % (check.__name__, time.monotonic() - t0), flush=True)
-        except Exception:
-            failed += 1
-            print("FAIL %s" % check.__name__, flush=True)
-            traceback.print_exc()
-    for lines in ts.ALL_LOGS:
-        for line in lines:
-            if "AddressSanitizer" in line or "runtime error" in line or \
-                    "LeakSanitizer" in line:
-                failed += 1
-                print("FAIL sanitizer report in a daemon's log:", line.strip())
-    print("%d failed" % failed)
-    return 1 if failed else 0
+    return ts.run_checks(CHECKS)
 
 
 if __name__ == "__main__":
