@@ -380,16 +380,41 @@ def test_remote_operator(tls_site, plain_site, tmp_path):
 
 # --- 4. a job token bound to a uid ----------------------------------------------
 
+_STAGED = {}
+
+
+def _staged_client():
+    """The Python package and libparadev copied into a directory every uid
+    may read: the checkout (a `mktemp -d` clone, mode 0700) may not be
+    readable by OTHER_UID. Returns (package dir, library or None)."""
+    if not _STAGED:
+        d = tempfile.mkdtemp(prefix="paradev-seams-other-")
+        os.chmod(d, 0o755)
+        shutil.copytree(os.path.join(tt.ROOT, "client", "python", "paradev"),
+                        os.path.join(d, "paradev"))
+        lib = os.environ.get("PARADEV_LIBRARY")
+        if lib:
+            shutil.copy(lib, os.path.join(d, "libparadev.so"))
+            lib = os.path.join(d, "libparadev.so")
+        for root, dirs, files in os.walk(d):
+            for n in dirs:
+                os.chmod(os.path.join(root, n), 0o755)
+            for n in files:
+                os.chmod(os.path.join(root, n), 0o644)
+        _STAGED["dir"], _STAGED["lib"] = d, lib
+    return _STAGED["dir"], _STAGED["lib"]
+
+
 def _as_other_uid(site, job_token, extra=""):
     """Opens a session on the Unix socket as uid 65534 (setpriv)."""
-    lib = os.environ.get("PARADEV_LIBRARY")
+    pkg, lib = _staged_client()
     prog = ("import sys; sys.path.insert(0, %r); import paradev\n"
             "c = paradev.connect(%r, ignore_environment=True%s)\n"
             "try:\n"
             "    c.session('as-other', job_token=%r).close(); print('OK')\n"
             "except paradev.Error as e:\n"
             "    print(type(e).__name__, e)\n" % (
-                os.path.join(tt.ROOT, "client", "python"), "unix:" + site.sock,
+                pkg, "unix:" + site.sock,
                 extra, job_token))
     env = {"PATH": "/usr/bin:/bin", "HOME": "/", "PYTHONDONTWRITEBYTECODE": "1"}
     if lib:

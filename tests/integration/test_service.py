@@ -1103,7 +1103,10 @@ def check_stuck_shutdown():
         assert rc == 1, (rc, d.log())
         timeout = d.find(r"drain timeout \(1 s\): cancelling (\d+) queued ops; (\d+) running "
                          r"on the devices are left")
-        assert timeout and int(timeout.group(2)) > 0, d.log()
+        # Work was left at the timeout; with dispatch-ahead only a few ops are
+        # on the devices at a time, and on a loaded host the count can catch
+        # them all finished, so queued and running are counted together.
+        assert timeout and int(timeout.group(1)) + int(timeout.group(2)) > 0, d.log()
         assert d.find(r"^wedge: grpc_shutdown blocks forever$"), d.log()
         assert not d.find(r"stopped$")
         # The counts are those of the drain's end: the main thread never
