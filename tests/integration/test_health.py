@@ -502,6 +502,8 @@ def check_probe_full_listener():
         # one for the probe: the first two to have connected.
         assert 1 <= len(closed) <= 2, len(closed)
         assert all(c in t.conns[:2] for c in closed), [t.conns.index(c) for c in closed]
+        # The daemon's log is read by a thread: wait for the line, then count.
+        d.wait_line(r"the metrics port is full \(metrics_max_connections 64\): closed")
         full = [line for line in d.lines if "the metrics port is full "
                 "(metrics_max_connections 64): closed" in line]
         assert len(full) == 1, d.log()
