@@ -83,6 +83,9 @@ typedef enum dev_op_flags {
   DEV_OP_COLLECTIVE = 1 << 0,    /* runs through backend->collective */
   DEV_OP_MESH_INFER = 1 << 1,    /* infer sees every component at once */
   DEV_OP_ALIASES_INPUT = 1 << 3, /* output 0 may share input 0's buffer */
+  /* The call of a graph function (device/fn/): the executor runs its body
+   * (device/fn/run.c) instead of a kernel. Never in the registry. */
+  DEV_OP_FUNCTION = 1 << 4,
 } dev_op_flags;
 
 /* Backend kinds that kernels are registered for. */
@@ -323,6 +326,24 @@ typedef struct dev_backend {
    * (DEV_IDLE_TRIM_MS): gives cached memory back to the system (the CPU
    * backend's block cache, then malloc_trim). */
   void (*trim)(struct dev_backend *b, int device);
+
+  /* Optional CUDA graphs for graph functions (issue #11; NULL: none; check
+   * struct_size first). Called on `device`'s executor only.
+   * capture_begin: the device's following work is captured, not run
+   *   (cudaStreamBeginCapture on its stream, relaxed mode).
+   * capture_end: ends the capture and instantiates it into *graph
+   *   (cudaStreamEndCapture + cudaGraphInstantiate); an error (a kernel
+   *   that cannot be captured) leaves the stream as it was, nothing run.
+   * graph_launch: replays *graph on the device's stream (the work runs
+   *   as if issued again: a fence recorded afterwards covers it).
+   * graph_destroy: frees it (any thread, once no launch is in flight).
+   * Source: CUDA Programming Guide, "CUDA Graphs" (stream capture). */
+  pd_code (*capture_begin)(struct dev_backend *b, int device, dev_status *st);
+  pd_code (*capture_end)(struct dev_backend *b, int device, void **graph,
+                         dev_status *st);
+  pd_code (*graph_launch)(struct dev_backend *b, int device, void *graph,
+                          dev_status *st);
+  void (*graph_destroy)(struct dev_backend *b, int device, void *graph);
 } dev_backend;
 
 /* Milliseconds an executor waits idle before calling its backend's trim. */

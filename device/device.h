@@ -712,6 +712,9 @@ pd_code dev_execute(dev_engine *e, const char *op_name,
 /* The gradient tape (dev_tape_*): dev_tape.h, part of this interface. */
 #include "dev_tape.h"
 
+/* Graph functions (dev_fn_*): dev_function.h, part of this interface. */
+#include "dev_function.h"
+
 #ifdef __cplusplus
 }
 #endif

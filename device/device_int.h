@@ -143,6 +143,10 @@ struct dev_op {
   atomic_bool issue_failed;
   /* dev_op_set_time_sink: each device adds its ns (__atomic, relaxed). */
   uint64_t *time_sink;
+  /* DEV_OP_FUNCTION ops (def is the engine's function-call def): the call's
+   * state (device/fn/run.c: the instantiation it holds a reference on, the
+   * per-collective-node rendezvous), freed with the op. NULL otherwise. */
+  void *fn_call;
 };
 
 /* Allocates a buffer of `bytes` on `device` through the backend. */
@@ -169,6 +173,34 @@ void dev__component_set_error(dev_component *c, pd_code code, const char *msg);
  * may still read it). Under the device's mutex (exec_int.h). */
 void dev__component_set_late_error(dev_component *c, pd_code code,
                                    const char *msg);
+
+/* Resolves attributes as dev_op_prepare does (prepare.c): checks the given
+ * ones against def (known names, types, limits, required ones present),
+ * writes def->num_attrs values into vals (defaults filled) and deep-copies
+ * strings and lists into one allocation (*arena, NULL when none; the caller
+ * frees it). INVALID_ARGUMENT naming the op and the attribute;
+ * RESOURCE_EXHAUSTED. */
+pd_code dev__resolve_attrs(const dev_op_def *def, const dev_attr *attrs,
+                           int num_attrs, dev_attr_value *vals, void **arena,
+                           dev_status *st);
+
+/* Runs def's inference for every one of n components (prepare.c):
+ * in_shapes[i * n + d] is input i's component d; on success *num_outputs
+ * (what infer wrote to ctx->num_outputs, at most DEV_MAX_OUTPUTS),
+ * out_dtype[o] and out_shapes[o * n + d] (room for DEV_MAX_OUTPUTS * n).
+ * Errors: what the op's infer returns. No tensor needed: graph functions
+ * infer their nodes with it. */
+pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs, int n,
+                      int num_inputs, const pd_dtype *in_dtype,
+                      const dev_shape *in_shapes, int *num_outputs,
+                      pd_dtype *out_dtype, dev_shape *out_shapes,
+                      dev_status *st);
+
+/* Whether an op's outputs are known not to be mirrored (prepare.c; see
+ * dev_tensor.not_mirrored), given whether any input is. */
+bool dev__outputs_not_mirrored(const dev_op_def *def,
+                               const dev_attr_value *attrs,
+                               bool input_not_mirrored);
 
 /* Frees a queued or prepared op: releases its tensors, collective and
  * attribute storage (prepare.c). */

@@ -146,11 +146,10 @@ static pd_code check_value(const dev_op_def *def, const dev_attr *a,
   return PD_OK;
 }
 
-/* Copies the given attributes into op->attrs, strings and lists into the
- * arena (sized by check_value). */
+/* Copies the given attributes into vals[], strings and lists into `arena`
+ * (sized by check_value). */
 static void copy_attrs(const dev_op_def *def, const dev_attr *attrs,
-                       int num_attrs, dev_op *op) {
-  char *p = op->attr_arena;
+                       int num_attrs, dev_attr_value *vals, char *p) {
   for (int k = 0; k < num_attrs; k++) {
     int idx = dev_op_attr_index(def, attrs[k].name);
     dev_attr_value v = attrs[k].value;
@@ -168,21 +167,20 @@ static void copy_attrs(const dev_op_def *def, const dev_attr *attrs,
       v.u.flist.v = (const double *)(void *)p;
       p += (size_t)v.u.flist.n * 8;
     }
-    op->attrs[idx] = v;
+    vals[idx] = v;
   }
 }
 
-/* Checks and resolves attributes into op->attrs (defaults filled), deep
- * copying strings and lists into one arena. */
-static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs,
-                             int num_attrs, dev_op *op, dev_status *st) {
+pd_code dev__resolve_attrs(const dev_op_def *def, const dev_attr *attrs,
+                           int num_attrs, dev_attr_value *vals,
+                           void **arena_out, dev_status *st) {
   if (num_attrs < 0 || (num_attrs > 0 && !attrs))
     return dev_error(st, PD_INVALID_ARGUMENT, "%s: malformed attribute list",
                      def->name);
   bool seen[DEV_MAX_ATTRS] = {0};
   size_t arena = 0;
   for (int i = 0; i < def->num_attrs; i++)
-    op->attrs[i] = def->attrs[i].default_value;
+    vals[i] = def->attrs[i].default_value;
   for (int k = 0; k < num_attrs; k++) {
     const dev_attr *a = &attrs[k];
     if (!a->name)
@@ -213,12 +211,13 @@ static pd_code resolve_attrs(const dev_op_def *def, const dev_attr *attrs,
       return dev_error(st, PD_INVALID_ARGUMENT,
                        "%s: attribute '%s' (%s) is required", def->name,
                        def->attrs[i].name, attr_type_name(def->attrs[i].type));
+  char *p = NULL;
   if (arena) {
-    op->attr_arena = malloc(arena);
-    if (!op->attr_arena)
-      return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+    p = malloc(arena);
+    if (!p) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   }
-  copy_attrs(def, attrs, num_attrs, op);
+  copy_attrs(def, attrs, num_attrs, vals, p);
+  *arena_out = p;
   return PD_OK;
 }
 
@@ -259,34 +258,26 @@ static pd_code check_inputs(const dev_op_def *def, const dev_engine *e,
   return PD_OK;
 }
 
-/* Runs `def`'s inference for every component: out_dtype[o] and
- * out_shapes[o * n + d] receive output o's dtype and component d's shape. */
-static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def,
-                             const dev_op *op, dev_tensor *const *inputs,
-                             int num_inputs, pd_dtype *out_dtype,
-                             dev_shape *out_shapes, dev_status *st) {
-  const int n = e->n;
+pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs, int n,
+                      int num_inputs, const pd_dtype *in_dtype,
+                      const dev_shape *in_shapes, int *num_outputs,
+                      pd_dtype *out_dtype, dev_shape *out_shapes,
+                      dev_status *st) {
   const size_t nin = (size_t)(num_inputs ? num_inputs : 1);
-  pd_dtype in_dtype[DEV_MAX_INPUTS];
-  for (int i = 0; i < num_inputs; i++) in_dtype[i] = inputs[i]->dtype;
-  dev_shape *in_shape = malloc(sizeof(dev_shape) * nin);
+  const dev_shape *all_local[DEV_MAX_INPUTS];
+  dev_shape in_local[16];
+  dev_shape *in_shape = nin <= 16 ? in_local : malloc(sizeof(dev_shape) * nin);
+  if (!in_shape)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   const dev_shape **all = NULL;
-  dev_shape *all_store = NULL;
-  pd_code rc = PD_OK;
-  if (!in_shape) goto oom;
   if (def->flags & DEV_OP_MESH_INFER) {
-    all = malloc(sizeof *all * nin);
-    all_store = malloc(sizeof(dev_shape) * (size_t)n * nin);
-    if (!all || !all_store) goto oom;
-    for (int i = 0; i < num_inputs; i++) {
-      for (int d = 0; d < n; d++)
-        all_store[i * n + d] = inputs[i]->comps[d].shape;
-      all[i] = &all_store[i * n];
-    }
+    for (int i = 0; i < num_inputs; i++) all_local[i] = &in_shapes[i * n];
+    all = all_local;
   }
+  pd_code rc = PD_OK;
+  int nout = def->num_outputs;
   for (int d = 0; d < n && rc == PD_OK; d++) {
-    for (int i = 0; i < num_inputs; i++)
-      in_shape[i] = inputs[i]->comps[d].shape;
+    for (int i = 0; i < num_inputs; i++) in_shape[i] = in_shapes[i * n + d];
     dev_infer_ctx ic = {
         .op = def,
         .device = d,
@@ -295,11 +286,26 @@ static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def,
         .in_dtype = in_dtype,
         .in_shape = in_shape,
         .all_in_shape = all,
-        .attrs = op->attrs,
+        .attrs = attrs,
         .num_outputs = def->num_outputs,
     };
     rc = def->infer(&ic, st);
-    for (int o = 0; o < def->num_outputs && rc == PD_OK; o++) {
+    if (rc != PD_OK) break;
+    if (d == 0) {
+      nout = ic.num_outputs;
+      if (nout < 0 || nout > DEV_MAX_OUTPUTS) {
+        rc = dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: %d outputs; the limit is %d", def->name, nout,
+                       DEV_MAX_OUTPUTS);
+        break;
+      }
+    } else if (ic.num_outputs != nout) {
+      rc = dev_error(st, PD_INTERNAL,
+                     "%s: inferred output counts differ between devices",
+                     def->name);
+      break;
+    }
+    for (int o = 0; o < nout && rc == PD_OK; o++) {
       if (d == 0)
         out_dtype[o] = ic.out_dtype[o];
       else if (out_dtype[o] != ic.out_dtype[o])
@@ -308,30 +314,50 @@ static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def,
       out_shapes[o * n + d] = ic.out_shape[o];
     }
   }
-  goto out;
-oom:
-  rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
-out:
-  free(in_shape);
-  free(all);
-  free(all_store);
+  if (in_shape != in_local) free(in_shape);
+  if (rc == PD_OK) *num_outputs = nout;
+  return rc;
+}
+
+/* Runs `def`'s inference for every component of op's inputs (see
+ * dev__infer_op): out_dtype[o] and out_shapes[o * n + d]. */
+static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def,
+                             const dev_op *op, dev_tensor *const *inputs,
+                             int num_inputs, int *num_outputs,
+                             pd_dtype *out_dtype, dev_shape *out_shapes,
+                             dev_status *st) {
+  const int n = e->n;
+  const size_t cnt = (size_t)num_inputs * (size_t)n;
+  pd_dtype in_dtype[DEV_MAX_INPUTS];
+  dev_shape local[32];
+  dev_shape *in_shapes =
+      cnt <= 32 ? local : malloc(sizeof(dev_shape) * (cnt ? cnt : 1));
+  if (!in_shapes)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  for (int i = 0; i < num_inputs; i++) {
+    in_dtype[i] = inputs[i]->dtype;
+    for (int d = 0; d < n; d++)
+      in_shapes[i * n + d] = inputs[i]->comps[d].shape;
+  }
+  pd_code rc = dev__infer_op(def, op->attrs, n, num_inputs, in_dtype, in_shapes,
+                             num_outputs, out_dtype, out_shapes, st);
+  if (in_shapes != local) free(in_shapes);
   return rc;
 }
 
 /* Creates op's outputs (not yet allocated, not yet submitted) and, for a
  * collective, its rendezvous. */
 static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
-                            const pd_dtype *out_dtype,
+                            int nout, const pd_dtype *out_dtype,
                             const dev_shape *out_shapes, dev_status *st) {
   const int n = e->n;
-  for (int o = 0; o < def->num_outputs; o++) {
+  for (int o = 0; o < nout; o++) {
     pd_code rc = dev__tensor_new(e, out_dtype[o], &out_shapes[o * n],
                                  &op->outputs[o], st);
     if (rc != PD_OK) {
       char msg[DEV_STATUS_MSG_MAX];
       snprintf(msg, sizeof msg, "%s", st ? st->msg : "");
-      return dev_error(st, rc, "%s: output '%s': %s", def->name,
-                       def->outputs[o].name, msg);
+      return dev_error(st, rc, "%s: output %d: %s", def->name, o, msg);
     }
     op->num_outputs = o + 1;
     for (int d = 0; d < n; d++)
@@ -351,16 +377,22 @@ static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
  * and AllGather leave the same value on every device; ReduceScatter,
  * DeviceId and per-device random streams do not; any other op passes on
  * its inputs' mark. */
-static bool outputs_not_mirrored(const dev_op_def *def, const dev_op *op) {
+bool dev__outputs_not_mirrored(const dev_op_def *def,
+                               const dev_attr_value *attrs,
+                               bool input_not_mirrored) {
   if (def->flags & DEV_OP_COLLECTIVE)
     return def->collective == DEV_COLL_REDUCE_SCATTER;
   if (strcmp(def->name, "DeviceId") == 0) return true;
   int pd = dev_op_attr_index(def, "per_device");
-  if (pd >= 0 && op->attrs[pd].type == DEV_ATTR_BOOL && op->attrs[pd].u.b)
-    return true;
-  for (int i = 0; i < op->num_inputs; i++)
-    if (op->inputs[i]->not_mirrored) return true;
-  return false;
+  if (pd >= 0 && attrs[pd].type == DEV_ATTR_BOOL && attrs[pd].u.b) return true;
+  return input_not_mirrored;
+}
+
+static bool outputs_not_mirrored(const dev_op_def *def, const dev_op *op) {
+  bool in = false;
+  for (int i = 0; i < op->num_inputs && !in; i++)
+    in = op->inputs[i]->not_mirrored;
+  return dev__outputs_not_mirrored(def, op->attrs, in);
 }
 
 pd_code dev_op_prepare(dev_engine *e, const char *op_name,
@@ -384,7 +416,9 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
   dev_shape shapes_local[8 * DEV_MAX_OUTPUTS];
   dev_shape *out_shapes = NULL;
   pd_code rc;
-  PD_TRY_GOTO(resolve_attrs(def, attrs, num_attrs, op, st), rc, fail);
+  PD_TRY_GOTO(
+      dev__resolve_attrs(def, attrs, num_attrs, op->attrs, &op->attr_arena, st),
+      rc, fail);
   out_shapes = e->n <= 8
                    ? shapes_local
                    : malloc(sizeof(dev_shape) * (size_t)e->n * DEV_MAX_OUTPUTS);
@@ -392,15 +426,17 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
     rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
     goto fail;
   }
-  PD_TRY_GOTO(
-      infer_outputs(e, def, op, inputs, num_inputs, out_dtype, out_shapes, st),
-      rc, fail);
+  int nout = 0;
+  PD_TRY_GOTO(infer_outputs(e, def, op, inputs, num_inputs, &nout, out_dtype,
+                            out_shapes, st),
+              rc, fail);
   op->num_inputs = num_inputs;
   for (int i = 0; i < num_inputs; i++) {
     dev_tensor_retain(inputs[i]);
     op->inputs[i] = inputs[i];
   }
-  PD_TRY_GOTO(make_outputs(e, def, op, out_dtype, out_shapes, st), rc, fail);
+  PD_TRY_GOTO(make_outputs(e, def, op, nout, out_dtype, out_shapes, st), rc,
+              fail);
   bool not_mirrored = outputs_not_mirrored(def, op);
   for (int o = 0; o < op->num_outputs; o++)
     op->outputs[o]->not_mirrored = not_mirrored;

@@ -669,5 +669,6 @@ pd_code pd_delete(pd_session *s, const uint64_t *ids, int n,
 #include "paradev/tape.h"       /* gradient tapes */
 #include "paradev/checkpoint.h" /* checkpoints: load and save on the daemon */
 #include "paradev/ops.h"        /* the op reference (ListOps) */
+#include "paradev/function.h"   /* graph functions */
 
 #endif /* PARADEV_PARADEV_H */

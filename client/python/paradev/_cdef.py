@@ -473,6 +473,39 @@ void pd_ops_free(pd_op_info *ops, int n_ops);
 const pd_op_info *pd_ops_find(const pd_op_info *ops, int n_ops,
 const char *name);
 const pd_op_attr *pd_op_info_attr(const pd_op_info *op, const char *name);
+typedef struct pd_function pd_function;
+typedef enum pd_tristate {
+PD_TRISTATE_DEFAULT = 0,
+PD_TRISTATE_OFF = 1,
+PD_TRISTATE_ON = 2,
+} pd_tristate;
+typedef enum pd_pass {
+PD_PASS_PRUNING = 0,
+PD_PASS_CSE = 1,
+PD_PASS_CONSTANT_FOLDING = 2,
+PD_PASS_ARITHMETIC = 3,
+PD_PASS_FUSION = 4,
+PD_PASS_BUFFER_PLANNING = 5,
+PD_PASS_CUDA_GRAPH = 6,
+} pd_pass;
+const char *pd_pass_name(pd_pass p);
+pd_function *pd_function_new(const char *name);
+void pd_function_delete(pd_function *f);
+int pd_function_add_arg(pd_function *f, const char *name, pd_dtype dtype);
+pd_code pd_function_add_node(pd_function *f, const char *name, const char *op,
+const char *const *inputs, int n_inputs,
+const pd_attrs *attrs, pd_status *st);
+pd_code pd_function_add_output(pd_function *f, const char *name,
+const char *source, pd_status *st);
+void pd_function_set_pass(pd_function *f, pd_pass pass, pd_tristate v);
+void pd_function_set_max_instantiations(pd_function *f, int n);
+pd_code pd_register_function(pd_session *s, const pd_function *f,
+bool *already_registered,
+const pd_call_options *call, pd_status *st);
+pd_code pd_stream_register_function(pd_stream *s, const pd_function *f,
+pd_status *st);
+pd_code pd_describe_function(pd_session *s, const char *name, char **json,
+const pd_call_options *call, pd_status *st);
 """
 
 CONSTANTS = {
@@ -483,6 +516,7 @@ CONSTANTS = {
     'PD_FIRST_LIBRARY_ID': 4611686018427387904,
     'PD_MAX_DEVICES': 64,
     'PD_MAX_RANK': 8,
+    'PD_PASS_COUNT': 7,
     'PD_SHARED_MEMORY_HEADER_BYTES': 64,
     'PD_TIMEOUT_DEFAULT': 0,
     'PD_TIMEOUT_NONE': -1,

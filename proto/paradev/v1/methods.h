@@ -81,6 +81,12 @@
     paradev__v1__get_load_progress_response)                                   \
   X(PD_SVC_PARALLEL_DEVICE, SaveTensors, UNARY,                                \
     paradev__v1__save_tensors_request, paradev__v1__save_tensors_response)     \
+  X(PD_SVC_PARALLEL_DEVICE, RegisterFunction, UNARY,                           \
+    paradev__v1__register_function_request,                                    \
+    paradev__v1__register_function_response)                                   \
+  X(PD_SVC_PARALLEL_DEVICE, DescribeFunction, UNARY,                           \
+    paradev__v1__describe_function_request,                                    \
+    paradev__v1__describe_function_response)                                   \
   X(PD_SVC_PARALLEL_DEVICE, Echo, UNARY, paradev__v1__echo_request,            \
     paradev__v1__echo_response)                                                \
   X(PD_SVC_PARALLEL_DEVICE, EchoStream, BIDI, paradev__v1__echo_request,       \
