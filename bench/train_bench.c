@@ -21,6 +21,11 @@
  * the daemon and the client, so busy time includes time a device thread
  * waited for a core; the share outside is then a lower bound.
  *
+ * Both modes of dp_mlp (DP_MLP_EAGER: one stream item per op;
+ * DP_MLP_FUNCTION: one call of the step's graph function per step) are
+ * measured on 4 devices with batches of 32 and 256 (params "mode"), and
+ * function_steps_per_s against eager_steps_per_s gives their ratio.
+ *
  * Usage: bench_train [--quick] [--paradevd PATH]
  * Results: a table and JSON lines (benchutil.h). Exit status 1 on a failed
  * call. Built from client/CMakeLists.txt (it needs libparadev). */
@@ -129,16 +134,29 @@ static void epoch(dp_mlp *m, const digits_set *d, int batch) {
   if (dp_mlp_epoch_end(m, &loss, &correct, st) != PD_OK) die("epoch end");
 }
 
-static void bench_config(const char *path, const digits_set *train, int devices,
-                         int batch, int epochs) {
+/* Trains `epochs` timed epochs after a warm-up one in `mode`; returns the
+ * steps per second, or 0 when function mode is refused (a daemon without
+ * graph functions: the rows are skipped, saying why). */
+static double bench_config(const char *path, const digits_set *train,
+                           int devices, int batch, int epochs,
+                           dp_mlp_mode mode) {
+  const char *mname = mode == DP_MLP_FUNCTION ? "function" : "eager";
   pd_client *c = start_daemon(path, devices);
   pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
   so.client_name = "bench_train";
   pd_session *s = pd_session_new(c, &so, NULL, st);
   if (!s) die("CreateSession");
-  dp_mlp_config mc = {DIGITS_FEATURES, 128,   DIGITS_CLASSES,
-                      DP_MLP_ADAM,     0.003, 42};
+  dp_mlp_config mc = {
+      DIGITS_FEATURES, 128, DIGITS_CLASSES, DP_MLP_ADAM, 0.003, 42, mode};
   dp_mlp *m = dp_mlp_new(s, &mc, st);
+  if (!m && mode == DP_MLP_FUNCTION) {
+    printf("train: %s mode skipped: %s: %s\n", mname,
+           pd_code_name(pd_status_code(st)), pd_status_message(st));
+    pd_session_delete(s);
+    pd_client_delete(c);
+    stop_daemon();
+    return 0;
+  }
   if (!m) die("model");
   epoch(m, train, batch); /* warm-up: first allocations, caches */
   long steps0 = dp_mlp_steps(m);
@@ -151,21 +169,22 @@ static void bench_config(const char *path, const digits_set *train, int devices,
   pd_client_delete(c);
   stop_daemon();
 
-  char params[160];
+  char params[200];
   snprintf(params, sizeof(params),
-           "\"devices\": %d, \"batch\": %d, \"model\": \"mlp 64-128-10 adam\", "
-           "\"steps\": %ld",
-           devices, batch, steps);
+           "\"mode\": \"%s\", \"devices\": %d, \"batch\": %d, \"model\": "
+           "\"mlp 64-128-10 adam\", \"steps\": %ld",
+           mname, devices, batch, steps);
   double sps = (double)steps / wall;
   double bound = busy > 0 ? (double)steps / busy : 0;
   bu_record("train", params, "steps_per_s", sps,
             bound > 0 ? "device_bound_steps_per_s" : NULL, bound);
   bu_record("train", params, "outside_share", 1 - busy / wall, NULL, 0);
   printf(
-      "train: %d devices, batch %3d: %7.1f steps/s, %.2f ms per step, of "
-      "which the devices %.2f ms (%.0f%% outside them)\n",
-      devices, batch, sps, 1e3 * wall / (double)steps,
+      "train: %-8s %d devices, batch %3d: %7.1f steps/s, %.2f ms per step, "
+      "of which the devices %.2f ms (%.0f%% outside them)\n",
+      mname, devices, batch, sps, 1e3 * wall / (double)steps,
       1e3 * busy / (double)steps, 100 * (1 - busy / wall));
+  return sps;
 }
 
 int main(int argc, char **argv) {
@@ -190,10 +209,27 @@ int main(int argc, char **argv) {
   }
   if (digits_split(&all, 0.2, 42, &train, &test) != 0) return 1;
   digits_free(&all);
-  const int configs[][2] = {{1, 32}, {4, 32}, {4, 256}};
-  int n = quick ? 2 : 3;
-  for (int k = 0; k < n; k++)
-    bench_config(path, &train, configs[k][0], configs[k][1], quick ? 2 : 6);
+  /* Eager and function mode side by side, 4 devices, batch 32 and 256;
+   * the ratio is function mode's steps per second over eager mode's. */
+  const int batches[2] = {32, 256};
+  int epochs = quick ? 2 : 6;
+  for (int k = 0; k < 2; k++) {
+    double e = bench_config(path, &train, 4, batches[k], epochs, DP_MLP_EAGER);
+    double f =
+        bench_config(path, &train, 4, batches[k], epochs, DP_MLP_FUNCTION);
+    if (f > 0 && e > 0) {
+      char params[96];
+      snprintf(params, sizeof(params),
+               "\"devices\": 4, \"batch\": %d, \"model\": \"mlp 64-128-10 "
+               "adam\"",
+               batches[k]);
+      bu_record("train", params, "function_steps_per_s", f, "eager_steps_per_s",
+                e);
+      printf("train: batch %3d: function mode %.2fx eager mode's steps/s\n",
+             batches[k], f / e);
+    }
+  }
+  if (!quick) bench_config(path, &train, 1, 32, epochs, DP_MLP_EAGER);
   digits_free(&train);
   digits_free(&test);
   pd_status_delete(st);

@@ -6,6 +6,7 @@
 #include "dp_mlp.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,8 @@ struct dp_mlp {
   uint64_t mark_index; /* the stream item that computes it */
   uint64_t *tmp;       /* handles to delete at the end of the step */
   int ntmp, captmp;
-  pd_status *err; /* the first failure while queueing (sticky) */
+  pd_status *err;   /* the first failure while queueing (sticky) */
+  char fn_name[64]; /* the step's function (DP_MLP_FUNCTION), else "" */
 };
 
 static const double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-7, kMomentum = 0.9;
@@ -165,6 +167,165 @@ static uint64_t count_correct(dp_mlp *m, uint64_t logits, uint64_t y) {
   return sum_all(m, t1(m, "Cast", eq));
 }
 
+/* --- function mode: the step as one graph function --------------------------- */
+
+/* `pat` with its "%d" (if any) replaced by i, into out[32]. */
+static void subst(char out[32], const char *pat, int i) {
+  const char *p = strstr(pat, "%d");
+  if (!p) {
+    snprintf(out, 32, "%s", pat);
+    return;
+  }
+  snprintf(out, 32, "%.*s%d%s", (int)(p - pat), pat, i, p + 2);
+}
+
+/* A node of the step's function: `name` (its "%d" replaced by i) runs `op`
+ * on the n inputs that follow (each with its "%d" replaced by i too), with
+ * attributes m->a (cleared afterwards). Does nothing once a call has
+ * failed. */
+static void fnode(dp_mlp *m, pd_function *f, const char *name, int i,
+                  const char *op, int n, ...) {
+  char nm[32], in[4][32];
+  const char *ins[4];
+  subst(nm, name, i);
+  va_list ap;
+  va_start(ap, n);
+  for (int k = 0; k < n && k < 4; k++) {
+    subst(in[k], va_arg(ap, const char *), i);
+    ins[k] = in[k];
+  }
+  va_end(ap);
+  if (!failed(m)) pd_function_add_node(f, nm, op, ins, n, m->a, m->err);
+  pd_attrs_clear(m->a);
+}
+
+/* A float32 scalar constant node. */
+static void fconst(dp_mlp *m, pd_function *f, const char *name, double v) {
+  pd_attrs_set_shape(m->a, "shape", NULL, 0);
+  pd_attrs_set_float(m->a, "value", v);
+  pd_attrs_set_dtype(m->a, "dtype", PD_FLOAT32);
+  fnode(m, f, name, 0, "Fill", 0);
+}
+
+/* The optimizer's update of weight i from its averaged gradient gm<i>:
+ * the same ops, in the same order, as eager mode's. */
+static void fupdate(dp_mlp *m, pd_function *f, int i) {
+  if (m->cfg.optimizer == DP_MLP_ADAM) {
+    fnode(m, f, "m1a%d", i, "Mul", 2, "m%d", "beta1");
+    fnode(m, f, "m1b%d", i, "Mul", 2, "gm%d", "one_m_beta1");
+    fnode(m, f, "m%d_new", i, "Add", 2, "m1a%d", "m1b%d");
+    fnode(m, f, "sq%d", i, "Square", 1, "gm%d");
+    fnode(m, f, "m2a%d", i, "Mul", 2, "v%d", "beta2");
+    fnode(m, f, "m2b%d", i, "Mul", 2, "sq%d", "one_m_beta2");
+    fnode(m, f, "v%d_new", i, "Add", 2, "m2a%d", "m2b%d");
+    fnode(m, f, "sqrt%d", i, "Sqrt", 1, "v%d_new");
+    fnode(m, f, "den%d", i, "Add", 2, "sqrt%d", "eps");
+    fnode(m, f, "q%d", i, "Div", 2, "m%d_new", "den%d");
+    fnode(m, f, "upd%d", i, "Mul", 2, "q%d", "lr");
+  } else {
+    fnode(m, f, "va%d", i, "Mul", 2, "m%d", "mu");
+    fnode(m, f, "m%d_new", i, "Add", 2, "va%d", "gm%d");
+    fnode(m, f, "upd%d", i, "Mul", 2, "m%d_new", "lr");
+  }
+  fnode(m, f, "w%d_new", i, "Sub", 2, "w%d", "upd%d");
+}
+
+/* The step of dp_mlp_step as a function. Arguments: x [rows, inputs]
+ * float32, y [rows] int32, scale and lr (float32 scalars: n/B and the
+ * step's learning rate), w0..w3, m0..m3 (first moment or velocity),
+ * v0..v3 (Adam's second moment), acc_loss, acc_correct. Outputs, in order:
+ * the new w0..w3, m0..m3, v0..v3 (Adam), acc_loss, acc_correct, and the
+ * step's loss (n/B times the shard's summed loss). */
+static pd_function *step_function(dp_mlp *m) {
+  bool adam = m->cfg.optimizer == DP_MLP_ADAM;
+  pd_function *f = pd_function_new(m->fn_name);
+  if (!f) {
+    pd_status_set(m->err, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    return NULL;
+  }
+  char nm[32];
+  pd_function_add_arg(f, "x", PD_FLOAT32);
+  pd_function_add_arg(f, "y", PD_INT32);
+  pd_function_add_arg(f, "scale", PD_FLOAT32);
+  pd_function_add_arg(f, "lr", PD_FLOAT32);
+  const char *state[3] = {"w%d", "m%d", "v%d"};
+  for (int k = 0; k < (adam ? 3 : 2); k++)
+    for (int i = 0; i < NW; i++) {
+      subst(nm, state[k], i);
+      pd_function_add_arg(f, nm, PD_FLOAT32);
+    }
+  pd_function_add_arg(f, "acc_loss", PD_FLOAT32);
+  pd_function_add_arg(f, "acc_correct", PD_FLOAT32);
+
+  fnode(m, f, "mm1", 0, "MatMul", 2, "x", "w0");
+  fnode(m, f, "h", 0, "BiasAdd", 2, "mm1", "w1");
+  fnode(m, f, "r", 0, "Relu", 1, "h");
+  fnode(m, f, "mm2", 0, "MatMul", 2, "r", "w2");
+  fnode(m, f, "logits", 0, "BiasAdd", 2, "mm2", "w3");
+  fnode(m, f, "xent", 0, "SparseSoftmaxCrossEntropyWithLogits", 2, "logits",
+        "y");
+  fnode(m, f, "loss_sum", 0, "Sum", 1, "xent:0");
+  fnode(m, f, "loss", 0, "Mul", 2, "loss_sum", "scale");
+  /* tf.gradients(loss, [w0..w3]): outputs g:0..g:3 */
+  if (!failed(m)) {
+    const char *gin[5] = {"loss", "w0", "w1", "w2", "w3"};
+    pd_function_add_node(f, "g", "Gradients", gin, 5, NULL, m->err);
+  }
+  for (int i = 0; i < NW; i++) {
+    pd_attrs_set_string(m->a, "reduction", "mean");
+    fnode(m, f, "gm%d", i, "AllReduce", 1, "g:%d");
+  }
+  fnode(m, f, "acc_loss_new", 0, "Add", 2, "acc_loss", "loss_sum");
+  pd_attrs_set_int(m->a, "axis", 1);
+  pd_attrs_set_dtype(m->a, "output_type", PD_INT32);
+  fnode(m, f, "pred", 0, "ArgMax", 1, "logits");
+  fnode(m, f, "eq", 0, "Equal", 2, "pred", "y");
+  pd_attrs_set_dtype(m->a, "DstT", PD_FLOAT32);
+  fnode(m, f, "eqf", 0, "Cast", 1, "eq");
+  fnode(m, f, "ncorrect", 0, "Sum", 1, "eqf");
+  fnode(m, f, "acc_correct_new", 0, "Add", 2, "acc_correct", "ncorrect");
+  if (adam) {
+    fconst(m, f, "beta1", kBeta1);
+    fconst(m, f, "one_m_beta1", 1 - kBeta1);
+    fconst(m, f, "beta2", kBeta2);
+    fconst(m, f, "one_m_beta2", 1 - kBeta2);
+    fconst(m, f, "eps", kEps);
+  } else {
+    fconst(m, f, "mu", kMomentum);
+  }
+  for (int i = 0; i < NW; i++) fupdate(m, f, i);
+
+  char src[40];
+  for (int k = 0; k < (adam ? 3 : 2) && !failed(m); k++)
+    for (int i = 0; i < NW && !failed(m); i++) {
+      subst(nm, state[k], i);
+      snprintf(src, sizeof src, "%s_new", nm);
+      pd_function_add_output(f, nm, src, m->err);
+    }
+  const char *outs[3][2] = {{"acc_loss", "acc_loss_new"},
+                            {"acc_correct", "acc_correct_new"},
+                            {"loss", "loss"}};
+  for (int k = 0; k < 3 && !failed(m); k++)
+    pd_function_add_output(f, outs[k][0], outs[k][1], m->err);
+  if (failed(m)) {
+    pd_function_delete(f);
+    return NULL;
+  }
+  return f;
+}
+
+static pd_code register_step(dp_mlp *m) {
+  snprintf(m->fn_name, sizeof m->fn_name, "dp_mlp_step_%s_%d_%d_%d",
+           m->cfg.optimizer == DP_MLP_ADAM ? "adam" : "sgd", m->cfg.inputs,
+           m->cfg.hidden, m->cfg.classes);
+  pd_function *f = step_function(m);
+  if (f) pd_register_function(m->s, f, NULL, NULL, m->err);
+  pd_function_delete(f);
+  return pd_status_code(m->err);
+}
+
+const char *dp_mlp_function_name(const dp_mlp *m) { return m->fn_name; }
+
 /* --- the model -------------------------------------------------------------------- */
 
 dp_mlp *dp_mlp_new(pd_session *s, const dp_mlp_config *cfg, pd_status *st) {
@@ -216,6 +377,7 @@ dp_mlp *dp_mlp_new(pd_session *s, const dp_mlp_config *cfg, pd_status *st) {
   m->c_lr = scalar(m, cfg->lr);
   m->acc_loss = scalar(m, 0);
   m->acc_correct = scalar(m, 0);
+  if (cfg->mode == DP_MLP_FUNCTION && !failed(m)) register_step(m);
   if (report(m, st) != PD_OK) {
     dp_mlp_delete(m);
     return NULL;
@@ -248,6 +410,43 @@ static void replace(dp_mlp *m, uint64_t *slot, uint64_t id) {
   *slot = id;
 }
 
+/* Function mode's step: the step-dependent scalars, then one call of the
+ * step's function whose outputs replace the weights, the optimizer's state
+ * and the running sums. */
+static void step_call(dp_mlp *m, uint64_t xid, uint64_t yid, int rows) {
+  bool adam = m->cfg.optimizer == DP_MLP_ADAM;
+  uint64_t scale = scalar(m, (double)m->ndev / (double)rows);
+  keep_tmp(m, scale);
+  uint64_t lr = m->c_lr;
+  if (adam) {
+    double t = (double)m->steps;
+    lr = scalar(m, m->cfg.lr * sqrt(1 - pow(kBeta2, t)) / (1 - pow(kBeta1, t)));
+    keep_tmp(m, lr);
+  }
+  uint64_t in[4 + 3 * NW + 2], out[3 * NW + 3];
+  int n = 0, k = 0, n_out = (adam ? 3 : 2) * NW + 3;
+  in[n++] = xid;
+  in[n++] = yid;
+  in[n++] = scale;
+  in[n++] = lr;
+  for (int i = 0; i < NW; i++) in[n++] = m->w[i];
+  for (int i = 0; i < NW; i++) in[n++] = m->m1[i];
+  for (int i = 0; adam && i < NW; i++) in[n++] = m->m2[i];
+  in[n++] = m->acc_loss;
+  in[n++] = m->acc_correct;
+  opn(m, m->fn_name, in, n, out, n_out);
+  if (failed(m)) return;
+  for (int i = 0; i < NW; i++) replace(m, &m->w[i], out[k++]);
+  for (int i = 0; i < NW; i++) replace(m, &m->m1[i], out[k++]);
+  for (int i = 0; adam && i < NW; i++) replace(m, &m->m2[i], out[k++]);
+  replace(m, &m->acc_loss, out[k++]);
+  replace(m, &m->acc_correct, out[k++]);
+  if (m->steps % SYNC_EVERY == 0)
+    bound_run_ahead(m, out[k]);
+  else
+    keep_tmp(m, out[k]);
+}
+
 pd_code dp_mlp_step(dp_mlp *m, const float *x, const int32_t *y, int rows,
                     pd_status *st) {
   if (rows <= 0) {
@@ -257,6 +456,11 @@ pd_code dp_mlp_step(dp_mlp *m, const float *x, const int32_t *y, int rows,
   uint64_t xid = 0, yid = 0;
   if (upload_batch(m, x, y, rows, &xid, &yid) != PD_OK) return report(m, st);
   m->steps++;
+  if (m->cfg.mode == DP_MLP_FUNCTION) {
+    step_call(m, xid, yid, rows);
+    flush_tmp(m);
+    return report(m, st);
+  }
 
   /* The loss each device differentiates. Its shard holds b_d of the batch's
    * B rows (b_d differs by one between devices, and may be 0, when B does

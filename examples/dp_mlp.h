@@ -23,13 +23,28 @@ typedef enum dp_mlp_optimizer {
   DP_MLP_SGD = 1,  /* SGD with momentum 0.9 (v = 0.9 v + g; w -= lr v) */
 } dp_mlp_optimizer;
 
+/* How a step reaches the daemon. */
+typedef enum dp_mlp_mode {
+  /* Every op of the step is its own item of the Enqueue stream (about 60
+   * for Adam), with a gradient tape for the backward pass. */
+  DP_MLP_EAGER = 0,
+  /* The whole step -- forward, loss, Gradients, AllReduce(mean) of the
+   * gradients, the update -- is one graph function registered at
+   * dp_mlp_new and called once per step (one stream item); the weights and
+   * the optimizer's state are handles the call replaces, and the
+   * step-dependent scalars (the loss scale, Adam's bias-corrected rate) its
+   * inputs. */
+  DP_MLP_FUNCTION = 1,
+} dp_mlp_mode;
+
 typedef struct dp_mlp_config {
   int inputs;  /* features per row */
   int hidden;  /* units of the hidden layer */
   int classes; /* labels are 0..classes-1 */
   dp_mlp_optimizer optimizer;
-  double lr;     /* learning rate */
-  uint64_t seed; /* of the weights' random initialisation */
+  double lr;        /* learning rate */
+  uint64_t seed;    /* of the weights' random initialisation */
+  dp_mlp_mode mode; /* zero: eager */
 } dp_mlp_config;
 
 typedef struct dp_mlp dp_mlp;
@@ -37,7 +52,10 @@ typedef struct dp_mlp dp_mlp;
 /* Creates the model on session `s`: opens an Enqueue stream and queues the
  * weights' initialisation (He-normal from seeded RandomNormal with
  * per_device=false, so every device draws the same values; zero biases) and
- * the optimizer's state. Returns NULL with `st` set on failure. */
+ * the optimizer's state; in DP_MLP_FUNCTION mode registers the step's
+ * function (RegisterFunction, named by dp_mlp_function_name). Returns NULL
+ * with `st` set on failure (a refused registration: the daemon's message,
+ * naming the node). */
 dp_mlp *dp_mlp_new(pd_session *s, const dp_mlp_config *cfg, pd_status *st);
 
 /* Queues one training step on `rows` rows (x: rows*inputs floats, y: rows
@@ -85,6 +103,9 @@ pd_code dp_mlp_save(dp_mlp *m, const char *path, bool overwrite,
  * when a weight's dtype or shape differs from the model's (naming it), and
  * pd_load_tensors' errors; the old weights stay on failure. */
 pd_code dp_mlp_load(dp_mlp *m, const char *path, pd_status *st);
+
+/* The name of the step's function in the session ("" in eager mode). */
+const char *dp_mlp_function_name(const dp_mlp *m);
 
 /* Steps queued so far. */
 long dp_mlp_steps(const dp_mlp *m);

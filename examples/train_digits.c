@@ -37,6 +37,11 @@
 #define DIGITS_DEFAULT_PATH "examples/data/digits.csv.gz"
 #endif
 
+/* The default --mode: the faster one in bench_train (README, "Graph
+ * functions"). */
+#define DEFAULT_MODE DP_MLP_EAGER
+#define DEFAULT_MODE_NAME "eager"
+
 static const char usage[] =
     "Usage: train_digits [OPTIONS]\n"
     "Train a 64-128-10 perceptron on the digits set, data-parallel on the\n"
@@ -48,6 +53,11 @@ static const char usage[] =
     "  --batch N         rows per step, split across the mesh (default 32)\n"
     "  --lr X            learning rate (default 0.003 for adam, 0.05 for sgd)\n"
     "  --optimizer NAME  adam (default) or sgd (momentum 0.9)\n"
+    "  --mode MODE       eager: every op of a step is its own stream item;\n"
+    "                    function: the whole step (forward, loss, gradients,\n"
+    "                    all-reduce, update) is one graph function called\n"
+    "                    once per step (default: " DEFAULT_MODE_NAME
+    ")\n"
     "  --seed N          seeds the split, the weights, the shuffles (default "
     "42)\n"
     "  --plot FILE.png   draw loss and accuracy per epoch with gnuplot\n"
@@ -69,6 +79,7 @@ typedef struct opts {
   int epochs, batch;
   double lr;
   dp_mlp_optimizer optimizer;
+  dp_mlp_mode mode;
   uint64_t seed;
   const char *plot;
   const char *data;
@@ -112,6 +123,7 @@ static int parse_args(int argc, char **argv, opts *o) {
               32,
               0,
               DP_MLP_ADAM,
+              DEFAULT_MODE,
               42,
               NULL,
               DIGITS_DEFAULT_PATH,
@@ -130,9 +142,9 @@ static int parse_args(int argc, char **argv, opts *o) {
       continue;
     }
     static const char *const with_value[] = {
-        "--target",       "--epochs", "--batch",   "--lr",
-        "--optimizer",    "--seed",   "--plot",    "--data",
-        "--min-accuracy", "--save",   "--evaluate"};
+        "--target",    "--epochs",       "--batch", "--lr",
+        "--optimizer", "--seed",         "--plot",  "--data",
+        "--mode",      "--min-accuracy", "--save",  "--evaluate"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
       known |= strcmp(a, with_value[k]) == 0;
@@ -159,6 +171,13 @@ static int parse_args(int argc, char **argv, opts *o) {
         o->optimizer = DP_MLP_SGD;
       else
         return bad_usage("--optimizer %s: expected adam or sgd", v);
+    } else if (strcmp(a, "--mode") == 0) {
+      if (strcmp(v, "eager") == 0)
+        o->mode = DP_MLP_EAGER;
+      else if (strcmp(v, "function") == 0)
+        o->mode = DP_MLP_FUNCTION;
+      else
+        return bad_usage("--mode %s: expected eager or function", v);
     } else if (strcmp(a, "--seed") == 0) {
       errno = 0;
       o->seed = strtoull(v, &end, 10);
@@ -339,9 +358,18 @@ int main(int argc, char **argv) {
         train.n, test.n, o.batch, ndev, ndev == 1 ? "" : "s", o.target,
         opt_name, o.lr, o.epochs);
 
-  dp_mlp_config mc = {DIGITS_FEATURES, 128,  DIGITS_CLASSES,
-                      o.optimizer,     o.lr, o.seed};
+  dp_mlp_config mc = {DIGITS_FEATURES,
+                      128,
+                      DIGITS_CLASSES,
+                      o.optimizer,
+                      o.lr,
+                      o.seed,
+                      o.evaluate ? DP_MLP_EAGER : o.mode};
   if (!(m = dp_mlp_new(s, &mc, st))) goto fail;
+  if (!o.evaluate)
+    printf("mode: %s\n", mc.mode == DP_MLP_FUNCTION
+                             ? "function (one call per step)"
+                             : "eager (one stream item per op)");
   if (o.evaluate) {
     double t0 = now_s();
     if (dp_mlp_load(m, o.evaluate, st) != PD_OK) goto fail;

@@ -23,6 +23,7 @@ BENCHES=(
   bench_sched
   bench_rpc
   bench_train
+  bench_fn_call
   bench_checkpoint
   bench_auth
 )
