@@ -16,6 +16,8 @@ from .checkpoint import Load, LoadProgress
 from .client import Client, DeviceInfo, ServerInfo, connect, default_target
 from .errors import *  # noqa: F401,F403 -- Error and its subclasses
 from .errors import Error, __all__ as _error_names
+from .functions import (Function, FunctionDef, PASSES, Spec, Symbol,
+                        function, gradients)
 from .layouts import (Layout, component, concat, mirrored, per_component,
                       sharded)
 from .ops import OpDef
@@ -30,5 +32,6 @@ __all__ = ["connect", "Client", "Session", "Tensor", "Tape", "Layout",
            "mirrored", "sharded", "per_component", "component", "concat",
            "bfloat16", "ServerInfo", "DeviceInfo", "OpDef", "default_target",
            "LibraryNotFound", "LIBRARY_PATH", "library_version", "Load",
-           "LoadProgress"] + \
+           "LoadProgress", "Function", "FunctionDef", "Spec", "Symbol", "function",
+           "gradients", "PASSES"] + \
     list(_error_names)

@@ -49,6 +49,8 @@ class ArgDef:
 class OpDef:
     """One op of the registry (pd_op_info)."""
 
+    out_mirrored = None  # a graph function's: per output, what its trace knew
+
     def __init__(self, name, inputs=(), outputs=("output",), attrs=(),
                  summary="", notes="", has_gradient=False,
                  is_collective=False, known=True):

@@ -27,6 +27,7 @@ from ._util import (FLUSH_AT, _tensor_from_info, sliced_stream_wait,
                     sliced_sync)
 from .transfer import Transfers
 from .checkpoint import Checkpoints
+from .functions import Symbol, active_trace
 
 _NULL = ffi.NULL
 TIMEOUT_NONE = _lib.C["PD_TIMEOUT_NONE"]
@@ -336,6 +337,9 @@ class Session(Transfers, Checkpoints):
         are Tensors (or values, uploaded mirrored); attributes are plain
         Python values converted to the kinds the registry declares. Returns
         a Tensor, or a tuple for an op with several outputs."""
+        tr = active_trace()
+        if tr is not None and tr.session is self:
+            return tr.op(name, inputs, attrs)  # a node of a traced function
         opdef = self._defs.get(name)
         if opdef is None:
             opdef = self._defs[name] = self.ops._def(name)
@@ -391,7 +395,7 @@ class Session(Transfers, Checkpoints):
                 if code != 0:
                     _lib.raise_status(code, st)
                 dts = opdef.output_dtypes(tensors, attrs)
-                if n_out == 1:
+                if n_out == 1 and opdef.out_mirrored is None:
                     out = Tensor(self, out_ids[0], dts[0], None, mirrored)
                     self._items[self._index[0]] = (out.id,)
                     if self._tapes:
@@ -410,6 +414,10 @@ class Session(Transfers, Checkpoints):
                     _lib.raise_status(code, st)
                 outs = [_tensor_from_info(self, infos[i], mirrored)
                         for i in range(n_out)]
+        if opdef.out_mirrored is not None:  # a function's: what its trace knew
+            for o, m in zip(outs, opdef.out_mirrored):
+                if m is not None:
+                    o._mirrored = m
         if self._tapes:
             self._tracked(tensors, outs)
         return outs[0] if n_out == 1 else tuple(outs)
@@ -424,7 +432,18 @@ class Session(Transfers, Checkpoints):
         for tape in self._tapes:
             tape._watched.update(o.id for o in outs)
 
+    def _opdef(self, name):
+        """The op's definition (a registered function's too), remembered."""
+        opdef = self._defs.get(name)
+        if opdef is None:
+            opdef = self._defs[name] = self.ops._def(name)
+        return opdef
+
     def _input_id(self, e):
+        if isinstance(e, Symbol):
+            raise ValueError("%r is a symbolic value of a function's trace, "
+                             "used outside it: return it from the function"
+                             % e)
         if not isinstance(e, Tensor):
             raise TypeError("op inputs are paradev Tensors or host values; "
                             "got %s" % type(e).__name__)
@@ -437,8 +456,9 @@ class Session(Transfers, Checkpoints):
     def _input_tensor(self, value):
         return self.constant(value)
 
-    def _set_attrs(self, opdef, attrs):
-        a = self._attrs
+    def _set_attrs(self, opdef, attrs, a=None):
+        if a is None:
+            a = self._attrs
         lib.pd_attrs_clear(a)
         for k, v in attrs.items():
             kind = opdef.attr_kind(k, v)
@@ -536,6 +556,38 @@ class Session(Transfers, Checkpoints):
         d = self.describe([tensor])[0]
         tensor._dtype = d["dtype"]
         tensor._shape = d["shape"]
+
+    # -- graph functions ---------------------------------------------------
+    def function(self, fn=None, **options):
+        """A traced graph function of this session, as a decorator:
+
+            @session.function                     # or (passes={...}, ...)
+            def step(x, w):
+                return session.ops.Relu(x @ w)
+            y = step(x, w)                        # one op per call
+
+        Options: input_signature (paradev.Spec per argument), passes
+        ({"fusion": False, ...}), max_instantiations, name. See
+        paradev.functions.Function."""
+        from .functions import function
+        return function(self, fn, **options)
+
+    def register_function(self, fdef):
+        """Registers a paradev.FunctionDef (RegisterFunction); returns a
+        callable that runs it. An identical definition registered before is
+        a no-op (.already_registered); another body under the same name
+        raises paradev.AlreadyExists; a bad definition InvalidArgument with
+        the daemon's message, naming the node."""
+        from .functions import RegisteredFunction, register
+        return RegisteredFunction(self, fdef.name, register(self, fdef))
+
+    def describe_function(self, name):
+        """DescribeFunction as a dict: "function" (as registered),
+        "optimized" (the last instantiation's graph), "instantiations"
+        (signature, nodes_in/out, passes, arena_bytes, calls, ...), "hits",
+        "misses", "cache_misses" (why, latest first), "passes_in_force"."""
+        from .functions import describe
+        return describe(self, getattr(name, "name", name))
 
     # -- tapes -------------------------------------------------------------
     def tape(self, *, persistent=False, watch=(), watch_accessed=True):
