@@ -109,8 +109,10 @@ class DataParallelMLP:
     sharded over the mesh, gradients all-reduced, the same update on every
     device."""
 
-    def __init__(self, s, lr, optimizer, seed):
+    def __init__(self, s, lr, optimizer, seed, mode="eager"):
         self.s, self.lr, self.optimizer = s, lr, optimizer
+        self.mode = mode
+        self._step_fn = None
         self.n = s.num_devices
         self.steps = 0
         self.mark = None
@@ -141,10 +143,10 @@ class DataParallelMLP:
     def scalar(self, v):
         return self.fill((), v)
 
-    def forward(self, x):
-        op = self.s.op
-        h = op("Relu", op("BiasAdd", op("MatMul", x, self.w[0]), self.w[1]))
-        return op("BiasAdd", op("MatMul", h, self.w[2]), self.w[3])
+    def forward(self, x, w=None):
+        op, w = self.s.op, w or self.w
+        h = op("Relu", op("BiasAdd", op("MatMul", x, w[0]), w[1]))
+        return op("BiasAdd", op("MatMul", h, w[2]), w[3])
 
     def count_correct(self, logits, y):
         op = self.s.op
@@ -161,6 +163,8 @@ class DataParallelMLP:
         # AllReduce(mean) of the gradients is the gradient of the batch's
         # mean loss whatever the split (dp_mlp.c explains).
         scale = self.scalar(self.n / rows)
+        if self.mode == "function":
+            return self._function_step(x, y, scale)
         with s.tape(watch=self.w, watch_accessed=False) as tape:
             logits = self.forward(x)
             xent, _ = op("SparseSoftmaxCrossEntropyWithLogits", logits, y)
@@ -175,24 +179,66 @@ class DataParallelMLP:
         self.acc_loss = op("Add", self.acc_loss, loss_sum)
         self.acc_correct = op("Add", self.acc_correct,
                               self.count_correct(logits, y))
+        self.update(self.w, self.m1, self.m2, gm, self.lr_t())
+
+    def lr_t(self):
+        """The step's learning rate: Adam's bias-corrected one."""
+        if self.optimizer != "adam":
+            return self.c_lr
+        t = float(self.steps)
+        return self.scalar(self.lr * math.sqrt(1 - BETA2 ** t) /
+                           (1 - BETA1 ** t))
+
+    def update(self, w, m1, m2, gm, lr):
+        """The same update on every device, in place of the lists' items."""
+        op = self.s.op
+        for i in range(len(w)):
+            if self.optimizer == "adam":
+                m1[i] = op("Add", op("Mul", m1[i], self.c_b1),
+                           op("Mul", gm[i], self.c_1mb1))
+                m2[i] = op("Add", op("Mul", m2[i], self.c_b2),
+                           op("Mul", op("Square", gm[i]), self.c_1mb2))
+                den = op("Add", op("Sqrt", m2[i]), self.c_eps)
+                w[i] = op("Sub", w[i], op("Mul", op("Div", m1[i], den), lr))
+            else:
+                m1[i] = op("Add", op("Mul", m1[i], self.c_mu), gm[i])
+                w[i] = op("Sub", w[i], op("Mul", m1[i], lr))
+
+    def _function_step(self, x, y, scale):
+        """--mode function: the whole step -- forward, loss, gradients,
+        AllReduce(mean), update -- is one graph function, traced on the
+        first call (self.c_* are captured) and called once per step; its
+        outputs replace the weights, the optimizer's state and the sums."""
+        if self._step_fn is None:
+            self._step_fn = self.s.function(
+                self._traced_step, name="train_digits_py_" + self.optimizer)
+        nw = len(self.w)
+        out = self._step_fn(x, y, scale, self.lr_t(), *self.w, *self.m1,
+                            *self.m2, self.acc_loss, self.acc_correct)
+        self.w, self.m1 = list(out[:nw]), list(out[nw:2 * nw])
         if self.optimizer == "adam":
-            t = float(self.steps)
-            lr_t = self.scalar(self.lr * math.sqrt(1 - BETA2 ** t) /
-                               (1 - BETA1 ** t))
-            for i in range(len(self.w)):
-                m1 = op("Add", op("Mul", self.m1[i], self.c_b1),
-                        op("Mul", gm[i], self.c_1mb1))
-                m2 = op("Add", op("Mul", self.m2[i], self.c_b2),
-                        op("Mul", op("Square", gm[i]), self.c_1mb2))
-                den = op("Add", op("Sqrt", m2), self.c_eps)
-                upd = op("Mul", op("Div", m1, den), lr_t)
-                self.w[i] = op("Sub", self.w[i], upd)
-                self.m1[i], self.m2[i] = m1, m2
-        else:
-            for i in range(len(self.w)):
-                v = op("Add", op("Mul", self.m1[i], self.c_mu), gm[i])
-                self.w[i] = op("Sub", self.w[i], op("Mul", v, self.c_lr))
-                self.m1[i] = v
+            self.m2 = list(out[2 * nw:3 * nw])
+        self.acc_loss, self.acc_correct, loss = out[-3:]
+        if self.steps % SYNC_EVERY == 0:
+            if self.mark is not None:
+                self.s.sync([self.mark])
+            self.mark = loss
+
+    def _traced_step(self, x, y, scale, lr, *state):
+        op, nw = self.s.op, len(self.w)
+        w, m1 = list(state[:nw]), list(state[nw:2 * nw])
+        m2 = list(state[2 * nw:3 * nw]) if self.optimizer == "adam" else []
+        acc_loss, acc_correct = state[-2:]
+        logits = self.forward(x, w)
+        xent, _ = op("SparseSoftmaxCrossEntropyWithLogits", logits, y)
+        loss_sum = op("Sum", xent)
+        loss = op("Mul", loss_sum, scale)
+        g = paradev.gradients(loss, w)
+        gm = [op("AllReduce", gi, reduction="mean") for gi in g]
+        acc_loss = op("Add", acc_loss, loss_sum)
+        acc_correct = op("Add", acc_correct, self.count_correct(logits, y))
+        self.update(w, m1, m2, gm, lr)
+        return (*w, *m1, *m2, acc_loss, acc_correct, loss)
 
     def epoch_end(self):
         op = self.s.op
@@ -319,6 +365,10 @@ def parse_args(argv):
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0)
     ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    ap.add_argument("--mode", choices=["eager", "function"], default="eager",
+                    help="eager: every op of a step is its own stream item; "
+                    "function: the whole step is one traced graph function "
+                    "called once per step")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--plot", metavar="FILE.png")
     ap.add_argument("--data", default=os.path.join(HERE, "data",
@@ -385,7 +435,12 @@ def train(o, trx, try_, tex, tey):
                   "epochs" % (len(try_), len(tey), o.batch, n,
                               "" if n == 1 else "s", target, o.optimizer,
                               o.lr, o.epochs), flush=True)
-        m = DataParallelMLP(s, o.lr, o.optimizer, o.seed)
+        m = DataParallelMLP(s, o.lr, o.optimizer, o.seed,
+                            "eager" if o.evaluate else o.mode)
+        if not o.evaluate:
+            print("mode: %s" % ("function (one call per step)"
+                                if o.mode == "function" else
+                                "eager (one stream item per op)"), flush=True)
         if o.evaluate:
             t0 = time.monotonic()
             m.load(o.evaluate)

@@ -5,7 +5,9 @@
 # batch of 24, so the last batch (1438 = 59 * 24 + 22 rows) splits unevenly
 # (8, 7, 7). Asserts that the loss falls from the first epoch to the last,
 # that the test accuracy passes a lower bar, and that the weights ended up
-# identical on every device. No timing thresholds.
+# identical on every device. Then the same, shorter, with --mode function
+# (the whole step one graph function called once per step). No timing
+# thresholds.
 #
 # Usage: test_train_digits.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -44,4 +46,27 @@ grep -q "paradevd stopped cleanly" "$out" || fail "the daemon did not stop clean
 if grep -q -e "AddressSanitizer" -e "runtime error" "$out"; then
   fail "sanitizer report"
 fi
-echo "PASS: loss ${losses[0]} -> ${losses[2]}, test accuracy $acc%"
+
+# Function mode: forward, loss, Gradients, AllReduce(mean) and the Adam
+# update as one graph function, called once per step.
+DEMO_DEVICES=3 bash "$src/scripts/demo.sh" "$build" --mode function \
+  --epochs 2 --batch 24 --seed 7 --min-accuracy 85 >"$out" 2>&1
+rc=$?
+cat "$out"
+[ "$rc" -eq 0 ] || fail "function mode: scripts/demo.sh exited with $rc"
+grep -q "^mode: function (one call per step)" "$out" ||
+  fail "function mode: the trainer did not say it ran in function mode"
+mapfile -t flosses < <(awk '$1 == "epoch" { print $4 }' "$out")
+[ "${#flosses[@]}" -eq 2 ] || fail "function mode: expected 2 epoch lines"
+awk -v a="${flosses[0]}" -v b="${flosses[1]}" 'BEGIN { exit !(b < a) }' ||
+  fail "function mode: the loss did not fall: ${flosses[0]} -> ${flosses[1]}"
+facc=$(awk '$1 == "test" && $2 == "accuracy" { sub("%", "", $3); print $3; exit }' "$out")
+[ -n "$facc" ] || fail "function mode: no test accuracy line"
+awk -v a="$facc" 'BEGIN { exit !(a >= 85) }' ||
+  fail "function mode: test accuracy $facc% < 85%"
+grep -q "weights bitwise identical on all 3 devices" "$out" ||
+  fail "function mode: the weights were not identical on every device"
+grep -q "paradevd stopped cleanly" "$out" ||
+  fail "function mode: the daemon did not stop cleanly"
+echo "PASS: loss ${losses[0]} -> ${losses[2]}, test accuracy $acc%;" \
+  "function mode ${flosses[0]} -> ${flosses[1]}, $facc%"

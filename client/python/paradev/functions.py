@@ -92,7 +92,9 @@ class FunctionDef:
         self.max_instantiations = int(max_instantiations)
         self.origins = {}  # node name -> "file:line" where a trace made it
         self.output_dtypes = {}  # output name -> dtype, when known
-        self.output_mirrored = {}  # output name -> True / False / None
+        # output name -> True / False, or the argument indices it is
+        # mirrored with (a trace's; see Symbol)
+        self.output_mirrored = {}
 
     def arg(self, name, dtype):
         self.args.append((str(name), _dtypes.from_number(
@@ -129,7 +131,7 @@ class FunctionOpDef(OpDef):
                 for n, _ in fdef.outputs]
         super().__init__(fdef.name, [ArgDef(n) for n, _ in fdef.args], outs,
                          summary="graph function %s" % fdef.name)
-        self.out_mirrored = [fdef.output_mirrored.get(n)
+        self.out_mirrored = [fdef.output_mirrored.get(n, frozenset((-1,)))
                              for n, _ in fdef.outputs]
 
 
@@ -265,14 +267,19 @@ class Symbol:
     dtype as far as the registry's rules tell it; shape only where a Spec
     gave it (None otherwise). Operators and session.op add nodes."""
 
-    __slots__ = ("_trace", "ref", "_dtype", "_shape", "_mirrored")
+    __slots__ = ("_trace", "ref", "_dtype", "_shape", "_mirrored", "_deps")
 
-    def __init__(self, trace, ref, dtype, shape=None, mirrored=None):
+    def __init__(self, trace, ref, dtype, shape=None, mirrored=None,
+                 deps=frozenset()):
         self._trace = trace
         self.ref = ref
         self._dtype = dtype
         self._shape = shape
+        # True / False when the trace knows whether the value is the same
+        # on every device; None: it is when the arguments in _deps (indices;
+        # -1: something the daemon decides, a gradient) are
         self._mirrored = mirrored
+        self._deps = deps
 
     @property
     def session(self):
@@ -335,6 +342,23 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__",
     setattr(Symbol, _name, Tensor.__dict__[_name])
 
 
+def combine_mirrored(values, which):
+    """(mirrored, deps) of a value computed from values[i] for i in
+    `which` (Tensors or Symbols; an index outside them, -1, is unknown):
+    True when all are, False when one is not, else (None, the arguments
+    it depends on)."""
+    m, deps = True, set()
+    for i in which:
+        v = values[i] if 0 <= i < len(values) else None
+        vm = getattr(v, "_mirrored", None)
+        if vm is False:
+            return False, frozenset()
+        if vm is None:
+            m = None
+            deps |= getattr(v, "_deps", None) or {-1}
+    return m, frozenset(deps) if m is None else frozenset()
+
+
 def _origin():
     """file:line of the first frame outside the package (the user's code)."""
     f = sys._getframe(2)
@@ -374,8 +398,9 @@ class _Trace:
         s = self._captures.get(t.id)
         if s is None:
             n = self._fresh("capture")
+            s = Symbol(self, n, t.dtype, t.shape, None,
+                       frozenset((len(self.fdef.args),)))
             self.fdef.arg(n, t.dtype)
-            s = Symbol(self, n, t.dtype, t.shape, t._mirrored)
             self._captures[t.id] = s
             self.captured.append(t)
         return s
@@ -415,33 +440,34 @@ class _Trace:
                 syms.extend(self._ref(x) for x in e)
             else:
                 syms.append(self._ref(e))
-        mirrored = True
-        for s in syms:
-            if s._mirrored is not True and mirrored is not False:
-                mirrored = s._mirrored
+        mirrored, deps = combine_mirrored(syms, range(len(syms)))
         if name in _MIRRORING:
-            mirrored = True
+            mirrored, deps = True, frozenset()
         elif name in _VARYING or attrs.get("per_device"):
-            mirrored = False
+            mirrored, deps = False, frozenset()
         node = self._fresh(name)
         self.fdef.node(node, name, [s.ref for s in syms], **attrs)
         self.fdef.origins[node] = _origin()
         dts = opdef.output_dtypes(syms, attrs)
-        om = getattr(opdef, "out_mirrored", None)
+        om = getattr(opdef, "out_mirrored", None)  # a called function's
         outs = []
         for i in range(opdef.num_outputs):
-            m = om[i] if om and om[i] is not None else mirrored
+            m, d = mirrored, deps
+            if om:
+                m, d = om[i] if isinstance(om[i], bool) else \
+                    combine_mirrored(syms, om[i])
             outs.append(Symbol(self, node if i == 0 else "%s:%d" % (node, i),
-                               dts[i], None, m))
+                               dts[i], None, m, d))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def run(self, fn, passes, max_instantiations):
         self.fdef = FunctionDef(self.name, passes=passes,
                                 max_instantiations=max_instantiations)
         args = []
-        for n, spec in zip(self.arg_names, self.specs):
+        for i, (n, spec) in enumerate(zip(self.arg_names, self.specs)):
             self.fdef.arg(n, spec.dtype)
-            args.append(Symbol(self, n, spec.dtype, spec.shape, None))
+            args.append(Symbol(self, n, spec.dtype, spec.shape, None,
+                               frozenset((i,))))
         stack = _tls.__dict__.setdefault("stack", [])
         stack.append(self)
         try:
@@ -470,7 +496,8 @@ class _Trace:
                 s = self._ref(v)
                 self.fdef.output(str(k), s.ref)
                 self.fdef.output_dtypes[str(k)] = s._dtype
-                self.fdef.output_mirrored[str(k)] = s._mirrored
+                self.fdef.output_mirrored[str(k)] = s._mirrored if \
+                    s._mirrored is not None else s._deps
         finally:
             stack.pop()
         return form
@@ -663,5 +690,6 @@ def gradients(y, xs, grad_y=None):
     if not isinstance(outs, tuple):
         outs = (outs,)
     for o, x in zip(outs, xsyms):
-        o._dtype, o._shape, o._mirrored = x._dtype, x._shape, None
+        o._dtype, o._shape = x._dtype, x._shape
+        o._mirrored, o._deps = None, frozenset((-1,))
     return outs[0] if single else list(outs)

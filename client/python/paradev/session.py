@@ -27,7 +27,7 @@ from ._util import (FLUSH_AT, _tensor_from_info, sliced_stream_wait,
                     sliced_sync)
 from .transfer import Transfers
 from .checkpoint import Checkpoints
-from .functions import Symbol, active_trace
+from .functions import Symbol, active_trace, combine_mirrored
 
 _NULL = ffi.NULL
 TIMEOUT_NONE = _lib.C["PD_TIMEOUT_NONE"]
@@ -416,8 +416,8 @@ class Session(Transfers, Checkpoints):
                         for i in range(n_out)]
         if opdef.out_mirrored is not None:  # a function's: what its trace knew
             for o, m in zip(outs, opdef.out_mirrored):
-                if m is not None:
-                    o._mirrored = m
+                o._mirrored = m if isinstance(m, bool) else \
+                    combine_mirrored(tensors, m)[0]
         if self._tapes:
             self._tracked(tensors, outs)
         return outs[0] if n_out == 1 else tuple(outs)
