@@ -109,9 +109,9 @@ class DataParallelMLP:
     sharded over the mesh, gradients all-reduced, the same update on every
     device."""
 
-    def __init__(self, s, lr, optimizer, seed, mode="eager"):
+    def __init__(self, s, lr, optimizer, seed, mode="eager", fallback=False):
         self.s, self.lr, self.optimizer = s, lr, optimizer
-        self.mode = mode
+        self.mode, self._fallback = mode, fallback
         self._step_fn = None
         self.n = s.num_devices
         self.steps = 0
@@ -203,6 +203,27 @@ class DataParallelMLP:
             else:
                 m1[i] = op("Add", op("Mul", m1[i], self.c_mu), gm[i])
                 w[i] = op("Sub", w[i], op("Mul", m1[i], lr))
+
+    def check_mode(self):
+        """In function mode, traces and registers the step now (with
+        argument types alone); with fallback, a daemon without graph
+        functions (Unimplemented) gets eager mode."""
+        if self.mode != "function":
+            return
+        f32 = paradev.Spec("float32")
+        specs = [f32, paradev.Spec("int32"), f32, f32] + [f32] * (
+            len(self.w) + len(self.m1) + len(self.m2) + 2)
+        self._step_fn = self.s.function(
+            self._traced_step, input_signature=specs,
+            name="train_digits_py_" + self.optimizer)
+        try:
+            self._step_fn.get_concrete()
+        except paradev.Unimplemented as e:
+            if not self._fallback:
+                raise
+            print("the daemon has no graph functions (%s): eager mode"
+                  % e.message, flush=True)
+            self.mode, self._step_fn = "eager", None
 
     def _function_step(self, x, y, scale):
         """--mode function: the whole step -- forward, loss, gradients,
@@ -365,10 +386,11 @@ def parse_args(argv):
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0)
     ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    ap.add_argument("--mode", choices=["eager", "function"], default="eager",
+    ap.add_argument("--mode", choices=["eager", "function"], default=None,
                     help="eager: every op of a step is its own stream item; "
                     "function: the whole step is one traced graph function "
-                    "called once per step")
+                    "called once per step (the default; eager on a daemon "
+                    "without graph functions unless --mode says function)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--plot", metavar="FILE.png")
     ap.add_argument("--data", default=os.path.join(HERE, "data",
@@ -436,10 +458,12 @@ def train(o, trx, try_, tex, tey):
                               "" if n == 1 else "s", target, o.optimizer,
                               o.lr, o.epochs), flush=True)
         m = DataParallelMLP(s, o.lr, o.optimizer, o.seed,
-                            "eager" if o.evaluate else o.mode)
+                            "eager" if o.evaluate else o.mode or "function",
+                            fallback=o.mode is None)
         if not o.evaluate:
+            m.check_mode()
             print("mode: %s" % ("function (one call per step)"
-                                if o.mode == "function" else
+                                if m.mode == "function" else
                                 "eager (one stream item per op)"), flush=True)
         if o.evaluate:
             t0 = time.monotonic()

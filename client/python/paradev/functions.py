@@ -603,7 +603,10 @@ class Function:
         return [re.sub(r"[^A-Za-z0-9_.]", "_", x) for x in names]
 
     def get_concrete(self, *args):
-        """Traces and registers for the dtypes of `args` (once)."""
+        """Traces and registers for the dtypes of `args` (once); with an
+        input_signature and no args, for the signature's."""
+        if not args and self.input_signature:
+            args = (None,) * len(self.input_signature)
         specs = self._specs(args)
         key = tuple(_dtypes.to_number(s.dtype) for s in specs)
         c = self._concrete.get(key)

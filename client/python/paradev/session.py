@@ -454,6 +454,8 @@ class Session(Transfers, Checkpoints):
         return e.id
 
     def _input_tensor(self, value):
+        if isinstance(value, Symbol):
+            self._input_id(value)  # raises: a trace's value, outside it
         return self.constant(value)
 
     def _set_attrs(self, opdef, attrs, a=None):

@@ -10,6 +10,8 @@ import struct
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
@@ -87,18 +89,19 @@ def test_save_and_evaluate(daemon):
     assert accuracy_line(out) == c_trained
 
 
-def test_function_mode_learns_and_matches_the_c_trainer(daemon):
+@pytest.mark.parametrize("mode", ["function", "eager"])
+def test_both_modes_learn(daemon, mode):
     """--mode function: the whole step one traced graph function (its
     Gradients node, the AllReduce of the gradients and the Adam update
-    inside), called once per step: it learns, the replicas agree, and with
-    the C trainer built, the C trainer's function mode (dp_mlp.c builds the
-    same step by hand) reaches an accuracy in the same band."""
+    inside), called once per step; --mode eager: one stream item per op.
+    Each learns and the replicas agree."""
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
     out = run([sys.executable, os.path.join(ROOT, "examples",
                                             "train_digits.py"),
                "--target", daemon.unix, "--epochs", "3", "--batch", "24",
-               "--seed", "7", "--mode", "function"], env)
-    assert "mode: function (one call per step)" in out
+               "--seed", "7", "--mode", mode], env)
+    assert ("mode: function (one call per step)" if mode == "function"
+            else "mode: eager (one stream item per op)") in out
     losses = [float(m.group(1)) for m in
               re.finditer(r"^epoch +\d+/3  loss (\S+)", out, re.M)]
     assert len(losses) == 3 and losses[2] < losses[0]
