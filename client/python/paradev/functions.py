@@ -450,14 +450,20 @@ class _Trace:
         self.fdef.origins[node] = _origin()
         dts = opdef.output_dtypes(syms, attrs)
         om = getattr(opdef, "out_mirrored", None)  # a called function's
+        # a list output (Split's): as many values as its length attribute
+        lengths = opdef.output_lengths(attrs) if any(
+            getattr(o, "is_list", False) for o in opdef.outputs) else None
         outs = []
-        for i in range(opdef.num_outputs):
+        for i in range(sum(lengths) if lengths else opdef.num_outputs):
             m, d = mirrored, deps
             if om:
                 m, d = om[i] if isinstance(om[i], bool) else \
                     combine_mirrored(syms, om[i])
             outs.append(Symbol(self, node if i == 0 else "%s:%d" % (node, i),
-                               dts[i], None, m, d))
+                               dts[i] if i < len(dts) else None, None, m, d))
+        if lengths is not None:
+            from .session import _group_outputs
+            return _group_outputs(opdef, lengths, outs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def run(self, fn, passes, max_instantiations):

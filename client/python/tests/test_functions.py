@@ -237,3 +237,18 @@ def test_symbols_stay_inside_their_trace(sess):
         sess.ops.Neg(leaked[0])
     with pytest.raises(ValueError, match="inside a traced function"):
         paradev.gradients(sess.upload(np.ones(2), paradev.mirrored()), [])
+
+
+def test_list_output_op_inside_a_function(sess):
+    if "Split" not in dir(sess.ops):
+        pytest.skip("the daemon has no Split (list outputs)")
+    X = RNG.standard_normal((6, 4))
+
+    @sess.function
+    def thirds(x):
+        a, b, c = sess.ops.Split(x, axis=0, num_split=3)
+        return a * c + b
+
+    y = thirds(sess.upload(X, paradev.mirrored()))
+    np.testing.assert_allclose(np.asarray(y), X[:2] * X[4:] + X[2:4],
+                               rtol=1e-12)
