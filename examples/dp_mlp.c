@@ -31,6 +31,8 @@ struct dp_mlp {
   uint64_t m2[NW]; /* Adam's second moment */
   uint64_t c_b1, c_1mb1, c_b2, c_1mb2, c_eps, c_mu, c_lr; /* scalars */
   uint64_t acc_loss, acc_correct; /* per device, since the last epoch end */
+  uint64_t scale;                 /* n / B for batches of scale_rows rows */
+  int scale_rows;
   long steps;
   uint64_t mark;       /* a step's loss, kept to wait on (0: none) */
   uint64_t mark_index; /* the stream item that computes it */
@@ -410,13 +412,23 @@ static void replace(dp_mlp *m, uint64_t *slot, uint64_t id) {
   *slot = id;
 }
 
+/* The loss scale n / B of a batch of `rows` rows (see dp_mlp_step), kept
+ * while the batches keep their size: an epoch makes it twice. */
+static uint64_t loss_scale(dp_mlp *m, int rows) {
+  if (m->scale == 0 || m->scale_rows != rows) {
+    keep_tmp(m, m->scale);
+    m->scale = scalar(m, (double)m->ndev / (double)rows);
+    m->scale_rows = rows;
+  }
+  return m->scale;
+}
+
 /* Function mode's step: the step-dependent scalars, then one call of the
  * step's function whose outputs replace the weights, the optimizer's state
  * and the running sums. */
 static void step_call(dp_mlp *m, uint64_t xid, uint64_t yid, int rows) {
   bool adam = m->cfg.optimizer == DP_MLP_ADAM;
-  uint64_t scale = scalar(m, (double)m->ndev / (double)rows);
-  keep_tmp(m, scale);
+  uint64_t scale = loss_scale(m, rows);
   uint64_t lr = m->c_lr;
   if (adam) {
     double t = (double)m->steps;
@@ -471,8 +483,7 @@ pd_code dp_mlp_step(dp_mlp *m, const float *x, const int32_t *y, int rows,
    * (1/n) sum_d (n/B) sum_{i in d} grad l_i = (1/B) sum_i grad l_i, exactly
    * the gradient of the mean loss over the whole batch, for any mesh size
    * and any split. */
-  uint64_t scale = scalar(m, (double)m->ndev / (double)rows);
-  keep_tmp(m, scale);
+  uint64_t scale = loss_scale(m, rows);
   uint64_t tape = pd_session_new_id(m->s);
   if (!failed(m)) pd_stream_tape_start(m->t, tape, false, NULL, m->err);
   if (!failed(m)) pd_stream_tape_watch(m->t, tape, m->w, NW, NULL, m->err);
@@ -696,6 +707,7 @@ void dp_mlp_delete(dp_mlp *m) {
     pd_status_set(m->err, PD_OK, NULL);
     keep_tmp(m, m->acc_loss);
     keep_tmp(m, m->acc_correct);
+    keep_tmp(m, m->scale);
     keep_tmp(m, m->mark);
     const uint64_t *lists[3] = {m->w, m->m1, m->m2};
     for (int k = 0; k < 3; k++)

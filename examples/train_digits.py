@@ -113,6 +113,7 @@ class DataParallelMLP:
         self.s, self.lr, self.optimizer = s, lr, optimizer
         self.mode, self._fallback = mode, fallback
         self._step_fn = None
+        self._scale = None
         self.n = s.num_devices
         self.steps = 0
         self.mark = None
@@ -162,7 +163,7 @@ class DataParallelMLP:
         # Each device sums its rows' losses scaled by n / B, so that the
         # AllReduce(mean) of the gradients is the gradient of the batch's
         # mean loss whatever the split (dp_mlp.c explains).
-        scale = self.scalar(self.n / rows)
+        scale = self.loss_scale(rows)
         if self.mode == "function":
             return self._function_step(x, y, scale)
         with s.tape(watch=self.w, watch_accessed=False) as tape:
@@ -180,6 +181,12 @@ class DataParallelMLP:
         self.acc_correct = op("Add", self.acc_correct,
                               self.count_correct(logits, y))
         self.update(self.w, self.m1, self.m2, gm, self.lr_t())
+
+    def loss_scale(self, rows):
+        """n / B for a batch of `rows` rows, kept while the size is."""
+        if self._scale is None or self._scale[0] != rows:
+            self._scale = (rows, self.scalar(self.n / rows))
+        return self._scale[1]
 
     def lr_t(self):
         """The step's learning rate: Adam's bias-corrected one."""
