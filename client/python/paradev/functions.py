@@ -551,7 +551,8 @@ class Function:
                                  % (k, ", ".join(PASSES)))
         self.max_instantiations = int(max_instantiations)
         self._concrete = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._tracing = set()  # signatures being traced (no recursion)
         try:
             params = list(inspect.signature(fn).parameters.values())
         except (TypeError, ValueError):
@@ -622,15 +623,23 @@ class Function:
             c = self._concrete.get(key)
             if c is not None:
                 return c, specs
+            if key in self._tracing:
+                raise ValueError("%s calls itself while it is traced: graph "
+                                 "functions cannot recurse" % self.name)
+            self._tracing.add(key)
             base = self.name
             table = self.session.ops._table()
             if table and base in table:  # a function may not shadow an op
                 base += "_fn"
             name = base if not self._concrete else "%s_%d" % (
                 base, len(self._concrete) + 1)
-            tr = _Trace(self.session, name, self._arg_names(len(args)), specs)
-            form = tr.run(self.fn, self.passes, self.max_instantiations)
-            register(self.session, tr.fdef)
+            try:
+                tr = _Trace(self.session, name, self._arg_names(len(args)),
+                            specs)
+                form = tr.run(self.fn, self.passes, self.max_instantiations)
+                register(self.session, tr.fdef)
+            finally:
+                self._tracing.discard(key)
             c = _Concrete()
             c.name, c.captured, c.form = name, tr.captured, form
             c.n_args = len(args)

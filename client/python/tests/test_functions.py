@@ -252,3 +252,12 @@ def test_list_output_op_inside_a_function(sess):
     y = thirds(sess.upload(X, paradev.mirrored()))
     np.testing.assert_allclose(np.asarray(y), X[:2] * X[4:] + X[2:4],
                                rtol=1e-12)
+
+
+def test_a_function_cannot_call_itself(sess):
+    @sess.function
+    def rec(x):
+        return rec(x) + 1.0
+
+    with pytest.raises(ValueError, match="cannot recurse"):
+        rec(sess.upload(np.ones(2), paradev.mirrored()))
