@@ -92,6 +92,7 @@ static pd_code plugin_run(void *arg, const dev_fn_def *in,
   status_init(&ps);
   p->opt.v.optimize_func(p->state, &gin, &gout, &ps);
   pd_code rc = PD_OK;
+  if ((int)ps.code < 0 || (int)ps.code > 16) ps.code = PD_CODE_UNKNOWN;
   if (ps.code != PD_CODE_OK) {
     char msg[DEV_STATUS_MSG_MAX / 2];
     rc = dev_error(st, (pd_code)ps.code, "optimizer plugin %s: %s: %s",

@@ -109,6 +109,7 @@ static pd_code pk_node(srv_arena *a, const dev_fn_node *nd,
   if (!p->inputs || !p->origins || !p->attrs || !p->outputs_info)
     return PD_RESOURCE_EXHAUSTED;
   for (int i = 0; i < nd->num_attrs; i++) {
+    if (nd->attrs[i].value.type == DEV_ATTR_NONE) continue; /* absent */
     Paradev__V1__Attr *at = srv_arena_alloc(a, sizeof *at);
     Paradev__V1__AttrValue *v = srv_arena_alloc(a, sizeof *v);
     if (!at || !v) return PD_RESOURCE_EXHAUSTED;

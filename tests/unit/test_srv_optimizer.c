@@ -7,7 +7,8 @@
  * origins, other nodes untouched; a plugin that leaves the graph alone is
  * "unchanged"; a failing plugin's error and message come back; garbage
  * output is an error; an invalid graph comes back parsed for the engine to
- * refuse); and the serialization round trip of every attribute type. */
+ * refuse); and the serialization round trip of every attribute type (an absent one
+ * dropped). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -248,17 +249,18 @@ static void test_round_trip(void **state) {
   static const int64_t il[3] = {1, -2, 3};
   static const double fl[2] = {0.5, -1e300};
   static const int64_t dims[2] = {2, 5};
-  dev_attr at[8] = {dev_attr_int("i", -7),
+  dev_attr at[9] = {dev_attr_int("i", -7),
                     dev_attr_float("f", 0.25),
                     dev_attr_bool("b", true),
                     dev_attr_string("s", "hello"),
                     dev_attr_dtype("t", PD_BFLOAT16),
                     dev_attr_shape("sh", 2, dims),
                     dev_attr_int_list("il", il, 3),
-                    dev_attr_float_list("fl", fl, 2)};
+                    dev_attr_float_list("fl", fl, 2),
+                    {"absent", {.type = DEV_ATTR_NONE}}};
   static const char *const org[2] = {"p", "q"};
   static const char *const ins[1] = {"x"};
-  dev_fn_node nd = {"n", "Foo", ins, 1, at, 8, org, 2, vi, 1};
+  dev_fn_node nd = {"n", "Foo", ins, 1, at, 9, org, 2, vi, 1};
   dev_fn_output o = {"y", "n:0"};
   dev_fn_def d = DEV_FN_DEF_INITIALIZER;
   d.name = "g", d.args = args, d.num_args = 1, d.nodes = &nd, d.num_nodes = 1;
