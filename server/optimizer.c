@@ -29,7 +29,8 @@ _Static_assert(DEV_PASS_COUNT == 7, "one PD_OptimizerConfigs field per pass");
 #define SRV_OPT_ROOM 1024
 
 typedef struct srv_plugin {
-  char file[256]; /* the path's last component, for messages */
+  char path[1024]; /* as configured, for refusals */
+  char file[256];  /* the path's last component: logs, the pass's name */
   char name[PD_OPTIMIZER_NAME_MAX + 1];
   char pass_name[340]; /* "plugin:libfoo.so/name" */
   void *dl;
@@ -144,7 +145,7 @@ static int plugin_tri(const srv_plugin *p, int i) {
 static pd_code plugin_check(srv_plugin *p,
                             const PD_OptimizerRegistrationParams *rp,
                             dev_status *st) {
-  const char *f = p->file;
+  const char *f = p->path;
   if (rp->plugin_major_version != PD_OPTIMIZER_MAJOR)
     return dev_error(st, PD_FAILED_PRECONDITION,
                      "optimizer plugin %s: built for optimizer ABI major "
@@ -205,6 +206,7 @@ static pd_code plugin_check(srv_plugin *p,
 /* dlopen, PD_InitOptimizer, checks, create_func. On error the caller
  * unloads what was set (p->dl). */
 static pd_code plugin_load(srv_plugin *p, const char *path, dev_status *st) {
+  snprintf(p->path, sizeof p->path, "%s", path);
   const char *slash = strrchr(path, '/');
   snprintf(p->file, sizeof p->file, "%s", slash ? slash + 1 : path);
   p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
