@@ -12,9 +12,14 @@
    logs the disagreement; cse is off in force.
 3. paradevd with the wrong-major plugin refuses to start, naming both
    versions; with the small-struct one, naming both sizes.
+4. paradevd with a failing plugin and one returning garbage before the
+   example: both are ignored for the function (and the log names them and
+   the failing one's message), the example still rewrites it, and the
+   values are the same.
 
 Usage: test_optimizer_plugin.py PARADEVD PYTHON_PROTO_DIR PLUGIN_SQUARE
        PLUGIN_WRONG_MAJOR PLUGIN_SMALL_STRUCT PLUGIN_CSE_OFF PLUGIN_CSE_ON
+       PLUGIN_FAILING PLUGIN_GARBAGE
 Exit 0: all passed; 1: a check failed; 77: skipped (grpcio missing, or a
 daemon without [functions] optimizer_plugins or RegisterFunction: the
 branches of issue #11 not merged yet).
@@ -34,12 +39,12 @@ except ImportError:
     print("SKIP: python3-grpcio is not installed for %s" % sys.executable)
     sys.exit(77)
 
-if len(sys.argv) != 8:
+if len(sys.argv) != 10:
     print(__doc__)
     sys.exit(2)
 PARADEVD = sys.argv[1]
 sys.path.insert(0, sys.argv[2])
-SQUARE, WRONG_MAJOR, SMALL_STRUCT, CSE_OFF, CSE_ON = sys.argv[3:8]
+SQUARE, WRONG_MAJOR, SMALL_STRUCT, CSE_OFF, CSE_ON, FAILING, GARBAGE = sys.argv[3:10]
 from paradev.v1 import paradev_pb2 as pb  # noqa: E402
 
 SVC = "/paradev.v1.ParallelDevice/"
@@ -113,10 +118,11 @@ def r32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def check_square(d):
+def check_square(d, with_broken=False):
     log = d.log()
     assert "loaded as plugin:libpd_square.so/square" in log, log
-    assert re.search(r"optimizer plugins: cse +\| default +\| default +\| default", log), log
+    if not with_broken:
+        assert re.search(r"optimizer plugins: cse +\| default +\| default +\| default", log), log
     tok = d.call("CreateSession", pb.CreateSessionRequest(client_name="plugin"),
                  pb.CreateSessionResponse).session_token
     fn = pb.FunctionDef(
@@ -167,6 +173,11 @@ def check_square(d):
     assert desc.instantiations and desc.instantiations[0].external_changed == 1, desc
     assert [n.op for n in desc.function.nodes] == ["Mul", "Add"]  # as registered
     del ops
+    if with_broken:  # ignored for this function, logged, still serving
+        log = d.log()
+        assert "libpd_test_failing.so/failing" in log and "deliberate failure" in log, log
+        assert "libpd_test_garbage.so/garbage" in log and "do not parse" in log, log
+        assert d.call("Echo", pb.EchoRequest(payload=b"ok"), pb.EchoResponse).payload == b"ok"
 
 
 def check_disagree():
@@ -200,6 +211,11 @@ def main():
         d = Daemon(SQUARE)
         try:
             check_square(d)
+        finally:
+            assert d.stop() == 0
+        d = Daemon(FAILING, GARBAGE, SQUARE)
+        try:
+            check_square(d, with_broken=True)
         finally:
             assert d.stop() == 0
     except Skip as e:
