@@ -56,12 +56,14 @@ extern "C" {
 
 /* --- Versions ------------------------------------------------------------- */
 
-/* The ABI this header describes. MAJOR changes when a change would break a
- * plugin built against an older header (the daemon refuses a plugin of
- * another major version); MINOR when fields are appended (a plugin built
- * for an older minor still loads: its structs are smaller but not smaller
- * than the daemon's *_STRUCT_SIZE of that major version, which only grows
- * by appending). */
+/* The ABI this header describes. MAJOR changes with any change a plugin
+ * built against an older header could trip on, a field appended to a
+ * plugin-filled struct included: the daemon refuses a struct_size smaller
+ * than its own *_STRUCT_SIZE, so those sizes are fixed within one major
+ * version (optional additions go through `ext`). MINOR changes with
+ * additions an older plugin need not know (a new optional behaviour). The
+ * daemon refuses a plugin of another major version and loads one of any
+ * minor (logging it when the plugin's is newer than its own). */
 #define PD_OPTIMIZER_MAJOR 1
 #define PD_OPTIMIZER_MINOR 0
 
