@@ -424,6 +424,106 @@ static void second_derivatives(void **state) {
   second_case(SD_SIGMOID);
 }
 
+/* Hessian-vector products through the VJPs' own gradients: for y built
+ * from x (arg 0), s = sum(Gradients(y, x) * v) (v: arg 1) and h =
+ * Gradients(s, x) = H v, compared with central differences of s. */
+enum {
+  HV_SOFTMAX,
+  HV_LOG_SOFTMAX,
+  HV_CENTERED,
+  HV_MEAN_AXIS,
+  HV_SQRT_RSQRT,
+  HV_RELU,
+  HV_MATMUL_RESHAPE,
+  HV_XENT,
+  HV_ABS,
+  HV_MAX,
+  HV_COUNT
+};
+
+static fn_ref hv_build(fn_graph *g, int which) {
+  fn_ref x = fn_arg_ref(0);
+  int64_t ax1 = 1, shp[2] = {4, 3};
+  dev_attr keep[2] = {dev_attr_int_list("axis", &ax1, 1),
+                      dev_attr_bool("keep_dims", true)};
+  dev_attr no_keep = dev_attr_int_list("axis", &ax1, 1);
+  dev_attr rs = dev_attr_int_list("shape", shp, 2);
+  int t;
+  switch (which) {
+    case HV_SOFTMAX: t = add1(g, "Square", N(add1(g, "Softmax", x))); break;
+    case HV_LOG_SOFTMAX:
+      t = add1(g, "Square", N(add1(g, "LogSoftmax", x)));
+      break;
+    case HV_CENTERED: /* BroadcastToLike (keep_dims), SumToLike */
+      t = add1(g, "Square",
+               N(add2(g, "Sub", x, N(add(g, "Mean", &x, 1, keep, 2)))));
+      t = add2(g, "Mul", N(t), x);
+      break;
+    case HV_MEAN_AXIS: /* BroadcastToLike with axis, mean */
+      t = add1(g, "Square", N(add(g, "Mean", &x, 1, &no_keep, 1)));
+      t = add2(g, "Mul", N(t), N(add(g, "Sum", &x, 1, &no_keep, 1)));
+      break;
+    case HV_SQRT_RSQRT: {
+      int ex = add1(g, "Exp", x);
+      t = add2(g, "Add", N(add1(g, "Sqrt", N(ex))), N(add1(g, "Rsqrt", N(ex))));
+      t = add2(g, "Mul", N(t), x);
+      break;
+    }
+    case HV_RELU: {
+      int r = add1(g, "Relu", x);
+      t = add2(g, "Mul", N(add2(g, "Mul", N(r), N(r))), x);
+      break;
+    }
+    case HV_MATMUL_RESHAPE:
+      t = add1(g, "Square",
+               N(add2(g, "MatMul", N(add(g, "Reshape", &x, 1, &rs, 1)), x)));
+      break;
+    case HV_XENT:
+      t = add2(g, "SparseSoftmaxCrossEntropyWithLogits", N(add1(g, "Tanh", x)),
+               fn_arg_ref(2));
+      break;
+    case HV_ABS:
+      t = add2(g, "Mul", N(add1(g, "Abs", x)), N(add1(g, "Tanh", x)));
+      break;
+    default: t = add1(g, "Square", N(add(g, "Max", &x, 1, &no_keep, 1))); break;
+  }
+  return N(add1(g, "Sum", N(t)));
+}
+
+static void hessian_vector_products(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(2, 0);
+  enum { R = 3, C = 4 };
+  int64_t d[2] = {R, C}, dl[1] = {R};
+  double xv[R * C], vv[R * C], lab[R] = {1, 3, 0};
+  unsigned sd = 11;
+  for (int i = 0; i < R * C; i++) xv[i] = rnd(&sd) * 1.5;
+  for (int i = 0; i < R * C; i++) vv[i] = rnd(&sd);
+  dev_tensor *args[3] = {tu_mirrored(e, F64, 2, d, xv),
+                         tu_mirrored(e, F64, 2, d, vv),
+                         tu_mirrored(e, PD_INT32, 1, dl, lab)};
+  for (int which = 0; which < HV_COUNT; which++) {
+    fn_graph *g = fn_eval_graph(e, "hvp", args, 3);
+    fn_ref x = fn_arg_ref(0);
+    fn_ref y = hv_build(g, which);
+    int g1 = grads(g, y, &x, 1, NULL);
+    int s = add1(g, "Sum", N(add2(g, "Mul", N(g1), fn_arg_ref(1))));
+    int h = grads(g, N(s), &x, 1, NULL);
+    fn_eval_add_output(g, "s", N(s));
+    fn_eval_add_output(g, "h", N(h));
+    expand(e, g);
+    double got[R * C], fd[R * C];
+    eval_out(e, g, args, 1, 1, got, R * C);
+    finite_diff(e, g, args, 0, 2, d, xv, R * C, 1, fd);
+    char what[32];
+    snprintf(what, sizeof what, "hvp case %d", which);
+    assert_close(got, fd, R * C, 1e-6, what);
+    fn_graph_free(g);
+  }
+  for (int i = 0; i < 3; i++) dev_tensor_release(args[i]);
+  dev_engine_destroy(e);
+}
+
 /* An upstream gradient; a source y does not depend on gets zeros; a source
  * equal to y gets the upstream gradient. */
 static void upstream_gradient_and_zeros(void **state) {
@@ -515,6 +615,7 @@ int main(void) {
       cmocka_unit_test(all_gather_gradient),
       cmocka_unit_test(reduce_scatter_gradient),
       cmocka_unit_test(second_derivatives),
+      cmocka_unit_test(hessian_vector_products),
       cmocka_unit_test(upstream_gradient_and_zeros),
       cmocka_unit_test(errors_name_node_and_op),
   };
