@@ -211,6 +211,80 @@ static void gx_free(gx *x) {
   dev__pmap_free(&x->by_t);
 }
 
+/* Value flags over args, constants and node outputs before node `end`. */
+typedef struct vflags {
+  bool *arg, *cst, *node; /* node[i * FN_MAX_NODE_OUTPUTS + k] */
+} vflags;
+
+static bool *vflag(const vflags *f, fn_ref r) {
+  switch (r.kind) {
+    case FN_REF_ARG: return &f->arg[r.idx];
+    case FN_REF_CONST: return &f->cst[r.idx];
+    case FN_REF_NODE: return &f->node[r.idx * FN_MAX_NODE_OUTPUTS + r.out];
+  }
+  return NULL;
+}
+
+static bool vflags_new(const fn_graph *g, int end, vflags *f) {
+  f->arg = calloc((size_t)g->n_args + 1, 1);
+  f->cst = calloc((size_t)g->n_consts + 1, 1);
+  f->node = calloc((size_t)(end + 1) * FN_MAX_NODE_OUTPUTS, 1);
+  return f->arg && f->cst && f->node;
+}
+
+static void vflags_free(vflags *f) {
+  free(f->arg);
+  free(f->cst);
+  free(f->node);
+}
+
+static bool records(const fn_node *n) {
+  return n->kind == FN_NODE_OP && strcmp(n->def->name, "OnesLike") != 0 &&
+         strcmp(n->def->name, "ZerosLike") != 0;
+}
+
+/* The node the tape's walk from y back to the sources meets first whose op
+ * has no gradient (the tape's rules: floating values only, OnesLike and
+ * ZerosLike cut paths), or -1. For the error, which names it. */
+static int first_without_gradient(const fn_graph *g, int gi) {
+  const fn_node *gn = &g->nodes[gi];
+  int k = gn->n_in - 1 - (node_bool_attr(gn, "has_grad_y") ? 1 : 0);
+  vflags reach = {0}, want = {0};
+  int found = -1;
+  if (!vflags_new(g, gi, &reach) || !vflags_new(g, gi, &want)) goto out;
+  for (int s = 0; s < k; s++)
+    if (dev_dtype_is_floating(fn_ref_dtype(g, gn->in[1 + s])))
+      *vflag(&reach, gn->in[1 + s]) = true;
+  for (int i = 0; i < gi; i++) {
+    const fn_node *n = &g->nodes[i];
+    bool hit = false;
+    for (int j = 0; j < n->n_in && !hit && !n->dead && records(n); j++)
+      hit = *vflag(&reach, n->in[j]);
+    for (int o = 0; hit && o < n->n_out; o++)
+      if (dev_dtype_is_floating(n->out_dtype[o]))
+        *vflag(&reach, fn_node_ref(i, o)) = true;
+  }
+  *vflag(&want, gn->in[0]) = true;
+  for (int i = gi - 1; i >= 0 && found < 0; i--) {
+    const fn_node *n = &g->nodes[i];
+    bool wanted = false, any_in = false;
+    for (int o = 0; o < n->n_out && !wanted; o++)
+      wanted = *vflag(&want, fn_node_ref(i, o));
+    if (!wanted || n->dead || !records(n)) continue;
+    for (int j = 0; j < n->n_in; j++)
+      if (*vflag(&reach, n->in[j]) &&
+          dev_dtype_is_floating(fn_ref_dtype(g, n->in[j]))) {
+        any_in = true;
+        *vflag(&want, n->in[j]) = true;
+      }
+    if (any_in && !dev_op_def_has_gradient(n->def)) found = i;
+  }
+out:
+  vflags_free(&reach);
+  vflags_free(&want);
+  return found;
+}
+
 /* Checks node gi's inputs: y floating, grad_y like y. */
 static pd_code check_node(const fn_graph *g, int gi, int k, bool has_gy,
                           dev_status *st) {
@@ -310,7 +384,16 @@ static pd_code expand_one(fn_graph *g, dev_engine *e, int gi, dev_status *st) {
   if (rc != PD_OK) {
     char where[300];
     fn_node_describe(g, x.pos, where, sizeof where);
-    rc = dev_error(st, rc, "%s (%s): %s", where, DEV_FN_GRADIENTS_OP, ts.msg);
+    int bad = rc == PD_INVALID_ARGUMENT ? first_without_gradient(g, x.pos) : -1;
+    if (bad >= 0)
+      rc = dev_error(st, rc,
+                     "%s (%s): y depends on a source through node '%s' (op "
+                     "%s), which has no gradient; expected only ops with a "
+                     "gradient between y and the sources",
+                     where, DEV_FN_GRADIENTS_OP, g->nodes[bad].name,
+                     g->nodes[bad].def->name);
+    else
+      rc = dev_error(st, rc, "%s (%s): %s", where, DEV_FN_GRADIENTS_OP, ts.msg);
     goto out;
   }
   /* Each gradient is a placeholder the executor made (or a forward value:
