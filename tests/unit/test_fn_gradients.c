@@ -438,6 +438,9 @@ enum {
   HV_XENT,
   HV_ABS,
   HV_MAX,
+  HV_LOG_DIV,
+  HV_BIAS_TRANSPOSE,
+  HV_POW,
   HV_COUNT
 };
 
@@ -485,6 +488,29 @@ static fn_ref hv_build(fn_graph *g, int which) {
     case HV_ABS:
       t = add2(g, "Mul", N(add1(g, "Abs", x)), N(add1(g, "Tanh", x)));
       break;
+    case HV_LOG_DIV: {
+      int ex = add1(g, "Exp", x);
+      t = add2(
+          g, "Div",
+          N(add1(g, "Log", N(add2(g, "Add", N(add1(g, "Square", x)), N(ex))))),
+          N(ex));
+      break;
+    }
+    case HV_BIAS_TRANSPOSE: {
+      int64_t ax0 = 0, perm[2] = {1, 0};
+      dev_attr s0 = dev_attr_int_list("axis", &ax0, 1);
+      dev_attr p = dev_attr_int_list("perm", perm, 2);
+      int b = add2(g, "BiasAdd", x, N(add(g, "Sum", &x, 1, &s0, 1)));
+      fn_ref br = N(b);
+      int tr = add(g, "Transpose", &br, 1, &p, 1);
+      t = add1(g, "Square", N(add2(g, "MatMul", N(tr), N(add1(g, "Tanh", x)))));
+      break;
+    }
+    case HV_POW: {
+      int ex = add1(g, "Exp", x);
+      t = add2(g, "Pow", N(ex), N(add1(g, "Sigmoid", x)));
+      break;
+    }
     default: t = add1(g, "Square", N(add(g, "Max", &x, 1, &no_keep, 1))); break;
   }
   return N(add1(g, "Sum", N(t)));
