@@ -24,8 +24,11 @@
  *    gradient (TensorFlow's NotDifferentiable) and are not recorded.
  *  - Gradients are parallel tensors like any other: one gradient per
  *    component, computed by ordinary engine ops queued with dev_execute
- *    (asynchronous; a failure shows on the gradient tensors). Gradient ops
- *    are not themselves recorded (no higher-order gradients).
+ *    (asynchronous; a failure shows on the gradient tensors). The ops a
+ *    gradient runs are not themselves recorded (no higher-order gradients
+ *    on one tape); inside a function, a Gradients node over a region that
+ *    holds another one's backward nodes differentiates them (gradients of
+ *    gradients, device/fn/gradients.c), through the gradient ops' VJPs.
  *  - A tape keeps a reference to every input and output of every op it
  *    recorded (references only, no copies of data) until dev_tape_destroy,
  *    or, for a one-shot tape, until its one successful dev_tape_gradient.
@@ -35,12 +38,20 @@
  *    ConcatGrad, GatherGrad (device/ops/grad_ops.c), beside TensorFlow's
  *    ReluGrad, SqrtGrad, RsqrtGrad, TanhGrad and SigmoidGrad.
  *
- * Ops with a gradient: Add Sub Mul Div Neg Exp Log Sqrt Rsqrt Square Tanh
- * Sigmoid Relu Pow Maximum Minimum MatMul BatchMatMul BiasAdd Sum Mean Reshape
- * Transpose Concat Slice Gather Cast Identity Softmax LogSoftmax
- * SparseSoftmaxCrossEntropyWithLogits AllReduce (sum and mean). Broadcasting
- * is undone: an input's gradient is summed over the axes it was broadcast
- * along. Maximum/Minimum send the gradient of a tie to x, as TensorFlow.
+ * Ops with a gradient: Add Sub Mul Div Neg Abs Exp Log Sqrt Rsqrt Square
+ * Tanh Sigmoid Relu Pow Maximum Minimum MatMul BatchMatMul BiasAdd Sum Mean
+ * Max Min Reshape Transpose Concat Slice Gather Cast Identity Softmax
+ * LogSoftmax SparseSoftmaxCrossEntropyWithLogits AllReduce (sum and mean)
+ * Broadcast AllGather ReduceScatter (sum and mean), and the gradient ops
+ * ReluGrad TanhGrad SigmoidGrad SqrtGrad RsqrtGrad SumToLike BroadcastToLike
+ * ReshapeLike (device/vjp.c's table; vjp_more.c). Broadcasting is undone: an
+ * input's gradient is summed over the axes it was broadcast along.
+ * Maximum/Minimum send the gradient of a tie to x, as TensorFlow; the Max and
+ * Min reductions spread it equally over the tied elements (_MinOrMaxGrad).
+ * Abs: dy * sign(x), 0 at 0. Broadcast: the root gets the sum over devices
+ * of dy, the others zeros; AllGather: a ReduceScatter (sum) of dy along the
+ * gather axis (the components' sizes along it must be numpy.array_split's);
+ * ReduceScatter: an AllGather of dy along axis 0.
  *
  * Thread safety: a tape is not thread-safe; it is used by one thread at a
  * time (the session's). Different tapes are independent.

@@ -3,9 +3,11 @@
  * tracked tensors, and the context of one vector-Jacobian product.
  *
  * Files: tape.c records (create, watch, record, destroy), gradient.c walks
- * the records backwards (dev_tape_gradient), vjp.c holds one VJP per op,
- * pmap.c the pointer map. tape.c calls pmap.c; vjp.c calls tape.c
- * (dev__tape_exec); gradient.c calls all three. */
+ * the records backwards (dev_tape_gradient), vjp.c holds one VJP per op
+ * and the table, vjp_more.c the VJPs added for issue #11 (Abs, Max/Min,
+ * the collectives, the gradient ops' own), pmap.c the pointer map. tape.c
+ * calls pmap.c; vjp.c and vjp_more.c call tape.c (dev__tape_exec); vjp.c's
+ * table names vjp_more.c's VJPs; gradient.c calls pmap.c, tape.c, vjp.c. */
 #ifndef PARADEV_TAPE_INT_H
 #define PARADEV_TAPE_INT_H
 
@@ -100,6 +102,23 @@ typedef struct vjp_ctx {
 } vjp_ctx;
 
 typedef void (*vjp_fn)(vjp_ctx *c);
+
+/* The VJPs of vjp_more.c (the table is vjp.c's; vjp_more.c calls tape.c
+ * only, so the files do not call each other in a circle). */
+void dev__vjp_abs(vjp_ctx *c);
+void dev__vjp_max(vjp_ctx *c);
+void dev__vjp_min(vjp_ctx *c);
+void dev__vjp_broadcast(vjp_ctx *c);
+void dev__vjp_all_gather(vjp_ctx *c);
+void dev__vjp_reduce_scatter(vjp_ctx *c);
+void dev__vjp_relu_grad(vjp_ctx *c);
+void dev__vjp_tanh_grad(vjp_ctx *c);
+void dev__vjp_sigmoid_grad(vjp_ctx *c);
+void dev__vjp_sqrt_grad(vjp_ctx *c);
+void dev__vjp_rsqrt_grad(vjp_ctx *c);
+void dev__vjp_sum_to_like(vjp_ctx *c);
+void dev__vjp_broadcast_to_like(vjp_ctx *c);
+void dev__vjp_reshape_like(vjp_ctx *c);
 
 /* The VJP of `def`, or NULL when the op has no gradient. */
 vjp_fn dev__vjp_for(const dev_op_def *def);

@@ -3,7 +3,9 @@
  * (tensorflow/python/ops/math_grad.py, nn_grad.py, array_grad.py). A VJP is
  * straight-line code over engine ops (run(): errors are sticky, checked once
  * by the caller); gradient ops that need a shape which may differ between
- * components take the forward tensor as a `like` input (device/ops/grad_ops.c). */
+ * components take the forward tensor as a `like` input (device/ops/grad_ops.c).
+ * More VJPs (Abs, Max/Min, the collectives, the gradient ops' own) are in
+ * vjp_more.c; the table below names them all. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,10 +394,14 @@ static const struct {
   const char *name;
   vjp_fn fn;
 } k_vjps[] = {
+    {"Abs", dev__vjp_abs},
     {"Add", vjp_add},
+    {"AllGather", dev__vjp_all_gather},
     {"AllReduce", vjp_all_reduce},
     {"BatchMatMul", vjp_batch_matmul},
     {"BiasAdd", vjp_bias_add},
+    {"Broadcast", dev__vjp_broadcast},
+    {"BroadcastToLike", dev__vjp_broadcast_to_like},
     {"Cast", vjp_cast},
     {"Concat", vjp_concat},
     {"Div", vjp_div},
@@ -405,24 +411,34 @@ static const struct {
     {"Log", vjp_log},
     {"LogSoftmax", vjp_log_softmax},
     {"MatMul", vjp_matmul},
+    {"Max", dev__vjp_max},
     {"Maximum", vjp_maximum},
     {"Mean", vjp_mean},
+    {"Min", dev__vjp_min},
     {"Minimum", vjp_minimum},
     {"Mul", vjp_mul},
     {"Neg", vjp_neg},
     {"Pow", vjp_pow},
+    {"ReduceScatter", dev__vjp_reduce_scatter},
     {"Relu", vjp_relu},
+    {"ReluGrad", dev__vjp_relu_grad},
     {"Reshape", vjp_reshape},
+    {"ReshapeLike", dev__vjp_reshape_like},
     {"Rsqrt", vjp_rsqrt},
+    {"RsqrtGrad", dev__vjp_rsqrt_grad},
     {"Sigmoid", vjp_sigmoid},
+    {"SigmoidGrad", dev__vjp_sigmoid_grad},
     {"Slice", vjp_slice},
     {"Softmax", vjp_softmax},
     {"SparseSoftmaxCrossEntropyWithLogits", vjp_sparse_xent},
     {"Sqrt", vjp_sqrt},
+    {"SqrtGrad", dev__vjp_sqrt_grad},
     {"Square", vjp_square},
     {"Sub", vjp_sub},
     {"Sum", vjp_sum},
+    {"SumToLike", dev__vjp_sum_to_like},
     {"Tanh", vjp_tanh},
+    {"TanhGrad", dev__vjp_tanh_grad},
     {"Transpose", vjp_transpose},
 };
 

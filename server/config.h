@@ -162,6 +162,10 @@ typedef struct srv_options {
   uint32_t job_token_lifetime_s;
   int max_job_tokens;
   char job_tokens_file[SRV_ROOT_MAX]; /* "": tokens in memory only */
+  /* [functions] (issue #11): optimizer plugins, a comma list of absolute
+   * paths of shared objects loaded at start (server/optimizer.c); "": none.
+   * Not reloadable. */
+  char optimizer_plugins[SRV_ROOT_MAX];
   bool config_explicit; /* --config given: a missing file is an error */
   bool config_loaded;   /* a file was read */
 } srv_options;

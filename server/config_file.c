@@ -128,7 +128,7 @@ static int srv_ini_handler(void *user, const char *section, const char *name,
       srv_ini_error(c,
                     "unknown section [%s] (key '%s'); expected [daemon], "
                     "[devices], [cuda], [limits], [sessions], [storage], "
-                    "[auth], [tenant NAME] or [log]",
+                    "[auth], [tenant NAME], [log] or [functions]",
                     section, name);
     }
     return 1;

@@ -137,15 +137,16 @@ const srv_key srv_keys[] = {
      false},
     {"auth", "job_tokens_file", NULL, SRV_K_FILE, OFF(job_tokens_file), 0,
      SRV_ROOT_MAX, false},
+    {"functions", "optimizer_plugins", NULL, SRV_K_FILE, OFF(optimizer_plugins),
+     0, SRV_ROOT_MAX, false},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
                "SRV_MAX_KEYS");
 
-const char *const srv_sections[] = {"daemon",  "devices",   "cuda",
-                                    "limits",  "scheduler", "sessions",
-                                    "storage", "auth",      "tls",
-                                    "log"};
+const char *const srv_sections[] = {
+    "daemon",  "devices", "cuda", "limits", "scheduler", "sessions",
+    "storage", "auth",    "tls",  "log",    "functions"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;

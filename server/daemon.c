@@ -10,6 +10,7 @@
  * observer, for every reason). main.c runs the service loop between. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <systemd/sd-daemon.h>
@@ -20,6 +21,7 @@
 #include "check.h"
 #include "jobs.h"
 #include "log.h"
+#include "optimizer.h"
 #include "server.h"
 
 /* True when srv_rpc_stop left calls behind (gRPC was not shut down): the
@@ -176,6 +178,39 @@ static int srv_jobs_start(srv *s) {
   return 0;
 }
 
+/* [functions] optimizer_plugins: loads each (srv_optimizer_load), before
+ * the engine, so a plugin that is refused stops the start at once. */
+static int srv_plugins_start(srv *s) {
+  char list[SRV_ROOT_MAX], *save = NULL;
+  const char *paths[SRV_ROOT_MAX / 2];
+  int n = 0;
+  snprintf(list, sizeof list, "%s", s->opt.optimizer_plugins);
+  for (char *t = strtok_r(list, ",", &save); t;
+       t = strtok_r(NULL, ",", &save)) {
+    while (*t == ' ' || *t == '\t') t++;
+    char *e = t + strlen(t);
+    while (e > t && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+    if (!*t) continue;
+    if (*t != '/') {
+      SRV_ERROR(
+          "cannot start: [functions] optimizer_plugins: %s is not an "
+          "absolute path",
+          t);
+      return -1;
+    }
+    paths[n++] = t;
+  }
+  dev_tristate daemon_passes[DEV_PASS_COUNT] = {DEV_TRI_DEFAULT};
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_optimizer_load(paths, n, daemon_passes, &s->fn_external,
+                         &s->fn_num_external, s->fn_passes, &st) != PD_OK) {
+    SRV_ERROR("cannot start: %s", st.msg);
+    sd_notifyf(0, "STATUS=failed: %s", st.msg);
+    return -1;
+  }
+  return 0;
+}
+
 int srv_daemon_start(srv *s) {
   pdcom_set_trail(srv_trail);
   if (getrandom(&s->incarnation, sizeof(s->incarnation), 0) !=
@@ -187,7 +222,8 @@ int srv_daemon_start(srv *s) {
   clock_gettime(CLOCK_REALTIME, &now);
   s->start_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 
-  if (srv_engine_start(s) != 0) goto fail;
+  if (srv_plugins_start(s) != 0) goto fail;
+  if (srv_engine_start(s) != 0) goto fail_plugins;
   if (srv_storage_init(s) != 0) goto fail_engine;
   if (srv_sched_start(s) != 0) goto fail_storage;
   if (srv_auth_init(s) != 0) goto fail_sched;
@@ -220,6 +256,8 @@ fail_storage:
 fail_engine:
   dev_engine_destroy(s->engine);
   s->engine = NULL;
+fail_plugins:
+  srv_optimizer_unload();
 fail:
   sd_notify(0, "STATUS=failed to start (see the log)");
   return -1;
@@ -253,4 +291,5 @@ void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what)) {
   phase("stopping the engine (dev_engine_destroy)");
   dev_engine_destroy(s->engine);
   s->engine = NULL;
+  srv_optimizer_unload(); /* after every library (optimizer.h) */
 }

@@ -145,6 +145,15 @@ pd_code fn_graph_insert_op(fn_graph *g, int pos, const char *name,
                            const dev_op_def *def, const fn_ref *in, int n_in,
                            const dev_attr *attrs, int n_attrs, int *idx,
                            dev_status *st);
+/* Appends a FN_NODE_GRADIENTS node (DEV_FN_GRADIENTS_OP, dev_function.h)
+ * reading in[0..n_in) = y, the sources[, grad_y when has_grad_y] with the
+ * attribute "has_grad_y"; its n_in - 1 - has_grad_y outputs are inferred as
+ * the sources' dtypes and component shapes when the graph is instantiated.
+ * INVALID_ARGUMENT: fewer than 1 (2 with grad_y) inputs or more than
+ * FN_MAX_NODE_OUTPUTS sources; node limit. The name is made unique. */
+pd_code fn_graph_add_gradients(fn_graph *g, const char *name, const fn_ref *in,
+                               int n_in, bool has_grad_y, int *idx,
+                               dev_status *st);
 /* Sets node i's origins to the union of the origins of nodes[from[0..n)]
  * (a node without origins counts as its own name). */
 pd_code fn_node_merge_origins(fn_graph *g, int i, const int *from, int n,
@@ -155,7 +164,9 @@ pd_code fn_graph_add_const(fn_graph *g, pd_dtype dt, const dev_shape *shape,
                            dev_status *st);
 /* Infers node i from its inputs (instantiated graphs): fills n_out,
  * out_dtype, out_shape, out_not_mirrored. INVALID_ARGUMENT naming the
- * function and node (and its origins) on what the op's inference rejects. */
+ * function and node (and its origins) on what the op's inference rejects.
+ * A Gradients node's outputs are its sources' dtypes and shapes (so nodes
+ * after it infer before expansion); a call not inlined is INTERNAL. */
 pd_code fn_graph_infer_node(fn_graph *g, int i, dev_status *st);
 /* Infers every node in order. */
 pd_code fn_graph_infer(fn_graph *g, dev_status *st);

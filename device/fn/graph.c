@@ -406,13 +406,81 @@ char *fn_node_describe(const fn_graph *g, int i, char *buf, size_t len) {
   return buf;
 }
 
+/* A Gradients node's outputs: the sources' dtypes, shapes and marks. */
+static pd_code infer_gradients(fn_graph *g, int i, dev_status *st) {
+  fn_node *n = &g->nodes[i];
+  const int nd = g->n_dev;
+  int k = n->n_out;
+  dev_shape *out = malloc(sizeof(dev_shape) * (size_t)(k ? k : 1) * (size_t)nd);
+  if (!out) return oom(st);
+  for (int s = 0; s < k; s++) {
+    fn_ref x = n->in[1 + s];
+    n->out_dtype[s] = fn_ref_dtype(g, x);
+    n->out_not_mirrored[s] = fn_ref_not_mirrored(g, x);
+    for (int d = 0; d < nd; d++) out[s * nd + d] = *fn_ref_shape(g, x, d);
+  }
+  free(n->out_shape);
+  n->out_shape = out;
+  n->inferred = true;
+  return PD_OK;
+}
+
+pd_code fn_graph_add_gradients(fn_graph *g, const char *name, const fn_ref *in,
+                               int n_in, bool has_grad_y, int *idx,
+                               dev_status *st) {
+  int k = n_in - 1 - (has_grad_y ? 1 : 0);
+  if (k < 0 || k > FN_MAX_NODE_OUTPUTS)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%s': %s node '%s' has %d inputs; expected y, "
+                     "0 to %d sources%s",
+                     g->fn_name, DEV_FN_GRADIENTS_OP, name ? name : "", n_in,
+                     FN_MAX_NODE_OUTPUTS, has_grad_y ? " and grad_y" : "");
+  if (g->n_nodes >= DEV_FN_MAX_NODES)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%s': more than %d nodes", g->fn_name,
+                     DEV_FN_MAX_NODES);
+  if (g->n_nodes == g->cap_nodes) {
+    int cap = g->cap_nodes ? g->cap_nodes * 2 : 16;
+    fn_node *nn = realloc(g->nodes, sizeof *nn * (size_t)cap);
+    if (!nn) return oom(st);
+    g->nodes = nn;
+    g->cap_nodes = cap;
+  }
+  fn_node nd;
+  memset(&nd, 0, sizeof nd);
+  nd.kind = FN_NODE_GRADIENTS;
+  nd.name = unique_name(g, name && name[0] ? name : DEV_FN_GRADIENTS_OP);
+  nd.in = malloc(sizeof *nd.in * (size_t)n_in);
+  nd.attr_names[0] = fn_graph_strdup("has_grad_y");
+  if (!nd.name || !nd.in || !nd.attr_names[0]) {
+    node_clear(&nd);
+    return oom(st);
+  }
+  memcpy(nd.in, in, sizeof *nd.in * (size_t)n_in);
+  nd.n_in = n_in;
+  nd.n_attrs = 1;
+  nd.attrs[0] = (dev_attr_value){.type = DEV_ATTR_BOOL, .u.b = has_grad_y};
+  nd.n_out = k;
+  int pos = g->n_nodes;
+  g->nodes[pos] = nd;
+  g->n_nodes++;
+  if (g->n_dev > 0) {
+    pd_code rc = infer_gradients(g, pos, st);
+    if (rc != PD_OK) {
+      g->nodes[pos].dead = true;
+      return rc;
+    }
+  }
+  if (idx) *idx = pos;
+  return PD_OK;
+}
+
 pd_code fn_graph_infer_node(fn_graph *g, int i, dev_status *st) {
   fn_node *n = &g->nodes[i];
+  if (n->kind == FN_NODE_GRADIENTS) return infer_gradients(g, i, st);
   if (n->kind != FN_NODE_OP)
     return dev_error(st, PD_INTERNAL, "function '%s': node '%s' is a %s",
-                     g->fn_name, n->name,
-                     n->kind == FN_NODE_CALL ? "call not inlined"
-                                             : "Gradients node not expanded");
+                     g->fn_name, n->name, "call not inlined");
   const int nd = g->n_dev;
   const size_t cnt = (size_t)(n->n_in ? n->n_in : 1) * (size_t)nd;
   pd_dtype in_dtype[DEV_MAX_INPUTS];

@@ -25,11 +25,16 @@ extern "C" {
  * walks the recorded ops backwards and runs the gradient ops on the mesh like
  * any op: asynchronously, queued behind the forward ops, with results that
  * are handles whose dtype and shape are known at once. Integer and bool
- * values carry no gradient. Ops with a gradient: Add Sub Mul Div Neg Exp Log
- * Sqrt Rsqrt Square Tanh Sigmoid Relu Pow Maximum Minimum MatMul BatchMatMul
- * BiasAdd Sum Mean Reshape Transpose Concat Slice Gather Cast Identity
- * Softmax LogSoftmax SparseSoftmaxCrossEntropyWithLogits AllReduce (sum,
- * mean). A session holds at most 64 tapes; they are freed with it.
+ * values carry no gradient. Ops with a gradient: Add Sub Mul Div Neg Abs Exp
+ * Log Sqrt Rsqrt Square Tanh Sigmoid Relu Pow Maximum Minimum MatMul
+ * BatchMatMul BiasAdd Sum Mean Max Min Reshape Transpose Concat Slice Gather
+ * Cast Identity Softmax LogSoftmax SparseSoftmaxCrossEntropyWithLogits
+ * AllReduce (sum, mean) Broadcast AllGather ReduceScatter (sum, mean), and
+ * the gradient ops ReluGrad TanhGrad SigmoidGrad SqrtGrad RsqrtGrad
+ * SumToLike BroadcastToLike ReshapeLike (a tape does not record the ops its
+ * own gradients run: gradients of gradients come from Gradients nodes
+ * nested in a function, include/paradev/function.h). A session holds at
+ * most 64 tapes; they are freed with it.
  *
  * Every tape call has an Enqueue item of the same meaning (pd_stream_tape_*)
  * so that a training step -- start, watch, forward, gradient, update, delete

@@ -41,7 +41,7 @@ done <"$manifest"
 pc=$(find "$prefix" -name paradev.pc | head -n1)
 cfg=$(find "$prefix" -name paradevConfig.cmake | head -n1)
 [ -n "$pc" ] && [ -n "$cfg" ] || fail "paradev.pc or paradevConfig.cmake not installed"
-for h in paradev.h types.h transfer.h shm.h stream.h tape.h; do
+for h in paradev.h types.h transfer.h shm.h stream.h tape.h optimizer.h; do
   [ -f "$prefix/include/paradev/$h" ] || fail "not installed: $prefix/include/paradev/$h"
 done
 libdir=$(dirname "$(dirname "$pc")")

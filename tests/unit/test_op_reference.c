@@ -82,8 +82,10 @@ static void test_values_of_some_ops(void **state) {
   assert_string_equal(a.name, "transpose_b");
   assert_true(dev_op_def_has_gradient(mm));
   assert_false(dev_op_def_is_collective(mm));
-  /* The gradient ops themselves have no VJP; collectives are flagged. */
-  assert_false(dev_op_def_has_gradient(dev_op_lookup("ReluGrad")));
+  /* The element-wise gradient ops have VJPs (gradients of gradients in
+   * functions); SliceGrad has none; collectives are flagged. */
+  assert_true(dev_op_def_has_gradient(dev_op_lookup("ReluGrad")));
+  assert_false(dev_op_def_has_gradient(dev_op_lookup("SliceGrad")));
   assert_true(dev_op_def_is_collective(dev_op_lookup("AllReduce")));
   assert_true(dev_op_def_has_gradient(dev_op_lookup("AllReduce")));
   /* Every op whose definition differs from tf.raw_ops in kind says so. */
