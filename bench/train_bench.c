@@ -207,7 +207,7 @@ static int by_rate(const void *a, const void *b) {
   return rx < ry ? -1 : rx > ry;
 }
 
-#define REPS 3
+#define REPS 5
 
 /* Eager and function mode on `devices` devices, `reps` runs of each,
  * alternating (so a change in the machine's load hits both); the median

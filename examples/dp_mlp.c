@@ -40,6 +40,8 @@ struct dp_mlp {
   int ntmp, captmp;
   pd_status *err;   /* the first failure while queueing (sticky) */
   char fn_name[64]; /* the step's function (DP_MLP_FUNCTION), else "" */
+  float *xy;        /* function mode: a batch's rows and labels, packed */
+  size_t xy_cap;    /* floats xy holds */
 };
 
 static const double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-7, kMomentum = 0.9;
@@ -152,6 +154,36 @@ static pd_code upload_batch(dp_mlp *m, const float *x, const int32_t *y,
   return PD_OK;
 }
 
+/* Function mode's batch: one upload, sharded along the rows, of
+ * [rows, inputs + 1] float32 -- each row's features, then its label as a
+ * float (exact below 2^24): one RPC per step instead of two. */
+static pd_code upload_packed(dp_mlp *m, const float *x, const int32_t *y,
+                             int rows, uint64_t *xyid) {
+  if (failed(m)) return pd_status_code(m->err);
+  size_t w = (size_t)m->cfg.inputs + 1, need = w * (size_t)rows;
+  if (need > m->xy_cap) {
+    float *n = realloc(m->xy, need * sizeof(float));
+    if (!n) {
+      pd_status_set(m->err, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      return PD_RESOURCE_EXHAUSTED;
+    }
+    m->xy = n;
+    m->xy_cap = need;
+  }
+  for (int r = 0; r < rows; r++) {
+    memcpy(m->xy + (size_t)r * w, x + (size_t)r * (w - 1),
+           sizeof(float) * (w - 1));
+    m->xy[(size_t)r * w + w - 1] = (float)y[r];
+  }
+  *xyid = pd_session_new_id(m->s);
+  const int64_t dims[2] = {rows, (int64_t)w};
+  if (pd_upload(m->s, *xyid, PD_FLOAT32, dims, 2, m->xy, need * sizeof(float),
+                pd_layout_sharded(0), NULL, NULL, m->err) != PD_OK)
+    return pd_status_code(m->err);
+  keep_tmp(m, *xyid);
+  return PD_OK;
+}
+
 /* logits = relu(x W1 + b1) W2 + b2, every intermediate a temporary. */
 static uint64_t forward(dp_mlp *m, uint64_t x) {
   uint64_t h = t2(m, "BiasAdd", t2(m, "MatMul", x, m->w[0]), m->w[1]);
@@ -169,16 +201,15 @@ static uint64_t count_correct(dp_mlp *m, uint64_t logits, uint64_t y) {
   return sum_all(m, t1(m, "Cast", eq));
 }
 
-/* --- function mode: the step as one graph function --------------------------- */
+/* --- function mode: the step as one graph function ----------------------------- */
 
 /* `pat` with its "%d" (if any) replaced by i, into out[32]. */
 static void subst(char out[32], const char *pat, int i) {
   const char *p = strstr(pat, "%d");
-  if (!p) {
+  if (p)
+    snprintf(out, 32, "%.*s%d%s", (int)(p - pat), pat, i, p + 2);
+  else
     snprintf(out, 32, "%s", pat);
-    return;
-  }
-  snprintf(out, 32, "%.*s%d%s", (int)(p - pat), pat, i, p + 2);
 }
 
 /* A node of the step's function: `name` (its "%d" replaced by i) runs `op`
@@ -232,9 +263,38 @@ static void fupdate(dp_mlp *m, pd_function *f, int i) {
   fnode(m, f, "w%d_new", i, "Sub", 2, "w%d", "upd%d");
 }
 
-/* The step of dp_mlp_step as a function. Arguments: x [rows, inputs]
- * float32, y [rows] int32, scale and lr (float32 scalars: n/B and the
- * step's learning rate), w0..w3, m0..m3 (first moment or velocity),
+/* gm0..gm3 = AllReduce(mean) of g:0..g:3 as ONE collective (gradient
+ * bucketing, as DistributedDataParallel's): flattened, joined, all-reduced,
+ * cut back. Element by element, so the values of four; one rendezvous. */
+static void all_reduce_gradients(dp_mlp *m, pd_function *f) {
+  const int64_t in = m->cfg.inputs, hid = m->cfg.hidden, cls = m->cfg.classes;
+  const int64_t dims[NW][2] = {{in, hid}, {hid, 0}, {hid, cls}, {cls, 0}};
+  for (int i = 0; i < NW; i += 2) { /* the kernels, rank 2 */
+    const int64_t flat = dims[i][0] * dims[i][1];
+    pd_attrs_set_int_list(m->a, "shape", &flat, 1);
+    fnode(m, f, "gflat%d", i, "Reshape", 1, "g:%d");
+  }
+  pd_attrs_set_int(m->a, "axis", 0);
+  fnode(m, f, "gcat", 0, "Concat", 4, "gflat0", "g:1", "gflat2", "g:3");
+  pd_attrs_set_string(m->a, "reduction", "mean");
+  fnode(m, f, "gall", 0, "AllReduce", 1, "gcat");
+  int64_t off = 0;
+  for (int i = 0; i < NW; i++) {
+    int64_t n = dims[i][0] * (dims[i][1] ? dims[i][1] : 1);
+    pd_attrs_set_int_list(m->a, "begin", &off, 1);
+    pd_attrs_set_int_list(m->a, "size", &n, 1);
+    fnode(m, f, dims[i][1] ? "gpart%d" : "gm%d", i, "Slice", 1, "gall");
+    if (dims[i][1]) {
+      pd_attrs_set_int_list(m->a, "shape", dims[i], 2);
+      fnode(m, f, "gm%d", i, "Reshape", 1, "gpart%d");
+    }
+    off += n;
+  }
+}
+
+/* The step of dp_mlp_step as a function. Arguments: xy [rows, inputs + 1]
+ * float32 (upload_packed's rows and labels), scale and lr (float32
+ * scalars: n/B and the step's rate), w0..w3, m0..m3 (first moment or velocity),
  * v0..v3 (Adam's second moment), acc_loss, acc_correct. Outputs, in order:
  * the new w0..w3, m0..m3, v0..v3 (Adam), acc_loss, acc_correct, and the
  * step's loss (n/B times the shard's summed loss). */
@@ -246,8 +306,7 @@ static pd_function *step_function(dp_mlp *m) {
     return NULL;
   }
   char nm[32];
-  pd_function_add_arg(f, "x", PD_FLOAT32);
-  pd_function_add_arg(f, "y", PD_INT32);
+  pd_function_add_arg(f, "xy", PD_FLOAT32);
   pd_function_add_arg(f, "scale", PD_FLOAT32);
   pd_function_add_arg(f, "lr", PD_FLOAT32);
   const char *state[3] = {"w%d", "m%d", "v%d"};
@@ -259,6 +318,19 @@ static pd_function *step_function(dp_mlp *m) {
   pd_function_add_arg(f, "acc_loss", PD_FLOAT32);
   pd_function_add_arg(f, "acc_correct", PD_FLOAT32);
 
+  /* x = xy[:, :inputs], y = int32(xy[:, inputs]) (upload_packed) */
+  const int64_t zero2[2] = {0, 0}, xsize[2] = {-1, m->cfg.inputs};
+  const int64_t ybegin[2] = {0, m->cfg.inputs}, ysize[2] = {-1, 1}, flat = -1;
+  pd_attrs_set_int_list(m->a, "begin", zero2, 2);
+  pd_attrs_set_int_list(m->a, "size", xsize, 2);
+  fnode(m, f, "x", 0, "Slice", 1, "xy");
+  pd_attrs_set_int_list(m->a, "begin", ybegin, 2);
+  pd_attrs_set_int_list(m->a, "size", ysize, 2);
+  fnode(m, f, "ycol", 0, "Slice", 1, "xy");
+  pd_attrs_set_int_list(m->a, "shape", &flat, 1);
+  fnode(m, f, "yflat", 0, "Reshape", 1, "ycol");
+  pd_attrs_set_dtype(m->a, "DstT", PD_INT32);
+  fnode(m, f, "y", 0, "Cast", 1, "yflat");
   fnode(m, f, "mm1", 0, "MatMul", 2, "x", "w0");
   fnode(m, f, "h", 0, "BiasAdd", 2, "mm1", "w1");
   fnode(m, f, "r", 0, "Relu", 1, "h");
@@ -273,10 +345,7 @@ static pd_function *step_function(dp_mlp *m) {
     const char *gin[5] = {"loss", "w0", "w1", "w2", "w3"};
     pd_function_add_node(f, "g", "Gradients", gin, 5, NULL, m->err);
   }
-  for (int i = 0; i < NW; i++) {
-    pd_attrs_set_string(m->a, "reduction", "mean");
-    fnode(m, f, "gm%d", i, "AllReduce", 1, "g:%d");
-  }
+  all_reduce_gradients(m, f);
   fnode(m, f, "acc_loss_new", 0, "Add", 2, "acc_loss", "loss_sum");
   pd_attrs_set_int(m->a, "axis", 1);
   pd_attrs_set_dtype(m->a, "output_type", PD_INT32);
@@ -426,7 +495,7 @@ static uint64_t loss_scale(dp_mlp *m, int rows) {
 /* Function mode's step: the step-dependent scalars, then one call of the
  * step's function whose outputs replace the weights, the optimizer's state
  * and the running sums. */
-static void step_call(dp_mlp *m, uint64_t xid, uint64_t yid, int rows) {
+static void step_call(dp_mlp *m, uint64_t xyid, int rows) {
   bool adam = m->cfg.optimizer == DP_MLP_ADAM;
   uint64_t scale = loss_scale(m, rows);
   uint64_t lr = m->c_lr;
@@ -435,10 +504,9 @@ static void step_call(dp_mlp *m, uint64_t xid, uint64_t yid, int rows) {
     lr = scalar(m, m->cfg.lr * sqrt(1 - pow(kBeta2, t)) / (1 - pow(kBeta1, t)));
     keep_tmp(m, lr);
   }
-  uint64_t in[4 + 3 * NW + 2], out[3 * NW + 3];
+  uint64_t in[3 + 3 * NW + 2], out[3 * NW + 3];
   int n = 0, k = 0, n_out = (adam ? 3 : 2) * NW + 3;
-  in[n++] = xid;
-  in[n++] = yid;
+  in[n++] = xyid;
   in[n++] = scale;
   in[n++] = lr;
   for (int i = 0; i < NW; i++) in[n++] = m->w[i];
@@ -466,13 +534,15 @@ pd_code dp_mlp_step(dp_mlp *m, const float *x, const int32_t *y, int rows,
     return PD_INVALID_ARGUMENT;
   }
   uint64_t xid = 0, yid = 0;
-  if (upload_batch(m, x, y, rows, &xid, &yid) != PD_OK) return report(m, st);
-  m->steps++;
   if (m->cfg.mode == DP_MLP_FUNCTION) {
-    step_call(m, xid, yid, rows);
+    if (upload_packed(m, x, y, rows, &xid) != PD_OK) return report(m, st);
+    m->steps++;
+    step_call(m, xid, rows);
     flush_tmp(m);
     return report(m, st);
   }
+  if (upload_batch(m, x, y, rows, &xid, &yid) != PD_OK) return report(m, st);
+  m->steps++;
 
   /* The loss each device differentiates. Its shard holds b_d of the batch's
    * B rows (b_d differs by one between devices, and may be 0, when B does
@@ -721,6 +791,7 @@ void dp_mlp_delete(dp_mlp *m) {
   }
   pd_attrs_delete(m->a);
   pd_status_delete(m->err);
+  free(m->xy);
   free(m->tmp);
   free(m);
 }

@@ -33,7 +33,10 @@ typedef enum dp_mlp_mode {
    * dp_mlp_new and called once per step (one stream item); the weights and
    * the optimizer's state are handles the call replaces, and the
    * step-dependent scalars (the loss scale, Adam's bias-corrected rate) its
-   * inputs. */
+   * inputs. The batch goes up as one tensor (labels as a float column,
+   * split off inside): one upload per step instead of two. The values are
+   * eager mode's; the gradients' AllReduce is one collective over them
+   * joined. */
   DP_MLP_FUNCTION = 1,
 } dp_mlp_mode;
 
