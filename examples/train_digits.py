@@ -157,15 +157,19 @@ class DataParallelMLP:
     def step(self, bx, by):
         s, op = self.s, self.s.op
         rows = len(by)
-        x = s.upload(bx, paradev.sharded(0))
-        y = s.upload(by, paradev.sharded(0))
-        self.steps += 1
         # Each device sums its rows' losses scaled by n / B, so that the
         # AllReduce(mean) of the gradients is the gradient of the batch's
         # mean loss whatever the split (dp_mlp.c explains).
-        scale = self.loss_scale(rows)
         if self.mode == "function":
-            return self._function_step(x, y, scale)
+            # one upload: the rows, then each label as a float column
+            xy = np.concatenate([bx, by[:, None].astype(np.float32)], 1)
+            self.steps += 1
+            return self._function_step(s.upload(xy, paradev.sharded(0)),
+                                       self.loss_scale(rows))
+        x = s.upload(bx, paradev.sharded(0))
+        y = s.upload(by, paradev.sharded(0))
+        self.steps += 1
+        scale = self.loss_scale(rows)
         with s.tape(watch=self.w, watch_accessed=False) as tape:
             logits = self.forward(x)
             xent, _ = op("SparseSoftmaxCrossEntropyWithLogits", logits, y)
@@ -218,7 +222,7 @@ class DataParallelMLP:
         if self.mode != "function":
             return
         f32 = paradev.Spec("float32")
-        specs = [f32, paradev.Spec("int32"), f32, f32] + [f32] * (
+        specs = [f32, f32, f32] + [f32] * (
             len(self.w) + len(self.m1) + len(self.m2) + 2)
         self._step_fn = self.s.function(
             self._traced_step, input_signature=specs,
@@ -232,7 +236,7 @@ class DataParallelMLP:
                   % e.message, flush=True)
             self.mode, self._step_fn = "eager", None
 
-    def _function_step(self, x, y, scale):
+    def _function_step(self, xy, scale):
         """--mode function: the whole step -- forward, loss, gradients,
         AllReduce(mean), update -- is one graph function, traced on the
         first call (self.c_* are captured) and called once per step; its
@@ -241,7 +245,7 @@ class DataParallelMLP:
             self._step_fn = self.s.function(
                 self._traced_step, name="train_digits_py_" + self.optimizer)
         nw = len(self.w)
-        out = self._step_fn(x, y, scale, self.lr_t(), *self.w, *self.m1,
+        out = self._step_fn(xy, scale, self.lr_t(), *self.w, *self.m1,
                             *self.m2, self.acc_loss, self.acc_correct)
         self.w, self.m1 = list(out[:nw]), list(out[nw:2 * nw])
         if self.optimizer == "adam":
@@ -252,8 +256,14 @@ class DataParallelMLP:
                 self.s.sync([self.mark])
             self.mark = loss
 
-    def _traced_step(self, x, y, scale, lr, *state):
+    def _traced_step(self, xy, scale, lr, *state):
+        """dp_mlp.c's step_function: x and y split off the packed batch,
+        the gradients all-reduced as one joined vector."""
         op, nw = self.s.op, len(self.w)
+        x = op("Slice", xy, begin=[0, 0], size=[-1, FEATURES])
+        y = op("Cast", op("Reshape", op("Slice", xy, begin=[0, FEATURES],
+                                        size=[-1, 1]), shape=[-1]),
+               DstT="int32")
         w, m1 = list(state[:nw]), list(state[nw:2 * nw])
         m2 = list(state[2 * nw:3 * nw]) if self.optimizer == "adam" else []
         acc_loss, acc_correct = state[-2:]
@@ -262,7 +272,14 @@ class DataParallelMLP:
         loss_sum = op("Sum", xent)
         loss = op("Mul", loss_sum, scale)
         g = paradev.gradients(loss, w)
-        gm = [op("AllReduce", gi, reduction="mean") for gi in g]
+        sizes = [int(np.prod(sh)) for sh in WEIGHT_SHAPES]
+        flat = op("Concat", [op("Reshape", gi, shape=[n])
+                             for gi, n in zip(g, sizes)], axis=0)
+        gall = op("AllReduce", flat, reduction="mean")
+        offs = np.cumsum([0] + sizes)
+        gm = [op("Reshape", op("Slice", gall, begin=[int(o)], size=[n]),
+                 shape=list(sh))
+              for o, n, sh in zip(offs, sizes, WEIGHT_SHAPES)]
         acc_loss = op("Add", acc_loss, loss_sum)
         acc_correct = op("Add", acc_correct, self.count_correct(logits, y))
         self.update(w, m1, m2, gm, lr)
