@@ -1,6 +1,6 @@
 /* The fused ops the fusion pass makes (device/fn/passes_fusion.c) and their
  * kernels (device/ops/fused.c on the CPU, device/cuda/kernels_fused.cu and
- * matmul.c on CUDA): what both sides must agree on. Private to device/.
+ * fused_matmul.c on CUDA): what both sides must agree on. Private to device/.
  *
  * _FusedMatMul (TensorFlow's _FusedMatMul, one bias and one activation):
  *   inputs  a [M,K] (or [K,M] with transpose_a), b [K,N] (or [N,K] with
