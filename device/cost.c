@@ -51,8 +51,11 @@ static void component_cost(const dev_op *op, int d, double *flops,
     b += (double)c->bytes;
   }
   double f = max_elems;
-  if (strcmp(name, "MatMul") == 0 || strcmp(name, "BatchMatMul") == 0)
+  if (strcmp(name, "MatMul") == 0 || strcmp(name, "BatchMatMul") == 0 ||
+      strcmp(name, "_FusedMatMul") == 0)
     f = matmul_flops(op, d);
+  else if (strcmp(name, "_FusedElementwise") == 0) /* a FLOP per instruction */
+    f = out_elems * (double)(op->attrs[0].u.ilist.n / 3);
   else if (strstr(name, "Softmax"))
     f = 5.0 * in_elems;
   else if (strncmp(name, "Random", 6) == 0)

@@ -249,6 +249,7 @@ void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
 void dev_register_grad_ops(void);
 void dev_register_grad_parts_ops(void);
+void dev_register_fused_ops(void); /* ops/fused.c: _FusedMatMul & co. */
 
 /* Element count of a shape already checked by infer (no overflow checks:
  * for kernels), and the product of its dims[lo..hi). */
