@@ -66,7 +66,7 @@ struct dev_fn_lib {
   int n;
 };
 
-/* library.c: the function named `name`, or NULL (lib->mu held). */
+/* settings.c: the function named `name`, or NULL (lib->mu held). */
 fn_func *fn_lib_find(const dev_fn_lib *lib, const char *name);
 /* A lookup for fn_inline_calls over a library (arg: the dev_fn_lib). */
 const fn_graph *fn_lib_lookup(void *arg, const char *name);
@@ -77,7 +77,7 @@ dev_tristate fn_pass_in_force(const dev_fn_options *o, const dev_fn_config *c,
 void fn_log(const dev_fn_config *c, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* convert.c. Builds a graph (n_dev 0) from a definition and validates it as
+/* convert.c (canon.c: fn_def_canonical). Builds a graph (n_dev 0) from a definition and validates it as
  * dev_fn_register documents; `lookup` resolves calls of other functions
  * (NULL: none allowed). With `base` (an external pass's result over the
  * graph `base`), nodes of op "_Const" with int attr "index" stand for

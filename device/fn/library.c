@@ -1,46 +1,14 @@
 /* A session's library of graph functions (dev_function.h): creation and
  * destruction, registration (validated and sorted by convert.c; identical
- * re-registration is a no-op), lookups, describe, the pass names and the
- * merge of tri-state pass settings. Instantiation and calls are
- * instance.c's. One mutex per library guards its functions and their
- * caches. */
+ * re-registration is a no-op), lookups, describe. Instantiation and calls
+ * are instance.c's; pass names, settings and the log settings.c's. One
+ * mutex per library guards its functions and their caches. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fn_call.h"
-
-static const char *const pass_names[DEV_PASS_COUNT] = {
-    "pruning",         "cse",       "constant_folding", "arithmetic", "fusion",
-    "buffer_planning", "cuda_graph"};
-
-const char *dev_fn_pass_name(dev_fn_pass p) {
-  return (unsigned)p < DEV_PASS_COUNT ? pass_names[p] : NULL;
-}
-
-int dev_fn_pass_from_name(const char *name) {
-  for (int p = 0; name && p < DEV_PASS_COUNT; p++)
-    if (strcmp(name, pass_names[p]) == 0) return p;
-  return -1;
-}
-
-dev_tristate fn_pass_in_force(const dev_fn_options *o, const dev_fn_config *c,
-                              dev_fn_pass p) {
-  if (o && o->passes[p] != DEV_TRI_DEFAULT) return o->passes[p];
-  if (c && c->passes[p] != DEV_TRI_DEFAULT) return c->passes[p];
-  return DEV_TRI_ON;
-}
-
-void fn_log(const dev_fn_config *c, const char *fn, const char *fmt, ...) {
-  if (!c->log) return;
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  c->log(c->log_arg, fn, buf);
-}
 
 pd_code dev_fn_lib_create(dev_engine *e, const dev_fn_config *cfg,
                           dev_fn_lib **out, dev_status *st) {
@@ -61,7 +29,7 @@ pd_code dev_fn_lib_create(dev_engine *e, const dev_fn_config *cfg,
       return dev_error(st, PD_INVALID_ARGUMENT,
                        "functions: pass '%s' has setting %d; expected "
                        "default (0), off (1) or on (2)",
-                       pass_names[p], (int)c.passes[p]);
+                       dev_fn_pass_name(p), (int)c.passes[p]);
   if (c.num_external < 0 || (c.num_external && !c.external))
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "functions: %d external passes without a list",
@@ -91,17 +59,6 @@ void dev_fn_lib_destroy(dev_fn_lib *lib) {
   free(lib);
 }
 
-fn_func *fn_lib_find(const dev_fn_lib *lib, const char *name) {
-  for (int i = 0; name && i < lib->n; i++)
-    if (strcmp(lib->fns[i]->name, name) == 0) return lib->fns[i];
-  return NULL;
-}
-
-const fn_graph *fn_lib_lookup(void *arg, const char *name) {
-  fn_func *f = fn_lib_find(arg, name);
-  return f ? f->g : NULL;
-}
-
 static pd_code check_options(const char *fn, const dev_fn_options *o,
                              dev_status *st) {
   if (o->struct_size <
@@ -115,7 +72,7 @@ static pd_code check_options(const char *fn, const dev_fn_options *o,
       return dev_error(st, PD_INVALID_ARGUMENT,
                        "function '%s': pass '%s' has setting %d; expected "
                        "default (0), off (1) or on (2)",
-                       fn, pass_names[p], (int)o->passes[p]);
+                       fn, dev_fn_pass_name(p), (int)o->passes[p]);
   if (o->max_instantiations < 0 || o->max_instantiations > DEV_FN_MAX_INST_CAP)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "function '%s': max_instantiations is %d; expected 0 "

@@ -551,6 +551,122 @@ static void library_freed_while_queued(void **state) {
   dev_engine_destroy(e);
 }
 
+/* --- external passes and the log ------------------------------------------ */
+
+typedef struct logbuf {
+  char text[4096];
+} logbuf;
+
+static void log_to(void *arg, const char *fn, const char *what) {
+  logbuf *l = arg;
+  size_t n = strlen(l->text);
+  snprintf(l->text + n, sizeof l->text - n, "[%s] %s\n", fn, what);
+}
+
+/* The pass's own copy of a definition: the input's arrays, node ops
+ * rewritten per `mode` (0: Mul(a, a) -> Square(a); 1: output renamed). */
+typedef struct xout {
+  dev_fn_def def;
+  dev_fn_node nodes[16];
+  dev_fn_output outs[4];
+} xout;
+
+static pd_code x_run(void *arg, const dev_fn_def *in, const dev_tristate *p,
+                     dev_fn_def **out, bool *changed, dev_status *st) {
+  int mode = *(int *)arg;
+  (void)p;
+  if (mode == 2) return dev_error(st, PD_INTERNAL, "the plugin gave up");
+  assert_true(in->num_nodes <= 16);
+  xout *x = calloc(1, sizeof *x);
+  x->def = *in;
+  memcpy(x->nodes, in->nodes, sizeof *in->nodes * (size_t)in->num_nodes);
+  memcpy(x->outs, in->outputs, sizeof *in->outputs * (size_t)in->num_outputs);
+  x->def.nodes = x->nodes;
+  x->def.outputs = x->outs;
+  *changed = false;
+  for (int i = 0; mode == 0 && i < in->num_nodes; i++) {
+    dev_fn_node *n = &x->nodes[i];
+    if (strcmp(n->op, "Mul") == 0 && n->num_inputs == 2 &&
+        strcmp(n->inputs[0], n->inputs[1]) == 0) {
+      assert_int_equal(n->num_outputs_info, 1); /* inference travels */
+      n->op = "Square";
+      n->num_inputs = 1;
+      static const char *const origin[1] = {"sq"};
+      n->origins = origin;
+      n->num_origins = 1;
+      *changed = true;
+    }
+  }
+  if (mode == 1) {
+    x->outs[0].name = "renamed";
+    *changed = true;
+  }
+  *out = &x->def;
+  return PD_OK;
+}
+
+static void x_free(void *arg, dev_fn_def *out) {
+  (void)arg;
+  free(out);
+}
+
+static void external_passes(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(2, 0);
+  int modes[3] = {0, 1, 2};
+  dev_fn_external_pass xp[3];
+  const dev_fn_external_pass *list[3];
+  const char *names[3] = {"test:square", "test:rename", "test:fails"};
+  for (int k = 0; k < 3; k++) {
+    xp[k] = (dev_fn_external_pass){sizeof xp[k], names[k], &modes[k], x_run,
+                                   x_free};
+    list[k] = &xp[k];
+  }
+  logbuf lb = {{0}};
+  dev_fn_config cfg = DEV_FN_CONFIG_INITIALIZER;
+  cfg.external = list;
+  cfg.num_external = 3;
+  cfg.log = log_to;
+  cfg.log_arg = &lb;
+  dev_fn_lib *lib = NULL;
+  assert_int_equal(dev_fn_lib_create(e, &cfg, &lib, NULL), PD_OK);
+  tdef t;
+  tdef_make(&t, "sq", k_xy, 1,
+            (tnode[]){{"sq", "Mul", {"x", "x"}, 2, {{0}}, 0},
+                      {"n", "Neg", {"sq"}, 1, {{0}}, 0}},
+            2, (dev_fn_output[]){{"o", "n"}}, 1);
+  reg_ok(lib, &t, NULL);
+  int64_t d[1] = {3};
+  double xv[3] = {1, -2, 3};
+  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, d, xv), *r;
+  call(e, lib, "sq", &x, 1, &r, 1);
+  double got[3];
+  tu_read(r, 1, got, 3);
+  tu_assert_close(got, ((double[]){-1, -4, -9}), 3, 0, 0);
+  dev_fn_info info = {.struct_size = sizeof info};
+  assert_int_equal(dev_fn_describe(lib, "sq", &info, NULL), PD_OK);
+  assert_int_equal(info.insts[0].external_changed, 1);
+  bool square = false;
+  for (int i = 0; i < info.optimized->num_nodes; i++)
+    square |= strcmp(info.optimized->nodes[i].op, "Square") == 0;
+  assert_true(square);
+  assert_string_equal(info.optimized->outputs[0].name, "o");
+  dev_fn_def_free(info.def);
+  dev_fn_def_free(info.optimized);
+  if (!strstr(lb.text, "[sq] cache miss: first call") ||
+      !strstr(lb.text,
+              "external pass 'test:rename' refused: output 0 is "
+              "'renamed'") ||
+      !strstr(lb.text,
+              "external pass 'test:fails' refused: the plugin gave "
+              "up"))
+    fail_msg("log:\n%s", lb.text);
+  dev_tensor_release(r);
+  dev_tensor_release(x);
+  dev_fn_lib_destroy(lib);
+  dev_engine_destroy(e);
+}
+
 static void pass_names(void **state) {
   (void)state;
   for (int p = 0; p < DEV_PASS_COUNT; p++)
@@ -578,6 +694,7 @@ int main(void) {
       cmocka_unit_test(run_time_failure),
       cmocka_unit_test(cache_hits_misses_cap),
       cmocka_unit_test(library_freed_while_queued),
+      cmocka_unit_test(external_passes),
       cmocka_unit_test(pass_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
