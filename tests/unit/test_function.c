@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "device_int.h"
+#include "fn/fn_call.h"
 #include "testutil.h"
 
 /* --- building definitions -------------------------------------------------- */
@@ -667,6 +667,78 @@ static void external_passes(void **state) {
   dev_engine_destroy(e);
 }
 
+/* The executor with a buffer plan (passes_buffers.c's shape of one): a
+ * plan with every intermediate at its own offset in one arena, put on the
+ * cached instantiation; the next call (a hit) runs from the arena. */
+static void planned_arena(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(2, 0);
+  dev_fn_lib *lib = NULL;
+  assert_int_equal(dev_fn_lib_create(e, NULL, &lib, NULL), PD_OK);
+  tdef t;
+  tdef_make(&t, "chain", k_xy, 1,
+            (tnode[]){{"a", "Mul", {"x", "x"}, 2, {{0}}, 0},
+                      {"b", "Add", {"a", "x"}, 2, {{0}}, 0},
+                      {"r", "Reshape", {"b"}, 1, {{0}}, 1},
+                      {"c", "Neg", {"r"}, 1, {{0}}, 0}},
+            4, (dev_fn_output[]){{"o", "c"}, {"mid", "b"}}, 2);
+  int64_t shp[1] = {4};
+  t.tn[2].attrs[0] = dev_attr_int_list("shape", shp, 1);
+  reg_ok(lib, &t, NULL);
+  int64_t d[1] = {4};
+  double xv[4] = {1, 2, -3, 0.5}, want[4], mid[4];
+  for (int i = 0; i < 4; i++) {
+    mid[i] = xv[i] * xv[i] + xv[i];
+    want[i] = -mid[i];
+  }
+  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, d, xv), *r[2];
+  call(e, lib, "chain", &x, 1, r, 2);
+  dev_tensor_release(r[0]);
+  dev_tensor_release(r[1]);
+  fn_inst *inst = lib->fns[0]->insts[0];
+  const fn_graph *g = inst->g;
+  fn_buffer_plan_free(&inst->plan);
+  size_t n = (size_t)g->n_nodes * FN_MAX_NODE_OUTPUTS * (size_t)g->n_dev;
+  inst->plan.n_dev = g->n_dev;
+  inst->plan.offset = malloc(n * sizeof(uint64_t));
+  inst->plan.arena_bytes = calloc((size_t)g->n_dev, sizeof(uint64_t));
+  memset(inst->plan.offset, 0xff, n * sizeof(uint64_t));
+  uint64_t off = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    bool out = false;
+    for (int o = 0; o < g->n_outputs; o++)
+      out |= fn_ref_eq(g->outputs[o], fn_node_ref(i, 0));
+    if (out || (g->nodes[i].def->flags & DEV_OP_ALIASES_INPUT)) continue;
+    for (int dv = 0; dv < g->n_dev; dv++)
+      inst->plan.offset[(size_t)(i * FN_MAX_NODE_OUTPUTS) * 2 + dv] = off;
+    off += FN_ARENA_ALIGN;
+  }
+  assert_true(off > 0); /* "a" is in the arena */
+  for (int dv = 0; dv < g->n_dev; dv++) inst->plan.arena_bytes[dv] = off;
+  inst->planned = true;
+  inst->info.arena_bytes = off;
+  dev_op *op;
+  assert_int_equal(dev_fn_prepare_call(lib, "chain", &x, 1, &op, NULL), PD_OK);
+  assert_int_equal(dev_op_new_bytes(op), dev_op_output_bytes(op) + off);
+  r[0] = dev_op_output(op, 0);
+  r[1] = dev_op_output(op, 1);
+  dev_tensor_retain(r[0]);
+  dev_tensor_retain(r[1]);
+  dev_op_submit(e, op);
+  double got[4];
+  for (int c = 0; c < 2; c++) {
+    tu_read(r[0], c, got, 4);
+    tu_assert_close(got, want, 4, 0, 0);
+    tu_read(r[1], c, got, 4);
+    tu_assert_close(got, mid, 4, 0, 0);
+  }
+  dev_tensor_release(r[0]);
+  dev_tensor_release(r[1]);
+  dev_tensor_release(x);
+  dev_fn_lib_destroy(lib);
+  dev_engine_destroy(e);
+}
+
 static void pass_names(void **state) {
   (void)state;
   for (int p = 0; p < DEV_PASS_COUNT; p++)
@@ -695,6 +767,7 @@ int main(void) {
       cmocka_unit_test(cache_hits_misses_cap),
       cmocka_unit_test(library_freed_while_queued),
       cmocka_unit_test(external_passes),
+      cmocka_unit_test(planned_arena),
       cmocka_unit_test(pass_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
