@@ -13,6 +13,18 @@
 
 #include "fn_int.h"
 
+/* One device's CUDA graph of an instantiation (DEV_PASS_CUDA_GRAPH, run.c):
+ * captured on the first call, replayed after; its inputs, outputs and
+ * values live at fixed offsets of one persistent allocation. Touched only
+ * by that device's executor (and freed with the instantiation). */
+typedef struct fn_cg {
+  int state; /* 0: not tried; 1: captured; -1: stream execution */
+  void *graph;
+  char *mem;
+  size_t mem_bytes;
+  uint64_t *off; /* [n_args + n_outputs + n_nodes * FN_MAX_NODE_OUTPUTS] */
+} fn_cg;
+
 /* One instantiation: the optimized graph for one signature, its buffer
  * plan, its uploaded constants and the op definition its calls carry. */
 typedef struct fn_inst {
@@ -30,6 +42,8 @@ typedef struct fn_inst {
   bool *arg_not_mirrored; /* [n_args] */
   int *coll_nodes;        /* indices of collective nodes */
   int n_coll;
+  fn_cg *cg; /* [n_dev] when CUDA graphs are in force and possible */
+  atomic_bool cg_captured;
   dev_op_def def; /* the call's def: flags DEV_OP_FUNCTION, name fn_name */
   dev_fn_inst_info info;
   _Atomic uint64_t calls;

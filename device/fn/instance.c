@@ -22,6 +22,14 @@ static pd_code oom(dev_status *st) {
 
 void fn_inst_unref(fn_inst *inst) {
   if (!inst || atomic_fetch_sub(&inst->refs, 1) != 1) return;
+  dev_backend *b = inst->engine->backend;
+  for (int d = 0; inst->cg && d < inst->engine->n; d++) {
+    if (inst->cg[d].graph) b->graph_destroy(b, d, inst->cg[d].graph);
+    if (inst->cg[d].mem)
+      b->deallocate(b, d, inst->cg[d].mem, inst->cg[d].mem_bytes);
+    free(inst->cg[d].off);
+  }
+  free(inst->cg);
   for (int c = 0; inst->consts && c < inst->g->n_consts; c++)
     dev_tensor_release(inst->consts[c]);
   free(inst->consts);
@@ -239,6 +247,21 @@ static const dev_op_def fn_call_def = {
     .summary = "the call of a graph function (device/fn/)",
 };
 
+/* CUDA graphs: in force for the function, a fenced backend with the
+ * capture hooks, and a body without collectives (a rendezvous per call
+ * cannot be replayed). */
+static bool cuda_graph_possible(const dev_fn_lib *lib, const fn_func *f,
+                                const fn_inst *inst) {
+  const dev_backend *b = lib->engine->backend;
+  return fn_pass_in_force(&f->opts, &lib->cfg, DEV_PASS_CUDA_GRAPH) ==
+             DEV_TRI_ON &&
+         lib->engine->fenced && inst->n_coll == 0 &&
+         b->struct_size >=
+             offsetof(dev_backend, graph_destroy) + sizeof b->graph_destroy &&
+         b->capture_begin && b->capture_end && b->graph_launch &&
+         b->graph_destroy;
+}
+
 static pd_code instantiate(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
                            int n_in, fn_inst **out, dev_status *st) {
   dev_engine *e = lib->engine;
@@ -270,6 +293,11 @@ static pd_code instantiate(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
   for (int i = 0; i < inst->g->n_nodes; i++)
     if (inst->g->nodes[i].def->flags & DEV_OP_COLLECTIVE)
       inst->coll_nodes[inst->n_coll++] = i;
+  if (cuda_graph_possible(lib, f, inst) &&
+      !(inst->cg = calloc((size_t)e->n, sizeof *inst->cg))) {
+    rc = oom(st);
+    goto fail;
+  }
   inst->def = fn_call_def;
   inst->def.name = inst->g->fn_name;
   *out = inst;

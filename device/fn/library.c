@@ -200,6 +200,7 @@ static void describe_locked(const dev_fn_lib *lib, const fn_func *f,
   for (int k = 0; k < f->n_insts; k++) {
     i->insts[k] = f->insts[k]->info;
     i->insts[k].calls = atomic_load(&f->insts[k]->calls);
+    i->insts[k].cuda_graph = atomic_load(&f->insts[k]->cg_captured);
   }
   i->hits = f->hits;
   i->misses = f->misses;

@@ -32,6 +32,7 @@ typedef struct run_state {
   void **val;  /* [n_nodes * FN_MAX_NODE_OUTPUTS] */
   size_t *own; /* bytes + 1 of an allocation of its own, else 0 */
   char *arena;
+  const uint64_t *fixed; /* CUDA graphs: every value's offset in arena */
 } run_state;
 
 static uint64_t ref_bytes(const fn_graph *g, fn_ref r, int d) {
@@ -78,6 +79,10 @@ static pd_code place_output(run_state *s, int i, int k, int *alias_of,
       ref_bytes(g, n->in[0], s->d) == bytes) {
     s->val[slot] = (void *)ref_data(s, n->in[0]);
     *alias_of = 0;
+    return PD_OK;
+  }
+  if (s->fixed) {
+    s->val[slot] = s->arena + s->fixed[slot];
     return PD_OK;
   }
   const fn_buffer_plan *p = &s->inst->plan;
@@ -179,39 +184,19 @@ static void fill_inputs(const run_state *s, const fn_node *n, pd_dtype *dt,
   }
 }
 
-bool fn_run_call(dev_op *op, int device, const void *const *in_data,
-                 void *const *out_data, bool failed, _Atomic uint64_t *beats,
-                 dev_status *st) {
-  fn_call_state *cs = op->fn_call;
-  const fn_inst *inst = cs->inst;
-  const fn_graph *g = inst->g;
-  run_state s = {inst,   g,       op->engine->backend,
-                 device, in_data, out_data,
-                 NULL,   NULL,    NULL};
-  const size_t nv = (size_t)(g->n_nodes ? g->n_nodes : 1) * FN_MAX_NODE_OUTPUTS;
-  if (!failed) {
-    s.val = calloc(nv, sizeof *s.val);
-    s.own = calloc(nv, sizeof *s.own);
-    uint64_t ab = inst->planned ? inst->plan.arena_bytes[device] : 0;
-    dev_status ast = DEV_STATUS_INIT;
-    if (!s.val || !s.own) {
-      failed = true;
-      dev_error(st, PD_RESOURCE_EXHAUSTED, "function '%s': host out of memory",
-                g->fn_name);
-    } else if (ab && s.b->allocate(s.b, device, (size_t)ab, (void **)&s.arena,
-                                   &ast) != PD_OK) {
-      s.arena = NULL;
-      failed = true;
-      dev_error(st, ast.code, "function '%s': buffer arena of %llu bytes: %s",
-                g->fn_name, (unsigned long long)ab, ast.msg);
-    }
-  }
+/* Walks the body on one device; true when work was issued. *failed on
+ * entry: an input failed (only the collective nodes are called then). */
+static bool walk(run_state *s, dev_op *op, bool *failed,
+                 _Atomic uint64_t *beats, dev_status *st) {
+  const fn_call_state *cs = op->fn_call;
+  const fn_graph *g = s->g;
+  const int device = s->d;
   bool issued = false;
   int ci = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const fn_node *n = &g->nodes[i];
     const bool coll = (n->def->flags & DEV_OP_COLLECTIVE) != 0;
-    if (failed && !coll) continue;
+    if (*failed && !coll) continue;
     pd_dtype in_dt[DEV_MAX_INPUTS], out_dt[FN_MAX_NODE_OUTPUTS];
     dev_shape in_sh[DEV_MAX_INPUTS], out_sh[FN_MAX_NODE_OUTPUTS];
     const void *in_p[DEV_MAX_INPUTS];
@@ -222,19 +207,19 @@ bool fn_run_call(dev_op *op, int device, const void *const *in_data,
       out_sh[k] = n->out_shape[k * g->n_dev + device];
       out_alias[k] = -1;
     }
-    if (!failed) fill_inputs(&s, n, in_dt, in_sh, in_p);
+    if (!*failed) fill_inputs(s, n, in_dt, in_sh, in_p);
     dev_kernel_ctx ctx = {
         .op = n->def,
         .attrs = n->attrs,
         .device = device,
         .num_devices = g->n_dev,
-        .backend = s.b,
+        .backend = s->b,
         .op_seq = op->seq,
-        .num_inputs = failed ? 0 : n->n_in,
+        .num_inputs = *failed ? 0 : n->n_in,
         .in_dtype = in_dt,
         .in_shape = in_sh,
         .in_data = in_p,
-        .num_outputs = failed ? 0 : n->n_out,
+        .num_outputs = *failed ? 0 : n->n_out,
         .out_dtype = out_dt,
         .out_shape = out_sh,
         .out_data = out_p,
@@ -245,37 +230,172 @@ bool fn_run_call(dev_op *op, int device, const void *const *in_data,
     if (coll) {
       int alias_of;
       dev_status pst = DEV_STATUS_INIT;
-      for (int k = 0; !failed && k < n->n_out; k++) {
-        if (place_output(&s, i, k, &alias_of, &pst) != PD_OK) {
+      for (int k = 0; !*failed && k < n->n_out; k++) {
+        if (place_output(s, i, k, &alias_of, &pst) != PD_OK) {
           char where[400];
           dev_error(st, pst.code, "%s: %s",
                     fn_node_describe(g, i, where, sizeof where), pst.msg);
-          failed = true;
+          *failed = true;
         }
-        out_p[k] = s.val ? s.val[i * FN_MAX_NODE_OUTPUTS + k] : NULL;
+        out_p[k] = s->val ? s->val[i * FN_MAX_NODE_OUTPUTS + k] : NULL;
       }
       dev_status cst = DEV_STATUS_INIT;
-      if (s.b->collective_run(s.b, &ctx, failed ? st : NULL, &cst) != PD_OK) {
-        if (!failed) {
+      if (s->b->collective_run(s->b, &ctx, *failed ? st : NULL, &cst) !=
+          PD_OK) {
+        if (!*failed) {
           char where[400];
           dev_error(st, cst.code, "%s: %s",
                     fn_node_describe(g, i, where, sizeof where), cst.msg);
         }
-        failed = true;
-      } else if (!failed) {
+        *failed = true;
+      } else if (!*failed) {
         issued = true;
       }
     } else {
-      bool ran = run_node(&s, op, i, beats, &ctx, st);
-      issued |= ran;
-      failed = st->code != PD_OK;
+      issued |= run_node(s, op, i, beats, &ctx, st);
+      *failed = st->code != PD_OK;
     }
     if (beats) atomic_fetch_add_explicit(beats, 1, memory_order_relaxed);
   }
-  if (!failed && copy_outputs(&s, op, st) != PD_OK)
-    failed = true;
-  else if (!failed)
+  if (!*failed && copy_outputs(s, op, st) != PD_OK)
+    *failed = true;
+  else if (!*failed)
     issued = true;
+  return issued;
+}
+
+/* --- CUDA graphs (DEV_PASS_CUDA_GRAPH) -------------------------------------
+ * A body without collectives on a backend with the capture hooks: the first
+ * call on a device lays its inputs, outputs and values out at fixed offsets
+ * of one persistent allocation and captures the walk over them
+ * (capture_begin .. capture_end); every call then copies its inputs in,
+ * launches the graph and copies the outputs out, all on the device's
+ * stream. Any capture error falls back to stream execution for good. */
+
+static uint64_t cg_align(uint64_t x) {
+  return (x + FN_ARENA_ALIGN - 1) / FN_ARENA_ALIGN * FN_ARENA_ALIGN;
+}
+
+/* Lays device d's values out and allocates the persistent memory. */
+static bool cg_layout(run_state *s, dev_op *op, fn_cg *cg) {
+  const fn_graph *g = s->g;
+  const int na = g->n_args, no = g->n_outputs;
+  const size_t nv = (size_t)g->n_nodes * FN_MAX_NODE_OUTPUTS;
+  cg->off = calloc((size_t)(na + no) + nv + 1, sizeof *cg->off);
+  if (!cg->off) return false;
+  uint64_t at = 0;
+  for (size_t v = 0; v < (size_t)(na + no) + nv; v++) {
+    uint64_t bytes;
+    if (v < (size_t)na) {
+      bytes = op->inputs[v]->comps[s->d].bytes;
+    } else if (v < (size_t)(na + no)) {
+      bytes = op->outputs[v - (size_t)na]->comps[s->d].bytes;
+    } else {
+      int slot = (int)(v - (size_t)(na + no));
+      int i = slot / FN_MAX_NODE_OUTPUTS, k = slot % FN_MAX_NODE_OUTPUTS;
+      bytes = k < g->nodes[i].n_out ? ref_bytes(g, fn_node_ref(i, k), s->d) : 0;
+    }
+    cg->off[v] = at;
+    at = cg_align(at + bytes);
+  }
+  cg->mem_bytes = (size_t)at;
+  dev_status ast = DEV_STATUS_INIT;
+  return s->b->allocate(s->b, s->d, cg->mem_bytes, (void **)&cg->mem, &ast) ==
+         PD_OK;
+}
+
+/* Captures device d's walk into cg->graph; false (nothing run) on error. */
+static bool cg_capture(run_state *s, dev_op *op, fn_cg *cg) {
+  const fn_graph *g = s->g;
+  const int na = g->n_args, no = g->n_outputs;
+  const void *in[DEV_MAX_INPUTS];
+  void *out[DEV_MAX_OUTPUTS];
+  for (int a = 0; a < na; a++) in[a] = cg->mem + cg->off[a];
+  for (int o = 0; o < no; o++) out[o] = cg->mem + cg->off[na + o];
+  run_state c = *s;
+  c.in_data = in;
+  c.out_data = out;
+  c.arena = cg->mem;
+  c.fixed = cg->off + na + no;
+  dev_status st = DEV_STATUS_INIT;
+  if (s->b->capture_begin(s->b, s->d, &st) != PD_OK) return false;
+  bool failed = false;
+  walk(&c, op, &failed, NULL, &st);
+  void *graph = NULL;
+  dev_status est = DEV_STATUS_INIT;
+  pd_code rc = s->b->capture_end(s->b, s->d, &graph, &est);
+  if (failed || rc != PD_OK) {
+    if (graph) s->b->graph_destroy(s->b, s->d, graph);
+    return false;
+  }
+  cg->graph = graph;
+  return true;
+}
+
+/* Runs the call through device d's graph: in, launch, out. False when the
+ * graph path is not (or no longer) taken; *issued otherwise. */
+static bool cg_call(run_state *s, dev_op *op, bool *issued, dev_status *st) {
+  fn_cg *cg = &s->inst->cg[s->d];
+  if (cg->state < 0) return false;
+  if (cg->state == 0) {
+    cg->state = -1;
+    if (!cg_layout(s, op, cg) || !cg_capture(s, op, cg)) return false;
+    cg->state = 1;
+    atomic_store(&((fn_inst *)s->inst)->cg_captured, true);
+  }
+  const fn_graph *g = s->g;
+  const int na = g->n_args, no = g->n_outputs;
+  dev_status cst = DEV_STATUS_INIT;
+  pd_code rc = PD_OK;
+  for (int a = 0; a < na && rc == PD_OK; a++)
+    if (op->inputs[a]->comps[s->d].bytes)
+      rc = s->b->copy_d2d(s->b, s->d, cg->mem + cg->off[a], s->d, s->in_data[a],
+                          op->inputs[a]->comps[s->d].bytes, &cst);
+  if (rc == PD_OK) rc = s->b->graph_launch(s->b, s->d, cg->graph, &cst);
+  for (int o = 0; o < no && rc == PD_OK; o++)
+    if (op->outputs[o]->comps[s->d].bytes)
+      rc = s->b->copy_d2d(s->b, s->d, s->out_data[o], s->d,
+                          cg->mem + cg->off[na + o],
+                          op->outputs[o]->comps[s->d].bytes, &cst);
+  if (rc != PD_OK)
+    dev_error(st, cst.code, "function '%s' (CUDA graph): %s (on %s)",
+              g->fn_name, cst.msg, s->b->device_name(s->b, s->d));
+  *issued = rc == PD_OK;
+  return true;
+}
+
+bool fn_run_call(dev_op *op, int device, const void *const *in_data,
+                 void *const *out_data, bool failed, _Atomic uint64_t *beats,
+                 dev_status *st) {
+  fn_call_state *cs = op->fn_call;
+  const fn_inst *inst = cs->inst;
+  const fn_graph *g = inst->g;
+  run_state s = {
+      inst, g,   op->engine->backend, device, in_data, out_data, NULL, NULL,
+      NULL, NULL};
+  const size_t nv = (size_t)(g->n_nodes ? g->n_nodes : 1) * FN_MAX_NODE_OUTPUTS;
+  if (!failed) {
+    s.val = calloc(nv, sizeof *s.val);
+    s.own = calloc(nv, sizeof *s.own);
+    uint64_t ab = inst->planned ? inst->plan.arena_bytes[device] : 0;
+    dev_status ast = DEV_STATUS_INIT;
+    bool issued = false;
+    if (!s.val || !s.own) {
+      failed = true;
+      dev_error(st, PD_RESOURCE_EXHAUSTED, "function '%s': host out of memory",
+                g->fn_name);
+    } else if (inst->cg && cg_call(&s, op, &issued, st)) {
+      release_memory(&s);
+      return issued;
+    } else if (ab && s.b->allocate(s.b, device, (size_t)ab, (void **)&s.arena,
+                                   &ast) != PD_OK) {
+      s.arena = NULL;
+      failed = true;
+      dev_error(st, ast.code, "function '%s': buffer arena of %llu bytes: %s",
+                g->fn_name, (unsigned long long)ab, ast.msg);
+    }
+  }
+  bool issued = walk(&s, op, &failed, beats, st);
   release_memory(&s);
   return issued && !failed;
 }

@@ -739,6 +739,222 @@ static void planned_arena(void **state) {
   dev_engine_destroy(e);
 }
 
+/* --- a fenced CPU backend with capture hooks --------------------------------
+ * Fences that are done at once, and a capture that records kernels and
+ * copies instead of running them, replayed by graph_launch: the CUDA graph
+ * path of run.c on the CPU. */
+
+enum { CG_MAX_REC = 64, CG_MAX_IO = 8 };
+typedef struct cg_rec {
+  dev_kernel_fn fn; /* NULL: a copy */
+  dev_kernel_ctx ctx;
+  pd_dtype in_dt[CG_MAX_IO], out_dt[CG_MAX_IO];
+  dev_shape in_sh[CG_MAX_IO], out_sh[CG_MAX_IO];
+  const void *in_p[CG_MAX_IO];
+  void *out_p[CG_MAX_IO];
+  int out_alias[CG_MAX_IO];
+  void *dst;
+  const void *src;
+  size_t bytes;
+} cg_rec;
+typedef struct cg_graph {
+  cg_rec r[CG_MAX_REC];
+  int n;
+} cg_graph;
+
+static struct {
+  pd_code (*run_kernel)(dev_backend *, dev_kernel_fn, dev_kernel_ctx *,
+                        dev_status *);
+  pd_code (*copy_d2d)(dev_backend *, int, void *, int, const void *, size_t,
+                      dev_status *);
+  cg_graph *capturing[PD_MAX_DEVICES];
+  atomic_int captures, launches;
+} CG;
+
+static pd_code cg_run_kernel(dev_backend *b, dev_kernel_fn fn,
+                             dev_kernel_ctx *c, dev_status *st) {
+  cg_graph *g = CG.capturing[c->device];
+  if (!g) return CG.run_kernel(b, fn, c, st);
+  if (g->n == CG_MAX_REC || c->num_inputs > CG_MAX_IO ||
+      c->num_outputs > CG_MAX_IO)
+    return dev_error(st, PD_UNIMPLEMENTED, "too much to capture");
+  cg_rec *r = &g->r[g->n++];
+  r->fn = fn;
+  r->ctx = *c;
+  for (int i = 0; i < c->num_inputs; i++) {
+    r->in_dt[i] = c->in_dtype[i];
+    r->in_sh[i] = c->in_shape[i];
+    r->in_p[i] = c->in_data[i];
+  }
+  for (int i = 0; i < c->num_outputs; i++) {
+    r->out_dt[i] = c->out_dtype[i];
+    r->out_sh[i] = c->out_shape[i];
+    r->out_p[i] = c->out_data[i];
+    r->out_alias[i] = -1;
+  }
+  r->ctx.in_dtype = r->in_dt;
+  r->ctx.in_shape = r->in_sh;
+  r->ctx.in_data = r->in_p;
+  r->ctx.out_dtype = r->out_dt;
+  r->ctx.out_shape = r->out_sh;
+  r->ctx.out_data = r->out_p;
+  r->ctx.out_alias = r->out_alias;
+  r->ctx.heartbeat = NULL;
+  return PD_OK;
+}
+
+static pd_code cg_copy(dev_backend *b, int dd, void *dst, int sd,
+                       const void *src, size_t bytes, dev_status *st) {
+  cg_graph *g = CG.capturing[dd];
+  if (!g) return CG.copy_d2d(b, dd, dst, sd, src, bytes, st);
+  if (g->n == CG_MAX_REC)
+    return dev_error(st, PD_UNIMPLEMENTED, "too much to capture");
+  g->r[g->n++] = (cg_rec){.dst = dst, .src = src, .bytes = bytes};
+  return PD_OK;
+}
+
+static pd_code cg_begin(dev_backend *b, int d, dev_status *st) {
+  (void)b;
+  (void)st;
+  CG.capturing[d] = calloc(1, sizeof(cg_graph));
+  return PD_OK;
+}
+
+static pd_code cg_end(dev_backend *b, int d, void **graph, dev_status *st) {
+  (void)b;
+  (void)st;
+  *graph = CG.capturing[d];
+  CG.capturing[d] = NULL;
+  atomic_fetch_add(&CG.captures, 1);
+  return PD_OK;
+}
+
+static pd_code cg_launch(dev_backend *b, int d, void *graph, dev_status *st) {
+  (void)d;
+  cg_graph *g = graph;
+  atomic_fetch_add(&CG.launches, 1);
+  for (int i = 0; i < g->n; i++) {
+    cg_rec *r = &g->r[i];
+    pd_code rc = r->fn ? CG.run_kernel(b, r->fn, &r->ctx, st)
+                       : CG.copy_d2d(b, d, r->dst, d, r->src, r->bytes, st);
+    if (rc != PD_OK) return rc;
+  }
+  return PD_OK;
+}
+
+static void cg_destroy(dev_backend *b, int d, void *graph) {
+  (void)b;
+  (void)d;
+  free(graph);
+}
+
+static int cg_fence_token;
+static pd_code cg_record(dev_backend *b, int d, void **f, dev_status *st) {
+  (void)b;
+  (void)d;
+  (void)st;
+  *f = &cg_fence_token;
+  return PD_OK;
+}
+static pd_code cg_wait(dev_backend *b, int d, void *f, dev_status *st) {
+  (void)b;
+  (void)d;
+  (void)f;
+  (void)st;
+  return PD_OK;
+}
+static void cg_release(dev_backend *b, int d, void *f) {
+  (void)b;
+  (void)d;
+  (void)f;
+}
+
+static dev_engine *capture_engine(int n) {
+  dev_cpu_config cc = DEV_CPU_CONFIG_INITIALIZER;
+  cc.num_devices = n;
+  dev_backend *b = NULL;
+  assert_int_equal(dev_cpu_backend_create(&cc, &b, NULL), PD_OK);
+  assert_null(b->capture_begin); /* the CPU backend has none */
+  CG.run_kernel = b->run_kernel;
+  CG.copy_d2d = b->copy_d2d;
+  atomic_store(&CG.captures, 0);
+  atomic_store(&CG.launches, 0);
+  b->run_kernel = cg_run_kernel;
+  b->copy_d2d = cg_copy;
+  b->fence_record = cg_record;
+  b->fence_wait = cg_wait;
+  b->fence_release = cg_release;
+  b->capture_begin = cg_begin;
+  b->capture_end = cg_end;
+  b->graph_launch = cg_launch;
+  b->graph_destroy = cg_destroy;
+  dev_engine *e = NULL;
+  assert_int_equal(dev_engine_create_with_backend(b, &e, NULL), PD_OK);
+  return e;
+}
+
+/* Captured on the first call of each device, replayed with new inputs;
+ * a body with a collective runs on the stream. */
+static void cuda_graph_replay(void **state) {
+  (void)state;
+  dev_engine *e = capture_engine(2);
+  dev_fn_lib *lib = NULL;
+  assert_int_equal(dev_fn_lib_create(e, NULL, &lib, NULL), PD_OK);
+  tdef t;
+  tdef_make(&t, "fma", k_xy, 2,
+            (tnode[]){{"m", "Mul", {"x", "y"}, 2, {{0}}, 0},
+                      {"a", "Add", {"m", "x"}, 2, {{0}}, 0},
+                      {"n", "Neg", {"a"}, 1, {{0}}, 0}},
+            3, (dev_fn_output[]){{"o", "n"}, {"x", "x"}}, 2);
+  reg_ok(lib, &t, NULL);
+  int64_t d[1] = {3};
+  for (int k = 0; k < 3; k++) {
+    double xv[3] = {1.0 + k, 2, -3}, yv[3] = {4, 0.5 * k, 2};
+    dev_tensor *in[2] = {tu_mirrored(e, PD_FLOAT32, 1, d, xv),
+                         tu_mirrored(e, PD_FLOAT32, 1, d, yv)};
+    dev_tensor *r[2];
+    call(e, lib, "fma", in, 2, r, 2);
+    double got[3], want[3];
+    for (int i = 0; i < 3; i++) want[i] = -(xv[i] * yv[i] + xv[i]);
+    for (int c = 0; c < 2; c++) {
+      tu_read(r[0], c, got, 3);
+      tu_assert_close(got, want, 3, 0, 0);
+      tu_read(r[1], c, got, 3);
+      tu_assert_close(got, xv, 3, 0, 0);
+    }
+    for (int i = 0; i < 2; i++) {
+      dev_tensor_release(r[i]);
+      dev_tensor_release(in[i]);
+    }
+  }
+  assert_int_equal(atomic_load(&CG.captures), 2);
+  assert_int_equal(atomic_load(&CG.launches), 6);
+  dev_fn_info info = {.struct_size = sizeof info};
+  assert_int_equal(dev_fn_describe(lib, "fma", &info, NULL), PD_OK);
+  assert_true(info.insts[0].cuda_graph);
+  dev_fn_def_free(info.def);
+  dev_fn_def_free(info.optimized);
+
+  /* With a collective: stream execution, holds kept, values right. */
+  tnode cn[2] = {{"ar", "AllReduce", {"x"}, 1, {{0}}, 1},
+                 {"n", "Neg", {"ar"}, 1, {{0}}, 0}};
+  cn[0].attrs[0] = dev_attr_string("reduction", "sum");
+  tdef_make(&t, "coll", k_xy, 1, cn, 2, (dev_fn_output[]){{"o", "n"}}, 1);
+  reg_ok(lib, &t, NULL);
+  int64_t d4[1] = {4};
+  double xv[4] = {1, 2, 3, 4};
+  dev_tensor *x = tu_sharded(e, PD_FLOAT32, 1, d4, 0, xv), *r;
+  call(e, lib, "coll", &x, 1, &r, 1);
+  double got[2];
+  tu_read(r, 1, got, 2);
+  tu_assert_close(got, ((double[]){-4, -6}), 2, 0, 0);
+  assert_int_equal(atomic_load(&CG.captures), 2);
+  dev_tensor_release(r);
+  dev_tensor_release(x);
+  dev_fn_lib_destroy(lib);
+  dev_engine_destroy(e);
+}
+
 static void pass_names(void **state) {
   (void)state;
   for (int p = 0; p < DEV_PASS_COUNT; p++)
@@ -768,6 +984,7 @@ int main(void) {
       cmocka_unit_test(library_freed_while_queued),
       cmocka_unit_test(external_passes),
       cmocka_unit_test(planned_arena),
+      cmocka_unit_test(cuda_graph_replay),
       cmocka_unit_test(pass_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
