@@ -124,6 +124,11 @@ bool fn_run_call(dev_op *op, int device, const void *const *in_data,
                  void *const *out_data, bool failed, _Atomic uint64_t *beats,
                  dev_status *st);
 
+/* inline.c: inlines the call at node i of g (its callee `callee`) in
+ * place: the callee's nodes take positions i.. (not inferred). */
+pd_code fn_inline_call_at(fn_graph *g, int i, const fn_graph *callee,
+                          dev_status *st);
+
 /* instance.c */
 void fn_inst_unref(fn_inst *inst); /* accepts NULL */
 pd_code fn_prepare_call_locked(dev_fn_lib *lib, fn_func *f,

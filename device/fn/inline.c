@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fn_int.h"
+#include "fn_call.h"
 
 static void node_free_fields(fn_node *n) {
   free(n->name);
@@ -103,6 +103,17 @@ static pd_code inline_one(fn_graph *g, int i, const fn_graph *callee,
   c->n_nodes = 0; /* its nodes moved into g */
   fn_graph_free(c);
   return PD_OK;
+}
+
+pd_code fn_inline_call_at(fn_graph *g, int i, const fn_graph *callee,
+                          dev_status *st) {
+  if (callee->n_args != g->nodes[i].n_in)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%s', node '%s': function '%s' takes %d "
+                     "inputs; got %d",
+                     g->fn_name, g->nodes[i].name, callee->fn_name,
+                     callee->n_args, g->nodes[i].n_in);
+  return inline_one(g, i, callee, st);
 }
 
 pd_code fn_inline_calls(fn_graph *g, fn_lookup_fn lookup, void *arg,

@@ -131,27 +131,67 @@ static void signature_txt(dev_tensor *const *in, int n_in, char *buf,
   if (off > 0 && (size_t)off < len) snprintf(buf + off, len - (size_t)off, ")");
 }
 
-/* Infers what comes before gradient expansion: OP nodes by their op, a
- * Gradients node's outputs as its sources x_i. */
-static pd_code infer_before_gradients(fn_graph *g, dev_status *st) {
-  for (int i = 0; i < g->n_nodes; i++) {
+/* Sets a Gradients node's outputs from its sources x_i (before
+ * expansion). */
+static pd_code infer_gradients_node(fn_graph *g, fn_node *n, dev_status *st) {
+  free(n->out_shape);
+  n->out_shape = malloc(sizeof(dev_shape) * (size_t)(n->n_out * g->n_dev));
+  if (!n->out_shape) return oom(st);
+  for (int k = 0; k < n->n_out; k++) {
+    fn_ref x = n->in[1 + k];
+    n->out_dtype[k] = fn_ref_dtype(g, x);
+    n->out_not_mirrored[k] = fn_ref_not_mirrored(g, x);
+    for (int d = 0; d < g->n_dev; d++)
+      n->out_shape[k * g->n_dev + d] = *fn_ref_shape(g, x, d);
+  }
+  n->inferred = true;
+  return PD_OK;
+}
+
+/* Number of '/' in a name: the depth of the calls it was inlined from. */
+static int call_depth(const char *name) {
+  int k = 0;
+  for (; *name; name++) k += *name == '/';
+  return k;
+}
+
+/* Inlines calls and infers, front to back: a call's inputs are inferred
+ * when it is reached, so their dtypes are checked against the callee's
+ * arguments; its nodes then take its place and are inferred in turn. A
+ * Gradients node's outputs are its sources' (until expansion). */
+static pd_code inline_and_infer(dev_fn_lib *lib, fn_graph *g, dev_status *st) {
+  for (int i = 0; i < g->n_nodes;) {
     fn_node *n = &g->nodes[i];
-    if (n->dead) continue;
     if (n->kind == FN_NODE_OP) {
-      PD_TRY(fn_graph_infer_node(g, i, st));
+      PD_TRY(fn_graph_infer_node(g, i++, st));
       continue;
     }
-    free(n->out_shape);
-    n->out_shape = malloc(sizeof(dev_shape) * (size_t)(n->n_out * g->n_dev));
-    if (!n->out_shape) return oom(st);
-    for (int k = 0; k < n->n_out; k++) {
-      fn_ref x = n->in[1 + k];
-      n->out_dtype[k] = fn_ref_dtype(g, x);
-      n->out_not_mirrored[k] = fn_ref_not_mirrored(g, x);
-      for (int d = 0; d < g->n_dev; d++)
-        n->out_shape[k * g->n_dev + d] = *fn_ref_shape(g, x, d);
+    if (n->kind == FN_NODE_GRADIENTS) {
+      PD_TRY(infer_gradients_node(g, n, st));
+      i++;
+      continue;
     }
-    n->inferred = true;
+    const fn_graph *callee = fn_lib_lookup(lib, n->call);
+    if (!callee)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "function '%s', node '%s': function '%s' is not in "
+                       "the library",
+                       g->fn_name, n->name, n->call);
+    if (call_depth(n->name) >= DEV_FN_MAX_CALL_DEPTH)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "function '%s', node '%s': calls nest deeper than %d "
+                       "levels",
+                       g->fn_name, n->name, DEV_FN_MAX_CALL_DEPTH);
+    for (int j = 0; j < n->n_in && j < callee->n_args; j++)
+      if (fn_ref_dtype(g, n->in[j]) != callee->arg_dtype[j])
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "function '%s', node '%s': input %d is %s; argument "
+                         "'%s' of function '%s' is %s",
+                         g->fn_name, n->name, j,
+                         pd_dtype_name(fn_ref_dtype(g, n->in[j])),
+                         callee->arg_names[j], callee->fn_name,
+                         pd_dtype_name(callee->arg_dtype[j]));
+    PD_TRY(fn_inline_call_at(g, i, callee, st));
   }
   return PD_OK;
 }
@@ -229,8 +269,7 @@ static pd_code specialize(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
     g->arg_not_mirrored[a] = in[a]->not_mirrored;
     for (int d = 0; d < n; d++) g->arg_shape[a * n + d] = in[a]->comps[d].shape;
   }
-  PD_TRY_GOTO(fn_inline_calls(g, fn_lib_lookup, lib, st), rc, fail);
-  PD_TRY_GOTO(infer_before_gradients(g, st), rc, fail);
+  PD_TRY_GOTO(inline_and_infer(lib, g, st), rc, fail);
   PD_TRY_GOTO(fn_expand_gradients(g, lib->engine, st), rc, fail);
   fn_graph_compact(g);
   PD_TRY_GOTO(fn_graph_infer(g, st), rc, fail);

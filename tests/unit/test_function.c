@@ -389,6 +389,29 @@ static void nested_calls(void **state) {
   assert_int_equal(info.insts[0].nodes_in, 3);
   dev_fn_def_free(info.def);
   dev_fn_def_free(info.optimized);
+  /* fn_inline_calls on the registered graph: every level inlined. */
+  fn_graph *g = fn_graph_clone(lib->fns[2]->g);
+  assert_int_equal(fn_inline_calls(g, fn_lib_lookup, lib, NULL), PD_OK);
+  assert_int_equal(g->n_nodes, 3);
+  assert_string_equal(g->nodes[0].name, "c/t/s");
+  assert_int_equal(g->nodes[0].in[0].kind, FN_REF_ARG);
+  fn_graph_free(g);
+  /* A call whose input has another dtype than the callee's argument. */
+  tdef bad;
+  tdef_make(&bad, "castme", (dev_fn_arg[]){{"x", PD_FLOAT32}}, 1,
+            (tnode[]){{"c", "twice", {"x"}, 1, {{0}}, 0}}, 1,
+            (dev_fn_output[]){{"o", "c"}}, 1);
+  reg_ok(lib, &bad, NULL);
+  dev_tensor *f32 = tu_mirrored(e, PD_FLOAT32, 1, dims, xv);
+  dev_op *op;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_fn_prepare_call(lib, "castme", &f32, 1, &op, &st),
+                   PD_INVALID_ARGUMENT);
+  if (!strstr(st.msg,
+              "function 'castme', node 'c': input 0 is float32; "
+              "argument 'v' of function 'twice' is float64"))
+    fail_msg("message: %s", st.msg);
+  dev_tensor_release(f32);
   dev_tensor_release(r);
   dev_tensor_release(args[0]);
   dev_tensor_release(args[1]);
