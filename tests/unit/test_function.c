@@ -978,6 +978,63 @@ static void cuda_graph_replay(void **state) {
   dev_engine_destroy(e);
 }
 
+/* A graph constant (as constant folding makes them): uploaded once per
+ * instantiation, read by a node, and carried through describe as a
+ * "_Const" node. */
+static void captured_constants(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(2, 0);
+  dev_fn_lib *lib = NULL;
+  assert_int_equal(dev_fn_lib_create(e, NULL, &lib, NULL), PD_OK);
+  tdef t;
+  tdef_make(&t, "k", k_xy, 1, (tnode[]){{"a", "Add", {"x", "x"}, 2, {{0}}, 0}},
+            1, (dev_fn_output[]){{"o", "a"}, {"c", "x"}}, 2);
+  reg_ok(lib, &t, NULL);
+  fn_graph *g = lib->fns[0]->g; /* what folding would have left */
+  float cv[3] = {10, 20, 30};
+  dev_shape cs = {1, {3}};
+  int c = -1;
+  assert_int_equal(
+      fn_graph_add_const(g, PD_FLOAT32, &cs, cv, sizeof cv, &c, NULL), PD_OK);
+  g->nodes[0].in[1] = fn_const_ref(c);
+  g->outputs[1] = fn_const_ref(c);
+  int64_t d[1] = {3};
+  double xv[3] = {1, 2, 3}, got[3];
+  dev_tensor *x = tu_mirrored(e, PD_FLOAT32, 1, d, xv), *r[2];
+  for (int k = 0; k < 2; k++) {
+    call(e, lib, "k", &x, 1, r, 2);
+    for (int dv = 0; dv < 2; dv++) {
+      tu_read(r[0], dv, got, 3);
+      tu_assert_close(got, ((double[]){11, 22, 33}), 3, 0, 0);
+      tu_read(r[1], dv, got, 3);
+      tu_assert_close(got, ((double[]){10, 20, 30}), 3, 0, 0);
+    }
+    dev_tensor_release(r[0]);
+    dev_tensor_release(r[1]);
+  }
+  dev_fn_info info = {.struct_size = sizeof info};
+  assert_int_equal(dev_fn_describe(lib, "k", &info, NULL), PD_OK);
+  assert_int_equal(info.hits, 1);
+  const dev_fn_def *od = info.optimized;
+  assert_string_equal(od->nodes[0].op, "_Const");
+  assert_int_equal(od->nodes[0].outputs_info[0].shape.dims[0], 3);
+  assert_string_equal(od->nodes[1].inputs[1], od->nodes[0].name);
+  /* The definition converts back over the graph it came from. */
+  fn_graph *back = NULL;
+  assert_int_equal(
+      fn_graph_from_def(od, lib->fns[0]->insts[0]->g, NULL, NULL, &back, NULL),
+      PD_OK);
+  assert_int_equal(back->n_consts, 1);
+  assert_int_equal(back->n_nodes, 1);
+  assert_int_equal(back->nodes[0].in[1].kind, FN_REF_CONST);
+  fn_graph_free(back);
+  dev_fn_def_free(info.def);
+  dev_fn_def_free(info.optimized);
+  dev_tensor_release(x);
+  dev_fn_lib_destroy(lib);
+  dev_engine_destroy(e);
+}
+
 static void pass_names(void **state) {
   (void)state;
   for (int p = 0; p < DEV_PASS_COUNT; p++)
@@ -1008,6 +1065,7 @@ int main(void) {
       cmocka_unit_test(external_passes),
       cmocka_unit_test(planned_arena),
       cmocka_unit_test(cuda_graph_replay),
+      cmocka_unit_test(captured_constants),
       cmocka_unit_test(pass_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
