@@ -225,12 +225,25 @@ static pd_code resolve_op(build *b, int i, dev_status *st) {
     bool arity = def->num_inputs == 0
                      ? n->num_inputs == 0
                      : dev_op_input_length(def, 0, n->num_inputs) >= 0;
-    if (!arity)
+    if (!arity) {
+      char names[200] = "";
+      size_t off = 0;
+      bool list = false;
+      for (int k = 0; k < def->num_inputs && off < sizeof names; k++) {
+        list |= def->inputs[k].is_list;
+        int w =
+            snprintf(names + off, sizeof names - off, "%s%s%s", k ? ", " : "",
+                     def->inputs[k].name, def->inputs[k].is_list ? "..." : "");
+        if (w < 0) break;
+        off += (size_t)w;
+      }
       return dev_error(st, PD_INVALID_ARGUMENT,
                        "function '%s', node '%s': %s got %d inputs; expected "
-                       "%d%s",
+                       "%s%d (%s)",
                        d->name, n->name, def->name, n->num_inputs,
-                       def->num_inputs, "(see the op's arguments)");
+                       list ? "at least " : "", def->num_inputs,
+                       def->num_inputs ? names : "none");
+    }
     dev_attr_value vals[DEV_MAX_ATTRS];
     void *arena = NULL;
     dev_status ast = DEV_STATUS_INIT;
