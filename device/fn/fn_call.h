@@ -7,7 +7,7 @@
  * instantiation is reference-counted: the cache holds one reference, each
  * prepared or queued call (fn_call_state, op->fn_call) another, so an
  * evicted instantiation, or one of a destroyed library, lives until the
- * last call using it is freed (dev__op_free -> dev__fn_call_free). */
+ * last call using it is freed (dev__op_free -> the state's hdr.free). */
 #ifndef PARADEV_FN_CALL_H
 #define PARADEV_FN_CALL_H
 

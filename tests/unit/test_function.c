@@ -277,6 +277,16 @@ static void call_values(void **state) {
   assert_non_null(strstr(st.msg, "input 1 is int32; argument 'y' is float32"));
   assert_int_equal(dev_fn_prepare_call(lib, "nope", m, 2, &op, &st),
                    PD_NOT_FOUND);
+  /* A call's device time reaches its time sink. */
+  uint64_t sink = 0;
+  assert_int_equal(dev_fn_prepare_call(lib, "f", m, 2, &op, &st), PD_OK);
+  dev_op_set_time_sink(op, &sink);
+  dev_tensor *ts = dev_op_output(op, 0);
+  dev_tensor_retain(ts);
+  dev_op_submit(e, op);
+  assert_int_equal(dev_engine_sync(e, NULL), PD_OK);
+  assert_true(__atomic_load_n(&sink, __ATOMIC_RELAXED) > 0);
+  dev_tensor_release(ts);
   /* A prepared call estimated, then abandoned: its outputs carry the code. */
   assert_int_equal(dev_fn_prepare_call(lib, "f", m, 2, &op, &st), PD_OK);
   dev_op_cost cost = DEV_OP_COST_INITIALIZER;
