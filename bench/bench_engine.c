@@ -9,6 +9,13 @@
  *  matmul     MatMul 1024x1024x1024 float32 through a 1-device engine vs
  *             cblas_sgemm called directly on the same data (GFLOP/s, 2mnk
  *             flops). The engine's result is checked against cblas's.
+ *  fused_matmul  _FusedMatMul(activation=relu) against MatMul + BiasAdd +
+ *             Relu as three ops, float32, 1-device engine (calls/s; each
+ *             call waits for its last output). Sizes 256^3 and 64x512x64.
+ *  fused_elementwise  _FusedElementwise of a 4-op chain (relu(x * y + 0.5)
+ *             - y) against the four ops (Mul, Add, Relu, Sub), float32, x
+ *             [1024, 1024], y [1024] broadcast (calls/s). Both results are
+ *             checked equal first.
  *
  * Usage: bench_engine [--quick]   (or PARADEV_BENCH_QUICK=1: sizes stop at
  * 16 MiB). Results: a table on stdout, JSON lines in bench-results.jsonl
@@ -259,11 +266,193 @@ out:
   return rc;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Fused ops against the ops they replace                                    */
+
+/* A chain of ops, each reading earlier results: step i runs op[i] on
+ * inputs named by in[i][k] (>= 0: tensor base[k]; < 0: result -1 - j). */
+#define CHAIN_MAX 6
+typedef struct chain_arg {
+  dev_engine *e;
+  int n;
+  const char *op[CHAIN_MAX];
+  int n_in[CHAIN_MAX];
+  int in[CHAIN_MAX][3];
+  dev_attr attrs[CHAIN_MAX][3];
+  int n_attrs[CHAIN_MAX];
+  dev_tensor *base[4];
+  dev_tensor *last; /* kept by chain_once when keep */
+  bool keep;
+  pd_code code;
+  dev_status st;
+} chain_arg;
+
+static void chain_once(void *p) {
+  chain_arg *a = p;
+  if (a->code != PD_OK) return;
+  dev_tensor *res[CHAIN_MAX] = {0};
+  for (int i = 0; i < a->n && a->code == PD_OK; i++) {
+    dev_tensor *in[3];
+    for (int k = 0; k < a->n_in[i]; k++)
+      in[k] = a->in[i][k] >= 0 ? a->base[a->in[i][k]] : res[-1 - a->in[i][k]];
+    int no = 1;
+    if (dev_execute(a->e, a->op[i], in, a->n_in[i], a->attrs[i], a->n_attrs[i],
+                    &res[i], &no, &a->st) != PD_OK)
+      a->code = a->st.code;
+  }
+  if (a->code == PD_OK && dev_tensor_wait(res[a->n - 1], &a->st) != PD_OK)
+    a->code = a->st.code;
+  for (int i = 0; i < a->n; i++) {
+    if (a->keep && i == a->n - 1 && res[i]) {
+      a->last = res[i];
+      continue;
+    }
+    dev_tensor_release(res[i]);
+  }
+}
+
+static dev_tensor *bench_upload(dev_engine *e, int rank, const int64_t *dims,
+                                uint64_t seed) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  float *v = bu_xmalloc((size_t)(n ? n : 1) * sizeof *v);
+  for (int64_t i = 0; i < n; i++) {
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    v[i] = (float)((double)(seed >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
+  }
+  dev_shape s;
+  dev_status st = DEV_STATUS_INIT;
+  dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
+  dev_tensor *t = NULL;
+  if (dev_shape_make(rank, dims, &s, &st) != PD_OK ||
+      dev_tensor_from_host(e, PD_FLOAT32, &lay, &s, v, &t, &st) != PD_OK)
+    fprintf(stderr, "fused: upload: %s\n", st.msg);
+  free(v);
+  return t;
+}
+
+/* Runs both chains once keeping their results and compares them (max abs
+ * difference, float32), then times each; records fused/unfused calls/s. */
+static int bench_pair(const char *bench, const char *params, chain_arg *fused,
+                      chain_arg *unfused, double tol) {
+  fused->keep = unfused->keep = true;
+  chain_once(fused);
+  chain_once(unfused);
+  fused->keep = unfused->keep = false;
+  if (fused->code != PD_OK || unfused->code != PD_OK) {
+    fprintf(stderr, "%s: %s\n", bench,
+            fused->code != PD_OK ? fused->st.msg : unfused->st.msg);
+    return 1;
+  }
+  size_t n = (size_t)(dev_tensor_bytes(fused->last) / sizeof(float));
+  float *x = bu_xmalloc(n * sizeof *x), *y = bu_xmalloc(n * sizeof *y);
+  dev_layout c0 = {DEV_LAYOUT_COMPONENT, 0, 0};
+  dev_status st = DEV_STATUS_INIT;
+  int rc = 0;
+  if (dev_tensor_to_host(fused->last, &c0, 0, x, n * sizeof *x, &st) != PD_OK ||
+      dev_tensor_to_host(unfused->last, &c0, 0, y, n * sizeof *y, &st) !=
+          PD_OK) {
+    fprintf(stderr, "%s: download: %s\n", bench, st.msg);
+    rc = 1;
+  }
+  double worst = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    if (fabs((double)x[i] - (double)y[i]) > worst)
+      worst = fabs((double)x[i] - (double)y[i]);
+  if (worst > tol) {
+    fprintf(stderr, "%s: fused and unfused differ by %g\n", bench, worst);
+    rc = 1;
+  }
+  free(x);
+  free(y);
+  dev_tensor_release(fused->last);
+  dev_tensor_release(unfused->last);
+  if (rc) return rc;
+  bu_timing tf = bu_measure(chain_once, fused, 0.5, 5);
+  bu_timing tu = bu_measure(chain_once, unfused, 0.5, 5);
+  if (fused->code != PD_OK || unfused->code != PD_OK) return 1;
+  printf("  %-18s %-34s fused %9.1f us, unfused %9.1f us, speed-up %.2f\n",
+         bench, params, tf.median_s * 1e6, tu.median_s * 1e6,
+         tu.median_s / tf.median_s);
+  bu_record(bench, params, "calls_per_s", 1.0 / tf.median_s,
+            "unfused_calls_per_s", 1.0 / tu.median_s);
+  return 0;
+}
+
+static int bench_fused(void) {
+  dev_engine *e = make_engine(1);
+  if (!e) return 1;
+  int rc = 0;
+  printf("\nfused ops against the ops they replace (float32, 1 device)\n");
+  static const int mkn[][3] = {{256, 256, 256}, {64, 512, 64}};
+  for (int s = 0; s < 2 && rc == 0; s++) {
+    int64_t m = mkn[s][0], k = mkn[s][1], n = mkn[s][2];
+    chain_arg f = {.e = e, .n = 1, .code = PD_OK};
+    f.base[0] = bench_upload(e, 2, (int64_t[]){m, k}, 1);
+    f.base[1] = bench_upload(e, 2, (int64_t[]){k, n}, 2);
+    f.base[2] = bench_upload(e, 1, (int64_t[]){n}, 3);
+    f.op[0] = "_FusedMatMul";
+    f.n_in[0] = 3;
+    f.in[0][0] = 0, f.in[0][1] = 1, f.in[0][2] = 2;
+    f.attrs[0][0] = dev_attr_string("activation", "relu");
+    f.n_attrs[0] = 1;
+    chain_arg u = {.e = e, .n = 3, .code = PD_OK};
+    memcpy(u.base, f.base, sizeof u.base);
+    u.op[0] = "MatMul", u.n_in[0] = 2, u.in[0][0] = 0, u.in[0][1] = 1;
+    u.op[1] = "BiasAdd", u.n_in[1] = 2, u.in[1][0] = -1, u.in[1][1] = 2;
+    u.op[2] = "Relu", u.n_in[2] = 1, u.in[2][0] = -2;
+    char params[160];
+    snprintf(params, sizeof params,
+             "\"m\": %lld, \"k\": %lld, \"n\": %lld, \"activation\": "
+             "\"relu\", \"dtype\": \"float32\"",
+             (long long)m, (long long)k, (long long)n);
+    rc |= bench_pair("fused_matmul", params, &f, &u, 0);
+    for (int i = 0; i < 3; i++) dev_tensor_release(f.base[i]);
+  }
+  if (rc == 0) {
+    static const int64_t prog[] = {3,  0,   1,  1, 100, 1000,
+                                   40, 101, -1, 2, 102, 1};
+    static const double half = 0.5;
+    chain_arg f = {.e = e, .n = 1, .code = PD_OK};
+    f.base[0] = bench_upload(e, 2, (int64_t[]){1024, 1024}, 4);
+    f.base[1] = bench_upload(e, 1, (int64_t[]){1024}, 5);
+    float hv = 0.5f;
+    dev_shape scalar = {.rank = 0};
+    dev_status st = DEV_STATUS_INIT;
+    dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
+    if (dev_tensor_from_host(e, PD_FLOAT32, &lay, &scalar, &hv, &f.base[2],
+                             &st) != PD_OK)
+      fprintf(stderr, "fused: upload: %s\n", st.msg);
+    f.op[0] = "_FusedElementwise";
+    f.n_in[0] = 2;
+    f.in[0][0] = 0, f.in[0][1] = 1;
+    f.attrs[0][0] = dev_attr_int_list("program", prog, 12);
+    f.attrs[0][1] = dev_attr_float_list("constants", &half, 1);
+    f.n_attrs[0] = 2;
+    chain_arg u = {.e = e, .n = 4, .code = PD_OK};
+    memcpy(u.base, f.base, sizeof u.base);
+    u.op[0] = "Mul", u.n_in[0] = 2, u.in[0][0] = 0, u.in[0][1] = 1;
+    u.op[1] = "Add", u.n_in[1] = 2, u.in[1][0] = -1, u.in[1][1] = 2;
+    u.op[2] = "Relu", u.n_in[2] = 1, u.in[2][0] = -2;
+    u.op[3] = "Sub", u.n_in[3] = 2, u.in[3][0] = -3, u.in[3][1] = 1;
+    rc |= bench_pair("fused_elementwise",
+                     "\"ops\": 4, \"shape\": [1024, 1024], \"broadcast\": "
+                     "[1024], \"dtype\": \"float32\"",
+                     &f, &u, 0);
+    for (int i = 0; i < 3; i++) dev_tensor_release(f.base[i]);
+  }
+  dev_engine_destroy(e);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   bool quick = bu_quick(argc, argv);
   double t0 = bu_now();
   int rc = bench_allreduce(quick);
   rc |= bench_matmul();
+  rc |= bench_fused();
   rc |= bu_print_table();
   printf("bench_engine: %.1f s\n", bu_now() - t0);
   return rc;

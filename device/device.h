@@ -642,7 +642,9 @@ dev_tensor *dev_op_output(const dev_op *op, int i);
 uint64_t dev_op_output_bytes(const dev_op *op);
 /* Bytes the op will newly allocate across all devices (for quotas): like
  * dev_op_output_bytes, but an output that shares its input's buffer
- * (Identity, Reshape) counts 0. */
+ * (Identity, Reshape) counts 0. A function call (dev_fn_prepare_call)
+ * also counts its buffer arena, the largest device's planned bytes, as
+ * transient use: held while the call runs, freed after its last node. */
 uint64_t dev_op_new_bytes(const dev_op *op);
 
 /* True when one of the op's inputs is a pending tensor (dev_tensor_create_

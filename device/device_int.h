@@ -149,6 +149,40 @@ struct dev_op {
   void *fn_call;
 };
 
+/* The head of every dev_op.fn_call (device/fn/fn_call.h): the engine's own
+ * files reach a function call only through these pointers, so they never
+ * call into device/fn/, whose files call theirs (no circle between files).
+ *   free:     frees the call state (dev__op_free).
+ *   run:      device `device`'s part of the call (exec.c run_op): reads
+ *             in_data (the inputs' components), writes out_data (the
+ *             outputs', allocated; NULL when `failed`), runs every
+ *             collective node even when failed; true when work was issued,
+ *             *st the first error (naming the function and node) otherwise.
+ *   estimate: the call's cost (dev_op_estimate, cost.c): the sum of its
+ *             nodes' FLOPs, bytes and roofline ns on the worst device.
+ *   transient_bytes: the buffer arena of the largest device (counted by
+ *             dev_op_new_bytes: memory the call holds while it runs).
+ *   collectives: the body holds collectives: its holds stay with the op
+ *             (engine.c per_device_release), as a collective's. */
+typedef struct dev__fn_call {
+  void (*free)(void *call);
+  bool (*run)(dev_op *op, int device, const void *const *in_data,
+              void *const *out_data, bool failed, _Atomic uint64_t *beats,
+              dev_status *st);
+  void (*estimate)(const dev_op *op, double *flops, double *bytes, double *ns);
+  uint64_t transient_bytes;
+  bool collectives;
+} dev__fn_call;
+
+/* Cost of one node on the roofline of backend kind `kind` (cost.c): FLOPs,
+ * bytes and ns (launch included) from its inputs' and outputs' shapes and
+ * byte sizes on one device. */
+double dev__cost_node(dev_backend_kind kind, const dev_op_def *def,
+                      int num_inputs, const dev_shape *in_shape,
+                      const size_t *in_bytes, int num_outputs,
+                      const dev_shape *out_shape, const size_t *out_bytes,
+                      double *flops, double *bytes);
+
 /* Allocates a buffer of `bytes` on `device` through the backend. */
 pd_code dev__buffer_alloc(dev_backend *b, int device, size_t bytes,
                           dev_buffer **out, dev_status *st);
@@ -249,6 +283,7 @@ void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
 void dev_register_grad_ops(void);
 void dev_register_grad_parts_ops(void);
+void dev_register_fused_ops(void); /* ops/fused.c: _FusedMatMul & co. */
 
 /* Element count of a shape already checked by infer (no overflow checks:
  * for kernels), and the product of its dims[lo..hi). */

@@ -299,7 +299,11 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
     for (int i = 0; i < k; i++) {
       dev_op *op = go[i];
       op->seq = ++e->seq;
-      op->per_device_release = !(op->def->flags & DEV_OP_COLLECTIVE);
+      /* A collective's holds (and those of a function call holding one)
+       * stay with the op: peers read each other's components. */
+      op->per_device_release =
+          !(op->def->flags & DEV_OP_COLLECTIVE) &&
+          !(op->fn_call && ((const dev__fn_call *)op->fn_call)->collectives);
       for (int o = 0; o < op->num_outputs; o++)
         for (int d = 0; d < e->n; d++)
           atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);

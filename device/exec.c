@@ -162,7 +162,12 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
   };
 
   bool issued = false;
-  if (op->def->flags & DEV_OP_COLLECTIVE) {
+  if (op->def->flags & DEV_OP_FUNCTION) {
+    /* A graph function's body (device/fn/run.c), collectives included. */
+    const dev__fn_call *fc = op->fn_call;
+    issued = fc->run(op, d, a.in_data, a.out_data, failed, &x->beats, &st);
+    failed = st.code != PD_OK;
+  } else if (op->def->flags & DEV_OP_COLLECTIVE) {
     /* Every device takes part, failed or not, so no peer waits forever. */
     dev_status cst = DEV_STATUS_INIT;
     if (b->collective_run(b, &ctx, failed ? &st : NULL, &cst) != PD_OK) {

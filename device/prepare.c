@@ -58,6 +58,9 @@ void dev__op_free(dev_op *op) {
   for (int i = 0; i < op->num_inputs; i++) rel(op->inputs[i]);
   for (int i = 0; i < op->num_outputs; i++) rel(op->outputs[i]);
   free(op->attr_arena);
+  /* A function call's state (its def lives in the instantiation the state
+   * holds, so this goes last). */
+  if (op->fn_call) ((dev__fn_call *)op->fn_call)->free(op->fn_call);
   dev__op_recycle(op);
 }
 
@@ -464,6 +467,9 @@ uint64_t dev_op_output_bytes(const dev_op *op) {
 
 uint64_t dev_op_new_bytes(const dev_op *op) {
   uint64_t s = dev_op_output_bytes(op);
+  /* A function call also holds its buffer arena while it runs (the
+   * largest device's). */
+  if (op->fn_call) s += ((const dev__fn_call *)op->fn_call)->transient_bytes;
   if ((op->def->flags & DEV_OP_ALIASES_INPUT) && op->num_outputs > 0 &&
       op->num_inputs > 0 && op->outputs[0]->bytes == op->inputs[0]->bytes)
     s -= op->outputs[0]->bytes;

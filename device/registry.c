@@ -91,6 +91,7 @@ static void registry_init_once(void) {
   dev_register_collective_ops();
   dev_register_grad_ops();
   dev_register_grad_parts_ops();
+  dev_register_fused_ops();
 }
 
 void dev_registry_init(void) { pthread_once(&g_once, registry_init_once); }

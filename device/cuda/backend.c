@@ -373,6 +373,10 @@ static void fill_table(cu_backend *c, int n) {
   b->fence_record = cu_fence_record;
   b->fence_wait = cu_fence_wait;
   b->fence_release = cu_fence_release;
+  b->capture_begin = cu_capture_begin;
+  b->capture_end = cu_capture_end;
+  b->graph_launch = cu_graph_launch;
+  b->graph_destroy = cu_graph_destroy;
 }
 
 /* Maps the mesh entries onto distinct GPUs and names each entry: cuda:G when

@@ -2,7 +2,7 @@
 # (included from the root CMakeLists.txt after paradev_device is defined).
 #
 # Host code is C11 (backend.c, device.c, fence.c, memory.c, collective.c and
-# coll_*.c, matmul.c, register.c); kernels are
+# coll_*.c, matmul.c, fused_matmul.c (cuBLASLt), graph.c, register.c); kernels are
 # CUDA C++ in a few kernels_*.cu files. No separable compilation: every .cu is
 # self-contained, so no device link step is needed and executables link with
 # the C compiler.
@@ -17,12 +17,15 @@ target_sources(paradev_device PRIVATE
   ${PARADEV_CUDA_DIR}/coll_copy.c
   ${PARADEV_CUDA_DIR}/coll_nccl.c
   ${PARADEV_CUDA_DIR}/matmul.c
+  ${PARADEV_CUDA_DIR}/fused_matmul.c
+  ${PARADEV_CUDA_DIR}/graph.c
   ${PARADEV_CUDA_DIR}/register.c
   ${PARADEV_CUDA_DIR}/kernels_elementwise.cu
   ${PARADEV_CUDA_DIR}/kernels_reduce.cu
-  ${PARADEV_CUDA_DIR}/kernels_array.cu)
+  ${PARADEV_CUDA_DIR}/kernels_array.cu
+  ${PARADEV_CUDA_DIR}/kernels_fused.cu)
 target_compile_definitions(paradev_device PUBLIC PARADEV_HAVE_CUDA=1)
-target_link_libraries(paradev_device PUBLIC ${PARADEV_CUDART} CUDA::cublas)
+target_link_libraries(paradev_device PUBLIC ${PARADEV_CUDART} CUDA::cublas CUDA::cublasLt)
 if(PARADEV_HAVE_NCCL)
   target_compile_definitions(paradev_device PRIVATE PARADEV_HAVE_NCCL=1)
   target_link_libraries(paradev_device PUBLIC NCCL::nccl)

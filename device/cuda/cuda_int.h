@@ -98,6 +98,8 @@ void dev_cuda_register_elementwise(void);
 void dev_cuda_register_reduce(void);
 void dev_cuda_register_array(void);
 void dev_cuda_register_linalg(void);
+void dev_cuda_register_fused(void);        /* kernels_fused.cu */
+void dev_cuda_register_fused_matmul(void); /* fused_matmul.c */
 
 /* ------------------------------------------------------------------------ */
 /* Launchers for the backend's own use (collectives, start-up)              */
@@ -143,7 +145,16 @@ cudaError_t dev_cuda_bool_normalize(void *data, int64_t count, cudaStream_t s);
 #define CU_STAGE_SLOTS 3
 #define CU_STAGE_BYTES ((size_t)4 << 20)
 
-typedef struct cu_nccl cu_nccl; /* collective.c */
+typedef struct cu_nccl cu_nccl; /* graph.c: the CUDA-graph hooks (see its opening comment for what the
+ * executor must not do while a capture is open). */
+pd_code cu_capture_begin(dev_backend *b, int device, dev_status *st);
+pd_code cu_capture_end(dev_backend *b, int device, void **graph,
+                       dev_status *st);
+pd_code cu_graph_launch(dev_backend *b, int device, void *graph,
+                        dev_status *st);
+void cu_graph_destroy(dev_backend *b, int device, void *graph);
+
+/* collective.c */
 
 /* The default reserve of each GPU's free memory (dev_cuda_config). */
 #define CU_RESERVE_DEFAULT ((uint64_t)512 << 20)

@@ -5,13 +5,18 @@
  * Files (see device/README.md):
  *   graph.c      the graph: create, clone, free, add nodes, uses, replace,
  *                compact, infer one node (this header's fn_graph_*)
- *   library.c    dev_fn_lib: register (validation, sorting), lookup, describe
- *   instance.c   instantiation: signature, cache, miss reasons, pipeline
+ *   library.c    dev_fn_lib: register, lookup, describe (fn_call.h is the
+ *                private header of library, instances and calls)
+ *   settings.c   pass names, tri-state merge, the log, lookups by name
+ *   canon.c      canonical text of a registration (identical re-register)
+ *   instance.c   instantiation: signature, cache, miss reasons, the call op
+ *   pipeline.c   the passes in force with rollback, external passes, plan
  *   inline.c     calls of other functions inlined
  *   gradients.c  Gradients nodes expanded through the tape's VJPs
  *   passes_*.c   the built-in passes (pruning, cse, fold, arithmetic,
  *                fusion, buffer planning)
- *   convert.c    graph <-> dev_fn_def (describe, external passes)
+ *   convert.c    dev_fn_def -> validated, sorted graph (registration,
+ *                external passes' results); graph -> dev_fn_def
  *   run.c        one device's part of a call (the executor's), the plan
  *
  * Conventions: a graph's nodes are always in topological order (a node's

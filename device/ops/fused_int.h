@@ -1,6 +1,6 @@
 /* The fused ops the fusion pass makes (device/fn/passes_fusion.c) and their
  * kernels (device/ops/fused.c on the CPU, device/cuda/kernels_fused.cu and
- * matmul.c on CUDA): what both sides must agree on. Private to device/.
+ * fused_matmul.c on CUDA): what both sides must agree on. Private to device/.
  *
  * _FusedMatMul (TensorFlow's _FusedMatMul, one bias and one activation):
  *   inputs  a [M,K] (or [K,M] with transpose_a), b [K,N] (or [N,K] with
@@ -31,7 +31,12 @@
 #ifndef PARADEV_FUSED_INT_H
 #define PARADEV_FUSED_INT_H
 
+#ifdef __cplusplus /* the CUDA kernels (kernels_fused.cu) read the opcodes */
+#include "../dev_backend.h"
+extern "C" {
+#else
 #include "../device_int.h"
+#endif
 
 #define DEV_FUSED_MATMUL_OP "_FusedMatMul"
 #define DEV_FUSED_ELEMENTWISE_OP "_FusedElementwise"
@@ -79,4 +84,33 @@ int dev_ew_arity(int opcode);
 /* The op's name ("Add", ...) or NULL. */
 const char *dev_ew_opcode_name(int opcode);
 
+/* Checks a program (ops/fused_program.c): n_ints a multiple of 3, 1 to
+ * DEV_EW_MAX_INSTR instructions, valid opcodes, operands of binary opcodes
+ * and operand a of unary ones an input (< n_inputs), an earlier result or a
+ * constant (< n_consts), operand b of unary ones DEV_EW_NONE.
+ * INVALID_ARGUMENT naming `op`, the instruction and what was expected. */
+pd_code dev__ew_program_check(const char *op, const int64_t *prog, int n_ints,
+                              int n_inputs, int n_consts, dev_status *st);
+
+/* _FusedMatMul's attributes, in their order, and its activations. */
+enum {
+  DEV_FMM_TRANSPOSE_A = 0,
+  DEV_FMM_TRANSPOSE_B = 1,
+  DEV_FMM_ACTIVATION = 2
+};
+typedef enum dev_fused_act {
+  DEV_ACT_NONE = 0,
+  DEV_ACT_RELU = 1,    /* x < 0 ? 0 : x (NaN stays NaN, as Relu) */
+  DEV_ACT_RELU6 = 2,   /* x < 0 ? 0 : x > 6 ? 6 : x (NaN stays NaN) */
+  DEV_ACT_SIGMOID = 3, /* Sigmoid's formula */
+  DEV_ACT_TANH = 4,
+} dev_fused_act;
+/* The activation named by s[0..len) ("none", "relu", ...), -1 if none. */
+int dev_fused_activation(const char *s, size_t len);
+/* _FusedElementwise's attributes, in their order. */
+enum { DEV_FEW_PROGRAM = 0, DEV_FEW_CONSTANTS = 1 };
+
+#ifdef __cplusplus
+}
+#endif
 #endif /* PARADEV_FUSED_INT_H */

@@ -535,6 +535,205 @@ static void test_matmul(void **state) {
       }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Fused ops (device/ops/fused_int.h): CUDA against the CPU, and on the GPU  */
+/* against the unfused ops they replace                                       */
+
+static dev_tensor *gexec(dev_engine *e, const char *op, dev_tensor *const *in,
+                         int n_in, const dev_attr *attrs, int n_attrs) {
+  dev_tensor *out[DEV_MAX_OUTPUTS] = {0};
+  int no = DEV_MAX_OUTPUTS;
+  dev_status st = DEV_STATUS_INIT;
+  if (dev_execute(e, op, in, n_in, attrs, n_attrs, out, &no, &st) != PD_OK)
+    fail_msg("%s: %s", op, st.msg);
+  for (int i = 1; i < no; i++) dev_tensor_release(out[i]);
+  return out[0];
+}
+
+static dev_tensor *gscalar(dev_engine *e, pd_dtype dt, double v) {
+  char buf[8];
+  dev_store_f64(dt, buf, 0, v);
+  return upload(e, dt, 0, NULL, buf);
+}
+
+/* MatMul + BiasAdd + the activation's ops, on engine e. */
+static dev_tensor *unfused_matmul(dev_engine *e, pd_dtype dt, dev_tensor **in,
+                                  const dev_attr *tr, const char *act) {
+  dev_tensor *mm = gexec(e, "MatMul", in, 2, tr, 2);
+  dev_tensor *bi[2] = {mm, in[2]};
+  dev_tensor *y = gexec(e, "BiasAdd", bi, 2, NULL, 0);
+  dev_tensor_release(mm);
+  const char *op = !strcmp(act, "relu")      ? "Relu"
+                   : !strcmp(act, "sigmoid") ? "Sigmoid"
+                   : !strcmp(act, "tanh")    ? "Tanh"
+                                             : NULL;
+  if (op) {
+    dev_tensor *r = gexec(e, op, &y, 1, NULL, 0);
+    dev_tensor_release(y);
+    return r;
+  }
+  if (strcmp(act, "relu6")) return y;
+  dev_tensor *z = gscalar(e, dt, 0), *six = gscalar(e, dt, 6);
+  dev_tensor *a[2] = {y, z};
+  dev_tensor *m = gexec(e, "Maximum", a, 2, NULL, 0);
+  a[0] = m;
+  a[1] = six;
+  dev_tensor *r = gexec(e, "Minimum", a, 2, NULL, 0);
+  dev_tensor *rel[] = {y, z, six, m};
+  for (int i = 0; i < 4; i++) dev_tensor_release(rel[i]);
+  return r;
+}
+
+/* 16-bit: the unfused chain rounds after each op, the fused op once. */
+static double fused_rtol(pd_dtype dt) {
+  return dt == PD_FLOAT32 || dt == PD_FLOAT64 ? tu_rtol_backends(dt)
+                                              : 4 * tu_rtol_backends(dt);
+}
+
+static void test_fused_matmul(void **state) {
+  (void)state;
+  static const char *const acts[] = {"none", "relu", "relu6", "sigmoid",
+                                     "tanh"};
+  static const int64_t mkn[][3] = {{17, 33, 9}, {5, 0, 7}, {64, 96, 40}};
+  char what[200];
+  for (int d = 0; d < COUNT(k_float); d++)
+    for (int s = 0; s < COUNT(mkn); s++)
+      for (int t = 0; t < 4; t++)
+        for (int a = 0; a < COUNT(acts); a++) {
+          pd_dtype dt = k_float[d];
+          bool ta = t & 1, tb = t & 2;
+          int64_t m = mkn[s][0], k = mkn[s][1], n = mkn[s][2];
+          tin in[3] = {TIN(dt, -1, 1, 2, ta ? k : m, ta ? m : k),
+                       TIN(dt, -1, 1, 2, tb ? n : k, tb ? k : n),
+                       TIN(dt, -2, 2, 1, n)};
+          dev_attr at[3] = {dev_attr_bool("transpose_a", ta),
+                            dev_attr_bool("transpose_b", tb),
+                            dev_attr_string("activation", acts[a])};
+          snprintf(what, sizeof what,
+                   "_FusedMatMul %s %lldx%lldx%lld ta=%d tb=%d %s",
+                   pd_dtype_name(dt), (long long)m, (long long)k, (long long)n,
+                   ta, tb, acts[a]);
+          check_op(what, "_FusedMatMul", in, 3, at, 3, -1);
+          if (s != 0) continue;
+          /* On the GPU, against the three unfused ops. */
+          dev_engine *g = gpu_engine(2);
+          dev_tensor *gi[3];
+          for (int i = 0; i < 3; i++) {
+            void *v = make_values(&in[i], tu_count(in[i].rank, in[i].dims));
+            gi[i] = upload(g, dt, in[i].rank, in[i].dims, v);
+            free(v);
+          }
+          dev_tensor *f = gexec(g, "_FusedMatMul", gi, 3, at, 3);
+          dev_tensor *u = unfused_matmul(g, dt, gi, at, acts[a]);
+          char w2[240];
+          snprintf(w2, sizeof w2, "%s vs unfused on the GPU", what);
+          compare_component(w2, u, f, 0, fused_rtol(dt));
+          compare_component(w2, u, f, 1, fused_rtol(dt));
+          dev_tensor_release(f);
+          dev_tensor_release(u);
+          for (int i = 0; i < 3; i++) dev_tensor_release(gi[i]);
+        }
+}
+
+/* Runs prog op by op on engine e (constants as scalar tensors). */
+static dev_tensor *unfused_program(dev_engine *e, pd_dtype dt,
+                                   const int64_t *prog, int n_ints,
+                                   dev_tensor *const *in,
+                                   const double *consts) {
+  dev_tensor *tmp[64] = {0};
+  int n = n_ints / 3;
+  for (int j = 0; j < n; j++) {
+    static const char *const names[] = {
+        [1] = "Add",          [2] = "Sub",       [3] = "Mul",
+        [4] = "Div",          [5] = "Maximum",   [6] = "Minimum",
+        [7] = "Pow",          [8] = "ReluGrad",  [9] = "TanhGrad",
+        [10] = "SigmoidGrad", [11] = "SqrtGrad", [12] = "RsqrtGrad",
+        [32] = "Neg",         [33] = "Exp",      [34] = "Log",
+        [35] = "Sqrt",        [36] = "Rsqrt",    [37] = "Square",
+        [38] = "Tanh",        [39] = "Sigmoid",  [40] = "Relu",
+        [41] = "Abs",         [42] = "Identity"};
+    int code = (int)prog[3 * j], ar = code < 32 ? 2 : 1;
+    dev_tensor *args[2], *made[2] = {0};
+    for (int w = 0; w < ar; w++) {
+      int64_t v = prog[3 * j + 1 + w];
+      if (v >= 1000)
+        args[w] = made[w] = gscalar(e, dt, consts[v - 1000]);
+      else if (v >= 100)
+        args[w] = tmp[v - 100];
+      else
+        args[w] = in[v];
+    }
+    tmp[j] = gexec(e, names[code], args, ar, NULL, 0);
+    for (int w = 0; w < 2; w++) dev_tensor_release(made[w]);
+  }
+  for (int j = 0; j < n - 1; j++) dev_tensor_release(tmp[j]);
+  return tmp[n - 1];
+}
+
+static void test_fused_elementwise(void **state) {
+  (void)state;
+  /* Every opcode once (tests/unit/test_fused.c's 21-instruction chain). */
+  static const int64_t p21[] = {
+      39,  0,   -1,  38,  1,   -1,  1,   100, 1000, 35,  102, -1,  36,
+      102, -1,  34,  102, -1,  33,  101, -1,  3,    105, 106, 2,   107,
+      103, 4,   108, 102, 7,   102, 101, 37,  109,  -1,  32,  110, -1,
+      41,  112, -1,  5,   111, 101, 6,   114, 113,  8,   115, 108, 9,
+      101, 116, 11,  103, 117, 12,  104, 118, 10,   100, 119};
+  /* x0 [2, 3, 67] * x1 [3, 1] + 0.5, tanh, - x2 [67], Maximum -0.25, relu. */
+  static const int64_t pb[] = {3, 0,   1, 1, 100,  1000, 38, 101, -1,
+                               2, 102, 2, 5, 1001, 103,  40, 104, -1};
+  static const double c21[] = {1.0}, cb[] = {0.5, -0.25};
+  char what[160];
+  for (int d = 0; d < COUNT(k_float); d++)
+    for (int which = 0; which < 2; which++) {
+      pd_dtype dt = k_float[d];
+      const int64_t *prog = which ? pb : p21;
+      int n_ints = which ? COUNT(pb) : COUNT(p21);
+      const double *cs = which ? cb : c21;
+      int nc = which ? 2 : 1;
+      tin in[3];
+      int n_in;
+      if (which) {
+        in[0] = TIN(dt, -2, 2, 3, 2, 3, 67);
+        in[1] = TIN(dt, -2, 2, 2, 3, 1);
+        in[2] = TIN(dt, -2, 2, 1, 67);
+        n_in = 3;
+      } else {
+        in[0] = TIN(dt, -3, 3, 2, 33, 129);
+        in[1] = TIN(dt, -3, 3, 2, 33, 129);
+        n_in = 2;
+      }
+      dev_attr at[2] = {dev_attr_int_list("program", prog, n_ints),
+                        dev_attr_float_list("constants", cs, nc)};
+      snprintf(what, sizeof what, "_FusedElementwise %s %s", pd_dtype_name(dt),
+               which ? "broadcast chain" : "21 instructions");
+      check_op(what, "_FusedElementwise", in, n_in, at, 2, -1);
+      /* Against the unfused chain: 21 roundings to 16 bits drift from the
+       * fused single rounding beyond any fixed tolerance, so the long
+       * program is compared in float32 and float64 only. */
+      bool wide = dt == PD_FLOAT32 || dt == PD_FLOAT64;
+      if (!which && !wide) continue;
+      dev_engine *g = gpu_engine(2);
+      dev_tensor *gi[3];
+      for (int i = 0; i < n_in; i++) {
+        void *v = make_values(&in[i], tu_count(in[i].rank, in[i].dims));
+        gi[i] = upload(g, dt, in[i].rank, in[i].dims, v);
+        free(v);
+      }
+      dev_tensor *f = gexec(g, "_FusedElementwise", gi, n_in, at, 2);
+      dev_tensor *u = unfused_program(g, dt, prog, n_ints, gi, cs);
+      char w2[200];
+      snprintf(w2, sizeof w2, "%s vs unfused on the GPU", what);
+      double rt =
+          fused_rtol(dt) *
+          (dt == PD_FLOAT32 || dt == PD_FLOAT64 ? 1 : (double)n_ints / 3);
+      compare_component(w2, u, f, 0, rt);
+      dev_tensor_release(f);
+      dev_tensor_release(u);
+      for (int i = 0; i < n_in; i++) dev_tensor_release(gi[i]);
+    }
+}
+
 static void test_batch_matmul(void **state) {
   (void)state;
   char what[160];
@@ -1722,6 +1921,8 @@ int main(void) {
       cmocka_unit_test(test_fill_like),
       cmocka_unit_test(test_matmul),
       cmocka_unit_test(test_batch_matmul),
+      cmocka_unit_test(test_fused_matmul),
+      cmocka_unit_test(test_fused_elementwise),
       cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_argmax),
       cmocka_unit_test(test_softmax),

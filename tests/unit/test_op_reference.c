@@ -122,10 +122,11 @@ static void test_dtypes_are_what_infer_accepts(void **state) {
     for (int dt = 1; dt < PD_DTYPE_COUNT; dt++) {
       dev_tensor *in[DEV_MAX_ARGS];
       for (int j = 0; j < d->num_inputs; j++) {
-        /* [2, 2] fits them all but BiasAdd's bias, which is [2]. */
+        /* [2, 2] fits them all but a bias (BiasAdd's, _FusedMatMul's),
+         * which is [2]. */
         int64_t dims[2] = {2, 2};
         double zeros[4] = {0, 0, 0, 0};
-        int rank = strcmp(d->name, "BiasAdd") == 0 && j == 1 ? 1 : 2;
+        int rank = strcmp(d->inputs[j].name, "bias") == 0 ? 1 : 2;
         in[j] = tu_mirrored(e, (pd_dtype)dt, rank, dims, zeros);
       }
       dev_op *op = NULL;

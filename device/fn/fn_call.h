@@ -1,0 +1,138 @@
+/* Private header of the function library, its instantiations and the call
+ * executor (library.c, convert.c, instance.c, run.c): what they share and
+ * nothing the passes need (those see fn_int.h only).
+ *
+ * Lifetime: a library holds its functions (fn_func); a function holds its
+ * cached instantiations (fn_inst, most recently used first). An
+ * instantiation is reference-counted: the cache holds one reference, each
+ * prepared or queued call (fn_call_state, op->fn_call) another, so an
+ * evicted instantiation, or one of a destroyed library, lives until the
+ * last call using it is freed (dev__op_free -> the state's hdr.free). */
+#ifndef PARADEV_FN_CALL_H
+#define PARADEV_FN_CALL_H
+
+#include "fn_int.h"
+
+/* One device's CUDA graph of an instantiation (DEV_PASS_CUDA_GRAPH, run.c):
+ * captured on the first call, replayed after; its inputs, outputs and
+ * values live at fixed offsets of one persistent allocation. Touched only
+ * by that device's executor (and freed with the instantiation). */
+typedef struct fn_cg {
+  int state; /* 0: not tried; 1: captured; -1: stream execution */
+  void *graph;
+  char *mem;
+  size_t mem_bytes;
+  uint64_t *off; /* [n_args + n_outputs + n_nodes * FN_MAX_NODE_OUTPUTS] */
+} fn_cg;
+
+/* One instantiation: the optimized graph for one signature, its buffer
+ * plan, its uploaded constants and the op definition its calls carry. */
+typedef struct fn_inst {
+  atomic_int refs;
+  dev_engine *engine;
+  fn_graph *g; /* optimized, compacted, inferred */
+  fn_buffer_plan plan;
+  bool planned;        /* plan holds offsets (buffer planning in force) */
+  dev_tensor **consts; /* [g->n_consts], mirrored, owned */
+  unsigned char *key;  /* the signature key (instance.c sig_key) */
+  size_t key_len;
+  int n_args;
+  pd_dtype *arg_dtype;    /* [n_args], for miss reasons */
+  dev_shape *arg_shape;   /* [n_args * n_dev] */
+  bool *arg_not_mirrored; /* [n_args] */
+  int *coll_nodes;        /* indices of collective nodes */
+  int n_coll;
+  fn_cg *cg; /* [n_dev] when CUDA graphs are in force and possible */
+  atomic_bool cg_captured;
+  dev_op_def def; /* the call's def: flags DEV_OP_FUNCTION, name fn_name */
+  dev_fn_inst_info info;
+  _Atomic uint64_t calls;
+} fn_inst;
+
+/* What a prepared call holds (dev_op.fn_call). */
+typedef struct fn_call_state {
+  dev__fn_call hdr; /* first: what the engine's files call (device_int.h) */
+  fn_inst *inst;    /* a reference */
+  void **colls;     /* [inst->n_coll] rendezvous, from collective_create */
+  int n_coll;
+} fn_call_state;
+
+/* A registered function. */
+typedef struct fn_func {
+  char *name;
+  fn_graph *g; /* registered (n_dev 0), topologically sorted */
+  char *canon; /* canonical text of the definition (identity check) */
+  size_t canon_len;
+  dev_fn_options opts;
+  fn_inst *insts[DEV_FN_MAX_INST_CAP]; /* most recently used first */
+  int n_insts;
+  fn_inst *last_used; /* a reference, for describe's optimized graph */
+  uint64_t hits, misses, evictions;
+  int n_miss;
+  char miss[DEV_FN_MISS_REASONS][256]; /* latest first */
+} fn_func;
+
+struct dev_fn_lib {
+  dev_engine *engine;
+  dev_fn_config cfg;
+  pthread_mutex_t mu; /* guards everything below and every fn_func */
+  fn_func *fns[DEV_FN_MAX_PER_LIB];
+  int n;
+};
+
+/* settings.c: the function named `name`, or NULL (lib->mu held). */
+fn_func *fn_lib_find(const dev_fn_lib *lib, const char *name);
+/* A lookup for fn_inline_calls over a library (arg: the dev_fn_lib). */
+const fn_graph *fn_lib_lookup(void *arg, const char *name);
+/* The pass `p` in force for function options `o` under config `c`. */
+dev_tristate fn_pass_in_force(const dev_fn_options *o, const dev_fn_config *c,
+                              dev_fn_pass p);
+/* Sends "what" for function `fn` to the config's log. */
+void fn_log(const dev_fn_config *c, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* convert.c (canon.c: fn_def_canonical). Builds a graph (n_dev 0) from a definition and validates it as
+ * dev_fn_register documents; `lookup` resolves calls of other functions
+ * (NULL: none allowed). With `base` (an external pass's result over the
+ * graph `base`), nodes of op "_Const" with int attr "index" stand for
+ * base's constant `index`, calls and Gradients nodes are refused. */
+pd_code fn_graph_from_def(const dev_fn_def *def, const fn_graph *base,
+                          fn_lookup_fn lookup, void *arg, fn_graph **out,
+                          dev_status *st);
+/* The definition of g in one allocation (dev_fn_def_free): nodes in g's
+ * order, outputs_info filled when g is instantiated, origins, and one
+ * "_Const" node per constant. NULL on host out of memory. */
+dev_fn_def *fn_graph_to_def(const fn_graph *g);
+/* Canonical text of a definition and options: equal texts are identical
+ * registrations. Caller frees; NULL on OOM. */
+char *fn_def_canonical(const dev_fn_def *def, const dev_fn_options *o,
+                       size_t *len);
+
+/* pipeline.c. Runs the built-in passes in force (each on a backup: an
+ * error or a failed check restores it and is logged) and then the external
+ * passes on *g, recording pass_changes and external_changed in info; never
+ * fails (a pass that cannot run is skipped and logged). */
+void fn_pipeline(dev_fn_lib *lib, const fn_func *f, fn_graph **g,
+                 dev_fn_inst_info *info);
+/* Plans inst's buffers when DEV_PASS_BUFFER_PLANNING is in force (else, or
+ * when planning fails, every value gets its own allocation); fills
+ * info.arena_bytes and the pass_changes of planning and CUDA graphs. */
+void fn_plan_for(dev_fn_lib *lib, const fn_func *f, fn_inst *inst);
+
+/* run.c: device `device`'s part of a call (dev__fn_call.run). */
+bool fn_run_call(dev_op *op, int device, const void *const *in_data,
+                 void *const *out_data, bool failed, _Atomic uint64_t *beats,
+                 dev_status *st);
+
+/* inline.c: inlines the call at node i of g (its callee `callee`) in
+ * place: the callee's nodes take positions i.. (not inferred). */
+pd_code fn_inline_call_at(fn_graph *g, int i, const fn_graph *callee,
+                          dev_status *st);
+
+/* instance.c */
+void fn_inst_unref(fn_inst *inst); /* accepts NULL */
+pd_code fn_prepare_call_locked(dev_fn_lib *lib, fn_func *f,
+                               dev_tensor *const *inputs, int num_inputs,
+                               dev_op **out, dev_status *st);
+
+#endif /* PARADEV_FN_CALL_H */
