@@ -534,6 +534,22 @@ static void arithmetic_leaves_sharded_shapes(void **state) {
   assert_true(fn_ref_eq(g->outputs[0], A(0)));
   fn_graph_free(g);
   dev_tensor_release(y);
+  /* A Reshape that keeps the shape of one component only stays. */
+  int64_t d32[2] = {3, 2};
+  double wv[6] = {1, 2, 3, 4, 5, 6};
+  dev_tensor *w = tu_sharded(f.e, PD_FLOAT32, 2, d32, 0, wv); /* [2,2] [1,2] */
+  g = fn_eval_graph(f.e, "sh3", &w, 1);
+  g->arg_not_mirrored[0] = true;
+  static const int64_t s2m[2] = {2, -1};
+  dev_attr r2m = ilist_attr("shape", s2m, 2);
+  int keep = ADDA(g, "keep", "Reshape", &r2m, 1, A(0)); /* [2,2], [2,1] */
+  fn_eval_add_output(g, "keep", N(keep));
+  assert_int_equal(run(fn_pass_arithmetic, g), 0);
+  assert_int_equal(count_op(g, "Reshape"), 1);
+  double w1[2] = {5, 6};
+  check_value(f.e, g, &w, 0, 1, w1, 2, 0);
+  fn_graph_free(g);
+  dev_tensor_release(w);
   fixture_free(&f);
 }
 
@@ -674,6 +690,69 @@ static void fusion_elementwise_chain(void **state) {
   (void)m;
   (void)s;
   (void)two;
+  fn_graph_free(g);
+  fixture_free(&f);
+}
+
+static void fusion_leaves_values_used_elsewhere(void **state) {
+  (void)state;
+  fixture f = {tu_engine(2, 0), {NULL}, 3};
+  int64_t da[2] = {2, 2}, dc[1] = {2};
+  double av[4] = {1, -2, 3, 0.5}, bv[4] = {0.5, 1, -1, 2}, cv[2] = {-4, 1};
+  f.args[0] = tu_mirrored(f.e, PD_FLOAT32, 2, da, av);
+  f.args[1] = tu_mirrored(f.e, PD_FLOAT32, 2, da, bv);
+  f.args[2] = tu_mirrored(f.e, PD_FLOAT32, 1, dc, cv);
+  fn_graph *g = fn_eval_graph(f.e, "fused2", f.args, 3);
+  int mm = ADD(g, "mm", "MatMul", A(0), A(1));
+  int ba = ADD(g, "ba", "BiasAdd", N(mm), A(2)); /* fetched */
+  int r = ADD(g, "r", "Relu", N(ba));
+  int e = ADD(g, "e", "Exp", A(0));
+  static const int64_t p10[2] = {1, 0};
+  dev_attr perm = ilist_attr("perm", p10, 2);
+  int t = ADDA(g, "t", "Transpose", &perm, 1, N(e)); /* e used elsewhere */
+  int s = ADD(g, "s", "Sub", N(e), A(1));
+  int q = ADD(g, "q", "Square", N(s));
+  fn_eval_add_output(g, "ba", N(ba));
+  fn_eval_add_output(g, "r", N(r));
+  fn_eval_add_output(g, "t", N(t));
+  fn_eval_add_output(g, "q", N(q));
+  double wb[4] = {0}, wr[4], wt[4], wq[4];
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      for (int k = 0; k < 2; k++)
+        wb[i * 2 + j] += av[i * 2 + k] * bv[k * 2 + j];
+      wb[i * 2 + j] += cv[j];
+      wt[j * 2 + i] = exp(av[i * 2 + j]);
+      double v = exp(av[i * 2 + j]) - bv[i * 2 + j];
+      wq[i * 2 + j] = v * v;
+    }
+  for (int i = 0; i < 4; i++) wr[i] = wb[i] > 0 ? wb[i] : 0;
+  if (!fused_ops_registered()) {
+    assert_int_equal(run(fn_pass_fusion, g), 0);
+    fn_graph_free(g);
+    fixture_free(&f);
+    skip();
+  }
+  run(fn_pass_fusion, g);
+  /* MatMul + BiasAdd fused (the bias's value is fetched: no activation). */
+  int fm = g->outputs[0].idx;
+  assert_string_equal(g->nodes[fm].def->name, DEV_FUSED_MATMUL_OP);
+  const dev_attr_value *act = fn_node_attr(&g->nodes[fm], "activation");
+  assert_true(act->u.s.len == 4 && memcmp(act->u.s.ptr, "none", 4) == 0);
+  assert_string_equal(g->nodes[g->outputs[1].idx].def->name, "Relu");
+  /* e stays (Transpose reads it); s, q fuse with e as an input. */
+  assert_int_equal(count_op(g, "Exp"), 1);
+  const fn_node *fe = &g->nodes[g->outputs[3].idx];
+  assert_string_equal(fe->def->name, DEV_FUSED_ELEMENTWISE_OP);
+  assert_int_equal(fe->n_in, 2);
+  assert_true(fn_ref_eq(fe->in[0], N(find_op(g, "Exp"))));
+  assert_int_equal(fn_node_attr(fe, "program")->u.ilist.n, 6);
+  check_value(f.e, g, f.args, 0, 0, wb, 4, 1e-5);
+  check_value(f.e, g, f.args, 1, 1, wr, 4, 1e-5);
+  check_value(f.e, g, f.args, 2, 0, wt, 4, 1e-6);
+  check_value(f.e, g, f.args, 3, 1, wq, 4, 1e-5);
+  (void)mm;
+  (void)e;
   fn_graph_free(g);
   fixture_free(&f);
 }
@@ -848,6 +927,7 @@ int main(void) {
       cmocka_unit_test(arithmetic_leaves_sharded_shapes),
       cmocka_unit_test(fusion_matmul_bias_activation),
       cmocka_unit_test(fusion_elementwise_chain),
+      cmocka_unit_test(fusion_leaves_values_used_elsewhere),
       cmocka_unit_test(buffers_reuse_by_lifetime),
       cmocka_unit_test(buffers_per_device_and_collectives),
   };
