@@ -757,6 +757,55 @@ static void fusion_leaves_values_used_elsewhere(void **state) {
   fixture_free(&f);
 }
 
+/* Chains over the limits: 25 Abs in a row (more than DEV_EW_MAX_INSTR
+ * instructions) and a sum of 18 arguments (more than DEV_EW_MAX_INPUTS
+ * inputs) split into several fused nodes, each within the limits. */
+static void fusion_splits_at_the_limits(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(2, 0);
+  enum { NA = 18 };
+  dev_tensor *args[NA];
+  int64_t d[1] = {2};
+  double want_sum[2] = {0, 0};
+  for (int i = 0; i < NA; i++) {
+    double v[2] = {i - 8.5, 0.25 * i};
+    args[i] = tu_mirrored(e, PD_FLOAT32, 1, d, v);
+    want_sum[0] += v[0];
+    want_sum[1] += v[1];
+  }
+  fn_graph *g = fn_eval_graph(e, "limits", args, NA);
+  int prev = ADD(g, "abs", "Abs", A(0));
+  for (int i = 1; i < 25; i++) prev = ADD(g, "abs", "Abs", N(prev));
+  int s = ADD(g, "sum", "Add", A(0), A(1));
+  for (int i = 2; i < NA; i++) s = ADD(g, "sum", "Add", N(s), A(i));
+  fn_eval_add_output(g, "abs", N(prev));
+  fn_eval_add_output(g, "sum", N(s));
+  double want_abs[2] = {8.5, 0};
+  if (!fused_ops_registered()) {
+    assert_int_equal(run(fn_pass_fusion, g), 0);
+    fn_graph_free(g);
+    for (int i = 0; i < NA; i++) dev_tensor_release(args[i]);
+    dev_engine_destroy(e);
+    skip();
+  }
+  run(fn_pass_fusion, g);
+  int fused = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const fn_node *n = &g->nodes[i];
+    if (strcmp(n->def->name, DEV_FUSED_ELEMENTWISE_OP) != 0) continue;
+    fused++;
+    assert_true(n->n_in <= DEV_EW_MAX_INPUTS);
+    assert_true(fn_node_attr(n, "program")->u.ilist.n <= 3 * DEV_EW_MAX_INSTR);
+  }
+  assert_true(fused >= 4);              /* two per chain at least */
+  assert_true(g->n_nodes <= fused + 2); /* at most a single node each left */
+  check_value(e, g, args, 0, 1, want_abs, 2, 0);
+  check_value(e, g, args, 1, 0, want_sum, 2, 1e-6);
+  fn_graph_free(g);
+  for (int i = 0; i < NA; i++) dev_tensor_release(args[i]);
+  dev_engine_destroy(e);
+}
+
 /* --- buffer planning -------------------------------------------------------- */
 
 /* The value r stands for through aliasing nodes, -1 for args and consts. */
@@ -928,6 +977,7 @@ int main(void) {
       cmocka_unit_test(fusion_matmul_bias_activation),
       cmocka_unit_test(fusion_elementwise_chain),
       cmocka_unit_test(fusion_leaves_values_used_elsewhere),
+      cmocka_unit_test(fusion_splits_at_the_limits),
       cmocka_unit_test(buffers_reuse_by_lifetime),
       cmocka_unit_test(buffers_per_device_and_collectives),
   };
