@@ -963,6 +963,87 @@ static void buffers_per_device_and_collectives(void **state) {
   fixture_free(&f);
 }
 
+/* --- all together ------------------------------------------------------------ */
+
+/* The pipeline's order on one graph (a dense layer with redundancy in it):
+ * values stay, every pass is idempotent, the plan holds. */
+static void passes_in_pipeline_order(void **state) {
+  (void)state;
+  fixture f = {tu_engine(2, 0), {NULL}, 3};
+  int64_t dx[2] = {4, 3}, dw[2] = {3, 2}, db[1] = {2};
+  double xv[12], wv[6] = {0.5, -1, 0.25, 2, -0.75, 1}, bv[2] = {0.1, -0.2};
+  for (int i = 0; i < 12; i++) xv[i] = 0.3 * i - 1.5;
+  f.args[0] = tu_mirrored(f.e, PD_FLOAT32, 2, dx, xv);
+  f.args[1] = tu_mirrored(f.e, PD_FLOAT32, 2, dw, wv);
+  f.args[2] = tu_mirrored(f.e, PD_FLOAT32, 1, db, bv);
+  fn_graph *g = fn_eval_graph(f.e, "step", f.args, 3);
+  static const int64_t p10[2] = {1, 0};
+  dev_attr perm = ilist_attr("perm", p10, 2);
+  ADD(g, "dead", "Neg", A(0));
+  int h = ADD(g, "h", "Identity", A(0));
+  int t1 = ADDA(g, "t1", "Transpose", &perm, 1, N(h));
+  int t2 = ADDA(g, "t2", "Transpose", &perm, 1, N(t1));
+  int m = ADD(g, "mm", "MatMul", N(t2), A(1));
+  int one = fill(g, "one", 0, NULL, 1);
+  int y = ADD(g, "y", "Mul", N(m), N(one));
+  int z = ADD(g, "z", "BiasAdd", N(y), A(2));
+  int r = ADD(g, "r", "Relu", N(z));
+  int r2 = ADD(g, "r2", "Relu", N(z)); /* CSE: same as r */
+  int o = ADD(g, "o", "Add", N(r), N(r2));
+  int e = ADD(g, "e", "Exp", N(o));
+  static const float hv[1] = {0.5f};
+  int half = konst(g, 0, NULL, hv);
+  int64_t d1[1] = {1};
+  int hh = ADD(g, "hh", "Add", fn_const_ref(half), fn_const_ref(half)); /* 1 */
+  int q = ADD(g, "q", "Mul", N(e), N(hh)); /* Mul by 1 once folded */
+  int w = ADD(g, "w", "Sub", N(q), N(o));
+  fn_eval_add_output(g, "w", N(w));
+  (void)d1;
+  double want[8];
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 2; j++) {
+      double v = bv[j];
+      for (int k = 0; k < 3; k++) v += xv[i * 3 + k] * wv[k * 2 + j];
+      v = v > 0 ? 2 * v : 0;
+      want[i * 2 + j] = exp(v) - v;
+    }
+  check_value(f.e, g, f.args, 0, 0, want, 8, 1e-5);
+  static const fn_pass_fn order[] = {fn_pass_pruning, fn_pass_cse,
+                                     fn_pass_constant_folding,
+                                     fn_pass_arithmetic, fn_pass_fusion};
+  int total = 0;
+  for (size_t p = 0; p < sizeof order / sizeof order[0]; p++) {
+    total += run(order[p], g);
+    check_value(f.e, g, f.args, 0, (int)(p % 2), want, 8, 1e-5);
+  }
+  assert_true(total >= 9);
+  assert_int_equal(count_op(g, "Identity") + count_op(g, "Transpose"), 0);
+  assert_int_equal(count_op(g, "Relu") + count_op(g, "Neg"),
+                   fused_ops_registered() ? 0 : 1);
+  if (fused_ops_registered()) {
+    assert_int_equal(g->n_nodes, 2); /* _FusedMatMul, _FusedElementwise */
+    assert_int_equal(count_op(g, DEV_FUSED_MATMUL_OP), 1);
+  } else {
+    assert_int_equal(g->n_nodes, 6); /* mm z r o e w: q was x*1 */
+  }
+  fn_buffer_plan p;
+  assert_int_equal(fn_plan_buffers(g, &p, NULL), PD_OK);
+  check_plan(g, &p);
+  fn_buffer_plan_free(&p);
+  (void)h;
+  (void)t1;
+  (void)m;
+  (void)y;
+  (void)r2;
+  (void)q;
+  (void)one;
+  (void)z;
+  (void)r;
+  (void)e;
+  fn_graph_free(g);
+  fixture_free(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(pruning_removes_dead_nodes),
@@ -980,6 +1061,7 @@ int main(void) {
       cmocka_unit_test(fusion_splits_at_the_limits),
       cmocka_unit_test(buffers_reuse_by_lifetime),
       cmocka_unit_test(buffers_per_device_and_collectives),
+      cmocka_unit_test(passes_in_pipeline_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
