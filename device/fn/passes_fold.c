@@ -2,7 +2,8 @@
  * all constants is evaluated once, on the host, by its op's CPU kernel and
  * replaced by constants, which the plan uploads mirrored. Also folded:
  * ZerosLike / OnesLike of any value whose components all have one shape
- * (the result depends on the shape only). Never folded: collectives,
+ * (the result depends on the shape only), unless it is a graph output known
+ * not to be mirrored (the call's output keeps saying so). Never folded: collectives,
  * random ops, DeviceId (per-device or stream values), function calls, a
  * node whose components' shapes differ, an output over the byte bound
  * (cfg->fold_max_bytes, default 65536), and a node whose kernel fails (the
@@ -30,7 +31,18 @@ static bool shape_only(const fn_node *n) {
                           strcmp(n->def->name, "OnesLike") == 0);
 }
 
-static bool foldable(const fn_graph *g, const fn_node *n, uint64_t max) {
+/* Whether node i is a graph output known not to be mirrored: folding it
+ * would change what the call's output says of itself. */
+static bool fetched_not_mirrored(const fn_graph *g, int i) {
+  for (int o = 0; o < g->n_outputs; o++)
+    if (g->outputs[o].kind == FN_REF_NODE && g->outputs[o].idx == i &&
+        g->nodes[i].out_not_mirrored[g->outputs[o].out])
+      return true;
+  return false;
+}
+
+static bool foldable(const fn_graph *g, int i, uint64_t max) {
+  const fn_node *n = &g->nodes[i];
   if (n->dead || n->kind != FN_NODE_OP || !n->inferred || n->n_out < 1 ||
       g->n_dev < 1 || fn__op_is_special(n->def))
     return false;
@@ -40,7 +52,7 @@ static bool foldable(const fn_graph *g, const fn_node *n, uint64_t max) {
   if (!shape_only(n))
     for (int j = 0; j < n->n_in; j++)
       if (n->in[j].kind != FN_REF_CONST) return false;
-  if (!mirrored_shapes(g, n)) return false;
+  if (!mirrored_shapes(g, n) || fetched_not_mirrored(g, i)) return false;
   for (int k = 0; k < n->n_out; k++) {
     size_t b;
     if (dev_shape_byte_size(n->out_dtype[k], &n->out_shape[k * g->n_dev], &b,
@@ -118,7 +130,7 @@ pd_code fn_pass_constant_folding(fn_graph *g, const fn_pass_ctx *c,
   pd_code rc = PD_OK;
   for (int i = 0; i < g->n_nodes && rc == PD_OK; i++) {
     fn_node *n = &g->nodes[i];
-    if (!foldable(g, n, max)) continue;
+    if (!foldable(g, i, max)) continue;
     if (deadline > 0 && dev_monotonic_now() > deadline) break;
     void *outs[DEV_MAX_OUTPUTS] = {NULL};
     size_t bytes[DEV_MAX_OUTPUTS] = {0};

@@ -299,13 +299,29 @@ static void folding_leaves_sharded_and_stops_at_deadline(void **state) {
   static const float cv[2] = {1, 2};
   int c = konst(g, 1, d2, cv);
   int n = ADD(g, "n", "Neg", fn_const_ref(c));
+  int64_t d4[1] = {4};
+  double yv[4] = {1, 2, 3, 4};
+  f.args[1] = tu_sharded(f.e, PD_FLOAT32, 1, d4, 0, yv); /* [2] and [2] */
+  f.n_args = 2;
+  fn_graph *tmp = fn_eval_graph(f.e, "fold2", f.args, 2); /* arg 1's shapes */
+  assert_int_equal(fn_graph_add_arg(g, "x1", PD_FLOAT32, NULL), PD_OK);
+  g->arg_shape = realloc(g->arg_shape, sizeof(dev_shape) * 4);
+  g->arg_not_mirrored = realloc(g->arg_not_mirrored, 2);
+  memcpy(g->arg_shape, tmp->arg_shape, sizeof(dev_shape) * 4);
+  g->arg_not_mirrored[1] = true;
+  fn_graph_free(tmp);
+  int zo = ADD(g, "zo", "ZerosLike", A(1)); /* fetched, not mirrored: kept */
+  int zi = ADD(g, "zi", "OnesLike", A(1));  /* equal shapes: folded */
+  int ys = ADD(g, "ys", "Add", N(zi), A(1));
   fn_eval_add_output(g, "z", N(z));
   fn_eval_add_output(g, "n", N(n));
+  fn_eval_add_output(g, "zo", N(zo));
+  fn_eval_add_output(g, "ys", N(ys));
   fn_graph *h = fn_graph_clone(g);
   /* A deadline already passed: nothing folded. */
   fn_pass_ctx past = {NULL, &g_cfg, NULL, 1e-9};
   assert_int_equal(run_ctx(fn_pass_constant_folding, h, &past), 0);
-  assert_int_equal(h->n_nodes, 2);
+  assert_int_equal(h->n_nodes, 5);
   fn_graph_free(h);
   /* A bound below the value's 8 bytes: nothing folded either. */
   dev_fn_config small = DEV_FN_CONFIG_INITIALIZER;
@@ -314,13 +330,47 @@ static void folding_leaves_sharded_and_stops_at_deadline(void **state) {
   h = fn_graph_clone(g);
   assert_int_equal(run_ctx(fn_pass_constant_folding, h, &sc), 0);
   fn_graph_free(h);
-  assert_int_equal(run(fn_pass_constant_folding, g), 1); /* n only */
-  assert_int_equal(count_op(g, "ZerosLike"), 1);
+  assert_int_equal(run(fn_pass_constant_folding, g), 2); /* n, zi */
+  assert_int_equal(count_op(g, "ZerosLike"), 2);
+  assert_int_equal(count_op(g, "OnesLike"), 0);
   assert_int_equal(g->outputs[1].kind, FN_REF_CONST);
-  double zero[2] = {0, 0}, neg[2] = {-1, -2};
+  double zero[2] = {0, 0}, neg[2] = {-1, -2}, y1[2] = {4, 5};
   check_value(f.e, g, f.args, 0, 0, zero, 2, 0);
   check_value(f.e, g, f.args, 0, 1, zero, 1, 0);
   check_value(f.e, g, f.args, 1, 1, neg, 2, 0);
+  check_value(f.e, g, f.args, 2, 1, zero, 2, 0);
+  check_value(f.e, g, f.args, 3, 1, y1, 2, 0);
+  fn_graph_free(g);
+  fixture_free(&f);
+}
+
+/* Aliasing ops (no kernel) fold by copying their input's bytes. */
+static void folding_through_aliases(void **state) {
+  (void)state;
+  fixture f = {tu_engine(2, 0), {NULL}, 1};
+  int64_t d[1] = {1};
+  double xv[1] = {0};
+  f.args[0] = tu_mirrored(f.e, PD_FLOAT32, 1, d, xv);
+  fn_graph *g = fn_eval_graph(f.e, "alias", f.args, 1);
+  static const float cv[6] = {1, 2, 3, 4, 5, 6};
+  int64_t d23[2] = {2, 3};
+  int c = konst(g, 2, d23, cv);
+  static const int64_t s32[2] = {3, 2}, p10[2] = {1, 0};
+  dev_attr rs = ilist_attr("shape", s32, 2), perm = ilist_attr("perm", p10, 2);
+  int r = ADDA(g, "r", "Reshape", &rs, 1, fn_const_ref(c));
+  int id = ADD(g, "id", "Identity", N(r));
+  int t = ADDA(g, "t", "Transpose", &perm, 1, N(id)); /* [2,3] */
+  fn_eval_add_output(g, "t", N(t));
+  assert_int_equal(run(fn_pass_constant_folding, g), 3);
+  assert_int_equal(g->n_nodes, 0);
+  assert_int_equal(g->outputs[0].kind, FN_REF_CONST);
+  const fn_const *k = &g->consts[g->outputs[0].idx];
+  assert_int_equal(k->shape.rank, 2);
+  assert_int_equal(k->shape.dims[0], 2);
+  assert_int_equal(k->shape.dims[1], 3);
+  /* r = [[1,2],[3,4],[5,6]], t = r^T */
+  static const float want[6] = {1, 3, 5, 2, 4, 6};
+  assert_memory_equal(k->data, want, sizeof want);
   fn_graph_free(g);
   fixture_free(&f);
 }
@@ -1051,6 +1101,7 @@ int main(void) {
       cmocka_unit_test(cse_leaves_random_and_collectives),
       cmocka_unit_test(folding_evaluates_constants),
       cmocka_unit_test(folding_leaves_sharded_and_stops_at_deadline),
+      cmocka_unit_test(folding_through_aliases),
       cmocka_unit_test(arithmetic_removes_neutral_ops),
       cmocka_unit_test(arithmetic_transposes_and_reshapes),
       cmocka_unit_test(arithmetic_batch_matmul_adjoints),
