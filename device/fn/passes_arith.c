@@ -107,7 +107,8 @@ bool fn__replace_node(fn_graph *g, int old, const dev_op_def *def,
   dev_status lst = DEV_STATUS_INIT;
   if (fn_graph_insert_op(g, old, g->nodes[old].name, def, in, n_in, attrs,
                          n_attrs, &idx, &lst) != PD_OK) {
-    *rc = dev_error(st, lst.code, "%s", lst.msg);
+    /* At DEV_FN_MAX_NODES the graph stays as it is; only OOM is an error. */
+    if (lst.code == PD_RESOURCE_EXHAUSTED) *rc = oom(st);
     return false;
   }
   int from2[64];

@@ -36,8 +36,9 @@ bool fn__same_shapes(const fn_graph *g, fn_ref a, fn_ref b);
  * those of nodes from[0..n_from) (indices before the insertion), and old's
  * name; redirects old's uses to the new node and marks old dead. The new
  * node must infer to old's dtypes and component shapes, else nothing is
- * changed and false is returned (*rc PD_OK); *rc gets an error only for
- * host memory. *at receives the new node's index (old is then at *at + 1). */
+ * changed and false is returned (*rc PD_OK), as when the graph already
+ * has DEV_FN_MAX_NODES nodes; *rc gets an error only for host memory.
+ * *at receives the new node's index (old is then at *at + 1). */
 bool fn__replace_node(fn_graph *g, int old, const dev_op_def *def,
                       const fn_ref *in, int n_in, const dev_attr *attrs,
                       int n_attrs, const int *from, int n_from, int *at,
