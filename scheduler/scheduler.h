@@ -103,6 +103,10 @@ typedef struct sched_config {
   /* Estimated device ns of one session's queued ops; 0: no bound.
    * RESOURCE_EXHAUSTED beyond, as max_queued_ops. */
   uint64_t max_queued_device_ns;
+  /* Graph functions (issue #11): the settings every session's function
+   * library is created with (dev_fn_lib_create copies it; its `external`
+   * passes and `log` must outlive the scheduler). Zeroed: the defaults. */
+  dev_fn_config functions;
 } sched_config;
 
 /* sched_config.policy */
@@ -112,7 +116,8 @@ typedef struct sched_config {
 #define SCHED_CONFIG_INITIALIZER                                               \
   {                                                                            \
     sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, 0,  \
-        0, NULL, NULL, 0, SCHED_POLICY_FAIR, 2000000, 600000000000ull          \
+        0, NULL, NULL, 0, SCHED_POLICY_FAIR, 2000000, 600000000000ull,         \
+        DEV_FN_CONFIG_INITIALIZER                                              \
   }
 
 /* Creates a scheduler over engine `e` (borrowed; it must outlive the
@@ -762,6 +767,29 @@ void sched_get_stats(sched *s, sched_stats *out);
  * submission to the engine until computed, summed. */
 void sched_op_stats(sched *s, int op_index, uint64_t by_code[SCHED_NUM_CODES],
                     double *run_seconds);
+
+/* --- Graph functions (issue #11) ---------------------------------------- */
+
+/* Registers `def` (borrowed for the call; the engine copies it) with `opts`
+ * (NULL: defaults) in the session's function library, created with
+ * sched_config.functions at the session's first registration and freed
+ * when the session ends (any end: close, expiry, kill, stop). A call is
+ * then an ordinary op of sched_execute whose op_name is the function's.
+ * Errors: dev_fn_register's (INVALID_ARGUMENT naming the node,
+ * ALREADY_EXISTS for another body under the name -- an identical one sets
+ * *existed --, RESOURCE_EXHAUSTED at DEV_FN_MAX_PER_LIB functions),
+ * NOT_FOUND (the session ended). Functions count toward no other limit.
+ * Thread-safe. Source: TensorFlow's FunctionLibraryDefinition::AddFunctionDef. */
+pd_code sched_register_function(sched_session *ss, const dev_fn_def *def,
+                                const dev_fn_options *opts, bool *existed,
+                                dev_status *st);
+
+/* dev_fn_describe of the session's function `name` (out->struct_size set by
+ * the caller; on success it frees out->def and out->optimized with
+ * dev_fn_def_free). Errors: NOT_FOUND (no such function in the session, or
+ * the session ended), RESOURCE_EXHAUSTED. Thread-safe. */
+pd_code sched_describe_function(sched_session *ss, const char *name,
+                                dev_fn_info *out, dev_status *st);
 
 /* --- Progress (for a watchdog) ------------------------------------------- */
 

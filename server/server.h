@@ -163,6 +163,10 @@ struct srv {
   int argc;
   char **argv;
   uint64_t incarnation;
+  /* [functions]: the built-in passes in force daemon-wide, the daemon's
+   * switches merged with its optimizer plugins' (srv_optimizer_load), as
+   * GetServerInfo reports them. */
+  dev_tristate fn_passes[DEV_PASS_COUNT];
   int64_t start_unix_ms;
   dev_engine *engine;
   sched *sched;
