@@ -30,6 +30,15 @@ pd_code sched_register_function(sched_session *ss, const dev_fn_def *def,
   dev_fn_lib *lib = NULL;
   pd_code c =
       ss->closed ? sched_closed_error(st) : fns_get_locked(ss, &lib, st);
+  /* The engine bounds it too; the message here names the limit whatever
+   * the engine's words. A name already there is the engine's to judge
+   * (identical: a no-op; else ALREADY_EXISTS). */
+  if (c == PD_OK && dev_fn_lib_count(lib) >= DEV_FN_MAX_PER_LIB &&
+      !(def->name && dev_fn_lib_has(lib, def->name)))
+    c = dev_error(st, PD_RESOURCE_EXHAUSTED,
+                  "the session holds %d functions, the limit "
+                  "DEV_FN_MAX_PER_LIB; '%.128s' was not registered",
+                  dev_fn_lib_count(lib), def->name ? def->name : "");
   if (c == PD_OK) c = dev_fn_register(lib, def, opts, &ex, st);
   pthread_mutex_unlock(&ss->mu);
   if (c == PD_OK && existed) *existed = ex;

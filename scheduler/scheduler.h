@@ -768,29 +768,6 @@ void sched_get_stats(sched *s, sched_stats *out);
 void sched_op_stats(sched *s, int op_index, uint64_t by_code[SCHED_NUM_CODES],
                     double *run_seconds);
 
-/* --- Graph functions (issue #11) ---------------------------------------- */
-
-/* Registers `def` (borrowed for the call; the engine copies it) with `opts`
- * (NULL: defaults) in the session's function library, created with
- * sched_config.functions at the session's first registration and freed
- * when the session ends (any end: close, expiry, kill, stop). A call is
- * then an ordinary op of sched_execute whose op_name is the function's.
- * Errors: dev_fn_register's (INVALID_ARGUMENT naming the node,
- * ALREADY_EXISTS for another body under the name -- an identical one sets
- * *existed --, RESOURCE_EXHAUSTED at DEV_FN_MAX_PER_LIB functions),
- * NOT_FOUND (the session ended). Functions count toward no other limit.
- * Thread-safe. Source: TensorFlow's FunctionLibraryDefinition::AddFunctionDef. */
-pd_code sched_register_function(sched_session *ss, const dev_fn_def *def,
-                                const dev_fn_options *opts, bool *existed,
-                                dev_status *st);
-
-/* dev_fn_describe of the session's function `name` (out->struct_size set by
- * the caller; on success it frees out->def and out->optimized with
- * dev_fn_def_free). Errors: NOT_FOUND (no such function in the session, or
- * the session ended), RESOURCE_EXHAUSTED. Thread-safe. */
-pd_code sched_describe_function(sched_session *ss, const char *name,
-                                dev_fn_info *out, dev_status *st);
-
 /* --- Progress (for a watchdog) ------------------------------------------- */
 
 /* The caller's memory between sched_check_progress calls; zero it first. */
@@ -808,6 +785,10 @@ typedef struct sched_progress {
  * kernel is not a stall). Call it periodically with the same `p`. */
 bool sched_check_progress(sched *s, sched_progress *p, double now,
                           double stall_s);
+
+/* Graph functions in sessions (sched_register_function, ...): part of this
+ * interface, in sched_function.h. */
+#include "sched_function.h"
 
 #ifdef __cplusplus
 }

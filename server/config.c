@@ -525,13 +525,17 @@ _Static_assert(SRV_FN_PASSES == DEV_PASS_COUNT, "SRV_FN_PASSES");
 void srv_config_describe_functions(const srv_options *o, char *buf,
                                    size_t len) {
   static const char *const tri[] = {"default (on)", "off", "on"};
-  size_t n = 0;
-  n += (size_t)snprintf(buf + n, len - n, "passes");
-  for (int p = 0; p < SRV_FN_PASSES && n < len; p++) {
-    int v = o->fn_passes[p];
-    n += (size_t)snprintf(buf + n, len - n, "%s %s %s", p ? "," : "",
-                          dev_fn_pass_name((dev_fn_pass)p),
-                          v >= 0 && v <= 2 ? tri[v] : "?");
+  size_t n = (size_t)snprintf(buf, len, "passes");
+  bool first = true;
+  /* The passes' keys, in dev_fn_pass order (config_keys.c): their names are
+   * the passes' (no engine call: fuzz_config links no engine). */
+  for (size_t i = 0; i < srv_num_keys && n < len; i++) {
+    const srv_key *k = &srv_keys[i];
+    if (k->type != SRV_K_TRISTATE) continue;
+    int v = *(const int *)(const void *)((const char *)o + k->off);
+    n += (size_t)snprintf(buf + n, len - n, "%s %s %s", first ? "" : ",",
+                          k->name, v >= 0 && v <= 2 ? tri[v] : "?");
+    first = false;
   }
   if (n < len)
     snprintf(buf + n, len - n,

@@ -420,6 +420,53 @@ static void test_per_session_and_freed(void **state) {
   pd_function_delete(g);
 }
 
+/* DEV_FN_MAX_PER_LIB (256) functions per session; the next one is
+ * RESOURCE_EXHAUSTED naming the limit, and counts toward nothing else: the
+ * session still runs ops. */
+static void test_function_limit(void **state) {
+  NEED_ENGINE();
+  env *e = *state;
+  pd_session *s = new_session(e, "many");
+  const char *in[] = {"x"};
+  char name[32];
+  for (int i = 0; i <= 256; i++) {
+    snprintf(name, sizeof name, "neg_%d", i);
+    pd_function *f = pd_function_new(name);
+    pd_function_add_arg(f, "x", PD_FLOAT32);
+    OK(e, pd_function_add_node(f, "n", "Neg", in, 1, NULL, e->st));
+    OK(e, pd_function_add_output(f, "y", "n", e->st));
+    if (i < 256) {
+      OK(e, pd_register_function(s, f, NULL, NULL, e->st));
+    } else {
+      EXPECT_CODE(e, PD_RESOURCE_EXHAUSTED,
+                  pd_register_function(s, f, NULL, NULL, e->st));
+      ASSERT_MSG_HAS(e, "DEV_FN_MAX_PER_LIB");
+    }
+    pd_function_delete(f);
+  }
+  /* An identical re-registration is still a no-op at the limit. */
+  pd_function *f = pd_function_new("neg_0");
+  pd_function_add_arg(f, "x", PD_FLOAT32);
+  OK(e, pd_function_add_node(f, "n", "Neg", in, 1, NULL, e->st));
+  OK(e, pd_function_add_output(f, "y", "n", e->st));
+  bool existed = false;
+  OK(e, pd_register_function(s, f, &existed, NULL, e->st));
+  assert_true(existed);
+  pd_function_delete(f);
+  float v[2] = {1.5f, -2};
+  int64_t d[1] = {2};
+  OK(e, pd_upload(s, 1, PD_FLOAT32, d, 1, v, sizeof v, pd_layout_mirrored(),
+                  NULL, NULL, e->st));
+  uint64_t ins[1] = {1}, out[1] = {2};
+  OK(e, pd_execute(s, "neg_255", ins, 1, NULL, out, 1, NULL, NULL, e->st));
+  float got[2];
+  OK(e, pd_download(s, 2, pd_layout_mirrored(), got, sizeof got, NULL, NULL,
+                    NULL, e->st));
+  assert_true(got[0] == -1.5f && got[1] == 2.0f);
+  OK(e, pd_session_close(s, NULL, e->st));
+  pd_session_delete(s);
+}
+
 /* --- wire only (no engine needed) -------------------------------------------------- */
 
 static void test_server_info_functions(void **state) {
@@ -697,6 +744,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_wrong_dtype),
       cmocka_unit_test(test_describe_miss),
       cmocka_unit_test(test_per_session_and_freed),
+      cmocka_unit_test(test_function_limit),
   };
   int failed = cmocka_run_group_tests(tests, setup, teardown);
   int rc = pdt_daemon_stop(&D);
