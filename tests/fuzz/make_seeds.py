@@ -258,6 +258,11 @@ def config_seeds(w):
           b"default_memory_quota = unlimited\n[log]\nlevel = info,sched=debug\n"
           b"[storage]\nroots = /tmp, https://host/prefix/\ncache_bytes = 1G\n"
           b"[cuda]\nallow_tf32 = true\ncollectives = nccl\n; comment\n# comment\n")
+    w.put("fuzz_config", "functions.conf",
+          b"[functions]\npruning = on\ncse = OFF\nfusion = default\ncuda_graph = maybe\n"
+          b"max_instantiations = 64\nconstant_folding_max_bytes = 1M\n"
+          b"constant_folding_max_ms = 0\n"
+          b"optimizer_plugins = /a/libx.so , /b/liby.so,, relative.so,\n")
 
 
 def shm_seeds(w):
