@@ -38,6 +38,8 @@ static const char cli_usage[] =
     "           and show its tensors; 'paradev load --help'\n"
     "  save     load a checkpoint and save it again through the daemon\n"
     "           (convert or copy it); 'paradev save --help'\n"
+    "  function check FILE.json [--describe]  register a graph function\n"
+    "           (FunctionDef JSON) in a new session: \"ok\" or the error\n"
 #ifdef PARADEV_CLI_ADMIN
     "  admin    operators' commands on the admin socket (sessions, kill,\n"
     "           drain, log-level); 'paradev admin --help'\n"
@@ -608,6 +610,8 @@ int main(int argc, char **argv) {
       rc = cli_load(&o, nrest, rest);
     else if (strcmp(cmd, "save") == 0)
       rc = cli_save(&o, nrest, rest);
+    else if (strcmp(cmd, "function") == 0)
+      rc = cli_function(&o, nrest, rest);
 #ifdef PARADEV_CLI_ADMIN
     else if (strcmp(cmd, "admin") == 0)
       rc = cli_admin_with_target(target_given ? o.target : NULL, nrest, rest);

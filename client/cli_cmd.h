@@ -1,5 +1,5 @@
 /* Private header of the `paradev` commands that speak libparadev (cli.c,
- * cli_checkpoint.c, cli_util.c): the top level's options and the helpers
+ * cli_checkpoint.c, cli_function.c, cli_util.c): the top level's options and the helpers
  * they share (cli_util.c).
  * (cli_admin.c speaks the Admin service itself and uses cli_int.h only.) */
 #ifndef PARADEV_CLI_CMD_H
@@ -35,5 +35,8 @@ char *cli_size(uint64_t bytes, char *buf, size_t len);
  * command). */
 int cli_load(const cli_opts *o, int argc, char **argv);
 int cli_save(const cli_opts *o, int argc, char **argv);
+
+/* cli_function.c: `paradev function check FILE.json [--describe]`. */
+int cli_function(const cli_opts *o, int argc, char **argv);
 
 #endif /* PARADEV_CLI_CMD_H */

@@ -196,6 +196,14 @@ static pd_code backward_one(const dev_tape *tp, const tape_rec *rec,
   }
   if (!any_need) return PD_OK;
   vjp_fn fn = dev__vjp_for(rec->def);
+  if (!fn && (rec->def->flags & DEV_OP_FUNCTION))
+    return dev_error(
+        st, PD_INVALID_ARGUMENT,
+        "op %s is a call of a graph function, and the target depends on a "
+        "source through it: function calls are not differentiable on a "
+        "tape; put a Gradients node inside the function and return the "
+        "gradients as its outputs",
+        rec->def->name);
   if (!fn)
     return dev_error(
         st, PD_INVALID_ARGUMENT,

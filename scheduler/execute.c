@@ -142,9 +142,9 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
   PD_TRY(exec_check_arity(op, inner));
   PD_TRY(exec_resolve_inputs(x, op, inputs, inner));
   PD_TRY(exec_check_outputs(x, op, inner));
-  PD_TRY(dev_op_prepare(x->ss->owner->engine, op->op_name, inputs,
-                        op->num_inputs, op->attrs, op->num_attrs,
-                        &x->prepared[i], inner));
+  PD_TRY(sched_prepare_named_locked(x->ss, op->op_name, inputs, op->num_inputs,
+                                    op->attrs, op->num_attrs, &x->prepared[i],
+                                    inner));
   dev_op *p = x->prepared[i];
   int nout = dev_op_num_outputs(p);
   if (nout != op->num_outputs)

@@ -259,6 +259,9 @@ struct sched_session {
   uint64_t bytes;
   sched_tape_ent *tapes; /* the session's gradient tapes */
   int num_tapes, cap_tapes;
+  /* Its graph functions (functions.c): made at the first registration,
+   * destroyed when the session ends (sched_end_session); NULL: none. */
+  dev_fn_lib *fns;
   /* Observers' state (sched_session_attach); cleared when the session ends. */
   void *attached[SCHED_MAX_OBSERVERS];
   sched_session *next; /* in the scheduler's table (under sched->mu) */
@@ -483,6 +486,17 @@ void sched_set_load_hook(sched *s, sched_load_hook_fn fn, void *arg,
 /* --- handles.c ------------------------------------------------------------- */
 
 pd_code sched_closed_error(dev_status *st);
+
+/* functions.c: prepares op `name` of the session -- a call of one of its
+ * functions (dev_fn_prepare_call) or else a registered op (dev_op_prepare).
+ * Under ss->mu. */
+pd_code sched_prepare_named_locked(sched_session *ss, const char *name,
+                                   dev_tensor *const *inputs, int num_inputs,
+                                   const dev_attr *attrs, int num_attrs,
+                                   dev_op **out, dev_status *st);
+/* functions.c: takes the session's library away (under ss->mu); the caller
+ * destroys it after unlocking (dev_fn_lib_destroy). */
+dev_fn_lib *sched_take_functions_locked(sched_session *ss);
 pd_code sched_not_found(uint64_t id, dev_status *st);
 /* Checks that `extra_handles` more handles of `extra_bytes` fit (ss->mu). */
 pd_code sched_check_room_locked(sched_session *ss, int extra_handles,

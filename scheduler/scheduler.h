@@ -103,6 +103,10 @@ typedef struct sched_config {
   /* Estimated device ns of one session's queued ops; 0: no bound.
    * RESOURCE_EXHAUSTED beyond, as max_queued_ops. */
   uint64_t max_queued_device_ns;
+  /* Graph functions (issue #11): the settings every session's function
+   * library is created with (dev_fn_lib_create copies it; its `external`
+   * passes and `log` must outlive the scheduler). Zeroed: the defaults. */
+  dev_fn_config functions;
 } sched_config;
 
 /* sched_config.policy */
@@ -112,7 +116,8 @@ typedef struct sched_config {
 #define SCHED_CONFIG_INITIALIZER                                               \
   {                                                                            \
     sizeof(sched_config), 0, 60, 86400, 1024, 1000000, 4096, 500, 1 << 20, 0,  \
-        0, NULL, NULL, 0, SCHED_POLICY_FAIR, 2000000, 600000000000ull          \
+        0, NULL, NULL, 0, SCHED_POLICY_FAIR, 2000000, 600000000000ull,         \
+        DEV_FN_CONFIG_INITIALIZER                                              \
   }
 
 /* Creates a scheduler over engine `e` (borrowed; it must outlive the
@@ -780,6 +785,10 @@ typedef struct sched_progress {
  * kernel is not a stall). Call it periodically with the same `p`. */
 bool sched_check_progress(sched *s, sched_progress *p, double now,
                           double stall_s);
+
+/* Graph functions in sessions (sched_register_function, ...): part of this
+ * interface, in sched_function.h. */
+#include "sched_function.h"
 
 #ifdef __cplusplus
 }

@@ -242,7 +242,10 @@ uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
   uint64_t n = ss->closed ? 0 : sched_release_all_locked(ss);
   memcpy(states, ss->attached, sizeof(states));
   memset(ss->attached, 0, sizeof(ss->attached));
+  dev_fn_lib *fns = sched_take_functions_locked(ss);
   pthread_mutex_unlock(&ss->mu);
+  /* Its functions go with it; calls already queued hold what they need. */
+  dev_fn_lib_destroy(fns);
   sched_io_cancel_session(ss); /* its loads and saves: CANCELLED */
   sched_drop_queue(ss, msg);
   sched_wait_dispatched(ss);
@@ -277,7 +280,9 @@ pd_code sched_session_close(sched *s, const void *token, size_t len,
 static void sched_session_free(sched_session *ss) {
   pthread_mutex_lock(&ss->mu);
   if (!ss->closed) sched_release_all_locked(ss);
+  dev_fn_lib *fns = sched_take_functions_locked(ss);
   pthread_mutex_unlock(&ss->mu);
+  dev_fn_lib_destroy(fns); /* a session that never ended (NULL otherwise) */
   /* Registrations wait only on queued ops, and queued ops hold a reference:
    * none can be left, but never strand a caller. */
   sched_fire_waiters(ss->dwait);

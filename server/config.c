@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "jobs.h"
+#include "device.h"
 #include "paradev/types.h"
 #include "tls.h"
 #include "tokens.h"
@@ -432,6 +433,9 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
     char devs[512];
     srv_config_describe_devices(&o, devs, sizeof(devs));
     printf("paradevd: devices: %s\n", devs);
+    char fns[1024];
+    srv_config_describe_functions(&o, fns, sizeof(fns));
+    printf("paradevd: functions: %s\n", fns);
     char about[512], why[2 * SRV_FILE_MAX + 256];
     if (o.tls_cert_file[0] &&
         srv_tls_check_files(&o, about, sizeof(about), why, sizeof(why)))
@@ -473,6 +477,8 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
       case SRV_K_FILE: size = (size_t)k->max; break; /* the field's size */
       case SRV_K_REQUIRE:
       case SRV_K_IDLIST: size = 0; break; /* reloadable */
+      case SRV_K_TRISTATE: size = sizeof(int); break;
+      case SRV_K_PLUGINS: size = (size_t)k->max; break;
     }
     bool differ = memcmp((const char *)old + k->off, (const char *)now + k->off,
                          size) != 0;
@@ -512,4 +518,43 @@ void srv_config_describe_devices(const srv_options *o, char *buf, size_t len) {
   else
     snprintf(buf, len, "backend %s, %d devices, memory_limit %s", o->backend,
              o->num_devices, limit);
+}
+
+_Static_assert(SRV_FN_PASSES == DEV_PASS_COUNT, "SRV_FN_PASSES");
+
+void srv_config_describe_functions(const srv_options *o, char *buf,
+                                   size_t len) {
+  static const char *const tri[] = {"default (on)", "off", "on"};
+  size_t n = (size_t)snprintf(buf, len, "passes");
+  bool first = true;
+  /* The passes' keys, in dev_fn_pass order (config_keys.c): their names are
+   * the passes' (no engine call: fuzz_config links no engine). */
+  for (size_t i = 0; i < srv_num_keys && n < len; i++) {
+    const srv_key *k = &srv_keys[i];
+    if (k->type != SRV_K_TRISTATE) continue;
+    int v = *(const int *)(const void *)((const char *)o + k->off);
+    n += (size_t)snprintf(buf + n, len - n, "%s %s %s", first ? "" : ",",
+                          k->name, v >= 0 && v <= 2 ? tri[v] : "?");
+    first = false;
+  }
+  if (n < len)
+    snprintf(buf + n, len - n,
+             "; max_instantiations %d; constant folding up to %llu bytes, "
+             "%d ms; optimizer plugins %s",
+             o->fn_max_instantiations, (unsigned long long)o->fn_fold_max_bytes,
+             o->fn_fold_max_ms, o->fn_plugins[0] ? o->fn_plugins : "none");
+}
+
+int srv_config_plugin_paths(const srv_options *o, char *buf, size_t len,
+                            const char **paths) {
+  snprintf(buf, len, "%s", o->fn_plugins);
+  int n = 0;
+  for (char *p = buf; *p && n < SRV_MAX_PLUGINS;) {
+    char *e = strchr(p, ',');
+    if (e) *e = '\0';
+    paths[n++] = p;
+    if (!e) break;
+    p = e + 1;
+  }
+  return n;
 }

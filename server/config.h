@@ -68,6 +68,8 @@ typedef enum srv_require {
 #define SRV_TENANT_NAME_MAX 64    /* bytes of a tenant's name: [A-Za-z0-9._-] */
 #define SRV_AUTH_LIST_MAX 2048    /* bytes of an identities or roots list */
 #define SRV_IDENTITY_NAME_MAX 512 /* bytes of one identity (auth.h) */
+#define SRV_FN_PASSES 7           /* DEV_PASS_COUNT (checked in config.c) */
+#define SRV_MAX_PLUGINS 16        /* [functions] optimizer_plugins */
 
 /* One [tenant NAME] section (issue #14): who belongs to it and what all its
  * sessions together may hold. */
@@ -162,10 +164,13 @@ typedef struct srv_options {
   uint32_t job_token_lifetime_s;
   int max_job_tokens;
   char job_tokens_file[SRV_ROOT_MAX]; /* "": tokens in memory only */
-  /* [functions] (issue #11): optimizer plugins, a comma list of absolute
-   * paths of shared objects loaded at start (server/optimizer.c); "": none.
-   * Not reloadable. */
-  char optimizer_plugins[SRV_ROOT_MAX];
+  /* [functions] (issue #11): the graph functions' settings (the engine's
+   * dev_fn_config); a restart applies a change. */
+  int fn_passes[SRV_FN_PASSES]; /* dev_tristate per dev_fn_pass */
+  int fn_max_instantiations;    /* 1..DEV_FN_MAX_INST_CAP, default 8 */
+  uint64_t fn_fold_max_bytes;   /* constant folding: a value's bytes */
+  int fn_fold_max_ms;           /* constant folding: ms per instantiation */
+  char fn_plugins[SRV_AUTH_LIST_MAX]; /* "/a.so,/b.so": optimizer plugins */
   bool config_explicit; /* --config given: a missing file is an error */
   bool config_loaded;   /* a file was read */
 } srv_options;
@@ -195,6 +200,16 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
  * ...; allow_tf32 false, collectives auto, ...") for --check-config and the
  * start-up log. Always NUL-terminated. */
 void srv_config_describe_devices(const srv_options *o, char *buf, size_t len);
+
+/* One line describing [functions] ("passes pruning on, cse off, ...;
+ * max_instantiations 8; constant folding up to 65536 bytes, 50 ms;
+ * optimizer plugins none") for --check-config and the start-up log. */
+void srv_config_describe_functions(const srv_options *o, char *buf, size_t len);
+
+/* Splits [functions] optimizer_plugins into at most SRV_MAX_PLUGINS paths
+ * (pointers into `buf`, a copy of the list); returns how many. */
+int srv_config_plugin_paths(const srv_options *o, char *buf, size_t len,
+                            const char **paths);
 
 /* Writes /tmp/paradevd-UID: the directory of the default sockets when the
  * environment names no runtime directory. */

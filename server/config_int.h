@@ -31,6 +31,8 @@ typedef enum srv_key_type {
                         or empty */
   SRV_K_REQUIRE,     /* none|remote|tcp|all, as srv_require */
   SRV_K_IDLIST,      /* a comma list of identities (SRV_AUTH_LIST_MAX) */
+  SRV_K_TRISTATE,    /* on|off|default, as dev_tristate (an int) */
+  SRV_K_PLUGINS,     /* a comma list of absolute paths (SRV_AUTH_LIST_MAX) */
 } srv_key_type;
 
 typedef struct srv_key {
@@ -46,7 +48,7 @@ typedef struct srv_key {
 /* Every key, in the order the file documents them (config_keys.c). */
 extern const srv_key srv_keys[];
 extern const size_t srv_num_keys;
-#define SRV_MAX_KEYS 64 /* at least srv_num_keys (checked at start) */
+#define SRV_MAX_KEYS 96 /* at least srv_num_keys (checked at start) */
 /* The file's sections, and the names of the collectives' paths. */
 extern const char *const srv_sections[];
 extern const size_t srv_num_sections;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "device.h"
 #include "paradev/types.h"
 
 #define OFF(f) offsetof(srv_options, f)
@@ -137,8 +138,28 @@ const srv_key srv_keys[] = {
      false},
     {"auth", "job_tokens_file", NULL, SRV_K_FILE, OFF(job_tokens_file), 0,
      SRV_ROOT_MAX, false},
-    {"functions", "optimizer_plugins", NULL, SRV_K_FILE, OFF(optimizer_plugins),
-     0, SRV_ROOT_MAX, false},
+    /* [functions]: the passes in dev_fn_pass order (dev_fn_pass_name). */
+    {"functions", "pruning", NULL, SRV_K_TRISTATE, OFF(fn_passes[0]), 0, 0,
+     false},
+    {"functions", "cse", NULL, SRV_K_TRISTATE, OFF(fn_passes[1]), 0, 0, false},
+    {"functions", "constant_folding", NULL, SRV_K_TRISTATE, OFF(fn_passes[2]),
+     0, 0, false},
+    {"functions", "arithmetic", NULL, SRV_K_TRISTATE, OFF(fn_passes[3]), 0, 0,
+     false},
+    {"functions", "fusion", NULL, SRV_K_TRISTATE, OFF(fn_passes[4]), 0, 0,
+     false},
+    {"functions", "buffer_planning", NULL, SRV_K_TRISTATE, OFF(fn_passes[5]), 0,
+     0, false},
+    {"functions", "cuda_graph", NULL, SRV_K_TRISTATE, OFF(fn_passes[6]), 0, 0,
+     false},
+    {"functions", "max_instantiations", NULL, SRV_K_INT,
+     OFF(fn_max_instantiations), 1, DEV_FN_MAX_INST_CAP, false},
+    {"functions", "constant_folding_max_bytes", NULL, SRV_K_SIZE,
+     OFF(fn_fold_max_bytes), 1, (uint64_t)1 << 30, false},
+    {"functions", "constant_folding_max_ms", NULL, SRV_K_INT,
+     OFF(fn_fold_max_ms), 1, 60000, false},
+    {"functions", "optimizer_plugins", NULL, SRV_K_PLUGINS, OFF(fn_plugins), 0,
+     SRV_AUTH_LIST_MAX, false},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
@@ -192,6 +213,9 @@ void srv_defaults(srv_options *o) {
   o->auth_require = SRV_REQUIRE_REMOTE;
   o->job_token_lifetime_s = 7 * 86400;
   o->max_job_tokens = 4096;
+  o->fn_max_instantiations = DEV_FN_DEFAULT_INST_CAP;
+  o->fn_fold_max_bytes = 65536;
+  o->fn_fold_max_ms = 50;
   for (int i = 0; i < SRV_SUB_COUNT; i++) o->log_levels[i] = SRV_LOG_INFO;
   snprintf(o->config_path, sizeof(o->config_path), "%s", SRV_DEFAULT_CONFIG);
 }
@@ -591,6 +615,55 @@ static bool srv_set_require(char *field, const char *value, char *err,
   return false;
 }
 
+static bool srv_set_tristate(char *field, const char *value, char *err,
+                             size_t errlen) {
+  static const char *const names[] = {"default", "off", "on"};
+  for (int i = 0; i < 3; i++)
+    if (strcasecmp(value, names[i]) == 0) {
+      *(int *)(void *)field = i; /* DEV_TRI_DEFAULT, _OFF, _ON */
+      return true;
+    }
+  snprintf(err, errlen, "expected on, off or default");
+  return false;
+}
+
+/* A comma list of at most SRV_MAX_PLUGINS absolute paths of shared objects
+ * ("" for none), kept as written with blanks around the commas removed. */
+static bool srv_set_plugins(const srv_key *k, char *field, const char *value,
+                            char *err, size_t errlen) {
+  char out[SRV_AUTH_LIST_MAX];
+  size_t n = 0;
+  int count = 0;
+  const char *p = value;
+  while (*p) {
+    while (*p == ' ' || *p == '\t') p++;
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+    if (len == 0 || p[0] != '/' || ++count > SRV_MAX_PLUGINS ||
+        n + len + 2 > k->max) {
+      snprintf(err, errlen,
+               "expected a comma-separated list of at most %d absolute paths "
+               "of optimizer plugins (shared objects; at most %llu bytes in "
+               "all), or nothing for none",
+               SRV_MAX_PLUGINS, (unsigned long long)k->max - 1);
+      return false;
+    }
+    if (n) out[n++] = ',';
+    memcpy(out + n, p, len);
+    n += len;
+    if (!e) break;
+    p = e + 1;
+    if (!*p) {
+      snprintf(err, errlen, "a trailing comma: expected another path");
+      return false;
+    }
+  }
+  out[n] = '\0';
+  memcpy(field, out, n + 1);
+  return true;
+}
+
 /* Sets key `k` from text. On error writes what was expected into err. */
 bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
                  size_t errlen) {
@@ -617,6 +690,8 @@ bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
     case SRV_K_REQUIRE: return srv_set_require(field, value, err, errlen);
     case SRV_K_IDLIST:
       return srv_idlist_parse(value, field, k->max, err, errlen);
+    case SRV_K_TRISTATE: return srv_set_tristate(field, value, err, errlen);
+    case SRV_K_PLUGINS: return srv_set_plugins(k, field, value, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;

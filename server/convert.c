@@ -169,6 +169,7 @@ void srv_status_to_pb(const dev_status *st, char *msg,
 /* Which op of the request an attr belongs to, for the messages, and the
  * string limit; what srv_op_from_pb's steps share. */
 typedef struct srv_op_ctx {
+  const char *kind; /* "op" (of a request), "node" (of a function) */
   int index;
   const char *name;
   size_t max_str;
@@ -211,9 +212,9 @@ static pd_code srv_attr_list_from_pb(const srv_op_ctx *x, const char *an,
                     : (v->float_list ? v->float_list->n_values : 0);
   if (n > DEV_ATTR_LIST_MAX)
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "op %d (%.64s): attr %.64s: a list of %zu values; "
+                     "%s %d (%.64s): attr %.64s: a list of %zu values; "
                      "the limit max_list_length is %d",
-                     x->index, x->name, an, n, DEV_ATTR_LIST_MAX);
+                     x->kind, x->index, x->name, an, n, DEV_ATTR_LIST_MAX);
   if (is_int)
     *out =
         dev_attr_int_list(an, v->int_list ? v->int_list->values : NULL, (int)n);
@@ -233,21 +234,21 @@ static pd_code srv_attr_checked_from_pb(const srv_op_ctx *x, const char *an,
     size_t sl = strlen(v->s);
     if (sl > x->max_str)
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "op %d (%.64s): attr %.64s: a string of %zu bytes; "
+                       "%s %d (%.64s): attr %.64s: a string of %zu bytes; "
                        "the limit max_string_bytes is %zu",
-                       x->index, x->name, an, sl, x->max_str);
+                       x->kind, x->index, x->name, an, sl, x->max_str);
     *out = dev_attr_string(an, v->s);
   } else if (v->value_case == PARADEV__V1__ATTR_VALUE__VALUE_DTYPE) {
     pd_dtype dt = PD_DTYPE_INVALID;
     if (srv_dtype_from_pb((int)v->dtype, an, &dt, &inner) != PD_OK)
-      return dev_error(st, inner.code, "op %d (%.64s): attr %s", x->index,
-                       x->name, inner.msg);
+      return dev_error(st, inner.code, "%s %d (%.64s): attr %s", x->kind,
+                       x->index, x->name, inner.msg);
     *out = dev_attr_dtype(an, dt);
   } else {
     dev_shape sh;
     if (srv_shape_from_pb(v->shape, an, &sh, &inner) != PD_OK)
-      return dev_error(st, inner.code, "op %d (%.64s): attr %s", x->index,
-                       x->name, inner.msg);
+      return dev_error(st, inner.code, "%s %d (%.64s): attr %s", x->kind,
+                       x->index, x->name, inner.msg);
     *out = dev_attr_shape(an, sh.rank, sh.dims);
   }
   return PD_OK;
@@ -260,9 +261,9 @@ static pd_code srv_attr_from_pb(const srv_op_ctx *x, size_t i,
   const char *an = a->name ? a->name : "";
   if (strlen(an) == 0 || strlen(an) > x->max_str)
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "op %d (%.64s): attr %zu has a name of %zu bytes; "
+                     "%s %d (%.64s): attr %zu has a name of %zu bytes; "
                      "expected 1 to max_string_bytes = %zu",
-                     x->index, x->name, i, strlen(an), x->max_str);
+                     x->kind, x->index, x->name, i, strlen(an), x->max_str);
   const Paradev__V1__AttrValue *v = a->value;
   int vc = v ? (int)v->value_case : 0;
   switch (vc) {
@@ -284,16 +285,17 @@ static pd_code srv_attr_from_pb(const srv_op_ctx *x, size_t i,
       return srv_attr_list_from_pb(x, an, v, out, st);
     default:
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "op %d (%.64s): attr %.64s has no value (set one of "
+                       "%s %d (%.64s): attr %.64s has no value (set one of "
                        "i, f, b, s, dtype, shape, int_list, float_list)",
-                       x->index, x->name, an);
+                       x->kind, x->index, x->name, an);
   }
 }
 
 pd_code srv_op_from_pb(const srv_req_limits *l,
                        const Paradev__V1__Operation *pb, int index,
                        dev_attr *attrs, sched_op *out, dev_status *st) {
-  srv_op_ctx x = {index, pb->op ? pb->op : "", (size_t)l->max_string_bytes};
+  srv_op_ctx x = {"op", index, pb->op ? pb->op : "",
+                  (size_t)l->max_string_bytes};
   PD_TRY(srv_op_check_counts(&x, pb, st));
   for (size_t i = 0; i < pb->n_attrs; i++)
     PD_TRY(srv_attr_from_pb(&x, i, pb->attrs[i], &attrs[i], st));
@@ -304,6 +306,20 @@ pd_code srv_op_from_pb(const srv_req_limits *l,
   out->num_attrs = (int)pb->n_attrs;
   out->output_ids = pb->output_ids;
   out->num_outputs = (int)pb->n_output_ids;
+  return PD_OK;
+}
+
+pd_code srv_attrs_from_pb(const srv_req_limits *l, const char *kind, int index,
+                          const char *name, Paradev__V1__Attr *const *attrs,
+                          size_t n, dev_attr *out, dev_status *st) {
+  srv_op_ctx x = {kind, index, name ? name : "", (size_t)l->max_string_bytes};
+  if (n > DEV_MAX_ATTRS)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s %d (%.64s): %zu attrs; the limit max_attrs_per_op "
+                     "is %d",
+                     kind, index, x.name, n, DEV_MAX_ATTRS);
+  for (size_t i = 0; i < n; i++)
+    PD_TRY(srv_attr_from_pb(&x, i, attrs[i], &out[i], st));
   return PD_OK;
 }
 
@@ -528,8 +544,8 @@ static Paradev__V1__ArgDef *srv_arg_to_pb(const dev_op_arg_info *ai,
 }
 
 /* The default's value; the arrays point into the registry's static data. */
-static Paradev__V1__AttrValue *srv_default_to_pb(const dev_attr_value *v,
-                                                 srv_arena *a) {
+Paradev__V1__AttrValue *srv_attr_value_to_pb(const dev_attr_value *v,
+                                             srv_arena *a) {
   Paradev__V1__AttrValue *pb = srv_arena_alloc(a, sizeof *pb);
   if (!pb) return NULL;
   paradev__v1__attr_value__init(pb);
@@ -602,7 +618,7 @@ static Paradev__V1__AttrDef *srv_attr_def_to_pb(const dev_op_attr_info *ai,
   pb->name = srv_str_or_empty(ai->name);
   pb->kind = (Paradev__V1__AttrKind)ai->type;
   if (ai->has_default &&
-      !(pb->default_value = srv_default_to_pb(&ai->default_value, a)))
+      !(pb->default_value = srv_attr_value_to_pb(&ai->default_value, a)))
     return NULL;
   pb->has_minimum = ai->has_min;
   pb->minimum = ai->min;

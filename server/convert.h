@@ -90,6 +90,18 @@ void srv_status_to_pb(const dev_status *st, char *msg,
 pd_code srv_op_from_pb(const srv_req_limits *l,
                        const Paradev__V1__Operation *pb, int index,
                        dev_attr *attrs, sched_op *out, dev_status *st);
+/* attrs[0..n) of op or node `index` named `name` (`kind`: "op", "node",
+ * for the messages) -> dev_attr, as srv_op_from_pb decodes an op's: names
+ * and strings within max_string_bytes, lists within DEV_ATTR_LIST_MAX, at
+ * most DEV_MAX_ATTRS (out holds that many). The result points into
+ * `attrs`. Errors: INVALID_ARGUMENT naming the op and the attr. */
+pd_code srv_attrs_from_pb(const srv_req_limits *l, const char *kind, int index,
+                          const char *name, Paradev__V1__Attr *const *attrs,
+                          size_t n, dev_attr *out, dev_status *st);
+/* An attribute's value as an AttrValue in `a` (lists and shapes point at
+ * `v`'s storage); NULL when out of memory. */
+Paradev__V1__AttrValue *srv_attr_value_to_pb(const dev_attr_value *v,
+                                             srv_arena *a);
 Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
                                         const sched_op_result *r);
 
@@ -187,5 +199,52 @@ pd_code srv_save_from_pb(const srv_req_limits *l,
                          const Paradev__V1__SaveTensorsRequest *pb,
                          sched_save_request *out, dev_status *st);
 void srv_save_request_free(sched_save_request *r);
+
+/* --- graph functions (convert_fn.c) -------------------------------------------- */
+
+/* A FunctionDef decoded for the engine: views into the message and an arena. */
+typedef struct srv_fn_decoded {
+  dev_fn_def def;
+  dev_fn_options opts;
+} srv_fn_decoded;
+
+/* FunctionDef -> dev_fn_def and dev_fn_options, pointing into `pb` and into
+ * arrays allocated in `a` (freed by the caller after the registration).
+ * Bounds every name (1..DEV_FN_NAME_MAX bytes), input ("node:k"), count
+ * (DEV_FN_MAX_ARGS args and outputs, DEV_FN_MAX_NODES nodes, DEV_MAX_INPUTS
+ * inputs per node) and attribute (as srv_attrs_from_pb); the graph itself is
+ * the engine's to check (dev_fn_register). Errors: INVALID_ARGUMENT naming
+ * the function and the node, arg or output; RESOURCE_EXHAUSTED. */
+pd_code srv_fn_def_from_pb(const srv_req_limits *l,
+                           const Paradev__V1__FunctionDef *pb, srv_arena *a,
+                           srv_fn_decoded *out, dev_status *st);
+/* dev_fn_def (and its options, NULL: none) -> FunctionDef in `a`: strings
+ * and arrays point into `def`, which must outlive the message. NULL when out
+ * of memory. */
+Paradev__V1__FunctionDef *srv_fn_def_to_pb(const dev_fn_def *def,
+                                           const dev_fn_options *opts,
+                                           srv_arena *a);
+/* dev_fn_describe's answer -> DescribeFunctionResponse (its incarnation
+ * left to the caller); points into `info`. Errors: RESOURCE_EXHAUSTED. */
+pd_code srv_fn_info_to_pb(const dev_fn_info *info, srv_arena *a,
+                          Paradev__V1__DescribeFunctionResponse *out,
+                          dev_status *st);
+
+/* For the optimizer plugins (include/paradev/optimizer.h hands them the
+ * wire's own message): `def` as serialized paradev.v1.FunctionDef bytes in
+ * *bytes (malloc'd: the caller frees them with free()), *len bytes; the
+ * options are not part of it. Errors: INVALID_ARGUMENT (NULL),
+ * RESOURCE_EXHAUSTED. Thread-safe. */
+pd_code srv_fn_def_to_proto(const dev_fn_def *def, uint8_t **bytes, size_t *len,
+                            dev_status *st);
+/* Serialized FunctionDef bytes (a plugin's output) -> a definition in one
+ * block (*out; free it with srv_fn_def_proto_free), checked as a request's
+ * (strings up to 64 KiB; origins kept, outputs_info and options dropped).
+ * Errors: INVALID_ARGUMENT (not a FunctionDef, or a bound passed, naming
+ * the node), RESOURCE_EXHAUSTED. Thread-safe. */
+pd_code srv_fn_def_from_proto(const uint8_t *bytes, size_t len,
+                              dev_fn_def **out, dev_status *st);
+/* Accepts NULL. */
+void srv_fn_def_proto_free(dev_fn_def *def);
 
 #endif /* PARADEV_SERVER_CONVERT_H */

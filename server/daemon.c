@@ -10,7 +10,6 @@
  * observer, for every reason). main.c runs the service loop between. */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <systemd/sd-daemon.h>
@@ -135,17 +134,68 @@ static int srv_engine_start(srv *s) {
   return 0;
 }
 
+/* What the engine reports of graph functions (dev_fn_config.log): a cache
+ * miss and its reason at info, a pass rolled back or an external pass
+ * refused at warning. The callback carries no level: a miss is told by its
+ * text ("cache miss ..."). Names and reasons may hold a client's bytes. */
+static void srv_fn_log(void *arg, const char *fn_name, const char *what) {
+  (void)arg;
+  char fq[SRV_LOG_QUOTED(128)], wq[SRV_LOG_QUOTED(512)];
+  bool miss = what && (strstr(what, "cache miss") || strstr(what, "miss:") ||
+                       strncmp(what, "miss", 4) == 0);
+  SRV_LOG_AT(SRV_SUB_SCHED, miss ? SRV_LOG_INFO : SRV_LOG_WARN,
+             "function \"%s\": %s", srv_log_quote(fn_name, fq, sizeof fq),
+             srv_log_clean(what ? what : "", wq, sizeof wq));
+}
+
+/* [functions]: loads the optimizer plugins (their passes run after the
+ * built-in ones; their switches merge into the daemon's) and fills the
+ * settings every session's function library gets. */
+static int srv_functions_start(srv *s, dev_fn_config *fc) {
+  const srv_options *o = &s->opt;
+  char buf[SRV_AUTH_LIST_MAX];
+  const char *paths[SRV_MAX_PLUGINS];
+  int n = srv_config_plugin_paths(o, buf, sizeof buf, paths);
+  dev_tristate daemon[DEV_PASS_COUNT];
+  for (int p = 0; p < DEV_PASS_COUNT; p++)
+    daemon[p] = (dev_tristate)o->fn_passes[p];
+  *fc = (dev_fn_config)DEV_FN_CONFIG_INITIALIZER;
+  const dev_fn_external_pass *const *ext = NULL;
+  int n_ext = 0;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_optimizer_load(paths, n, daemon, &ext, &n_ext, fc->passes, &st) !=
+      PD_OK) {
+    SRV_ERROR("[functions] optimizer_plugins: %s", st.msg);
+    sd_notifyf(0, "STATUS=failed: [functions] optimizer_plugins: %s", st.msg);
+    return -1;
+  }
+  memcpy(s->fn_passes, fc->passes, sizeof(s->fn_passes));
+  fc->external = ext;
+  fc->num_external = n_ext;
+  fc->max_instantiations = o->fn_max_instantiations;
+  fc->fold_max_bytes = o->fn_fold_max_bytes;
+  fc->fold_max_ms = o->fn_fold_max_ms;
+  fc->log = srv_fn_log;
+  fc->log_arg = s;
+  char about[1024];
+  srv_config_describe_functions(o, about, sizeof(about));
+  SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "functions: %s; %d external passes",
+             about, n_ext);
+  return 0;
+}
+
 static int srv_sched_start(srv *s) {
   dev_status st = DEV_STATUS_INIT;
   sched_config sc = SCHED_CONFIG_INITIALIZER;
   sc.incarnation = s->incarnation;
   srv_daemon_sched_config(&s->opt, s->engine, &sc);
+  if (srv_functions_start(s, &sc.functions) != 0) return -1;
   sc.storage_roots = s->storage_roots;
   sc.storage_cache = s->storage_cache;
   sc.load_workers = s->opt.storage_load_workers;
   if (sched_create(s->engine, &sc, &s->sched, &st) != PD_OK) {
     SRV_ERROR("cannot start the scheduler: %s", st.msg);
-    return -1;
+    return -1; /* the plugins: unloaded by srv_daemon_start's unwinding */
   }
   sched_observer log = {"log", srv_log_session_end, s};
   if (sched_observer_add(s->sched, &log) < 0) {
@@ -178,39 +228,6 @@ static int srv_jobs_start(srv *s) {
   return 0;
 }
 
-/* [functions] optimizer_plugins: loads each (srv_optimizer_load), before
- * the engine, so a plugin that is refused stops the start at once. */
-static int srv_plugins_start(srv *s) {
-  char list[SRV_ROOT_MAX], *save = NULL;
-  const char *paths[SRV_ROOT_MAX / 2];
-  int n = 0;
-  snprintf(list, sizeof list, "%s", s->opt.optimizer_plugins);
-  for (char *t = strtok_r(list, ",", &save); t;
-       t = strtok_r(NULL, ",", &save)) {
-    while (*t == ' ' || *t == '\t') t++;
-    char *e = t + strlen(t);
-    while (e > t && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
-    if (!*t) continue;
-    if (*t != '/') {
-      SRV_ERROR(
-          "cannot start: [functions] optimizer_plugins: %s is not an "
-          "absolute path",
-          t);
-      return -1;
-    }
-    paths[n++] = t;
-  }
-  dev_tristate daemon_passes[DEV_PASS_COUNT] = {DEV_TRI_DEFAULT};
-  dev_status st = DEV_STATUS_INIT;
-  if (srv_optimizer_load(paths, n, daemon_passes, &s->fn_external,
-                         &s->fn_num_external, s->fn_passes, &st) != PD_OK) {
-    SRV_ERROR("cannot start: %s", st.msg);
-    sd_notifyf(0, "STATUS=failed: %s", st.msg);
-    return -1;
-  }
-  return 0;
-}
-
 int srv_daemon_start(srv *s) {
   pdcom_set_trail(srv_trail);
   if (getrandom(&s->incarnation, sizeof(s->incarnation), 0) !=
@@ -222,8 +239,7 @@ int srv_daemon_start(srv *s) {
   clock_gettime(CLOCK_REALTIME, &now);
   s->start_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 
-  if (srv_plugins_start(s) != 0) goto fail;
-  if (srv_engine_start(s) != 0) goto fail_plugins;
+  if (srv_engine_start(s) != 0) goto fail;
   if (srv_storage_init(s) != 0) goto fail_engine;
   if (srv_sched_start(s) != 0) goto fail_storage;
   if (srv_auth_init(s) != 0) goto fail_sched;
@@ -256,8 +272,7 @@ fail_storage:
 fail_engine:
   dev_engine_destroy(s->engine);
   s->engine = NULL;
-fail_plugins:
-  srv_optimizer_unload();
+  srv_optimizer_unload(); /* after every function library and call */
 fail:
   sd_notify(0, "STATUS=failed to start (see the log)");
   return -1;
@@ -291,5 +306,6 @@ void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what)) {
   phase("stopping the engine (dev_engine_destroy)");
   dev_engine_destroy(s->engine);
   s->engine = NULL;
-  srv_optimizer_unload(); /* after every library (optimizer.h) */
+  phase("unloading the optimizer plugins");
+  srv_optimizer_unload(); /* the sessions' function libraries are gone */
 }

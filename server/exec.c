@@ -217,6 +217,11 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
                          req->op_timeout_ms, attrs, &op, &res, &st) == PD_OK)
       srv_op_infos_fill(&infos, &op, &res);
     srv_enqueue_reply(c, index, &st, infos.ptrs, infos.n);
+  } else if (req->item_case ==
+             PARADEV__V1__ENQUEUE_REQUEST__ITEM_REGISTER_FUNCTION) {
+    /* Done before the next item is read: the calls behind it find it. */
+    srv_register_function_item(&l, e->ss, req->register_function, NULL, &st);
+    srv_enqueue_reply(c, index, &st, NULL, 0);
   } else if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_DELETE) {
     const Paradev__V1__DeleteItem *di = req->delete_;
     srv_delete_item(&l, e->ss, di->ids, di->n_ids, &st);
@@ -228,7 +233,7 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     if (!srv_tape_item(c, e->ss, e->tag, req, &a, &outs, &n_outs, &st))
       dev_error(&st, PD_INVALID_ARGUMENT,
                 "item %llu has no item (execute, delete, start_tape, "
-                "watch_tape, gradient or delete_tape)",
+                "watch_tape, gradient, delete_tape or register_function)",
                 (unsigned long long)index);
     srv_enqueue_reply(c, index, &st, outs, n_outs);
     srv_arena_free(&a);

@@ -35,6 +35,35 @@ const srv_handlers srv_h_EchoStream = {.on_message = srv_echo_stream_msg};
 
 /* --- GetServerInfo ---------------------------------------------------------- */
 
+/* [functions] as GetServerInfo tells it, in `a` and `fi`; false when out of
+ * memory. */
+static bool srv_functions_info(srv *s, srv_arena *a,
+                               Paradev__V1__FunctionsInfo *fi) {
+  paradev__v1__functions_info__init(fi);
+  Paradev__V1__PassResult *pr =
+      srv_arena_alloc(a, sizeof(*pr) * DEV_PASS_COUNT);
+  fi->passes = srv_arena_alloc(a, sizeof(*fi->passes) * DEV_PASS_COUNT);
+  char *buf = srv_arena_alloc(a, SRV_AUTH_LIST_MAX);
+  fi->optimizer_plugins =
+      srv_arena_alloc(a, sizeof(*fi->optimizer_plugins) * SRV_MAX_PLUGINS);
+  if (!pr || !fi->passes || !buf || !fi->optimizer_plugins) return false;
+  for (int p = 0; p < DEV_PASS_COUNT; p++) {
+    paradev__v1__pass_result__init(&pr[p]);
+    pr[p].pass = (char *)dev_fn_pass_name((dev_fn_pass)p);
+    pr[p].enabled = s->fn_passes[p] != DEV_TRI_OFF; /* DEFAULT: on */
+    fi->passes[p] = &pr[p];
+  }
+  fi->n_passes = DEV_PASS_COUNT;
+  fi->max_instantiations = (uint32_t)s->opt.fn_max_instantiations;
+  fi->constant_folding_max_bytes = s->opt.fn_fold_max_bytes;
+  fi->constant_folding_max_ms = (uint32_t)s->opt.fn_fold_max_ms;
+  const char *paths[SRV_MAX_PLUGINS];
+  int n = srv_config_plugin_paths(&s->opt, buf, SRV_AUTH_LIST_MAX, paths);
+  for (int i = 0; i < n; i++) fi->optimizer_plugins[i] = (char *)paths[i];
+  fi->n_optimizer_plugins = (size_t)n;
+  return true;
+}
+
 static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
   srv *s = c->s;
   int n = dev_engine_num_devices(s->engine);
@@ -110,6 +139,8 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
   resp.insecure_tcp = insecure[0] != '\0';
   resp.n_warnings = resp.insecure_tcp ? 1 : 0;
   resp.warnings = warnings;
+  Paradev__V1__FunctionsInfo fi;
+  if (srv_functions_info(s, &a, &fi)) resp.functions = &fi;
   srv_call_reply(c, &resp.base);
   srv_arena_free(&a);
 }

@@ -163,19 +163,16 @@ struct srv {
   int argc;
   char **argv;
   uint64_t incarnation;
+  /* [functions]: the built-in passes in force daemon-wide, the daemon's
+   * switches merged with its optimizer plugins' (srv_optimizer_load), as
+   * GetServerInfo reports them. */
+  dev_tristate fn_passes[DEV_PASS_COUNT];
   int64_t start_unix_ms;
   dev_engine *engine;
   sched *sched;
   grpc_server *server;       /* ParallelDevice, Health */
   grpc_server *admin_server; /* Admin, on the admin socket; may be NULL */
   srv_jobs *jobs;            /* job tokens (jobs.h) */
-  /* [functions] optimizer plugins (optimizer.h), loaded before the engine:
-   * the external passes for dev_fn_config, and the built-in passes'
-   * switches (the daemon's own, DEFAULT until [functions] has them) merged
-   * with the plugins'. */
-  const dev_fn_external_pass *const *fn_external;
-  int fn_num_external;
-  dev_tristate fn_passes[DEV_PASS_COUNT];
   grpc_completion_queue *cqs[SRV_MAX_THREADS];
   int num_cqs;
   atomic_bool shutting_down;

@@ -1,8 +1,8 @@
 /* libFuzzer target: every request message paradevd decodes, through the
  * path a call's bytes take in the daemon (server/call.c srv__call_begin and
  * srv_on_recv): server/wire.c srv_unpack_bytes with the call's byte budget
- * (srv_budget_bytes), then the checks and conversions of server/convert.c
- * and convert_ckpt.c that the method runs before it needs a session, and
+ * (srv_budget_bytes), then the checks and conversions of server/convert.c,
+ * convert_ckpt.c and convert_fn.c (function definitions) that the method runs before it needs a session, and
  * the escaping of the strings it would log or reply with (server/log.c).
  *
  * Input: the first byte picks the method (modulo the number of methods of
@@ -85,6 +85,48 @@ static void fz_tape(const Paradev__V1__TapeWatch *w,
   if (g) srv_check_ids(&fz_limits, g->n_sources, "sources", &st);
 }
 
+/* A function definition as functions.c converts it (convert_fn.c), then
+ * back to the wire as DescribeFunction and the plugins would see it, and
+ * through the plugins' serialized form. */
+static void fz_function(const Paradev__V1__FunctionDef *pb) {
+  srv_arena a = {NULL};
+  srv_fn_decoded d;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_fn_def_from_pb(&fz_limits, pb, &a, &d, &st) == PD_OK) {
+    Paradev__V1__FunctionDef *back = srv_fn_def_to_pb(&d.def, &d.opts, &a);
+    if (back) {
+      size_t len = paradev__v1__function_def__get_packed_size(back);
+      uint8_t *buf = malloc(len ? len : 1);
+      if (!buf) abort();
+      paradev__v1__function_def__pack(back, buf);
+      free(buf);
+    }
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    if (srv_fn_def_to_proto(&d.def, &bytes, &n, &st) == PD_OK) {
+      dev_fn_def *again = NULL;
+      /* What was accepted once is accepted again (plugins' bounds are
+       * wider than a request's). */
+      if (srv_fn_def_from_proto(bytes, n, &again, &st) != PD_OK) abort();
+      if (again->num_nodes != d.def.num_nodes) abort();
+      srv_fn_def_proto_free(again);
+      free(bytes);
+    }
+  } else if (st.code == PD_OK || !st.msg[0]) {
+    abort();
+  }
+  srv_arena_free(&a);
+}
+
+/* convert_fn.c's names of the passes; the engine's table is not linked. */
+const char *dev_fn_pass_name(dev_fn_pass p) {
+  static const char *const names[DEV_PASS_COUNT] = {
+      "pruning",    "cse",    "constant_folding",
+      "arithmetic", "fusion", "buffer_planning",
+      "cuda_graph"};
+  return (int)p >= 0 && p < DEV_PASS_COUNT ? names[p] : NULL;
+}
+
 static void fz_enqueue(const Paradev__V1__EnqueueRequest *r) {
   dev_status st = DEV_STATUS_INIT;
   switch (r->item_case) {
@@ -99,6 +141,9 @@ static void fz_enqueue(const Paradev__V1__EnqueueRequest *r) {
       break;
     case PARADEV__V1__ENQUEUE_REQUEST__ITEM_GRADIENT:
       fz_tape(NULL, r->gradient);
+      break;
+    case PARADEV__V1__ENQUEUE_REQUEST__ITEM_REGISTER_FUNCTION:
+      if (r->register_function) fz_function(r->register_function->function);
       break;
     default: break;
   }
@@ -174,6 +219,12 @@ static void fz_convert(const ProtobufCMessage *m) {
     fz_tape(((const Paradev__V1__WatchTapeRequest *)m)->watch, NULL);
   } else if (d == &paradev__v1__gradient_request__descriptor) {
     fz_tape(NULL, ((const Paradev__V1__GradientRequest *)m)->gradient);
+  } else if (d == &paradev__v1__register_function_request__descriptor) {
+    fz_function(((const Paradev__V1__RegisterFunctionRequest *)m)->function);
+  } else if (d == &paradev__v1__describe_function_request__descriptor) {
+    const char *name = ((const Paradev__V1__DescribeFunctionRequest *)m)->name;
+    srv_check_name(&fz_limits, name, true, "the function's name", &st);
+    fz_escape(name);
   } else if (d == &paradev__v1__sync_request__descriptor) {
     srv_check_ids(&fz_limits, ((const Paradev__V1__SyncRequest *)m)->n_ids,
                   "ids", &st);

@@ -134,6 +134,29 @@ def request_seeds(w, proto_python):
     put("Gradient", pb.GradientRequest(session_token=tok, gradient=pb.TapeGradient(
         tape_id=1, target=7, sources=[1], output_gradient=9, result_ids=[30])))
     put("DeleteTape", pb.DeleteTapeRequest(session_token=tok, tape=pb.TapeDelete(tape_id=1)))
+    fn = pb.FunctionDef(
+        name="affine",
+        args=[pb.FunctionArg(name="x", dtype=pb.DTYPE_FLOAT32),
+              pb.FunctionArg(name="w", dtype=pb.DTYPE_FLOAT32),
+              pb.FunctionArg(name="b", dtype=pb.DTYPE_FLOAT32)],
+        nodes=[pb.FunctionNode(name="mm", op="MatMul", inputs=["x", "w"],
+                               attrs=[attr("transpose_b", b=False)]),
+               pb.FunctionNode(name="ba", op="BiasAdd", inputs=["mm", "b"]),
+               pb.FunctionNode(name="r", op="Relu", inputs=["ba:0"]),
+               pb.FunctionNode(name="s", op="Sum", inputs=["r"],
+                               attrs=[attr("axis", int_list=pb.IntList(values=[0, 1]))]),
+               pb.FunctionNode(name="g", op="Gradients", inputs=["s", "w", "b"],
+                               origins=["r"])],
+        outputs=[pb.FunctionOutput(name="y", source="r"),
+                 pb.FunctionOutput(name="dw", source="g:0"),
+                 pb.FunctionOutput(name="db", source="g:1")],
+        options=pb.FunctionOptions(fusion=pb.TRI_STATE_OFF, cse=pb.TRI_STATE_ON,
+                                   max_instantiations=4))
+    put("RegisterFunction", pb.RegisterFunctionRequest(session_token=tok, function=fn))
+    put("RegisterFunction", pb.RegisterFunctionRequest(session_token=tok), "_empty")
+    put("Enqueue", pb.EnqueueRequest(register_function=pb.RegisterFunctionRequest(function=fn)),
+        "_register_function")
+    put("DescribeFunction", pb.DescribeFunctionRequest(session_token=tok, name="affine"))
     put("Sync", pb.SyncRequest(session_token=tok, ids=[1, 2, 3]))
     put("Describe", pb.DescribeRequest(session_token=tok, ids=[1]))
     put("Delete", pb.DeleteRequest(session_token=tok, ids=[1, 2]))
@@ -235,6 +258,11 @@ def config_seeds(w):
           b"default_memory_quota = unlimited\n[log]\nlevel = info,sched=debug\n"
           b"[storage]\nroots = /tmp, https://host/prefix/\ncache_bytes = 1G\n"
           b"[cuda]\nallow_tf32 = true\ncollectives = nccl\n; comment\n# comment\n")
+    w.put("fuzz_config", "functions.conf",
+          b"[functions]\npruning = on\ncse = OFF\nfusion = default\ncuda_graph = maybe\n"
+          b"max_instantiations = 64\nconstant_folding_max_bytes = 1M\n"
+          b"constant_folding_max_ms = 0\n"
+          b"optimizer_plugins = /a/libx.so , /b/liby.so,, relative.so,\n")
 
 
 def shm_seeds(w):

@@ -1,0 +1,89 @@
+/* Graph functions in sessions (issue #11): each session owns one function
+ * library of the engine (dev_fn_lib), made at its first registration with
+ * the daemon's settings (sched_config.functions) and destroyed when the
+ * session ends. A call of a function is an ordinary op of sched_execute:
+ * only its preparation differs (dev_fn_prepare_call instead of
+ * dev_op_prepare); quotas, estimates, deadlines and tapes treat it as any
+ * op. Everything here runs under the session's mu. */
+#include "sched_int.h"
+
+/* The session's library, made on first use. Under ss->mu. */
+static pd_code fns_get_locked(sched_session *ss, dev_fn_lib **out,
+                              dev_status *st) {
+  if (!ss->fns) {
+    const dev_fn_config *cfg = &ss->owner->cfg.functions;
+    PD_TRY(dev_fn_lib_create(ss->owner->engine, cfg->struct_size ? cfg : NULL,
+                             &ss->fns, st));
+  }
+  *out = ss->fns;
+  return PD_OK;
+}
+
+pd_code sched_register_function(sched_session *ss, const dev_fn_def *def,
+                                const dev_fn_options *opts, bool *existed,
+                                dev_status *st) {
+  if (!ss || !def)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "sched_register_function: NULL argument");
+  bool ex = false;
+  pthread_mutex_lock(&ss->mu);
+  dev_fn_lib *lib = NULL;
+  pd_code c =
+      ss->closed ? sched_closed_error(st) : fns_get_locked(ss, &lib, st);
+  /* The engine bounds it too; the message here names the limit whatever
+   * the engine's words. A name already there is the engine's to judge
+   * (identical: a no-op; else ALREADY_EXISTS). */
+  if (c == PD_OK && dev_fn_lib_count(lib) >= DEV_FN_MAX_PER_LIB &&
+      !(def->name && dev_fn_lib_has(lib, def->name)))
+    c = dev_error(st, PD_RESOURCE_EXHAUSTED,
+                  "the session holds %d functions, the limit "
+                  "DEV_FN_MAX_PER_LIB; '%.128s' was not registered",
+                  dev_fn_lib_count(lib), def->name ? def->name : "");
+  if (c == PD_OK) c = dev_fn_register(lib, def, opts, &ex, st);
+  pthread_mutex_unlock(&ss->mu);
+  if (c == PD_OK && existed) *existed = ex;
+  return c;
+}
+
+pd_code sched_describe_function(sched_session *ss, const char *name,
+                                dev_fn_info *out, dev_status *st) {
+  if (!ss || !name || !out)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "sched_describe_function: NULL argument");
+  pthread_mutex_lock(&ss->mu);
+  pd_code c = PD_OK;
+  if (ss->closed)
+    c = sched_closed_error(st);
+  else if (!ss->fns || !dev_fn_lib_has(ss->fns, name))
+    c = dev_error(st, PD_NOT_FOUND,
+                  "no function '%.128s' in this session (RegisterFunction "
+                  "first; functions belong to the session that registered "
+                  "them)",
+                  name);
+  else
+    c = dev_fn_describe(ss->fns, name, out, st);
+  pthread_mutex_unlock(&ss->mu);
+  return c;
+}
+
+pd_code sched_prepare_named_locked(sched_session *ss, const char *name,
+                                   dev_tensor *const *inputs, int num_inputs,
+                                   const dev_attr *attrs, int num_attrs,
+                                   dev_op **out, dev_status *st) {
+  if (ss->fns && name && dev_fn_lib_has(ss->fns, name)) {
+    if (num_attrs > 0)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "'%.128s' is a function of this session: a call "
+                       "takes no attributes (%d given)",
+                       name, num_attrs);
+    return dev_fn_prepare_call(ss->fns, name, inputs, num_inputs, out, st);
+  }
+  return dev_op_prepare(ss->owner->engine, name, inputs, num_inputs, attrs,
+                        num_attrs, out, st);
+}
+
+dev_fn_lib *sched_take_functions_locked(sched_session *ss) {
+  dev_fn_lib *lib = ss->fns;
+  ss->fns = NULL;
+  return lib;
+}

@@ -1,0 +1,455 @@
+/* Graph functions' conversions (issue #11): the wire's FunctionDef <->
+ * the engine's dev_fn_def (borrowed views into the message), with every
+ * string and count bounded before the engine sees it; DescribeFunction's
+ * answer from dev_fn_info; and a definition as serialized FunctionDef bytes
+ * and back, for the optimizer plugins (server/optimizer.c).
+ * Depends on nothing else in server/ but convert.c's helpers. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "convert.h"
+
+/* What a plugin's graph may hold in one string (no request limits apply). */
+#define SRV_FN_PLUGIN_MAX_STRING 65536
+/* "node:k": a name, ':' and an output index. */
+#define SRV_FN_REF_MAX (DEV_FN_NAME_MAX + 12)
+
+/* --- FunctionDef -> dev_fn_def ---------------------------------------------- */
+
+/* Which function the messages name. */
+typedef struct srv_fn_ctx {
+  const srv_req_limits *l;
+  const char *fn;
+  srv_arena *a;
+} srv_fn_ctx;
+
+/* `s` of 1..max bytes, or an error naming `what` (printf-style). */
+static pd_code srv_fn_check_str(const srv_fn_ctx *x, const char *s, size_t max,
+                                const char *what, int index, const char *owner,
+                                dev_status *st) {
+  size_t n = s ? strlen(s) : 0;
+  if (n >= 1 && n <= max) return PD_OK;
+  if (owner)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%.128s': node %d ('%.128s'): %s is %zu bytes; "
+                     "expected 1 to %zu",
+                     x->fn, index, owner, what, n, max);
+  return dev_error(st, PD_INVALID_ARGUMENT,
+                   "function '%.128s': %s %d is %zu bytes; expected 1 to %zu",
+                   x->fn, what, index, n, max);
+}
+
+static pd_code srv_fn_count(const srv_fn_ctx *x, size_t n, size_t max,
+                            const char *what, dev_status *st) {
+  if (n <= max) return PD_OK;
+  return dev_error(st, PD_INVALID_ARGUMENT,
+                   "function '%.128s': %zu %s; the limit is %zu", x->fn, n,
+                   what, max);
+}
+
+static pd_code srv_fn_args_from_pb(const srv_fn_ctx *x,
+                                   const Paradev__V1__FunctionDef *pb,
+                                   dev_fn_def *def, dev_status *st) {
+  PD_TRY(srv_fn_count(x, pb->n_args, DEV_FN_MAX_ARGS, "args (DEV_FN_MAX_ARGS)",
+                      st));
+  dev_fn_arg *args = srv_arena_alloc(x->a, (pb->n_args + 1) * sizeof(*args));
+  if (!args) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  for (size_t i = 0; i < pb->n_args; i++) {
+    const Paradev__V1__FunctionArg *ar = pb->args[i];
+    PD_TRY(srv_fn_check_str(x, ar->name, DEV_FN_NAME_MAX, "the name of arg",
+                            (int)i, NULL, st));
+    dev_status inner = DEV_STATUS_INIT;
+    if (srv_dtype_from_pb((int)ar->dtype, "dtype", &args[i].dtype, &inner) !=
+        PD_OK)
+      return dev_error(st, inner.code,
+                       "function '%.128s': arg %zu ('%.128s'): %s", x->fn, i,
+                       ar->name, inner.msg);
+    args[i].name = ar->name;
+  }
+  def->args = args;
+  def->num_args = (int)pb->n_args;
+  return PD_OK;
+}
+
+static pd_code srv_fn_node_from_pb(const srv_fn_ctx *x, int i,
+                                   const Paradev__V1__FunctionNode *nb,
+                                   dev_fn_node *out, dev_status *st) {
+  PD_TRY(srv_fn_check_str(x, nb->name, DEV_FN_NAME_MAX, "the name of node", i,
+                          NULL, st));
+  PD_TRY(srv_fn_check_str(x, nb->op, DEV_FN_NAME_MAX, "its op name", i,
+                          nb->name, st));
+  if (nb->n_inputs > DEV_MAX_INPUTS)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%.128s': node %d ('%.128s'): %zu inputs; the "
+                     "limit max_inputs_per_op is %d",
+                     x->fn, i, nb->name, nb->n_inputs, DEV_MAX_INPUTS);
+  for (size_t j = 0; j < nb->n_inputs; j++)
+    PD_TRY(srv_fn_check_str(x, nb->inputs[j], SRV_FN_REF_MAX, "an input", i,
+                            nb->name, st));
+  if (nb->n_origins > DEV_FN_MAX_NODES)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%.128s': node %d ('%.128s'): %zu origins; the "
+                     "limit is %d",
+                     x->fn, i, nb->name, nb->n_origins, DEV_FN_MAX_NODES);
+  for (size_t j = 0; j < nb->n_origins; j++)
+    PD_TRY(srv_fn_check_str(x, nb->origins[j], DEV_FN_NAME_MAX, "an origin", i,
+                            nb->name, st));
+  dev_attr *attrs = NULL;
+  if (nb->n_attrs) {
+    attrs = srv_arena_alloc(x->a, DEV_MAX_ATTRS * sizeof(*attrs));
+    if (!attrs)
+      return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    dev_status inner = DEV_STATUS_INIT;
+    if (srv_attrs_from_pb(x->l, "node", i, nb->name, nb->attrs, nb->n_attrs,
+                          attrs, &inner) != PD_OK)
+      return dev_error(st, inner.code, "function '%.128s': %s", x->fn,
+                       inner.msg);
+  }
+  *out = (dev_fn_node){.name = nb->name,
+                       .op = nb->op,
+                       .inputs = (const char *const *)nb->inputs,
+                       .num_inputs = (int)nb->n_inputs,
+                       .attrs = attrs,
+                       .num_attrs = (int)nb->n_attrs,
+                       .origins = (const char *const *)nb->origins,
+                       .num_origins = (int)nb->n_origins};
+  return PD_OK;
+}
+
+static pd_code srv_fn_outputs_from_pb(const srv_fn_ctx *x,
+                                      const Paradev__V1__FunctionDef *pb,
+                                      dev_fn_def *def, dev_status *st) {
+  PD_TRY(srv_fn_count(x, pb->n_outputs, DEV_FN_MAX_ARGS,
+                      "outputs (DEV_FN_MAX_ARGS)", st));
+  dev_fn_output *outs =
+      srv_arena_alloc(x->a, (pb->n_outputs + 1) * sizeof(*outs));
+  if (!outs) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  for (size_t i = 0; i < pb->n_outputs; i++) {
+    const Paradev__V1__FunctionOutput *o = pb->outputs[i];
+    PD_TRY(srv_fn_check_str(x, o->name, DEV_FN_NAME_MAX, "the name of output",
+                            (int)i, NULL, st));
+    PD_TRY(srv_fn_check_str(x, o->source, SRV_FN_REF_MAX,
+                            "the source of output", (int)i, NULL, st));
+    outs[i] = (dev_fn_output){o->name, o->source};
+  }
+  def->outputs = outs;
+  def->num_outputs = (int)pb->n_outputs;
+  return PD_OK;
+}
+
+static pd_code srv_fn_options_from_pb(const srv_fn_ctx *x,
+                                      const Paradev__V1__FunctionOptions *pb,
+                                      dev_fn_options *out, dev_status *st) {
+  *out = (dev_fn_options)DEV_FN_OPTIONS_INITIALIZER;
+  if (!pb) return PD_OK;
+  const int v[DEV_PASS_COUNT] = {pb->pruning,          pb->cse,
+                                 pb->constant_folding, pb->arithmetic,
+                                 pb->fusion,           pb->buffer_planning,
+                                 pb->cuda_graph};
+  for (int p = 0; p < DEV_PASS_COUNT; p++) {
+    if (v[p] < DEV_TRI_DEFAULT || v[p] > DEV_TRI_ON)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "function '%.128s': options.%s is %d; expected 0 "
+                       "(DEFAULT), 1 (OFF) or 2 (ON)",
+                       x->fn, dev_fn_pass_name((dev_fn_pass)p), v[p]);
+    out->passes[p] = (dev_tristate)v[p];
+  }
+  if (pb->max_instantiations > DEV_FN_MAX_INST_CAP)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%.128s': options.max_instantiations is %u; "
+                     "expected 0 (the daemon's) to %d",
+                     x->fn, pb->max_instantiations, DEV_FN_MAX_INST_CAP);
+  out->max_instantiations = (int)pb->max_instantiations;
+  return PD_OK;
+}
+
+pd_code srv_fn_def_from_pb(const srv_req_limits *l,
+                           const Paradev__V1__FunctionDef *pb, srv_arena *a,
+                           srv_fn_decoded *out, dev_status *st) {
+  if (!pb)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "no function: set RegisterFunctionRequest.function");
+  srv_fn_ctx x = {l, pb->name ? pb->name : "", a};
+  size_t nl = strlen(x.fn);
+  if (nl == 0 || nl > DEV_FN_NAME_MAX)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "the function's name is %zu bytes; expected 1 to %d", nl,
+                     DEV_FN_NAME_MAX);
+  dev_fn_def *def = &out->def;
+  *def = (dev_fn_def)DEV_FN_DEF_INITIALIZER;
+  def->name = x.fn;
+  PD_TRY(srv_fn_args_from_pb(&x, pb, def, st));
+  PD_TRY(srv_fn_count(&x, pb->n_nodes, DEV_FN_MAX_NODES,
+                      "nodes (DEV_FN_MAX_NODES)", st));
+  dev_fn_node *nodes = srv_arena_alloc(a, (pb->n_nodes + 1) * sizeof(*nodes));
+  if (!nodes) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  for (size_t i = 0; i < pb->n_nodes; i++)
+    PD_TRY(srv_fn_node_from_pb(&x, (int)i, pb->nodes[i], &nodes[i], st));
+  def->nodes = nodes;
+  def->num_nodes = (int)pb->n_nodes;
+  PD_TRY(srv_fn_outputs_from_pb(&x, pb, def, st));
+  return srv_fn_options_from_pb(&x, pb->options, &out->opts, st);
+}
+
+/* --- dev_fn_def -> FunctionDef ---------------------------------------------- */
+
+/* protobuf-c's fields are not const; packing only reads them. */
+static char *srv_fn_str(const char *s) { return (char *)(s ? s : ""); }
+
+static Paradev__V1__FunctionNode *srv_fn_node_to_pb(const dev_fn_node *n,
+                                                    srv_arena *a) {
+  Paradev__V1__FunctionNode *pb = srv_arena_alloc(a, sizeof(*pb));
+  if (!pb) return NULL;
+  paradev__v1__function_node__init(pb);
+  pb->name = srv_fn_str(n->name);
+  pb->op = srv_fn_str(n->op);
+  pb->n_inputs = (size_t)n->num_inputs;
+  pb->inputs = (char **)n->inputs;
+  pb->n_origins = (size_t)n->num_origins;
+  pb->origins = (char **)n->origins;
+  if (n->num_attrs > 0) {
+    pb->attrs = srv_arena_alloc(a, (size_t)n->num_attrs * sizeof(*pb->attrs));
+    if (!pb->attrs) return NULL;
+    for (int k = 0; k < n->num_attrs; k++) {
+      Paradev__V1__Attr *at = srv_arena_alloc(a, sizeof(*at));
+      if (!at) return NULL;
+      paradev__v1__attr__init(at);
+      at->name = srv_fn_str(n->attrs[k].name);
+      if (!(at->value = srv_attr_value_to_pb(&n->attrs[k].value, a)))
+        return NULL;
+      pb->attrs[k] = at;
+    }
+    pb->n_attrs = (size_t)n->num_attrs;
+  }
+  if (n->num_outputs_info > 0) {
+    size_t m = (size_t)n->num_outputs_info;
+    pb->outputs_info = srv_arena_alloc(a, m * sizeof(*pb->outputs_info));
+    if (!pb->outputs_info) return NULL;
+    for (size_t k = 0; k < m; k++) {
+      Paradev__V1__ValueInfo *vi = srv_arena_alloc(a, sizeof(*vi));
+      if (!vi) return NULL;
+      paradev__v1__value_info__init(vi);
+      vi->dtype = (Paradev__V1__DType)n->outputs_info[k].dtype;
+      if (!(vi->shape = srv_shape_to_pb(a, &n->outputs_info[k].shape)))
+        return NULL;
+      pb->outputs_info[k] = vi;
+    }
+    pb->n_outputs_info = m;
+  }
+  return pb;
+}
+
+static Paradev__V1__FunctionOptions *srv_fn_options_to_pb(
+    const dev_fn_options *o, srv_arena *a) {
+  Paradev__V1__FunctionOptions *pb = srv_arena_alloc(a, sizeof(*pb));
+  if (!pb) return NULL;
+  paradev__v1__function_options__init(pb);
+  pb->pruning = (Paradev__V1__TriState)o->passes[DEV_PASS_PRUNING];
+  pb->cse = (Paradev__V1__TriState)o->passes[DEV_PASS_CSE];
+  pb->constant_folding =
+      (Paradev__V1__TriState)o->passes[DEV_PASS_CONSTANT_FOLDING];
+  pb->arithmetic = (Paradev__V1__TriState)o->passes[DEV_PASS_ARITHMETIC];
+  pb->fusion = (Paradev__V1__TriState)o->passes[DEV_PASS_FUSION];
+  pb->buffer_planning =
+      (Paradev__V1__TriState)o->passes[DEV_PASS_BUFFER_PLANNING];
+  pb->cuda_graph = (Paradev__V1__TriState)o->passes[DEV_PASS_CUDA_GRAPH];
+  pb->max_instantiations = (uint32_t)o->max_instantiations;
+  return pb;
+}
+
+Paradev__V1__FunctionDef *srv_fn_def_to_pb(const dev_fn_def *def,
+                                           const dev_fn_options *opts,
+                                           srv_arena *a) {
+  Paradev__V1__FunctionDef *pb = srv_arena_alloc(a, sizeof(*pb));
+  if (!pb) return NULL;
+  paradev__v1__function_def__init(pb);
+  pb->name = srv_fn_str(def->name);
+  size_t na = (size_t)def->num_args, nn = (size_t)def->num_nodes,
+         no = (size_t)def->num_outputs;
+  pb->args = srv_arena_alloc(a, (na + 1) * sizeof(*pb->args));
+  pb->nodes = srv_arena_alloc(a, (nn + 1) * sizeof(*pb->nodes));
+  pb->outputs = srv_arena_alloc(a, (no + 1) * sizeof(*pb->outputs));
+  if (!pb->args || !pb->nodes || !pb->outputs) return NULL;
+  for (size_t i = 0; i < na; i++) {
+    Paradev__V1__FunctionArg *ar = srv_arena_alloc(a, sizeof(*ar));
+    if (!ar) return NULL;
+    paradev__v1__function_arg__init(ar);
+    ar->name = srv_fn_str(def->args[i].name);
+    ar->dtype = (Paradev__V1__DType)def->args[i].dtype;
+    pb->args[i] = ar;
+  }
+  for (size_t i = 0; i < nn; i++)
+    if (!(pb->nodes[i] = srv_fn_node_to_pb(&def->nodes[i], a))) return NULL;
+  for (size_t i = 0; i < no; i++) {
+    Paradev__V1__FunctionOutput *o = srv_arena_alloc(a, sizeof(*o));
+    if (!o) return NULL;
+    paradev__v1__function_output__init(o);
+    o->name = srv_fn_str(def->outputs[i].name);
+    o->source = srv_fn_str(def->outputs[i].source);
+    pb->outputs[i] = o;
+  }
+  pb->n_args = na;
+  pb->n_nodes = nn;
+  pb->n_outputs = no;
+  if (opts && !(pb->options = srv_fn_options_to_pb(opts, a))) return NULL;
+  return pb;
+}
+
+/* --- DescribeFunction ---------------------------------------------------------- */
+
+/* One pass's result: `changes` as dev_fn_inst_info.pass_changes (-1: off,
+ * -2: failed), or for the passes in force (`tri`: ON or OFF) 0 changes. */
+static Paradev__V1__PassResult *srv_pass_to_pb(int p, bool enabled, int changes,
+                                               bool failed, srv_arena *a) {
+  Paradev__V1__PassResult *pb = srv_arena_alloc(a, sizeof(*pb));
+  if (!pb) return NULL;
+  paradev__v1__pass_result__init(pb);
+  pb->pass = srv_fn_str(dev_fn_pass_name((dev_fn_pass)p));
+  pb->enabled = enabled;
+  pb->changes = changes > 0 ? changes : 0;
+  pb->failed = failed;
+  return pb;
+}
+
+static Paradev__V1__FunctionInstantiation *srv_inst_to_pb(
+    const dev_fn_inst_info *ii, srv_arena *a) {
+  Paradev__V1__FunctionInstantiation *pb = srv_arena_alloc(a, sizeof(*pb));
+  if (!pb) return NULL;
+  paradev__v1__function_instantiation__init(pb);
+  size_t sl = strnlen(ii->signature, sizeof(ii->signature));
+  char *sig = srv_arena_alloc(a, sl + 1);
+  pb->passes = srv_arena_alloc(a, DEV_PASS_COUNT * sizeof(*pb->passes));
+  if (!sig || !pb->passes) return NULL;
+  memcpy(sig, ii->signature, sl);
+  pb->signature = sig;
+  pb->nodes_in = ii->nodes_in;
+  pb->nodes_out = ii->nodes_out;
+  for (int p = 0; p < DEV_PASS_COUNT; p++) {
+    int ch = ii->pass_changes[p];
+    if (!(pb->passes[p] = srv_pass_to_pb(p, ch != -1, ch, ch == -2, a)))
+      return NULL;
+  }
+  pb->n_passes = DEV_PASS_COUNT;
+  pb->external_changed = ii->external_changed;
+  pb->arena_bytes = ii->arena_bytes;
+  pb->unplanned_bytes = ii->unplanned_bytes;
+  pb->calls = ii->calls;
+  pb->cuda_graph = ii->cuda_graph;
+  return pb;
+}
+
+pd_code srv_fn_info_to_pb(const dev_fn_info *info, srv_arena *a,
+                          Paradev__V1__DescribeFunctionResponse *out,
+                          dev_status *st) {
+  if (info->def &&
+      !(out->function = srv_fn_def_to_pb(info->def, &info->options, a)))
+    goto oom;
+  if (info->optimized &&
+      !(out->optimized = srv_fn_def_to_pb(info->optimized, NULL, a)))
+    goto oom;
+  int ni = info->num_instantiations;
+  if (ni < 0) ni = 0;
+  if (ni > DEV_FN_MAX_INST_CAP) ni = DEV_FN_MAX_INST_CAP;
+  out->instantiations =
+      srv_arena_alloc(a, ((size_t)ni + 1) * sizeof(*out->instantiations));
+  out->passes_in_force =
+      srv_arena_alloc(a, DEV_PASS_COUNT * sizeof(*out->passes_in_force));
+  int nm = info->num_miss_reasons;
+  if (nm < 0) nm = 0;
+  if (nm > DEV_FN_MISS_REASONS) nm = DEV_FN_MISS_REASONS;
+  out->cache_misses =
+      srv_arena_alloc(a, ((size_t)nm + 1) * sizeof(*out->cache_misses));
+  if (!out->instantiations || !out->passes_in_force || !out->cache_misses)
+    goto oom;
+  for (int i = 0; i < ni; i++)
+    if (!(out->instantiations[i] = srv_inst_to_pb(&info->insts[i], a)))
+      goto oom;
+  out->n_instantiations = (size_t)ni;
+  for (int p = 0; p < DEV_PASS_COUNT; p++)
+    if (!(out->passes_in_force[p] = srv_pass_to_pb(
+              p, info->passes_in_force[p] == DEV_TRI_ON, 0, false, a)))
+      goto oom;
+  out->n_passes_in_force = DEV_PASS_COUNT;
+  for (int i = 0; i < nm; i++) {
+    const char *r = info->miss_reasons[i];
+    size_t rl = strnlen(r, sizeof(info->miss_reasons[i]));
+    char *s = srv_arena_alloc(a, rl + 1);
+    if (!s) goto oom;
+    memcpy(s, r, rl);
+    out->cache_misses[i] = s;
+  }
+  out->n_cache_misses = (size_t)nm;
+  out->hits = info->hits;
+  out->misses = info->misses;
+  out->evictions = info->evictions;
+  out->max_instantiations = (uint32_t)info->max_instantiations;
+  return PD_OK;
+oom:
+  return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+}
+
+/* --- serialized FunctionDef (optimizer plugins) --------------------------------- */
+
+pd_code srv_fn_def_to_proto(const dev_fn_def *def, uint8_t **bytes, size_t *len,
+                            dev_status *st) {
+  srv_arena a = {NULL};
+  Paradev__V1__FunctionDef *pb = def ? srv_fn_def_to_pb(def, NULL, &a) : NULL;
+  if (!pb) {
+    srv_arena_free(&a);
+    return def ? dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory")
+               : dev_error(st, PD_INVALID_ARGUMENT,
+                           "srv_fn_def_to_proto: NULL definition");
+  }
+  size_t n = paradev__v1__function_def__get_packed_size(pb);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) {
+    srv_arena_free(&a);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  paradev__v1__function_def__pack(pb, buf);
+  srv_arena_free(&a);
+  *bytes = buf;
+  *len = n;
+  return PD_OK;
+}
+
+/* The block srv_fn_def_from_proto hands out: the definition first, so that
+ * its address is the block's. */
+typedef struct srv_fn_holder {
+  dev_fn_def def;
+  Paradev__V1__FunctionDef *pb;
+  srv_arena arena;
+} srv_fn_holder;
+
+pd_code srv_fn_def_from_proto(const uint8_t *bytes, size_t len,
+                              dev_fn_def **out, dev_status *st) {
+  srv_fn_holder *h = calloc(1, sizeof(*h));
+  if (!h) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  h->pb = paradev__v1__function_def__unpack(NULL, len, bytes);
+  if (!h->pb) {
+    free(h);
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "a graph of %zu bytes that is not a serialized "
+                     "paradev.v1.FunctionDef",
+                     len);
+  }
+  srv_req_limits l = {0, SRV_FN_PLUGIN_MAX_STRING};
+  srv_fn_decoded d;
+  pd_code c = srv_fn_def_from_pb(&l, h->pb, &h->arena, &d, st);
+  if (c != PD_OK) {
+    srv_fn_def_proto_free(&h->def);
+    return c;
+  }
+  h->def = d.def;
+  *out = &h->def;
+  return PD_OK;
+}
+
+void srv_fn_def_proto_free(dev_fn_def *def) {
+  if (!def) return;
+  srv_fn_holder *h = (srv_fn_holder *)(void *)def;
+  srv_arena_free(&h->arena);
+  paradev__v1__function_def__free_unpacked(h->pb, NULL);
+  free(h);
+}
