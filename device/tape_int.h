@@ -3,7 +3,8 @@
  * tracked tensors, and the context of one vector-Jacobian product.
  *
  * Files: tape.c records (create, watch, record, destroy), gradient.c walks
- * the records backwards (dev_tape_gradient), vjp.c holds one VJP per op,
+ * the records backwards (dev_tape_gradient), vjp.c holds one VJP per op
+ * (vjp_lists.c those of Split, SplitV, Unpack and Pack),
  * pmap.c the pointer map. tape.c calls pmap.c; vjp.c calls tape.c
  * (dev__tape_exec); gradient.c calls all three. */
 #ifndef PARADEV_TAPE_INT_H
@@ -36,9 +37,9 @@ typedef struct tape_rec {
   const dev_op_def *def;
   int n_in, n_out;
   uint64_t tracked; /* bit i: input i was tracked when the op was recorded */
-  dev_tensor *out[DEV_MAX_OUTPUTS];
+  dev_tensor **out;      /* [n_out], behind in[] (sized by the real count) */
   dev_attr_value *attrs; /* [def->num_attrs]; lists and strings copied behind */
-  dev_tensor *in[];      /* [n_in] */
+  dev_tensor *in[];      /* [n_in], then out's n_out */
 } tape_rec;
 
 struct dev_tape {
@@ -100,6 +101,11 @@ typedef struct vjp_ctx {
 } vjp_ctx;
 
 typedef void (*vjp_fn)(vjp_ctx *c);
+
+/* The VJPs of Split and SplitV, Unpack, Pack (vjp_lists.c). */
+void dev__vjp_split(vjp_ctx *c);
+void dev__vjp_unpack(vjp_ctx *c);
+void dev__vjp_pack(vjp_ctx *c);
 
 /* The VJP of `def`, or NULL when the op has no gradient. */
 vjp_fn dev__vjp_for(const dev_op_def *def);

@@ -410,6 +410,7 @@ static const struct {
     {"Minimum", vjp_minimum},
     {"Mul", vjp_mul},
     {"Neg", vjp_neg},
+    {"Pack", dev__vjp_pack},
     {"Pow", vjp_pow},
     {"Relu", vjp_relu},
     {"Reshape", vjp_reshape},
@@ -417,6 +418,8 @@ static const struct {
     {"Sigmoid", vjp_sigmoid},
     {"Slice", vjp_slice},
     {"Softmax", vjp_softmax},
+    {"Split", dev__vjp_split},
+    {"SplitV", dev__vjp_split},
     {"SparseSoftmaxCrossEntropyWithLogits", vjp_sparse_xent},
     {"Sqrt", vjp_sqrt},
     {"Square", vjp_square},
@@ -424,6 +427,7 @@ static const struct {
     {"Sum", vjp_sum},
     {"Tanh", vjp_tanh},
     {"Transpose", vjp_transpose},
+    {"Unpack", dev__vjp_unpack},
 };
 
 vjp_fn dev__vjp_for(const dev_op_def *def) {
