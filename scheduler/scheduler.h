@@ -527,14 +527,10 @@ typedef struct sched_op {
   uint32_t timeout_ms;
 } sched_op;
 
-/* One op's outputs' dtypes and shapes. The first SCHED_RESULT_INLINE are
- * inline (no allocation for nearly every op, and a 4096-op request pays for
- * 8 outputs per op, not DEV_MAX_OUTPUTS); an op with more output ids (a
- * list output: Split with num_split 12) writes the rest to more_dtype /
- * more_shape, which the caller points at room for num_outputs -
- * SCHED_RESULT_INLINE entries each before sched_execute (they are read only
- * for such an op; sched_execute refuses the op with INVALID_ARGUMENT when
- * they are NULL). Read them with sched_result_dtype / sched_result_shape. */
+/* One op's outputs: the first SCHED_RESULT_INLINE inline (a 4096-op request
+ * pays 8 per op, not DEV_MAX_OUTPUTS); the rest (a list output) go to
+ * more_dtype / more_shape, which the caller points at room for num_outputs -
+ * SCHED_RESULT_INLINE each (NULL: INVALID_ARGUMENT). */
 #define SCHED_RESULT_INLINE 8
 typedef struct sched_op_result {
   int num_outputs;
@@ -543,16 +539,11 @@ typedef struct sched_op_result {
   pd_dtype *more_dtype;
   dev_shape *more_shape;
 } sched_op_result;
-
-static inline pd_dtype sched_result_dtype(const sched_op_result *r, int j) {
-  return j < SCHED_RESULT_INLINE ? r->dtype[j]
-                                 : r->more_dtype[j - SCHED_RESULT_INLINE];
-}
-static inline const dev_shape *sched_result_shape(const sched_op_result *r,
-                                                  int j) {
-  return j < SCHED_RESULT_INLINE ? &r->shape[j]
-                                 : &r->more_shape[j - SCHED_RESULT_INLINE];
-}
+/* Output j's dtype and shape (a const dev_shape *). */
+#define sched_result_dtype(r, j) (*SCHED_RESULT_AT(r, dtype, more_dtype, j))
+#define sched_result_shape(r, j) SCHED_RESULT_AT(r, shape, more_shape, j)
+#define SCHED_RESULT_AT(r, f, more, j)                                         \
+  ((j) < SCHED_RESULT_INLINE ? &(r)->f[j] : &(r)->more[(j)-SCHED_RESULT_INLINE])
 
 /* Checks that one request's `n` ops are within the scheduler's
  * max_ops_per_request: the one check (and message) of that limit, which

@@ -525,6 +525,7 @@ static Paradev__V1__ArgDef *srv_arg_to_pb(const dev_op_arg_info *ai,
   pb->dtypes = dts;
   pb->dtype_rule = srv_str_or_empty(ai->dtype_rule);
   pb->doc = srv_str_or_empty(ai->doc);
+  pb->length_attr = srv_str_or_empty(ai->length_attr);
   return pb;
 }
 
