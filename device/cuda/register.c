@@ -15,6 +15,7 @@ static void register_once(void) {
   dev_cuda_register_linalg();
   dev_cuda_register_reduce();
   dev_cuda_register_array();
+  dev_cuda_register_split();
 }
 
 void dev_register_cuda_kernels(void) { pthread_once(&g_once, register_once); }

@@ -269,6 +269,20 @@ static void test_errors(void **state) {
   dev_attr pa = dev_attr_int("axis", 3);
   dev_tensor *pk2[2] = {x, x};
   tu_exec_fails(g_e1, "Pack", pk2, 2, &pa, 1, PD_INVALID_ARGUMENT, "axis");
+  /* dev_execute with room for fewer outputs than the list yields */
+  int64_t d12[1] = {12};
+  dev_tensor *y = iota(g_e1, 1, d12);
+  dev_attr sp[2] = {dev_attr_int("axis", 0), dev_attr_int("num_split", 12)};
+  dev_tensor *o[4] = {0};
+  int room = 4;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_execute(g_e1, "Split", &y, 1, sp, 2, o, &room, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_non_null(
+      strstr(st.msg, "yields 12 outputs here; room was given for 4"));
+  assert_int_equal(room, 4);
+  assert_null(o[0]);
+  dev_tensor_release(y);
   dev_tensor_release(sc);
   dev_tensor_release(x);
 }
