@@ -156,10 +156,18 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
                         &x->prepared[i], inner));
   dev_op *p = x->prepared[i];
   int nout = dev_op_num_outputs(p);
-  if (nout != op->num_outputs)
-    return dev_error(inner, PD_INVALID_ARGUMENT,
-                     "the op has %d outputs; the request names %d output ids",
-                     nout, op->num_outputs);
+  if (nout != op->num_outputs) {
+    /* a list output: say which attribute sets the count */
+    const dev_op_def *def = dev_op_lookup(op->op_name);
+    dev_op_arg_info ai = {0};
+    for (int a = 0; def && dev_op_def_output(def, a, &ai) && !ai.is_list;) a++;
+    return dev_error(
+        inner, PD_INVALID_ARGUMENT,
+        "the op has %d outputs; the request names %d output ids%s%s%s", nout,
+        op->num_outputs,
+        ai.is_list ? " (its list output's length is attribute '" : "",
+        ai.is_list ? ai.length_attr : "", ai.is_list ? "')" : "");
+  }
   if (nout > SCHED_RESULT_INLINE && (!res->more_dtype || !res->more_shape))
     return dev_error(inner, PD_INVALID_ARGUMENT,
                      "%d outputs but the caller's result has room for %d "

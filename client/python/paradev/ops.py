@@ -158,6 +158,8 @@ class OpDef:
         lines.append("Outputs:")
         for a in self.outputs:
             nm = a.name if isinstance(a, ArgDef) else a
+            if isinstance(a, ArgDef) and a.is_list:
+                nm += " (a list of %s)" % (a.length_attr or "several")
             lines.append("  %s" % nm + (": " + a.doc if isinstance(a, ArgDef)
                                         and a.doc else ""))
         if self.attrs:

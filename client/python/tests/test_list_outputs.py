@@ -69,8 +69,10 @@ def test_wrong_output_counts_at_the_wire(sess):
         lib.pd_attrs_set_int(attrs, b"axis", 0)
         lib.pd_attrs_set_int(attrs, b"num_split", 12)
         ins = ffi.new("uint64_t[]", [x.id])
-        for n, needle in ((3, "the request names 3 output ids"),
-                          (65, "no op has more than 64 outputs")):
+        for n, needle in (
+                (3, r"the request names 3 output ids \(its list output's "
+                    r"length is attribute 'num_split'\)"),
+                (65, "no op has more than 64 outputs")):
             ids = ffi.new("uint64_t[]", n)
             st = _lib.status()
             code = lib.pd_execute(sess._s, b"Split", ins, 1, attrs, ids, n,
@@ -83,6 +85,11 @@ def test_wrong_output_counts_at_the_wire(sess):
     # the session goes on
     np.testing.assert_array_equal(np.asarray(sess.ops.Split(
         x, axis=1, num_split=2)[1]), X[:, 1:])
+
+
+def test_wrapper_doc(sess):
+    assert "output (a list of num_split)" in sess.ops.Split.__doc__
+    assert "output (a list of size_splits)" in sess.ops.SplitV.__doc__
 
 
 def test_missing_length_attribute(sess):
