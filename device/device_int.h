@@ -145,8 +145,8 @@ struct dev_op {
    * state (device/fn/run.c: the instantiation it holds a reference on, the
    * per-collective-node rendezvous), freed with the op. NULL otherwise. */
   void *fn_call;
-  /* Last, not cleared on reuse (dev__op_alloc clears what comes before):
-   * only [0, num_inputs) and [0, num_outputs) are ever read. */
+  /* Not cleared on reuse (dev__op_alloc clears every other field): only
+   * [0, num_inputs) and [0, num_outputs) are ever read. */
   dev_tensor *inputs[DEV_MAX_INPUTS];
   dev_tensor *outputs[DEV_MAX_OUTPUTS];
 };

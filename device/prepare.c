@@ -24,8 +24,10 @@ dev_op *dev__op_alloc(dev_engine *e) {
   }
   pthread_mutex_unlock(&e->op_mu);
   if (!op) return calloc(1, sizeof *op);
-  /* inputs[] and outputs[] (the struct's tail) are written before read */
+  /* All but inputs[] and outputs[], which are written before read */
   memset(op, 0, offsetof(dev_op, inputs));
+  const size_t tail = offsetof(dev_op, outputs) + sizeof op->outputs;
+  memset((char *)op + tail, 0, sizeof *op - tail);
   return op;
 }
 
@@ -291,6 +293,10 @@ pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs, int n,
      * DEV_MAX_OUTPUTS entries, of which only the op's own are cleared (no
      * 64 outputs' worth of stores per op on the hot path). */
     dev_infer_ctx ic;
+    memset(&ic, 0, offsetof(dev_infer_ctx, out_dtype)); /* any field added */
+    const size_t tail =
+        offsetof(dev_infer_ctx, out_shape) + sizeof ic.out_shape;
+    memset((char *)&ic + tail, 0, sizeof ic - tail);
     ic.op = def;
     ic.device = d;
     ic.num_devices = n;

@@ -324,21 +324,31 @@ Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
   return pr;
 }
 
-void srv_op_infos_fill(srv_op_infos *o, const sched_op *op,
+bool srv_op_infos_fill(srv_op_infos *o, srv_arena *a, const sched_op *op,
                        const sched_op_result *r) {
+  o->ptrs = o->local;
+  o->n = 0;
+  if (r->num_outputs > SCHED_RESULT_INLINE) {
+    Paradev__V1__OpResult *pr = srv_result_to_pb(a, op, r);
+    if (!pr) return false;
+    o->ptrs = pr->outputs;
+    o->n = pr->n_outputs;
+    return true;
+  }
   for (int j = 0; j < r->num_outputs; j++) {
-    const dev_shape *sh = sched_result_shape(r, j);
+    const dev_shape *sh = &r->shape[j];
     paradev__v1__shape__init(&o->shape[j]);
     o->shape[j].n_dims = (size_t)sh->rank;
     o->shape[j].dims = o->dims[j];
     for (int k = 0; k < sh->rank; k++) o->dims[j][k] = sh->dims[k];
     paradev__v1__tensor_info__init(&o->info[j]);
     o->info[j].id = op->output_ids[j];
-    o->info[j].dtype = (Paradev__V1__DType)sched_result_dtype(r, j);
+    o->info[j].dtype = (Paradev__V1__DType)r->dtype[j];
     o->info[j].shape = &o->shape[j];
-    o->ptrs[j] = &o->info[j];
+    o->local[j] = &o->info[j];
   }
   o->n = (size_t)r->num_outputs;
+  return true;
 }
 
 /* --- transfers ------------------------------------------------------------------- */

@@ -223,14 +223,16 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     sched_op_result res;
     srv_op_infos infos; /* no arena: this is the path of every streamed op */
     infos.n = 0;
-    Paradev__V1__Operation *const ops[1] = {req->execute};
+    infos.ptrs = NULL;
     srv_arena more = {NULL}; /* allocates only for a list output's results */
+    Paradev__V1__Operation *const ops[1] = {req->execute};
     if (srv_execute_item(&l, e->ss, ops, 1, e->tag, e->deadline_ns,
                          req->op_timeout_ms, attrs, &op, &res, &more,
-                         &st) == PD_OK)
-      srv_op_infos_fill(&infos, &op, &res);
-    srv_arena_free(&more);
+                         &st) == PD_OK &&
+        !srv_op_infos_fill(&infos, &more, &op, &res))
+      dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     srv_enqueue_reply(c, index, &st, infos.ptrs, infos.n);
+    srv_arena_free(&more);
   } else if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_DELETE) {
     const Paradev__V1__DeleteItem *di = req->delete_;
     srv_delete_item(&l, e->ss, di->ids, di->n_ids, &st);

@@ -107,9 +107,9 @@ static void fz_reply(const sched_op *op, const dev_op *p) {
     protobuf_c_message_pack(&pr->base, out);
     free(out);
   }
-  srv_arena_free(&a);
   srv_op_infos infos;
-  srv_op_infos_fill(&infos, op, &r);
+  srv_op_infos_fill(&infos, &a, op, &r);
+  srv_arena_free(&a);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
