@@ -50,6 +50,20 @@ def _cstr(s, what, arg=None, cache={}):
     return b
 
 
+
+def _group_outputs(opdef, lengths, outs):
+    """The flattened outputs of an op with a list output, one entry per
+    output argument (a list for the list one); the entry itself when the
+    op has one argument."""
+    groups, k = [], 0
+    for o, n in zip(opdef.outputs, lengths):
+        if getattr(o, "is_list", False):
+            groups.append(list(outs[k:k + n]))
+        else:
+            groups.append(outs[k])
+        k += n
+    return groups[0] if len(groups) == 1 else tuple(groups)
+
 class Session(Transfers, Checkpoints):
     """A session on the daemon; see Client.session. Attributes:
     num_devices (components of every tensor), lease_s, incarnation,
@@ -335,11 +349,17 @@ class Session(Transfers, Checkpoints):
         """Runs op `name` (a TensorFlow raw-op name) on every device. Inputs
         are Tensors (or values, uploaded mirrored); attributes are plain
         Python values converted to the kinds the registry declares. Returns
-        a Tensor, or a tuple for an op with several outputs."""
+        a Tensor, a list of Tensors for an op whose one output is a list
+        (Split, SplitV, Unpack: as many as the length attribute says), or a
+        tuple for an op with several outputs."""
         opdef = self._defs.get(name)
         if opdef is None:
             opdef = self._defs[name] = self.ops._def(name)
         n_out = opdef.num_outputs
+        lengths = None
+        if any(getattr(o, "is_list", False) for o in opdef.outputs):
+            lengths = opdef.output_lengths(attrs)
+            n_out = sum(lengths)
         mirrored = True
         ids = []
         tensors = []
@@ -391,7 +411,7 @@ class Session(Transfers, Checkpoints):
                 if code != 0:
                     _lib.raise_status(code, st)
                 dts = opdef.output_dtypes(tensors, attrs)
-                if n_out == 1:
+                if n_out == 1 and lengths is None:
                     out = Tensor(self, out_ids[0], dts[0], None, mirrored)
                     self._items[self._index[0]] = (out.id,)
                     if self._tapes:
@@ -412,6 +432,8 @@ class Session(Transfers, Checkpoints):
                         for i in range(n_out)]
         if self._tapes:
             self._tracked(tensors, outs)
+        if lengths is not None:
+            return _group_outputs(opdef, lengths, outs)
         return outs[0] if n_out == 1 else tuple(outs)
 
     def _tracked(self, inputs, outs):
