@@ -35,9 +35,12 @@ static void arg_types(const pd_op_arg *a, char *buf, size_t len) {
     snprintf(buf, len, "%s", d);
 }
 
-/* "values (list, >= 1)" or "a". */
+/* "values (list, >= 1)", "output (list of num_split)" or "a". */
 static void arg_name(const pd_op_arg *a, char *buf, size_t len) {
-  if (a->is_list)
+  if (a->is_list && a->length_attr && a->length_attr[0])
+    snprintf(buf, len, "%s (list of %s, >= %d)", a->name, a->length_attr,
+             a->min_length);
+  else if (a->is_list)
     snprintf(buf, len, "%s (list, >= %d)", a->name, a->min_length);
   else
     snprintf(buf, len, "%s", a->name);
@@ -98,7 +101,7 @@ static void attr_range(const pd_op_attr *a, char *buf, size_t len) {
                           a->allowed_values[i]);
 }
 
-/* "a, b -> product" (list inputs marked "values..."). */
+/* "a, b -> product" (list arguments marked "values..."). */
 static void signature(const pd_op_info *op, char *buf, size_t len) {
   size_t o = 0;
   buf[0] = '\0';
@@ -109,8 +112,9 @@ static void signature(const pd_op_info *op, char *buf, size_t len) {
   if (o < len)
     o += (size_t)snprintf(buf + o, len - o, "%s", o ? " -> " : "-> ");
   for (int i = 0; i < op->num_outputs && o < len; i++)
-    o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "",
-                          op->outputs[i].name);
+    o += (size_t)snprintf(buf + o, len - o, "%s%s%s", i ? ", " : "",
+                          op->outputs[i].name,
+                          op->outputs[i].is_list ? "..." : "");
 }
 
 void cli_ops_print_table(FILE *f, const pd_op_info *ops, int n) {

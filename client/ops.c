@@ -33,6 +33,7 @@ static void pdc_arg_free(pd_op_arg *a) {
   free((char *)a->name);
   free((char *)a->dtype_rule);
   free((char *)a->doc);
+  free((char *)a->length_attr);
 }
 
 static bool pdc_arg_from_pb(pd_op_arg *a, const Paradev__V1__ArgDef *pb) {
@@ -42,7 +43,8 @@ static bool pdc_arg_from_pb(pd_op_arg *a, const Paradev__V1__ArgDef *pb) {
     if ((int)pb->dtypes[i] > 0 && (int)pb->dtypes[i] < PD_DTYPE_COUNT)
       a->dtypes |= PD_DTYPE_BIT(pb->dtypes[i]);
   return pdc_dup(&a->name, pb->name) &&
-         pdc_dup(&a->dtype_rule, pb->dtype_rule) && pdc_dup(&a->doc, pb->doc);
+         pdc_dup(&a->dtype_rule, pb->dtype_rule) && pdc_dup(&a->doc, pb->doc) &&
+         pdc_dup(&a->length_attr, pb->length_attr);
 }
 
 static void pdc_attr_free(pd_op_attr *a) {

@@ -37,7 +37,9 @@ typedef struct dev_infer_ctx dev_infer_ctx;
 
 /* One declared input or output argument. A list argument (is_list) takes
  * min_len or more tensors, as TFE_OpGetInputLength describes; an op declares
- * at most one list input. The rest is the op reference's (ListOps,
+ * at most one list input and at most one list output. A list output's
+ * length is what the infer function writes to ctx->num_outputs (less the
+ * op's other outputs; dev_op_output_length), at most DEV_MAX_OUTPUTS. The rest is the op reference's (ListOps,
  * docs/ops.md): `dtypes` the dtypes the infer function accepts (an output:
  * can produce), `dtype_rule` NULL or a few words on how they must agree
  * ("same as x"), `doc` NULL or a few words on the argument. */
@@ -48,6 +50,11 @@ typedef struct dev_arg_def {
   unsigned dtypes; /* DEV_DTYPE_BIT of each dtype */
   const char *dtype_rule;
   const char *doc;
+  /* A list output: the attribute giving its length (an int attribute's
+   * value, or an int-list attribute's length: "num_split", "size_splits"),
+   * so clients know how many outputs to name before they run the op (TF's
+   * ArgDef.number_attr). NULL otherwise. */
+  const char *length_attr;
 } dev_arg_def;
 
 /* One declared attribute: its type and its default (type DEV_ATTR_NONE when
@@ -100,7 +107,7 @@ struct dev_op_def {
   int num_inputs;
   dev_arg_def inputs[DEV_MAX_ARGS];
   int num_outputs;
-  dev_arg_def outputs[DEV_MAX_ARGS]; /* outputs are never lists */
+  dev_arg_def outputs[DEV_MAX_ARGS]; /* at most one list (is_list) */
   int num_attrs;
   dev_attr_def attrs[DEV_MAX_ATTRS];
   unsigned flags;

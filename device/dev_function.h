@@ -172,7 +172,14 @@ typedef struct dev_fn_external_pass {
 /* Engine-wide function settings, shared by every library (the daemon's
  * [functions] section). Copied by dev_fn_lib_create, except `external` and
  * `on_error`, which must outlive every library. */
-typedef void (*dev_fn_log_fn)(void *arg, const char *fn_name, const char *what);
+/* How much an event matters: a cache miss is INFO; a pass rolled back, an
+ * external pass refused or skipped is WARNING. */
+typedef enum dev_fn_log_level {
+  DEV_FN_LOG_INFO = 0,
+  DEV_FN_LOG_WARNING = 1,
+} dev_fn_log_level;
+typedef void (*dev_fn_log_fn)(void *arg, dev_fn_log_level level,
+                              const char *fn_name, const char *what);
 typedef struct dev_fn_config {
   size_t struct_size;
   dev_tristate passes[DEV_PASS_COUNT]; /* the daemon's; DEFAULT: on */

@@ -201,7 +201,10 @@ dev_attr dev_attr_float_list(const char *name, const double *v, int n);
 #define DEV_MAX_ATTRS 12 /* attrs declared by one op */
 #define DEV_MAX_INPUTS                                                         \
   64 /* flattened inputs of one op (list args count each) */
-#define DEV_MAX_OUTPUTS 8
+/* Flattened outputs of one op (a list output counts each). Per-op storage
+ * is sized by the real counts on the hot paths (prepare.c, the scheduler,
+ * the wire), not by this bound. */
+#define DEV_MAX_OUTPUTS 64
 
 /* An op's definition (its arguments, attributes, inference and kernels);
  * its fields are for kernel authors (dev_backend.h). */
@@ -231,6 +234,13 @@ bool dev_op_def_is_collective(const dev_op_def *def);
  * num_inputs cannot be split among the args. */
 int dev_op_input_length(const dev_op_def *def, int arg, int num_inputs);
 
+/* Number of tensors that output argument `arg` of `def` produces when the
+ * op yields `num_outputs` flattened outputs (TFE_OpGetOutputLength; the
+ * count comes from the op's inference, e.g. Split's num_split). -1 when
+ * num_outputs cannot be split among the args (an op declares at most one
+ * list output). Thread-safe. */
+int dev_op_output_length(const dev_op_def *def, int arg, int num_outputs);
+
 /* The op reference: what ListOps, `paradev ops` and docs/ops.md show of an
  * op, read from its definition (device/ops/). Strings are static, never
  * NULL ("" when the definition has none). Thread-safe after
@@ -242,6 +252,9 @@ typedef struct dev_op_arg_info {
   unsigned dtypes;        /* bit (1u << dtype) per accepted / produced dtype */
   const char *dtype_rule; /* "same as x", ...; "" */
   const char *doc;
+  /* A list output: the attribute that gives its length (an int, or the
+   * length of an int list; TF's ArgDef.number_attr); "" otherwise. */
+  const char *length_attr;
 } dev_op_arg_info;
 
 typedef struct dev_op_attr_info {
@@ -261,7 +274,7 @@ const char *dev_op_def_summary(const dev_op_def *def);
 const char *dev_op_def_notes(const dev_op_def *def);
 /* True when a tape can differentiate through the op (it has a VJP). */
 bool dev_op_def_has_gradient(const dev_op_def *def);
-/* Numbers of declared input args, outputs and attributes. */
+/* Numbers of declared input args, output args and attributes. */
 int dev_op_def_num_inputs(const dev_op_def *def);
 int dev_op_def_num_outputs(const dev_op_def *def);
 int dev_op_def_num_attrs(const dev_op_def *def);

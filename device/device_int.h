@@ -125,9 +125,7 @@ struct dev_op {
    * the device catches up). The op is freed at zero. */
   atomic_int inflight;
   int num_inputs;
-  dev_tensor *inputs[DEV_MAX_INPUTS];
   int num_outputs;
-  dev_tensor *outputs[DEV_MAX_OUTPUTS];
   dev_attr_value attrs[DEV_MAX_ATTRS];
   void *attr_arena; /* strings and lists of attrs */
   void *collective;
@@ -147,6 +145,10 @@ struct dev_op {
    * state (device/fn/run.c: the instantiation it holds a reference on, the
    * per-collective-node rendezvous), freed with the op. NULL otherwise. */
   void *fn_call;
+  /* Not cleared on reuse (dev__op_alloc clears every other field): only
+   * [0, num_inputs) and [0, num_outputs) are ever read. */
+  dev_tensor *inputs[DEV_MAX_INPUTS];
+  dev_tensor *outputs[DEV_MAX_OUTPUTS];
 };
 
 /* The head of every dev_op.fn_call (device/fn/fn_call.h): the engine's own
@@ -218,10 +220,21 @@ pd_code dev__resolve_attrs(const dev_op_def *def, const dev_attr *attrs,
                            int num_attrs, dev_attr_value *vals, void **arena,
                            dev_status *st);
 
+/* Names flattened output o of an op that yields num_outputs: "'z'" or, in
+ * a list output, "'output[3]'"; the bare index when the count does not fit
+ * the definition (opdef.c). Returns buf. */
+const char *dev__output_name(const dev_op_def *def, int num_outputs, int o,
+                             char *buf, size_t len);
+
+/* The most outputs `def` can yield: def->num_outputs, or DEV_MAX_OUTPUTS
+ * when it declares a list output (prepare.c). */
+int dev__op_max_outputs(const dev_op_def *def);
+
 /* Runs def's inference for every one of n components (prepare.c):
  * in_shapes[i * n + d] is input i's component d; on success *num_outputs
- * (what infer wrote to ctx->num_outputs, at most DEV_MAX_OUTPUTS),
- * out_dtype[o] and out_shapes[o * n + d] (room for DEV_MAX_OUTPUTS * n).
+ * (what infer wrote to ctx->num_outputs, at most dev__op_max_outputs),
+ * out_dtype[o] and out_shapes[o * n + d] (room for dev__op_max_outputs(def)
+ * * n; DEV_MAX_OUTPUTS * n always suffices).
  * Errors: what the op's infer returns. No tensor needed: graph functions
  * infer their nodes with it. */
 pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs, int n,
@@ -279,6 +292,7 @@ void dev_register_reduce_ops(void);
 void dev_register_softmax_ops(void);
 void dev_register_array_ops(void);
 void dev_register_slicing_ops(void);
+void dev_register_split_pack_ops(void);
 void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
 void dev_register_grad_ops(void);

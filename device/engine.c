@@ -328,6 +328,12 @@ pd_code dev_execute(dev_engine *e, const char *op_name,
   PD_TRY(dev_op_prepare(e, op_name, inputs, num_inputs, attrs, num_attrs, &op,
                         st));
   int n = op->num_outputs;
+  if (n > *num_outputs) { /* a list output longer than the room given */
+    dev_op_abandon(op, PD_CANCELLED, "not submitted");
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s yields %d outputs here; room was given for %d",
+                     def->name, n, *num_outputs);
+  }
   for (int i = 0; i < n; i++) {
     dev_tensor_retain(op->outputs[i]);
     outputs[i] = op->outputs[i];

@@ -1,7 +1,8 @@
 /* Queries on one op definition that need no registry: its name, whether it
  * is a collective, an attribute's index, how many tensors a list argument
- * takes (TFE_OpGetInputLength), and the op reference's view of it (summary,
+ * takes or yields (TFE_OpGetInputLength, TFE_OpGetOutputLength), and the op reference's view of it (summary,
  * notes, arguments, attributes; has_gradient is vjp.c's). */
+#include <stdio.h>
 #include <string.h>
 
 #include "device_int.h"
@@ -29,6 +30,35 @@ int dev_op_input_length(const dev_op_def *def, int arg, int num_inputs) {
   return arg == list_arg ? list_len : 1;
 }
 
+int dev_op_output_length(const dev_op_def *def, int arg, int num_outputs) {
+  if (arg < 0 || arg >= def->num_outputs) return -1;
+  int list_arg = -1;
+  for (int i = 0; i < def->num_outputs; i++)
+    if (def->outputs[i].is_list) list_arg = i;
+  if (list_arg < 0) return num_outputs == def->num_outputs ? 1 : -1;
+  int list_len = num_outputs - (def->num_outputs - 1);
+  if (list_len < def->outputs[list_arg].min_len || list_len < 0) return -1;
+  return arg == list_arg ? list_len : 1;
+}
+
+const char *dev__output_name(const dev_op_def *def, int num_outputs, int o,
+                             char *buf, size_t len) {
+  for (int a = 0, first = 0; a < def->num_outputs; a++) {
+    int n = dev_op_output_length(def, a, num_outputs);
+    if (n < 0) break;
+    if (o < first + n) {
+      if (def->outputs[a].is_list)
+        snprintf(buf, len, "'%s[%d]'", def->outputs[a].name, o - first);
+      else
+        snprintf(buf, len, "'%s'", def->outputs[a].name);
+      return buf;
+    }
+    first += n;
+  }
+  snprintf(buf, len, "%d", o);
+  return buf;
+}
+
 const char *dev_op_def_summary(const dev_op_def *def) {
   return def->summary ? def->summary : "";
 }
@@ -48,6 +78,7 @@ static void arg_info(const dev_arg_def *a, dev_op_arg_info *out) {
   out->dtypes = a->dtypes;
   out->dtype_rule = a->dtype_rule ? a->dtype_rule : "";
   out->doc = a->doc ? a->doc : "";
+  out->length_attr = a->length_attr ? a->length_attr : "";
 }
 
 bool dev_op_def_input(const dev_op_def *def, int i, dev_op_arg_info *out) {

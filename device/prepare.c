@@ -6,6 +6,7 @@
  * it (dev__op_free, which the executor files call when the devices are done
  * with it) into the engine's free list of ops (dev__op_alloc takes from it:
  * no malloc of a dev_op per op). Submission is engine.c's. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,10 @@ dev_op *dev__op_alloc(dev_engine *e) {
   }
   pthread_mutex_unlock(&e->op_mu);
   if (!op) return calloc(1, sizeof *op);
-  memset(op, 0, sizeof *op);
+  /* All but inputs[] and outputs[], which are written before read */
+  memset(op, 0, offsetof(dev_op, inputs));
+  const size_t tail = offsetof(dev_op, outputs) + sizeof op->outputs;
+  memset((char *)op + tail, 0, sizeof *op - tail);
   return op;
 }
 
@@ -62,6 +66,12 @@ void dev__op_free(dev_op *op) {
    * holds, so this goes last). */
   if (op->fn_call) ((dev__fn_call *)op->fn_call)->free(op->fn_call);
   dev__op_recycle(op);
+}
+
+int dev__op_max_outputs(const dev_op_def *def) {
+  for (int i = 0; i < def->num_outputs; i++)
+    if (def->outputs[i].is_list) return DEV_MAX_OUTPUTS;
+  return def->num_outputs;
 }
 
 static const char *attr_type_name(dev_attr_type t) {
@@ -279,27 +289,35 @@ pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs, int n,
   }
   pd_code rc = PD_OK;
   int nout = def->num_outputs;
+  const int cap = dev__op_max_outputs(def);
   for (int d = 0; d < n && rc == PD_OK; d++) {
     for (int i = 0; i < num_inputs; i++) in_shape[i] = in_shapes[i * n + d];
-    dev_infer_ctx ic = {
-        .op = def,
-        .device = d,
-        .num_devices = n,
-        .num_inputs = num_inputs,
-        .in_dtype = in_dtype,
-        .in_shape = in_shape,
-        .all_in_shape = all,
-        .attrs = attrs,
-        .num_outputs = def->num_outputs,
-    };
+    /* Not zero-initialized as a whole: the output arrays hold
+     * DEV_MAX_OUTPUTS entries, of which only the op's own are cleared (no
+     * 64 outputs' worth of stores per op on the hot path). */
+    dev_infer_ctx ic;
+    memset(&ic, 0, offsetof(dev_infer_ctx, out_dtype)); /* any field added */
+    const size_t tail =
+        offsetof(dev_infer_ctx, out_shape) + sizeof ic.out_shape;
+    memset((char *)&ic + tail, 0, sizeof ic - tail);
+    ic.op = def;
+    ic.device = d;
+    ic.num_devices = n;
+    ic.num_inputs = num_inputs;
+    ic.in_dtype = in_dtype;
+    ic.in_shape = in_shape;
+    ic.all_in_shape = all;
+    ic.attrs = attrs;
+    ic.num_outputs = def->num_outputs;
+    memset(ic.out_dtype, 0, sizeof ic.out_dtype[0] * (size_t)cap);
+    memset(ic.out_shape, 0, sizeof ic.out_shape[0] * (size_t)cap);
     rc = def->infer(&ic, st);
     if (rc != PD_OK) break;
     if (d == 0) {
       nout = ic.num_outputs;
-      if (nout < 0 || nout > DEV_MAX_OUTPUTS) {
+      if (nout < 0 || nout > cap) {
         rc = dev_error(st, PD_INVALID_ARGUMENT,
-                       "%s: %d outputs; the limit is %d", def->name, nout,
-                       DEV_MAX_OUTPUTS);
+                       "%s: %d outputs; the limit is %d", def->name, nout, cap);
         break;
       }
     } else if (ic.num_outputs != nout) {
@@ -358,9 +376,10 @@ static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
     pd_code rc = dev__tensor_new(e, out_dtype[o], &out_shapes[o * n],
                                  &op->outputs[o], st);
     if (rc != PD_OK) {
-      char msg[DEV_STATUS_MSG_MAX];
+      char msg[DEV_STATUS_MSG_MAX], nm[80];
       snprintf(msg, sizeof msg, "%s", st ? st->msg : "");
-      return dev_error(st, rc, "%s: output %d: %s", def->name, o, msg);
+      return dev_error(st, rc, "%s: output %s: %s", def->name,
+                       dev__output_name(def, nout, o, nm, sizeof nm), msg);
     }
     op->num_outputs = o + 1;
     for (int d = 0; d < n; d++)
@@ -414,17 +433,18 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
   op->def = def;
   op->engine = e;
   pd_dtype out_dtype[DEV_MAX_OUTPUTS];
-  /* Output shapes: on the stack for meshes up to 8 devices (no malloc per
-   * op on the hot path), else on the heap. */
-  dev_shape shapes_local[8 * DEV_MAX_OUTPUTS];
+  /* Output shapes: on the stack while they fit 64 (8 outputs on 8 devices:
+   * no malloc per op on the hot path), else on the heap (meshes over 8
+   * devices, list outputs), sized by the op's own bound on outputs. */
+  dev_shape shapes_local[64];
+  const size_t nshapes = (size_t)e->n * (size_t)dev__op_max_outputs(def);
   dev_shape *out_shapes = NULL;
   pd_code rc;
   PD_TRY_GOTO(
       dev__resolve_attrs(def, attrs, num_attrs, op->attrs, &op->attr_arena, st),
       rc, fail);
-  out_shapes = e->n <= 8
-                   ? shapes_local
-                   : malloc(sizeof(dev_shape) * (size_t)e->n * DEV_MAX_OUTPUTS);
+  out_shapes =
+      nshapes <= 64 ? shapes_local : malloc(sizeof(dev_shape) * nshapes);
   if (!out_shapes) {
     rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
     goto fail;

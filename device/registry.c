@@ -43,12 +43,25 @@ pd_code dev_op_register(dev_op_def *def, dev_status *st) {
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "op registry full (%d ops)",
                      MAX_OPS);
   int lists = 0;
+  int out_lists = 0;
   for (int i = 0; i < def->num_inputs; i++) lists += def->inputs[i].is_list;
-  if (lists > 1 || def->num_inputs > DEV_MAX_ARGS ||
-      def->num_outputs > DEV_MAX_OUTPUTS || def->num_attrs > DEV_MAX_ATTRS ||
-      !def->infer)
+  for (int i = 0; i < def->num_outputs && i < DEV_MAX_ARGS; i++)
+    out_lists += def->outputs[i].is_list;
+  if (lists > 1 || out_lists > 1 || def->num_outputs > DEV_MAX_ARGS ||
+      def->num_inputs > DEV_MAX_ARGS || def->num_outputs > DEV_MAX_OUTPUTS ||
+      def->num_attrs > DEV_MAX_ATTRS || !def->infer)
     return dev_error(st, PD_INVALID_ARGUMENT, "op %s: malformed definition",
                      def->name);
+  for (int i = 0; i < def->num_outputs; i++) {
+    const dev_arg_def *o = &def->outputs[i];
+    int a = o->length_attr ? dev_op_attr_index(def, o->length_attr) : -1;
+    if (o->is_list && (a < 0 || (def->attrs[a].type != DEV_ATTR_INT &&
+                                 def->attrs[a].type != DEV_ATTR_INT_LIST)))
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "op %s: list output '%s' names no int or int-list "
+                       "attribute as its length (dev_arg_def.length_attr)",
+                       def->name, o->name);
+  }
   if (!def->summary || !def->summary[0])
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "op %s: no summary; every op carries a one-line "
@@ -87,6 +100,7 @@ static void registry_init_once(void) {
   dev_register_softmax_ops();
   dev_register_array_ops();
   dev_register_slicing_ops();
+  dev_register_split_pack_ops();
   dev_register_random_ops();
   dev_register_collective_ops();
   dev_register_grad_ops();

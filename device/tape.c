@@ -157,7 +157,8 @@ pd_code dev_tape_record(dev_tape *tp, const dev_op *op, dev_status *st) {
       arena += (size_t)v->u.flist.n * 8;
   }
   size_t head =
-      round8(sizeof(tape_rec) + (size_t)op->num_inputs * sizeof(dev_tensor *));
+      round8(sizeof(tape_rec) +
+             (size_t)(op->num_inputs + op->num_outputs) * sizeof(dev_tensor *));
   size_t attrs_bytes = (size_t)def->num_attrs * sizeof(dev_attr_value);
   if (!grow_recs(tp) || !dev__pmap_reserve(&tp->tracked, (size_t)n_float))
     return dev_error(st, PD_RESOURCE_EXHAUSTED,
@@ -171,6 +172,7 @@ pd_code dev_tape_record(dev_tape *tp, const dev_op *op, dev_status *st) {
   r->n_in = op->num_inputs;
   r->n_out = op->num_outputs;
   r->tracked = mask;
+  r->out = &r->in[op->num_inputs];
   for (int i = 0; i < op->num_inputs; i++) {
     dev_tensor_retain(op->inputs[i]);
     r->in[i] = op->inputs[i];

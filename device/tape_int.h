@@ -5,9 +5,10 @@
  * Files: tape.c records (create, watch, record, destroy), gradient.c walks
  * the records backwards (dev_tape_gradient), vjp.c holds one VJP per op
  * and the table, vjp_more.c the VJPs added for issue #11 (Abs, Max/Min,
- * the collectives, the gradient ops' own), pmap.c the pointer map. tape.c
- * calls pmap.c; vjp.c and vjp_more.c call tape.c (dev__tape_exec); vjp.c's
- * table names vjp_more.c's VJPs; gradient.c calls pmap.c, tape.c, vjp.c. */
+ * the collectives, the gradient ops' own), vjp_lists.c those of Split,
+ * SplitV, Unpack and Pack, pmap.c the pointer map. tape.c calls pmap.c;
+ * vjp.c, vjp_more.c and vjp_lists.c call tape.c (dev__tape_exec); vjp.c's
+ * table names the other two's VJPs; gradient.c calls pmap.c, tape.c, vjp.c. */
 #ifndef PARADEV_TAPE_INT_H
 #define PARADEV_TAPE_INT_H
 
@@ -38,9 +39,9 @@ typedef struct tape_rec {
   const dev_op_def *def;
   int n_in, n_out;
   uint64_t tracked; /* bit i: input i was tracked when the op was recorded */
-  dev_tensor *out[DEV_MAX_OUTPUTS];
+  dev_tensor **out;      /* [n_out], behind in[] (sized by the real count) */
   dev_attr_value *attrs; /* [def->num_attrs]; lists and strings copied behind */
-  dev_tensor *in[];      /* [n_in] */
+  dev_tensor *in[];      /* [n_in], then out's n_out */
 } tape_rec;
 
 struct dev_tape {
@@ -119,6 +120,10 @@ void dev__vjp_rsqrt_grad(vjp_ctx *c);
 void dev__vjp_sum_to_like(vjp_ctx *c);
 void dev__vjp_broadcast_to_like(vjp_ctx *c);
 void dev__vjp_reshape_like(vjp_ctx *c);
+/* The VJPs of Split and SplitV, Unpack, Pack (vjp_lists.c). */
+void dev__vjp_split(vjp_ctx *c);
+void dev__vjp_unpack(vjp_ctx *c);
+void dev__vjp_pack(vjp_ctx *c);
 
 /* The VJP of `def`, or NULL when the op has no gradient. */
 vjp_fn dev__vjp_for(const dev_op_def *def);

@@ -418,6 +418,7 @@ static const struct {
     {"Minimum", vjp_minimum},
     {"Mul", vjp_mul},
     {"Neg", vjp_neg},
+    {"Pack", dev__vjp_pack},
     {"Pow", vjp_pow},
     {"ReduceScatter", dev__vjp_reduce_scatter},
     {"Relu", vjp_relu},
@@ -430,6 +431,8 @@ static const struct {
     {"SigmoidGrad", dev__vjp_sigmoid_grad},
     {"Slice", vjp_slice},
     {"Softmax", vjp_softmax},
+    {"Split", dev__vjp_split},
+    {"SplitV", dev__vjp_split},
     {"SparseSoftmaxCrossEntropyWithLogits", vjp_sparse_xent},
     {"Sqrt", vjp_sqrt},
     {"SqrtGrad", dev__vjp_sqrt_grad},
@@ -440,6 +443,7 @@ static const struct {
     {"Tanh", vjp_tanh},
     {"TanhGrad", dev__vjp_tanh_grad},
     {"Transpose", vjp_transpose},
+    {"Unpack", dev__vjp_unpack},
 };
 
 vjp_fn dev__vjp_for(const dev_op_def *def) {

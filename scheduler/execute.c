@@ -43,8 +43,17 @@ static pd_code exec_init(sched_exec *x, sched_session *ss, const sched_op *ops,
   x->prepared = x->prepared1;
   x->pend = x->pend1;
   if (n > 1) {
+    /* Room for every output id the request names (sized by the real
+     * counts: a 4096-op request does not pay DEV_MAX_OUTPUTS per op); an
+     * op naming more than DEV_MAX_OUTPUTS is refused before it adds any. */
+    size_t nout = 0;
+    for (int i = 0; i < n; i++)
+      if (ops[i].num_outputs > 0)
+        nout +=
+            (size_t)(ops[i].num_outputs < DEV_MAX_OUTPUTS ? ops[i].num_outputs
+                                                          : DEV_MAX_OUTPUTS);
     x->prepared = calloc((size_t)n, sizeof(*x->prepared));
-    x->pend = calloc((size_t)n * DEV_MAX_OUTPUTS, sizeof(*x->pend));
+    x->pend = calloc(nout ? nout : 1, sizeof(*x->pend));
     if (!x->prepared || !x->pend) {
       free(x->prepared);
       free(x->pend);
@@ -147,18 +156,36 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
                                     inner));
   dev_op *p = x->prepared[i];
   int nout = dev_op_num_outputs(p);
-  if (nout != op->num_outputs)
+  if (nout != op->num_outputs) {
+    /* a list output: say which attribute sets the count */
+    const dev_op_def *def = dev_op_lookup(op->op_name);
+    dev_op_arg_info ai = {0};
+    for (int a = 0; def && dev_op_def_output(def, a, &ai) && !ai.is_list;) a++;
+    return dev_error(
+        inner, PD_INVALID_ARGUMENT,
+        "the op has %d outputs; the request names %d output ids%s%s%s", nout,
+        op->num_outputs,
+        ai.is_list ? " (its list output's length is attribute '" : "",
+        ai.is_list ? ai.length_attr : "", ai.is_list ? "')" : "");
+  }
+  if (nout > SCHED_RESULT_INLINE && (!res->more_dtype || !res->more_shape))
     return dev_error(inner, PD_INVALID_ARGUMENT,
-                     "the op has %d outputs; the request names %d output ids",
-                     nout, op->num_outputs);
+                     "%d outputs but the caller's result has room for %d "
+                     "(sched_op_result.more_dtype / more_shape not set)",
+                     nout, SCHED_RESULT_INLINE);
   res->num_outputs = nout;
   /* Only output 0 can share input 0's buffer (DEV_OP_ALIASES_INPUT). */
   uint64_t nb = dev_op_new_bytes(p);
   uint64_t shared = dev_op_output_bytes(p) - nb;
   for (int j = 0; j < nout; j++) {
     dev_tensor *t = dev_op_output(p, j);
-    res->dtype[j] = dev_tensor_dtype(t);
-    res->shape[j] = *dev_tensor_shape(t);
+    if (j < SCHED_RESULT_INLINE) {
+      res->dtype[j] = dev_tensor_dtype(t);
+      res->shape[j] = *dev_tensor_shape(t);
+    } else {
+      res->more_dtype[j - SCHED_RESULT_INLINE] = dev_tensor_dtype(t);
+      res->more_shape[j - SCHED_RESULT_INLINE] = *dev_tensor_shape(t);
+    }
     uint64_t b = dev_tensor_bytes(t);
     uint64_t cut = j == 0 ? (shared < b ? shared : b) : 0;
     x->pend[x->npend++] = (sched_pending){op->output_ids[j], t, b - cut};

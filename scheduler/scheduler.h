@@ -532,11 +532,23 @@ typedef struct sched_op {
   uint32_t timeout_ms;
 } sched_op;
 
+/* One op's outputs: the first SCHED_RESULT_INLINE inline (a 4096-op request
+ * pays 8 per op, not DEV_MAX_OUTPUTS); the rest (a list output) go to
+ * more_dtype / more_shape, which the caller points at room for num_outputs -
+ * SCHED_RESULT_INLINE each (NULL: INVALID_ARGUMENT). */
+#define SCHED_RESULT_INLINE 8
 typedef struct sched_op_result {
   int num_outputs;
-  pd_dtype dtype[DEV_MAX_OUTPUTS];
-  dev_shape shape[DEV_MAX_OUTPUTS];
+  pd_dtype dtype[SCHED_RESULT_INLINE];
+  dev_shape shape[SCHED_RESULT_INLINE];
+  pd_dtype *more_dtype;
+  dev_shape *more_shape;
 } sched_op_result;
+/* Output j's dtype and shape (a const dev_shape *). */
+#define sched_result_dtype(r, j) (*SCHED_RESULT_AT(r, dtype, more_dtype, j))
+#define sched_result_shape(r, j) SCHED_RESULT_AT(r, shape, more_shape, j)
+#define SCHED_RESULT_AT(r, f, more, j)                                         \
+  ((j) < SCHED_RESULT_INLINE ? &(r)->f[j] : &(r)->more[(j)-SCHED_RESULT_INLINE])
 
 /* Checks that one request's `n` ops are within the scheduler's
  * max_ops_per_request: the one check (and message) of that limit, which

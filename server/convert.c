@@ -331,7 +331,8 @@ Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
   if (!pr || !outs) return NULL;
   paradev__v1__op_result__init(pr);
   for (int j = 0; j < r->num_outputs; j++) {
-    outs[j] = srv_info_to_pb(a, op->output_ids[j], r->dtype[j], &r->shape[j]);
+    outs[j] = srv_info_to_pb(a, op->output_ids[j], sched_result_dtype(r, j),
+                             sched_result_shape(r, j));
     if (!outs[j]) return NULL;
   }
   pr->n_outputs = (size_t)r->num_outputs;
@@ -339,21 +340,31 @@ Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
   return pr;
 }
 
-void srv_op_infos_fill(srv_op_infos *o, const sched_op *op,
+bool srv_op_infos_fill(srv_op_infos *o, srv_arena *a, const sched_op *op,
                        const sched_op_result *r) {
+  o->ptrs = o->local;
+  o->n = 0;
+  if (r->num_outputs > SCHED_RESULT_INLINE) {
+    Paradev__V1__OpResult *pr = srv_result_to_pb(a, op, r);
+    if (!pr) return false;
+    o->ptrs = pr->outputs;
+    o->n = pr->n_outputs;
+    return true;
+  }
   for (int j = 0; j < r->num_outputs; j++) {
+    const dev_shape *sh = &r->shape[j];
     paradev__v1__shape__init(&o->shape[j]);
-    o->shape[j].n_dims = (size_t)r->shape[j].rank;
+    o->shape[j].n_dims = (size_t)sh->rank;
     o->shape[j].dims = o->dims[j];
-    for (int k = 0; k < r->shape[j].rank; k++)
-      o->dims[j][k] = r->shape[j].dims[k];
+    for (int k = 0; k < sh->rank; k++) o->dims[j][k] = sh->dims[k];
     paradev__v1__tensor_info__init(&o->info[j]);
     o->info[j].id = op->output_ids[j];
     o->info[j].dtype = (Paradev__V1__DType)r->dtype[j];
     o->info[j].shape = &o->shape[j];
-    o->ptrs[j] = &o->info[j];
+    o->local[j] = &o->info[j];
   }
   o->n = (size_t)r->num_outputs;
+  return true;
 }
 
 /* --- transfers ------------------------------------------------------------------- */
@@ -540,6 +551,7 @@ static Paradev__V1__ArgDef *srv_arg_to_pb(const dev_op_arg_info *ai,
   pb->dtypes = dts;
   pb->dtype_rule = srv_str_or_empty(ai->dtype_rule);
   pb->doc = srv_str_or_empty(ai->doc);
+  pb->length_attr = srv_str_or_empty(ai->length_attr);
   return pb;
 }
 

@@ -106,14 +106,17 @@ Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
                                         const sched_op_result *r);
 
 /* One op's outputs as TensorInfos in caller storage (no allocation: the path
- * of every streamed op). */
+ * of every streamed op), for up to SCHED_RESULT_INLINE outputs; an op with
+ * more (a list output) gets them from arena `a` (srv_result_to_pb). `ptrs`
+ * and `n` are the reply's. False when the arena is out of memory. */
 typedef struct srv_op_infos {
-  Paradev__V1__TensorInfo info[DEV_MAX_OUTPUTS], *ptrs[DEV_MAX_OUTPUTS];
-  Paradev__V1__Shape shape[DEV_MAX_OUTPUTS];
-  int64_t dims[DEV_MAX_OUTPUTS][PD_MAX_RANK];
+  Paradev__V1__TensorInfo info[SCHED_RESULT_INLINE];
+  Paradev__V1__TensorInfo *local[SCHED_RESULT_INLINE], **ptrs;
+  Paradev__V1__Shape shape[SCHED_RESULT_INLINE];
+  int64_t dims[SCHED_RESULT_INLINE][PD_MAX_RANK];
   size_t n;
 } srv_op_infos;
-void srv_op_infos_fill(srv_op_infos *o, const sched_op *op,
+bool srv_op_infos_fill(srv_op_infos *o, srv_arena *a, const sched_op *op,
                        const sched_op_result *r);
 
 /* --- transfers ------------------------------------------------------------------ */

@@ -136,14 +136,13 @@ static int srv_engine_start(srv *s) {
 
 /* What the engine reports of graph functions (dev_fn_config.log): a cache
  * miss and its reason at info, a pass rolled back or an external pass
- * refused at warning. The callback carries no level: a miss is told by its
- * text ("cache miss ..."). Names and reasons may hold a client's bytes. */
-static void srv_fn_log(void *arg, const char *fn_name, const char *what) {
+ * refused at warning. Names and reasons may hold a client's bytes. */
+static void srv_fn_log(void *arg, dev_fn_log_level level, const char *fn_name,
+                       const char *what) {
   (void)arg;
   char fq[SRV_LOG_QUOTED(128)], wq[SRV_LOG_QUOTED(512)];
-  bool miss = what && (strstr(what, "cache miss") || strstr(what, "miss:") ||
-                       strncmp(what, "miss", 4) == 0);
-  SRV_LOG_AT(SRV_SUB_SCHED, miss ? SRV_LOG_INFO : SRV_LOG_WARN,
+  SRV_LOG_AT(SRV_SUB_SCHED,
+             level == DEV_FN_LOG_INFO ? SRV_LOG_INFO : SRV_LOG_WARN,
              "function \"%s\": %s", srv_log_quote(fn_name, fq, sizeof fq),
              srv_log_clean(what ? what : "", wq, sizeof wq));
 }

@@ -38,18 +38,29 @@ static uint64_t srv_call_deadline_ns(const srv_call *c) {
 /* An execute item: converts ops[0..n) (checking every limit) and queues them
  * in one sched_execute, each with the call's deadline and `timeout_ms` (the
  * request's op_timeout_ms; 0: the session's); ops_out, res and attrs
- * (n * DEV_MAX_ATTRS) are the caller's. */
+ * (n * DEV_MAX_ATTRS) are the caller's; `a` holds the results of ops
+ * with more than SCHED_RESULT_INLINE outputs. */
 static pd_code srv_execute_item(const srv_req_limits *l, sched_session *ss,
                                 Paradev__V1__Operation *const *ops, size_t n,
                                 uint64_t tag, uint64_t deadline_ns,
                                 uint32_t timeout_ms, dev_attr *attrs,
                                 sched_op *ops_out, sched_op_result *res,
-                                dev_status *st) {
+                                srv_arena *a, dev_status *st) {
   for (size_t i = 0; i < n; i++) {
     PD_TRY(srv_op_from_pb(l, ops[i], (int)i, attrs + i * DEV_MAX_ATTRS,
                           &ops_out[i], st));
     ops_out[i].deadline_ns = deadline_ns;
     ops_out[i].timeout_ms = timeout_ms;
+    /* Results past the inline ones (a list output), sized by the ids */
+    res[i].more_dtype = NULL;
+    res[i].more_shape = NULL;
+    int more = ops_out[i].num_outputs - SCHED_RESULT_INLINE;
+    if (more > 0) {
+      res[i].more_dtype = srv_arena_alloc(a, sizeof(pd_dtype) * (size_t)more);
+      res[i].more_shape = srv_arena_alloc(a, sizeof(dev_shape) * (size_t)more);
+      if (!res[i].more_dtype || !res[i].more_shape)
+        return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    }
   }
   int failed = 0;
   PD_TRY(sched_execute(ss, ops_out, (int)n, tag, res, &failed, st));
@@ -99,7 +110,7 @@ static void srv_execute(srv_call *c, const ProtobufCMessage *m) {
     goto fail;
   }
   if (srv_execute_item(&l, ss, req->ops, n, 0, srv_call_deadline_ns(c),
-                       req->op_timeout_ms, attrs, ops, res, &st) != PD_OK)
+                       req->op_timeout_ms, attrs, ops, res, &a, &st) != PD_OK)
     goto fail;
   for (size_t i = 0; i < n; i++) {
     pres[i] = srv_result_to_pb(&a, &ops[i], &res[i]);
@@ -212,11 +223,16 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     sched_op_result res;
     srv_op_infos infos; /* no arena: this is the path of every streamed op */
     infos.n = 0;
+    infos.ptrs = NULL;
+    srv_arena more = {NULL}; /* allocates only for a list output's results */
     Paradev__V1__Operation *const ops[1] = {req->execute};
     if (srv_execute_item(&l, e->ss, ops, 1, e->tag, e->deadline_ns,
-                         req->op_timeout_ms, attrs, &op, &res, &st) == PD_OK)
-      srv_op_infos_fill(&infos, &op, &res);
+                         req->op_timeout_ms, attrs, &op, &res, &more,
+                         &st) == PD_OK &&
+        !srv_op_infos_fill(&infos, &more, &op, &res))
+      dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     srv_enqueue_reply(c, index, &st, infos.ptrs, infos.n);
+    srv_arena_free(&more);
   } else if (req->item_case ==
              PARADEV__V1__ENQUEUE_REQUEST__ITEM_REGISTER_FUNCTION) {
     /* Done before the next item is read: the calls behind it find it. */

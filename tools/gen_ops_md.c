@@ -33,6 +33,7 @@ static void arg_from(pd_op_arg *a, const dev_op_arg_info *ai) {
   a->dtypes = ai->dtypes;
   a->dtype_rule = ai->dtype_rule;
   a->doc = ai->doc;
+  a->length_attr = ai->length_attr;
 }
 
 static void value_from(pd_attr_value *v, const dev_attr_value *d, char *sbuf) {

@@ -3,7 +3,8 @@
 #
 # Host code is C11 (backend.c, device.c, fence.c, memory.c, collective.c and
 # coll_*.c, matmul.c, fused_matmul.c (cuBLASLt), graph.c, register.c); kernels are
-# CUDA C++ in a few kernels_*.cu files. No separable compilation: every .cu is
+# CUDA C++ in a few kernels_*.cu files (kernels_split.cu: Split, SplitV,
+# Unpack, Pack). No separable compilation: every .cu is
 # self-contained, so no device link step is needed and executables link with
 # the C compiler.
 set(PARADEV_CUDA_DIR ${CMAKE_SOURCE_DIR}/device/cuda)
@@ -23,7 +24,8 @@ target_sources(paradev_device PRIVATE
   ${PARADEV_CUDA_DIR}/kernels_elementwise.cu
   ${PARADEV_CUDA_DIR}/kernels_reduce.cu
   ${PARADEV_CUDA_DIR}/kernels_array.cu
-  ${PARADEV_CUDA_DIR}/kernels_fused.cu)
+  ${PARADEV_CUDA_DIR}/kernels_fused.cu
+  ${PARADEV_CUDA_DIR}/kernels_split.cu)
 target_compile_definitions(paradev_device PUBLIC PARADEV_HAVE_CUDA=1)
 target_link_libraries(paradev_device PUBLIC ${PARADEV_CUDART} CUDA::cublas CUDA::cublasLt)
 if(PARADEV_HAVE_NCCL)

@@ -97,6 +97,7 @@ void dev_cuda_register(const char *op, dev_kernel_fn fn);
 void dev_cuda_register_elementwise(void);
 void dev_cuda_register_reduce(void);
 void dev_cuda_register_array(void);
+void dev_cuda_register_split(void); /* kernels_split.cu */
 void dev_cuda_register_linalg(void);
 void dev_cuda_register_fused(void);        /* kernels_fused.cu */
 void dev_cuda_register_fused_matmul(void); /* fused_matmul.c */

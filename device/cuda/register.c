@@ -17,6 +17,7 @@ static void register_once(void) {
   dev_cuda_register_array();
   dev_cuda_register_fused();
   dev_cuda_register_fused_matmul();
+  dev_cuda_register_split();
 }
 
 void dev_register_cuda_kernels(void) { pthread_once(&g_once, register_once); }

@@ -88,8 +88,8 @@ const fn_graph *fn_lib_lookup(void *arg, const char *name);
 dev_tristate fn_pass_in_force(const dev_fn_options *o, const dev_fn_config *c,
                               dev_fn_pass p);
 /* Sends "what" for function `fn` to the config's log. */
-void fn_log(const dev_fn_config *c, const char *fn, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void fn_log(const dev_fn_config *c, dev_fn_log_level level, const char *fn,
+            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* convert.c (canon.c: fn_def_canonical). Builds a graph (n_dev 0) from a definition and validates it as
  * dev_fn_register documents; `lookup` resolves calls of other functions

@@ -391,7 +391,7 @@ static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
       miss_reason(f->insts[0], in, n_in, n, why, sizeof why);
     f->misses++;
     add_miss_reason(f, why);
-    fn_log(&lib->cfg, f->name, "cache miss: %s", why);
+    fn_log(&lib->cfg, DEV_FN_LOG_INFO, f->name, "cache miss: %s", why);
     PD_TRY(instantiate(lib, f, in, n_in, &inst, st));
     int cap = inst_cap(lib, f);
     while (f->n_insts >= cap) {

@@ -23,8 +23,8 @@ static void run_builtin(dev_fn_lib *lib, const fn_func *f, fn_graph **gp,
   fn_graph *bk = fn_graph_clone(*gp);
   if (!bk) {
     info->pass_changes[p] = -2;
-    fn_log(&lib->cfg, f->name, "pass '%s' skipped: host out of memory",
-           dev_fn_pass_name(p));
+    fn_log(&lib->cfg, DEV_FN_LOG_WARNING, f->name,
+           "pass '%s' skipped: host out of memory", dev_fn_pass_name(p));
     return;
   }
   int changes = 0;
@@ -38,8 +38,9 @@ static void run_builtin(dev_fn_lib *lib, const fn_func *f, fn_graph **gp,
     fn_graph_free(*gp);
     *gp = bk;
     info->pass_changes[p] = -2;
-    fn_log(&lib->cfg, f->name, "pass '%s' failed and was rolled back: %s",
-           dev_fn_pass_name(p), pst.msg);
+    fn_log(&lib->cfg, DEV_FN_LOG_WARNING, f->name,
+           "pass '%s' failed and was rolled back: %s", dev_fn_pass_name(p),
+           pst.msg);
     return;
   }
   fn_graph_free(bk);
@@ -110,8 +111,8 @@ static bool run_external(dev_fn_lib *lib, const fn_func *f, fn_graph **gp,
   fn_graph_free(ng);
   dev_fn_def_free(in);
   if (rc != PD_OK) {
-    fn_log(&lib->cfg, f->name, "external pass '%s' refused: %s", xname,
-           xst.msg);
+    fn_log(&lib->cfg, DEV_FN_LOG_WARNING, f->name,
+           "external pass '%s' refused: %s", xname, xst.msg);
     return false;
   }
   return changed;
@@ -153,7 +154,8 @@ void fn_plan_for(dev_fn_lib *lib, const fn_func *f, fn_inst *inst) {
   dev_status pst = DEV_STATUS_INIT;
   if (fn_plan_buffers(inst->g, &inst->plan, &pst) != PD_OK) {
     info->pass_changes[DEV_PASS_BUFFER_PLANNING] = -2;
-    fn_log(&lib->cfg, f->name, "buffer planning failed: %s", pst.msg);
+    fn_log(&lib->cfg, DEV_FN_LOG_WARNING, f->name, "buffer planning failed: %s",
+           pst.msg);
     return;
   }
   inst->planned = true;

@@ -30,14 +30,15 @@ dev_tristate fn_pass_in_force(const dev_fn_options *o, const dev_fn_config *c,
   return DEV_TRI_ON;
 }
 
-void fn_log(const dev_fn_config *c, const char *fn, const char *fmt, ...) {
+void fn_log(const dev_fn_config *c, dev_fn_log_level level, const char *fn,
+            const char *fmt, ...) {
   if (!c->log) return;
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  c->log(c->log_arg, fn, buf);
+  c->log(c->log_arg, level, fn, buf);
 }
 
 fn_func *fn_lib_find(const dev_fn_lib *lib, const char *name) {

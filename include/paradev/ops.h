@@ -80,8 +80,10 @@ typedef struct pd_op_arg {
   const char *name; /* TensorFlow's argument name where TF has the op: "a" */
   /* A list argument takes min_length or more tensors, given as consecutive
    * entries of the op's flattened inputs; how many is the number of inputs
-   * passed less the op's other arguments (an op has at most one list input;
-   * outputs are never lists). TFE_OpGetInputLength. */
+   * passed less the op's other arguments (an op has at most one list input
+   * and at most one list output). TFE_OpGetInputLength; for a list output
+   * (Split's), length_attr names the attribute that gives its length
+   * (TFE_OpGetOutputLength). */
   bool is_list;
   int min_length; /* 1 for a plain argument */
   /* Allowed dtypes, PD_DTYPE_BIT(dt) for each; for an output, the dtypes it
@@ -92,6 +94,10 @@ typedef struct pd_op_arg {
    * "same as x", "the attribute dtype", "int64". */
   const char *dtype_rule;
   const char *doc; /* a few words about the argument; may be "" */
+  /* A list output: the attribute whose value (INT) or length (INT_LIST) is
+   * the list's length, e.g. "num_split"; name that many output ids. ""
+   * otherwise (and from a daemon that predates list outputs). */
+  const char *length_attr;
 } pd_op_arg;
 
 /* One attribute of an op. */

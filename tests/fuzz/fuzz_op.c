@@ -83,11 +83,21 @@ static void fz_init(void) {
  * srv_result_to_pb in an arena; Enqueue: srv_op_infos_fill), packed. */
 static void fz_reply(const sched_op *op, const dev_op *p) {
   sched_op_result r;
+  pd_dtype more_dtype[DEV_MAX_OUTPUTS];
+  dev_shape more_shape[DEV_MAX_OUTPUTS];
   memset(&r, 0, sizeof r);
+  r.more_dtype = more_dtype;
+  r.more_shape = more_shape;
   r.num_outputs = dev_op_num_outputs(p);
   for (int i = 0; i < r.num_outputs && i < DEV_MAX_OUTPUTS; i++) {
-    r.dtype[i] = dev_tensor_dtype(dev_op_output(p, i));
-    r.shape[i] = *dev_tensor_shape(dev_op_output(p, i));
+    pd_dtype *dt = i < SCHED_RESULT_INLINE
+                       ? &r.dtype[i]
+                       : &more_dtype[i - SCHED_RESULT_INLINE];
+    dev_shape *sh = i < SCHED_RESULT_INLINE
+                        ? &r.shape[i]
+                        : &more_shape[i - SCHED_RESULT_INLINE];
+    *dt = dev_tensor_dtype(dev_op_output(p, i));
+    *sh = *dev_tensor_shape(dev_op_output(p, i));
   }
   srv_arena a = {NULL};
   Paradev__V1__OpResult *pr = srv_result_to_pb(&a, op, &r);
@@ -97,9 +107,9 @@ static void fz_reply(const sched_op *op, const dev_op *p) {
     protobuf_c_message_pack(&pr->base, out);
     free(out);
   }
-  srv_arena_free(&a);
   srv_op_infos infos;
-  srv_op_infos_fill(&infos, op, &r);
+  srv_op_infos_fill(&infos, &a, op, &r);
+  srv_arena_free(&a);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

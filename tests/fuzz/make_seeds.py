@@ -91,6 +91,14 @@ def request_seeds(w, proto_python):
         pb.Operation(op="Reshape", inputs=[1], output_ids=[8], attrs=[attr("shape", shape=shape(3, 2))]),
         pb.Operation(op="Concat", inputs=[1, 2, 3], output_ids=[9], attrs=[attr("axis", i=0)]),
         pb.Operation(op="Pow", inputs=[1, 2], output_ids=[10], attrs=[attr("x", float_list=pb.FloatList(values=[0.5, 2.0]))]),
+        # list outputs: as many ids as the length attribute says
+        pb.Operation(op="Split", inputs=[2], output_ids=list(range(11, 23)),
+                     attrs=[attr("axis", i=0), attr("num_split", i=12)]),
+        pb.Operation(op="SplitV", inputs=[1], output_ids=[23, 24],
+                     attrs=[attr("size_splits", int_list=pb.IntList(values=[1, -1])), attr("axis", i=-1)]),
+        pb.Operation(op="Unpack", inputs=[5], output_ids=[25, 26, 27, 28],
+                     attrs=[attr("num", i=4), attr("axis", i=1)]),
+        pb.Operation(op="Pack", inputs=[1, 1, 1], output_ids=[29], attrs=[attr("axis", i=-1)]),
     ]
     for i, op in enumerate(ops):
         w.put("fuzz_op", "test_op%d_%s" % (i, op.op), op.SerializeToString())

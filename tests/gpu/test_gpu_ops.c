@@ -936,6 +936,37 @@ static void test_transpose(void **state) {
     }
 }
 
+/* Split, SplitV, Unpack (list outputs: 12 parts, more than 8) and Pack,
+ * every dtype and axis: kernels_split.cu against the CPU kernels. */
+static void test_split_pack(void **state) {
+  (void)state;
+  char what[160];
+  for (int d = 0; d < COUNT(k_all); d++)
+    for (int axis = -3; axis < 3; axis++) {
+      pd_dtype dt = k_all[d];
+      double hi = dt == PD_BOOL ? 1 : 100;
+      tin in = TIN(dt, 0, hi, 3, 12, 12, 12);
+      dev_attr a[2] = {dev_attr_int("axis", axis),
+                       dev_attr_int("num_split", 12)};
+      snprintf(what, sizeof what, "Split %s axis %d", pd_dtype_name(dt), axis);
+      check_op(what, "Split", &in, 1, a, 2, 0);
+      const int64_t sz[4] = {5, 0, -1, 2};
+      dev_attr b[2] = {dev_attr_int_list("size_splits", sz, 4),
+                       dev_attr_int("axis", axis)};
+      snprintf(what, sizeof what, "SplitV %s axis %d", pd_dtype_name(dt), axis);
+      check_op(what, "SplitV", &in, 1, b, 2, 0);
+      dev_attr u[2] = {dev_attr_int("num", 12), dev_attr_int("axis", axis)};
+      snprintf(what, sizeof what, "Unpack %s axis %d", pd_dtype_name(dt), axis);
+      check_op(what, "Unpack", &in, 1, u, 2, 0);
+      tin p[3];
+      for (int k = 0; k < 3; k++) p[k] = TIN(dt, 0, hi, 3, 3, 4, 5);
+      dev_attr pa = dev_attr_int("axis", axis < 0 ? axis - 1 : axis + 1);
+      snprintf(what, sizeof what, "Pack %s axis %d", pd_dtype_name(dt),
+               axis < 0 ? axis - 1 : axis + 1);
+      check_op(what, "Pack", p, 3, &pa, 1, 0);
+    }
+}
+
 static void test_concat_slice(void **state) {
   (void)state;
   char what[160];
@@ -1929,6 +1960,7 @@ int main(void) {
       cmocka_unit_test(test_sparse_xent),
       cmocka_unit_test(test_transpose),
       cmocka_unit_test(test_concat_slice),
+      cmocka_unit_test(test_split_pack),
       cmocka_unit_test(test_gather_onehot),
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_grad_ops),

@@ -27,6 +27,7 @@ branches of issue #11 not merged yet).
 import os
 import re
 import shutil
+import math
 import struct
 import subprocess
 import sys
@@ -114,8 +115,12 @@ def f32(v):
 
 
 def r32(x):
-    """x rounded to float32, as Python floats (for exact references)."""
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+    """x rounded to float32, as Python floats (for exact references); a value
+    far beyond float32's range (1e20 squared) rounds to infinity."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
 
 
 def check_square(d, with_broken=False):

@@ -600,7 +600,9 @@ typedef struct logbuf {
   char text[4096];
 } logbuf;
 
-static void log_to(void *arg, const char *fn, const char *what) {
+static void log_to(void *arg, dev_fn_log_level level, const char *fn,
+                   const char *what) {
+  (void)level;
   logbuf *l = arg;
   size_t n = strlen(l->text);
   snprintf(l->text + n, sizeof l->text - n, "[%s] %s\n", fn, what);

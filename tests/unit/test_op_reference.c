@@ -158,6 +158,44 @@ static void test_dtypes_are_what_infer_accepts(void **state) {
   dev_engine_destroy(e);
 }
 
+/* List outputs: the reference shows is_list and the attribute that gives
+ * the length (an int or an int list of the op); Split, SplitV and Unpack
+ * have one, plain ops none. */
+static void test_list_outputs(void **state) {
+  (void)state;
+  int lists = 0;
+  for (int i = 0; i < dev_op_count(); i++) {
+    const dev_op_def *d = dev_op_at(i);
+    dev_op_arg_info a;
+    for (int j = 0; dev_op_def_output(d, j, &a); j++) {
+      if (!a.is_list) {
+        assert_string_equal(a.length_attr, "");
+        assert_int_equal(a.min_len, 1);
+        continue;
+      }
+      lists++;
+      int k = dev_op_attr_index(d, a.length_attr);
+      if (k < 0)
+        fail_msg("op %s: list output %s: no attribute '%s'", d->name, a.name,
+                 a.length_attr);
+      dev_op_attr_info t;
+      assert_true(dev_op_def_attr(d, k, &t));
+      assert_true(t.type == DEV_ATTR_INT || t.type == DEV_ATTR_INT_LIST);
+    }
+  }
+  assert_true(lists >= 3);
+  const char *names[3] = {"Split", "SplitV", "Unpack"};
+  const char *len[3] = {"num_split", "size_splits", "num"};
+  for (int i = 0; i < 3; i++) {
+    dev_op_arg_info a;
+    assert_true(dev_op_def_output(dev_op_lookup(names[i]), 0, &a));
+    assert_true(a.is_list);
+    assert_string_equal(a.name, "output");
+    assert_string_equal(a.length_attr, len[i]);
+    assert_int_equal(a.min_len, 1);
+  }
+}
+
 int main(void) {
   dev_registry_init();
   const struct CMUnitTest tests[] = {
@@ -166,6 +204,7 @@ int main(void) {
       cmocka_unit_test(test_defaults_agree),
       cmocka_unit_test(test_values_of_some_ops),
       cmocka_unit_test(test_dtypes_are_what_infer_accepts),
+      cmocka_unit_test(test_list_outputs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

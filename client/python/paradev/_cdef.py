@@ -440,6 +440,7 @@ int min_length;
 uint32_t dtypes;
 const char *dtype_rule;
 const char *doc;
+const char *length_attr;
 } pd_op_arg;
 typedef struct pd_op_attr {
 const char *name;

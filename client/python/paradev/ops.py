@@ -39,11 +39,15 @@ class AttrDef:
 
 
 class ArgDef:
-    __slots__ = ("name", "is_list", "dtypes", "dtype_rule", "doc")
+    __slots__ = ("name", "is_list", "dtypes", "dtype_rule", "doc",
+                 "length_attr")
 
-    def __init__(self, name, is_list=False, dtypes=(), dtype_rule="", doc=""):
+    def __init__(self, name, is_list=False, dtypes=(), dtype_rule="", doc="",
+                 length_attr=""):
         self.name, self.is_list, self.dtypes = name, is_list, dtypes
         self.dtype_rule, self.doc = dtype_rule, doc
+        # a list output: the attribute giving its length ("num_split")
+        self.length_attr = length_attr
 
 
 class OpDef:
@@ -65,7 +69,30 @@ class OpDef:
 
     @property
     def num_outputs(self):
+        """The number of output arguments (a list output counts once; see
+        output_lengths for the flattened count)."""
         return len(self.outputs)
+
+    def output_lengths(self, attrs):
+        """How many tensors each output argument yields for these
+        attributes (TFE_OpGetOutputLength): 1, or for a list output the
+        value of its length attribute (an int: Split's num_split, Unpack's
+        num) or that list's length (SplitV's size_splits)."""
+        out = []
+        for o in self.outputs:
+            if not getattr(o, "is_list", False):
+                out.append(1)
+                continue
+            name = getattr(o, "length_attr", "")
+            v = attrs.get(name)
+            if v is None and name in self.attrs:
+                v = self.attrs[name].default
+            if v is None:
+                raise TypeError("%s: attribute %r is required (it gives the "
+                                "number of outputs of %r)"
+                                % (self.name, name, o.name))
+            out.append(len(v) if isinstance(v, (list, tuple)) else int(v))
+        return out
 
     def output_dtypes(self, inputs, attrs):
         """The outputs' dtypes as far as the registry's dtype rules tell
@@ -75,8 +102,10 @@ class OpDef:
         rules = self._rules
         if rules is None:
             rules = self._rules = [self._rule(o) for o in self.outputs]
+        lengths = self.output_lengths(attrs) if any(
+            getattr(o, "is_list", False) for o in self.outputs) else None
         out = []
-        for kind, arg in rules:
+        for j, (kind, arg) in enumerate(rules):
             dt = None
             if kind == "input" and arg < len(inputs):
                 dt = inputs[arg]._dtype
@@ -91,7 +120,10 @@ class OpDef:
                         dt = None
             elif kind == "fixed":
                 dt = arg
-            out.append(dt)
+            if lengths is None:
+                out.append(dt)
+            else:
+                out.extend([dt] * lengths[j])
         return out
 
     def _rule(self, o):
@@ -128,6 +160,8 @@ class OpDef:
         lines.append("Outputs:")
         for a in self.outputs:
             nm = a.name if isinstance(a, ArgDef) else a
+            if isinstance(a, ArgDef) and a.is_list:
+                nm += " (a list of %s)" % (a.length_attr or "several")
             lines.append("  %s" % nm + (": " + a.doc if isinstance(a, ArgDef)
                                         and a.doc else ""))
         if self.attrs:
@@ -227,7 +261,7 @@ def _value(v):
 
 def _arg(a):
     return ArgDef(_s(a.name), bool(a.is_list), _dtype_names(a.dtypes),
-                  _s(a.dtype_rule), _s(a.doc))
+                  _s(a.dtype_rule), _s(a.doc), _s(a.length_attr))
 
 
 def _from_info(o):

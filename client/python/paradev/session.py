@@ -51,6 +51,20 @@ def _cstr(s, what, arg=None, cache={}):
     return b
 
 
+
+def _group_outputs(opdef, lengths, outs):
+    """The flattened outputs of an op with a list output, one entry per
+    output argument (a list for the list one); the entry itself when the
+    op has one argument."""
+    groups, k = [], 0
+    for o, n in zip(opdef.outputs, lengths):
+        if getattr(o, "is_list", False):
+            groups.append(list(outs[k:k + n]))
+        else:
+            groups.append(outs[k])
+        k += n
+    return groups[0] if len(groups) == 1 else tuple(groups)
+
 class Session(Transfers, Checkpoints):
     """A session on the daemon; see Client.session. Attributes:
     num_devices (components of every tensor), lease_s, incarnation,
@@ -336,7 +350,9 @@ class Session(Transfers, Checkpoints):
         """Runs op `name` (a TensorFlow raw-op name) on every device. Inputs
         are Tensors (or values, uploaded mirrored); attributes are plain
         Python values converted to the kinds the registry declares. Returns
-        a Tensor, or a tuple for an op with several outputs."""
+        a Tensor, a list of Tensors for an op whose one output is a list
+        (Split, SplitV, Unpack: as many as the length attribute says), or a
+        tuple for an op with several outputs."""
         tr = active_trace()
         if tr is not None and tr.session is self:
             return tr.op(name, inputs, attrs)  # a node of a traced function
@@ -344,6 +360,10 @@ class Session(Transfers, Checkpoints):
         if opdef is None:
             opdef = self._defs[name] = self.ops._def(name)
         n_out = opdef.num_outputs
+        lengths = None
+        if any(getattr(o, "is_list", False) for o in opdef.outputs):
+            lengths = opdef.output_lengths(attrs)
+            n_out = sum(lengths)
         mirrored = True
         ids = []
         tensors = []
@@ -395,7 +415,8 @@ class Session(Transfers, Checkpoints):
                 if code != 0:
                     _lib.raise_status(code, st)
                 dts = opdef.output_dtypes(tensors, attrs)
-                if n_out == 1 and opdef.out_mirrored is None:
+                if n_out == 1 and lengths is None and \
+                        opdef.out_mirrored is None:
                     out = Tensor(self, out_ids[0], dts[0], None, mirrored)
                     self._items[self._index[0]] = (out.id,)
                     if self._tapes:
@@ -420,6 +441,8 @@ class Session(Transfers, Checkpoints):
                     combine_mirrored(tensors, m)[0]
         if self._tapes:
             self._tracked(tensors, outs)
+        if lengths is not None:
+            return _group_outputs(opdef, lengths, outs)
         return outs[0] if n_out == 1 else tuple(outs)
 
     def _tracked(self, inputs, outs):
