@@ -38,7 +38,7 @@
 #endif
 
 /* The default --mode: the faster one in bench_train (README, "Graph
- * functions": 3.2x eager's steps per second at batch 32). Without --mode,
+ * functions": 3.1x eager's steps per second at batch 32). Without --mode,
  * a daemon that has no graph functions (UNIMPLEMENTED) gets eager mode. */
 #define DEFAULT_MODE DP_MLP_FUNCTION
 #define DEFAULT_MODE_NAME "function"
