@@ -442,7 +442,9 @@ static void test_bad_bytes_refused(void **state) {
   for (int i = 0; i <= DEV_MAX_OUTPUTS; i++) many[i] = &vi;
   nd.n_outputs_info = DEV_MAX_OUTPUTS + 1;
   nd.outputs_info = many;
-  expect_bad_bytes(&def, "9 outputs_info");
+  char too_many[32];
+  snprintf(too_many, sizeof too_many, "%d outputs_info", DEV_MAX_OUTPUTS + 1);
+  expect_bad_bytes(&def, too_many);
   nd.n_outputs_info = 1;
   nd.outputs_info = vis;
   /* Now valid: parsed, the value info kept. */
