@@ -39,7 +39,7 @@ typedef struct tape_rec {
   const dev_op_def *def;
   int n_in, n_out;
   uint64_t tracked; /* bit i: input i was tracked when the op was recorded */
-  dev_tensor **out;      /* [n_out], behind in[] (sized by the real count) */
+  dev_tensor **out; /* [n_out], behind in[] (sized by the real count) */
   dev_attr_value *attrs; /* [def->num_attrs]; lists and strings copied behind */
   dev_tensor *in[];      /* [n_in], then out's n_out */
 } tape_rec;
@@ -124,6 +124,24 @@ void dev__vjp_reshape_like(vjp_ctx *c);
 void dev__vjp_split(vjp_ctx *c);
 void dev__vjp_unpack(vjp_ctx *c);
 void dev__vjp_pack(vjp_ctx *c);
+
+/* The helpers of VJPs (vjp_util.c). dev__vjp_run runs `op` through the
+ * tape's executor and returns its output 0, a temporary released after the
+ * VJP (NULL, doing nothing, once c->rc holds an error: errors are sticky);
+ * run1/run2 for one or two inputs; set_dx keeps a reference to t as input
+ * j's gradient; scalar is a mirrored scalar of dt; attr is the recorded
+ * op's attribute `name` (INTERNAL when it has none); attr_is compares a
+ * string attribute. */
+dev_tensor *dev__vjp_run(vjp_ctx *c, const char *op, dev_tensor *const *in,
+                         int n, const dev_attr *attrs, int n_attrs);
+dev_tensor *dev__vjp_run1(vjp_ctx *c, const char *op, dev_tensor *a,
+                          const dev_attr *attrs, int n_attrs);
+dev_tensor *dev__vjp_run2(vjp_ctx *c, const char *op, dev_tensor *a,
+                          dev_tensor *b, const dev_attr *attrs, int n_attrs);
+void dev__vjp_set_dx(vjp_ctx *c, int j, dev_tensor *t);
+dev_tensor *dev__vjp_scalar(vjp_ctx *c, double v, pd_dtype dt);
+const dev_attr_value *dev__vjp_attr(vjp_ctx *c, const char *name);
+bool dev__vjp_attr_is(const dev_attr_value *v, const char *s);
 
 /* The VJP of `def`, or NULL when the op has no gradient. */
 vjp_fn dev__vjp_for(const dev_op_def *def);

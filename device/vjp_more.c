@@ -18,77 +18,9 @@
 
 #include "tape_int.h"
 
-static dev_tensor *run(vjp_ctx *c, const char *op, dev_tensor *const *in, int n,
-                       const dev_attr *attrs, int n_attrs) {
-  if (c->rc != PD_OK) return NULL;
-  for (int i = 0; i < n; i++)
-    if (!in[i]) {
-      c->rc = dev_error(c->st, PD_INTERNAL,
-                        "gradient of %s: %s is missing input %d",
-                        c->r->def->name, op, i);
-      return NULL;
-    }
-  if (c->n_temps == VJP_TEMPS) {
-    c->rc = dev_error(c->st, PD_INTERNAL, "gradient of %s: more than %d ops",
-                      c->r->def->name, VJP_TEMPS);
-    return NULL;
-  }
-  dev_tensor *outs[DEV_MAX_OUTPUTS] = {0};
-  int n_out = DEV_MAX_OUTPUTS;
-  dev_status s = DEV_STATUS_INIT;
-  if (dev__tape_exec(c->tp, op, in, n, attrs, n_attrs, outs, &n_out, &s) !=
-      PD_OK) {
-    c->rc =
-        dev_error(c->st, s.code, "gradient of %s: %s", c->r->def->name, s.msg);
-    return NULL;
-  }
-  for (int i = 1; i < n_out; i++) dev_tensor_release(outs[i]);
-  c->temps[c->n_temps++] = outs[0];
-  return outs[0];
-}
-
-static dev_tensor *run1(vjp_ctx *c, const char *op, dev_tensor *a,
-                        const dev_attr *attrs, int n_attrs) {
-  return run(c, op, &a, 1, attrs, n_attrs);
-}
-
-static dev_tensor *run2(vjp_ctx *c, const char *op, dev_tensor *a,
-                        dev_tensor *b, const dev_attr *attrs, int n_attrs) {
-  dev_tensor *in[2] = {a, b};
-  return run(c, op, in, 2, attrs, n_attrs);
-}
-
-static void set_dx(vjp_ctx *c, int j, dev_tensor *t) {
-  if (c->rc != PD_OK || !t) return;
-  dev_tensor_retain(t);
-  c->dx[j] = t;
-}
-
-static dev_tensor *scalar(vjp_ctx *c, double v, pd_dtype dt) {
-  dev_attr a[3] = {dev_attr_shape("shape", 0, NULL), dev_attr_float("value", v),
-                   dev_attr_dtype("dtype", dt)};
-  return run(c, "Fill", NULL, 0, a, 3);
-}
-
 static dev_tensor *cast(vjp_ctx *c, dev_tensor *t, pd_dtype dt) {
   dev_attr a = dev_attr_dtype("DstT", dt);
-  return run1(c, "Cast", t, &a, 1);
-}
-
-static const dev_attr_value *attr(vjp_ctx *c, const char *name) {
-  static const dev_attr_value none = {.type = DEV_ATTR_NONE};
-  int i = dev_op_attr_index(c->r->def, name);
-  if (i >= 0) return &c->r->attrs[i];
-  if (c->rc == PD_OK)
-    c->rc = dev_error(c->st, PD_INTERNAL, "gradient of %s: no attribute '%s'",
-                      c->r->def->name, name);
-  return &none;
-}
-
-static bool attr_is(const dev_attr_value *v, const char *s) {
-  size_t n = strlen(s);
-  return v->type == DEV_ATTR_STRING && v->u.s.len == n &&
-         memcmp(v->u.s.ptr, s, n) == 0;
+  return dev__vjp_run1(c, "Cast", t, &a, 1);
 }
 
 /* True when every component of t has component 0's shape. */
@@ -113,18 +45,18 @@ static void fail(vjp_ctx *c, const char *why) {
 /* d|x| = dy * sign(x), sign(0) = 0 (TensorFlow's _AbsGrad). */
 void dev__vjp_abs(vjp_ctx *c) {
   pd_dtype dt = X(0)->dtype;
-  dev_tensor *zero = scalar(c, 0.0, dt);
-  dev_tensor *sign =
-      run2(c, "Sub", cast(c, run2(c, "Greater", X(0), zero, NULL, 0), dt),
-           cast(c, run2(c, "Less", X(0), zero, NULL, 0), dt), NULL, 0);
-  set_dx(c, 0, run2(c, "Mul", DY, sign, NULL, 0));
+  dev_tensor *zero = dev__vjp_scalar(c, 0.0, dt);
+  dev_tensor *sign = dev__vjp_run2(
+      c, "Sub", cast(c, dev__vjp_run2(c, "Greater", X(0), zero, NULL, 0), dt),
+      cast(c, dev__vjp_run2(c, "Less", X(0), zero, NULL, 0), dt), NULL, 0);
+  dev__vjp_set_dx(c, 0, dev__vjp_run2(c, "Mul", DY, sign, NULL, 0));
 }
 
 /* Max and Min over `axis` (TensorFlow's _MinOrMaxGrad): dy goes to the
  * elements equal to the result, spread equally over ties. */
 static void vjp_min_or_max(vjp_ctx *c) {
-  const dev_attr_value *axis = attr(c, "axis");
-  bool keep = attr(c, "keep_dims")->u.b;
+  const dev_attr_value *axis = dev__vjp_attr(c, "axis");
+  bool keep = dev__vjp_attr(c, "keep_dims")->u.b;
   if (c->rc != PD_OK) return;
   pd_dtype dt = X(0)->dtype;
   dev_attr b[2] = {
@@ -132,12 +64,15 @@ static void vjp_min_or_max(vjp_ctx *c) {
       dev_attr_bool("mean", false)};
   dev_attr s[2] = {dev_attr_int_list("axis", axis->u.ilist.v, axis->u.ilist.n),
                    dev_attr_bool("keep_dims", keep)};
-  dev_tensor *yb = run2(c, "BroadcastToLike", Y, X(0), b, 2);
-  dev_tensor *eq = cast(c, run2(c, "Equal", X(0), yb, NULL, 0), dt);
-  dev_tensor *cnt =
-      run2(c, "BroadcastToLike", run1(c, "Sum", eq, s, 2), X(0), b, 2);
-  dev_tensor *g = run2(c, "BroadcastToLike", DY, X(0), b, 2);
-  set_dx(c, 0, run2(c, "Div", run2(c, "Mul", g, eq, NULL, 0), cnt, NULL, 0));
+  dev_tensor *yb = dev__vjp_run2(c, "BroadcastToLike", Y, X(0), b, 2);
+  dev_tensor *eq = cast(c, dev__vjp_run2(c, "Equal", X(0), yb, NULL, 0), dt);
+  dev_tensor *cnt = dev__vjp_run2(
+      c, "BroadcastToLike", dev__vjp_run1(c, "Sum", eq, s, 2), X(0), b, 2);
+  dev_tensor *g = dev__vjp_run2(c, "BroadcastToLike", DY, X(0), b, 2);
+  dev__vjp_set_dx(
+      c, 0,
+      dev__vjp_run2(c, "Div", dev__vjp_run2(c, "Mul", g, eq, NULL, 0), cnt,
+                    NULL, 0));
 }
 void dev__vjp_max(vjp_ctx *c) { vjp_min_or_max(c); }
 void dev__vjp_min(vjp_ctx *c) { vjp_min_or_max(c); }
@@ -145,21 +80,22 @@ void dev__vjp_min(vjp_ctx *c) { vjp_min_or_max(c); }
 /* Broadcast(root): y_d = x_root on every device, so the root's input gets
  * the sum over devices of dy and the others get zeros. */
 void dev__vjp_broadcast(vjp_ctx *c) {
-  int64_t root = attr(c, "root")->u.i;
+  int64_t root = dev__vjp_attr(c, "root")->u.i;
   if (c->rc != PD_OK) return;
   if (!even(X(0))) {
     fail(c, "its input's components differ in shape");
     return;
   }
   dev_attr red = dev_attr_string("reduction", "sum");
-  dev_tensor *s = run1(c, "AllReduce", DY, &red, 1);
+  dev_tensor *s = dev__vjp_run1(c, "AllReduce", DY, &red, 1);
   dev_attr f[3] = {dev_attr_shape("shape", 0, NULL),
                    dev_attr_float("value", (double)root),
                    dev_attr_dtype("dtype", PD_INT32)};
-  dev_tensor *r = run(c, "Fill", NULL, 0, f, 3);
-  dev_tensor *id = run(c, "DeviceId", NULL, 0, NULL, 0);
-  dev_tensor *m = cast(c, run2(c, "Equal", id, r, NULL, 0), X(0)->dtype);
-  set_dx(c, 0, run2(c, "Mul", s, m, NULL, 0));
+  dev_tensor *r = dev__vjp_run(c, "Fill", NULL, 0, f, 3);
+  dev_tensor *id = dev__vjp_run(c, "DeviceId", NULL, 0, NULL, 0);
+  dev_tensor *m =
+      cast(c, dev__vjp_run2(c, "Equal", id, r, NULL, 0), X(0)->dtype);
+  dev__vjp_set_dx(c, 0, dev__vjp_run2(c, "Mul", s, m, NULL, 0));
 }
 
 /* dy transposed so that `axis` comes first (its own inverse). */
@@ -170,7 +106,7 @@ static dev_tensor *swap_first(vjp_ctx *c, dev_tensor *t, int axis, int rank) {
   perm[0] = axis;
   perm[axis] = 0;
   dev_attr a = dev_attr_int_list("perm", perm, rank);
-  return run1(c, "Transpose", t, &a, 1);
+  return dev__vjp_run1(c, "Transpose", t, &a, 1);
 }
 
 /* AllGather(axis): dx_d is device d's part of the sum over devices of dy,
@@ -178,7 +114,7 @@ static dev_tensor *swap_first(vjp_ctx *c, dev_tensor *t, int axis, int rank) {
  * numpy.array_split, so the components' sizes along the axis must be that
  * split's. */
 void dev__vjp_all_gather(vjp_ctx *c) {
-  int64_t ax = attr(c, "axis")->u.i;
+  int64_t ax = dev__vjp_attr(c, "axis")->u.i;
   if (c->rc != PD_OK) return;
   const dev_tensor *x = X(0);
   int rank = x->comps[0].shape.rank;
@@ -196,43 +132,47 @@ void dev__vjp_all_gather(vjp_ctx *c) {
   }
   dev_attr red = dev_attr_string("reduction", "sum");
   dev_tensor *rs =
-      run1(c, "ReduceScatter", swap_first(c, DY, axis, rank), &red, 1);
-  set_dx(c, 0, swap_first(c, rs, axis, rank));
+      dev__vjp_run1(c, "ReduceScatter", swap_first(c, DY, axis, rank), &red, 1);
+  dev__vjp_set_dx(c, 0, swap_first(c, rs, axis, rank));
 }
 
 /* ReduceScatter (sum or mean): dx = the AllGather of dy along axis 0
  * (divided by the number of devices for mean). */
 void dev__vjp_reduce_scatter(vjp_ctx *c) {
-  const dev_attr_value *red = attr(c, "reduction");
+  const dev_attr_value *red = dev__vjp_attr(c, "reduction");
   if (c->rc != PD_OK) return;
-  bool mean = attr_is(red, "mean");
-  if (!mean && !attr_is(red, "sum")) {
+  bool mean = dev__vjp_attr_is(red, "mean");
+  if (!mean && !dev__vjp_attr_is(red, "sum")) {
     fail(c, "its reduction is not sum or mean");
     return;
   }
   dev_attr a = dev_attr_int("axis", 0);
-  dev_tensor *g = run1(c, "AllGather", DY, &a, 1);
+  dev_tensor *g = dev__vjp_run1(c, "AllGather", DY, &a, 1);
   if (mean)
-    g = run2(c, "Mul", g, scalar(c, 1.0 / (double)X(0)->n, X(0)->dtype), NULL,
-             0);
-  set_dx(c, 0, g);
+    g = dev__vjp_run2(c, "Mul", g,
+                      dev__vjp_scalar(c, 1.0 / (double)X(0)->n, X(0)->dtype),
+                      NULL, 0);
+  dev__vjp_set_dx(c, 0, g);
 }
 
 /* ReluGrad(g, f) = g * (f > 0): linear in g; zero in f almost everywhere. */
 void dev__vjp_relu_grad(vjp_ctx *c) {
-  if (c->need[0]) set_dx(c, 0, run2(c, "ReluGrad", DY, X(1), NULL, 0));
+  if (c->need[0])
+    dev__vjp_set_dx(c, 0, dev__vjp_run2(c, "ReluGrad", DY, X(1), NULL, 0));
 }
 
 /* TanhGrad(y, g) = g * (1 - y^2): dy * g * -2y, TanhGrad(y, dy). */
 void dev__vjp_tanh_grad(vjp_ctx *c) {
   dev_tensor *y = X(0), *g = X(1);
   if (c->need[0]) {
-    dev_tensor *m2 = scalar(c, -2.0, y->dtype);
-    set_dx(c, 0,
-           run2(c, "Mul", run2(c, "Mul", DY, g, NULL, 0),
-                run2(c, "Mul", y, m2, NULL, 0), NULL, 0));
+    dev_tensor *m2 = dev__vjp_scalar(c, -2.0, y->dtype);
+    dev__vjp_set_dx(
+        c, 0,
+        dev__vjp_run2(c, "Mul", dev__vjp_run2(c, "Mul", DY, g, NULL, 0),
+                      dev__vjp_run2(c, "Mul", y, m2, NULL, 0), NULL, 0));
   }
-  if (c->need[1]) set_dx(c, 1, run2(c, "TanhGrad", y, DY, NULL, 0));
+  if (c->need[1])
+    dev__vjp_set_dx(c, 1, dev__vjp_run2(c, "TanhGrad", y, DY, NULL, 0));
 }
 
 /* SigmoidGrad(y, g) = g * y * (1 - y): dy * g * (1 - 2y), SigmoidGrad(y,
@@ -240,43 +180,55 @@ void dev__vjp_tanh_grad(vjp_ctx *c) {
 void dev__vjp_sigmoid_grad(vjp_ctx *c) {
   dev_tensor *y = X(0), *g = X(1);
   if (c->need[0]) {
-    dev_tensor *gb = run2(c, "Mul", DY, g, NULL, 0);
-    dev_tensor *two = scalar(c, 2.0, y->dtype);
-    set_dx(c, 0,
-           run2(c, "Sub", gb,
-                run2(c, "Mul", run2(c, "Mul", gb, y, NULL, 0), two, NULL, 0),
-                NULL, 0));
+    dev_tensor *gb = dev__vjp_run2(c, "Mul", DY, g, NULL, 0);
+    dev_tensor *two = dev__vjp_scalar(c, 2.0, y->dtype);
+    dev__vjp_set_dx(
+        c, 0,
+        dev__vjp_run2(
+            c, "Sub", gb,
+            dev__vjp_run2(c, "Mul", dev__vjp_run2(c, "Mul", gb, y, NULL, 0),
+                          two, NULL, 0),
+            NULL, 0));
   }
-  if (c->need[1]) set_dx(c, 1, run2(c, "SigmoidGrad", y, DY, NULL, 0));
+  if (c->need[1])
+    dev__vjp_set_dx(c, 1, dev__vjp_run2(c, "SigmoidGrad", y, DY, NULL, 0));
 }
 
 /* SqrtGrad(y, g) = z = 0.5 g / y: -dy * z / y, SqrtGrad(y, dy). */
 void dev__vjp_sqrt_grad(vjp_ctx *c) {
   dev_tensor *y = X(0);
   if (c->need[0])
-    set_dx(c, 0,
-           run1(c, "Neg",
-                run2(c, "Mul", run2(c, "Div", DY, y, NULL, 0), Y, NULL, 0),
-                NULL, 0));
-  if (c->need[1]) set_dx(c, 1, run2(c, "SqrtGrad", y, DY, NULL, 0));
+    dev__vjp_set_dx(
+        c, 0,
+        dev__vjp_run1(
+            c, "Neg",
+            dev__vjp_run2(c, "Mul", dev__vjp_run2(c, "Div", DY, y, NULL, 0), Y,
+                          NULL, 0),
+            NULL, 0));
+  if (c->need[1])
+    dev__vjp_set_dx(c, 1, dev__vjp_run2(c, "SqrtGrad", y, DY, NULL, 0));
 }
 
 /* RsqrtGrad(y, g) = -0.5 y^3 g: dy * g * -1.5 y^2, RsqrtGrad(y, dy). */
 void dev__vjp_rsqrt_grad(vjp_ctx *c) {
   dev_tensor *y = X(0), *g = X(1);
   if (c->need[0]) {
-    dev_tensor *k = scalar(c, -1.5, y->dtype);
-    dev_tensor *t = run2(c, "Mul", run2(c, "Mul", DY, g, NULL, 0),
-                         run1(c, "Square", y, NULL, 0), NULL, 0);
-    set_dx(c, 0, run2(c, "Mul", t, k, NULL, 0));
+    dev_tensor *k = dev__vjp_scalar(c, -1.5, y->dtype);
+    dev_tensor *t =
+        dev__vjp_run2(c, "Mul", dev__vjp_run2(c, "Mul", DY, g, NULL, 0),
+                      dev__vjp_run1(c, "Square", y, NULL, 0), NULL, 0);
+    dev__vjp_set_dx(c, 0, dev__vjp_run2(c, "Mul", t, k, NULL, 0));
   }
-  if (c->need[1]) set_dx(c, 1, run2(c, "RsqrtGrad", y, DY, NULL, 0));
+  if (c->need[1])
+    dev__vjp_set_dx(c, 1, dev__vjp_run2(c, "RsqrtGrad", y, DY, NULL, 0));
 }
 
 /* SumToLike(input, like): dy broadcast back to input's shape. `like` gets
  * nothing (only its shape is read). */
 void dev__vjp_sum_to_like(vjp_ctx *c) {
-  if (c->need[0]) set_dx(c, 0, run2(c, "BroadcastToLike", DY, X(0), NULL, 0));
+  if (c->need[0])
+    dev__vjp_set_dx(c, 0,
+                    dev__vjp_run2(c, "BroadcastToLike", DY, X(0), NULL, 0));
 }
 
 /* BroadcastToLike(input, like; axis, mean): dy summed (mean: averaged) over
@@ -284,8 +236,8 @@ void dev__vjp_sum_to_like(vjp_ctx *c) {
  * read off component 0 (a graph node has one set of attributes). */
 void dev__vjp_broadcast_to_like(vjp_ctx *c) {
   if (!c->need[0]) return;
-  const dev_attr_value *axis = attr(c, "axis");
-  bool mean = attr(c, "mean")->u.b;
+  const dev_attr_value *axis = dev__vjp_attr(c, "axis");
+  bool mean = dev__vjp_attr(c, "mean")->u.b;
   if (c->rc != PD_OK) return;
   const dev_shape *in = &X(0)->comps[0].shape, *like = &X(1)->comps[0].shape;
   const int L = like->rank, nred = axis->u.ilist.n;
@@ -308,16 +260,17 @@ void dev__vjp_broadcast_to_like(vjp_ctx *c) {
   if (n > 0) {
     dev_attr a[2] = {dev_attr_int_list("axis", axes, n),
                      dev_attr_bool("keep_dims", true)};
-    t = run1(c, mean ? "Mean" : "Sum", DY, a, 2);
+    t = dev__vjp_run1(c, mean ? "Mean" : "Sum", DY, a, 2);
   }
   if (t && !dev__same_shapes(t, X(0)))
-    t = run2(c, "ReshapeLike", t, X(0), NULL, 0);
-  set_dx(c, 0, t);
+    t = dev__vjp_run2(c, "ReshapeLike", t, X(0), NULL, 0);
+  dev__vjp_set_dx(c, 0, t);
 }
 
 /* ReshapeLike(input, like): dy with input's shape. */
 void dev__vjp_reshape_like(vjp_ctx *c) {
-  if (c->need[0]) set_dx(c, 0, run2(c, "ReshapeLike", DY, X(0), NULL, 0));
+  if (c->need[0])
+    dev__vjp_set_dx(c, 0, dev__vjp_run2(c, "ReshapeLike", DY, X(0), NULL, 0));
 }
 
 #undef X

@@ -205,6 +205,13 @@ void srv_save_request_free(sched_save_request *r);
 
 /* --- graph functions (convert_fn.c) -------------------------------------------- */
 
+/* The one path between dev_fn_def and paradev.v1.FunctionDef: for
+ * RegisterFunction and DescribeFunction as proto structs, for the optimizer
+ * plugins (server/optimizer.c; include/paradev/optimizer.h hands them the
+ * wire's own message) as serialized bytes. Every field goes both ways,
+ * origins and each node's outputs_info (the engine's inference) included;
+ * absent attrs (DEV_ATTR_NONE) are left out. Thread-safe: no state. */
+
 /* A FunctionDef decoded for the engine: views into the message and an arena. */
 typedef struct srv_fn_decoded {
   dev_fn_def def;
@@ -214,37 +221,45 @@ typedef struct srv_fn_decoded {
 /* FunctionDef -> dev_fn_def and dev_fn_options, pointing into `pb` and into
  * arrays allocated in `a` (freed by the caller after the registration).
  * Bounds every name (1..DEV_FN_NAME_MAX bytes), input ("node:k"), count
- * (DEV_FN_MAX_ARGS args and outputs, DEV_FN_MAX_NODES nodes, DEV_MAX_INPUTS
- * inputs per node) and attribute (as srv_attrs_from_pb); the graph itself is
- * the engine's to check (dev_fn_register). Errors: INVALID_ARGUMENT naming
- * the function and the node, arg or output; RESOURCE_EXHAUSTED. */
+ * (DEV_FN_MAX_ARGS args and outputs, DEV_FN_MAX_NODES nodes and origins,
+ * DEV_MAX_INPUTS inputs and DEV_MAX_OUTPUTS outputs_info per node),
+ * attribute (as srv_attrs_from_pb: one value each, lists within
+ * DEV_ATTR_LIST_MAX, strings within max_string_bytes), value info (dtype 0
+ * to PD_DTYPE_COUNT-1, rank up to PD_MAX_RANK, dims >= -1) and option; the
+ * graph itself is the engine's to check (dev_fn_register, which ignores
+ * outputs_info). Errors: INVALID_ARGUMENT naming the function and the node,
+ * arg, attr or output; RESOURCE_EXHAUSTED. */
 pd_code srv_fn_def_from_pb(const srv_req_limits *l,
                            const Paradev__V1__FunctionDef *pb, srv_arena *a,
                            srv_fn_decoded *out, dev_status *st);
-/* dev_fn_def (and its options, NULL: none) -> FunctionDef in `a`: strings
- * and arrays point into `def`, which must outlive the message. NULL when out
- * of memory. */
-Paradev__V1__FunctionDef *srv_fn_def_to_pb(const dev_fn_def *def,
-                                           const dev_fn_options *opts,
-                                           srv_arena *a);
+/* dev_fn_def (and its options, NULL: none) -> *out in `a`: strings and
+ * value arrays point into `def`, which must outlive the message. Errors:
+ * INVALID_ARGUMENT for what the message cannot carry (a count below 0, an
+ * attr type outside dev_attr_type, a rank outside 0..PD_MAX_RANK, a list
+ * or string without its values), naming the function, node and attr;
+ * RESOURCE_EXHAUSTED. */
+pd_code srv_fn_def_to_pb(const dev_fn_def *def, const dev_fn_options *opts,
+                         srv_arena *a, Paradev__V1__FunctionDef **out,
+                         dev_status *st);
 /* dev_fn_describe's answer -> DescribeFunctionResponse (its incarnation
- * left to the caller); points into `info`. Errors: RESOURCE_EXHAUSTED. */
+ * left to the caller); points into `info`. Errors: srv_fn_def_to_pb's. */
 pd_code srv_fn_info_to_pb(const dev_fn_info *info, srv_arena *a,
                           Paradev__V1__DescribeFunctionResponse *out,
                           dev_status *st);
 
-/* For the optimizer plugins (include/paradev/optimizer.h hands them the
- * wire's own message): `def` as serialized paradev.v1.FunctionDef bytes in
- * *bytes (malloc'd: the caller frees them with free()), *len bytes; the
- * options are not part of it. Errors: INVALID_ARGUMENT (NULL),
- * RESOURCE_EXHAUSTED. Thread-safe. */
+/* For the optimizer plugins: `def` as serialized FunctionDef bytes in
+ * *bytes (malloc'd, at least 1 byte even when *len is 0: the caller frees
+ * them with free()), *len bytes; no options. Errors: INVALID_ARGUMENT
+ * (NULL, or srv_fn_def_to_pb's), RESOURCE_EXHAUSTED. */
 pd_code srv_fn_def_to_proto(const dev_fn_def *def, uint8_t **bytes, size_t *len,
                             dev_status *st);
 /* Serialized FunctionDef bytes (a plugin's output) -> a definition in one
- * block (*out; free it with srv_fn_def_proto_free), checked as a request's
- * (strings up to 64 KiB; origins kept, outputs_info and options dropped).
- * Errors: INVALID_ARGUMENT (not a FunctionDef, or a bound passed, naming
- * the node), RESOURCE_EXHAUSTED. Thread-safe. */
+ * block (*out; free it with srv_fn_def_proto_free, not dev_fn_def_free),
+ * checked as srv_fn_def_from_pb checks a request's, strings up to
+ * DEV_ATTR_STRING_MAX bytes; options checked, then dropped. Errors:
+ * INVALID_ARGUMENT ("N bytes that do not parse as a paradev.v1.FunctionDef",
+ * or naming the node, arg or attr that passes a bound),
+ * RESOURCE_EXHAUSTED. */
 pd_code srv_fn_def_from_proto(const uint8_t *bytes, size_t len,
                               dev_fn_def **out, dev_status *st);
 /* Accepts NULL. */

@@ -1,17 +1,16 @@
-/* Graph functions' conversions (issue #11): the wire's FunctionDef <->
- * the engine's dev_fn_def (borrowed views into the message), with every
- * string and count bounded before the engine sees it; DescribeFunction's
- * answer from dev_fn_info; and a definition as serialized FunctionDef bytes
- * and back, for the optimizer plugins (server/optimizer.c).
- * Depends on nothing else in server/ but convert.c's helpers. */
+/* Graph functions' conversions (issue #11), the one path between the
+ * engine's dev_fn_def and the wire's paradev.v1.FunctionDef: for
+ * RegisterFunction (views into the message, every string and count bounded
+ * before the engine sees it), for DescribeFunction (its answer from
+ * dev_fn_info), and for the optimizer plugins (server/optimizer.c), which
+ * read and write the same message serialized, outputs_info and origins
+ * included. Depends on nothing else in server/ but convert.c's helpers. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "convert.h"
 
-/* What a plugin's graph may hold in one string (no request limits apply). */
-#define SRV_FN_PLUGIN_MAX_STRING 65536
 /* "node:k": a name, ':' and an output index. */
 #define SRV_FN_REF_MAX (DEV_FN_NAME_MAX + 12)
 
@@ -72,6 +71,44 @@ static pd_code srv_fn_args_from_pb(const srv_fn_ctx *x,
   return PD_OK;
 }
 
+/* A node's outputs_info (what inference found; a plugin reads them, the
+ * engine ignores them on input): at most DEV_MAX_OUTPUTS, each of dtype 0
+ * (unknown) to PD_DTYPE_COUNT - 1 and a shape of rank up to PD_MAX_RANK,
+ * dims >= -1 (-1: the components differ). */
+static pd_code srv_fn_infos_from_pb(const srv_fn_ctx *x, int i,
+                                    const Paradev__V1__FunctionNode *nb,
+                                    dev_fn_node *out, dev_status *st) {
+  size_t n = nb->n_outputs_info;
+  if (n > DEV_MAX_OUTPUTS)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%.128s': node %d ('%.128s'): %zu outputs_info; "
+                     "no op has more than %d outputs",
+                     x->fn, i, nb->name, n, DEV_MAX_OUTPUTS);
+  if (n == 0) return PD_OK;
+  dev_fn_value_info *vi = srv_arena_alloc(x->a, n * sizeof(*vi));
+  if (!vi) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  for (size_t k = 0; k < n; k++) {
+    const Paradev__V1__ValueInfo *q = nb->outputs_info[k];
+    size_t rank = q->shape ? q->shape->n_dims : 0;
+    bool ok = (int)q->dtype >= 0 && (int)q->dtype < PD_DTYPE_COUNT &&
+              rank <= PD_MAX_RANK;
+    for (size_t d = 0; ok && d < rank; d++) ok = q->shape->dims[d] >= -1;
+    if (!ok)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "function '%.128s': node %d ('%.128s'): outputs_info "
+                       "%zu has dtype %d and a shape of rank %zu; expected a "
+                       "dtype 0 to %d, a rank up to %d and dims >= -1",
+                       x->fn, i, nb->name, k, (int)q->dtype, rank,
+                       PD_DTYPE_COUNT - 1, PD_MAX_RANK);
+    vi[k].dtype = (pd_dtype)q->dtype;
+    vi[k].shape = (dev_shape){(int)rank, {0}};
+    for (size_t d = 0; d < rank; d++) vi[k].shape.dims[d] = q->shape->dims[d];
+  }
+  out->outputs_info = vi;
+  out->num_outputs_info = (int)n;
+  return PD_OK;
+}
+
 static pd_code srv_fn_node_from_pb(const srv_fn_ctx *x, int i,
                                    const Paradev__V1__FunctionNode *nb,
                                    dev_fn_node *out, dev_status *st) {
@@ -114,7 +151,7 @@ static pd_code srv_fn_node_from_pb(const srv_fn_ctx *x, int i,
                        .num_attrs = (int)nb->n_attrs,
                        .origins = (const char *const *)nb->origins,
                        .num_origins = (int)nb->n_origins};
-  return PD_OK;
+  return srv_fn_infos_from_pb(x, i, nb, out, st);
 }
 
 static pd_code srv_fn_outputs_from_pb(const srv_fn_ctx *x,
@@ -197,47 +234,123 @@ pd_code srv_fn_def_from_pb(const srv_req_limits *l,
 /* protobuf-c's fields are not const; packing only reads them. */
 static char *srv_fn_str(const char *s) { return (char *)(s ? s : ""); }
 
-static Paradev__V1__FunctionNode *srv_fn_node_to_pb(const dev_fn_node *n,
-                                                    srv_arena *a) {
+static pd_code srv_fn_oom(dev_status *st) {
+  return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+}
+
+/* `n` strings as a message's array in `a`, NULL ones as "" (the array is
+ * copied, the strings are not). */
+static char **srv_fn_strs(srv_arena *a, const char *const *s, int n) {
+  char **p = srv_arena_alloc(a, ((size_t)n + 1) * sizeof(*p));
+  for (int i = 0; p && i < n; i++) p[i] = srv_fn_str(s[i]);
+  return p;
+}
+
+/* What a FunctionDef cannot carry (NULL: nothing): a type outside
+ * dev_attr_type, a rank outside 0..PD_MAX_RANK (the dims' room), a length
+ * below 0 or without its values. The engine's graphs hold none; a def
+ * built by hand or a bug might. */
+static const char *srv_fn_value_unfit(const dev_attr_value *v) {
+  switch (v->type) {
+    case DEV_ATTR_INT:
+    case DEV_ATTR_FLOAT:
+    case DEV_ATTR_BOOL:
+    case DEV_ATTR_DTYPE: return NULL;
+    case DEV_ATTR_STRING:
+      return v->u.s.len && !v->u.s.ptr ? "a string without its bytes" : NULL;
+    case DEV_ATTR_SHAPE:
+      return v->u.shape.rank < 0 || v->u.shape.rank > PD_MAX_RANK
+                 ? "a shape of rank outside 0..PD_MAX_RANK"
+                 : NULL;
+    case DEV_ATTR_INT_LIST:
+      return v->u.ilist.n < 0 || (v->u.ilist.n && !v->u.ilist.v)
+                 ? "a list of length below 0 or without its values"
+                 : NULL;
+    case DEV_ATTR_FLOAT_LIST:
+      return v->u.flist.n < 0 || (v->u.flist.n && !v->u.flist.v)
+                 ? "a list of length below 0 or without its values"
+                 : NULL;
+    default: return "a type outside dev_attr_type";
+  }
+}
+
+/* The node's attrs; absent ones (DEV_ATTR_NONE) are left out. */
+static pd_code srv_fn_attrs_to_pb(const char *fn, const dev_fn_node *n,
+                                  srv_arena *a, Paradev__V1__FunctionNode *pb,
+                                  dev_status *st) {
+  pb->attrs =
+      srv_arena_alloc(a, ((size_t)n->num_attrs + 1) * sizeof(*pb->attrs));
+  if (!pb->attrs) return srv_fn_oom(st);
+  for (int k = 0; k < n->num_attrs; k++) {
+    const dev_attr *at = &n->attrs[k];
+    if (at->value.type == DEV_ATTR_NONE) continue;
+    const char *why = srv_fn_value_unfit(&at->value);
+    if (why)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "function '%.128s': node '%.128s': attr '%.64s' (type "
+                       "%d) holds %s; a FunctionDef cannot carry it",
+                       fn, pb->name, srv_fn_str(at->name), (int)at->value.type,
+                       why);
+    Paradev__V1__Attr *q = srv_arena_alloc(a, sizeof(*q));
+    if (!q) return srv_fn_oom(st);
+    paradev__v1__attr__init(q);
+    q->name = srv_fn_str(at->name);
+    if (!(q->value = srv_attr_value_to_pb(&at->value, a)))
+      return srv_fn_oom(st);
+    pb->attrs[pb->n_attrs++] = q;
+  }
+  return PD_OK;
+}
+
+static pd_code srv_fn_infos_to_pb(const char *fn, const dev_fn_node *n,
+                                  srv_arena *a, Paradev__V1__FunctionNode *pb,
+                                  dev_status *st) {
+  size_t m = (size_t)n->num_outputs_info;
+  if (m == 0) return PD_OK;
+  pb->outputs_info = srv_arena_alloc(a, m * sizeof(*pb->outputs_info));
+  if (!pb->outputs_info) return srv_fn_oom(st);
+  for (size_t k = 0; k < m; k++) {
+    const dev_fn_value_info *v = &n->outputs_info[k];
+    if (v->shape.rank < 0 || v->shape.rank > PD_MAX_RANK)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "function '%.128s': node '%.128s': output %zu has rank "
+                       "%d; expected 0 to %d",
+                       fn, pb->name, k, v->shape.rank, PD_MAX_RANK);
+    Paradev__V1__ValueInfo *vi = srv_arena_alloc(a, sizeof(*vi));
+    if (!vi) return srv_fn_oom(st);
+    paradev__v1__value_info__init(vi);
+    vi->dtype = (Paradev__V1__DType)v->dtype;
+    if (!(vi->shape = srv_shape_to_pb(a, &v->shape))) return srv_fn_oom(st);
+    pb->outputs_info[k] = vi;
+  }
+  pb->n_outputs_info = m;
+  return PD_OK;
+}
+
+static pd_code srv_fn_node_to_pb(const char *fn, const dev_fn_node *n,
+                                 srv_arena *a, Paradev__V1__FunctionNode **out,
+                                 dev_status *st) {
   Paradev__V1__FunctionNode *pb = srv_arena_alloc(a, sizeof(*pb));
-  if (!pb) return NULL;
+  if (!pb) return srv_fn_oom(st);
   paradev__v1__function_node__init(pb);
   pb->name = srv_fn_str(n->name);
   pb->op = srv_fn_str(n->op);
+  if (n->num_inputs < 0 || n->num_attrs < 0 || n->num_origins < 0 ||
+      n->num_outputs_info < 0)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%.128s': node '%.128s': a count below 0 (%d "
+                     "inputs, %d attrs, %d origins, %d outputs_info)",
+                     fn, pb->name, n->num_inputs, n->num_attrs, n->num_origins,
+                     n->num_outputs_info);
+  pb->inputs = srv_fn_strs(a, n->inputs, n->num_inputs);
+  pb->origins = srv_fn_strs(a, n->origins, n->num_origins);
+  if (!pb->inputs || !pb->origins) return srv_fn_oom(st);
   pb->n_inputs = (size_t)n->num_inputs;
-  pb->inputs = (char **)n->inputs;
   pb->n_origins = (size_t)n->num_origins;
-  pb->origins = (char **)n->origins;
-  if (n->num_attrs > 0) {
-    pb->attrs = srv_arena_alloc(a, (size_t)n->num_attrs * sizeof(*pb->attrs));
-    if (!pb->attrs) return NULL;
-    for (int k = 0; k < n->num_attrs; k++) {
-      Paradev__V1__Attr *at = srv_arena_alloc(a, sizeof(*at));
-      if (!at) return NULL;
-      paradev__v1__attr__init(at);
-      at->name = srv_fn_str(n->attrs[k].name);
-      if (!(at->value = srv_attr_value_to_pb(&n->attrs[k].value, a)))
-        return NULL;
-      pb->attrs[k] = at;
-    }
-    pb->n_attrs = (size_t)n->num_attrs;
-  }
-  if (n->num_outputs_info > 0) {
-    size_t m = (size_t)n->num_outputs_info;
-    pb->outputs_info = srv_arena_alloc(a, m * sizeof(*pb->outputs_info));
-    if (!pb->outputs_info) return NULL;
-    for (size_t k = 0; k < m; k++) {
-      Paradev__V1__ValueInfo *vi = srv_arena_alloc(a, sizeof(*vi));
-      if (!vi) return NULL;
-      paradev__v1__value_info__init(vi);
-      vi->dtype = (Paradev__V1__DType)n->outputs_info[k].dtype;
-      if (!(vi->shape = srv_shape_to_pb(a, &n->outputs_info[k].shape)))
-        return NULL;
-      pb->outputs_info[k] = vi;
-    }
-    pb->n_outputs_info = m;
-  }
-  return pb;
+  PD_TRY(srv_fn_attrs_to_pb(fn, n, a, pb, st));
+  PD_TRY(srv_fn_infos_to_pb(fn, n, a, pb, st));
+  *out = pb;
+  return PD_OK;
 }
 
 static Paradev__V1__FunctionOptions *srv_fn_options_to_pb(
@@ -258,42 +371,58 @@ static Paradev__V1__FunctionOptions *srv_fn_options_to_pb(
   return pb;
 }
 
-Paradev__V1__FunctionDef *srv_fn_def_to_pb(const dev_fn_def *def,
-                                           const dev_fn_options *opts,
-                                           srv_arena *a) {
-  Paradev__V1__FunctionDef *pb = srv_arena_alloc(a, sizeof(*pb));
-  if (!pb) return NULL;
-  paradev__v1__function_def__init(pb);
-  pb->name = srv_fn_str(def->name);
-  size_t na = (size_t)def->num_args, nn = (size_t)def->num_nodes,
-         no = (size_t)def->num_outputs;
+/* The def's args and outputs. */
+static pd_code srv_fn_ends_to_pb(const dev_fn_def *def, srv_arena *a,
+                                 Paradev__V1__FunctionDef *pb, dev_status *st) {
+  size_t na = (size_t)def->num_args, no = (size_t)def->num_outputs;
   pb->args = srv_arena_alloc(a, (na + 1) * sizeof(*pb->args));
-  pb->nodes = srv_arena_alloc(a, (nn + 1) * sizeof(*pb->nodes));
   pb->outputs = srv_arena_alloc(a, (no + 1) * sizeof(*pb->outputs));
-  if (!pb->args || !pb->nodes || !pb->outputs) return NULL;
+  if (!pb->args || !pb->outputs) return srv_fn_oom(st);
   for (size_t i = 0; i < na; i++) {
     Paradev__V1__FunctionArg *ar = srv_arena_alloc(a, sizeof(*ar));
-    if (!ar) return NULL;
+    if (!ar) return srv_fn_oom(st);
     paradev__v1__function_arg__init(ar);
     ar->name = srv_fn_str(def->args[i].name);
     ar->dtype = (Paradev__V1__DType)def->args[i].dtype;
     pb->args[i] = ar;
   }
-  for (size_t i = 0; i < nn; i++)
-    if (!(pb->nodes[i] = srv_fn_node_to_pb(&def->nodes[i], a))) return NULL;
   for (size_t i = 0; i < no; i++) {
     Paradev__V1__FunctionOutput *o = srv_arena_alloc(a, sizeof(*o));
-    if (!o) return NULL;
+    if (!o) return srv_fn_oom(st);
     paradev__v1__function_output__init(o);
     o->name = srv_fn_str(def->outputs[i].name);
     o->source = srv_fn_str(def->outputs[i].source);
     pb->outputs[i] = o;
   }
   pb->n_args = na;
-  pb->n_nodes = nn;
   pb->n_outputs = no;
-  if (opts && !(pb->options = srv_fn_options_to_pb(opts, a))) return NULL;
-  return pb;
+  return PD_OK;
+}
+
+pd_code srv_fn_def_to_pb(const dev_fn_def *def, const dev_fn_options *opts,
+                         srv_arena *a, Paradev__V1__FunctionDef **out,
+                         dev_status *st) {
+  const char *fn = srv_fn_str(def->name);
+  if (def->num_args < 0 || def->num_nodes < 0 || def->num_outputs < 0)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%.128s': a count below 0 (%d args, %d nodes, "
+                     "%d outputs)",
+                     fn, def->num_args, def->num_nodes, def->num_outputs);
+  Paradev__V1__FunctionDef *pb = srv_arena_alloc(a, sizeof(*pb));
+  if (!pb) return srv_fn_oom(st);
+  paradev__v1__function_def__init(pb);
+  pb->name = (char *)fn;
+  PD_TRY(srv_fn_ends_to_pb(def, a, pb, st));
+  size_t nn = (size_t)def->num_nodes;
+  pb->nodes = srv_arena_alloc(a, (nn + 1) * sizeof(*pb->nodes));
+  if (!pb->nodes) return srv_fn_oom(st);
+  for (size_t i = 0; i < nn; i++)
+    PD_TRY(srv_fn_node_to_pb(fn, &def->nodes[i], a, &pb->nodes[i], st));
+  pb->n_nodes = nn;
+  if (opts && !(pb->options = srv_fn_options_to_pb(opts, a)))
+    return srv_fn_oom(st);
+  *out = pb;
+  return PD_OK;
 }
 
 /* --- DescribeFunction ---------------------------------------------------------- */
@@ -342,12 +471,10 @@ static Paradev__V1__FunctionInstantiation *srv_inst_to_pb(
 pd_code srv_fn_info_to_pb(const dev_fn_info *info, srv_arena *a,
                           Paradev__V1__DescribeFunctionResponse *out,
                           dev_status *st) {
-  if (info->def &&
-      !(out->function = srv_fn_def_to_pb(info->def, &info->options, a)))
-    goto oom;
-  if (info->optimized &&
-      !(out->optimized = srv_fn_def_to_pb(info->optimized, NULL, a)))
-    goto oom;
+  if (info->def)
+    PD_TRY(srv_fn_def_to_pb(info->def, &info->options, a, &out->function, st));
+  if (info->optimized)
+    PD_TRY(srv_fn_def_to_pb(info->optimized, NULL, a, &out->optimized, st));
   int ni = info->num_instantiations;
   if (ni < 0) ni = 0;
   if (ni > DEV_FN_MAX_INST_CAP) ni = DEV_FN_MAX_INST_CAP;
@@ -393,25 +520,22 @@ oom:
 
 pd_code srv_fn_def_to_proto(const dev_fn_def *def, uint8_t **bytes, size_t *len,
                             dev_status *st) {
+  if (!def)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "srv_fn_def_to_proto: NULL definition");
   srv_arena a = {NULL};
-  Paradev__V1__FunctionDef *pb = def ? srv_fn_def_to_pb(def, NULL, &a) : NULL;
-  if (!pb) {
-    srv_arena_free(&a);
-    return def ? dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory")
-               : dev_error(st, PD_INVALID_ARGUMENT,
-                           "srv_fn_def_to_proto: NULL definition");
+  Paradev__V1__FunctionDef *pb = NULL;
+  pd_code c = srv_fn_def_to_pb(def, NULL, &a, &pb, st);
+  size_t n = c == PD_OK ? paradev__v1__function_def__get_packed_size(pb) : 0;
+  uint8_t *buf = c == PD_OK ? malloc(n ? n : 1) : NULL;
+  if (c == PD_OK && !buf) c = srv_fn_oom(st);
+  if (c == PD_OK) {
+    paradev__v1__function_def__pack(pb, buf);
+    *bytes = buf;
+    *len = n;
   }
-  size_t n = paradev__v1__function_def__get_packed_size(pb);
-  uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) {
-    srv_arena_free(&a);
-    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
-  }
-  paradev__v1__function_def__pack(pb, buf);
   srv_arena_free(&a);
-  *bytes = buf;
-  *len = n;
-  return PD_OK;
+  return c;
 }
 
 /* The block srv_fn_def_from_proto hands out: the definition first, so that
@@ -430,11 +554,12 @@ pd_code srv_fn_def_from_proto(const uint8_t *bytes, size_t len,
   if (!h->pb) {
     free(h);
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "a graph of %zu bytes that is not a serialized "
-                     "paradev.v1.FunctionDef",
+                     "%zu bytes that do not parse as a paradev.v1.FunctionDef",
                      len);
   }
-  srv_req_limits l = {0, SRV_FN_PLUGIN_MAX_STRING};
+  /* No request's limits apply: strings (attr names and values) as long as
+   * the engine takes (DEV_ATTR_STRING_MAX). */
+  srv_req_limits l = {0, DEV_ATTR_STRING_MAX};
   srv_fn_decoded d;
   pd_code c = srv_fn_def_from_pb(&l, h->pb, &h->arena, &d, st);
   if (c != PD_OK) {

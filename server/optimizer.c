@@ -1,8 +1,9 @@
 /* Optimizer plugins (optimizer.h): dlopen, PD_InitOptimizer, strict checks
  * of what the plugin filled in, the merge of the built-in passes' switches
  * with its table in the log, and one dev_fn_external_pass per plugin whose
- * run serializes the graph (optimizer_convert.c), calls optimize_func and
- * parses its output back. The ABI is include/paradev/optimizer.h. */
+ * run serializes the graph (convert_fn.c, the wire's one FunctionDef
+ * converter), calls optimize_func and parses its output back. The ABI is
+ * include/paradev/optimizer.h. */
 #include "optimizer.h"
 
 #include <dlfcn.h>
@@ -11,8 +12,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "convert.h"
 #include "log.h"
-#include "optimizer_convert.h"
 #include "paradev/optimizer.h"
 
 _Static_assert((int)PD_CODE_UNAUTHENTICATED == (int)PD_UNAUTHENTICATED &&
@@ -85,8 +86,8 @@ static pd_code plugin_run(void *arg, const dev_fn_def *in,
   (void)passes;
   srv_plugin *p = arg;
   uint8_t *bytes = NULL;
-  size_t n = srv_fn_def_packed(in, &bytes, st);
-  if (!bytes) return st ? st->code : PD_INTERNAL;
+  size_t n = 0;
+  PD_TRY(srv_fn_def_to_proto(in, &bytes, &n, st));
   PD_Buffer gin = {sizeof gin, NULL, bytes, n, NULL, NULL};
   PD_Buffer gout = {sizeof gout, NULL, NULL, 0, buffer_allocate, NULL};
   PD_Status ps;
@@ -101,10 +102,10 @@ static pd_code plugin_run(void *arg, const dev_fn_def *in,
                    srv_log_clean(ps.message, msg, sizeof msg));
   } else if (!gout.data || (gout.length == n && !memcmp(gout.data, bytes, n))) {
     *changed = false;
-    rc = srv_fn_def_unpack(bytes, n, out, st);
+    rc = srv_fn_def_from_proto(bytes, n, out, st);
   } else {
     dev_status inner = DEV_STATUS_INIT;
-    rc = srv_fn_def_unpack(gout.data, gout.length, out, &inner);
+    rc = srv_fn_def_from_proto(gout.data, gout.length, out, &inner);
     if (rc != PD_OK)
       dev_error(st, rc, "optimizer plugin %s: its output graph: %s",
                 p->pass_name, inner.msg);
@@ -117,7 +118,7 @@ static pd_code plugin_run(void *arg, const dev_fn_def *in,
 
 static void plugin_free_out(void *arg, dev_fn_def *out) {
   (void)arg;
-  srv_fn_def_unpacked_free(out);
+  srv_fn_def_proto_free(out);
 }
 
 /* --- loading ------------------------------------------------------------------- */

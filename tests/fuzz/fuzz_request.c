@@ -34,6 +34,8 @@ static const fz_method fz_methods[] = {PD_ALL_METHODS(FZ_ENTRY)};
 
 /* The daemon's defaults (server/config_keys.c) on 4 devices. */
 static const srv_req_limits fz_limits = {65536, 256};
+_Static_assert(DEV_ATTR_STRING_MAX >= 256,
+               "fz_limits' strings fit the plugins' bound (fz_function)");
 #define FZ_NDEV 4
 #define FZ_MAX_TENSOR_BYTES ((uint64_t)4 << 30)
 
@@ -93,8 +95,10 @@ static void fz_function(const Paradev__V1__FunctionDef *pb) {
   srv_fn_decoded d;
   dev_status st = DEV_STATUS_INIT;
   if (srv_fn_def_from_pb(&fz_limits, pb, &a, &d, &st) == PD_OK) {
-    Paradev__V1__FunctionDef *back = srv_fn_def_to_pb(&d.def, &d.opts, &a);
-    if (back) {
+    Paradev__V1__FunctionDef *back = NULL;
+    pd_code c = srv_fn_def_to_pb(&d.def, &d.opts, &a, &back, &st);
+    if (c == PD_INVALID_ARGUMENT) abort(); /* what was decoded can go back */
+    if (c == PD_OK) {
       size_t len = paradev__v1__function_def__get_packed_size(back);
       uint8_t *buf = malloc(len ? len : 1);
       if (!buf) abort();
@@ -105,8 +109,8 @@ static void fz_function(const Paradev__V1__FunctionDef *pb) {
     size_t n = 0;
     if (srv_fn_def_to_proto(&d.def, &bytes, &n, &st) == PD_OK) {
       dev_fn_def *again = NULL;
-      /* What was accepted once is accepted again (plugins' bounds are
-       * wider than a request's). */
+      /* What was accepted once is accepted again (the plugins' bounds
+       * are the engine's: DEV_ATTR_STRING_MAX = fz_limits' strings). */
       if (srv_fn_def_from_proto(bytes, n, &again, &st) != PD_OK) abort();
       if (again->num_nodes != d.def.num_nodes) abort();
       srv_fn_def_proto_free(again);

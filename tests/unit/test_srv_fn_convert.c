@@ -1,12 +1,17 @@
-/* server/convert_fn.c: a function definition to the wire and back, as
- * RegisterFunction decodes it, DescribeFunction answers it and the
- * optimizer plugins receive it (serialized FunctionDef bytes); the bounds
- * the server checks before the engine sees a definition. Expected values
- * are the definition written here. */
+/* server/convert_fn.c, the one FunctionDef converter: a function
+ * definition to the wire and back, as RegisterFunction decodes it,
+ * DescribeFunction answers it and the optimizer plugins receive and return
+ * it (serialized FunctionDef bytes): every attribute type, origins and
+ * outputs_info both ways, an absent attr left out; the bounds checked
+ * before the engine sees a definition, junk bytes and out-of-range values
+ * refused naming what was wrong, and what a FunctionDef cannot carry
+ * refused on the way out. Expected values are the definitions written
+ * here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,9 +27,22 @@ static const char *const mm_in[] = {"x", "w"}, *const s_in[] = {"mm:0"},
                          *const g_in[] = {"s", "w"}, *const g_orig[] = {"mm"};
 static const int64_t axes[2] = {0, 1};
 
-static dev_fn_def make_def(dev_attr *mm_attrs, dev_attr *s_attrs,
-                           dev_fn_node *nodes, dev_fn_arg *args,
-                           dev_fn_output *outs, dev_fn_value_info *vi) {
+/* The definition and the storage it points into. */
+typedef struct fixture {
+  dev_attr mm_attrs[1], s_attrs[1];
+  dev_fn_node nodes[3];
+  dev_fn_arg args[2];
+  dev_fn_output outs[2];
+  dev_fn_value_info vi[1];
+  dev_fn_def d;
+} fixture;
+
+static void make_def(fixture *f) {
+  dev_attr *mm_attrs = f->mm_attrs, *s_attrs = f->s_attrs;
+  dev_fn_node *nodes = f->nodes;
+  dev_fn_arg *args = f->args;
+  dev_fn_output *outs = f->outs;
+  dev_fn_value_info *vi = f->vi;
   args[0] = (dev_fn_arg){"x", PD_FLOAT32};
   args[1] = (dev_fn_arg){"w", PD_FLOAT64};
   mm_attrs[0] = dev_attr_bool("transpose_b", true);
@@ -63,7 +81,7 @@ static dev_fn_def make_def(dev_attr *mm_attrs, dev_attr *s_attrs,
   d.num_nodes = 3;
   d.outputs = outs;
   d.num_outputs = 2;
-  return d;
+  f->d = d;
 }
 
 static void assert_same(const dev_fn_def *a, const dev_fn_def *b) {
@@ -84,6 +102,15 @@ static void assert_same(const dev_fn_def *a, const dev_fn_def *b) {
     assert_int_equal(x->num_origins, y->num_origins);
     for (int k = 0; k < x->num_origins; k++)
       assert_string_equal(x->origins[k], y->origins[k]);
+    assert_int_equal(x->num_outputs_info, y->num_outputs_info);
+    for (int k = 0; k < x->num_outputs_info; k++) {
+      const dev_fn_value_info *p = &x->outputs_info[k],
+                              *q = &y->outputs_info[k];
+      assert_int_equal(p->dtype, q->dtype);
+      assert_int_equal(p->shape.rank, q->shape.rank);
+      for (int r = 0; r < p->shape.rank; r++)
+        assert_int_equal(p->shape.dims[r], q->shape.dims[r]);
+    }
     assert_int_equal(x->num_attrs, y->num_attrs);
     for (int k = 0; k < x->num_attrs; k++) {
       assert_string_equal(x->attrs[k].name, y->attrs[k].name);
@@ -99,12 +126,9 @@ static void assert_same(const dev_fn_def *a, const dev_fn_def *b) {
 
 static void test_round_trip_bytes(void **state) {
   (void)state;
-  dev_attr ma[1], sa[1];
-  dev_fn_node nodes[3];
-  dev_fn_arg args[2];
-  dev_fn_output outs[2];
-  dev_fn_value_info vi[1];
-  dev_fn_def d = make_def(ma, sa, nodes, args, outs, vi);
+  fixture f;
+  make_def(&f);
+  dev_fn_def d = f.d;
   dev_status st = DEV_STATUS_INIT;
   uint8_t *bytes = NULL;
   size_t len = 0;
@@ -135,26 +159,25 @@ static void test_round_trip_bytes(void **state) {
   const uint8_t junk[] = {0xff, 0xff, 0xff};
   assert_int_equal(srv_fn_def_from_proto(junk, sizeof junk, &back, &st),
                    PD_INVALID_ARGUMENT);
+  assert_string_equal(st.msg,
+                      "3 bytes that do not parse as a paradev.v1.FunctionDef");
 }
 
 static void test_options_round_trip(void **state) {
   (void)state;
-  dev_attr ma[1], sa[1];
-  dev_fn_node nodes[3];
-  dev_fn_arg args[2];
-  dev_fn_output outs[2];
-  dev_fn_value_info vi[1];
-  dev_fn_def d = make_def(ma, sa, nodes, args, outs, vi);
+  fixture f;
+  make_def(&f);
+  dev_fn_def d = f.d;
   dev_fn_options o = DEV_FN_OPTIONS_INITIALIZER;
   o.passes[DEV_PASS_FUSION] = DEV_TRI_OFF;
   o.passes[DEV_PASS_CSE] = DEV_TRI_ON;
   o.max_instantiations = 3;
   srv_arena a = {NULL};
-  Paradev__V1__FunctionDef *pb = srv_fn_def_to_pb(&d, &o, &a);
-  assert_non_null(pb);
+  Paradev__V1__FunctionDef *pb = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(srv_fn_def_to_pb(&d, &o, &a, &pb, &st), PD_OK);
   assert_int_equal(pb->options->fusion, PARADEV__V1__TRI_STATE__TRI_STATE_OFF);
   srv_fn_decoded dec;
-  dev_status st = DEV_STATUS_INIT;
   assert_int_equal(srv_fn_def_from_pb(&L, pb, &a, &dec, &st), PD_OK);
   assert_same(&d, &dec.def);
   assert_int_equal(dec.opts.passes[DEV_PASS_FUSION], DEV_TRI_OFF);
@@ -249,11 +272,240 @@ static void test_bounds(void **state) {
   srv_arena_free(&a);
 }
 
+/* Every attribute type through the plugins' bytes and back; an absent one
+ * (DEV_ATTR_NONE) is left out. */
+static void test_every_attr_type(void **state) {
+  (void)state;
+  static const int64_t il[3] = {1, -2, 3};
+  static const double fl[2] = {0.5, -1e300};
+  static const int64_t dims[2] = {2, 5};
+  dev_attr at[9] = {dev_attr_int("i", -7),
+                    dev_attr_float("f", 0.25),
+                    dev_attr_bool("b", true),
+                    dev_attr_string("s", "hello"),
+                    dev_attr_dtype("t", PD_BFLOAT16),
+                    dev_attr_shape("sh", 2, dims),
+                    dev_attr_int_list("il", il, 3),
+                    dev_attr_float_list("fl", fl, 2),
+                    {"absent", {.type = DEV_ATTR_NONE}}};
+  static const char *const org[2] = {"p", "q"};
+  static const char *const ins[1] = {"x"};
+  static const dev_fn_arg args[1] = {{"x", PD_FLOAT32}};
+  static const dev_fn_value_info vi[2] = {{PD_FLOAT32, {2, {3, 4}}},
+                                          {PD_INT64, {0, {0}}}};
+  dev_fn_node nd = {"n", "Foo", ins, 1, at, 9, org, 2, vi, 2};
+  dev_fn_output o = {"y", "n:0"};
+  dev_fn_def d = DEV_FN_DEF_INITIALIZER;
+  d.name = "g", d.args = args, d.num_args = 1, d.nodes = &nd, d.num_nodes = 1;
+  d.outputs = &o, d.num_outputs = 1;
+  uint8_t *bytes = NULL;
+  size_t n = 0;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(srv_fn_def_to_proto(&d, &bytes, &n, &st), PD_OK);
+  assert_true(n > 0);
+  dev_fn_def *b = NULL;
+  assert_int_equal(srv_fn_def_from_proto(bytes, n, &b, &st), PD_OK);
+  free(bytes);
+  assert_string_equal(b->name, "g");
+  assert_int_equal(b->args[0].dtype, PD_FLOAT32);
+  assert_string_equal(b->outputs[0].source, "n:0");
+  const dev_fn_node *m = &b->nodes[0];
+  assert_int_equal(m->num_attrs, 8);
+  assert_string_equal(m->attrs[0].name, "i");
+  assert_int_equal(m->attrs[0].value.type, DEV_ATTR_INT);
+  assert_int_equal(m->attrs[0].value.u.i, -7);
+  assert_int_equal(m->attrs[1].value.type, DEV_ATTR_FLOAT);
+  assert_true(m->attrs[1].value.u.f == 0.25);
+  assert_int_equal(m->attrs[2].value.type, DEV_ATTR_BOOL);
+  assert_true(m->attrs[2].value.u.b);
+  assert_int_equal(m->attrs[3].value.type, DEV_ATTR_STRING);
+  assert_int_equal(m->attrs[3].value.u.s.len, 5);
+  assert_memory_equal(m->attrs[3].value.u.s.ptr, "hello", 5);
+  assert_int_equal(m->attrs[4].value.type, DEV_ATTR_DTYPE);
+  assert_int_equal(m->attrs[4].value.u.dtype, PD_BFLOAT16);
+  assert_int_equal(m->attrs[5].value.type, DEV_ATTR_SHAPE);
+  assert_int_equal(m->attrs[5].value.u.shape.rank, 2);
+  assert_int_equal(m->attrs[5].value.u.shape.dims[0], 2);
+  assert_int_equal(m->attrs[5].value.u.shape.dims[1], 5);
+  assert_int_equal(m->attrs[6].value.type, DEV_ATTR_INT_LIST);
+  assert_int_equal(m->attrs[6].value.u.ilist.n, 3);
+  assert_int_equal(m->attrs[6].value.u.ilist.v[1], -2);
+  assert_int_equal(m->attrs[7].value.type, DEV_ATTR_FLOAT_LIST);
+  assert_string_equal(m->attrs[7].name, "fl");
+  assert_int_equal(m->attrs[7].value.u.flist.n, 2);
+  assert_true(m->attrs[7].value.u.flist.v[1] == -1e300);
+  assert_int_equal(m->num_origins, 2);
+  assert_string_equal(m->origins[1], "q");
+  assert_int_equal(m->num_outputs_info, 2);
+  assert_int_equal(m->outputs_info[0].dtype, PD_FLOAT32);
+  assert_int_equal(m->outputs_info[0].shape.rank, 2);
+  assert_int_equal(m->outputs_info[0].shape.dims[0], 3);
+  assert_int_equal(m->outputs_info[0].shape.dims[1], 4);
+  assert_int_equal(m->outputs_info[1].dtype, PD_INT64);
+  assert_int_equal(m->outputs_info[1].shape.rank, 0);
+  srv_fn_def_proto_free(b);
+}
+
+/* Serializes `pb` and expects srv_fn_def_from_proto to refuse it with
+ * INVALID_ARGUMENT and `needle` in the message. */
+/* `pb` serialized, as a plugin writes it; *n bytes (malloc'd). */
+static uint8_t *pack(const Paradev__V1__FunctionDef *pb, size_t *n) {
+  *n = paradev__v1__function_def__get_packed_size(pb);
+  uint8_t *bytes = malloc(*n ? *n : 1);
+  assert_non_null(bytes);
+  paradev__v1__function_def__pack(pb, bytes);
+  return bytes;
+}
+
+static void expect_bad_bytes(const Paradev__V1__FunctionDef *pb,
+                             const char *needle) {
+  size_t n = 0;
+  uint8_t *bytes = pack(pb, &n);
+  dev_fn_def *b = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(srv_fn_def_from_proto(bytes, n, &b, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_null(b);
+  if (!strstr(st.msg, needle))
+    fail_msg("message \"%s\" does not contain \"%s\"", st.msg, needle);
+  free(bytes);
+}
+
+/* Bytes that parse but hold what the engine's types cannot: each refused
+ * naming the node, arg or attr. */
+static void test_bad_bytes_refused(void **state) {
+  (void)state;
+  Paradev__V1__FunctionDef def = PARADEV__V1__FUNCTION_DEF__INIT;
+  def.name = "f";
+  Paradev__V1__FunctionArg ar = PARADEV__V1__FUNCTION_ARG__INIT;
+  Paradev__V1__FunctionArg *ars[1] = {&ar};
+  ar.name = "x";
+  ar.dtype = (Paradev__V1__DType)42;
+  def.n_args = 1;
+  def.args = ars;
+  expect_bad_bytes(&def, "arg 0 ('x'): dtype: dtype 42 is not a valid dtype");
+  ar.dtype = PARADEV__V1__DTYPE__DTYPE_FLOAT32;
+
+  Paradev__V1__FunctionNode nd = PARADEV__V1__FUNCTION_NODE__INIT;
+  Paradev__V1__FunctionNode *nds[1] = {&nd};
+  char *in[1] = {"x"};
+  nd.name = "n";
+  nd.op = "Relu";
+  nd.n_inputs = 1;
+  nd.inputs = in;
+  def.n_nodes = 1;
+  def.nodes = nds;
+  /* An attr without a value, then one with a string over the engine's
+   * DEV_ATTR_STRING_MAX. */
+  Paradev__V1__Attr at = PARADEV__V1__ATTR__INIT;
+  Paradev__V1__Attr *ats[1] = {&at};
+  Paradev__V1__AttrValue v = PARADEV__V1__ATTR_VALUE__INIT;
+  at.name = "alpha";
+  at.value = &v;
+  nd.n_attrs = 1;
+  nd.attrs = ats;
+  expect_bad_bytes(&def, "node 0 (n): attr alpha has no value");
+  char big[DEV_ATTR_STRING_MAX + 2];
+  memset(big, 's', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  v.value_case = PARADEV__V1__ATTR_VALUE__VALUE_S;
+  v.s = big;
+  expect_bad_bytes(&def, "attr alpha: a string of 257 bytes");
+  nd.n_attrs = 0;
+  /* outputs_info: a rank over PD_MAX_RANK, a dim below -1, a dtype past the
+   * enum. */
+  Paradev__V1__ValueInfo vi = PARADEV__V1__VALUE_INFO__INIT;
+  Paradev__V1__ValueInfo *vis[1] = {&vi};
+  Paradev__V1__Shape sh = PARADEV__V1__SHAPE__INIT;
+  int64_t dims[PD_MAX_RANK + 1] = {0};
+  sh.dims = dims;
+  sh.n_dims = PD_MAX_RANK + 1;
+  vi.dtype = PARADEV__V1__DTYPE__DTYPE_FLOAT32;
+  vi.shape = &sh;
+  nd.n_outputs_info = 1;
+  nd.outputs_info = vis;
+  char want[160];
+  snprintf(want, sizeof want,
+           "node 0 ('n'): outputs_info 0 has dtype 1 and a shape of rank %d",
+           PD_MAX_RANK + 1);
+  expect_bad_bytes(&def, want);
+  sh.n_dims = 2;
+  dims[1] = -2;
+  expect_bad_bytes(&def, "outputs_info 0 has dtype 1 and a shape of rank 2");
+  dims[1] = -1; /* -1: the components differ; fine */
+  vi.dtype = (Paradev__V1__DType)PD_DTYPE_COUNT;
+  snprintf(want, sizeof want, "outputs_info 0 has dtype %d", PD_DTYPE_COUNT);
+  expect_bad_bytes(&def, want);
+  vi.dtype = PARADEV__V1__DTYPE__DTYPE_FLOAT32;
+  /* Too many outputs_info. */
+  Paradev__V1__ValueInfo *many[DEV_MAX_OUTPUTS + 1];
+  for (int i = 0; i <= DEV_MAX_OUTPUTS; i++) many[i] = &vi;
+  nd.n_outputs_info = DEV_MAX_OUTPUTS + 1;
+  nd.outputs_info = many;
+  char too_many[32];
+  snprintf(too_many, sizeof too_many, "%d outputs_info", DEV_MAX_OUTPUTS + 1);
+  expect_bad_bytes(&def, too_many);
+  nd.n_outputs_info = 1;
+  nd.outputs_info = vis;
+  /* Now valid: parsed, the value info kept. */
+  Paradev__V1__FunctionOutput out = PARADEV__V1__FUNCTION_OUTPUT__INIT;
+  Paradev__V1__FunctionOutput *outs[1] = {&out};
+  out.name = "y";
+  out.source = "n";
+  def.n_outputs = 1;
+  def.outputs = outs;
+  size_t n = 0;
+  uint8_t *bytes = pack(&def, &n);
+  dev_fn_def *b = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(srv_fn_def_from_proto(bytes, n, &b, &st), PD_OK);
+  free(bytes);
+  assert_int_equal(b->nodes[0].num_outputs_info, 1);
+  assert_int_equal(b->nodes[0].outputs_info[0].shape.dims[1], -1);
+  srv_fn_def_proto_free(b);
+}
+
+/* What a FunctionDef cannot carry is refused on the way out, naming the
+ * function, the node and the attr (the engine's graphs hold none). */
+static void test_unfit_def_refused(void **state) {
+  (void)state;
+  fixture f;
+  make_def(&f);
+  dev_fn_def d = f.d;
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  dev_status st = DEV_STATUS_INIT;
+  f.mm_attrs[0].value.type = (dev_attr_type)99;
+  assert_int_equal(srv_fn_def_to_proto(&d, &bytes, &len, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_string_equal(st.msg,
+                      "function 'f': node 'mm': attr 'transpose_b' (type 99) "
+                      "holds a type outside dev_attr_type; a FunctionDef "
+                      "cannot carry it");
+  f.mm_attrs[0] = dev_attr_bool("transpose_b", true);
+  f.vi[0].shape.rank = PD_MAX_RANK + 1;
+  st = (dev_status)DEV_STATUS_INIT;
+  assert_int_equal(srv_fn_def_to_proto(&d, &bytes, &len, &st),
+                   PD_INVALID_ARGUMENT);
+  char want[128];
+  snprintf(want, sizeof want,
+           "function 'f': node 'mm': output 0 has rank %d; expected 0 to %d",
+           PD_MAX_RANK + 1, PD_MAX_RANK);
+  assert_string_equal(st.msg, want);
+  assert_null(bytes);
+  st = (dev_status)DEV_STATUS_INIT;
+  assert_int_equal(srv_fn_def_to_proto(NULL, &bytes, &len, &st),
+                   PD_INVALID_ARGUMENT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip_bytes),
       cmocka_unit_test(test_options_round_trip),
       cmocka_unit_test(test_bounds),
+      cmocka_unit_test(test_every_attr_type),
+      cmocka_unit_test(test_bad_bytes_refused),
+      cmocka_unit_test(test_unfit_def_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,8 +7,8 @@
  * origins, other nodes untouched; a plugin that leaves the graph alone is
  * "unchanged"; a failing plugin's error and message come back; garbage
  * output is an error; an invalid graph comes back parsed for the engine to
- * refuse); and the serialization round trip of every attribute type (an absent one
- * dropped). */
+ * refuse). The graphs' serialization is convert_fn.c's, tested by
+ * test_srv_fn_convert.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,7 +20,6 @@
 #include <cmocka.h>
 
 #include "optimizer.h"
-#include "optimizer_convert.h"
 #include "paradev/optimizer.h"
 
 static const dev_tristate none_set[DEV_PASS_COUNT] = {DEV_TRI_DEFAULT};
@@ -244,69 +243,12 @@ static void test_failing_passes(void **state) {
   srv_optimizer_unload();
 }
 
-static void test_round_trip(void **state) {
-  (void)state;
-  static const int64_t il[3] = {1, -2, 3};
-  static const double fl[2] = {0.5, -1e300};
-  static const int64_t dims[2] = {2, 5};
-  dev_attr at[9] = {dev_attr_int("i", -7),
-                    dev_attr_float("f", 0.25),
-                    dev_attr_bool("b", true),
-                    dev_attr_string("s", "hello"),
-                    dev_attr_dtype("t", PD_BFLOAT16),
-                    dev_attr_shape("sh", 2, dims),
-                    dev_attr_int_list("il", il, 3),
-                    dev_attr_float_list("fl", fl, 2),
-                    {"absent", {.type = DEV_ATTR_NONE}}};
-  static const char *const org[2] = {"p", "q"};
-  static const char *const ins[1] = {"x"};
-  dev_fn_node nd = {"n", "Foo", ins, 1, at, 9, org, 2, vi, 1};
-  dev_fn_output o = {"y", "n:0"};
-  dev_fn_def d = DEV_FN_DEF_INITIALIZER;
-  d.name = "g", d.args = args, d.num_args = 1, d.nodes = &nd, d.num_nodes = 1;
-  d.outputs = &o, d.num_outputs = 1;
-  uint8_t *bytes = NULL;
-  dev_status st = DEV_STATUS_INIT;
-  size_t n = srv_fn_def_packed(&d, &bytes, &st);
-  assert_true(n > 0);
-  dev_fn_def *b = NULL;
-  assert_int_equal(srv_fn_def_unpack(bytes, n, &b, &st), PD_OK);
-  free(bytes);
-  assert_string_equal(b->name, "g");
-  const dev_fn_node *m = &b->nodes[0];
-  assert_int_equal(m->num_attrs, 8);
-  assert_int_equal(m->attrs[0].value.u.i, -7);
-  assert_true(m->attrs[1].value.u.f == 0.25);
-  assert_true(m->attrs[2].value.u.b);
-  assert_int_equal(m->attrs[3].value.u.s.len, 5);
-  assert_memory_equal(m->attrs[3].value.u.s.ptr, "hello", 6);
-  assert_int_equal(m->attrs[4].value.u.dtype, PD_BFLOAT16);
-  assert_int_equal(m->attrs[5].value.u.shape.rank, 2);
-  assert_int_equal(m->attrs[5].value.u.shape.dims[1], 5);
-  assert_int_equal(m->attrs[6].value.u.ilist.n, 3);
-  assert_int_equal(m->attrs[6].value.u.ilist.v[1], -2);
-  assert_true(m->attrs[7].value.u.flist.v[1] == -1e300);
-  assert_string_equal(m->attrs[7].name, "fl");
-  assert_string_equal(m->origins[1], "q");
-  assert_int_equal(m->outputs_info[0].shape.dims[0], 3);
-  srv_fn_def_unpacked_free(b);
-
-  /* Bad bytes and a bad dtype are refused. */
-  static const uint8_t junk[3] = {0xff, 0xff, 0xff};
-  assert_int_equal(srv_fn_def_unpack(junk, 3, &b, &st), PD_INVALID_ARGUMENT);
-  dev_fn_arg bad = {"x", (pd_dtype)42};
-  d.args = &bad;
-  n = srv_fn_def_packed(&d, &bytes, &st);
-  assert_int_equal(srv_fn_def_unpack(bytes, n, &b, &st), PD_INVALID_ARGUMENT);
-  assert_non_null(strstr(st.msg, "argument 0 (x) has dtype 42"));
-  free(bytes);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_refusals),    cmocka_unit_test(test_merge),
-      cmocka_unit_test(test_square_pass), cmocka_unit_test(test_failing_passes),
-      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_merge),
+      cmocka_unit_test(test_square_pass),
+      cmocka_unit_test(test_failing_passes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
