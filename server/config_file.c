@@ -159,7 +159,7 @@ static int srv_ini_handler(void *user, const char *section, const char *name,
                     section, keys);
     return 1;
   }
-  if (c->key_line[ki] && k->type != SRV_K_LISTEN) {
+  if (c->key_line[ki] && k->type != SRV_K_LISTEN && k->type != SRV_K_PLUGINS) {
     srv_ini_error(c, "[%s] %s is set twice (first on line %d)", section, name,
                   c->key_line[ki]);
     return 1;

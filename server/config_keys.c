@@ -631,9 +631,15 @@ static bool srv_set_tristate(char *field, const char *value, char *err,
  * ("" for none), kept as written with blanks around the commas removed. */
 static bool srv_set_plugins(const srv_key *k, char *field, const char *value,
                             char *err, size_t errlen) {
+  /* The key may repeat (or continue on indented lines, which inih hands
+   * over as repeats): each occurrence appends, since a config line holds at
+   * most 197 bytes (inih's INI_MAX_LINE) and plugin paths are long. */
   char out[SRV_AUTH_LIST_MAX];
-  size_t n = 0;
+  size_t n = strlen(field);
   int count = 0;
+  memcpy(out, field, n);
+  for (size_t i = 0; i < n; i++) count += out[i] == ',';
+  if (n) count++;
   const char *p = value;
   while (*p) {
     while (*p == ' ' || *p == '\t') p++;

@@ -60,7 +60,10 @@ class Skip(Exception):
 def config(*plugins):
     path = os.path.join(TMP, "paradevd-%d.conf" % len(os.listdir(TMP)))
     with open(path, "w") as f:
-        f.write("[functions]\noptimizer_plugins = %s\n" % ", ".join(plugins))
+        # One line per plugin: a config line holds at most 197 bytes, and
+        # the key appends when it repeats.
+        f.write("[functions]\n" + "".join(
+            "optimizer_plugins = %s\n" % p for p in plugins))
     return path
 
 
