@@ -274,8 +274,12 @@ pd_code dev_tape_gradient(dev_tape *tp, dev_tensor *target,
   if (!mark_reach(tp, sources, n_sources, end, &reach)) goto oom;
   if ((end > 0 && reach.n > 0) || target_is_source)
     PD_TRY_GOTO(seed(tp, target, og, &grads, st), rc, fail);
-  for (size_t r = reach.n > 0 ? end : 0; r-- > 0;)
-    PD_TRY_GOTO(backward_one(tp, tp->recs[r], &reach, &grads, st), rc, fail);
+  for (size_t r = reach.n > 0 ? end : 0; r-- > 0;) {
+    tp->cur_rec = r + 1;
+    rc = backward_one(tp, tp->recs[r], &reach, &grads, st);
+    tp->cur_rec = 0;
+    if (rc != PD_OK) goto fail;
+  }
 
   if (n_sources > 0) {
     results = calloc((size_t)n_sources, sizeof *results);

@@ -56,6 +56,10 @@ struct dev_tape {
   size_t n_watched, cap_watched;
   tape_rec **recs;
   size_t n_recs, cap_recs;
+  /* While dev_tape_gradient runs a record's VJP: its index + 1 (0: none),
+   * so an executor can tell which recorded op a gradient op is for
+   * (device/fn/gradients.c gives backward nodes their forward origins). */
+  size_t cur_rec;
 };
 
 /* Runs one gradient op through the tape's executor (dev_execute unless

@@ -36,6 +36,9 @@ typedef struct gx {
   /* Placeholders of forward values, by ref (NULL until made). */
   dev_tensor **arg_t, **const_t, **node_t; /* node_t[i*FN_MAX_NODE_OUTPUTS+k] */
   int n_fwd;                               /* nodes < pos at the start */
+  dev_tape *tp;
+  int *rec_node; /* tape record r -> the forward node it records */
+  int n_rec;
   /* Every placeholder made (references held, so addresses stay unique),
    * with its ref; tensor -> index + 1 in `by_t`. */
   dev_tensor **all;
@@ -137,6 +140,13 @@ static pd_code emit(void *arg, const char *op_name, dev_tensor *const *inputs,
   PD_TRY(fn_graph_insert_op(x->g, x->pos, nm, def, in, num_inputs, attrs,
                             num_attrs, &idx, st));
   x->pos++;
+  /* What it stands for: the Gradients node and the forward node whose VJP
+   * made it (none for the seed and the zeros of sources not reached), so
+   * origins always name registered nodes. */
+  int from[2] = {x->pos, -1}, n_from = 1;
+  size_t cr = x->tp ? x->tp->cur_rec : 0;
+  if (cr > 0 && (int)cr <= x->n_rec) from[n_from++] = x->rec_node[cr - 1];
+  PD_TRY(fn_node_merge_origins(x->g, idx, from, n_from, st));
   const fn_node *n = &x->g->nodes[idx];
   if (n->n_out > *num_outputs)
     return dev_error(st, PD_INTERNAL, "gradient op %s: %d outputs, room for %d",
@@ -188,7 +198,10 @@ static pd_code record_node(gx *x, dev_tape *tp, int i, dev_status *st) {
     rc = fwd_tensor(x, fn_node_ref(i, k), &op->outputs[k], st);
   if (rc == PD_OK) {
     memcpy(op->attrs, n->attrs, sizeof(dev_attr_value) * DEV_MAX_ATTRS);
+    size_t before = tp->n_recs;
     rc = dev_tape_record(tp, op, st);
+    if (rc == PD_OK && tp->n_recs > before && x->n_rec < x->n_fwd)
+      x->rec_node[x->n_rec++] = i;
   }
   free(op); /* the tensors are borrowed from x */
   return rc;
@@ -208,6 +221,7 @@ static void gx_free(gx *x) {
   free(x->arg_t);
   free(x->const_t);
   free(x->node_t);
+  free(x->rec_node);
   dev__pmap_free(&x->by_t);
 }
 
@@ -347,9 +361,11 @@ static pd_code expand_one(fn_graph *g, dev_engine *e, int gi, dev_status *st) {
       calloc((size_t)(g->n_consts ? g->n_consts : 1), sizeof *x.const_t);
   x.node_t =
       calloc((size_t)(gi ? gi : 1) * FN_MAX_NODE_OUTPUTS, sizeof *x.node_t);
+  x.rec_node = calloc((size_t)(gi ? gi : 1), sizeof *x.rec_node);
   dev_tape *tp = NULL;
   pd_code rc = PD_OK;
-  if (!gname || !ins || !need || !x.arg_t || !x.const_t || !x.node_t) {
+  if (!gname || !ins || !need || !x.arg_t || !x.const_t || !x.node_t ||
+      !x.rec_node) {
     rc = oom(st);
     goto out;
   }
@@ -357,6 +373,7 @@ static pd_code expand_one(fn_graph *g, dev_engine *e, int gi, dev_status *st) {
   memcpy(ins, gn->in, sizeof *ins * (size_t)gn->n_in);
   PD_TRY_GOTO(dev_tape_create(e, false, &tp, st), rc, out);
   dev_tape_set_executor(tp, emit, &x);
+  x.tp = tp;
 
   dev_tensor *y = NULL, *gy = NULL, *src[FN_MAX_NODE_OUTPUTS];
   PD_TRY_GOTO(fwd_tensor(&x, ins[0], &y, st), rc, out);

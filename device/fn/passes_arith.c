@@ -116,6 +116,10 @@ bool fn__replace_node(fn_graph *g, int old, const dev_op_def *def,
     n_from = (int)(sizeof from2 / sizeof from2[0]);
   for (int k = 0; k < n_from; k++)
     from2[k] = from[k] >= idx ? from[k] + 1 : from[k];
+  /* Origins first, while old still has its own name (a node without
+   * origins stands for itself): after the swap below it carries the
+   * insertion's made-up name ("r_1"), which no one registered. */
+  *rc = fn_node_merge_origins(g, idx, from2, n_from, st);
   fn_node *nn = &g->nodes[idx], *on = &g->nodes[idx + 1];
   char *tmp = nn->name; /* the rewritten node keeps its name */
   nn->name = on->name;
@@ -125,7 +129,6 @@ bool fn__replace_node(fn_graph *g, int old, const dev_op_def *def,
                           idx + 2);
   on->dead = true;
   *at = idx;
-  *rc = fn_node_merge_origins(g, idx, from2, n_from, st);
   return *rc == PD_OK;
 }
 

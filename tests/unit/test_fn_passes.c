@@ -610,6 +610,13 @@ static bool fused_ops_registered(void) {
          dev_op_lookup(DEV_FUSED_ELEMENTWISE_OP);
 }
 
+/* True when node n's origins hold `name`. */
+static bool has_origin(const fn_node *n, const char *name) {
+  for (int k = 0; k < n->n_origins; k++)
+    if (strcmp(n->origins[k], name) == 0) return true;
+  return false;
+}
+
 static void fusion_matmul_bias_activation(void **state) {
   (void)state;
   fixture f = {tu_engine(2, 0), {NULL}, 3};
@@ -657,6 +664,11 @@ static void fusion_matmul_bias_activation(void **state) {
   assert_string_equal(g->nodes[fm].def->name, DEV_FUSED_MATMUL_OP);
   assert_string_equal(g->nodes[fm].name, "dense/relu");
   assert_int_equal(g->nodes[fm].n_origins, 3);
+  /* Registered names only: the fused node's own, not the "dense/relu_1"
+   * its insertion made up. */
+  assert_true(has_origin(&g->nodes[fm], "dense/relu"));
+  for (int k = 0; k < 3; k++)
+    assert_null(strstr(g->nodes[fm].origins[k], "_1"));
   const dev_attr_value *act = fn_node_attr(&g->nodes[fm], "activation");
   assert_true(act->u.s.len == 4 && memcmp(act->u.s.ptr, "relu", 4) == 0);
   assert_true(fn_ref_eq(g->nodes[fm].in[2], A(2)));
@@ -712,6 +724,8 @@ static void fusion_elementwise_chain(void **state) {
   assert_string_equal(n->name, "q");
   assert_int_equal(n->n_in, 2); /* x, z */
   assert_int_equal(n->n_origins, 4);
+  assert_true(has_origin(n, "e") && has_origin(n, "m") && has_origin(n, "s") &&
+              has_origin(n, "q"));
   const dev_attr_value *p = fn_node_attr(n, "program");
   const dev_attr_value *c = fn_node_attr(n, "constants");
   assert_int_equal(p->u.ilist.n, 12);
