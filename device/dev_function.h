@@ -151,9 +151,11 @@ void dev_fn_def_free(dev_fn_def *def);
  *       outputs_info filled; the argument dtypes are the signature's) and
  *       the passes in force for the function; on PD_OK writes a new graph
  *       into *out, which the engine frees with `free_out` after use. The
- *       engine validates the result as a registration (and that its
- *       arguments and outputs match `in`'s in names and dtypes) and infers
- *       it; a failure there or an error from `run` leaves the graph as it
+ *       engine validates the result as a registration (every string:
+ *       names and origins by the name rule, string attributes UTF-8
+ *       text), that it keeps `in`'s function name, arguments (names,
+ *       dtypes) and outputs (names, and inferred dtypes and component
+ *       shapes); a failure there or an error from `run` leaves the graph as it
  *       was, and `on_error` (may be NULL) receives the pass name, the
  *       function and the reason (the daemon logs it). *changed: false when
  *       the pass left the graph alone (the engine keeps `in`).
@@ -218,8 +220,11 @@ pd_code dev_fn_lib_create(dev_engine *e, const dev_fn_config *cfg,
 void dev_fn_lib_destroy(dev_fn_lib *lib);
 
 /* Registers `def` (copied) with `opts` (NULL: defaults).
- * Validates: names (1..DEV_FN_NAME_MAX bytes, printable, no ':'), unique
- * among args and nodes; the function name not a registered op; every op
+ * Validates: names (1..DEV_FN_NAME_MAX bytes of UTF-8 without ':', spaces
+ * or control characters: a name in any language is kept as given), unique
+ * among args and nodes; origins by the same rule; inputs "node:k" with k
+ * in decimal without leading zeros; the function name not a registered op
+ * nor DEV_FN_GRADIENTS_OP; every op
  * known (a registered op, a function already in the library, or
  * DEV_FN_GRADIENTS_OP); every input resolves to an arg or to an existing
  * output of a node; no cycle; arity of each node against its op (list
@@ -228,8 +233,11 @@ void dev_fn_lib_destroy(dev_fn_lib *lib);
  * resolving. Errors name the function and the node (or arg, or output):
  *   INVALID_ARGUMENT  any of the above; limits (DEV_FN_MAX_NODES, ...)
  *   ALREADY_EXISTS    the name is registered with another body (an
- *                     identical definition and options is a no-op:
- *                     *existed = true)
+ *                     equivalent definition and options is a no-op,
+ *                     *existed = true: compared after resolving, so node
+ *                     order, attribute order, defaults given explicitly,
+ *                     "a:0" for "a" and DEFAULT for the setting in force
+ *                     do not count; dev_fn_describe's def re-registers)
  *   RESOURCE_EXHAUSTED DEV_FN_MAX_PER_LIB, host memory.
  * Thread-safe (the library has a lock). */
 pd_code dev_fn_register(dev_fn_lib *lib, const dev_fn_def *def,

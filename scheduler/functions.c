@@ -36,9 +36,10 @@ pd_code sched_register_function(sched_session *ss, const dev_fn_def *def,
   if (c == PD_OK && dev_fn_lib_count(lib) >= DEV_FN_MAX_PER_LIB &&
       !(def->name && dev_fn_lib_has(lib, def->name)))
     c = dev_error(st, PD_RESOURCE_EXHAUSTED,
-                  "the session holds %d functions, the limit "
-                  "DEV_FN_MAX_PER_LIB; '%.128s' was not registered",
-                  dev_fn_lib_count(lib), def->name ? def->name : "");
+                  "the session holds %d functions, the most one session "
+                  "may register (%d); '%.128s' was not registered",
+                  dev_fn_lib_count(lib), DEV_FN_MAX_PER_LIB,
+                  def->name ? def->name : "");
   if (c == PD_OK) c = dev_fn_register(lib, def, opts, &ex, st);
   pthread_mutex_unlock(&ss->mu);
   if (c == PD_OK && existed) *existed = ex;

@@ -458,10 +458,12 @@ void srv_call_finish(srv_call *c, pd_code code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
-  /* Messages quote what the client sent (op names, ids); keep the status
-   * printable ASCII whatever those bytes were. */
+  /* Messages quote what the client sent (op names, ids): valid UTF-8 is
+   * kept (a function named in any language is named as given; gRPC
+   * percent-encodes the status), control characters and bytes that are
+   * not UTF-8 become '?'. */
   char clean[sizeof(buf)];
-  c->fin_msg = strdup(srv_log_clean(buf, clean, sizeof(clean)));
+  c->fin_msg = strdup(srv_log_utf8(buf, clean, sizeof(clean)));
   if (code != PD_OK) {
     srv_wq_clear(c);
     SRV_DEBUG("%s -> %s: %s", c->m ? c->m->path : "?", pd_code_name(code),

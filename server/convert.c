@@ -161,7 +161,7 @@ void srv_status_to_pb(const dev_status *st, char *msg,
                       Paradev__V1__Status *out) {
   paradev__v1__status__init(out);
   out->code = (int32_t)st->code;
-  out->message = srv_log_clean(st->msg, msg, DEV_STATUS_MSG_MAX);
+  out->message = srv_log_utf8(st->msg, msg, DEV_STATUS_MSG_MAX);
 }
 
 /* --- operations ------------------------------------------------------------------- */

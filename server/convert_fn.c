@@ -50,8 +50,7 @@ static pd_code srv_fn_count(const srv_fn_ctx *x, size_t n, size_t max,
 static pd_code srv_fn_args_from_pb(const srv_fn_ctx *x,
                                    const Paradev__V1__FunctionDef *pb,
                                    dev_fn_def *def, dev_status *st) {
-  PD_TRY(srv_fn_count(x, pb->n_args, DEV_FN_MAX_ARGS, "args (DEV_FN_MAX_ARGS)",
-                      st));
+  PD_TRY(srv_fn_count(x, pb->n_args, DEV_FN_MAX_ARGS, "arguments", st));
   dev_fn_arg *args = srv_arena_alloc(x->a, (pb->n_args + 1) * sizeof(*args));
   if (!args) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   for (size_t i = 0; i < pb->n_args; i++) {
@@ -157,8 +156,7 @@ static pd_code srv_fn_node_from_pb(const srv_fn_ctx *x, int i,
 static pd_code srv_fn_outputs_from_pb(const srv_fn_ctx *x,
                                       const Paradev__V1__FunctionDef *pb,
                                       dev_fn_def *def, dev_status *st) {
-  PD_TRY(srv_fn_count(x, pb->n_outputs, DEV_FN_MAX_ARGS,
-                      "outputs (DEV_FN_MAX_ARGS)", st));
+  PD_TRY(srv_fn_count(x, pb->n_outputs, DEV_FN_MAX_ARGS, "outputs", st));
   dev_fn_output *outs =
       srv_arena_alloc(x->a, (pb->n_outputs + 1) * sizeof(*outs));
   if (!outs) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -217,8 +215,7 @@ pd_code srv_fn_def_from_pb(const srv_req_limits *l,
   *def = (dev_fn_def)DEV_FN_DEF_INITIALIZER;
   def->name = x.fn;
   PD_TRY(srv_fn_args_from_pb(&x, pb, def, st));
-  PD_TRY(srv_fn_count(&x, pb->n_nodes, DEV_FN_MAX_NODES,
-                      "nodes (DEV_FN_MAX_NODES)", st));
+  PD_TRY(srv_fn_count(&x, pb->n_nodes, DEV_FN_MAX_NODES, "nodes", st));
   dev_fn_node *nodes = srv_arena_alloc(a, (pb->n_nodes + 1) * sizeof(*nodes));
   if (!nodes) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   for (size_t i = 0; i < pb->n_nodes; i++)

@@ -1,7 +1,11 @@
-/* The canonical text of a registration (fn_def_canonical, fn_call.h): a
- * definition and its options written with every string length-prefixed,
- * so two registrations are identical exactly when their texts are equal
- * (dev_fn_register's no-op re-registration). */
+/* The canonical text of a registration (fn_graph_canonical, fn_call.h):
+ * the graph built from a definition (attributes resolved, defaults filled,
+ * in the op's declared order; inputs as references, so "a" and "a:0" are
+ * one input) with its nodes sorted by name, and the options as they take
+ * effect, every string length-prefixed. Two registrations are identical
+ * exactly when their texts are equal (dev_fn_register's no-op
+ * re-registration), so re-registering what dev_fn_describe returns, or the
+ * same definition written another way, is a no-op. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,32 +75,93 @@ static void tval(text *t, const dev_attr_value *v) {
   }
 }
 
-char *fn_def_canonical(const dev_fn_def *d, const dev_fn_options *o,
-                       size_t *len) {
-  text t = {0};
-  tstr(&t, d->name);
-  for (int a = 0; a < d->num_args; a++) {
-    tstr(&t, d->args[a].name);
-    tput(&t, &d->args[a].dtype, sizeof d->args[a].dtype);
+/* A reference by name: where it points does not depend on node order, and
+ * "a" and "a:0" are one reference. */
+static void tref(text *t, const fn_graph *g, fn_ref r) {
+  char buf[24];
+  switch (r.kind) {
+    case FN_REF_ARG:
+      tstr(t, "a");
+      tstr(t, g->arg_names[r.idx]);
+      return;
+    case FN_REF_NODE:
+      tstr(t, "n");
+      tstr(t, g->nodes[r.idx].name);
+      snprintf(buf, sizeof buf, "%d", r.out);
+      tstr(t, buf);
+      return;
+    case FN_REF_CONST:
+      snprintf(buf, sizeof buf, "c%d", r.idx);
+      tstr(t, buf);
+      return;
   }
-  for (int i = 0; i < d->num_nodes; i++) {
-    const dev_fn_node *n = &d->nodes[i];
-    tstr(&t, "N");
-    tstr(&t, n->name);
-    tstr(&t, n->op);
-    for (int j = 0; j < n->num_inputs; j++) tstr(&t, n->inputs[j]);
-    tstr(&t, "A");
-    for (int j = 0; j < n->num_attrs; j++) {
-      tstr(&t, n->attrs[j].name);
-      tval(&t, &n->attrs[j].value);
+}
+
+static int by_name(const void *a, const void *b) {
+  const fn_node *x = *(const fn_node *const *)a;
+  const fn_node *y = *(const fn_node *const *)b;
+  return strcmp(x->name, y->name);
+}
+
+static void tnode(text *t, const fn_graph *g, const fn_node *n) {
+  tstr(t, "N");
+  tstr(t, n->name);
+  tstr(t, n->kind == FN_NODE_OP     ? n->def->name
+          : n->kind == FN_NODE_CALL ? n->call
+                                    : DEV_FN_GRADIENTS_OP);
+  for (int j = 0; j < n->n_in; j++) tref(t, g, n->in[j]);
+  tstr(t, "A");
+  if (n->kind == FN_NODE_OP) {
+    /* Resolved: the op's declared order, defaults filled. */
+    for (int j = 0; j < n->def->num_attrs; j++) {
+      tstr(t, n->def->attrs[j].name);
+      tval(t, &n->attrs[j]);
     }
+  } else if (n->kind == FN_NODE_GRADIENTS) {
+    bool gy = false; /* absent has_grad_y is false */
+    for (int j = 0; j < n->n_attrs; j++)
+      if (n->attr_names[j] && strcmp(n->attr_names[j], "has_grad_y") == 0)
+        gy = n->attrs[j].type == DEV_ATTR_BOOL && n->attrs[j].u.b;
+    tstr(t, gy ? "has_grad_y=1" : "has_grad_y=0");
   }
-  for (int k = 0; k < d->num_outputs; k++) {
-    tstr(&t, d->outputs[k].name);
-    tstr(&t, d->outputs[k].source);
+  tstr(t, "O");
+  for (int k = 0; k < n->n_origins; k++) tstr(t, n->origins[k]);
+}
+
+char *fn_graph_canonical(const fn_graph *g, const dev_fn_options *o,
+                         const dev_fn_config *c, size_t *len) {
+  text t = {0};
+  tstr(&t, g->fn_name);
+  for (int a = 0; a < g->n_args; a++) {
+    tstr(&t, g->arg_names[a]);
+    tput(&t, &g->arg_dtype[a], sizeof g->arg_dtype[a]);
   }
-  tput(&t, o->passes, sizeof o->passes);
-  tput(&t, &o->max_instantiations, sizeof o->max_instantiations);
+  const fn_node **ord = malloc(sizeof *ord * (size_t)(g->n_nodes + 1));
+  if (!ord) {
+    free(t.p);
+    return NULL;
+  }
+  int n = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (!g->nodes[i].dead) ord[n++] = &g->nodes[i];
+  qsort(ord, (size_t)n, sizeof *ord, by_name);
+  for (int i = 0; i < n; i++) tnode(&t, g, ord[i]);
+  free(ord);
+  tstr(&t, "R");
+  for (int k = 0; k < g->n_outputs; k++) {
+    tstr(&t, g->out_names[k]);
+    tref(&t, g, g->outputs[k]);
+  }
+  /* Options as they take effect: DEFAULT and the setting it stands for are
+   * one registration, as are max_instantiations 0 and the cap it means. */
+  for (int p = 0; p < DEV_PASS_COUNT; p++) {
+    char v = fn_pass_in_force(o, c, (dev_fn_pass)p) == DEV_TRI_ON ? '1' : '0';
+    tput(&t, &v, 1);
+  }
+  int cap = o->max_instantiations   ? o->max_instantiations
+            : c->max_instantiations ? c->max_instantiations
+                                    : DEV_FN_DEFAULT_INST_CAP;
+  tput(&t, &cap, sizeof cap);
   if (t.oom) {
     free(t.p);
     return NULL;

@@ -2,7 +2,8 @@
  * FunctionDef, or as an external pass writes one) validated and built into
  * an fn_graph in topological order (fn_graph_from_def), an fn_graph handed
  * out as one allocated dev_fn_def (fn_graph_to_def: describe, external
- * passes). The canonical text of a registration is canon.c's.
+ * passes). The canonical text of a registration is canon.c's; the name
+ * rule and the check of a node's other strings names.c's.
  *
  * Constants of a graph travel through a definition as nodes of op "_Const"
  * with an int attribute "index" (the graph's constant) and outputs_info; an
@@ -47,19 +48,35 @@ static int tab_find(const name_tab *t, const dev_fn_def *d, const char *s,
   }
 }
 
-/* Checks a name: 1..DEV_FN_NAME_MAX printable bytes without ':'. */
+/* Checks a name (fn_name_is_valid). `what` names it ("argument", "node",
+ * "output"; with i < 0 the function itself). The message shows the name
+ * with every byte outside the rule as \xNN, so it stays printable. */
 static pd_code check_name(const char *fn, const char *what, int i,
                           const char *s, dev_status *st) {
+  size_t at;
+  if (fn_name_is_valid(s, &at)) return PD_OK;
+  char shown[4 * 140 + 1], where[64] = "";
+  fn_name_printable(s ? s : "(null)", shown, sizeof shown);
   size_t len = s ? strlen(s) : 0;
-  bool ok = len > 0 && len <= DEV_FN_NAME_MAX;
-  for (size_t k = 0; ok && k < len; k++)
-    ok = s[k] > ' ' && s[k] < 127 && s[k] != ':';
-  if (!ok)
+  if (at != (size_t)-1)
+    snprintf(where, sizeof where, " (byte %zu, 0x%02X, is not allowed)", at,
+             (unsigned)(unsigned char)s[at]);
+  char exp[160];
+  snprintf(exp, sizeof exp,
+           "1 to %d bytes of UTF-8 text without ':', spaces or control "
+           "characters",
+           DEV_FN_NAME_MAX);
+  if (i < 0)
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "function '%.128s': %s %d has name '%.140s'; expected 1 "
-                     "to %d printable characters without ':' or spaces",
-                     fn, what, i, s ? s : "(null)", DEV_FN_NAME_MAX);
-  return PD_OK;
+                     "the function's name '%.300s' (%zu bytes)%s is not "
+                     "valid; expected %s",
+                     shown, len, where, exp);
+  char fshown[4 * 140 + 1];
+  fn_name_printable(fn ? fn : "", fshown, sizeof fshown);
+  return dev_error(st, PD_INVALID_ARGUMENT,
+                   "function '%.200s': %s %d has name '%.300s' (%zu bytes)%s; "
+                   "expected %s",
+                   fshown, what, i, shown, len, where, exp);
 }
 
 static pd_code oom(dev_status *st) {
@@ -108,7 +125,7 @@ static pd_code check_header(const dev_fn_def *d, dev_status *st) {
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "function definition is NULL or its struct_size is too "
                      "small (use DEV_FN_DEF_INITIALIZER)");
-  PD_TRY(check_name(d->name ? d->name : "", "the function", 0, d->name, st));
+  PD_TRY(check_name(d->name, "the function", -1, d->name, st));
   const char *fn = d->name;
   if (d->num_args < 0 || d->num_args > DEV_FN_MAX_ARGS ||
       (d->num_args && !d->args))
@@ -200,12 +217,18 @@ static pd_code resolve_op(build *b, int i, dev_status *st) {
     bool has_gy = false;
     for (int j = 0; j < n->num_attrs; j++) {
       const dev_attr *a = &n->attrs[j];
-      if (!a->name || strcmp(a->name, "has_grad_y") != 0 ||
-          a->value.type != DEV_ATTR_BOOL)
+      if (!a->name || strcmp(a->name, "has_grad_y") != 0)
         return dev_error(st, PD_INVALID_ARGUMENT,
                          "function '%s', node '%s': %s takes one bool "
-                         "attribute 'has_grad_y'; got '%.64s'",
+                         "attribute 'has_grad_y'; got an attribute named "
+                         "'%.64s'",
                          d->name, n->name, op, a->name ? a->name : "(null)");
+      if (a->value.type != DEV_ATTR_BOOL)
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "function '%s', node '%s': %s attribute 'has_grad_y' "
+                         "is %s; expected a bool",
+                         d->name, n->name, op,
+                         dev_attr_type_name(a->value.type));
       has_gy = a->value.u.b;
     }
     int k = n->num_inputs - 1 - (has_gy ? 1 : 0);
@@ -289,9 +312,21 @@ static pd_code parse_ref(build *b, const char *s, const char *what, int *entry,
   size_t len = s ? (colon ? (size_t)(colon - s) : strlen(s)) : 0;
   long k = 0;
   if (colon) {
-    char *end;
-    k = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end || k < 0) len = 0;
+    /* TensorFlow's "node:k": k in decimal digits only, no sign, spaces or
+     * leading zeros, so one output has one spelling. */
+    const char *q = colon + 1;
+    size_t nd = strspn(q, "0123456789");
+    if (nd == 0 || q[nd] || nd > 9)
+      len = 0;
+    else if (q[0] == '0' && nd > 1)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "function '%s', %s: '%.140s' has a leading zero in its "
+                       "output index; expected \"node:k\" with k in decimal "
+                       "without leading zeros (\"%.*s:%ld\")",
+                       d->name, what, s, (int)(colon - s), s,
+                       strtol(q, NULL, 10));
+    else
+      k = strtol(q, NULL, 10);
   }
   int e = s && len ? tab_find(&b->tab, d, s, len) : -1;
   if (e < 0)
@@ -529,8 +564,10 @@ pd_code fn_graph_from_def(const dev_fn_def *def, const fn_graph *base,
   b.rn = calloc((size_t)(def->num_nodes ? def->num_nodes : 1), sizeof *b.rn);
   if (!b.rn) return oom(st);
   PD_TRY_GOTO(build_names(&b, st), rc, done);
-  for (int i = 0; i < def->num_nodes; i++)
+  for (int i = 0; i < def->num_nodes; i++) {
+    PD_TRY_GOTO(fn_check_node_strings(def, i, base != NULL, st), rc, done);
     PD_TRY_GOTO(resolve_op(&b, i, st), rc, done);
+  }
   PD_TRY_GOTO(resolve_inputs(&b, st), rc, done);
   PD_TRY_GOTO(topo_sort(&b, st), rc, done);
   rc = build_graph(&b, out, st);

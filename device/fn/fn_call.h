@@ -91,7 +91,7 @@ dev_tristate fn_pass_in_force(const dev_fn_options *o, const dev_fn_config *c,
 void fn_log(const dev_fn_config *c, dev_fn_log_level level, const char *fn,
             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* convert.c (canon.c: fn_def_canonical). Builds a graph (n_dev 0) from a definition and validates it as
+/* convert.c (canon.c: fn_graph_canonical). Builds a graph (n_dev 0) from a definition and validates it as
  * dev_fn_register documents; `lookup` resolves calls of other functions
  * (NULL: none allowed). With `base` (an external pass's result over the
  * graph `base`), nodes of op "_Const" with int attr "index" stand for
@@ -99,14 +99,33 @@ void fn_log(const dev_fn_config *c, dev_fn_log_level level, const char *fn,
 pd_code fn_graph_from_def(const dev_fn_def *def, const fn_graph *base,
                           fn_lookup_fn lookup, void *arg, fn_graph **out,
                           dev_status *st);
+/* names.c. True when `s` is a valid name of a function, argument, node or output
+ * (and an origin): 1..DEV_FN_NAME_MAX bytes of well-formed UTF-8 without
+ * ':', spaces, invisible format characters or control characters (C0, DEL,
+ * C1), so every name can be sent as a proto3 string and shows as it is.
+ * *bad_at (may be NULL) gets the offset of the first byte refused, or
+ * (size_t)-1 when the length is what is wrong. */
+bool fn_name_is_valid(const char *s, size_t *bad_at);
+/* Copies s for a message: valid UTF-8 kept as it is (names in any
+ * language come out exactly as given), control characters and bytes that
+ * are not UTF-8 as \xNN; cut to fit `len` between characters. Returns out. */
+char *fn_name_printable(const char *s, char *out, size_t len);
+/* Checks node i of d: its origins by the name rule and, when `external`
+ * (an external pass's result), its attribute names and string values
+ * (UTF-8 text without control characters). INVALID_ARGUMENT naming the
+ * function, the node and the bad string (shown by fn_name_printable). */
+pd_code fn_check_node_strings(const dev_fn_def *d, int i, bool external,
+                              dev_status *st);
 /* The definition of g in one allocation (dev_fn_def_free): nodes in g's
  * order, outputs_info filled when g is instantiated, origins, and one
  * "_Const" node per constant. NULL on host out of memory. */
 dev_fn_def *fn_graph_to_def(const fn_graph *g);
-/* Canonical text of a definition and options: equal texts are identical
- * registrations. Caller frees; NULL on OOM. */
-char *fn_def_canonical(const dev_fn_def *def, const dev_fn_options *o,
-                       size_t *len);
+/* Canonical text of a registered graph (fn_graph_from_def's) and its
+ * options under library config c: equal texts are identical registrations
+ * (node order, attribute order and defaults, "a:0" for "a", DEFAULT for
+ * the setting in force do not count). Caller frees; NULL on OOM. */
+char *fn_graph_canonical(const fn_graph *g, const dev_fn_options *o,
+                         const dev_fn_config *c, size_t *len);
 
 /* pipeline.c. Runs the built-in passes in force (each on a backup: an
  * error or a failed check restores it and is logged) and then the external

@@ -8,7 +8,7 @@
  *   library.c    dev_fn_lib: register, lookup, describe (fn_call.h is the
  *                private header of library, instances and calls)
  *   settings.c   pass names, tri-state merge, the log, lookups by name
- *   canon.c      canonical text of a registration (identical re-register)
+ *   canon.c      canonical text of a registration (equivalent re-register)
  *   instance.c   instantiation: signature, cache, miss reasons, the call op
  *   pipeline.c   the passes in force with rollback, external passes, plan
  *   inline.c     calls of other functions inlined
@@ -17,6 +17,8 @@
  *                fusion, buffer planning)
  *   convert.c    dev_fn_def -> validated, sorted graph (registration,
  *                external passes' results); graph -> dev_fn_def
+ *   names.c      the name rule (UTF-8, no ':', spaces, controls), names
+ *                in messages, a node's origins and string attributes
  *   run.c        one device's part of a call (the executor's), the plan
  *
  * Conventions: a graph's nodes are always in topological order (a node's

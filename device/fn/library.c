@@ -96,6 +96,13 @@ pd_code dev_fn_register(dev_fn_lib *lib, const dev_fn_def *def,
                      "function '%.128s': the name is a registered op; choose "
                      "another name",
                      def->name);
+  /* Inside functions the name means the pseudo-op: a function of that
+   * name could be called by Execute but never from another function. */
+  if (def && def->name && strcmp(def->name, DEV_FN_GRADIENTS_OP) == 0)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%s': the name is the %s pseudo-op of "
+                     "function bodies; choose another name",
+                     def->name, DEV_FN_GRADIENTS_OP);
   if (opts) PD_TRY(check_options(def && def->name ? def->name : "?", &o, st));
   o.struct_size = sizeof o;
   pthread_mutex_lock(&lib->mu);
@@ -103,7 +110,7 @@ pd_code dev_fn_register(dev_fn_lib *lib, const dev_fn_def *def,
   pd_code rc = fn_graph_from_def(def, NULL, fn_lib_lookup, lib, &g, st);
   if (rc != PD_OK) goto out;
   size_t clen = 0;
-  char *canon = fn_def_canonical(def, &o, &clen);
+  char *canon = fn_graph_canonical(g, &o, &lib->cfg, &clen);
   if (!canon) {
     rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
     goto out;
@@ -125,7 +132,8 @@ pd_code dev_fn_register(dev_fn_lib *lib, const dev_fn_def *def,
   if (lib->n >= DEV_FN_MAX_PER_LIB) {
     free(canon);
     rc = dev_error(st, PD_RESOURCE_EXHAUSTED,
-                   "function '%s': the library holds %d functions, its limit",
+                   "function '%s': the session holds %d functions, the most "
+                   "one session may register; it was not registered",
                    def->name, DEV_FN_MAX_PER_LIB);
     goto out;
   }

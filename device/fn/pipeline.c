@@ -47,9 +47,19 @@ static void run_builtin(dev_fn_lib *lib, const fn_func *f, fn_graph **gp,
   info->pass_changes[p] = changes;
 }
 
-/* Checks that `ng` (an external pass's result) keeps g's arguments and
- * outputs (names and dtypes), then makes it g's instantiation and infers it. */
+/* Checks that `ng` (an external pass's result, its strings already checked
+ * by fn_graph_from_def) keeps g's function name, arguments (names and
+ * dtypes) and outputs (names, and after inferring ng, dtypes and component
+ * shapes on every device), then makes it g's instantiation. */
 static pd_code adopt(const fn_graph *g, fn_graph *ng, dev_status *st) {
+  if (strcmp(ng->fn_name, g->fn_name) != 0) {
+    char shown[4 * DEV_FN_NAME_MAX + 1];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "the graph is named '%s'; expected the function's name "
+                     "'%s'",
+                     fn_name_printable(ng->fn_name, shown, sizeof shown),
+                     g->fn_name);
+  }
   if (ng->n_args != g->n_args || ng->n_outputs != g->n_outputs)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "%d arguments and %d outputs; expected %d and %d",
@@ -81,6 +91,19 @@ static pd_code adopt(const fn_graph *g, fn_graph *ng, dev_status *st) {
           st, PD_INVALID_ARGUMENT, "output %d is '%s' %s; expected '%s' %s", o,
           ng->out_names[o], pd_dtype_name(fn_ref_dtype(ng, ng->outputs[o])),
           g->out_names[o], pd_dtype_name(fn_ref_dtype(g, g->outputs[o])));
+  for (int o = 0; o < g->n_outputs; o++)
+    for (int d = 0; d < g->n_dev; d++) {
+      const dev_shape *ns = fn_ref_shape(ng, ng->outputs[o], d);
+      const dev_shape *os = fn_ref_shape(g, g->outputs[o], d);
+      if (!dev_shape_equal(ns, os)) {
+        char a[160], b[160];
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "output %d ('%s') has shape %s on device %d; "
+                         "expected %s, the function's",
+                         o, g->out_names[o], dev_shape_str(ns, a, sizeof a), d,
+                         dev_shape_str(os, b, sizeof b));
+      }
+    }
   return fn_graph_check(ng, st);
 }
 
