@@ -141,10 +141,12 @@ static void srv_fn_log(void *arg, dev_fn_log_level level, const char *fn_name,
                        const char *what) {
   (void)arg;
   char fq[SRV_LOG_QUOTED(128)], wq[SRV_LOG_QUOTED(512)];
+  /* The reason: valid UTF-8 kept (names in any language as given), other
+   * bytes and control characters as \xNN. */
   SRV_LOG_AT(SRV_SUB_SCHED,
              level == DEV_FN_LOG_INFO ? SRV_LOG_INFO : SRV_LOG_WARN,
              "function \"%s\": %s", srv_log_quote(fn_name, fq, sizeof fq),
-             srv_log_clean(what ? what : "", wq, sizeof wq));
+             srv_log_printable(what ? what : "", wq, sizeof wq));
 }
 
 /* [functions]: loads the optimizer plugins (their passes run after the
