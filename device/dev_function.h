@@ -182,6 +182,19 @@ typedef enum dev_fn_log_level {
 } dev_fn_log_level;
 typedef void (*dev_fn_log_fn)(void *arg, dev_fn_log_level level,
                               const char *fn_name, const char *what);
+/* Cache counts summed over every library whose config points here (a
+ * daemon's /metrics): relaxed atomics, any thread. misses counts every
+ * miss, failed instantiations included; instantiations the successful
+ * ones; evictions those dropped for max_instantiations. */
+#ifndef __cplusplus
+typedef _Atomic uint64_t dev_fn_counter;
+#else /* CUDA translation units (C++) see the layout only */
+typedef uint64_t dev_fn_counter;
+#endif
+typedef struct dev_fn_counters {
+  dev_fn_counter hits, misses, instantiations, evictions;
+} dev_fn_counters;
+
 typedef struct dev_fn_config {
   size_t struct_size;
   dev_tristate passes[DEV_PASS_COUNT]; /* the daemon's; DEFAULT: on */
@@ -198,10 +211,16 @@ typedef struct dev_fn_config {
    * NULL: nowhere. Called on the instantiating thread. */
   dev_fn_log_fn log;
   void *log_arg;
+  /* Where the cache's counts are added (NULL: nowhere); shared, not
+   * copied: it must outlive every library made with this config. */
+  dev_fn_counters *counters;
 } dev_fn_config;
 
 #define DEV_FN_CONFIG_INITIALIZER                                              \
-  { sizeof(dev_fn_config), {DEV_TRI_DEFAULT}, 0, 0, 0, NULL, 0, NULL, NULL }
+  {                                                                            \
+    sizeof(dev_fn_config), {DEV_TRI_DEFAULT}, 0, 0, 0, NULL, 0, NULL, NULL,    \
+        NULL                                                                   \
+  }
 
 /* --- Libraries: one session's functions ------------------------------------ */
 

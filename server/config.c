@@ -362,6 +362,8 @@ static int srv_check_options(const srv_options *o,
   return errors;
 }
 
+srv_config_plugin_check_fn srv_config_plugin_check;
+
 srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
                                   bool *check, srv_config_report_fn report) {
   srv_options o;
@@ -412,6 +414,8 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
   if (errors == 0) errors += srv_check_tls(&o, *check, report);
   if (errors == 0) srv_check_identity_sources(&o, report);
   if (errors == 0 && *check) errors += srv_check_auth_files(&o, report);
+  if (errors == 0 && *check && srv_config_plugin_check)
+    errors += srv_config_plugin_check(&o, report);
   /* Chunks leave room for the rest of their message under the limit. */
   o.limits.max_chunk_bytes = o.limits.max_message_bytes - 1024;
   o.limits.default_chunk_bytes = 1u << 20;

@@ -206,6 +206,15 @@ void srv_config_describe_devices(const srv_options *o, char *buf, size_t len);
  * optimizer plugins none") for --check-config and the start-up log. */
 void srv_config_describe_functions(const srv_options *o, char *buf, size_t len);
 
+/* --check-config's check of [functions] optimizer_plugins: loads and
+ * unloads every plugin as a start does (srv_optimizer_load: the same
+ * refusals, duplicates included) and reports each error; returns how many.
+ * main.c sets it to daemon.c's srv_functions_check; NULL (fuzz_config links
+ * no engine): the plugins are not checked. */
+typedef int (*srv_config_plugin_check_fn)(const srv_options *o,
+                                          srv_config_report_fn report);
+extern srv_config_plugin_check_fn srv_config_plugin_check;
+
 /* Splits [functions] optimizer_plugins into at most SRV_MAX_PLUGINS paths
  * (pointers into `buf`, a copy of the list); returns how many. */
 int srv_config_plugin_paths(const srv_options *o, char *buf, size_t len,

@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "convert.h"
+#include "log.h"
 
 /* "node:k": a name, ':' and an output index. */
 #define SRV_FN_REF_MAX (DEV_FN_NAME_MAX + 12)
@@ -235,11 +236,36 @@ static pd_code srv_fn_oom(dev_status *st) {
   return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
 }
 
-/* `n` strings as a message's array in `a`, NULL ones as "" (the array is
- * copied, the strings are not). */
+/* A string for a proto3 `string` field, which must be UTF-8 (Python's
+ * protobuf refuses a whole reply holding one that is not): `s` itself when
+ * it is valid UTF-8 (NULL: ""), else a copy in `a` whose bytes that are
+ * not UTF-8 (and control characters) are '?'. The engine's and the
+ * registration's checks keep such bytes out of every graph; this is the
+ * last line of defence (a plugin's origins, a bug), so that DescribeFunction
+ * and a plugin's input always parse. */
+static char *srv_fn_text(srv_arena *a, const char *s) {
+  if (!s) return (char *)"";
+  if (srv_log_text_check(s, true, NULL) < 0) return (char *)s;
+  size_t n = strlen(s) + 1;
+  char *c = srv_arena_alloc(a, n);
+  return c ? srv_log_utf8(s, c, n) : (char *)"?";
+}
+
+/* The first `max` bytes at most of `s` as srv_fn_text, always a copy. */
+static char *srv_fn_textn(srv_arena *a, const char *s, size_t max) {
+  size_t n = strnlen(s, max);
+  char *c = srv_arena_alloc(a, n + 1);
+  if (!c) return NULL;
+  memcpy(c, s, n);
+  c[n] = '\0';
+  return srv_fn_text(a, c);
+}
+
+/* `n` strings as a message's array in `a`, NULL ones as "", each as
+ * srv_fn_text (the array is copied, valid strings are not). */
 static char **srv_fn_strs(srv_arena *a, const char *const *s, int n) {
   char **p = srv_arena_alloc(a, ((size_t)n + 1) * sizeof(*p));
-  for (int i = 0; p && i < n; i++) p[i] = srv_fn_str(s[i]);
+  for (int i = 0; p && i < n; i++) p[i] = srv_fn_text(a, s[i]);
   return p;
 }
 
@@ -291,9 +317,11 @@ static pd_code srv_fn_attrs_to_pb(const char *fn, const dev_fn_node *n,
     Paradev__V1__Attr *q = srv_arena_alloc(a, sizeof(*q));
     if (!q) return srv_fn_oom(st);
     paradev__v1__attr__init(q);
-    q->name = srv_fn_str(at->name);
+    q->name = srv_fn_text(a, at->name);
     if (!(q->value = srv_attr_value_to_pb(&at->value, a)))
       return srv_fn_oom(st);
+    if (q->value->value_case == PARADEV__V1__ATTR_VALUE__VALUE_S)
+      q->value->s = srv_fn_text(a, q->value->s);
     pb->attrs[pb->n_attrs++] = q;
   }
   return PD_OK;
@@ -330,8 +358,8 @@ static pd_code srv_fn_node_to_pb(const char *fn, const dev_fn_node *n,
   Paradev__V1__FunctionNode *pb = srv_arena_alloc(a, sizeof(*pb));
   if (!pb) return srv_fn_oom(st);
   paradev__v1__function_node__init(pb);
-  pb->name = srv_fn_str(n->name);
-  pb->op = srv_fn_str(n->op);
+  pb->name = srv_fn_text(a, n->name);
+  pb->op = srv_fn_text(a, n->op);
   if (n->num_inputs < 0 || n->num_attrs < 0 || n->num_origins < 0 ||
       n->num_outputs_info < 0)
     return dev_error(st, PD_INVALID_ARGUMENT,
@@ -379,7 +407,7 @@ static pd_code srv_fn_ends_to_pb(const dev_fn_def *def, srv_arena *a,
     Paradev__V1__FunctionArg *ar = srv_arena_alloc(a, sizeof(*ar));
     if (!ar) return srv_fn_oom(st);
     paradev__v1__function_arg__init(ar);
-    ar->name = srv_fn_str(def->args[i].name);
+    ar->name = srv_fn_text(a, def->args[i].name);
     ar->dtype = (Paradev__V1__DType)def->args[i].dtype;
     pb->args[i] = ar;
   }
@@ -387,8 +415,8 @@ static pd_code srv_fn_ends_to_pb(const dev_fn_def *def, srv_arena *a,
     Paradev__V1__FunctionOutput *o = srv_arena_alloc(a, sizeof(*o));
     if (!o) return srv_fn_oom(st);
     paradev__v1__function_output__init(o);
-    o->name = srv_fn_str(def->outputs[i].name);
-    o->source = srv_fn_str(def->outputs[i].source);
+    o->name = srv_fn_text(a, def->outputs[i].name);
+    o->source = srv_fn_text(a, def->outputs[i].source);
     pb->outputs[i] = o;
   }
   pb->n_args = na;
@@ -408,7 +436,7 @@ pd_code srv_fn_def_to_pb(const dev_fn_def *def, const dev_fn_options *opts,
   Paradev__V1__FunctionDef *pb = srv_arena_alloc(a, sizeof(*pb));
   if (!pb) return srv_fn_oom(st);
   paradev__v1__function_def__init(pb);
-  pb->name = (char *)fn;
+  pb->name = srv_fn_text(a, fn);
   PD_TRY(srv_fn_ends_to_pb(def, a, pb, st));
   size_t nn = (size_t)def->num_nodes;
   pb->nodes = srv_arena_alloc(a, (nn + 1) * sizeof(*pb->nodes));
@@ -443,11 +471,9 @@ static Paradev__V1__FunctionInstantiation *srv_inst_to_pb(
   Paradev__V1__FunctionInstantiation *pb = srv_arena_alloc(a, sizeof(*pb));
   if (!pb) return NULL;
   paradev__v1__function_instantiation__init(pb);
-  size_t sl = strnlen(ii->signature, sizeof(ii->signature));
-  char *sig = srv_arena_alloc(a, sl + 1);
+  char *sig = srv_fn_textn(a, ii->signature, sizeof(ii->signature));
   pb->passes = srv_arena_alloc(a, DEV_PASS_COUNT * sizeof(*pb->passes));
   if (!sig || !pb->passes) return NULL;
-  memcpy(sig, ii->signature, sl);
   pb->signature = sig;
   pb->nodes_in = ii->nodes_in;
   pb->nodes_out = ii->nodes_out;
@@ -496,11 +522,9 @@ pd_code srv_fn_info_to_pb(const dev_fn_info *info, srv_arena *a,
       goto oom;
   out->n_passes_in_force = DEV_PASS_COUNT;
   for (int i = 0; i < nm; i++) {
-    const char *r = info->miss_reasons[i];
-    size_t rl = strnlen(r, sizeof(info->miss_reasons[i]));
-    char *s = srv_arena_alloc(a, rl + 1);
+    char *s =
+        srv_fn_textn(a, info->miss_reasons[i], sizeof(info->miss_reasons[i]));
     if (!s) goto oom;
-    memcpy(s, r, rl);
     out->cache_misses[i] = s;
   }
   out->n_cache_misses = (size_t)nm;

@@ -10,6 +10,7 @@
  * observer, for every reason). main.c runs the service loop between. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <systemd/sd-daemon.h>
@@ -137,16 +138,49 @@ static int srv_engine_start(srv *s) {
 /* What the engine reports of graph functions (dev_fn_config.log): a cache
  * miss and its reason at info, a pass rolled back or an external pass
  * refused at warning. Names and reasons may hold a client's bytes. */
+/* The engine's function log lines (a cache miss, a pass rolled back, a
+ * plugin refused): any client can provoke them (a miss per new shape), so
+ * at most SRV_FN_LOG_PER_S a second daemon-wide; the next line that passes
+ * says how many were not written. */
+#define SRV_FN_LOG_PER_S 20
 static void srv_fn_log(void *arg, dev_fn_log_level level, const char *fn_name,
                        const char *what) {
-  (void)arg;
-  char fq[SRV_LOG_QUOTED(128)], wq[SRV_LOG_QUOTED(512)];
-  /* The reason: valid UTF-8 kept (names in any language as given), other
-   * bytes and control characters as \xNN. */
+  srv *s = arg;
+  uint64_t skipped = 0;
+  if (!srv_rate_ok(&s->fn_log_rate, SRV_FN_LOG_PER_S, &skipped)) return;
+  char fq[SRV_LOG_QUOTED(128)], wq[SRV_LOG_QUOTED(512)], more[96] = "";
+  if (skipped)
+    snprintf(more, sizeof more,
+             " (%" PRIu64
+             " earlier function log lines not written: at most "
+             "%d a second)",
+             skipped, SRV_FN_LOG_PER_S);
   SRV_LOG_AT(SRV_SUB_SCHED,
              level == DEV_FN_LOG_INFO ? SRV_LOG_INFO : SRV_LOG_WARN,
-             "function \"%s\": %s", srv_log_quote(fn_name, fq, sizeof fq),
-             srv_log_printable(what ? what : "", wq, sizeof wq));
+             "function \"%s\": %s%s", srv_log_quote(fn_name, fq, sizeof fq),
+             srv_log_printable(what ? what : "", wq, sizeof wq), more);
+}
+
+int srv_functions_check(const srv_options *o, srv_config_report_fn report) {
+  char buf[SRV_AUTH_LIST_MAX];
+  const char *paths[SRV_MAX_PLUGINS];
+  int n = srv_config_plugin_paths(o, buf, sizeof buf, paths);
+  if (n == 0) return 0;
+  dev_tristate daemon[DEV_PASS_COUNT], merged[DEV_PASS_COUNT];
+  for (int p = 0; p < DEV_PASS_COUNT; p++)
+    daemon[p] = (dev_tristate)o->fn_passes[p];
+  const dev_fn_external_pass *const *ext = NULL;
+  int n_ext = 0;
+  dev_status st = DEV_STATUS_INIT;
+  pd_code rc = srv_optimizer_load(paths, n, daemon, &ext, &n_ext, merged, &st);
+  srv_optimizer_unload();
+  if (rc == PD_OK) return 0;
+  char msg[sizeof st.msg + 512];
+  snprintf(msg, sizeof msg,
+           "%s: [functions] optimizer_plugins: %s; a start refuses it",
+           o->config_loaded ? o->config_path : "configuration", st.msg);
+  report(true, msg);
+  return 1;
 }
 
 /* [functions]: loads the optimizer plugins (their passes run after the
@@ -178,6 +212,7 @@ static int srv_functions_start(srv *s, dev_fn_config *fc) {
   fc->fold_max_ms = o->fn_fold_max_ms;
   fc->log = srv_fn_log;
   fc->log_arg = s;
+  fc->counters = &s->fn_counters;
   char about[1024];
   srv_config_describe_functions(o, about, sizeof(about));
   SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "functions: %s; %d external passes",

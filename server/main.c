@@ -372,6 +372,7 @@ static int srv_main_prepare(srv *s, int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--hash-token") == 0)
     return srv_tokens_hash_main();
   bool check = false;
+  srv_config_plugin_check = srv_functions_check;
   switch (srv_config_load(argc, argv, &s->opt, &check, srv_report_stderr)) {
     case SRV_CONFIG_EXIT_OK: return 0;
     case SRV_CONFIG_EXIT_BAD:

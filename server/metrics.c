@@ -331,6 +331,34 @@ static void srv_render_auth(srv_buf *b, srv *s) {
         srv_refusal_name((srv_refusal)r), srv_auth_refusals(s, (srv_refusal)r));
 }
 
+/* Graph functions' instantiation caches, summed over every session's
+ * library (device/dev_function.h dev_fn_counters). */
+static void srv_render_functions(srv_buf *b, srv *s) {
+  static const struct {
+    const char *name, *help;
+  } fam[] = {
+      {"paradev_function_cache_hits_total",
+       "Function calls that found their instantiation in the cache."},
+      {"paradev_function_cache_misses_total",
+       "Function calls that found no instantiation for their inputs' "
+       "signature (failed instantiations included)."},
+      {"paradev_function_instantiations_total",
+       "Instantiations made (inlined, optimized, planned) after a miss."},
+      {"paradev_function_cache_evictions_total",
+       "Instantiations dropped for a function's max_instantiations."},
+  };
+  const dev_fn_counters *c = &s->fn_counters;
+  uint64_t v[4] = {
+      atomic_load_explicit(&c->hits, memory_order_relaxed),
+      atomic_load_explicit(&c->misses, memory_order_relaxed),
+      atomic_load_explicit(&c->instantiations, memory_order_relaxed),
+      atomic_load_explicit(&c->evictions, memory_order_relaxed)};
+  for (int i = 0; i < 4; i++) {
+    srv_family(b, fam[i].name, "counter", fam[i].help);
+    srv_buf_printf(b, "%s %" PRIu64 "\n", fam[i].name, v[i]);
+  }
+}
+
 char *srv_metrics_render(srv *s, size_t *len) {
   srv_buf b = {malloc(16384), 0, 16384, false};
   if (!b.p) return NULL;
@@ -392,6 +420,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
                  atomic_load(&s->shm_download_bytes));
   srv_render_storage(&b, s);
   srv_render_auth(&b, s);
+  srv_render_functions(&b, s);
   if (b.oom) {
     free(b.p);
     return NULL;

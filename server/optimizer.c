@@ -7,6 +7,7 @@
 #include "optimizer.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,12 +291,37 @@ static void merge_configs(const dev_tristate *daemon_passes,
   }
 }
 
+/* The same file listed twice (the same path, or two paths with one
+ * realpath) would be loaded once by dlopen but run as two passes, its
+ * create_func state shared: refused, naming both occurrences. */
+static pd_code plugin_duplicates(const char *const *paths, int n,
+                                 dev_status *st) {
+  for (int i = 1; i < n; i++) {
+    char ri[PATH_MAX], rj[PATH_MAX];
+    bool has_ri = realpath(paths[i], ri) != NULL;
+    for (int j = 0; j < i; j++) {
+      bool same = strcmp(paths[i], paths[j]) == 0 ||
+                  (has_ri && realpath(paths[j], rj) && strcmp(ri, rj) == 0);
+      if (same)
+        return dev_error(st, PD_FAILED_PRECONDITION,
+                         "optimizer plugin %d (%s) is the same file as "
+                         "plugin %d (%s)%s%s; list it once (it would be "
+                         "loaded once and run twice)",
+                         i + 1, paths[i], j + 1, paths[j],
+                         strcmp(paths[i], paths[j]) ? ": both are " : "",
+                         strcmp(paths[i], paths[j]) ? ri : "");
+    }
+  }
+  return PD_OK;
+}
+
 pd_code srv_optimizer_load(const char *const *paths, int n,
                            const dev_tristate *daemon_passes,
                            const dev_fn_external_pass *const **passes,
                            int *n_passes, dev_tristate *merged,
                            dev_status *st) {
   srv_optimizer_unload();
+  PD_TRY(plugin_duplicates(paths, n, st));
   if (n > 0) {
     plugins = calloc((size_t)n, sizeof *plugins);
     pass_ptrs = calloc((size_t)n + 1, sizeof *pass_ptrs);

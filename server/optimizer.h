@@ -19,6 +19,9 @@
  * major version, a missing optimize function, an error from its entry
  * point) is an error naming the file and the reason (both sizes or
  * versions): the daemon does not start with a plugin it was told to load.
+ * A file listed twice (the same path or the same realpath) is refused
+ * before anything is loaded, naming both occurrences. --check-config loads
+ * and unloads the list the same way (daemon.c srv_functions_check).
  * On success *passes / *n_passes receive the external passes (in the order
  * of the list; owned by the loader until srv_optimizer_unload) and
  * merged[DEV_PASS_COUNT] the built-in passes' switches merged from the

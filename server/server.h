@@ -34,6 +34,7 @@
 #include "config.h"
 #include "convert.h"
 #include "device.h"
+#include "ratelimit.h"
 #include "scheduler.h"
 
 #define SRV_NUM_CODES 17 /* gRPC status codes 0..16 */
@@ -167,6 +168,10 @@ struct srv {
    * switches merged with its optimizer plugins' (srv_optimizer_load), as
    * GetServerInfo reports them. */
   dev_tristate fn_passes[DEV_PASS_COUNT];
+  /* Every session's function cache counts (the engine adds, /metrics
+   * reads), and the rate limit of the engine's function log lines. */
+  dev_fn_counters fn_counters;
+  srv_rate fn_log_rate;
   int64_t start_unix_ms;
   dev_engine *engine;
   sched *sched;
@@ -228,6 +233,12 @@ void srv_daemon_stop_serving(srv *s, void (*phase)(const char *what));
  * shared memory regions), the registry, health, the engine. A daemon that
  * exits with ops still on the devices skips this. Main thread. */
 void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what));
+/* --check-config's check of [functions] optimizer_plugins
+ * (srv_config_plugin_check_fn, config.h): loads the plugins as
+ * srv_daemon_start does and unloads them; returns the number of errors
+ * reported (0 or 1: the first refusal, as a start stops at it). Main
+ * thread, before anything started. */
+int srv_functions_check(const srv_options *o, srv_config_report_fn report);
 /* The scheduler's configuration from the options (start and SIGHUP). */
 void srv_daemon_sched_config(const srv_options *o, dev_engine *e,
                              sched_config *sc);

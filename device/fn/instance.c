@@ -361,6 +361,14 @@ static void add_miss_reason(fn_func *f, const char *why) {
   if (f->n_miss < DEV_FN_MISS_REASONS) f->n_miss++;
 }
 
+/* Adds one to the daemon-wide count `field` (dev_fn_config.counters). */
+#define fn_count(lib, field)                                                   \
+  do {                                                                         \
+    if ((lib)->cfg.counters)                                                   \
+      atomic_fetch_add_explicit(&(lib)->cfg.counters->field, 1,                \
+                                memory_order_relaxed);                         \
+  } while (0)
+
 /* The instantiation for these inputs (a reference), from the cache or new. */
 static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
                                    dev_tensor *const *in, int n_in,
@@ -378,6 +386,7 @@ static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
   fn_inst *inst = NULL;
   if (hit >= 0) {
     f->hits++;
+    fn_count(lib, hits);
     inst = f->insts[hit];
     memmove(&f->insts[1], &f->insts[0], sizeof(fn_inst *) * (size_t)hit);
     f->insts[0] = inst;
@@ -390,13 +399,16 @@ static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
     else
       miss_reason(f->insts[0], in, n_in, n, why, sizeof why);
     f->misses++;
+    fn_count(lib, misses);
     add_miss_reason(f, why);
     fn_log(&lib->cfg, DEV_FN_LOG_INFO, f->name, "cache miss: %s", why);
     PD_TRY(instantiate(lib, f, in, n_in, &inst, st));
+    fn_count(lib, instantiations);
     int cap = inst_cap(lib, f);
     while (f->n_insts >= cap) {
       fn_inst_unref(f->insts[--f->n_insts]);
       f->evictions++;
+      fn_count(lib, evictions);
     }
     memmove(&f->insts[1], &f->insts[0], sizeof(fn_inst *) * (size_t)f->n_insts);
     f->insts[0] = inst;

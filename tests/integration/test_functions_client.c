@@ -709,6 +709,141 @@ static void test_cli_check(void **state) {
   unlink(path);
 }
 
+/* `paradev function check` on files of the wrong JSON types: every one
+ * exits 2 (a bad file, as a usage error) with the JSON path and what was
+ * expected, before any call; unknown members are refused. The trial's
+ * `"args": 5` aborted the CLI in json-c (rc 134). */
+static void test_cli_check_bad_json(void **state) {
+  (void)state;
+#define FN_HEAD "\"name\": \"c\", \"args\": [{\"name\": \"x\", \"dtype\": 1}], "
+#define FN_OUT "\"outputs\": [{\"name\": \"y\", \"source\": \"n\"}]"
+#define FN_NODE(extra)                                                         \
+  "{" FN_HEAD                                                                  \
+  "\"nodes\": [{\"name\": \"n\", \"op\": \"Neg\", "                            \
+  "\"inputs\": [\"x\"]" extra "}], " FN_OUT "}"
+#define FN_ATTR(value)                                                         \
+  FN_NODE(", \"attrs\": [{\"name\": \"a\", \"value\": " value "}]")
+  static const struct {
+    const char *json, *want;
+  } cases[] = {
+      {"{\"name\": \"x\", \"args\": 5, \"nodes\": \"no\", " FN_OUT "}",
+       "args: expected an array of objects, got a number"},
+      {"{" FN_HEAD "\"outputs\": 5}",
+       "outputs: expected an array of objects, got a number"},
+      {"{" FN_HEAD "\"nodes\": {}, " FN_OUT "}",
+       "nodes: expected an array of objects, got an object"},
+      {"{" FN_HEAD "\"nodes\": [5], " FN_OUT "}",
+       "nodes[0]: expected an object {name, op, inputs, attrs}, got a number"},
+      {"{" FN_HEAD "\"nodes\": [{\"name\": \"n\", \"op\": \"Neg\", "
+       "\"inputs\": \"x\"}], " FN_OUT "}",
+       "nodes[0].inputs: expected an array of strings, got a string"},
+      {"{" FN_HEAD "\"nodes\": [{\"name\": \"n\", \"op\": \"Neg\", "
+       "\"inputs\": [{}]}], " FN_OUT "}",
+       "nodes[0].inputs[0]: expected a string, got an object"},
+      {"{" FN_HEAD "\"nodes\": [{\"name\": \"n\", \"op\": 3}], " FN_OUT "}",
+       "nodes[0].op: expected a string, got a number"},
+      {"{" FN_HEAD "\"nodes\": [{\"op\": \"Neg\"}], " FN_OUT "}",
+       "nodes[0].name: expected a string, missing"},
+      {FN_NODE(", \"input\": [\"x\"]"), "nodes[0].input: unknown field"},
+      {FN_NODE(", \"attrs\": {\"a\": 1}"),
+       "nodes[0].attrs: expected an array of objects, got an object"},
+      {FN_NODE(", \"attrs\": [{\"name\": \"a\"}]"),
+       "nodes[0].attrs[0].value: expected an object, missing"},
+      {FN_ATTR("{\"i\": \"x1\"}"),
+       "nodes[0].attrs[0].value.i: expected an integer, got a string"},
+      {FN_ATTR("{\"f\": true}"),
+       "nodes[0].attrs[0].value.f: expected a number, got a boolean"},
+      {FN_ATTR("{\"b\": 1}"),
+       "nodes[0].attrs[0].value.b: expected a boolean, got a number"},
+      {FN_ATTR("{\"s\": []}"),
+       "nodes[0].attrs[0].value.s: expected a string, got an array"},
+      {FN_ATTR("{\"i\": 1, \"f\": 2}"),
+       "nodes[0].attrs[0].value: expected exactly one of"},
+      {FN_ATTR("{\"q\": 1}"), "nodes[0].attrs[0].value.q: unknown field"},
+      {FN_ATTR("{\"shape\": {\"dims\": \"3\"}}"),
+       "nodes[0].attrs[0].value.shape.dims: expected an array of integers, "
+       "got a string"},
+      {FN_ATTR("{\"intList\": {\"values\": [1, \"a\"]}}"),
+       "nodes[0].attrs[0].value.intList.values[1]: expected an integer, got "
+       "a string"},
+      {FN_ATTR("{\"float_list\": [1.5]}"),
+       "nodes[0].attrs[0].value.float_list: expected an object {values: "
+       "[...]}, got an array"},
+      {FN_ATTR("{\"dtype\": \"float99\"}"),
+       "nodes[0].attrs[0].value.dtype: unknown dtype \"float99\""},
+      {"{\"name\": 5}", "name: expected a string, got a number"},
+      {"{\"name\": \"c\", \"bogus\": 1}", "bogus: unknown field"},
+      {"{\"name\": \"c\", \"args\": [{\"name\": \"x\"}]}",
+       "args[0].dtype: expected a dtype, missing"},
+      {"{\"name\": \"c\", \"args\": [{\"name\": \"x\", \"dtype\": []}]}",
+       "args[0].dtype: expected a dtype"},
+      {"{\"name\": \"c\", \"args\": [{\"name\": \"x\", \"dtype\": 1, "
+       "\"shape\": 1}]}",
+       "args[0].shape: unknown field"},
+      {"{" FN_HEAD "\"outputs\": [{\"name\": \"y\", \"source\": 3}]}",
+       "outputs[0].source: expected a string, got a number"},
+      {"{" FN_HEAD "\"outputs\": [\"x\"]}",
+       "outputs[0]: expected an object {name, source}, got a string"},
+      {"{\"name\": \"c\", \"options\": 5}",
+       "options: expected an object, got a number"},
+      {"{\"name\": \"c\", \"options\": {\"cse\": 7}}",
+       "options.cse: expected TRI_STATE_DEFAULT"},
+      {"{\"name\": \"c\", \"options\": {\"cse\": true}}",
+       "options.cse: expected TRI_STATE_DEFAULT"},
+      {"{\"name\": \"c\", \"options\": {\"maxInstantiations\": \"a\"}}",
+       "options.max_instantiations: expected an integer, got a string"},
+      {"{\"name\": \"c\", \"options\": {\"fuse\": \"ON\"}}",
+       "options.fuse: unknown field"},
+  };
+#undef FN_ATTR
+#undef FN_NODE
+#undef FN_OUT
+#undef FN_HEAD
+  char path[] = "/tmp/pdfn-bad-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  char cmd[512], out[4096];
+  snprintf(cmd, sizeof cmd, "%s --target %s function check %s 2>&1", cli_path,
+           D.unix_target, path);
+  int failures = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(cases[i].json, f);
+    fclose(f);
+    int rc = run_cmd(cmd, out, sizeof out);
+    char want[512];
+    snprintf(want, sizeof want, "%s: %s", path, cases[i].want);
+    if (rc != 2 || !strstr(out, want)) {
+      print_message("case %zu (%s): exit %d, expected 2 and \"%s\": %s\n", i,
+                    cases[i].json, rc, want, out);
+      failures++;
+    }
+  }
+  /* The lowerCamel spellings protobuf's JSON mapping writes are taken. */
+  if (engine_present) {
+    FILE *f = fopen(path, "w");
+    fputs(
+        "{"
+        "\"name\": \"camel\", \"args\": [{\"name\": \"x\", \"dtype\": "
+        "\"float32\"}], \"nodes\": [{\"name\": \"n\", \"op\": \"Neg\", "
+        "\"inputs\": [\"x\"], \"attrs\": []}], \"outputs\": "
+        "[{\"name\": \"y\", \"source\": \"n\"}], \"options\": "
+        "{\"constantFolding\": \"OFF\", \"bufferPlanning\": 2, "
+        "\"maxInstantiations\": \"3\"}}",
+        f);
+    fclose(f);
+    int rc = run_cmd(cmd, out, sizeof out);
+    if (rc != 0 || strncmp(out, "ok\n", 3) != 0) {
+      print_message("camelCase file: exit %d: %s\n", rc, out);
+      failures++;
+    }
+  }
+  unlink(path);
+  assert_int_equal(failures, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s PARADEVD PARADEV_CLI\n", argv[0]);
@@ -738,6 +873,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_bad_config),
       cmocka_unit_test(test_cli_check),
       cmocka_unit_test(test_call_execute),
+      cmocka_unit_test(test_cli_check_bad_json),
       cmocka_unit_test(test_call_stream),
       cmocka_unit_test(test_registration_errors),
       cmocka_unit_test(test_reregister),

@@ -11,7 +11,11 @@
 2. paradevd with two plugins that disagree on cse (tests/plugins) starts and
    logs the disagreement; cse is off in force.
 3. paradevd with the wrong-major plugin refuses to start, naming both
-   versions; with the small-struct one, naming both sizes.
+   versions; with the small-struct one, naming both sizes; with one plugin
+   listed twice (same path or same realpath), naming both occurrences.
+   --check-config refuses the same lists (and a missing file, a file that is
+   not a shared object, one without PD_InitOptimizer) with the start's
+   message, and passes the example.
 4. paradevd with a failing plugin and one returning garbage before the
    example: both are ignored for the function (and the log names them and
    the failing one's message), the example still rewrites it, and the
@@ -33,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+import urllib.request
 
 try:
     import grpc
@@ -70,7 +76,7 @@ def config(*plugins):
 def args(conf, sock):
     return [PARADEVD, "--config", conf, "--listen", "unix:" + sock,
             "--devices", str(NDEV), "--memory-limit", str(64 << 20),
-            "--grace-ms", "2000"]
+            "--grace-ms", "2000", "--metrics-listen", "127.0.0.1:0"]
 
 
 class Daemon:
@@ -90,6 +96,19 @@ class Daemon:
                 raise Skip("this daemon has no [functions] optimizer_plugins")
             raise RuntimeError("paradevd not ready in 20 s; log:\n" + log)
         self.ch = grpc.insecure_channel("unix:" + self.sock)
+        m = [re.search(r"metrics on http://127\.0\.0\.1:(\d+)/", line)
+             for line in self.lines]
+        self.http = int([x for x in m if x][0].group(1))
+
+    def metrics(self):
+        text = urllib.request.urlopen(
+            "http://127.0.0.1:%d/metrics" % self.http, timeout=10).read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
 
     def _read(self):
         for line in self.proc.stderr:
@@ -188,6 +207,73 @@ def check_square(d, with_broken=False):
         assert d.call("Echo", pb.EchoRequest(payload=b"ok"), pb.EchoResponse).payload == b"ok"
 
 
+def upload(d, tok, hid, rows):
+    up = d.ch.stream_unary(SVC + "Upload",
+                           request_serializer=lambda m: m.SerializeToString(),
+                           response_deserializer=pb.UploadResponse.FromString)
+    up(iter([pb.UploadRequest(header=pb.UploadHeader(
+                session_token=tok, id=hid, dtype=pb.DTYPE_FLOAT32,
+                shape=pb.Shape(dims=[rows, 3]))),
+             pb.UploadRequest(chunk=pb.UploadChunk(
+                 offset=0, data=f32([1.0] * (rows * 3))))]), timeout=20)
+
+
+def check_cache_metrics(d):
+    """/metrics counts every session's cache hits, misses, instantiations and
+    evictions exactly; the function log lines (one per miss) are rate-limited
+    daemon-wide, and the next line written says how many were not."""
+    fn_lines = lambda: [l for l in d.log().splitlines() if 'function "neg"' in l]
+    before = d.metrics()
+    tok = d.call("CreateSession", pb.CreateSessionRequest(client_name="metrics"),
+                 pb.CreateSessionResponse).session_token
+    d.call("RegisterFunction", pb.RegisterFunctionRequest(
+        session_token=tok, function=pb.FunctionDef(
+            name="neg", args=[pb.FunctionArg(name="x", dtype=pb.DTYPE_FLOAT32)],
+            nodes=[pb.FunctionNode(name="n", op="Neg", inputs=["x"])],
+            outputs=[pb.FunctionOutput(name="y", source="n")],
+            options=pb.FunctionOptions(max_instantiations=2))),
+        pb.RegisterFunctionResponse)
+    shapes = 120  # each a miss (a new row count); every one called twice
+    t0 = time.monotonic()
+    for k in range(shapes):
+        upload(d, tok, 1000 + k, k + 1)
+        for rep in range(2):
+            d.call("Execute", pb.ExecuteRequest(session_token=tok, ops=[
+                pb.Operation(op="neg", inputs=[1000 + k],
+                             output_ids=[5000 + 2 * k + rep])]),
+                pb.ExecuteResponse)
+    elapsed = time.monotonic() - t0
+    after = d.metrics()
+    delta = lambda k: after[k] - before.get(k, 0)
+    assert delta("paradev_function_cache_misses_total") == shapes, after
+    assert delta("paradev_function_cache_hits_total") == shapes, after
+    assert delta("paradev_function_instantiations_total") == shapes, after
+    assert delta("paradev_function_cache_evictions_total") == shapes - 2, after
+    logged = len(fn_lines())
+    # At most 20 a second, in whichever seconds the calls fell.
+    assert 1 <= logged <= 20 * (int(elapsed) + 2), (logged, elapsed)
+    time.sleep(1.1)  # a new second: the next miss is written
+    upload(d, tok, 999, 500)
+    d.call("Execute", pb.ExecuteRequest(session_token=tok, ops=[
+        pb.Operation(op="neg", inputs=[999], output_ids=[4999])]),
+        pb.ExecuteResponse)
+    deadline = time.monotonic() + 5
+    while (not fn_lines() or "[500,3]" not in fn_lines()[-1]) and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = fn_lines()
+    assert "cache miss" in lines[-1], lines[-1]
+    # Every miss is either written or counted by a later line that was (the
+    # first of each second), the last one (alone in its second) included.
+    skipped = [int(m.group(1)) for m in (
+        re.search(r"\((\d+) earlier function log lines not written: at most "
+                  r"20 a second\)", l) for l in lines) if m]
+    assert len(lines) + sum(skipped) == shapes + 1, (len(lines), skipped)
+    assert logged == shapes or skipped, (logged, skipped)
+    d.call("CloseSession", pb.CloseSessionRequest(session_token=tok),
+           pb.CloseSessionResponse)
+
+
 def check_disagree():
     d = Daemon(CSE_OFF, CSE_ON)
     try:
@@ -199,9 +285,9 @@ def check_disagree():
         assert d.stop() == 0
 
 
-def check_refused(plugin, pattern):
+def check_refused(plugin, pattern, *more):
     sock = os.path.join(TMP, "refused.sock")
-    out = subprocess.run(args(config(plugin), sock), capture_output=True,
+    out = subprocess.run(args(config(plugin, *more), sock), capture_output=True,
                          text=True, timeout=30)
     if "optimizer_plugins" in out.stderr and ("unknown" in out.stderr or "no key" in out.stderr):
         raise Skip("this daemon has no [functions] optimizer_plugins")
@@ -209,8 +295,56 @@ def check_refused(plugin, pattern):
     assert re.search(pattern, out.stderr), out.stderr
 
 
+def libc_path():
+    """A loadable shared object without PD_InitOptimizer: this process's libc."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            if re.search(r"/libc[.-][^/]*so", path) and os.path.exists(path):
+                return path
+    raise RuntimeError("no libc in /proc/self/maps")
+
+
+def check_config_plugins():
+    """--check-config loads and unloads the plugins as a start does: a path
+    the start refuses is an error there too, with the start's message."""
+    def check(plugins, pattern):
+        out = subprocess.run([PARADEVD, "--config", config(*plugins),
+                              "--check-config"], capture_output=True,
+                             text=True, timeout=30)
+        text = out.stdout + out.stderr
+        if pattern is None:
+            assert out.returncode == 0 and "configuration OK" in text, text
+            return
+        assert out.returncode != 0, (plugins, text)
+        assert "configuration OK" not in text, text
+        assert re.search(pattern, text), (pattern, text)
+        assert "a start refuses it" in text, text
+
+    check([SQUARE], None)
+    check(["/nonexistent/libfoo.so"],
+          r"optimizer plugin /nonexistent/libfoo\.so: cannot load it: .*No such file")
+    check(["/etc/passwd"], r"optimizer plugin /etc/passwd: cannot load it")
+    lc = libc_path()
+    check([lc], re.escape("optimizer plugin %s: no PD_InitOptimizer symbol" % lc))
+    check([WRONG_MAJOR], r"libpd_test_wrong_major\.so: built for optimizer "
+          r"ABI major version 2; this daemon's is 1")
+    check([SQUARE, CSE_OFF, SQUARE], re.escape(
+        "optimizer plugin 3 (%s) is the same file as plugin 1 (%s); list it once"
+        % (SQUARE, SQUARE)))
+    link = os.path.join(TMP, "libalias.so")
+    os.symlink(SQUARE, link)
+    check([SQUARE, link], re.escape(
+        "optimizer plugin 2 (%s) is the same file as plugin 1 (%s): both are %s"
+        % (link, SQUARE, os.path.realpath(SQUARE))))
+    # The start refuses the duplicate the same way (it ran the plugin twice).
+    check_refused(SQUARE, r"optimizer plugin 2 \(.*\) is the same file as "
+                  r"plugin 1", SQUARE)
+
+
 def main():
     try:
+        check_config_plugins()
         check_refused(WRONG_MAJOR, r"libpd_test_wrong_major\.so: built for optimizer "
                       r"ABI major version 2; this daemon's is 1")
         check_refused(SMALL_STRUCT, r"libpd_test_small_struct\.so: PD_Optimizer\."
@@ -219,6 +353,7 @@ def main():
         d = Daemon(SQUARE)
         try:
             check_square(d)
+            check_cache_metrics(d)
         finally:
             assert d.stop() == 0
         d = Daemon(FAILING, GARBAGE, SQUARE)

@@ -5,8 +5,8 @@
  * outputs_info both ways, an absent attr left out; the bounds checked
  * before the engine sees a definition, junk bytes and out-of-range values
  * refused naming what was wrong, and what a FunctionDef cannot carry
- * refused on the way out. Expected values are the definitions written
- * here. */
+ * refused on the way out; strings that are not UTF-8 sent with those
+ * bytes as '?'. Expected values are the definitions written here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -467,6 +467,59 @@ static void test_bad_bytes_refused(void **state) {
 
 /* What a FunctionDef cannot carry is refused on the way out, naming the
  * function, the node and the attr (the engine's graphs hold none). */
+/* Strings that are not UTF-8 (a plugin's origin, as the trial's
+ * "evil\n\x1b[31mred\xff") go out with those bytes (and control
+ * characters) as '?', never as they are: proto3 strings must be UTF-8 and
+ * Python's protobuf refuses a whole reply holding one that is not. Valid
+ * UTF-8 (any language) is kept exactly, in every field. */
+static void test_not_utf8_replaced(void **state) {
+  (void)state;
+  fixture f;
+  make_def(&f);
+  static const char *const bad_orig[] = {"evil\n\x1b[31mred\xff",
+                                         "caf\xc3\xa9"};
+  f.nodes[2].origins = bad_orig;
+  f.nodes[2].num_origins = 2;
+  f.nodes[0].name = "m\xc0\xafm"; /* overlong '/' */
+  f.outs[0].source = "m\xc0\xafm:0";
+  f.args[0].name = "\xed\xa0\x80x"; /* a surrogate */
+  f.mm_attrs[0] = dev_attr_string("note",
+                                  "a\xfe"
+                                  "b");
+  dev_fn_def d = f.d;
+  d.name = "f\xe2\x82"; /* cut inside a character */
+  srv_arena a = {NULL};
+  Paradev__V1__FunctionDef *pb = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(srv_fn_def_to_pb(&d, NULL, &a, &pb, &st), PD_OK);
+  assert_string_equal(pb->name, "f??");
+  assert_string_equal(pb->args[0]->name, "???x");
+  assert_string_equal(pb->args[1]->name, "w");
+  assert_string_equal(pb->nodes[0]->name, "m??m");
+  assert_string_equal(pb->outputs[0]->source, "m??m:0");
+  assert_string_equal(pb->nodes[0]->attrs[0]->value->s, "a?b");
+  assert_int_equal(pb->nodes[2]->n_origins, 2);
+  assert_string_equal(pb->nodes[2]->origins[0], "evil??[31mred?");
+  assert_string_equal(pb->nodes[2]->origins[1], "caf\xc3\xa9");
+  /* The definition itself is not touched. */
+  assert_string_equal(f.nodes[2].origins[0], "evil\n\x1b[31mred\xff");
+  srv_arena_free(&a);
+  /* DescribeFunction's signature and miss reasons too. */
+  dev_fn_info info;
+  memset(&info, 0, sizeof info);
+  info.num_instantiations = 1;
+  snprintf(info.insts[0].signature, sizeof info.insts[0].signature,
+           "(float32[2]\xff)");
+  info.num_miss_reasons = 1;
+  snprintf(info.miss_reasons[0], sizeof info.miss_reasons[0], "x\x80y");
+  Paradev__V1__DescribeFunctionResponse r =
+      PARADEV__V1__DESCRIBE_FUNCTION_RESPONSE__INIT;
+  assert_int_equal(srv_fn_info_to_pb(&info, &a, &r, &st), PD_OK);
+  assert_string_equal(r.instantiations[0]->signature, "(float32[2]?)");
+  assert_string_equal(r.cache_misses[0], "x?y");
+  srv_arena_free(&a);
+}
+
 static void test_unfit_def_refused(void **state) {
   (void)state;
   fixture f;
@@ -506,6 +559,7 @@ int main(void) {
       cmocka_unit_test(test_every_attr_type),
       cmocka_unit_test(test_bad_bytes_refused),
       cmocka_unit_test(test_unfit_def_refused),
+      cmocka_unit_test(test_not_utf8_replaced),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
