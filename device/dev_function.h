@@ -35,6 +35,8 @@
 #define DEV_FN_MAX_PER_LIB 256 /* functions of one library (session) */
 #define DEV_FN_MAX_INST_CAP 64 /* the largest max_instantiations */
 #define DEV_FN_DEFAULT_INST_CAP 8
+/* [functions] instantiation_max_ms by default (dev_fn_config). */
+#define DEV_FN_DEFAULT_INST_MAX_MS 1000
 #define DEV_FN_MAX_CALL_DEPTH 16 /* nested calls inlined */
 
 /* The pseudo-op of a gradient node (tf.gradients with one target):
@@ -196,10 +198,15 @@ typedef struct dev_fn_config {
    * NULL: nowhere. Called on the instantiating thread. */
   dev_fn_log_fn log;
   void *log_arg;
+  /* At most this many ms of inlining and gradient expansion per
+   * instantiation (0: 1000): past it the call fails with RESOURCE_EXHAUSTED
+   * naming the function and the phase, and the failure is cached like any
+   * other. Added after log_arg (struct_size: older callers get 1000). */
+  int instantiation_max_ms;
 } dev_fn_config;
 
 #define DEV_FN_CONFIG_INITIALIZER                                              \
-  { sizeof(dev_fn_config), {DEV_TRI_DEFAULT}, 0, 0, 0, NULL, 0, NULL, NULL }
+  { sizeof(dev_fn_config), {DEV_TRI_DEFAULT}, 0, 0, 0, NULL, 0, NULL, NULL, 0 }
 
 /* --- Libraries: one session's functions ------------------------------------ */
 
@@ -271,6 +278,10 @@ typedef struct dev_fn_inst_info {
   uint64_t unplanned_bytes; /* what one buffer per intermediate would take */
   uint64_t calls;
   bool cuda_graph; /* replayed as a CUDA graph */
+  /* Non-empty: instantiating this signature failed with this message (a
+   * negative cache entry, counted within max_instantiations); calls with
+   * this signature fail at once with it, until it is evicted. */
+  char error[512];
 } dev_fn_inst_info;
 
 #define DEV_FN_MISS_REASONS 8
