@@ -35,6 +35,8 @@
 #define DEV_FN_MAX_PER_LIB 256 /* functions of one library (session) */
 #define DEV_FN_MAX_INST_CAP 64 /* the largest max_instantiations */
 #define DEV_FN_DEFAULT_INST_CAP 8
+/* [functions] instantiation_max_ms by default (dev_fn_config). */
+#define DEV_FN_DEFAULT_INST_MAX_MS 1000
 #define DEV_FN_MAX_CALL_DEPTH 16 /* nested calls inlined */
 
 /* The pseudo-op of a gradient node (tf.gradients with one target):
@@ -214,12 +216,17 @@ typedef struct dev_fn_config {
   /* Where the cache's counts are added (NULL: nowhere); shared, not
    * copied: it must outlive every library made with this config. */
   dev_fn_counters *counters;
+  /* At most this many ms of inlining and gradient expansion per
+   * instantiation (0: 1000): past it the call fails with RESOURCE_EXHAUSTED
+   * naming the function and the phase; unlike the definition's own errors
+   * it is not cached (it depends on the load). Added after counters (struct_size: older callers get 1000). */
+  int instantiation_max_ms;
 } dev_fn_config;
 
 #define DEV_FN_CONFIG_INITIALIZER                                              \
   {                                                                            \
     sizeof(dev_fn_config), {DEV_TRI_DEFAULT}, 0, 0, 0, NULL, 0, NULL, NULL,    \
-        NULL                                                                   \
+        NULL, 0                                                                \
   }
 
 /* --- Libraries: one session's functions ------------------------------------ */
@@ -298,6 +305,10 @@ typedef struct dev_fn_inst_info {
   uint64_t unplanned_bytes; /* what one buffer per intermediate would take */
   uint64_t calls;
   bool cuda_graph; /* replayed as a CUDA graph */
+  /* Non-empty: instantiating this signature failed with this message (a
+   * negative cache entry, counted within max_instantiations); calls with
+   * this signature fail at once with it, until it is evicted. */
+  char error[512];
 } dev_fn_inst_info;
 
 #define DEV_FN_MISS_REASONS 8

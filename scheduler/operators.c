@@ -19,10 +19,7 @@ static void sched_fill_view(sched_session *ss, int64_t now,
   e->age_s = (double)(now - ss->created_ms) / 1000.0;
   int64_t last = atomic_load(&ss->expires_ms) - (int64_t)ss->lease_s * 1000;
   e->idle_s = now > last ? (double)(now - last) / 1000.0 : 0.0;
-  pthread_mutex_lock(&ss->mu);
-  e->bytes = ss->bytes;
-  e->handles = ss->handles.live;
-  pthread_mutex_unlock(&ss->mu);
+  sched_session_counts(ss, &e->handles, &e->bytes); /* never waits */
   pthread_mutex_lock(&s->qmu);
   e->queued_ops = (uint64_t)ss->qlen;
   pthread_mutex_unlock(&s->qmu);

@@ -21,7 +21,9 @@
  *                     (done_cv); never held with another.
  *   5. the engine's own locks (dev_*), taken inside dev_* calls.
  *
- * Nestings that occur: mu -> session.mu (sched_get_stats), session.mu ->
+ * Nestings that occur: mu -> session.mu only by trylock (sched_get_stats:
+ * a busy session's last counts are used, nothing waits for a session under
+ * mu), session.mu ->
  * qmu (sched_execute, the tape executor), mu -> qmu (the lease thread's
  * deadline sweep, lease.c), qmu -> engine (dev_tensor_is_ready, and
  * dev_op_abandon of cancelled and expired ops, so their outputs carry the
@@ -252,6 +254,10 @@ struct sched_session {
   uint64_t quota;
   int64_t created_ms;         /* monotonic */
   _Atomic int64_t expires_ms; /* monotonic */
+  /* The handles and bytes last read under mu (sched_session_counts): what
+   * stats and listings report while a call holds mu (an instantiation may
+   * hold it long), so they never wait for a session's lock. */
+  _Atomic uint64_t seen_handles, seen_bytes;
 
   pthread_mutex_t mu; /* lock 2: guards closed .. attached */
   bool closed;        /* ended: handles released, nothing attaches */
@@ -498,6 +504,12 @@ pd_code sched_prepare_named_locked(sched_session *ss, const char *name,
  * destroys it after unlocking (dev_fn_lib_destroy). */
 dev_fn_lib *sched_take_functions_locked(sched_session *ss);
 pd_code sched_not_found(uint64_t id, dev_status *st);
+/* A session's live handles and bytes without waiting: read under its mu
+ * when free (and remembered in seen_*), else the counts last read. Any
+ * lock (or none) may be held. */
+void sched_session_counts(sched_session *ss, uint64_t *handles,
+                          uint64_t *bytes);
+
 /* Checks that `extra_handles` more handles of `extra_bytes` fit (ss->mu). */
 pd_code sched_check_room_locked(sched_session *ss, int extra_handles,
                                 uint64_t extra_bytes, dev_status *st);

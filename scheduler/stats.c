@@ -105,17 +105,30 @@ uint64_t sched_estimate_ns(sched *s, const dev_op *op, int op_index,
   return est < 1 ? 1 : (uint64_t)est;
 }
 
+void sched_session_counts(sched_session *ss, uint64_t *handles,
+                          uint64_t *bytes) {
+  if (pthread_mutex_trylock(&ss->mu) == 0) {
+    atomic_store(&ss->seen_handles, (uint64_t)ss->handles.live);
+    atomic_store(&ss->seen_bytes, ss->bytes);
+    pthread_mutex_unlock(&ss->mu);
+  }
+  *handles = atomic_load(&ss->seen_handles);
+  *bytes = atomic_load(&ss->seen_bytes);
+}
+
 void sched_get_stats(sched *s, sched_stats *out) {
   sched_stats r;
   memset(&r, 0, sizeof(r));
   r.struct_size = sizeof(r);
   pthread_mutex_lock(&s->mu);
   r.sessions = s->num_sessions;
+  /* Never waits for a session's lock under the table's: a call may hold
+   * it for long (an instantiation), and everything else needs sched.mu. */
   for (sched_session *ss = s->sessions; ss; ss = ss->next) {
-    pthread_mutex_lock(&ss->mu);
-    r.handles += ss->handles.live;
-    r.bytes += ss->bytes;
-    pthread_mutex_unlock(&ss->mu);
+    uint64_t h, b;
+    sched_session_counts(ss, &h, &b);
+    r.handles += h;
+    r.bytes += b;
   }
   pthread_mutex_unlock(&s->mu);
   r.sessions_created = atomic_load(&s->n_created);

@@ -544,9 +544,10 @@ void srv_config_describe_functions(const srv_options *o, char *buf,
   if (n < len)
     snprintf(buf + n, len - n,
              "; max_instantiations %d; constant folding up to %llu bytes, "
-             "%d ms; optimizer plugins %s",
+             "%d ms; instantiation up to %d ms; optimizer plugins %s",
              o->fn_max_instantiations, (unsigned long long)o->fn_fold_max_bytes,
-             o->fn_fold_max_ms, o->fn_plugins[0] ? o->fn_plugins : "none");
+             o->fn_fold_max_ms, o->fn_inst_max_ms,
+             o->fn_plugins[0] ? o->fn_plugins : "none");
 }
 
 int srv_config_plugin_paths(const srv_options *o, char *buf, size_t len,

@@ -170,6 +170,7 @@ typedef struct srv_options {
   int fn_max_instantiations;    /* 1..DEV_FN_MAX_INST_CAP, default 8 */
   uint64_t fn_fold_max_bytes;   /* constant folding: a value's bytes */
   int fn_fold_max_ms;           /* constant folding: ms per instantiation */
+  int fn_inst_max_ms;           /* inlining + gradients: ms per instantiation */
   char fn_plugins[SRV_AUTH_LIST_MAX]; /* "/a.so,/b.so": optimizer plugins */
   bool config_explicit; /* --config given: a missing file is an error */
   bool config_loaded;   /* a file was read */

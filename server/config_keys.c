@@ -158,6 +158,8 @@ const srv_key srv_keys[] = {
      OFF(fn_fold_max_bytes), 1, (uint64_t)1 << 30, false},
     {"functions", "constant_folding_max_ms", NULL, SRV_K_INT,
      OFF(fn_fold_max_ms), 1, 60000, false},
+    {"functions", "instantiation_max_ms", NULL, SRV_K_INT, OFF(fn_inst_max_ms),
+     1, 600000, false},
     {"functions", "optimizer_plugins", NULL, SRV_K_PLUGINS, OFF(fn_plugins), 0,
      SRV_AUTH_LIST_MAX, false},
 };
@@ -216,6 +218,7 @@ void srv_defaults(srv_options *o) {
   o->fn_max_instantiations = DEV_FN_DEFAULT_INST_CAP;
   o->fn_fold_max_bytes = 65536;
   o->fn_fold_max_ms = 50;
+  o->fn_inst_max_ms = DEV_FN_DEFAULT_INST_MAX_MS;
   for (int i = 0; i < SRV_SUB_COUNT; i++) o->log_levels[i] = SRV_LOG_INFO;
   snprintf(o->config_path, sizeof(o->config_path), "%s", SRV_DEFAULT_CONFIG);
 }

@@ -488,6 +488,14 @@ static Paradev__V1__FunctionInstantiation *srv_inst_to_pb(
   pb->unplanned_bytes = ii->unplanned_bytes;
   pb->calls = ii->calls;
   pb->cuda_graph = ii->cuda_graph;
+  if (ii->error[0]) {
+    size_t el = strnlen(ii->error, sizeof(ii->error));
+    char *err = srv_arena_alloc(a, el + 1);
+    if (!err) return NULL;
+    memcpy(err, ii->error, el);
+    err[el] = 0;
+    pb->error = err;
+  }
   return pb;
 }
 

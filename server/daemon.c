@@ -210,6 +210,7 @@ static int srv_functions_start(srv *s, dev_fn_config *fc) {
   fc->max_instantiations = o->fn_max_instantiations;
   fc->fold_max_bytes = o->fn_fold_max_bytes;
   fc->fold_max_ms = o->fn_fold_max_ms;
+  fc->instantiation_max_ms = o->fn_inst_max_ms;
   fc->log = srv_fn_log;
   fc->log_arg = s;
   fc->counters = &s->fn_counters;

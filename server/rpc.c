@@ -118,15 +118,113 @@ static void srv_on_request(srv_call *c, bool ok) {
 
 /* --- threads, start, stop -------------------------------------------------- */
 
-static void *srv_cq_main(void *arg) {
-  grpc_completion_queue *cq = arg;
+/* Lending a busy queue. A handler should never block its queue thread, but
+ * a function's first call instantiates it inside Execute (bounded by
+ * [functions] instantiation_max_ms, and an optimizer plugin cannot be
+ * interrupted): meanwhile gRPC keeps handing new calls (Echo,
+ * CreateSession, other sessions' calls) to the slots armed on that queue.
+ * So a watcher thread lends a queue whose thread has run one event for more
+ * than SRV_LEND_AFTER_S to a helper thread, which drives it until the owner
+ * is done and takes it back: still one thread at a time per queue, so all
+ * events of one call still run one at a time. */
+#define SRV_LEND_AFTER_S 0.05
+#define SRV_LEND_POLL_NS 20000000L
+
+typedef struct srv_cq_state {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* lent went false */
+  grpc_completion_queue *cq;
+  bool busy;    /* its owner runs an event */
+  double since; /* when it began (srv_mono_s) */
+  bool lent;    /* a helper drives the queue */
+  bool stop;    /* the owner wants it back */
+} srv_cq_state;
+
+static srv_cq_state srv_cq_states[SRV_MAX_THREADS];
+static pthread_t srv_lender;
+static bool srv_lender_started;
+static atomic_bool srv_lender_stop;
+
+static double srv_mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Runs one event of q's queue, waiting until `deadline`; false once the
+ * queue is shut down. */
+static bool srv_cq_step(srv_cq_state *q, gpr_timespec deadline, bool owner) {
+  grpc_event ev = grpc_completion_queue_next(q->cq, deadline, NULL);
+  if (ev.type == GRPC_QUEUE_SHUTDOWN) return false;
+  if (ev.type != GRPC_OP_COMPLETE) return true;
+  if (owner) {
+    pthread_mutex_lock(&q->mu);
+    q->busy = true;
+    q->since = srv_mono_s();
+    pthread_mutex_unlock(&q->mu);
+  }
+  struct srv_tag *t = ev.tag;
+  t->fn(t->c, ev.success != 0);
+  if (owner) { /* take the queue back before driving it again */
+    pthread_mutex_lock(&q->mu);
+    q->busy = false;
+    while (q->lent) {
+      q->stop = true;
+      pthread_cond_wait(&q->cv, &q->mu);
+    }
+    pthread_mutex_unlock(&q->mu);
+  }
+  return true;
+}
+
+static void *srv_cq_helper(void *arg) {
+  srv_cq_state *q = arg;
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(
-        cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
-    if (ev.type != GRPC_OP_COMPLETE) continue;
-    struct srv_tag *t = ev.tag;
-    t->fn(t->c, ev.success != 0);
+    pthread_mutex_lock(&q->mu);
+    bool stop = q->stop;
+    pthread_mutex_unlock(&q->mu);
+    if (stop) break;
+    gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                   gpr_time_from_millis(10, GPR_TIMESPAN));
+    if (!srv_cq_step(q, dl, false)) break;
+  }
+  pthread_mutex_lock(&q->mu);
+  q->lent = false;
+  q->stop = false;
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+static void *srv_lender_main(void *arg) {
+  srv *s = arg;
+  struct timespec tick = {0, SRV_LEND_POLL_NS};
+  while (!atomic_load(&srv_lender_stop)) {
+    nanosleep(&tick, NULL);
+    double now = srv_mono_s();
+    for (int i = 0; i < s->num_cqs; i++) {
+      srv_cq_state *q = &srv_cq_states[i];
+      pthread_mutex_lock(&q->mu);
+      if (q->busy && !q->lent && now - q->since > SRV_LEND_AFTER_S) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        q->lent = pthread_create(&th, &at, srv_cq_helper, q) == 0;
+        pthread_attr_destroy(&at);
+        if (q->lent)
+          SRV_DEBUG("queue %d busy for %.3f s: lent to a helper thread", i,
+                    now - q->since);
+      }
+      pthread_mutex_unlock(&q->mu);
+    }
+  }
+  return NULL;
+}
+
+static void *srv_cq_main(void *arg) {
+  srv_cq_state *q = arg;
+  while (srv_cq_step(q, gpr_inf_future(GPR_CLOCK_REALTIME), true)) {
   }
   return NULL;
 }
@@ -460,7 +558,20 @@ static int srv_admin_listen(srv *s) {
  * ones that started, for srv_queues_end. 0, or -1 (logged). */
 static int srv_threads_start(srv *s) {
   for (int i = 0; i < s->num_cqs; i++) {
-    int e = pthread_create(&srv_threads[i], NULL, srv_cq_main, s->cqs[i]);
+    srv_cq_state *q = &srv_cq_states[i];
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    q->cq = s->cqs[i];
+    q->busy = q->lent = q->stop = false;
+  }
+  atomic_store(&srv_lender_stop, false);
+  srv_lender_started =
+      pthread_create(&srv_lender, NULL, srv_lender_main, s) == 0;
+  if (!srv_lender_started)
+    SRV_WARN("cannot start the queue watcher: a slow call blocks its queue");
+  for (int i = 0; i < s->num_cqs; i++) {
+    int e =
+        pthread_create(&srv_threads[i], NULL, srv_cq_main, &srv_cq_states[i]);
     if (e != 0) {
       SRV_ERROR("cannot start completion-queue thread %d of %d: %s", i + 1,
                 s->num_cqs, strerror(e));
@@ -494,6 +605,11 @@ static void srv_servers_serve(srv *s) {
  * its queue shuts down, so the started ones are joined (each drains its
  * queue) and the others' queues are drained here; then all are destroyed. */
 static void srv_queues_end(srv *s) {
+  if (srv_lender_started) { /* no new helpers; those running see shutdown */
+    atomic_store(&srv_lender_stop, true);
+    pthread_join(srv_lender, NULL);
+    srv_lender_started = false;
+  }
   for (int i = 0; i < s->num_cqs; i++) {
     grpc_completion_queue_shutdown(s->cqs[i]);
     if (i < srv_num_threads) {

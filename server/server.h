@@ -15,6 +15,12 @@
  * the devices caught up, a health Watch) registers a callback and returns;
  * the callback, on whatever thread it runs, only wakes the call
  * (srv_call_wake), whose method's on_wake then runs on the call's own thread.
+ * One exception is bounded work that runs inline: a function's first call
+ * instantiates it inside Execute ([functions] instantiation_max_ms); so a
+ * watcher (rpc.c) lends a queue whose thread has run one event for over
+ * 50 ms to a helper thread that drives it until the owner takes it back
+ * (still one thread per queue at a time): calls gRPC handed to that queue
+ * meanwhile do not wait.
  *
  * Lifetime: a call holds a reference per gRPC batch in flight plus one for
  * whoever is running its handler, and one per registered wake-up; it is

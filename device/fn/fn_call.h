@@ -47,6 +47,9 @@ typedef struct fn_inst {
   dev_op_def def; /* the call's def: flags DEV_OP_FUNCTION, name fn_name */
   dev_fn_inst_info info;
   _Atomic uint64_t calls;
+  /* A negative entry: instantiating this signature failed with this code
+   * (info.error the message); g is NULL and the call is refused at once. */
+  pd_code failed;
 } fn_inst;
 
 /* What a prepared call holds (dev_op.fn_call). */
@@ -129,10 +132,14 @@ char *fn_graph_canonical(const fn_graph *g, const dev_fn_options *o,
 
 /* pipeline.c. Runs the built-in passes in force (each on a backup: an
  * error or a failed check restores it and is logged) and then the external
- * passes on *g, recording pass_changes and external_changed in info; never
- * fails (a pass that cannot run is skipped and logged). */
-void fn_pipeline(dev_fn_lib *lib, const fn_func *f, fn_graph **g,
-                 dev_fn_inst_info *info);
+ * passes on *g, recording pass_changes and external_changed in info (a
+ * pass that cannot run is skipped and logged). Fails only when
+ * dev_monotonic_now() is past `deadline` (0: none) after a pass or a
+ * plugin: RESOURCE_EXHAUSTED naming the function, instantiation_max_ms
+ * (budget_ms) and that pass or plugin. */
+pd_code fn_pipeline(dev_fn_lib *lib, const fn_func *f, fn_graph **g,
+                    dev_fn_inst_info *info, double deadline, int budget_ms,
+                    dev_status *st);
 /* Plans inst's buffers when DEV_PASS_BUFFER_PLANNING is in force (else, or
  * when planning fails, every value gets its own allocation); fills
  * info.arena_bytes and the pass_changes of planning and CUDA graphs. */
@@ -147,6 +154,33 @@ bool fn_run_call(dev_op *op, int device, const void *const *in_data,
  * place: the callee's nodes take positions i.. (not inferred). */
 pd_code fn_inline_call_at(fn_graph *g, int i, const fn_graph *callee,
                           dev_status *st);
+
+/* inline.c: every call of g inlined front to back in one pass, in time
+ * linear in the nodes made (fn_inline_call_at rebuilds the node array per
+ * call: quadratic for functions nesting calls). Each node appended (an OP
+ * or GRADIENTS node, named "call/.../node") is handed to `emit` (g, its
+ * index) before the next is appended, so a call's inputs are inferred when
+ * it is reached; `check` (may be NULL) sees each call's node (its inputs
+ * already mapped) and its callee before the callee's nodes are made.
+ * Errors: INVALID_ARGUMENT (a callee not in the library, the wrong number
+ * of inputs, calls nesting deeper than DEV_FN_MAX_CALL_DEPTH, more than
+ * DEV_FN_MAX_NODES nodes: checked as each node is made, naming the call);
+ * RESOURCE_EXHAUSTED when dev_monotonic_now() passes `deadline` (0: none)
+ * before it is done, or on host memory; what emit and check return. On an
+ * error g is left valid to free only. */
+typedef pd_code (*fn_emit_fn)(void *arg, fn_graph *g, int i, dev_status *st);
+typedef pd_code (*fn_check_call_fn)(void *arg, fn_graph *g, const fn_node *call,
+                                    const fn_graph *callee, dev_status *st);
+typedef struct fn_inline_ctx {
+  fn_lookup_fn lookup;
+  void *lookup_arg;
+  fn_emit_fn emit;
+  fn_check_call_fn check;
+  void *arg; /* emit's and check's */
+  double deadline;
+  int budget_ms; /* for the message */
+} fn_inline_ctx;
+pd_code fn_inline_all(fn_graph *g, const fn_inline_ctx *x, dev_status *st);
 
 /* instance.c */
 void fn_inst_unref(fn_inst *inst); /* accepts NULL */

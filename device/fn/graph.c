@@ -214,24 +214,40 @@ pd_code fn_graph_add_arg(fn_graph *g, const char *name, pd_dtype dt,
   return PD_OK;
 }
 
-static bool name_taken(const fn_graph *g, const char *name) {
-  for (int i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return true;
-  for (int i = 0; i < g->n_args; i++)
-    if (strcmp(g->arg_names[i], name) == 0) return true;
-  return false;
+/* Notes one name of g against `base`: *taken when it is base, *top the
+ * largest K of a name "base_K" (K decimal digits). */
+static void name_note(const char *name, const char *base, size_t blen,
+                      bool *taken, unsigned long *top) {
+  if (!name || strncmp(name, base, blen) != 0) return;
+  if (!name[blen]) {
+    *taken = true;
+    return;
+  }
+  if (name[blen] != '_' || !name[blen + 1]) return;
+  unsigned long k = 0;
+  for (const char *p = name + blen + 1; *p; p++) {
+    if (*p < '0' || *p > '9' || k > 100000000ul) return;
+    k = k * 10 + (unsigned long)(*p - '0');
+  }
+  if (k > *top) *top = k;
 }
 
-/* A name not yet used in g: `base`, else "base_1", "base_2", ... */
+/* A name not yet used in g: `base`, else "base_K" past the largest K in
+ * use. One scan of the names (a scan per candidate suffix made a gradient
+ * expansion, thousands of "g/Mul_K", cubic in the nodes). */
 static char *unique_name(const fn_graph *g, const char *base) {
-  if (!name_taken(g, base)) return fn_graph_strdup(base);
-  size_t len = strlen(base) + 24;
+  const size_t blen = strlen(base);
+  bool taken = false;
+  unsigned long top = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    name_note(g->nodes[i].name, base, blen, &taken, &top);
+  for (int i = 0; i < g->n_args; i++)
+    name_note(g->arg_names[i], base, blen, &taken, &top);
+  if (!taken) return fn_graph_strdup(base);
+  size_t len = blen + 24;
   char *s = malloc(len);
-  if (!s) return NULL;
-  for (unsigned k = 1;; k++) {
-    snprintf(s, len, "%s_%u", base, k);
-    if (!name_taken(g, s)) return s;
-  }
+  if (s) snprintf(s, len, "%s_%lu", base, top + 1);
+  return s;
 }
 
 /* Shifts references to nodes >= pos by `by` (an insertion at pos). */

@@ -147,3 +147,165 @@ pd_code fn_inline_calls(fn_graph *g, fn_lookup_fn lookup, void *arg,
     }
   }
 }
+
+/* --- one pass, front to back (fn_inline_all) ------------------------------ */
+
+/* Where one source node's outputs went: a node of g, or (a call) the refs
+ * its callee's outputs became. */
+typedef struct inl_map {
+  int idx;      /* node of g; -1 for a call */
+  fn_ref *outs; /* a call's outputs (owned) */
+} inl_map;
+
+/* One level being emitted: its nodes (owned: moved into g one by one), what
+ * its args and constants stand for, its name prefix. */
+typedef struct inl_level {
+  const char *fn_name;  /* the function these nodes are of */
+  const fn_ref *argmap; /* NULL: the root's args */
+  int cbase;            /* its constants' first index in g */
+  const char *prefix;   /* "" or "call/.../" */
+  int depth;
+} inl_level;
+
+static fn_ref inl_ref(const inl_level *lv, const inl_map *map, fn_ref r) {
+  if (r.kind == FN_REF_ARG) return lv->argmap ? lv->argmap[r.idx] : r;
+  if (r.kind == FN_REF_CONST) return fn_const_ref(lv->cbase + r.idx);
+  if (map[r.idx].idx >= 0) return fn_node_ref(map[r.idx].idx, r.out);
+  return map[r.idx].outs[r.out];
+}
+
+static pd_code inl_append(fn_graph *g, fn_node *n, dev_status *st) {
+  if (g->n_nodes == g->cap_nodes) {
+    int cap = g->cap_nodes ? 2 * g->cap_nodes : 16;
+    fn_node *nn = realloc(g->nodes, sizeof *nn * (size_t)cap);
+    if (!nn) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+    g->nodes = nn;
+    g->cap_nodes = cap;
+  }
+  g->nodes[g->n_nodes++] = *n;
+  memset(n, 0, sizeof *n); /* moved */
+  return PD_OK;
+}
+
+static pd_code inl_nodes(fn_graph *g, const fn_inline_ctx *x, fn_node *src,
+                         int n_src, const inl_level *lv, inl_map *map,
+                         dev_status *st);
+
+/* Emits the callee of call node `call` (its inputs mapped), filling the
+ * call's map entry with where its outputs went. */
+static pd_code inl_call(fn_graph *g, const fn_inline_ctx *x, fn_node *call,
+                        const inl_level *lv, inl_map *m, dev_status *st) {
+  if (lv->depth >= DEV_FN_MAX_CALL_DEPTH)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%s', node '%s%s': calls nest deeper than %d "
+                     "levels",
+                     g->fn_name, lv->prefix, call->name, DEV_FN_MAX_CALL_DEPTH);
+  const fn_graph *callee =
+      x->lookup ? x->lookup(x->lookup_arg, call->call) : NULL;
+  if (!callee)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%s', node '%s%s': function '%s' is not in "
+                     "the library",
+                     g->fn_name, lv->prefix, call->name, call->call);
+  if (callee->n_args != call->n_in)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%s', node '%s%s': function '%s' takes %d "
+                     "inputs; got %d",
+                     g->fn_name, lv->prefix, call->name, callee->fn_name,
+                     callee->n_args, call->n_in);
+  if (x->check) PD_TRY(x->check(x->arg, g, call, callee, st));
+  size_t plen = strlen(lv->prefix) + strlen(call->name) + 2;
+  char *prefix = malloc(plen);
+  fn_graph *c = fn_graph_clone(callee);
+  inl_map *cmap = calloc((size_t)(callee->n_nodes + 1), sizeof *cmap);
+  m->outs = calloc((size_t)(callee->n_outputs + 1), sizeof *m->outs);
+  pd_code rc = PD_OK;
+  if (!prefix || !c || !cmap || !m->outs) {
+    rc = dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+    goto out;
+  }
+  snprintf(prefix, plen, "%s%s/", lv->prefix, call->name);
+  inl_level sub = {callee->fn_name, call->in, g->n_consts, prefix,
+                   lv->depth + 1};
+  for (int k = 0; rc == PD_OK && k < c->n_consts; k++)
+    rc = fn_graph_add_const(g, c->consts[k].dtype, &c->consts[k].shape,
+                            c->consts[k].data, c->consts[k].bytes, NULL, st);
+  if (rc == PD_OK) rc = inl_nodes(g, x, c->nodes, c->n_nodes, &sub, cmap, st);
+  for (int o = 0; rc == PD_OK && o < c->n_outputs; o++)
+    m->outs[o] = inl_ref(&sub, cmap, c->outputs[o]);
+out:
+  for (int j = 0; cmap && j < callee->n_nodes; j++) free(cmap[j].outs);
+  free(cmap);
+  fn_graph_free(c); /* its nodes were moved out (zeroed) or are freed here */
+  free(prefix);
+  return rc;
+}
+
+/* Emits src[0..n_src) (owned; each moved into g or freed), filling map. */
+static pd_code inl_nodes(fn_graph *g, const fn_inline_ctx *x, fn_node *src,
+                         int n_src, const inl_level *lv, inl_map *map,
+                         dev_status *st) {
+  for (int j = 0; j < n_src; j++) {
+    fn_node *n = &src[j];
+    if (x->deadline > 0 && dev_monotonic_now() > x->deadline)
+      return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                       "function '%s': instantiation took more than "
+                       "instantiation_max_ms = %d ms while inlining calls "
+                       "(%d nodes made, at node '%s%s'); raise [functions] "
+                       "instantiation_max_ms or register a smaller function",
+                       g->fn_name, x->budget_ms, g->n_nodes, lv->prefix,
+                       n->name);
+    for (int q = 0; q < n->n_in; q++) n->in[q] = inl_ref(lv, map, n->in[q]);
+    if (n->kind == FN_NODE_CALL) {
+      map[j].idx = -1;
+      PD_TRY(inl_call(g, x, n, lv, &map[j], st));
+      continue;
+    }
+    if (g->n_nodes >= DEV_FN_MAX_NODES)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "function '%s': inlining '%s' (node '%.*s') makes more "
+                       "than %d nodes",
+                       g->fn_name, lv->fn_name,
+                       lv->prefix[0] ? (int)strlen(lv->prefix) - 1 : 0,
+                       lv->prefix, DEV_FN_MAX_NODES);
+    if (lv->prefix[0]) {
+      size_t len = strlen(lv->prefix) + strlen(n->name) + 1;
+      char *name = malloc(len);
+      if (!name)
+        return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+      snprintf(name, len, "%s%s", lv->prefix, n->name);
+      free(n->name);
+      n->name = name;
+    }
+    map[j].idx = g->n_nodes;
+    PD_TRY(inl_append(g, n, st));
+    if (x->emit) PD_TRY(x->emit(x->arg, g, g->n_nodes - 1, st));
+  }
+  return PD_OK;
+}
+
+pd_code fn_inline_all(fn_graph *g, const fn_inline_ctx *x, dev_status *st) {
+  fn_node *src = g->nodes;
+  const int n_src = g->n_nodes;
+  inl_map *map = calloc((size_t)(n_src + 1), sizeof *map);
+  fn_node *nn = calloc((size_t)(n_src + 16), sizeof *nn);
+  if (!map || !nn) {
+    free(map);
+    free(nn);
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
+  }
+  g->nodes = nn;
+  g->n_nodes = 0;
+  g->cap_nodes = n_src + 16;
+  inl_level root = {g->fn_name, NULL, 0, "", 0};
+  pd_code rc = inl_nodes(g, x, src, n_src, &root, map, st);
+  for (int o = 0; rc == PD_OK && o < g->n_outputs; o++)
+    g->outputs[o] = inl_ref(&root, map, g->outputs[o]);
+  for (int j = 0; j < n_src; j++) {
+    node_free_fields(&src[j]); /* those not moved */
+    free(map[j].outs);
+  }
+  free(src);
+  free(map);
+  return rc;
+}

@@ -148,52 +148,41 @@ static pd_code infer_gradients_node(fn_graph *g, fn_node *n, dev_status *st) {
   return PD_OK;
 }
 
-/* Number of '/' in a name: the depth of the calls it was inlined from. */
-static int call_depth(const char *name) {
-  int k = 0;
-  for (; *name; name++) k += *name == '/';
-  return k;
+/* fn_inline_all's emit: infers each node as it is made. */
+static pd_code infer_emitted(void *arg, fn_graph *g, int i, dev_status *st) {
+  (void)arg;
+  if (g->nodes[i].kind == FN_NODE_GRADIENTS)
+    return infer_gradients_node(g, &g->nodes[i], st);
+  return fn_graph_infer_node(g, i, st);
 }
 
-/* Inlines calls and infers, front to back: a call's inputs are inferred
- * when it is reached, so their dtypes are checked against the callee's
- * arguments; its nodes then take its place and are inferred in turn. A
- * Gradients node's outputs are its sources' (until expansion). */
-static pd_code inline_and_infer(dev_fn_lib *lib, fn_graph *g, dev_status *st) {
-  for (int i = 0; i < g->n_nodes;) {
-    fn_node *n = &g->nodes[i];
-    if (n->kind == FN_NODE_OP) {
-      PD_TRY(fn_graph_infer_node(g, i++, st));
-      continue;
-    }
-    if (n->kind == FN_NODE_GRADIENTS) {
-      PD_TRY(infer_gradients_node(g, n, st));
-      i++;
-      continue;
-    }
-    const fn_graph *callee = fn_lib_lookup(lib, n->call);
-    if (!callee)
+/* fn_inline_all's check: a call's inputs (inferred) have its callee's
+ * argument dtypes. */
+static pd_code check_call(void *arg, fn_graph *g, const fn_node *n,
+                          const fn_graph *callee, dev_status *st) {
+  (void)arg;
+  for (int j = 0; j < n->n_in && j < callee->n_args; j++)
+    if (fn_ref_dtype(g, n->in[j]) != callee->arg_dtype[j])
       return dev_error(st, PD_INVALID_ARGUMENT,
-                       "function '%s', node '%s': function '%s' is not in "
-                       "the library",
-                       g->fn_name, n->name, n->call);
-    if (call_depth(n->name) >= DEV_FN_MAX_CALL_DEPTH)
-      return dev_error(st, PD_INVALID_ARGUMENT,
-                       "function '%s', node '%s': calls nest deeper than %d "
-                       "levels",
-                       g->fn_name, n->name, DEV_FN_MAX_CALL_DEPTH);
-    for (int j = 0; j < n->n_in && j < callee->n_args; j++)
-      if (fn_ref_dtype(g, n->in[j]) != callee->arg_dtype[j])
-        return dev_error(st, PD_INVALID_ARGUMENT,
-                         "function '%s', node '%s': input %d is %s; argument "
-                         "'%s' of function '%s' is %s",
-                         g->fn_name, n->name, j,
-                         pd_dtype_name(fn_ref_dtype(g, n->in[j])),
-                         callee->arg_names[j], callee->fn_name,
-                         pd_dtype_name(callee->arg_dtype[j]));
-    PD_TRY(fn_inline_call_at(g, i, callee, st));
-  }
+                       "function '%s', node '%s': input %d is %s; argument "
+                       "'%s' of function '%s' is %s",
+                       g->fn_name, n->name, j,
+                       pd_dtype_name(fn_ref_dtype(g, n->in[j])),
+                       callee->arg_names[j], callee->fn_name,
+                       pd_dtype_name(callee->arg_dtype[j]));
   return PD_OK;
+}
+
+/* Inlines calls and infers, front to back in one pass (fn_inline_all): a
+ * call's inputs are inferred when it is reached, so their dtypes are
+ * checked against the callee's arguments; its nodes then take its place and
+ * are inferred in turn. A Gradients node's outputs are its sources' (until
+ * expansion). */
+static pd_code inline_and_infer(dev_fn_lib *lib, fn_graph *g, double deadline,
+                                int budget_ms, dev_status *st) {
+  fn_inline_ctx x = {fn_lib_lookup, lib,      infer_emitted, check_call,
+                     NULL,          deadline, budget_ms};
+  return fn_inline_all(g, &x, st);
 }
 
 /* Bytes of value r on device d. */
@@ -253,7 +242,8 @@ static pd_code record_args(fn_inst *inst, dev_tensor *const *in, int n_in,
 /* The registered graph for these inputs: args' shapes set, calls inlined,
  * inferred, gradients expanded and inferred. */
 static pd_code specialize(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
-                          fn_graph **out, dev_status *st) {
+                          double deadline, int budget_ms, fn_graph **out,
+                          dev_status *st) {
   const int n = lib->engine->n;
   fn_graph *g = fn_graph_clone(f->g);
   if (!g) return oom(st);
@@ -269,8 +259,17 @@ static pd_code specialize(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
     g->arg_not_mirrored[a] = in[a]->not_mirrored;
     for (int d = 0; d < n; d++) g->arg_shape[a * n + d] = in[a]->comps[d].shape;
   }
-  PD_TRY_GOTO(inline_and_infer(lib, g, st), rc, fail);
+  PD_TRY_GOTO(inline_and_infer(lib, g, deadline, budget_ms, st), rc, fail);
   PD_TRY_GOTO(fn_expand_gradients(g, lib->engine, st), rc, fail);
+  if (dev_monotonic_now() > deadline) {
+    rc = dev_error(st, PD_RESOURCE_EXHAUSTED,
+                   "function '%s': instantiation took more than "
+                   "instantiation_max_ms = %d ms expanding Gradients nodes "
+                   "(%d nodes); raise [functions] instantiation_max_ms or "
+                   "register a smaller function",
+                   g->fn_name, budget_ms, g->n_nodes);
+    goto fail;
+  }
   fn_graph_compact(g);
   PD_TRY_GOTO(fn_graph_infer(g, st), rc, fail);
   *out = g;
@@ -316,9 +315,36 @@ static pd_code instantiate(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
     goto fail;
   }
   signature_txt(in, n_in, inst->info.signature, sizeof inst->info.signature);
-  PD_TRY_GOTO(specialize(lib, f, in, &inst->g, st), rc, fail);
-  inst->info.nodes_in = inst->g->n_nodes;
-  fn_pipeline(lib, f, &inst->g, &inst->info);
+  /* The bound on this instantiation's inlining, gradients, passes and
+   * plugins: it runs under the session's lock. */
+  const int budget_ms = lib->cfg.instantiation_max_ms > 0
+                            ? lib->cfg.instantiation_max_ms
+                            : DEV_FN_DEFAULT_INST_MAX_MS;
+  const double deadline = dev_monotonic_now() + budget_ms / 1000.0;
+  rc = specialize(lib, f, in, deadline, budget_ms, &inst->g, st);
+  if (rc == PD_OK) {
+    inst->info.nodes_in = inst->g->n_nodes;
+    rc = fn_pipeline(lib, f, &inst->g, &inst->info, deadline, budget_ms, st);
+  }
+  if (rc != PD_OK && rc == PD_RESOURCE_EXHAUSTED) {
+    /* Over the time budget or out of host memory: it depends on the load,
+     * not on the definition, so the next call tries again. */
+    fn_graph_free(inst->g);
+    inst->g = NULL;
+    fn_inst_unref(inst);
+    return rc;
+  }
+  if (rc != PD_OK) {
+    /* What the definition makes of this signature (not a transient
+     * failure): kept as a negative entry so a retry fails at once. */
+    inst->failed = rc;
+    snprintf(inst->info.error, sizeof inst->info.error, "%s",
+             st && st->msg[0] ? st->msg : pd_code_name(rc));
+    fn_graph_free(inst->g);
+    inst->g = NULL;
+    *out = inst;
+    return rc;
+  }
   fn_graph_compact(inst->g);
   inst->info.nodes_out = inst->g->n_nodes;
   inst->info.unplanned_bytes = unplanned_bytes(inst->g);
@@ -390,6 +416,11 @@ static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
     inst = f->insts[hit];
     memmove(&f->insts[1], &f->insts[0], sizeof(fn_inst *) * (size_t)hit);
     f->insts[0] = inst;
+    if (inst->failed) /* a negative entry: the same error, at once */
+      return dev_error(st, inst->failed,
+                       "%s (cached: this signature failed "
+                       "to instantiate before)",
+                       inst->info.error);
   } else {
     char why[256];
     if (f->n_insts == 0 && f->misses == 0)
@@ -402,8 +433,9 @@ static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
     fn_count(lib, misses);
     add_miss_reason(f, why);
     fn_log(&lib->cfg, DEV_FN_LOG_INFO, f->name, "cache miss: %s", why);
-    PD_TRY(instantiate(lib, f, in, n_in, &inst, st));
-    fn_count(lib, instantiations);
+    pd_code rc = instantiate(lib, f, in, n_in, &inst, st);
+    if (rc != PD_OK && !inst) return rc;
+    if (rc == PD_OK) fn_count(lib, instantiations);
     int cap = inst_cap(lib, f);
     while (f->n_insts >= cap) {
       fn_inst_unref(f->insts[--f->n_insts]);
@@ -413,6 +445,7 @@ static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
     memmove(&f->insts[1], &f->insts[0], sizeof(fn_inst *) * (size_t)f->n_insts);
     f->insts[0] = inst;
     f->n_insts++;
+    if (rc != PD_OK) return rc; /* cached as a negative entry */
   }
   if (f->last_used != inst) {
     fn_inst_unref(f->last_used);

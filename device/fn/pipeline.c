@@ -141,8 +141,23 @@ static bool run_external(dev_fn_lib *lib, const fn_func *f, fn_graph **gp,
   return changed;
 }
 
-void fn_pipeline(dev_fn_lib *lib, const fn_func *f, fn_graph **g,
-                 dev_fn_inst_info *info) {
+/* RESOURCE_EXHAUSTED when the instantiation's deadline passed during
+ * `phase` (what ran last). */
+static pd_code past_deadline(const fn_graph *g, double deadline, int budget_ms,
+                             const char *kind, const char *phase,
+                             dev_status *st) {
+  if (deadline <= 0 || dev_monotonic_now() <= deadline) return PD_OK;
+  return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                   "function '%s': instantiation took more than "
+                   "instantiation_max_ms = %d ms (after %s '%s'); raise "
+                   "[functions] instantiation_max_ms, turn the pass off in "
+                   "the function's options, or register a smaller function",
+                   g->fn_name, budget_ms, kind, phase);
+}
+
+pd_code fn_pipeline(dev_fn_lib *lib, const fn_func *f, fn_graph **g,
+                    dev_fn_inst_info *info, double deadline, int budget_ms,
+                    dev_status *st) {
   dev_tristate passes[DEV_PASS_COUNT];
   for (int p = 0; p < DEV_PASS_COUNT; p++)
     passes[p] = fn_pass_in_force(&f->opts, &lib->cfg, p);
@@ -157,10 +172,17 @@ void fn_pipeline(dev_fn_lib *lib, const fn_func *f, fn_graph **g,
       continue;
     }
     run_builtin(lib, f, g, &ctx, p, info);
+    PD_TRY(past_deadline(*g, deadline, budget_ms, "the pass",
+                         dev_fn_pass_name((dev_fn_pass)p), st));
   }
-  for (int k = 0; k < lib->cfg.num_external; k++)
-    info->external_changed +=
-        run_external(lib, f, g, lib->cfg.external[k], passes);
+  /* A plugin cannot be interrupted: the bound is checked after each. */
+  for (int k = 0; k < lib->cfg.num_external; k++) {
+    const dev_fn_external_pass *x = lib->cfg.external[k];
+    info->external_changed += run_external(lib, f, g, x, passes);
+    PD_TRY(past_deadline(*g, deadline, budget_ms, "the optimizer plugin",
+                         x && x->name ? x->name : "external pass", st));
+  }
+  return PD_OK;
 }
 
 void fn_plan_for(dev_fn_lib *lib, const fn_func *f, fn_inst *inst) {

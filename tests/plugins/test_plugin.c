@@ -9,8 +9,18 @@
  *   INVALID_GRAPH  optimize adds an input naming a node that does not exist
  *   CSE_OFF        asks cse off, leaves graphs alone
  *   CSE_ON         asks cse on and fusion off, leaves graphs alone
+ *   BLOCKING       for functions named "slow*": creates the file
+ *                  $PD_TEST_BLOCK_FILE.in, waits until $PD_TEST_BLOCK_FILE
+ *                  exists (at most 60 s), then 20 ms
+ *                  more; leaves graphs alone (tests/integration/
+ *                  test_function_stall.py: a slow instantiation must not
+ *                  stall other sessions, and is bounded)
  * Never installed. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "paradev/optimizer.h"
 #include "paradev/v1/paradev.pb-c.h"
@@ -22,6 +32,7 @@
 #define V_INVALID_GRAPH 5
 #define V_CSE_OFF 6
 #define V_CSE_ON 7
+#define V_BLOCKING 8
 
 static int destroyed_marker;
 
@@ -66,6 +77,22 @@ static void optimize(void *optimizer, const PD_Buffer *in, PD_Buffer *out,
     nd->inputs[0] = dangling;
     write_def(def, out, st);
     nd->inputs[0] = keep;
+  }
+  if (def) paradev__v1__function_def__free_unpacked(def, NULL);
+#elif PD_TEST_PLUGIN == V_BLOCKING
+  (void)out, (void)st;
+  Paradev__V1__FunctionDef *def =
+      paradev__v1__function_def__unpack(NULL, in->length, in->data);
+  const char *file = getenv("PD_TEST_BLOCK_FILE");
+  if (def && def->name && strncmp(def->name, "slow", 4) == 0 && file) {
+    char in_file[4096];
+    snprintf(in_file, sizeof in_file, "%s.in", file); /* "entered" */
+    FILE *f = fopen(in_file, "w");
+    if (f) fclose(f);
+    struct timespec ms = {0, 1000000}, tail = {0, 20000000};
+    for (int i = 0; i < 60000 && access(file, F_OK) != 0; i++)
+      nanosleep(&ms, NULL);
+    nanosleep(&tail, NULL);
   }
   if (def) paradev__v1__function_def__free_unpacked(def, NULL);
 #else

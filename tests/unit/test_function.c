@@ -2,7 +2,7 @@
  * convert.c, inline.c, instance.c, pipeline.c, run.c): registration errors
  * of each kind, identical re-registration, calls through dev_fn_prepare_call
  * and dev_op_submit with values computed by hand, a collective inside,
- * nested calls, a node's run-time failure naming the function and node, the
+ * nested calls (a doubling chain of 4,096 nodes, the failure cache), a node's run-time failure naming the function and node, the
  * cache (hits, explained misses, the cap), a library freed while a call is
  * queued, and the pass settings describe reports. */
 #include <math.h>
@@ -563,6 +563,81 @@ static void nested_calls(void **state) {
   dev_tensor_release(r);
   dev_tensor_release(args[0]);
   dev_tensor_release(args[1]);
+  dev_fn_lib_destroy(lib);
+  dev_engine_destroy(e);
+}
+
+/* p0(x) = Neg(Neg(x)), p_k(x) = p_{k-1}(p_{k-1}(x)): p_k inlines to
+ * 2^(k+1) nodes (4,096 for p11), each level calling the one below twice.
+ * Inlining is one pass (fn_inline_all), linear in the nodes made; p12 would
+ * make 8,192 and fails with the node limit, and that failure is cached: the
+ * second call fails at once with the same message, describe shows it, and
+ * the miss count stays. A deadline already past stops inlining with
+ * RESOURCE_EXHAUSTED naming the phase. */
+static void doubling_chain(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(2, 0);
+  dev_fn_lib *lib = NULL;
+  assert_int_equal(dev_fn_lib_create(e, NULL, &lib, NULL), PD_OK);
+  char names[13][8];
+  tdef t;
+  for (int k = 0; k <= 12; k++) {
+    snprintf(names[k], sizeof names[k], "p%d", k);
+    const char *op = k ? names[k - 1] : "Neg";
+    tdef_make(
+        &t, names[k], (dev_fn_arg[]){{"x", PD_FLOAT64}}, 1,
+        (tnode[]){{"a", op, {"x"}, 1, {{0}}, 0}, {"b", op, {"a"}, 1, {{0}}, 0}},
+        2, (dev_fn_output[]){{"o", "b"}}, 1);
+    reg_ok(lib, &t, NULL);
+  }
+  int64_t dims[1] = {3};
+  double xv[3] = {1.5, -2, 0.25};
+  dev_tensor *x = tu_mirrored(e, PD_FLOAT64, 1, dims, xv);
+  dev_tensor *r;
+  call(e, lib, "p11", &x, 1, &r, 1);
+  double got[3];
+  tu_read(r, 1, got, 3);
+  tu_assert_close(got, xv, 3, 0, 0); /* 4,096 negations: x itself */
+  dev_tensor_release(r);
+  dev_fn_info info = {.struct_size = sizeof info};
+  assert_int_equal(dev_fn_describe(lib, "p11", &info, NULL), PD_OK);
+  assert_int_equal(info.insts[0].nodes_in, 4096);
+  assert_string_equal(info.insts[0].error, "");
+  dev_fn_def_free(info.def);
+  dev_fn_def_free(info.optimized);
+  /* p12: over the node limit, refused; the refusal is remembered. */
+  dev_op *op = NULL;
+  dev_status st1 = DEV_STATUS_INIT, st2 = DEV_STATUS_INIT;
+  assert_int_equal(dev_fn_prepare_call(lib, "p12", &x, 1, &op, &st1),
+                   PD_INVALID_ARGUMENT);
+  if (!strstr(st1.msg,
+              "function 'p12': inlining 'p0' (node "
+              "'b/a/a/a/a/a/a/a/a/a/a/a') makes more than 4096 nodes"))
+    fail_msg("message: %s", st1.msg);
+  assert_int_equal(dev_fn_prepare_call(lib, "p12", &x, 1, &op, &st2),
+                   PD_INVALID_ARGUMENT);
+  if (strncmp(st2.msg, st1.msg, strlen(st1.msg)) != 0 ||
+      !strstr(st2.msg, "(cached"))
+    fail_msg("second message: %s (first: %s)", st2.msg, st1.msg);
+  info = (dev_fn_info){.struct_size = sizeof info};
+  assert_int_equal(dev_fn_describe(lib, "p12", &info, NULL), PD_OK);
+  assert_int_equal(info.num_instantiations, 1); /* within the cap */
+  assert_int_equal(info.misses, 1);
+  assert_int_equal(info.hits, 1);
+  assert_string_equal(info.insts[0].error, st1.msg);
+  assert_null(info.optimized);
+  dev_fn_def_free(info.def);
+  /* A deadline already past: RESOURCE_EXHAUSTED naming the phase. */
+  fn_graph *g = fn_graph_clone(fn_lib_find(lib, "p11")->g);
+  fn_inline_ctx xc = {fn_lib_lookup, lib, NULL, NULL, NULL, 1e-9, 7};
+  dev_status st3 = DEV_STATUS_INIT;
+  assert_int_equal(fn_inline_all(g, &xc, &st3), PD_RESOURCE_EXHAUSTED);
+  if (!strstr(st3.msg,
+              "function 'p11': instantiation took more than "
+              "instantiation_max_ms = 7 ms while inlining calls"))
+    fail_msg("message: %s", st3.msg);
+  fn_graph_free(g);
+  dev_tensor_release(x);
   dev_fn_lib_destroy(lib);
   dev_engine_destroy(e);
 }
@@ -1413,6 +1488,7 @@ int main(void) {
       cmocka_unit_test(call_values),
       cmocka_unit_test(collective_inside),
       cmocka_unit_test(nested_calls),
+      cmocka_unit_test(doubling_chain),
       cmocka_unit_test(run_time_failure),
       cmocka_unit_test(cache_hits_misses_cap),
       cmocka_unit_test(library_freed_while_queued),
