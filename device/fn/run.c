@@ -71,9 +71,10 @@ static int direct_output(const fn_graph *g, int i, int k) {
   return -1;
 }
 
-/* Where value (i, k) lives on device d (place_output, fn_transient_bytes
- * and the CUDA graph layout agree through this): *o the graph output it is
- * written into, *off its arena offset. */
+/* Where value (i, k) lives on device d (place_output and
+ * fn_transient_bytes agree through this; a CUDA graph's layout overrides
+ * the arena and own allocations): *o the graph output it is written into,
+ * *off its arena offset. */
 enum { PL_OUTPUT, PL_ALIAS, PL_ARENA, PL_OWN };
 static int placement(const fn_inst *inst, int i, int k, int d, int *o,
                      uint64_t *off) {
