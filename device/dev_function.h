@@ -294,15 +294,20 @@ pd_code dev_fn_prepare_call(dev_fn_lib *lib, const char *name,
 
 /* What dev_fn_describe tells of one cached instantiation. */
 typedef struct dev_fn_inst_info {
-  char signature[512]; /* "(float32[32,784], float32[784,64] sharded)" */
-  int nodes_in;        /* after inlining and gradient expansion */
-  int nodes_out;       /* after the passes */
+  /* "(float32[32,784], float32[-1,5] sharded as [3,5],[2,5],[2,5],[2,5])":
+   * component shapes follow "as" where they differ */
+  char signature[512];
+  int nodes_in;  /* after inlining and gradient expansion */
+  int nodes_out; /* after the passes */
   /* Nodes removed or rewritten by each pass; -1 when it was off, -2 when it
    * failed (rolled back). */
   int pass_changes[DEV_PASS_COUNT];
-  int external_changed;     /* external passes that changed the graph */
-  uint64_t arena_bytes;     /* per device, the largest: planned memory */
-  uint64_t unplanned_bytes; /* what one buffer per intermediate would take */
+  int external_changed; /* external passes that changed the graph */
+  uint64_t arena_bytes; /* per device, the largest: planned memory */
+  /* What one buffer per value the arena would hold takes, each rounded up
+   * to the arena's alignment (256 bytes), the largest device's: comparable
+   * with arena_bytes, never below it. */
+  uint64_t unplanned_bytes;
   uint64_t calls;
   bool cuda_graph; /* replayed as a CUDA graph */
   /* Non-empty: instantiating this signature failed with this message (a

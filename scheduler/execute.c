@@ -3,7 +3,9 @@
  * inference), charged against the session's limits, offered to its tapes,
  * and then, all or nothing, published as handles and appended to its queue
  * for the dispatcher. Everything runs under the session's mu. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sched_int.h"
 
@@ -174,9 +176,11 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
                      "(sched_op_result.more_dtype / more_shape not set)",
                      nout, SCHED_RESULT_INLINE);
   res->num_outputs = nout;
-  /* Only output 0 can share input 0's buffer (DEV_OP_ALIASES_INPUT). */
-  uint64_t nb = dev_op_new_bytes(p);
-  uint64_t shared = dev_op_output_bytes(p) - nb;
+  /* Only output 0 can share input 0's buffer (DEV_OP_ALIASES_INPUT). A
+   * function call's new bytes exceed its outputs' (the intermediates it
+   * holds while it runs): nothing is shared then. */
+  uint64_t nb = dev_op_new_bytes(p), ob = dev_op_output_bytes(p);
+  uint64_t shared = ob > nb ? ob - nb : 0;
   for (int j = 0; j < nout; j++) {
     dev_tensor *t = dev_op_output(p, j);
     if (j < SCHED_RESULT_INLINE) {
@@ -213,11 +217,33 @@ static pd_code exec_check_device_time(sched *s, int ql, uint64_t qns, int n,
 /* Everything that can fail before publishing: the session's room for the
  * outputs, the table's room, the queue entries (with their estimated
  * device time), the queue limits in ops and device time. */
+/* A refusal for memory of a request with a function call names the first
+ * call that holds intermediates while it runs (counted in its new bytes by
+ * dev_op_new_bytes, buffer planning on or off). */
+static pd_code exec_name_transients(const sched_exec *x, pd_code c,
+                                    dev_status *st) {
+  if (!st || c != PD_RESOURCE_EXHAUSTED) return c;
+  for (int i = 0; i < x->n; i++) {
+    const dev_op *p = x->prepared[i];
+    if (!p || !dev_op_is_function_call(p)) continue;
+    uint64_t nb = dev_op_new_bytes(p), ob = dev_op_output_bytes(p);
+    if (nb <= ob) continue;
+    size_t len = strlen(st->msg);
+    snprintf(st->msg + len, sizeof st->msg - len,
+             " (op %d calls function '%.64s', which holds %llu bytes of "
+             "intermediates while it runs)",
+             i, x->ops[i].op_name, (unsigned long long)(nb - ob));
+    break;
+  }
+  return c;
+}
+
 static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
                                    dev_status *st) {
   sched_session *ss = x->ss;
   sched *s = ss->owner;
-  PD_TRY(sched_check_room_locked(ss, x->npend, x->new_bytes, st));
+  PD_TRY(exec_name_transients(
+      x, sched_check_room_locked(ss, x->npend, x->new_bytes, st), st));
   if (!sched_htab_reserve(&ss->handles, (size_t)x->npend))
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   uint64_t est = 0;

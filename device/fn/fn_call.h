@@ -44,6 +44,8 @@ typedef struct fn_inst {
   int n_coll;
   fn_cg *cg; /* [n_dev] when CUDA graphs are in force and possible */
   atomic_bool cg_captured;
+  uint64_t transient_bytes; /* what a call allocates while it runs, all
+                               devices together (fn_transient_bytes) */
   dev_op_def def; /* the call's def: flags DEV_OP_FUNCTION, name fn_name */
   dev_fn_inst_info info;
   _Atomic uint64_t calls;
@@ -52,12 +54,24 @@ typedef struct fn_inst {
   pd_code failed;
 } fn_inst;
 
+/* What one device's run of a call allocated (run.c): the value pointers,
+ * the bytes + 1 of each allocation of its own (0: none), the arena. */
+typedef struct fn_run_mem {
+  void **val;  /* [n_nodes * FN_MAX_NODE_OUTPUTS] */
+  size_t *own; /* [n_nodes * FN_MAX_NODE_OUTPUTS] */
+  char *arena; /* inst->plan.arena_bytes[device] bytes */
+} fn_run_mem;
+
 /* What a prepared call holds (dev_op.fn_call). */
 typedef struct fn_call_state {
   dev__fn_call hdr; /* first: what the engine's files call (device_int.h) */
   fn_inst *inst;    /* a reference */
   void **colls;     /* [inst->n_coll] rendezvous, from collective_create */
   int n_coll;
+  /* [n_dev] when the body has collectives: each device's run leaves its
+   * memory here (peers may still read it) and the state's free releases
+   * it once every device is done (run.c's opening comment). */
+  fn_run_mem *mem;
 } fn_call_state;
 
 /* A registered function. */
@@ -149,6 +163,14 @@ void fn_plan_for(dev_fn_lib *lib, const fn_func *f, fn_inst *inst);
 bool fn_run_call(dev_op *op, int device, const void *const *in_data,
                  void *const *out_data, bool failed, _Atomic uint64_t *beats,
                  dev_status *st);
+/* Frees what device `device`'s run allocated (*m zeroed after). */
+void fn_run_release(const fn_inst *inst, int device, fn_run_mem *m);
+/* The bytes a call of inst allocates while it runs, summed over devices
+ * (as a tensor's bytes are): the arena where planned, plus every value
+ * run.c gives an allocation of its own (neither a graph output, nor an
+ * alias of its input, nor in the arena). Set inst->planned and the plan
+ * first. */
+uint64_t fn_transient_bytes(const fn_inst *inst);
 
 /* inline.c: inlines the call at node i of g (its callee `callee`) in
  * place: the callee's nodes take positions i.. (not inferred). */

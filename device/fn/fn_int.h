@@ -263,10 +263,14 @@ typedef struct fn_buffer_plan {
   uint64_t *arena_bytes;    /* [n_dev] */
   uint64_t *offset;         /* [n_nodes * FN_MAX_NODE_OUTPUTS * n_dev]:
                             (i * FN_MAX_NODE_OUTPUTS + k) * n_dev + d */
-  uint64_t unplanned_bytes; /* the largest device's sum of intermediates */
+  uint64_t unplanned_bytes; /* fn_unplanned_bytes(g) */
 } fn_buffer_plan;
 /* Plans g (compacted, inferred). INVALID_ARGUMENT never; OOM only. */
 pd_code fn_plan_buffers(const fn_graph *g, fn_buffer_plan *out, dev_status *st);
 void fn_buffer_plan_free(fn_buffer_plan *p);
+/* What one allocation per value the plan would place takes, each rounded
+ * up to FN_ARENA_ALIGN as the arena's are: the largest device's sum, never
+ * below its arena_bytes (0 on host out of memory). */
+uint64_t fn_unplanned_bytes(const fn_graph *g);
 
 #endif /* PARADEV_FN_INT_H */

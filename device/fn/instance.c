@@ -118,7 +118,11 @@ static void miss_reason(const fn_inst *c, dev_tensor *const *in, int n_in,
   if (!buf[0]) snprintf(buf, len, "a signature not cached");
 }
 
-static void signature_txt(dev_tensor *const *in, int n_in, char *buf,
+/* "(float32[32,784], float32[-1,5] sharded as [3,5],[2,5],[2,5],[2,5])":
+ * each input's dtype and shape (-1 where components differ), and its
+ * component shapes when they differ, so two instantiations never read the
+ * same (truncated to len). */
+static void signature_txt(dev_tensor *const *in, int n_in, int n_dev, char *buf,
                           size_t len) {
   int off = snprintf(buf, len, "(");
   for (int i = 0; i < n_in && off > 0 && (size_t)off < len; i++) {
@@ -127,6 +131,13 @@ static void signature_txt(dev_tensor *const *in, int n_in, char *buf,
                     pd_dtype_name(in[i]->dtype),
                     shape_txt(&in[i]->shape, s, sizeof s),
                     in[i]->not_mirrored ? " sharded" : "");
+    bool differ = false;
+    for (int d = 1; d < n_dev; d++)
+      differ |=
+          !dev_shape_equal(&in[i]->comps[d].shape, &in[i]->comps[0].shape);
+    for (int d = 0; differ && d < n_dev && off > 0 && (size_t)off < len; d++)
+      off += snprintf(buf + off, len - (size_t)off, "%s%s", d ? "," : " as ",
+                      shape_txt(&in[i]->comps[d].shape, s, sizeof s));
   }
   if (off > 0 && (size_t)off < len) snprintf(buf + off, len - (size_t)off, ")");
 }
@@ -189,19 +200,6 @@ static pd_code inline_and_infer(dev_fn_lib *lib, fn_graph *g, double deadline,
 static uint64_t value_bytes(const fn_graph *g, fn_ref r, int d) {
   return (uint64_t)pd_dtype_size(fn_ref_dtype(g, r)) *
          (uint64_t)dev_num_elems(fn_ref_shape(g, r, d));
-}
-
-/* The largest device's sum of intermediates (one buffer per value). */
-static uint64_t unplanned_bytes(const fn_graph *g) {
-  uint64_t worst = 0;
-  for (int d = 0; d < g->n_dev; d++) {
-    uint64_t s = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-      for (int k = 0; k < g->nodes[i].n_out; k++)
-        s += value_bytes(g, fn_node_ref(i, k), d);
-    if (s > worst) worst = s;
-  }
-  return worst;
 }
 
 static pd_code upload_consts(dev_engine *e, fn_inst *inst, dev_status *st) {
@@ -314,7 +312,8 @@ static pd_code instantiate(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
     rc = oom(st);
     goto fail;
   }
-  signature_txt(in, n_in, inst->info.signature, sizeof inst->info.signature);
+  signature_txt(in, n_in, e->n, inst->info.signature,
+                sizeof inst->info.signature);
   /* The bound on this instantiation's inlining, gradients, passes and
    * plugins: it runs under the session's lock. */
   const int budget_ms = lib->cfg.instantiation_max_ms > 0
@@ -347,8 +346,9 @@ static pd_code instantiate(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
   }
   fn_graph_compact(inst->g);
   inst->info.nodes_out = inst->g->n_nodes;
-  inst->info.unplanned_bytes = unplanned_bytes(inst->g);
+  inst->info.unplanned_bytes = fn_unplanned_bytes(inst->g);
   fn_plan_for(lib, f, inst);
+  inst->transient_bytes = fn_transient_bytes(inst);
   PD_TRY_GOTO(upload_consts(e, inst, st), rc, fail);
   inst->coll_nodes = malloc(sizeof(int) * (size_t)(inst->g->n_nodes + 1));
   if (!inst->coll_nodes) {
@@ -462,6 +462,11 @@ static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
 static void call_free(void *p) {
   fn_call_state *cs = p;
   dev_backend *b = cs->inst->engine->backend;
+  /* Every device is done with the call (dev__op_free): what their runs
+   * left here (a body with collectives) goes now. */
+  for (int d = 0; cs->mem && d < cs->inst->engine->n; d++)
+    fn_run_release(cs->inst, d, &cs->mem[d]);
+  free(cs->mem);
   for (int c = 0; c < cs->n_coll; c++)
     if (cs->colls[c] && b->collective_release)
       b->collective_release(b, cs->colls[c]);
@@ -541,12 +546,13 @@ static pd_code make_state(dev_engine *e, fn_inst *inst, fn_call_state **out,
   cs->hdr.free = call_free;
   cs->hdr.run = fn_run_call;
   cs->hdr.estimate = call_estimate;
-  cs->hdr.transient_bytes = inst->info.arena_bytes;
+  cs->hdr.transient_bytes = inst->transient_bytes;
   cs->hdr.collectives = inst->n_coll > 0;
   cs->inst = inst;
   atomic_fetch_add(&inst->refs, 1);
   if (inst->n_coll &&
-      !(cs->colls = calloc((size_t)inst->n_coll, sizeof *cs->colls))) {
+      (!(cs->colls = calloc((size_t)inst->n_coll, sizeof *cs->colls)) ||
+       !(cs->mem = calloc((size_t)e->n, sizeof *cs->mem)))) {
     call_free(cs);
     return oom(st);
   }

@@ -11,15 +11,22 @@
  * constants (not made by the call), outputs of DEV_OP_ALIASES_INPUT nodes
  * (Reshape, Identity: they share their input's buffer, whose life then
  * extends to the alias's last use, transitively), and any value a graph
- * output aliases through such nodes. A collective's inputs and outputs live
- * at least one step past it: peers may still read a device's buffers when
- * that device's part returns (the CPU backend's collectives end with a
- * barrier, NCCL's stream order covers the rest; the extra step is margin).
+ * output aliases through such nodes. A collective's inputs and outputs
+ * (through aliases) live until the end of the call: a device's part of a
+ * collective may return while its peers still read its input or write its
+ * output (the CPU backend's Broadcast, AllGather and ReduceScatter end
+ * without a barrier, and devices run their parts of the body at their own
+ * pace), so no later value of any device may take their bytes; run.c keeps
+ * the arena of such a call until every device is done with it.
  * Each device is planned on its own (component shapes differ): values
  * sorted by size (largest first, then by start), each placed at the lowest
  * FN_ARENA_ALIGN-aligned offset where it overlaps no placed value whose live
- * range meets its own (first fit in the gaps). unplanned_bytes is what one
- * aligned allocation per planned value would take, the largest device's. */
+ * range meets its own (first fit in the gaps). unplanned_bytes
+ * (fn_unplanned_bytes) is what one allocation per planned value would take,
+ * each rounded up to FN_ARENA_ALIGN as in the arena, the largest device's:
+ * so arena_bytes <= unplanned_bytes always (first fit never places a value
+ * past the sum of the sizes before it), and the two compare like with like;
+ * the bytes a call really allocates are fn_transient_bytes (run.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,7 +111,7 @@ static void live_ranges(const fn_graph *g, int *end) {
     const fn_node *n = &g->nodes[i];
     if (n->dead || n->kind != FN_NODE_OP) continue;
     bool coll = (n->def->flags & DEV_OP_COLLECTIVE) != 0;
-    int t = coll ? i + 1 : i;
+    int t = coll ? g->n_nodes : i; /* a collective's: the end of the call */
     for (int j = 0; j < n->n_in; j++) {
       int v = alias_root(g, n->in[j]);
       if (v >= 0 && end[v] >= 0 && end[v] < t) end[v] = t;
@@ -117,6 +124,31 @@ static void live_ranges(const fn_graph *g, int *end) {
     int v = alias_root(g, g->outputs[o]);
     if (v >= 0) end[v] = -1;
   }
+}
+
+/* Value v's bytes on device d, aligned. */
+static uint64_t value_size(const fn_graph *g, int v, int d) {
+  const fn_node *nn = &g->nodes[v / K];
+  size_t b = 0;
+  dev_shape_byte_size(nn->out_dtype[v % K],
+                      &nn->out_shape[(v % K) * g->n_dev + d], &b, NULL);
+  return align_up(b);
+}
+
+uint64_t fn_unplanned_bytes(const fn_graph *g) {
+  const int nv = g->n_nodes * K;
+  int *end = malloc(sizeof *end * (size_t)(nv ? nv : 1));
+  if (!end) return 0;
+  live_ranges(g, end);
+  uint64_t worst = 0;
+  for (int d = 0; d < g->n_dev; d++) {
+    uint64_t sum = 0;
+    for (int v = 0; v < nv; v++)
+      if (end[v] >= 0) sum += value_size(g, v, d);
+    if (sum > worst) worst = sum;
+  }
+  free(end);
+  return worst;
 }
 
 pd_code fn_plan_buffers(const fn_graph *g, fn_buffer_plan *out,
@@ -145,11 +177,7 @@ pd_code fn_plan_buffers(const fn_graph *g, fn_buffer_plan *out,
     uint64_t sum = 0;
     for (int v = 0; v < nv; v++) {
       if (end[v] < 0) continue;
-      const fn_node *nn = &g->nodes[v / K];
-      size_t b = 0;
-      dev_shape_byte_size(nn->out_dtype[v % K],
-                          &nn->out_shape[(v % K) * g->n_dev + d], &b, NULL);
-      vals[n] = (value){v, v / K, end[v], align_up(b), 0};
+      vals[n] = (value){v, v / K, end[v], value_size(g, v, d), 0};
       sum += vals[n].size;
       n++;
     }

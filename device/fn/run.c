@@ -11,6 +11,16 @@
  * waits forever. Memory is freed after the last node: on the CPU the work
  * is done by then; on CUDA deallocate is stream-ordered (cudaFreeAsync on
  * the device's stream), so the frees follow the kernels issued before.
+ * A body with collectives is different: a device's part of a collective
+ * may return while its peers still read its input (the CPU backend's
+ * Broadcast, AllGather and ReduceScatter end without a barrier, as eager
+ * collectives do, whose inputs the op holds until every device is done) or
+ * write its output, so a device that finishes early must neither reuse
+ * nor free those bytes. The buffer plan keeps a collective's operands
+ * live until the end of the call (passes_buffers.c), and the run hands
+ * its arena and allocations to the call state (fn_call_state.mem), which
+ * frees them when the op is freed, after every device is done with it
+ * (fenced backends: after every device's fence; fn_run_release).
  *
  * Errors name the function and the original node(s) (fn_node_describe):
  * "function 'step', node 'dense1/relu' (fused from ...): <kernel message>
@@ -61,38 +71,70 @@ static int direct_output(const fn_graph *g, int i, int k) {
   return -1;
 }
 
+/* Where value (i, k) lives on device d (place_output and
+ * fn_transient_bytes agree through this; a CUDA graph's layout overrides
+ * the arena and own allocations): *o the graph output it is written into,
+ * *off its arena offset. */
+enum { PL_OUTPUT, PL_ALIAS, PL_ARENA, PL_OWN };
+static int placement(const fn_inst *inst, int i, int k, int d, int *o,
+                     uint64_t *off) {
+  const fn_graph *g = inst->g;
+  const fn_node *n = &g->nodes[i];
+  *o = direct_output(g, i, k);
+  if (*o >= 0) return PL_OUTPUT;
+  if (k == 0 && (n->def->flags & DEV_OP_ALIASES_INPUT) && n->n_in > 0 &&
+      ref_bytes(g, n->in[0], d) == ref_bytes(g, fn_node_ref(i, k), d))
+    return PL_ALIAS;
+  const fn_buffer_plan *p = &inst->plan;
+  const size_t slot = (size_t)(i * FN_MAX_NODE_OUTPUTS + k);
+  *off = inst->planned && p->offset
+             ? p->offset[slot * (size_t)g->n_dev + (size_t)d]
+             : FN_NOT_PLANNED;
+  return *off != FN_NOT_PLANNED ? PL_ARENA : PL_OWN;
+}
+
+uint64_t fn_transient_bytes(const fn_inst *inst) {
+  const fn_graph *g = inst->g;
+  uint64_t sum = 0;
+  for (int d = 0; d < g->n_dev; d++) {
+    if (inst->planned) sum += inst->plan.arena_bytes[d];
+    for (int i = 0; i < g->n_nodes; i++)
+      for (int k = 0; k < g->nodes[i].n_out; k++) {
+        int o;
+        uint64_t off;
+        if (placement(inst, i, k, d, &o, &off) == PL_OWN)
+          sum += ref_bytes(g, fn_node_ref(i, k), d);
+      }
+  }
+  return sum;
+}
+
 /* Places output k of node i: a graph output, an alias, the arena or its own
  * allocation. *alias_of: the input it aliases (0), else -1. */
 static pd_code place_output(run_state *s, int i, int k, int *alias_of,
                             dev_status *st) {
   const fn_graph *g = s->g;
-  const fn_node *n = &g->nodes[i];
   const int slot = i * FN_MAX_NODE_OUTPUTS + k;
-  const uint64_t bytes = ref_bytes(g, fn_node_ref(i, k), s->d);
   *alias_of = -1;
-  int o = direct_output(g, i, k);
-  if (o >= 0) {
-    s->val[slot] = s->out_data[o];
-    return PD_OK;
-  }
-  if (k == 0 && (n->def->flags & DEV_OP_ALIASES_INPUT) && n->n_in > 0 &&
-      ref_bytes(g, n->in[0], s->d) == bytes) {
-    s->val[slot] = (void *)ref_data(s, n->in[0]);
-    *alias_of = 0;
-    return PD_OK;
+  int o;
+  uint64_t off;
+  switch (placement(s->inst, i, k, s->d, &o, &off)) {
+    case PL_OUTPUT: s->val[slot] = s->out_data[o]; return PD_OK;
+    case PL_ALIAS:
+      s->val[slot] = (void *)ref_data(s, g->nodes[i].in[0]);
+      *alias_of = 0;
+      return PD_OK;
+    case PL_ARENA:
+      if (s->fixed || !s->arena) break;
+      s->val[slot] = s->arena + off;
+      return PD_OK;
+    default: break;
   }
   if (s->fixed) {
     s->val[slot] = s->arena + s->fixed[slot];
     return PD_OK;
   }
-  const fn_buffer_plan *p = &s->inst->plan;
-  uint64_t off = s->inst->planned && p->offset
-                     ? p->offset[(size_t)slot * (size_t)g->n_dev + (size_t)s->d]
-                     : FN_NOT_PLANNED;
-  if (off != FN_NOT_PLANNED && s->arena) {
-    s->val[slot] = s->arena + off;
-    return PD_OK;
-  }
+  const uint64_t bytes = ref_bytes(g, fn_node_ref(i, k), s->d);
   void *ptr = NULL;
   PD_TRY(s->b->allocate(s->b, s->d, (size_t)bytes, &ptr, st));
   s->val[slot] = ptr;
@@ -164,15 +206,29 @@ static pd_code copy_outputs(run_state *s, dev_op *op, dev_status *st) {
   return PD_OK;
 }
 
-static void release_memory(run_state *s) {
-  const fn_graph *g = s->g;
-  for (int i = 0; s->own && i < g->n_nodes * FN_MAX_NODE_OUTPUTS; i++)
-    if (s->own[i]) s->b->deallocate(s->b, s->d, s->val[i], s->own[i] - 1);
-  if (s->arena)
-    s->b->deallocate(s->b, s->d, s->arena,
-                     (size_t)s->inst->plan.arena_bytes[s->d]);
-  free(s->val);
-  free(s->own);
+void fn_run_release(const fn_inst *inst, int device, fn_run_mem *m) {
+  dev_backend *b = inst->engine->backend;
+  const fn_graph *g = inst->g;
+  for (int i = 0; m->own && i < g->n_nodes * FN_MAX_NODE_OUTPUTS; i++)
+    if (m->own[i]) b->deallocate(b, device, m->val[i], m->own[i] - 1);
+  if (m->arena)
+    b->deallocate(b, device, m->arena, (size_t)inst->plan.arena_bytes[device]);
+  free(m->val);
+  free(m->own);
+  memset(m, 0, sizeof *m);
+}
+
+/* Frees what device s->d's run allocated now, or, for a body with
+ * collectives (cs->mem), leaves it to the call state's free. */
+static void release_memory(run_state *s, fn_call_state *cs) {
+  fn_run_mem m = {s->val, s->own, s->arena};
+  s->val = NULL;
+  s->own = NULL;
+  s->arena = NULL;
+  if (cs && cs->mem)
+    cs->mem[s->d] = m;
+  else
+    fn_run_release(s->inst, s->d, &m);
 }
 
 static void fill_inputs(const run_state *s, const fn_node *n, pd_dtype *dt,
@@ -385,7 +441,7 @@ bool fn_run_call(dev_op *op, int device, const void *const *in_data,
       dev_error(st, PD_RESOURCE_EXHAUSTED, "function '%s': host out of memory",
                 g->fn_name);
     } else if (inst->cg && cg_call(&s, op, &issued, st)) {
-      release_memory(&s);
+      release_memory(&s, NULL);
       return issued;
     } else if (ab && s.b->allocate(s.b, device, (size_t)ab, (void **)&s.arena,
                                    &ast) != PD_OK) {
@@ -396,6 +452,6 @@ bool fn_run_call(dev_op *op, int device, const void *const *in_data,
     }
   }
   bool issued = walk(&s, op, &failed, beats, st);
-  release_memory(&s);
+  release_memory(&s, cs);
   return issued && !failed;
 }

@@ -466,6 +466,72 @@ static void test_lease_and_quota(void **state) {
   sched_destroy(s);
 }
 
+/* A function call is charged what it holds while it runs (dev_op_new_bytes:
+ * its intermediates, with buffer planning on or off) and, after it, its
+ * outputs. hog(x) = Sum(Exp(Neg(x))) over x of 4096 floats mirrored on 2
+ * devices (32768 bytes held): two intermediates of 16384 bytes per device
+ * (planned: both live at Exp's step, so the arena is as large), 65536 in
+ * all, plus 8 bytes of output: over a 65536-byte quota. */
+static void test_function_quota(void **state) {
+  (void)state;
+  sched *s = new_sched(500, NULL);
+  float x[4096];
+  for (int i = 0; i < 4096; i++) x[i] = 0;
+  const char *in_a[1] = {"x"}, *in_b[1] = {"a"}, *in_s[1] = {"b"};
+  dev_fn_node nodes[3] = {
+      {.name = "a", .op = "Neg", .inputs = in_a, .num_inputs = 1},
+      {.name = "b", .op = "Exp", .inputs = in_b, .num_inputs = 1},
+      {.name = "s", .op = "Sum", .inputs = in_s, .num_inputs = 1}};
+  dev_fn_arg arg = {"x", PD_FLOAT32};
+  dev_fn_output out = {"s", "s"};
+  for (int plan = 0; plan < 2; plan++) {
+    for (int quota = 0; quota < 2; quota++) {
+      sched_session_info info;
+      sched_session *ss = open_new(s, "fq", 0, quota ? 65536 : 0, &info);
+      dev_status st = DEV_STATUS_INIT;
+      assert_int_equal(upload(ss, 1, 4096, x, &st), PD_OK);
+      dev_fn_def def = DEV_FN_DEF_INITIALIZER;
+      def.name = "hog";
+      def.args = &arg;
+      def.num_args = 1;
+      def.nodes = nodes;
+      def.num_nodes = 3;
+      def.outputs = &out;
+      def.num_outputs = 1;
+      dev_fn_options o = DEV_FN_OPTIONS_INITIALIZER;
+      o.passes[DEV_PASS_FUSION] = DEV_TRI_OFF;
+      o.passes[DEV_PASS_BUFFER_PLANNING] = plan ? DEV_TRI_ON : DEV_TRI_OFF;
+      bool existed;
+      if (sched_register_function(ss, &def, &o, &existed, &st) != PD_OK)
+        fail_msg("register: %s", st.msg);
+      uint64_t in = 1, o2 = 2;
+      sched_op op = op1("hog", &in, 1, &o2);
+      sched_op_result res;
+      int failed;
+      pd_code c = sched_execute(ss, &op, 1, 0, &res, &failed, &st);
+      uint64_t bytes = 0;
+      if (quota) {
+        assert_int_equal(c, PD_RESOURCE_EXHAUSTED);
+        if (!strstr(st.msg, "32768 bytes held + 65544 new > quota 65536") ||
+            !strstr(st.msg, "function 'hog'") ||
+            !strstr(st.msg, "65536 bytes of intermediates"))
+          fail_msg("planning %d: %s", plan, st.msg);
+      } else {
+        if (c != PD_OK) fail_msg("planning %d: %s", plan, st.msg);
+        float got[1];
+        read_f32(ss, 2, got, 1);
+        assert_true(got[0] == 4096.0f);
+        /* The output is charged once the call is queued (4 bytes on each
+         * device), the intermediates not. */
+        sched_session_usage(ss, NULL, &bytes);
+        assert_int_equal(bytes, 32768 + 8);
+      }
+      sched_session_put(ss);
+    }
+  }
+  sched_destroy(s);
+}
+
 static void test_limits(void **state) {
   sched_config cfg = SCHED_CONFIG_INITIALIZER;
   cfg.incarnation = INC;
@@ -1019,6 +1085,7 @@ int main(void) {
       cmocka_unit_test(test_two_outputs),
       cmocka_unit_test(test_queue_cancel),
       cmocka_unit_test(test_lease_and_quota),
+      cmocka_unit_test(test_function_quota),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_tapes),
       cmocka_unit_test(test_session_end_events),
