@@ -410,8 +410,12 @@ char *fn_node_describe(const fn_graph *g, int i, char *buf, size_t len) {
   if (n->n_origins > 0 && off > 0 && (size_t)off < len) {
     bool self = n->n_origins == 1 && strcmp(n->origins[0], n->name) == 0;
     if (!self) {
+      /* "fused from" for a node the fusion pass made; a node made by
+       * gradient expansion or another rewrite is "from" what it stands for. */
+      bool fused = n->kind == FN_NODE_OP && n->def &&
+                   strncmp(n->def->name, "_Fused", 6) == 0;
       off += snprintf(buf + off, len - (size_t)off, " (%s ",
-                      n->n_origins > 1 ? "fused from" : "from");
+                      fused ? "fused from" : "from");
       for (int k = 0; k < n->n_origins && off > 0 && (size_t)off < len; k++)
         off += snprintf(buf + off, len - (size_t)off, "%s%s", k ? ", " : "",
                         n->origins[k]);
