@@ -29,11 +29,13 @@ static double matmul_flops(const dev_shape *a, const dev_shape *o) {
   return 2.0 * (double)dev_num_elems(o) * k;
 }
 
-/* FLOPs and bytes of one component of an op of `def`. */
-static void shapes_cost(const dev_op_def *def, int num_inputs,
-                        const dev_shape *in_shape, const size_t *in_bytes,
-                        int num_outputs, const dev_shape *out_shape,
-                        const size_t *out_bytes, double *flops, double *bytes) {
+/* FLOPs and bytes of one component of an op of `def` (attrs: its resolved
+ * attributes, or NULL). */
+static void shapes_cost(const dev_op_def *def, const dev_attr_value *attrs,
+                        int num_inputs, const dev_shape *in_shape,
+                        const size_t *in_bytes, int num_outputs,
+                        const dev_shape *out_shape, const size_t *out_bytes,
+                        double *flops, double *bytes) {
   const char *name = def->name;
   double in_elems = 0, out_elems = 0, max_elems = 0, b = 0;
   for (int i = 0; i < num_inputs; i++) {
@@ -49,10 +51,15 @@ static void shapes_cost(const dev_op_def *def, int num_inputs,
     b += (double)out_bytes[i];
   }
   double f = max_elems;
+  int pi;
   if ((strcmp(name, "MatMul") == 0 || strcmp(name, "BatchMatMul") == 0 ||
        strcmp(name, "_FusedMatMul") == 0) &&
       num_inputs > 0 && num_outputs > 0)
     f = matmul_flops(&in_shape[0], &out_shape[0]);
+  else if (strcmp(name, "_FusedElementwise") == 0 && attrs &&
+           (pi = dev_op_attr_index(def, "program")) >= 0 &&
+           attrs[pi].type == DEV_ATTR_INT_LIST) /* a FLOP per instruction */
+    f = out_elems * (double)(attrs[pi].u.ilist.n / 3);
   else if (strstr(name, "Softmax"))
     f = 5.0 * in_elems;
   else if (strncmp(name, "Random", 6) == 0)
@@ -76,8 +83,8 @@ static void component_cost(const dev_op *op, int d, double *flops,
     out_s[i] = op->outputs[i]->comps[d].shape;
     out_b[i] = op->outputs[i]->comps[d].bytes;
   }
-  shapes_cost(op->def, op->num_inputs, in_s, in_b, op->num_outputs, out_s,
-              out_b, flops, bytes);
+  shapes_cost(op->def, op->attrs, op->num_inputs, in_s, in_b, op->num_outputs,
+              out_s, out_b, flops, bytes);
 }
 
 static void rates(dev_backend_kind kind, double *launch, double *peak,
@@ -89,14 +96,14 @@ static void rates(dev_backend_kind kind, double *launch, double *peak,
 }
 
 double dev__cost_node(dev_backend_kind kind, const dev_op_def *def,
-                      int num_inputs, const dev_shape *in_shape,
-                      const size_t *in_bytes, int num_outputs,
-                      const dev_shape *out_shape, const size_t *out_bytes,
-                      double *flops, double *bytes) {
+                      const dev_attr_value *attrs, int num_inputs,
+                      const dev_shape *in_shape, const size_t *in_bytes,
+                      int num_outputs, const dev_shape *out_shape,
+                      const size_t *out_bytes, double *flops, double *bytes) {
   double launch, peak, bw;
   rates(kind, &launch, &peak, &bw);
-  shapes_cost(def, num_inputs, in_shape, in_bytes, num_outputs, out_shape,
-              out_bytes, flops, bytes);
+  shapes_cost(def, attrs, num_inputs, in_shape, in_bytes, num_outputs,
+              out_shape, out_bytes, flops, bytes);
   return launch + fmax(*flops / peak, *bytes / bw) * 1e9;
 }
 

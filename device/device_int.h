@@ -180,10 +180,10 @@ typedef struct dev__fn_call {
  * bytes and ns (launch included) from its inputs' and outputs' shapes and
  * byte sizes on one device. */
 double dev__cost_node(dev_backend_kind kind, const dev_op_def *def,
-                      int num_inputs, const dev_shape *in_shape,
-                      const size_t *in_bytes, int num_outputs,
-                      const dev_shape *out_shape, const size_t *out_bytes,
-                      double *flops, double *bytes);
+                      const dev_attr_value *attrs, int num_inputs,
+                      const dev_shape *in_shape, const size_t *in_bytes,
+                      int num_outputs, const dev_shape *out_shape,
+                      const size_t *out_bytes, double *flops, double *bytes);
 
 /* Allocates a buffer of `bytes` on `device` through the backend. */
 pd_code dev__buffer_alloc(dev_backend *b, int device, size_t bytes,

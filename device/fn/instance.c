@@ -496,8 +496,8 @@ static void call_estimate(const dev_op *op, double *flops, double *bytes,
         out_b[k] = (size_t)value_bytes(g, fn_node_ref(i, k), d);
       }
       double nf = 0, nb = 0;
-      t += dev__cost_node(kind, n->def, n->n_in, in_s, in_b, n->n_out, out_s,
-                          out_b, &nf, &nb);
+      t += dev__cost_node(kind, n->def, n->attrs, n->n_in, in_s, in_b, n->n_out,
+                          out_s, out_b, &nf, &nb);
       f += nf;
       b += nb;
     }

@@ -285,6 +285,27 @@ static void test_each_opcode(void **state) {
 
 /* x0 [2, 3, 4] * x1 [3, 1] + 0.5, tanh, - x2 [4], Maximum with -0.25:
  * three inputs broadcast, constants on either side. */
+/* The cost estimate counts a FLOP per instruction per output element
+ * (3 instructions over a [4,5] output: 60), not one per element. */
+static void test_elementwise_estimate(void **state) {
+  (void)state;
+  int64_t dims[2] = {4, 5};
+  double v[20] = {0};
+  dev_tensor *x = tu_mirrored(g_e, PD_FLOAT32, 2, dims, v);
+  int64_t prog[9] = {DEV_EW_EXP, 0,          DEV_EW_NONE, DEV_EW_MUL, 100,
+                     0,          DEV_EW_NEG, 101,         DEV_EW_NONE};
+  dev_attr at[1] = {dev_attr_int_list("program", prog, 9)};
+  dev_op *op = NULL;
+  assert_int_equal(
+      dev_op_prepare(g_e, DEV_FUSED_ELEMENTWISE_OP, &x, 1, at, 1, &op, NULL),
+      PD_OK);
+  dev_op_cost c = DEV_OP_COST_INITIALIZER;
+  assert_int_equal(dev_op_estimate(op, &c, NULL), PD_OK);
+  assert_true(c.flops == 60.0);
+  dev_op_abandon(op, PD_CANCELLED, "test");
+  dev_tensor_release(x);
+}
+
 static void test_chain_with_broadcast(void **state) {
   (void)state;
   const int64_t prog[] = {
@@ -512,6 +533,7 @@ int main(void) {
       cmocka_unit_test(test_fused_matmul_by_hand),
       cmocka_unit_test(test_each_opcode),
       cmocka_unit_test(test_chain_with_broadcast),
+      cmocka_unit_test(test_elementwise_estimate),
       cmocka_unit_test(test_21_instructions),
       cmocka_unit_test(test_elementwise_by_hand),
       cmocka_unit_test(test_opcode_table),
