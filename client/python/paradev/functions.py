@@ -89,7 +89,7 @@ class FunctionDef:
         self.passes = {}
         for k, v in (passes or {}).items():
             self.set_pass(k, v)
-        self.max_instantiations = int(max_instantiations)
+        self.max_instantiations = _instantiation_cap(max_instantiations)
         self.origins = {}  # node name -> "file:line" where a trace made it
         self.output_dtypes = {}  # output name -> dtype, when known
         # output name -> True / False, or the argument indices it is
@@ -114,7 +114,10 @@ class FunctionDef:
         if name not in PASSES:
             raise ValueError("unknown pass %r; expected one of %s"
                              % (name, ", ".join(PASSES)))
-        self.passes[name] = None if on is None else bool(on)
+        if on is not None and not isinstance(on, bool):
+            raise TypeError("pass %r: expected True, False or None (the "
+                            "daemon's setting), got %r" % (name, on))
+        self.passes[name] = on
 
     def __repr__(self):
         return "<paradev.FunctionDef %r: %d args, %d nodes, %d outputs>" % (
@@ -342,6 +345,14 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__",
     setattr(Symbol, _name, Tensor.__dict__[_name])
 
 
+def _instantiation_cap(n):
+    """max_instantiations: an int 0 (the daemon's) .. 64."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 64:
+        raise ValueError("max_instantiations: expected an int from 0 (the "
+                         "daemon's, default 8) to 64, got %r" % (n,))
+    return n
+
+
 def combine_mirrored(values, which):
     """(mirrored, deps) of a value computed from values[i] for i in
     `which` (Tensors or Symbols; an index outside them, -1, is unknown):
@@ -457,8 +468,8 @@ class _Trace:
         for i in range(sum(lengths) if lengths else opdef.num_outputs):
             m, d = mirrored, deps
             if om:
-                m, d = om[i] if isinstance(om[i], bool) else \
-                    combine_mirrored(syms, om[i])
+                m, d = (om[i], frozenset()) if isinstance(om[i], bool) \
+                    else combine_mirrored(syms, om[i])
             outs.append(Symbol(self, node if i == 0 else "%s:%d" % (node, i),
                                dts[i] if i < len(dts) else None, None, m, d))
         if lengths is not None:
@@ -549,7 +560,11 @@ class Function:
             if k not in PASSES:
                 raise ValueError("unknown pass %r; expected one of %s"
                                  % (k, ", ".join(PASSES)))
-        self.max_instantiations = int(max_instantiations)
+            v = self.passes[k]
+            if v is not None and not isinstance(v, bool):
+                raise TypeError("pass %r: expected True, False or None (the "
+                                "daemon's setting), got %r" % (k, v))
+        self.max_instantiations = _instantiation_cap(max_instantiations)
         self._concrete = {}
         self._lock = threading.RLock()
         self._tracing = set()  # signatures being traced (no recursion)
@@ -691,6 +706,11 @@ def gradients(y, xs, grad_y=None):
     default: ones like y); a list (or one value when xs is one). Zeros for
     an x that y does not depend on."""
     tr = active_trace()
+    if tr is not None and isinstance(y, (list, tuple)):
+        raise ValueError("paradev.gradients takes one target y (a value of "
+                         "the traced function), got a %s of %d; sum the "
+                         "targets first (tf.gradients sums them too)"
+                         % (type(y).__name__, len(y)))
     if tr is None or not isinstance(y, Symbol):
         raise ValueError("paradev.gradients works inside a traced function "
                          "(session.function); eagerly, use session.tape()")

@@ -625,6 +625,12 @@ class Session(Transfers, Checkpoints):
         Inside the block the inputs of every op are watched
         (watch_accessed=True); with watch_accessed=False only watch= and
         tape.watch() say what is."""
+        from .functions import active_trace
+        if active_trace() is not None:
+            raise RuntimeError(
+                "session.tape() inside a traced function: a tape records "
+                "eager ops; inside a function use paradev.gradients(y, xs), "
+                "which adds a Gradients node")
         from .tape import Tape
         return Tape(self, persistent=persistent, watch=watch,
                     watch_accessed=watch_accessed)

@@ -78,7 +78,7 @@ class Tensor:
             " mirrored" if self._mirrored else "")
 
     def __len__(self):
-        s = self.shape
+        s = _known_shape(self, "len()")
         if not s:
             raise TypeError("len() of a rank-0 tensor")
         return s[0]
@@ -222,7 +222,7 @@ class Tensor:
         if len(perm) == 1 and isinstance(perm[0], (list, tuple)):
             perm = perm[0]
         if not perm:
-            perm = tuple(range(len(self.shape)))[::-1]
+            perm = tuple(range(len(_known_shape(self, "transpose()"))))[::-1]
         return self.session.op("Transpose", self, perm=list(perm))
 
     def reshape(self, *shape):
@@ -257,12 +257,25 @@ class Tensor:
             yield self[i]
 
 
+def _known_shape(t, what):
+    """t's shape; inside a trace a value's shape is known only where an
+    input_signature gave it, so say so instead of failing on None."""
+    shape = t.shape
+    if shape is None:
+        raise TypeError(
+            "%s needs the value's shape, which a traced function does not "
+            "know here: give the function input_signature=[paradev.Spec("
+            "dtype, shape), ...], or use the ops (Slice, Transpose with a "
+            "perm, Reshape) directly" % what)
+    return shape
+
+
 def _index(t, key):
     """Basic indexing: integers and slices of step 1 (and ..., None is not
     supported) -> Slice, then Reshape to drop the integer axes."""
     if not isinstance(key, tuple):
         key = (key,)
-    shape = t.shape
+    shape = _known_shape(t, "indexing")
     if Ellipsis in key:
         i = key.index(Ellipsis)
         fill = len(shape) - (len(key) - 1)

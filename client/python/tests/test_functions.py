@@ -261,3 +261,61 @@ def test_a_function_cannot_call_itself(sess):
 
     with pytest.raises(ValueError, match="cannot recurse"):
         rec(sess.upload(np.ones(2), paradev.mirrored()))
+
+
+def test_nested_function_returning_a_collective(sess):
+    # A called function's output made by a collective is known mirrored:
+    # the trace of the caller used to fail unpacking that mark.
+    n = sess.num_devices
+    X = RNG.standard_normal((2 * n, 3))
+
+    @sess.function
+    def inner_ar(x):
+        return sess.ops.AllReduce(x.sum(0), reduction="sum")
+
+    @sess.function
+    def outer_ar(x):
+        return inner_ar(x) * 2.0
+
+    x = sess.upload(X, paradev.sharded(0))
+    np.testing.assert_allclose(np.asarray(outer_ar(x)), 2.0 * X.sum(0),
+                               rtol=1e-12)
+
+
+def test_clear_errors_for_what_a_trace_cannot_do(sess):
+    x = sess.upload(RNG.standard_normal((4, 4)), paradev.mirrored())
+
+    @sess.function
+    def sliced(v):
+        return v[1:3]
+
+    with pytest.raises(TypeError, match="input_signature"):
+        sliced(x)
+
+    @sess.function
+    def two_targets(v):
+        return paradev.gradients([v.sum(), (v * v).sum()], [v])
+
+    with pytest.raises(ValueError, match="one target"):
+        two_targets(x)
+
+    @sess.function
+    def with_tape(v):
+        with sess.tape():
+            return v * 2.0
+
+    with pytest.raises(RuntimeError, match="paradev.gradients"):
+        with_tape(x)
+
+    with pytest.raises(TypeError, match="expected True, False or None"):
+        sess.function(lambda v: v, passes={"fusion": "no"})
+    with pytest.raises(ValueError, match="max_instantiations"):
+        sess.function(lambda v: v, max_instantiations=2.5)
+
+    # With the shape given, slicing traces.
+    @sess.function(input_signature=[paradev.Spec("float64", [4, 4])])
+    def sliced_ok(v):
+        return v[1:3]
+
+    np.testing.assert_allclose(np.asarray(sliced_ok(x)),
+                               np.asarray(x)[1:3], rtol=0)
