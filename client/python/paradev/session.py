@@ -707,6 +707,9 @@ def _float(opdef, name, v, attrs=None):
 def _seq(name, v):
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         return [v]
+    if isinstance(v, (str, bytes)):  # iterable, but never a list of numbers
+        raise TypeError("attribute %s: expected a list of numbers, got %s %r"
+                        % (name, type(v).__name__, v))
     try:
         return list(v)
     except TypeError:

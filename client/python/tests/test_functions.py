@@ -307,6 +307,9 @@ def test_clear_errors_for_what_a_trace_cannot_do(sess):
     with pytest.raises(RuntimeError, match="paradev.gradients"):
         with_tape(x)
 
+    with pytest.raises(TypeError, match="list of numbers, got str 'abc'"):
+        sess.op("Sum", x, axis="abc")  # not read one character at a time
+
     with pytest.raises(TypeError, match="expected True, False or None"):
         sess.function(lambda v: v, passes={"fusion": "no"})
     with pytest.raises(ValueError, match="max_instantiations"):
