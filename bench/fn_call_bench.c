@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_daemon.h"
 #include "benchutil.h"
 #include "paradev/paradev.h"
 
@@ -33,62 +34,10 @@
 #define MAX_N 100
 
 static pd_status *st;
-static pid_t daemon_pid;
-static char daemon_dir[64];
-
 static void die(const char *what) {
   fprintf(stderr, "bench_fn_call: %s: %s: %s\n", what,
           pd_code_name(pd_status_code(st)), pd_status_message(st));
   exit(1);
-}
-
-static void stop_daemon(void) {
-  if (daemon_pid <= 0) return;
-  kill(daemon_pid, SIGTERM);
-  int status;
-  waitpid(daemon_pid, &status, 0);
-  daemon_pid = 0;
-  char p[128];
-  snprintf(p, sizeof(p), "%s/pd.sock", daemon_dir);
-  unlink(p);
-  snprintf(p, sizeof(p), "%s/admin.sock", daemon_dir);
-  unlink(p);
-  rmdir(daemon_dir);
-}
-
-/* Starts paradevd (CPU backend, DEVICES devices) and connects once it
- * serves (as bench_train does). */
-static pd_client *start_daemon(const char *path) {
-  snprintf(daemon_dir, sizeof(daemon_dir), "/tmp/bench-fncall-XXXXXX");
-  if (!mkdtemp(daemon_dir)) {
-    perror("mkdtemp");
-    exit(1);
-  }
-  char target[128], admin[128], ndev[16];
-  snprintf(target, sizeof(target), "unix:%s/pd.sock", daemon_dir);
-  snprintf(admin, sizeof(admin), "%s/admin.sock", daemon_dir);
-  snprintf(ndev, sizeof(ndev), "%d", DEVICES);
-  daemon_pid = fork();
-  if (daemon_pid == 0) {
-    execl(path, path, "--config", "/dev/null", "--listen", target,
-          "--admin-socket", admin, "--devices", ndev, "--log", "warn",
-          (char *)NULL);
-    fprintf(stderr, "bench_fn_call: cannot run %s\n", path);
-    _exit(127);
-  }
-  for (int i = 0; i < 400 && access(target + 5, F_OK) != 0; i++) usleep(25000);
-  pd_client *c = pd_client_new(target, NULL, st);
-  if (!c) die("connect");
-  pd_serving_status ss = PD_SERVING_UNKNOWN;
-  for (int i = 0; i < 200; i++) {
-    pd_call_options o = PD_CALL_OPTIONS_INITIALIZER;
-    o.timeout_ms = 1000;
-    if (pd_client_health(c, "", &ss, &o, st) == PD_OK && ss == PD_SERVING)
-      break;
-    usleep(50000);
-  }
-  if (ss != PD_SERVING) die("the daemon did not become ready");
-  return c;
 }
 
 /* Registers "chain<N>": y = x + x + ... (N Adds), passes that would merge
@@ -178,9 +127,9 @@ int main(int argc, char **argv) {
     }
   }
   signal(SIGPIPE, SIG_IGN);
-  atexit(stop_daemon);
+  atexit(bench_daemon_stop);
   st = pd_status_new();
-  pd_client *c = start_daemon(path);
+  pd_client *c = bench_daemon_start(path, DEVICES, "bench_fn_call", st);
   pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
   so.client_name = "bench_fn_call";
   pd_session *s = pd_session_new(c, &so, NULL, st);
@@ -229,7 +178,7 @@ int main(int argc, char **argv) {
   pd_session_close(s, NULL, NULL);
   pd_session_delete(s);
   pd_client_delete(c);
-  stop_daemon();
+  bench_daemon_stop();
   pd_status_delete(st);
   int t = bu_print_table();
   return rc ? rc : t;

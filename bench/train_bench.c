@@ -38,6 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_daemon.h"
 #include "benchutil.h"
 #include "digits_data.h"
 #include "dp_mlp.h"
@@ -56,61 +57,6 @@ static void die(const char *what) {
   fprintf(stderr, "bench_train: %s: %s: %s\n", what,
           pd_code_name(pd_status_code(st)), pd_status_message(st));
   exit(1);
-}
-
-/* --- the daemon --------------------------------------------------------------- */
-
-static pid_t daemon_pid;
-static char daemon_dir[64];
-
-static void stop_daemon(void) {
-  if (daemon_pid <= 0) return;
-  kill(daemon_pid, SIGTERM);
-  int status;
-  waitpid(daemon_pid, &status, 0);
-  daemon_pid = 0;
-  char p[128];
-  snprintf(p, sizeof(p), "%s/pd.sock", daemon_dir);
-  unlink(p);
-  snprintf(p, sizeof(p), "%s/admin.sock", daemon_dir);
-  unlink(p);
-  rmdir(daemon_dir);
-}
-
-/* Starts paradevd with `devices` CPU devices and connects when it serves. */
-static pd_client *start_daemon(const char *path, int devices) {
-  snprintf(daemon_dir, sizeof(daemon_dir), "/tmp/bench-train-XXXXXX");
-  if (!mkdtemp(daemon_dir)) {
-    perror("mkdtemp");
-    exit(1);
-  }
-  char target[128], admin[128], ndev[16];
-  snprintf(target, sizeof(target), "unix:%s/pd.sock", daemon_dir);
-  snprintf(admin, sizeof(admin), "%s/admin.sock", daemon_dir);
-  snprintf(ndev, sizeof(ndev), "%d", devices);
-  daemon_pid = fork();
-  if (daemon_pid == 0) {
-    execl(path, path, "--config", "/dev/null", "--listen", target,
-          "--admin-socket", admin, "--devices", ndev, "--log", "warn",
-          (char *)NULL);
-    fprintf(stderr, "bench_train: cannot run %s\n", path);
-    _exit(127);
-  }
-  /* Connect once the socket exists: a first attempt that fails would leave
-   * gRPC's channel in its reconnect backoff (a second or more). */
-  for (int i = 0; i < 400 && access(target + 5, F_OK) != 0; i++) usleep(25000);
-  pd_client *c = pd_client_new(target, NULL, st);
-  if (!c) die("connect");
-  pd_serving_status ss = PD_SERVING_UNKNOWN;
-  for (int i = 0; i < 200; i++) {
-    pd_call_options o = PD_CALL_OPTIONS_INITIALIZER;
-    o.timeout_ms = 1000;
-    if (pd_client_health(c, "", &ss, &o, st) == PD_OK && ss == PD_SERVING)
-      break;
-    usleep(50000);
-  }
-  if (ss != PD_SERVING) die("the daemon did not become ready");
-  return c;
 }
 
 /* Busy seconds of every device, summed. */
@@ -148,7 +94,7 @@ typedef struct train_run {
 static bool train_once(const char *path, const digits_set *train, int devices,
                        int batch, long min_steps, dp_mlp_mode mode,
                        train_run *out) {
-  pd_client *c = start_daemon(path, devices);
+  pd_client *c = bench_daemon_start(path, devices, "bench_train", st);
   pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
   so.client_name = "bench_train";
   pd_session *s = pd_session_new(c, &so, NULL, st);
@@ -161,7 +107,7 @@ static bool train_once(const char *path, const digits_set *train, int devices,
            pd_code_name(pd_status_code(st)), pd_status_message(st));
     pd_session_delete(s);
     pd_client_delete(c);
-    stop_daemon();
+    bench_daemon_stop();
     return false;
   }
   if (!m) die("model");
@@ -175,7 +121,7 @@ static bool train_once(const char *path, const digits_set *train, int devices,
   dp_mlp_delete(m);
   pd_session_delete(s);
   pd_client_delete(c);
-  stop_daemon();
+  bench_daemon_stop();
   return true;
 }
 
@@ -252,7 +198,7 @@ int main(int argc, char **argv) {
     }
   }
   signal(SIGPIPE, SIG_IGN);
-  atexit(stop_daemon);
+  atexit(bench_daemon_stop);
   st = pd_status_new();
   char err[256];
   digits_set all, train, test;
