@@ -22,7 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench_daemon.h"
+#include "benchdaemon.h"
 #include "benchutil.h"
 #include "paradev/paradev.h"
 

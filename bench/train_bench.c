@@ -38,7 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench_daemon.h"
+#include "benchdaemon.h"
 #include "benchutil.h"
 #include "digits_data.h"
 #include "dp_mlp.h"

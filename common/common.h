@@ -21,4 +21,10 @@ const char *pdcom_dtype_list(char *buf, size_t len);
  * value past 2^64 - 1 (out is then not written). Thread-safe. */
 bool pdcom_parse_size(const char *s, uint64_t *out);
 
+/* The length (1 to 4) of the well-formed UTF-8 character at s, or 0 where
+ * s does not start one (RFC 3629: no overlong forms, no surrogates, nothing
+ * past U+10FFFF). Reads at most up to the first byte that breaks the
+ * sequence, so a NUL-terminated s is never read past its end. Thread-safe. */
+size_t pdcom_utf8_len(const unsigned char *s);
+
 #endif /* PARADEV_COMMON_H */

@@ -7,6 +7,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common.h"
+
 _Atomic int srv_log_levels[SRV_SUB_COUNT] = {
     SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO,
     SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO, SRV_LOG_INFO};
@@ -136,29 +138,6 @@ void srv_log_spec(const int levels[SRV_SUB_COUNT], char *out, size_t len) {
                                srv_sub_names[i], srv_level_name(levels[i]));
 }
 
-/* The length of the valid UTF-8 sequence at s (1 to 4), or 0 where s does
- * not start one (RFC 3629: no overlong forms, no surrogates, nothing past
- * U+10FFFF). The NUL at the end is never a continuation byte. */
-static size_t srv_utf8_len(const unsigned char *s) {
-  unsigned c = s[0];
-  size_t n;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    n = 2;
-  else if (c >= 0xE0 && c <= 0xEF)
-    n = 3;
-  else if (c >= 0xF0 && c <= 0xF4)
-    n = 4;
-  else
-    return 0;
-  for (size_t i = 1; i < n; i++)
-    if ((s[i] & 0xC0) != 0x80) return 0;
-  if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] >= 0xA0) ||
-      (c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))
-    return 0;
-  return n;
-}
-
 /* A control character: C0, DEL, or C1 (U+0080..U+009F, C2 80..C2 9F). */
 static bool srv_utf8_control(const unsigned char *s, size_t n) {
   return (n == 1 && (s[0] < 0x20 || s[0] == 0x7f)) ||
@@ -168,7 +147,7 @@ static bool srv_utf8_control(const unsigned char *s, size_t n) {
 long srv_log_text_check(const char *s, bool controls, const char **why) {
   const unsigned char *p = (const unsigned char *)(s ? s : "");
   for (const unsigned char *q = p; *q;) {
-    size_t n = srv_utf8_len(q);
+    size_t n = pdcom_utf8_len(q);
     if (!n) {
       if (why) *why = "is not UTF-8";
       return (long)(q - p);
@@ -187,7 +166,7 @@ char *srv_log_utf8(const char *in, char *out, size_t len) {
   const unsigned char *p = (const unsigned char *)(in ? in : "");
   size_t j = 0;
   while (*p) {
-    size_t n = srv_utf8_len(p);
+    size_t n = pdcom_utf8_len(p);
     bool keep = n && !srv_utf8_control(p, n);
     size_t w = keep ? n : 1;
     if (j + w >= len) break; /* whole characters only */
@@ -212,7 +191,7 @@ static char *srv_log_escape(const char *in, bool quoted, char *out,
   while (*p) {
     char esc[5];
     const char *src = esc;
-    size_t n = srv_utf8_len(p), w, step = 1;
+    size_t n = pdcom_utf8_len(p), w, step = 1;
     bool special = quoted && (*p == '"' || *p == '\\');
     if (n && !srv_utf8_control(p, n) && !special) {
       src = (const char *)p;

@@ -9,29 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../common/common.h"
 #include "fn_call.h"
-
-/* The length of the well-formed UTF-8 character at s (RFC 3629: no
- * overlong forms, surrogates or code points past U+10FFFF), or 0. */
-static size_t utf8_len(const unsigned char *s) {
-  unsigned c = s[0];
-  size_t n;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    n = 2;
-  else if (c >= 0xE0 && c <= 0xEF)
-    n = 3;
-  else if (c >= 0xF0 && c <= 0xF4)
-    n = 4;
-  else
-    return 0;
-  for (size_t i = 1; i < n; i++)
-    if ((s[i] & 0xC0) != 0x80) return 0;
-  if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] >= 0xA0) ||
-      (c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))
-    return 0;
-  return n;
-}
 
 /* The code point of the n-byte character at s. */
 static unsigned utf8_cp(const unsigned char *s, size_t n) {
@@ -56,7 +35,7 @@ bool fn_name_is_valid(const char *s, size_t *bad_at) {
   if (len == 0 || len > DEV_FN_NAME_MAX) return false;
   const unsigned char *p = (const unsigned char *)s;
   for (size_t k = 0; k < len;) {
-    size_t n = utf8_len(p + k);
+    size_t n = pdcom_utf8_len(p + k);
     if (!n || name_char_bad(utf8_cp(p + k, n))) {
       if (bad_at) *bad_at = k;
       return false;
@@ -71,7 +50,7 @@ char *fn_name_printable(const char *in, char *out, size_t len) {
   const unsigned char *p = (const unsigned char *)(in ? in : "");
   size_t j = 0;
   while (*p) {
-    size_t n = utf8_len(p);
+    size_t n = pdcom_utf8_len(p);
     unsigned cp = n ? utf8_cp(p, n) : 0;
     bool keep = n && cp >= 0x20 && !(cp >= 0x7F && cp < 0xA0);
     char esc[5];
@@ -93,7 +72,7 @@ char *fn_name_printable(const char *in, char *out, size_t len) {
 static long text_bad_at(const char *s, size_t len) {
   const unsigned char *p = (const unsigned char *)s;
   for (size_t k = 0; k < len;) {
-    size_t n = k < len ? utf8_len(p + k) : 0;
+    size_t n = k < len ? pdcom_utf8_len(p + k) : 0;
     unsigned cp = n && k + n <= len ? utf8_cp(p + k, n) : 0;
     if (!n || k + n > len || cp < 0x20 || (cp >= 0x7F && cp < 0xA0))
       return (long)k;

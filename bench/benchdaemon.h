@@ -1,7 +1,7 @@
 /* A paradevd for the client benchmarks (bench_train, bench_fn_call): one at
  * a time, started on a private Unix socket and stopped with SIGTERM. */
-#ifndef PARADEV_BENCH_DAEMON_H
-#define PARADEV_BENCH_DAEMON_H
+#ifndef PARADEV_BENCHDAEMON_H
+#define PARADEV_BENCHDAEMON_H
 
 #include "paradev/paradev.h"
 
@@ -16,4 +16,4 @@ pd_client *bench_daemon_start(const char *paradevd, int devices,
  * nothing when none runs. Usable with atexit. */
 void bench_daemon_stop(void);
 
-#endif /* PARADEV_BENCH_DAEMON_H */
+#endif /* PARADEV_BENCHDAEMON_H */

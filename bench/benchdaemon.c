@@ -1,5 +1,5 @@
-/* See bench_daemon.h. */
-#include "bench_daemon.h"
+/* See benchdaemon.h. */
+#include "benchdaemon.h"
 
 #include <signal.h>
 #include <stdio.h>
