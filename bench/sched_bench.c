@@ -99,7 +99,7 @@ static void on_submit(void *arg, sched_session *ss, const dev_op *op,
 }
 
 static sched_session *open_session(sched *s, int priority) {
-  sched_session_params p = {"bench", "sched", 0, 0, NULL, priority, 1, 0};
+  sched_session_params p = {"bench", "sched", 0, 0, NULL, priority, 1, 0, NULL, NULL};
   sched_session_info info;
   sched_session *ss = NULL;
   dev_status st = DEV_STATUS_INIT;
@@ -132,7 +132,7 @@ static void upload(sched_session *ss, uint64_t id, int rank, int64_t n) {
 /* One op `name`(1, 2) -> id. */
 static bool exec_op(sched_session *ss, const char *name, uint64_t id) {
   static const uint64_t in[2] = {1, 2};
-  sched_op op = {name, in, 2, NULL, 0, &id, 1, 0, 0};
+  sched_op op = {name, in, 2, NULL, 0, &id, 1, 0, 0, NULL};
   sched_op_result res;
   int failed = 0;
   dev_status st = DEV_STATUS_INIT;

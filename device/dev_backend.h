@@ -175,6 +175,12 @@ struct dev_kernel_ctx {
   /* The device's heartbeat counter (the executor's; NULL where none): see
    * dev_kernel_heartbeat. */
   DEV__ATOMIC_U64 *heartbeat;
+  /* Placement (issue #17): the op's device set and this component's index
+   * in it. `device` stays the engine device (memory, streams, names);
+   * what is per position (DeviceId, a shard's place, random streams, a
+   * collective's rank) reads `index`. num_devices == devset->n. */
+  int index;
+  const struct dev_devset *devset;
 };
 
 /* Says that a long kernel is still making progress (a block of a batched
@@ -272,8 +278,10 @@ typedef struct dev_backend {
                         dev_kernel_ctx *ctx, dev_status *st);
   /* Creates the shared state of one collective across all devices; called
    * once per collective op at submission. */
+  /* `set` is the devices taking part (issue #17: a collective runs over
+   * its operands' device set; set->n of them, ctx->index their order). */
   void *(*collective_create)(struct dev_backend *b, dev_collective_kind kind,
-                             int num_devices);
+                             const struct dev_devset *set);
   /* Runs device ctx->device's part of a collective. Every device calls it
    * (with ctx->collective from collective_create), in the same global order;
    * a device whose inputs failed still calls it with `failed` set so peers

@@ -291,6 +291,13 @@ bool dev_fn_lib_has(const dev_fn_lib *lib, const char *name);
 pd_code dev_fn_prepare_call(dev_fn_lib *lib, const char *name,
                             dev_tensor *const *inputs, int num_inputs,
                             dev_op **out, dev_status *st);
+/* dev_fn_prepare_call with a placement (issue #17): a call runs on its
+ * inputs' set (one set, as dev_op_prepare_on); a function without inputs on
+ * `set` (NULL: the whole mesh). The instantiation's signature includes the
+ * set's size; collectives inside run over the set. */
+pd_code dev_fn_prepare_call_on(dev_fn_lib *lib, const dev_devset *set,
+                               const char *name, dev_tensor *const *inputs,
+                               int num_inputs, dev_op **out, dev_status *st);
 
 /* What dev_fn_describe tells of one cached instantiation. */
 typedef struct dev_fn_inst_info {

@@ -484,6 +484,49 @@ void dev_engine_host_unregister(dev_engine *e, void *ptr);
 pd_code dev_engine_memory_stats(dev_engine *e, int device,
                                 dev_memory_stats *out, dev_status *st);
 
+/* --- Device sets (issue #17: placement) ---------------------------------
+ * A device set is an ordered subset of the engine's devices (its mesh):
+ * where a parallel tensor's components live, component i on device dev[i].
+ * Every tensor has one; the whole mesh [0, 1, ..., n-1] is the default. An
+ * op runs on its inputs' set (inputs on different sets are refused); an op
+ * without tensor inputs on the set it is prepared on (dev_op_prepare_on).
+ * Layouts split over the set's size, DeviceId is the index within the set,
+ * collectives run over the set. A set of one device is a plain
+ * single-device tensor. Any two ops that share a device reach it in the
+ * one global order, so collectives on overlapping sets never deadlock.
+ * Moving a value between sets is explicit: ParallelPack, ParallelUnpack
+ * (sharing buffers, TensorFlow parallel device's pack / unpack) and
+ * CopyToDevices (a copy); nothing moves implicitly.
+ * Source: TensorFlow's parallel device (ParallelDevice over a list of
+ * underlying devices; TPUReplicatedInput / TPUReplicatedOutput). */
+typedef struct dev_devset {
+  int n;                       /* 1..PD_MAX_DEVICES */
+  uint8_t dev[PD_MAX_DEVICES]; /* distinct engine device indices, in order */
+} dev_devset;
+
+/* Room for dev_devset_str of any set: "[0, 1, ..., 63]". */
+#define DEV_DEVSET_STR_MAX (PD_MAX_DEVICES * 4 + 4)
+
+/* The whole mesh of `e`: [0, 1, ..., n-1]. Thread-safe. */
+void dev_devset_all(const dev_engine *e, dev_devset *out);
+/* Builds a set from `n` device indices in order. INVALID_ARGUMENT, naming
+ * the entry and the mesh size, for n < 1 or over the mesh, an index outside
+ * 0..num_devices-1, or an index given twice. Thread-safe. */
+pd_code dev_devset_make(const dev_engine *e, const int64_t *devs, int n,
+                        dev_devset *out, dev_status *st);
+/* Same devices in the same order. */
+bool dev_devset_equal(const dev_devset *a, const dev_devset *b);
+/* Position of `device` in the set, -1 when it is not in it. */
+int dev_devset_index(const dev_devset *s, int device);
+/* Every device of `sub` is in `super` (order ignored). */
+bool dev_devset_is_subset(const dev_devset *sub, const dev_devset *super);
+/* The sets share a device. */
+bool dev_devset_overlaps(const dev_devset *a, const dev_devset *b);
+/* True when the set is the whole mesh of `e` in mesh order. */
+bool dev_devset_is_all(const dev_engine *e, const dev_devset *s);
+/* Writes "[0, 2]" (always NUL-terminated); returns buf. */
+char *dev_devset_str(const dev_devset *s, char *buf, size_t len);
+
 /* --- Parallel tensors ---------------------------------------------------- */
 
 /* How a host value maps onto components (upload and download). */
@@ -597,6 +640,37 @@ const dev_shape *dev_tensor_component_shape(const dev_tensor *t, int device);
 int dev_tensor_num_components(const dev_tensor *t);
 /* Bytes of all components together. */
 uint64_t dev_tensor_bytes(const dev_tensor *t);
+/* The tensor's device set (borrowed; lives as long as the tensor): its
+ * component i is on engine device dev_tensor_devset(t)->dev[i], and
+ * dev_tensor_num_components(t) == dev_tensor_devset(t)->n. */
+const dev_devset *dev_tensor_devset(const dev_tensor *t);
+/* Bytes of the tensor's component on engine device `device`; 0 when the
+ * tensor has none there (per-device memory accounting). */
+uint64_t dev_tensor_device_bytes(const dev_tensor *t, int device);
+
+/* Placement variants (issue #17) of the creators above: the tensor lives on
+ * `set` (NULL: the whole mesh), so layouts split over set->n and
+ * PER_COMPONENT takes set->n component shapes. Errors as the plain
+ * functions', plus INVALID_ARGUMENT for a set that is not of this engine
+ * (an index outside the mesh). The plain functions are these with NULL. */
+pd_code dev_tensor_create_on(dev_engine *e, const dev_devset *set,
+                             pd_dtype dtype, const dev_shape *component_shapes,
+                             dev_tensor **out, dev_status *st);
+pd_code dev_tensor_create_for_layout_on(dev_engine *e, const dev_devset *set,
+                                        pd_dtype dtype,
+                                        const dev_layout *layout,
+                                        const dev_shape *host_shape,
+                                        const dev_shape *component_shapes,
+                                        dev_tensor **out, dev_status *st);
+pd_code dev_tensor_create_pending_on(dev_engine *e, const dev_devset *set,
+                                     pd_dtype dtype, const dev_layout *layout,
+                                     const dev_shape *host_shape,
+                                     const dev_shape *component_shapes,
+                                     dev_tensor **out, dev_status *st);
+pd_code dev_tensor_from_host_on(dev_engine *e, const dev_devset *set,
+                                pd_dtype dtype, const dev_layout *layout,
+                                const dev_shape *host_shape, const void *data,
+                                dev_tensor **out, dev_status *st);
 
 /* Non-blocking: true when every component has been computed (or failed): on
  * a backend with fences (CUDA), when the device has finished the op, not when
@@ -647,6 +721,28 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
                        dev_tensor *const *inputs, int num_inputs,
                        const dev_attr *attrs, int num_attrs, dev_op **out,
                        dev_status *st);
+
+/* dev_op_prepare with a placement (issue #17): an op without tensor inputs
+ * (Fill, RandomNormal, DeviceId, ...) runs on `set`; an op with inputs runs
+ * on their set, which must be one: INVALID_ARGUMENT naming both sets and
+ * saying how to move a value (ParallelPack, ParallelUnpack, CopyToDevices)
+ * when two inputs' sets differ, or when `set` is given and is not theirs.
+ * NULL: the inputs' set, or the whole mesh for an op without inputs. The
+ * placement ops ParallelPack, ParallelUnpack and CopyToDevices have their
+ * own rules (their op reference). dev_op_prepare is this with NULL.
+ * Thread-safe. */
+pd_code dev_op_prepare_on(dev_engine *e, const dev_devset *set,
+                          const char *op_name, dev_tensor *const *inputs,
+                          int num_inputs, const dev_attr *attrs, int num_attrs,
+                          dev_op **out, dev_status *st);
+/* The devices a prepared op runs on (borrowed, lives with the op): its
+ * inputs' and outputs' sets together (for the placement ops, the union of
+ * their sets), in order of first appearance. The scheduler's per-device
+ * accounting and dispatch read it. */
+const dev_devset *dev_op_devset(const dev_op *op);
+/* Bytes the op will newly allocate on engine device `device` (as
+ * dev_op_new_bytes, on that device alone). */
+uint64_t dev_op_device_new_bytes(const dev_op *op, int device);
 
 int dev_op_num_outputs(const dev_op *op);
 /* Borrowed output i of a prepared op (retain it to keep it). */
@@ -723,6 +819,11 @@ pd_code dev_execute(dev_engine *e, const char *op_name,
                     dev_tensor *const *inputs, int num_inputs,
                     const dev_attr *attrs, int num_attrs, dev_tensor **outputs,
                     int *num_outputs, dev_status *st);
+/* dev_execute with a placement (see dev_op_prepare_on). */
+pd_code dev_execute_on(dev_engine *e, const dev_devset *set,
+                       const char *op_name, dev_tensor *const *inputs,
+                       int num_inputs, const dev_attr *attrs, int num_attrs,
+                       dev_tensor **outputs, int *num_outputs, dev_status *st);
 
 /* The gradient tape (dev_tape_*): dev_tape.h, part of this interface. */
 #include "dev_tape.h"

@@ -111,7 +111,14 @@ struct dev_engine {
   pthread_mutex_t op_mu;
   struct dev_op *op_free;
   int op_nfree;
+  dev_devset all; /* the whole mesh, [0..n) (PLACEHOLDER until issue #17's engine) */
 };
+
+/* PLACEHOLDER (issue #17 contract): the whole mesh, until tensors and ops
+ * carry their own sets. */
+static inline const dev_devset *dev__placeholder_set(dev_engine *e) {
+  return &e->all;
+}
 
 /* Deep-copied attribute storage of a queued op. */
 struct dev_op {

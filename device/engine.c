@@ -144,6 +144,7 @@ pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out,
   if (!e) goto fail_backend;
   e->backend = b;
   e->n = b->num_devices;
+  dev_devset_all(e, &e->all);
   e->fenced = fenced;
   e->execs = calloc((size_t)e->n, sizeof *e->execs);
   if (!e->execs) goto fail_engine;

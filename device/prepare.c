@@ -387,7 +387,7 @@ static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
   }
   if (def->flags & DEV_OP_COLLECTIVE) {
     op->collective = e->backend->collective_create(
-        e->backend, (dev_collective_kind)def->collective, n);
+        e->backend, (dev_collective_kind)def->collective, dev__placeholder_set(e));
     if (!op->collective)
       return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   }

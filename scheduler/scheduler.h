@@ -165,6 +165,15 @@ typedef struct sched_session_params {
    * the devices) within this many ms of being queued fails with
    * DEADLINE_EXCEEDED, unless its own sched_op sets one; 0: none. */
   uint32_t op_timeout_ms;
+  /* Placement (issue #17). `devices`: the allowed device set the client
+   * asked for (NULL: all of `bound`, else the whole mesh). `bound`: what
+   * the session's job or tenant was allocated (NULL: no bound); the
+   * allowed set is never more: a `devices` with a device outside it is
+   * PERMISSION_DENIED naming the devices. The allowed set is also the
+   * session's default placement (uploads, loads, ops without tensor
+   * inputs that name none). Both copied. */
+  const dev_devset *devices;
+  const dev_devset *bound;
 } sched_session_params;
 
 /* Where a session comes from, for operators (issue #14); a struct of its
@@ -187,6 +196,7 @@ typedef struct sched_session_info {
   uint64_t seq; /* small number for logs (1, 2, ...) */
   uint32_t lease_s;
   uint64_t memory_quota;
+  dev_devset devices; /* the session's allowed (and default) device set */
 } sched_session_info;
 
 /* Opens a session. Its quota is p->memory_quota, or default_memory_quota
@@ -226,6 +236,10 @@ pd_code sched_session_close(sched *s, const void *token, size_t len,
 
 /* Renews the lease of a session the caller holds (long-lived streams). */
 void sched_session_touch(sched_session *ss);
+
+/* The session's allowed device set (issue #17), which is also its default
+ * placement. Thread-safe (fixed at creation). */
+const dev_devset *sched_session_devices(const sched_session *ss);
 
 uint64_t sched_session_seq(const sched_session *ss);
 /* The tenant the session belongs to ("" for none), its band and weight, as
@@ -350,6 +364,16 @@ pd_code sched_upload_begin(sched_session *ss, uint64_t id, pd_dtype dtype,
                            const dev_shape *host_shape,
                            const dev_shape *component_shapes,
                            sched_upload **out, dev_status *st);
+/* The same on a chosen device set (issue #17; NULL: the session's
+ * default). PERMISSION_DENIED, naming the devices, for a set outside the
+ * session's allowed set; INVALID_ARGUMENT for a malformed one. Quota and
+ * room are counted per device of the set. */
+pd_code sched_upload_begin_on(sched_session *ss, uint64_t id,
+                              const dev_devset *devices, pd_dtype dtype,
+                              const dev_layout *layout,
+                              const dev_shape *host_shape,
+                              const dev_shape *component_shapes,
+                              sched_upload **out, dev_status *st);
 
 /* Host bytes the upload expects for `component` (PER_COMPONENT) or in all. */
 uint64_t sched_upload_expected(const sched_upload *u, int component);
@@ -399,6 +423,9 @@ typedef struct sched_load_tensor {
    * "<name>:<k>" of the request's source (what a per-component save writes) */
   const char *const *component_sources;
   int n_component_sources;
+  /* Where the tensor goes (issue #17); NULL: the request's
+   * default_devices, else the session's default. Checked as an upload's. */
+  const dev_devset *devices;
 } sched_load_tensor;
 
 typedef struct sched_load_request {
@@ -408,6 +435,7 @@ typedef struct sched_load_request {
   int n; /* 0: every tensor of `source`, by `default_layout`, ids first_id.. */
   uint64_t first_id;
   dev_layout default_layout;
+  const dev_devset *default_devices; /* NULL: the session's default */
 } sched_load_request;
 
 typedef struct sched_loaded {
@@ -530,6 +558,12 @@ typedef struct sched_op {
    * The op gets the earlier of the two; see sched_execute. */
   uint64_t deadline_ns;
   uint32_t timeout_ms;
+  /* Placement (issue #17): where an op without tensor inputs runs (NULL:
+   * the session's default set). An op with inputs runs on their set; a
+   * `devices` that is not theirs is INVALID_ARGUMENT (dev_op_prepare_on).
+   * A set outside the session's allowed set is PERMISSION_DENIED naming
+   * the devices (CopyToDevices' target too). */
+  const dev_devset *devices;
 } sched_op;
 
 /* One op's outputs: the first SCHED_RESULT_INLINE inline (a 4096-op request
@@ -646,6 +680,10 @@ typedef struct sched_session_view {
   char tenant[SCHED_NAME_MAX + 1];
   char identity[SCHED_IDENTITY_MAX + 1];
   bool job_claimed; /* as sched_session_origin.job_claimed */
+  /* Placement (issue #17): the allowed set, and the bytes the session
+   * holds on each engine device (index = engine device). */
+  dev_devset devices;
+  uint64_t device_bytes[PD_MAX_DEVICES];
 } sched_session_view;
 
 /* Snapshot of the open sessions (those of job `job` only, when not NULL or

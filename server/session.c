@@ -154,7 +154,9 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
                             NULL,
                             0,
                             0,
-                            0};
+                            0,
+                            NULL,
+                            NULL};
   p.op_timeout_ms = req->op_timeout_ms; /* issue #15: deadlines */
   /* Band and weight (issue #15), checked by sched_session_create; a
    * tenant's are the most its sessions get. */

@@ -36,7 +36,12 @@ typedef struct cpu_coll {
 } cpu_coll;
 
 void *dev_cpu_collective_create(dev_backend *b, dev_collective_kind kind,
-                                int n) {
+                                const struct dev_devset *set) {
+  return dev_cpu_collective_create_n(b, kind, set->n);
+}
+
+void *dev_cpu_collective_create_n(dev_backend *b, dev_collective_kind kind,
+                                  int n) {
   cpu_coll *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->kind = kind;

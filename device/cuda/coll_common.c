@@ -8,7 +8,9 @@
 
 #include "coll_int.h"
 
-void *cu_collective_create(dev_backend *b, dev_collective_kind kind, int n) {
+void *cu_collective_create(dev_backend *b, dev_collective_kind kind,
+                           const struct dev_devset *set) {
+  const int n = set->n;
   cu_coll *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->kind = kind;

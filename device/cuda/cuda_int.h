@@ -290,7 +290,8 @@ void cu_host_unregister(dev_backend *b, void *ptr);
 /* collective.c */
 pd_code cu_collectives_init(cu_backend *c, dev_status *st);
 void cu_collectives_destroy(cu_backend *c);
-void *cu_collective_create(dev_backend *b, dev_collective_kind kind, int n);
+void *cu_collective_create(dev_backend *b, dev_collective_kind kind,
+                           const struct dev_devset *set);
 pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
                           const dev_status *failed, dev_status *st);
 void cu_collective_release(dev_backend *b, void *coll);

@@ -560,7 +560,8 @@ static pd_code make_state(dev_engine *e, fn_inst *inst, fn_call_state **out,
     const fn_node *n = &inst->g->nodes[inst->coll_nodes[c]];
     cs->n_coll = c + 1;
     cs->colls[c] = e->backend->collective_create(
-        e->backend, (dev_collective_kind)n->def->collective, e->n);
+        e->backend, (dev_collective_kind)n->def->collective,
+        dev__placeholder_set(e));
     if (!cs->colls[c]) {
       call_free(cs);
       return oom(st);

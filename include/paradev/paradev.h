@@ -391,10 +391,16 @@ typedef struct pd_session_options {
    * (0: 1). Out of range: PD_INVALID_ARGUMENT. */
   int priority;
   uint32_t weight;
+  /* Placement (issue #17): narrow the session to these daemon devices (its
+   * allowed device set and default placement, in order); NULL / 0: all the
+   * session may use (the whole mesh, or its job's or tenant's devices). A
+   * device outside the job's or tenant's: PD_PERMISSION_DENIED. */
+  const int32_t *devices;
+  int num_devices;
 } pd_session_options;
 
 #define PD_SESSION_OPTIONS_INITIALIZER                                         \
-  { sizeof(pd_session_options), NULL, NULL, 0, 0, true, 0, NULL, 0, 0 }
+  { sizeof(pd_session_options), NULL, NULL, 0, 0, true, 0, NULL, 0, 0, NULL, 0 }
 
 /* The smallest id the library hands out (pd_session_new_id). */
 #define PD_FIRST_LIBRARY_ID (UINT64_C(1) << 62)
@@ -416,6 +422,12 @@ typedef struct pd_session_options {
  *         paradev.v1.ParallelDevice/CreateSession. */
 pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
                            const pd_call_options *call, pd_status *st);
+
+/* The session's allowed device set (issue #17), which is also its default
+ * placement: writes up to `cap` daemon device indices into out (in order)
+ * and returns how many the set has (pd_session_num_devices(s) of them).
+ * Thread-safe. */
+int pd_session_devices(const pd_session *s, int32_t *out, int cap);
 
 /* Closes the session on the daemon (every tensor it holds is freed) and stops
  * the keep-alive. The object stays valid for accessors and pd_session_delete;
@@ -506,6 +518,11 @@ typedef struct pd_tensor_info {
   pd_dtype dtype;
   int rank;
   int64_t dims[PD_MAX_RANK]; /* -1 on axes where components differ */
+  /* Placement (issue #17): the tensor's device set, the daemon's device
+   * indices in component order (component i lives on devices[i]);
+   * num_devices 0 when the daemon did not say (one older than issue #17). */
+  int num_devices;
+  int32_t devices[PD_MAX_DEVICES];
 } pd_tensor_info;
 
 /* ---------------------------------------------------------------------------
@@ -568,6 +585,21 @@ pd_code pd_execute(pd_session *s, const char *op, const uint64_t *inputs,
                    int n_outputs, pd_tensor_info *outputs,
                    const pd_call_options *call, pd_status *st);
 
+/* pd_execute with a placement (issue #17): an op without tensor inputs
+ * (Fill, RandomNormal, DeviceId, ...) runs on devices[0..n_devices) (daemon
+ * device indices, in order); NULL / 0: the session's default. An op with
+ * inputs runs on their device set; naming another is PD_INVALID_ARGUMENT.
+ * Errors: as pd_execute, plus PD_PERMISSION_DENIED (a device outside the
+ * session's allowed set, named) and PD_INVALID_ARGUMENT (inputs on
+ * different sets: move one with ParallelPack, ParallelUnpack or
+ * CopyToDevices; a device out of range or named twice).
+ * Source: TensorFlow's parallel device over a chosen list of devices. */
+pd_code pd_execute_on(pd_session *s, const int32_t *devices, int n_devices,
+                      const char *op, const uint64_t *inputs, int n_inputs,
+                      const pd_attrs *attrs, uint64_t *output_ids,
+                      int n_outputs, pd_tensor_info *outputs,
+                      const pd_call_options *call, pd_status *st);
+
 /* A list of ops sent in one Execute request (all or nothing). */
 typedef struct pd_batch pd_batch;
 
@@ -585,6 +617,11 @@ pd_code pd_batch_add(pd_batch *b, pd_session *s, const char *op,
                      const uint64_t *inputs, int n_inputs,
                      const pd_attrs *attrs, uint64_t *output_ids, int n_outputs,
                      pd_status *st);
+/* pd_batch_add with a placement, as pd_execute_on (issue #17). */
+pd_code pd_batch_add_on(pd_batch *b, pd_session *s, const int32_t *devices,
+                        int n_devices, const char *op, const uint64_t *inputs,
+                        int n_inputs, const pd_attrs *attrs,
+                        uint64_t *output_ids, int n_outputs, pd_status *st);
 /* Number of ops and of outputs (all ops together) in the batch. */
 int pd_batch_num_ops(const pd_batch *b);
 int pd_batch_num_outputs(const pd_batch *b);
@@ -634,6 +671,10 @@ int pd_description_count(const pd_description *d);
 /* Tensor i's id, dtype and overall shape (-1 on axes where components
  * differ). Returns false for i out of range. */
 bool pd_description_info(const pd_description *d, int i, pd_tensor_info *out);
+/* Tensor i's device set (issue #17): up to `cap` daemon device indices into
+ * out, in component order; returns the set's size (0 for i out of range). */
+int pd_description_devices(const pd_description *d, int i, int32_t *out,
+                           int cap);
 /* Components of tensor i (0 for i out of range). */
 int pd_description_num_components(const pd_description *d, int i);
 /* Shape of component `component` of tensor i (into out->rank/dims; out->id

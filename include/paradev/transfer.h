@@ -48,6 +48,26 @@ pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
                              const size_t *bytes, pd_tensor_info *info,
                              const pd_call_options *call, pd_status *st);
 
+/* pd_upload and pd_upload_components on a chosen device set (issue #17):
+ * devices[0..n_devices) are daemon device indices in component order
+ * (NULL / 0: the session's default). SHARDED splits over n_devices;
+ * PER_COMPONENT takes n_devices values.
+ * Errors: as pd_upload, plus PD_PERMISSION_DENIED (a device outside the
+ * session's allowed set, named) and PD_INVALID_ARGUMENT (a device out of
+ * range or named twice). */
+pd_code pd_upload_on(pd_session *s, const int32_t *devices, int n_devices,
+                     uint64_t id, pd_dtype dtype, const int64_t *dims, int rank,
+                     const void *data, size_t bytes, pd_layout layout,
+                     pd_tensor_info *info, const pd_call_options *call,
+                     pd_status *st);
+pd_code pd_upload_components_on(pd_session *s, const int32_t *devices,
+                                int n_devices, uint64_t id, pd_dtype dtype,
+                                int num_components,
+                                const int64_t *const *dims, const int *ranks,
+                                const void *const *data, const size_t *bytes,
+                                pd_tensor_info *info,
+                                const pd_call_options *call, pd_status *st);
+
 /* Downloads handle `id` into `data` (capacity `capacity` bytes), waiting until
  * it is computed. Layout MIRRORED gives component 0 (for a tensor that is
  * the same on every device), COMPONENT the chosen

@@ -240,7 +240,7 @@ static sched *new_sched(uint64_t ahead_ns, uint64_t max_queued_ns) {
 /* A session of band `priority` and `weight` holding a float32 vector of `n`
  * elements under id 1 (its ops, Neg of it, cost n us). */
 static sched_session *session(sched *s, int priority, uint32_t weight, int n) {
-  sched_session_params p = {"fair", "job", 0, 0, NULL, priority, weight, 0};
+  sched_session_params p = {"fair", "job", 0, 0, NULL, priority, weight, 0, NULL, NULL};
   sched_session_info info;
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, &info, &st), PD_OK);
@@ -269,7 +269,7 @@ static pd_code queue_ops(sched_session *ss, uint64_t first_id, int count,
   sched_op_result *res = calloc((size_t)count, sizeof *res);
   for (int i = 0; i < count; i++) {
     ids[i] = first_id + (uint64_t)i;
-    ops[i] = (sched_op){"Neg", in, 1, NULL, 0, &ids[i], 1, 0, 0};
+    ops[i] = (sched_op){"Neg", in, 1, NULL, 0, &ids[i], 1, 0, 0, NULL};
   }
   int failed = 0;
   pd_code c = sched_execute(ss, ops, count, 0, res, &failed, st);

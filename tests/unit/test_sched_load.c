@@ -203,7 +203,7 @@ static sched *new_sched(const stg_roots *roots) {
 
 static sched_session *open_new(sched *s, uint64_t quota,
                                sched_session_info *info) {
-  sched_session_params p = {"t", "job", 0, quota, NULL, 0, 0, 0};
+  sched_session_params p = {"t", "job", 0, quota, NULL, 0, 0, 0, NULL, NULL};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
   sched_session *ss = NULL;
@@ -246,7 +246,7 @@ static void expect_comp(sched_session *ss, uint64_t id, int k, const void *want,
 }
 
 static sched_load_tensor lt(const char *name, uint64_t id, dev_layout lay) {
-  sched_load_tensor t = {name, id, lay, NULL, 0};
+  sched_load_tensor t = {name, id, lay, NULL, 0, NULL};
   return t;
 }
 
@@ -258,7 +258,7 @@ static const dev_layout PER = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
 static pd_code load(sched_session *ss, const char *file,
                     const sched_load_tensor *t, int n, sched_load_result **r,
                     dev_status *st) {
-  sched_load_request req = {file, STG_FORMAT_AUTO, t, n, 0, MIR};
+  sched_load_request req = {file, STG_FORMAT_AUTO, t, n, 0, MIR, NULL};
   return sched_load_begin(ss, &req, r, st);
 }
 
@@ -340,7 +340,7 @@ static void test_load_layouts(void **state) {
   /* Every tensor of the file, ids 10.., sharded along axis 0: a, b, and the
    * c:k entries as tensors of their own. */
   sched_load_request all = {
-      path_in("model.safetensors"), STG_FORMAT_AUTO, NULL, 0, 10, SH0};
+      path_in("model.safetensors"), STG_FORMAT_AUTO, NULL, 0, 10, SH0, NULL};
   assert_int_equal(sched_load_begin(ss, &all, &r, &st), PD_OK);
   assert_int_equal(r->n, 5);
   assert_int_equal(r->tensors[1].id, 11);
@@ -349,7 +349,7 @@ static void test_load_layouts(void **state) {
   sched_load_result_free(r);
   /* Per component, every tensor: c alone (from c:0, c:1, c:2). */
   sched_load_request per = {
-      path_in("model.safetensors"), STG_FORMAT_AUTO, NULL, 0, 20, PER};
+      path_in("model.safetensors"), STG_FORMAT_AUTO, NULL, 0, 20, PER, NULL};
   assert_int_equal(sched_load_begin(ss, &per, &r, &st), PD_OK);
   assert_int_equal(r->n, 1);
   assert_string_equal(r->tensors[0].name, "c");
@@ -362,7 +362,7 @@ static void test_load_layouts(void **state) {
 
 static sched_op op1(const char *name, const uint64_t *in, int nin,
                     const uint64_t *out) {
-  sched_op o = {name, in, nin, NULL, 0, out, 1, 0, 0};
+  sched_op o = {name, in, nin, NULL, 0, out, 1, 0, 0, NULL};
   return o;
 }
 
@@ -680,7 +680,7 @@ static pd_code load_async(sched_session *ss, const char *file,
   memset(b, 0, sizeof *b);
   pthread_mutex_init(&b->mu, NULL);
   pthread_cond_init(&b->cv, NULL);
-  sched_load_request req = {file, STG_FORMAT_AUTO, t, n, 0, MIR};
+  sched_load_request req = {file, STG_FORMAT_AUTO, t, n, 0, MIR, NULL};
   sched_load_pending *p = NULL;
   dev_status st = DEV_STATUS_INIT;
   pd_code c = sched_load_begin_async(ss, &req, deadline_s, on_done, b, &p, &st);
@@ -763,7 +763,7 @@ static void test_load_async(void **state) {
   sched_session_ref(keep);
   close_session(s, ss, &info);
   sched_load_request req = {
-      path_in("model.safetensors"), STG_FORMAT_AUTO, t3, 1, 0, MIR};
+      path_in("model.safetensors"), STG_FORMAT_AUTO, t3, 1, 0, MIR, NULL};
   sched_load_pending *pp = NULL;
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_load_begin_async(keep, &req, 0, on_done, &b, &pp, &st),

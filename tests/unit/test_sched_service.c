@@ -38,7 +38,7 @@ static sched *new_sched(void) {
 
 static sched_session *open_new(sched *s, const char *name, const char *job,
                                uint64_t quota, sched_session_info *info) {
-  sched_session_params p = {name, job, 0, quota, NULL, 0, 0, 0};
+  sched_session_params p = {name, job, 0, quota, NULL, 0, 0, 0, NULL, NULL};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
   sched_session *ss = NULL;
@@ -65,7 +65,7 @@ static pd_code upload(sched_session *ss, uint64_t id, int n, dev_status *st) {
 static pd_code exec1(sched_session *ss, const char *op, const uint64_t *in,
                      int nin, const dev_attr *attrs, int nattrs, uint64_t out,
                      uint64_t tag, dev_status *st) {
-  sched_op o = {op, in, nin, attrs, nattrs, &out, 1, 0, 0};
+  sched_op o = {op, in, nin, attrs, nattrs, &out, 1, 0, 0, NULL};
   sched_op_result r;
   int failed = 0;
   return sched_execute(ss, &o, 1, tag, &r, &failed, st);
@@ -207,7 +207,7 @@ static void test_default_and_max_quota(void **state) {
   sched *s = new_sched_cfg(&cfg);
   dev_status st = DEV_STATUS_INIT;
   sched_session_info info;
-  sched_session_params p = {"a", "", 0, 0, NULL, 0, 0, 0};
+  sched_session_params p = {"a", "", 0, 0, NULL, 0, 0, 0, NULL, NULL};
   assert_int_equal(sched_session_create(s, &p, &info, &st), PD_OK);
   assert_int_equal(info.memory_quota, 1000);
   p.memory_quota = 4000;
@@ -243,7 +243,7 @@ static void test_reconfigure_limits(void **state) {
   cfg.max_ops_per_request = 1;
   cfg.default_lease_s = 7;
   assert_int_equal(sched_reconfigure(s, &cfg, &st), PD_OK);
-  sched_session_params p = {"c", "", 0, 0, NULL, 0, 0, 0};
+  sched_session_params p = {"c", "", 0, 0, NULL, 0, 0, 0, NULL, NULL};
   assert_int_equal(sched_session_create(s, &p, &i3, &st),
                    PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "max_sessions = 2"));
@@ -252,8 +252,8 @@ static void test_reconfigure_limits(void **state) {
                     dev_attr_float("value", 1),
                     dev_attr_dtype("dtype", PD_FLOAT32)};
   uint64_t outs[2] = {1, 2};
-  sched_op two[2] = {{"Fill", NULL, 0, fa, 3, &outs[0], 1, 0, 0},
-                     {"Fill", NULL, 0, fa, 3, &outs[1], 1, 0, 0}};
+  sched_op two[2] = {{"Fill", NULL, 0, fa, 3, &outs[0], 1, 0, 0, NULL},
+                     {"Fill", NULL, 0, fa, 3, &outs[1], 1, 0, 0, NULL}};
   sched_op_result r[2];
   int failed = 0;
   assert_int_equal(sched_execute(a, two, 2, 0, r, &failed, &st),
@@ -348,10 +348,10 @@ static void test_kill_skips_claimed_job(void **state) {
   sched *s = new_sched();
   dev_status st = DEV_STATUS_INIT;
   sched_session_info ia, ic;
-  sched_session_params p = {"bound", "job-5", 0, 0, "tenant-a", 0, 0, 0};
+  sched_session_params p = {"bound", "job-5", 0, 0, "tenant-a", 0, 0, 0, NULL, NULL};
   sched_session_origin proven = {"uid:1000", false};
   assert_int_equal(sched_session_create_from(s, &p, &proven, &ia, &st), PD_OK);
-  sched_session_params q = {"spoof", "job-5", 0, 0, NULL, 0, 0, 0};
+  sched_session_params q = {"spoof", "job-5", 0, 0, NULL, 0, 0, 0, NULL, NULL};
   sched_session_origin claim = {"uid:1001", true};
   assert_int_equal(sched_session_create_from(s, &q, &claim, &ic, &st), PD_OK);
   sched_session_view *v = NULL;

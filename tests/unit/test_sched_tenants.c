@@ -30,7 +30,7 @@ static uint8_t g_tokens[64][SCHED_TOKEN_BYTES];
 
 static pd_code open_in(sched *s, const char *tenant, sched_session **out,
                        dev_status *st) {
-  sched_session_params p = {"c", "j", 0, 0, tenant, 0, 0, 0};
+  sched_session_params p = {"c", "j", 0, 0, tenant, 0, 0, 0, NULL, NULL};
   sched_session_info info;
   pd_code c = sched_session_create(s, &p, &info, st);
   if (c != PD_OK) return c;
@@ -105,7 +105,7 @@ static void test_sessions_limit(void **state) {
  * not opened (no reference held: only the table's). */
 static pd_code create_in(sched *s, const char *tenant, const char *job,
                          uint32_t lease_s, uint64_t *seq, dev_status *st) {
-  sched_session_params p = {"c", job, lease_s, 0, tenant, 0, 0, 0};
+  sched_session_params p = {"c", job, lease_s, 0, tenant, 0, 0, 0, NULL, NULL};
   sched_session_info info;
   pd_code c = sched_session_create(s, &p, &info, st);
   if (c == PD_OK && seq) *seq = info.seq;
@@ -141,7 +141,7 @@ static void test_every_end_frees_the_slot(void **state) {
 
   /* Lease expiry: a 3-second session holding 800 bytes and a 1-second
    * one, that no one renews. */
-  sched_session_params p = {"c", "J1", 3, 0, "carol", 0, 0, 0};
+  sched_session_params p = {"c", "J1", 3, 0, "carol", 0, 0, 0, NULL, NULL};
   sched_session_info info;
   assert_int_equal(sched_session_create(s, &p, &info, &st), PD_OK);
   sched_session *held = NULL;

@@ -31,7 +31,7 @@ static sched *new_sched(uint32_t lease_check_ms, const sched_observer *obs) {
 
 static sched_session *open_new(sched *s, const char *name, uint32_t lease,
                                uint64_t quota, sched_session_info *info) {
-  sched_session_params p = {name, "job", lease, quota, NULL, 0, 0, 0};
+  sched_session_params p = {name, "job", lease, quota, NULL, 0, 0, 0, NULL, NULL};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
   sched_session *ss = NULL;
@@ -56,7 +56,7 @@ static pd_code upload(sched_session *ss, uint64_t id, int n, const float *v,
 
 static sched_op op1(const char *name, const uint64_t *in, int nin,
                     const uint64_t *out) {
-  sched_op o = {name, in, nin, NULL, 0, out, 1, 0, 0};
+  sched_op o = {name, in, nin, NULL, 0, out, 1, 0, 0, NULL};
   return o;
 }
 
@@ -94,7 +94,7 @@ static void test_tokens(void **state) {
   assert_int_equal(sched_session_open(s, tok, sizeof tok, &x, &st),
                    PD_NOT_FOUND);
   assert_null(strstr(st.msg, "restarted"));
-  sched_session_params p = {NULL, NULL, 86401, 0, NULL, 0, 0, 0};
+  sched_session_params p = {NULL, NULL, 86401, 0, NULL, 0, 0, 0, NULL, NULL};
   assert_int_equal(sched_session_create(s, &p, &info, &st),
                    PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "max_lease_seconds"));
@@ -207,7 +207,7 @@ static void test_two_outputs(void **state) {
 
   const uint64_t in[2] = {1, 2}, outs[2] = {10, 11};
   sched_op op = {
-      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, outs, 2, 0, 0};
+      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, outs, 2, 0, 0, NULL};
   sched_op_result res;
   int failed = -1;
   assert_int_equal(sched_execute(a, &op, 1, 0, &res, &failed, &st), PD_OK);
@@ -234,7 +234,8 @@ static void test_two_outputs(void **state) {
   /* One output id for two outputs: refused, and nothing is published. */
   const uint64_t one_out = 20;
   sched_op short_op = {
-      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, &one_out, 1, 0, 0};
+      "SparseSoftmaxCrossEntropyWithLogits", in, 2, NULL, 0, &one_out, 1, 0, 0,
+      NULL};
   assert_int_equal(sched_execute(a, &short_op, 1, 0, &res, &failed, &st),
                    PD_INVALID_ARGUMENT);
   assert_int_equal(failed, 0);
@@ -379,7 +380,7 @@ static void test_deadlines(void **state) {
 
   /* The session's default: every op of it gets op_timeout_ms; an op
    * submitted in time is not touched, and the session goes on. */
-  sched_session_params p = {"b", NULL, 0, 0, NULL, 0, 0, 15};
+  sched_session_params p = {"b", NULL, 0, 0, NULL, 0, 0, 15, NULL, NULL};
   sched_session_info ib;
   assert_int_equal(sched_session_create(s, &p, &ib, &st), PD_OK);
   sched_session *b = NULL;
@@ -544,7 +545,7 @@ static void test_limits(void **state) {
   sched_session_info i1, i2, i3;
   sched_session *a = open_new(s, "a", 0, 0, &i1);
   sched_session *b = open_new(s, "b", 0, 0, &i2);
-  sched_session_params p = {"c", NULL, 0, 0, NULL, 0, 0, 0};
+  sched_session_params p = {"c", NULL, 0, 0, NULL, 0, 0, 0, NULL, NULL};
   assert_int_equal(sched_session_create(s, &p, &i3, &st),
                    PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "max_sessions = 2"));
@@ -941,7 +942,8 @@ typedef struct stress_arg {
 static void stress_round(stress_arg *a) {
   sched_session_info info;
   sched_session_params prm = {"stress", NULL, 86400, 0,
-                              NULL,     0,    0,     0}; /* never expires */
+                              NULL,     0,    0,     0,
+                              NULL,     NULL}; /* never expires */
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(a->s, &prm, &info, &st), PD_OK);
   a->created++;

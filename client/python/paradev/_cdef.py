@@ -160,9 +160,12 @@ uint32_t op_timeout_ms;
 const char *job_token;
 int priority;
 uint32_t weight;
+const int32_t *devices;
+int num_devices;
 } pd_session_options;
 pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
 const pd_call_options *call, pd_status *st);
+int pd_session_devices(const pd_session *s, int32_t *out, int cap);
 pd_code pd_session_close(pd_session *s, const pd_call_options *call,
 pd_status *st);
 void pd_session_delete(pd_session *s);
@@ -192,6 +195,8 @@ uint64_t id;
 pd_dtype dtype;
 int rank;
 int64_t dims[8];
+int num_devices;
+int32_t devices[64];
 } pd_tensor_info;
 typedef struct pd_attrs pd_attrs;
 pd_attrs *pd_attrs_new(void);
@@ -213,6 +218,11 @@ pd_code pd_execute(pd_session *s, const char *op, const uint64_t *inputs,
 int n_inputs, const pd_attrs *attrs, uint64_t *output_ids,
 int n_outputs, pd_tensor_info *outputs,
 const pd_call_options *call, pd_status *st);
+pd_code pd_execute_on(pd_session *s, const int32_t *devices, int n_devices,
+const char *op, const uint64_t *inputs, int n_inputs,
+const pd_attrs *attrs, uint64_t *output_ids,
+int n_outputs, pd_tensor_info *outputs,
+const pd_call_options *call, pd_status *st);
 typedef struct pd_batch pd_batch;
 pd_batch *pd_batch_new(void);
 void pd_batch_delete(pd_batch *b);
@@ -221,6 +231,10 @@ pd_code pd_batch_add(pd_batch *b, pd_session *s, const char *op,
 const uint64_t *inputs, int n_inputs,
 const pd_attrs *attrs, uint64_t *output_ids, int n_outputs,
 pd_status *st);
+pd_code pd_batch_add_on(pd_batch *b, pd_session *s, const int32_t *devices,
+int n_devices, const char *op, const uint64_t *inputs,
+int n_inputs, const pd_attrs *attrs,
+uint64_t *output_ids, int n_outputs, pd_status *st);
 int pd_batch_num_ops(const pd_batch *b);
 int pd_batch_num_outputs(const pd_batch *b);
 pd_code pd_execute_batch(pd_session *s, const pd_batch *b,
@@ -234,6 +248,8 @@ const pd_call_options *call, pd_status *st);
 void pd_description_delete(pd_description *d);
 int pd_description_count(const pd_description *d);
 bool pd_description_info(const pd_description *d, int i, pd_tensor_info *out);
+int pd_description_devices(const pd_description *d, int i, int32_t *out,
+int cap);
 int pd_description_num_components(const pd_description *d, int i);
 bool pd_description_component(const pd_description *d, int i, int component,
 pd_tensor_info *out);
@@ -251,6 +267,18 @@ pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
 int num_components, const int64_t *const *dims,
 const int *ranks, const void *const *data,
 const size_t *bytes, pd_tensor_info *info,
+const pd_call_options *call, pd_status *st);
+pd_code pd_upload_on(pd_session *s, const int32_t *devices, int n_devices,
+uint64_t id, pd_dtype dtype, const int64_t *dims, int rank,
+const void *data, size_t bytes, pd_layout layout,
+pd_tensor_info *info, const pd_call_options *call,
+pd_status *st);
+pd_code pd_upload_components_on(pd_session *s, const int32_t *devices,
+int n_devices, uint64_t id, pd_dtype dtype,
+int num_components,
+const int64_t *const *dims, const int *ranks,
+const void *const *data, const size_t *bytes,
+pd_tensor_info *info,
 const pd_call_options *call, pd_status *st);
 pd_code pd_download(pd_session *s, uint64_t id, pd_layout layout, void *data,
 size_t capacity, pd_tensor_info *info, size_t *bytes_out,
