@@ -359,6 +359,12 @@ typedef struct dev_backend {
   pd_code (*graph_launch)(struct dev_backend *b, int device, void *graph,
                           dev_status *st);
   void (*graph_destroy)(struct dev_backend *b, int device, void *graph);
+
+  /* Optional (issue #17; NULL: the device's own index stands for its GPU,
+   * as the CPU backend's simulated devices do). The physical GPU `device`
+   * runs on as the node's scheduler numbers it (the CUDA ordinal), -1 for
+   * none; logical devices on one GPU share it. Any thread. */
+  int (*device_gpu)(struct dev_backend *b, int device);
 } dev_backend;
 
 /* Milliseconds an executor waits idle before calling its backend's trim. */

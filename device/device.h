@@ -385,6 +385,12 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
 void dev_engine_destroy(dev_engine *e);
 
 int dev_engine_num_devices(const dev_engine *e);
+/* The physical GPU engine device `device` runs on, as the node's scheduler
+ * numbers GPUs (SLURM_JOB_GPUS, the CUDA ordinal); several logical devices
+ * may share one. The CPU backend's simulated device k stands for GPU k (so
+ * tests can bind jobs to "GPUs"). -1 for a device out of range or on no
+ * GPU. Thread-safe. (issue #17: jobs held to their GPUs) */
+int dev_engine_device_gpu(const dev_engine *e, int device);
 /* The engine's backend, for backend and kernel authors (dev_backend.h);
  * programs use the accessors below instead of reading its fields. */
 dev_backend *dev_engine_backend(dev_engine *e);

@@ -1,6 +1,7 @@
 /* Device sets (issue #17): ordered subsets of an engine's devices, where a
  * parallel tensor's components live. Values only; tensors and ops keep
  * theirs (device_int.h). */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -87,4 +88,14 @@ char *dev_devset_str(const dev_devset *s, char *buf, size_t len) {
   if (o < len) snprintf(buf + o, len - o, "]");
   buf[len - 1] = '\0';
   return buf;
+}
+
+int dev_engine_device_gpu(const dev_engine *e, int device) {
+  if (device < 0 || device >= e->n) return -1;
+  dev_backend *b = e->backend;
+  if (b->struct_size >=
+          offsetof(dev_backend, device_gpu) + sizeof b->device_gpu &&
+      b->device_gpu)
+    return b->device_gpu(b, device);
+  return device;
 }
