@@ -67,6 +67,25 @@ typedef struct dev_cuda_config {
 pd_code dev_cuda_backend_create(const dev_cuda_config *cfg, dev_backend **out,
                                 dev_status *st);
 
+/* One device set's NCCL communicators in a CUDA backend's cache (issue #17;
+ * see dev_cuda_comm_stats). */
+typedef struct dev_cuda_comm_info {
+  dev_devset set;  /* the engine devices, rank order */
+  int state;       /* 0: being built, 1: ready, 2: the last build failed */
+  double build_ms; /* the last finished build (ncclGetUniqueId to every
+                    * rank's communicator ready), milliseconds; -1: none */
+  int builds;      /* builds started (the first, and one after each abort or
+                   * failure) */
+  int refs;        /* collectives holding it (+1 for the whole mesh's) */
+} dev_cuda_comm_info;
+
+/* The NCCL communicator cache of CUDA backend `b` (benchmarks, tests): at
+ * most `max` entries into out[], most recently used set first; returns how
+ * many sets the cache holds (it keeps at most 16 not held by a collective).
+ * 0 for a backend on the copy path, built without NCCL, or not CUDA's.
+ * Thread-safe. */
+int dev_cuda_comm_stats(dev_backend *b, dev_cuda_comm_info *out, int max);
+
 /* Registers the CUDA kernels of every built-in op (pthread_once; called by
  * dev_cuda_backend_create). Needs no GPU, so tests call it to check that
  * every name it registers is an op. Aborts on a name the registry does not

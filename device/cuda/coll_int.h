@@ -8,15 +8,25 @@
 
 #include "cuda_int.h"
 
-/* The shared state of one collective across the devices (collective_create). */
+typedef struct cu_comm cu_comm; /* coll_nccl.c: one set's communicators */
+
+/* The shared state of one collective across the devices of its set
+ * (collective_create). Everything per device is indexed by rank: the
+ * device's position in `set` (dev_kernel_ctx.index); rank r is engine device
+ * set.dev[r]. */
 typedef struct cu_coll {
   dev_collective_kind kind;
-  int n;
+  int n; /* set.n */
+  dev_devset set;
+  /* NCCL path: the set's communicators (a reference on the cache entry,
+   * taken at create, so the entry is not evicted while this op lives). */
+  cu_comm *comm;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int arrived;
   unsigned generation;
-  /* A device whose inputs failed (before anything ran). */
+  /* A device whose inputs failed (before anything ran); fail_device and
+   * run_device are engine devices. */
   bool failed;
   int fail_device;
   dev_status fail_st;
@@ -24,7 +34,7 @@ typedef struct cu_coll {
   bool run_failed;
   int run_device;
   dev_status run_st;
-  const void *in[PD_MAX_DEVICES];
+  const void *in[PD_MAX_DEVICES]; /* by rank */
   void *out[PD_MAX_DEVICES];
   dev_shape in_shape[PD_MAX_DEVICES];
   /* NCCL path: decided once, by the last device to arrive. */
@@ -44,6 +54,16 @@ void cu_coll_run_failed(cu_coll *c, int d, const dev_status *st);
  * OK, the device's own error, or the error of the device that failed. */
 pd_code cu_coll_run_result(dev_backend *b, cu_coll *c, dev_kernel_ctx *ctx,
                            dev_status *st);
+
+/* The rank of ctx's device in its collective: its position in the op's set
+ * (an engine that predates device sets leaves devset NULL: the whole mesh,
+ * rank = device). */
+static inline int cu_coll_rank(const dev_kernel_ctx *ctx) {
+  return ctx->devset ? ctx->index : ctx->device;
+}
+
+/* The engine device of rank r. */
+static inline int cu_coll_dev(const cu_coll *k, int r) { return k->set.dev[r]; }
 
 static inline int64_t cu_coll_elems(const dev_shape *s) {
   int64_t n = 1;
@@ -76,10 +96,22 @@ cudaError_t cu_copy_rows(cu_backend *c, int dd, void *dst, size_t dpitch,
                          int sd, const void *src, size_t spitch, size_t width,
                          size_t height, cudaStream_t s);
 
-/* The NCCL path (coll_nccl.c, built with PARADEV_HAVE_NCCL): the decision the
- * last device to arrive takes for everyone (is the communicator ready?), one
- * device's part, and the communicator's lifetime. */
+/* The NCCL path (coll_nccl.c, built with PARADEV_HAVE_NCCL): the cache of
+ * communicators per device set, the decision the last device to arrive takes
+ * for everyone (is the set's communicator ready?), one device's part, and
+ * the cache's lifetime.
+ * cu_nccl_acquire: the set's cache entry with a reference taken, created
+ *   (its communicators built by a background thread, started now) when the
+ *   set has none; NULL only when the host is out of memory. Never blocks on
+ *   NCCL. Any thread (collective_create runs at submission).
+ * cu_nccl_release: drops that reference (any thread, never blocks on NCCL:
+ *   an evicted entry is destroyed by the next entry's builder thread, or at
+ *   cu_nccl_destroy). */
+cu_comm *cu_nccl_acquire(cu_backend *c, const dev_devset *set);
+void cu_nccl_release(cu_backend *c, cu_comm *m);
 void cu_nccl_decide(cu_coll *k, void *arg);
+/* dev_cuda_comm_stats's answer. */
+int cu_nccl_stats(cu_backend *c, dev_cuda_comm_info *out, int max);
 pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx,
                     dev_status *st);
 pd_code cu_nccl_init(cu_backend *c, dev_status *st);

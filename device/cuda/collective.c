@@ -9,9 +9,21 @@
  * once, naming it, instead of leaving a peer inside a kernel that waits.
  * Then one of two paths runs, chosen when the backend is created:
  *
- * NCCL, when every mesh entry is a distinct GPU. One communicator per mesh,
- * created non-blocking by a background thread right after start-up (the
- * daemon is ready before NCCL is; the first collective waits for it). Each
+ * A collective runs over its op's device set (issue #17): set->n devices,
+ * rank r being engine device set->dev[r] (dev_kernel_ctx.index); the whole
+ * mesh is the set [0..n-1]. Only the set's devices call it.
+ *
+ * NCCL, when every mesh entry is a distinct GPU. One communicator per rank
+ * of each distinct device set, from a cache keyed by the set (coll_nccl.c:
+ * at most CU_COMM_CACHE_MAX sets; the least recently used one that no
+ * collective holds is destroyed to make room). A set's communicators are
+ * built non-blocking by a background thread started when collective_create
+ * first sees the set (the whole mesh's right after start-up), so neither the
+ * daemon's start nor the submitting thread waits for NCCL; the last device
+ * to reach the collective's host meeting waits for them, bounded by the
+ * collective timeout, and a creation that failed or timed out fails the op
+ * on every device with NCCL's reason (the next collective on the set tries
+ * again). Each
  * device issues its rank's calls inside ncclGroupStart/End on its stream,
  * then waits for them with a deadline, polling the communicator's
  * asynchronous error. On an NCCL error or a timeout the communicator is
@@ -28,7 +40,7 @@
  * and reduce them with this backend's kernel (nccl_matches_cpu).
  *
  * Copy path, when entries share a GPU (NCCL refuses one GPU twice in a
- * communicator), or when NCCL is not built in. Devices read their peers'
+ * communicator), or when NCCL is not built in; the same for any subset. Devices read their peers'
  * buffers directly with CUDA kernels and copies on their own streams; events
  * order the streams:
  *   ev[0] "inputs ready"   recorded by each device before the first meeting;
@@ -44,12 +56,18 @@
  * Each device has one event per phase, reused by every collective: a device
  * records phase k again only after the host meeting that follows its peers'
  * waits on the previous record (cudaStreamWaitEvent waits for the record
- * that was current when it was called; later records do not affect it).
+ * that was current when it was called; later records do not affect it). With
+ * subsets, a device may go on to a collective that a peer of the previous
+ * one is not in and record ev[2] again before that peer's wait on it: the
+ * peer then waits for a later point of the device's stream, which only
+ * waits longer (every wait is on work already issued, so no cycle).
  * Copies between entries on distinct GPUs are peer copies (cu_copy_rows).
  *
  * Attributes read here (positions fixed by device/ops/collective.c):
  *   AllReduce, ReduceScatter: attrs[0] "reduction"; Broadcast: attrs[0]
  *   "root"; AllGather: attrs[0] "axis". */
+#include <string.h>
+
 #include "coll_int.h"
 
 /* ------------------------------------------------------------------------ */
@@ -59,8 +77,13 @@ pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
                           const dev_status *failed, dev_status *st) {
   cu_backend *c = cu_of(b);
   cu_coll *k = ctx->collective;
-  const int d = ctx->device;
+  const int d = ctx->device, r = cu_coll_rank(ctx);
   dev_status lst = DEV_STATUS_INIT;
+  if (r < 0 || r >= k->n || cu_coll_dev(k, r) != d)
+    return dev_error(st, PD_INTERNAL,
+                     "%s on %s: rank %d does not match the collective's set "
+                     "of %d devices (an engine bug)",
+                     ctx->op->name, b->device_name(b, d), r, k->n);
   /* A device that cannot run says so at the meeting, like a failed input. */
   if (!failed && cu_check_healthy(c, d, &lst) != PD_OK) failed = &lst;
   if (!failed && cu_bind(c, d, &lst) != PD_OK) failed = &lst;
@@ -72,9 +95,9 @@ pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
     }
   }
   pthread_mutex_lock(&k->mu);
-  k->in[d] = ctx->num_inputs > 0 ? ctx->in_data[0] : NULL;
-  k->out[d] = ctx->num_outputs > 0 ? ctx->out_data[0] : NULL;
-  if (ctx->num_inputs > 0) k->in_shape[d] = ctx->in_shape[0];
+  k->in[r] = ctx->num_inputs > 0 ? ctx->in_data[0] : NULL;
+  k->out[r] = ctx->num_outputs > 0 ? ctx->out_data[0] : NULL;
+  if (ctx->num_inputs > 0) k->in_shape[r] = ctx->in_shape[0];
   if (failed && (!k->failed || d < k->fail_device)) {
     k->failed = true;
     k->fail_device = d;
@@ -102,8 +125,8 @@ pd_code cu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
   }
 #ifdef PARADEV_HAVE_NCCL
   if (!k->comm_ok)
-    return dev_error(st, k->comm_st.code, "%s: %s", ctx->op->name,
-                     k->comm_st.msg);
+    return dev_error(st, k->comm_st.code, "%s on %s: %s", ctx->op->name,
+                     b->device_name(b, d), k->comm_st.msg);
   pd_code rc = cu_nccl_run(c, k, ctx, &lst);
   if (rc != PD_OK) cu_coll_run_failed(k, d, &lst);
   cu_coll_meet(k, NULL, NULL); /* the same result on every device */
@@ -125,5 +148,17 @@ void cu_collectives_destroy(cu_backend *c) {
   if (c->nccl) cu_nccl_destroy(c);
 #else
   (void)c;
+#endif
+}
+
+int dev_cuda_comm_stats(dev_backend *b, dev_cuda_comm_info *out, int max) {
+  if (!b || b->kind != DEV_BACKEND_CUDA || strcmp(b->name, "cuda") != 0)
+    return 0;
+#ifdef PARADEV_HAVE_NCCL
+  return cu_nccl_stats(cu_of(b), out, max);
+#else
+  (void)out;
+  (void)max;
+  return 0;
 #endif
 }
