@@ -78,6 +78,17 @@ static const char *cu_device_name(dev_backend *b, int device) {
                                                 : "cuda:?";
 }
 
+/* dev_backend.device_gpu: the CUDA ordinal of mesh entry `device`, as this
+ * process numbers its GPUs, i.e. after CUDA_VISIBLE_DEVICES (with
+ * CUDA_VISIBLE_DEVICES=2,3, cuda:0 is the node's GPU 2 and answers 0; the
+ * daemon maps SLURM_JOB_GPUS to devices by it, which agree when the daemon
+ * sees the node's GPUs unmasked). Logical devices on one GPU share it; -1
+ * for an index outside the mesh. Any thread. */
+static int cu_device_gpu(dev_backend *b, int device) {
+  if (device < 0 || device >= b->num_devices) return -1;
+  return cu_of(b)->devs[device].ordinal;
+}
+
 static bool cu_healthy(dev_backend *b, int device) {
   if (device < 0 || device >= b->num_devices) return false;
   cu_backend *c = cu_of(b);
@@ -104,6 +115,8 @@ static void cu_destroy(dev_backend *b) {
       for (int k = 0; k < CU_STAGE_SLOTS; k++)
         if (d->stage_ev[k]) cudaEventDestroy(d->stage_ev[k]);
       if (d->dflag) cudaFree(d->dflag);
+      if (d->copy_stream) (void)cudaStreamSynchronize(d->copy_stream);
+      if (d->copy_stream) cudaStreamDestroy(d->copy_stream);
       if (d->stream) cudaStreamDestroy(d->stream);
     }
     cu_fences_destroy(c, i, ok);
@@ -220,6 +233,9 @@ static pd_code init_device(cu_backend *c, int i, dev_status *st) {
   CU_CHECK(b, i, cudaSetDevice(d->ordinal), st);
   CU_CHECK(b, i, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
            st);
+  CU_CHECK(b, i,
+           cudaStreamCreateWithFlags(&d->copy_stream, cudaStreamNonBlocking),
+           st);
   for (int k = 0; k < 3; k++)
     CU_CHECK(b, i,
              cudaEventCreateWithFlags(&d->coll_ev[k], cudaEventDisableTiming),
@@ -247,40 +263,47 @@ out:
   return rc;
 }
 
-/* Makes every GPU's pool readable and writable from every other GPU of the
- * mesh, for the copy path's kernels that read peers' buffers. */
-static void enable_peer_pools(cu_backend *c) {
+/* Peer access between the mesh's GPUs, once at start: for each ordered pair
+ * (g reads h) that cudaDeviceCanAccessPeer allows, peer access from g's
+ * context to h (cudaDeviceEnablePeerAccess, for memory outside the pools)
+ * and h's pool mapped for g (cudaMemPoolSetAccess: stream-ordered
+ * allocations are reachable only through their pool's access list); then
+ * c->peer_copy[g][h]. The copy path's kernels read peers' buffers, so it
+ * needs every pair (c->peer_ok, and why not in c->peer_why); copy_d2d
+ * stages through host memory where a pair has none. */
+static void enable_peers(cu_backend *c) {
   c->peer_ok = true;
-  for (int g = 0; g < c->num_gpus && c->peer_ok; g++)
-    for (int h = 0; h < c->num_gpus && c->peer_ok; h++) {
+  for (int g = 0; g < c->num_gpus; g++)
+    for (int h = 0; h < c->num_gpus; h++) {
       if (g == h) continue;
+      const int og = c->gpus[g].ordinal, oh = c->gpus[h].ordinal;
       int can = 0;
-      if (cudaDeviceCanAccessPeer(&can, c->gpus[h].ordinal,
-                                  c->gpus[g].ordinal) != cudaSuccess ||
-          !can) {
+      cudaError_t e = cudaDeviceCanAccessPeer(&can, og, oh);
+      if (e == cudaSuccess && !can) e = cudaErrorPeerAccessUnsupported;
+      if (e == cudaSuccess) e = cudaSetDevice(og);
+      if (e == cudaSuccess) {
+        e = cudaDeviceEnablePeerAccess(oh, 0);
+        if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
+      }
+      if (e == cudaSuccess) {
+        struct cudaMemAccessDesc desc;
+        memset(&desc, 0, sizeof desc);
+        desc.location.type = cudaMemLocationTypeDevice;
+        desc.location.id = og;
+        desc.flags = cudaMemAccessFlagsProtReadWrite;
+        e = cudaMemPoolSetAccess(c->gpus[h].pool, &desc, 1);
+      }
+      (void)cudaGetLastError();
+      c->peer_copy[g][h] = e == cudaSuccess;
+      if (e != cudaSuccess && c->peer_ok) {
         c->peer_ok = false;
         snprintf(c->peer_why, sizeof c->peer_why,
-                 "GPU %d cannot access GPU %d's memory (no peer access), so "
-                 "the copy path "
+                 "GPU %d cannot access GPU %d's memory (%s), so the copy path "
                  "cannot join them; use a mesh of distinct GPUs (NCCL) or of "
                  "one GPU",
-                 c->gpus[h].ordinal, c->gpus[g].ordinal);
-        break;
-      }
-      struct cudaMemAccessDesc desc;
-      memset(&desc, 0, sizeof desc);
-      desc.location.type = cudaMemLocationTypeDevice;
-      desc.location.id = c->gpus[h].ordinal;
-      desc.flags = cudaMemAccessFlagsProtReadWrite;
-      cudaError_t e = cudaMemPoolSetAccess(c->gpus[g].pool, &desc, 1);
-      if (e != cudaSuccess) {
-        c->peer_ok = false;
-        snprintf(c->peer_why, sizeof c->peer_why,
-                 "cudaMemPoolSetAccess(GPU %d's pool for GPU %d): %s",
-                 c->gpus[g].ordinal, c->gpus[h].ordinal, cudaGetErrorString(e));
+                 og, oh, cudaGetErrorString(e));
       }
     }
-  (void)cudaGetLastError();
 }
 
 /* Checks cfg and picks the collective path (cfg->collectives, or with AUTO
@@ -377,6 +400,7 @@ static void fill_table(cu_backend *c, int n) {
   b->capture_end = cu_capture_end;
   b->graph_launch = cu_graph_launch;
   b->graph_destroy = cu_graph_destroy;
+  b->device_gpu = cu_device_gpu;
 }
 
 /* Maps the mesh entries onto distinct GPUs and names each entry: cuda:G when
@@ -499,10 +523,13 @@ static pd_code choose_collectives(cu_backend *c, dev_cuda_collectives path,
     c->use_nccl = distinct && c->base.num_devices > 1;
 #endif
   }
-  if (!c->use_nccl && c->num_gpus > 1)
-    enable_peer_pools(c);
+  /* Every mesh of several GPUs: copy_d2d (CopyToDevices) takes peer copies
+   * where it can, on the NCCL path too. */
+  if (c->num_gpus > 1)
+    enable_peers(c);
   else
     c->peer_ok = true;
+  if (c->use_nccl) c->peer_ok = true; /* the copy path's need only */
   return PD_OK;
 }
 

@@ -146,7 +146,8 @@ cudaError_t dev_cuda_bool_normalize(void *data, int64_t count, cudaStream_t s);
 #define CU_STAGE_SLOTS 3
 #define CU_STAGE_BYTES ((size_t)4 << 20)
 
-typedef struct cu_nccl cu_nccl; /* graph.c: the CUDA-graph hooks (see its opening comment for what the
+typedef struct cu_nccl
+    cu_nccl; /* graph.c: the CUDA-graph hooks (see its opening comment for what the
  * executor must not do while a capture is open). */
 pd_code cu_capture_begin(dev_backend *b, int device, dev_status *st);
 pd_code cu_capture_end(dev_backend *b, int device, void **graph,
@@ -181,6 +182,9 @@ typedef struct cu_device {
   int gpu; /* index into cu_backend.gpus */
   int ordinal;
   cudaStream_t stream;
+  /* Reads of this entry's buffers for staged copies to another GPU
+   * (copy_d2d without peer access): not behind the stream's later work. */
+  cudaStream_t copy_stream;
   cublasHandle_t cublas;
   /* Phase events of the copy-path collectives (see collective.c). */
   cudaEvent_t coll_ev[3];
@@ -207,6 +211,10 @@ typedef struct cu_backend {
   bool use_nccl;      /* collectives through NCCL (else the copy path) */
   bool peer_ok;       /* copy path across GPUs: every pool is mapped to all */
   char peer_why[200]; /* why not, when !peer_ok */
+  /* peer_copy[g][h]: GPU g (index into gpus) reads GPU h's memory directly
+   * (peer access enabled and h's pool mapped for g at start); copy_d2d
+   * otherwise stages through pinned host memory. */
+  bool peer_copy[PD_MAX_DEVICES][PD_MAX_DEVICES];
   cu_nccl *nccl;
   int num_gpus;
   cu_gpu gpus[PD_MAX_DEVICES];
@@ -264,6 +272,12 @@ pd_code cu_fence_record(dev_backend *b, int device, void **fence,
                         dev_status *st);
 pd_code cu_fence_wait(dev_backend *b, int device, void *fence, dev_status *st);
 void cu_fence_release(dev_backend *b, int device, void *fence);
+/* An event of `device`'s fence pool recorded on stream `s` of that device
+ * (its own stream or its copy stream), its GPU current; give it back with
+ * cu_fence_release once waits on it are issued (a wait keeps the record
+ * current when it was made). */
+pd_code cu_event_take(cu_backend *c, int device, cudaStream_t s, cu_fence **out,
+                      dev_status *st);
 /* Waits for everything issued so far on `device`'s stream (an event, not a
  * stream synchronization). */
 pd_code cu_wait_issued(cu_backend *c, int device, dev_status *st);

@@ -18,10 +18,11 @@ static void cu_fence_put(cu_backend *c, int device, cu_fence *f) {
   pthread_mutex_unlock(&p->mu);
 }
 
-/* Records a fence behind everything issued so far on `device`'s stream. The
- * calling thread must have the device's GPU current (cu_bind). */
-static pd_code cu_fence_take(cu_backend *c, int device, cu_fence **out,
-                             dev_status *st) {
+/* Records an event of `device`'s pool behind everything issued so far on
+ * stream `s` (one of the device's). The calling thread must have the
+ * device's GPU current (cu_bind). */
+pd_code cu_event_take(cu_backend *c, int device, cudaStream_t s, cu_fence **out,
+                      dev_status *st) {
   cu_fence_pool *p = &cu_fence_pools(c)[device];
   pthread_mutex_lock(&p->mu);
   cu_fence *f = p->free;
@@ -38,13 +39,19 @@ static pd_code cu_fence_take(cu_backend *c, int device, cu_fence **out,
                            "cudaEventCreateWithFlags(fence)", st);
     }
   }
-  cudaError_t e = cudaEventRecord(f->ev, c->devs[device].stream);
+  cudaError_t e = cudaEventRecord(f->ev, s);
   if (e != cudaSuccess) {
     cu_fence_put(c, device, f);
     return dev_cuda_fail(&c->base, device, e, "cudaEventRecord(fence)", st);
   }
   *out = f;
   return PD_OK;
+}
+
+/* Records a fence behind everything issued so far on `device`'s stream. */
+static pd_code cu_fence_take(cu_backend *c, int device, cu_fence **out,
+                             dev_status *st) {
+  return cu_event_take(c, device, c->devs[device].stream, out, st);
 }
 
 /* Blocks until the work before `f` has finished; the first error the GPU hit

@@ -3,7 +3,8 @@
  * owning entry's stream) with per-entry accounting and limit, memory
  * statistics, host copies through pinned staging slots (or directly for
  * pinned or registered host memory), host_register, and device-to-device
- * copies. See backend.c's opening comment for why frees are safe while
+ * copies (stream-ordered: on one GPU, peer copies across GPUs, staged
+ * through pinned host memory where the GPUs have no peer access). See backend.c's opening comment for why frees are safe while
  * kernels still run. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,22 +259,103 @@ void cu_host_unregister(dev_backend *b, void *ptr) {
   if (cudaHostUnregister(ptr) != cudaSuccess) (void)cudaGetLastError();
 }
 
-/* Device to device, possibly across GPUs. Synchronous: both streams are
- * drained, so neither side needs events afterwards. */
+/* ------------------------------------------------------------------------ */
+/* Device-to-device copies                                                   */
+
+/* Makes stream `waiter` of entry `wd` wait for everything issued so far on
+ * stream `s` of entry `sd` (an event of sd's fence pool, given back at once:
+ * the wait keeps the record current when it was made). Leaves wd's GPU
+ * current. */
+static pd_code stream_after(cu_backend *c, int wd, cudaStream_t waiter, int sd,
+                            cudaStream_t s, dev_status *st) {
+  dev_backend *b = &c->base;
+  cu_fence *f = NULL;
+  PD_TRY(cu_bind(c, sd, st));
+  PD_TRY(cu_event_take(c, sd, s, &f, st));
+  pd_code rc = cu_bind(c, wd, st);
+  if (rc == PD_OK) {
+    cudaError_t e = cudaStreamWaitEvent(waiter, f->ev, 0);
+    if (e != cudaSuccess)
+      rc = dev_cuda_fail(b, wd, e, "cudaStreamWaitEvent(copy)", st);
+  }
+  cu_fence_release(b, sd, f);
+  return rc;
+}
+
+/* Across GPUs without peer access: through dst's pinned staging slots, all
+ * of it stream-ordered, nothing waited for on the host. Chunk k goes
+ * src -> slot on src's copy stream (once the slot's previous DMA is done:
+ * dst's stage_ev[slot]), then slot -> dst on dst's stream (after an event
+ * behind the first copy), and stage_ev[slot] marks the slot busy until
+ * then. Host copies of dst take the same slots under the same lock and
+ * wait for stage_ev before reusing one. Src's own stream then waits for
+ * the copy stream, so a free of the source comes after the reads. */
+static pd_code copy_staged(cu_backend *c, int dd, void *dst, int sd,
+                           const void *src, size_t bytes, dev_status *st) {
+  dev_backend *b = &c->base;
+  cu_device *d = &c->devs[dd], *s = &c->devs[sd];
+  pthread_mutex_lock(&d->stage_mu);
+  pd_code rc = stage_ready(c, dd, st);
+  for (size_t off = 0, k = 0; rc == PD_OK && off < bytes;
+       off += CU_STAGE_BYTES, k++) {
+    const int slot = (int)(k % CU_STAGE_SLOTS);
+    const size_t n =
+        bytes - off < CU_STAGE_BYTES ? bytes - off : CU_STAGE_BYTES;
+    if ((rc = cu_bind(c, sd, st)) != PD_OK) break;
+    CU_CHECK_GOTO(b, sd,
+                  cudaStreamWaitEvent(s->copy_stream, d->stage_ev[slot], 0), st,
+                  rc, out);
+    CU_CHECK_GOTO(b, sd,
+                  cudaMemcpyAsync(d->stage[slot], (const char *)src + off, n,
+                                  cudaMemcpyDeviceToHost, s->copy_stream),
+                  st, rc, out);
+    rc = stream_after(c, dd, d->stream, sd, s->copy_stream, st);
+    if (rc != PD_OK) break;
+    CU_CHECK_GOTO(b, dd,
+                  cudaMemcpyAsync((char *)dst + off, d->stage[slot], n,
+                                  cudaMemcpyHostToDevice, d->stream),
+                  st, rc, out);
+    CU_CHECK_GOTO(b, dd, cudaEventRecord(d->stage_ev[slot], d->stream), st, rc,
+                  out);
+  }
+out:
+  pthread_mutex_unlock(&d->stage_mu);
+  if (rc == PD_OK) rc = stream_after(c, sd, s->stream, sd, s->copy_stream, st);
+  return rc;
+}
+
+/* Device to device (dev_backend.copy_d2d), stream-ordered on the
+ * destination entry's stream; returns once the copy is queued, so a fence
+ * recorded on dst_device afterwards (the executor's, after the op that
+ * called it) covers it. The source must be complete (its op's fence waited
+ * for, as the engine's CopyToDevices does before calling this): the copy
+ * does not wait for src's stream, whose tail may hold a later collective's
+ * NCCL kernel that waits for dst's part, behind this copy (a deadlock).
+ *  - One entry: a copy on its stream (function bodies' copies).
+ *  - Two entries: cudaMemcpyAsync on one GPU (logical devices),
+ *    cudaMemcpyPeerAsync across GPUs with peer access (enabled at start,
+ *    backend.c enable_peers), else through pinned host memory
+ *    (copy_staged). Then src's stream waits for the copy, so a free of the
+ *    source, stream-ordered on src's stream, comes after it even if the
+ *    source's last reference goes first. (dst's stream up to the copy holds
+ *    no unfinished NCCL kernel: a device's collective returns once it is
+ *    done, so that wait cannot close a cycle.)
+ * Any thread; errors name the device (UNAVAILABLE for an unhealthy one). */
 pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
                     const void *src, size_t bytes, dev_status *st) {
   if (bytes == 0) return PD_OK;
   cu_backend *c = cu_of(b);
   pd_code rc = cu_check_healthy(c, dst_device, st);
-  if (rc == PD_OK) rc = cu_check_healthy(c, src_device, st);
-  if (rc == PD_OK) rc = cu_bind(c, dst_device, st);
+  if (rc == PD_OK && src_device != dst_device)
+    rc = cu_check_healthy(c, src_device, st);
   if (rc != PD_OK) return rc;
   cu_device *s = &c->devs[src_device], *d = &c->devs[dst_device];
-  CU_CHECK(b, src_device, cudaStreamSynchronize(s->stream), st);
+  if (s->gpu != d->gpu && !c->peer_copy[d->gpu][s->gpu])
+    return copy_staged(c, dst_device, dst, src_device, src, bytes, st);
+  PD_TRY(cu_bind(c, dst_device, st));
   /* Pool memory of another GPU needs a peer copy: a plain cudaMemcpyAsync
-   * of it from another device fails unless that pool is mapped there
-   * (cudaMemPoolSetAccess, done only for the copy path's meshes). */
-  if (s->ordinal != d->ordinal)
+   * of it from another device fails unless that pool is mapped there. */
+  if (s->gpu != d->gpu)
     CU_CHECK(
         b, dst_device,
         cudaMemcpyPeerAsync(dst, d->ordinal, src, s->ordinal, bytes, d->stream),
@@ -283,6 +365,7 @@ pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
         b, dst_device,
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream),
         st);
-  CU_CHECK(b, dst_device, cudaStreamSynchronize(d->stream), st);
-  return PD_OK;
+  if (src_device == dst_device) return PD_OK;
+  PD_TRY(stream_after(c, src_device, s->stream, dst_device, d->stream, st));
+  return cu_bind(c, dst_device, st);
 }
