@@ -270,8 +270,12 @@ out:
  * allocations are reachable only through their pool's access list); then
  * c->peer_copy[g][h]. The copy path's kernels read peers' buffers, so it
  * needs every pair (c->peer_ok, and why not in c->peer_why); copy_d2d
- * stages through host memory where a pair has none. */
+ * stages through host memory where a pair has none, and everywhere with
+ * PARADEV_CUDA_STAGED_COPIES=1 in the environment (a test knob: the staged
+ * path on a machine whose GPUs do have peer access). */
 static void enable_peers(cu_backend *c) {
+  const char *knob = getenv("PARADEV_CUDA_STAGED_COPIES");
+  const bool staged = knob && !strcmp(knob, "1");
   c->peer_ok = true;
   for (int g = 0; g < c->num_gpus; g++)
     for (int h = 0; h < c->num_gpus; h++) {
@@ -294,7 +298,7 @@ static void enable_peers(cu_backend *c) {
         e = cudaMemPoolSetAccess(c->gpus[h].pool, &desc, 1);
       }
       (void)cudaGetLastError();
-      c->peer_copy[g][h] = e == cudaSuccess;
+      c->peer_copy[g][h] = e == cudaSuccess && !staged;
       if (e != cudaSuccess && c->peer_ok) {
         c->peer_ok = false;
         snprintf(c->peer_why, sizeof c->peer_why,
