@@ -65,7 +65,7 @@ fi
 grep "paradev: CUDA" "$build/pack-configure.log" | sed 's/^-- /   /'
 grep -q "paradev: CUDA backend ON" "$build/pack-configure.log" || die "the CUDA backend is off"
 
-targets=(test_gpu_backend test_gpu_ops bench_gpu paradevd paradev train_digits)
+targets=(test_gpu_backend test_gpu_ops test_gpu_placement bench_gpu paradevd paradev train_digits)
 # Whether the generated build system knows a target (Ninja or Makefiles).
 has_target() {
   if [ -f "$build/build.ninja" ]; then

@@ -19,6 +19,14 @@
 # Steps, each PASS, FAIL, SKIP (exit 77, or no GPU, said why) or TIMEOUT:
 #   build             (build route only)
 #   test_gpu_backend  test_gpu_ops  bench_gpu
+#   placement_collectives  placement_copy  placement_pack  nccl_comm
+#                     test_gpu_placement's cases (issue #17): collectives on
+#                     subsets with values (logical devices on GPU 0; NCCL on
+#                     distinct GPUs), CopyToDevices on one GPU and between
+#                     GPUs (peer and staged), ParallelPack/Unpack sharing
+#                     buffers, and NCCL communicator creation per device set
+#                     beside the first collective on it (bench rows, no
+#                     threshold); a case that needs two GPUs skips with one
 #   daemon_mesh4      paradevd --backend cuda --mesh cuda:0,cuda:0,cuda:0,cuda:0
 #                     on a Unix socket; paradev info; train_digits through it
 #                     (test accuracy >= 97%, weights identical on the 4
@@ -115,6 +123,10 @@ run_step() {
   if [ "$status" = PASS ] && grep -q "no GPU here" "$logs/$name.log"; then
     why="no GPU here: only the checks that need none ran"
   fi
+  # test_gpu_placement: a case skipped beside others that passed.
+  if [ "$status" = PASS ] && grep -qE '^[a-z_]+: SKIP: ' "$logs/$name.log"; then
+    why="partly: $(grep -E '^[a-z_]+: SKIP: ' "$logs/$name.log" | cut -c1-100 | paste -sd';' -)"
+  fi
   record "$name" "$status" $((SECONDS - t0)) "$why"
 }
 
@@ -171,6 +183,18 @@ start_daemon() {
     sleep 0.2
   done
   return 0
+}
+
+# step_placement NAME LIMIT CASE...: test_gpu_placement's CASEs as one row.
+step_placement() {
+  local name=$1 limit=$2
+  shift 2
+  if [ ! -x "$bin/test_gpu_placement" ]; then
+    say "$name"
+    record "$name" SKIP 0 "no test_gpu_placement in the $route route (pack again)"
+    return
+  fi
+  run_step "$name" "$limit" "$bin/test_gpu_placement" "$@"
 }
 
 step_daemon_mesh4() {
@@ -584,7 +608,7 @@ build_here() {
   if [ $rc -eq 0 ]; then
     limit=$((limit - (SECONDS - t0)))
     timeout -k 5 "$limit" cmake --build "$b" -j "$(nproc)" --target test_gpu_backend \
-      test_gpu_ops bench_gpu >"$logs/build.log" 2>&1 </dev/null
+      test_gpu_ops test_gpu_placement bench_gpu >"$logs/build.log" 2>&1 </dev/null
     rc=$?
     [ $rc -eq 0 ] || grep -E -A3 "error|FAILED|Error" "$logs/build.log" | head -20 | sed 's/^/   | /'
   else
@@ -599,7 +623,8 @@ build_here() {
   esac
   [ $rc -eq 0 ] || return 1
   mkdir -p "$work/bin"
-  for f in tests/gpu/test_gpu_backend tests/gpu/test_gpu_ops bench_gpu; do
+  for f in tests/gpu/test_gpu_backend tests/gpu/test_gpu_ops tests/gpu/test_gpu_placement \
+    bench_gpu; do
     ln -sf "$b/$f" "$work/bin/$(basename "$f")"
   done
   bin="$work/bin"
@@ -619,5 +644,9 @@ fi
 run_step test_gpu_backend 60 "$bin/test_gpu_backend"
 run_step test_gpu_ops 150 "$bin/test_gpu_ops"
 run_step bench_gpu 120 "$bin/bench_gpu" "${quick_args[@]}"
+step_placement placement_collectives 60 subset_collectives subset_collectives_nccl
+step_placement placement_copy 60 copy_logical copy_gpus
+step_placement placement_pack 30 pack_unpack
+step_placement nccl_comm 60 nccl_comm_timing
 step_daemon_mesh4
 step_bench_gpu_rpc
