@@ -1,52 +1,12 @@
-/* The host meeting of one CUDA collective: its shared state (created per op
- * at submission, over the op's device set: rank r is engine device
- * set->dev[r]; on the NCCL path it takes a reference on the set's
- * communicators, whose building starts then, in the background), the
- * meetings every device of the set passes the same number of times, the
- * first failure, and the row copies both paths use between mesh entries
- * (peer copies across GPUs). */
+/* The host meeting of one CUDA collective (its shared state is made in
+ * collective.c): the meetings every device of the set passes the same
+ * number of times, the first failure, and the row copies both paths use
+ * between mesh entries (peer copies across GPUs). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll_int.h"
-
-/* `set` NULL (an engine without device sets): the whole mesh. */
-void *cu_collective_create(dev_backend *b, dev_collective_kind kind,
-                           const struct dev_devset *set) {
-  cu_coll *c = calloc(1, sizeof *c);
-  if (!c) return NULL;
-  c->kind = kind;
-  if (set) {
-    c->set = *set;
-  } else {
-    c->set.n = b->num_devices;
-    for (int i = 0; i < b->num_devices; i++) c->set.dev[i] = (uint8_t)i;
-  }
-  c->n = c->set.n;
-#ifdef PARADEV_HAVE_NCCL
-  if (cu_of(b)->use_nccl && !(c->comm = cu_nccl_acquire(cu_of(b), &c->set))) {
-    free(c);
-    return NULL;
-  }
-#endif
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
-  return c;
-}
-
-void cu_collective_release(dev_backend *b, void *coll) {
-  cu_coll *c = coll;
-  if (!c) return;
-#ifdef PARADEV_HAVE_NCCL
-  if (c->comm) cu_nccl_release(cu_of(b), c->comm);
-#else
-  (void)b;
-#endif
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
-  free(c);
-}
 
 void cu_coll_meet(cu_coll *c, void (*last)(cu_coll *, void *), void *arg) {
   pthread_mutex_lock(&c->mu);
