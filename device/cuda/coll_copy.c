@@ -23,7 +23,7 @@ pd_code cu_copy_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx,
   dev_backend *b = &c->base;
   /* d: this engine device; r: its rank; peers by rank p are engine devices
    * cu_coll_dev(k, p). k->in/out/in_shape are by rank. */
-  const int d = ctx->device, r = cu_coll_rank(ctx), n = k->n;
+  const int d = ctx->device, r = cu_coll_rank(k, ctx), n = k->n;
   cu_device *dev = &c->devs[d];
   cudaStream_t s = dev->stream;
   const pd_dtype dt = ctx->in_dtype[0];

@@ -55,11 +55,12 @@ void cu_coll_run_failed(cu_coll *c, int d, const dev_status *st);
 pd_code cu_coll_run_result(dev_backend *b, cu_coll *c, dev_kernel_ctx *ctx,
                            dev_status *st);
 
-/* The rank of ctx's device in its collective: its position in the op's set
- * (an engine that predates device sets leaves devset NULL: the whole mesh,
- * rank = device). */
-static inline int cu_coll_rank(const dev_kernel_ctx *ctx) {
-  return ctx->devset ? ctx->index : ctx->device;
+/* The rank of ctx's device in collective k: its position in k's set, the
+ * op's set given to collective_create (so it equals dev_kernel_ctx.index
+ * under the placement contract, and is right also where an engine leaves
+ * index unset); -1 when the device is not in it. */
+static inline int cu_coll_rank(const cu_coll *k, const dev_kernel_ctx *ctx) {
+  return dev_devset_index(&k->set, ctx->device);
 }
 
 /* The engine device of rank r. */

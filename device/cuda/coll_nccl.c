@@ -429,7 +429,7 @@ typedef struct nccl_part {
 static pd_code alloc_scratch(nccl_part *q, dev_status *st) {
   dev_backend *b = &q->c->base;
   cu_coll *k = q->k;
-  const int d = q->ctx->device, r = cu_coll_rank(q->ctx), n = k->n;
+  const int d = q->ctx->device, r = cu_coll_rank(k, q->ctx), n = k->n;
   if (q->gather) {
     q->tmp_bytes = (size_t)n * (size_t)cu_coll_elems(&k->in_shape[r]) * q->es;
     PD_TRY(b->allocate(b, d, q->tmp_bytes, &q->tmp, st));
@@ -455,7 +455,7 @@ static void issue(nccl_part *q, char *err) {
   dev_kernel_ctx *ctx = q->ctx;
   cu_device *dev = q->dev;
   ncclComm_t comm = q->comm;
-  const int r = cu_coll_rank(ctx), n = k->n; /* k's arrays are by rank */
+  const int r = cu_coll_rank(k, ctx), n = k->n; /* k's arrays are by rank */
   const pd_dtype dt = q->dt;
   const int red = q->red;
   const ncclDataType_t type = q->type;
@@ -570,7 +570,7 @@ static void wait_enqueued(nccl_part *q, char *err) {
  * divide or bool's normalization, then the event the wait watches. */
 static cudaError_t post_process(nccl_part *q) {
   cu_coll *k = q->k;
-  const int d = q->ctx->device, r = cu_coll_rank(q->ctx), n = k->n;
+  const int d = q->ctx->device, r = cu_coll_rank(k, q->ctx), n = k->n;
   const dev_shape *s = &k->in_shape[r];
   const size_t es = q->es;
   cu_device *dev = q->dev;
@@ -669,7 +669,7 @@ pd_code cu_nccl_run(cu_backend *c, cu_coll *k, dev_kernel_ctx *ctx,
                     dev_status *st) {
   dev_backend *b = &c->base;
   cu_comm *m = k->comm;
-  const int d = ctx->device, r = cu_coll_rank(ctx);
+  const int d = ctx->device, r = cu_coll_rank(k, ctx);
   nccl_part q = {
       .c = c, .k = k, .ctx = ctx, .dev = &c->devs[d], .dt = ctx->in_dtype[0]};
   q.es = pd_dtype_size(q.dt);
