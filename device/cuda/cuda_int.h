@@ -66,6 +66,13 @@ int dev_cuda_error_is_sticky(cudaError_t err);
 /* The stream of mesh entry `device`; every kernel of that device runs on it. */
 cudaStream_t dev_cuda_stream(dev_backend *b, int device);
 
+/* The component's position in the op's device set (issue #17: DeviceId and
+ * per-device random streams read it, as the CPU kernels read ctx->index);
+ * the device itself where an engine gives no set (the whole mesh). */
+static inline int dev_cuda_position(const dev_kernel_ctx *c) {
+  return c->devset ? c->index : c->device;
+}
+
 /* Multiprocessors of the GPU under `device` (for grid sizes). */
 int dev_cuda_sm_count(dev_backend *b, int device);
 

@@ -559,7 +559,7 @@ uint64_t mix64(uint64_t x) {
 
 PhiloxKey kernel_key(const dev_kernel_ctx *c) {
   uint64_t seed = (uint64_t)c->attrs[R_SEED].u.i, seed2 = (uint64_t)c->attrs[R_SEED2].u.i;
-  if (c->attrs[R_PER_DEVICE].u.b) seed ^= mix64((uint64_t)c->device + 1);
+  if (c->attrs[R_PER_DEVICE].u.b) seed ^= mix64((uint64_t)dev_cuda_position(c) + 1);
   return PhiloxKey{(uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)seed2, (uint32_t)(seed2 >> 32)};
 }
 
@@ -721,11 +721,11 @@ pd_code random_normal(dev_kernel_ctx *c, dev_status *st) {
 
 __global__ void k_set_i32(int32_t *out, int32_t v) { *out = v; }
 
-/* DeviceId: the component's own index, as a kernel parameter (no host
- * buffer to keep alive until a copy runs). */
+/* DeviceId: the component's index within the op's device set, as a kernel
+ * parameter (no host buffer to keep alive until a copy runs). */
 pd_code device_id(dev_kernel_ctx *c, dev_status *st) {
   k_set_i32<<<1, 1, 0, dev_cuda_stream(c->backend, c->device)>>>((int32_t *)c->out_data[0],
-                                                                 (int32_t)c->device);
+                                                                 (int32_t)dev_cuda_position(c));
   CU_CHECK_LAUNCH(c, "DeviceId", st);
   return PD_OK;
 }
