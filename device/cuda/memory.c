@@ -288,8 +288,7 @@ static pd_code stream_after(cu_backend *c, int wd, cudaStream_t waiter, int sd,
  * dst's stage_ev[slot]), then slot -> dst on dst's stream (after an event
  * behind the first copy), and stage_ev[slot] marks the slot busy until
  * then. Host copies of dst take the same slots under the same lock and
- * wait for stage_ev before reusing one. Src's own stream then waits for
- * the copy stream, so a free of the source comes after the reads. */
+ * wait for stage_ev before reusing one. */
 static pd_code copy_staged(cu_backend *c, int dd, void *dst, int sd,
                            const void *src, size_t bytes, dev_status *st) {
   dev_backend *b = &c->base;
@@ -320,26 +319,25 @@ static pd_code copy_staged(cu_backend *c, int dd, void *dst, int sd,
   }
 out:
   pthread_mutex_unlock(&d->stage_mu);
-  if (rc == PD_OK) rc = stream_after(c, sd, s->stream, sd, s->copy_stream, st);
   return rc;
 }
 
 /* Device to device (dev_backend.copy_d2d), stream-ordered on the
  * destination entry's stream; returns once the copy is queued, so a fence
  * recorded on dst_device afterwards (the executor's, after the op that
- * called it) covers it. The source must be complete (its op's fence waited
- * for, as the engine's CopyToDevices does before calling this): the copy
- * does not wait for src's stream, whose tail may hold a later collective's
- * NCCL kernel that waits for dst's part, behind this copy (a deadlock).
- *  - One entry: a copy on its stream (function bodies' copies).
- *  - Two entries: cudaMemcpyAsync on one GPU (logical devices),
- *    cudaMemcpyPeerAsync across GPUs with peer access (enabled at start,
- *    backend.c enable_peers), else through pinned host memory
- *    (copy_staged). Then src's stream waits for the copy, so a free of the
- *    source, stream-ordered on src's stream, comes after it even if the
- *    source's last reference goes first. (dst's stream up to the copy holds
- *    no unfinished NCCL kernel: a device's collective returns once it is
- *    done, so that wait cannot close a cycle.)
+ * called it) covers it. What the caller guarantees (the engine's
+ * CopyToDevices, device/place.c, does both):
+ *  - the source is complete (its op's fence waited for): the copy does not
+ *    wait for src's stream, whose tail may hold a later collective's NCCL
+ *    kernel that waits for dst's part, queued behind this copy (a deadlock);
+ *  - the source stays allocated until dst's fence after the copy (its
+ *    stream-ordered free on src's stream is not ordered after a read from
+ *    dst's stream). Making src's stream wait for the copy instead would tie
+ *    the source device to the destination's backlog.
+ * Paths: one entry, a copy on its stream (function bodies' copies); two on
+ * one GPU (logical devices), cudaMemcpyAsync; GPUs with peer access
+ * (enabled at start, backend.c enable_peers), cudaMemcpyPeerAsync; others
+ * through pinned host memory (copy_staged).
  * Any thread; errors name the device (UNAVAILABLE for an unhealthy one). */
 pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
                     const void *src, size_t bytes, dev_status *st) {
@@ -365,7 +363,5 @@ pd_code cu_copy_d2d(dev_backend *b, int dst_device, void *dst, int src_device,
         b, dst_device,
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream),
         st);
-  if (src_device == dst_device) return PD_OK;
-  PD_TRY(stream_after(c, src_device, s->stream, dst_device, d->stream, st));
-  return cu_bind(c, dst_device, st);
+  return PD_OK;
 }
