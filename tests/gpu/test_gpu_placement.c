@@ -127,10 +127,12 @@ static const char *set_s(const dev_devset *s) {
   return dev_devset_str(s, b, DEV_DEVSET_STR_MAX);
 }
 
-/* Checks component c of t against want[k]. */
+/* Checks component c of t against want[k] (k <= EXPECT_MAX). */
+#define EXPECT_MAX 4096
 #define EXPECT_COMP(T, C, WANT, K, WHAT)                                       \
   do {                                                                         \
-    float got_[64];                                                            \
+    static float got_[EXPECT_MAX];                                             \
+    if ((K) > EXPECT_MAX) FAIL("%s: %d elements to check", (WHAT), (int)(K));  \
     CHECK_ST(read_comp((T), (C), got_, (K), &st), (WHAT));                     \
     int64_t bad_ = mismatch(got_, (WANT), (K));                                \
     if (bad_ >= 0)                                                             \
