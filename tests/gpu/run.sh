@@ -19,7 +19,7 @@
 # Steps, each PASS, FAIL, SKIP (exit 77, or no GPU, said why) or TIMEOUT:
 #   build             (build route only)
 #   test_gpu_backend  test_gpu_ops  bench_gpu
-#   placement_collectives  placement_copy  placement_pack  nccl_comm
+#   place_collectives  place_copy  place_pack  nccl_comm
 #                     test_gpu_placement's cases (issue #17): collectives on
 #                     subsets with values (logical devices on GPU 0; NCCL on
 #                     distinct GPUs), CopyToDevices on one GPU and between
@@ -644,9 +644,9 @@ fi
 run_step test_gpu_backend 60 "$bin/test_gpu_backend"
 run_step test_gpu_ops 150 "$bin/test_gpu_ops"
 run_step bench_gpu 120 "$bin/bench_gpu" "${quick_args[@]}"
-step_placement placement_collectives 60 subset_collectives subset_collectives_nccl
-step_placement placement_copy 60 copy_logical copy_gpus
-step_placement placement_pack 30 pack_unpack
+step_placement place_collectives 60 subset_collectives subset_collectives_nccl
+step_placement place_copy 60 copy_logical copy_gpus
+step_placement place_pack 30 pack_unpack
 step_placement nccl_comm 60 nccl_comm_timing
 step_daemon_mesh4
 step_bench_gpu_rpc
