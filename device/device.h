@@ -677,6 +677,12 @@ pd_code dev_tensor_from_host_on(dev_engine *e, const dev_devset *set,
                                 pd_dtype dtype, const dev_layout *layout,
                                 const dev_shape *host_shape, const void *data,
                                 dev_tensor **out, dev_status *st);
+/* dev_tensor_from_components on `set`: shapes[set->n], datas[set->n]
+ * (component i on device set->dev[i]). (Added by the engine helper.) */
+pd_code dev_tensor_from_components_on(dev_engine *e, const dev_devset *set,
+                                      pd_dtype dtype, const dev_shape *shapes,
+                                      const void *const *datas,
+                                      dev_tensor **out, dev_status *st);
 
 /* Non-blocking: true when every component has been computed (or failed): on
  * a backend with fences (CUDA), when the device has finished the op, not when
