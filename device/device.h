@@ -17,20 +17,22 @@
  *    the status (may be NULL) receives the code and a message that names what
  *    was wrong and what was expected. Out-parameters are written only on
  *    success. Library code never logs.
- *  - A parallel tensor (dev_tensor) has one component per device. Tensors are
+ *  - A parallel tensor (dev_tensor) has one component per device of its
+ *    device set (dev_devset.h; the whole mesh by default). Tensors are
  *    reference-counted: dev_tensor_retain / dev_tensor_release. Every tensor
  *    handed out by a function is owned by the caller (one reference).
  *  - Execution is asynchronous and stream-ordered: each device runs its ops in
  *    submission order on its own executor; dev_execute returns once the op is
  *    validated, its output dtypes and shapes inferred, and it is queued on
- *    every device. A failure while running is stored on the op's outputs and
+ *    every device of its set. A failure while running is stored on the op's outputs and
  *    propagates to every op that consumes them. An op counts as done (its
  *    outputs ready, waits and notifications answered) when the device has
  *    finished it: on CUDA, when an event recorded behind its kernels has
  *    completed, not when the kernels were queued (dev_backend.fence_*).
- *  - Every device receives ops in one global order (submission holds one
- *    engine-wide lock across the devices), so a collective never waits on a
- *    peer that is busy with another collective.
+ *  - Every device receives its ops in one global order (submission holds one
+ *    engine-wide lock across the devices; an op goes only to the devices of
+ *    its set), so a collective never waits on a peer that is busy with
+ *    another collective, on overlapping sets too.
  *
  * Source of the semantics: TensorFlow's parallel device
  * (tensorflow/c/eager/parallel_device) for components, mirrored and sharded

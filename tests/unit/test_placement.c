@@ -610,6 +610,22 @@ static void test_placement_vjps(void **state) {
   expect(gw, 0, (double[]){10, 100}, 2);
   expect(gw, 1, (double[]){10, 100}, 2);
   dev_tensor_release(gw);
+  /* copy of a mirrored input, 2 -> 3: its component 0 fed every
+   * destination, so it gets their sum; component 1 gets zeros */
+  dev_tensor *mx = up(e, &s01, MIR, 1, (int64_t[]){2}, (double[]){1, 2});
+  dev_tape_watch(tp, mx, NULL);
+  dev_tensor *cm = taped(e, tp, "CopyToDevices", &mx, 1, &to3, 1, 0);
+  dev_tensor *cmm[2] = {cm, cm};
+  dev_tensor *ym = taped(e, tp, "Mul", cmm, 2, NULL, 0, 0);
+  dev_tensor *gm = NULL;
+  grads(tp, ym, &mx, 1, &gm);
+  expect_set(gm, &s01);
+  expect(gm, 0, (double[]){6, 12}, 2);
+  expect(gm, 1, (double[]){0, 0}, 2);
+  dev_tensor_release(gm);
+  dev_tensor_release(mx);
+  dev_tensor_release(cm);
+  dev_tensor_release(ym);
   dev_tape_destroy(tp);
   dev_tensor *t[] = {a, b, p, y, x, x0, y0, o, c3, yc, w, cw, scale, yw};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) dev_tensor_release(t[i]);
@@ -675,6 +691,27 @@ static void test_function_on_subset(void **state) {
   assert_int_equal(dev_fn_prepare_call_on(lib, &s3, "f", &x, 1, &op, &st),
                    PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "CopyToDevices"));
+  /* a function without arguments runs on the set it is placed on */
+  dev_fn_node idn = {.name = "d", .op = "DeviceId"};
+  dev_fn_output dout = {"d", "d"};
+  dev_fn_def g = DEV_FN_DEF_INITIALIZER;
+  g.name = "g";
+  g.nodes = &idn;
+  g.num_nodes = 1;
+  g.outputs = &dout;
+  g.num_outputs = 1;
+  if (dev_fn_register(lib, &g, &opt, &existed, &st) != PD_OK)
+    fail_msg("register g: %s", st.msg);
+  dev_devset r2 = mkset(2, 3, 1);
+  if (dev_fn_prepare_call_on(lib, &r2, "g", NULL, 0, &op, &st) != PD_OK)
+    fail_msg("call g: %s", st.msg);
+  dev_tensor *ids = dev_op_output(op, 0);
+  dev_tensor_retain(ids);
+  dev_op_submit(e, op);
+  expect_set(ids, &r2);
+  expect(ids, 0, (double[]){0}, 1);
+  expect(ids, 1, (double[]){1}, 1);
+  dev_tensor_release(ids);
   dev_tensor_release(x);
   dev_tensor_release(z);
   dev_fn_lib_destroy(lib);
