@@ -331,6 +331,12 @@ static pd_code instantiate(dev_fn_lib *lib, fn_func *f, const dev_devset *set,
   }
   signature_txt(in, n_in, n_dev, inst->info.signature,
                 sizeof inst->info.signature);
+  if (!dev_devset_is_all(e, set)) { /* two sets never read the same */
+    char ds[DEV_DEVSET_STR_MAX];
+    size_t used = strlen(inst->info.signature);
+    snprintf(inst->info.signature + used, sizeof inst->info.signature - used,
+             " on devices %s", dev_devset_str(set, ds, sizeof ds));
+  }
   /* The bound on this instantiation's inlining, gradients, passes and
    * plugins: it runs under the session's lock. */
   const int budget_ms = lib->cfg.instantiation_max_ms > 0
