@@ -228,7 +228,7 @@ const dev_op_def *dev_op_at(int i);
 const char *dev_op_def_name(const dev_op_def *def);
 
 /* True for a collective op (AllReduce, Broadcast, AllGather, ReduceScatter):
- * every device of the mesh takes part in each run. */
+ * every device of the op's set takes part in each run. */
 bool dev_op_def_is_collective(const dev_op_def *def);
 
 /* Number of tensors that input argument `arg` of `def` takes when the op is

@@ -521,6 +521,30 @@ static void test_copy_to_devices(void **state) {
   dev_engine_destroy(e);
 }
 
+/* A copy waits for its source device: with device 0 held, a copy onto
+ * device 2 of a value device 0 has yet to compute does not finish, and
+ * devices 1-3 stay free (an op on [1] runs meanwhile); released, it does. */
+static void test_copy_waits_for_source_device(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(NDEV, 0);
+  dev_devset d0 = mkset(1, 0), d1 = mkset(1, 1), d2 = mkset(1, 2);
+  dev_tensor *a = up(e, &d0, MIR, 1, (int64_t[]){2}, (double[]){1, 2});
+  dev_engine_test_hold(e, 0, true);
+  dev_tensor *na = run_on(e, NULL, "Neg", &a, 1, NULL, 0, 0);
+  dev_tensor *c = copy_to(e, na, &d2);
+  dev_tensor *b = up(e, &d1, MIR, 1, (int64_t[]){1}, (double[]){5});
+  dev_tensor *nb = run_on(e, NULL, "Neg", &b, 1, NULL, 0, 0);
+  expect(nb, 0, (double[]){-5}, 1); /* device 1 is not held up */
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_tensor_wait_until(c, dev_monotonic_now() + 0.2, &st),
+                   PD_DEADLINE_EXCEEDED);
+  dev_engine_test_hold(e, 0, false);
+  expect(c, 0, (double[]){-1, -2}, 2);
+  dev_tensor *t[] = {a, na, c, b, nb};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) dev_tensor_release(t[i]);
+  dev_engine_destroy(e);
+}
+
 /* --- VJPs through the tape ------------------------------------------------ */
 
 /* Prepares op, records it on tp, submits it; returns output `which`. */
@@ -808,6 +832,7 @@ int main(void) {
       cmocka_unit_test(test_sync_and_watch_after_subset),
       cmocka_unit_test(test_pack_unpack_share_buffers),
       cmocka_unit_test(test_copy_to_devices),
+      cmocka_unit_test(test_copy_waits_for_source_device),
       cmocka_unit_test(test_placement_vjps),
       cmocka_unit_test(test_function_on_subset),
       cmocka_unit_test(test_failed_input_on_subset),
