@@ -152,8 +152,9 @@ int dev_op_attr_index(const dev_op_def *def, const char *name);
 /* Resolved inputs of an infer call, per component. */
 struct dev_infer_ctx {
   const dev_op_def *op;
-  int device;      /* which component is being inferred */
-  int num_devices; /* mesh size */
+  int device;      /* which component is being inferred: its position in
+                      the op's device set (issue #17), not an engine device */
+  int num_devices; /* the op's set size */
   int num_inputs;
   const pd_dtype *in_dtype;             /* [num_inputs] */
   const dev_shape *in_shape;            /* [num_inputs] this component's */
