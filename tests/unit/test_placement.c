@@ -521,6 +521,48 @@ static void test_copy_to_devices(void **state) {
   dev_engine_destroy(e);
 }
 
+/* One dev_op_submit_batch of ops on different sets (a dispatcher's turn):
+ * each device receives only its own, in batch order; chains of Neg on each
+ * set and AllReduces on overlapping sets give their values. */
+static void test_batch_of_mixed_sets(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(NDEV, 0);
+  dev_devset sets[3] = {mkset(1, 0), mkset(2, 1, 2), mkset(3, 3, 1, 0)};
+  dev_tensor *cur[3];
+  for (int k = 0; k < 3; k++)
+    cur[k] = up(e, &sets[k], MIR, 1, (int64_t[]){2}, (double[]){1, 2});
+  dev_op *ops[DEV_SUBMIT_BATCH_MAX];
+  int n = 0;
+  dev_attr mean = dev_attr_string("reduction", "mean");
+  for (int i = 0; n + 3 <= DEV_SUBMIT_BATCH_MAX - 1; i++)
+    for (int k = 0; k < 3; k++) {
+      dev_status st = DEV_STATUS_INIT;
+      const bool coll = k > 0 && i % 2;
+      if (dev_op_prepare(e, coll ? "AllReduce" : "Neg", &cur[k], 1,
+                         coll ? &mean : NULL, coll ? 1 : 0, &ops[n],
+                         &st) != PD_OK)
+        fail_msg("prepare: %s", st.msg);
+      dev_tensor_release(cur[k]);
+      cur[k] = dev_op_output(ops[n], 0);
+      dev_tensor_retain(cur[k]);
+      n++;
+    }
+  dev_op_submit_batch(e, ops, n);
+  int negs[3] = {0, 0, 0};
+  for (int j = 0; j < n; j++) {
+    int k = j % 3, i = j / 3;
+    negs[k] += !(k > 0 && i % 2);
+  }
+  for (int k = 0; k < 3; k++) {
+    double sg = negs[k] % 2 ? -1 : 1;
+    for (int c = 0; c < sets[k].n; c++)
+      expect(cur[k], c, (double[]){sg, 2 * sg}, 2);
+    dev_tensor_release(cur[k]);
+  }
+  bounded_sync(e);
+  dev_engine_destroy(e);
+}
+
 /* A copy waits for its source device: with device 0 held, a copy onto
  * device 2 of a value device 0 has yet to compute does not finish, and
  * devices 1-3 stay free (an op on [1] runs meanwhile); released, it does. */
@@ -833,6 +875,7 @@ int main(void) {
       cmocka_unit_test(test_pack_unpack_share_buffers),
       cmocka_unit_test(test_copy_to_devices),
       cmocka_unit_test(test_copy_waits_for_source_device),
+      cmocka_unit_test(test_batch_of_mixed_sets),
       cmocka_unit_test(test_placement_vjps),
       cmocka_unit_test(test_function_on_subset),
       cmocka_unit_test(test_failed_input_on_subset),
