@@ -44,13 +44,17 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
                 b->device_name(b, d), fst.msg);
       /* The completion thread has not seen this op: no lock needed. */
       for (int i = 0; i < op->num_outputs; i++)
-        dev__component_set_error(&op->outputs[i]->comps[d], est.code, est.msg);
+        if (dev__slot(op->outputs[i], d) >= 0)
+          dev__component_set_error(
+              &op->outputs[i]->comps[dev__slot(op->outputs[i], d)], est.code,
+              est.msg);
     }
   }
   /* An op that failed here carries its error already. */
   bool ok = true;
   for (int i = 0; i < op->num_outputs && ok; i++)
-    ok = op->outputs[i]->comps[d].code == PD_OK;
+    ok = dev__slot(op->outputs[i], d) < 0 ||
+         op->outputs[i]->comps[dev__slot(op->outputs[i], d)].code == PD_OK;
   if (ok && ndeps > 0) {
     f.ndeps = ndeps;
     if (ndeps <= DEV_INLINE_DEPS) {
@@ -65,12 +69,16 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
       dev_exec_wait(x->engine, d, last);
       pthread_mutex_lock(&x->mu);
       for (int i = 0; i < op->num_inputs && ok; i++) {
-        const dev_component *c = &op->inputs[i]->comps[d];
+        if (dev__slot(op->inputs[i], d) < 0) continue;
+        const dev_component *c =
+            &op->inputs[i]->comps[dev__slot(op->inputs[i], d)];
         if (c->code != PD_OK) {
           ok = false;
           for (int o = 0; o < op->num_outputs; o++)
-            dev__component_set_error(&op->outputs[o]->comps[d], c->code,
-                                     c->msg);
+            if (dev__slot(op->outputs[o], d) >= 0)
+              dev__component_set_error(
+                  &op->outputs[o]->comps[dev__slot(op->outputs[o], d)], c->code,
+                  c->msg);
         }
       }
       pthread_mutex_unlock(&x->mu);
@@ -84,10 +92,14 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
   pthread_mutex_unlock(&x->mu);
   if (atomic_fetch_sub(&op->pending, 1) == 1) {
     if (atomic_load(&op->issue_failed)) dev__exec_release_failed(x->engine, op);
-    void (*rel)(dev_tensor *) =
-        op->per_device_release ? dev__tensor_unref : dev_tensor_release;
-    for (int i = 0; i < op->num_inputs; i++) rel(op->inputs[i]);
-    op->num_inputs = 0;
+    /* A placement op (a peer copy reads a source on another device's
+     * memory, outside this stream's order) keeps its inputs until freed. */
+    if (!(op->def->flags & DEV_OP_PLACEMENT)) {
+      void (*rel)(dev_tensor *) =
+          op->per_device_release ? dev__tensor_unref : dev_tensor_release;
+      for (int i = 0; i < op->num_inputs; i++) rel(op->inputs[i]);
+      op->num_inputs = 0;
+    }
     op_unhold(op);
   }
 }
@@ -97,8 +109,11 @@ void dev__complete_queue(dev_exec *x, dev_op *op, bool issued, uint64_t t0,
  * op already issued may still read it. */
 static void late_error_locked(dev_exec *x, dev_op *op, pd_code code,
                               const char *msg) {
-  for (int i = 0; i < op->num_outputs; i++)
-    dev__component_set_late_error(&op->outputs[i]->comps[x->device], code, msg);
+  for (int i = 0; i < op->num_outputs; i++) {
+    const int ci = dev__slot(op->outputs[i], x->device);
+    if (ci >= 0)
+      dev__component_set_late_error(&op->outputs[i]->comps[ci], code, msg);
+  }
 }
 
 /* The late failure of op `seq` on device x, or NULL. */

@@ -137,8 +137,20 @@ pd_code dev_op_estimate(const dev_op *op, dev_op_cost *out, dev_status *st) {
   double launch, peak, bw;
   rates(op->engine->backend->kind, &launch, &peak, &bw);
   double flops = 0, bytes = 0, worst = 0;
-  /* Components of one shape (the common case) cost the same everywhere. */
-  int ndev = same_shapes(op) ? 1 : op->engine->n;
+  /* Components of one shape (the common case) cost the same everywhere. A
+   * placement op moves bytes only: its largest output component. */
+  if (op->def->flags & DEV_OP_PLACEMENT) {
+    for (int o = 0; o < op->num_outputs; o++)
+      for (int c = 0; c < op->outputs[o]->n; c++)
+        if (op->def->placement == DEV_PLACE_COPY)
+          bytes = fmax(bytes, 2.0 * (double)op->outputs[o]->comps[c].bytes);
+    worst = bytes / bw * 1e9;
+    dev_op_cost r = {out->struct_size, 0, bytes,
+                     (uint64_t)fmin(launch + worst, 1e18)};
+    memcpy(out, &r, out->struct_size < sizeof r ? out->struct_size : sizeof r);
+    return PD_OK;
+  }
+  int ndev = same_shapes(op) ? 1 : op->set.n;
   for (int d = 0; d < ndev; d++) {
     double f = 0, b = 0;
     component_cost(op, d, &f, &b);

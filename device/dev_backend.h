@@ -93,7 +93,19 @@ typedef enum dev_op_flags {
   /* The call of a graph function (device/fn/): the executor runs its body
    * (device/fn/run.c) instead of a kernel. Never in the registry. */
   DEV_OP_FUNCTION = 1 << 4,
+  /* A placement op (ParallelPack, ParallelUnpack, CopyToDevices; issue
+   * #17): its outputs live on other sets than its inputs, so it has its
+   * own prepare and run (device/place.c), never a kernel; `placement`
+   * says which (dev_placement_kind). */
+  DEV_OP_PLACEMENT = 1 << 5,
 } dev_op_flags;
+
+typedef enum dev_placement_kind {
+  DEV_PLACE_NONE = 0,
+  DEV_PLACE_PACK = 1,
+  DEV_PLACE_UNPACK = 2,
+  DEV_PLACE_COPY = 3,
+} dev_placement_kind;
 
 /* Backend kinds that kernels are registered for. */
 typedef enum dev_backend_kind {
@@ -121,6 +133,8 @@ struct dev_op_def {
    * tf.raw_ops.<name>. */
   const char *summary;
   const char *notes;
+  /* DEV_OP_PLACEMENT ops: which one (dev_placement_kind). */
+  int placement;
 };
 
 /* Registers an op (the registry keeps the pointer; `def` must outlive the
@@ -138,8 +152,9 @@ int dev_op_attr_index(const dev_op_def *def, const char *name);
 /* Resolved inputs of an infer call, per component. */
 struct dev_infer_ctx {
   const dev_op_def *op;
-  int device;      /* which component is being inferred */
-  int num_devices; /* mesh size */
+  int device;      /* which component is being inferred: its position in
+                      the op's device set (issue #17), not an engine device */
+  int num_devices; /* the op's set size */
   int num_inputs;
   const pd_dtype *in_dtype;             /* [num_inputs] */
   const dev_shape *in_shape;            /* [num_inputs] this component's */

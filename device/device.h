@@ -17,20 +17,22 @@
  *    the status (may be NULL) receives the code and a message that names what
  *    was wrong and what was expected. Out-parameters are written only on
  *    success. Library code never logs.
- *  - A parallel tensor (dev_tensor) has one component per device. Tensors are
+ *  - A parallel tensor (dev_tensor) has one component per device of its
+ *    device set (dev_devset.h; the whole mesh by default). Tensors are
  *    reference-counted: dev_tensor_retain / dev_tensor_release. Every tensor
  *    handed out by a function is owned by the caller (one reference).
  *  - Execution is asynchronous and stream-ordered: each device runs its ops in
  *    submission order on its own executor; dev_execute returns once the op is
  *    validated, its output dtypes and shapes inferred, and it is queued on
- *    every device. A failure while running is stored on the op's outputs and
+ *    every device of its set. A failure while running is stored on the op's outputs and
  *    propagates to every op that consumes them. An op counts as done (its
  *    outputs ready, waits and notifications answered) when the device has
  *    finished it: on CUDA, when an event recorded behind its kernels has
  *    completed, not when the kernels were queued (dev_backend.fence_*).
- *  - Every device receives ops in one global order (submission holds one
- *    engine-wide lock across the devices), so a collective never waits on a
- *    peer that is busy with another collective.
+ *  - Every device receives its ops in one global order (submission holds one
+ *    engine-wide lock across the devices; an op goes only to the devices of
+ *    its set), so a collective never waits on a peer that is busy with
+ *    another collective, on overlapping sets too.
  *
  * Source of the semantics: TensorFlow's parallel device
  * (tensorflow/c/eager/parallel_device) for components, mirrored and sharded
@@ -226,7 +228,7 @@ const dev_op_def *dev_op_at(int i);
 const char *dev_op_def_name(const dev_op_def *def);
 
 /* True for a collective op (AllReduce, Broadcast, AllGather, ReduceScatter):
- * every device of the mesh takes part in each run. */
+ * every device of the op's set takes part in each run. */
 bool dev_op_def_is_collective(const dev_op_def *def);
 
 /* Number of tensors that input argument `arg` of `def` takes when the op is
@@ -490,48 +492,9 @@ void dev_engine_host_unregister(dev_engine *e, void *ptr);
 pd_code dev_engine_memory_stats(dev_engine *e, int device,
                                 dev_memory_stats *out, dev_status *st);
 
-/* --- Device sets (issue #17: placement) ---------------------------------
- * A device set is an ordered subset of the engine's devices (its mesh):
- * where a parallel tensor's components live, component i on device dev[i].
- * Every tensor has one; the whole mesh [0, 1, ..., n-1] is the default. An
- * op runs on its inputs' set (inputs on different sets are refused); an op
- * without tensor inputs on the set it is prepared on (dev_op_prepare_on).
- * Layouts split over the set's size, DeviceId is the index within the set,
- * collectives run over the set. A set of one device is a plain
- * single-device tensor. Any two ops that share a device reach it in the
- * one global order, so collectives on overlapping sets never deadlock.
- * Moving a value between sets is explicit: ParallelPack, ParallelUnpack
- * (sharing buffers, TensorFlow parallel device's pack / unpack) and
- * CopyToDevices (a copy); nothing moves implicitly.
- * Source: TensorFlow's parallel device (ParallelDevice over a list of
- * underlying devices; TPUReplicatedInput / TPUReplicatedOutput). */
-typedef struct dev_devset {
-  int n;                       /* 1..PD_MAX_DEVICES */
-  uint8_t dev[PD_MAX_DEVICES]; /* distinct engine device indices, in order */
-} dev_devset;
-
-/* Room for dev_devset_str of any set: "[0, 1, ..., 63]". */
-#define DEV_DEVSET_STR_MAX (PD_MAX_DEVICES * 4 + 4)
-
-/* The whole mesh of `e`: [0, 1, ..., n-1]. Thread-safe. */
-void dev_devset_all(const dev_engine *e, dev_devset *out);
-/* Builds a set from `n` device indices in order. INVALID_ARGUMENT, naming
- * the entry and the mesh size, for n < 1 or over the mesh, an index outside
- * 0..num_devices-1, or an index given twice. Thread-safe. */
-pd_code dev_devset_make(const dev_engine *e, const int64_t *devs, int n,
-                        dev_devset *out, dev_status *st);
-/* Same devices in the same order. */
-bool dev_devset_equal(const dev_devset *a, const dev_devset *b);
-/* Position of `device` in the set, -1 when it is not in it. */
-int dev_devset_index(const dev_devset *s, int device);
-/* Every device of `sub` is in `super` (order ignored). */
-bool dev_devset_is_subset(const dev_devset *sub, const dev_devset *super);
-/* The sets share a device. */
-bool dev_devset_overlaps(const dev_devset *a, const dev_devset *b);
-/* True when the set is the whole mesh of `e` in mesh order. */
-bool dev_devset_is_all(const dev_engine *e, const dev_devset *s);
-/* Writes "[0, 2]" (always NUL-terminated); returns buf. */
-char *dev_devset_str(const dev_devset *s, char *buf, size_t len);
+/* Device sets (dev_devset_*, issue #17: placement): dev_devset.h, part of
+ * this interface (included at the end; the type is declared here). */
+typedef struct dev_devset dev_devset;
 
 /* --- Parallel tensors ---------------------------------------------------- */
 
@@ -654,29 +617,8 @@ const dev_devset *dev_tensor_devset(const dev_tensor *t);
  * tensor has none there (per-device memory accounting). */
 uint64_t dev_tensor_device_bytes(const dev_tensor *t, int device);
 
-/* Placement variants (issue #17) of the creators above: the tensor lives on
- * `set` (NULL: the whole mesh), so layouts split over set->n and
- * PER_COMPONENT takes set->n component shapes. Errors as the plain
- * functions', plus INVALID_ARGUMENT for a set that is not of this engine
- * (an index outside the mesh). The plain functions are these with NULL. */
-pd_code dev_tensor_create_on(dev_engine *e, const dev_devset *set,
-                             pd_dtype dtype, const dev_shape *component_shapes,
-                             dev_tensor **out, dev_status *st);
-pd_code dev_tensor_create_for_layout_on(dev_engine *e, const dev_devset *set,
-                                        pd_dtype dtype,
-                                        const dev_layout *layout,
-                                        const dev_shape *host_shape,
-                                        const dev_shape *component_shapes,
-                                        dev_tensor **out, dev_status *st);
-pd_code dev_tensor_create_pending_on(dev_engine *e, const dev_devset *set,
-                                     pd_dtype dtype, const dev_layout *layout,
-                                     const dev_shape *host_shape,
-                                     const dev_shape *component_shapes,
-                                     dev_tensor **out, dev_status *st);
-pd_code dev_tensor_from_host_on(dev_engine *e, const dev_devset *set,
-                                pd_dtype dtype, const dev_layout *layout,
-                                const dev_shape *host_shape, const void *data,
-                                dev_tensor **out, dev_status *st);
+/* Placement variants of the creators above (dev_tensor_create_on, ...,
+ * dev_tensor_from_components_on): dev_devset.h. */
 
 /* Non-blocking: true when every component has been computed (or failed): on
  * a backend with fences (CUDA), when the device has finished the op, not when
@@ -836,6 +778,9 @@ pd_code dev_execute_on(dev_engine *e, const dev_devset *set,
 
 /* Graph functions (dev_fn_*): dev_function.h, part of this interface. */
 #include "dev_function.h"
+
+/* Device sets and the placement creators: dev_devset.h (issue #17). */
+#include "dev_devset.h"
 
 #ifdef __cplusplus
 }

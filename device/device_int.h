@@ -94,8 +94,22 @@ struct dev_tensor {
    * output, another layout). A SHARDED read along another axis is refused
    * (transfer.c check_shard_axis). */
   unsigned char shard_axis_p1;
+  /* Placement (issue #17): component i lives on engine device set.dev[i];
+   * slot[D] is the component on engine device D, -1 where none. n ==
+   * set.n. */
+  dev_devset set;
+  int8_t slot[PD_MAX_DEVICES];
   dev_component comps[];
 };
+
+/* The engine device of t's component c, and t's component on engine device
+ * `device` (-1 when t has none there). */
+static inline int dev__comp_device(const dev_tensor *t, int c) {
+  return t->set.dev[c];
+}
+static inline int dev__slot(const dev_tensor *t, int device) {
+  return t->slot[device];
+}
 
 /* The engine: a backend and one executor per device (exec_int.h). */
 struct dev_engine {
@@ -111,13 +125,21 @@ struct dev_engine {
   pthread_mutex_t op_mu;
   struct dev_op *op_free;
   int op_nfree;
-  dev_devset all; /* the whole mesh, [0..n) (PLACEHOLDER until issue #17's engine) */
+  dev_devset all; /* the whole mesh, [0..n) */
 };
 
-/* PLACEHOLDER (issue #17 contract): the whole mesh, until tensors and ops
- * carry their own sets. */
-static inline const dev_devset *dev__placeholder_set(dev_engine *e) {
-  return &e->all;
+/* The placement of ops without inputs that a gradient tape runs while it
+ * computes one record's VJP (a Fill scalar, DeviceId): the recorded op's
+ * set, set by dev__tape_exec (tape.c) around the call on the calling
+ * thread, so that a tape executor of another layer (the scheduler's), which
+ * calls dev_op_prepare, places them there too. NULL otherwise (devset.c). */
+extern _Thread_local const dev_devset *dev__tape_place;
+
+/* Fills a set's inverse map: map[D] = D's position in s, -1 for devices
+ * outside it (all PD_MAX_DEVICES entries written). */
+static inline void dev__devset_map(const dev_devset *s, int8_t *map) {
+  for (int d = 0; d < PD_MAX_DEVICES; d++) map[d] = -1;
+  for (int i = 0; i < s->n; i++) map[s->dev[i]] = (int8_t)i;
 }
 
 /* Deep-copied attribute storage of a queued op. */
@@ -152,6 +174,12 @@ struct dev_op {
    * state (device/fn/run.c: the instantiation it holds a reference on, the
    * per-collective-node rendezvous), freed with the op. NULL otherwise. */
   void *fn_call;
+  /* Placement (issue #17): the devices taking part (dev_op_devset: the
+   * inputs' and outputs' sets, their union for the placement ops), and
+   * index[D], engine device D's position in it (-1: not taking part). The
+   * op is pushed to set.n executors; `pending` and `inflight` count them. */
+  dev_devset set;
+  int8_t index[PD_MAX_DEVICES];
   /* Not cleared on reuse (dev__op_alloc clears every other field): only
    * [0, num_inputs) and [0, num_outputs) are ever read. */
   dev_tensor *inputs[DEV_MAX_INPUTS];
@@ -204,9 +232,15 @@ void dev__buffer_release(dev_buffer *buf);
 void dev__tensor_drop_component(dev_tensor *t, int d);
 void dev__tensor_unref(dev_tensor *t);
 
-/* Creates a tensor with unallocated components (executor allocates). */
-pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
-                        dev_tensor **out, dev_status *st);
+/* Creates a tensor on `set` (NULL: the whole mesh) with unallocated
+ * components (shapes[set->n]; the executor allocates). */
+pd_code dev__tensor_new(dev_engine *e, const dev_devset *set, pd_dtype dtype,
+                        const dev_shape *shapes, dev_tensor **out,
+                        dev_status *st);
+/* Checks that `set` is a set of e's devices (INVALID_ARGUMENT naming the
+ * entry); NULL is the whole mesh. Writes the set to use into *out. */
+pd_code dev__devset_check(const dev_engine *e, const dev_devset *set,
+                          dev_devset *out, dev_status *st);
 /* Makes a new tensor pending (tensor.c): RESOURCE_EXHAUSTED on host OOM. */
 pd_code dev__tensor_set_pending(dev_tensor *t, dev_status *st);
 /* Sets a component's error (copies msg) and frees its buffer (ready.c). */
@@ -256,6 +290,33 @@ bool dev__outputs_not_mirrored(const dev_op_def *def,
                                const dev_attr_value *attrs,
                                bool input_not_mirrored);
 
+/* Sets op's participant set (dev_op.set, .index) and the counts of the
+ * devices that will run it (pending, and inflight with its extra hold). */
+static inline void dev__op_set_devset(dev_op *op, const dev_devset *s) {
+  op->set = *s;
+  dev__devset_map(s, op->index);
+  atomic_init(&op->pending, s->n);
+  atomic_init(&op->inflight, s->n + 1);
+}
+
+/* dev_op_prepare_on for every op but the placement ops (prepare.c): the
+ * set resolved from the inputs (or `set`, or the whole mesh); place.c's
+ * dev_op_prepare_on sends the placement ops to their own path. */
+pd_code dev__op_prepare_plain(dev_engine *e, const dev_op_def *def,
+                              const dev_devset *set, dev_tensor *const *inputs,
+                              int num_inputs, const dev_attr *attrs,
+                              int num_attrs, dev_op **out, dev_status *st);
+/* Checks the arity of a call of `def` and that every input is there and
+ * belongs to `e` (prepare.c). */
+pd_code dev__check_inputs(const dev_op_def *def, const dev_engine *e,
+                          dev_tensor *const *inputs, int num_inputs,
+                          dev_status *st);
+
+/* The placement ops (place.c): an executor's part of ParallelPack,
+ * ParallelUnpack or CopyToDevices on engine device `device` (exec.c);
+ * true when work was issued (a copy), *st the error otherwise. */
+bool dev__place_run(dev_op *op, int device, dev_status *st);
+
 /* Frees a queued or prepared op: releases its tensors, collective and
  * attribute storage (prepare.c). */
 void dev__op_free(dev_op *op);
@@ -304,7 +365,8 @@ void dev_register_random_ops(void);
 void dev_register_collective_ops(void);
 void dev_register_grad_ops(void);
 void dev_register_grad_parts_ops(void);
-void dev_register_fused_ops(void); /* ops/fused.c: _FusedMatMul & co. */
+void dev_register_fused_ops(void);     /* ops/fused.c: _FusedMatMul & co. */
+void dev_register_placement_ops(void); /* ops/placement.c (issue #17) */
 
 /* Element count of a shape already checked by infer (no overflow checks:
  * for kernels), and the product of its dims[lo..hi). */

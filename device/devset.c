@@ -7,6 +7,8 @@
 
 #include "device_int.h"
 
+_Thread_local const dev_devset *dev__tape_place;
+
 void dev_devset_all(const dev_engine *e, dev_devset *out) {
   memset(out, 0, sizeof *out);
   out->n = e->n;
@@ -98,4 +100,21 @@ int dev_engine_device_gpu(const dev_engine *e, int device) {
       b->device_gpu)
     return b->device_gpu(b, device);
   return device;
+}
+
+pd_code dev__devset_check(const dev_engine *e, const dev_devset *set,
+                          dev_devset *out, dev_status *st) {
+  if (!set) {
+    *out = e->all;
+    return PD_OK;
+  }
+  int64_t devs[PD_MAX_DEVICES] = {0};
+  int n = set->n;
+  if (n < 1 || n > PD_MAX_DEVICES)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "a device set of %d devices; expected 1 to %d (the mesh "
+                     "has devices 0..%d)",
+                     n, e->n, e->n - 1);
+  for (int i = 0; i < n; i++) devs[i] = set->dev[i];
+  return dev_devset_make(e, devs, n, out, st);
 }

@@ -204,11 +204,16 @@ void dev_engine_destroy(dev_engine *e) {
 }
 
 pd_code dev_engine_sync(dev_engine *e, dev_status *st) {
+  /* Each device waits for the last op pushed to IT: an op on a subset never
+   * reaches the other devices, whose done_seq stops below e->seq. */
+  uint64_t seq[PD_MAX_DEVICES];
   pthread_mutex_lock(&e->submit_mu);
-  uint64_t seq = e->seq;
+  for (int d = 0; d < e->n; d++)
+    seq[d] =
+        atomic_load_explicit(&e->execs[d].pushed_seq, memory_order_relaxed);
   pthread_mutex_unlock(&e->submit_mu);
   for (int d = 0; d < e->n; d++) {
-    dev_exec_wait(e, d, seq);
+    dev_exec_wait(e, d, seq[d]);
     PD_TRY(e->backend->synchronize(e->backend, d, st));
   }
   return PD_OK;
@@ -286,10 +291,15 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
     ops += used;
     n -= used;
     if (k == 0) continue;
+    /* How many of the batch each device receives: only the devices of an
+     * op's set run it (issue #17). */
+    size_t per[PD_MAX_DEVICES] = {0};
+    for (int i = 0; i < k; i++)
+      for (int j = 0; j < go[i]->set.n; j++) per[go[i]->set.dev[j]]++;
     pthread_mutex_lock(&e->submit_mu);
     bool room = true;
     for (int d = 0; d < e->n && room; d++)
-      room = dev__exec_reserve_n(&e->execs[d], (size_t)k);
+      if (per[d]) room = dev__exec_reserve_n(&e->execs[d], per[d]);
     if (!room) {
       pthread_mutex_unlock(&e->submit_mu);
       for (int i = 0; i < k; i++)
@@ -303,15 +313,31 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
       /* A collective's holds (and those of a function call holding one)
        * stay with the op: peers read each other's components. */
       op->per_device_release =
-          !(op->def->flags & DEV_OP_COLLECTIVE) &&
+          !(op->def->flags & (DEV_OP_COLLECTIVE | DEV_OP_PLACEMENT)) &&
           !(op->fn_call && ((const dev__fn_call *)op->fn_call)->collectives);
       for (int o = 0; o < op->num_outputs; o++)
-        for (int d = 0; d < e->n; d++)
+        for (int d = 0; d < op->outputs[o]->n; d++)
           atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
     }
     atomic_store_explicit(&e->last_seq, e->seq, memory_order_relaxed);
-    for (int d = 0; d < e->n; d++)
-      dev__exec_push_n(&e->execs[d], go, (size_t)k);
+    /* The one-order rule: seqs were handed out above in batch order under
+     * submit_mu, and each device receives its ops of the batch in that
+     * order, so any two ops that share devices reach every shared device
+     * in the same relative order. */
+    for (int d = 0; d < e->n; d++) {
+      if (!per[d]) continue;
+      dev_op *mine[DEV_SUBMIT_BATCH_MAX];
+      size_t m = 0;
+      uint64_t last = 0;
+      for (int i = 0; i < k; i++)
+        if (go[i]->index[d] >= 0) {
+          mine[m++] = go[i];
+          last = go[i]->seq;
+        }
+      atomic_store_explicit(&e->execs[d].pushed_seq, last,
+                            memory_order_relaxed);
+      dev__exec_push_n(&e->execs[d], mine, m);
+    }
     pthread_mutex_unlock(&e->submit_mu);
   }
 }
@@ -320,14 +346,22 @@ pd_code dev_execute(dev_engine *e, const char *op_name,
                     dev_tensor *const *inputs, int num_inputs,
                     const dev_attr *attrs, int num_attrs, dev_tensor **outputs,
                     int *num_outputs, dev_status *st) {
+  return dev_execute_on(e, NULL, op_name, inputs, num_inputs, attrs, num_attrs,
+                        outputs, num_outputs, st);
+}
+
+pd_code dev_execute_on(dev_engine *e, const dev_devset *set,
+                       const char *op_name, dev_tensor *const *inputs,
+                       int num_inputs, const dev_attr *attrs, int num_attrs,
+                       dev_tensor **outputs, int *num_outputs, dev_status *st) {
   const dev_op_def *def = dev_op_lookup(op_name);
   if (def && *num_outputs < def->num_outputs)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "%s has %d outputs; room was given for %d", def->name,
                      def->num_outputs, *num_outputs);
   dev_op *op;
-  PD_TRY(dev_op_prepare(e, op_name, inputs, num_inputs, attrs, num_attrs, &op,
-                        st));
+  PD_TRY(dev_op_prepare_on(e, set, op_name, inputs, num_inputs, attrs,
+                           num_attrs, &op, st));
   int n = op->num_outputs;
   if (n > *num_outputs) { /* a list output longer than the room given */
     dev_op_abandon(op, PD_CANCELLED, "not submitted");

@@ -39,8 +39,14 @@ static bool read_inputs(dev_exec *x, dev_op *op, run_args *a, uint64_t *deps,
   if (x->fenced) pthread_mutex_lock(&x->mu);
   const uint64_t done = x->fenced ? atomic_load(&x->ready.done_seq) : 0;
   for (int i = 0; i < op->num_inputs; i++) {
-    dev_component *c = &op->inputs[i]->comps[d];
     a->in_dtype[i] = op->inputs[i]->dtype;
+    const int ci = dev__slot(op->inputs[i], d);
+    if (ci < 0) { /* a placement op's input without a component here */
+      memset(&a->in_shape[i], 0, sizeof a->in_shape[i]);
+      a->in_data[i] = NULL;
+      continue;
+    }
+    dev_component *c = &op->inputs[i]->comps[ci];
     a->in_shape[i] = c->shape;
     a->in_data[i] = c->buf ? c->buf->data : NULL;
     if (!failed && c->code != PD_OK) {
@@ -65,17 +71,27 @@ static bool alloc_outputs(dev_backend *b, int d, dev_op *op, run_args *a,
                           bool failed, dev_status *st) {
   const dev_op_def *def = op->def;
   for (int i = 0; i < op->num_outputs; i++) {
-    dev_component *c = &op->outputs[i]->comps[d];
     a->out_dtype[i] = op->outputs[i]->dtype;
-    a->out_shape[i] = c->shape;
     a->out_alias[i] = -1;
     a->out_data[i] = NULL;
+    const int ci = dev__slot(op->outputs[i], d);
+    if (ci < 0) { /* a placement op's output without a component here */
+      memset(&a->out_shape[i], 0, sizeof a->out_shape[i]);
+      continue;
+    }
+    dev_component *c = &op->outputs[i]->comps[ci];
+    a->out_shape[i] = c->shape;
     if (failed) continue;
-    if (i == 0 && (def->flags & DEV_OP_ALIASES_INPUT) && op->num_inputs > 0 &&
-        op->inputs[0]->comps[d].buf &&
-        op->inputs[0]->comps[d].bytes == c->bytes) {
-      dev__buffer_retain(op->inputs[0]->comps[d].buf);
-      c->buf = op->inputs[0]->comps[d].buf;
+    /* Ordinary ops: every input and output is on the op's set, so input
+     * 0's component here has the same index. */
+    const dev_component *in0 =
+        op->num_inputs > 0 ? &op->inputs[0]->comps[ci] : NULL;
+    if (def->flags & DEV_OP_PLACEMENT) {
+      continue; /* place.c aliases or allocates */
+    } else if (i == 0 && (def->flags & DEV_OP_ALIASES_INPUT) && in0 &&
+               in0->buf && in0->bytes == c->bytes) {
+      dev__buffer_retain(in0->buf);
+      c->buf = in0->buf;
       a->out_alias[i] = 0;
     } else {
       dev_status ast = DEV_STATUS_INIT;
@@ -96,7 +112,7 @@ static bool alloc_outputs(dev_backend *b, int d, dev_op *op, run_args *a,
 static bool run_kernel(dev_backend *b, dev_op *op, dev_kernel_ctx *ctx,
                        dev_status *st) {
   const dev_op_def *def = op->def;
-  const int d = ctx->device;
+  const int d = ctx->device, ci = ctx->index;
   bool all_aliased = op->num_outputs > 0;
   for (int i = 0; i < op->num_outputs; i++)
     all_aliased &= ctx->out_alias[i] >= 0;
@@ -107,8 +123,8 @@ static bool run_kernel(dev_backend *b, dev_op *op, dev_kernel_ctx *ctx,
     /* Aliasing op whose sizes differ cannot happen (infer keeps bytes). */
     dev_error(st, PD_INTERNAL,
               "%s: cannot alias input of %zu bytes to output of %zu bytes",
-              def->name, op->inputs[0]->comps[d].bytes,
-              op->outputs[0]->comps[d].bytes);
+              def->name, op->inputs[0]->comps[ci].bytes,
+              op->outputs[0]->comps[ci].bytes);
   } else if (!fn) {
     dev_error(st, PD_UNIMPLEMENTED, "%s has no kernel for the %s backend",
               def->name, b->name);
@@ -145,7 +161,7 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
       .op = op->def,
       .attrs = op->attrs,
       .device = d,
-      .num_devices = e->n,
+      .num_devices = op->set.n,
       .backend = b,
       .op_seq = op->seq,
       .num_inputs = op->num_inputs,
@@ -159,10 +175,18 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
       .out_alias = a.out_alias,
       .collective = op->collective,
       .heartbeat = &x->beats,
+      .index = op->index[d],
+      .devset = &op->set,
   };
 
   bool issued = false;
-  if (op->def->flags & DEV_OP_FUNCTION) {
+  if (op->def->flags & DEV_OP_PLACEMENT) {
+    /* ParallelPack / ParallelUnpack / CopyToDevices (place.c) */
+    if (!failed) {
+      issued = dev__place_run(op, d, &st);
+      failed = st.code != PD_OK;
+    }
+  } else if (op->def->flags & DEV_OP_FUNCTION) {
     /* A graph function's body (device/fn/run.c), collectives included. */
     const dev__fn_call *fc = op->fn_call;
     issued = fc->run(op, d, a.in_data, a.out_data, failed, &x->beats, &st);
@@ -182,8 +206,11 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
   }
 
   if (failed)
-    for (int i = 0; i < op->num_outputs; i++)
-      dev__component_set_error(&op->outputs[i]->comps[d], st.code, st.msg);
+    for (int i = 0; i < op->num_outputs; i++) {
+      const int ci = dev__slot(op->outputs[i], d);
+      if (ci >= 0)
+        dev__component_set_error(&op->outputs[i]->comps[ci], st.code, st.msg);
+    }
   return issued && !failed;
 }
 
@@ -192,10 +219,12 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
  * all are done, so its holds go with the op). */
 static void drop_holds(dev_op *op, int d) {
   if (!op->per_device_release) return;
+  /* By component: device d's component of each tensor (every tensor of
+   * an op that releases per device is on the op's set). */
   for (int i = 0; i < op->num_inputs; i++)
-    dev__tensor_drop_component(op->inputs[i], d);
+    dev__tensor_drop_component(op->inputs[i], dev__slot(op->inputs[i], d));
   for (int i = 0; i < op->num_outputs; i++)
-    dev__tensor_drop_component(op->outputs[i], d);
+    dev__tensor_drop_component(op->outputs[i], dev__slot(op->outputs[i], d));
 }
 
 /* Waits (x->mu held) for work, a release to do or stop. Once the device

@@ -86,6 +86,10 @@ typedef struct dev_exec {
    * (dev_kernel_heartbeat, through dev_kernel_ctx.heartbeat). */
   _Atomic uint64_t run_seq;
   _Atomic uint64_t beats;
+  /* The seq of the last op pushed to this device (written under the
+   * engine's submit_mu; read lock-free by dev_engine_watch and
+   * dev_engine_sync): ops of sets without this device never reach it. */
+  _Atomic uint64_t pushed_seq;
   /* Backends with fences only. Under mu: fring holds the ops issued on the
    * device whose fence the completion thread has not yet taken, in issue
    * order; `outstanding` counts the ops pushed to this device that are not

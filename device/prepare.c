@@ -236,9 +236,9 @@ pd_code dev__resolve_attrs(const dev_op_def *def, const dev_attr *attrs,
 
 /* Checks the arity of a call of `def` (list inputs per TFE_OpGetInputLength)
  * and that every input is there and belongs to engine `e`. */
-static pd_code check_inputs(const dev_op_def *def, const dev_engine *e,
-                            dev_tensor *const *inputs, int num_inputs,
-                            dev_status *st) {
+pd_code dev__check_inputs(const dev_op_def *def, const dev_engine *e,
+                          dev_tensor *const *inputs, int num_inputs,
+                          dev_status *st) {
   if (num_inputs < 0 || num_inputs > DEV_MAX_INPUTS)
     return dev_error(st, PD_INVALID_ARGUMENT, "%s: %d inputs; the limit is %d",
                      def->name, num_inputs, DEV_MAX_INPUTS);
@@ -342,12 +342,12 @@ pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs, int n,
 
 /* Runs `def`'s inference for every component of op's inputs (see
  * dev__infer_op): out_dtype[o] and out_shapes[o * n + d]. */
-static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def,
+static pd_code infer_outputs(const dev_devset *set, const dev_op_def *def,
                              const dev_op *op, dev_tensor *const *inputs,
                              int num_inputs, int *num_outputs,
                              pd_dtype *out_dtype, dev_shape *out_shapes,
                              dev_status *st) {
-  const int n = e->n;
+  const int n = set->n;
   const size_t cnt = (size_t)num_inputs * (size_t)n;
   pd_dtype in_dtype[DEV_MAX_INPUTS];
   dev_shape local[32];
@@ -368,12 +368,13 @@ static pd_code infer_outputs(const dev_engine *e, const dev_op_def *def,
 
 /* Creates op's outputs (not yet allocated, not yet submitted) and, for a
  * collective, its rendezvous. */
-static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
-                            int nout, const pd_dtype *out_dtype,
+static pd_code make_outputs(dev_engine *e, const dev_devset *set,
+                            const dev_op_def *def, dev_op *op, int nout,
+                            const pd_dtype *out_dtype,
                             const dev_shape *out_shapes, dev_status *st) {
-  const int n = e->n;
+  const int n = set->n;
   for (int o = 0; o < nout; o++) {
-    pd_code rc = dev__tensor_new(e, out_dtype[o], &out_shapes[o * n],
+    pd_code rc = dev__tensor_new(e, set, out_dtype[o], &out_shapes[o * n],
                                  &op->outputs[o], st);
     if (rc != PD_OK) {
       char msg[DEV_STATUS_MSG_MAX], nm[80];
@@ -387,7 +388,7 @@ static pd_code make_outputs(dev_engine *e, const dev_op_def *def, dev_op *op,
   }
   if (def->flags & DEV_OP_COLLECTIVE) {
     op->collective = e->backend->collective_create(
-        e->backend, (dev_collective_kind)def->collective, dev__placeholder_set(e));
+        e->backend, (dev_collective_kind)def->collective, set);
     if (!op->collective)
       return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
   }
@@ -417,16 +418,49 @@ static bool outputs_not_mirrored(const dev_op_def *def, const dev_op *op) {
   return dev__outputs_not_mirrored(def, op->attrs, in);
 }
 
-pd_code dev_op_prepare(dev_engine *e, const char *op_name,
-                       dev_tensor *const *inputs, int num_inputs,
-                       const dev_attr *attrs, int num_attrs, dev_op **out,
-                       dev_status *st) {
-  const dev_op_def *def = dev_op_lookup(op_name);
-  if (!def)
-    return dev_error(st, PD_INVALID_ARGUMENT,
-                     "unknown op '%.64s'; expected a registered op name",
-                     op_name ? op_name : "(null)");
-  PD_TRY(check_inputs(def, e, inputs, num_inputs, st));
+/* The set an op runs on: its inputs' one set (INVALID_ARGUMENT naming the
+ * op, both inputs and both sets when two differ, or when `set` is given and
+ * is not theirs), else `set`, else the whole mesh. */
+static pd_code resolve_set(const dev_engine *e, const dev_op_def *def,
+                           const dev_devset *set, dev_tensor *const *inputs,
+                           int num_inputs, dev_devset *out, dev_status *st) {
+  char a[DEV_DEVSET_STR_MAX], b[DEV_DEVSET_STR_MAX];
+  static const char how[] =
+      "move a value with CopyToDevices, or ParallelPack / ParallelUnpack";
+  for (int i = 1; i < num_inputs; i++)
+    if (!dev_devset_equal(&inputs[i]->set, &inputs[0]->set))
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "%s: input 0 is on devices %s but input %d is on devices %s; an op "
+          "runs on one device set: %s",
+          def->name, dev_devset_str(&inputs[0]->set, a, sizeof a), i,
+          dev_devset_str(&inputs[i]->set, b, sizeof b), how);
+  if (num_inputs > 0) {
+    if (set && !dev_devset_equal(set, &inputs[0]->set))
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s: placed on devices %s, but its inputs (input 0 "
+                       "and the rest) are on devices %s; an op runs on its "
+                       "inputs' device set: %s",
+                       def->name, dev_devset_str(set, a, sizeof a),
+                       dev_devset_str(&inputs[0]->set, b, sizeof b), how);
+    *out = inputs[0]->set;
+    return PD_OK;
+  }
+  if (!set) set = dev__tape_place; /* a VJP's Fill: its record's set */
+  dev_status sst = DEV_STATUS_INIT;
+  if (dev__devset_check(e, set, out, &sst) != PD_OK)
+    return dev_error(st, sst.code, "%s: %s", def->name, sst.msg);
+  return PD_OK;
+}
+
+pd_code dev__op_prepare_plain(dev_engine *e, const dev_op_def *def,
+                              const dev_devset *placement,
+                              dev_tensor *const *inputs, int num_inputs,
+                              const dev_attr *attrs, int num_attrs,
+                              dev_op **out, dev_status *st) {
+  PD_TRY(dev__check_inputs(def, e, inputs, num_inputs, st));
+  dev_devset set;
+  PD_TRY(resolve_set(e, def, placement, inputs, num_inputs, &set, st));
 
   dev_op *op = dev__op_alloc(e); /* zeroed, from the engine's free list */
   if (!op) return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
@@ -437,7 +471,7 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
    * no malloc per op on the hot path), else on the heap (meshes over 8
    * devices, list outputs), sized by the op's own bound on outputs. */
   dev_shape shapes_local[64];
-  const size_t nshapes = (size_t)e->n * (size_t)dev__op_max_outputs(def);
+  const size_t nshapes = (size_t)set.n * (size_t)dev__op_max_outputs(def);
   dev_shape *out_shapes = NULL;
   pd_code rc;
   PD_TRY_GOTO(
@@ -450,7 +484,7 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
     goto fail;
   }
   int nout = 0;
-  PD_TRY_GOTO(infer_outputs(e, def, op, inputs, num_inputs, &nout, out_dtype,
+  PD_TRY_GOTO(infer_outputs(&set, def, op, inputs, num_inputs, &nout, out_dtype,
                             out_shapes, st),
               rc, fail);
   op->num_inputs = num_inputs;
@@ -458,13 +492,12 @@ pd_code dev_op_prepare(dev_engine *e, const char *op_name,
     dev_tensor_retain(inputs[i]);
     op->inputs[i] = inputs[i];
   }
-  PD_TRY_GOTO(make_outputs(e, def, op, nout, out_dtype, out_shapes, st), rc,
-              fail);
+  PD_TRY_GOTO(make_outputs(e, &set, def, op, nout, out_dtype, out_shapes, st),
+              rc, fail);
   bool not_mirrored = outputs_not_mirrored(def, op);
   for (int o = 0; o < op->num_outputs; o++)
     op->outputs[o]->not_mirrored = not_mirrored;
-  atomic_init(&op->pending, e->n);
-  atomic_init(&op->inflight, e->n + 1);
+  dev__op_set_devset(op, &set);
   if (out_shapes != shapes_local) free(out_shapes);
   *out = op;
   return PD_OK;
@@ -476,6 +509,25 @@ fail:
 }
 
 int dev_op_num_outputs(const dev_op *op) { return op->num_outputs; }
+const dev_devset *dev_op_devset(const dev_op *op) { return &op->set; }
+
+uint64_t dev_op_device_new_bytes(const dev_op *op, int device) {
+  if (device < 0 || device >= PD_MAX_DEVICES || op->index[device] < 0) return 0;
+  uint64_t s = 0;
+  for (int i = 0; i < op->num_outputs; i++)
+    s += dev_tensor_device_bytes(op->outputs[i], device);
+  if (op->def->flags & DEV_OP_PLACEMENT) { /* pack / unpack alias */
+    if (op->def->placement != DEV_PLACE_COPY) return 0;
+    /* a copy's output on a device that also holds its source is new too */
+    return s;
+  }
+  if (op->fn_call)
+    s += ((const dev__fn_call *)op->fn_call)->transient_bytes / op->set.n;
+  if ((op->def->flags & DEV_OP_ALIASES_INPUT) && op->num_outputs > 0 &&
+      op->num_inputs > 0 && op->outputs[0]->bytes == op->inputs[0]->bytes)
+    s -= dev_tensor_device_bytes(op->outputs[0], device);
+  return s;
+}
 dev_tensor *dev_op_output(const dev_op *op, int i) {
   return i >= 0 && i < op->num_outputs ? op->outputs[i] : NULL;
 }
@@ -486,6 +538,9 @@ uint64_t dev_op_output_bytes(const dev_op *op) {
 }
 
 uint64_t dev_op_new_bytes(const dev_op *op) {
+  if ((op->def->flags & DEV_OP_PLACEMENT) &&
+      op->def->placement != DEV_PLACE_COPY)
+    return 0; /* ParallelPack / ParallelUnpack share their inputs' buffers */
   uint64_t s = dev_op_output_bytes(op);
   /* A function call also holds its buffer arena while it runs (the
    * largest device's). */

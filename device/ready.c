@@ -141,7 +141,9 @@ double dev_engine_watch(dev_engine *e, int device, dev_progress *p,
     return 0;
   }
   dev_exec *x = &e->execs[device];
-  uint64_t last = atomic_load_explicit(&e->last_seq, memory_order_relaxed);
+  /* The last op pushed to THIS device: ops on other devices' sets never
+   * reach it (issue #17). */
+  uint64_t last = atomic_load_explicit(&x->pushed_seq, memory_order_relaxed);
   uint64_t done = atomic_load(&x->ready.done_seq);
   uint64_t run = atomic_load_explicit(&x->run_seq, memory_order_relaxed);
   uint64_t beats = atomic_load_explicit(&x->beats, memory_order_relaxed);
@@ -252,8 +254,8 @@ pd_code dev_tensor_notify(dev_tensor *t, dev_ready_fn fn, void *arg,
    * waiters are still being added. */
   atomic_init(&g->remaining, 1);
   int used = 0;
-  for (int d = 0; d < t->n; d++)
-    notify_add(&e->execs[d].ready, g, &used,
+  for (int d = 0; d < t->n; d++) /* component d waits on its own device */
+    notify_add(&e->execs[dev__comp_device(t, d)].ready, g, &used,
                atomic_load(&t->comps[d].ready_seq));
   if (atomic_fetch_sub(&g->remaining, 1) == 1) notify_fire(g);
   return PD_OK;
@@ -296,7 +298,7 @@ bool dev_tensor_is_ready(const dev_tensor *t) {
   if (atomic_load_explicit(&((dev_tensor *)t)->pending, memory_order_acquire))
     return false;
   for (int d = 0; d < t->n; d++)
-    if (dev__exec_done(t->engine, d) <
+    if (dev__exec_done(t->engine, dev__comp_device(t, d)) <
         atomic_load(&((dev_tensor *)t)->comps[d].ready_seq))
       return false;
   return true;
@@ -346,11 +348,11 @@ pd_code dev_tensor_wait_until(dev_tensor *t, double deadline, dev_status *st) {
     if (seq == UINT64_MAX)
       return dev_error(st, PD_FAILED_PRECONDITION,
                        "tensor's op was prepared but never submitted");
-    if (!dev__exec_wait_until(t->engine, d, seq, deadline))
+    if (!dev__exec_wait_until(t->engine, dev__comp_device(t, d), seq, deadline))
       return dev_error(
           st, PD_DEADLINE_EXCEEDED,
           "deadline passed before the tensor was computed (waiting on %s)",
-          b->device_name(b, d));
+          b->device_name(b, dev__comp_device(t, d)));
   }
   for (int d = 0; d < t->n; d++)
     if (t->comps[d].code != PD_OK)
@@ -360,7 +362,8 @@ pd_code dev_tensor_wait_until(dev_tensor *t, double deadline, dev_status *st) {
    * once its device finished it, so there is nothing left to wait for;
    * synchronizing would also wait for every op queued after this tensor's. */
   if (t->engine->fenced) return PD_OK;
-  for (int d = 0; d < t->n; d++) PD_TRY(b->synchronize(b, d, st));
+  for (int d = 0; d < t->n; d++)
+    PD_TRY(b->synchronize(b, dev__comp_device(t, d), st));
   return PD_OK;
 }
 

@@ -106,6 +106,7 @@ static void registry_init_once(void) {
   dev_register_grad_ops();
   dev_register_grad_parts_ops();
   dev_register_fused_ops();
+  dev_register_placement_ops();
 }
 
 void dev_registry_init(void) { pthread_once(&g_once, registry_init_once); }

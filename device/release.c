@@ -32,7 +32,7 @@ void dev__exec_release_failed(dev_engine *e, dev_op *op) {
       dev_tensor_retain(t);
       r->t = t;
       r->code = t->comps[f].code;
-      dev_exec *x = &e->execs[d];
+      dev_exec *x = &e->execs[dev__comp_device(t, d)];
       pthread_mutex_lock(&x->mu);
       r->next = x->released;
       x->released = r;
@@ -47,10 +47,10 @@ void dev__exec_drain_released(dev_exec *x) {
   x->released = NULL;
   if (!r) return;
   pthread_mutex_unlock(&x->mu);
-  const int d = x->device;
   while (r) {
     dev__released *next = r->next;
     dev_tensor *t = r->t;
+    const int d = dev__slot(t, x->device); /* the component on this device */
     int f = first_failed(t);
     char msg[DEV_STATUS_MSG_MAX];
     snprintf(msg, sizeof msg, "%s",

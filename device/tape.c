@@ -20,9 +20,26 @@ pd_code dev__tape_exec(const dev_tape *tp, const char *op,
                        dev_tensor *const *in, int n, const dev_attr *attrs,
                        int n_attrs, dev_tensor **outs, int *n_out,
                        dev_status *st) {
-  if (tp->exec)
-    return tp->exec(tp->exec_arg, op, in, n, attrs, n_attrs, outs, n_out, st);
-  return dev_execute(tp->engine, op, in, n, attrs, n_attrs, outs, n_out, st);
+  /* An op without inputs (a Fill scalar, DeviceId) goes where the record
+   * whose VJP runs lives (issue #17): its first input's set, else its first
+   * output's. dev__tape_place carries it to dev_op_prepare through any
+   * executor. */
+  const dev_devset *place = NULL;
+  if (n == 0 && tp->cur_rec > 0 && tp->cur_rec <= tp->n_recs) {
+    const tape_rec *r = tp->recs[tp->cur_rec - 1];
+    if (r->n_in > 0)
+      place = &r->in[0]->set;
+    else if (r->n_out > 0)
+      place = &r->out[0]->set;
+  }
+  const dev_devset *saved = dev__tape_place;
+  dev__tape_place = place;
+  pd_code rc = tp->exec ? tp->exec(tp->exec_arg, op, in, n, attrs, n_attrs,
+                                   outs, n_out, st)
+                        : dev_execute_on(tp->engine, place, op, in, n, attrs,
+                                         n_attrs, outs, n_out, st);
+  dev__tape_place = saved;
+  return rc;
 }
 
 void dev_tape_set_executor(dev_tape *tp, dev_execute_fn fn, void *arg) {

@@ -128,6 +128,10 @@ void dev__vjp_reshape_like(vjp_ctx *c);
 void dev__vjp_split(vjp_ctx *c);
 void dev__vjp_unpack(vjp_ctx *c);
 void dev__vjp_pack(vjp_ctx *c);
+/* The placement ops' VJPs (vjp_lists.c, issue #17). */
+void dev__vjp_parallel_pack(vjp_ctx *c);
+void dev__vjp_parallel_unpack(vjp_ctx *c);
+void dev__vjp_copy_to_devices(vjp_ctx *c);
 
 /* The helpers of VJPs (vjp_util.c). dev__vjp_run runs `op` through the
  * tape's executor and returns its output 0, a temporary released after the

@@ -45,12 +45,14 @@ static void merge_shape(dev_tensor *t) {
       if (t->comps[d].shape.dims[i] != t->shape.dims[i]) t->shape.dims[i] = -1;
 }
 
-pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
-                        dev_tensor **out, dev_status *st) {
+pd_code dev__tensor_new(dev_engine *e, const dev_devset *set, pd_dtype dtype,
+                        const dev_shape *shapes, dev_tensor **out,
+                        dev_status *st) {
   if (!dev_dtype_is_valid(dtype))
     return dev_error(st, PD_INVALID_ARGUMENT, "dtype %d is not a valid dtype",
                      (int)dtype);
-  int n = e->n;
+  if (!set) set = &e->all;
+  int n = set->n;
   for (int d = 0; d < n; d++)
     if (shapes[d].rank != shapes[0].rank)
       return dev_error(st, PD_INVALID_ARGUMENT,
@@ -67,6 +69,8 @@ pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
   t->engine = e;
   t->dtype = dtype;
   t->n = n;
+  t->set = *set;
+  dev__devset_map(set, t->slot);
   for (int d = 0; d < n; d++) {
     dev_component *c = &t->comps[d];
     char sb[160];
@@ -91,12 +95,20 @@ pd_code dev__tensor_new(dev_engine *e, pd_dtype dtype, const dev_shape *shapes,
 pd_code dev_tensor_create(dev_engine *e, pd_dtype dtype,
                           const dev_shape *shapes, dev_tensor **out,
                           dev_status *st) {
+  return dev_tensor_create_on(e, NULL, dtype, shapes, out, st);
+}
+
+pd_code dev_tensor_create_on(dev_engine *e, const dev_devset *set,
+                             pd_dtype dtype, const dev_shape *shapes,
+                             dev_tensor **out, dev_status *st) {
+  dev_devset s;
+  PD_TRY(dev__devset_check(e, set, &s, st));
   dev_tensor *t;
-  PD_TRY(dev__tensor_new(e, dtype, shapes, &t, st));
+  PD_TRY(dev__tensor_new(e, &s, dtype, shapes, &t, st));
   dev_backend *b = e->backend;
   for (int d = 0; d < t->n; d++) {
-    pd_code rc =
-        dev__buffer_alloc(b, d, t->comps[d].bytes, &t->comps[d].buf, st);
+    pd_code rc = dev__buffer_alloc(b, dev__comp_device(t, d), t->comps[d].bytes,
+                                   &t->comps[d].buf, st);
     if (rc != PD_OK) {
       dev_tensor_release(t);
       return rc;
@@ -165,3 +177,9 @@ const dev_shape *dev_tensor_component_shape(const dev_tensor *t, int d) {
 }
 int dev_tensor_num_components(const dev_tensor *t) { return t->n; }
 uint64_t dev_tensor_bytes(const dev_tensor *t) { return t->bytes; }
+const dev_devset *dev_tensor_devset(const dev_tensor *t) { return &t->set; }
+uint64_t dev_tensor_device_bytes(const dev_tensor *t, int device) {
+  if (device < 0 || device >= PD_MAX_DEVICES) return 0;
+  int c = t->slot[device];
+  return c >= 0 ? t->comps[c].bytes : 0;
+}

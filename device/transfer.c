@@ -16,7 +16,19 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
                                      const dev_shape *host_shape,
                                      const dev_shape *component_shapes,
                                      dev_tensor **out, dev_status *st) {
-  int n = e->n;
+  return dev_tensor_create_for_layout_on(e, NULL, dtype, layout, host_shape,
+                                         component_shapes, out, st);
+}
+
+pd_code dev_tensor_create_for_layout_on(dev_engine *e, const dev_devset *set,
+                                        pd_dtype dtype,
+                                        const dev_layout *layout,
+                                        const dev_shape *host_shape,
+                                        const dev_shape *component_shapes,
+                                        dev_tensor **out, dev_status *st) {
+  dev_devset sset;
+  PD_TRY(dev__devset_check(e, set, &sset, st));
+  int n = sset.n;
   dev_shape *shapes = malloc(sizeof(dev_shape) * (size_t)n);
   if (!shapes)
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "host out of memory");
@@ -52,7 +64,7 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
                      "sharded or per-component",
                      (int)layout->kind);
   }
-  if (rc == PD_OK) rc = dev_tensor_create(e, dtype, shapes, out, st);
+  if (rc == PD_OK) rc = dev_tensor_create_on(e, &sset, dtype, shapes, out, st);
   if (rc == PD_OK) {
     (*out)->not_mirrored = layout->kind != DEV_LAYOUT_MIRRORED;
     if (layout->kind == DEV_LAYOUT_SHARDED)
@@ -67,9 +79,18 @@ pd_code dev_tensor_create_pending(dev_engine *e, pd_dtype dtype,
                                   const dev_shape *host_shape,
                                   const dev_shape *component_shapes,
                                   dev_tensor **out, dev_status *st) {
+  return dev_tensor_create_pending_on(e, NULL, dtype, layout, host_shape,
+                                      component_shapes, out, st);
+}
+
+pd_code dev_tensor_create_pending_on(dev_engine *e, const dev_devset *set,
+                                     pd_dtype dtype, const dev_layout *layout,
+                                     const dev_shape *host_shape,
+                                     const dev_shape *component_shapes,
+                                     dev_tensor **out, dev_status *st) {
   dev_tensor *t = NULL;
-  PD_TRY(dev_tensor_create_for_layout(e, dtype, layout, host_shape,
-                                      component_shapes, &t, st));
+  PD_TRY(dev_tensor_create_for_layout_on(e, set, dtype, layout, host_shape,
+                                         component_shapes, &t, st));
   pd_code rc = dev__tensor_set_pending(t, st);
   if (rc != PD_OK) {
     dev_tensor_release(t);
@@ -150,13 +171,15 @@ static pd_code walk_concat(dev_tensor *t, const span_map *m, uint64_t offset,
 static pd_code write_span(dev_tensor *t, int c, uint64_t off, void *host,
                           size_t len, dev_status *st) {
   dev_backend *b = t->engine->backend;
-  return b->copy_h2d(b, c, (char *)t->comps[c].buf->data + off, host, len, st);
+  return b->copy_h2d(b, dev__comp_device(t, c),
+                     (char *)t->comps[c].buf->data + off, host, len, st);
 }
 
 static pd_code read_span(dev_tensor *t, int c, uint64_t off, void *host,
                          size_t len, dev_status *st) {
   dev_backend *b = t->engine->backend;
-  return b->copy_d2h(b, c, host, (char *)t->comps[c].buf->data + off, len, st);
+  return b->copy_d2h(b, dev__comp_device(t, c), host,
+                     (char *)t->comps[c].buf->data + off, len, st);
 }
 
 static pd_code check_range(uint64_t offset, size_t len, uint64_t total,
@@ -331,12 +354,20 @@ pd_code dev_tensor_from_host(dev_engine *e, pd_dtype dtype,
                              const dev_layout *layout,
                              const dev_shape *host_shape, const void *data,
                              dev_tensor **out, dev_status *st) {
+  return dev_tensor_from_host_on(e, NULL, dtype, layout, host_shape, data, out,
+                                 st);
+}
+
+pd_code dev_tensor_from_host_on(dev_engine *e, const dev_devset *set,
+                                pd_dtype dtype, const dev_layout *layout,
+                                const dev_shape *host_shape, const void *data,
+                                dev_tensor **out, dev_status *st) {
   if (layout->kind == DEV_LAYOUT_PER_COMPONENT)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "use dev_tensor_from_components for per-component values");
   dev_tensor *t;
-  PD_TRY(
-      dev_tensor_create_for_layout(e, dtype, layout, host_shape, NULL, &t, st));
+  PD_TRY(dev_tensor_create_for_layout_on(e, set, dtype, layout, host_shape,
+                                         NULL, &t, st));
   uint64_t bytes =
       layout->kind == DEV_LAYOUT_MIRRORED ? t->comps[0].bytes : t->bytes;
   pd_code rc = dev_tensor_write(t, layout, 0, 0, data, bytes, st);
@@ -352,8 +383,15 @@ pd_code dev_tensor_from_components(dev_engine *e, pd_dtype dtype,
                                    const dev_shape *shapes,
                                    const void *const *datas, dev_tensor **out,
                                    dev_status *st) {
+  return dev_tensor_from_components_on(e, NULL, dtype, shapes, datas, out, st);
+}
+
+pd_code dev_tensor_from_components_on(dev_engine *e, const dev_devset *set,
+                                      pd_dtype dtype, const dev_shape *shapes,
+                                      const void *const *datas,
+                                      dev_tensor **out, dev_status *st) {
   dev_tensor *t;
-  PD_TRY(dev_tensor_create(e, dtype, shapes, &t, st));
+  PD_TRY(dev_tensor_create_on(e, set, dtype, shapes, &t, st));
   t->not_mirrored = true;
   dev_layout lay = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
   for (int d = 0; d < t->n; d++) {

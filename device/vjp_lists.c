@@ -103,3 +103,78 @@ void dev__vjp_pack(vjp_ctx *c) {
   for (int j = 0; j < cnt; j++)
     if (c->need[j]) keep_dx(c, j, dx[j]);
 }
+
+/* --- the placement ops (issue #17) ----------------------------------------
+ * ParallelPack and ParallelUnpack are each other's VJP; CopyToDevices copies
+ * its gradient back to the input's set, summing over the destinations
+ * where one source component fed several. */
+
+/* ParallelPack: dx[0..N) = ParallelUnpack(dy). */
+void dev__vjp_parallel_pack(vjp_ctx *c) {
+  if (!c->dy[0]) return;
+  const int n = c->r->n_in;
+  dev_tensor *dx[DEV_MAX_INPUTS] = {0};
+  int cnt = n;
+  if (!run_all(c, "ParallelUnpack", &c->dy[0], 1, NULL, 0, dx, &cnt)) return;
+  for (int j = 0; j < cnt; j++)
+    if (c->need[j]) keep_dx(c, j, dx[j]);
+}
+
+/* ParallelUnpack: dx = ParallelPack(dy[0..N)), ZerosLike where none. */
+void dev__vjp_parallel_unpack(vjp_ctx *c) {
+  if (!c->need[0]) return;
+  dev_tensor *g[DEV_MAX_OUTPUTS];
+  if (!output_grads(c, g)) return;
+  dev_tensor *dx = NULL;
+  int one = 1;
+  if (run_all(c, "ParallelPack", g, c->r->n_out, NULL, 0, &dx, &one))
+    keep_dx(c, 0, dx);
+}
+
+/* CopyToDevices onto `set` (a temporary, NULL after an error). */
+static dev_tensor *copy_to(vjp_ctx *c, dev_tensor *t, const dev_devset *set) {
+  int64_t devs[PD_MAX_DEVICES];
+  for (int i = 0; i < set->n; i++) devs[i] = set->dev[i];
+  dev_attr a = dev_attr_int_list("devices", devs, set->n);
+  dev_tensor *out = NULL;
+  int one = 1;
+  return run_all(c, "CopyToDevices", &t, 1, &a, 1, &out, &one) ? out : NULL;
+}
+
+/* CopyToDevices: the same count copies back; an input on one device (or a
+ * mirrored one, whose component 0 fed every destination) gets the sum of
+ * every destination's gradient on its component 0, and zeros elsewhere. */
+void dev__vjp_copy_to_devices(vjp_ctx *c) {
+  if (!c->need[0] || !c->dy[0]) return;
+  dev_tensor *x = c->r->in[0], *dy = c->dy[0];
+  if (x->n == dy->n) {
+    keep_dx(c, 0, copy_to(c, dy, &x->set));
+    return;
+  }
+  dev_tensor *parts[DEV_MAX_OUTPUTS] = {0};
+  int cnt = dy->n;
+  if (!run_all(c, "ParallelUnpack", &dy, 1, NULL, 0, parts, &cnt)) return;
+  dev_devset first = {.n = 1};
+  first.dev[0] = x->set.dev[0];
+  dev_tensor *sum = copy_to(c, parts[0], &first);
+  for (int j = 1; j < cnt && sum; j++) {
+    dev_tensor *in[2] = {sum, copy_to(c, parts[j], &first)};
+    int one = 1;
+    if (!in[1] || !run_all(c, "Add", in, 2, NULL, 0, &sum, &one)) return;
+  }
+  if (!sum || x->n == 1) {
+    keep_dx(c, 0, sum);
+    return;
+  }
+  dev_tensor *xs[DEV_MAX_OUTPUTS] = {0}, *g[DEV_MAX_INPUTS] = {0};
+  int nx = x->n;
+  if (!run_all(c, "ParallelUnpack", &x, 1, NULL, 0, xs, &nx)) return;
+  g[0] = sum;
+  for (int i = 1; i < nx; i++) {
+    int one = 1;
+    if (!run_all(c, "ZerosLike", &xs[i], 1, NULL, 0, &g[i], &one)) return;
+  }
+  dev_tensor *dx = NULL;
+  int one = 1;
+  if (run_all(c, "ParallelPack", g, nx, NULL, 0, &dx, &one)) keep_dx(c, 0, dx);
+}

@@ -33,19 +33,19 @@ typedef struct cpu_coll {
   const void *in[PD_MAX_DEVICES];
   void *out[PD_MAX_DEVICES];
   dev_shape in_shape[PD_MAX_DEVICES];
+  dev_devset set; /* the devices taking part; rank = position in it */
 } cpu_coll;
 
+/* Issue #17: a collective runs over its operands' set: set->n ranks, rank
+ * i on engine device set->dev[i] (ctx->index in dev_cpu_collective_run). */
 void *dev_cpu_collective_create(dev_backend *b, dev_collective_kind kind,
                                 const struct dev_devset *set) {
-  return dev_cpu_collective_create_n(b, kind, set->n);
-}
-
-void *dev_cpu_collective_create_n(dev_backend *b, dev_collective_kind kind,
-                                  int n) {
+  (void)b;
   cpu_coll *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->kind = kind;
-  c->n = n;
+  c->n = set->n;
+  c->set = *set;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   return c;
@@ -292,7 +292,7 @@ static int parse_reduction(const dev_attr_value *v) {
 pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
                                const dev_status *failed, dev_status *st) {
   cpu_coll *c = ctx->collective;
-  const int d = ctx->device, n = c->n;
+  const int d = ctx->index, n = c->n; /* rank within the set */
   pthread_mutex_lock(&c->mu);
   c->in[d] = ctx->num_inputs > 0 ? ctx->in_data[0] : NULL;
   c->out[d] = ctx->num_outputs > 0 ? ctx->out_data[0] : NULL;
@@ -308,7 +308,8 @@ pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
     if (c->fail_device == d)
       return dev_error(st, c->fail_st.code, "%s", c->fail_st.msg);
     return dev_error(st, c->fail_st.code, "%s: cancelled because %s failed: %s",
-                     ctx->op->name, b->device_name(b, c->fail_device),
+                     ctx->op->name,
+                     b->device_name(b, c->set.dev[c->fail_device]),
                      c->fail_st.msg);
   }
 

@@ -6,8 +6,6 @@
 
 void *dev_cpu_collective_create(dev_backend *b, dev_collective_kind kind,
                                 const struct dev_devset *set);
-void *dev_cpu_collective_create_n(dev_backend *b, dev_collective_kind kind,
-                                int n);
 pd_code dev_cpu_collective_run(dev_backend *b, dev_kernel_ctx *ctx,
                                const dev_status *failed, dev_status *st);
 void dev_cpu_collective_release(dev_backend *b, void *coll);

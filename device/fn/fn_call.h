@@ -30,6 +30,9 @@ typedef struct fn_cg {
 typedef struct fn_inst {
   atomic_int refs;
   dev_engine *engine;
+  /* The devices its calls run on (issue #17): n_dev == set.n, component d
+   * (arenas, cg[d], consts) on engine device set.dev[d]. */
+  dev_devset set;
   fn_graph *g; /* optimized, compacted, inferred */
   fn_buffer_plan plan;
   bool planned;        /* plan holds offsets (buffer planning in force) */
@@ -164,7 +167,7 @@ bool fn_run_call(dev_op *op, int device, const void *const *in_data,
                  void *const *out_data, bool failed, _Atomic uint64_t *beats,
                  dev_status *st);
 /* Frees what device `device`'s run allocated (*m zeroed after). */
-void fn_run_release(const fn_inst *inst, int device, fn_run_mem *m);
+void fn_run_release(const fn_inst *inst, int index, fn_run_mem *m);
 /* The bytes a call of inst allocates while it runs, summed over devices
  * (as a tensor's bytes are): the arena where planned, plus every value
  * run.c gives an allocation of its own (neither a graph output, nor an
@@ -207,7 +210,7 @@ pd_code fn_inline_all(fn_graph *g, const fn_inline_ctx *x, dev_status *st);
 /* instance.c */
 void fn_inst_unref(fn_inst *inst); /* accepts NULL */
 pd_code fn_prepare_call_locked(dev_fn_lib *lib, fn_func *f,
-                               dev_tensor *const *inputs, int num_inputs,
-                               dev_op **out, dev_status *st);
+                               const dev_devset *set, dev_tensor *const *inputs,
+                               int num_inputs, dev_op **out, dev_status *st);
 
 #endif /* PARADEV_FN_CALL_H */

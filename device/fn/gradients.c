@@ -83,7 +83,11 @@ static pd_code make_placeholder(gx *x, fn_ref r, dev_tensor **out,
   if (!sh) return oom(st);
   for (int d = 0; d < nd; d++) sh[d] = *fn_ref_shape(x->g, r, d);
   dev_tensor *t = NULL;
-  pd_code rc = dev__tensor_new(x->e, fn_ref_dtype(x->g, r), sh, &t, st);
+  /* n_dev components: the call's set has that many devices; graph values
+   * only need the count, so the first nd of the mesh stand for them. */
+  dev_devset set = {.n = nd};
+  for (int d = 0; d < nd; d++) set.dev[d] = (uint8_t)d;
+  pd_code rc = dev__tensor_new(x->e, &set, fn_ref_dtype(x->g, r), sh, &t, st);
   free(sh);
   if (rc != PD_OK) return rc;
   t->not_mirrored = fn_ref_not_mirrored(x->g, r);

@@ -23,10 +23,11 @@ static pd_code oom(dev_status *st) {
 void fn_inst_unref(fn_inst *inst) {
   if (!inst || atomic_fetch_sub(&inst->refs, 1) != 1) return;
   dev_backend *b = inst->engine->backend;
-  for (int d = 0; inst->cg && d < inst->engine->n; d++) {
-    if (inst->cg[d].graph) b->graph_destroy(b, d, inst->cg[d].graph);
+  for (int d = 0; inst->cg && d < inst->set.n; d++) {
+    const int dev = inst->set.dev[d]; /* cg[] by component */
+    if (inst->cg[d].graph) b->graph_destroy(b, dev, inst->cg[d].graph);
     if (inst->cg[d].mem)
-      b->deallocate(b, d, inst->cg[d].mem, inst->cg[d].mem_bytes);
+      b->deallocate(b, dev, inst->cg[d].mem, inst->cg[d].mem_bytes);
     free(inst->cg[d].off);
   }
   free(inst->cg);
@@ -53,14 +54,19 @@ static char *shape_txt(const dev_shape *s, char *buf, size_t len) {
   return buf;
 }
 
-/* The signature key: every input's dtype, not-mirrored mark and component
- * shapes. */
-static unsigned char *sig_key(dev_tensor *const *in, int n_in, int n_dev,
-                              size_t *len) {
+/* The signature key: the call's device set (issue #17: consts, arenas and
+ * collectives are per set), then every input's dtype, not-mirrored mark and
+ * component shapes. */
+static unsigned char *sig_key(const dev_devset *set, dev_tensor *const *in,
+                              int n_in, int n_dev, size_t *len) {
   size_t per = sizeof(pd_dtype) + 1 + sizeof(dev_shape) * (size_t)n_dev;
-  unsigned char *k = calloc(1, per * (size_t)(n_in ? n_in : 1));
+  const size_t head = 1 + (size_t)set->n;
+  unsigned char *k = calloc(1, head + per * (size_t)(n_in ? n_in : 1));
   if (!k) return NULL;
   unsigned char *p = k;
+  *p++ = (unsigned char)set->n;
+  memcpy(p, set->dev, (size_t)set->n);
+  p += set->n;
   for (int i = 0; i < n_in; i++) {
     memcpy(p, &in[i]->dtype, sizeof(pd_dtype));
     p += sizeof(pd_dtype);
@@ -75,16 +81,24 @@ static unsigned char *sig_key(dev_tensor *const *in, int n_in, int n_dev,
       p += sizeof s;
     }
   }
-  *len = per * (size_t)n_in;
+  *len = head + per * (size_t)n_in;
   return k;
 }
 
 /* What changed between the inputs and instantiation `c` ("input 0 shape
  * [32,64], cached [31,64]"; several joined by "; "). */
-static void miss_reason(const fn_inst *c, dev_tensor *const *in, int n_in,
-                        int n_dev, char *buf, size_t len) {
+static void miss_reason(const fn_inst *c, const dev_devset *set,
+                        dev_tensor *const *in, int n_in, int n_dev, char *buf,
+                        size_t len) {
   int off = 0;
   buf[0] = '\0';
+  if (!dev_devset_equal(set, &c->set)) {
+    char a[DEV_DEVSET_STR_MAX], b[DEV_DEVSET_STR_MAX];
+    snprintf(buf, len, "devices %s, cached %s",
+             dev_devset_str(set, a, sizeof a),
+             dev_devset_str(&c->set, b, sizeof b));
+    return;
+  }
   for (int i = 0; i < n_in && (size_t)off < len; i++) {
     char what[200] = "";
     if (in[i]->dtype != c->arg_dtype[i]) {
@@ -210,9 +224,9 @@ static pd_code upload_consts(dev_engine *e, fn_inst *inst, dev_status *st) {
   dev_layout lay = {DEV_LAYOUT_MIRRORED, 0, 0};
   for (int c = 0; c < g->n_consts; c++) {
     dev_status ust = DEV_STATUS_INIT;
-    if (dev_tensor_from_host(e, g->consts[c].dtype, &lay, &g->consts[c].shape,
-                             g->consts[c].data, &inst->consts[c],
-                             &ust) != PD_OK)
+    if (dev_tensor_from_host_on(e, &inst->set, g->consts[c].dtype, &lay,
+                                &g->consts[c].shape, g->consts[c].data,
+                                &inst->consts[c], &ust) != PD_OK)
       return dev_error(st, ust.code, "function '%s': constant %d: %s",
                        g->fn_name, c, ust.msg);
   }
@@ -239,10 +253,10 @@ static pd_code record_args(fn_inst *inst, dev_tensor *const *in, int n_in,
 
 /* The registered graph for these inputs: args' shapes set, calls inlined,
  * inferred, gradients expanded and inferred. */
-static pd_code specialize(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
-                          double deadline, int budget_ms, fn_graph **out,
-                          dev_status *st) {
-  const int n = lib->engine->n;
+static pd_code specialize(dev_fn_lib *lib, fn_func *f, const dev_devset *set,
+                          dev_tensor *const *in, double deadline, int budget_ms,
+                          fn_graph **out, dev_status *st) {
+  const int n = set->n;
   fn_graph *g = fn_graph_clone(f->g);
   if (!g) return oom(st);
   pd_code rc = PD_OK;
@@ -298,29 +312,38 @@ static bool cuda_graph_possible(const dev_fn_lib *lib, const fn_func *f,
          b->graph_destroy;
 }
 
-static pd_code instantiate(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
-                           int n_in, fn_inst **out, dev_status *st) {
+static pd_code instantiate(dev_fn_lib *lib, fn_func *f, const dev_devset *set,
+                           dev_tensor *const *in, int n_in, fn_inst **out,
+                           dev_status *st) {
   dev_engine *e = lib->engine;
   fn_inst *inst = calloc(1, sizeof *inst);
   if (!inst) return oom(st);
   atomic_init(&inst->refs, 1);
   atomic_init(&inst->calls, 0);
   inst->engine = e;
+  inst->set = *set;
+  const int n_dev = set->n;
   pd_code rc = PD_OK;
-  PD_TRY_GOTO(record_args(inst, in, n_in, e->n, st), rc, fail);
-  if (!(inst->key = sig_key(in, n_in, e->n, &inst->key_len))) {
+  PD_TRY_GOTO(record_args(inst, in, n_in, n_dev, st), rc, fail);
+  if (!(inst->key = sig_key(set, in, n_in, n_dev, &inst->key_len))) {
     rc = oom(st);
     goto fail;
   }
-  signature_txt(in, n_in, e->n, inst->info.signature,
+  signature_txt(in, n_in, n_dev, inst->info.signature,
                 sizeof inst->info.signature);
+  if (!dev_devset_is_all(e, set)) { /* two sets never read the same */
+    char ds[DEV_DEVSET_STR_MAX];
+    size_t used = strlen(inst->info.signature);
+    snprintf(inst->info.signature + used, sizeof inst->info.signature - used,
+             " on devices %s", dev_devset_str(set, ds, sizeof ds));
+  }
   /* The bound on this instantiation's inlining, gradients, passes and
    * plugins: it runs under the session's lock. */
   const int budget_ms = lib->cfg.instantiation_max_ms > 0
                             ? lib->cfg.instantiation_max_ms
                             : DEV_FN_DEFAULT_INST_MAX_MS;
   const double deadline = dev_monotonic_now() + budget_ms / 1000.0;
-  rc = specialize(lib, f, in, deadline, budget_ms, &inst->g, st);
+  rc = specialize(lib, f, set, in, deadline, budget_ms, &inst->g, st);
   if (rc == PD_OK) {
     inst->info.nodes_in = inst->g->n_nodes;
     rc = fn_pipeline(lib, f, &inst->g, &inst->info, deadline, budget_ms, st);
@@ -359,7 +382,7 @@ static pd_code instantiate(dev_fn_lib *lib, fn_func *f, dev_tensor *const *in,
     if (inst->g->nodes[i].def->flags & DEV_OP_COLLECTIVE)
       inst->coll_nodes[inst->n_coll++] = i;
   if (cuda_graph_possible(lib, f, inst) &&
-      !(inst->cg = calloc((size_t)e->n, sizeof *inst->cg))) {
+      !(inst->cg = calloc((size_t)n_dev, sizeof *inst->cg))) {
     rc = oom(st);
     goto fail;
   }
@@ -397,11 +420,11 @@ static void add_miss_reason(fn_func *f, const char *why) {
 
 /* The instantiation for these inputs (a reference), from the cache or new. */
 static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
-                                   dev_tensor *const *in, int n_in,
-                                   fn_inst **out, dev_status *st) {
-  const int n = lib->engine->n;
+                                   const dev_devset *set, dev_tensor *const *in,
+                                   int n_in, fn_inst **out, dev_status *st) {
+  const int n = set->n;
   size_t klen = 0;
-  unsigned char *key = sig_key(in, n_in, n, &klen);
+  unsigned char *key = sig_key(set, in, n_in, n, &klen);
   if (!key) return oom(st);
   int hit = -1;
   for (int i = 0; i < f->n_insts && hit < 0; i++)
@@ -428,12 +451,12 @@ static pd_code find_or_instantiate(dev_fn_lib *lib, fn_func *f,
     else if (f->n_insts == 0)
       snprintf(why, sizeof why, "no instantiation cached");
     else
-      miss_reason(f->insts[0], in, n_in, n, why, sizeof why);
+      miss_reason(f->insts[0], set, in, n_in, n, why, sizeof why);
     f->misses++;
     fn_count(lib, misses);
     add_miss_reason(f, why);
     fn_log(&lib->cfg, DEV_FN_LOG_INFO, f->name, "cache miss: %s", why);
-    pd_code rc = instantiate(lib, f, in, n_in, &inst, st);
+    pd_code rc = instantiate(lib, f, set, in, n_in, &inst, st);
     if (rc != PD_OK && !inst) return rc;
     if (rc == PD_OK) fn_count(lib, instantiations);
     int cap = inst_cap(lib, f);
@@ -464,7 +487,7 @@ static void call_free(void *p) {
   dev_backend *b = cs->inst->engine->backend;
   /* Every device is done with the call (dev__op_free): what their runs
    * left here (a body with collectives) goes now. */
-  for (int d = 0; cs->mem && d < cs->inst->engine->n; d++)
+  for (int d = 0; cs->mem && d < cs->inst->set.n; d++)
     fn_run_release(cs->inst, d, &cs->mem[d]);
   free(cs->mem);
   for (int c = 0; c < cs->n_coll; c++)
@@ -552,7 +575,7 @@ static pd_code make_state(dev_engine *e, fn_inst *inst, fn_call_state **out,
   atomic_fetch_add(&inst->refs, 1);
   if (inst->n_coll &&
       (!(cs->colls = calloc((size_t)inst->n_coll, sizeof *cs->colls)) ||
-       !(cs->mem = calloc((size_t)e->n, sizeof *cs->mem)))) {
+       !(cs->mem = calloc((size_t)inst->set.n, sizeof *cs->mem)))) {
     call_free(cs);
     return oom(st);
   }
@@ -560,8 +583,7 @@ static pd_code make_state(dev_engine *e, fn_inst *inst, fn_call_state **out,
     const fn_node *n = &inst->g->nodes[inst->coll_nodes[c]];
     cs->n_coll = c + 1;
     cs->colls[c] = e->backend->collective_create(
-        e->backend, (dev_collective_kind)n->def->collective,
-        dev__placeholder_set(e));
+        e->backend, (dev_collective_kind)n->def->collective, &inst->set);
     if (!cs->colls[c]) {
       call_free(cs);
       return oom(st);
@@ -590,21 +612,20 @@ static pd_code make_call(dev_engine *e, fn_inst *inst, dev_tensor *const *in,
   dev_shape shapes[PD_MAX_DEVICES];
   for (int o = 0; o < g->n_outputs; o++) {
     fn_ref r = g->outputs[o];
-    for (int d = 0; d < e->n; d++) shapes[d] = *fn_ref_shape(g, r, d);
+    for (int d = 0; d < inst->set.n; d++) shapes[d] = *fn_ref_shape(g, r, d);
     dev_status tst = DEV_STATUS_INIT;
-    if (dev__tensor_new(e, fn_ref_dtype(g, r), shapes, &op->outputs[o], &tst) !=
-        PD_OK) {
+    if (dev__tensor_new(e, &inst->set, fn_ref_dtype(g, r), shapes,
+                        &op->outputs[o], &tst) != PD_OK) {
       rc = dev_error(st, tst.code, "function '%s': output '%s': %s", g->fn_name,
                      g->out_names[o], tst.msg);
       goto fail;
     }
     op->num_outputs = o + 1;
     op->outputs[o]->not_mirrored = fn_ref_not_mirrored(g, r);
-    for (int d = 0; d < e->n; d++)
+    for (int d = 0; d < inst->set.n; d++)
       atomic_store(&op->outputs[o]->comps[d].ready_seq, UINT64_MAX);
   }
-  atomic_init(&op->pending, e->n);
-  atomic_init(&op->inflight, e->n + 1);
+  dev__op_set_devset(op, &inst->set);
   atomic_fetch_add(&inst->calls, 1);
   *out = op;
   return PD_OK;
@@ -614,11 +635,11 @@ fail:
 }
 
 pd_code fn_prepare_call_locked(dev_fn_lib *lib, fn_func *f,
-                               dev_tensor *const *inputs, int num_inputs,
-                               dev_op **out, dev_status *st) {
+                               const dev_devset *set, dev_tensor *const *inputs,
+                               int num_inputs, dev_op **out, dev_status *st) {
   PD_TRY(check_call_inputs(lib, f, inputs, num_inputs, st));
   fn_inst *inst = NULL;
-  PD_TRY(find_or_instantiate(lib, f, inputs, num_inputs, &inst, st));
+  PD_TRY(find_or_instantiate(lib, f, set, inputs, num_inputs, &inst, st));
   pd_code rc = make_call(lib->engine, inst, inputs, num_inputs, out, st);
   fn_inst_unref(inst);
   return rc;

@@ -184,10 +184,55 @@ const char *dev_fn_lib_name_at(const dev_fn_lib *lib, int i) {
 pd_code dev_fn_prepare_call(dev_fn_lib *lib, const char *name,
                             dev_tensor *const *inputs, int num_inputs,
                             dev_op **out, dev_status *st) {
+  return dev_fn_prepare_call_on(lib, NULL, name, inputs, num_inputs, out, st);
+}
+
+/* The set a call runs on (issue #17): its inputs' one set, or `set` (NULL:
+ * the whole mesh) for a function without inputs. */
+static pd_code call_set(const dev_fn_lib *lib, const dev_devset *set,
+                        const char *name, dev_tensor *const *in, int n_in,
+                        dev_devset *out, dev_status *st) {
+  char a[DEV_DEVSET_STR_MAX], b[DEV_DEVSET_STR_MAX];
+  static const char how[] =
+      "move a value with CopyToDevices, or ParallelPack / ParallelUnpack";
+  const char *fn = name ? name : "(null)";
+  for (int i = 0; i < n_in; i++)
+    if (!in || !in[i]) n_in = 0; /* check_call_inputs names it */
+  for (int i = 1; i < n_in; i++)
+    if (!dev_devset_equal(dev_tensor_devset(in[i]), dev_tensor_devset(in[0])))
+      return dev_error(
+          st, PD_INVALID_ARGUMENT,
+          "function '%.128s': input 0 is on devices %s but input %d is on "
+          "devices %s; a call runs on one device set: %s",
+          fn, dev_devset_str(dev_tensor_devset(in[0]), a, sizeof a), i,
+          dev_devset_str(dev_tensor_devset(in[i]), b, sizeof b), how);
+  if (n_in > 0) {
+    if (set && !dev_devset_equal(set, dev_tensor_devset(in[0])))
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "function '%.128s': placed on devices %s, but its "
+                       "inputs are on devices %s; a call runs on its "
+                       "inputs' device set: %s",
+                       fn, dev_devset_str(set, a, sizeof a),
+                       dev_devset_str(dev_tensor_devset(in[0]), b, sizeof b),
+                       how);
+    *out = *dev_tensor_devset(in[0]);
+    return PD_OK;
+  }
+  dev_status sst = DEV_STATUS_INIT;
+  if (dev__devset_check(lib->engine, set, out, &sst) != PD_OK)
+    return dev_error(st, sst.code, "function '%.128s': %s", fn, sst.msg);
+  return PD_OK;
+}
+
+pd_code dev_fn_prepare_call_on(dev_fn_lib *lib, const dev_devset *set,
+                               const char *name, dev_tensor *const *inputs,
+                               int num_inputs, dev_op **out, dev_status *st) {
+  dev_devset cs;
+  PD_TRY(call_set(lib, set, name, inputs, num_inputs, &cs, st));
   pthread_mutex_lock(&lib->mu);
   fn_func *f = fn_lib_find(lib, name);
   pd_code rc =
-      f ? fn_prepare_call_locked(lib, f, inputs, num_inputs, out, st)
+      f ? fn_prepare_call_locked(lib, f, &cs, inputs, num_inputs, out, st)
         : dev_error(st, PD_NOT_FOUND,
                     "function '%.128s' is not registered in this session",
                     name ? name : "(null)");

@@ -36,7 +36,8 @@ typedef struct run_state {
   const fn_inst *inst;
   const fn_graph *g;
   dev_backend *b;
-  int d;
+  int d;   /* the component index: position in the call's set */
+  int dev; /* the engine device (backend calls, names) */
   const void *const *in_data;
   void *const *out_data;
   void **val;  /* [n_nodes * FN_MAX_NODE_OUTPUTS] */
@@ -136,7 +137,7 @@ static pd_code place_output(run_state *s, int i, int k, int *alias_of,
   }
   const uint64_t bytes = ref_bytes(g, fn_node_ref(i, k), s->d);
   void *ptr = NULL;
-  PD_TRY(s->b->allocate(s->b, s->d, (size_t)bytes, &ptr, st));
+  PD_TRY(s->b->allocate(s->b, s->dev, (size_t)bytes, &ptr, st));
   s->val[slot] = ptr;
   s->own[slot] = (size_t)bytes + 1;
   return PD_OK;
@@ -165,8 +166,8 @@ static bool run_node(run_state *s, dev_op *op, int i, _Atomic uint64_t *beats,
   if (!fn && (n->def->flags & DEV_OP_ALIASES_INPUT) && n->n_in > 0) {
     /* A view written into a graph output: copy its input's bytes. */
     uint64_t bytes = ref_bytes(g, fn_node_ref(i, 0), s->d);
-    if (!bytes || s->b->copy_d2d(s->b, s->d, out_data[0], s->d, ctx->in_data[0],
-                                 (size_t)bytes, &kst) == PD_OK)
+    if (!bytes || s->b->copy_d2d(s->b, s->dev, out_data[0], s->dev,
+                                 ctx->in_data[0], (size_t)bytes, &kst) == PD_OK)
       return bytes > 0;
     goto fail;
   }
@@ -182,7 +183,7 @@ fail : {
   char where[400];
   fn_node_describe(g, i, where, sizeof where);
   dev_error(st, kst.code, "%s: %s (on %s)", where, kst.msg,
-            s->b->device_name(s->b, s->d));
+            s->b->device_name(s->b, s->dev));
   return false;
 }
 }
@@ -197,22 +198,23 @@ static pd_code copy_outputs(run_state *s, dev_op *op, dev_status *st) {
     size_t bytes = op->outputs[o]->comps[s->d].bytes;
     if (!bytes) continue;
     dev_status cst = DEV_STATUS_INIT;
-    if (s->b->copy_d2d(s->b, s->d, s->out_data[o], s->d, ref_data(s, r), bytes,
-                       &cst) != PD_OK)
+    if (s->b->copy_d2d(s->b, s->dev, s->out_data[o], s->dev, ref_data(s, r),
+                       bytes, &cst) != PD_OK)
       return dev_error(st, cst.code, "function '%s', output '%s': %s (on %s)",
                        g->fn_name, g->out_names[o], cst.msg,
-                       s->b->device_name(s->b, s->d));
+                       s->b->device_name(s->b, s->dev));
   }
   return PD_OK;
 }
 
-void fn_run_release(const fn_inst *inst, int device, fn_run_mem *m) {
+void fn_run_release(const fn_inst *inst, int index, fn_run_mem *m) {
   dev_backend *b = inst->engine->backend;
+  const int device = inst->set.dev[index];
   const fn_graph *g = inst->g;
   for (int i = 0; m->own && i < g->n_nodes * FN_MAX_NODE_OUTPUTS; i++)
     if (m->own[i]) b->deallocate(b, device, m->val[i], m->own[i] - 1);
   if (m->arena)
-    b->deallocate(b, device, m->arena, (size_t)inst->plan.arena_bytes[device]);
+    b->deallocate(b, device, m->arena, (size_t)inst->plan.arena_bytes[index]);
   free(m->val);
   free(m->own);
   memset(m, 0, sizeof *m);
@@ -246,7 +248,7 @@ static bool walk(run_state *s, dev_op *op, bool *failed,
                  _Atomic uint64_t *beats, dev_status *st) {
   const fn_call_state *cs = op->fn_call;
   const fn_graph *g = s->g;
-  const int device = s->d;
+  const int device = s->d; /* component index: shapes are per component */
   bool issued = false;
   int ci = 0;
   for (int i = 0; i < g->n_nodes; i++) {
@@ -267,7 +269,7 @@ static bool walk(run_state *s, dev_op *op, bool *failed,
     dev_kernel_ctx ctx = {
         .op = n->def,
         .attrs = n->attrs,
-        .device = device,
+        .device = s->dev,
         .num_devices = g->n_dev,
         .backend = s->b,
         .op_seq = op->seq,
@@ -282,6 +284,8 @@ static bool walk(run_state *s, dev_op *op, bool *failed,
         .out_alias = out_alias,
         .collective = coll ? cs->colls[ci++] : NULL,
         .heartbeat = beats,
+        .index = device,
+        .devset = &op->set,
     };
     if (coll) {
       int alias_of;
@@ -356,7 +360,7 @@ static bool cg_layout(run_state *s, dev_op *op, fn_cg *cg) {
   }
   cg->mem_bytes = (size_t)at;
   dev_status ast = DEV_STATUS_INIT;
-  return s->b->allocate(s->b, s->d, cg->mem_bytes, (void **)&cg->mem, &ast) ==
+  return s->b->allocate(s->b, s->dev, cg->mem_bytes, (void **)&cg->mem, &ast) ==
          PD_OK;
 }
 
@@ -374,14 +378,14 @@ static bool cg_capture(run_state *s, dev_op *op, fn_cg *cg) {
   c.arena = cg->mem;
   c.fixed = cg->off + na + no;
   dev_status st = DEV_STATUS_INIT;
-  if (s->b->capture_begin(s->b, s->d, &st) != PD_OK) return false;
+  if (s->b->capture_begin(s->b, s->dev, &st) != PD_OK) return false;
   bool failed = false;
   walk(&c, op, &failed, NULL, &st);
   void *graph = NULL;
   dev_status est = DEV_STATUS_INIT;
-  pd_code rc = s->b->capture_end(s->b, s->d, &graph, &est);
+  pd_code rc = s->b->capture_end(s->b, s->dev, &graph, &est);
   if (failed || rc != PD_OK) {
-    if (graph) s->b->graph_destroy(s->b, s->d, graph);
+    if (graph) s->b->graph_destroy(s->b, s->dev, graph);
     return false;
   }
   cg->graph = graph;
@@ -405,17 +409,18 @@ static bool cg_call(run_state *s, dev_op *op, bool *issued, dev_status *st) {
   pd_code rc = PD_OK;
   for (int a = 0; a < na && rc == PD_OK; a++)
     if (op->inputs[a]->comps[s->d].bytes)
-      rc = s->b->copy_d2d(s->b, s->d, cg->mem + cg->off[a], s->d, s->in_data[a],
-                          op->inputs[a]->comps[s->d].bytes, &cst);
-  if (rc == PD_OK) rc = s->b->graph_launch(s->b, s->d, cg->graph, &cst);
+      rc =
+          s->b->copy_d2d(s->b, s->dev, cg->mem + cg->off[a], s->dev,
+                         s->in_data[a], op->inputs[a]->comps[s->d].bytes, &cst);
+  if (rc == PD_OK) rc = s->b->graph_launch(s->b, s->dev, cg->graph, &cst);
   for (int o = 0; o < no && rc == PD_OK; o++)
     if (op->outputs[o]->comps[s->d].bytes)
-      rc = s->b->copy_d2d(s->b, s->d, s->out_data[o], s->d,
+      rc = s->b->copy_d2d(s->b, s->dev, s->out_data[o], s->dev,
                           cg->mem + cg->off[na + o],
                           op->outputs[o]->comps[s->d].bytes, &cst);
   if (rc != PD_OK)
     dev_error(st, cst.code, "function '%s' (CUDA graph): %s (on %s)",
-              g->fn_name, cst.msg, s->b->device_name(s->b, s->d));
+              g->fn_name, cst.msg, s->b->device_name(s->b, s->dev));
   *issued = rc == PD_OK;
   return true;
 }
@@ -426,14 +431,16 @@ bool fn_run_call(dev_op *op, int device, const void *const *in_data,
   fn_call_state *cs = op->fn_call;
   const fn_inst *inst = cs->inst;
   const fn_graph *g = inst->g;
-  run_state s = {
-      inst, g,   op->engine->backend, device, in_data, out_data, NULL, NULL,
-      NULL, NULL};
+  const int idx = op->index[device]; /* per component from here on */
+  run_state s = {inst,     g,      op->engine->backend,
+                 idx,      device, in_data,
+                 out_data, NULL,   NULL,
+                 NULL,     NULL};
   const size_t nv = (size_t)(g->n_nodes ? g->n_nodes : 1) * FN_MAX_NODE_OUTPUTS;
   if (!failed) {
     s.val = calloc(nv, sizeof *s.val);
     s.own = calloc(nv, sizeof *s.own);
-    uint64_t ab = inst->planned ? inst->plan.arena_bytes[device] : 0;
+    uint64_t ab = inst->planned ? inst->plan.arena_bytes[idx] : 0;
     dev_status ast = DEV_STATUS_INIT;
     bool issued = false;
     if (!s.val || !s.own) {

@@ -227,7 +227,7 @@ static pd_code normal_infer(dev_infer_ctx *c, dev_status *st) {
 static philox_key kernel_key(const dev_kernel_ctx *c) {
   return make_key((uint64_t)c->attrs[R_SEED].u.i,
                   (uint64_t)c->attrs[R_SEED2].u.i, c->attrs[R_PER_DEVICE].u.b,
-                  c->device);
+                  c->index); /* per position in the op's set (issue #17) */
 }
 
 static int64_t out_count(const dev_kernel_ctx *c) {
@@ -437,7 +437,7 @@ static pd_code device_id_infer(dev_infer_ctx *c, dev_status *st) {
 }
 
 static pd_code device_id_kernel(dev_kernel_ctx *c, dev_status *st) {
-  int32_t id = c->device;
+  int32_t id = c->index; /* the index within the op's device set */
   memcpy(c->out_data[0], &id, sizeof id);
   (void)st;
   return PD_OK;

@@ -140,11 +140,18 @@ static void test_dtypes_are_what_infer_accepts(void **state) {
                  want ? "that dtype" : "no such dtype");
       if (rc == PD_OK) {
         accepted++;
-        for (int o = 0; o < dev_op_num_outputs(op); o++) {
+        /* Flattened output o belongs to declared output arg `arg` (a list
+         * output, such as ParallelUnpack's, holds several). */
+        const int nout = dev_op_num_outputs(op);
+        for (int o = 0, arg = 0, left = dev_op_output_length(d, 0, nout);
+             o < nout; o++) {
+          while (left == 0 && arg + 1 < d->num_outputs)
+            left = dev_op_output_length(d, ++arg, nout);
+          left--;
           pd_dtype odt = dev_tensor_dtype(dev_op_output(op, o));
-          if (!((d->outputs[o].dtypes >> odt) & 1u))
+          if (!((d->outputs[arg].dtypes >> odt) & 1u))
             fail_msg("op %s: output %s of dtype %s is outside its mask",
-                     d->name, d->outputs[o].name, pd_dtype_name(odt));
+                     d->name, d->outputs[arg].name, pd_dtype_name(odt));
         }
         dev_op_abandon(op, PD_CANCELLED, "test");
       }
