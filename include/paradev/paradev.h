@@ -301,6 +301,11 @@ typedef struct pd_device_info {
                                   was; the rest went to RPC, queueing, idle */
   uint64_t memory_cached_bytes; /* freed blocks kept for reuse (CPU block
                                    cache), not in memory_used_bytes */
+  int gpu; /* issue #17: the physical GPU the device runs on, as the node's
+              scheduler numbers them (SLURM_JOB_GPUS, the CUDA ordinal; the
+              CPU backend's simulated device k stands for GPU k); several
+              devices may share one; -1: none (0 from a daemon older than
+              issue #17) */
 } pd_device_info;
 
 /* The daemon's limits on what a client controls (exceeding one is

@@ -11,7 +11,11 @@
  * with values; Describe's devices; placement outside a narrowed session
  * refused; and the library's own checks of a device list.
  *
- * Values are computed here by hand. Usage: test_placement PARADEVD [FILTER]
+ * The CLI: `paradev load --devices` (indices and names as `paradev info`
+ * shows them), `--session-devices`, and info's GPU column.
+ *
+ * Values are computed here by hand.
+ * Usage: test_placement PARADEVD PARADEV_CLI [FILTER]
  * (FILTER: a cmocka test name pattern, to run some of them).
  */
 #include <setjmp.h>
@@ -21,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -30,6 +36,8 @@
 #define NDEV 4
 
 static const char *paradevd_path;
+static const char *cli_path;
+static char root[64]; /* the daemon's storage root */
 static pdt_daemon D;
 
 typedef struct env {
@@ -464,17 +472,132 @@ static void test_pack_unpack_copy(void **state) {
   pd_attrs_delete(cb);
 }
 
+/* --- the CLI ------------------------------------------------------------ */
+
+/* Writes a float32 .npy of shape [n] (format 1.0) under the root. */
+static void write_npy(const char *name, const float *v, int n) {
+  char path[128], dict[128];
+  snprintf(path, sizeof(path), "%s/%s", root, name);
+  int dl =
+      snprintf(dict, sizeof(dict),
+               "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }", n);
+  int total = 10 + dl + 1, pad = (64 - total % 64) % 64;
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  uint16_t hl = (uint16_t)(dl + pad + 1);
+  fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+  fputc(hl & 0xff, f);
+  fputc(hl >> 8, f);
+  fwrite(dict, 1, (size_t)dl, f);
+  for (int i = 0; i < pad; i++) fputc(' ', f);
+  fputc('\n', f);
+  fwrite(v, sizeof(float), (size_t)n, f);
+  fclose(f);
+}
+
+typedef struct cli_out {
+  int rc;
+  char out[8192], err[4096];
+} cli_out;
+
+static void read_all(const char *path, char *buf, size_t len) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  unlink(path);
+}
+
+static void run_cli(cli_out *o, const char *args) {
+  char cmd[1024], outp[128], errp[128];
+  snprintf(outp, sizeof(outp), "%s/cli.out", D.dir);
+  snprintf(errp, sizeof(errp), "%s/cli.err", D.dir);
+  snprintf(cmd, sizeof(cmd), "%s --target %s --timeout 20s %s >%s 2>%s",
+           cli_path, D.unix_target, args, outp, errp);
+  int status = system(cmd);
+  o->rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  read_all(outp, o->out, sizeof(o->out));
+  read_all(errp, o->err, sizeof(o->err));
+}
+
+#define ASSERT_HAS(o, hay, needle)                                             \
+  do {                                                                         \
+    if (!strstr((hay), (needle)))                                              \
+      fail_msg("output does not contain \"%s\" (rc %d):\n%s\n%s", (needle),    \
+               (o)->rc, (o)->out, (o)->err);                                   \
+  } while (0)
+
+/* What the CLI decides itself: names it cannot map, a malformed list, the
+ * GPU column. */
+static void test_cli_checks(void **state) {
+  (void)state;
+  cli_out *o = calloc(1, sizeof(*o));
+  write_npy("w.npy", (float[]){1, 2, 3, 4}, 4);
+  run_cli(o, "load w.npy --devices cpu:9 --quiet");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o, o->err,
+             "--devices: no device 'cpu:9'; the daemon has 0 or "
+             "cpu:0, 1 or cpu:1");
+  run_cli(o, "load w.npy --devices 1,,3 --quiet");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o, o->err, "expected device indices or names");
+  run_cli(o, "save --from w.npy w2.npy --session-devices=-1 --quiet");
+  assert_int_equal(o->rc, 2);
+  ASSERT_HAS(o, o->err, "--session-devices: device -1 is negative");
+  run_cli(o, "info");
+  assert_int_equal(o->rc, 0);
+  ASSERT_HAS(o, o->out, "KIND  GPU");
+  run_cli(o, "load --help");
+  ASSERT_HAS(o, o->out, "--session-devices D");
+  free(o);
+}
+
+/* Placement through the CLI: the tensors' devices shown. */
+static void test_cli_placement(void **state) {
+  (void)state;
+  cli_out *o = calloc(1, sizeof(*o));
+  write_npy("w.npy", (float[]){1, 2, 3, 4}, 4);
+  run_cli(o, "load w.npy --devices 1,3 --layout sharded:0 --quiet");
+  assert_int_equal(o->rc, 0);
+  ASSERT_HAS(o, o->out, "float32   [4]  on [1, 3]");
+  run_cli(o, "load w.npy --devices CPU:2,cpu:0 --quiet");
+  assert_int_equal(o->rc, 0);
+  ASSERT_HAS(o, o->out, "on [2, 0]");
+  run_cli(o, "load w.npy --session-devices cpu:3 --quiet");
+  assert_int_equal(o->rc, 0);
+  ASSERT_HAS(o, o->out, "on [3]");
+  run_cli(o, "load w.npy --session-devices 1 --devices 0 --quiet");
+  assert_int_equal(o->rc, 1);
+  ASSERT_HAS(o, o->err, "PERMISSION_DENIED");
+  run_cli(o, "info");
+  ASSERT_HAS(o, o->out, "cpu:3 (simulated)"); /* and GPU 3 */
+  if (!strstr(o->out, "  3   cpu:3 (simulated)         cpu   3"))
+    fail_msg("device 3 does not show GPU 3:\n%s", o->out);
+  run_cli(o, "save --from w.npy w3.npy --devices 2 --quiet");
+  assert_int_equal(o->rc, 0);
+  free(o);
+}
+
 int main(int argc, char **argv) {
-  if (argc != 2 && argc != 3) {
-    fprintf(stderr, "usage: %s PARADEVD [FILTER]\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    fprintf(stderr, "usage: %s PARADEVD PARADEV_CLI [FILTER]\n", argv[0]);
     return 2;
   }
   paradevd_path = argv[1];
+  cli_path = argv[2];
   signal(SIGPIPE, SIG_IGN);
-  const char *extra[] = {"--devices", "4", "--default-memory-quota",
-                         "unlimited", NULL};
+  snprintf(root, sizeof(root), "/tmp/pdplace-root-XXXXXX");
+  if (!mkdtemp(root)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  const char *extra[] = {
+      "--devices", "4", "--default-memory-quota", "unlimited", "--storage-root",
+      root,        NULL};
   pdt_daemon_start(&D, paradevd_path, "pdplace", false, extra);
-  if (argc == 3) cmocka_set_test_filter(argv[2]);
+  if (argc == 4) cmocka_set_test_filter(argv[3]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_library_checks),
       cmocka_unit_test(test_whole_mesh),
@@ -483,6 +606,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_execute_on),
       cmocka_unit_test(test_mixed_sets_refused),
       cmocka_unit_test(test_pack_unpack_copy),
+      cmocka_unit_test(test_cli_checks),
+      cmocka_unit_test(test_cli_placement),
   };
   int failed = cmocka_run_group_tests_name("placement", tests, setup, teardown);
   int rc = pdt_daemon_stop(&D);
@@ -492,5 +617,8 @@ int main(int argc, char **argv) {
     failed++;
   }
   free(D.log);
+  char rm[128];
+  snprintf(rm, sizeof(rm), "rm -rf %s", root);
+  if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", root);
   return failed ? 1 : 0;
 }
