@@ -111,6 +111,7 @@ uint64_t memory_free_bytes;
 uint64_t memory_peak_bytes;
 double busy_seconds;
 uint64_t memory_cached_bytes;
+int gpu;
 } pd_device_info;
 typedef struct pd_limits {
 uint64_t max_message_bytes;
