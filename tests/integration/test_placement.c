@@ -15,7 +15,8 @@
  * shows them), `--session-devices`, and info's GPU column.
  *
  * Values are computed here by hand.
- * Usage: test_placement PARADEVD PARADEV_CLI [FILTER]
+ * And examples/placement.c, run against the daemon.
+ * Usage: test_placement PARADEVD PARADEV_CLI PLACEMENT_EXAMPLE [FILTER]
  * (FILTER: a cmocka test name pattern, to run some of them).
  */
 #include <setjmp.h>
@@ -37,6 +38,7 @@
 
 static const char *paradevd_path;
 static const char *cli_path;
+static const char *example_path;
 static char root[64]; /* the daemon's storage root */
 static pdt_daemon D;
 
@@ -580,13 +582,39 @@ static void test_cli_placement(void **state) {
   free(o);
 }
 
+/* examples/placement.c against the daemon: every step, with its values. */
+static void test_example(void **state) {
+  (void)state;
+  char cmd[512], outp[128];
+  snprintf(outp, sizeof(outp), "%s/example.out", D.dir);
+  snprintf(cmd, sizeof(cmd), "%s %s >%s 2>&1", example_path, D.unix_target,
+           outp);
+  int status = system(cmd);
+  cli_out *o = calloc(1, sizeof(*o));
+  read_all(outp, o->out, sizeof(o->out));
+  o->rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (o->rc != 0) fail_msg("placement example: rc %d\n%s", o->rc, o->out);
+  ASSERT_HAS(o, o->out, "session on [0, 1]\nsession on [2, 3]\n");
+  ASSERT_HAS(o, o->out, "x = 1..8, sharded            on [0, 1]");
+  ASSERT_HAS(o, o->out, "component 0 (device 1): DeviceId 0");
+  ASSERT_HAS(o, o->out, "component 1 (device 0): DeviceId 1");
+  ASSERT_HAS(o, o->out, "ParallelPack(p, q)           on [2, 3]");
+  ASSERT_HAS(o, o->out, "ParallelUnpack -> 1          on [3]");
+  ASSERT_HAS(o, o->out, "CopyToDevices(p)             on [3, 2]");
+  ASSERT_HAS(o, o->out, "every device holds [10, 20]");
+  free(o);
+}
+
 int main(int argc, char **argv) {
-  if (argc != 3 && argc != 4) {
-    fprintf(stderr, "usage: %s PARADEVD PARADEV_CLI [FILTER]\n", argv[0]);
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr,
+            "usage: %s PARADEVD PARADEV_CLI PLACEMENT_EXAMPLE [FILTER]\n",
+            argv[0]);
     return 2;
   }
   paradevd_path = argv[1];
   cli_path = argv[2];
+  example_path = argv[3];
   signal(SIGPIPE, SIG_IGN);
   snprintf(root, sizeof(root), "/tmp/pdplace-root-XXXXXX");
   if (!mkdtemp(root)) {
@@ -597,7 +625,7 @@ int main(int argc, char **argv) {
       "--devices", "4", "--default-memory-quota", "unlimited", "--storage-root",
       root,        NULL};
   pdt_daemon_start(&D, paradevd_path, "pdplace", false, extra);
-  if (argc == 4) cmocka_set_test_filter(argv[3]);
+  if (argc == 5) cmocka_set_test_filter(argv[4]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_library_checks),
       cmocka_unit_test(test_whole_mesh),
@@ -608,6 +636,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_pack_unpack_copy),
       cmocka_unit_test(test_cli_checks),
       cmocka_unit_test(test_cli_placement),
+      cmocka_unit_test(test_example),
   };
   int failed = cmocka_run_group_tests_name("placement", tests, setup, teardown);
   int rc = pdt_daemon_stop(&D);
