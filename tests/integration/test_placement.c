@@ -9,7 +9,9 @@
  * and a stream too; inputs on different sets refused with the daemon's
  * message; ParallelPack, ParallelUnpack and CopyToDevices through pd_execute
  * with values; Describe's devices; placement outside a narrowed session
- * refused; and the library's own checks of a device list.
+ * refused; a checkpoint load (per spec and default_devices) and
+ * shared-memory uploads on sets; and the library's own checks of a
+ * device list.
  *
  * The CLI: `paradev load --devices` (indices and names as `paradev info`
  * shows them), `--session-devices`, and info's GPU column.
@@ -582,6 +584,59 @@ static void test_cli_placement(void **state) {
   free(o);
 }
 
+/* A checkpoint load and a shared-memory upload on chosen sets. */
+static void test_load_and_shm_on(void **state) {
+  env *e = *state;
+  float w[4] = {1, 2, 3, 4}, back[4];
+  write_npy("l.npy", w, 4);
+  pd_load_spec spec = {.name = "",
+                       .id = 50,
+                       .layout = pd_layout_mirrored(),
+                       .devices = (int32_t[]){2},
+                       .n_devices = 1};
+  pd_load *l = NULL;
+  OK(e, pd_load_tensors(e->s, "l.npy", &spec, 1, NULL, &l, NULL, e->st));
+  pd_tensor_info ti;
+  assert_true(pd_load_tensor_info(l, 0, &ti));
+  assert_devices(&ti, (int32_t[]){2}, 1);
+  pd_load_delete(l);
+  download_f32(e, 50, pd_layout_component(0), back, 4);
+  assert_f32(back, w, 4);
+  /* Every tensor of the file, sharded over default_devices [1, 3]. */
+  pd_load_options lo = PD_LOAD_OPTIONS_INITIALIZER;
+  lo.default_layout = pd_layout_sharded(0);
+  lo.first_id = 51;
+  lo.default_devices = (int32_t[]){1, 3};
+  lo.n_default_devices = 2;
+  OK(e, pd_load_tensors(e->s, "l.npy", NULL, 0, &lo, &l, NULL, e->st));
+  assert_true(pd_load_tensor_info(l, 0, &ti));
+  assert_devices(&ti, (int32_t[]){1, 3}, 2);
+  pd_load_delete(l);
+  download_f32(e, 51, pd_layout_component(1), back, 2);
+  assert_f32(back, w + 2, 2);
+
+  pd_shared_memory *r = NULL;
+  OK(e, pd_shared_memory_create(e->s, 4096, 0600, &r, NULL, e->st));
+  memcpy(pd_shared_memory_data(r), w, sizeof(w));
+  int64_t dims[1] = {4};
+  OK(e, pd_upload_from_shared_memory_on(
+            e->s, (int32_t[]){3, 0}, 2, 52, PD_FLOAT32, dims, 1, r, 0,
+            pd_layout_sharded(0), &ti, NULL, e->st));
+  assert_devices(&ti, (int32_t[]){3, 0}, 2);
+  download_f32(e, 52, pd_layout_component(0), back, 2);
+  assert_f32(back, w, 2);
+  const int64_t one[1] = {4};
+  const int64_t *cd[1] = {one};
+  OK(e, pd_upload_components_from_shared_memory_on(
+            e->s, (int32_t[]){1}, 1, 53, PD_FLOAT32, 1, cd, (int[]){1}, r, 0,
+            &ti, NULL, e->st));
+  assert_devices(&ti, (int32_t[]){1}, 1);
+  download_f32(e, 53, pd_layout_mirrored(), back, 4);
+  assert_f32(back, w, 4);
+  OK(e, pd_shared_memory_destroy(r, NULL, e->st));
+  OK(e, pd_delete(e->s, (uint64_t[]){50, 51, 52, 53}, 4, NULL, e->st));
+}
+
 /* examples/placement.c against the daemon: every step, with its values. */
 static void test_example(void **state) {
   (void)state;
@@ -634,6 +689,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_execute_on),
       cmocka_unit_test(test_mixed_sets_refused),
       cmocka_unit_test(test_pack_unpack_copy),
+      cmocka_unit_test(test_load_and_shm_on),
       cmocka_unit_test(test_cli_checks),
       cmocka_unit_test(test_cli_placement),
       cmocka_unit_test(test_example),
