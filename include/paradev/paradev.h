@@ -467,7 +467,10 @@ pd_code pd_session_keep_alive(pd_session *s, const pd_call_options *call,
  * the daemon lost (PD_NOT_FOUND, e.g. "daemon restarted") shows here. */
 pd_code pd_session_keep_alive_status(pd_session *s, pd_status *st);
 
-/* Components of every tensor of the session: the daemon's mesh size. */
+/* The size of the session's allowed device set (pd_session_devices): the
+ * components of a tensor placed by default (the daemon's mesh size unless
+ * the session was narrowed or bound to a job's or tenant's devices). A
+ * tensor placed elsewhere has as many components as its own set. */
 int pd_session_num_devices(const pd_session *s);
 /* The lease granted, seconds. */
 uint32_t pd_session_lease_seconds(const pd_session *s);
@@ -577,7 +580,9 @@ int pd_attrs_count(const pd_attrs *a);
  * Execute */
 
 /* Runs `op` (a TensorFlow raw-op name: "Add", "MatMul", "AllReduce", ...) on
- * every device of the session's mesh.
+ * every device of the session's default device set (pd_session_devices;
+ * pd_execute_on chooses another for an op without inputs); an op with
+ * inputs runs on their device set.
  *
  * inputs:   n_inputs handles of the session (each component is read on its own
  *           device); outputs of earlier ops, even ones not computed yet.

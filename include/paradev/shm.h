@@ -154,7 +154,8 @@ pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id, pd_dtype dtype,
 
 /* pd_upload_components from a region: component i's value (shape
  * dims[i][0..ranks[i])) follows component i-1's, from data offset `offset`
- * on, with no padding. num_components must be pd_session_num_devices(s).
+ * on, with no padding, on the session's default device set: num_components
+ * must be pd_session_num_devices(s).
  * Errors:   as pd_upload_from_shared_memory, plus PD_INVALID_ARGUMENT for a
  *           wrong count.
  * Source: paradev.v1.ParallelDevice/UploadFromSharedMemory (PER_COMPONENT). */
