@@ -9,7 +9,8 @@
  * and a stream too; inputs on different sets refused with the daemon's
  * message; ParallelPack, ParallelUnpack and CopyToDevices through pd_execute
  * with values; Describe's devices; placement outside a narrowed session
- * refused; a checkpoint load (per spec and default_devices) and
+ * refused; a gradient's results and a stream's replies on the inputs' set;
+ * a checkpoint load (per spec and default_devices) and
  * shared-memory uploads on sets; and the library's own checks of a
  * device list.
  *
@@ -317,6 +318,11 @@ static void test_upload_on(void **state) {
   OK(e, pd_delete(e->s, (uint64_t[]){10, 11, 12}, 3, NULL, e->st));
 }
 
+/* Keeps the first output of a stream's replies (on the stream's thread). */
+static void on_reply_keep(void *arg, const pd_stream_reply *r) {
+  if (r->num_outputs > 0) *(pd_tensor_info *)arg = r->outputs[0];
+}
+
 /* Fill and DeviceId on [3, 1], directly, in a batch and in a stream. */
 static void test_execute_on(void **state) {
   env *e = *state;
@@ -583,6 +589,43 @@ static void test_cli_placement(void **state) {
   free(o);
 }
 
+/* A gradient of ops on [1, 3]: its results live on the inputs' set, and a
+ * stream's replies carry the outputs' devices. */
+static void test_gradient_on(void **state) {
+  env *e = *state;
+  const int32_t d13[2] = {1, 3};
+  float x[3] = {1, 2, 3}, g[3];
+  int64_t dims[1] = {3};
+  upload_on(e, d13, 2, 60, dims, 1, x, sizeof(x), pd_layout_mirrored(), NULL);
+  OK(e, pd_tape_start(e->s, 7, false, NULL, e->st));
+  OK(e, pd_tape_watch(e->s, 7, (uint64_t[]){60}, 1, NULL, e->st));
+  pd_attrs *none = pd_attrs_new();
+  uint64_t y = 61, grad = 62;
+  OK(e, pd_execute(e->s, "Mul", (uint64_t[]){60, 60}, 2, none, &y, 1, NULL,
+                   NULL, e->st));
+  pd_tensor_info ti;
+  OK(e, pd_tape_gradient(e->s, 7, y, (uint64_t[]){60}, 1, 0, &grad, &ti, NULL,
+                         e->st));
+  assert_devices(&ti, d13, 2);
+  download_f32(e, grad, pd_layout_component(1), g, 3);
+  assert_f32(g, (float[]){2, 4, 6}, 3); /* d(x*x)/dx = 2x */
+  /* A stream's replies: the outputs' devices. */
+  pd_tensor_info seen = {0};
+  pd_stream_options so = PD_STREAM_OPTIONS_INITIALIZER;
+  so.on_reply = on_reply_keep;
+  so.on_reply_arg = &seen;
+  pd_stream *t = pd_stream_new(e->s, &so, e->st);
+  assert_non_null(t);
+  uint64_t neg = 63;
+  OK(e, pd_stream_execute(t, "Neg", (uint64_t[]){60}, 1, none, &neg, 1, NULL,
+                          e->st));
+  OK(e, pd_stream_close(t, 20000, e->st));
+  pd_stream_delete(t);
+  assert_devices(&seen, d13, 2);
+  pd_attrs_delete(none);
+  OK(e, pd_delete(e->s, (uint64_t[]){60, 61, 62, 63}, 4, NULL, e->st));
+}
+
 /* A checkpoint load and a shared-memory upload on chosen sets. */
 static void test_load_and_shm_on(void **state) {
   env *e = *state;
@@ -688,6 +731,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_execute_on),
       cmocka_unit_test(test_mixed_sets_refused),
       cmocka_unit_test(test_pack_unpack_copy),
+      cmocka_unit_test(test_gradient_on),
       cmocka_unit_test(test_load_and_shm_on),
       cmocka_unit_test(test_cli_checks),
       cmocka_unit_test(test_cli_placement),
