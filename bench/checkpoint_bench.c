@@ -261,7 +261,7 @@ static double bytes_fetched(void) {
 
 /* Loads "w" by `layout` and waits for it; returns the seconds it took. */
 static double load_seconds(pd_session *s, pd_layout layout, pd_status *err) {
-  pd_load_spec spec = {"w", 0, layout, NULL, 0};
+  pd_load_spec spec = {"w", 0, layout, NULL, 0, NULL, 0};
   pd_call_options co = PD_CALL_OPTIONS_INITIALIZER;
   co.timeout_ms = 120000;
   double t0 = bu_now();

@@ -44,6 +44,11 @@ static pd_code pdc_load_specs(pd_session *s, const pd_load_spec *specs, int n,
                        "tensor %d: %d component sources (sources %s)", i,
                        sp->n_component_sources,
                        sp->component_sources ? "given" : "NULL");
+    char what[48];
+    snprintf(what, sizeof(what), "pd_load_tensors: spec %d", i);
+    PD_TRY(pdc_check_devices(sp->devices, sp->n_devices, what, st));
+    pb[i].n_devices = (size_t)sp->n_devices;
+    pb[i].devices = sp->n_devices ? (int32_t *)sp->devices : NULL;
     pb[i].name = (char *)(sp->name ? sp->name : "");
     pb[i].id = sp->id ? sp->id : pd_session_new_id(s);
     pb[i].layout = &lay[i];
@@ -73,9 +78,9 @@ static pd_code pdc_load_from_pb(const Paradev__V1__LoadTensorsResponse *r,
     if (!pdc_info_from_pb(t->tensor, &l->infos[i])) {
       pd_load_delete(l);
       return pdc_error(st, PD_INTERNAL,
-                       "LoadTensors: the reply's tensor %zu has no info or a "
-                       "rank over %d",
-                       i, PD_MAX_RANK);
+                       "LoadTensors: the reply's tensor %zu has no info, a "
+                       "rank over %d or over %d devices",
+                       i, PD_MAX_RANK, PD_MAX_DEVICES);
     }
     snprintf(l->names[i], sizeof(l->names[i]), "%s", t->name ? t->name : "");
     l->hosts[i].rank = -1;
@@ -96,13 +101,17 @@ pd_code pd_load_tensors(pd_session *s, const char *source,
   PD_TRY(pdc_session_check(s, st));
   pd_load_options o = PD_LOAD_OPTIONS_INITIALIZER;
   if (opts) {
-    if (opts->struct_size != sizeof(o))
+    /* The size before issue #17's default_devices is still accepted. */
+    if (opts->struct_size != sizeof(o) &&
+        opts->struct_size != offsetof(pd_load_options, default_devices))
       return pdc_error(st, PD_INVALID_ARGUMENT,
                        "pd_load_options.struct_size %zu; expected %zu (start "
                        "from PD_LOAD_OPTIONS_INITIALIZER)",
                        opts->struct_size, sizeof(o));
-    o = *opts;
+    memcpy(&o, opts, opts->struct_size);
   }
+  PD_TRY(pdc_check_devices(o.default_devices, o.n_default_devices,
+                           "pd_load_options.default_devices", st));
   if (!source || !out || n < 0 || (n > 0 && !specs))
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_load_tensors needs a source, an out pointer and n "
@@ -129,6 +138,9 @@ pd_code pd_load_tensors(pd_session *s, const char *source,
   req.tensors = ptrs;
   req.default_layout = &dl;
   req.first_id = o.first_id;
+  req.n_default_devices = (size_t)o.n_default_devices;
+  req.default_devices =
+      o.n_default_devices ? (int32_t *)o.default_devices : NULL;
   if (n == 0 && !req.first_id)
     req.first_id = atomic_fetch_add(&s->next_id, PDC_LOAD_ID_BLOCK);
   PD_TRY_GOTO(pdc_unary(s->c, PDC_M_LoadTensors, &req.base,

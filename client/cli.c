@@ -88,7 +88,9 @@ static const char cli_ops_usage[] =
 static const char cli_info_usage[] =
     "Usage: paradev [--target ADDR] info\n"
     "Show the daemon's version, incarnation, backend and start time, every\n"
-    "device of its mesh with memory total/limit/used/free/peak, the "
+    "device of its mesh (its index and name, which --devices options take,\n"
+    "and the physical GPU it runs on, as Slurm's SLURM_JOB_GPUS numbers\n"
+    "them; '-' for none) with memory total/limit/used/free/peak, the "
     "limits\n"
     "it puts on clients and its storage roots (GetServerInfo).\n";
 
@@ -211,13 +213,15 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
   }
   int n = pd_server_info_num_devices(info);
   printf("devices: %d\n", n);
-  printf("  %-3s %-28s %-5s %10s %10s %10s %10s %10s %10s\n", "#", "NAME",
-         "KIND", "TOTAL", "LIMIT", "USED", "FREE", "PEAK", "CACHED");
+  printf("  %-3s %-28s %-5s %-4s %10s %10s %10s %10s %10s %10s\n", "#", "NAME",
+         "KIND", "GPU", "TOTAL", "LIMIT", "USED", "FREE", "PEAK", "CACHED");
   for (int i = 0; i < n; i++) {
     const pd_device_info *d = pd_server_info_device(info, i);
+    char gpu[16] = "-";
+    if (d->gpu >= 0) snprintf(gpu, sizeof(gpu), "%d", d->gpu);
     printf(
-        "  %-3d %-28s %-5s %10s %10s %10s %10s %10s %10s\n", d->index, d->name,
-        d->kind,
+        "  %-3d %-28s %-5s %-4s %10s %10s %10s %10s %10s %10s\n", d->index,
+        d->name, d->kind, gpu,
         d->memory_total_bytes ? cli_size(d->memory_total_bytes, b1, sizeof b1)
                               : "-",
         d->memory_limit_bytes ? cli_size(d->memory_limit_bytes, b2, sizeof b2)

@@ -28,6 +28,13 @@ static const char cli_load_usage[] =
     "                  (entries NAME:K of a per-component save; needs "
     "--names)\n"
     "  --format F      auto (default: by magic bytes), safetensors, npy, npz\n"
+    "  --devices D     place the tensors on these devices (indices or names\n"
+    "                  as 'paradev info' shows them: 0,2 or cpu:0,cpu:2;\n"
+    "                  default: the session's); each line then ends with\n"
+    "                  the tensor's devices\n"
+    "  --session-devices D  narrow the command's session to these devices\n"
+    "                  (its default placement; beyond a job's GPUs:\n"
+    "                  PERMISSION_DENIED)\n"
     "  --quiet         no progress, only the tensors and the summary\n"
     "Exit status: 0 every tensor loaded; 1 a call or a tensor failed; 2 a\n"
     "bad command line.\n";
@@ -53,6 +60,8 @@ static const char cli_save_usage[] =
     "                  mirrored (default), sharded:AXIS, per-component\n"
     "  --format F      of SOURCE: auto (default), safetensors, npy, npz\n"
     "  --dest-format F of DEST: auto (default), safetensors, npy\n"
+    "  --devices D, --session-devices D  as for load: where the tensors sit\n"
+    "                  meanwhile, and the session's devices\n"
     "  --quiet         no progress lines\n"
     "A relative DEST goes to the first storage root that already holds that\n"
     "file, else to the first root where its directory exists; the absolute\n"
@@ -78,6 +87,7 @@ typedef struct cli_ckpt_args {
   const char *ren_old[CLI_CKPT_MAX_META], *ren_new[CLI_CKPT_MAX_META];
   char *ren_buf[CLI_CKPT_MAX_META];
   int n_ren;
+  const char *devices, *session_devices; /* as given; resolved once connected */
 } cli_ckpt_args;
 
 static void cli_ckpt_args_free(cli_ckpt_args *a) {
@@ -178,8 +188,9 @@ static int cli_ckpt_option(const char *cmd, cli_ckpt_args *a, int argc,
   size_t nl = eq && arg[0] == '-' ? (size_t)(eq - arg) : strlen(arg);
   snprintf(name, sizeof(name), "%.*s", (int)(nl < 31 ? nl : 31), arg);
   static const char *const with_value[] = {
-      "--names", "--layout",   "--format", "--dest-format",
-      "--from",  "--metadata", "--name",   "--rename"};
+      "--names",   "--layout",         "--format", "--dest-format",
+      "--from",    "--metadata",       "--name",   "--rename",
+      "--devices", "--session-devices"};
   bool takes = false;
   for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
     takes |= strcmp(name, with_value[k]) == 0;
@@ -205,6 +216,10 @@ static int cli_ckpt_option(const char *cmd, cli_ckpt_args *a, int argc,
     ok = (a->name = v)[0] != '\0';
   else if (strcmp(name, "--rename") == 0)
     ok = cli_parse_rename(a, v);
+  else if (strcmp(name, "--devices") == 0)
+    a->devices = v;
+  else if (strcmp(name, "--session-devices") == 0)
+    a->session_devices = v;
   else
     ok = cli_parse_meta(a, v);
   if (!ok)
@@ -331,7 +346,7 @@ static int cli_load_wait(const char *cmd, pd_session *s, const pd_load *l,
   return 0;
 }
 
-static void cli_load_print(const pd_load *l, double secs) {
+static void cli_load_print(const pd_load *l, bool placed, double secs) {
   int n = pd_load_num_tensors(l);
   for (int i = 0; i < n; i++) {
     pd_tensor_info ti;
@@ -348,8 +363,13 @@ static void cli_load_print(const pd_load *l, double secs) {
       snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape),
                "%s%" PRId64, k ? ", " : "", dims[k]);
     strcat(shape, host ? "]" : "] per component");
-    printf("%-40s %-9s %s\n", *name ? name : "(the .npy array)",
-           pd_dtype_name(ti.dtype), shape);
+    char devs[PD_MAX_DEVICES * 12 + 8] = "";
+    if (placed) {
+      strcpy(devs, "  on ");
+      cli_devices_str(ti.devices, ti.num_devices, devs + 5, sizeof(devs) - 5);
+    }
+    printf("%-40s %-9s %s%s\n", *name ? name : "(the .npy array)",
+           pd_dtype_name(ti.dtype), shape, devs);
   }
   char total[32], rate[32];
   cli_size(pd_load_total_bytes(l), total, sizeof total);
@@ -363,8 +383,18 @@ static void cli_load_print(const pd_load *l, double secs) {
 static int cli_ckpt_load(const char *cmd, pd_client *c, const cli_ckpt_args *a,
                          pd_session **s, pd_load **l, double *secs,
                          pd_status *st) {
+  int32_t sdev[PD_MAX_DEVICES], ldev[PD_MAX_DEVICES];
+  int n_sdev = 0, n_ldev = 0, prc = 0;
+  if (a->session_devices)
+    prc = cli_parse_devices(c, cmd, "--session-devices", a->session_devices,
+                            sdev, &n_sdev, st);
+  if (prc == 0 && a->devices)
+    prc = cli_parse_devices(c, cmd, "--devices", a->devices, ldev, &n_ldev, st);
+  if (prc) return prc;
   pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
   so.client_name = cmd[0] == 'l' ? "paradev load" : "paradev save";
+  so.devices = sdev;
+  so.num_devices = n_sdev;
   *s = pd_session_new(c, &so, NULL, st);
   if (!*s) return cli_fail(cmd, st);
   pd_load_spec *specs = NULL;
@@ -376,12 +406,14 @@ static int cli_ckpt_load(const char *cmd, pd_client *c, const cli_ckpt_args *a,
     }
     for (int i = 0; i < a->n_names; i++) {
       specs[i].name = a->names[i];
-      specs[i].layout = a->layout;
+      specs[i].layout = a->layout; /* devices: the default below */
     }
   }
   pd_load_options lo = PD_LOAD_OPTIONS_INITIALIZER;
   lo.format = a->format;
   lo.default_layout = a->layout;
+  lo.default_devices = ldev;
+  lo.n_default_devices = n_ldev;
   double t0 = cli_now();
   pd_code rc =
       pd_load_tensors(*s, a->source, specs, a->n_names, &lo, l, NULL, st);
@@ -510,7 +542,7 @@ static int cli_ckpt_run(const cli_opts *o, const char *cmd, bool save, int argc,
     if (save)
       rc = cli_ckpt_save(&a, s, l, st);
     else
-      cli_load_print(l, secs);
+      cli_load_print(l, a.devices || a.session_devices, secs);
   }
   if (s && pd_session_close(s, NULL, st) != PD_OK && rc == 0)
     rc = cli_fail(cmd, st);

@@ -31,6 +31,17 @@ pd_client *cli_connect(const cli_opts *o, const char *cmd, pd_status *st,
 /* cli_util.c: "12.3 MiB". */
 char *cli_size(uint64_t bytes, char *buf, size_t len);
 
+/* cli_util.c: a device list given to option `opt` (issue #17): comma-
+ * separated daemon device indices or names as `paradev info` shows them
+ * ("cpu:2", "cuda:2", or the whole name; matched ignoring case, through one
+ * GetServerInfo when a name is given) into out[0..*n) (PD_MAX_DEVICES
+ * entries). Returns 0, or the exit status after reporting (2 for a bad list
+ * or an unknown name, which lists the daemon's; 1 for a failed call). */
+int cli_parse_devices(pd_client *c, const char *cmd, const char *opt,
+                      const char *spec, int32_t *out, int *n, pd_status *st);
+/* cli_util.c: "[1, 3]". */
+char *cli_devices_str(const int32_t *devices, int n, char *buf, size_t len);
+
 /* cli_checkpoint.c: `paradev load ...`, `paradev save ...` (argv after the
  * command). */
 int cli_load(const cli_opts *o, int argc, char **argv);

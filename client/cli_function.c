@@ -1,7 +1,8 @@
 /* `paradev function check FILE.json [--describe]`: reads a FunctionDef in
  * protobuf's JSON mapping (proto or lowerCamel field names; enums by name
  * or number; dtypes also as NumPy spells them), builds it with libparadev's
- * pd_function, registers it in a fresh session and prints "ok" or the
+ * pd_function, registers it in a fresh session (--session-devices: on
+ * those devices) and prints "ok" or the
  * daemon's error, which names the node. --describe then prints
  * DescribeFunction's JSON. Exit status as every command: 0 ok, 1 a refused
  * or failed call, 2 a bad command line or a file that is not such JSON:
@@ -22,7 +23,8 @@
 #include "cli_cmd.h"
 
 static const char cli_function_usage[] =
-    "Usage: paradev function check FILE.json [--describe]\n"
+    "Usage: paradev function check FILE.json [--describe] "
+    "[--session-devices D]\n"
     "\n"
     "Registers the function of FILE.json (a paradev.v1.FunctionDef in\n"
     "protobuf's JSON mapping: name, args [{name, dtype}], nodes [{name, op,\n"
@@ -31,7 +33,9 @@ static const char cli_function_usage[] =
     "then prints \"ok\" or the daemon's error, which names the node.\n"
     "Every member is type-checked and unknown ones are refused (exit 2),\n"
     "naming the JSON path: \"nodes[3].inputs: expected an array of strings\".\n"
-    "  --describe  after registering, print DescribeFunction's answer (JSON)\n";
+    "  --describe  after registering, print DescribeFunction's answer (JSON)\n"
+    "  --session-devices D  open the session on these devices (indices or\n"
+    "              names as 'paradev info' shows them: 0,2 or cpu:0,cpu:2)\n";
 
 /* Writes a file error; returns false. */
 static bool cli_bad(char *err, size_t len, const char *fmt, ...)
@@ -556,7 +560,7 @@ static json_object *cli_read_json(const char *file, char *why, size_t len) {
 }
 
 static int cli_function_check(const cli_opts *o, const char *file,
-                              bool describe) {
+                              bool describe, const char *sdevs) {
   char why[256];
   json_object *j = cli_read_json(file, why, sizeof why);
   if (!j) {
@@ -573,9 +577,16 @@ static int cli_function_check(const cli_opts *o, const char *file,
   }
   pd_client *c = rc ? NULL : cli_connect(o, "function", st, &rc);
   pd_session *s = NULL;
-  if (c) {
+  int32_t dev[PD_MAX_DEVICES];
+  int n_dev = 0;
+  if (c && sdevs)
+    rc = cli_parse_devices(c, "function", "--session-devices", sdevs, dev,
+                           &n_dev, st);
+  if (c && rc == 0) {
     pd_session_options so = PD_SESSION_OPTIONS_INITIALIZER;
     so.client_name = "paradev function";
+    so.devices = dev;
+    so.num_devices = n_dev;
     if (!(s = pd_session_new(c, &so, NULL, st))) rc = cli_fail("function", st);
   }
   bool existed = false;
@@ -602,7 +613,7 @@ static int cli_function_check(const cli_opts *o, const char *file,
 }
 
 int cli_function(const cli_opts *o, int argc, char **argv) {
-  const char *file = NULL;
+  const char *file = NULL, *sdevs = NULL;
   bool describe = false;
   if (argc >= 1 &&
       (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
@@ -614,7 +625,13 @@ int cli_function(const cli_opts *o, int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--describe") == 0)
       describe = true;
-    else if (strcmp(argv[i], "--help") == 0) {
+    else if (strncmp(argv[i], "--session-devices=", 18) == 0)
+      sdevs = argv[i] + 18;
+    else if (strcmp(argv[i], "--session-devices") == 0) {
+      if (i + 1 >= argc)
+        return cli_usage_error("function", "--session-devices needs a value");
+      sdevs = argv[++i];
+    } else if (strcmp(argv[i], "--help") == 0) {
       fputs(cli_function_usage, stdout);
       return 0;
     } else if (argv[i][0] == '-' || file)
@@ -623,5 +640,5 @@ int cli_function(const cli_opts *o, int argc, char **argv) {
       file = argv[i];
   }
   if (!file) return cli_usage_error("function", "check needs FILE.json");
-  return cli_function_check(o, file, describe);
+  return cli_function_check(o, file, describe, sdevs);
 }

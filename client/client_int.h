@@ -188,7 +188,8 @@ struct pd_session {
   uint32_t lease_s;
   uint64_t incarnation;
   uint64_t memory_quota;
-  int num_devices;
+  int num_devices;                 /* the size of the allowed device set */
+  int32_t devices[PD_MAX_DEVICES]; /* the allowed set, in order */
   atomic_bool closed;
   atomic_uint_fast64_t next_id;
   atomic_int_fast64_t last_call_ms; /* CLOCK_MONOTONIC; the lease's renewal */
@@ -208,6 +209,11 @@ int64_t pdc_now_ms(void);
 pd_code pdc_session_check(pd_session *s, pd_status *st);
 /* Notes a successful call (renews the lease as the daemon does). */
 void pdc_session_touch(pd_session *s);
+/* A placement argument (issue #17): INVALID_ARGUMENT, naming `what`, unless
+ * 0 <= n <= PD_MAX_DEVICES and devices is given when n > 0. Which devices
+ * are valid is the daemon's to say. */
+pd_code pdc_check_devices(const int32_t *devices, int n, const char *what,
+                          pd_status *st);
 
 /* --- attributes (attrs.c) and op encoding (encode.c) ---------------------- */
 
@@ -223,6 +229,10 @@ pd_code pdc_op_build(Paradev__V1__Operation *op, pd_session *s,
                      const char *name, const uint64_t *inputs, int n_inputs,
                      const pd_attrs *attrs, uint64_t *output_ids, int n_outputs,
                      pd_status *st);
+/* Sets op->devices (borrowed) after pdc_op_build, checked as
+ * pdc_check_devices (named by the op). */
+pd_code pdc_op_place(Paradev__V1__Operation *op, const int32_t *devices,
+                     int n_devices, pd_status *st);
 /* INVALID_ARGUMENT unless n >= 0 and ids is given when n > 0. */
 pd_code pdc_check_ids(const uint64_t *ids, int n, pd_status *st);
 /* Copies every attribute of src into dst; false when out of memory. */
@@ -230,6 +240,9 @@ bool pdc_attrs_copy(pd_attrs *dst, const pd_attrs *src);
 /* Copies a wire TensorInfo; false when it cannot be represented. */
 bool pdc_info_from_pb(const Paradev__V1__TensorInfo *ti, pd_tensor_info *out);
 bool pdc_shape_from_pb(const Paradev__V1__Shape *sh, pd_tensor_info *out);
+/* Copies a wire device list into out->num_devices / devices; false when it
+ * has more than PD_MAX_DEVICES. */
+bool pdc_devices_from_pb(const int32_t *devices, size_t n, pd_tensor_info *out);
 
 /* --- streams (stream.c) -------------------------------------------------------- */
 

@@ -1,6 +1,8 @@
 /* libparadev: encoding shared by Execute, batches and streams (an op into
- * its wire Operation, the check of a list of ids) and decoding wire
- * TensorInfo and Shape. */
+ * its wire Operation and its placement, the checks of a list of ids and of
+ * a device list) and decoding wire TensorInfo (with its device set) and
+ * Shape. */
+#include "check.h"
 #include "client_int.h"
 
 /* --- op encoding ------------------------------------------------------------ */
@@ -53,14 +55,32 @@ bool pdc_shape_from_pb(const Paradev__V1__Shape *sh, pd_tensor_info *out) {
   return true;
 }
 
+bool pdc_devices_from_pb(const int32_t *devices, size_t n,
+                         pd_tensor_info *out) {
+  if (n > PD_MAX_DEVICES) return false;
+  out->num_devices = (int)n;
+  for (size_t i = 0; i < n; i++) out->devices[i] = devices[i];
+  for (size_t i = n; i < PD_MAX_DEVICES; i++) out->devices[i] = 0;
+  return true;
+}
+
 bool pdc_info_from_pb(const Paradev__V1__TensorInfo *ti, pd_tensor_info *out) {
   if (!ti) return false;
   pd_tensor_info t;
   t.id = ti->id;
   t.dtype = (pd_dtype)ti->dtype;
   if (!pdc_shape_from_pb(ti->shape, &t)) return false;
+  if (!pdc_devices_from_pb(ti->devices, ti->n_devices, &t)) return false;
   *out = t;
   return true;
+}
+
+pd_code pdc_op_place(Paradev__V1__Operation *op, const int32_t *devices,
+                     int n_devices, pd_status *st) {
+  PD_TRY(pdc_check_devices(devices, n_devices, op->op ? op->op : "op", st));
+  op->n_devices = (size_t)n_devices;
+  op->devices = n_devices ? (int32_t *)devices : NULL;
+  return PD_OK;
 }
 
 pd_code pdc_check_ids(const uint64_t *ids, int n, pd_status *st) {

@@ -1,5 +1,5 @@
-/* libparadev: execution: pd_execute (one op) and pd_batch (many ops in one
- * Execute request). Encoding is encode.c's; the call is call.c's. */
+/* libparadev: execution: pd_execute / pd_execute_on (one op, with its
+ * placement) and pd_batch (many ops in one Execute request). Encoding is encode.c's; the call is call.c's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,16 +52,26 @@ out:
   return rc;
 }
 
-pd_code pd_execute(pd_session *s, const char *op, const uint64_t *inputs,
-                   int n_inputs, const pd_attrs *attrs, uint64_t *output_ids,
-                   int n_outputs, pd_tensor_info *outputs,
-                   const pd_call_options *call, pd_status *st) {
+pd_code pd_execute_on(pd_session *s, const int32_t *devices, int n_devices,
+                      const char *op, const uint64_t *inputs, int n_inputs,
+                      const pd_attrs *attrs, uint64_t *output_ids,
+                      int n_outputs, pd_tensor_info *outputs,
+                      const pd_call_options *call, pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
   Paradev__V1__Operation o;
   PD_TRY(pdc_op_build(&o, s, op, inputs, n_inputs, attrs, output_ids, n_outputs,
                       st));
+  PD_TRY(pdc_op_place(&o, devices, n_devices, st));
   Paradev__V1__Operation *ops[1] = {&o};
   return pdc_execute_ops(s, ops, 1, outputs, call, st);
+}
+
+pd_code pd_execute(pd_session *s, const char *op, const uint64_t *inputs,
+                   int n_inputs, const pd_attrs *attrs, uint64_t *output_ids,
+                   int n_outputs, pd_tensor_info *outputs,
+                   const pd_call_options *call, pd_status *st) {
+  return pd_execute_on(s, NULL, 0, op, inputs, n_inputs, attrs, output_ids,
+                       n_outputs, outputs, call, st);
 }
 
 /* --- batches ---------------------------------------------------------------------- */
@@ -73,6 +83,8 @@ typedef struct pdc_batch_op {
   pd_attrs *attrs;
   uint64_t *outputs;
   int n_outputs;
+  int32_t *devices; /* the placement, or NULL */
+  int n_devices;
 } pdc_batch_op;
 
 struct pd_batch {
@@ -90,6 +102,7 @@ void pd_batch_clear(pd_batch *b) {
     free(b->ops[i].inputs);
     pd_attrs_delete(b->ops[i].attrs);
     free(b->ops[i].outputs);
+    free(b->ops[i].devices);
   }
   b->n = 0;
   b->n_outputs = 0;
@@ -109,11 +122,20 @@ pd_code pd_batch_add(pd_batch *b, pd_session *s, const char *op,
                      const uint64_t *inputs, int n_inputs,
                      const pd_attrs *attrs, uint64_t *output_ids, int n_outputs,
                      pd_status *st) {
+  return pd_batch_add_on(b, s, NULL, 0, op, inputs, n_inputs, attrs, output_ids,
+                         n_outputs, st);
+}
+
+pd_code pd_batch_add_on(pd_batch *b, pd_session *s, const int32_t *devices,
+                        int n_devices, const char *op, const uint64_t *inputs,
+                        int n_inputs, const pd_attrs *attrs,
+                        uint64_t *output_ids, int n_outputs, pd_status *st) {
   if (!b || !s)
     return pdc_error(st, PD_INVALID_ARGUMENT, "batch or session is NULL");
   Paradev__V1__Operation probe;
   PD_TRY(pdc_op_build(&probe, s, op, inputs, n_inputs, attrs, output_ids,
                       n_outputs, st));
+  PD_TRY(pdc_op_place(&probe, devices, n_devices, st));
   if (b->n == b->cap) {
     int cap = b->cap ? b->cap * 2 : 16;
     pdc_batch_op *n = realloc(b->ops, (size_t)cap * sizeof(*n));
@@ -127,15 +149,21 @@ pd_code pd_batch_add(pd_batch *b, pd_session *s, const char *op,
   e->inputs = malloc(sizeof(uint64_t) * (size_t)(n_inputs ? n_inputs : 1));
   e->outputs = malloc(sizeof(uint64_t) * (size_t)(n_outputs ? n_outputs : 1));
   e->attrs = pd_attrs_new();
-  bool ok = e->name && e->inputs && e->outputs && e->attrs;
+  e->devices = n_devices ? malloc(sizeof(int32_t) * (size_t)n_devices) : NULL;
+  bool ok = e->name && e->inputs && e->outputs && e->attrs &&
+            (e->devices || !n_devices);
   if (ok && attrs) ok = pdc_attrs_copy(e->attrs, attrs);
   if (!ok) {
     free(e->name);
     free(e->inputs);
     free(e->outputs);
+    free(e->devices);
     pd_attrs_delete(e->attrs);
     return pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
+  if (n_devices)
+    memcpy(e->devices, devices, sizeof(int32_t) * (size_t)n_devices);
+  e->n_devices = n_devices;
   if (n_inputs) memcpy(e->inputs, inputs, sizeof(uint64_t) * (size_t)n_inputs);
   if (n_outputs)
     memcpy(e->outputs, output_ids, sizeof(uint64_t) * (size_t)n_outputs);
@@ -166,6 +194,7 @@ pd_code pd_execute_batch(pd_session *s, const pd_batch *b,
     const pdc_batch_op *e = &b->ops[i];
     pdc_op_build(&ops[i], s, e->name, e->inputs, e->n_inputs, e->attrs,
                  e->outputs, e->n_outputs, NULL);
+    pdc_op_place(&ops[i], e->devices, e->n_devices, NULL);
     ptrs[i] = &ops[i];
   }
   rc = pdc_execute_ops(s, ptrs, (size_t)b->n, outputs, call, st);

@@ -64,6 +64,7 @@ pd_description *pd_describe(pd_session *s, const uint64_t *ids, int n,
   for (size_t i = 0; !bad && i < resp->n_tensors; i++) {
     const Paradev__V1__TensorDescription *t = resp->tensors[i];
     if (!t->shape || t->shape->n_dims > PD_MAX_RANK) bad = "a shape";
+    if (t->n_devices > PD_MAX_DEVICES) bad = "a device set";
     for (size_t k = 0; !bad && k < t->n_component_shapes; k++)
       if (t->component_shapes[k]->n_dims > PD_MAX_RANK) bad = "a shape";
   }
@@ -103,7 +104,17 @@ bool pd_description_info(const pd_description *d, int i, pd_tensor_info *out) {
   if (!t || !out) return false;
   out->id = t->id;
   out->dtype = (pd_dtype)t->dtype;
-  return pdc_shape_from_pb(t->shape, out);
+  return pdc_shape_from_pb(t->shape, out) &&
+         pdc_devices_from_pb(t->devices, t->n_devices, out);
+}
+
+int pd_description_devices(const pd_description *d, int i, int32_t *out,
+                           int cap) {
+  const Paradev__V1__TensorDescription *t = pdc_desc(d, i);
+  if (!t) return 0;
+  for (int k = 0; out && k < cap && (size_t)k < t->n_devices; k++)
+    out[k] = t->devices[k];
+  return (int)t->n_devices;
 }
 
 int pd_description_num_components(const pd_description *d, int i) {
@@ -118,7 +129,11 @@ bool pd_description_component(const pd_description *d, int i, int component,
     return false;
   out->id = t->id;
   out->dtype = (pd_dtype)t->dtype;
-  return pdc_shape_from_pb(t->component_shapes[component], out);
+  /* the component's own device: a set of one */
+  int32_t dev = (size_t)component < t->n_devices ? t->devices[component] : 0;
+  return pdc_shape_from_pb(t->component_shapes[component], out) &&
+         pdc_devices_from_pb(&dev, (size_t)component < t->n_devices ? 1 : 0,
+                             out);
 }
 
 uint64_t pd_description_bytes(const pd_description *d, int i) {

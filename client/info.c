@@ -108,6 +108,7 @@ pd_server_info *pd_client_get_server_info(pd_client *c,
     o->memory_limit_bytes = d->memory_limit_bytes;
     o->memory_used_bytes = d->memory_used_bytes;
     o->memory_free_bytes = d->memory_free_bytes;
+    o->gpu = d->gpu;
     o->memory_peak_bytes = d->memory_peak_bytes;
     o->busy_seconds = d->busy_seconds;
     o->memory_cached_bytes = d->memory_cached_bytes;

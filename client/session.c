@@ -1,5 +1,6 @@
 /* libparadev: the session lifecycle: CreateSession, CloseSession, the
- * keep-alive thread that renews the lease, the accessors and fresh ids. */
+ * keep-alive thread that renews the lease, the accessors (the allowed
+ * device set among them) and fresh ids. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -26,6 +27,21 @@ pd_code pdc_session_check(pd_session *s, pd_status *st) {
 
 void pdc_session_touch(pd_session *s) {
   atomic_store(&s->last_call_ms, pdc_now_ms());
+}
+
+pd_code pdc_check_devices(const int32_t *devices, int n, const char *what,
+                          pd_status *st) {
+  if (n < 0 || n > PD_MAX_DEVICES)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "%s: n_devices is %d; expected 0 (the session's default "
+                     "placement) to %d device indices",
+                     what, n, PD_MAX_DEVICES);
+  if (n > 0 && !devices)
+    return pdc_error(st, PD_INVALID_ARGUMENT,
+                     "%s: devices is NULL with n_devices %d; expected an array "
+                     "of %d device indices",
+                     what, n, n);
+  return PD_OK;
 }
 
 /* --- keep-alive ------------------------------------------------------------- */
@@ -116,6 +132,19 @@ static void pdc_ka_stop(pd_session *s) {
 
 /* --- sessions ------------------------------------------------------------------ */
 
+/* The allowed device set from the reply; a daemon older than issue #17 sends
+ * only num_devices, and its sessions span the whole mesh [0..n). */
+static void pdc_session_set_devices(
+    pd_session *s, const Paradev__V1__CreateSessionResponse *r) {
+  if (r->n_devices > 0) {
+    s->num_devices = (int)r->n_devices;
+    for (size_t i = 0; i < r->n_devices; i++) s->devices[i] = r->devices[i];
+  } else {
+    s->num_devices = r->num_devices;
+    for (int i = 0; i < r->num_devices; i++) s->devices[i] = i;
+  }
+}
+
 pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
                            const pd_call_options *call, pd_status *st) {
   pd_session_options o = PD_SESSION_OPTIONS_INITIALIZER;
@@ -134,6 +163,9 @@ pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
     }
     memcpy(&o, opts, opts->struct_size);
   }
+  if (pdc_check_devices(o.devices, o.num_devices, "pd_session_options.devices",
+                        st) != PD_OK)
+    return NULL;
   Paradev__V1__CreateSessionRequest req =
       PARADEV__V1__CREATE_SESSION_REQUEST__INIT;
   req.client_name = (char *)(o.client_name ? o.client_name : "libparadev");
@@ -153,11 +185,23 @@ pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
   req.op_timeout_ms = o.op_timeout_ms;
   req.priority = o.priority; /* zero from the initializer for older callers */
   req.weight = o.weight;
+  req.n_devices = (size_t)o.num_devices;
+  req.devices = o.num_devices ? (int32_t *)o.devices : NULL;
   Paradev__V1__CreateSessionResponse *resp = NULL;
   if (pdc_unary(c, PDC_M_CreateSession, &req.base,
                 &paradev__v1__create_session_response__descriptor,
                 (ProtobufCMessage **)&resp, call, st) != PD_OK)
     return NULL;
+  if (resp->n_devices > PD_MAX_DEVICES ||
+      (resp->n_devices == 0 &&
+       (resp->num_devices < 0 || resp->num_devices > PD_MAX_DEVICES))) {
+    pdc_error(st, PD_INTERNAL,
+              "CreateSession: the daemon gave the session %zu devices "
+              "(num_devices %d); this library holds at most %d",
+              resp->n_devices, resp->num_devices, PD_MAX_DEVICES);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return NULL;
+  }
   pd_session *s = calloc(1, sizeof(*s));
   if (!s || resp->session_token.len == 0 ||
       !(s->token = malloc(resp->session_token.len))) {
@@ -175,7 +219,7 @@ pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
   s->lease_s = resp->lease_seconds;
   s->incarnation = resp->incarnation;
   s->memory_quota = resp->memory_quota_bytes;
-  s->num_devices = resp->num_devices;
+  pdc_session_set_devices(s, resp);
   protobuf_c_message_free_unpacked(&resp->base, NULL);
   atomic_init(&s->closed, false);
   atomic_init(&s->next_id, PD_FIRST_LIBRARY_ID);
@@ -256,6 +300,12 @@ pd_code pd_session_keep_alive_status(pd_session *s, pd_status *st) {
 
 int pd_session_num_devices(const pd_session *s) {
   return s ? s->num_devices : 0;
+}
+int pd_session_devices(const pd_session *s, int32_t *out, int cap) {
+  if (!s) return 0;
+  for (int i = 0; out && i < cap && i < s->num_devices; i++)
+    out[i] = s->devices[i];
+  return s->num_devices;
 }
 uint32_t pd_session_lease_seconds(const pd_session *s) {
   return s ? s->lease_s : 0;

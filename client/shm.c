@@ -406,13 +406,14 @@ static pd_code pdc_upload_shm(pd_session *s,
   return rc;
 }
 
-pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id, pd_dtype dtype,
-                                     const int64_t *dims, int rank,
-                                     pd_shared_memory *region, uint64_t offset,
-                                     pd_layout layout, pd_tensor_info *info,
-                                     const pd_call_options *call,
-                                     pd_status *st) {
+pd_code pd_upload_from_shared_memory_on(
+    pd_session *s, const int32_t *devices, int n_devices, uint64_t id,
+    pd_dtype dtype, const int64_t *dims, int rank, pd_shared_memory *region,
+    uint64_t offset, pd_layout layout, pd_tensor_info *info,
+    const pd_call_options *call, pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
+  PD_TRY(pdc_check_devices(devices, n_devices, "pd_upload_from_shared_memory",
+                           st));
   if (!region)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload_from_shared_memory: region is NULL");
@@ -436,25 +437,43 @@ pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id, pd_dtype dtype,
   req.dtype = (Paradev__V1__DType)dtype;
   req.shape = &shape;
   req.layout = &lay;
+  req.n_devices = (size_t)n_devices;
+  req.devices = n_devices ? (int32_t *)devices : NULL;
   return pdc_upload_shm(s, &req, region, offset, info, call, st);
 }
 
-pd_code pd_upload_components_from_shared_memory(
-    pd_session *s, uint64_t id, pd_dtype dtype, int num_components,
-    const int64_t *const *dims, const int *ranks, pd_shared_memory *region,
-    uint64_t offset, pd_tensor_info *info, const pd_call_options *call,
-    pd_status *st) {
+pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id, pd_dtype dtype,
+                                     const int64_t *dims, int rank,
+                                     pd_shared_memory *region, uint64_t offset,
+                                     pd_layout layout, pd_tensor_info *info,
+                                     const pd_call_options *call,
+                                     pd_status *st) {
+  return pd_upload_from_shared_memory_on(s, NULL, 0, id, dtype, dims, rank,
+                                         region, offset, layout, info, call,
+                                         st);
+}
+
+pd_code pd_upload_components_from_shared_memory_on(
+    pd_session *s, const int32_t *devices, int n_devices, uint64_t id,
+    pd_dtype dtype, int num_components, const int64_t *const *dims,
+    const int *ranks, pd_shared_memory *region, uint64_t offset,
+    pd_tensor_info *info, const pd_call_options *call, pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
+  PD_TRY(pdc_check_devices(devices, n_devices,
+                           "pd_upload_components_from_shared_memory", st));
   if (!region)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload_components_from_shared_memory: region is "
                      "NULL");
-  if (num_components != s->num_devices || !dims || !ranks)
+  int want = n_devices ? n_devices : s->num_devices;
+  if (num_components != want || !dims || !ranks)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_upload_components_from_shared_memory: %d "
-                     "components; the session's mesh has %d devices (and "
-                     "dims and ranks must be arrays of that many)",
-                     num_components, s->num_devices);
+                     "components; the tensor's device set (%s) has %d "
+                     "devices (and dims and ranks must be arrays of that "
+                     "many)",
+                     num_components,
+                     n_devices ? "n_devices" : "the session's default", want);
   Paradev__V1__Shape shapes[PD_MAX_DEVICES];
   Paradev__V1__Shape *sp[PD_MAX_DEVICES];
   for (int i = 0; i < num_components; i++) {
@@ -476,7 +495,19 @@ pd_code pd_upload_components_from_shared_memory(
   req.layout = &lay;
   req.n_component_shapes = (size_t)num_components;
   req.component_shapes = sp;
+  req.n_devices = (size_t)n_devices;
+  req.devices = n_devices ? (int32_t *)devices : NULL;
   return pdc_upload_shm(s, &req, region, offset, info, call, st);
+}
+
+pd_code pd_upload_components_from_shared_memory(
+    pd_session *s, uint64_t id, pd_dtype dtype, int num_components,
+    const int64_t *const *dims, const int *ranks, pd_shared_memory *region,
+    uint64_t offset, pd_tensor_info *info, const pd_call_options *call,
+    pd_status *st) {
+  return pd_upload_components_from_shared_memory_on(
+      s, NULL, 0, id, dtype, num_components, dims, ranks, region, offset, info,
+      call, st);
 }
 
 static pd_code pdc_download_shm(pd_session *s, uint64_t id, pd_layout layout,
@@ -504,9 +535,13 @@ static pd_code pdc_download_shm(pd_session *s, uint64_t id, pd_layout layout,
   pdc_session_touch(s);
   Paradev__V1__DownloadToSharedMemoryResponse *resp = (void *)m;
   pd_tensor_info got[PD_MAX_DEVICES];
+  memset(got, 0, sizeof(got));
   if (resp->n_host_shapes != (size_t)nparts) {
-    rc = pdc_error(st, PD_INTERNAL,
-                   "DownloadToSharedMemory: %zu host shapes; expected %d",
+    /* A count the caller chose that is not the tensor's (its device set's
+     * size); the daemon checks it before writing. */
+    rc = pdc_error(st, nparts > 1 ? PD_INVALID_ARGUMENT : PD_INTERNAL,
+                   "DownloadToSharedMemory: the tensor has %zu components; "
+                   "%d expected",
                    resp->n_host_shapes, nparts);
   } else {
     for (int i = 0; i < nparts && rc == PD_OK; i++) {
@@ -554,11 +589,12 @@ pd_code pd_download_components_to_shared_memory(
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_download_components_to_shared_memory: region is "
                      "NULL");
-  if (num_components != s->num_devices)
+  if (num_components < 1 || num_components > PD_MAX_DEVICES)
     return pdc_error(st, PD_INVALID_ARGUMENT,
                      "pd_download_components_to_shared_memory: %d "
-                     "components; the session's mesh has %d devices",
-                     num_components, s->num_devices);
+                     "components; expected the tensor's count (its device "
+                     "set's size, 1 to %d; the session's default set has %d)",
+                     num_components, PD_MAX_DEVICES, s->num_devices);
   pd_layout l = {PD_LAYOUT_PER_COMPONENT, 0, 0};
   return pdc_download_shm(s, id, l, num_components, region, offset, infos,
                           bytes_out, call, st);

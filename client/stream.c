@@ -148,10 +148,20 @@ pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
                           int n_inputs, const pd_attrs *attrs,
                           uint64_t *output_ids, int n_outputs, uint64_t *index,
                           pd_status *st) {
+  return pd_stream_execute_on(t, NULL, 0, op, inputs, n_inputs, attrs,
+                              output_ids, n_outputs, index, st);
+}
+
+pd_code pd_stream_execute_on(pd_stream *t, const int32_t *devices,
+                             int n_devices, const char *op,
+                             const uint64_t *inputs, int n_inputs,
+                             const pd_attrs *attrs, uint64_t *output_ids,
+                             int n_outputs, uint64_t *index, pd_status *st) {
   if (!t) return pdc_error(st, PD_INVALID_ARGUMENT, "stream is NULL");
   Paradev__V1__Operation o;
   PD_TRY(pdc_op_build(&o, t->s, op, inputs, n_inputs, attrs, output_ids,
                       n_outputs, st));
+  PD_TRY(pdc_op_place(&o, devices, n_devices, st));
   Paradev__V1__EnqueueRequest r = PARADEV__V1__ENQUEUE_REQUEST__INIT;
   r.item_case = PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE;
   r.execute = &o;

@@ -241,11 +241,13 @@ static pd_code pdc_upload(pd_session *s, Paradev__V1__UploadHeader *h,
   return rc;
 }
 
-pd_code pd_upload(pd_session *s, uint64_t id, pd_dtype dtype,
-                  const int64_t *dims, int rank, const void *data, size_t bytes,
-                  pd_layout layout, pd_tensor_info *info,
-                  const pd_call_options *call, pd_status *st) {
+pd_code pd_upload_on(pd_session *s, const int32_t *devices, int n_devices,
+                     uint64_t id, pd_dtype dtype, const int64_t *dims, int rank,
+                     const void *data, size_t bytes, pd_layout layout,
+                     pd_tensor_info *info, const pd_call_options *call,
+                     pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
+  PD_TRY(pdc_check_devices(devices, n_devices, "pd_upload", st));
   if (layout.kind != PD_LAYOUT_UNSPECIFIED &&
       layout.kind != PD_LAYOUT_MIRRORED && layout.kind != PD_LAYOUT_SHARDED)
     return pdc_error(st, PD_INVALID_ARGUMENT,
@@ -266,21 +268,35 @@ pd_code pd_upload(pd_session *s, uint64_t id, pd_dtype dtype,
   h.dtype = (Paradev__V1__DType)dtype;
   h.shape = &shape;
   h.layout = &lay;
+  h.n_devices = (size_t)n_devices;
+  h.devices = n_devices ? (int32_t *)devices : NULL;
   return pdc_upload(s, &h, 1, &data, &bytes, info, call, st);
 }
 
-pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
-                             int num_components, const int64_t *const *dims,
-                             const int *ranks, const void *const *data,
-                             const size_t *bytes, pd_tensor_info *info,
-                             const pd_call_options *call, pd_status *st) {
+pd_code pd_upload(pd_session *s, uint64_t id, pd_dtype dtype,
+                  const int64_t *dims, int rank, const void *data, size_t bytes,
+                  pd_layout layout, pd_tensor_info *info,
+                  const pd_call_options *call, pd_status *st) {
+  return pd_upload_on(s, NULL, 0, id, dtype, dims, rank, data, bytes, layout,
+                      info, call, st);
+}
+
+pd_code pd_upload_components_on(pd_session *s, const int32_t *devices,
+                                int n_devices, uint64_t id, pd_dtype dtype,
+                                int num_components, const int64_t *const *dims,
+                                const int *ranks, const void *const *data,
+                                const size_t *bytes, pd_tensor_info *info,
+                                const pd_call_options *call, pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
-  if (num_components != s->num_devices || !dims || !ranks || !data || !bytes)
+  PD_TRY(pdc_check_devices(devices, n_devices, "pd_upload_components", st));
+  int want = n_devices ? n_devices : s->num_devices;
+  if (num_components != want || !dims || !ranks || !data || !bytes)
     return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "pd_upload_components: %d components; the session's mesh "
-                     "has %d devices (and dims, ranks, data, bytes must be "
-                     "arrays of that many)",
-                     num_components, s->num_devices);
+                     "pd_upload_components: %d components; the tensor's "
+                     "device set (%s) has %d devices (and dims, ranks, data, "
+                     "bytes must be arrays of that many)",
+                     num_components,
+                     n_devices ? "n_devices" : "the session's default", want);
   Paradev__V1__Shape shapes[PD_MAX_DEVICES];
   Paradev__V1__Shape *sp[PD_MAX_DEVICES];
   for (int i = 0; i < num_components; i++) {
@@ -302,7 +318,18 @@ pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
   h.layout = &lay;
   h.n_component_shapes = (size_t)num_components;
   h.component_shapes = sp;
+  h.n_devices = (size_t)n_devices;
+  h.devices = n_devices ? (int32_t *)devices : NULL;
   return pdc_upload(s, &h, num_components, data, bytes, info, call, st);
+}
+
+pd_code pd_upload_components(pd_session *s, uint64_t id, pd_dtype dtype,
+                             int num_components, const int64_t *const *dims,
+                             const int *ranks, const void *const *data,
+                             const size_t *bytes, pd_tensor_info *info,
+                             const pd_call_options *call, pd_status *st) {
+  return pd_upload_components_on(s, NULL, 0, id, dtype, num_components, dims,
+                                 ranks, data, bytes, info, call, st);
 }
 
 /* --- Download ---------------------------------------------------------------------- */
@@ -396,8 +423,14 @@ static pd_code pdc_dl_header(pdc_dl *d, grpc_byte_buffer *bb, pd_status *st) {
   }
   const Paradev__V1__DownloadHeader *h = m->header;
   if (h->n_host_shapes != (size_t)d->ncomp) {
-    rc = pdc_error(st, PD_INTERNAL, "Download: %zu host shapes; expected %d",
-                   h->n_host_shapes, d->ncomp);
+    if (d->ncomp > 1 || h->n_host_shapes > 1)
+      rc = pdc_error(st, PD_INVALID_ARGUMENT,
+                     "pd_download_components: the tensor has %zu components "
+                     "(one per device of its set); %d buffers were given",
+                     h->n_host_shapes, d->ncomp);
+    else
+      rc = pdc_error(st, PD_INTERNAL, "Download: %zu host shapes; expected %d",
+                     h->n_host_shapes, d->ncomp);
     goto out;
   }
   d->dtype = (pd_dtype)h->dtype;
@@ -614,12 +647,16 @@ pd_code pd_download_components(pd_session *s, uint64_t id, int num_components,
                                pd_tensor_info *infos,
                                const pd_call_options *call, pd_status *st) {
   PD_TRY(pdc_session_check(s, st));
-  if (num_components != s->num_devices || !data || !capacity)
+  /* The tensor's component count is its device set's size, which the
+   * daemon's header gives: pdc_dl_header refuses a count that differs. */
+  if (num_components < 1 || num_components > PD_MAX_DEVICES || !data ||
+      !capacity)
     return pdc_error(st, PD_INVALID_ARGUMENT,
-                     "pd_download_components: %d components; the session's "
-                     "mesh has %d devices (data and capacity must be arrays "
-                     "of that many)",
-                     num_components, s->num_devices);
+                     "pd_download_components: %d components; expected the "
+                     "tensor's component count (its device set's size, 1 to "
+                     "%d; the session's default set has %d), with data and "
+                     "capacity arrays of that many",
+                     num_components, PD_MAX_DEVICES, s->num_devices);
   for (int i = 0; i < num_components; i++)
     if (capacity[i] && !data[i])
       return pdc_error(st, PD_INVALID_ARGUMENT,

@@ -724,8 +724,8 @@ pd_code dp_mlp_load(dp_mlp *m, const char *path, pd_status *st) {
                                {m->cfg.classes, 0}};
   pd_load_spec specs[NW];
   for (int i = 0; i < NW; i++) {
-    specs[i] = (pd_load_spec){dp_mlp_weight_names[i], 0,
-                              (pd_layout){PD_LAYOUT_MIRRORED, 0, 0}, NULL, 0};
+    specs[i] = (pd_load_spec){.name = dp_mlp_weight_names[i],
+                              .layout = {PD_LAYOUT_MIRRORED, 0, 0}};
   }
   pd_load *l = NULL;
   pd_code rc =

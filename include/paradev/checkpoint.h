@@ -61,6 +61,12 @@ typedef struct pd_load_spec {
   pd_layout layout;
   const char *const *component_sources;
   int n_component_sources; /* 0 or the number of devices */
+  /* Placement (issue #17): the tensor's device set, daemon device indices
+   * in component order (NULL / 0: pd_load_options.default_devices, else the
+   * session's default). The layout splits over these devices and each
+   * reads only its own part; PER_COMPONENT takes one source per device. */
+  const int32_t *devices;
+  int n_devices; /* 0 to PD_MAX_DEVICES */
 } pd_load_spec;
 
 typedef struct pd_load_options {
@@ -71,10 +77,18 @@ typedef struct pd_load_options {
    * tensors get consecutive ids in the file's order. */
   pd_layout default_layout;
   uint64_t first_id;
+  /* Placement (issue #17): where a tensor goes whose spec names no devices
+   * (and every tensor of a load without specs); NULL / 0: the session's
+   * default. */
+  const int32_t *default_devices;
+  int n_default_devices; /* 0 to PD_MAX_DEVICES */
 } pd_load_options;
 
 #define PD_LOAD_OPTIONS_INITIALIZER                                            \
-  { sizeof(pd_load_options), PD_CHECKPOINT_AUTO, {PD_LAYOUT_MIRRORED, 0, 0}, 0 }
+  {                                                                            \
+    sizeof(pd_load_options), PD_CHECKPOINT_AUTO, {PD_LAYOUT_MIRRORED, 0, 0},   \
+        0, NULL, 0                                                             \
+  }
 
 /* What a load started: its tensors and the load's id. */
 typedef struct pd_load pd_load;
@@ -84,16 +98,23 @@ typedef struct pd_load pd_load;
  * or, with n == 0, every tensor of the file. Returns once the file's header
  * was read and the handles exist; *out (free with pd_load_delete) lists them
  * in the order of specs (or of the file).
+ * Each tensor's info carries its device set (pd_tensor_info.devices).
  * Errors:   PD_INVALID_ARGUMENT (a malformed file: the message names it and
  *           what is wrong; a layout that does not fit; over 4096 specs; a
- *           name over max_string_bytes; bad options), PD_NOT_FOUND (no such
+ *           name over max_string_bytes; bad options; a spec's n_devices or
+ *           the options' n_default_devices out of 0..PD_MAX_DEVICES or its
+ *           devices NULL, checked here and naming the spec; a device out of
+ *           range or named twice, from the daemon), PD_NOT_FOUND (no such
  *           file, or a name the file lacks, named), PD_ALREADY_EXISTS (an id
- *           in use), PD_PERMISSION_DENIED (outside the storage roots),
+ *           in use), PD_PERMISSION_DENIED (outside the storage roots; a
+ *           device outside the session's allowed set, named),
  *           PD_RESOURCE_EXHAUSTED (quota, device memory), PD_UNIMPLEMENTED (a
  *           dtype paradev lacks), PD_FAILED_PRECONDITION (the daemon has no
  *           storage root; session closed), PD_UNAVAILABLE (HTTP source
  *           unreachable), transport errors. On error no handle exists.
- * Thread safety: thread-safe (a pd_session may be shared). */
+ * Thread safety: thread-safe (a pd_session may be shared).
+ * Source: LoadTensorsRequest (LoadTensorSpec.devices, default_devices) of
+ *         paradev.v1. */
 pd_code pd_load_tensors(pd_session *s, const char *source,
                         const pd_load_spec *specs, int n,
                         const pd_load_options *opts, pd_load **out,

@@ -301,6 +301,11 @@ typedef struct pd_device_info {
                                   was; the rest went to RPC, queueing, idle */
   uint64_t memory_cached_bytes; /* freed blocks kept for reuse (CPU block
                                    cache), not in memory_used_bytes */
+  int gpu; /* issue #17: the physical GPU the device runs on, as the node's
+              scheduler numbers them (SLURM_JOB_GPUS, the CUDA ordinal; the
+              CPU backend's simulated device k stands for GPU k); several
+              devices may share one; -1: none (0 from a daemon older than
+              issue #17) */
 } pd_device_info;
 
 /* The daemon's limits on what a client controls (exceeding one is
@@ -394,7 +399,10 @@ typedef struct pd_session_options {
   /* Placement (issue #17): narrow the session to these daemon devices (its
    * allowed device set and default placement, in order); NULL / 0: all the
    * session may use (the whole mesh, or its job's or tenant's devices). A
-   * device outside the job's or tenant's: PD_PERMISSION_DENIED. */
+   * device outside the job's or tenant's: PD_PERMISSION_DENIED; out of the
+   * daemon's range or named twice: PD_INVALID_ARGUMENT. num_devices out of
+   * 0..PD_MAX_DEVICES, or devices NULL with num_devices > 0:
+   * PD_INVALID_ARGUMENT from the library, before any call. */
   const int32_t *devices;
   int num_devices;
 } pd_session_options;
@@ -412,10 +420,11 @@ typedef struct pd_session_options {
  * NULL.
  * Errors:   PD_INVALID_ARGUMENT (lease over max_lease_seconds, priority or
  *           weight out of range, over-long names, a job_id that is not the
- *           job token's),
+ *           job token's, a bad opts->devices list: see there),
  *           PD_UNAUTHENTICATED (a job token unknown, revoked or expired),
  *           PD_PERMISSION_DENIED (a job id without a token where the daemon
- *           requires one; a token of another uid), PD_RESOURCE_EXHAUSTED
+ *           requires one; a token of another uid; opts->devices beyond
+ *           what the job or tenant was allocated), PD_RESOURCE_EXHAUSTED
  *           (the daemon's max_sessions), and transport errors.
  * Thread safety: thread-safe (see the header's opening comment).
  * Source: CreateContext of TensorFlow's eager service;
@@ -424,9 +433,13 @@ pd_session *pd_session_new(pd_client *c, const pd_session_options *opts,
                            const pd_call_options *call, pd_status *st);
 
 /* The session's allowed device set (issue #17), which is also its default
- * placement: writes up to `cap` daemon device indices into out (in order)
- * and returns how many the set has (pd_session_num_devices(s) of them).
- * Thread-safe. */
+ * placement, as CreateSession answered it: writes up to `cap` daemon device
+ * indices into out (may be NULL with cap 0; in order) and returns how many
+ * the set has (pd_session_num_devices(s)); 0 for a NULL session. A daemon
+ * older than issue #17 names no set: its sessions span the whole mesh, and
+ * this gives 0..n-1. No call is made; no error.
+ * Thread safety: thread-safe (the set never changes).
+ * Source: CreateSessionResponse.devices of paradev.v1. */
 int pd_session_devices(const pd_session *s, int32_t *out, int cap);
 
 /* Closes the session on the daemon (every tensor it holds is freed) and stops
@@ -454,7 +467,10 @@ pd_code pd_session_keep_alive(pd_session *s, const pd_call_options *call,
  * the daemon lost (PD_NOT_FOUND, e.g. "daemon restarted") shows here. */
 pd_code pd_session_keep_alive_status(pd_session *s, pd_status *st);
 
-/* Components of every tensor of the session: the daemon's mesh size. */
+/* The size of the session's allowed device set (pd_session_devices): the
+ * components of a tensor placed by default (the daemon's mesh size unless
+ * the session was narrowed or bound to a job's or tenant's devices). A
+ * tensor placed elsewhere has as many components as its own set. */
 int pd_session_num_devices(const pd_session *s);
 /* The lease granted, seconds. */
 uint32_t pd_session_lease_seconds(const pd_session *s);
@@ -520,7 +536,9 @@ typedef struct pd_tensor_info {
   int64_t dims[PD_MAX_RANK]; /* -1 on axes where components differ */
   /* Placement (issue #17): the tensor's device set, the daemon's device
    * indices in component order (component i lives on devices[i]);
-   * num_devices 0 when the daemon did not say (one older than issue #17). */
+   * num_devices 0 when the daemon did not say (one older than issue #17).
+   * Every info the library fills (execute, streams, uploads, loads,
+   * gradients, Describe) carries it; downloads' host shapes do not. */
   int num_devices;
   int32_t devices[PD_MAX_DEVICES];
 } pd_tensor_info;
@@ -562,7 +580,9 @@ int pd_attrs_count(const pd_attrs *a);
  * Execute */
 
 /* Runs `op` (a TensorFlow raw-op name: "Add", "MatMul", "AllReduce", ...) on
- * every device of the session's mesh.
+ * every device of the session's default device set (pd_session_devices;
+ * pd_execute_on chooses another for an op without inputs); an op with
+ * inputs runs on their device set.
  *
  * inputs:   n_inputs handles of the session (each component is read on its own
  *           device); outputs of earlier ops, even ones not computed yet.
@@ -587,13 +607,21 @@ pd_code pd_execute(pd_session *s, const char *op, const uint64_t *inputs,
 
 /* pd_execute with a placement (issue #17): an op without tensor inputs
  * (Fill, RandomNormal, DeviceId, ...) runs on devices[0..n_devices) (daemon
- * device indices, in order); NULL / 0: the session's default. An op with
- * inputs runs on their device set; naming another is PD_INVALID_ARGUMENT.
- * Errors: as pd_execute, plus PD_PERMISSION_DENIED (a device outside the
- * session's allowed set, named) and PD_INVALID_ARGUMENT (inputs on
- * different sets: move one with ParallelPack, ParallelUnpack or
- * CopyToDevices; a device out of range or named twice).
- * Source: TensorFlow's parallel device over a chosen list of devices. */
+ * device indices, in order: component i on devices[i]); NULL / 0: the
+ * session's default. An op with inputs runs on their device set; naming
+ * another is PD_INVALID_ARGUMENT. *outputs' devices give each output's set.
+ * Layouts split over the set, DeviceId is the index within it, collectives
+ * run over it.
+ * Errors:   as pd_execute, plus PD_INVALID_ARGUMENT (n_devices out of
+ *           0..PD_MAX_DEVICES or devices NULL with n_devices > 0, checked
+ *           here; from the daemon: inputs on different sets, both named:
+ *           move one with ParallelPack, ParallelUnpack or CopyToDevices; a
+ *           device out of range or named twice), PD_PERMISSION_DENIED (a
+ *           device outside the session's allowed set, named),
+ *           PD_UNIMPLEMENTED (a daemon that places only on its whole mesh).
+ * Thread safety: thread-safe; `devices` is read during the call only.
+ * Source: TensorFlow's parallel device over a chosen list of devices;
+ *         Operation.devices of paradev.v1. */
 pd_code pd_execute_on(pd_session *s, const int32_t *devices, int n_devices,
                       const char *op, const uint64_t *inputs, int n_inputs,
                       const pd_attrs *attrs, uint64_t *output_ids,
@@ -617,7 +645,12 @@ pd_code pd_batch_add(pd_batch *b, pd_session *s, const char *op,
                      const uint64_t *inputs, int n_inputs,
                      const pd_attrs *attrs, uint64_t *output_ids, int n_outputs,
                      pd_status *st);
-/* pd_batch_add with a placement, as pd_execute_on (issue #17). */
+/* pd_batch_add with a placement, as pd_execute_on (issue #17): the batch
+ * copies `devices`. The daemon checks the placement when the batch is sent.
+ * Errors:   as pd_batch_add, plus PD_INVALID_ARGUMENT (n_devices out of
+ *           0..PD_MAX_DEVICES, devices NULL with n_devices > 0).
+ * Thread safety: one thread at a time per batch.
+ * Source: Operation.devices of paradev.v1. */
 pd_code pd_batch_add_on(pd_batch *b, pd_session *s, const int32_t *devices,
                         int n_devices, const char *op, const uint64_t *inputs,
                         int n_inputs, const pd_attrs *attrs,
@@ -668,17 +701,21 @@ pd_description *pd_describe(pd_session *s, const uint64_t *ids, int n,
 void pd_description_delete(pd_description *d);
 /* Number of tensors described (n of the call). */
 int pd_description_count(const pd_description *d);
-/* Tensor i's id, dtype and overall shape (-1 on axes where components
- * differ). Returns false for i out of range. */
+/* Tensor i's id, dtype, overall shape (-1 on axes where components differ)
+ * and device set (num_devices/devices). Returns false for i out of range. */
 bool pd_description_info(const pd_description *d, int i, pd_tensor_info *out);
 /* Tensor i's device set (issue #17): up to `cap` daemon device indices into
- * out, in component order; returns the set's size (0 for i out of range). */
+ * out (may be NULL with cap 0), in component order; returns the set's size
+ * (0 for i out of range, or from a daemon older than issue #17). No error.
+ * Thread safety: thread-safe on a description no one is deleting.
+ * Source: TensorDescription.devices of paradev.v1. */
 int pd_description_devices(const pd_description *d, int i, int32_t *out,
                            int cap);
 /* Components of tensor i (0 for i out of range). */
 int pd_description_num_components(const pd_description *d, int i);
 /* Shape of component `component` of tensor i (into out->rank/dims; out->id
- * and dtype as the tensor's). False when out of range. */
+ * and dtype as the tensor's; out->devices the one device it lives on, when
+ * the daemon names the set). False when out of range. */
 bool pd_description_component(const pd_description *d, int i, int component,
                               pd_tensor_info *out);
 /* Bytes of all components of tensor i together. */

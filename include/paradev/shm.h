@@ -131,7 +131,8 @@ pd_code pd_shared_memory_destroy(pd_shared_memory *r,
 
 /* pd_upload with the host value read by the daemon from `region` at data
  * offset `offset` (bytes past the header): a value of `dtype` and shape
- * dims[0..rank), mirrored or sharded. The region's bytes must not change
+ * dims[0..rank), mirrored or sharded, on the session's default device set
+ * (the _on variant below chooses one). The region's bytes must not change
  * during the call; the program may reuse them once it returns.
  * Errors:   as pd_upload, plus PD_NOT_FOUND (the region is not registered in
  *           this session), PD_OUT_OF_RANGE (the value runs past the region's
@@ -153,7 +154,8 @@ pd_code pd_upload_from_shared_memory(pd_session *s, uint64_t id, pd_dtype dtype,
 
 /* pd_upload_components from a region: component i's value (shape
  * dims[i][0..ranks[i])) follows component i-1's, from data offset `offset`
- * on, with no padding. num_components must be pd_session_num_devices(s).
+ * on, with no padding, on the session's default device set: num_components
+ * must be pd_session_num_devices(s).
  * Errors:   as pd_upload_from_shared_memory, plus PD_INVALID_ARGUMENT for a
  *           wrong count.
  * Source: paradev.v1.ParallelDevice/UploadFromSharedMemory (PER_COMPONENT). */
@@ -162,6 +164,30 @@ pd_code pd_upload_components_from_shared_memory(
     const int64_t *const *dims, const int *ranks, pd_shared_memory *region,
     uint64_t offset, pd_tensor_info *info, const pd_call_options *call,
     pd_status *st);
+
+/* The two uploads above on a chosen device set (issue #17), as pd_upload_on:
+ * devices[0..n_devices) are daemon device indices in component order (NULL /
+ * 0: the session's default); SHARDED splits over n_devices; PER_COMPONENT
+ * takes num_components == n_devices values (n_devices 0: the session's
+ * count). *info's devices give the set the tensor was placed on.
+ * Errors:   as the call without _on, plus PD_INVALID_ARGUMENT (n_devices
+ *           out of 0..PD_MAX_DEVICES, devices NULL with n_devices > 0,
+ *           checked here; a device out of range or named twice, from the
+ *           daemon), PD_PERMISSION_DENIED (a device outside the session's
+ *           allowed set, named), PD_UNIMPLEMENTED (a daemon that places
+ *           tensors only on its whole mesh).
+ * Thread safety: thread-safe.
+ * Source: UploadFromSharedMemoryRequest.devices of paradev.v1. */
+pd_code pd_upload_from_shared_memory_on(
+    pd_session *s, const int32_t *devices, int n_devices, uint64_t id,
+    pd_dtype dtype, const int64_t *dims, int rank, pd_shared_memory *region,
+    uint64_t offset, pd_layout layout, pd_tensor_info *info,
+    const pd_call_options *call, pd_status *st);
+pd_code pd_upload_components_from_shared_memory_on(
+    pd_session *s, const int32_t *devices, int n_devices, uint64_t id,
+    pd_dtype dtype, int num_components, const int64_t *const *dims,
+    const int *ranks, pd_shared_memory *region, uint64_t offset,
+    pd_tensor_info *info, const pd_call_options *call, pd_status *st);
 
 /* pd_download into `region` from data offset `offset` on, waiting until the
  * tensor is computed: layout MIRRORED (component 0), COMPONENT or SHARDED.
@@ -187,8 +213,11 @@ pd_code pd_download_to_shared_memory(pd_session *s, uint64_t id,
 /* Every component into `region`, one after another from data offset
  * `offset` on; infos (may be NULL; num_components entries) get each one's
  * host shape, *bytes_out (may be NULL) the total. num_components must be
- * pd_session_num_devices(s).
- * Errors:   as pd_download_to_shared_memory.
+ * the tensor's component count, its device set's size
+ * (pd_session_num_devices(s) for a tensor on the session's default).
+ * Errors:   as pd_download_to_shared_memory, plus PD_INVALID_ARGUMENT
+ *           (num_components out of 1..PD_MAX_DEVICES, or not the tensor's
+ *           count: the message gives it).
  * Source: paradev.v1.ParallelDevice/DownloadToSharedMemory (PER_COMPONENT). */
 pd_code pd_download_components_to_shared_memory(
     pd_session *s, uint64_t id, int num_components, pd_shared_memory *region,

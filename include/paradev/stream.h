@@ -75,6 +75,25 @@ pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
                           uint64_t *output_ids, int n_outputs, uint64_t *index,
                           pd_status *st);
 
+/* pd_stream_execute with a placement (issue #17), as pd_execute_on: an op
+ * without tensor inputs runs on devices[0..n_devices) (daemon device
+ * indices, in order; NULL / 0: the session's default); an op with inputs
+ * runs on their device set. The library checks only the list itself; the
+ * daemon answers the rest in the item's reply.
+ * Errors:   as pd_stream_execute, plus PD_INVALID_ARGUMENT (n_devices
+ *           outside 0..PD_MAX_DEVICES, devices NULL with n_devices > 0);
+ *           in the item's reply PD_PERMISSION_DENIED (a device outside the
+ *           session's allowed set) and PD_INVALID_ARGUMENT (inputs on
+ *           different sets, a device out of range or named twice).
+ * Thread safety: as pd_stream_execute (one thread at a time per stream).
+ * Source: TensorFlow's parallel device over a chosen list of devices;
+ *         Operation.devices of paradev.v1. */
+pd_code pd_stream_execute_on(pd_stream *t, const int32_t *devices,
+                             int n_devices, const char *op,
+                             const uint64_t *inputs, int n_inputs,
+                             const pd_attrs *attrs, uint64_t *output_ids,
+                             int n_outputs, uint64_t *index, pd_status *st);
+
 /* Queues a delete item for `n` handles (all or nothing, as pd_delete).
  * Errors:   as pd_stream_execute. */
 pd_code pd_stream_delete_ids(pd_stream *t, const uint64_t *ids, int n,

@@ -135,7 +135,7 @@ static void test_load_all(void **state) {
 
 static void test_load_sharded(void **state) {
   env *e = *state;
-  pd_load_spec spec = {"", 0, pd_layout_sharded(0), NULL, 0};
+  pd_load_spec spec = {"", 0, pd_layout_sharded(0), NULL, 0, NULL, 0};
   pd_load *l = NULL;
   OK(e, pd_load_tensors(e->s, "m.npy", &spec, 1, NULL, &l, NULL, e->st));
   pd_tensor_info ti;
@@ -242,7 +242,7 @@ static void test_errors(void **state) {
   EXPECT_CODE(
       e, PD_NOT_FOUND,
       pd_load_tensors(e->s, "none.npy", NULL, 0, NULL, &l, NULL, e->st));
-  pd_load_spec bad = {"", 5, pd_layout_component(1), NULL, 0};
+  pd_load_spec bad = {"", 5, pd_layout_component(1), NULL, 0, NULL, 0};
   EXPECT_CODE(e, PD_INVALID_ARGUMENT,
               pd_load_tensors(e->s, "m.npy", &bad, 1, NULL, &l, NULL, e->st));
   assert_null(l);

@@ -1349,7 +1349,8 @@ static void test_cli(void **state) {
   ASSERT_HAS(o->out, "backend      cpu");
   ASSERT_HAS(o->out, "devices: 4");
   ASSERT_HAS(o->out, "  3   cpu:3");
-  ASSERT_HAS(o->out, "64.0 MiB"); /* the device memory limit */
+  ASSERT_HAS(o->out, "KIND  GPU"); /* each device's physical GPU (issue #17) */
+  ASSERT_HAS(o->out, "64.0 MiB");  /* the device memory limit */
   ASSERT_HAS(o->out, "max_message_bytes        1048576 (1.0 MiB)");
   ASSERT_HAS(o->out, "lease_seconds            60 default");
   /* PARADEV_TARGET is the default target. */

@@ -111,6 +111,7 @@ uint64_t memory_free_bytes;
 uint64_t memory_peak_bytes;
 double busy_seconds;
 uint64_t memory_cached_bytes;
+int gpu;
 } pd_device_info;
 typedef struct pd_limits {
 uint64_t max_message_bytes;
@@ -275,10 +276,9 @@ pd_tensor_info *info, const pd_call_options *call,
 pd_status *st);
 pd_code pd_upload_components_on(pd_session *s, const int32_t *devices,
 int n_devices, uint64_t id, pd_dtype dtype,
-int num_components,
-const int64_t *const *dims, const int *ranks,
-const void *const *data, const size_t *bytes,
-pd_tensor_info *info,
+int num_components, const int64_t *const *dims,
+const int *ranks, const void *const *data,
+const size_t *bytes, pd_tensor_info *info,
 const pd_call_options *call, pd_status *st);
 pd_code pd_download(pd_session *s, uint64_t id, pd_layout layout, void *data,
 size_t capacity, pd_tensor_info *info, size_t *bytes_out,
@@ -314,6 +314,16 @@ pd_session *s, uint64_t id, pd_dtype dtype, int num_components,
 const int64_t *const *dims, const int *ranks, pd_shared_memory *region,
 uint64_t offset, pd_tensor_info *info, const pd_call_options *call,
 pd_status *st);
+pd_code pd_upload_from_shared_memory_on(
+pd_session *s, const int32_t *devices, int n_devices, uint64_t id,
+pd_dtype dtype, const int64_t *dims, int rank, pd_shared_memory *region,
+uint64_t offset, pd_layout layout, pd_tensor_info *info,
+const pd_call_options *call, pd_status *st);
+pd_code pd_upload_components_from_shared_memory_on(
+pd_session *s, const int32_t *devices, int n_devices, uint64_t id,
+pd_dtype dtype, int num_components, const int64_t *const *dims,
+const int *ranks, pd_shared_memory *region, uint64_t offset,
+pd_tensor_info *info, const pd_call_options *call, pd_status *st);
 pd_code pd_download_to_shared_memory(pd_session *s, uint64_t id,
 pd_layout layout, pd_shared_memory *region,
 uint64_t offset, pd_tensor_info *info,
@@ -347,6 +357,11 @@ pd_code pd_stream_execute(pd_stream *t, const char *op, const uint64_t *inputs,
 int n_inputs, const pd_attrs *attrs,
 uint64_t *output_ids, int n_outputs, uint64_t *index,
 pd_status *st);
+pd_code pd_stream_execute_on(pd_stream *t, const int32_t *devices,
+int n_devices, const char *op,
+const uint64_t *inputs, int n_inputs,
+const pd_attrs *attrs, uint64_t *output_ids,
+int n_outputs, uint64_t *index, pd_status *st);
 pd_code pd_stream_delete_ids(pd_stream *t, const uint64_t *ids, int n,
 uint64_t *index, pd_status *st);
 pd_code pd_stream_wait(pd_stream *t, int64_t timeout_ms, pd_status *st);
@@ -389,12 +404,16 @@ uint64_t id;
 pd_layout layout;
 const char *const *component_sources;
 int n_component_sources;
+const int32_t *devices;
+int n_devices;
 } pd_load_spec;
 typedef struct pd_load_options {
 size_t struct_size;
 pd_checkpoint_format format;
 pd_layout default_layout;
 uint64_t first_id;
+const int32_t *default_devices;
+int n_default_devices;
 } pd_load_options;
 typedef struct pd_load pd_load;
 pd_code pd_load_tensors(pd_session *s, const char *source,
