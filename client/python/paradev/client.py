@@ -289,7 +289,8 @@ class Client:
     def session(self, name=None, *, job_id=None, lease_s=None,
                 memory_quota=None, keep_alive=True, priority=0, weight=0,
                 pipelined=False, prefer_shared_memory=None,
-                shm_threshold=1 << 20, op_timeout_ms=None, job_token=None):
+                shm_threshold=1 << 20, op_timeout_ms=None, job_token=None,
+                devices=None):
         """Opens a session (CreateSession): a namespace of tensors with a
         lease, renewed in the background while it is open. Use it as a
         context manager: it is closed (every tensor freed) on exit.
@@ -300,6 +301,11 @@ class Client:
         that consume it); None: no deadline.
         job_token: the job's proof (default $PARADEV_JOB_TOKEN, which the
         Slurm TaskProlog exports); the session's job id then comes from it.
+        devices: narrows the session to these daemon devices (a list of
+        indices or names as info() shows them, e.g. [2, 3] or ["cpu:2"]):
+        its allowed device set and the default placement of its tensors
+        (session.devices); None: all the session may use. A device outside
+        its job's or tenant's allocation: paradev.PermissionDenied.
         """
         from .session import Session
         if prefer_shared_memory is None:
@@ -309,7 +315,7 @@ class Client:
                     priority=priority, weight=weight, pipelined=pipelined,
                     prefer_shared_memory=prefer_shared_memory,
                     shm_threshold=shm_threshold, op_timeout_ms=op_timeout_ms,
-                    job_token=job_token)
+                    job_token=job_token, devices=devices)
         self._sessions.add(s)
         return s
 
