@@ -460,3 +460,23 @@ def test_load_on_a_subset(daemon4, placed):
     per = s.load("placed.npz", ["a", "b"], devices={"a": [3]})
     assert per["a"].devices == (3,) and per["b"].devices == ALL
     np.testing.assert_array_equal(per["a"].numpy(paradev.component(0)), a)
+
+
+def test_readme_placement_example(daemon4, placed):
+    import re
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    text = open(os.path.join(here, "..", "README.md")).read()
+    code = re.findall(r"```python\n(.*?)```", text[text.index(
+        "## Placement"):], re.S)[0]
+    env = dict(os.environ, PARADEV_TARGET=daemon4.unix,
+               PYTHONPATH=os.path.dirname(here))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # y: rows 4..5 (device 3) then rows 0..1 (device 1); z the same on 0, 2
+    assert r.stdout.splitlines() == [
+        "(1, 2, 3) [0, 1]",
+        "(3, 1) (0, 2) (0, 1, 2, 3) "
+        "[[8.0, 9.0], [10.0, 11.0], [0.0, 1.0], [2.0, 3.0]]"]
