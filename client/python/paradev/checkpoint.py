@@ -279,7 +279,7 @@ class Checkpoints:
             _need_load_placement("pd_load_options", "default_devices")
             keep.append(placement.c_array(where)[0])
             opts.default_devices = keep[-1]
-            opts.num_default_devices = len(where)
+            opts.n_default_devices = len(where)
         out = ffi.new("pd_load **")
         st = _lib.status()
         with self._lock:
@@ -331,7 +331,7 @@ class Checkpoints:
             if isinstance(where, dict) and on is not None:
                 keep.append(placement.c_array(on)[0])
                 specs[i].devices = keep[-1]
-                specs[i].num_devices = len(on)
+                specs[i].n_devices = len(on)
             lay = per_name.get(name, default) if per_name else default
             _c_layout(layouts.check_placing(lay, "load: layout of %r" % name),
                       "load: layout of %r" % name)

@@ -524,6 +524,8 @@ class Session(Transfers, Checkpoints):
                     combine_mirrored(tensors, m)[0]
         if self._tapes:
             self._tracked(tensors, outs)
+        if n_unpack is not None:
+            return outs  # ParallelUnpack's, however the registry lists them
         if lengths is not None:
             return _group_outputs(opdef, lengths, outs)
         return outs[0] if n_out == 1 else tuple(outs)
