@@ -71,6 +71,10 @@ class DeviceInfo:
     memory_free_bytes: int
     memory_peak_bytes: int
     busy_seconds: float
+    # issue #17: the physical GPU the device runs on, as the node's
+    # scheduler numbers them (SLURM_JOB_GPUS; the CPU backend's device k
+    # stands for GPU k); -1: none, or a libparadev without the field
+    gpu: int = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +112,8 @@ _LIMIT_FIELDS = ("max_message_bytes", "max_tensor_bytes", "max_rank",
                  "max_attrs_per_op", "max_list_length", "max_ids_per_request",
                  "default_lease_seconds", "max_lease_seconds",
                  "max_chunk_bytes")
+
+_HAS_GPU = _lib.struct_has("pd_device_info", "gpu")
 
 _SERVING = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING",
             3: "SERVICE_UNKNOWN"}
@@ -251,7 +257,8 @@ class Client:
                 devs.append(DeviceInfo(
                     d.index, _str(d.name), _str(d.kind), d.memory_total_bytes,
                     d.memory_limit_bytes, d.memory_used_bytes,
-                    d.memory_free_bytes, d.memory_peak_bytes, d.busy_seconds))
+                    d.memory_free_bytes, d.memory_peak_bytes, d.busy_seconds,
+                    d.gpu if _HAS_GPU else -1))
             lim = lib.pd_server_info_limits(p)
             limits = {f: getattr(lim, f) for f in _LIMIT_FIELDS}
             roots = tuple(_str(lib.pd_server_info_storage_root(p, i)) for i in

@@ -673,8 +673,9 @@ class Session(Transfers, Checkpoints):
             sliced_sync(self, ids, timeout)
 
     def describe(self, tensors):
-        """A dict per tensor: dtype, shape, component_shapes, bytes, ready,
-        and error (None, or the stored Error) -- without waiting."""
+        """A dict per tensor: dtype, shape, devices (its device set),
+        component_shapes (one per device of it), bytes, ready, and error
+        (None, or the stored Error) -- without waiting."""
         with self._lock:
             self._drain()
             ids = [t.id for t in tensors]
