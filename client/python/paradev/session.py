@@ -404,6 +404,12 @@ class Session(Transfers, Checkpoints):
                                             "%s: devices" % name, self.client)
         tr = active_trace()
         if tr is not None and tr.session is self:
+            if name in (_PACK, _UNPACK, _COPY):
+                raise ValueError(
+                    "%s inside a traced function: it moves a value between "
+                    "device sets, and a function's nodes run on one set (the "
+                    "daemon refuses it as a node); call it outside the "
+                    "function, on the call's arguments or results" % name)
             if where is not None:
                 raise ValueError(
                     "%s: devices=%r inside a traced function: a node runs "
@@ -554,10 +560,11 @@ class Session(Transfers, Checkpoints):
     def unpack(self, tensor):
         """ParallelUnpack of `tensor`: see Tensor.unpack."""
         if isinstance(tensor, Symbol):
-            raise TypeError(
-                "unpack inside a traced function: the trace does not know "
-                "the argument's device set (the number of outputs); unpack "
-                "the call's result, or return the value packed")
+            raise ValueError(
+                "ParallelUnpack inside a traced function: it moves a value "
+                "between device sets, and a function's nodes run on one set "
+                "(the daemon refuses it as a node); call it outside the "
+                "function, on the call's arguments or results")
         self._input_id(tensor)
         n = len(tensor.devices)
         opdef = self._opdef(_UNPACK)
@@ -803,16 +810,16 @@ def _out_devices(session, name, inputs, attrs, where, n_out):
 
 def _placed_mirrored(name, t, attrs):
     """What the client knows of the mirroring of ParallelUnpack's or
-    CopyToDevices' outputs: a copy of a mirrored input is mirrored, one of
-    a varying input of the same size varies; the rest (single-device
-    outputs, a value replicated from one device) the daemon knows (None:
-    np.asarray asks it)."""
+    CopyToDevices' outputs, as the engine marks them (device/place.c): a
+    single-device output of an unpack holds one value; a copy onto a set of
+    another size is replicated (from one device, or a mirrored input's
+    component 0); a copy of the same size keeps the input's mark."""
     if name == _UNPACK:
-        return None
-    if t._mirrored is True:
         return True
-    if t._devices is not None and len(t._devices) == 1:
-        return None
+    to = attrs.get("devices")
+    if t._devices is not None and to is not None and \
+            len(to) != len(t._devices):
+        return True
     return t._mirrored
 
 

@@ -480,3 +480,24 @@ def test_readme_placement_example(daemon4, placed):
         "(1, 2, 3) [0, 1]",
         "(3, 1) (0, 2) (0, 1, 2, 3) "
         "[[8.0, 9.0], [10.0, 11.0], [0.0, 1.0], [2.0, 3.0]]"]
+
+
+def test_placement_ops_not_in_traces(s):
+    x = s.upload(np.arange(4.0), paradev.sharded(0))
+
+    @s.function
+    def f(t):
+        return t.to([0, 1, 2, 3])
+
+    @s.function
+    def g(t):
+        return t.unpack()
+
+    @s.function
+    def h(t):
+        return s.pack([t])
+    for fn, op in ((f, "CopyToDevices"), (g, "ParallelUnpack"),
+                   (h, "ParallelPack")):
+        with pytest.raises(ValueError, match="%s inside a traced function"
+                           % op):
+            fn(x)
