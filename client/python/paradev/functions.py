@@ -676,11 +676,14 @@ class Function:
         c, specs = self.get_concrete(*args)
         s = self.session
         ins = []
+        # host values among the arguments: on the tensor arguments' set
+        where = next((a.devices for a in args if isinstance(a, Tensor)), None)
         for a, spec in zip(args, specs):
             if isinstance(a, (Tensor, Symbol)):
                 ins.append(a)
             else:
-                ins.append(s.constant(a, dtype=_dtypes.need_numpy(spec.dtype))
+                ins.append(s.constant(a, dtype=_dtypes.need_numpy(spec.dtype),
+                                      devices=where)
                            if active_trace() is None else a)
         ins.extend(c.captured)
         tr = active_trace()

@@ -443,7 +443,7 @@ class Session(Transfers, Checkpoints):
                         if t._mirrored is not True and mirrored is not False:
                             mirrored = t._mirrored
                     continue
-                e = self._input_tensor(e)
+                e = self._input_tensor(e, _tensor_set(inputs))
             elif e.session is not self or e._deleted:
                 self._input_id(e)
             ids.append(e.id)
@@ -619,10 +619,12 @@ class Session(Transfers, Checkpoints):
             raise ValueError("tensor %d was deleted" % e.id)
         return e.id
 
-    def _input_tensor(self, value):
+    def _input_tensor(self, value, devices=None):
+        """A host value given as an op's input: uploaded mirrored on the
+        device set of the op's tensor inputs (`devices`)."""
         if isinstance(value, Symbol):
             self._input_id(value)  # raises: a trace's value, outside it
-        return self.constant(value)
+        return self.constant(value, devices=devices)
 
     def _set_attrs(self, opdef, attrs, a=None):
         if a is None:
@@ -662,10 +664,13 @@ class Session(Transfers, Checkpoints):
                                 % (opdef.name, k, v, kind))
         return a
 
-    def constant(self, value, dtype=None):
+    def constant(self, value, dtype=None, devices=None):
         """Uploads a host value mirrored (what operators do with a Python
-        number beside a Tensor)."""
-        return self.upload(value, layouts.mirrored(), dtype=dtype)
+        number beside a Tensor: on that tensor's devices)."""
+        if devices is not None and tuple(devices) == self.devices:
+            devices = None  # the default: no placement to send
+        return self.upload(value, layouts.mirrored(), dtype=dtype,
+                           devices=devices)
 
     # -- sync, describe ----------------------------------------------------
     def sync(self, tensors=None, *, timeout=None):
@@ -784,6 +789,19 @@ class Session(Transfers, Checkpoints):
         from .tape import Tape
         return Tape(self, persistent=persistent, watch=watch,
                     watch_accessed=watch_accessed)
+
+
+def _tensor_set(inputs):
+    """The device set of the first Tensor among an op's inputs (None when
+    there is none): where host values beside them are uploaded."""
+    for e in inputs:
+        if e.__class__ is Tensor:
+            return e.devices
+        if isinstance(e, (list, tuple)):
+            for t in e:
+                if t.__class__ is Tensor:
+                    return t.devices
+    return None
 
 
 def _out_devices(session, name, inputs, attrs, where, n_out):

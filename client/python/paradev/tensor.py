@@ -209,7 +209,8 @@ class Tensor:
     def _operand(self, other):
         if isinstance(other, Tensor):
             return other
-        return self.session.constant(other, dtype=need_numpy(self.dtype))
+        return self.session.constant(other, dtype=need_numpy(self.dtype),
+                                     devices=self.devices)
 
     def _bin(self, op, other, reverse=False):
         o = self._operand(other)

@@ -324,8 +324,8 @@ def test_copy_between_sets(placed):
     np.testing.assert_array_equal(n.numpy(paradev.component(0)), b)
     with pytest.raises(paradev.InvalidArgument):
         t.to([1, 2, 3])  # varying, 2 -> 3 devices
-    with pytest.raises(paradev.InvalidArgument):
-        t.to([2, 2])
+    with pytest.raises(ValueError, match="named twice"):
+        t.to([2, 2])  # refused before any call
 
 
 def test_narrowed_session(client4, placed):
