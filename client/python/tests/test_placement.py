@@ -501,3 +501,27 @@ def test_placement_ops_not_in_traces(s):
         with pytest.raises(ValueError, match="%s inside a traced function"
                            % op):
             fn(x)
+
+
+def test_without_the_optional_calls(client4, placed, monkeypatch):
+    """A libparadev without pd_stream_execute_on or the shared memory _on
+    uploads: a placed pipelined op goes as one Execute after the stream's
+    replies (in order), a placed upload through gRPC."""
+    from paradev import _lib
+    for name in ("pd_stream_execute_on", "pd_upload_from_shared_memory_on",
+                 "pd_upload_components_from_shared_memory_on"):
+        monkeypatch.setitem(_lib._HAS, name, False)
+    with client4.session("fallback", shm_threshold=0) as s:
+        x = np.arange(6.0)
+        t = s.upload(x, paradev.sharded(0), devices=[2, 3])
+        p = s.upload([x, x[:2]], paradev.per_component(), devices=[0, 1])
+        assert s.stats["shm_upload_bytes"] == 0
+        assert s.stats["grpc_upload_bytes"] == x.nbytes * 2 + 16
+        with s.pipeline():
+            y = t * 3.0
+            d = s.ops.DeviceId(devices=[2, 3])
+            z = s.ops.Cast(d, DstT="float64") + y
+        assert z.devices == (2, 3) and p.devices == (0, 1)
+        got = comps(z)
+        np.testing.assert_array_equal(got[0], 3 * x[:3])
+        np.testing.assert_array_equal(got[1], 3 * x[3:] + 1)
