@@ -20,6 +20,7 @@ listing every place tried and why each failed.
 import ctypes.util
 import glob
 import os
+import re
 import sys
 import sysconfig
 import threading
@@ -31,6 +32,35 @@ from .errors import error_for
 
 ffi = FFI()
 ffi.cdef(CDEF)
+
+# Placement entry points (issue #17) that libparadev's headers may not
+# declare yet, each declared here only where _cdef.py (the headers) lacks
+# it; has() says whether the loaded library defines it. Where one is
+# missing the package takes another road (a pipelined op with a placement
+# is sent as one Execute after the stream's replies; a placed upload goes
+# through gRPC instead of shared memory).
+_OPTIONAL = {
+    "pd_stream_execute_on":
+        "pd_code pd_stream_execute_on(pd_stream *t, const int32_t *devices, "
+        "int n_devices, const char *op, const uint64_t *inputs, "
+        "int n_inputs, const pd_attrs *attrs, uint64_t *output_ids, "
+        "int n_outputs, uint64_t *index, pd_status *st);",
+    "pd_upload_from_shared_memory_on":
+        "pd_code pd_upload_from_shared_memory_on(pd_session *s, "
+        "const int32_t *devices, int n_devices, uint64_t id, pd_dtype dtype, "
+        "const int64_t *dims, int rank, pd_shared_memory *region, "
+        "uint64_t offset, pd_layout layout, pd_tensor_info *info, "
+        "const pd_call_options *call, pd_status *st);",
+    "pd_upload_components_from_shared_memory_on":
+        "pd_code pd_upload_components_from_shared_memory_on(pd_session *s, "
+        "const int32_t *devices, int n_devices, uint64_t id, pd_dtype dtype, "
+        "int num_components, const int64_t *const *dims, const int *ranks, "
+        "pd_shared_memory *region, uint64_t offset, pd_tensor_info *info, "
+        "const pd_call_options *call, pd_status *st);",
+}
+for _name, _decl in _OPTIONAL.items():
+    if not re.search(r"\b%s\s*\(" % _name, CDEF):
+        ffi.cdef(_decl)
 
 
 class LibraryNotFound(ImportError):
@@ -126,6 +156,27 @@ def raise_status(code, st):
     hint = ffi.string(lib.pd_status_hint(st)).decode("utf-8", "replace")
     raise error_for(code, msg or ffi.string(lib.pd_code_name(code)).decode(),
                     hint)
+
+
+_HAS = {}
+
+
+def has(name):
+    """True when the loaded libparadev defines function `name`."""
+    v = _HAS.get(name)
+    if v is None:
+        try:
+            getattr(lib, name)
+            v = True
+        except AttributeError:
+            v = False
+        _HAS[name] = v
+    return v
+
+
+def struct_has(ctype, field):
+    """True when the C struct `ctype` (as declared) has `field`."""
+    return field in dict(ffi.typeof(ctype).fields)
 
 
 def check(code, st):

@@ -5,6 +5,7 @@ from . import _dtypes, _lib
 from ._lib import ffi, lib
 from .client import _timeout_ms
 from .errors import DeadlineExceeded
+from .placement import from_info
 from .tensor import Tensor
 
 _NULL = ffi.NULL
@@ -24,10 +25,13 @@ def _call_options(timeout):
     return o
 
 
-def _tensor_from_info(session, info, mirrored):
+def _tensor_from_info(session, info, mirrored, devices=None):
+    """A Tensor of a reply's pd_tensor_info: dtype, shape and device set
+    (when the daemon did not say, one older than placement: `devices`,
+    what the client could tell, else the session's default set)."""
     shape = tuple(info.dims[j] for j in range(info.rank))
     return Tensor(session, info.id, _dtypes.from_number(info.dtype), shape,
-                  mirrored)
+                  mirrored, from_info(info) or devices or session.devices)
 
 
 # -- interruptible waits ------------------------------------------------------

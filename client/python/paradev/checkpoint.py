@@ -12,7 +12,7 @@ pd_save_tensors (include/paradev/checkpoint.h).
 import collections
 import time
 
-from . import _lib, layouts
+from . import _lib, layouts, placement
 from ._lib import ffi, lib
 from .errors import DeadlineExceeded, error_for
 from ._cstr import cbytes, cpath
@@ -195,8 +195,9 @@ class Checkpoints:
         self._drain()
 
     # -- load ------------------------------------------------------------------
-    def load(self, path, names=None, layout=None, *, format=None,
-             component_sources=None, progress=None, timeout=None):
+    def load(self, path, names=None, layout=None, *, devices=None,
+             format=None, component_sources=None, progress=None,
+             timeout=None):
         """Loads tensors of a checkpoint the daemon reads itself: `path`
         beneath one of its storage roots (relative: tried under each local
         root; absolute: must begin with one) or an http(s):// URL beneath an
@@ -214,8 +215,15 @@ class Checkpoints:
                 per-component save wrote); or a dict name -> layout (names
                 it lacks load mirrored; with names=None its keys are the
                 names).
+        devices: where the tensors are placed (issue #17): a list of device
+                indices or names for every tensor, or a dict name -> list
+                (the others: the session's devices; needs names=); None:
+                the session's devices. A layout splits over, and
+                per_component reads one value per device of, the tensor's
+                own set.
         component_sources: for per-component tensors, one path per device
-                (a list for all of them, or a dict name -> list).
+                of the tensor's set (a list for all of them, or a dict
+                name -> list).
         progress: callback(bytes_done, bytes_total): when given, load
                 returns only once the load ended, having called it at once,
                 whenever bytes_done grew and at the end. A failed read does
@@ -245,6 +253,7 @@ class Checkpoints:
         per_name = isinstance(layout, dict)
         if per_name and names is None:
             names = list(layout)
+        where = self._load_devices(devices, names)
         default = layouts.mirrored() if per_name or layout is None \
             else _c_layout(layouts.check_placing(layout, "load: layout"),
                            "load: layout")
@@ -256,7 +265,7 @@ class Checkpoints:
         if names is not None:
             names = list(names)
             specs = self._load_specs(names, layout if per_name else None,
-                                     default, component_sources, keep)
+                                     default, component_sources, keep, where)
             n = len(names)
         else:
             if default.kind == layouts.PER_COMPONENT:
@@ -266,6 +275,11 @@ class Checkpoints:
                 raise ValueError("load: component_sources needs names= and "
                                  "a paradev.per_component() layout")
             opts.default_layout = _pd_layout(default)
+        if isinstance(where, tuple):
+            _need_load_placement("pd_load_options", "default_devices")
+            keep.append(placement.c_array(where)[0])
+            opts.default_devices = keep[-1]
+            opts.n_default_devices = len(where)
         out = ffi.new("pd_load **")
         st = _lib.status()
         with self._lock:
@@ -275,28 +289,57 @@ class Checkpoints:
         ld = out[0]
         try:
             result = self._load_result(ld, names, layout if per_name else
-                                       None, default)
+                                       None, default, where)
         finally:
             lib.pd_load_delete(ld)
         if progress is not None:
             result._follow(progress, timeout)
         return result
 
+    def _load_devices(self, devices, names):
+        """load's devices=: None, a tuple (every tensor) or a dict name ->
+        tuple, checked."""
+        if devices is None:
+            return None
+        if not isinstance(devices, dict):
+            return placement.normalize(devices, "load: devices", self.client)
+        if names is None:
+            raise ValueError("load: devices as a dict (name -> devices) needs "
+                             "names= (or a dict layout=) saying which tensors "
+                             "to load")
+        extra = [k for k in devices if k not in names]
+        if extra:
+            raise ValueError("load: devices names %s, which names= lacks (%s)"
+                             % (", ".join(map(repr, extra)),
+                                ", ".join(map(repr, names))))
+        out = {k: placement.normalize(v, "load: devices of %r" % (k,),
+                                      self.client)
+               for k, v in devices.items()}
+        if out:
+            _need_load_placement("pd_load_spec", "devices")
+        return out
+
     def _load_specs(self, names, per_name, default, component_sources,
-                    keep):
+                    keep, where=None):
         """pd_load_spec[len(names)]; the strings they point to in keep."""
         _check_names(names, per_name, default, component_sources)
         specs = ffi.new("pd_load_spec[]", len(names))
         for i, name in enumerate(names):
             keep.append(ffi.new("char[]", _str_arg(name, "load: name")))
             specs[i].name = keep[-1]
+            on = where.get(name) if isinstance(where, dict) else where
+            if isinstance(where, dict) and on is not None:
+                keep.append(placement.c_array(on)[0])
+                specs[i].devices = keep[-1]
+                specs[i].n_devices = len(on)
             lay = per_name.get(name, default) if per_name else default
             _c_layout(layouts.check_placing(lay, "load: layout of %r" % name),
                       "load: layout of %r" % name)
             specs[i].layout = _pd_layout(lay)
             if lay.kind != layouts.PER_COMPONENT:
                 continue
-            srcs = self._sources(component_sources, name)
+            srcs = self._sources(component_sources, name,
+                                 len(on) if on else self.num_devices)
             if srcs:
                 arr = [ffi.new("char[]", cpath(
                     p, "load: component source of %r" % name)) for p in srcs]
@@ -306,19 +349,19 @@ class Checkpoints:
                 specs[i].n_component_sources = len(arr)
         return specs
 
-    def _sources(self, component_sources, name):
+    def _sources(self, component_sources, name, n):
         srcs = component_sources
         if isinstance(srcs, dict):
             srcs = srcs.get(name)
         if srcs is None:
             return []
-        if isinstance(srcs, (str, bytes)) or len(srcs) != self.num_devices:
+        if isinstance(srcs, (str, bytes)) or len(srcs) != n:
             raise ValueError(
                 "load: component_sources of %r: expected a list of %d paths "
-                "(one per device), got %r" % (name, self.num_devices, srcs))
+                "(one per device of its set), got %r" % (name, n, srcs))
         return list(srcs)
 
-    def _load_result(self, ld, names, per_name, default):
+    def _load_result(self, ld, names, per_name, default, where=None):
         result = Load(self, lib.pd_load_id(ld), lib.pd_load_total_bytes(ld))
         info = ffi.new("pd_tensor_info *")
         rank = ffi.new("int *")
@@ -328,8 +371,9 @@ class Checkpoints:
                 "utf-8", "replace")
             lib.pd_load_tensor_info(ld, i, info)
             lay = per_name.get(name, default) if per_name else default
+            on = where.get(name) if isinstance(where, dict) else where
             result[name] = _tensor_from_info(self, info[0],
-                                             lay.kind == layouts.MIRRORED)
+                                             lay.kind == layouts.MIRRORED, on)
             result.host_shapes[name] = (
                 tuple(dims[k] for k in range(rank[0]))
                 if lib.pd_load_tensor_host_shape(ld, i, rank, dims) else None)
@@ -449,6 +493,18 @@ class Checkpoints:
             out.append((name, t, _c_layout(lay, "save: layout of %r"
                                            % name)))
         return out
+
+
+def _need_load_placement(ctype, field):
+    """Placed loads need libparadev's placement fields of the load structs
+    (issue #17); an older library is told apart before any call."""
+    if not _lib.struct_has(ctype, field):
+        from .errors import Unimplemented
+        raise Unimplemented(
+            "load: devices=: this libparadev (%s) has no %s.%s, so it cannot "
+            "place a checkpoint's tensors; load on the session's devices and "
+            "move them with tensor.to(devices)" % (_lib.LIBRARY_PATH, ctype,
+                                                   field))
 
 
 def _pd_layout(layout):

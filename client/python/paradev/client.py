@@ -71,6 +71,10 @@ class DeviceInfo:
     memory_free_bytes: int
     memory_peak_bytes: int
     busy_seconds: float
+    # issue #17: the physical GPU the device runs on, as the node's
+    # scheduler numbers them (SLURM_JOB_GPUS; the CPU backend's device k
+    # stands for GPU k); -1: none, or a libparadev without the field
+    gpu: int = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +112,8 @@ _LIMIT_FIELDS = ("max_message_bytes", "max_tensor_bytes", "max_rank",
                  "max_attrs_per_op", "max_list_length", "max_ids_per_request",
                  "default_lease_seconds", "max_lease_seconds",
                  "max_chunk_bytes")
+
+_HAS_GPU = _lib.struct_has("pd_device_info", "gpu")
 
 _SERVING = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING",
             3: "SERVICE_UNKNOWN"}
@@ -251,7 +257,8 @@ class Client:
                 devs.append(DeviceInfo(
                     d.index, _str(d.name), _str(d.kind), d.memory_total_bytes,
                     d.memory_limit_bytes, d.memory_used_bytes,
-                    d.memory_free_bytes, d.memory_peak_bytes, d.busy_seconds))
+                    d.memory_free_bytes, d.memory_peak_bytes, d.busy_seconds,
+                    d.gpu if _HAS_GPU else -1))
             lim = lib.pd_server_info_limits(p)
             limits = {f: getattr(lim, f) for f in _LIMIT_FIELDS}
             roots = tuple(_str(lib.pd_server_info_storage_root(p, i)) for i in
@@ -289,7 +296,8 @@ class Client:
     def session(self, name=None, *, job_id=None, lease_s=None,
                 memory_quota=None, keep_alive=True, priority=0, weight=0,
                 pipelined=False, prefer_shared_memory=None,
-                shm_threshold=1 << 20, op_timeout_ms=None, job_token=None):
+                shm_threshold=1 << 20, op_timeout_ms=None, job_token=None,
+                devices=None):
         """Opens a session (CreateSession): a namespace of tensors with a
         lease, renewed in the background while it is open. Use it as a
         context manager: it is closed (every tensor freed) on exit.
@@ -300,6 +308,11 @@ class Client:
         that consume it); None: no deadline.
         job_token: the job's proof (default $PARADEV_JOB_TOKEN, which the
         Slurm TaskProlog exports); the session's job id then comes from it.
+        devices: narrows the session to these daemon devices (a list of
+        indices or names as info() shows them, e.g. [2, 3] or ["cpu:2"]):
+        its allowed device set and the default placement of its tensors
+        (session.devices); None: all the session may use. A device outside
+        its job's or tenant's allocation: paradev.PermissionDenied.
         """
         from .session import Session
         if prefer_shared_memory is None:
@@ -309,7 +322,7 @@ class Client:
                     priority=priority, weight=weight, pipelined=pipelined,
                     prefer_shared_memory=prefer_shared_memory,
                     shm_threshold=shm_threshold, op_timeout_ms=op_timeout_ms,
-                    job_token=job_token)
+                    job_token=job_token, devices=devices)
         self._sessions.add(s)
         return s
 

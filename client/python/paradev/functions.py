@@ -253,7 +253,10 @@ class RegisteredFunction:
         self.name = name
         self.already_registered = already_registered
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, devices=None):
+        """devices=: see Function.__call__."""
+        if devices is not None:
+            return self.session.op(self.name, *inputs, devices=devices)
         return self.session.op(self.name, *inputs)
 
     def describe(self):
@@ -341,7 +344,7 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__",
               "__rmul__", "__truediv__", "__rtruediv__", "__pow__",
               "__rpow__", "__lt__", "__gt__", "__neg__", "__pos__",
               "__abs__", "T", "transpose", "reshape", "sum", "mean",
-              "_reduce", "astype", "_bin", "__getitem__"):
+              "_reduce", "astype", "_bin", "__getitem__", "to", "unpack"):
     setattr(Symbol, _name, Tensor.__dict__[_name])
 
 
@@ -665,20 +668,33 @@ class Function:
         """The FunctionDef traced for these arguments' dtypes."""
         return self.get_concrete(*args)[0]
 
-    def __call__(self, *args):
+    def __call__(self, *args, devices=None):
+        """One call of the function (one op). devices=[...]: where a
+        function without tensor arguments (nor captured tensors) runs
+        (default: the session's devices); with tensor arguments the call
+        runs on their device set (naming another: paradev.InvalidArgument)."""
         c, specs = self.get_concrete(*args)
         s = self.session
         ins = []
+        # host values among the arguments: on the tensor arguments' set
+        where = next((a.devices for a in args if isinstance(a, Tensor)), None)
         for a, spec in zip(args, specs):
             if isinstance(a, (Tensor, Symbol)):
                 ins.append(a)
             else:
-                ins.append(s.constant(a, dtype=_dtypes.need_numpy(spec.dtype))
+                ins.append(s.constant(a, dtype=_dtypes.need_numpy(spec.dtype),
+                                      devices=where)
                            if active_trace() is None else a)
         ins.extend(c.captured)
         tr = active_trace()
         if tr is not None and tr.session is s:
+            if devices is not None:
+                raise ValueError("%s(devices=...) inside another function's "
+                                 "trace: a node runs where the outer call "
+                                 "runs; place that call" % self.name)
             return _rebuild(c.form, tr.op(c.name, ins, {}))
+        if devices is not None:
+            return _rebuild(c.form, s.op(c.name, *ins, devices=devices))
         return _rebuild(c.form, s.op(c.name, *ins))
 
     def describe(self, *args):

@@ -326,6 +326,14 @@ def _default(a):
     return tuple(v) if isinstance(v, list) else v
 
 
+_PLACED_DOC = ("\n\ndevices: where the op runs (a list of device indices "
+               "or names; None: the session's devices).")
+
+
+def attr_names_of(d):
+    return {_pyname(a.name) for a in d.attrs.values()}
+
+
 def _make_wrapper(session, d):
     if not d.known:
         def generic(*inputs, **attrs):
@@ -346,6 +354,14 @@ def _make_wrapper(session, d):
             _pyname(a.name), inspect.Parameter.KEYWORD_ONLY,
             default=_default(a) if a.has_default else
             inspect.Parameter.empty))
+    # the placement (issue #17), unless an attribute has the name
+    # (CopyToDevices' target): devices= then is that attribute
+    placed = "devices" not in attr_names_of(d) and \
+        all(_pyname(a.name) != "devices" for a in d.inputs)
+    if placed:
+        params.append(inspect.Parameter("devices",
+                                        inspect.Parameter.KEYWORD_ONLY,
+                                        default=None))
     sig = inspect.Signature(params)
     in_names = [(_pyname(a.name), a.is_list) for a in d.inputs]
     attr_names = {_pyname(a.name): a.name for a in d.attrs.values()}
@@ -364,11 +380,14 @@ def _make_wrapper(session, d):
         # only the attributes given: the daemon fills in the defaults
         attrs = {attr_names[k]: v for k, v in bound.arguments.items()
                  if k in attr_names}
+        if placed and bound.arguments.get("devices") is not None:
+            attrs["devices"] = bound.arguments["devices"]
         return session.op(d.name, *ins, **attrs)
 
     wrapper.__name__ = wrapper.__qualname__ = d.name
     wrapper.__signature__ = sig
-    wrapper.__doc__ = d.doc()
+    wrapper.__doc__ = d.doc() + (_PLACED_DOC if placed and not d.inputs
+                                 else "")
     return wrapper
 
 

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from . import _dtypes, _lib, layouts
+from . import _dtypes, _lib, layouts, placement
 from ._lib import ffi, lib
 from .errors import Error, NotFound
 from .tensor import Tensor
@@ -38,7 +38,10 @@ _INFO_ARRAY = ffi.typeof("pd_tensor_info[]")
 # Ops whose outputs hold the same value on every device whatever the
 # inputs, and ops whose outputs differ between devices.
 _MIRRORING = {"AllReduce", "Broadcast", "AllGather"}
-_VARYING = {"ReduceScatter", "DeviceId"}
+_VARYING = {"ReduceScatter", "DeviceId", "ParallelPack"}
+# The placement ops (issue #17): their outputs' device sets follow their
+# own rules (_out_devices).
+_PACK, _UNPACK, _COPY = "ParallelPack", "ParallelUnpack", "CopyToDevices"
 
 
 def _cstr(s, what, arg=None, cache={}):
@@ -67,7 +70,9 @@ def _group_outputs(opdef, lengths, outs):
 
 class Session(Transfers, Checkpoints):
     """A session on the daemon; see Client.session. Attributes:
-    num_devices (components of every tensor), lease_s, incarnation,
+    devices (its allowed device set, also the default placement: a tuple
+    of daemon device indices), num_devices (their number: components of a
+    tensor placed by default), lease_s, incarnation,
     memory_quota (bytes, 0: none), ops (generated op wrappers), stats (bytes
     moved through gRPC and through shared memory)."""
 
@@ -75,11 +80,15 @@ class Session(Transfers, Checkpoints):
                  memory_quota=None, keep_alive=True, priority=0, weight=0,
                  pipelined=False,
                  prefer_shared_memory=True, shm_threshold=1 << 20,
-                 op_timeout_ms=None, job_token=None):
+                 op_timeout_ms=None, job_token=None, devices=None):
         self.client = client
         opts = ffi.new("pd_session_options *")
         opts.struct_size = ffi.sizeof("pd_session_options")
         keep = []
+        want = placement.normalize(devices, "session: devices", client)
+        if want is not None:
+            keep.append(placement.c_array(want)[0])
+            opts.devices, opts.num_devices = keep[-1], len(want)
         if name is not None:
             keep.append(ffi.new("char[]", cbytes(str(name),
                                                  "session: name")))
@@ -110,7 +119,8 @@ class Session(Transfers, Checkpoints):
         self._s = s
         client._session_made()
         self.name = name
-        self.num_devices = lib.pd_session_num_devices(s)
+        self.devices = self._allowed_devices(s, want)
+        self.num_devices = len(self.devices)
         self.lease_s = lib.pd_session_lease_seconds(s)
         self.incarnation = lib.pd_session_incarnation(s)
         self.memory_quota = lib.pd_session_memory_quota(s)
@@ -161,10 +171,32 @@ class Session(Transfers, Checkpoints):
             pass
 
     def __repr__(self):
-        return "<paradev.Session %s%s on %s, %d devices>" % (
+        return "<paradev.Session %s%s on %s, devices %s>" % (
             "%r " % self.name if self.name else "",
             "closed" if self._closed else "open", self.client.target,
-            self.num_devices)
+            list(self.devices))
+
+    def _allowed_devices(self, s, want):
+        """The session's allowed device set (pd_session_devices); a
+        libparadev that does not report one (older than placement) means
+        the whole mesh, which a narrowed session must not silently get."""
+        buf = ffi.new("int32_t[]", placement.MAX_DEVICES)
+        n = lib.pd_session_devices(s, buf, placement.MAX_DEVICES)
+        if n > 0:
+            return tuple(buf[i] for i in range(min(n, placement.MAX_DEVICES)))
+        if want is not None:
+            st = _lib.status()
+            lib.pd_session_close(s, _NULL, st)
+            lib.pd_session_delete(s)
+            self.client._session_deleted()
+            self._closed = True
+            from .errors import Unimplemented
+            raise Unimplemented(
+                "session: devices=%r: this libparadev (%s) does not report "
+                "a session's device set (pd_session_devices answered 0), so "
+                "the session cannot be narrowed" % (list(want),
+                                                    _lib.LIBRARY_PATH))
+        return tuple(range(lib.pd_session_num_devices(s)))
 
     @property
     def closed(self):
@@ -347,21 +379,55 @@ class Session(Transfers, Checkpoints):
 
     # -- ops ---------------------------------------------------------------
     def op(self, name, *inputs, **attrs):
-        """Runs op `name` (a TensorFlow raw-op name) on every device. Inputs
-        are Tensors (or values, uploaded mirrored); attributes are plain
-        Python values converted to the kinds the registry declares. Returns
-        a Tensor, a list of Tensors for an op whose one output is a list
-        (Split, SplitV, Unpack: as many as the length attribute says), or a
-        tuple for an op with several outputs."""
-        tr = active_trace()
-        if tr is not None and tr.session is self:
-            return tr.op(name, inputs, attrs)  # a node of a traced function
+        """Runs op `name` (a TensorFlow raw-op name) on the devices of its
+        inputs' set. Inputs are Tensors (or values, uploaded mirrored);
+        attributes are plain Python values converted to the kinds the
+        registry declares. devices=[...] (indices or names) places an op
+        without tensor inputs (Fill, RandomNormal, DeviceId, a function
+        without arguments; default: the session's devices); an op with
+        inputs runs on their set, and devices= naming another set is the
+        daemon's paradev.InvalidArgument (as are inputs on different sets).
+        For an op with an attribute `devices` (CopyToDevices) devices= is
+        that attribute. Returns a Tensor, a list of Tensors for an op whose
+        one output is a list (Split, SplitV, Unpack: as many as the length
+        attribute says), or a tuple for an op with several outputs."""
         opdef = self._defs.get(name)
         if opdef is None:
             opdef = self._defs[name] = self.ops._def(name)
+        where = None
+        if "devices" in attrs:
+            if name == _COPY or "devices" in opdef.attrs:
+                attrs["devices"] = list(placement.normalize(
+                    attrs["devices"], "%s: devices" % name, self.client))
+            else:
+                where = placement.normalize(attrs.pop("devices"),
+                                            "%s: devices" % name, self.client)
+        tr = active_trace()
+        if tr is not None and tr.session is self:
+            if name in (_PACK, _UNPACK, _COPY):
+                raise ValueError(
+                    "%s inside a traced function: it moves a value between "
+                    "device sets, and a function's nodes run on one set (the "
+                    "daemon refuses it as a node); call it outside the "
+                    "function, on the call's arguments or results" % name)
+            if where is not None:
+                raise ValueError(
+                    "%s: devices=%r inside a traced function: a node runs "
+                    "where the call runs; place the call instead (fn(..., "
+                    "devices=[...]) for a function without arguments)"
+                    % (name, list(where)))
+            return tr.op(name, inputs, attrs)  # a node of a traced function
+        return self._op(opdef, name, inputs, attrs, where)
+
+    def _op(self, opdef, name, inputs, attrs, where, n_unpack=None):
+        """session.op past the trace and the placement's check. n_unpack:
+        ParallelUnpack's output count (its input's set size) where the
+        registry has no attribute that says it."""
         n_out = opdef.num_outputs
         lengths = None
-        if any(getattr(o, "is_list", False) for o in opdef.outputs):
+        if n_unpack is not None:
+            lengths, n_out = [n_unpack], n_unpack
+        elif any(getattr(o, "is_list", False) for o in opdef.outputs):
             lengths = opdef.output_lengths(attrs)
             n_out = sum(lengths)
         mirrored = True
@@ -377,7 +443,7 @@ class Session(Transfers, Checkpoints):
                         if t._mirrored is not True and mirrored is not False:
                             mirrored = t._mirrored
                     continue
-                e = self._input_tensor(e)
+                e = self._input_tensor(e, _tensor_set(inputs))
             elif e.session is not self or e._deleted:
                 self._input_id(e)
             ids.append(e.id)
@@ -388,6 +454,8 @@ class Session(Transfers, Checkpoints):
             mirrored = True
         elif name in _VARYING or attrs.get("per_device"):
             mirrored = False
+        elif name in (_UNPACK, _COPY) and tensors:
+            mirrored = _placed_mirrored(name, tensors[0], attrs)
         if self._tapes and tensors:
             for tape in self._tapes:
                 tape._accessed(tensors)
@@ -407,33 +475,54 @@ class Session(Transfers, Checkpoints):
             for i in range(n_out):
                 out_ids[i] = 0
             st = _lib.status()
-            if self._pipelined:
-                code = lib.pd_stream_execute(self._get_stream(),
-                                             _cstr(name, "op name"),
-                                             in_arr, n_in, a, out_ids,
-                                             n_out, self._index, st)
+            devs = _out_devices(self, name, tensors, attrs, where, n_out)
+            on, n_on = placement.c_array(where)
+            if self._pipelined and (where is None or
+                                    _lib.has("pd_stream_execute_on")):
+                if where is None:
+                    code = lib.pd_stream_execute(self._get_stream(),
+                                                 _cstr(name, "op name"),
+                                                 in_arr, n_in, a, out_ids,
+                                                 n_out, self._index, st)
+                else:
+                    code = lib.pd_stream_execute_on(
+                        self._get_stream(), on, n_on, _cstr(name, "op name"),
+                        in_arr, n_in, a, out_ids, n_out, self._index, st)
                 if code != 0:
                     _lib.raise_status(code, st)
-                dts = opdef.output_dtypes(tensors, attrs)
+                dts = opdef.output_dtypes(tensors, attrs) if n_unpack is \
+                    None else [tensors[0]._dtype] * n_out
                 if n_out == 1 and lengths is None and \
                         opdef.out_mirrored is None:
-                    out = Tensor(self, out_ids[0], dts[0], None, mirrored)
+                    out = Tensor(self, out_ids[0], dts[0], None, mirrored,
+                                 devs[0])
                     self._items[self._index[0]] = (out.id,)
                     if self._tapes:
                         self._tracked(tensors, (out,))
                     return out
-                outs = [Tensor(self, out_ids[i], dts[i], None, mirrored)
-                        for i in range(n_out)]
+                if len(dts) < n_out:
+                    dts = list(dts) + [None] * (n_out - len(dts))
+                outs = [Tensor(self, out_ids[i], dts[i], None, mirrored,
+                               devs[i]) for i in range(n_out)]
                 self._items[self._index[0]] = [o.id for o in outs]
             else:
+                # eager; or a placed op of a pipelined session when the
+                # library has no pd_stream_execute_on: after the stream's
+                # replies (the order holds), as one Execute
                 self._drain()
                 infos = ffi.new(_INFO_ARRAY, n_out)
-                code = lib.pd_execute(self._s, _cstr(name, "op name"),
-                                      in_arr, n_in,
-                                      a, out_ids, n_out, infos, _NULL, st)
+                if where is None:
+                    code = lib.pd_execute(self._s, _cstr(name, "op name"),
+                                          in_arr, n_in, a, out_ids, n_out,
+                                          infos, _NULL, st)
+                else:
+                    code = lib.pd_execute_on(self._s, on, n_on,
+                                             _cstr(name, "op name"), in_arr,
+                                             n_in, a, out_ids, n_out, infos,
+                                             _NULL, st)
                 if code != 0:
                     _lib.raise_status(code, st)
-                outs = [_tensor_from_info(self, infos[i], mirrored)
+                outs = [_tensor_from_info(self, infos[i], mirrored, devs[i])
                         for i in range(n_out)]
         if opdef.out_mirrored is not None:  # a function's: what its trace knew
             for o, m in zip(outs, opdef.out_mirrored):
@@ -441,9 +530,63 @@ class Session(Transfers, Checkpoints):
                     combine_mirrored(tensors, m)[0]
         if self._tapes:
             self._tracked(tensors, outs)
+        if n_unpack is not None:
+            return outs  # ParallelUnpack's, however the registry lists them
         if lengths is not None:
             return _group_outputs(opdef, lengths, outs)
         return outs[0] if n_out == 1 else tuple(outs)
+
+    # -- placement (issue #17) ---------------------------------------------
+    def pack(self, tensors):
+        """ParallelPack: single-device tensors (each on a set of one device,
+        distinct devices, one dtype) as one tensor on their devices, in the
+        list's order (component i is tensors[i]), sharing their buffers (no
+        copy); not mirrored. Differentiable on a tape (its gradient is an
+        unpack). Inverse: tensor.unpack()."""
+        if isinstance(tensors, Tensor) or not isinstance(tensors,
+                                                         (list, tuple)):
+            raise TypeError("pack: expected a list of single-device tensors "
+                            "(tensor.unpack() makes them), got %s"
+                            % type(tensors).__name__)
+        if not tensors:
+            raise ValueError("pack: an empty list; expected one tensor per "
+                             "device of the new set")
+        for i, t in enumerate(tensors):
+            if not isinstance(t, (Tensor, Symbol)):
+                raise TypeError("pack: item %d is a %s; expected a paradev "
+                                "Tensor on one device" % (i, type(t).__name__))
+        return self.op(_PACK, list(tensors))
+
+    def unpack(self, tensor):
+        """ParallelUnpack of `tensor`: see Tensor.unpack."""
+        if isinstance(tensor, Symbol):
+            raise ValueError(
+                "ParallelUnpack inside a traced function: it moves a value "
+                "between device sets, and a function's nodes run on one set "
+                "(the daemon refuses it as a node); call it outside the "
+                "function, on the call's arguments or results")
+        self._input_id(tensor)
+        n = len(tensor.devices)
+        opdef = self._opdef(_UNPACK)
+        attrs = {}
+        out = opdef.outputs[0] if opdef.outputs else None
+        length = getattr(out, "length_attr", "") if \
+            getattr(out, "is_list", False) else ""
+        if length:  # the registry's length attribute, if it has one
+            attrs[length] = n
+        outs = self._op(opdef, _UNPACK, (tensor,), attrs, None,
+                        n_unpack=n if not length else None)
+        return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+    def _copy_to(self, tensor, devices):
+        """CopyToDevices of `tensor` onto `devices`: Tensor.to."""
+        if not isinstance(tensor, (Tensor, Symbol)):
+            raise TypeError("to: expected a paradev Tensor, got %s"
+                            % type(tensor).__name__)
+        if devices is None:
+            raise TypeError("to: devices is required: a list of device "
+                            "indices or names")
+        return self.op(_COPY, tensor, devices=devices)
 
     def _tracked(self, inputs, outs):
         """Outputs of an op run inside a watching tape's block, with a
@@ -476,10 +619,12 @@ class Session(Transfers, Checkpoints):
             raise ValueError("tensor %d was deleted" % e.id)
         return e.id
 
-    def _input_tensor(self, value):
+    def _input_tensor(self, value, devices=None):
+        """A host value given as an op's input: uploaded mirrored on the
+        device set of the op's tensor inputs (`devices`)."""
         if isinstance(value, Symbol):
             self._input_id(value)  # raises: a trace's value, outside it
-        return self.constant(value)
+        return self.constant(value, devices=devices)
 
     def _set_attrs(self, opdef, attrs, a=None):
         if a is None:
@@ -519,10 +664,13 @@ class Session(Transfers, Checkpoints):
                                 % (opdef.name, k, v, kind))
         return a
 
-    def constant(self, value, dtype=None):
+    def constant(self, value, dtype=None, devices=None):
         """Uploads a host value mirrored (what operators do with a Python
-        number beside a Tensor)."""
-        return self.upload(value, layouts.mirrored(), dtype=dtype)
+        number beside a Tensor: on that tensor's devices)."""
+        if devices is not None and tuple(devices) == self.devices:
+            devices = None  # the default: no placement to send
+        return self.upload(value, layouts.mirrored(), dtype=dtype,
+                           devices=devices)
 
     # -- sync, describe ----------------------------------------------------
     def sync(self, tensors=None, *, timeout=None):
@@ -537,8 +685,9 @@ class Session(Transfers, Checkpoints):
             sliced_sync(self, ids, timeout)
 
     def describe(self, tensors):
-        """A dict per tensor: dtype, shape, component_shapes, bytes, ready,
-        and error (None, or the stored Error) -- without waiting."""
+        """A dict per tensor: dtype, shape, devices (its device set),
+        component_shapes (one per device of it), bytes, ready, and error
+        (None, or the stored Error) -- without waiting."""
         with self._lock:
             self._drain()
             ids = [t.id for t in tensors]
@@ -550,6 +699,7 @@ class Session(Transfers, Checkpoints):
         try:
             out = []
             info = ffi.new("pd_tensor_info *")
+            dev_buf = ffi.new("int32_t[]", placement.MAX_DEVICES)
             for i in range(len(ids)):
                 lib.pd_description_info(d, i, info)
                 comps = []
@@ -566,8 +716,12 @@ class Session(Transfers, Checkpoints):
                         from .errors import error_for
                         err = error_for(code, ffi.string(msg[0]).decode(
                             "utf-8", "replace"))
+                nd = lib.pd_description_devices(d, i, dev_buf,
+                                                placement.MAX_DEVICES)
                 out.append({
                     "id": ids[i],
+                    "devices": tuple(dev_buf[k] for k in range(nd)) if nd
+                    else self.devices,
                     "dtype": _dtypes.from_number(info.dtype),
                     "shape": tuple(info.dims[j] for j in range(info.rank)),
                     "component_shapes": comps,
@@ -581,6 +735,7 @@ class Session(Transfers, Checkpoints):
         d = self.describe([tensor])[0]
         tensor._dtype = d["dtype"]
         tensor._shape = d["shape"]
+        tensor._devices = d["devices"]
 
     # -- graph functions ---------------------------------------------------
     def function(self, fn=None, **options):
@@ -634,6 +789,56 @@ class Session(Transfers, Checkpoints):
         from .tape import Tape
         return Tape(self, persistent=persistent, watch=watch,
                     watch_accessed=watch_accessed)
+
+
+def _tensor_set(inputs):
+    """The device set of the first Tensor among an op's inputs (None when
+    there is none): where host values beside them are uploaded."""
+    for e in inputs:
+        if e.__class__ is Tensor:
+            return e.devices
+        if isinstance(e, (list, tuple)):
+            for t in e:
+                if t.__class__ is Tensor:
+                    return t.devices
+    return None
+
+
+def _out_devices(session, name, inputs, attrs, where, n_out):
+    """What the client can tell of each output's device set before the
+    reply (a pipelined op has none): the placement ops' rules, else the
+    inputs' set, else the placement (the session's default); None where it
+    cannot (asked for on first use). A reply's pd_tensor_info wins."""
+    known = [t._devices for t in inputs]
+    if name == _PACK:
+        d = None
+        if known and all(k is not None and len(k) == 1 for k in known):
+            d = tuple(k[0] for k in known)
+        return [d] * n_out
+    if name == _UNPACK:
+        if known and known[0] is not None and len(known[0]) == n_out:
+            return [(k,) for k in known[0]]
+        return [None] * n_out
+    if name == _COPY and attrs.get("devices"):
+        return [tuple(attrs["devices"])] * n_out
+    if inputs:
+        return [next((k for k in known if k is not None), None)] * n_out
+    return [where or session.devices] * n_out
+
+
+def _placed_mirrored(name, t, attrs):
+    """What the client knows of the mirroring of ParallelUnpack's or
+    CopyToDevices' outputs, as the engine marks them (device/place.c): a
+    single-device output of an unpack holds one value; a copy onto a set of
+    another size is replicated (from one device, or a mirrored input's
+    component 0); a copy of the same size keeps the input's mark."""
+    if name == _UNPACK:
+        return True
+    to = attrs.get("devices")
+    if t._devices is not None and to is not None and \
+            len(to) != len(t._devices):
+        return True
+    return t._mirrored
 
 
 def _is_floating(dt):

@@ -128,8 +128,9 @@ class Tape:
                 _lib.check(lib.pd_stream_tape_gradient(
                     t, self.id, _tensor(target, s).id, src_ids, n, og, res,
                     s._index, st), st)
-                outs = [Tensor(s, res[i], src._dtype, src._shape, None)
-                        for i, src in enumerate(srcs)]
+                # a source's gradient lives on the source's device set
+                outs = [Tensor(s, res[i], src._dtype, src._shape, None,
+                               src._devices) for i, src in enumerate(srcs)]
                 s._items[s._index[0]] = [o.id for o in outs]
                 if not self.persistent:
                     self._done = True
@@ -141,7 +142,8 @@ class Tape:
                     s._s, self.id, _tensor(target, s).id, src_ids, n, og, res,
                     infos, _NULL, st), st)
                 # mirrored or not: the daemon knows (np.asarray asks it)
-                outs = [_tensor_from_info(s, infos[i], None)
+                outs = [_tensor_from_info(s, infos[i], None,
+                                          srcs[i]._devices)
                         for i in range(n)]
                 if not self.persistent:
                     self._done = True

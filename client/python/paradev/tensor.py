@@ -10,7 +10,8 @@ from .errors import InvalidArgument
 
 
 class Tensor:
-    """A parallel tensor of a session: one component per device.
+    """A parallel tensor of a session: one component per device of its
+    device set (`devices`, daemon device indices in component order).
 
     dtype: a NumPy dtype (bfloat16: ml_dtypes', or a placeholder without it);
     shape: a tuple, -1 on axes where the components differ. Both come from
@@ -22,15 +23,16 @@ class Tensor:
     """
 
     __slots__ = ("session", "id", "_dtype", "_shape", "_mirrored",
-                 "_deleted", "_ready", "__weakref__")
+                 "_devices", "_deleted", "_ready", "__weakref__")
     __array_priority__ = 1000  # ndarray + Tensor -> Tensor.__radd__
 
-    def __init__(self, session, id, dtype, shape, mirrored):
+    def __init__(self, session, id, dtype, shape, mirrored, devices=None):
         self.session = session
         self.id = id
         self._dtype = dtype
         self._shape = shape
         self._mirrored = mirrored
+        self._devices = devices  # None: ask the daemon on first use
         self._deleted = False
         self._ready = False  # known computed (a download waited for it)
 
@@ -46,6 +48,20 @@ class Tensor:
         if self._shape is None:
             self.session._fetch_meta(self)
         return self._shape
+
+    @property
+    def devices(self):
+        """The tensor's device set: a tuple of daemon device indices,
+        component i on devices[i] (issue #17). An op runs on its inputs'
+        set; move a value with session.pack, tensor.unpack or tensor.to."""
+        if self._devices is None:
+            self.session._fetch_meta(self)
+        return self._devices
+
+    @property
+    def num_components(self):
+        """Components of the tensor: the size of its device set."""
+        return len(self.devices)
 
     @property
     def ndim(self):
@@ -73,9 +89,9 @@ class Tensor:
     def __repr__(self):
         if self._deleted:
             return "<paradev.Tensor id=%d deleted>" % self.id
-        return "<paradev.Tensor id=%d dtype=%s shape=%s%s>" % (
+        return "<paradev.Tensor id=%d dtype=%s shape=%s devices=%s%s>" % (
             self.id, getattr(self.dtype, "name", self.dtype), self.shape,
-            " mirrored" if self._mirrored else "")
+            list(self.devices), " mirrored" if self._mirrored else "")
 
     def __len__(self):
         s = _known_shape(self, "len()")
@@ -115,7 +131,8 @@ class Tensor:
         """Downloads the value (waiting until it is computed) as layout says:
         paradev.mirrored() (component 0; the value when mirrored),
         paradev.component(k), paradev.concat(axis), or
-        paradev.per_component() (a list of arrays, one per device).
+        paradev.per_component() (a list of arrays, one per device of the
+        tensor's set, in the order of tensor.devices).
         out: an array of the right dtype and shape (C-contiguous) to write
         into instead of a fresh one (not for per_component). timeout:
         seconds (None: the client's), past which paradev.DeadlineExceeded
@@ -154,7 +171,7 @@ class Tensor:
                 "value you want with tensor.numpy(paradev.concat(axis)), "
                 "tensor.numpy(paradev.component(k)) or "
                 "tensor.numpy(paradev.per_component())"
-                % (self.id, self.shape, self.session.num_devices))
+                % (self.id, self.shape, len(self.devices)))
 
     def item(self):
         return np.asarray(self).item()
@@ -171,11 +188,29 @@ class Tensor:
     def __index__(self):
         return int(self.item())
 
+    # -- placement (issue #17) ---------------------------------------------
+    def unpack(self):
+        """ParallelUnpack: the tensor's components as single-device tensors,
+        one per device of its set (a list, in the order of tensor.devices),
+        sharing the components' buffers (no copy). Differentiable on a
+        tape (its gradient is a pack). Inverse: session.pack."""
+        return self.session.unpack(self)
+
+    def to(self, devices):
+        """CopyToDevices: a copy of the tensor on another device set
+        (`devices`: indices or names, as client.info() shows them). Same
+        size: component i goes to devices[i]; a tensor on one device (or a
+        mirrored one) is replicated to every device of the new set; any
+        other change of size is paradev.InvalidArgument. Differentiable on
+        a tape (its gradient is a copy back, summed when replicated)."""
+        return self.session._copy_to(self, devices)
+
     # -- operators -> ops --------------------------------------------------
     def _operand(self, other):
         if isinstance(other, Tensor):
             return other
-        return self.session.constant(other, dtype=need_numpy(self.dtype))
+        return self.session.constant(other, dtype=need_numpy(self.dtype),
+                                     devices=self.devices)
 
     def _bin(self, op, other, reverse=False):
         o = self._operand(other)

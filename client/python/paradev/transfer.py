@@ -8,7 +8,7 @@ as in C. Called with the session's lock taken for the region.
 """
 import numpy as np
 
-from . import _dtypes, _lib, layouts
+from . import _dtypes, _lib, layouts, placement
 from ._lib import ffi, lib
 from .errors import Error
 from ._util import (FLUSH_AT, _call_options, _tensor_from_info,
@@ -24,15 +24,20 @@ class Transfers:
     _pending, _flush_deletes, _drain, describe, num_devices, stats)."""
 
     # -- uploads ---------------------------------------------------------------
-    def upload(self, value, layout, *, dtype=None):
+    def upload(self, value, layout, *, dtype=None, devices=None):
         """Uploads a host value as a new tensor: an array (anything
         np.asarray takes) with paradev.mirrored() or paradev.sharded(axis),
         or a list of arrays, one per device, with paradev.per_component().
-        Returns a Tensor whose dtype and shape are known at once. Large
-        values travel through shared memory when the daemon is local."""
+        devices: the tensor's device set (a list of device indices or
+        names, as client.info() shows them; None: the session's devices):
+        sharded splits over its size, per_component takes one array per
+        device of it. Returns a Tensor whose dtype, shape and devices are
+        known at once. Large values travel through shared memory when the
+        daemon is local."""
         layouts.check_placing(layout, "upload")
+        where = placement.normalize(devices, "upload: devices", self.client)
         if layout.kind == layouts.PER_COMPONENT:
-            return self._upload_components(value, dtype)
+            return self._upload_components(value, dtype, where)
         if layout.kind not in (layouts.MIRRORED, layouts.SHARDED):
             raise ValueError("upload takes paradev.mirrored(), "
                              "paradev.sharded(axis) or paradev.per_component()"
@@ -48,32 +53,42 @@ class Transfers:
             info = ffi.new("pd_tensor_info *")
             lay = _c_layout(layout)
             st = _lib.status()
-            region = self._region_for(a.nbytes)
+            on, n_on = placement.c_array(where)
+            region = self._region_for(a.nbytes) if where is None or \
+                _lib.has("pd_upload_from_shared_memory_on") else None
             if region is not None:
                 ffi.memmove(lib.pd_shared_memory_data(region), a, a.nbytes)
-                code = lib.pd_upload_from_shared_memory(
-                    s, tid, dt, dims, a.ndim, region, 0, lay, info, _NULL, st)
+                if where is None:
+                    code = lib.pd_upload_from_shared_memory(
+                        s, tid, dt, dims, a.ndim, region, 0, lay, info,
+                        _NULL, st)
+                else:
+                    code = lib.pd_upload_from_shared_memory_on(
+                        s, on, n_on, tid, dt, dims, a.ndim, region, 0, lay,
+                        info, _NULL, st)
                 self.stats["shm_upload_bytes"] += a.nbytes
             else:
                 buf = ffi.from_buffer(a) if a.nbytes else _NULL
-                code = lib.pd_upload(s, tid, dt, dims, a.ndim, buf, a.nbytes,
-                                     lay, info, _NULL, st)
+                code = lib.pd_upload_on(s, on, n_on, tid, dt, dims, a.ndim,
+                                        buf, a.nbytes, lay, info, _NULL, st)
                 self.stats["grpc_upload_bytes"] += a.nbytes
             _lib.check(code, st)
         return _tensor_from_info(self, info[0],
-                                 layout.kind == layouts.MIRRORED)
+                                 layout.kind == layouts.MIRRORED, where)
 
-    def _upload_components(self, values, dtype):
+    def _upload_components(self, values, dtype, where=None):
+        want = len(where) if where is not None else self.num_devices
         if isinstance(values, np.ndarray) or not hasattr(values, "__len__"):
             raise TypeError("paradev.per_component() uploads a list of %d "
-                            "arrays (one per device); got %s"
-                            % (self.num_devices, type(values).__name__))
+                            "arrays (one per device of %s); got %s"
+                            % (want, list(where or self.devices),
+                               type(values).__name__))
         arrs = [_host_array(v, dtype) for v in values]
         n = len(arrs)
-        if n != self.num_devices:
-            raise ValueError("paradev.per_component(): %d arrays for %d "
-                             "devices; expected one per device"
-                             % (n, self.num_devices))
+        if n != want:
+            raise ValueError("paradev.per_component(): %d arrays for the %d "
+                             "devices %s; expected one per device"
+                             % (n, want, list(where or self.devices)))
         if dtype is None and len({a.dtype for a in arrs}) > 1:
             raise TypeError("paradev.per_component(): the arrays' dtypes "
                             "differ (%s); pass dtype= or convert them"
@@ -90,25 +105,34 @@ class Transfers:
             s = self._h()
             tid = lib.pd_session_new_id(s)
             st = _lib.status()
-            region = self._region_for(total)
+            on, n_on = placement.c_array(where)
+            region = self._region_for(total) if where is None or _lib.has(
+                "pd_upload_components_from_shared_memory_on") else None
             if region is not None:
                 base = ffi.cast("char *", lib.pd_shared_memory_data(region))
                 off = 0
                 for a in arrs:
                     ffi.memmove(base + off, a, a.nbytes)
                     off += a.nbytes
-                code = lib.pd_upload_components_from_shared_memory(
-                    s, tid, dt, n, dims_p, ranks, region, 0, info, _NULL, st)
+                if where is None:
+                    code = lib.pd_upload_components_from_shared_memory(
+                        s, tid, dt, n, dims_p, ranks, region, 0, info, _NULL,
+                        st)
+                else:
+                    code = lib.pd_upload_components_from_shared_memory_on(
+                        s, on, n_on, tid, dt, n, dims_p, ranks, region, 0,
+                        info, _NULL, st)
                 self.stats["shm_upload_bytes"] += total
             else:
                 bufs = [ffi.from_buffer(a) if a.nbytes else _NULL for a in arrs]
                 data = ffi.new("void *[]", bufs)
                 sizes = ffi.new("size_t[]", [a.nbytes for a in arrs])
-                code = lib.pd_upload_components(s, tid, dt, n, dims_p, ranks,
-                                                data, sizes, info, _NULL, st)
+                code = lib.pd_upload_components_on(s, on, n_on, tid, dt, n,
+                                                   dims_p, ranks, data, sizes,
+                                                   info, _NULL, st)
                 self.stats["grpc_upload_bytes"] += total
             _lib.check(code, st)
-        return _tensor_from_info(self, info[0], False)
+        return _tensor_from_info(self, info[0], False, where)
 
     # -- shared memory -----------------------------------------------------
     def _region_for(self, nbytes):
@@ -222,18 +246,19 @@ class Transfers:
     def _component_shapes(self, tensor):
         shape = tensor.shape
         if all(d >= 0 for d in shape):
-            return [shape] * self.num_devices
+            return [shape] * len(tensor.devices)  # one per device of ITS set
         return self.describe([tensor])[0]["component_shapes"]
 
     def _host_shape(self, tensor, layout):
         shape = tensor.shape
-        n = self.num_devices
+        n = len(tensor.devices)  # the tensor's set, not the session's
         if layout.kind == layouts.COMPONENT:
             k = layout.component
             if not 0 <= k < n:
-                raise IndexError("paradev.component(%d): the session's "
-                                 "tensors have %d components (0..%d)"
-                                 % (k, n, n - 1))
+                raise IndexError("paradev.component(%d): tensor %d has %d "
+                                 "components (0..%d), on devices %s"
+                                 % (k, tensor.id, n, n - 1,
+                                    list(tensor.devices)))
         if all(d >= 0 for d in shape):
             if layout.kind != layouts.SHARDED:
                 return shape
