@@ -613,6 +613,7 @@ sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token) {
 
 srv_req_limits srv_call_limits(const srv_call *c) {
   srv_req_limits l = {SRV_RT(c->s, max_ids_per_request),
-                      c->s->opt.limits.max_string_bytes};
+                      c->s->opt.limits.max_string_bytes,
+                      dev_engine_num_devices(c->s->engine)};
   return l;
 }

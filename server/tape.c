@@ -64,8 +64,8 @@ static pd_code srv_tape_gradient(const srv_req_limits *l, sched_session *ss,
                       m->output_gradient, m->result_ids, (int)n};
   PD_TRY(sched_tape_gradient(ss, &g, tag, dts, shapes, st));
   for (size_t i = 0; i < n; i++) {
-    infos[i] = srv_info_to_pb(a, m->result_ids[i], dts[i], &shapes[i]);
-    if (!infos[i])
+    infos[i] = srv_info_to_pb(a, m->result_ids[i], dts[i], &shapes[i], NULL);
+    if (!infos[i] || !srv_info_devices(a, ss, infos[i]))
       return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
   *out = infos;

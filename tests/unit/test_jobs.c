@@ -30,7 +30,7 @@ static void mint_ok(srv_jobs *j, const char *job, int64_t uid, uint32_t life,
                     char tok[SRV_JOB_TOKEN_CHARS + 1], bool want_replaced) {
   dev_status st = DEV_STATUS_INIT;
   bool replaced = !want_replaced;
-  assert_int_equal(srv_jobs_mint(j, job, uid, life, tok, &replaced, &st),
+  assert_int_equal(srv_jobs_mint(j, job, uid, NULL, life, tok, &replaced, &st),
                    PD_OK);
   assert_int_equal(replaced, want_replaced);
 }
@@ -136,7 +136,7 @@ static void test_bounds(void **state) {
   bool r;
   mint_ok(j, "1", -1, 60, tok, false);
   mint_ok(j, "2", -1, 60, tok, false);
-  assert_int_equal(srv_jobs_mint(j, "3", -1, 60, tok, &r, &st),
+  assert_int_equal(srv_jobs_mint(j, "3", -1, NULL, 60, tok, &r, &st),
                    PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "2 job tokens are live"));
   assert_non_null(strstr(st.msg, "max_job_tokens"));
@@ -152,7 +152,7 @@ static void test_bounds(void **state) {
                            "01234567890123456789012345678901234567890123456789"
                            "012345678901234"}; /* 65 bytes */
   for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
-    assert_int_equal(srv_jobs_mint(j, bad_ids[i], -1, 60, tok, &r, &st),
+    assert_int_equal(srv_jobs_mint(j, bad_ids[i], -1, NULL, 60, tok, &r, &st),
                      PD_INVALID_ARGUMENT);
     assert_non_null(strstr(st.msg, "job_id"));
   }
@@ -161,15 +161,16 @@ static void test_bounds(void **state) {
                         "234567890123",
                         &st),
       PD_OK); /* 64 bytes */
-  assert_int_equal(srv_jobs_mint(j, "x", -2, 60, tok, &r, &st),
+  assert_int_equal(srv_jobs_mint(j, "x", -2, NULL, 60, tok, &r, &st),
                    PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "uid -2"));
-  assert_int_equal(srv_jobs_mint(j, "x", (int64_t)UINT32_MAX, 60, tok, &r, &st),
-                   PD_INVALID_ARGUMENT);
-  assert_int_equal(srv_jobs_mint(j, "x", -1, 0, tok, &r, &st),
+  assert_int_equal(
+      srv_jobs_mint(j, "x", (int64_t)UINT32_MAX, NULL, 60, tok, &r, &st),
+      PD_INVALID_ARGUMENT);
+  assert_int_equal(srv_jobs_mint(j, "x", -1, NULL, 0, tok, &r, &st),
                    PD_INVALID_ARGUMENT);
   assert_int_equal(
-      srv_jobs_mint(j, "x", -1, SRV_JOB_LIFETIME_MAX + 1, tok, &r, &st),
+      srv_jobs_mint(j, "x", -1, NULL, SRV_JOB_LIFETIME_MAX + 1, tok, &r, &st),
       PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "30 days"));
   assert_null(srv_jobs_new(0));
@@ -290,7 +291,8 @@ static void test_file(void **state) {
   j = new_jobs(8);
   assert_int_equal(srv_jobs_open_file(j, tmp, &loaded, &dropped, &st), PD_OK);
   bool r;
-  assert_int_equal(srv_jobs_mint(j, "503", -1, 60, a, &r, &st), PD_UNAVAILABLE);
+  assert_int_equal(srv_jobs_mint(j, "503", -1, NULL, 60, a, &r, &st),
+                   PD_UNAVAILABLE);
   assert_non_null(strstr(st.msg, "cannot write the job tokens file"));
   assert_int_equal(srv_jobs_count(j), 0);
   srv_jobs_free(j);

@@ -162,7 +162,7 @@ static void test_nul_in_every_string_field(void **state) {
 
 /* --- client names and job ids: UTF-8, no control characters ---------------------- */
 
-static const srv_req_limits limits = {65536, 256};
+static const srv_req_limits limits = {65536, 256, 4};
 
 static void expect_label(const char *s, long at, const char *needle) {
   dev_status st = DEV_STATUS_INIT;
