@@ -216,17 +216,6 @@ bool srv_devset_to_arena(srv_arena *a, const dev_devset *s, size_t *n,
   return true;
 }
 
-bool srv_info_devices(srv_arena *a, sched_session *ss,
-                      Paradev__V1__TensorInfo *ti) {
-  dev_tensor *t = NULL;
-  dev_status st = DEV_STATUS_INIT;
-  if (!ss || sched_handle_get(ss, ti->id, &t, &st) != PD_OK) return true;
-  bool ok = srv_devset_to_arena(a, dev_tensor_devset(t), &ti->n_devices,
-                                &ti->devices);
-  dev_tensor_release(t);
-  return ok;
-}
-
 /* --- operations ------------------------------------------------------------------- */
 
 /* Which op of the request an attr belongs to, for the messages, and the
@@ -395,8 +384,7 @@ pd_code srv_attrs_from_pb(const srv_req_limits *l, const char *kind, int index,
   return PD_OK;
 }
 
-Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, sched_session *ss,
-                                        const sched_op *op,
+Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
                                         const sched_op_result *r) {
   Paradev__V1__OpResult *pr = srv_arena_alloc(a, sizeof(*pr));
   Paradev__V1__TensorInfo **outs =
@@ -406,19 +394,19 @@ Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, sched_session *ss,
   for (int j = 0; j < r->num_outputs; j++) {
     outs[j] = srv_info_to_pb(a, op->output_ids[j], sched_result_dtype(r, j),
                              sched_result_shape(r, j), NULL);
-    if (!outs[j] || !srv_info_devices(a, ss, outs[j])) return NULL;
+    if (!outs[j]) return NULL;
   }
   pr->n_outputs = (size_t)r->num_outputs;
   pr->outputs = outs;
   return pr;
 }
 
-bool srv_op_infos_fill(srv_op_infos *o, srv_arena *a, sched_session *ss,
-                       const sched_op *op, const sched_op_result *r) {
+bool srv_op_infos_fill(srv_op_infos *o, srv_arena *a, const sched_op *op,
+                       const sched_op_result *r) {
   o->ptrs = o->local;
   o->n = 0;
   if (r->num_outputs > SCHED_RESULT_INLINE) {
-    Paradev__V1__OpResult *pr = srv_result_to_pb(a, ss, op, r);
+    Paradev__V1__OpResult *pr = srv_result_to_pb(a, op, r);
     if (!pr) return false;
     o->ptrs = pr->outputs;
     o->n = pr->n_outputs;
@@ -435,13 +423,6 @@ bool srv_op_infos_fill(srv_op_infos *o, srv_arena *a, sched_session *ss,
     o->info[j].dtype = (Paradev__V1__DType)r->dtype[j];
     o->info[j].shape = &o->shape[j];
     o->local[j] = &o->info[j];
-    dev_tensor *t = NULL;
-    dev_status st = DEV_STATUS_INIT;
-    if (ss && sched_handle_get(ss, o->info[j].id, &t, &st) == PD_OK) {
-      o->info[j].n_devices = srv_devset_to_pb(dev_tensor_devset(t), o->devs[j]);
-      o->info[j].devices = o->devs[j];
-      dev_tensor_release(t);
-    }
   }
   o->n = (size_t)r->num_outputs;
   return true;

@@ -108,13 +108,6 @@ size_t srv_devset_to_pb(const dev_devset *s, int32_t *out);
  * memory. */
 bool srv_devset_to_arena(srv_arena *a, const dev_devset *s, size_t *n,
                          int32_t **devs);
-/* Sets ti->devices to the device set of handle ti->id of session `ss` (a
- * tensor just published: an op's output, a gradient, a loaded tensor), the
- * array in `a`. A handle gone meanwhile (deleted by another call of the
- * client) leaves devices empty. False when out of memory. Takes the
- * session's lock once (sched_handle_get). */
-bool srv_info_devices(srv_arena *a, sched_session *ss,
-                      Paradev__V1__TensorInfo *ti);
 
 /* --- operations --------------------------------------------------------------- */
 
@@ -138,18 +131,18 @@ pd_code srv_attrs_from_pb(const srv_req_limits *l, const char *kind, int index,
  * `v`'s storage); NULL when out of memory. */
 Paradev__V1__AttrValue *srv_attr_value_to_pb(const dev_attr_value *v,
                                              srv_arena *a);
-/* An op's outputs as an OpResult in `a`, each TensorInfo with its device
- * set read from session `ss` (srv_info_devices; NULL: none sent). NULL when
- * out of memory. */
-Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, sched_session *ss,
-                                        const sched_op *op,
+/* An op's outputs as an OpResult in `a` (devices left empty: the method
+ * reads them from the published handles, server.h srv_call_infos_devices).
+ * NULL when out of memory. */
+Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
                                         const sched_op_result *r);
 
 /* One op's outputs as TensorInfos in caller storage (no allocation: the path
  * of every streamed op), for up to SCHED_RESULT_INLINE outputs; an op with
- * more (a list output) gets them from arena `a` (srv_result_to_pb). Device
- * sets as srv_result_to_pb's. `ptrs` and `n` are the reply's. False when the
- * arena is out of memory. */
+ * more (a list output) gets them from arena `a` (srv_result_to_pb). `devs`
+ * is room for the inline outputs' device sets (filled by the method, as
+ * srv_result_to_pb's). `ptrs` and `n` are the reply's. False when the arena
+ * is out of memory. */
 typedef struct srv_op_infos {
   Paradev__V1__TensorInfo info[SCHED_RESULT_INLINE];
   Paradev__V1__TensorInfo *local[SCHED_RESULT_INLINE], **ptrs;
@@ -158,8 +151,8 @@ typedef struct srv_op_infos {
   int32_t devs[SCHED_RESULT_INLINE][PD_MAX_DEVICES];
   size_t n;
 } srv_op_infos;
-bool srv_op_infos_fill(srv_op_infos *o, srv_arena *a, sched_session *ss,
-                       const sched_op *op, const sched_op_result *r);
+bool srv_op_infos_fill(srv_op_infos *o, srv_arena *a, const sched_op *op,
+                       const sched_op_result *r);
 
 /* --- transfers ------------------------------------------------------------------ */
 

@@ -116,8 +116,9 @@ static void srv_execute(srv_call *c, const ProtobufCMessage *m) {
                        &st) != PD_OK)
     goto fail;
   for (size_t i = 0; i < n; i++) {
-    pres[i] = srv_result_to_pb(&a, ss, &ops[i], &res[i]);
-    if (!pres[i]) {
+    pres[i] = srv_result_to_pb(&a, &ops[i], &res[i]);
+    if (!pres[i] || !srv_call_infos_devices(ss, &a, pres[i]->outputs,
+                                            pres[i]->n_outputs, NULL)) {
       dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
       goto fail;
     }
@@ -233,7 +234,10 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     if (srv_execute_item(&l, e->ss, ops, 1, e->tag, e->deadline_ns,
                          req->op_timeout_ms, attrs, &set, &op, &res, &more,
                          &st) == PD_OK &&
-        !srv_op_infos_fill(&infos, &more, e->ss, &op, &res))
+        (!srv_op_infos_fill(&infos, &more, &op, &res) ||
+         !srv_call_infos_devices(
+             e->ss, &more, infos.ptrs, infos.n,
+             infos.ptrs == infos.local ? infos.devs : NULL)))
       dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     srv_enqueue_reply(c, index, &st, infos.ptrs, infos.n);
     srv_arena_free(&more);

@@ -100,7 +100,7 @@ static void fz_reply(const sched_op *op, const dev_op *p) {
     *sh = *dev_tensor_shape(dev_op_output(p, i));
   }
   srv_arena a = {NULL};
-  Paradev__V1__OpResult *pr = srv_result_to_pb(&a, NULL, op, &r);
+  Paradev__V1__OpResult *pr = srv_result_to_pb(&a, op, &r);
   if (pr) {
     uint8_t *out = malloc(protobuf_c_message_get_packed_size(&pr->base) + 1);
     if (!out) abort();
@@ -108,7 +108,7 @@ static void fz_reply(const sched_op *op, const dev_op *p) {
     free(out);
   }
   srv_op_infos infos;
-  srv_op_infos_fill(&infos, &a, NULL, op, &r);
+  srv_op_infos_fill(&infos, &a, op, &r);
   srv_arena_free(&a);
 }
 
@@ -131,9 +131,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < op.num_inputs; i++)
       in[i] = fz_inputs[op.inputs[i] % FZ_NT];
     dev_op *p = NULL;
-    pd_code rc =
-        dev_op_prepare_on(fz_engine, op.devices, op.op_name, in, op.num_inputs,
-                          op.attrs, op.num_attrs, &p, &st);
+    pd_code rc = dev_op_prepare(fz_engine, op.op_name, in, op.num_inputs,
+                                op.attrs, op.num_attrs, &p, &st);
     if (rc == PD_OK) {
       /* Every output has a dtype and a known shape per component. */
       for (int i = 0; i < dev_op_num_outputs(p); i++) {
