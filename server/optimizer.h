@@ -32,7 +32,8 @@
 pd_code srv_optimizer_load(const char *const *paths, int n,
                            const dev_tristate *daemon_passes,
                            const dev_fn_external_pass *const **passes,
-                           int *n_passes, dev_tristate *merged, dev_status *st);
+                           int *n_passes, dev_tristate *merged,
+                           dev_status *st);
 
 /* Calls each plugin's destroy and unloads it. Accepts being called when
  * nothing was loaded. After dev_engine_destroy / every library is gone. */
