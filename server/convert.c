@@ -352,14 +352,6 @@ pd_code srv_op_from_pb(const srv_req_limits *l,
   PD_TRY(srv_op_check_counts(&x, pb, st));
   for (size_t i = 0; i < pb->n_attrs; i++)
     PD_TRY(srv_attr_from_pb(&x, i, pb->attrs[i], &attrs[i], st));
-  out->devices = NULL;
-  if (pb->n_devices) {
-    char what[96];
-    snprintf(what, sizeof what, "op %d (%.64s): Operation.devices", index,
-             x.name);
-    PD_TRY(srv_devset_from_pb(l, pb->devices, pb->n_devices, what, set,
-                              &out->devices, st));
-  }
   out->op_name = x.name;
   out->inputs = pb->inputs;
   out->num_inputs = (int)pb->n_inputs;
@@ -367,7 +359,15 @@ pd_code srv_op_from_pb(const srv_req_limits *l,
   out->num_attrs = (int)pb->n_attrs;
   out->output_ids = pb->output_ids;
   out->num_outputs = (int)pb->n_output_ids;
-  return PD_OK;
+  /* Placement (issue #17): Operation.devices, NULL (the session's default)
+   * when empty. */
+  out->devices = NULL;
+  if (!pb->n_devices) return PD_OK;
+  char what[96];
+  snprintf(what, sizeof what, "op %d (%.64s): Operation.devices", index,
+           x.name);
+  return srv_devset_from_pb(l, pb->devices, pb->n_devices, what, set,
+                            &out->devices, st);
 }
 
 pd_code srv_attrs_from_pb(const srv_req_limits *l, const char *kind, int index,

@@ -48,7 +48,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_service as ts  # noqa: E402  (parses the same four arguments)
-from test_service import (C, Client, Daemon, apb, attr, expect_error, pb,  # noqa: E402
+from test_service import (C, Client, Daemon, apb, expect_error, pb,  # noqa: E402
                           write)
 
 PARADEVD, ADMIN_CLI, DEPLOY = ts.PARADEVD, ts.ADMIN_CLI, ts.DEPLOY
