@@ -14,8 +14,11 @@
  *                                     have freed their memory. --verify: exit
  *                                     3 when no session is left but device
  *                                     memory is still in use
- *     job-token --job ID [--uid N] [--lifetime TIME] [--json | --field NAME]
+ *     job-token --job ID [--uid N] [--gpus LIST] [--lifetime TIME]
+ *               [--json | --field NAME]
  *                                     mint the token that proves a job's id
+ *                                     (--gpus 1,3: and holds its sessions to
+ *                                     the devices on those GPUs)
  *     kill-job --job ID [--verify] [--json | --field NAME]
  *                                     revoke it and end the job's sessions
  *     drain [--exit | --resume]       stop taking sessions (and exit once the
@@ -71,9 +74,12 @@ static const char cli_admin_usage[] =
     "                                 end sessions and free their memory;\n"
     "                                 --verify: exit 3 if no session is left\n"
     "                                 but device memory is still in use\n"
-    "  job-token --job ID [--uid N] [--lifetime TIME]\n"
+    "  job-token --job ID [--uid N] [--gpus LIST] [--lifetime TIME]\n"
     "                                 mint the token that proves a job's id\n"
-    "                                 (the Slurm prolog; prints the token)\n"
+    "                                 (the Slurm prolog; prints the token);\n"
+    "                                 --gpus 1,3: its sessions may use only\n"
+    "                                 the devices on those GPUs (--json:\n"
+    "                                 \"devices\", the devices bound)\n"
     "  kill-job --job ID [--verify]   revoke the job's token and end the\n"
     "                                 sessions bound to it (the epilog)\n"
     "  drain [--exit | --resume]      take no new sessions (--exit: exit once\n"
@@ -211,7 +217,34 @@ static json_object *cli_admin_session_json(
                          json_object_new_uint64(e->lease_seconds));
   json_object_object_add(o, "memory_quota_bytes",
                          json_object_new_uint64(e->memory_quota_bytes));
+  /* Placement (issue #17): the allowed devices, and the bytes held on each
+   * of the daemon's devices (index = device). */
+  json_object *devs = json_object_new_array(), *per = json_object_new_array();
+  for (size_t k = 0; k < e->n_devices; k++)
+    json_object_array_add(devs, json_object_new_int(e->devices[k]));
+  for (size_t k = 0; k < e->n_device_memory_bytes; k++)
+    json_object_array_add(per,
+                          json_object_new_uint64(e->device_memory_bytes[k]));
+  json_object_object_add(o, "devices", devs);
+  json_object_object_add(o, "device_memory_bytes", per);
   return o;
+}
+
+/* The session's devices for the table: "1,2" (at most `len` bytes, cut
+ * with "..."), and after the table each device's bytes. */
+static const char *cli_admin_devices_cell(const Paradev__V1__SessionSummary *e,
+                                          char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (size_t k = 0; k < e->n_devices; k++) {
+    int w = snprintf(buf + o, len - o, "%s%d", k ? "," : "", e->devices[k]);
+    if (w < 0 || (size_t)w >= len - o) {
+      snprintf(buf + (len > 4 ? len - 4 : 0), len > 4 ? 4 : len, "...");
+      break;
+    }
+    o += (size_t)w;
+  }
+  return buf[0] ? buf : "-";
 }
 
 /* The daemon's state from a ListSessions reply, the members `status` and
@@ -240,10 +273,10 @@ static json_object *cli_admin_state_json(
 
 static void cli_admin_sessions_table(const Paradev__V1__ListSessionsResponse *r,
                                      const char *job) {
-  char b1[32], b2[32], b3[32], b4[32];
-  printf("%-6s %-20s %-13s %-12s %11s %8s %7s %8s %7s %6s %11s\n", "ID",
-         "CLIENT", "JOB", "TENANT", "MEMORY", "HANDLES", "QUEUED", "AGE",
-         "IDLE", "LEASE", "QUOTA");
+  char b1[32], b2[32], b3[32], b4[32], dv[16];
+  printf("%-6s %-20s %-13s %-12s %-11s %11s %8s %7s %8s %7s %6s %11s\n", "ID",
+         "CLIENT", "JOB", "TENANT", "DEVICES", "MEMORY", "HANDLES", "QUEUED",
+         "AGE", "IDLE", "LEASE", "QUOTA");
   for (size_t i = 0; i < r->n_sessions; i++) {
     const Paradev__V1__SessionSummary *e = r->sessions[i];
     char quota[32];
@@ -259,11 +292,27 @@ static void cli_admin_sessions_table(const Paradev__V1__ListSessionsResponse *r,
     putchar(e->job_id[0] && !e->job_proven ? '?' : ' ');
     putchar(' ');
     cli_admin_cell(e->tenant[0] ? e->tenant : "-", 12);
+    printf(" %-11s", cli_admin_devices_cell(e, dv, 12));
     printf(" %11s %8" PRIu64 " %7" PRIu64 " %8s %7s %5us %11s\n",
            cli_admin_bytes(e->memory_bytes, b1, sizeof b1), e->handles,
            e->queued_ops, cli_admin_dur(e->age_seconds, b2, sizeof b2),
            cli_admin_dur(e->idle_seconds, b3, sizeof b3), e->lease_seconds,
            quota);
+  }
+  /* Each session's bytes per device (issue #17), on the devices it holds
+   * any or may use. */
+  for (size_t i = 0; i < r->n_sessions; i++) {
+    const Paradev__V1__SessionSummary *e = r->sessions[i];
+    printf("  session %" PRIu64 " per device:", e->session_id);
+    for (size_t k = 0; k < e->n_device_memory_bytes; k++) {
+      bool allowed = false;
+      for (size_t q = 0; q < e->n_devices; q++)
+        allowed |= e->devices[q] == (int32_t)k;
+      if (allowed || e->device_memory_bytes[k])
+        printf(" %zu: %s", k,
+               cli_admin_bytes(e->device_memory_bytes[k], b1, sizeof b1));
+    }
+    putchar('\n');
   }
   printf("(%zu session%s%s; device memory in use: %s%s)\n", r->n_sessions,
          r->n_sessions == 1 ? "" : "s", job[0] ? " of that job" : "",

@@ -1,6 +1,7 @@
 /* `paradev admin job-token` and `kill-job`: a job's token and its end, the
  * two steps of the Slurm prolog and epilog (deploy/slurm/). The token
- * proves a session's job id (Admin.CreateJobToken): printed alone on
+ * proves a session's job id (Admin.CreateJobToken) and, with --gpus, holds
+ * the job's sessions to the daemon devices on its GPUs: printed alone on
  * stdout, so `TOKEN=$(paradev admin job-token --job 1234)` holds it and
  * nothing else; the daemon keeps only its hash. kill-job revokes it and
  * ends exactly the sessions bound to the job (Admin.KillJob). */
@@ -22,6 +23,24 @@ static bool cli_jobs_uid(const char *v, int64_t *out) {
   if (n >= UINT32_MAX) return false;
   *out = (int64_t)n;
   return true;
+}
+
+/* A list of GPU indices as Slurm gives them (SLURM_JOB_GPUS "1,3",
+ * CUDA_VISIBLE_DEVICES "1,3"): numbers 0..2^31-1 separated by commas, at
+ * most 64; into out[*n]. False when it is not that. */
+static bool cli_jobs_gpus(const char *v, int32_t *out, size_t *n) {
+  *n = 0;
+  while (*v) {
+    size_t digits = strspn(v, "0123456789");
+    if (digits == 0 || digits > 9 || *n == 64) return false;
+    out[(*n)++] = (int32_t)strtol(v, NULL, 10);
+    v += digits;
+    if (*v == ',' && v[1])
+      v++;
+    else if (*v)
+      return false;
+  }
+  return *n > 0;
 }
 
 /* A lifetime: whole seconds, minutes, hours or days with their unit (90m,
@@ -48,6 +67,7 @@ int cli_admin_job_token(const char *sock, double timeout, int argc,
   paradev__v1__create_job_token_request__init(&req);
   req.uid = -1;
   const char *job = NULL;
+  int32_t gpus[64];
   cli_admin_out out = {false, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -58,13 +78,25 @@ int cli_admin_job_token(const char *sock, double timeout, int argc,
     bool is_uid = strcmp(a, "--uid") == 0 || strncmp(a, "--uid=", 6) == 0;
     bool is_life =
         strcmp(a, "--lifetime") == 0 || strncmp(a, "--lifetime=", 11) == 0;
-    if (!is_job && !is_uid && !is_life)
+    bool is_gpus = strcmp(a, "--gpus") == 0 || strncmp(a, "--gpus=", 7) == 0;
+    if (!is_job && !is_uid && !is_life && !is_gpus)
       return cli_admin_bad("job-token: unexpected '%s'", a);
     const char *v = cli_admin_value(argc, argv, &i);
-    const char *flag = is_job ? "--job" : is_uid ? "--uid" : "--lifetime";
+    const char *flag = is_job    ? "--job"
+                       : is_uid  ? "--uid"
+                       : is_gpus ? "--gpus"
+                                 : "--lifetime";
     if (!v) return cli_admin_bad("job-token: %s needs a value", flag);
     if (is_job) {
       job = v;
+    } else if (is_gpus) {
+      if (!cli_jobs_gpus(v, gpus, &req.n_gpus))
+        return cli_admin_bad(
+            "job-token: --gpus '%s': expected the job's GPU indices "
+            "separated by commas, such as 1,3 (as $SLURM_JOB_GPUS gives "
+            "them)",
+            v);
+      req.gpus = gpus;
     } else if (is_uid) {
       if (!cli_jobs_uid(v, &req.uid))
         return cli_admin_bad(
@@ -98,13 +130,26 @@ int cli_admin_job_token(const char *sock, double timeout, int argc,
                            json_object_new_uint64(r->lifetime_seconds));
     json_object_object_add(doc, "replaced",
                            json_object_new_boolean(r->replaced));
+    /* The daemon devices the job is bound to (issue #17); [] for none
+     * (--field devices prints [1,3]). */
+    json_object *devs = json_object_new_array();
+    for (size_t k = 0; k < r->n_devices; k++)
+      json_object_array_add(devs, json_object_new_int(r->devices[k]));
+    json_object_object_add(doc, "devices", devs);
     rc = cli_admin_emit(doc, &out, "job-token");
   } else {
     puts(r->token);
+    char text[64 * 4] = "every device";
+    size_t o = 0;
+    for (size_t k = 0; k < r->n_devices; k++) {
+      int w = snprintf(text + o, sizeof text - o, "%s%d", k ? "," : "devices ",
+                       (int)r->devices[k]);
+      if (w > 0 && (size_t)w < sizeof text - o) o += (size_t)w;
+    }
     fprintf(stderr,
-            "paradev admin: job %s: token valid for %u s%s (give it to the "
-            "job as PARADEV_JOB_TOKEN)\n",
-            r->job_id, r->lifetime_seconds,
+            "paradev admin: job %s: token valid for %u s, %s%s (give it to "
+            "the job as PARADEV_JOB_TOKEN)\n",
+            r->job_id, r->lifetime_seconds, text,
             r->replaced ? "; the job's older token no longer works" : "");
   }
   protobuf_c_message_free_unpacked(&r->base, NULL);

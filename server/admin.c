@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "check.h"
 #include "jobs.h"
 #include "log.h"
 #include "ratelimit.h"
@@ -61,7 +62,18 @@ static void srv_admin_list(srv_call *c, const ProtobufCMessage *m) {
    * characters and other bytes as '?'). */
   size_t per = 3 * (SCHED_NAME_MAX + 1) + SCHED_IDENTITY_MAX + 1;
   char *names = n >= 0 ? srv_arena_alloc(&a, (size_t)(n + 1) * per) : NULL;
-  if (!list || !e || !names) {
+  /* Placement (issue #17): each session's allowed set and its bytes on
+   * every daemon device. */
+  int ndev = dev_engine_num_devices(s->engine);
+  int32_t *devs = n >= 0
+                      ? srv_arena_alloc(&a, sizeof(int32_t) * PD_MAX_DEVICES *
+                                                (size_t)(n + 1))
+                      : NULL;
+  uint64_t *bytes = n >= 0
+                        ? srv_arena_alloc(&a, sizeof(uint64_t) * (size_t)ndev *
+                                                  (size_t)(n + 1))
+                        : NULL;
+  if (!list || !e || !names || !devs || !bytes) {
     free(v);
     srv_arena_free(&a);
     srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
@@ -86,6 +98,16 @@ static void srv_admin_list(srv_call *c, const ProtobufCMessage *m) {
     e[i].tenant = srv_log_utf8(v[i].tenant, tenant, SCHED_NAME_MAX + 1);
     e[i].identity = srv_log_utf8(v[i].identity, ident, SCHED_IDENTITY_MAX + 1);
     e[i].job_proven = v[i].job[0] && !v[i].job_claimed;
+    dev_devset all;
+    if (v[i].devices.n <= 0) dev_devset_all(s->engine, &all);
+    int32_t *d = devs + (size_t)i * PD_MAX_DEVICES;
+    e[i].n_devices =
+        srv_devset_to_pb(v[i].devices.n > 0 ? &v[i].devices : &all, d);
+    e[i].devices = d;
+    uint64_t *b = bytes + (size_t)i * (size_t)ndev;
+    for (int k = 0; k < ndev; k++) b[k] = v[i].device_bytes[k];
+    e[i].n_device_memory_bytes = (size_t)ndev;
+    e[i].device_memory_bytes = b;
     list[i] = &e[i];
   }
   Paradev__V1__ListSessionsResponse resp =
@@ -285,6 +307,74 @@ static void srv_admin_kill_job(srv_call *c, const ProtobufCMessage *m) {
 
 /* --- CreateJobToken ------------------------------------------------------------ */
 
+/* The job's GPUs (CreateJobTokenRequest.gpus, as Slurm numbers them) as the
+ * daemon devices on them (dev_engine_device_gpu), in mesh order: every
+ * device of every GPU. INVALID_ARGUMENT naming a GPU given twice, a
+ * negative one, or one no device of this daemon runs on. */
+static pd_code srv_admin_gpu_devices(srv *s, const int32_t *gpus, size_t n,
+                                     dev_devset *out, dev_status *st) {
+  int ndev = dev_engine_num_devices(s->engine);
+  if (n > PD_MAX_DEVICES)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "CreateJobTokenRequest.gpus lists %zu GPUs; at most %d", n,
+                     PD_MAX_DEVICES);
+  bool want[PD_MAX_DEVICES] = {false};
+  for (size_t i = 0; i < n; i++) {
+    for (size_t j = 0; j < i; j++)
+      if (gpus[j] == gpus[i])
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "CreateJobTokenRequest.gpus[%zu] = %d: GPU %d is "
+                         "gpus[%zu] already; each GPU may appear once",
+                         i, (int)gpus[i], (int)gpus[i], j);
+    bool found = false;
+    for (int d = 0; d < ndev; d++)
+      if (gpus[i] >= 0 && dev_engine_device_gpu(s->engine, d) == gpus[i]) {
+        want[d] = true;
+        found = true;
+      }
+    if (!found) {
+      char have[256] = "";
+      size_t o = 0;
+      for (int d = 0; d < ndev && o < sizeof have; d++) {
+        int w = snprintf(have + o, sizeof have - o, "%s%d", d ? ", " : "",
+                         dev_engine_device_gpu(s->engine, d));
+        o += w > 0 ? (size_t)w : 0;
+      }
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "CreateJobTokenRequest.gpus[%zu] = %d: no device of "
+                       "this paradevd runs on GPU %d (its devices 0..%d are "
+                       "on GPUs %s): is the job on this node, and are its "
+                       "GPUs in paradevd's mesh?",
+                       i, (int)gpus[i], (int)gpus[i], ndev - 1, have);
+    }
+  }
+  memset(out, 0, sizeof(*out));
+  for (int d = 0; d < ndev; d++)
+    if (want[d]) out->dev[out->n++] = (uint8_t)d;
+  return PD_OK;
+}
+
+/* The devices a new token binds its job to: `gpus` mapped to devices, or
+ * `devices` as given; out->n == 0 for neither. Both: INVALID_ARGUMENT. */
+static pd_code srv_admin_job_devices(
+    srv_call *c, const Paradev__V1__CreateJobTokenRequest *req, dev_devset *out,
+    dev_status *st) {
+  memset(out, 0, sizeof(*out));
+  if (req->n_gpus && req->n_devices)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "CreateJobToken: gpus and devices both given; bind the "
+                     "job by its GPUs (as Slurm numbers them) or by daemon "
+                     "device indices, not both");
+  if (req->n_gpus)
+    return srv_admin_gpu_devices(c->s, req->gpus, req->n_gpus, out, st);
+  srv_req_limits l = srv_call_limits(c);
+  const dev_devset *set = NULL;
+  PD_TRY(srv_devset_from_pb(&l, req->devices, req->n_devices,
+                            "CreateJobTokenRequest.devices", out, &set, st));
+  if (!set) memset(out, 0, sizeof(*out));
+  return PD_OK;
+}
+
 static void srv_admin_job_token(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__CreateJobTokenRequest *req = (const void *)m;
   srv *s = c->s;
@@ -294,21 +384,28 @@ static void srv_admin_job_token(srv_call *c, const ProtobufCMessage *m) {
   char token[SRV_JOB_TOKEN_CHARS + 1];
   bool replaced = false;
   dev_status st = DEV_STATUS_INIT;
-  if (srv_jobs_mint(s->jobs, req->job_id, req->uid, life, token, &replaced,
-                    &st) != PD_OK) {
+  dev_devset bound;
+  if (srv_admin_job_devices(c, req, &bound, &st) != PD_OK ||
+      srv_jobs_mint(s->jobs, req->job_id, req->uid, &bound, life, token,
+                    &replaced, &st) != PD_OK) {
     srv_call_fail(c, &st);
     return;
   }
-  char uid[32] = "any uid";
+  char uid[32] = "any uid", devs[DEV_DEVSET_STR_MAX] = "every device";
   if (req->uid >= 0) snprintf(uid, sizeof uid, "uid %lld", (long long)req->uid);
-  SRV_INFO("job token for job \"%s\" (%s, %u s)%s", req->job_id, uid, life,
+  if (bound.n) dev_devset_str(&bound, devs, sizeof devs);
+  SRV_INFO("job token for job \"%s\" (%s, devices %s, %u s)%s", req->job_id,
+           uid, devs, life,
            replaced ? "; the job's older token no longer works" : "");
+  int32_t bdev[PD_MAX_DEVICES];
   Paradev__V1__CreateJobTokenResponse resp =
       PARADEV__V1__CREATE_JOB_TOKEN_RESPONSE__INIT;
   resp.token = token;
   resp.job_id = req->job_id;
   resp.lifetime_seconds = life;
   resp.replaced = replaced;
+  resp.n_devices = srv_devset_to_pb(&bound, bdev);
+  resp.devices = bdev;
   srv_call_reply(c, &resp.base);
   OPENSSL_cleanse(token, sizeof token);
 }

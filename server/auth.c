@@ -119,8 +119,19 @@ fail:
 
 /* Hands every tenant's limits to the scheduler. */
 static int srv_table_configure(srv *s, const srv_auth_table *t) {
+  int ndev = dev_engine_num_devices(s->engine);
   for (int i = 0; i < t->n; i++) {
     const srv_auth_tenant *a = &t->t[i];
+    /* Issue #17: a tenant's devices must be this mesh's (a cuda mesh's size
+     * is known only once the engine runs). */
+    for (int k = 0; k < a->conf.num_devices; k++)
+      if (a->conf.devices[k] >= ndev) {
+        SRV_ERROR(
+            "[tenant %s] devices: device %d is not in the mesh, which "
+            "has devices 0..%d",
+            a->conf.name, a->conf.devices[k], ndev - 1);
+        return -1;
+      }
     sched_tenant_limits lim = {a->conf.max_sessions, a->conf.memory_quota,
                                a->roots};
     dev_status st = DEV_STATUS_INIT;
@@ -214,8 +225,14 @@ bool srv_auth_tenant_terms(srv *s, const char *tenant, srv_tenant_terms *out) {
   for (int i = 0; i < t->n; i++) {
     const srv_tenant_conf *c = &t->t[i].conf;
     if (strcmp(c->name, tenant) != 0) continue;
-    *out = (srv_tenant_terms){c->memory_quota, c->max_sessions, c->max_lease_s,
-                              c->priority, c->weight};
+    *out = (srv_tenant_terms){c->memory_quota,
+                              c->max_sessions,
+                              c->max_lease_s,
+                              c->priority,
+                              c->weight,
+                              c->num_devices,
+                              {0}};
+    memcpy(out->devices, c->devices, sizeof out->devices);
     return true;
   }
   return false;

@@ -85,6 +85,10 @@ typedef struct srv_tenant_terms {
   uint32_t max_lease_s;  /* 0: the daemon's */
   int priority;
   uint32_t weight;
+  /* [tenant NAME] devices (issue #17): the daemon devices its sessions may
+   * use; num_devices 0: every device. */
+  int num_devices;
+  uint8_t devices[PD_MAX_DEVICES];
 } srv_tenant_terms;
 /* False when `tenant` is not configured (any more: a reload removed it). */
 bool srv_auth_tenant_terms(srv *s, const char *tenant, srv_tenant_terms *out);

@@ -611,8 +611,31 @@ sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token) {
   return ss;
 }
 
+bool srv_call_infos_devices(sched_session *ss, srv_arena *a,
+                            Paradev__V1__TensorInfo *const *infos, size_t n,
+                            int32_t (*room)[PD_MAX_DEVICES]) {
+  for (size_t i = 0; i < n; i++) {
+    dev_tensor *t = NULL;
+    dev_status st = DEV_STATUS_INIT;
+    if (sched_handle_get(ss, infos[i]->id, &t, &st) != PD_OK) continue;
+    const dev_devset *set = dev_tensor_devset(t);
+    bool ok = true;
+    if (room) {
+      infos[i]->n_devices = srv_devset_to_pb(set, room[i]);
+      infos[i]->devices = room[i];
+    } else {
+      ok =
+          srv_devset_to_arena(a, set, &infos[i]->n_devices, &infos[i]->devices);
+    }
+    dev_tensor_release(t);
+    if (!ok) return false;
+  }
+  return true;
+}
+
 srv_req_limits srv_call_limits(const srv_call *c) {
   srv_req_limits l = {SRV_RT(c->s, max_ids_per_request),
-                      c->s->opt.limits.max_string_bytes};
+                      c->s->opt.limits.max_string_bytes,
+                      dev_engine_num_devices(c->s->engine)};
   return l;
 }

@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include "log.h"
+#include "paradev/types.h" /* PD_MAX_DEVICES */
 
 #define SRV_VERSION "0.1.0"
 #define SRV_MAX_LISTEN 16
@@ -86,6 +87,10 @@ typedef struct srv_tenant_conf {
   uint32_t weight;                       /* 1..10000 */
   bool roots_set;                        /* storage_roots given */
   char storage_roots[SRV_AUTH_LIST_MAX]; /* "r1,r2": some [storage] roots */
+  /* devices = 0,1 (issue #17): the daemon devices its sessions may use, in
+   * order (the sessions' default placement); 0 of them: every device. */
+  int num_devices;
+  uint8_t devices[PD_MAX_DEVICES];
 } srv_tenant_conf;
 
 /* The daemon's options. Plain data: copied by value (reload compares old

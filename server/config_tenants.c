@@ -14,7 +14,7 @@
  * index is their bit in srv_tenant_conf.set). */
 static const char *const srv_tenant_keys[] = {
     "identities", "memory_quota", "max_sessions",  "max_lease_seconds",
-    "priority",   "weight",       "storage_roots",
+    "priority",   "weight",       "storage_roots", "devices",
 };
 #define SRV_TENANT_NKEYS (sizeof(srv_tenant_keys) / sizeof(srv_tenant_keys[0]))
 
@@ -117,6 +117,53 @@ bad:
   return false;
 }
 
+/* devices = 0, 1 (issue #17): distinct daemon device indices, in order. */
+static bool srv_tenant_devices(srv_tenant_conf *t, const char *value, char *err,
+                               size_t errlen) {
+  t->num_devices = 0;
+  const char *p = value;
+  bool seen[PD_MAX_DEVICES] = {false};
+  while (*p) {
+    while (*p == ' ' || *p == '\t') p++;
+    char *end = NULL;
+    unsigned long d = *p >= '0' && *p <= '9' ? strtoul(p, &end, 10) : 0;
+    if (!end || d >= PD_MAX_DEVICES) {
+      snprintf(err, errlen,
+               "expected daemon device indices 0 to %d separated by commas, "
+               "such as 0, 1 (the devices the tenant's sessions may use)",
+               PD_MAX_DEVICES - 1);
+      return false;
+    }
+    if (seen[d]) {
+      snprintf(err, errlen, "device %lu is listed twice; list each once", d);
+      return false;
+    }
+    seen[d] = true;
+    t->devices[t->num_devices++] = (uint8_t)d;
+    p = end;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p == ',') {
+      p++;
+      while (*p == ' ' || *p == '\t') p++;
+      if (!*p) break; /* a trailing comma: caught below */
+    } else if (*p) {
+      t->num_devices = 0;
+      snprintf(err, errlen,
+               "expected daemon device indices separated by commas, such as "
+               "0, 1");
+      return false;
+    }
+  }
+  if (t->num_devices == 0 || p[-1] == ',') {
+    t->num_devices = 0;
+    snprintf(err, errlen,
+             "expected daemon device indices separated by commas, such as 0, "
+             "1 (leave the key out for every device)");
+    return false;
+  }
+  return true;
+}
+
 /* Sets one key of `t` (index i in srv_tenant_keys). */
 static bool srv_tenant_set(srv_tenant_conf *t, size_t i, const char *value,
                            char *err, size_t errlen) {
@@ -171,6 +218,7 @@ static bool srv_tenant_set(srv_tenant_conf *t, size_t i, const char *value,
       t->roots_set = true;
       return srv_idlist_parse(value, t->storage_roots, sizeof(t->storage_roots),
                               err, errlen);
+    case 7: return srv_tenant_devices(t, value, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown tenant key");
   return false;
@@ -191,8 +239,8 @@ bool srv_tenant_key_set(srv_options *o, const char *tenant, const char *name,
   }
   snprintf(err, errlen,
            "unknown key of a tenant: expected identities, memory_quota, "
-           "max_sessions, max_lease_seconds, priority, weight or "
-           "storage_roots");
+           "max_sessions, max_lease_seconds, priority, weight, "
+           "storage_roots or devices");
   return false;
 }
 
@@ -256,6 +304,18 @@ int srv_check_tenants(const srv_options *o, srv_config_report_fn report) {
       errors++;
     }
     errors += srv_check_tenant_roots(o, t, where, report);
+    /* A cpu mesh's size is known here; a cuda mesh's once it starts
+     * (auth.c checks again against the engine). */
+    for (int k = 0; k < t->num_devices && strcmp(o->backend, "cpu") == 0; k++)
+      if (t->devices[k] >= o->num_devices) {
+        snprintf(msg, sizeof(msg),
+                 "%s:%d: [tenant %s] devices: device %d is not in the mesh, "
+                 "which has devices 0..%d ([devices] devices = %d)",
+                 where, t->line, t->name, t->devices[k], o->num_devices - 1,
+                 o->num_devices);
+        report(true, msg);
+        errors++;
+      }
     /* An identity in two tenants would make its sessions' tenant depend on
      * the order of the file. */
     for (const char *p = t->identities; *p;) {

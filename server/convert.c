@@ -139,13 +139,16 @@ pd_code srv_dtype_from_pb(int v, const char *what, pd_dtype *out,
 }
 
 Paradev__V1__TensorInfo *srv_info_to_pb(srv_arena *a, uint64_t id, pd_dtype dt,
-                                        const dev_shape *shape) {
+                                        const dev_shape *shape,
+                                        const dev_devset *devices) {
   Paradev__V1__TensorInfo *ti = srv_arena_alloc(a, sizeof(*ti));
   if (!ti) return NULL;
   paradev__v1__tensor_info__init(ti);
   ti->id = id;
   ti->dtype = (Paradev__V1__DType)dt;
   ti->shape = srv_shape_to_pb(a, shape);
+  if (devices && !srv_devset_to_arena(a, devices, &ti->n_devices, &ti->devices))
+    return NULL;
   return ti->shape ? ti : NULL;
 }
 
@@ -162,6 +165,55 @@ void srv_status_to_pb(const dev_status *st, char *msg,
   paradev__v1__status__init(out);
   out->code = (int32_t)st->code;
   out->message = srv_log_utf8(st->msg, msg, DEV_STATUS_MSG_MAX);
+}
+
+/* --- device sets ------------------------------------------------------------------ */
+
+pd_code srv_devset_from_pb(const srv_req_limits *l, const int32_t *devs,
+                           size_t n, const char *what, dev_devset *room,
+                           const dev_devset **out, dev_status *st) {
+  *out = NULL;
+  if (n == 0) return PD_OK;
+  int ndev = l->num_devices;
+  if (n > PD_MAX_DEVICES || n > (size_t)ndev)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "%s lists %zu devices: the mesh has %d (devices 0..%d), "
+                     "each listed at most once",
+                     what, n, ndev, ndev - 1);
+  memset(room, 0, sizeof(*room));
+  for (size_t i = 0; i < n; i++) {
+    if (devs[i] < 0 || devs[i] >= ndev)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "%s[%zu] = %d: the mesh has devices 0..%d", what, i,
+                       (int)devs[i], ndev - 1);
+    for (size_t j = 0; j < i; j++)
+      if (devs[j] == devs[i])
+        return dev_error(st, PD_INVALID_ARGUMENT,
+                         "%s[%zu] = %d: device %d is %s[%zu] already; each "
+                         "device may appear once",
+                         what, i, (int)devs[i], (int)devs[i], what, j);
+    room->dev[i] = (uint8_t)devs[i];
+  }
+  room->n = (int)n;
+  *out = room;
+  return PD_OK;
+}
+
+size_t srv_devset_to_pb(const dev_devset *s, int32_t *out) {
+  for (int i = 0; i < s->n; i++) out[i] = s->dev[i];
+  return (size_t)s->n;
+}
+
+bool srv_devset_to_arena(srv_arena *a, const dev_devset *s, size_t *n,
+                         int32_t **devs) {
+  *n = 0;
+  *devs = NULL;
+  if (s->n <= 0) return true;
+  int32_t *d = srv_arena_alloc(a, sizeof(*d) * (size_t)s->n);
+  if (!d) return false;
+  *n = srv_devset_to_pb(s, d);
+  *devs = d;
+  return true;
 }
 
 /* --- operations ------------------------------------------------------------------- */
@@ -293,7 +345,8 @@ static pd_code srv_attr_from_pb(const srv_op_ctx *x, size_t i,
 
 pd_code srv_op_from_pb(const srv_req_limits *l,
                        const Paradev__V1__Operation *pb, int index,
-                       dev_attr *attrs, sched_op *out, dev_status *st) {
+                       dev_attr *attrs, dev_devset *set, sched_op *out,
+                       dev_status *st) {
   srv_op_ctx x = {"op", index, pb->op ? pb->op : "",
                   (size_t)l->max_string_bytes};
   PD_TRY(srv_op_check_counts(&x, pb, st));
@@ -306,7 +359,15 @@ pd_code srv_op_from_pb(const srv_req_limits *l,
   out->num_attrs = (int)pb->n_attrs;
   out->output_ids = pb->output_ids;
   out->num_outputs = (int)pb->n_output_ids;
-  return PD_OK;
+  /* Placement (issue #17): Operation.devices, NULL (the session's default)
+   * when empty. */
+  out->devices = NULL;
+  if (!pb->n_devices) return PD_OK;
+  char what[96];
+  snprintf(what, sizeof what, "op %d (%.64s): Operation.devices", index,
+           x.name);
+  return srv_devset_from_pb(l, pb->devices, pb->n_devices, what, set,
+                            &out->devices, st);
 }
 
 pd_code srv_attrs_from_pb(const srv_req_limits *l, const char *kind, int index,
@@ -332,7 +393,7 @@ Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
   paradev__v1__op_result__init(pr);
   for (int j = 0; j < r->num_outputs; j++) {
     outs[j] = srv_info_to_pb(a, op->output_ids[j], sched_result_dtype(r, j),
-                             sched_result_shape(r, j));
+                             sched_result_shape(r, j), NULL);
     if (!outs[j]) return NULL;
   }
   pr->n_outputs = (size_t)r->num_outputs;

@@ -39,6 +39,9 @@ void srv_arena_free(srv_arena *a);
 typedef struct srv_req_limits {
   int max_ids_per_request;
   int max_string_bytes; /* op names, attr names and string values */
+  /* The mesh's devices (issue #17): a request's device indices are
+   * 0..num_devices-1. */
+  int num_devices;
 } srv_req_limits;
 
 /* INVALID_ARGUMENT when `n` ids (`what`: "ids", "ids to watch", ...) pass
@@ -73,8 +76,11 @@ Paradev__V1__Shape *srv_shape_to_pb(srv_arena *a, const dev_shape *s);
 /* Wire dtype -> pd_dtype: INVALID_ARGUMENT outside 1..PD_DTYPE_COUNT-1. */
 pd_code srv_dtype_from_pb(int v, const char *what, pd_dtype *out,
                           dev_status *st);
+/* `devices` (NULL: none sent) is the tensor's device set (TensorInfo.devices,
+ * copied into `a`). */
 Paradev__V1__TensorInfo *srv_info_to_pb(srv_arena *a, uint64_t id, pd_dtype dt,
-                                        const dev_shape *shape);
+                                        const dev_shape *shape,
+                                        const dev_devset *devices);
 /* `n` shapes as a proto array in `a`; NULL when out of memory. */
 Paradev__V1__Shape **srv_shapes_to_pb(srv_arena *a, const dev_shape *shapes,
                                       int n);
@@ -83,13 +89,36 @@ Paradev__V1__Shape **srv_shapes_to_pb(srv_arena *a, const dev_shape *shapes,
 void srv_status_to_pb(const dev_status *st, char *msg,
                       Paradev__V1__Status *out);
 
+/* --- device sets (issue #17: placement) ------------------------------------- */
+
+/* A request's `devices` field (`n` daemon device indices, in order; `what`
+ * names the field, "UploadHeader.devices") -> a device set in `room`, *out
+ * pointing at it; n == 0: *out = NULL (the session's default). The one
+ * check of every `devices` field: INVALID_ARGUMENT naming the field and the
+ * entry for more than PD_MAX_DEVICES or l->num_devices entries, an index
+ * outside 0..num_devices-1 ("UploadHeader.devices[1] = 7: the mesh has
+ * devices 0..3"), or an index given twice. Whether the session may use the
+ * devices is the scheduler's (PERMISSION_DENIED). */
+pd_code srv_devset_from_pb(const srv_req_limits *l, const int32_t *devs,
+                           size_t n, const char *what, dev_devset *room,
+                           const dev_devset **out, dev_status *st);
+/* The set's devices into out[0..s->n) (PD_MAX_DEVICES room); returns s->n. */
+size_t srv_devset_to_pb(const dev_devset *s, int32_t *out);
+/* `s` as a repeated int32 field in `a`: *n and *devs; false when out of
+ * memory. */
+bool srv_devset_to_arena(srv_arena *a, const dev_devset *s, size_t *n,
+                         int32_t **devs);
+
 /* --- operations --------------------------------------------------------------- */
 
-/* Proto Operation -> sched_op, checking the per-op limits. `attrs` holds
- * DEV_MAX_ATTRS entries; the result points into `pb` and `attrs`. */
+/* Proto Operation -> sched_op, checking the per-op limits and its
+ * placement (Operation.devices, srv_devset_from_pb: out->devices NULL when
+ * empty). `attrs` holds DEV_MAX_ATTRS entries, `set` one device set; the
+ * result points into `pb`, `attrs` and `set`. */
 pd_code srv_op_from_pb(const srv_req_limits *l,
                        const Paradev__V1__Operation *pb, int index,
-                       dev_attr *attrs, sched_op *out, dev_status *st);
+                       dev_attr *attrs, dev_devset *set, sched_op *out,
+                       dev_status *st);
 /* attrs[0..n) of op or node `index` named `name` (`kind`: "op", "node",
  * for the messages) -> dev_attr, as srv_op_from_pb decodes an op's: names
  * and strings within max_string_bytes, lists within DEV_ATTR_LIST_MAX, at
@@ -102,18 +131,24 @@ pd_code srv_attrs_from_pb(const srv_req_limits *l, const char *kind, int index,
  * `v`'s storage); NULL when out of memory. */
 Paradev__V1__AttrValue *srv_attr_value_to_pb(const dev_attr_value *v,
                                              srv_arena *a);
+/* An op's outputs as an OpResult in `a` (devices left empty: the method
+ * reads them from the published handles, server.h srv_call_infos_devices).
+ * NULL when out of memory. */
 Paradev__V1__OpResult *srv_result_to_pb(srv_arena *a, const sched_op *op,
                                         const sched_op_result *r);
 
 /* One op's outputs as TensorInfos in caller storage (no allocation: the path
  * of every streamed op), for up to SCHED_RESULT_INLINE outputs; an op with
- * more (a list output) gets them from arena `a` (srv_result_to_pb). `ptrs`
- * and `n` are the reply's. False when the arena is out of memory. */
+ * more (a list output) gets them from arena `a` (srv_result_to_pb). `devs`
+ * is room for the inline outputs' device sets (filled by the method, as
+ * srv_result_to_pb's). `ptrs` and `n` are the reply's. False when the arena
+ * is out of memory. */
 typedef struct srv_op_infos {
   Paradev__V1__TensorInfo info[SCHED_RESULT_INLINE];
   Paradev__V1__TensorInfo *local[SCHED_RESULT_INLINE], **ptrs;
   Paradev__V1__Shape shape[SCHED_RESULT_INLINE];
   int64_t dims[SCHED_RESULT_INLINE][PD_MAX_RANK];
+  int32_t devs[SCHED_RESULT_INLINE][PD_MAX_DEVICES];
   size_t n;
 } srv_op_infos;
 bool srv_op_infos_fill(srv_op_infos *o, srv_arena *a, const sched_op *op,
@@ -131,7 +166,9 @@ typedef struct srv_upload_spec {
 } srv_upload_spec;
 
 /* Checks an upload header's dtype, shape, layout and component shapes
- * against a mesh of `ndev` devices and `max_tensor_bytes`: INVALID_ARGUMENT
+ * against a tensor of `ndev` components (the size of its device set: the
+ * header's devices, else the session's default) and `max_tensor_bytes`:
+ * INVALID_ARGUMENT
  * naming what was wrong (a sharded scalar, an axis out of range),
  * RESOURCE_EXHAUSTED over max_tensor_bytes. */
 pd_code srv_upload_spec_from_pb(int ndev, uint64_t max_tensor_bytes, int dtype,

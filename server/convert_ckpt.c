@@ -87,11 +87,18 @@ static pd_code srv_ckpt_format_from_pb(int v, bool save, stg_format *out,
   return PD_OK;
 }
 
-/* One LoadTensorSpec. */
+/* One LoadTensorSpec; `ndev`: the components of a tensor placed by
+ * default, `set` room for its own placement (LoadTensorSpec.devices). */
 static pd_code srv_load_spec_from_pb(const srv_req_limits *l, int ndev, int i,
                                      const Paradev__V1__LoadTensorSpec *pb,
-                                     sched_load_tensor *out, dev_status *st) {
+                                     dev_devset *set, sched_load_tensor *out,
+                                     dev_status *st) {
   PD_TRY(srv_ckpt_name_ok(l, pb->name, i, st));
+  char what[64];
+  snprintf(what, sizeof what, "tensor %d: LoadTensorSpec.devices", i);
+  PD_TRY(srv_devset_from_pb(l, pb->devices, pb->n_devices, what, set,
+                            &out->devices, st));
+  if (out->devices) ndev = out->devices->n;
   PD_TRY(srv_ckpt_layout_from_pb(pb->layout, i, false, &out->layout, st));
   if (pb->n_component_sources && out->layout.kind != DEV_LAYOUT_PER_COMPONENT)
     return dev_error(st, PD_INVALID_ARGUMENT,
@@ -130,18 +137,26 @@ pd_code srv_load_from_pb(const srv_req_limits *l, int ndev,
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "default_layout PER_COMPONENT: list the tensors (each "
                      "with its component sources) instead");
-  sched_load_tensor *t = NULL;
-  if (pb->n_tensors) {
-    t = calloc(pb->n_tensors, sizeof(*t));
-    if (!t) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
-  }
-  for (size_t i = 0; i < pb->n_tensors; i++) {
-    pd_code rc =
-        srv_load_spec_from_pb(l, ndev, (int)i, pb->tensors[i], &t[i], st);
-    if (rc != PD_OK) {
-      free(t);
-      return rc;
-    }
+  /* The placements (issue #17) live with the tensors: one block, the sets
+   * after the specs, and the request's default after them; freed with
+   * them (srv_load_request_free). */
+  size_t n = pb->n_tensors;
+  char *block = calloc(1, n * (sizeof(sched_load_tensor) + sizeof(dev_devset)) +
+                              sizeof(dev_devset));
+  if (!block) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  sched_load_tensor *t = (sched_load_tensor *)block;
+  dev_devset *sets = (dev_devset *)(block + n * sizeof(sched_load_tensor));
+  pd_code rc = srv_devset_from_pb(l, pb->default_devices, pb->n_default_devices,
+                                  "LoadTensorsRequest.default_devices",
+                                  &sets[n], &out->default_devices, st);
+  if (out->default_devices) ndev = out->default_devices->n;
+  for (size_t i = 0; rc == PD_OK && i < n; i++)
+    rc = srv_load_spec_from_pb(l, ndev, (int)i, pb->tensors[i], &sets[i], &t[i],
+                               st);
+  if (rc != PD_OK) {
+    free(block);
+    out->default_devices = NULL;
+    return rc;
   }
   out->source = pb->source;
   out->tensors = t;
@@ -151,8 +166,9 @@ pd_code srv_load_from_pb(const srv_req_limits *l, int ndev,
 }
 
 void srv_load_request_free(sched_load_request *r) {
-  free((void *)r->tensors);
+  free((void *)r->tensors); /* and the placements after them */
   r->tensors = NULL;
+  r->default_devices = NULL;
 }
 
 bool srv_loaded_to_pb(srv_arena *a, const sched_load_result *r,
@@ -170,7 +186,7 @@ bool srv_loaded_to_pb(srv_arena *a, const sched_load_result *r,
     char *name = srv_arena_alloc(a, sizeof(x->name));
     if (!name) return false;
     lt[i].name = srv_log_utf8(x->name, name, sizeof(x->name));
-    lt[i].tensor = srv_info_to_pb(a, x->id, x->dtype, &x->shape);
+    lt[i].tensor = srv_info_to_pb(a, x->id, x->dtype, &x->shape, NULL);
     if (!lt[i].tensor) return false;
     v[i] = &lt[i];
   }

@@ -588,7 +588,7 @@ pd_code srv_fn_def_from_proto(const uint8_t *bytes, size_t len,
   }
   /* No request's limits apply: strings (attr names and values) as long as
    * the engine takes (DEV_ATTR_STRING_MAX). */
-  srv_req_limits l = {0, DEV_ATTR_STRING_MAX};
+  srv_req_limits l = {0, DEV_ATTR_STRING_MAX, PD_MAX_DEVICES};
   srv_fn_decoded d;
   pd_code c = srv_fn_def_from_pb(&l, h->pb, &h->arena, &d, st);
   if (c != PD_OK) {

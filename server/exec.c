@@ -37,18 +37,19 @@ static uint64_t srv_call_deadline_ns(const srv_call *c) {
 
 /* An execute item: converts ops[0..n) (checking every limit) and queues them
  * in one sched_execute, each with the call's deadline and `timeout_ms` (the
- * request's op_timeout_ms; 0: the session's); ops_out, res and attrs
- * (n * DEV_MAX_ATTRS) are the caller's; `a` holds the results of ops
- * with more than SCHED_RESULT_INLINE outputs. */
+ * request's op_timeout_ms; 0: the session's); ops_out, res, attrs
+ * (n * DEV_MAX_ATTRS) and sets (n: each op's placement) are the caller's;
+ * `a` holds the results of ops with more than SCHED_RESULT_INLINE outputs. */
 static pd_code srv_execute_item(const srv_req_limits *l, sched_session *ss,
                                 Paradev__V1__Operation *const *ops, size_t n,
                                 uint64_t tag, uint64_t deadline_ns,
                                 uint32_t timeout_ms, dev_attr *attrs,
-                                sched_op *ops_out, sched_op_result *res,
-                                srv_arena *a, dev_status *st) {
+                                dev_devset *sets, sched_op *ops_out,
+                                sched_op_result *res, srv_arena *a,
+                                dev_status *st) {
   for (size_t i = 0; i < n; i++) {
     PD_TRY(srv_op_from_pb(l, ops[i], (int)i, attrs + i * DEV_MAX_ATTRS,
-                          &ops_out[i], st));
+                          &sets[i], &ops_out[i], st));
     ops_out[i].deadline_ns = deadline_ns;
     ops_out[i].timeout_ms = timeout_ms;
     /* Results past the inline ones (a list output), sized by the ids */
@@ -104,17 +105,20 @@ static void srv_execute(srv_call *c, const ProtobufCMessage *m) {
   sched_op *ops = srv_arena_alloc(&a, sizeof(*ops) * n);
   sched_op_result *res = srv_arena_alloc(&a, sizeof(*res) * n);
   dev_attr *attrs = srv_arena_alloc(&a, sizeof(*attrs) * n * DEV_MAX_ATTRS);
+  dev_devset *sets = srv_arena_alloc(&a, sizeof(*sets) * n);
   Paradev__V1__OpResult **pres = srv_arena_alloc(&a, sizeof(*pres) * n);
-  if (!ops || !res || !attrs || !pres) {
+  if (!ops || !res || !attrs || !sets || !pres) {
     dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     goto fail;
   }
   if (srv_execute_item(&l, ss, req->ops, n, 0, srv_call_deadline_ns(c),
-                       req->op_timeout_ms, attrs, ops, res, &a, &st) != PD_OK)
+                       req->op_timeout_ms, attrs, sets, ops, res, &a,
+                       &st) != PD_OK)
     goto fail;
   for (size_t i = 0; i < n; i++) {
     pres[i] = srv_result_to_pb(&a, &ops[i], &res[i]);
-    if (!pres[i]) {
+    if (!pres[i] || !srv_call_infos_devices(ss, &a, pres[i]->outputs,
+                                            pres[i]->n_outputs, NULL)) {
       dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
       goto fail;
     }
@@ -219,6 +223,7 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
   }
   if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_EXECUTE) {
     dev_attr attrs[DEV_MAX_ATTRS];
+    dev_devset set;
     sched_op op;
     sched_op_result res;
     srv_op_infos infos; /* no arena: this is the path of every streamed op */
@@ -227,9 +232,12 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
     srv_arena more = {NULL}; /* allocates only for a list output's results */
     Paradev__V1__Operation *const ops[1] = {req->execute};
     if (srv_execute_item(&l, e->ss, ops, 1, e->tag, e->deadline_ns,
-                         req->op_timeout_ms, attrs, &op, &res, &more,
+                         req->op_timeout_ms, attrs, &set, &op, &res, &more,
                          &st) == PD_OK &&
-        !srv_op_infos_fill(&infos, &more, &op, &res))
+        (!srv_op_infos_fill(&infos, &more, &op, &res) ||
+         !srv_call_infos_devices(
+             e->ss, &more, infos.ptrs, infos.n,
+             infos.ptrs == infos.local ? infos.devs : NULL)))
       dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     srv_enqueue_reply(c, index, &st, infos.ptrs, infos.n);
     srv_arena_free(&more);
@@ -366,6 +374,12 @@ static void srv_describe(srv_call *c, const ProtobufCMessage *m) {
       cs[k] = srv_shape_to_pb(&a, dev_tensor_component_shape(t, k));
     d->n_component_shapes = (size_t)nc;
     d->component_shapes = cs;
+    if (!srv_devset_to_arena(&a, dev_tensor_devset(t), &d->n_devices,
+                             &d->devices)) {
+      dev_tensor_release(t);
+      dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+      goto fail;
+    }
     d->bytes = dev_tensor_bytes(t);
     d->ready = dev_tensor_is_ready(t);
     if (d->ready) {

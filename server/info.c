@@ -81,6 +81,8 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
     dv[i].index = i;
     dv[i].name = (char *)dev_engine_device_name(s->engine, i);
     dv[i].kind = (char *)dev_engine_backend_name(s->engine);
+    /* Issue #17: the GPU a job bound by CreateJobToken.gpus names it by. */
+    dv[i].gpu = dev_engine_device_gpu(s->engine, i);
     dev_memory_stats ms = {.struct_size = sizeof(ms)};
     dev_status st = DEV_STATUS_INIT;
     if (dev_engine_memory_stats(s->engine, i, &ms, &st) == PD_OK) {

@@ -7,7 +7,10 @@
  * With a file ([auth] job_tokens_file) every mint and revocation rewrites
  * it whole (a temporary file, fsync, rename: a crash leaves the old or the
  * new one), under the table's mutex so that writes keep their order; a
- * start reads it back. Lines: "v1 SHA256HEX EXPIRES_UNIX_MS UID JOB". */
+ * start reads it back. Lines: "v1 SHA256HEX EXPIRES_UNIX_MS UID JOB", or
+ * for a token bound to devices (issue #17) "v2 SHA256HEX EXPIRES_UNIX_MS
+ * UID DEVICES JOB" with DEVICES as "1,3" (an unbound token keeps the v1
+ * line, which an older paradevd reads too). */
 #include "jobs.h"
 
 #include "check.h"
@@ -33,6 +36,7 @@ typedef struct srv_job_entry {
   uint8_t hash[SHA256_DIGEST_LENGTH];
   int64_t uid;
   int64_t expires_ms; /* CLOCK_MONOTONIC */
+  dev_devset devices; /* n == 0: none */
 } srv_job_entry;
 
 struct srv_jobs {
@@ -113,11 +117,15 @@ static pd_code srv_jobs_save_locked(srv_jobs *j, dev_status *st) {
   for (int i = 0; i < j->capacity; i++) {
     const srv_job_entry *e = &j->e[i];
     if (!e->used || e->expires_ms <= mono) continue;
-    fprintf(f, "v1 ");
+    fprintf(f, e->devices.n ? "v2 " : "v1 ");
     for (int b = 0; b < SHA256_DIGEST_LENGTH; b++)
       fprintf(f, "%02x", e->hash[b]);
-    fprintf(f, " %" PRId64 " %" PRId64 " %s\n",
-            unix_ms + (e->expires_ms - mono), e->uid, e->job);
+    fprintf(f, " %" PRId64 " %" PRId64 " ", unix_ms + (e->expires_ms - mono),
+            e->uid);
+    for (int d = 0; d < e->devices.n; d++)
+      fprintf(f, "%s%d%s", d ? "," : "", e->devices.dev[d],
+              d + 1 == e->devices.n ? " " : "");
+    fprintf(f, "%s\n", e->job);
   }
   bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
   int e = errno;
@@ -135,16 +143,48 @@ static pd_code srv_jobs_save_locked(srv_jobs *j, dev_status *st) {
   return PD_OK;
 }
 
+/* A v2 line's DEVICES ("1,3": distinct indices below PD_MAX_DEVICES) into
+ * *out; false when it is not that. */
+static bool srv_jobs_parse_devices(const char *v, dev_devset *out) {
+  memset(out, 0, sizeof(*out));
+  bool seen[PD_MAX_DEVICES] = {false};
+  while (*v) {
+    char *end = NULL;
+    if (*v < '0' || *v > '9') return false;
+    unsigned long d = strtoul(v, &end, 10);
+    if (d >= PD_MAX_DEVICES || seen[d] || out->n == PD_MAX_DEVICES)
+      return false;
+    seen[d] = true;
+    out->dev[out->n++] = (uint8_t)d;
+    v = end;
+    if (*v == ',' && v[1])
+      v++;
+    else if (*v)
+      return false;
+  }
+  return out->n > 0;
+}
+
 /* One line of the file into *e (0), or -1 with what is wrong in `why`. */
 static int srv_jobs_parse_line(const char *line, int64_t mono, int64_t unix_ms,
                                srv_job_entry *e, const char **why) {
-  char hex[65], job[SRV_JOB_ID_MAX + 2];
+  char hex[65], job[SRV_JOB_ID_MAX + 2], devs[PD_MAX_DEVICES * 3 + 2] = "";
   long long exp = 0, uid = 0;
   int used = 0;
-  if (sscanf(line, "v1 %64[0-9a-f] %lld %lld %65s%n", hex, &exp, &uid, job,
-             &used) != 4 ||
-      strlen(hex) != 64 || line[used] != '\n') {
-    *why = "expected \"v1 SHA256HEX EXPIRES_UNIX_MS UID JOB\"";
+  bool v2 = strncmp(line, "v2 ", 3) == 0;
+  int got = v2 ? sscanf(line, "v2 %64[0-9a-f] %lld %lld %193[0-9,] %65s%n", hex,
+                        &exp, &uid, devs, job, &used)
+               : sscanf(line, "v1 %64[0-9a-f] %lld %lld %65s%n", hex, &exp,
+                        &uid, job, &used);
+  if (got != (v2 ? 5 : 4) || strlen(hex) != 64 || line[used] != '\n') {
+    *why =
+        "expected \"v1 SHA256HEX EXPIRES_UNIX_MS UID JOB\" or \"v2 "
+        "SHA256HEX EXPIRES_UNIX_MS UID DEVICES JOB\"";
+    return -1;
+  }
+  dev_devset bound = {0, {0}};
+  if (v2 && !srv_jobs_parse_devices(devs, &bound)) {
+    *why = "a device list that is not distinct device indices (\"1,3\")";
     return -1;
   }
   dev_status ck = DEV_STATUS_INIT;
@@ -161,6 +201,7 @@ static int srv_jobs_parse_line(const char *line, int64_t mono, int64_t unix_ms,
   }
   e->used = true;
   e->uid = uid;
+  e->devices = bound;
   e->expires_ms = mono + ((int64_t)exp - unix_ms);
   memcpy(e->job, job, strlen(job) + 1); /* checked: at most SRV_JOB_ID_MAX */
   return 0;
@@ -234,8 +275,9 @@ pd_code srv_jobs_check_id(const char *job, dev_status *st) {
 }
 
 pd_code srv_jobs_mint(srv_jobs *j, const char *job, int64_t uid,
-                      uint32_t lifetime_s, char token[SRV_JOB_TOKEN_CHARS + 1],
-                      bool *replaced, dev_status *st) {
+                      const dev_devset *devices, uint32_t lifetime_s,
+                      char token[SRV_JOB_TOKEN_CHARS + 1], bool *replaced,
+                      dev_status *st) {
   PD_TRY(srv_jobs_check_id(job, st));
   if (uid < -1 || uid > (int64_t)UINT32_MAX - 1)
     return dev_error(st, PD_INVALID_ARGUMENT,
@@ -255,6 +297,7 @@ pd_code srv_jobs_mint(srv_jobs *j, const char *job, int64_t uid,
                   raw[i]);
   OPENSSL_cleanse(raw, sizeof raw);
   srv_job_entry e = {.used = true, .uid = uid};
+  if (devices && devices->n > 0) e.devices = *devices;
   snprintf(e.job, sizeof e.job, "%s", job);
   SHA256((const unsigned char *)token, SRV_JOB_TOKEN_CHARS, e.hash);
   pthread_mutex_lock(&j->mu);
@@ -330,6 +373,7 @@ pd_code srv_jobs_check(srv_jobs *j, const char *token, size_t len,
                      e.job, (long long)((now - e.expires_ms) / 1000));
   snprintf(out->job, sizeof out->job, "%s", e.job);
   out->uid = e.uid;
+  out->devices = e.devices;
   out->left_s = (e.expires_ms - now) / 1000;
   return PD_OK;
 }

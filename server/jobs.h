@@ -8,7 +8,9 @@
  * the job. Only the SHA-256 of each token is kept (OpenSSL libcrypto), and
  * compared in constant time; the table is bounded ([auth] max_job_tokens)
  * and every token expires. With [auth] job_tokens_file the hashes outlive
- * a restart (srv_jobs_open_file); without, a restart forgets every token. */
+ * a restart (srv_jobs_open_file); without, a restart forgets every token.
+ * A token may also bind the job to daemon devices (issue #17: the GPUs
+ * Slurm gave it, CreateJobToken.gpus): kept with its hash, revoked with it. */
 #ifndef PARADEV_SERVER_JOBS_H
 #define PARADEV_SERVER_JOBS_H
 
@@ -50,7 +52,10 @@ void srv_jobs_set_clock(srv_jobs *j, int64_t (*now_ms)(void));
 pd_code srv_jobs_check_id(const char *job, dev_status *st);
 
 /* Mints a token for `job` (1..SRV_JOB_ID_MAX bytes of printable ASCII, no
- * space) bound to `uid` (-1: to no uid), valid `lifetime_s` seconds
+ * space) bound to `uid` (-1: to no uid) and to the daemon devices
+ * `devices` (issue #17: the job's GPUs as daemon devices, whose sessions may
+ * use no others; NULL or n == 0: no device binding; indices as given, the
+ * caller checks them against the mesh), valid `lifetime_s` seconds
  * (1..SRV_JOB_LIFETIME_MAX). A job has at most one token: an older one is
  * dropped (*replaced true). Expired entries are dropped first; a full table
  * of live tokens is RESOURCE_EXHAUSTED naming the limit. `token` receives
@@ -60,14 +65,17 @@ pd_code srv_jobs_check_id(const char *job, dev_status *st);
  * (the file could not be written: no token was made), INTERNAL (no
  * randomness). Thread-safe. */
 pd_code srv_jobs_mint(srv_jobs *j, const char *job, int64_t uid,
-                      uint32_t lifetime_s, char token[SRV_JOB_TOKEN_CHARS + 1],
-                      bool *replaced, dev_status *st);
+                      const dev_devset *devices, uint32_t lifetime_s,
+                      char token[SRV_JOB_TOKEN_CHARS + 1], bool *replaced,
+                      dev_status *st);
 
-/* What a presented token proves: its job and the uid it is bound to. */
+/* What a presented token proves: its job, the uid and the devices it is
+ * bound to. */
 typedef struct srv_job_proof {
   char job[SRV_JOB_ID_MAX + 1];
-  int64_t uid;    /* -1: not bound */
-  int64_t left_s; /* seconds of validity left */
+  int64_t uid;        /* -1: not bound */
+  int64_t left_s;     /* seconds of validity left */
+  dev_devset devices; /* n == 0: bound to no devices (the whole mesh) */
 } srv_job_proof;
 
 /* Checks a presented token (len bytes): its SHA-256 is compared in

@@ -104,6 +104,43 @@ static void srv_render_rpcs(srv_buf *b, srv *s) {
                  atomic_load(&s->unknown_method_calls));
 }
 
+/* Placement (issue #17): each session's allowed device set, and its bytes
+ * on each device of that set (a session holds none elsewhere): at most
+ * sessions x devices lines, as bounded as the per-session families. */
+static void srv_render_session_devices(srv_buf *b, srv *s,
+                                       const sched_session_view *v, int n) {
+  srv_family(b, "paradev_session_devices", "gauge",
+             "Devices a session may use (its allowed device set, listed in "
+             "the devices label; also its default placement).");
+  for (int i = 0; i < n; i++) {
+    dev_devset set = v[i].devices;
+    if (set.n <= 0) dev_devset_all(s->engine, &set);
+    char list[PD_MAX_DEVICES * 4] = "";
+    size_t o = 0;
+    for (int k = 0; k < set.n && o < sizeof list; k++) {
+      int w =
+          snprintf(list + o, sizeof list - o, "%s%d", k ? "," : "", set.dev[k]);
+      o += w > 0 ? (size_t)w : 0;
+    }
+    srv_buf_printf(b,
+                   "paradev_session_devices{session=\"%" PRIu64
+                   "\",devices=\"%s\"} %d\n",
+                   v[i].seq, list, set.n);
+  }
+  srv_family(b, "paradev_session_device_memory_bytes", "gauge",
+             "Bytes a session holds on one device (of its allowed set), as "
+             "counted against its quota there.");
+  for (int i = 0; i < n; i++) {
+    dev_devset set = v[i].devices;
+    if (set.n <= 0) dev_devset_all(s->engine, &set);
+    for (int k = 0; k < set.n; k++)
+      srv_buf_printf(b,
+                     "paradev_session_device_memory_bytes{session=\"%" PRIu64
+                     "\",device=\"%d\"} %" PRIu64 "\n",
+                     v[i].seq, set.dev[k], v[i].device_bytes[set.dev[k]]);
+  }
+}
+
 static void srv_render_sessions(srv_buf *b, srv *s, const sched_stats *st) {
   srv_family(b, "paradev_sessions_open", "gauge", "Sessions open now.");
   srv_buf_printf(b, "paradev_sessions_open %d\n", st->sessions);
@@ -145,6 +182,7 @@ static void srv_render_sessions(srv_buf *b, srv *s, const sched_stats *st) {
                      pass == 0 ? v[i].handles : v[i].bytes);
     }
   }
+  srv_render_session_devices(b, s, v, n);
   free(v);
 }
 

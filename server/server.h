@@ -348,6 +348,15 @@ void srv_call_await_cancel(srv_wait **slot);
 sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token);
 /* The request-shape limits in force now (convert.h checks them). */
 srv_req_limits srv_call_limits(const srv_call *c);
+/* Placement (issue #17): sets infos[i]->devices to the device set of
+ * handle infos[i]->id of `ss` (tensors just published: an op's outputs, a
+ * gradient's), into room[i] (PD_MAX_DEVICES each) or, room NULL, arrays
+ * in `a`. A handle gone meanwhile (deleted by another call of the client)
+ * keeps devices empty. False when out of memory. One sched_handle_get
+ * each. */
+bool srv_call_infos_devices(sched_session *ss, srv_arena *a,
+                            Paradev__V1__TensorInfo *const *infos, size_t n,
+                            int32_t (*room)[PD_MAX_DEVICES]);
 
 /* --- wire.c -------------------------------------------------------------- */
 

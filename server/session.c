@@ -57,11 +57,12 @@ static pd_code srv_session_job(srv_call *c,
                                const Paradev__V1__CreateSessionRequest *req,
                                const char **job,
                                char proven[SRV_JOB_ID_MAX + 1], bool *claimed,
-                               dev_status *st) {
+                               dev_devset *bound, dev_status *st) {
   const char *tok = req->job_token ? req->job_token : "";
   const char *given = req->job_id ? req->job_id : "";
   *claimed = false;
   *job = given;
+  memset(bound, 0, sizeof(*bound));
   if (!*tok) {
     if (!*given) return PD_OK;
     if (SRV_RT(c->s, require_job_token))
@@ -96,7 +97,95 @@ static pd_code srv_session_job(srv_call *c,
                      p.job, (long long)p.uid, peer_uid);
   memcpy(proven, p.job, sizeof p.job);
   *job = proven;
+  *bound = p.devices; /* issue #17: the job's GPUs, n == 0 for none */
   return PD_OK;
+}
+
+/* --- placement (issue #17) ---------------------------------------------------- */
+
+/* `n` device indices of a job token or a tenant (`whose`, for the
+ * messages) as a set of this daemon's mesh; FAILED_PRECONDITION for an
+ * index the mesh does not have (a token minted, or a config written, for
+ * another mesh). */
+static pd_code srv_bound_set(const srv_req_limits *l, const uint8_t *devs,
+                             int n, const char *whose, dev_devset *out,
+                             dev_status *st) {
+  memset(out, 0, sizeof(*out));
+  for (int i = 0; i < n; i++) {
+    if (devs[i] >= l->num_devices)
+      return dev_error(st, PD_FAILED_PRECONDITION,
+                       "%s is bound to device %d, which this paradevd does "
+                       "not have (devices 0..%d)",
+                       whose, devs[i], l->num_devices - 1);
+    out->dev[out->n++] = devs[i];
+  }
+  return PD_OK;
+}
+
+/* What the session may never pass (sched_session_params.bound): its job
+ * token's devices, its tenant's (`[tenant NAME] devices`), both together
+ * (the devices of the job that the tenant has too: never more than
+ * either), or none (*out = NULL). `who` receives the bound's source for
+ * the refusals. Errors: FAILED_PRECONDITION (a bound the mesh does not
+ * have, a job and tenant that share no device). */
+static pd_code srv_session_bound(const srv_req_limits *l, const char *job,
+                                 const dev_devset *job_devs, const char *tenant,
+                                 const srv_tenant_terms *tt, dev_devset *room,
+                                 const dev_devset **out, char *who,
+                                 size_t who_len, dev_status *st) {
+  *out = NULL;
+  char jw[SRV_JOB_ID_MAX + 32], tw[SCHED_NAME_MAX + 32];
+  snprintf(jw, sizeof jw, "job \"%s\"", job);
+  snprintf(tw, sizeof tw, "tenant \"%s\"", tenant ? tenant : "");
+  dev_devset js, ts;
+  PD_TRY(srv_bound_set(l, job_devs->dev, job_devs->n, jw, &js, st));
+  PD_TRY(srv_bound_set(l, tt ? tt->devices : NULL, tt ? tt->num_devices : 0, tw,
+                       &ts, st));
+  if (!js.n && !ts.n) return PD_OK;
+  if (js.n && ts.n) {
+    dev_devset both;
+    memset(&both, 0, sizeof both);
+    for (int i = 0; i < js.n; i++)
+      if (dev_devset_index(&ts, js.dev[i]) >= 0) both.dev[both.n++] = js.dev[i];
+    char a[DEV_DEVSET_STR_MAX], b[DEV_DEVSET_STR_MAX];
+    if (!both.n)
+      return dev_error(st, PD_FAILED_PRECONDITION,
+                       "%s was allocated devices %s and %s devices %s: they "
+                       "share none, so no session of both could use any",
+                       jw, dev_devset_str(&js, a, sizeof a), tw,
+                       dev_devset_str(&ts, b, sizeof b));
+    *room = both;
+    snprintf(who, who_len, "%s (devices %s) of %s (devices %s)", jw,
+             dev_devset_str(&js, a, sizeof a), tw,
+             dev_devset_str(&ts, b, sizeof b));
+  } else {
+    *room = js.n ? js : ts;
+    snprintf(who, who_len, "%s", js.n ? jw : tw);
+  }
+  *out = room;
+  return PD_OK;
+}
+
+/* The session's allowed set as the client asked (`asked`, NULL: all of the
+ * bound) within `bound` (NULL: none): PERMISSION_DENIED naming the devices
+ * outside it and whose bound it is. The scheduler checks the same
+ * (sched_session_create); here the message can say whose allocation. */
+static pd_code srv_session_narrow(const dev_devset *asked,
+                                  const dev_devset *bound, const char *who,
+                                  dev_status *st) {
+  if (!asked || !bound || dev_devset_is_subset(asked, bound)) return PD_OK;
+  dev_devset out;
+  memset(&out, 0, sizeof out);
+  for (int i = 0; i < asked->n; i++)
+    if (dev_devset_index(bound, asked->dev[i]) < 0)
+      out.dev[out.n++] = asked->dev[i];
+  char o[DEV_DEVSET_STR_MAX], b[DEV_DEVSET_STR_MAX];
+  return dev_error(st, PD_PERMISSION_DENIED,
+                   "CreateSessionRequest.devices: device%s %s %s not "
+                   "allocated to this session: %s may use devices %s only",
+                   out.n == 1 ? "" : "s", dev_devset_str(&out, o, sizeof o),
+                   out.n == 1 ? "is" : "are", who,
+                   dev_devset_str(bound, b, sizeof b));
 }
 
 /* KillJob revokes the token, then kills the job's sessions; a session made
@@ -135,14 +224,20 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const char *job = NULL;
   char proven[SRV_JOB_ID_MAX + 1];
   bool claimed = false;
+  dev_devset job_devs, asked_room;
+  const dev_devset *asked = NULL;
   if (srv_check_label(&l, req->client_name, "client_name", &ck) != PD_OK ||
       srv_check_label(&l, req->job_id, "job_id", &ck) != PD_OK ||
       srv_check_string(&l, req->job_token, "job_token", &ck) != PD_OK ||
+      srv_devset_from_pb(&l, req->devices, req->n_devices,
+                         "CreateSessionRequest.devices", &asked_room, &asked,
+                         &ck) != PD_OK ||
       srv_call_identity(c, &id, &ck) != PD_OK) {
     srv_call_fail(c, &ck);
     return;
   }
-  if (srv_session_job(c, req, &job, proven, &claimed, &ck) != PD_OK) {
+  if (srv_session_job(c, req, &job, proven, &claimed, &job_devs, &ck) !=
+      PD_OK) {
     srv_auth_refused(c, SRV_REFUSE_JOB_TOKEN, &ck); /* logged, counted */
     srv_call_fail(c, &ck);
     return;
@@ -163,8 +258,19 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   p.priority = req->priority;
   p.weight = req->weight;
   srv_tenant_terms tt;
-  if (id->tenant[0] && srv_auth_tenant_terms(c->s, id->tenant, &tt))
-    srv_tenant_session_terms(c->s, id->tenant, &tt, &p);
+  bool tenant = id->tenant[0] && srv_auth_tenant_terms(c->s, id->tenant, &tt);
+  if (tenant) srv_tenant_session_terms(c->s, id->tenant, &tt, &p);
+  /* Placement (issue #17): the job's and the tenant's devices bound the
+   * session; the client may narrow it within them. */
+  dev_devset bound_room;
+  char who[SRV_JOB_ID_MAX + SCHED_NAME_MAX + 2 * DEV_DEVSET_STR_MAX + 64];
+  if (srv_session_bound(&l, job, &job_devs, id->tenant, tenant ? &tt : NULL,
+                        &bound_room, &p.bound, who, sizeof who, &ck) != PD_OK ||
+      srv_session_narrow(asked, p.bound, who, &ck) != PD_OK) {
+    srv_call_fail(c, &ck);
+    return;
+  }
+  p.devices = asked;
   /* Without [sessions] max_memory_quota a session may ask at most the
    * mesh's memory: more is capped there (the reply says what it got), so a
    * quota always means bytes the devices have (trial finding 11). */
@@ -173,6 +279,7 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   if (mesh && p.memory_quota > mesh) p.memory_quota = mesh;
   sched_session_origin origin = {id->name, claimed};
   sched_session_info info;
+  memset(&info, 0, sizeof info);
   dev_status st = DEV_STATUS_INIT;
   if (sched_session_create_from(c->s->sched, &p, &origin, &info, &st) !=
       PD_OK) {
@@ -180,14 +287,24 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
     return;
   }
   if (srv_session_recheck(c, req, job, claimed, &info) != PD_OK) return;
+  /* The allowed set granted; a scheduler that leaves it unset grants what
+   * the semantics say (the ask, else the bound, else the whole mesh). */
+  if (info.devices.n <= 0) {
+    if (asked || p.bound)
+      info.devices = asked ? *asked : *p.bound;
+    else
+      dev_devset_all(c->s->engine, &info.devices);
+  }
   char cn[SRV_LOG_QUOTED(64)], jq[SRV_LOG_QUOTED(64)];
+  char ds[DEV_DEVSET_STR_MAX];
   SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
              "session %llu opened: client \"%s\" job \"%s\" lease %u s "
-             "quota %llu bytes%s%s%s%s",
+             "quota %llu bytes devices %s%s%s%s%s",
              (unsigned long long)info.seq,
              srv_log_quote(req->client_name, cn, sizeof cn),
              srv_log_quote(job, jq, sizeof jq), info.lease_s,
              (unsigned long long)info.memory_quota,
+             dev_devset_str(&info.devices, ds, sizeof ds),
              p.tenant ? " tenant \"" : "", p.tenant ? p.tenant : "",
              p.tenant ? "\"" : "",
              claimed ? " (job id claimed without a job token: a label)" : "");
@@ -198,7 +315,10 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   resp.lease_seconds = info.lease_s;
   resp.incarnation = c->s->incarnation;
   resp.memory_quota_bytes = info.memory_quota;
-  resp.num_devices = dev_engine_num_devices(c->s->engine);
+  int32_t devs[PD_MAX_DEVICES];
+  resp.n_devices = srv_devset_to_pb(&info.devices, devs);
+  resp.devices = devs;
+  resp.num_devices = info.devices.n; /* components of a default tensor */
   srv_call_reply(c, &resp.base);
 }
 

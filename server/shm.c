@@ -316,27 +316,37 @@ static void srv_upload_shm(srv_call *c, const ProtobufCMessage *m) {
     dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     goto fail;
   }
-  if (srv_upload_spec_from_pb(dev_engine_num_devices(s->engine),
-                              SRV_RT(s, max_tensor_bytes), (int)req->dtype,
-                              req->shape, req->layout, req->n_component_shapes,
-                              req->component_shapes, sp, &st) != PD_OK ||
+  /* Where it goes (issue #17), as Upload's header says it. */
+  srv_req_limits l = srv_call_limits(c);
+  dev_devset room;
+  const dev_devset *set = NULL;
+  if (srv_devset_from_pb(&l, req->devices, req->n_devices,
+                         "UploadFromSharedMemoryRequest.devices", &room, &set,
+                         &st) != PD_OK)
+    goto fail;
+  int ndev = set ? set->n : sched_session_devices(ss)->n;
+  if (srv_upload_spec_from_pb(ndev, SRV_RT(s, max_tensor_bytes),
+                              (int)req->dtype, req->shape, req->layout,
+                              req->n_component_shapes, req->component_shapes,
+                              sp, &st) != PD_OK ||
       srv_shm_get(s->shm, ss, req->region ? req->region : "", &r, &st) !=
           PD_OK ||
       srv_shm_check_range(r->size, r->name, req->offset, sp->total, &st) !=
           PD_OK)
     goto fail;
   bool per_comp = sp->layout.kind == DEV_LAYOUT_PER_COMPONENT;
-  if (sched_upload_begin(ss, req->id, sp->dtype, &sp->layout, &sp->host,
-                         per_comp ? sp->comps : NULL, &up, &st) != PD_OK)
+  if (sched_upload_begin_on(ss, req->id, set, sp->dtype, &sp->layout, &sp->host,
+                            per_comp ? sp->comps : NULL, &up, &st) != PD_OK)
     goto fail;
-  int parts = per_comp ? dev_engine_num_devices(s->engine) : 1;
+  int parts = per_comp ? ndev : 1;
   uint64_t sizes[PD_MAX_DEVICES];
   for (int i = 0; i < parts; i++) sizes[i] = sched_upload_expected(up, i);
   srv_shm_copy k = {true, up, NULL, sp->layout, parts, sizes, r, req->offset};
   if (srv_shm_guarded(r, true, srv_shm_copy_fn, &k, &st) != PD_OK) goto fail;
   const dev_tensor *t = sched_upload_tensor(up);
   Paradev__V1__TensorInfo *ti =
-      srv_info_to_pb(&a, req->id, dev_tensor_dtype(t), dev_tensor_shape(t));
+      srv_info_to_pb(&a, req->id, dev_tensor_dtype(t), dev_tensor_shape(t),
+                     dev_tensor_devset(t));
   if (!ti) {
     dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of host memory");
     goto fail;

@@ -209,20 +209,29 @@ void srv_storage_destroy(srv *s) {
 
 /* --- LoadTensors ---------------------------------------------------------------- */
 
-/* Each reply tensor's host_shape: the value's shape in the file, as a
- * download by the load's layout would give it (none for PER_COMPONENT). A
- * handle deleted meanwhile just gets none. */
+/* Each reply tensor's devices (its device set) and host_shape: the value's
+ * shape in the file, as a download by the load's layout would give it
+ * (none for PER_COMPONENT). A handle deleted meanwhile just gets neither. */
 static bool srv_load_host_shapes(sched_session *ss,
                                  const sched_load_request *lr,
                                  Paradev__V1__LoadTensorsResponse *resp,
                                  srv_arena *a) {
   for (size_t i = 0; i < resp->n_tensors; i++) {
     dev_layout l = lr->n ? lr->tensors[i].layout : lr->default_layout;
-    if (l.kind == DEV_LAYOUT_PER_COMPONENT) continue;
     dev_tensor *t = NULL;
     dev_status st = DEV_STATUS_INIT;
-    if (sched_handle_get(ss, resp->tensors[i]->tensor->id, &t, &st) != PD_OK)
+    Paradev__V1__TensorInfo *ti = resp->tensors[i]->tensor;
+    if (sched_handle_get(ss, ti->id, &t, &st) != PD_OK) continue;
+    /* Where it was placed (issue #17). */
+    if (!srv_devset_to_arena(a, dev_tensor_devset(t), &ti->n_devices,
+                             &ti->devices)) {
+      dev_tensor_release(t);
+      return false;
+    }
+    if (l.kind == DEV_LAYOUT_PER_COMPONENT) {
+      dev_tensor_release(t);
       continue;
+    }
     dev_shape host;
     uint64_t bytes = 0;
     pd_code rc = dev_tensor_host_size(t, &l, 0, &host, &bytes, &st);
@@ -388,8 +397,12 @@ static void srv_load_tensors(srv_call *c, const ProtobufCMessage *m) {
   pthread_mutex_init(&j->mu, NULL);
   c->user = j;
   dev_status st = DEV_STATUS_INIT;
-  if (srv_load_from_pb(&l, dev_engine_num_devices(s->engine), req, &j->lr,
-                       &st) != PD_OK) {
+  /* The session first: a tensor placed by default has a component per
+   * device of its default set (issue #17), which PER_COMPONENT sources
+   * are counted against. */
+  if (!(j->ss = srv_call_session(c, req->session_token))) return;
+  if (srv_load_from_pb(&l, sched_session_devices(j->ss)->n, req, &j->lr, &st) !=
+      PD_OK) {
     memset(&j->lr, 0, sizeof j->lr); /* nothing to free */
     srv_call_fail(c, &st);
     return;
@@ -398,7 +411,6 @@ static void srv_load_tensors(srv_call *c, const ProtobufCMessage *m) {
     srv_call_finish(c, PD_RESOURCE_EXHAUSTED, "out of host memory");
     return;
   }
-  if (!(j->ss = srv_call_session(c, req->session_token))) return;
   atomic_fetch_add(&j->refs, 1); /* the callback's */
   srv_call_ref(c);
   j->c = c;

@@ -64,10 +64,12 @@ static pd_code srv_tape_gradient(const srv_req_limits *l, sched_session *ss,
                       m->output_gradient, m->result_ids, (int)n};
   PD_TRY(sched_tape_gradient(ss, &g, tag, dts, shapes, st));
   for (size_t i = 0; i < n; i++) {
-    infos[i] = srv_info_to_pb(a, m->result_ids[i], dts[i], &shapes[i]);
+    infos[i] = srv_info_to_pb(a, m->result_ids[i], dts[i], &shapes[i], NULL);
     if (!infos[i])
       return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   }
+  if (!srv_call_infos_devices(ss, a, infos, n, NULL)) /* issue #17 */
+    return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   *out = infos;
   *n_out = n;
   return PD_OK;

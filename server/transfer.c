@@ -43,14 +43,22 @@ static void srv_upload_header(srv_call *c, srv_upload_state *u,
   if (srv_check_accepting(s, "Upload", &st) != PD_OK) goto fail;
   u->ss = srv_call_session(c, h->session_token);
   if (!u->ss) return;
-  int ndev = dev_engine_num_devices(s->engine);
+  /* Where it goes (issue #17): the header's devices, else the session's
+   * default; a PER_COMPONENT value has a component per device of the set. */
+  srv_req_limits l = srv_call_limits(c);
+  dev_devset room;
+  const dev_devset *set = NULL;
+  if (srv_devset_from_pb(&l, h->devices, h->n_devices, "UploadHeader.devices",
+                         &room, &set, &st) != PD_OK)
+    goto fail;
+  int ndev = set ? set->n : sched_session_devices(u->ss)->n;
   srv_upload_spec sp;
   if (srv_upload_spec_from_pb(ndev, SRV_RT(s, max_tensor_bytes), (int)h->dtype,
                               h->shape, h->layout, h->n_component_shapes,
                               h->component_shapes, &sp, &st) != PD_OK)
     goto fail;
-  if (sched_upload_begin(
-          u->ss, h->id, sp.dtype, &sp.layout, &sp.host,
+  if (sched_upload_begin_on(
+          u->ss, h->id, set, sp.dtype, &sp.layout, &sp.host,
           sp.layout.kind == DEV_LAYOUT_PER_COMPONENT ? sp.comps : NULL, &u->up,
           &st) != PD_OK)
     goto fail;
@@ -100,7 +108,8 @@ static void srv_upload_end(srv_call *c, srv_upload_state *u) {
   srv_arena a = {NULL};
   const dev_tensor *t = sched_upload_tensor(u->up);
   Paradev__V1__TensorInfo *ti =
-      srv_info_to_pb(&a, u->id, dev_tensor_dtype(t), dev_tensor_shape(t));
+      srv_info_to_pb(&a, u->id, dev_tensor_dtype(t), dev_tensor_shape(t),
+                     dev_tensor_devset(t));
   dev_status st = DEV_STATUS_INIT;
   sched_upload *up = u->up;
   u->up = NULL;

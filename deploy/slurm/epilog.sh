@@ -4,7 +4,8 @@
 #
 # Ends the job on paradevd and checks that its memory is back:
 #  - `paradev admin kill-job --job ID --verify` revokes the job's token
-#    first (no new session can be bound to the job), then ends exactly the
+#    first (no new session can be bound to the job, and its binding to the
+#    job's GPUs goes with it), then ends exactly the
 #    sessions bound to it by that token -- a session that only claimed the
 #    job id is not the job's and is left alone -- and answers once the
 #    devices finished the work already submitted, so the memory is free

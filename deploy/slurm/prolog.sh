@@ -10,7 +10,10 @@
 # 3. Ends what is left under this job id (a requeued job starts clean) and
 #    revokes its old token: `paradev admin kill-job`.
 # 4. Mints the job's token (`paradev admin job-token`, bound to the job's
-#    uid) and writes it to PARADEV_JOB_TOKEN_DIR/$SLURM_JOB_ID (default
+#    uid and to its GPUs: SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES as
+#    slurmd sets it for the prolog, passed as --gpus; paradevd maps them to
+#    its devices on those GPUs and the job's sessions may use no others) and
+#    writes it to PARADEV_JOB_TOKEN_DIR/$SLURM_JOB_ID (default
 #    /run/paradev-jobs), owned by the job's user, mode 0400. The TaskProlog
 #    (task_prolog.sh) exports it as PARADEV_JOB_TOKEN, which libparadev,
 #    the paradev CLI and the Python client present; the epilog deletes it.
@@ -19,7 +22,14 @@
 # member of its JSON document) and its exit status, never from the human
 # table: no client name or job id can change what this script sees.
 #
-# Environment: SLURM_JOB_ID, SLURM_JOB_UID (set by slurmd); PARADEV (the
+# A job Slurm gave no GPUs (neither variable set, or empty) gets a token
+# bound to no devices, as before placement existed, unless
+# PARADEV_PROLOG_REQUIRE_GPUS=1: then the prolog fails rather than let a job
+# without GPUs use every device. A GPU list that is not indices ("GPU-<uuid>"
+# in CUDA_VISIBLE_DEVICES) fails the prolog: paradevd binds by index.
+#
+# Environment: SLURM_JOB_ID, SLURM_JOB_UID, SLURM_JOB_GPUS (set by slurmd);
+# CUDA_VISIBLE_DEVICES (set by slurmd when SLURM_JOB_GPUS is not); PARADEV (the
 # paradev command, default: paradev); PARADEV_ADMIN_SOCKET (default:
 # paradev's, /run/paradev/admin.sock under systemd); PARADEV_JOB_TOKEN_DIR;
 # PARADEV_JOB_TOKEN_LIFETIME (e.g. 48h; default: the daemon's [auth]
@@ -30,8 +40,16 @@ WAIT=${PARADEV_PROLOG_WAIT:-30}
 REQUIRE_READY=${PARADEV_PROLOG_REQUIRE_READY:-1}
 TOKEN_DIR=${PARADEV_JOB_TOKEN_DIR:-/run/paradev-jobs}
 LIFETIME=${PARADEV_JOB_TOKEN_LIFETIME:-}
+REQUIRE_GPUS=${PARADEV_PROLOG_REQUIRE_GPUS:-0}
 JOB=${SLURM_JOB_ID:-}
 JOB_UID=${SLURM_JOB_UID:-}
+# The job's GPUs as Slurm numbers them: "1,3".
+GPUS=${SLURM_JOB_GPUS:-}
+GPUS_FROM=SLURM_JOB_GPUS
+if [ -z "$GPUS" ]; then
+  GPUS=${CUDA_VISIBLE_DEVICES:-}
+  GPUS_FROM=CUDA_VISIBLE_DEVICES
+fi
 
 say() { echo "paradev prolog (job ${JOB:-?}): $*" >&2; }
 
@@ -47,6 +65,17 @@ esac
 case $JOB_UID in
   '' | *[!0-9]*)
     say "SLURM_JOB_UID '$JOB_UID' is not a uid; run me as Slurm's Prolog"
+    exit 1 ;;
+esac
+GPUS=$(printf '%s' "$GPUS" | tr -d ' ')
+case $GPUS in
+  '')
+    if [ "$REQUIRE_GPUS" != 0 ]; then
+      say "the job has no GPUs (SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES are empty) and PARADEV_PROLOG_REQUIRE_GPUS is set"
+      exit 1
+    fi ;;
+  *[!0-9,]* | ,* | *, | *,,*)
+    say "$GPUS_FROM '$GPUS' is not a list of GPU indices (such as 1,3); paradevd binds jobs by GPU index"
     exit 1 ;;
 esac
 
@@ -96,6 +125,7 @@ fi
 
 set -- --job "$JOB" --uid "$JOB_UID" --field token
 [ -n "$LIFETIME" ] && set -- "$@" --lifetime "$LIFETIME"
+[ -n "$GPUS" ] && set -- "$@" --gpus "$GPUS"
 if ! token=$("$PARADEV" admin job-token "$@" 2>&1); then
   say "cannot mint the job's token: $token"
   exit 1

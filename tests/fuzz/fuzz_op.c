@@ -121,10 +121,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ProtobufCMessage *m = srv_unpack_bytes(&paradev__v1__operation__descriptor,
                                          data, size, &b, &st);
   if (!m) return 0;
-  const srv_req_limits limits = {65536, 256};
+  const srv_req_limits limits = {65536, 256, 4};
   dev_attr attrs[DEV_MAX_ATTRS];
+  dev_devset set;
   sched_op op;
-  if (srv_op_from_pb(&limits, (const void *)m, 0, attrs, &op, &st) == PD_OK) {
+  if (srv_op_from_pb(&limits, (const void *)m, 0, attrs, &set, &op, &st) ==
+      PD_OK) {
     dev_tensor *in[DEV_MAX_INPUTS];
     for (int i = 0; i < op.num_inputs; i++)
       in[i] = fz_inputs[op.inputs[i] % FZ_NT];

@@ -33,7 +33,7 @@ static const fz_method fz_methods[] = {PD_ALL_METHODS(FZ_ENTRY)};
 #define FZ_NUM_METHODS (sizeof fz_methods / sizeof fz_methods[0])
 
 /* The daemon's defaults (server/config_keys.c) on 4 devices. */
-static const srv_req_limits fz_limits = {65536, 256};
+static const srv_req_limits fz_limits = {65536, 256, 4};
 _Static_assert(DEV_ATTR_STRING_MAX >= 256,
                "fz_limits' strings fit the plugins' bound (fz_function)");
 #define FZ_NDEV 4
@@ -56,10 +56,11 @@ static void fz_escape(const char *s) {
 /* One op as exec.c srv_execute_item converts it. */
 static void fz_op(const Paradev__V1__Operation *op, int index) {
   dev_attr attrs[DEV_MAX_ATTRS];
+  dev_devset set;
   sched_op out;
   dev_status st = DEV_STATUS_INIT;
   if (op) {
-    srv_op_from_pb(&fz_limits, op, index, attrs, &out, &st);
+    srv_op_from_pb(&fz_limits, op, index, attrs, &set, &out, &st);
     fz_escape(op->op);
   }
 }

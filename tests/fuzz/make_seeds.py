@@ -99,6 +99,12 @@ def request_seeds(w, proto_python):
         pb.Operation(op="Unpack", inputs=[5], output_ids=[25, 26, 27, 28],
                      attrs=[attr("num", i=4), attr("axis", i=1)]),
         pb.Operation(op="Pack", inputs=[1, 1, 1], output_ids=[29], attrs=[attr("axis", i=-1)]),
+        # placement (issue #17): an op without inputs on a subset, and a
+        # malformed set (a device twice, one off the mesh)
+        pb.Operation(op="Fill", attrs=[attr("dtype", dtype=pb.DTYPE_FLOAT32),
+                                       attr("shape", shape=shape(2)), attr("value", f=2.0)],
+                     output_ids=[30], devices=[1, 2]),
+        pb.Operation(op="DeviceId", output_ids=[31], devices=[3, 0, 3, 9]),
     ]
     for i, op in enumerate(ops):
         w.put("fuzz_op", "test_op%d_%s" % (i, op.op), op.SerializeToString())
@@ -111,6 +117,9 @@ def request_seeds(w, proto_python):
     put("CreateSession", pb.CreateSessionRequest(client_name="unié中", job_id='quo"te\\back'), "_utf8")
     put("CreateSession", b"\x0a\x06bad\xff\n!\x12\x02j2", "_not_utf8")
     put("CreateSession", b"\x0a\x03a\x00b", "_nul")
+    put("CreateSession", pb.CreateSessionRequest(client_name="narrow", devices=[1, 2]),
+        "_devices")
+    put("CreateSession", pb.CreateSessionRequest(devices=[2, 2, 64, -1]), "_bad_devices")
     put("KeepAlive", pb.KeepAliveRequest(session_token=tok))
     put("CloseSession", pb.CloseSessionRequest(session_token=tok))
     hdr = pb.UploadHeader(session_token=tok, id=1, dtype=pb.DTYPE_FLOAT32, shape=shape(6, 2),
@@ -123,6 +132,9 @@ def request_seeds(w, proto_python):
         session_token=tok, id=3, dtype=pb.DTYPE_BFLOAT16, shape=shape(),
         layout=layout(pb.LAYOUT_MIRRORED))), "_scalar")
     put("Upload", pb.UploadRequest(chunk=pb.UploadChunk(component=0, offset=0, data=b"\0" * 48)), "_chunk")
+    put("Upload", pb.UploadRequest(header=pb.UploadHeader(
+        session_token=tok, id=5, dtype=pb.DTYPE_FLOAT32, layout=layout(pb.LAYOUT_PER_COMPONENT),
+        component_shapes=[shape(2), shape(3)], devices=[3, 1])), "_devices")
     for k in (pb.LAYOUT_MIRRORED, pb.LAYOUT_SHARDED, pb.LAYOUT_PER_COMPONENT, pb.LAYOUT_COMPONENT):
         put("Download", pb.DownloadRequest(session_token=tok, id=1, layout=layout(k, 1, 3),
                                            chunk_bytes=1 << 20), "_%d" % k)
@@ -174,6 +186,9 @@ def request_seeds(w, proto_python):
     put("UploadFromSharedMemory", pb.UploadFromSharedMemoryRequest(
         session_token=tok, id=4, dtype=pb.DTYPE_FLOAT32, shape=shape(8, 4),
         layout=layout(pb.LAYOUT_SHARDED, axis=1), region="in", offset=64))
+    put("UploadFromSharedMemory", pb.UploadFromSharedMemoryRequest(
+        session_token=tok, id=5, dtype=pb.DTYPE_FLOAT32, shape=shape(4), region="in",
+        offset=64, devices=[0, 2]), "_devices")
     put("DownloadToSharedMemory", pb.DownloadToSharedMemoryRequest(
         session_token=tok, id=4, layout=layout(pb.LAYOUT_COMPONENT, component=2), region="in",
         offset=128))
@@ -186,6 +201,11 @@ def request_seeds(w, proto_python):
     put("LoadTensors", pb.LoadTensorsRequest(session_token=tok, source="https://host/prefix/m.npz",
                                              first_id=100,
                                              default_layout=layout(pb.LAYOUT_MIRRORED)), "_all")
+    put("LoadTensors", pb.LoadTensorsRequest(
+        session_token=tok, source="m.safetensors", default_devices=[2, 3],
+        tensors=[pb.LoadTensorSpec(name="w", id=1, devices=[1]),
+                 pb.LoadTensorSpec(name="x", id=2, layout=layout(pb.LAYOUT_SHARDED, axis=0))]),
+        "_devices")
     put("GetLoadProgress", pb.GetLoadProgressRequest(session_token=tok, load_id=1, wait_ms=100))
     put("SaveTensors", pb.SaveTensorsRequest(
         session_token=tok, path="out/readme.safetensors", overwrite=True,
@@ -206,6 +226,10 @@ def request_seeds(w, proto_python):
     put("CreateJobToken", apb.CreateJobTokenRequest(job_id="4242", uid=1000,
                                                     lifetime_seconds=3600))
     put("CreateJobToken", apb.CreateJobTokenRequest(job_id="4243", uid=-1), "_any")
+    put("CreateJobToken", apb.CreateJobTokenRequest(job_id="4244", uid=1000, gpus=[1, 3]),
+        "_gpus")
+    put("CreateJobToken", apb.CreateJobTokenRequest(job_id="4245", devices=[0, 2], gpus=[7]),
+        "_both")
     put("KillJob", apb.KillJobRequest(job_id="4242"))
     put("Drain", apb.DrainRequest(resume=False, exit_when_drained=True))
     put("SetLogLevel", apb.SetLogLevelRequest(spec="info,sched=debug,rpc=warn"))
@@ -271,6 +295,11 @@ def config_seeds(w):
           b"max_instantiations = 64\nconstant_folding_max_bytes = 1M\n"
           b"constant_folding_max_ms = 0\n"
           b"optimizer_plugins = /a/libx.so , /b/liby.so,, relative.so,\n")
+    # [tenant NAME] devices (issue #17): good, repeated, off the mesh, junk.
+    w.put("fuzz_config", "tenant_devices.conf",
+          b"[devices]\ndevices = 4\n[tenant a]\nidentities = uid:1\ndevices = 0, 1\n"
+          b"[tenant b]\nidentities = uid:2\ndevices = 3,3\n[tenant c]\nidentities = x\n"
+          b"devices = 9, ,\n[tenant d]\nidentities = y\ndevices = 18446744073709551617\n")
 
 
 def shm_seeds(w):

@@ -30,7 +30,7 @@ static void mint_ok(srv_jobs *j, const char *job, int64_t uid, uint32_t life,
                     char tok[SRV_JOB_TOKEN_CHARS + 1], bool want_replaced) {
   dev_status st = DEV_STATUS_INIT;
   bool replaced = !want_replaced;
-  assert_int_equal(srv_jobs_mint(j, job, uid, life, tok, &replaced, &st),
+  assert_int_equal(srv_jobs_mint(j, job, uid, NULL, life, tok, &replaced, &st),
                    PD_OK);
   assert_int_equal(replaced, want_replaced);
 }
@@ -136,7 +136,7 @@ static void test_bounds(void **state) {
   bool r;
   mint_ok(j, "1", -1, 60, tok, false);
   mint_ok(j, "2", -1, 60, tok, false);
-  assert_int_equal(srv_jobs_mint(j, "3", -1, 60, tok, &r, &st),
+  assert_int_equal(srv_jobs_mint(j, "3", -1, NULL, 60, tok, &r, &st),
                    PD_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(st.msg, "2 job tokens are live"));
   assert_non_null(strstr(st.msg, "max_job_tokens"));
@@ -152,7 +152,7 @@ static void test_bounds(void **state) {
                            "01234567890123456789012345678901234567890123456789"
                            "012345678901234"}; /* 65 bytes */
   for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
-    assert_int_equal(srv_jobs_mint(j, bad_ids[i], -1, 60, tok, &r, &st),
+    assert_int_equal(srv_jobs_mint(j, bad_ids[i], -1, NULL, 60, tok, &r, &st),
                      PD_INVALID_ARGUMENT);
     assert_non_null(strstr(st.msg, "job_id"));
   }
@@ -161,15 +161,16 @@ static void test_bounds(void **state) {
                         "234567890123",
                         &st),
       PD_OK); /* 64 bytes */
-  assert_int_equal(srv_jobs_mint(j, "x", -2, 60, tok, &r, &st),
+  assert_int_equal(srv_jobs_mint(j, "x", -2, NULL, 60, tok, &r, &st),
                    PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "uid -2"));
-  assert_int_equal(srv_jobs_mint(j, "x", (int64_t)UINT32_MAX, 60, tok, &r, &st),
-                   PD_INVALID_ARGUMENT);
-  assert_int_equal(srv_jobs_mint(j, "x", -1, 0, tok, &r, &st),
+  assert_int_equal(
+      srv_jobs_mint(j, "x", (int64_t)UINT32_MAX, NULL, 60, tok, &r, &st),
+      PD_INVALID_ARGUMENT);
+  assert_int_equal(srv_jobs_mint(j, "x", -1, NULL, 0, tok, &r, &st),
                    PD_INVALID_ARGUMENT);
   assert_int_equal(
-      srv_jobs_mint(j, "x", -1, SRV_JOB_LIFETIME_MAX + 1, tok, &r, &st),
+      srv_jobs_mint(j, "x", -1, NULL, SRV_JOB_LIFETIME_MAX + 1, tok, &r, &st),
       PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "30 days"));
   assert_null(srv_jobs_new(0));
@@ -290,7 +291,8 @@ static void test_file(void **state) {
   j = new_jobs(8);
   assert_int_equal(srv_jobs_open_file(j, tmp, &loaded, &dropped, &st), PD_OK);
   bool r;
-  assert_int_equal(srv_jobs_mint(j, "503", -1, 60, a, &r, &st), PD_UNAVAILABLE);
+  assert_int_equal(srv_jobs_mint(j, "503", -1, NULL, 60, a, &r, &st),
+                   PD_UNAVAILABLE);
   assert_non_null(strstr(st.msg, "cannot write the job tokens file"));
   assert_int_equal(srv_jobs_count(j), 0);
   srv_jobs_free(j);
@@ -298,8 +300,71 @@ static void test_file(void **state) {
   rmdir(dir);
 }
 
+/* Issue #17: a token bound to devices proves them too, and the binding
+ * survives the file (a "v2 ... 1,3 JOB" line; unbound ones stay v1); a v2
+ * line whose devices are not distinct indices is refused. */
+static void test_devices(void **state) {
+  (void)state;
+  char dir[] = "/tmp/test_jobs_dev_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[256];
+  snprintf(path, sizeof path, "%s/job-tokens", dir);
+  srv_jobs *j = new_jobs(8);
+  int loaded = -1, dropped = -1;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(srv_jobs_open_file(j, path, &loaded, &dropped, &st), PD_OK);
+  char a[SRV_JOB_TOKEN_CHARS + 1], b[SRV_JOB_TOKEN_CHARS + 1];
+  dev_devset set = {2, {3, 1}};
+  bool r = true;
+  assert_int_equal(srv_jobs_mint(j, "600", 77, &set, 3600, a, &r, &st), PD_OK);
+  assert_false(r);
+  dev_devset none = {0, {0}};
+  assert_int_equal(srv_jobs_mint(j, "601", -1, &none, 3600, b, &r, &st), PD_OK);
+  srv_job_proof p;
+  assert_int_equal(srv_jobs_check(j, a, strlen(a), &p, &st), PD_OK);
+  assert_int_equal(p.devices.n, 2);
+  assert_int_equal(p.devices.dev[0], 3);
+  assert_int_equal(p.devices.dev[1], 1);
+  assert_int_equal(srv_jobs_check(j, b, strlen(b), &p, &st), PD_OK);
+  assert_int_equal(p.devices.n, 0);
+  const char *text = slurp(path);
+  assert_non_null(strstr(text, " 77 3,1 600\n"));
+  assert_non_null(strstr(text, " -1 601\n"));
+  assert_non_null(strstr(text, "\nv2 ")); /* the bound one */
+  assert_non_null(strstr(text, "\nv1 ")); /* the unbound one: as before */
+  srv_jobs_free(j);
+  j = new_jobs(8);
+  assert_int_equal(srv_jobs_open_file(j, path, &loaded, &dropped, &st), PD_OK);
+  assert_int_equal(loaded, 2);
+  assert_int_equal(srv_jobs_check(j, a, strlen(a), &p, &st), PD_OK);
+  assert_string_equal(p.job, "600");
+  assert_int_equal(p.uid, 77);
+  assert_int_equal(p.devices.n, 2);
+  assert_int_equal(p.devices.dev[0], 3);
+  assert_int_equal(p.devices.dev[1], 1);
+  /* Revoked: the binding goes with the token. */
+  assert_true(srv_jobs_revoke(j, "600", &st));
+  assert_int_equal(srv_jobs_check(j, a, strlen(a), &p, &st),
+                   PD_UNAUTHENTICATED);
+  srv_jobs_free(j);
+  static const char *const bad[] = {"1,1", "1,", "64", ",2"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    FILE *f = fopen(path, "w");
+    fprintf(f, "v2 %064d 99999999999999 -1 %s 602\n", 0, bad[i]);
+    fclose(f);
+    j = new_jobs(8);
+    assert_int_equal(srv_jobs_open_file(j, path, &loaded, &dropped, &st),
+                     PD_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "job-tokens:1:"));
+    srv_jobs_free(j);
+  }
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_devices),
       cmocka_unit_test(test_mint_and_check),
       cmocka_unit_test(test_replace_and_revoke),
       cmocka_unit_test(test_expiry),

@@ -19,7 +19,7 @@
 
 #include "convert.h"
 
-static const srv_req_limits L = {65536, 256};
+static const srv_req_limits L = {65536, 256, 4};
 
 /* f(x, w) = { mm = MatMul(x, w, transpose_b=true); s = Sum(mm, axis=[0,1]);
  *             g = Gradients(s, w) (origins: mm) } -> y = mm:0, dw = g */

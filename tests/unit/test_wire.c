@@ -12,6 +12,8 @@
  *    characters but not bytes that are not UTF-8 (srv_check_string);
  *  - the byte budget: a request whose decoding needs more than its budget
  *    is RESOURCE_EXHAUSTED, and everything allocated is given back.
+ *  - every `devices` field (issue #17) is checked by one function, whose
+ *    refusals name the field and the entry.
  *
  * Byte offsets and code points below are worked out by hand from RFC 3629. */
 #include <setjmp.h>
@@ -162,7 +164,7 @@ static void test_nul_in_every_string_field(void **state) {
 
 /* --- client names and job ids: UTF-8, no control characters ---------------------- */
 
-static const srv_req_limits limits = {65536, 256};
+static const srv_req_limits limits = {65536, 256, 4};
 
 static void expect_label(const char *s, long at, const char *needle) {
   dev_status st = DEV_STATUS_INIT;
@@ -300,6 +302,58 @@ static void test_budget(void **state) {
                    ((size_t)1 << 30) + ((size_t)256 << 20) + (1 << 20));
 }
 
+/* Issue #17: the one check of every `devices` field (convert.c
+ * srv_devset_from_pb) against a mesh of 4 (limits.num_devices): empty is
+ * NULL (the session's default); a set keeps its order; an index off the
+ * mesh, one given twice and more entries than the mesh has are
+ * INVALID_ARGUMENT naming the field and the entry. */
+static void test_devices_field(void **state) {
+  (void)state;
+  dev_devset room;
+  const dev_devset *set = &room;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(
+      srv_devset_from_pb(&limits, NULL, 0, "F.devices", &room, &set, &st),
+      PD_OK);
+  assert_null(set);
+  const int32_t ok[] = {3, 1};
+  assert_int_equal(
+      srv_devset_from_pb(&limits, ok, 2, "F.devices", &room, &set, &st), PD_OK);
+  assert_ptr_equal(set, &room);
+  assert_int_equal(room.n, 2);
+  assert_int_equal(room.dev[0], 3);
+  assert_int_equal(room.dev[1], 1);
+  int32_t out[PD_MAX_DEVICES];
+  assert_int_equal(srv_devset_to_pb(&room, out), 2);
+  assert_int_equal(out[0], 3);
+  assert_int_equal(out[1], 1);
+  static const struct {
+    int32_t d[6];
+    size_t n;
+    const char *msg;
+  } bad[] = {
+      {{1, 7}, 2, "UploadHeader.devices[1] = 7: the mesh has devices 0..3"},
+      {{-1}, 1, "UploadHeader.devices[0] = -1: the mesh has devices 0..3"},
+      {{2, 0, 2},
+       3,
+       "UploadHeader.devices[2] = 2: device 2 is UploadHeader.devices[0] "
+       "already; each device may appear once"},
+      {{0, 1, 2, 3, 0},
+       5,
+       "UploadHeader.devices lists 5 devices: the mesh has 4 (devices "
+       "0..3), each listed at most once"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    st = (dev_status)DEV_STATUS_INIT;
+    assert_int_equal(
+        srv_devset_from_pb(&limits, bad[i].d, bad[i].n, "UploadHeader.devices",
+                           &room, &set, &st),
+        PD_INVALID_ARGUMENT);
+    assert_null(set);
+    assert_string_equal(st.msg, bad[i].msg);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nul_in_every_string_field),
@@ -308,6 +362,7 @@ int main(void) {
       cmocka_unit_test(test_text_check),
       cmocka_unit_test(test_clean_names_pass_unchanged),
       cmocka_unit_test(test_budget),
+      cmocka_unit_test(test_devices_field),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
