@@ -153,9 +153,9 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
   PD_TRY(exec_check_arity(op, inner));
   PD_TRY(exec_resolve_inputs(x, op, inputs, inner));
   PD_TRY(exec_check_outputs(x, op, inner));
-  PD_TRY(sched_prepare_named_locked(x->ss, op->op_name, inputs, op->num_inputs,
-                                    op->attrs, op->num_attrs, &x->prepared[i],
-                                    inner));
+  PD_TRY(sched_prepare_named_locked(x->ss, op->op_name, op->devices, inputs,
+                                    op->num_inputs, op->attrs, op->num_attrs,
+                                    &x->prepared[i], inner));
   dev_op *p = x->prepared[i];
   int nout = dev_op_num_outputs(p);
   if (nout != op->num_outputs) {
@@ -254,6 +254,7 @@ static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
     q->owner = s;
     q->op_index = sched_op_index(s, x->ops[i].op_name);
     q->est_ns = sched_estimate_ns(s, x->prepared[i], q->op_index, &q->model_ns);
+    q->devs = sched_devmask(dev_op_devset(x->prepared[i]));
     est += q->est_ns;
     q->next = x->chain;
     x->chain = q;
@@ -323,7 +324,7 @@ static void exec_publish_locked(sched_exec *x) {
       dev_tensor *t = x->pend[k].t;
       dev_tensor_retain(t);
       sched_htab_insert(&ss->handles, x->pend[k].id, t, x->pend[k].bytes);
-      sched_charge_locked(ss, x->pend[k].bytes, 0);
+      sched_charge_tensor_locked(ss, t, x->pend[k].bytes, true);
     }
     q->op = x->prepared[i];
     q->seq = ++ss->enqueued;

@@ -40,7 +40,8 @@ typedef struct load_tensor {
   dev_layout layout;
   pd_dtype dtype;
   dev_shape host; /* MIRRORED, SHARDED */
-  /* [num_devices]: PER_COMPONENT uses one per component, others [0] */
+  dev_devset set; /* where it goes (issue #17): its components' devices */
+  /* [set.n]: PER_COMPONENT uses one per component, others [0] */
   const stg_entry **entry;
   stg_file **file;
   dev_tensor *t;
@@ -169,12 +170,12 @@ static pd_code load_find(const stg_index *ix, stg_file *f, const char *name,
 static pd_code load_plan_components(load *ld, load_tensor *lt,
                                     const sched_load_tensor *rt,
                                     dev_status *st) {
-  int n = dev_engine_num_devices(ld->ss->owner->engine);
+  int n = lt->set.n; /* one component per device of its set */
   if (rt && rt->n_component_sources != 0 && rt->n_component_sources != n)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "tensor '%s': %d component sources for %d devices; "
-                     "expected one file per device (or none: entries "
-                     "'%s:<k>')",
+                     "expected one file per device of its set (or none: "
+                     "entries '%s:<k>')",
                      lt->name, rt->n_component_sources, n, lt->name);
   for (int k = 0; k < n; k++) {
     if (rt && rt->n_component_sources) {
@@ -205,11 +206,30 @@ static pd_code load_plan_components(load *ld, load_tensor *lt,
   return PD_OK;
 }
 
+/* Where a tensor of the load goes (issue #17): its own devices, else the
+ * request's default_devices, else the session's default; within the
+ * session's allowed set (PERMISSION_DENIED naming the devices). */
+static pd_code load_place(load *ld, load_tensor *lt, const dev_devset *own,
+                          const dev_devset *dflt, dev_status *st) {
+  sched_session *ss = ld->ss;
+  const dev_devset *want = own ? own : dflt;
+  if (!want) {
+    lt->set = ss->devices;
+    return PD_OK;
+  }
+  dev_status inner = DEV_STATUS_INIT;
+  if (sched_devset_check(ss->owner, want, &lt->set, &inner) != PD_OK ||
+      sched_placement_check(ss, &lt->set, &inner) != PD_OK)
+    return dev_error(st, inner.code, "tensor '%s': %s", lt->name, inner.msg);
+  return PD_OK;
+}
+
 /* Fills lt from the request's tensor (or, rt NULL, from a whole-file load
- * of `name` by `layout`). */
+ * of `name` by `layout`), placed on rt's devices, else on `dflt`. */
 static pd_code load_plan_tensor(load *ld, load_tensor *lt, const char *name,
                                 uint64_t id, const dev_layout *layout,
-                                const sched_load_tensor *rt, dev_status *st) {
+                                const sched_load_tensor *rt,
+                                const dev_devset *dflt, dev_status *st) {
   if (!name)
     return dev_error(st, PD_INVALID_ARGUMENT, "handle %llu: no tensor name",
                      (unsigned long long)id);
@@ -219,11 +239,13 @@ static pd_code load_plan_tensor(load *ld, load_tensor *lt, const char *name,
   lt->ld = ld;
   lt->id = id;
   lt->layout = *layout;
-  int ndev = dev_engine_num_devices(ld->ss->owner->engine);
   lt->name = strdup(name);
+  if (!lt->name) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
+  PD_TRY(load_place(ld, lt, rt ? rt->devices : NULL, dflt, st));
+  int ndev = lt->set.n;
   lt->entry = calloc((size_t)ndev, sizeof(*lt->entry));
   lt->file = calloc((size_t)ndev, sizeof(*lt->file));
-  if (!lt->name || !lt->entry || !lt->file)
+  if (!lt->entry || !lt->file)
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
   if (layout->kind == DEV_LAYOUT_PER_COMPONENT) {
     PD_TRY(load_plan_components(ld, lt, rt, st));
@@ -532,9 +554,9 @@ static pd_code load_plan_all(load *ld, const sched_load_request *req,
     snprintf(name, sizeof name, "%.*s", (int)(per ? len - 2 : len),
              ix->entries[i].name);
     load_tensor *lt = &ld->tensors[ld->n_tensors++];
-    PD_TRY(load_plan_tensor(ld, lt, name,
-                            req->first_id + (uint64_t)(ld->n_tensors - 1),
-                            &req->default_layout, NULL, st));
+    PD_TRY(load_plan_tensor(
+        ld, lt, name, req->first_id + (uint64_t)(ld->n_tensors - 1),
+        &req->default_layout, NULL, req->default_devices, st));
   }
   return PD_OK;
 }
@@ -554,7 +576,8 @@ static pd_code load_plan(load *ld, const sched_load_request *req,
                          "handle %llu is named twice (tensors %d and %d)",
                          (unsigned long long)rt->id, j, i);
     load_tensor *lt = &ld->tensors[ld->n_tensors++];
-    PD_TRY(load_plan_tensor(ld, lt, rt->name, rt->id, &rt->layout, rt, st));
+    PD_TRY(load_plan_tensor(ld, lt, rt->name, rt->id, &rt->layout, rt,
+                            req->default_devices, st));
   }
   return PD_OK;
 }
@@ -593,13 +616,15 @@ static pd_code load_create(load *ld, dev_status *st) {
   for (int i = 0; c == PD_OK && i < ld->n_tensors; i++) {
     load_tensor *lt = &ld->tensors[i];
     bool per = lt->layout.kind == DEV_LAYOUT_PER_COMPONENT;
-    for (int k = 0; per && k < n; k++) shapes[k] = lt->entry[k]->shape;
+    int nc = lt->set.n;
+    for (int k = 0; per && k < nc; k++) shapes[k] = lt->entry[k]->shape;
     dev_status inner = DEV_STATUS_INIT;
-    if (dev_tensor_create_pending(e, lt->dtype, &lt->layout, &lt->host,
-                                  per ? shapes : NULL, &lt->t, &inner) != PD_OK)
+    if (dev_tensor_create_pending_on(e, &lt->set, lt->dtype, &lt->layout,
+                                     &lt->host, per ? shapes : NULL, &lt->t,
+                                     &inner) != PD_OK)
       c = dev_error(st, inner.code, "tensor '%s': %s", lt->name, inner.msg);
     else
-      load_plan_pieces(ld, lt, n);
+      load_plan_pieces(ld, lt, nc);
   }
   free(shapes);
   return c;
@@ -646,7 +671,7 @@ static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
       uint64_t b = dev_tensor_bytes(lt->t);
       dev_tensor_retain(lt->t);
       sched_htab_insert(&ss->handles, lt->id, lt->t, b);
-      sched_charge_locked(ss, b, 0);
+      sched_charge_tensor_locked(ss, lt->t, b, true);
     }
     ld->published = true;
   }
@@ -718,17 +743,15 @@ pd_code sched_load_new(sched_session *ss, const sched_load_request *req,
  * nothing. */
 static pd_code load_prepare(load *ld, const sched_load_request *req,
                             sched_load_result **out, dev_status *st) {
-  sched *s = ld->ss->owner;
   stg_index *ix = NULL;
   if (req->source && req->source[0])
     PD_TRY(load_open(ld, req->source, req->format, &ix, st));
   PD_TRY(load_plan(ld, req, st));
   ld->n_total = ld->n_tensors;
-  int ndev = dev_engine_num_devices(s->engine);
   uint64_t dev_bytes = 0;
   for (int i = 0; i < ld->n_tensors; i++) {
     uint64_t rd = 0, dv = 0;
-    load_tensor_sizes(&ld->tensors[i], ndev, &rd, &dv);
+    load_tensor_sizes(&ld->tensors[i], ld->tensors[i].set.n, &rd, &dv);
     ld->bytes_total += rd;
     dev_bytes += dv;
   }
