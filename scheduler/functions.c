@@ -103,12 +103,9 @@ pd_code sched_prepare_named_locked(sched_session *ss, const char *name,
    * default; with inputs, on theirs (the engine checks they agree). */
   dev_devset set;
   const dev_devset *on = NULL;
-  if (devices) {
-    PD_TRY(sched_devset_check(ss->owner, devices, &set, st));
-    PD_TRY(sched_placement_check(ss, &set, st));
+  if (devices || num_inputs == 0) {
+    PD_TRY(sched_place(ss, devices, &set, st));
     on = &set;
-  } else if (num_inputs == 0) {
-    on = &ss->devices;
   }
   PD_TRY(sched_check_copy_target(ss, name, attrs, num_attrs, st));
   pd_code c;

@@ -10,21 +10,14 @@
  * publishes the handles and queues the reads as pieces on the load workers.
  *
  * A piece reads one byte range of one entry in chunks (sched.load_chunk)
- * through stg_entry_read and writes it with dev_tensor_write:
- *  - MIRRORED: the entry once, in up to n chunk-aligned byte ranges (one
- *    piece each, so the workers share it), each written to every component;
- *  - SHARDED along axis a: when the entry is random-access and every axis
- *    before a has size 1 (axis 0, in particular), component k's bytes are
- *    one contiguous range and each component is its own piece reading only
- *    that range; otherwise (a later axis: strided rows) the entry is read
- *    in byte ranges as for MIRRORED and dev_tensor_write scatters them;
- *  - PER_COMPONENT: one piece per component, from component_sources[k] or
- *    from the entry "<name>:<k>".
- * An entry that is not random-access (deflated, big-endian, Fortran order)
- * is read whole into host memory first. The last piece of a tensor
- * completes it (a read error fails that tensor alone, CANCELLED when its
- * session ended); the last tensor ends the load, whose progress record stays
- * on the session's list (workers.c). */
+ * through stg_entry_read and writes it with dev_tensor_write; which pieces
+ * each layout takes (mirrored, sharded along axis 0 or a later one,
+ * per-component) and why: README.md, "Checkpoints". An entry that is not
+ * random-access is read whole into host memory first. The last piece of a
+ * tensor completes it (a read error fails that tensor alone, CANCELLED
+ * when its session ended); the last tensor ends the load, whose progress
+ * record stays on the session's list (workers.c). Each tensor lives on its
+ * own device set (issue #17): its components are that set's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +64,7 @@ struct load {
   int n_files, cap_files;
   load_tensor *tensors;
   int n_tensors;
+  const dev_devset *dflt; /* the request's default_devices (borrowed) */
   load_piece *pieces;
   int n_pieces;
   int n_total; /* tensors, kept for progress after the job's state goes */
@@ -206,30 +200,11 @@ static pd_code load_plan_components(load *ld, load_tensor *lt,
   return PD_OK;
 }
 
-/* Where a tensor of the load goes (issue #17): its own devices, else the
- * request's default_devices, else the session's default; within the
- * session's allowed set (PERMISSION_DENIED naming the devices). */
-static pd_code load_place(load *ld, load_tensor *lt, const dev_devset *own,
-                          const dev_devset *dflt, dev_status *st) {
-  sched_session *ss = ld->ss;
-  const dev_devset *want = own ? own : dflt;
-  if (!want) {
-    lt->set = ss->devices;
-    return PD_OK;
-  }
-  dev_status inner = DEV_STATUS_INIT;
-  if (sched_devset_check(ss->owner, want, &lt->set, &inner) != PD_OK ||
-      sched_placement_check(ss, &lt->set, &inner) != PD_OK)
-    return dev_error(st, inner.code, "tensor '%s': %s", lt->name, inner.msg);
-  return PD_OK;
-}
-
 /* Fills lt from the request's tensor (or, rt NULL, from a whole-file load
- * of `name` by `layout`), placed on rt's devices, else on `dflt`. */
+ * of `name` by `layout`), placed on rt's devices, else on ld->dflt. */
 static pd_code load_plan_tensor(load *ld, load_tensor *lt, const char *name,
                                 uint64_t id, const dev_layout *layout,
-                                const sched_load_tensor *rt,
-                                const dev_devset *dflt, dev_status *st) {
+                                const sched_load_tensor *rt, dev_status *st) {
   if (!name)
     return dev_error(st, PD_INVALID_ARGUMENT, "handle %llu: no tensor name",
                      (unsigned long long)id);
@@ -239,13 +214,15 @@ static pd_code load_plan_tensor(load *ld, load_tensor *lt, const char *name,
   lt->ld = ld;
   lt->id = id;
   lt->layout = *layout;
-  lt->name = strdup(name);
-  if (!lt->name) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
-  PD_TRY(load_place(ld, lt, rt ? rt->devices : NULL, dflt, st));
+  dev_status in = DEV_STATUS_INIT; /* placement (issue #17) */
+  if (sched_place(ld->ss, rt && rt->devices ? rt->devices : ld->dflt, &lt->set,
+                  &in) != PD_OK)
+    return dev_error(st, in.code, "tensor '%s': %s", name, in.msg);
   int ndev = lt->set.n;
+  lt->name = strdup(name);
   lt->entry = calloc((size_t)ndev, sizeof(*lt->entry));
   lt->file = calloc((size_t)ndev, sizeof(*lt->file));
-  if (!lt->entry || !lt->file)
+  if (!lt->name || !lt->entry || !lt->file)
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of memory");
   if (layout->kind == DEV_LAYOUT_PER_COMPONENT) {
     PD_TRY(load_plan_components(ld, lt, rt, st));
@@ -554,15 +531,16 @@ static pd_code load_plan_all(load *ld, const sched_load_request *req,
     snprintf(name, sizeof name, "%.*s", (int)(per ? len - 2 : len),
              ix->entries[i].name);
     load_tensor *lt = &ld->tensors[ld->n_tensors++];
-    PD_TRY(load_plan_tensor(
-        ld, lt, name, req->first_id + (uint64_t)(ld->n_tensors - 1),
-        &req->default_layout, NULL, req->default_devices, st));
+    PD_TRY(load_plan_tensor(ld, lt, name,
+                            req->first_id + (uint64_t)(ld->n_tensors - 1),
+                            &req->default_layout, NULL, st));
   }
   return PD_OK;
 }
 
 static pd_code load_plan(load *ld, const sched_load_request *req,
                          dev_status *st) {
+  ld->dflt = req->default_devices;
   if (req->n == 0) return load_plan_all(ld, req, st);
   ld->tensors = calloc((size_t)req->n, sizeof(*ld->tensors));
   if (!ld->tensors)
@@ -576,8 +554,7 @@ static pd_code load_plan(load *ld, const sched_load_request *req,
                          "handle %llu is named twice (tensors %d and %d)",
                          (unsigned long long)rt->id, j, i);
     load_tensor *lt = &ld->tensors[ld->n_tensors++];
-    PD_TRY(load_plan_tensor(ld, lt, rt->name, rt->id, &rt->layout, rt,
-                            req->default_devices, st));
+    PD_TRY(load_plan_tensor(ld, lt, rt->name, rt->id, &rt->layout, rt, st));
   }
   return PD_OK;
 }

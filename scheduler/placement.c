@@ -64,6 +64,16 @@ pd_code sched_placement_check(const sched_session *ss, const dev_devset *set,
                              st);
 }
 
+pd_code sched_place(const sched_session *ss, const dev_devset *want,
+                    dev_devset *out, dev_status *st) {
+  if (!want) {
+    *out = ss->devices;
+    return PD_OK;
+  }
+  PD_TRY(sched_devset_check(ss->owner, want, out, st));
+  return sched_placement_check(ss, out, st);
+}
+
 const dev_devset *sched_session_devices(const sched_session *ss) {
   return &ss->devices;
 }

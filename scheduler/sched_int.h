@@ -261,6 +261,11 @@ pd_code sched_session_allowed(const struct sched *s,
  * devices [..]"). Any thread (the set is fixed at creation). */
 pd_code sched_placement_check(const struct sched_session *ss,
                               const dev_devset *set, dev_status *st);
+/* Where a tensor asked on `want` goes: the session's default set for NULL,
+ * else `want` checked (sched_devset_check) and within the allowed set
+ * (sched_placement_check). */
+pd_code sched_place(const struct sched_session *ss, const dev_devset *want,
+                    dev_devset *out, dev_status *st);
 
 /* --- Sessions and the scheduler ---------------------------------------- */
 

@@ -42,11 +42,8 @@ pd_code sched_upload_begin_on(sched_session *ss, uint64_t id,
     return dev_error(st, PD_INVALID_ARGUMENT, "handle id 0 is reserved");
   /* Where (issue #17): the session's default, else a checked set within
    * its allowed one, decided before the engine sees it. */
-  dev_devset set = ss->devices;
-  if (devices) {
-    PD_TRY(sched_devset_check(ss->owner, devices, &set, st));
-    PD_TRY(sched_placement_check(ss, &set, st));
-  }
+  dev_devset set;
+  PD_TRY(sched_place(ss, devices, &set, st));
   pthread_mutex_lock(&ss->mu);
   pd_code c = sched_upload_check_locked(ss, id, 0, st);
   pthread_mutex_unlock(&ss->mu);
