@@ -306,6 +306,7 @@ pd_code srv_op_from_pb(const srv_req_limits *l,
   out->num_attrs = (int)pb->n_attrs;
   out->output_ids = pb->output_ids;
   out->num_outputs = (int)pb->n_output_ids;
+  out->devices = NULL; /* placement (issue #17): the session's default */
   return PD_OK;
 }
 
