@@ -176,9 +176,12 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
                      "(sched_op_result.more_dtype / more_shape not set)",
                      nout, SCHED_RESULT_INLINE);
   res->num_outputs = nout;
-  /* Only output 0 can share input 0's buffer (DEV_OP_ALIASES_INPUT). A
-   * function call's new bytes exceed its outputs' (the intermediates it
-   * holds while it runs): nothing is shared then. */
+  /* Outputs that share an input's buffer are charged nothing for it: the
+   * shared bytes (outputs' less new, dev_op_new_bytes) go off the outputs
+   * in order (output 0 of Identity or Reshape; every output of
+   * ParallelUnpack, the output of ParallelPack, issue #17). A function
+   * call's new bytes exceed its outputs' (the intermediates it holds while
+   * it runs): nothing is shared then. */
   uint64_t nb = dev_op_new_bytes(p), ob = dev_op_output_bytes(p);
   uint64_t shared = ob > nb ? ob - nb : 0;
   for (int j = 0; j < nout; j++) {
@@ -191,7 +194,8 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
       res->more_shape[j - SCHED_RESULT_INLINE] = *dev_tensor_shape(t);
     }
     uint64_t b = dev_tensor_bytes(t);
-    uint64_t cut = j == 0 ? (shared < b ? shared : b) : 0;
+    uint64_t cut = shared < b ? shared : b;
+    shared -= cut;
     x->pend[x->npend++] = (sched_pending){op->output_ids[j], t, b - cut};
   }
   x->new_bytes += nb;

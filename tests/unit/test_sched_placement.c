@@ -513,6 +513,48 @@ static void test_bytes_disjoint_halves(void **state) {
   sched_destroy(s);
 }
 
+/* ParallelUnpack and ParallelPack share their inputs' buffers: their
+ * outputs are charged nothing, so each device's bytes stay what the upload
+ * took (float32 [8] sharded over 4: 8 bytes on each device). */
+static void test_pack_unpack_charged_once(void **state) {
+  (void)state;
+  if (!dev_op_lookup("ParallelUnpack")) {
+    print_message("skipped (waits on the engine's placement ops)\n");
+    skip();
+  }
+  sched *s = new_sched(0);
+  sched_session *ss = open_on(s, NULL);
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(upload(ss, 1, NULL, DEV_LAYOUT_SHARDED, 8, &st), PD_OK);
+  const uint64_t in[1] = {1}, parts[NDEV] = {2, 3, 4, 5};
+  uint64_t packed = 6;
+  sched_op ops[2] = {{.op_name = "ParallelUnpack",
+                      .inputs = in,
+                      .num_inputs = 1,
+                      .output_ids = parts,
+                      .num_outputs = NDEV},
+                     {.op_name = "ParallelPack",
+                      .inputs = parts,
+                      .num_inputs = NDEV,
+                      .output_ids = &packed,
+                      .num_outputs = 1}};
+  sched_op_result res[2];
+  int failed = -1;
+  pd_code c = sched_execute(ss, ops, 2, 0, res, &failed, &st);
+  if (c != PD_OK) print_message("%s\n", st.msg);
+  assert_int_equal(c, PD_OK);
+  sync_all(ss);
+  expect_bytes(s, ss, (uint64_t[NDEV]){8, 8, 8, 8});
+  dev_tensor *t = NULL;
+  char buf[DEV_DEVSET_STR_MAX];
+  assert_int_equal(sched_handle_get(ss, 4, &t, &st), PD_OK);
+  assert_string_equal(dev_devset_str(dev_tensor_devset(t), buf, sizeof buf),
+                      "[2]");
+  dev_tensor_release(t);
+  sched_session_put(ss);
+  sched_destroy(s);
+}
+
 /* --- dispatch per device ----------------------------------------------------- */
 
 /* The policy alone: a pick passes over sessions the dispatcher's test
@@ -690,6 +732,7 @@ int main(void) {
       cmocka_unit_test(test_default_placement),
       cmocka_unit_test(test_bytes_per_device_whole_mesh),
       cmocka_unit_test(test_bytes_disjoint_halves),
+      cmocka_unit_test(test_pack_unpack_charged_once),
       cmocka_unit_test(test_policy_skips_full_devices),
       cmocka_unit_test(test_dispatch_disjoint_not_held_back),
       cmocka_unit_test(test_fair_overlapping_sets),
