@@ -555,6 +555,64 @@ static void test_pack_unpack_charged_once(void **state) {
   sched_destroy(s);
 }
 
+/* A tape's gradient ops follow their inputs (one without inputs, the seed
+ * of ones, goes on the target's set): on a session narrowed to [1, 3],
+ * x = [0, 1, 2, 3] sharded (component 0 [0, 1] on device 1, component 1
+ * [2, 3] on device 3), y = Sum(Square(x)) per component, dy/dx = 2x =
+ * [0, 2, 4, 6] on [1, 3]; each device holds x, Square(x), the sum (one
+ * float) and the gradient: 8 + 8 + 4 + 8 = 28 bytes, none elsewhere. */
+static void test_gradient_on_its_set(void **state) {
+  (void)state;
+  sched *s = new_sched(0);
+  dev_devset odd = SET(1, 3);
+  sched_session *ss = open_on(s, &odd);
+  dev_status st = DEV_STATUS_INIT;
+  pd_code c = upload(ss, 1, NULL, DEV_LAYOUT_SHARDED, 4, &st);
+  if (c != PD_OK) {
+    sched_session_put(ss);
+    sched_destroy(s);
+    skip_unless_placed(c, &st);
+  }
+  assert_int_equal(c, PD_OK);
+  const uint64_t x = 1, sq = 2, sum = 3, r = 4;
+  assert_int_equal(sched_tape_start(ss, 7, false, &st), PD_OK);
+  assert_int_equal(sched_tape_watch(ss, 7, &x, 1, &st), PD_OK);
+  sched_op ops[2] = {{.op_name = "Square",
+                      .inputs = &x,
+                      .num_inputs = 1,
+                      .output_ids = &sq,
+                      .num_outputs = 1},
+                     {.op_name = "Sum",
+                      .inputs = &sq,
+                      .num_inputs = 1,
+                      .output_ids = &sum,
+                      .num_outputs = 1}};
+  sched_op_result res[2];
+  int failed = -1;
+  assert_int_equal(sched_execute(ss, ops, 2, 0, res, &failed, &st), PD_OK);
+  sched_gradient g = {7, sum, &x, 1, 0, &r, 1};
+  pd_dtype dt;
+  dev_shape shape;
+  c = sched_tape_gradient(ss, &g, 0, &dt, &shape, &st);
+  if (c != PD_OK) print_message("%s\n", st.msg);
+  assert_int_equal(c, PD_OK);
+  sync_all(ss);
+  dev_tensor *t = NULL;
+  assert_int_equal(sched_handle_get(ss, r, &t, &st), PD_OK);
+  char buf[DEV_DEVSET_STR_MAX];
+  assert_string_equal(dev_devset_str(dev_tensor_devset(t), buf, sizeof buf),
+                      "[1, 3]");
+  float got[4] = {-1, -1, -1, -1};
+  dev_layout cat = {DEV_LAYOUT_SHARDED, 0, 0};
+  assert_int_equal(dev_tensor_to_host(t, &cat, 0, got, sizeof got, &st), PD_OK);
+  const float want[4] = {0, 2, 4, 6};
+  assert_memory_equal(got, want, sizeof want);
+  dev_tensor_release(t);
+  expect_bytes(s, ss, (uint64_t[NDEV]){0, 28, 0, 28});
+  sched_session_put(ss);
+  sched_destroy(s);
+}
+
 /* --- dispatch per device ----------------------------------------------------- */
 
 /* The policy alone: a pick passes over sessions the dispatcher's test
@@ -733,6 +791,7 @@ int main(void) {
       cmocka_unit_test(test_bytes_per_device_whole_mesh),
       cmocka_unit_test(test_bytes_disjoint_halves),
       cmocka_unit_test(test_pack_unpack_charged_once),
+      cmocka_unit_test(test_gradient_on_its_set),
       cmocka_unit_test(test_policy_skips_full_devices),
       cmocka_unit_test(test_dispatch_disjoint_not_held_back),
       cmocka_unit_test(test_fair_overlapping_sets),
