@@ -31,6 +31,7 @@
  * machine). */
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sched_int.h"
 
@@ -39,13 +40,35 @@
  * to wake (a loaded host) for up to two ops' time. */
 #define SCHED_AHEAD_MIN_OPS 3
 
-/* The devices hold at most half of dispatch_ahead_ns (or under the minimum):
- * a waiting dispatcher is woken only then, so it submits in batches rather
- * than one op per completion, and the half left covers its wake-up. */
-static bool sched_ahead_low(sched *s) {
+/* A device of `mask` holds at most half of dispatch_ahead_ns (or under the
+ * minimum): a waiting dispatcher is woken only then, so it submits in
+ * batches rather than one op per completion, and the half left covers its
+ * wake-up. Per device (issue #17): a completion on [2, 3] wakes it for
+ * work on [2, 3] whatever [0, 1] holds. */
+static bool sched_ahead_low(sched *s, uint64_t mask) {
   uint64_t bound = SCHED_LIM(s, dispatch_ahead_ns);
-  return atomic_load(&s->inflight_ops) < SCHED_AHEAD_MIN_OPS ||
-         atomic_load(&s->inflight_ns) <= bound / 2;
+  for (; mask; mask &= mask - 1) {
+    int d = __builtin_ctzll(mask);
+    if (atomic_load(&s->dev_inflight_ops[d]) < SCHED_AHEAD_MIN_OPS ||
+        atomic_load(&s->dev_inflight_ns[d]) <= bound / 2)
+      return true;
+  }
+  return false;
+}
+
+/* Counts (sign 1) or gives back (-1) an op's estimate and itself on each
+ * device of `mask`. */
+static void sched_ahead_count(sched *s, uint64_t mask, uint64_t est, int sign) {
+  for (; mask; mask &= mask - 1) {
+    int d = __builtin_ctzll(mask);
+    if (sign > 0) {
+      atomic_fetch_add(&s->dev_inflight_ns[d], est);
+      atomic_fetch_add(&s->dev_inflight_ops[d], 1);
+    } else {
+      atomic_fetch_sub(&s->dev_inflight_ns[d], est);
+      atomic_fetch_sub(&s->dev_inflight_ops[d], 1);
+    }
+  }
 }
 
 /* --- submission and completion (issue #15) --------------------------------
@@ -65,9 +88,9 @@ static void sched_op_finish(sched_qop *q, pd_code code, bool timed) {
   sched_policy_correct(q->acct, (int64_t)dev - (int64_t)q->est_ns);
   sched_account_note_op(q->acct, dev);
   sched_account_put(q->acct);
-  atomic_fetch_sub(&s->inflight_ns, q->est_ns);
-  atomic_fetch_sub(&s->inflight_ops, 1);
-  if (atomic_load(&s->ahead_wait) && sched_ahead_low(s)) {
+  uint64_t devs = q->devs;
+  sched_ahead_count(s, devs, q->est_ns, -1);
+  if (atomic_load(&s->ahead_wait) && sched_ahead_low(s, devs)) {
     pthread_mutex_lock(&s->qmu);
     pthread_cond_signal(&s->qcv);
     pthread_mutex_unlock(&s->qmu);
@@ -100,14 +123,14 @@ static void sched_submit_batch(sched *s, sched_session *ss,
   if (k <= 0) return;
   dev_op *ops[SCHED_DISPATCH_BATCH];
   dev_tensor *outs[SCHED_DISPATCH_BATCH];
-  uint64_t now = sched_now_ns(), est = 0;
+  uint64_t now = sched_now_ns();
   for (int i = 0; i < k; i++) {
     sched_qop *q = batch[i];
     dev_op *op = q->op;
     if (s->hooks.submitted) s->hooks.submitted(s->hooks.arg, ss, op, q->est_ns);
     q->acct = sched_account_ref(ss->pol.acct);
     q->t_sub_ns = now;
-    est += q->est_ns;
+    sched_ahead_count(s, q->devs, q->est_ns, 1);
     ops[i] = op;
     outs[i] = dev_op_num_outputs(op) > 0 ? dev_op_output(op, 0) : NULL;
     if (outs[i]) {
@@ -116,8 +139,6 @@ static void sched_submit_batch(sched *s, sched_session *ss,
     }
   }
   atomic_fetch_add(&s->n_submitted, (uint64_t)k);
-  atomic_fetch_add(&s->inflight_ns, est);
-  atomic_fetch_add(&s->inflight_ops, k);
   dev_op_submit_batch(s->engine, ops, k);
   for (int i = 0; i < k; i++) {
     dev_status st = DEV_STATUS_INIT;
@@ -129,16 +150,35 @@ static void sched_submit_batch(sched *s, sched_session *ss,
   }
 }
 
-/* Estimated device ns the dispatcher may still submit before the devices
- * hold dispatch_ahead_ns (UINT64_MAX: no bound); 0 when full. At least
- * SCHED_AHEAD_MIN_OPS stay in flight whatever their cost, so a device has
- * its next op when it finishes one (qmu held or not: atomics). */
-static uint64_t sched_ahead_room(sched *s) {
+/* Every device of `mask` may take one more op: it holds (with what this
+ * turn took, `t`, may be NULL) fewer than SCHED_AHEAD_MIN_OPS, so a device
+ * has its next op when it finishes one, or under dispatch_ahead_ns of
+ * estimated device time. No bound at 0 or under round-robin (qmu held or
+ * not: atomics). */
+static bool sched_devs_room(sched *s, uint64_t mask, const sched_turn_load *t) {
   uint64_t bound = SCHED_LIM(s, dispatch_ahead_ns);
-  if (bound == 0 || s->ready.round_robin) return UINT64_MAX;
-  if (atomic_load(&s->inflight_ops) < SCHED_AHEAD_MIN_OPS) return bound;
-  uint64_t in = atomic_load(&s->inflight_ns);
-  return in >= bound ? 0 : bound - in;
+  if (bound == 0 || s->ready.round_robin) return true;
+  for (; mask; mask &= mask - 1) {
+    int d = __builtin_ctzll(mask);
+    int ops = atomic_load(&s->dev_inflight_ops[d]) + (t ? t->ops[d] : 0);
+    uint64_t ns = atomic_load(&s->dev_inflight_ns[d]) + (t ? t->ns[d] : 0);
+    if (ops >= SCHED_AHEAD_MIN_OPS && ns >= bound) return false;
+  }
+  return true;
+}
+
+/* The policy's test (sched_policy_can_fn): the session's next op has room
+ * on its devices; a session whose devices are full is passed over. */
+static bool sched_head_has_room(void *arg, sched_session *ss) {
+  return !ss->qhead || sched_devs_room(arg, ss->qhead->devs, NULL);
+}
+
+static void sched_turn_add(sched_turn_load *t, uint64_t mask, uint64_t est) {
+  for (; mask; mask &= mask - 1) {
+    int d = __builtin_ctzll(mask);
+    t->ns[d] += est;
+    t->ops[d]++;
+  }
 }
 
 /* The end of a hold (sched_hold): the pending tensor the session's head op
@@ -168,9 +208,10 @@ static void sched_hold(sched_session *ss, dev_tensor *t) {
 }
 
 /* Takes up to `budget` ops off the head of the session's queue into batch[]
- * while their estimated device ns stay within `budget_ns` (at least one op),
- * and charges the policy with their estimates (qmu held). It stops before
- * an op with a pending
+ * while their estimated device ns stay within `budget_ns` (at least one op)
+ * and their devices have dispatch-ahead room (sched_devs_room), and charges
+ * the policy with their estimates (qmu held). It stops before an op whose
+ * devices are full (the session stays ready), and before an op with a pending
  * input (a tensor still loading): the session is then held on it (*hold,
  * retained) and leaves the ready set with its later ops queued behind; other
  * sessions go on. An op whose deadline passed is not submitted: it goes to
@@ -186,6 +227,8 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
   uint64_t cost = 0, xcost = 0;
   uint64_t now = 0; /* read once, at the first op with a deadline */
   sched_qop **xtail = expired;
+  sched_turn_load *tl = &s->turn_load;
+  memset(tl, 0, sizeof *tl);
   *hold = NULL;
   *expired = NULL;
   while (ss->qhead && k < budget && (k == 0 || cost < budget_ns)) {
@@ -204,10 +247,12 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
       ss->held_on = *hold;
       break;
     }
+    if (!sched_devs_room(s, q->devs, tl)) break; /* its devices are full */
     ss->qhead = q->next;
     q->next = NULL;
     batch[k++] = q;
     cost += q->est_ns;
+    sched_turn_add(tl, q->devs, q->est_ns);
   }
   ss->qlen -= k + x;
   ss->q_est_ns -= cost + xcost;
@@ -226,10 +271,11 @@ static int sched_take_batch_locked(sched *s, sched_session *ss, int budget,
  * exit, dropped while submitting). */
 static void sched_dispatch_turn_locked(sched *s, sched_qop **batch) {
   int budget = 0;
-  uint64_t budget_ns = 0, room = sched_ahead_room(s);
-  sched_session *ss = sched_policy_pick(&s->ready, &budget, &budget_ns);
+  uint64_t budget_ns = 0;
+  sched_session *ss =
+      sched_policy_pick(&s->ready, &budget, &budget_ns, sched_head_has_room, s);
+  if (!ss) return; /* raced: every ready session's devices are full */
   if (budget > SCHED_DISPATCH_BATCH) budget = SCHED_DISPATCH_BATCH;
-  if (room < budget_ns) budget_ns = room;
   bool drop_ref = false;
   dev_tensor *hold = NULL;
   sched_qop *expired = NULL;
@@ -275,7 +321,9 @@ void *sched_dispatch_main(void *arg) {
     for (;;) { /* ahead_wait set before the room is read: no lost wake-up */
       bool idle = sched_policy_empty(&s->ready) || s->paused;
       atomic_store(&s->ahead_wait, !idle);
-      if (s->fences || s->qstop || (!idle && sched_ahead_room(s) > 0)) break;
+      if (s->fences || s->qstop ||
+          (!idle && sched_policy_can_pick(&s->ready, sched_head_has_room, s)))
+        break;
       pthread_cond_wait(&s->qcv, &s->qmu);
       slept = true;
     }

@@ -153,9 +153,9 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
   PD_TRY(exec_check_arity(op, inner));
   PD_TRY(exec_resolve_inputs(x, op, inputs, inner));
   PD_TRY(exec_check_outputs(x, op, inner));
-  PD_TRY(sched_prepare_named_locked(x->ss, op->op_name, inputs, op->num_inputs,
-                                    op->attrs, op->num_attrs, &x->prepared[i],
-                                    inner));
+  PD_TRY(sched_prepare_named_locked(x->ss, op->op_name, op->devices, inputs,
+                                    op->num_inputs, op->attrs, op->num_attrs,
+                                    &x->prepared[i], inner));
   dev_op *p = x->prepared[i];
   int nout = dev_op_num_outputs(p);
   if (nout != op->num_outputs) {
@@ -176,9 +176,12 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
                      "(sched_op_result.more_dtype / more_shape not set)",
                      nout, SCHED_RESULT_INLINE);
   res->num_outputs = nout;
-  /* Only output 0 can share input 0's buffer (DEV_OP_ALIASES_INPUT). A
-   * function call's new bytes exceed its outputs' (the intermediates it
-   * holds while it runs): nothing is shared then. */
+  /* Outputs that share an input's buffer are charged nothing for it: the
+   * shared bytes (outputs' less new, dev_op_new_bytes) go off the outputs
+   * in order (output 0 of Identity or Reshape; every output of
+   * ParallelUnpack, the output of ParallelPack, issue #17). A function
+   * call's new bytes exceed its outputs' (the intermediates it holds while
+   * it runs): nothing is shared then. */
   uint64_t nb = dev_op_new_bytes(p), ob = dev_op_output_bytes(p);
   uint64_t shared = ob > nb ? ob - nb : 0;
   for (int j = 0; j < nout; j++) {
@@ -191,7 +194,8 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
       res->more_shape[j - SCHED_RESULT_INLINE] = *dev_tensor_shape(t);
     }
     uint64_t b = dev_tensor_bytes(t);
-    uint64_t cut = j == 0 ? (shared < b ? shared : b) : 0;
+    uint64_t cut = shared < b ? shared : b;
+    shared -= cut;
     x->pend[x->npend++] = (sched_pending){op->output_ids[j], t, b - cut};
   }
   x->new_bytes += nb;
@@ -254,6 +258,7 @@ static pd_code exec_reserve_locked(sched_exec *x, uint64_t tag,
     q->owner = s;
     q->op_index = sched_op_index(s, x->ops[i].op_name);
     q->est_ns = sched_estimate_ns(s, x->prepared[i], q->op_index, &q->model_ns);
+    q->devs = sched_devmask(dev_op_devset(x->prepared[i]));
     est += q->est_ns;
     q->next = x->chain;
     x->chain = q;
@@ -323,7 +328,7 @@ static void exec_publish_locked(sched_exec *x) {
       dev_tensor *t = x->pend[k].t;
       dev_tensor_retain(t);
       sched_htab_insert(&ss->handles, x->pend[k].id, t, x->pend[k].bytes);
-      sched_charge_locked(ss, x->pend[k].bytes, 0);
+      sched_charge_tensor_locked(ss, t, x->pend[k].bytes, true);
     }
     q->op = x->prepared[i];
     q->seq = ++ss->enqueued;

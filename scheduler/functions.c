@@ -5,6 +5,8 @@
  * only its preparation differs (dev_fn_prepare_call instead of
  * dev_op_prepare); quotas, estimates, deadlines and tapes treat it as any
  * op. Everything here runs under the session's mu. */
+#include <string.h>
+
 #include "sched_int.h"
 
 /* The session's library, made on first use. Under ss->mu. */
@@ -67,20 +69,66 @@ pd_code sched_describe_function(sched_session *ss, const char *name,
   return c;
 }
 
+/* CopyToDevices' target (attr `devices`) within the allowed set, checked
+ * here so the refusal is PERMISSION_DENIED whatever the engine says of the
+ * rest (a malformed list is the engine's INVALID_ARGUMENT). */
+static pd_code sched_check_copy_target(sched_session *ss, const char *name,
+                                       const dev_attr *attrs, int num_attrs,
+                                       dev_status *st) {
+  if (!name || strcmp(name, "CopyToDevices") != 0) return PD_OK;
+  for (int a = 0; a < num_attrs; a++) {
+    const dev_attr *at = &attrs[a];
+    if (!at->name || strcmp(at->name, "devices") != 0 ||
+        at->value.type != DEV_ATTR_INT_LIST)
+      continue;
+    dev_devset set = {0};
+    for (int i = 0; i < at->value.u.ilist.n && set.n < PD_MAX_DEVICES; i++) {
+      int64_t d = at->value.u.ilist.v[i];
+      if (d >= 0 && d < PD_MAX_DEVICES) set.dev[set.n++] = (uint8_t)d;
+    }
+    dev_status inner = DEV_STATUS_INIT;
+    if (sched_placement_check(ss, &set, &inner) != PD_OK)
+      return dev_error(st, inner.code, "CopyToDevices target: %s", inner.msg);
+  }
+  return PD_OK;
+}
+
 pd_code sched_prepare_named_locked(sched_session *ss, const char *name,
+                                   const dev_devset *devices,
                                    dev_tensor *const *inputs, int num_inputs,
                                    const dev_attr *attrs, int num_attrs,
                                    dev_op **out, dev_status *st) {
+  /* Placement (issue #17): a set named is checked and within the allowed
+   * set; an op without inputs and without a set runs on the session's
+   * default; with inputs, on theirs (the engine checks they agree). */
+  dev_devset set;
+  const dev_devset *on = NULL;
+  if (devices || num_inputs == 0) {
+    PD_TRY(sched_place(ss, devices, &set, st));
+    on = &set;
+  }
+  PD_TRY(sched_check_copy_target(ss, name, attrs, num_attrs, st));
+  pd_code c;
   if (ss->fns && name && dev_fn_lib_has(ss->fns, name)) {
     if (num_attrs > 0)
       return dev_error(st, PD_INVALID_ARGUMENT,
                        "'%.128s' is a function of this session: a call "
                        "takes no attributes (%d given)",
                        name, num_attrs);
-    return dev_fn_prepare_call(ss->fns, name, inputs, num_inputs, out, st);
+    c = dev_fn_prepare_call_on(ss->fns, on, name, inputs, num_inputs, out, st);
+  } else {
+    c = dev_op_prepare_on(ss->owner->engine, on, name, inputs, num_inputs,
+                          attrs, num_attrs, out, st);
   }
-  return dev_op_prepare(ss->owner->engine, name, inputs, num_inputs, attrs,
-                        num_attrs, out, st);
+  if (c != PD_OK) return c;
+  /* Whatever the op touches (its inputs' and outputs' sets) is allowed:
+   * inputs are the session's own, so this is a guard, not a rule. */
+  c = sched_placement_check(ss, dev_op_devset(*out), st);
+  if (c != PD_OK) {
+    dev_op_abandon(*out, PD_PERMISSION_DENIED, "placed outside the session");
+    *out = NULL;
+  }
+  return c;
 }
 
 dev_fn_lib *sched_take_functions_locked(sched_session *ss) {

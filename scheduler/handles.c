@@ -60,7 +60,7 @@ pd_code sched_handle_delete(sched_session *ss, const uint64_t *ids, int n,
   for (int i = 0; c == PD_OK && i < n; i++) {
     sched_slot *sl = sched_htab_find(&ss->handles, ids[i]);
     dev_tensor *t = sl->t;
-    sched_charge_locked(ss, 0, sl->bytes);
+    sched_charge_tensor_locked(ss, t, sl->bytes, false);
     sched_htab_remove(&ss->handles, sl);
     dev_tensor_release(t);
   }
@@ -102,6 +102,33 @@ void sched_charge_locked(sched_session *ss, uint64_t add, uint64_t sub) {
   sched_tenant_charge(ss->tn, add, sub);
 }
 
+/* The part of a handle's `charged` bytes that lies on engine device `d`:
+ * its component's bytes there, scaled by charged / dev_tensor_bytes (a
+ * handle charged less than its size shares a buffer: output 0 of Identity,
+ * Reshape). The same figure at charge and release, so a device's count
+ * returns to 0. */
+static uint64_t sched_share_on(const dev_tensor *t, uint64_t charged, int d) {
+  uint64_t full = dev_tensor_bytes(t), on = dev_tensor_device_bytes(t, d);
+  if (charged >= full) return on;
+  if (charged == 0 || full == 0) return 0;
+  return (uint64_t)((double)on * ((double)charged / (double)full));
+}
+
+void sched_charge_tensor_locked(sched_session *ss, const dev_tensor *t,
+                                uint64_t bytes, bool add) {
+  sched_charge_locked(ss, add ? bytes : 0, add ? 0 : bytes);
+  const dev_devset *set = dev_tensor_devset(t);
+  for (int i = 0; i < set->n; i++) {
+    uint64_t b = sched_share_on(t, bytes, set->dev[i]);
+    if (add)
+      atomic_fetch_add_explicit(&ss->dev_bytes[set->dev[i]], b,
+                                memory_order_relaxed);
+    else
+      atomic_fetch_sub_explicit(&ss->dev_bytes[set->dev[i]], b,
+                                memory_order_relaxed);
+  }
+}
+
 uint64_t sched_release_all_locked(sched_session *ss) {
   uint64_t n = 0;
   for (size_t i = 0; i < ss->handles.cap; i++) {
@@ -114,6 +141,7 @@ uint64_t sched_release_all_locked(sched_session *ss) {
   free(ss->handles.slots);
   memset(&ss->handles, 0, sizeof(ss->handles));
   sched_charge_locked(ss, 0, ss->bytes);
+  for (int d = 0; d < PD_MAX_DEVICES; d++) atomic_store(&ss->dev_bytes[d], 0);
   /* Tapes hold references to what they recorded: release them too. */
   for (int i = 0; i < ss->num_tapes; i++) dev_tape_destroy(ss->tapes[i].tape);
   free(ss->tapes);

@@ -10,21 +10,14 @@
  * publishes the handles and queues the reads as pieces on the load workers.
  *
  * A piece reads one byte range of one entry in chunks (sched.load_chunk)
- * through stg_entry_read and writes it with dev_tensor_write:
- *  - MIRRORED: the entry once, in up to n chunk-aligned byte ranges (one
- *    piece each, so the workers share it), each written to every component;
- *  - SHARDED along axis a: when the entry is random-access and every axis
- *    before a has size 1 (axis 0, in particular), component k's bytes are
- *    one contiguous range and each component is its own piece reading only
- *    that range; otherwise (a later axis: strided rows) the entry is read
- *    in byte ranges as for MIRRORED and dev_tensor_write scatters them;
- *  - PER_COMPONENT: one piece per component, from component_sources[k] or
- *    from the entry "<name>:<k>".
- * An entry that is not random-access (deflated, big-endian, Fortran order)
- * is read whole into host memory first. The last piece of a tensor
- * completes it (a read error fails that tensor alone, CANCELLED when its
- * session ended); the last tensor ends the load, whose progress record stays
- * on the session's list (workers.c). */
+ * through stg_entry_read and writes it with dev_tensor_write; which pieces
+ * each layout takes (mirrored, sharded along axis 0 or a later one,
+ * per-component) and why: README.md, "Checkpoints". An entry that is not
+ * random-access is read whole into host memory first. The last piece of a
+ * tensor completes it (a read error fails that tensor alone, CANCELLED
+ * when its session ended); the last tensor ends the load, whose progress
+ * record stays on the session's list (workers.c). Each tensor lives on its
+ * own device set (issue #17): its components are that set's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +33,8 @@ typedef struct load_tensor {
   dev_layout layout;
   pd_dtype dtype;
   dev_shape host; /* MIRRORED, SHARDED */
-  /* [num_devices]: PER_COMPONENT uses one per component, others [0] */
+  dev_devset set; /* where it goes (issue #17): its components' devices */
+  /* [set.n]: PER_COMPONENT uses one per component, others [0] */
   const stg_entry **entry;
   stg_file **file;
   dev_tensor *t;
@@ -70,6 +64,7 @@ struct load {
   int n_files, cap_files;
   load_tensor *tensors;
   int n_tensors;
+  const dev_devset *dflt; /* the request's default_devices (borrowed) */
   load_piece *pieces;
   int n_pieces;
   int n_total; /* tensors, kept for progress after the job's state goes */
@@ -169,12 +164,12 @@ static pd_code load_find(const stg_index *ix, stg_file *f, const char *name,
 static pd_code load_plan_components(load *ld, load_tensor *lt,
                                     const sched_load_tensor *rt,
                                     dev_status *st) {
-  int n = dev_engine_num_devices(ld->ss->owner->engine);
+  int n = lt->set.n; /* one component per device of its set */
   if (rt && rt->n_component_sources != 0 && rt->n_component_sources != n)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "tensor '%s': %d component sources for %d devices; "
-                     "expected one file per device (or none: entries "
-                     "'%s:<k>')",
+                     "expected one file per device of its set (or none: "
+                     "entries '%s:<k>')",
                      lt->name, rt->n_component_sources, n, lt->name);
   for (int k = 0; k < n; k++) {
     if (rt && rt->n_component_sources) {
@@ -206,7 +201,7 @@ static pd_code load_plan_components(load *ld, load_tensor *lt,
 }
 
 /* Fills lt from the request's tensor (or, rt NULL, from a whole-file load
- * of `name` by `layout`). */
+ * of `name` by `layout`), placed on rt's devices, else on ld->dflt. */
 static pd_code load_plan_tensor(load *ld, load_tensor *lt, const char *name,
                                 uint64_t id, const dev_layout *layout,
                                 const sched_load_tensor *rt, dev_status *st) {
@@ -219,7 +214,11 @@ static pd_code load_plan_tensor(load *ld, load_tensor *lt, const char *name,
   lt->ld = ld;
   lt->id = id;
   lt->layout = *layout;
-  int ndev = dev_engine_num_devices(ld->ss->owner->engine);
+  dev_status in = DEV_STATUS_INIT; /* placement (issue #17) */
+  if (sched_place(ld->ss, rt && rt->devices ? rt->devices : ld->dflt, &lt->set,
+                  &in) != PD_OK)
+    return dev_error(st, in.code, "tensor '%s': %s", name, in.msg);
+  int ndev = lt->set.n;
   lt->name = strdup(name);
   lt->entry = calloc((size_t)ndev, sizeof(*lt->entry));
   lt->file = calloc((size_t)ndev, sizeof(*lt->file));
@@ -541,6 +540,7 @@ static pd_code load_plan_all(load *ld, const sched_load_request *req,
 
 static pd_code load_plan(load *ld, const sched_load_request *req,
                          dev_status *st) {
+  ld->dflt = req->default_devices;
   if (req->n == 0) return load_plan_all(ld, req, st);
   ld->tensors = calloc((size_t)req->n, sizeof(*ld->tensors));
   if (!ld->tensors)
@@ -593,13 +593,15 @@ static pd_code load_create(load *ld, dev_status *st) {
   for (int i = 0; c == PD_OK && i < ld->n_tensors; i++) {
     load_tensor *lt = &ld->tensors[i];
     bool per = lt->layout.kind == DEV_LAYOUT_PER_COMPONENT;
-    for (int k = 0; per && k < n; k++) shapes[k] = lt->entry[k]->shape;
+    int nc = lt->set.n;
+    for (int k = 0; per && k < nc; k++) shapes[k] = lt->entry[k]->shape;
     dev_status inner = DEV_STATUS_INIT;
-    if (dev_tensor_create_pending(e, lt->dtype, &lt->layout, &lt->host,
-                                  per ? shapes : NULL, &lt->t, &inner) != PD_OK)
+    if (dev_tensor_create_pending_on(e, &lt->set, lt->dtype, &lt->layout,
+                                     &lt->host, per ? shapes : NULL, &lt->t,
+                                     &inner) != PD_OK)
       c = dev_error(st, inner.code, "tensor '%s': %s", lt->name, inner.msg);
     else
-      load_plan_pieces(ld, lt, n);
+      load_plan_pieces(ld, lt, nc);
   }
   free(shapes);
   return c;
@@ -646,7 +648,7 @@ static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
       uint64_t b = dev_tensor_bytes(lt->t);
       dev_tensor_retain(lt->t);
       sched_htab_insert(&ss->handles, lt->id, lt->t, b);
-      sched_charge_locked(ss, b, 0);
+      sched_charge_tensor_locked(ss, lt->t, b, true);
     }
     ld->published = true;
   }
@@ -718,17 +720,15 @@ pd_code sched_load_new(sched_session *ss, const sched_load_request *req,
  * nothing. */
 static pd_code load_prepare(load *ld, const sched_load_request *req,
                             sched_load_result **out, dev_status *st) {
-  sched *s = ld->ss->owner;
   stg_index *ix = NULL;
   if (req->source && req->source[0])
     PD_TRY(load_open(ld, req->source, req->format, &ix, st));
   PD_TRY(load_plan(ld, req, st));
   ld->n_total = ld->n_tensors;
-  int ndev = dev_engine_num_devices(s->engine);
   uint64_t dev_bytes = 0;
   for (int i = 0; i < ld->n_tensors; i++) {
     uint64_t rd = 0, dv = 0;
-    load_tensor_sizes(&ld->tensors[i], ndev, &rd, &dv);
+    load_tensor_sizes(&ld->tensors[i], ld->tensors[i].set.n, &rd, &dv);
     ld->bytes_total += rd;
     dev_bytes += dv;
   }

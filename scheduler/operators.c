@@ -20,6 +20,10 @@ static void sched_fill_view(sched_session *ss, int64_t now,
   int64_t last = atomic_load(&ss->expires_ms) - (int64_t)ss->lease_s * 1000;
   e->idle_s = now > last ? (double)(now - last) / 1000.0 : 0.0;
   sched_session_counts(ss, &e->handles, &e->bytes); /* never waits */
+  e->devices = ss->devices; /* fixed; the bytes are atomics: no lock */
+  for (int d = 0; d < PD_MAX_DEVICES; d++)
+    e->device_bytes[d] =
+        atomic_load_explicit(&ss->dev_bytes[d], memory_order_relaxed);
   pthread_mutex_lock(&s->qmu);
   e->queued_ops = (uint64_t)ss->qlen;
   pthread_mutex_unlock(&s->qmu);

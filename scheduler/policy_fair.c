@@ -90,13 +90,16 @@ static void band_unlink(sched_policy_band *b, sched_session *ss) {
   ss->pol.next = ss->pol.prev = NULL;
 }
 
-/* The band's ready session of smallest vtime (the first of equals), with
- * corrections folded in; *next_v: the smallest vtime of the others
- * (INFINITY when alone). */
-static sched_session *band_min(sched_policy_band *b, double *next_v) {
+/* The band's ready session of smallest vtime (the first of equals) among
+ * those `can` accepts (all, when `can` is NULL), with corrections folded
+ * in; *next_v: the smallest vtime of the other accepted ones (INFINITY when
+ * alone). */
+static sched_session *band_min(sched_policy_band *b, double *next_v,
+                               sched_policy_can_fn can, void *arg) {
   sched_session *best = NULL;
   double second = INFINITY;
   for (sched_session *ss = b->head; ss; ss = ss->pol.next) {
+    if (can && !can(arg, ss)) continue;
     fair_fold(ss);
     if (!best || ss->pol.vtime < best->pol.vtime) {
       if (best) second = best->pol.vtime;
@@ -109,12 +112,19 @@ static sched_session *band_min(sched_policy_band *b, double *next_v) {
   return best;
 }
 
+/* Accepts the sessions whose allowed set overlaps `arg`'s (a newly ready
+ * session is lifted to the virtual time of those it may contend with). */
+static bool overlaps_session(void *arg, sched_session *ss) {
+  const sched_session *me = arg;
+  return dev_devset_overlaps(&me->devices, &ss->devices);
+}
+
 void sched_policy_ready(sched_policy_queue *q, sched_session *ss) {
   sched_policy_band *b = band_of(q, ss);
   if (!q->round_robin) {
     fair_fold(ss);
     double now_v = b->vtime, ignored;
-    sched_session *m = band_min(b, &ignored);
+    sched_session *m = band_min(b, &ignored, overlaps_session, ss);
     if (m) now_v = m->pol.vtime; /* the current virtual time of the band */
     if (ss->pol.vtime < now_v) ss->pol.vtime = now_v; /* no banked credit */
   }
@@ -123,12 +133,15 @@ void sched_policy_ready(sched_policy_queue *q, sched_session *ss) {
 }
 
 sched_session *sched_policy_pick(sched_policy_queue *q, int *ops,
-                                 uint64_t *budget_ns) {
+                                 uint64_t *budget_ns, sched_policy_can_fn can,
+                                 void *arg) {
   *ops = SCHED_DISPATCH_BATCH;
   *budget_ns = UINT64_MAX;
   if (q->ready == 0) return NULL;
   if (q->round_robin) {
     sched_session *ss = q->bands[0].head;
+    while (ss && can && !can(arg, ss)) ss = ss->pol.next;
+    if (!ss) return NULL;
     band_unlink(&q->bands[0], ss);
     q->ready--;
     return ss;
@@ -137,7 +150,8 @@ sched_session *sched_policy_pick(sched_policy_queue *q, int *ops,
     sched_policy_band *b = &q->bands[i];
     if (!b->head) continue;
     double next_v = INFINITY;
-    sched_session *ss = band_min(b, &next_v);
+    sched_session *ss = band_min(b, &next_v, can, arg);
+    if (!ss) continue; /* every session of the band waits for its devices */
     band_unlink(b, ss);
     q->ready--;
     if (ss->pol.vtime > b->vtime) b->vtime = ss->pol.vtime;
@@ -164,3 +178,13 @@ void sched_policy_charge(sched_policy_queue *q, sched_session *ss,
 }
 
 bool sched_policy_empty(const sched_policy_queue *q) { return q->ready == 0; }
+
+bool sched_policy_can_pick(const sched_policy_queue *q, sched_policy_can_fn can,
+                           void *arg) {
+  if (q->ready == 0) return false;
+  if (!can) return true;
+  for (int i = 0; i < SCHED_NUM_BANDS; i++)
+    for (sched_session *ss = q->bands[i].head; ss; ss = ss->pol.next)
+      if (can(arg, ss)) return true;
+  return false;
+}

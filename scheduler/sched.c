@@ -172,7 +172,8 @@ static void sched_drain_ready(sched *s) {
     int budget = 0;
     uint64_t budget_ns = 0;
     pthread_mutex_lock(&s->qmu);
-    sched_session *ss = sched_policy_pick(&s->ready, &budget, &budget_ns);
+    sched_session *ss =
+        sched_policy_pick(&s->ready, &budget, &budget_ns, NULL, NULL);
     if (ss) ss->in_ready = false;
     pthread_mutex_unlock(&s->qmu);
     if (!ss) return;

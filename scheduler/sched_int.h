@@ -33,7 +33,8 @@
  *
  * Files, lowest first (each calls only files listed before it; the call
  * graph is acyclic):
- *   htab.c, policy_fair.c, stats.c, observers.c, workers.c, tenants.c   no
+ *   htab.c, policy_fair.c, stats.c, observers.c, workers.c, tenants.c,
+ *   placement.c   no
  *                 scheduler calls (workers.c runs work through function
  *                 pointers)
  *   handles.c     handle table use, room checks, release of a session's state
@@ -98,7 +99,10 @@ typedef struct sched_qop {
    * that came from (SCHED_DL_*, for the message). */
   uint64_t deadline_ns;
   int dl_src;
-  uint64_t est_ns;   /* estimated device ns (sched_estimate_ns) */
+  uint64_t est_ns; /* estimated device ns (sched_estimate_ns) */
+  /* Its devices (bit d: engine device d; dev_op_devset), set when it is
+   * queued: what its estimate is charged to on submission (issue #17). */
+  uint64_t devs;
   uint64_t model_ns; /* dev_op_estimate's part of it (calibration) */
   /* Device ns the executors measured, summed over the devices (they add to
    * it through dev_op_set_time_sink before they publish the op). */
@@ -107,6 +111,15 @@ typedef struct sched_qop {
 } sched_qop;
 
 enum { SCHED_DL_CALL = 1, SCHED_DL_OP = 2, SCHED_DL_SESSION = 3 };
+
+_Static_assert(PD_MAX_DEVICES <= 64, "sched_qop.devs is a 64-bit mask");
+
+/* A device set as a mask (bit d: engine device d). */
+static inline uint64_t sched_devmask(const dev_devset *set) {
+  uint64_t m = 0;
+  for (int i = 0; i < set->n; i++) m |= (uint64_t)1 << set->dev[i];
+  return m;
+}
 
 /* A sched_tensor_notify registration waiting for its session's queue. */
 typedef struct sched_dwait {
@@ -225,6 +238,35 @@ void sched_tenant_charge(sched_tenant *tn, uint64_t add, uint64_t sub);
 /* Frees every account (sched_destroy). */
 void sched_tenants_free(struct sched *s);
 
+/* --- Placement (placement.c, issue #17) ---------------------------------- */
+
+/* PD_OK when every device of `set` is in `allowed`; else PERMISSION_DENIED
+ * "devices [2, 3] are outside <allowed_what> [0, 1]" naming those outside.
+ * Any thread. */
+pd_code sched_devset_within(const dev_devset *set, const dev_devset *allowed,
+                            const char *allowed_what, dev_status *st);
+/* Copies a caller's set into *out, checked against the engine's mesh
+ * (INVALID_ARGUMENT, dev_devset_make's text: empty, an index outside the
+ * mesh, one given twice). */
+pd_code sched_devset_check(const struct sched *s, const dev_devset *set,
+                           dev_devset *out, dev_status *st);
+/* The allowed set of a session asking `p`: p->devices (checked, within
+ * p->bound: PERMISSION_DENIED "... outside the job's allocation [..]"),
+ * else all of p->bound, else the whole mesh. */
+pd_code sched_session_allowed(const struct sched *s,
+                              const sched_session_params *p, dev_devset *out,
+                              dev_status *st);
+/* A tensor or op placed on `set` is within the session's allowed set
+ * (PERMISSION_DENIED "devices [..] are outside the session's allowed
+ * devices [..]"). Any thread (the set is fixed at creation). */
+pd_code sched_placement_check(const struct sched_session *ss,
+                              const dev_devset *set, dev_status *st);
+/* Where a tensor asked on `want` goes: the session's default set for NULL,
+ * else `want` checked (sched_devset_check) and within the allowed set
+ * (sched_placement_check). */
+pd_code sched_place(const struct sched_session *ss, const dev_devset *want,
+                    dev_devset *out, dev_status *st);
+
 /* --- Sessions and the scheduler ---------------------------------------- */
 
 /* A gradient tape of a session, under its client-chosen id. */
@@ -252,6 +294,9 @@ struct sched_session {
   uint32_t lease_s;
   uint32_t op_timeout_ms; /* default deadline of its ops; 0: none */
   uint64_t quota;
+  /* The allowed device set (issue #17): where it may place tensors, and
+   * its default placement; fixed at creation. */
+  dev_devset devices;
   int64_t created_ms;         /* monotonic */
   _Atomic int64_t expires_ms; /* monotonic */
   /* The handles and bytes last read under mu (sched_session_counts): what
@@ -263,6 +308,9 @@ struct sched_session {
   bool closed;        /* ended: handles released, nothing attaches */
   sched_htab handles;
   uint64_t bytes;
+  /* The same bytes per engine device (written under mu, read by listings
+   * without it: atomics), so sessions on disjoint devices share none. */
+  _Atomic uint64_t dev_bytes[PD_MAX_DEVICES];
   sched_tape_ent *tapes; /* the session's gradient tapes */
   int num_tapes, cap_tapes;
   /* Its graph functions (functions.c): made at the first registration,
@@ -295,6 +343,13 @@ struct sched_session {
   int xn;
   sched_session *xnext;
 };
+
+/* What the dispatcher's current turn took on each device (not yet counted
+ * in dev_inflight_*: the dispatcher alone submits). */
+typedef struct sched_turn_load {
+  uint64_t ns[PD_MAX_DEVICES];
+  int ops[PD_MAX_DEVICES];
+} sched_turn_load;
 
 /* The limits sched_reconfigure may change while sessions run. */
 typedef struct sched_limits {
@@ -329,12 +384,18 @@ struct sched {
   bool paused;
   pthread_t dispatch_thread;
   atomic_uint_fast64_t next_tag;
-  /* Submitted and not completed: estimated device ns and ops (the
-   * dispatch-ahead bound); ahead_wait: the dispatcher sleeps on qcv until
-   * a completion brings them under the bound. */
-  _Atomic uint64_t inflight_ns;
-  atomic_int inflight_ops;
+  /* Submitted and not completed, per engine device (issue #17): the
+   * estimated device ns and the ops each device holds (an op counts on
+   * every device of its set): the dispatch-ahead bound is per device, so
+   * sessions on disjoint devices never share it. Written by the
+   * dispatcher (submission) and completions (atomics). ahead_wait: the
+   * dispatcher sleeps on qcv until a completion brings a device under
+   * half the bound. */
+  _Atomic uint64_t dev_inflight_ns[PD_MAX_DEVICES];
+  atomic_int dev_inflight_ops[PD_MAX_DEVICES];
   atomic_bool ahead_wait;
+  /* The dispatcher's scratch (dispatch.c, its thread only). */
+  sched_turn_load turn_load;
   sched_test_hooks hooks;
 
   /* Counters. */
@@ -494,9 +555,14 @@ void sched_set_load_hook(sched *s, sched_load_hook_fn fn, void *arg,
 pd_code sched_closed_error(dev_status *st);
 
 /* functions.c: prepares op `name` of the session -- a call of one of its
- * functions (dev_fn_prepare_call) or else a registered op (dev_op_prepare).
- * Under ss->mu. */
+ * functions (dev_fn_prepare_call_on) or else a registered op
+ * (dev_op_prepare_on) -- placed on `devices` (NULL: an op without inputs
+ * on the session's default set, one with inputs on theirs). A set, a
+ * CopyToDevices target or the prepared op's set (dev_op_devset) outside
+ * the allowed set is PERMISSION_DENIED naming the devices, the first two
+ * before the engine sees the op. Under ss->mu. */
 pd_code sched_prepare_named_locked(sched_session *ss, const char *name,
+                                   const dev_devset *devices,
                                    dev_tensor *const *inputs, int num_inputs,
                                    const dev_attr *attrs, int num_attrs,
                                    dev_op **out, dev_status *st);
@@ -519,6 +585,12 @@ uint64_t sched_release_all_locked(sched_session *ss);
 /* Counts `add` bytes more and `sub` fewer held by the session's handles, in
  * the session and its tenant's account (ss->mu). */
 void sched_charge_locked(sched_session *ss, uint64_t add, uint64_t sub);
+/* Counts (add) or uncounts a handle of tensor `t` charged `bytes`: in the
+ * session's total and its tenant's (sched_charge_locked), and on each
+ * device of the tensor's set (session.dev_bytes: its component's bytes
+ * there, in proportion when `bytes` is less than the tensor's). ss->mu. */
+void sched_charge_tensor_locked(sched_session *ss, const dev_tensor *t,
+                                uint64_t bytes, bool add);
 
 /* --- waits.c --------------------------------------------------------------- */
 

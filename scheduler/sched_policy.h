@@ -41,6 +41,33 @@
  * which the priority bands already give here; stride scheduling is the same
  * arithmetic without the lift rule for joining sessions.
  *
+ * Placement (issue #17): per device, not per engine. The dispatch-ahead
+ * bound is kept for each engine device (an op's estimate counts on every
+ * device of its set; it may go when every one of them is under the bound
+ * or holds fewer than SCHED_AHEAD_MIN_OPS), and a pick passes over a
+ * session whose next op's devices are full rather than waiting for them:
+ * a session on [0, 1] with a deep backlog never delays one on [2, 3]. A
+ * band whose every ready session waits for its devices lets a lower band
+ * run on other devices: strict priority holds among sessions that share a
+ * device, since a lower band's op on a full device waits as well.
+ *
+ * What is fair across overlapping sets: one virtual time per band, as
+ * above, charged the op's estimate once (its device time, the slowest
+ * component, not multiplied by the set's size). Among backlogged sessions
+ * whose sets overlap, each contended turn goes to the smallest vtime, so
+ * the bound above holds between any two of them whose next ops contend for
+ * a shared device: they split the shared devices' time by weight, and a
+ * session on more devices pays no more for them (what it uses beyond the
+ * shared ones is contended by no one). Sessions on disjoint sets are never
+ * compared for dispatch (each goes whenever its own devices have room);
+ * their vtimes drift apart freely. A session skipped because its devices
+ * were full is not charged, so it is served first when they free up (the
+ * wait was the devices', not the policy's). A newly ready session is
+ * lifted to the smallest vtime of the ready sessions of its band whose
+ * allowed sets overlap its own (else the band's last time), so it banks no
+ * credit against those it will contend with, and is not held back by the
+ * vtime of sessions elsewhere on the mesh.
+ *
  * Round-robin (the old policy, kept as a baseline: sched_config.policy =
  * SCHED_POLICY_ROUND_ROBIN): every ready session in one FIFO regardless of
  * band and weight, SCHED_DISPATCH_BATCH ops per turn, no cost budget.
@@ -110,12 +137,22 @@ void sched_account_put(sched_account *a);
  * virtual time to its band's (see above). */
 void sched_policy_ready(sched_policy_queue *q, sched_session *ss);
 
-/* Removes the session to serve next from the set; *ops gets the most ops it
- * may take this turn (SCHED_DISPATCH_BATCH) and *budget_ns the estimated
- * device ns it may take (at least one op whatever its cost; UINT64_MAX: no
- * bound). NULL when the set is empty. */
+/* Whether a ready session may be served now: the dispatcher's test that
+ * the devices of its next op have dispatch-ahead room (dispatch.c). */
+typedef bool (*sched_policy_can_fn)(void *arg, sched_session *ss);
+
+/* Removes the session to serve next from the set, among those `can`
+ * accepts (NULL: all): the highest band with an accepted session, the
+ * smallest vtime in it (round-robin: the first accepted in FIFO order).
+ * *ops gets the most ops it may take this turn (SCHED_DISPATCH_BATCH) and
+ * *budget_ns the estimated device ns it may take (at least one op whatever
+ * its cost; UINT64_MAX: no bound). NULL when none is accepted. */
 sched_session *sched_policy_pick(sched_policy_queue *q, int *ops,
-                                 uint64_t *budget_ns);
+                                 uint64_t *budget_ns, sched_policy_can_fn can,
+                                 void *arg);
+/* True when a ready session is accepted by `can` (NULL: any ready). */
+bool sched_policy_can_pick(const sched_policy_queue *q, sched_policy_can_fn can,
+                           void *arg);
 
 /* Charges `cost_ns` estimated device ns for the ops taken from `ss` (picked
  * before); `more`: ops remain queued, so the session goes back into the set

@@ -209,7 +209,11 @@ typedef struct sched_session_info {
  * a tenant with a memory quota also fails ops, uploads and loads with
  * RESOURCE_EXHAUSTED when the tenant's sessions together would hold more
  * (naming the tenant, the bytes held and the quota), and its checkpoint
- * loads and saves use the tenant's storage roots. */
+ * loads and saves use the tenant's storage roots. Placement (issue #17):
+ * INVALID_ARGUMENT for a p->devices or p->bound that is not a set of this
+ * mesh (empty, an index outside it, one given twice); PERMISSION_DENIED
+ * "devices [2, 3] are outside the job's allocation [0, 1]" for a
+ * p->devices not within p->bound. */
 pd_code sched_session_create(sched *s, const sched_session_params *p,
                              sched_session_info *out, dev_status *st);
 /* The same, with the session's origin (NULL: no identity, job id proven,
@@ -681,7 +685,9 @@ typedef struct sched_session_view {
   char identity[SCHED_IDENTITY_MAX + 1];
   bool job_claimed; /* as sched_session_origin.job_claimed */
   /* Placement (issue #17): the allowed set, and the bytes the session
-   * holds on each engine device (index = engine device). */
+   * holds on each engine device (index = engine device; a handle's
+   * components there; one that shares its input's buffer, in proportion
+   * to what it is charged). Read without the session's lock. */
   dev_devset devices;
   uint64_t device_bytes[PD_MAX_DEVICES];
 } sched_session_view;

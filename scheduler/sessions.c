@@ -121,8 +121,11 @@ pd_code sched_session_create_from(sched *s, const sched_session_params *p,
   uint32_t lease = 0;
   uint64_t quota = 0;
   PD_TRY(sched_session_terms(s, p, &lease, &quota, st));
+  dev_devset allowed;
+  PD_TRY(sched_session_allowed(s, p, &allowed, st));
   sched_session *ss = calloc(1, sizeof(*ss));
   if (!ss) return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  ss->devices = allowed;
   pd_code c;
   PD_TRY_GOTO(sched_copy_name(ss->client, p->client_name, "client_name", st), c,
               fail);
@@ -174,6 +177,7 @@ pd_code sched_session_create_from(sched *s, const sched_session_params *p,
   out->seq = ss->seq;
   out->lease_s = lease;
   out->memory_quota = ss->quota;
+  out->devices = ss->devices;
   return PD_OK;
 
 fail:

@@ -112,8 +112,10 @@ pd_code sched_tape_delete(sched_session *ss, uint64_t tape_id, dev_status *st) {
 typedef struct sched_grad_ctx {
   sched_session *ss;
   uint64_t tag;
-  uint64_t new_bytes; /* what the gradient's ops allocate, so far */
-  int ops;            /* gradient ops queued so far */
+  uint64_t new_bytes;    /* what the gradient's ops allocate, so far */
+  int ops;               /* gradient ops queued so far */
+  const dev_devset *set; /* the target's set: where an op without inputs
+                            (a seed's Fill) goes (issue #17) */
 } sched_grad_ctx;
 
 /* A gradient op of `nb` new bytes fits the quota and its outputs the
@@ -184,8 +186,10 @@ static pd_code sched_grad_exec(void *arg, const char *op_name,
   sched_grad_ctx *g = arg;
   sched *s = g->ss->owner;
   dev_op *op = NULL;
-  PD_TRY(dev_op_prepare(s->engine, op_name, inputs, num_inputs, attrs,
-                        num_attrs, &op, st));
+  /* Gradient ops follow their inputs; one without inputs goes on the
+   * target's set, which is the session's own. */
+  PD_TRY(dev_op_prepare_on(s->engine, num_inputs ? NULL : g->set, op_name,
+                           inputs, num_inputs, attrs, num_attrs, &op, st));
   int nout = dev_op_num_outputs(op);
   uint64_t nb = dev_op_new_bytes(op);
   sched_qop *q = NULL;
@@ -196,6 +200,7 @@ static pd_code sched_grad_exec(void *arg, const char *op_name,
     q->op_index = sched_op_index(s, op_name);
     q->op = op;
     q->est_ns = sched_estimate_ns(s, op, q->op_index, &q->model_ns);
+    q->devs = sched_devmask(dev_op_devset(op));
     c = sched_grad_enqueue(g, op_name, q, outputs, nout, st);
     if (c != PD_OK) sched_qop_free(s, q);
   }
@@ -303,7 +308,7 @@ static pd_code sched_grad_publish_locked(sched_session *ss,
   for (int i = 0; i < n; i++) {
     uint64_t b = dev_tensor_bytes(outs[i]);
     sched_htab_insert(&ss->handles, g->result_ids[i], outs[i], b);
-    sched_charge_locked(ss, b, 0);
+    sched_charge_tensor_locked(ss, outs[i], b, true);
     dtypes[i] = dev_tensor_dtype(outs[i]);
     shapes[i] = *dev_tensor_shape(outs[i]);
     outs[i] = NULL; /* the table's now */
@@ -315,7 +320,7 @@ static pd_code sched_grad_publish_locked(sched_session *ss,
 static pd_code sched_grad_run_locked(sched_session *ss, const sched_gradient *g,
                                      uint64_t tag, sched_grad_args *a,
                                      dev_tensor **outs, dev_status *st) {
-  sched_grad_ctx ctx = {ss, tag, 0, 0};
+  sched_grad_ctx ctx = {ss, tag, 0, 0, dev_tensor_devset(a->target)};
   dev_status inner = DEV_STATUS_INIT;
   dev_tape_set_executor(a->te->tape, sched_grad_exec, &ctx);
   pd_code c = dev_tape_gradient(a->te->tape, a->target, a->srcs, g->num_sources,

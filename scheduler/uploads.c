@@ -28,16 +28,30 @@ pd_code sched_upload_begin(sched_session *ss, uint64_t id, pd_dtype dtype,
                            const dev_shape *host_shape,
                            const dev_shape *component_shapes,
                            sched_upload **out, dev_status *st) {
+  return sched_upload_begin_on(ss, id, NULL, dtype, layout, host_shape,
+                               component_shapes, out, st);
+}
+
+pd_code sched_upload_begin_on(sched_session *ss, uint64_t id,
+                              const dev_devset *devices, pd_dtype dtype,
+                              const dev_layout *layout,
+                              const dev_shape *host_shape,
+                              const dev_shape *component_shapes,
+                              sched_upload **out, dev_status *st) {
   if (id == 0)
     return dev_error(st, PD_INVALID_ARGUMENT, "handle id 0 is reserved");
+  /* Where (issue #17): the session's default, else a checked set within
+   * its allowed one, decided before the engine sees it. */
+  dev_devset set;
+  PD_TRY(sched_place(ss, devices, &set, st));
   pthread_mutex_lock(&ss->mu);
   pd_code c = sched_upload_check_locked(ss, id, 0, st);
   pthread_mutex_unlock(&ss->mu);
   if (c != PD_OK) return c;
 
   dev_tensor *t = NULL;
-  PD_TRY(dev_tensor_create_for_layout(ss->owner->engine, dtype, layout,
-                                      host_shape, component_shapes, &t, st));
+  PD_TRY(dev_tensor_create_for_layout_on(ss->owner->engine, &set, dtype, layout,
+                                         host_shape, component_shapes, &t, st));
   pthread_mutex_lock(&ss->mu);
   c = sched_check_room_locked(ss, 1, dev_tensor_bytes(t), st);
   pthread_mutex_unlock(&ss->mu);
@@ -81,7 +95,7 @@ pd_code sched_upload_commit(sched_upload *u, dev_status *st) {
   pd_code c = sched_upload_check_locked(ss, u->id, bytes, st);
   if (c == PD_OK) {
     if (sched_htab_insert(&ss->handles, u->id, u->t, bytes)) {
-      sched_charge_locked(ss, bytes, 0);
+      sched_charge_tensor_locked(ss, u->t, bytes, true);
       u->t = NULL; /* the table owns it now */
     } else {
       c = dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");

@@ -28,6 +28,8 @@ static sched_session *fake(int priority, uint32_t weight) {
   assert_non_null(ss);
   ss->priority = priority;
   ss->weight = weight;
+  ss->devices.n = NDEV; /* the whole mesh: every fake contends with all */
+  for (int d = 0; d < NDEV; d++) ss->devices.dev[d] = (uint8_t)d;
   assert_true(sched_policy_session_init(ss));
   return ss;
 }
@@ -44,7 +46,7 @@ static int turn(sched_policy_queue *q, sched_session **ss, const uint64_t *cost,
                 int n, double *served) {
   int ops = 0;
   uint64_t budget = 0;
-  sched_session *p = sched_policy_pick(q, &ops, &budget);
+  sched_session *p = sched_policy_pick(q, &ops, &budget, NULL, NULL);
   assert_non_null(p);
   int i = 0;
   while (ss[i] != p) i++;
@@ -98,7 +100,7 @@ static void test_policy_lift_and_correction(void **state) {
   for (int i = 0; i < 100; i++) {
     int ops;
     uint64_t budget;
-    assert_ptr_equal(sched_policy_pick(&q, &ops, &budget), a);
+    assert_ptr_equal(sched_policy_pick(&q, &ops, &budget, NULL, NULL), a);
     assert_int_equal(budget, UINT64_MAX); /* alone in its band */
     sched_policy_charge(&q, a, 10000, i < 99);
   }
@@ -120,7 +122,7 @@ static void test_policy_lift_and_correction(void **state) {
   sched_policy_correct(a->pol.acct, 1000000);
   int ops;
   uint64_t budget;
-  sched_session *p = sched_policy_pick(&q, &ops, &budget);
+  sched_session *p = sched_policy_pick(&q, &ops, &budget, NULL, NULL);
   assert_true(a->pol.vtime == before + 1000000.0);
   assert_ptr_equal(p, b);
   /* b's budget: the gap to a, in b's device ns, plus the slice. */
@@ -142,12 +144,12 @@ static void test_policy_bands_and_round_robin(void **state) {
   uint64_t budget;
   /* hi first however much it has had; then mid; lo only when both left. */
   for (int i = 0; i < 10; i++) {
-    assert_ptr_equal(sched_policy_pick(&q, &ops, &budget), hi);
+    assert_ptr_equal(sched_policy_pick(&q, &ops, &budget, NULL, NULL), hi);
     sched_policy_charge(&q, hi, 1000000, i < 9);
   }
-  assert_ptr_equal(sched_policy_pick(&q, &ops, &budget), mid);
+  assert_ptr_equal(sched_policy_pick(&q, &ops, &budget, NULL, NULL), mid);
   sched_policy_charge(&q, mid, 1000000, false);
-  assert_ptr_equal(sched_policy_pick(&q, &ops, &budget), lo);
+  assert_ptr_equal(sched_policy_pick(&q, &ops, &budget, NULL, NULL), lo);
   sched_policy_charge(&q, lo, 1, false);
   assert_true(sched_policy_empty(&q));
   /* Round-robin: FIFO of sessions whatever their band, 64 ops a turn. */
@@ -156,7 +158,7 @@ static void test_policy_bands_and_round_robin(void **state) {
   sched_policy_ready(&q, hi);
   sched_session *want[4] = {lo, hi, lo, hi};
   for (int i = 0; i < 4; i++) {
-    assert_ptr_equal(sched_policy_pick(&q, &ops, &budget), want[i]);
+    assert_ptr_equal(sched_policy_pick(&q, &ops, &budget, NULL, NULL), want[i]);
     assert_int_equal(ops, SCHED_DISPATCH_BATCH);
     assert_int_equal(budget, UINT64_MAX);
     sched_policy_charge(&q, want[i], 5, i < 2);
@@ -240,7 +242,8 @@ static sched *new_sched(uint64_t ahead_ns, uint64_t max_queued_ns) {
 /* A session of band `priority` and `weight` holding a float32 vector of `n`
  * elements under id 1 (its ops, Neg of it, cost n us). */
 static sched_session *session(sched *s, int priority, uint32_t weight, int n) {
-  sched_session_params p = {"fair", "job", 0, 0, NULL, priority, weight, 0, NULL, NULL};
+  sched_session_params p = {"fair",   "job",  0, 0,    NULL,
+                            priority, weight, 0, NULL, NULL};
   sched_session_info info;
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(sched_session_create(s, &p, &info, &st), PD_OK);
