@@ -352,7 +352,6 @@ pd_code srv_op_from_pb(const srv_req_limits *l,
   PD_TRY(srv_op_check_counts(&x, pb, st));
   for (size_t i = 0; i < pb->n_attrs; i++)
     PD_TRY(srv_attr_from_pb(&x, i, pb->attrs[i], &attrs[i], st));
-  out->devices = NULL;
   out->op_name = x.name;
   out->inputs = pb->inputs;
   out->num_inputs = (int)pb->n_inputs;
