@@ -26,6 +26,7 @@ BENCHES=(
   bench_fn_call
   bench_checkpoint
   bench_auth
+  bench_placement
 )
 # Optional: run when built (bench_gpu needs the CUDA backend), never missed.
 OPTIONAL_BENCHES=(
