@@ -323,20 +323,31 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
     /* The one-order rule: seqs were handed out above in batch order under
      * submit_mu, and each device receives its ops of the batch in that
      * order, so any two ops that share devices reach every shared device
-     * in the same relative order. */
+     * in the same relative order.
+     *
+     * Every device's list is made before the first push: once an op is
+     * pushed to the last of its devices it may run there, finish on all of
+     * them and go back to the free list (dev__op_recycle), where another
+     * thread's prepare may take it and give it another set. Reading its
+     * index[] after a push would then hand a device an op that is not its
+     * own, out of order: a collective whose peers wait in another op. */
+    uint8_t mine_i[PD_MAX_DEVICES][DEV_SUBMIT_BATCH_MAX];
+    size_t m[PD_MAX_DEVICES] = {0};
+    for (int i = 0; i < k; i++)
+      for (int j = 0; j < go[i]->set.n; j++) {
+        const int d = go[i]->set.dev[j];
+        mine_i[d][m[d]++] = (uint8_t)i;
+      }
+    uint64_t last[PD_MAX_DEVICES];
+    for (int d = 0; d < e->n; d++)
+      last[d] = m[d] ? go[mine_i[d][m[d] - 1]]->seq : 0;
     for (int d = 0; d < e->n; d++) {
-      if (!per[d]) continue;
+      if (!m[d]) continue;
       dev_op *mine[DEV_SUBMIT_BATCH_MAX];
-      size_t m = 0;
-      uint64_t last = 0;
-      for (int i = 0; i < k; i++)
-        if (go[i]->index[d] >= 0) {
-          mine[m++] = go[i];
-          last = go[i]->seq;
-        }
-      atomic_store_explicit(&e->execs[d].pushed_seq, last,
+      for (size_t x = 0; x < m[d]; x++) mine[x] = go[mine_i[d][x]];
+      atomic_store_explicit(&e->execs[d].pushed_seq, last[d],
                             memory_order_relaxed);
-      dev__exec_push_n(&e->execs[d], mine, m);
+      dev__exec_push_n(&e->execs[d], mine, m[d]);
     }
     pthread_mutex_unlock(&e->submit_mu);
   }

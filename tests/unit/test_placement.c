@@ -563,6 +563,102 @@ static void test_batch_of_mixed_sets(void **state) {
   dev_engine_destroy(e);
 }
 
+/* Batches whose ops span two sets, from several threads at once (the
+ * trials' deadlock): an op pushed to the last of its devices may finish
+ * and be recycled while the batch is still being pushed to other devices,
+ * so submission must never read an op after pushing it. Each thread's
+ * batch: Fill on A, AllReduce(sum) of it, Fill on B, AllReduce of that;
+ * the sums are |A| and |B|. Single-device sets make ops finish (and go
+ * back to the free list) fastest. Every wait bounded. */
+typedef struct batch_arg {
+  dev_engine *e;
+  dev_devset a, b;
+  int iters;
+  int failed;
+  char msg[DEV_STATUS_MSG_MAX];
+} batch_arg;
+
+static bool batch_fail(batch_arg *x, int code, const dev_status *st) {
+  x->failed = code;
+  snprintf(x->msg, sizeof x->msg, "%s", st->msg);
+  return false;
+}
+
+static bool batch_turn(batch_arg *x, dev_tensor **last) {
+  int64_t dims[1] = {3};
+  dev_attr fill[3] = {dev_attr_shape("shape", 1, dims),
+                      dev_attr_float("value", 1),
+                      dev_attr_dtype("dtype", PD_FLOAT64)};
+  dev_attr sum = dev_attr_string("reduction", "sum");
+  dev_op *ops[4];
+  dev_status st = DEV_STATUS_INIT;
+  const dev_devset *sets[2] = {&x->a, &x->b};
+  for (int k = 0; k < 2; k++) {
+    if (dev_op_prepare_on(x->e, sets[k], "Fill", NULL, 0, fill, 3, &ops[2 * k],
+                          &st) != PD_OK)
+      return batch_fail(x, 1, &st);
+    dev_tensor *f = dev_op_output(ops[2 * k], 0);
+    if (dev_op_prepare(x->e, "AllReduce", &f, 1, &sum, 1, &ops[2 * k + 1],
+                       &st) != PD_OK)
+      return batch_fail(x, 1, &st);
+    dev_tensor_release(last[k]);
+    last[k] = dev_op_output(ops[2 * k + 1], 0);
+    dev_tensor_retain(last[k]);
+  }
+  dev_op_submit_batch(x->e, ops, 4);
+  return true;
+}
+
+static void *batch_main(void *p) {
+  batch_arg *x = p;
+  dev_tensor *last[2] = {NULL, NULL};
+  dev_status st = DEV_STATUS_INIT;
+  for (int i = 0; i < x->iters && !x->failed; i++) {
+    if (!batch_turn(x, last)) break;
+    for (int k = 0; i % 8 == 7 && k < 2 && !x->failed; k++)
+      if (dev_tensor_wait_until(last[k], dev_monotonic_now() + WAIT_S, &st) !=
+          PD_OK)
+        batch_fail(x, 2, &st);
+  }
+  const int n[2] = {x->a.n, x->b.n};
+  for (int k = 0; k < 2 && last[k]; k++) {
+    double got[3] = {0, 0, 0};
+    dev_layout c = {DEV_LAYOUT_COMPONENT, 0, 0};
+    if (!x->failed &&
+        (dev_tensor_wait_until(last[k], dev_monotonic_now() + WAIT_S, &st) !=
+             PD_OK ||
+         dev_tensor_to_host(last[k], &c, 0, got, sizeof got, &st) != PD_OK))
+      batch_fail(x, 2, &st);
+    else if (!x->failed && (got[0] != n[k] || got[2] != n[k])) {
+      x->failed = 3;
+      snprintf(x->msg, sizeof x->msg, "sum %g, want %d", got[0], n[k]);
+    }
+    dev_tensor_release(last[k]);
+  }
+  return NULL;
+}
+
+static void test_batches_spanning_two_sets(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(NDEV, 0);
+  batch_arg x[6] = {
+      {e, mkset(2, 0, 1), mkset(2, 2, 3), 400, 0, ""},
+      {e, mkset(4, 0, 1, 2, 3), mkset(4, 3, 2, 1, 0), 400, 0, ""},
+      {e, mkset(1, 0), mkset(1, 3), 400, 0, ""},
+      {e, mkset(1, 1), mkset(1, 2), 400, 0, ""},
+      {e, mkset(1, 3), mkset(1, 0), 400, 0, ""},
+      {e, mkset(3, 0, 1, 2), mkset(3, 1, 2, 3), 400, 0, ""},
+  };
+  pthread_t t[6];
+  for (int i = 0; i < 6; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, batch_main, &x[i]), 0);
+  for (int i = 0; i < 6; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 6; i++)
+    if (x[i].failed) fail_msg("thread %d: %d %s", i, x[i].failed, x[i].msg);
+  bounded_sync(e);
+  dev_engine_destroy(e);
+}
+
 /* A copy waits for its source device: with device 0 held, a copy onto
  * device 2 of a value device 0 has yet to compute does not finish, and
  * devices 1-3 stay free (an op on [1] runs meanwhile); released, it does. */
@@ -871,6 +967,7 @@ int main(void) {
       cmocka_unit_test(test_mixed_sets_refused),
       cmocka_unit_test(test_collectives_on_subsets),
       cmocka_unit_test(test_overlapping_collectives_two_threads),
+      cmocka_unit_test(test_batches_spanning_two_sets),
       cmocka_unit_test(test_sync_and_watch_after_subset),
       cmocka_unit_test(test_pack_unpack_share_buffers),
       cmocka_unit_test(test_copy_to_devices),
