@@ -24,10 +24,10 @@ import threading
 
 import numpy as np
 
-from . import _dtypes, _lib
+from . import _dtypes, _lib, placement
 from ._cstr import cbytes
 from ._lib import ffi, lib
-from .errors import error_for
+from .errors import InvalidArgument, error_for
 from .ops import ArgDef, OpDef
 from .tensor import Tensor
 
@@ -373,12 +373,64 @@ def combine_mirrored(values, which):
     return m, frozenset(deps) if m is None else frozenset()
 
 
-def _origin():
-    """file:line of the first frame outside the package (the user's code)."""
-    f = sys._getframe(2)
+def _user_frame():
+    """The first frame outside the package (the user's code), or None."""
+    f = sys._getframe(1)
     while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
         f = f.f_back
+    return f
+
+
+def _origin(f=None):
+    """file:line of frame f (default: the user's code)."""
+    f = f or _user_frame()
     return "%s:%d" % (f.f_code.co_filename, f.f_lineno) if f else "?"
+
+
+def _captured_as(value, frame):
+    """How an error names a value a trace captured: the variable of the
+    user's frame bound to it (its locals, closure variables included, then
+    its globals) and where it was captured."""
+    name = None
+    if frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            name = next((k for k, v in scope.items() if v is value), None)
+            if name is not None:
+                break
+    what = "tensor %d" % value.id if isinstance(value, Tensor) else \
+        "the array of shape %s" % (np.shape(value),)
+    return "%s%s captured at %s" % (what, " (%s)" % name if name else "",
+                                    _origin(frame))
+
+
+class HostConstant:
+    """An array a trace captured (x + np.array([...]) inside a traced
+    function): its host value, uploaded mirrored on the device set of each
+    call -- once per set (the upload is kept for the next call there), so
+    that the function runs on any set, as its Fill nodes do."""
+
+    __slots__ = ("value", "where", "_placed", "_lock")
+
+    def __init__(self, value, where):
+        self.value = value      # an ndarray of the node's dtype
+        self.where = where      # how an error names it (_captured_as)
+        self._placed = {}       # device set (a tuple) -> Tensor
+        self._lock = threading.Lock()
+
+    def on(self, session, devices):
+        """The value as a mirrored tensor on `devices` (a tuple)."""
+        t = self._placed.get(devices)
+        if t is None or t._deleted:
+            with self._lock:
+                t = self._placed.get(devices)
+                if t is None or t._deleted:
+                    t = session.constant(self.value, devices=devices)
+                    self._placed[devices] = t
+        return t
+
+    def __repr__(self):
+        return "<paradev captured constant: %s, on %d device sets>" % (
+            self.where, len(self._placed))
 
 
 class _Trace:
@@ -390,8 +442,11 @@ class _Trace:
         self.name = name
         self.arg_names = list(arg_names)
         self.specs = specs
-        self.captured = []       # Tensors passed after the arguments
-        self._captures = {}      # Tensor id -> Symbol
+        # passed after the arguments: Tensors (as they are) and
+        # HostConstants (placed on the call's set); how errors name each
+        self.captured = []
+        self.captured_as = []
+        self._captures = {}      # Tensor id (or ("host", id)) -> Symbol
         self._count = 0
         self._names = set(arg_names)
 
@@ -417,11 +472,25 @@ class _Trace:
             self.fdef.arg(n, t.dtype)
             self._captures[t.id] = s
             self.captured.append(t)
+            self.captured_as.append(_captured_as(t, _user_frame()))
+        return s
+
+    def capture_host(self, hc):
+        """A HostConstant as a hidden argument (mirrored: one value)."""
+        key = ("host", id(hc))
+        s = self._captures.get(key)
+        if s is None:
+            n = self._fresh("constant")
+            self.fdef.arg(n, hc.value.dtype)
+            s = Symbol(self, n, self.fdef.args[-1][1], hc.value.shape, True)
+            self._captures[key] = s
+            self.captured.append(hc)
+            self.captured_as.append(hc.where)
         return s
 
     def constant(self, value, dtype=None):
         """A Python number as a Fill node (dtype: the other operand's);
-        an array as a captured mirrored upload."""
+        an array as a HostConstant (uploaded on each call's device set)."""
         if dtype is None:
             dtype = np.asarray(value).dtype
             if dtype == np.float64:
@@ -429,9 +498,9 @@ class _Trace:
         if np.ndim(value) == 0:
             return self.op("Fill", [], {"shape": (), "value": float(value),
                                         "dtype": dtype})
-        from .layouts import mirrored
-        return self.capture(self.session.upload(
-            np.asarray(value, dtype=_dtypes.need_numpy(dtype)), mirrored()))
+        f = _user_frame()
+        arr = np.array(value, dtype=_dtypes.need_numpy(dtype))
+        return self.capture_host(HostConstant(arr, _captured_as(value, f)))
 
     def _ref(self, e):
         if isinstance(e, Symbol):
@@ -442,6 +511,8 @@ class _Trace:
             return e
         if isinstance(e, Tensor):
             return self.capture(e)
+        if isinstance(e, HostConstant):  # a called function's, inside
+            return self.capture_host(e)
         return self.constant(e)
 
     def op(self, name, inputs, attrs, opdef=None):
@@ -535,7 +606,7 @@ def _rebuild(form, outs):
 
 
 class _Concrete:
-    __slots__ = ("name", "captured", "form", "n_args")
+    __slots__ = ("name", "captured", "captured_as", "form", "n_args")
 
 
 class Function:
@@ -660,6 +731,7 @@ class Function:
                 self._tracing.discard(key)
             c = _Concrete()
             c.name, c.captured, c.form = name, tr.captured, form
+            c.captured_as = tr.captured_as
             c.n_args = len(args)
             self._concrete[key] = c
         return c, specs
@@ -669,33 +741,67 @@ class Function:
         return self.get_concrete(*args)[0]
 
     def __call__(self, *args, devices=None):
-        """One call of the function (one op). devices=[...]: where a
-        function without tensor arguments (nor captured tensors) runs
-        (default: the session's devices); with tensor arguments the call
-        runs on their device set (naming another: paradev.InvalidArgument)."""
+        """One call of the function (one op). It runs on the device set of
+        its tensor arguments; a function without them on devices=[...]
+        (default: the session's devices; with tensor arguments, naming
+        another set is paradev.InvalidArgument). Host values among the
+        arguments and arrays the trace captured are uploaded mirrored on
+        that set (a captured array once per set); a captured Tensor keeps
+        its own set, and one on another set than the call's is
+        paradev.InvalidArgument naming it."""
         c, specs = self.get_concrete(*args)
         s = self.session
+        tr = active_trace()
+        inner = tr is not None and tr.session is s
+        if inner and devices is not None:
+            raise ValueError("%s(devices=...) inside another function's "
+                             "trace: a node runs where the outer call "
+                             "runs; place that call" % self.name)
+        where, agree = None, True
+        if not inner:
+            where, agree = self._call_set(args, devices, c)
         ins = []
-        # host values among the arguments: on the tensor arguments' set
-        where = next((a.devices for a in args if isinstance(a, Tensor)), None)
         for a, spec in zip(args, specs):
-            if isinstance(a, (Tensor, Symbol)):
+            if isinstance(a, (Tensor, Symbol)) or inner:
                 ins.append(a)
             else:
                 ins.append(s.constant(a, dtype=_dtypes.need_numpy(spec.dtype),
-                                      devices=where)
-                           if active_trace() is None else a)
-        ins.extend(c.captured)
-        tr = active_trace()
-        if tr is not None and tr.session is s:
-            if devices is not None:
-                raise ValueError("%s(devices=...) inside another function's "
-                                 "trace: a node runs where the outer call "
-                                 "runs; place that call" % self.name)
+                                      devices=where))
+        for cap, what in zip(c.captured, c.captured_as):
+            if inner:
+                ins.append(cap)
+            elif isinstance(cap, HostConstant):
+                ins.append(cap.on(s, where))
+            else:
+                if agree and cap.devices != where:
+                    raise InvalidArgument(
+                        "%s: the function uses %s, which is on devices %s, "
+                        "but the call runs on devices %s (a call runs on "
+                        "one device set; a captured tensor keeps its own): "
+                        "move it with tensor.to(%s) and pass it as an "
+                        "argument" % (c.name, what, list(cap.devices),
+                                      list(where), list(where)))
+                ins.append(cap)
+        if inner:
             return _rebuild(c.form, tr.op(c.name, ins, {}))
         if devices is not None:
             return _rebuild(c.form, s.op(c.name, *ins, devices=devices))
         return _rebuild(c.form, s.op(c.name, *ins))
+
+    def _call_set(self, args, devices, c):
+        """(the call's device set, whether its tensors agree on it): its
+        tensor arguments', else devices= (checked), else its captured
+        tensors', else the session's."""
+        sets = [a.devices for a in args if isinstance(a, Tensor)]
+        if sets:
+            return sets[0], all(d == sets[0] for d in sets)
+        if devices is not None:
+            return placement.normalize(devices, "%s: devices" % c.name,
+                                       self.session.client), True
+        caps = [t.devices for t in c.captured if isinstance(t, Tensor)]
+        if caps:  # a function without arguments runs where they are
+            return caps[0], True  # one on another set is named below
+        return self.session.devices, True
 
     def describe(self, *args):
         """DescribeFunction of the last traced signature (or of the one

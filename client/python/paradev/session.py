@@ -397,6 +397,9 @@ class Session(Transfers, Checkpoints):
         where = None
         if "devices" in attrs:
             if name == _COPY or "devices" in opdef.attrs:
+                if name == _COPY:
+                    _need_target(attrs["devices"], self.devices,
+                                 "%s: devices" % name)
                 attrs["devices"] = list(placement.normalize(
                     attrs["devices"], "%s: devices" % name, self.client))
             else:
@@ -417,6 +420,9 @@ class Session(Transfers, Checkpoints):
                     "devices=[...]) for a function without arguments)"
                     % (name, list(where)))
             return tr.op(name, inputs, attrs)  # a node of a traced function
+        if name == _UNPACK and len(inputs) == 1 and \
+                isinstance(inputs[0], Tensor):
+            _unpack_count(opdef, inputs[0], attrs)
         return self._op(opdef, name, inputs, attrs, where)
 
     def _op(self, opdef, name, inputs, attrs, where, n_unpack=None):
@@ -583,9 +589,7 @@ class Session(Transfers, Checkpoints):
         if not isinstance(tensor, (Tensor, Symbol)):
             raise TypeError("to: expected a paradev Tensor, got %s"
                             % type(tensor).__name__)
-        if devices is None:
-            raise TypeError("to: devices is required: a list of device "
-                            "indices or names")
+        _need_target(devices, self.devices, "to: devices")
         return self.op(_COPY, tensor, devices=devices)
 
     def _tracked(self, inputs, outs):
@@ -824,6 +828,36 @@ def _out_devices(session, name, inputs, attrs, where, n_out):
     if inputs:
         return [next((k for k in known if k is not None), None)] * n_out
     return [where or session.devices] * n_out
+
+
+def _need_target(devices, default, what):
+    """A copy's target set (CopyToDevices' `devices`, tensor.to's): it has
+    no default, so None and [] are refused here with advice that fits a
+    copy (placement.normalize's for [] points to None: the session's
+    default set, which a placement has and a copy has not)."""
+    if devices is None:
+        raise TypeError(
+            "%s is required: the target device set, a list of device "
+            "indices or names (such as %r); a copy has no default set"
+            % (what, list(default)))
+    if isinstance(devices, (list, tuple, range)) and not devices:
+        raise ValueError(
+            "%s: [] names no device; a copy needs its target device set: "
+            "a list of device indices or names (such as %r)"
+            % (what, list(default)))
+
+
+def _unpack_count(opdef, t, attrs):
+    """ParallelUnpack's output count (its length attribute, `num`) filled
+    in from the input's device set where it is 0 or not given (the
+    wrapper's default): the client knows the set (a pipelined output's is
+    predicted; else asked for once). A nonzero count is the daemon's to
+    check."""
+    out = opdef.outputs[0] if opdef.outputs else None
+    length = getattr(out, "length_attr", "") if \
+        getattr(out, "is_list", False) else ""
+    if length and not attrs.get(length):
+        attrs[length] = len(t.devices)
 
 
 def _placed_mirrored(name, t, attrs):

@@ -124,10 +124,36 @@ def test_bad_device_lists(client4, s, devices, exc, msg):
          .to(devices)),
         ("load: devices", lambda: s.load("none.npy", devices=devices)),
     ]
+    if devices == []:  # a copy has no default set: test_to_needs_a_target
+        calls = [c for c in calls if c[0] != "CopyToDevices: devices"]
     for what, call in calls:
         with pytest.raises(exc, match=msg) as e:
             call()
         assert str(e.value).startswith(what), (what, str(e.value))
+
+
+def test_to_needs_a_target(s):
+    """tensor.to and CopyToDevices have no default set: None and [] are
+    refused with advice for a copy (not "pass None", which is refused
+    too), before any call."""
+    x = s.upload(np.arange(4.0), paradev.mirrored())
+    for call, what in ((lambda d: x.to(d), "to: devices"),
+                       (lambda d: s.ops.CopyToDevices(x, devices=d),
+                        "CopyToDevices: devices")):
+        with pytest.raises(ValueError) as e:
+            call([])
+        msg = str(e.value)
+        assert msg.startswith(what + ": [] names no device; a copy needs "
+                              "its target device set: a list of device "
+                              "indices or names (such as [0, 1, 2, 3])"), msg
+        assert "None" not in msg, msg
+    with pytest.raises(TypeError) as e:
+        x.to(None)
+    assert str(e.value) == (
+        "to: devices is required: the target device set, a list of device "
+        "indices or names (such as [0, 1, 2, 3]); a copy has no default set")
+    with pytest.raises(ValueError, match=r"^to: devices: \[\] names no "):
+        x.to(())
 
 
 def test_other_refusals(s):
@@ -439,6 +465,162 @@ def test_function_on_a_subset(placed):
     d = ids(devices=[3, 1, 0])
     assert d.devices == (3, 1, 0)
     assert [int(c) for c in comps(d)] == [0, 1, 2]
+
+
+def _uploaded(s):
+    return s.stats["shm_upload_bytes"] + s.stats["grpc_upload_bytes"]
+
+
+def test_function_captured_array_follows_the_call(placed):
+    """An array a trace captures is uploaded on each call's device set
+    (once per set), so one traced function runs on [2, 0], [1, 2, 3] and
+    the whole mesh, eagerly and pipelined (trial 2, P1)."""
+    s = placed
+    C = np.array([10.0, 20.0, 30.0])
+    W = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+
+    @s.function
+    def fn_np(x):
+        return (x + np.array([10.0, 20.0, 30.0])) @ W
+
+    X = np.arange(6.0).reshape(2, 3)
+    seen = set()
+    for devs in ([2, 0], [1, 2, 3], list(ALL), [2, 0]):
+        x = s.upload(X, paradev.mirrored(), devices=devs)
+        before = _uploaded(s)
+        y = fn_np(x)
+        # the two constants, uploaded once per set
+        assert _uploaded(s) - before == (0 if tuple(devs) in seen else
+                                         C.nbytes + W.nbytes)
+        seen.add(tuple(devs))
+        assert y.devices == tuple(devs)
+        for c in comps(y):
+            np.testing.assert_allclose(c, (X + C) @ W)
+        before = _uploaded(s)
+        z = fn_np(x)
+        assert _uploaded(s) == before
+        np.testing.assert_allclose(np.asarray(z), (X + C) @ W)
+    assert len(fn_np.function_names) == 1  # one trace for every set
+    # a sharded argument: the constant beside each component
+    v = s.upload(np.arange(6.0), paradev.sharded(0), devices=[1, 2, 3])
+
+    @s.function
+    def shift(t):
+        return t * np.array([2.0, -1.0])
+    for c, w in zip(comps(shift(v)), np.array_split(np.arange(6.0), 3)):
+        np.testing.assert_array_equal(c, w * [2.0, -1.0])
+    with s.pipeline():
+        p = shift(s.upload(np.arange(4.0), paradev.sharded(0), devices=[3, 1]))
+        q = shift(s.upload(np.arange(8.0), paradev.sharded(0)))
+    assert p.devices == (3, 1) and q.devices == ALL
+    np.testing.assert_array_equal(p.numpy(paradev.concat(0)),
+                                  np.arange(4.0) * [2.0, -1.0, 2.0, -1.0])
+    np.testing.assert_array_equal(q.numpy(paradev.concat(0)),
+                                  np.arange(8.0) * np.tile([2.0, -1.0], 4))
+
+
+def test_function_captured_array_in_nested_and_placed_calls(placed):
+    s = placed
+
+    @s.function
+    def inner(x):
+        return x * np.array([2.0, 3.0, 4.0])
+
+    @s.function
+    def outer(x):
+        return inner(x) + 1.0
+    X = np.array([1.0, -2.0, 0.5])
+    for devs in ([2, 0], [1, 2, 3]):
+        y = outer(s.upload(X, paradev.mirrored(), devices=devs))
+        assert y.devices == tuple(devs)
+        for c in comps(y):
+            np.testing.assert_allclose(c, X * [2, 3, 4] + 1)
+
+    @s.function
+    def table():  # no arguments: placed by devices=
+        return s.ops.Cast(s.ops.DeviceId(), DstT="float64") + \
+            np.array([0.5, 1.5])
+    d = table(devices=[3, 1, 0])
+    assert d.devices == (3, 1, 0)
+    for k, c in enumerate(comps(d)):
+        np.testing.assert_array_equal(c, np.array([0.5, 1.5]) + k)
+    d = table()  # the session's devices
+    assert d.devices == ALL
+    for k, c in enumerate(comps(d)):
+        np.testing.assert_array_equal(c, np.array([0.5, 1.5]) + k)
+
+    @s.function
+    def add(x, y):  # a host value argument goes where the call runs
+        return x + y
+    r = add(s.upload(X, paradev.mirrored(), devices=[2]), X * 10)
+    assert r.devices == (2,)
+    np.testing.assert_allclose(r.numpy(paradev.component(0)), X * 11)
+
+
+def test_function_captured_tensor_keeps_its_set(placed):
+    """A captured Tensor is not moved: a call on another set is refused
+    before any call, naming the variable, where it was captured and
+    tensor.to; on its own set it runs."""
+    s = placed
+    w = s.upload(np.array([1.0, 2.0, 3.0]), paradev.mirrored())  # all 4
+
+    @s.function
+    def scale(x):
+        return x * w
+    X = np.arange(3.0)
+    np.testing.assert_allclose(
+        np.asarray(scale(s.upload(X, paradev.mirrored()))), X * [1, 2, 3])
+    x = s.upload(X, paradev.mirrored(), devices=[2, 0])
+    with pytest.raises(paradev.InvalidArgument) as e:
+        scale(x)
+    msg = e.value.message
+    assert "scale: the function uses tensor %d (w) captured at " % w.id in msg
+    assert "test_placement.py:" in msg, msg
+    assert "on devices [0, 1, 2, 3], but the call runs on devices [2, 0]" \
+        in msg, msg
+    assert "tensor.to([2, 0])" in msg, msg
+    # the way out: the value moved and passed as an argument
+    w20 = w.to([2, 0])
+
+    @s.function
+    def scale2(x, v):
+        return x * v
+    np.testing.assert_allclose(np.asarray(scale2(x, w20)), X * [1, 2, 3])
+    # a function without arguments runs where its captured tensor is
+    u = s.upload(np.array([4.0, 5.0]), paradev.mirrored(), devices=[3, 1])
+
+    @s.function
+    def twice():
+        return u * 2.0
+    r = twice()
+    assert r.devices == (3, 1)
+    np.testing.assert_allclose(np.asarray(r), [8.0, 10.0])
+    with pytest.raises(paradev.InvalidArgument, match=r"twice: the function "
+                       r"uses tensor \d+ \(u\) captured at .* on devices "
+                       r"\[3, 1\], but the call runs on devices \[0, 2\]"):
+        twice(devices=[0, 2])
+
+
+def test_unpack_wrapper_fills_num(placed):
+    """s.ops.ParallelUnpack(x) with the wrapper's default num=0: the client
+    fills num from x.devices (trial 2, P5), eagerly and pipelined."""
+    s = placed
+    X = np.arange(6.0)
+    x = s.upload(X, paradev.sharded(0), devices=[2, 0, 3])
+    for parts in (s.ops.ParallelUnpack(x), s.ops.ParallelUnpack(x, num=0),
+                  s.op("ParallelUnpack", x), s.ops.ParallelUnpack(x, num=3)):
+        assert [p.devices for p in parts] == [(2,), (0,), (3,)]
+        for p, w in zip(parts, np.array_split(X, 3)):
+            np.testing.assert_array_equal(p.numpy(paradev.component(0)), w)
+    with s.pipeline():
+        y = s.upload(X, paradev.sharded(0), devices=[1, 3]) * 2.0
+        parts = s.ops.ParallelUnpack(y)  # y's devices: predicted
+    assert [p.devices for p in parts] == [(1,), (3,)]
+    for p, w in zip(parts, np.array_split(X * 2, 2)):
+        np.testing.assert_array_equal(p.numpy(paradev.component(0)), w)
+    with pytest.raises(paradev.InvalidArgument, match="'num' is 2 but the "
+                       "input is on 3 devices"):
+        s.ops.ParallelUnpack(x, num=2)
 
 
 def test_load_on_a_subset(daemon4, placed):
