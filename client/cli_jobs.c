@@ -92,9 +92,9 @@ int cli_admin_job_token(const char *sock, double timeout, int argc,
     } else if (is_gpus) {
       if (!cli_jobs_gpus(v, gpus, &req.n_gpus))
         return cli_admin_bad(
-            "job-token: --gpus '%s': expected the job's GPU indices "
-            "separated by commas, such as 1,3 (as $SLURM_JOB_GPUS gives "
-            "them)",
+            "job-token: --gpus '%s': expected at most 64 GPU indices of at "
+            "most 9 digits each, separated by commas, such as 1,3 (as "
+            "$SLURM_JOB_GPUS gives them)",
             v);
       req.gpus = gpus;
     } else if (is_uid) {

@@ -189,9 +189,9 @@ pd_code srv_devset_from_pb(const srv_req_limits *l, const int32_t *devs,
     for (size_t j = 0; j < i; j++)
       if (devs[j] == devs[i])
         return dev_error(st, PD_INVALID_ARGUMENT,
-                         "%s[%zu] = %d: device %d is %s[%zu] already; each "
-                         "device may appear once",
-                         what, i, (int)devs[i], (int)devs[i], what, j);
+                         "%s[%zu] = %d: device %d is listed at [%zu] "
+                         "already; each device may appear once",
+                         what, i, (int)devs[i], (int)devs[i], j);
     room->dev[i] = (uint8_t)devs[i];
   }
   room->n = (int)n;
@@ -529,7 +529,8 @@ pd_code srv_download_layout_from_pb(const Paradev__V1__Layout *pb, int ndev,
         l.component = pb->component;
         if (pb->component < 0 || pb->component >= ndev)
           return dev_error(st, PD_INVALID_ARGUMENT,
-                           "component %d; the mesh has components 0..%d",
+                           "component %d; the tensor has components 0..%d "
+                           "(one per device of its set)",
                            pb->component, ndev - 1);
         break;
       default:

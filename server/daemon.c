@@ -124,14 +124,20 @@ static int srv_engine_start(srv *s) {
     return -1;
   }
   dev_memory_stats ms = {.struct_size = sizeof ms};
-  if (dev_engine_memory_stats(s->engine, 0, &ms, NULL) == PD_OK)
+  if (dev_engine_memory_stats(s->engine, 0, &ms, NULL) == PD_OK) {
+    const uint64_t q = srv_default_quota(o, s->engine);
+    char qs[48];
+    if (q)
+      snprintf(qs, sizeof qs, "%" PRIu64 " bytes", q);
+    else
+      snprintf(qs, sizeof qs, "unlimited");
     SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO,
                "device memory: %s has a limit of %" PRIu64
-               " bytes (%.1f GiB); sessions' default quota %" PRIu64
-               " bytes; OpenBLAS threads %d",
+               " bytes (%.1f GiB); sessions' default quota %s; OpenBLAS "
+               "threads %d",
                dev_engine_device_name(s->engine, 0), ms.bytes_limit,
-               (double)ms.bytes_limit / (1 << 30),
-               srv_default_quota(o, s->engine), dev_cpu_blas_threads());
+               (double)ms.bytes_limit / (1 << 30), qs, dev_cpu_blas_threads());
+  }
   return 0;
 }
 

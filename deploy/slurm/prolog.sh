@@ -68,6 +68,9 @@ case $JOB_UID in
     exit 1 ;;
 esac
 GPUS=$(printf '%s' "$GPUS" | tr -d ' ')
+# Slurm sets CUDA_VISIBLE_DEVICES=NoDevFiles for a job with a GPU gres but
+# no device files: no GPUs (PARADEV_PROLOG_REQUIRE_GPUS decides below).
+[ "$GPUS" = NoDevFiles ] && GPUS=
 case $GPUS in
   '')
     if [ "$REQUIRE_GPUS" != 0 ]; then

@@ -336,8 +336,8 @@ static void test_devices_field(void **state) {
       {{-1}, 1, "UploadHeader.devices[0] = -1: the mesh has devices 0..3"},
       {{2, 0, 2},
        3,
-       "UploadHeader.devices[2] = 2: device 2 is UploadHeader.devices[0] "
-       "already; each device may appear once"},
+       "UploadHeader.devices[2] = 2: device 2 is listed at [0] already; "
+       "each device may appear once"},
       {{0, 1, 2, 3, 0},
        5,
        "UploadHeader.devices lists 5 devices: the mesh has 4 (devices "
