@@ -177,8 +177,8 @@ static void exec_complete(dev_exec *x, dev_inflight *f) {
   uint64_t from = f->t_issue > x->last_done_ns ? f->t_issue : x->last_done_ns;
   if (now > from) {
     atomic_fetch_add_explicit(&x->busy_ns, now - from, memory_order_relaxed);
-    if (op->time_sink) /* dev_op_set_time_sink */
-      __atomic_fetch_add(op->time_sink, now - from, __ATOMIC_RELAXED);
+    uint64_t *sink = dev__op_time_sink(op, d); /* dev_op_set_time_sink */
+    if (sink) __atomic_fetch_add(sink, now - from, __ATOMIC_RELAXED);
   }
   x->last_done_ns = now;
   op_unhold(op);

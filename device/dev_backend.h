@@ -155,6 +155,9 @@ struct dev_infer_ctx {
   int device;      /* which component is being inferred: its position in
                       the op's device set (issue #17), not an engine device */
   int num_devices; /* the op's set size */
+  /* The op's device set (engine devices, for messages), or NULL where it
+   * is not known (a node of a graph function). */
+  const struct dev_devset *devset;
   int num_inputs;
   const pd_dtype *in_dtype;             /* [num_inputs] */
   const dev_shape *in_shape;            /* [num_inputs] this component's */

@@ -114,14 +114,16 @@ void dev_tape_set_executor(dev_tape *tape, dev_execute_fn fn, void *arg);
  *                   zeros of its own dtype and component shapes. A source
  *                   equal to target gets the upstream gradient.
  * output_gradients: NULL for ones like target, or output_gradients[0] is the
- *                   upstream gradient of target: target's dtype and, on
- *                   every component, target's shape.
+ *                   upstream gradient of target: on target's device set
+ *                   (issue #17), of target's dtype and, on every component,
+ *                   target's shape.
  * out_grads:        room for n_sources tensors; on success out_grads[i] is a
  *                   new reference to a tensor of sources[i]'s dtype and
  *                   component shapes. The values are computed asynchronously
  *                   (dev_tensor_wait reports a failure of any op on the way).
  * Errors: INVALID_ARGUMENT (a NULL or non-floating target; n_sources < 0; a
- *         NULL source; an output gradient of the wrong dtype or shape; the
+ *         NULL source; an output gradient on another device set than the
+ *         target's, or of the wrong dtype or shape; the
  *         target depends on a source through an op that has no gradient --
  *         the message names the op -- or through AllReduce with a reduction
  *         other than sum or mean), FAILED_PRECONDITION (a one-shot tape used

@@ -568,7 +568,8 @@ pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
  * from a SHARDED or PER_COMPONENT host value, the output of an op that
  * passes that on (any op with such an input, except AllReduce, Broadcast
  * and AllGather; ReduceScatter, DeviceId and per-device random ops always),
- * or whose components differ in shape. dev_tensor_read and
+ * or whose components differ in shape; never for a tensor on one device
+ * (its one component is its value, issue #17). dev_tensor_read and
  * dev_tensor_to_host check the same. */
 pd_code dev_tensor_host_size(const dev_tensor *t, const dev_layout *layout,
                              int component, dev_shape *host_shape,
@@ -738,10 +739,13 @@ pd_code dev_op_estimate(const dev_op *op, dev_op_cost *out, dev_status *st);
 
 /* Asks each device's executor to add the nanoseconds its part of `op` took
  * to *sink (atomically; the sum over devices) before it publishes the op,
- * so a dev_tensor_notify on an output sees every device's time. CPU: the
- * kernel's run; with fences: from when the device could start it (issued,
- * the previous op done) to its fence. Call before dev_op_submit; *sink must
- * outlive the op's completion on every device. NULL: none (the default). */
+ * so a dev_tensor_notify on output 0 sees every device's time. Only the
+ * devices holding a component of output 0 add (a placement op's others,
+ * ParallelUnpack's devices past output 0's and CopyToDevices' source-only
+ * devices, add nothing: they may finish after output 0 is ready), so *sink
+ * may go once output 0 is ready. CPU: the kernel's run; with fences: from
+ * when the device could start it (issued, the previous op done) to its
+ * fence. Call before dev_op_submit. NULL: none (the default). */
 void dev_op_set_time_sink(dev_op *op, uint64_t *sink);
 
 /* Queues a prepared op on every device in the one global order and takes

@@ -276,13 +276,15 @@ int dev__op_max_outputs(const dev_op_def *def);
  * (what infer wrote to ctx->num_outputs, at most dev__op_max_outputs),
  * out_dtype[o] and out_shapes[o * n + d] (room for dev__op_max_outputs(def)
  * * n; DEV_MAX_OUTPUTS * n always suffices).
+ * `set`: the op's device set (of n devices) for the infer functions'
+ * messages, or NULL (a graph function's node).
  * Errors: what the op's infer returns. No tensor needed: graph functions
  * infer their nodes with it. */
-pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs, int n,
-                      int num_inputs, const pd_dtype *in_dtype,
-                      const dev_shape *in_shapes, int *num_outputs,
-                      pd_dtype *out_dtype, dev_shape *out_shapes,
-                      dev_status *st);
+pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs,
+                      const dev_devset *set, int n, int num_inputs,
+                      const pd_dtype *in_dtype, const dev_shape *in_shapes,
+                      int *num_outputs, pd_dtype *out_dtype,
+                      dev_shape *out_shapes, dev_status *st);
 
 /* Whether an op's outputs are known not to be mirrored (prepare.c; see
  * dev_tensor.not_mirrored), given whether any input is. */

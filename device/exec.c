@@ -299,8 +299,8 @@ void *dev__exec_main(void *arg) {
       }
       uint64_t ran_ns = dev__now_ns() - t0;
       atomic_fetch_add_explicit(&x->busy_ns, ran_ns, memory_order_relaxed);
-      if (op->time_sink) /* dev_op_set_time_sink: before the op is freed */
-        __atomic_fetch_add(op->time_sink, ran_ns, __ATOMIC_RELAXED);
+      uint64_t *sink = dev__op_time_sink(op, x->device); /* before the free */
+      if (sink) __atomic_fetch_add(sink, ran_ns, __ATOMIC_RELAXED);
       uint64_t seq = op->seq;
       if (atomic_fetch_sub(&op->pending, 1) == 1) {
         dev__exec_release_failed(x->engine, op);

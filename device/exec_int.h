@@ -46,6 +46,20 @@ void dev__ready_publish(dev__ready *r, uint64_t seq);
 
 /* --- executor (exec.c) --------------------------------------------------- */
 
+/* Where device d adds its time of `op` (dev_op_set_time_sink), or NULL.
+ * Only a device holding a component of output 0 adds: the sink's owner may
+ * free it as soon as output 0 is ready (the scheduler frees its queued op
+ * in a notify on output 0), and a device without such a component may run
+ * its part later than that (ParallelUnpack's devices past output 0's; a
+ * source-only device of CopyToDevices, whose destinations wait only for
+ * the source's producer). Ordinary ops have every output on the op's set,
+ * so every device adds. */
+static inline uint64_t *dev__op_time_sink(const dev_op *op, int d) {
+  if (!op->time_sink) return NULL;
+  if (op->num_outputs > 0 && dev__slot(op->outputs[0], d) < 0) return NULL;
+  return op->time_sink;
+}
+
 /* Inputs of an issued op that were still in flight on the device when it was
  * issued, as the seqs of the ops producing them. */
 #define DEV_INLINE_DEPS 4

@@ -95,6 +95,18 @@ static pd_code check_args(const dev_tape *tp, dev_tensor *target,
         pd_dtype_name(target->dtype));
   if (!og) return PD_OK;
   PD_TRY(check_arg(tp, og, "the output gradient", -1, st));
+  /* Before the shapes (a set of another size has other component shapes):
+   * the seed must be on the target's set, or the first VJP would refuse it
+   * naming an op the caller never ran (issue #17). */
+  if (!dev_devset_equal(&og->set, &target->set)) {
+    char a[DEV_DEVSET_STR_MAX], b[DEV_DEVSET_STR_MAX];
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "dev_tape_gradient: output_gradient is on devices %s but "
+                     "the target on %s; expected the target's devices: move "
+                     "it with CopyToDevices",
+                     dev_devset_str(&og->set, a, sizeof a),
+                     dev_devset_str(&target->set, b, sizeof b));
+  }
   if (og->dtype != target->dtype || !dev__same_shapes(og, target)) {
     char a[160], b[160];
     return dev_error(st, PD_INVALID_ARGUMENT,

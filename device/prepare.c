@@ -271,11 +271,11 @@ pd_code dev__check_inputs(const dev_op_def *def, const dev_engine *e,
   return PD_OK;
 }
 
-pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs, int n,
-                      int num_inputs, const pd_dtype *in_dtype,
-                      const dev_shape *in_shapes, int *num_outputs,
-                      pd_dtype *out_dtype, dev_shape *out_shapes,
-                      dev_status *st) {
+pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs,
+                      const dev_devset *set, int n, int num_inputs,
+                      const pd_dtype *in_dtype, const dev_shape *in_shapes,
+                      int *num_outputs, pd_dtype *out_dtype,
+                      dev_shape *out_shapes, dev_status *st) {
   const size_t nin = (size_t)(num_inputs ? num_inputs : 1);
   const dev_shape *all_local[DEV_MAX_INPUTS];
   dev_shape in_local[16];
@@ -303,6 +303,7 @@ pd_code dev__infer_op(const dev_op_def *def, const dev_attr_value *attrs, int n,
     ic.op = def;
     ic.device = d;
     ic.num_devices = n;
+    ic.devset = set;
     ic.num_inputs = num_inputs;
     ic.in_dtype = in_dtype;
     ic.in_shape = in_shape;
@@ -360,8 +361,8 @@ static pd_code infer_outputs(const dev_devset *set, const dev_op_def *def,
     for (int d = 0; d < n; d++)
       in_shapes[i * n + d] = inputs[i]->comps[d].shape;
   }
-  pd_code rc = dev__infer_op(def, op->attrs, n, num_inputs, in_dtype, in_shapes,
-                             num_outputs, out_dtype, out_shapes, st);
+  pd_code rc = dev__infer_op(def, op->attrs, set, n, num_inputs, in_dtype,
+                             in_shapes, num_outputs, out_dtype, out_shapes, st);
   if (in_shapes != local) free(in_shapes);
   return rc;
 }

@@ -248,8 +248,12 @@ pd_code dev_tensor_write(dev_tensor *t, const dev_layout *layout, int component,
 
 /* A MIRRORED download returns component 0: refused when the components are
  * known to differ (uploaded sharded or per component, or of different
- * shapes), so that it never silently returns one shard. */
+ * shapes), so that it never silently returns one shard. A tensor on one
+ * device is a plain single-device tensor (issue #17): its one component
+ * is its value, whatever marks it carries (a sharded upload onto one
+ * device, DeviceId placed there, ParallelPack of one input). */
 static pd_code check_mirrored(const dev_tensor *t, dev_status *st) {
+  if (t->n == 1) return PD_OK;
   const char *why = NULL;
   char sb[160], ax[96];
   if (t->shard_axis_p1) {

@@ -242,6 +242,12 @@ static pd_code resolve_op(build *b, int i, dev_status *st) {
     return PD_OK;
   }
   const dev_op_def *def = dev_op_lookup(op);
+  if (def && (def->flags & DEV_OP_PLACEMENT))
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "function '%s', node '%s': %s moves a value between "
+                     "device sets and cannot be a node of a graph function; "
+                     "call it outside the function",
+                     d->name, n->name, def->name);
   if (def) {
     r->kind = FN_NODE_OP;
     r->def = def;

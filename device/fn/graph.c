@@ -521,8 +521,8 @@ pd_code fn_graph_infer_node(fn_graph *g, int i, dev_status *st) {
   }
   int nout = 0;
   dev_status ist = DEV_STATUS_INIT;
-  pd_code rc = dev__infer_op(n->def, n->attrs, nd, n->n_in, in_dtype, in_shapes,
-                             &nout, n->out_dtype, out, &ist);
+  pd_code rc = dev__infer_op(n->def, n->attrs, NULL, nd, n->n_in, in_dtype,
+                             in_shapes, &nout, n->out_dtype, out, &ist);
   free(in_shapes);
   if (rc != PD_OK) {
     free(out);

@@ -81,8 +81,8 @@ static bool infers_like(fn_graph *g, int old, const dev_op_def *def,
       shapes[j * nd + d] = *fn_ref_shape(g, in[j], d);
   }
   int nout = 0;
-  if (dev__infer_op(def, vals, nd, n_in, in_dt, shapes, &nout, out_dt, out_sh,
-                    &lst) == PD_OK &&
+  if (dev__infer_op(def, vals, NULL, nd, n_in, in_dt, shapes, &nout, out_dt,
+                    out_sh, &lst) == PD_OK &&
       nout == o->n_out) {
     ok = true;
     for (int k = 0; k < nout && ok; k++) {

@@ -1,7 +1,8 @@
-/* Collective ops across the mesh: AllReduce, Broadcast, AllGather and
+/* Collective ops across a device set: AllReduce, Broadcast, AllGather and
  * ReduceScatter, with NCCL's semantics (ncclAllReduce, ncclBroadcast,
- * ncclAllGather, ncclReduceScatter). They take one input per device (the
- * parallel tensor's components) and run through the backend's collective
+ * ncclAllGather, ncclReduceScatter). They take one input per device of the
+ * input's set (the parallel tensor's components; issue #17: the group is
+ * that set, not the mesh) and run through the backend's collective
  * functions; every device takes them in the one global order.
  *
  * The first attribute of each op is the one the backends read by position
@@ -55,13 +56,21 @@ static pd_code all_reduce_infer(dev_infer_ctx *c, dev_status *st) {
   return PD_OK;
 }
 
+/* root is a position within the input's device set (component `root`), not
+ * an engine device: the message names the set where it is known. */
 static pd_code broadcast_infer(dev_infer_ctx *c, dev_status *st) {
   int64_t root = c->attrs[0].u.i;
-  if (root < 0 || root >= c->num_devices)
-    return dev_error(
-        st, PD_INVALID_ARGUMENT,
-        "Broadcast: attribute 'root' is %lld; expected a device index 0 to %d",
-        (long long)root, c->num_devices - 1);
+  if (root < 0 || root >= c->num_devices) {
+    char sb[DEV_DEVSET_STR_MAX + 1] = "";
+    if (c->devset) {
+      sb[0] = ' ';
+      dev_devset_str(c->devset, sb + 1, sizeof sb - 1);
+    }
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "Broadcast: attribute 'root' is %lld; expected an index "
+                     "within the input's device set%s (0 to %d)",
+                     (long long)root, sb, c->num_devices - 1);
+  }
   c->out_dtype[0] = c->in_dtype[0];
   c->out_shape[0] = c->all_in_shape[0][root];
   return PD_OK;
@@ -123,8 +132,8 @@ static const char *const k_reductions[] = {"sum", "mean", "max",
 #define COLL_NOTES(TF)                                                         \
   "No tf.raw_ops op of this name: the nearest is tf.raw_ops." TF               \
   ", which takes its group, key and device count as inputs and attributes; "   \
-  "here the group is always the session's whole mesh, in the one global "      \
-  "order of ops."
+  "here the group is the input's device set (one component per device of "     \
+  "it), in the one global order of ops."
 
 static dev_op_def all_reduce_def = {
     .name = "AllReduce",
@@ -141,7 +150,8 @@ static dev_op_def all_reduce_def = {
     .collective = DEV_COLL_ALL_REDUCE,
     .summary =
         "Every component becomes the reduction (sum, mean, max, min "
-        "or prod) of all components, which must share one shape.",
+        "or prod) of all components (over the input's device set), "
+        "which must share one shape.",
     .notes = COLL_NOTES("CollectiveReduceV2 (or NcclAllReduce)"),
 };
 
@@ -153,7 +163,9 @@ static dev_op_def broadcast_def = {
     .outputs = {{"output", false, 1, COLL_DTYPES, "same as input"}},
     .num_attrs = 1,
     .attrs = {{"root", DEV_ATTR_INT, INT_DEFAULT(0),
-               .doc = "the device whose component is copied; 0..devices-1",
+               .doc = "the index within the input's device set of the "
+                      "component copied (0..n-1 for a set of n devices; "
+                      "not an engine device index)",
                .has_min = true, .min = 0}},
     .flags = DEV_OP_COLLECTIVE | DEV_OP_MESH_INFER,
     .infer = broadcast_infer,
@@ -197,7 +209,8 @@ static dev_op_def reduce_scatter_def = {
     .collective = DEV_COLL_REDUCE_SCATTER,
     .summary =
         "Reduces all components (one shape) and leaves shard i of the "
-        "result, along axis 0 as numpy.array_split, on device i.",
+        "result, along axis 0 as numpy.array_split, as component i (on "
+        "device i of the input's set).",
     .notes = COLL_NOTES("CollectiveReduceScatterV2"),
 };
 

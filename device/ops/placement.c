@@ -3,9 +3,10 @@
  * other sets than their inputs, so they have no kernel and no per-component
  * inference: device/place.c prepares them (output sets and shapes) and runs
  * each device's part (aliasing buffers, or a device-to-device copy). This
- * file holds their definitions for the registry and the op reference. The
- * infer functions here only answer graph functions, which cannot hold
- * them. Source: TensorFlow's parallel device (TPUReplicatedInput /
+ * file holds their definitions for the registry and the op reference.
+ * Graph functions cannot hold them: fn/convert.c refuses such a node at
+ * registration; the infer functions here answer only a graph built past
+ * that check. Source: TensorFlow's parallel device (TPUReplicatedInput /
  * TPUReplicatedOutput are its pack and unpack). */
 #include "device_int.h"
 
@@ -35,8 +36,10 @@ static dev_op_def pack_def = {
     .notes =
         "TensorFlow parallel device's pack (TPUReplicatedInput). The "
         "output is on the devices of the inputs in input order, and "
-        "is marked not mirrored (a MIRRORED download is refused). No "
-        "device memory is allocated. Its gradient is ParallelUnpack.",
+        "is marked not mirrored (a MIRRORED download is refused, except "
+        "of one component: a tensor on one device is its value). No "
+        "device memory is allocated. Its gradient is ParallelUnpack. "
+        "Not a node of a graph function (refused at registration).",
 };
 
 static dev_op_def unpack_def = {
@@ -65,7 +68,8 @@ static dev_op_def unpack_def = {
     .notes =
         "TensorFlow parallel device's unpack (TPUReplicatedOutput). "
         "The output count is the input's device count. No device "
-        "memory is allocated. Its gradient is ParallelPack.",
+        "memory is allocated. Its gradient is ParallelPack. Not a node "
+        "of a graph function (refused at registration).",
 };
 
 static dev_op_def copy_def = {
@@ -96,7 +100,8 @@ static dev_op_def copy_def = {
         "sends its component 0 to every device; any other input of "
         "another count is refused. On CUDA a peer copy. Its gradient "
         "copies back (summed over the destinations when one source "
-        "was replicated).",
+        "was replicated). Not a node of a graph function (refused at "
+        "registration).",
 };
 
 void dev_register_placement_ops(void) {

@@ -10,7 +10,7 @@
  *   counter = [block index (64 bits), seed2 (64 bits)]
  * One block of 4 x 32 random bits gives 4 float32 values or 2 float64 values
  * (uniform), 4 float32 or 2 float64 normals (Box-Muller). The same seed gives
- * the same values on every run and on every mesh size.
+ * the same values on every run and on every device set.
  *
  * DeviceId follows the parallel device's DeviceID: each component holds its
  * own device index as an int32 scalar. */
@@ -374,8 +374,9 @@ static pd_code normal_kernel(dev_kernel_ctx *c, dev_status *st) {
     {                                                                          \
       "per_device", DEV_ATTR_BOOL, {.type = DEV_ATTR_BOOL, .u.b = false},      \
           .doc =                                                               \
-              "a different stream on each device (false: every component "     \
-              "gets the same values)"                                          \
+              "a different stream per component (by its index within the "     \
+              "op's device set; false: every component gets the same "         \
+              "values)"                                                        \
     }                                                                          \
   }
 
@@ -452,8 +453,9 @@ static dev_op_def device_id_def = {
     .infer = device_id_infer,
     .kernels = {device_id_kernel, NULL},
     .summary =
-        "A scalar int32 holding each component's device index "
-        "(0..devices-1).",
+        "A scalar int32 holding each component's index within the op's "
+        "device set (0..n-1 for a set of n devices; placed on [3, 1]: 0 "
+        "and 1).",
     .notes =
         "paradev's own (no tf.raw_ops op of this name), after the "
         "DeviceID op of TensorFlow's parallel device.",

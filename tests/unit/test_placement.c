@@ -6,7 +6,11 @@
  * ops on a subset, ParallelPack / ParallelUnpack sharing buffers (no new
  * device memory) and CopyToDevices, their VJPs through the tape, a graph
  * function called on a subset with an AllReduce inside, a failed input on
- * a subset, and the same paths on a CPU backend with completion fences. */
+ * a subset, and the same paths on a CPU backend with completion fences.
+ * From the trials: MIRRORED reads of one-device tensors, placement ops
+ * refused at function registration, Broadcast's root within the set, an
+ * output gradient on another set, and a time sink written only by the
+ * devices of output 0. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -960,6 +964,236 @@ static void test_fenced_backend(void **state) {
   dev_engine_destroy(e);
 }
 
+/* --- trial findings (issue #17) -------------------------------------------- */
+
+/* A tensor on one device is a plain single-device tensor: a MIRRORED read of
+ * it returns its one component whatever marks it carries (trial T4, P8);
+ * with two components the marks still refuse it. */
+static void test_one_device_reads_mirrored(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(NDEV, 0);
+  dev_devset d1 = mkset(1, 1), d2 = mkset(1, 2), d3 = mkset(1, 3);
+  dev_status st = DEV_STATUS_INIT;
+  /* DeviceId placed on [1]: index 0 within its set */
+  dev_tensor *id = run_on(e, &d1, "DeviceId", NULL, 0, NULL, 0, 0);
+  wait_ok(id);
+  int32_t idv = -1;
+  if (dev_tensor_to_host(id, &MIR, 0, &idv, sizeof idv, &st) != PD_OK)
+    fail_msg("DeviceId on [1], MIRRORED: %s", st.msg);
+  assert_int_equal(idv, 0);
+  /* a sharded upload onto one device */
+  dev_tensor *sh = up(e, &d2, SH0, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+  wait_ok(sh);
+  double v[3] = {0};
+  if (dev_tensor_to_host(sh, &MIR, 0, v, sizeof v, &st) != PD_OK)
+    fail_msg("sharded on [2], MIRRORED: %s", st.msg);
+  const double w123[3] = {1, 2, 3};
+  tu_assert_close(v, w123, 3, 0, 0);
+  /* and what is computed from it */
+  dev_tensor *n = run_on(e, NULL, "Neg", &sh, 1, NULL, 0, 0);
+  wait_ok(n);
+  if (dev_tensor_to_host(n, &MIR, 0, v, sizeof v, &st) != PD_OK)
+    fail_msg("Neg of sharded on [2], MIRRORED: %s", st.msg);
+  const double wn[3] = {-1, -2, -3};
+  tu_assert_close(v, wn, 3, 0, 0);
+  /* ParallelPack of one input on [3] */
+  dev_tensor *b = up(e, &d3, MIR, 1, (int64_t[]){2}, (double[]){3, 4});
+  dev_tensor *p = run_on(e, NULL, "ParallelPack", &b, 1, NULL, 0, 0);
+  expect_set(p, &d3);
+  wait_ok(p);
+  double pv[2] = {0};
+  if (dev_tensor_to_host(p, &MIR, 0, pv, sizeof pv, &st) != PD_OK)
+    fail_msg("pack of one on [3], MIRRORED: %s", st.msg);
+  const double w34[2] = {3, 4};
+  tu_assert_close(pv, w34, 2, 0, 0);
+  uint64_t bytes = 0;
+  assert_int_equal(dev_tensor_host_size(p, &MIR, 0, NULL, &bytes, &st), PD_OK);
+  assert_int_equal(bytes, 16);
+  /* a per-component upload onto one device */
+  dev_shape s2;
+  assert_int_equal(dev_shape_make(1, (int64_t[]){2}, &s2, NULL), PD_OK);
+  const void *datas[1] = {(double[]){5, 6}};
+  dev_tensor *pc = NULL;
+  assert_int_equal(
+      dev_tensor_from_components_on(e, &d1, PD_FLOAT64, &s2, datas, &pc, &st),
+      PD_OK);
+  wait_ok(pc);
+  if (dev_tensor_to_host(pc, &MIR, 0, pv, sizeof pv, &st) != PD_OK)
+    fail_msg("per-component on [1], MIRRORED: %s", st.msg);
+  const double w56[2] = {5, 6};
+  tu_assert_close(pv, w56, 2, 0, 0);
+  /* two components: still refused */
+  dev_tensor *two[2] = {b, pc};
+  dev_tensor *p2 = run_on(e, NULL, "ParallelPack", two, 2, NULL, 0, 0);
+  wait_ok(p2);
+  st = (dev_status)DEV_STATUS_INIT;
+  assert_int_equal(dev_tensor_to_host(p2, &MIR, 0, pv, sizeof pv, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_non_null(strstr(st.msg, "not mirrored"));
+  dev_tensor *t[] = {id, sh, n, b, p, pc, p2};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) dev_tensor_release(t[i]);
+  bounded_sync(e);
+  dev_engine_destroy(e);
+}
+
+/* A placement op as a node of a graph function is refused at registration
+ * (it could never be called), naming the function and the node (T5). */
+static void test_placement_ops_refused_in_functions(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(NDEV, 0);
+  dev_fn_lib *lib = NULL;
+  assert_int_equal(dev_fn_lib_create(e, NULL, &lib, NULL), PD_OK);
+  const char *in_x[] = {"x"};
+  dev_attr to0 = dev_attr_int_list("devices", (int64_t[]){0}, 1);
+  struct {
+    const char *op;
+    const dev_attr *attrs;
+    int na;
+  } cases[] = {{"ParallelUnpack", NULL, 0},
+               {"ParallelPack", NULL, 0},
+               {"CopyToDevices", &to0, 1}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    dev_fn_node node = {.name = "moved",
+                        .op = cases[k].op,
+                        .inputs = in_x,
+                        .num_inputs = 1,
+                        .attrs = cases[k].attrs,
+                        .num_attrs = cases[k].na};
+    dev_fn_arg arg = {"x", PD_FLOAT64};
+    dev_fn_output out = {"y", "moved"};
+    dev_fn_def def = DEV_FN_DEF_INITIALIZER;
+    def.name = "mover";
+    def.args = &arg;
+    def.num_args = 1;
+    def.nodes = &node;
+    def.num_nodes = 1;
+    def.outputs = &out;
+    def.num_outputs = 1;
+    dev_fn_options opt = DEV_FN_OPTIONS_INITIALIZER;
+    bool existed = false;
+    dev_status st = DEV_STATUS_INIT;
+    pd_code rc = dev_fn_register(lib, &def, &opt, &existed, &st);
+    if (rc != PD_INVALID_ARGUMENT)
+      fail_msg("%s: got %s (%s)", cases[k].op, pd_code_name(rc), st.msg);
+    char want[160];
+    snprintf(want, sizeof want,
+             "function 'mover', node 'moved': %s moves a value between "
+             "device sets and cannot be a node of a graph function",
+             cases[k].op);
+    if (!strstr(st.msg, want)) fail_msg("'%s' not in: %s", want, st.msg);
+  }
+  dev_fn_lib_destroy(lib);
+  dev_engine_destroy(e);
+}
+
+/* Broadcast's root is an index within the input's set, and its error says
+ * so naming the set (P2). */
+static void test_broadcast_root_within_set(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(NDEV, 0);
+  dev_devset s31 = mkset(2, 3, 1);
+  dev_tensor *x = up(e, &s31, SH0, 1, (int64_t[]){4}, (double[]){1, 2, 3, 4});
+  dev_attr r1 = dev_attr_int("root", 1);
+  dev_tensor *y = run_on(e, NULL, "Broadcast", &x, 1, &r1, 1, 0);
+  expect(y, 0, (double[]){3, 4}, 2); /* component 1, on device 1 */
+  expect(y, 1, (double[]){3, 4}, 2);
+  dev_attr r2 = dev_attr_int("root", 2);
+  refused(e, NULL, "Broadcast", &x, 1, &r2, 1, PD_INVALID_ARGUMENT,
+          "'root' is 2; expected an index within the input's device set "
+          "[3, 1] (0 to 1)",
+          NULL);
+  dev_attr r3 = dev_attr_int("root", 3); /* an engine device of the set */
+  refused(e, NULL, "Broadcast", &x, 1, &r3, 1, PD_INVALID_ARGUMENT,
+          "'root' is 3", "[3, 1] (0 to 1)", NULL);
+  dev_tensor_release(y);
+  dev_tensor_release(x);
+  bounded_sync(e);
+  dev_engine_destroy(e);
+}
+
+/* An output gradient on another set than the target is the caller's error,
+ * said up front naming both sets (P6), not by the first VJP's op. */
+static void test_output_gradient_on_other_set(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(NDEV, 0);
+  dev_devset s23 = mkset(2, 2, 3), s01 = mkset(2, 0, 1), s32 = mkset(2, 3, 2);
+  dev_tape *tp = NULL;
+  assert_int_equal(dev_tape_create(e, true, &tp, NULL), PD_OK);
+  dev_tensor *a = up(e, &s23, MIR, 1, (int64_t[]){2}, (double[]){1, 2});
+  dev_tape_watch(tp, a, NULL);
+  dev_tensor *aa[2] = {a, a};
+  dev_tensor *y = taped(e, tp, "Mul", aa, 2, NULL, 0, 0);
+  dev_attr ax = dev_attr_int_list("axis", (int64_t[]){0}, 1);
+  dev_tensor *l = taped(e, tp, "Sum", &y, 1, &ax, 1, 0);
+  dev_tensor *ogs[3] = {
+      up(e, &s01, MIR, 0, NULL, (double[]){1}),
+      up(e, &s32, MIR, 0, NULL, (double[]){1}), /* same devices, other order */
+      up(e, &s23, MIR, 0, NULL, (double[]){3}),
+  };
+  const char *want[2] = {
+      "output_gradient is on devices [0, 1] but the target "
+      "on [2, 3]",
+      "output_gradient is on devices [3, 2] but the target "
+      "on [2, 3]"};
+  for (int k = 0; k < 2; k++) {
+    dev_tensor *g = NULL;
+    dev_status st = DEV_STATUS_INIT;
+    pd_code rc = dev_tape_gradient(tp, l, &a, 1, &ogs[k], &g, &st);
+    if (rc != PD_INVALID_ARGUMENT)
+      fail_msg("og %d: got %s (%s)", k, pd_code_name(rc), st.msg);
+    if (!strstr(st.msg, want[k]) || !strstr(st.msg, "CopyToDevices"))
+      fail_msg("og %d: %s", k, st.msg);
+    assert_null(strstr(st.msg, "BroadcastToLike"));
+  }
+  /* on the target's set: d(3 * sum a^2)/da = 6a */
+  dev_tensor *g = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  if (dev_tape_gradient(tp, l, &a, 1, &ogs[2], &g, &st) != PD_OK)
+    fail_msg("gradient: %s", st.msg);
+  expect_set(g, &s23);
+  for (int c = 0; c < 2; c++) expect(g, c, (double[]){6, 12}, 2);
+  dev_tensor_release(g);
+  dev_tape_destroy(tp);
+  dev_tensor *t[] = {a, y, l, ogs[0], ogs[1], ogs[2]};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) dev_tensor_release(t[i]);
+  bounded_sync(e);
+  dev_engine_destroy(e);
+}
+
+/* A time sink is written only by the devices of output 0: its owner (the
+ * scheduler's queued op) goes once output 0 is ready, and ParallelUnpack's
+ * other devices may run their part later (here device 2, held). */
+static void test_time_sink_only_output0_devices(void **state) {
+  (void)state;
+  dev_engine *e = tu_engine(NDEV, 0);
+  dev_devset s = mkset(2, 1, 2);
+  dev_tensor *x = up(e, &s, SH0, 1, (int64_t[]){4}, (double[]){1, 2, 3, 4});
+  wait_ok(x);
+  uint64_t *sink = calloc(1, sizeof *sink);
+  assert_non_null(sink);
+  dev_engine_test_hold(e, 2, true);
+  dev_op *op = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  if (dev_op_prepare(e, "ParallelUnpack", &x, 1, NULL, 0, &op, &st) != PD_OK)
+    fail_msg("unpack: %s", st.msg);
+  dev_tensor *o0 = dev_op_output(op, 0), *o1 = dev_op_output(op, 1);
+  dev_tensor_retain(o0);
+  dev_tensor_retain(o1);
+  dev_op_set_time_sink(op, sink);
+  dev_op_submit(e, op);
+  expect(o0, 0, (double[]){1, 2}, 2); /* device 1 alone */
+  const uint64_t seen = __atomic_load_n(sink, __ATOMIC_RELAXED);
+  dev_engine_test_hold(e, 2, false);
+  expect(o1, 0, (double[]){3, 4}, 2);
+  bounded_sync(e);
+  assert_int_equal(__atomic_load_n(sink, __ATOMIC_RELAXED), seen);
+  free(sink);
+  dev_tensor_release(o0);
+  dev_tensor_release(o1);
+  dev_tensor_release(x);
+  dev_engine_destroy(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ops_on_subsets),
@@ -977,6 +1211,11 @@ int main(void) {
       cmocka_unit_test(test_function_on_subset),
       cmocka_unit_test(test_failed_input_on_subset),
       cmocka_unit_test(test_fenced_backend),
+      cmocka_unit_test(test_one_device_reads_mirrored),
+      cmocka_unit_test(test_placement_ops_refused_in_functions),
+      cmocka_unit_test(test_broadcast_root_within_set),
+      cmocka_unit_test(test_output_gradient_on_other_set),
+      cmocka_unit_test(test_time_sink_only_output0_devices),
   };
   return cmocka_run_group_tests_name("placement", tests, NULL, NULL);
 }
