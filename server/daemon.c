@@ -123,6 +123,9 @@ static int srv_engine_start(srv *s) {
                st.msg);
     return -1;
   }
+  /* The runtime copy was taken before the engine existed: a default quota
+   * that is a share of the mesh's memory reads 0 there until now. */
+  atomic_store(&s->rt.default_memory_quota, srv_default_quota(o, s->engine));
   dev_memory_stats ms = {.struct_size = sizeof ms};
   if (dev_engine_memory_stats(s->engine, 0, &ms, NULL) == PD_OK) {
     const uint64_t q = srv_default_quota(o, s->engine);

@@ -282,6 +282,7 @@ static void srv_apply_runtime(srv *s, const srv_options *o) {
   atomic_store(&rt->default_lease_s, l->default_lease_s);
   atomic_store(&rt->max_lease_s, l->max_lease_s);
   atomic_store(&rt->default_memory_quota, srv_default_quota(o, s->engine));
+  atomic_store(&rt->default_quota_is_share, l->default_memory_quota == 0);
   atomic_store(&rt->max_memory_quota, l->max_memory_quota);
   atomic_store(&rt->drain_timeout_s, o->drain_timeout_s);
   atomic_store(&rt->stall_timeout_s, o->stall_timeout_s);

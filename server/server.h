@@ -152,6 +152,10 @@ typedef struct srv_runtime {
   atomic_int max_queued_ops;
   _Atomic uint32_t default_lease_s, max_lease_s;
   _Atomic uint64_t default_memory_quota, max_memory_quota;
+  /* default_memory_quota is a share of the mesh's memory (no byte value
+   * configured): a session allowed fewer devices gets that share of
+   * theirs (issue #17, trial finding P9). */
+  _Atomic bool default_quota_is_share;
   _Atomic uint32_t drain_timeout_s, stall_timeout_s, kernel_timeout_s;
   atomic_bool require_job_token;         /* [auth] require_job_token */
   _Atomic uint32_t job_token_lifetime_s; /* [auth] job_token_lifetime_s */
@@ -256,6 +260,8 @@ uint64_t srv_default_quota(const srv_options *o, dev_engine *e);
  * without one: its total); 0 without an engine. Any thread. In session.c,
  * which caps asked quotas with it (daemon.c's default quota uses it too). */
 uint64_t srv_mesh_bytes(dev_engine *e);
+/* The same for the devices of `set` only (issue #17: a session's share). */
+uint64_t srv_set_bytes(dev_engine *e, const dev_devset *set);
 
 /* --- rpc.c: the transport ----------------------------------------------------- */
 

@@ -18,15 +18,23 @@
 /* A tenant's session: its tenant, band and weight, and its lease and quota
  * capped at the tenant's (a larger or default ask gets the tenant's
  * maximum; CreateSession's reply says what was granted). */
+static uint64_t srv_device_bytes(dev_engine *e, int d) {
+  dev_memory_stats ms = {.struct_size = sizeof ms};
+  if (dev_engine_memory_stats(e, d, &ms, NULL) != PD_OK) return 0;
+  return ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
+}
+
 uint64_t srv_mesh_bytes(dev_engine *e) {
   uint64_t mesh = 0;
   int n = e ? dev_engine_num_devices(e) : 0;
-  for (int i = 0; i < n; i++) {
-    dev_memory_stats ms = {.struct_size = sizeof ms};
-    if (dev_engine_memory_stats(e, i, &ms, NULL) == PD_OK)
-      mesh += ms.bytes_limit ? ms.bytes_limit : ms.bytes_total;
-  }
+  for (int i = 0; i < n; i++) mesh += srv_device_bytes(e, i);
   return mesh;
+}
+
+uint64_t srv_set_bytes(dev_engine *e, const dev_devset *set) {
+  uint64_t b = 0;
+  for (int i = 0; e && i < set->n; i++) b += srv_device_bytes(e, set->dev[i]);
+  return b;
 }
 
 static void srv_tenant_session_terms(srv *s, const char *tenant,
@@ -276,6 +284,19 @@ static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
    * quota always means bytes the devices have (trial finding 11). */
   uint64_t mesh =
       SRV_RT(c->s, max_memory_quota) ? 0 : srv_mesh_bytes(c->s->engine);
+  /* A session allowed fewer devices than the mesh (issue #17): the default
+   * quota, when it is a share of the mesh's memory, is that share of its
+   * own devices' memory, and the cap is their memory. */
+  const dev_devset *allowed = asked ? asked : p.bound;
+  if (allowed && !dev_devset_is_all(c->s->engine, allowed)) {
+    uint64_t all = srv_mesh_bytes(c->s->engine);
+    uint64_t own = srv_set_bytes(c->s->engine, allowed);
+    uint64_t dq = SRV_RT(c->s, default_memory_quota);
+    if (p.memory_quota == 0 && dq && all &&
+        SRV_RT(c->s, default_quota_is_share))
+      p.memory_quota = (uint64_t)((double)dq * ((double)own / (double)all));
+    if (mesh) mesh = own;
+  }
   if (mesh && p.memory_quota > mesh) p.memory_quota = mesh;
   sched_session_origin origin = {id->name, claimed};
   sched_session_info info;

@@ -476,7 +476,29 @@ def check_halves():
             d.proc.kill()
 
 
-CHECKS = [check_fields, check_narrowed, check_job_tokens, check_slurm_gpus, check_tenants,
+def check_quota_share():
+    """The default quota (half the mesh's memory) of a session allowed
+    fewer devices is half of ITS devices' memory; an asked quota stays."""
+    d = Daemon(ndev=NDEV, mem=64 << 20)
+    try:
+        cl = Client(d.target)
+        whole = open_session(cl).memory_quota_bytes
+        assert whole == 2 * (64 << 20), whole  # 50% of 4 x 64 MiB
+        one = open_session(cl, devices=[1]).memory_quota_bytes
+        assert one == 32 << 20, one
+        assert open_session(cl, devices=[3, 0]).memory_quota_bytes == 64 << 20
+        asked = open_session(cl, devices=[1], memory_quota_bytes=8 << 20)
+        assert asked.memory_quota_bytes == 8 << 20, asked
+        # More than its devices hold is capped at their memory.
+        big = open_session(cl, devices=[2], memory_quota_bytes=1 << 30)
+        assert big.memory_quota_bytes == 64 << 20, big
+        assert d.stop() == 0, d.log()
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+
+
+CHECKS = [check_fields, check_narrowed, check_quota_share, check_job_tokens, check_slurm_gpus, check_tenants,
           check_halves]
 
 
