@@ -647,7 +647,7 @@ static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
       load_tensor *lt = &ld->tensors[i];
       uint64_t b = dev_tensor_bytes(lt->t);
       dev_tensor_retain(lt->t);
-      sched_htab_insert(&ss->handles, lt->id, lt->t, b);
+      sched_htab_insert(&ss->handles, lt->id, lt->t, b, NULL);
       sched_charge_tensor_locked(ss, lt->t, b, true);
     }
     ld->published = true;
