@@ -283,6 +283,15 @@ pd_code sched_placement_check(const struct sched_session *ss,
  * (sched_placement_check). */
 pd_code sched_place(const struct sched_session *ss, const dev_devset *want,
                     dev_devset *out, dev_status *st);
+/* A per-component load of `name` from file ix (`file`, for the message)
+ * onto `set`: INVALID_ARGUMENT "'pc' was saved with 4 components in
+ * f.safetensors; the device set [1, 2] has 2 ..." when the file's count
+ * (its metadata paradev.components.<name>, else the entries "<name>:<k>"
+ * present) is not the set's size; PD_OK when equal or when it holds none
+ * (the load then says which entry is missing). */
+pd_code sched_components_check(const stg_index *ix, const char *file,
+                               const char *name, const dev_devset *set,
+                               dev_status *st);
 
 /* --- Sessions and the scheduler ---------------------------------------- */
 
