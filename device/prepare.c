@@ -552,6 +552,34 @@ uint64_t dev_op_new_bytes(const dev_op *op) {
   return s;
 }
 
+bool dev_op_output_shares(const dev_op *op, int out, int comp, int *in,
+                          int *in_comp) {
+  if (!op || out < 0 || out >= op->num_outputs || comp < 0 ||
+      comp >= op->outputs[out]->n || op->num_inputs < 1 || op->fn_call)
+    return false;
+  const dev_op_def *def = op->def;
+  int i = 0, c = 0;
+  if (def->flags & DEV_OP_PLACEMENT) {
+    if (def->placement == DEV_PLACE_PACK && out == 0 && comp < op->num_inputs)
+      i = comp; /* input i is on one device: its component 0 */
+    else if (def->placement == DEV_PLACE_UNPACK && comp == 0 &&
+             out < op->inputs[0]->n)
+      c = out;
+    else
+      return false;
+  } else if (!(def->flags & DEV_OP_ALIASES_INPUT) || out != 0 ||
+             comp >= op->inputs[0]->n ||
+             op->inputs[0]->comps[comp].bytes !=
+                 op->outputs[0]->comps[comp].bytes) {
+    return false;
+  } else {
+    c = comp; /* exec.c alloc_outputs: output 0 aliases input 0 */
+  }
+  if (in) *in = i;
+  if (in_comp) *in_comp = c;
+  return true;
+}
+
 bool dev_op_has_pending_input(const dev_op *op, dev_tensor **pending) {
   for (int i = 0; i < op->num_inputs; i++)
     if (atomic_load_explicit(&op->inputs[i]->pending, memory_order_acquire)) {

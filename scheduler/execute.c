@@ -12,8 +12,9 @@
 /* An output of the request, before it is published. */
 typedef struct sched_pending {
   uint64_t id;
-  dev_tensor *t;  /* borrowed from its prepared op */
-  uint64_t bytes; /* what it is charged: 0 for a buffer shared with an input */
+  dev_tensor *t;     /* borrowed from its prepared op */
+  uint64_t bytes;    /* what it alone is charged: its size, 0 with ch */
+  sched_charge **ch; /* NULL, or its components' shared charges (issue #17) */
 } sched_pending;
 
 /* The work of one sched_execute call. */
@@ -63,6 +64,16 @@ static pd_code exec_init(sched_exec *x, sched_session *ss, const sched_op *ops,
     }
   }
   return PD_OK;
+}
+
+/* Drops the charges that outputs never published joined (ss->mu held):
+ * none of them was counted but those of live handles, which still hold
+ * them. */
+static void exec_put_charges_locked(sched_exec *x) {
+  for (int k = 0; k < x->npend; k++) {
+    sched_charges_put_locked(x->ss, x->pend[k].t, x->pend[k].ch);
+    x->pend[k].ch = NULL;
+  }
 }
 
 /* Frees what was not queued: entries, and prepared ops (abandoned). */
@@ -145,6 +156,48 @@ static pd_code exec_check_outputs(sched_exec *x, const sched_op *op,
   return PD_OK;
 }
 
+/* The shared charges of input handle `id` (a live handle first, then the
+ * latest output of this request, as exec_resolve_inputs), made shared
+ * records first when they are not (sched_slot_share_locked). NULL on
+ * ENOMEM. */
+static sched_charge **exec_input_charges(sched_exec *x, uint64_t id) {
+  sched_slot *sl = sched_htab_find(&x->ss->handles, id);
+  if (sl) return sched_slot_share_locked(sl) ? sl->ch : NULL;
+  for (int k = x->npend - 1; k >= 0; k--) {
+    sched_pending *pd = &x->pend[k];
+    if (pd->id != id) continue;
+    if (!pd->ch && (pd->ch = sched_charges_new(pd->t, false)) != NULL)
+      pd->bytes = 0; /* counted at publish, through its records */
+    return pd->ch;
+  }
+  return NULL; /* resolved before: cannot happen */
+}
+
+/* The charge follows the buffer (issue #17): output `pd` (output j of p,
+ * op `op`) joins the charges of the input components it shares
+ * (dev_op_output_shares), so its bytes stay counted, once, until the last
+ * handle holding the buffer goes; its other components get records of
+ * their own. Nothing for an output that shares nothing (no allocation). */
+static pd_code exec_share_output(sched_exec *x, const sched_op *op, dev_op *p,
+                                 int j, sched_pending *pd, dev_status *inner) {
+  int n = dev_tensor_num_components(pd->t), in = 0, ic = 0;
+  for (int c = 0; c < n; c++) {
+    if (!dev_op_output_shares(p, j, c, &in, &ic)) continue;
+    if (!pd->ch && !(pd->ch = calloc((size_t)n, sizeof(*pd->ch))))
+      return dev_error(inner, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    pd->bytes = 0;
+    sched_charge **src = exec_input_charges(x, op->inputs[in]);
+    if (!src)
+      return dev_error(inner, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    pd->ch[c] = src[ic];
+    pd->ch[c]->refs++;
+  }
+  for (int c = 0; pd->ch && c < n; c++)
+    if (!pd->ch[c] && !(pd->ch[c] = sched_charge_new(pd->t, c, false)))
+      return dev_error(inner, PD_RESOURCE_EXHAUSTED, "out of host memory");
+  return PD_OK;
+}
+
 /* Prepares op i and notes its outputs (dtypes and shapes into *res). */
 static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
                                dev_status *inner) {
@@ -176,14 +229,10 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
                      "(sched_op_result.more_dtype / more_shape not set)",
                      nout, SCHED_RESULT_INLINE);
   res->num_outputs = nout;
-  /* Outputs that share an input's buffer are charged nothing for it: the
-   * shared bytes (outputs' less new, dev_op_new_bytes) go off the outputs
-   * in order (output 0 of Identity or Reshape; every output of
-   * ParallelUnpack, the output of ParallelPack, issue #17). A function
-   * call's new bytes exceed its outputs' (the intermediates it holds while
-   * it runs): nothing is shared then. */
-  uint64_t nb = dev_op_new_bytes(p), ob = dev_op_output_bytes(p);
-  uint64_t shared = ob > nb ? ob - nb : 0;
+  /* The room check counts dev_op_new_bytes (an output sharing an input's
+   * buffer counts 0; a function call adds what it holds while it runs);
+   * each output's charge is its size, or, where it shares an input's
+   * buffer, that input's charge records (exec_share_output). */
   for (int j = 0; j < nout; j++) {
     dev_tensor *t = dev_op_output(p, j);
     if (j < SCHED_RESULT_INLINE) {
@@ -193,12 +242,11 @@ static pd_code exec_prepare_op(sched_exec *x, int i, sched_op_result *res,
       res->more_dtype[j - SCHED_RESULT_INLINE] = dev_tensor_dtype(t);
       res->more_shape[j - SCHED_RESULT_INLINE] = *dev_tensor_shape(t);
     }
-    uint64_t b = dev_tensor_bytes(t);
-    uint64_t cut = shared < b ? shared : b;
-    shared -= cut;
-    x->pend[x->npend++] = (sched_pending){op->output_ids[j], t, b - cut};
+    sched_pending *pd = &x->pend[x->npend++];
+    *pd = (sched_pending){op->output_ids[j], t, dev_tensor_bytes(t), NULL};
+    PD_TRY(exec_share_output(x, op, p, j, pd, inner));
   }
-  x->new_bytes += nb;
+  x->new_bytes += dev_op_new_bytes(p);
   return PD_OK;
 }
 
@@ -327,8 +375,13 @@ static void exec_publish_locked(sched_exec *x) {
     for (int j = 0; j < nout; j++, k++) {
       dev_tensor *t = x->pend[k].t;
       dev_tensor_retain(t);
-      sched_htab_insert(&ss->handles, x->pend[k].id, t, x->pend[k].bytes);
-      sched_charge_tensor_locked(ss, t, x->pend[k].bytes, true);
+      sched_pending *pd = &x->pend[k];
+      sched_htab_insert(&ss->handles, pd->id, t, pd->bytes, pd->ch);
+      if (pd->ch)
+        sched_charges_charge_locked(ss, t, pd->ch);
+      else
+        sched_charge_tensor_locked(ss, t, pd->bytes, true);
+      pd->ch = NULL; /* the table's now */
     }
     q->op = x->prepared[i];
     q->seq = ++ss->enqueued;
@@ -371,6 +424,7 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
   if (c == PD_OK) c = exec_reserve_locked(&x, tag, st);
   if (c == PD_OK) c = exec_record_locked(&x, &bad, &inner);
   if (c == PD_OK) exec_publish_locked(&x);
+  exec_put_charges_locked(&x);
   pthread_mutex_unlock(&ss->mu);
   if (x.kick) sched_deadline_kick(ss->owner);
   if (c != PD_OK && bad >= 0) sched_op_error(st, bad, ops[bad].op_name, &inner);

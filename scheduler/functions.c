@@ -71,7 +71,10 @@ pd_code sched_describe_function(sched_session *ss, const char *name,
 
 /* CopyToDevices' target (attr `devices`) within the allowed set, checked
  * here so the refusal is PERMISSION_DENIED whatever the engine says of the
- * rest (a malformed list is the engine's INVALID_ARGUMENT). */
+ * rest. A list that is no device set of the mesh (a device that does not
+ * exist, one twice, none) is INVALID_ARGUMENT first, in the engine's words
+ * (dev_devset_make, as prepare_copy says it): PERMISSION_DENIED is only
+ * for devices that exist but are not allowed. */
 static pd_code sched_check_copy_target(sched_session *ss, const char *name,
                                        const dev_attr *attrs, int num_attrs,
                                        dev_status *st) {
@@ -82,11 +85,11 @@ static pd_code sched_check_copy_target(sched_session *ss, const char *name,
         at->value.type != DEV_ATTR_INT_LIST)
       continue;
     dev_devset set = {0};
-    for (int i = 0; i < at->value.u.ilist.n && set.n < PD_MAX_DEVICES; i++) {
-      int64_t d = at->value.u.ilist.v[i];
-      if (d >= 0 && d < PD_MAX_DEVICES) set.dev[set.n++] = (uint8_t)d;
-    }
     dev_status inner = DEV_STATUS_INIT;
+    if (dev_devset_make(ss->owner->engine, at->value.u.ilist.v,
+                        at->value.u.ilist.n, &set, &inner) != PD_OK)
+      return dev_error(st, PD_INVALID_ARGUMENT,
+                       "CopyToDevices: attribute 'devices': %s", inner.msg);
     if (sched_placement_check(ss, &set, &inner) != PD_OK)
       return dev_error(st, inner.code, "CopyToDevices target: %s", inner.msg);
   }

@@ -60,7 +60,10 @@ pd_code sched_handle_delete(sched_session *ss, const uint64_t *ids, int n,
   for (int i = 0; c == PD_OK && i < n; i++) {
     sched_slot *sl = sched_htab_find(&ss->handles, ids[i]);
     dev_tensor *t = sl->t;
-    sched_charge_tensor_locked(ss, t, sl->bytes, false);
+    if (sl->ch) /* shared: refunded by the last holder (issue #17) */
+      sched_charges_put_locked(ss, t, sl->ch);
+    else
+      sched_charge_tensor_locked(ss, t, sl->bytes, false);
     sched_htab_remove(&ss->handles, sl);
     dev_tensor_release(t);
   }
@@ -102,24 +105,12 @@ void sched_charge_locked(sched_session *ss, uint64_t add, uint64_t sub) {
   sched_tenant_charge(ss->tn, add, sub);
 }
 
-/* The part of a handle's `charged` bytes that lies on engine device `d`:
- * its component's bytes there, scaled by charged / dev_tensor_bytes (a
- * handle charged less than its size shares a buffer: output 0 of Identity,
- * Reshape). The same figure at charge and release, so a device's count
- * returns to 0. */
-static uint64_t sched_share_on(const dev_tensor *t, uint64_t charged, int d) {
-  uint64_t full = dev_tensor_bytes(t), on = dev_tensor_device_bytes(t, d);
-  if (charged >= full) return on;
-  if (charged == 0 || full == 0) return 0;
-  return (uint64_t)((double)on * ((double)charged / (double)full));
-}
-
 void sched_charge_tensor_locked(sched_session *ss, const dev_tensor *t,
                                 uint64_t bytes, bool add) {
   sched_charge_locked(ss, add ? bytes : 0, add ? 0 : bytes);
   const dev_devset *set = dev_tensor_devset(t);
   for (int i = 0; i < set->n; i++) {
-    uint64_t b = sched_share_on(t, bytes, set->dev[i]);
+    uint64_t b = dev_tensor_device_bytes(t, set->dev[i]);
     if (add)
       atomic_fetch_add_explicit(&ss->dev_bytes[set->dev[i]], b,
                                 memory_order_relaxed);
@@ -129,11 +120,77 @@ void sched_charge_tensor_locked(sched_session *ss, const dev_tensor *t,
   }
 }
 
+/* --- shared charges (issue #17: the charge follows the buffer) ----------- */
+
+sched_charge *sched_charge_new(const dev_tensor *t, int comp, bool charged) {
+  sched_charge *r = malloc(sizeof(*r));
+  if (!r) return NULL;
+  int dev = dev_tensor_devset(t)->dev[comp];
+  *r = (sched_charge){1, dev, charged, dev_tensor_device_bytes(t, dev)};
+  return r;
+}
+
+sched_charge **sched_charges_new(const dev_tensor *t, bool charged) {
+  int n = dev_tensor_num_components(t);
+  sched_charge **ch = calloc((size_t)n, sizeof(*ch));
+  for (int c = 0; ch && c < n; c++) {
+    if ((ch[c] = sched_charge_new(t, c, charged)) != NULL) continue;
+    while (c-- > 0) free(ch[c]);
+    free(ch);
+    return NULL;
+  }
+  return ch;
+}
+
+/* Counts (add) or refunds one record in the session, its tenant and its
+ * device. */
+static void sched_charge_rec_locked(sched_session *ss, const sched_charge *r,
+                                    bool add) {
+  sched_charge_locked(ss, add ? r->bytes : 0, add ? 0 : r->bytes);
+  if (add)
+    atomic_fetch_add_explicit(&ss->dev_bytes[r->dev], r->bytes,
+                              memory_order_relaxed);
+  else
+    atomic_fetch_sub_explicit(&ss->dev_bytes[r->dev], r->bytes,
+                              memory_order_relaxed);
+}
+
+void sched_charges_charge_locked(sched_session *ss, const dev_tensor *t,
+                                 sched_charge **ch) {
+  int n = dev_tensor_num_components(t);
+  for (int c = 0; c < n; c++)
+    if (!ch[c]->charged) {
+      ch[c]->charged = true;
+      sched_charge_rec_locked(ss, ch[c], true);
+    }
+}
+
+void sched_charges_put_locked(sched_session *ss, const dev_tensor *t,
+                              sched_charge **ch) {
+  if (!ch) return;
+  int n = dev_tensor_num_components(t);
+  for (int c = 0; c < n; c++) {
+    sched_charge *r = ch[c];
+    if (!r || --r->refs > 0) continue;
+    if (r->charged) sched_charge_rec_locked(ss, r, false);
+    free(r);
+  }
+  free(ch);
+}
+
+bool sched_slot_share_locked(sched_slot *sl) {
+  if (sl->ch) return true;
+  if (!(sl->ch = sched_charges_new(sl->t, true))) return false;
+  sl->bytes = 0; /* the records hold the same bytes now */
+  return true;
+}
+
 uint64_t sched_release_all_locked(sched_session *ss) {
   uint64_t n = 0;
   for (size_t i = 0; i < ss->handles.cap; i++) {
     sched_slot *sl = &ss->handles.slots[i];
     if (sl->id != 0 && sl->t != NULL) {
+      sched_charges_put_locked(ss, sl->t, sl->ch);
       dev_tensor_release(sl->t);
       n++;
     }

@@ -50,13 +50,13 @@ bool sched_htab_reserve(sched_htab *h, size_t extra) {
 }
 
 bool sched_htab_insert(sched_htab *h, uint64_t id, dev_tensor *t,
-                       uint64_t bytes) {
+                       uint64_t bytes, sched_charge **ch) {
   if ((h->used + 1) * 2 > h->cap && !sched_htab_grow(h)) return false;
   size_t mask = h->cap - 1;
   size_t i = sched_mix(id) & mask;
   while (h->slots[i].id != 0 && h->slots[i].t != NULL) i = (i + 1) & mask;
   if (h->slots[i].id == 0) h->used++;
-  h->slots[i] = (sched_slot){id, t, bytes};
+  h->slots[i] = (sched_slot){id, t, bytes, ch};
   h->live++;
   return true;
 }
@@ -64,5 +64,6 @@ bool sched_htab_insert(sched_htab *h, uint64_t id, dev_tensor *t,
 void sched_htab_remove(sched_htab *h, sched_slot *sl) {
   sl->t = NULL; /* tombstone: id stays so probing continues */
   sl->bytes = 0;
+  sl->ch = NULL; /* the caller put its charges */
   h->live--;
 }

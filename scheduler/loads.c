@@ -17,7 +17,8 @@
  * tensor completes it (a read error fails that tensor alone, CANCELLED
  * when its session ended); the last tensor ends the load, whose progress
  * record stays on the session's list (workers.c). Each tensor lives on its
- * own device set (issue #17): its components are that set's. */
+ * own device set (issue #17): its components are that set's, and a
+ * per-component file must hold as many (sched_components_check). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,8 +83,8 @@ struct load {
 
 /* --- the load's resources ------------------------------------------------- */
 
-/* Closes the files, frees the indexes and the tensors' state: what only the
- * reads need. The progress stays. */
+/* Closes the files, frees the indexes and the tensors' state (what only
+ * the reads need; the progress stays). */
 static void load_release_job(load *ld) {
   for (int i = 0; i < ld->n_tensors; i++) {
     dev_tensor_release(ld->tensors[i].t);
@@ -165,17 +166,19 @@ static pd_code load_plan_components(load *ld, load_tensor *lt,
                                     const sched_load_tensor *rt,
                                     dev_status *st) {
   int n = lt->set.n; /* one component per device of its set */
-  if (rt && rt->n_component_sources != 0 && rt->n_component_sources != n)
+  bool srcs = rt && rt->n_component_sources;
+  if (srcs && rt->n_component_sources != n)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "tensor '%s': %d component sources for %d devices; "
                      "expected one file per device of its set (or none: "
                      "entries '%s:<k>')",
                      lt->name, rt->n_component_sources, n, lt->name);
+  if (!srcs && ld->n_files > 0) /* as many as it has devices (issue #17) */
+    PD_TRY(sched_components_check(ld->indexes[0], stg_file_name(ld->files[0]),
+                                  lt->name, &lt->set, st));
   for (int k = 0; k < n; k++) {
-    if (rt && rt->n_component_sources) {
-      stg_index *ix = NULL;
-      /* Each file by its own magic bytes: the request's format is the
-       * source's. */
+    if (srcs) {
+      stg_index *ix = NULL; /* each file by its own magic bytes */
       PD_TRY(load_open(ld, rt->component_sources[k], STG_FORMAT_AUTO, &ix, st));
       lt->file[k] = ld->files[ld->n_files - 1];
       PD_TRY(load_find(ix, lt->file[k], lt->name, &lt->entry[k], st));
@@ -297,8 +300,7 @@ static int64_t dims_before(const dev_shape *s, int axis) {
 /* A tensor written whole by its own layout (MIRRORED, or SHARDED along a
  * later axis): a random-access entry in up to n byte ranges, on chunk
  * boundaries, so that the workers share it; dev_tensor_write places any
- * range. One worker reading a mirrored entry alone left the other idle and
- * made four device copies of every byte in a row. */
+ * range (one worker alone made four device copies of every byte). */
 static void load_plan_ranges(load *ld, load_tensor *lt, int n) {
   const stg_entry *e = lt->entry[0];
   uint64_t chunk = ld->ss->owner->load_chunk;
@@ -630,8 +632,7 @@ static pd_code load_result_new(load *ld, sched_load_result **out,
   return PD_OK;
 }
 
-/* Publishes the handles and puts the load on the session's list, all or
- * nothing (ss->mu). */
+/* Publishes the handles and lists the load, all or none (ss->mu). */
 static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
   sched_session *ss = ld->ss;
   pthread_mutex_lock(&ss->mu);
@@ -647,7 +648,7 @@ static pd_code load_publish(load *ld, uint64_t bytes, dev_status *st) {
       load_tensor *lt = &ld->tensors[i];
       uint64_t b = dev_tensor_bytes(lt->t);
       dev_tensor_retain(lt->t);
-      sched_htab_insert(&ss->handles, lt->id, lt->t, b);
+      sched_htab_insert(&ss->handles, lt->id, lt->t, b, NULL);
       sched_charge_tensor_locked(ss, lt->t, b, true);
     }
     ld->published = true;
@@ -716,8 +717,7 @@ pd_code sched_load_new(sched_session *ss, const sched_load_request *req,
   return PD_OK;
 }
 
-/* Opens, plans, creates and publishes (the result in *out), all or
- * nothing. */
+/* Opens, plans, creates and publishes (the result in *out), all or none. */
 static pd_code load_prepare(load *ld, const sched_load_request *req,
                             sched_load_result **out, dev_status *st) {
   stg_index *ix = NULL;

@@ -3,6 +3,7 @@
  * allocated, and the check that a tensor is placed within it. No scheduler
  * calls (a leaf, as htab.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sched_int.h"
@@ -76,4 +77,38 @@ pd_code sched_place(const sched_session *ss, const dev_devset *want,
 
 const dev_devset *sched_session_devices(const sched_session *ss) {
   return &ss->devices;
+}
+
+/* The components a PER_COMPONENT save wrote of `name` in ix: its metadata
+ * "paradev.components.<name>", else the entries "<name>:0", "<name>:1",
+ * ... present. */
+static int saved_components(const stg_index *ix, const char *name) {
+  char key[SCHED_NAME_MAX + 32];
+  snprintf(key, sizeof key, "paradev.components.%s", name);
+  for (int i = 0; i < ix->n_meta; i++) {
+    if (strcmp(ix->meta_keys[i], key) != 0) continue;
+    char *end = NULL;
+    long v = strtol(ix->meta_values[i], &end, 10);
+    if (end != ix->meta_values[i] && *end == '\0' && v > 0 && v < 1000000)
+      return (int)v;
+  }
+  int k = 0;
+  for (;; k++) {
+    snprintf(key, sizeof key, "%s:%d", name, k);
+    if (!stg_index_find(ix, key)) return k;
+  }
+}
+
+pd_code sched_components_check(const stg_index *ix, const char *file,
+                               const char *name, const dev_devset *set,
+                               dev_status *st) {
+  int k = saved_components(ix, name);
+  if (k == 0 || k == set->n) return PD_OK; /* none: the entry's NOT_FOUND */
+  char sb[DEV_DEVSET_STR_MAX];
+  return dev_error(st, PD_INVALID_ARGUMENT,
+                   "'%s' was saved with %d components in %s; the device set "
+                   "%s has %d (load it per component on a set of %d "
+                   "devices, or by another layout)",
+                   name, k, file, dev_devset_str(set, sb, sizeof sb), set->n,
+                   k);
 }

@@ -169,10 +169,17 @@ static pd_code save_add_meta(save *sv, const char *k, const char *v,
   return PD_OK;
 }
 
-/* The file's entries from the request's tensors (per layout). */
-static pd_code save_plan(save *sv, const sched_save_request *req, int ndev,
+/* The file's entries from the request's tensors (per layout): a
+ * per-component tensor has one per component of its own set (issue #17:
+ * a tensor on a subset, or any in a narrowed session, has fewer than the
+ * mesh has devices). */
+static pd_code save_plan(save *sv, const sched_save_request *req,
                          dev_status *st) {
-  size_t cap = (size_t)req->n * (size_t)ndev;
+  size_t cap = 0;
+  for (int i = 0; i < req->n; i++)
+    cap += req->tensors[i].layout.kind == DEV_LAYOUT_PER_COMPONENT
+               ? (size_t)dev_tensor_num_components(sv->ts[i])
+               : 1;
   sv->entries = calloc(cap, sizeof(*sv->entries));
   sv->entry_names = calloc(cap, sizeof(*sv->entry_names));
   sv->map = calloc(cap, sizeof(*sv->map));
@@ -193,6 +200,7 @@ static pd_code save_plan(save *sv, const sched_save_request *req, int ndev,
       PD_TRY(save_add_entry(sv, i, 0, lay, sv->names[i], st));
     } else if (lay.kind == DEV_LAYOUT_PER_COMPONENT) {
       char key[SCHED_NAME_MAX + 64], num[16];
+      int ndev = dev_tensor_num_components(sv->ts[i]);
       for (int k = 0; k < ndev; k++) {
         snprintf(key, sizeof key, "%s:%d", sv->names[i], k);
         PD_TRY(save_add_entry(sv, i, k, lay, key, st));
@@ -393,8 +401,7 @@ pd_code sched_save_begin(sched_session *ss, const sched_save_request *req,
   pd_code c = PD_OK;
   PD_TRY_GOTO(save_format(sv, req, st), c, fail);
   PD_TRY_GOTO(save_collect(sv, req, st), c, fail);
-  PD_TRY_GOTO(save_plan(sv, req, dev_engine_num_devices(s->engine), st), c,
-              fail);
+  PD_TRY_GOTO(save_plan(sv, req, st), c, fail);
   PD_TRY_GOTO(
       sched_tenant_roots_note(
           s, sv->ss,

@@ -60,10 +60,27 @@
  * Open addressing on the id (ids are client-chosen, so mixed first), linear
  * probing, tombstones, grows at 1/2 load. Used under its session's mu. */
 
+/* The charge of one component's buffer on one engine device (issue #17:
+ * the charge follows the buffer), shared by the session's handles whose
+ * components share that buffer (output 0 of Identity / Reshape, every
+ * output of ParallelPack / ParallelUnpack: dev_op_output_shares). Counted
+ * in the session (total, tenant, dev_bytes) once, when `charged` is set,
+ * and refunded when the last holder lets go (refs 0). Under session.mu. */
+typedef struct sched_charge {
+  int refs;     /* handles and pending outputs pointing at it */
+  int dev;      /* engine device */
+  bool charged; /* counted in the session's bytes */
+  uint64_t bytes;
+} sched_charge;
+
 typedef struct sched_slot {
   uint64_t id;   /* 0: empty */
   dev_tensor *t; /* NULL with id != 0: tombstone */
+  /* NULL (every handle that shares nothing: no allocation): the handle
+   * alone holds its buffers, charged `bytes` (the tensor's). Else one
+   * record per component of t (sched_charge), `bytes` 0. */
   uint64_t bytes;
+  sched_charge **ch;
 } sched_slot;
 
 typedef struct sched_htab {
@@ -79,7 +96,7 @@ bool sched_htab_grow(sched_htab *h);
 bool sched_htab_reserve(sched_htab *h, size_t extra);
 /* Inserts a new id (the caller checked it is absent). False on ENOMEM. */
 bool sched_htab_insert(sched_htab *h, uint64_t id, dev_tensor *t,
-                       uint64_t bytes);
+                       uint64_t bytes, sched_charge **ch);
 void sched_htab_remove(sched_htab *h, sched_slot *sl);
 
 /* --- Queue entries and waiters ------------------------------------------- */
@@ -266,6 +283,15 @@ pd_code sched_placement_check(const struct sched_session *ss,
  * (sched_placement_check). */
 pd_code sched_place(const struct sched_session *ss, const dev_devset *want,
                     dev_devset *out, dev_status *st);
+/* A per-component load of `name` from file ix (`file`, for the message)
+ * onto `set`: INVALID_ARGUMENT "'pc' was saved with 4 components in
+ * f.safetensors; the device set [1, 2] has 2 ..." when the file's count
+ * (its metadata paradev.components.<name>, else the entries "<name>:<k>"
+ * present) is not the set's size; PD_OK when equal or when it holds none
+ * (the load then says which entry is missing). */
+pd_code sched_components_check(const stg_index *ix, const char *file,
+                               const char *name, const dev_devset *set,
+                               dev_status *st);
 
 /* --- Sessions and the scheduler ---------------------------------------- */
 
@@ -585,12 +611,29 @@ uint64_t sched_release_all_locked(sched_session *ss);
 /* Counts `add` bytes more and `sub` fewer held by the session's handles, in
  * the session and its tenant's account (ss->mu). */
 void sched_charge_locked(sched_session *ss, uint64_t add, uint64_t sub);
-/* Counts (add) or uncounts a handle of tensor `t` charged `bytes`: in the
- * session's total and its tenant's (sched_charge_locked), and on each
- * device of the tensor's set (session.dev_bytes: its component's bytes
- * there, in proportion when `bytes` is less than the tensor's). ss->mu. */
+/* Counts (add) or uncounts a handle of tensor `t` charged `bytes` (its
+ * whole size): in the session's total and its tenant's
+ * (sched_charge_locked), and on each device of the tensor's set
+ * (session.dev_bytes: its component's bytes there). ss->mu. */
 void sched_charge_tensor_locked(sched_session *ss, const dev_tensor *t,
                                 uint64_t bytes, bool add);
+/* Shared charges (sched_charge, issue #17). sched_charges_new: one record
+ * per component of t (refs 1, `charged` as given: true when it takes over
+ * a live handle's inline charge, which then goes to 0), NULL on ENOMEM;
+ * sched_charge_new: one. sched_charges_charge_locked counts the records
+ * not yet counted; sched_charges_put_locked drops one reference on each of
+ * t's records, refunds and frees those at 0, and frees the array (accepts
+ * NULL). ss->mu. */
+sched_charge **sched_charges_new(const dev_tensor *t, bool charged);
+sched_charge *sched_charge_new(const dev_tensor *t, int comp, bool charged);
+void sched_charges_charge_locked(sched_session *ss, const dev_tensor *t,
+                                 sched_charge **ch);
+void sched_charges_put_locked(sched_session *ss, const dev_tensor *t,
+                              sched_charge **ch);
+/* Makes a live handle's charge shared records (sched_charges_new, the
+ * totals unchanged), so an aliasing output can join them. False on ENOMEM.
+ * ss->mu. */
+bool sched_slot_share_locked(sched_slot *sl);
 
 /* --- waits.c --------------------------------------------------------------- */
 

@@ -307,7 +307,7 @@ static pd_code sched_grad_publish_locked(sched_session *ss,
     return dev_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
   for (int i = 0; i < n; i++) {
     uint64_t b = dev_tensor_bytes(outs[i]);
-    sched_htab_insert(&ss->handles, g->result_ids[i], outs[i], b);
+    sched_htab_insert(&ss->handles, g->result_ids[i], outs[i], b, NULL);
     sched_charge_tensor_locked(ss, outs[i], b, true);
     dtypes[i] = dev_tensor_dtype(outs[i]);
     shapes[i] = *dev_tensor_shape(outs[i]);

@@ -94,7 +94,7 @@ pd_code sched_upload_commit(sched_upload *u, dev_status *st) {
   pthread_mutex_lock(&ss->mu);
   pd_code c = sched_upload_check_locked(ss, u->id, bytes, st);
   if (c == PD_OK) {
-    if (sched_htab_insert(&ss->handles, u->id, u->t, bytes)) {
+    if (sched_htab_insert(&ss->handles, u->id, u->t, bytes, NULL)) {
       sched_charge_tensor_locked(ss, u->t, bytes, true);
       u->t = NULL; /* the table owns it now */
     } else {

@@ -999,6 +999,153 @@ static void test_save_failed_tensor(void **state) {
   sched_destroy(s);
 }
 
+/* --- per-component saves and loads on a device set (issue #17) --------- */
+
+static void assert_contains(const char *msg, const char *needle) {
+  if (!strstr(msg, needle))
+    fail_msg("\"%s\" does not contain \"%s\"", msg, needle);
+}
+
+/* Per-component float32 [2] on `set` (NULL: the session's default), its
+ * component k filled with k. */
+static void upload_per(sched_session *ss, uint64_t id, const dev_devset *set,
+                       int n) {
+  dev_shape shapes[PD_MAX_DEVICES];
+  for (int k = 0; k < n; k++) shapes[k] = (dev_shape){1, {2}};
+  sched_upload *u = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  pd_code c = sched_upload_begin_on(ss, id, set, PD_FLOAT32, &PER, &shapes[0],
+                                    shapes, &u, &st);
+  if (c != PD_OK) print_error("%s\n", st.msg);
+  assert_int_equal(c, PD_OK);
+  for (int k = 0; k < n; k++) {
+    const float v[2] = {(float)k, (float)k};
+    assert_int_equal(sched_upload_write(u, k, 0, v, sizeof v, &st), PD_OK);
+  }
+  assert_int_equal(sched_upload_commit(u, &st), PD_OK);
+}
+
+static sched_session *open_on(sched *s, const dev_devset *devices,
+                              sched_session_info *info) {
+  sched_session_params p = {
+      .client_name = "t", .job_id = "job", .devices = devices};
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(sched_session_create(s, &p, info, &st), PD_OK);
+  sched_session *ss = NULL;
+  assert_int_equal(
+      sched_session_open(s, info->token, SCHED_TOKEN_BYTES, &ss, &st), PD_OK);
+  return ss;
+}
+
+/* Trial 2 P3: a per-component save has one entry per component of the
+ * tensor's own set (it planned one per device of the mesh: "component 2
+ * is out of range"), on a subset and in a narrowed session; loaded back
+ * on a set of that size, each component is k. */
+static void test_save_per_component_on_subset(void **state) {
+  (void)state;
+  sched *s = new_sched(g_roots);
+  sched_session_info info;
+  sched_session *ss = open_new(s, 0, &info);
+  dev_devset two = {.n = 2, .dev = {2, 0}};
+  upload_per(ss, 1, &two, 2);
+  sched_save_tensor sv[1] = {{"pc", 1, PER}};
+  saved v;
+  dev_status st = DEV_STATUS_INIT;
+  pd_code c = save(ss, path_in("pc2.safetensors"), sv, 1, true, &v, &st);
+  if (c != PD_OK) print_error("%s\n", st.msg);
+  assert_int_equal(c, PD_OK);
+  assert_int_equal(v.bytes, 16);
+  sched_load_tensor back = lt("pc", 2, PER);
+  dev_devset other = {.n = 2, .dev = {1, 2}};
+  back.devices = &other;
+  sched_load_result *r = NULL;
+  assert_int_equal(load(ss, path_in("pc2.safetensors"), &back, 1, &r, &st),
+                   PD_OK);
+  wait_load(ss, r->load_id);
+  sched_load_result_free(r);
+  expect_comp(ss, 2, 0, (float[]){0, 0}, 8);
+  expect_comp(ss, 2, 1, (float[]){1, 1}, 8);
+  close_session(s, ss, &info);
+  /* A session narrowed to [0, 1]: its default set has 2 devices. */
+  dev_devset nar = {.n = 2, .dev = {0, 1}};
+  ss = open_on(s, &nar, &info);
+  upload_per(ss, 1, NULL, 2);
+  st = (dev_status)DEV_STATUS_INIT;
+  c = save(ss, path_in("pc2n.safetensors"), sv, 1, true, &v, &st);
+  if (c != PD_OK) print_error("%s\n", st.msg);
+  assert_int_equal(c, PD_OK);
+  back = lt("pc", 2, PER); /* the session's default set */
+  assert_int_equal(load(ss, path_in("pc2n.safetensors"), &back, 1, &r, &st),
+                   PD_OK);
+  wait_load(ss, r->load_id);
+  sched_load_result_free(r);
+  expect_comp(ss, 2, 1, (float[]){1, 1}, 8);
+  close_session(s, ss, &info);
+  sched_destroy(s);
+}
+
+/* Trial 2 P4: a per-component file of K components loaded onto a set of N
+ * != K devices is INVALID_ARGUMENT naming the tensor, K and the set (it
+ * dropped components for N < K, and was NOT_FOUND for N > K); K comes from
+ * the save's metadata, else from the entries "<name>:<k>" present. */
+static void test_load_per_component_count(void **state) {
+  (void)state;
+  sched *s = new_sched(g_roots);
+  sched_session_info info;
+  sched_session *ss = open_new(s, 0, &info);
+  upload_per(ss, 1, NULL, NDEV); /* the whole mesh: 3 components */
+  sched_save_tensor sv[1] = {{"pc", 1, PER}};
+  saved v;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(save(ss, path_in("pc3.safetensors"), sv, 1, true, &v, &st),
+                   PD_OK);
+  sched_load_tensor t = lt("pc", 2, PER);
+  dev_devset fewer = {.n = 2, .dev = {1, 2}};
+  t.devices = &fewer;
+  sched_load_result *r = NULL;
+  st = (dev_status)DEV_STATUS_INIT;
+  assert_int_equal(load(ss, path_in("pc3.safetensors"), &t, 1, &r, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_contains(st.msg, "'pc' was saved with 3 components in ");
+  assert_contains(st.msg, "; the device set [1, 2] has 2 (");
+  assert_false(handle_live(ss, 2));
+  /* More devices than components: the 2-component file onto the mesh. */
+  dev_devset two = {.n = 2, .dev = {0, 2}};
+  upload_per(ss, 3, &two, 2);
+  sv[0].id = 3;
+  assert_int_equal(save(ss, path_in("pc2m.safetensors"), sv, 1, true, &v, &st),
+                   PD_OK);
+  t = lt("pc", 2, PER);
+  st = (dev_status)DEV_STATUS_INIT;
+  assert_int_equal(load(ss, path_in("pc2m.safetensors"), &t, 1, &r, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_contains(st.msg, "'pc' was saved with 2 components in ");
+  assert_contains(st.msg, "; the device set [0, 1, 2] has 3 (");
+  /* Without metadata: the entries x:0..x:3 count. */
+  const float z[2] = {0, 0};
+  st_entry e[4] = {{"x:0", "F32", "[2]", z, 8},
+                   {"x:1", "F32", "[2]", z, 8},
+                   {"x:2", "F32", "[2]", z, 8},
+                   {"x:3", "F32", "[2]", z, 8}};
+  write_safetensors("x4.safetensors", e, 4);
+  t = lt("x", 2, PER);
+  st = (dev_status)DEV_STATUS_INIT;
+  assert_int_equal(load(ss, path_in("x4.safetensors"), &t, 1, &r, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_contains(st.msg, "'x' was saved with 4 components in ");
+  assert_contains(st.msg, "; the device set [0, 1, 2] has 3 (");
+  /* The matching count still loads. */
+  t = lt("pc", 2, PER);
+  t.devices = &fewer;
+  assert_int_equal(load(ss, path_in("pc2m.safetensors"), &t, 1, &r, &st),
+                   PD_OK);
+  wait_load(ss, r->load_id);
+  sched_load_result_free(r);
+  expect_comp(ss, 2, 1, (float[]){1, 1}, 8);
+  close_session(s, ss, &info);
+  sched_destroy(s);
+}
+
 static int rm_one(const char *p, const struct stat *sb, int flag,
                   struct FTW *ftw) {
   (void)sb;
@@ -1026,6 +1173,8 @@ int main(void) {
       cmocka_unit_test(test_load_async),
       cmocka_unit_test(test_save_round_trip),
       cmocka_unit_test(test_save_failed_tensor),
+      cmocka_unit_test(test_save_per_component_on_subset),
+      cmocka_unit_test(test_load_per_component_count),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   stg_roots_destroy(g_roots);

@@ -514,7 +514,7 @@ static void test_bytes_disjoint_halves(void **state) {
 }
 
 /* ParallelUnpack and ParallelPack share their inputs' buffers: their
- * outputs are charged nothing, so each device's bytes stay what the upload
+ * outputs join the parts' charges, so each device's bytes stay what the upload
  * took (float32 [8] sharded over 4: 8 bytes on each device). */
 static void test_pack_unpack_charged_once(void **state) {
   (void)state;
