@@ -85,6 +85,16 @@ pd_code dev_tensor_from_components_on(dev_engine *e, const dev_devset *set,
                                       const void *const *datas,
                                       dev_tensor **out, dev_status *st);
 
+/* True when component `comp` of output `out` will share the buffer of
+ * component *in_comp of input *in (no new memory; the scheduler charges a
+ * shared buffer once): output 0 component c of a DEV_OP_ALIASES_INPUT op
+ * with input 0 component c when their bytes match; ParallelPack output
+ * component i with input i component 0; ParallelUnpack output o with the
+ * input's component o. False otherwise (a function call, out of range).
+ * From the prepared op alone. Thread-safe. */
+bool dev_op_output_shares(const dev_op *op, int out, int comp, int *in,
+                          int *in_comp);
+
 #ifdef __cplusplus
 }
 #endif

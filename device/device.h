@@ -704,16 +704,8 @@ uint64_t dev_op_output_bytes(const dev_op *op);
  * also counts its buffer arena, the largest device's planned bytes, as
  * transient use: held while the call runs, freed after its last node. */
 uint64_t dev_op_new_bytes(const dev_op *op);
-/* True when component `comp` of output `out` will share the buffer of
- * component *in_comp of input *in (no new memory; the scheduler charges a
- * shared buffer once): output 0 component c of a DEV_OP_ALIASES_INPUT op
- * with input 0 component c when their bytes match; ParallelPack output
- * component i with input i component 0; ParallelUnpack output o with the
- * input's component o. False otherwise (a function call, out of range).
- * From the prepared op alone. Thread-safe. */
-bool dev_op_output_shares(const dev_op *op, int out, int comp, int *in,
-                          int *in_comp);
-
+/* Which outputs share which inputs' buffers: dev_op_output_shares in
+ * dev_devset.h. */
 /* True when one of the op's inputs is a pending tensor (dev_tensor_create_
  * pending) not yet completed; the first such input in *pending (borrowed)
  * when pending != NULL. Thread-safe. */
