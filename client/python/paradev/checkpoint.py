@@ -479,7 +479,7 @@ class Checkpoints:
             if lay is None:
                 lay = layout.get(name) if isinstance(layout, dict) else layout
             if lay is None:
-                if t._mirrored is not True:
+                if t.is_mirrored is not True:
                     raise ValueError(
                         "save: tensor %r (id %d) %s; name its layout (a "
                         "third item, or layout=): %s" % (

@@ -83,7 +83,10 @@ class Tensor:
         """True when the client knows every component holds the same value
         (a mirrored upload, an AllReduce, ops on mirrored inputs); False
         when it knows they may differ (a sharded or per-component upload,
-        what is computed from one); None when it cannot tell (a gradient)."""
+        what is computed from one); None when it cannot tell (a gradient).
+        A tensor on one device is always mirrored: it has one component."""
+        if self._devices is not None and len(self._devices) == 1:
+            return True
         return self._mirrored
 
     def __repr__(self):
@@ -152,12 +155,12 @@ class Tensor:
         if copy is False:
             raise ValueError("a paradev.Tensor cannot be viewed without a "
                              "copy: its value lives on the daemon")
-        if self._mirrored is False:
+        if self.is_mirrored is False:
             raise ValueError(self._not_mirrored())
         try:
             a = self.session.download(self, layouts.mirrored())
         except InvalidArgument as e:
-            if self._mirrored is True or "MIRRORED" not in e.message:
+            if self.is_mirrored is True or "MIRRORED" not in e.message:
                 raise
             raise ValueError(self._not_mirrored() + " (the daemon: %s)"
                              % e.message) from e

@@ -200,6 +200,21 @@ def test_upload_on_one_device(placed):
     np.testing.assert_array_equal(u.numpy(paradev.concat(1)), x)
 
 
+def test_one_device_tensor_reads_as_one_array(placed):
+    """A tensor on one device has one component: np.asarray and a mirrored
+    download work whatever made it (trial B, P8)."""
+    s = placed
+    x = np.arange(6.0).reshape(2, 3)
+    u = s.upload(x, paradev.sharded(1), devices=[2])   # sharded over one device
+    assert u.is_mirrored is True
+    np.testing.assert_array_equal(np.asarray(-u), -x)
+    ids = s.ops.DeviceId(devices=[1])                  # DeviceId on [1]: 0
+    assert int(np.asarray(ids)) == 0
+    p = s.pack([u])                                    # one input on [2]
+    np.testing.assert_array_equal(p.numpy(paradev.mirrored()), x)
+    s.save("one_device.safetensors", {"u": u}, overwrite=True)
+
+
 def test_upload_on_two_devices(placed):
     s = placed
     x = np.arange(8.0)
