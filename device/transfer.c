@@ -262,8 +262,9 @@ static pd_code check_mirrored(const dev_tensor *t, dev_status *st) {
     why = ax;
   } else if (t->not_mirrored) {
     why =
-        "it differs between devices: uploaded or loaded PER_COMPONENT, "
-        "computed per device or from sharded values";
+        "it may differ between devices: uploaded or loaded PER_COMPONENT, "
+        "computed per device or from sharded values, or packed from "
+        "single-device tensors by ParallelPack";
   }
   for (int d = 1; d < t->n && !why; d++)
     if (!dev_shape_equal(&t->comps[d].shape, &t->comps[0].shape))

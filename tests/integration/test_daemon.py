@@ -431,7 +431,7 @@ def check_execute(cl, d):
     # A MIRRORED download of it is refused for what it is: computed per
     # device, not uploaded sharded.
     expect_error(C.INVALID_ARGUMENT, download_parts, cl, tok, 6,
-                 pb.Layout(kind=pb.LAYOUT_MIRRORED), match="differs between devices")
+                 pb.Layout(kind=pb.LAYOUT_MIRRORED), match="differ between devices")
 
     ex = lambda *ops: cl.call("Execute", pb.ExecuteRequest(session_token=tok, ops=ops),
                               pb.ExecuteResponse)
