@@ -5,7 +5,11 @@
  *             submit + dev_tensor_wait on the output (output allocation
  *             included, as every real op pays it). Bus bandwidth as NCCL
  *             defines it: busbw = bytes / time * 2(n-1)/n. Baseline:
- *             single-thread memcpy of the same size.
+ *             single-thread memcpy of the same size, measured in 7 pairs
+ *             interleaved with the AllReduce (alternating which goes
+ *             first), so both see the same machine; the row is the median
+ *             pair by ratio, with the ratio's range (issue #16: the
+ *             baseline alone swung from 8 to 19 GB/s between sizes).
  *  matmul     MatMul 1024x1024x1024 float32 through a 1-device engine vs
  *             cblas_sgemm called directly on the same data (GFLOP/s, 2mnk
  *             flops). The engine's result is checked against cblas's.
@@ -73,6 +77,53 @@ static void run_op(void *p) {
   for (int i = 0; i < n_out; i++) dev_tensor_release(outs[i]);
 }
 
+/* Pairs of AllReduce and memcpy measurements per size (bench_allreduce). */
+#define AR_PAIRS 7
+
+/* A single-thread memcpy of `bytes` between two buffers touched once. */
+typedef struct memcpy_buf {
+  unsigned char *src, *dst;
+  size_t bytes;
+} memcpy_buf;
+
+static bool memcpy_buf_init(memcpy_buf *m, size_t bytes) {
+  m->bytes = bytes;
+  m->src = malloc(bytes);
+  m->dst = malloc(bytes);
+  if (!m->src || !m->dst) {
+    free(m->src);
+    free(m->dst);
+    return false;
+  }
+  for (size_t i = 0; i < bytes; i++) m->src[i] = (unsigned char)(i * 131u);
+  memset(m->dst, 1, bytes);
+  return true;
+}
+
+static void memcpy_buf_free(memcpy_buf *m) {
+  free(m->src);
+  free(m->dst);
+}
+
+static void memcpy_run(void *p) {
+  memcpy_buf *m = p;
+  memcpy(m->dst, m->src, m->bytes);
+  __asm__ __volatile__("" : : "r"(m->dst) : "memory"); /* keep the copy */
+}
+
+/* Index of the median of v[0..n) (n odd). */
+static int median_index(const double *v, int n) {
+  for (int i = 0; i < n; i++) {
+    int below = 0, equal = 0;
+    for (int j = 0; j < n; j++) {
+      below += v[j] < v[i];
+      equal += v[j] == v[i];
+    }
+    if (below <= n / 2 && below + equal > n / 2) return i;
+  }
+  return 0;
+}
+
 static int bench_allreduce(bool quick) {
   static const size_t sizes[] = {4u << 10,  64u << 10, 1u << 20,
                                  16u << 20, 64u << 20, 256u << 20};
@@ -118,27 +169,60 @@ static int bench_allreduce(bool quick) {
                 .n_attrs = 1,
                 .code = PD_OK};
     a.attrs[0] = dev_attr_string("reduction", "sum");
-    /* Large sizes take long per call: fewer, but at least 3, repeats. */
-    double min_time = bytes >= (64u << 20) ? 0.5 : 0.3;
-    bu_timing t = bu_measure(run_op, &a, min_time, 3);
+    /* Subject and baseline interleaved (issue #16): AR_PAIRS pairs of one
+     * AllReduce measurement and one memcpy measurement of the same size,
+     * back to back and in alternating order, so both see the same machine;
+     * the row is the median pair (by ratio), with the ratio's range. The
+     * memcpy buffers are allocated and touched once per size. */
+    double min_time = bytes >= (64u << 20) ? 0.25 : 0.15;
+    memcpy_buf mb;
+    if (!memcpy_buf_init(&mb, bytes)) {
+      dev_tensor_release(in);
+      fprintf(stderr, "allreduce: cannot allocate 2 x %zu bytes\n", bytes);
+      rc = 1;
+      break;
+    }
+    double ratio[AR_PAIRS], bw[AR_PAIRS], mcs[AR_PAIRS], us[AR_PAIRS];
+    for (int p = 0; p < AR_PAIRS && a.code == PD_OK; p++) {
+      bu_timing t, m;
+      if (p % 2 == 0) {
+        t = bu_measure(run_op, &a, min_time, 3);
+        m = bu_measure(memcpy_run, &mb, min_time, 3);
+      } else {
+        m = bu_measure(memcpy_run, &mb, min_time, 3);
+        t = bu_measure(run_op, &a, min_time, 3);
+      }
+      bw[p] = (double)bytes / t.median_s * 2.0 * (n - 1) / n / 1e9;
+      mcs[p] = (double)bytes / m.median_s / 1e9;
+      us[p] = t.median_s * 1e6;
+      ratio[p] = bw[p] / mcs[p];
+    }
+    memcpy_buf_free(&mb);
     dev_tensor_release(in);
     if (a.code != PD_OK) {
       fprintf(stderr, "allreduce: %s: %s\n", pd_code_name(a.code), a.st.msg);
       rc = 1;
       break;
     }
-    double busbw = (double)bytes / t.median_s * 2.0 * (n - 1) / n / 1e9;
-    double mc = bu_memcpy_gbps(bytes, min_time);
-    char sz[32], params[160];
+    int mid = median_index(ratio, AR_PAIRS);
+    double lo = ratio[0], hi = ratio[0];
+    for (int p = 1; p < AR_PAIRS; p++) {
+      lo = ratio[p] < lo ? ratio[p] : lo;
+      hi = ratio[p] > hi ? ratio[p] : hi;
+    }
+    char sz[32], params[256];
     bu_size_str(bytes, sz, sizeof sz);
-    printf("  %-8s %12.1f %12.3f %12.3f %8.3f\n", sz, t.median_s * 1e6, busbw,
-           mc, mc > 0 ? busbw / mc : NAN);
+    printf("  %-8s %12.1f %12.3f %12.3f %8.3f  (pairs %d, ratio %.3f-%.3f)\n",
+           sz, us[mid], bw[mid], mcs[mid], ratio[mid], AR_PAIRS, lo, hi);
     fflush(stdout);
     snprintf(params, sizeof params,
              "\"devices\": %d, \"bytes\": %zu, \"dtype\": \"float32\", "
-             "\"reduction\": \"sum\"",
-             n, bytes);
-    bu_record("allreduce", params, "busbw_GBps", busbw, "memcpy_GBps", mc);
+             "\"reduction\": \"sum\", \"pairs\": %d, \"statistic\": "
+             "\"median pair, interleaved\", \"ratio_min\": %.4f, "
+             "\"ratio_max\": %.4f",
+             n, bytes, AR_PAIRS, lo, hi);
+    bu_record("allreduce", params, "busbw_GBps", bw[mid], "memcpy_GBps",
+              mcs[mid]);
   }
   dev_engine_destroy(e);
   return rc;
