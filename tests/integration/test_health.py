@@ -465,9 +465,18 @@ def check_probe_slowloris():
         wait_for(lambda: all(closed_by_peer(c) for c in t.conns),
                  "the 64 trickling connections closed by the daemon")
         assert t.sent > 64, t.sent  # they did trickle: never idle
-        # Closed by the request deadline, not as idle, and said so once.
-        cut = [line for line in d.lines if "that had not sent a whole request within "
-               "metrics_idle_timeout_seconds (3 s)" in line]
+        # Closed by the request deadline, not as idle, and said so once. The
+        # daemon's stderr is read by a thread: under load the line may reach
+        # d.lines a little after the sockets closed, so wait for it (bounded).
+        def deadline_lines():
+            return [line for line in list(d.lines) if "that had not sent a whole "
+                    "request within metrics_idle_timeout_seconds (3 s)" in line]
+        try:
+            wait_for(deadline_lines, "the request-deadline log line", limit=20)
+        except AssertionError:
+            raise AssertionError(d.log())
+        time.sleep(0.5)  # a second such line, if any, would be here by now
+        cut = deadline_lines()
         assert len(cut) == 1, d.log()
         assert re.search(r"closed (\d+) connections? to the metrics port", cut[0]), cut
         assert not any("reached connection limit" in line for line in d.lines), d.log()
