@@ -80,37 +80,6 @@ static void run_op(void *p) {
 /* Pairs of AllReduce and memcpy measurements per size (bench_allreduce). */
 #define AR_PAIRS 7
 
-/* A single-thread memcpy of `bytes` between two buffers touched once. */
-typedef struct memcpy_buf {
-  unsigned char *src, *dst;
-  size_t bytes;
-} memcpy_buf;
-
-static bool memcpy_buf_init(memcpy_buf *m, size_t bytes) {
-  m->bytes = bytes;
-  m->src = malloc(bytes);
-  m->dst = malloc(bytes);
-  if (!m->src || !m->dst) {
-    free(m->src);
-    free(m->dst);
-    return false;
-  }
-  for (size_t i = 0; i < bytes; i++) m->src[i] = (unsigned char)(i * 131u);
-  memset(m->dst, 1, bytes);
-  return true;
-}
-
-static void memcpy_buf_free(memcpy_buf *m) {
-  free(m->src);
-  free(m->dst);
-}
-
-static void memcpy_run(void *p) {
-  memcpy_buf *m = p;
-  memcpy(m->dst, m->src, m->bytes);
-  __asm__ __volatile__("" : : "r"(m->dst) : "memory"); /* keep the copy */
-}
-
 /* Index of the median of v[0..n) (n odd). */
 static int median_index(const double *v, int n) {
   for (int i = 0; i < n; i++) {
@@ -175,8 +144,8 @@ static int bench_allreduce(bool quick) {
      * the row is the median pair (by ratio), with the ratio's range. The
      * memcpy buffers are allocated and touched once per size. */
     double min_time = bytes >= (64u << 20) ? 0.25 : 0.15;
-    memcpy_buf mb;
-    if (!memcpy_buf_init(&mb, bytes)) {
+    bu_memcpy_buf mb;
+    if (!bu_memcpy_buf_init(&mb, bytes)) {
       dev_tensor_release(in);
       fprintf(stderr, "allreduce: cannot allocate 2 x %zu bytes\n", bytes);
       rc = 1;
@@ -187,9 +156,9 @@ static int bench_allreduce(bool quick) {
       bu_timing t, m;
       if (p % 2 == 0) {
         t = bu_measure(run_op, &a, min_time, 3);
-        m = bu_measure(memcpy_run, &mb, min_time, 3);
+        m = bu_measure(bu_memcpy_run, &mb, min_time, 3);
       } else {
-        m = bu_measure(memcpy_run, &mb, min_time, 3);
+        m = bu_measure(bu_memcpy_run, &mb, min_time, 3);
         t = bu_measure(run_op, &a, min_time, 3);
       }
       bw[p] = (double)bytes / t.median_s * 2.0 * (n - 1) / n / 1e9;
@@ -197,7 +166,7 @@ static int bench_allreduce(bool quick) {
       us[p] = t.median_s * 1e6;
       ratio[p] = bw[p] / mcs[p];
     }
-    memcpy_buf_free(&mb);
+    bu_memcpy_buf_free(&mb);
     dev_tensor_release(in);
     if (a.code != PD_OK) {
       fprintf(stderr, "allreduce: %s: %s\n", pd_code_name(a.code), a.st.msg);

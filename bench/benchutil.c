@@ -77,34 +77,38 @@ bu_timing bu_measure_reported(bu_timed_fn fn, void *arg, int warmup,
   return bu_summarize(times, n);
 }
 
-typedef struct memcpy_arg {
-  void *dst;
-  const void *src;
-  size_t bytes;
-} memcpy_arg;
+bool bu_memcpy_buf_init(bu_memcpy_buf *m, size_t bytes) {
+  m->bytes = bytes;
+  m->src = malloc(bytes);
+  m->dst = malloc(bytes);
+  if (!m->src || !m->dst) {
+    bu_memcpy_buf_free(m);
+    return false;
+  }
+  /* Touch every page of both buffers first, so page faults are not timed. */
+  for (size_t i = 0; i < bytes; i++) m->src[i] = (unsigned char)(i * 131u);
+  memset(m->dst, 1, bytes);
+  return true;
+}
 
-static void do_memcpy(void *p) {
-  memcpy_arg *a = p;
-  memcpy(a->dst, a->src, a->bytes);
+void bu_memcpy_buf_free(bu_memcpy_buf *m) {
+  free(m->src);
+  free(m->dst);
+  m->src = m->dst = NULL;
+}
+
+void bu_memcpy_run(void *p) {
+  bu_memcpy_buf *m = p;
+  memcpy(m->dst, m->src, m->bytes);
   /* Keep the copy observable so it cannot be optimized away. */
-  __asm__ __volatile__("" : : "r"(a->dst) : "memory");
+  __asm__ __volatile__("" : : "r"(m->dst) : "memory");
 }
 
 double bu_memcpy_gbps(size_t bytes, double min_time_s) {
-  if (bytes == 0) return 0;
-  unsigned char *src = malloc(bytes), *dst = malloc(bytes);
-  if (!src || !dst) {
-    free(src);
-    free(dst);
-    return 0;
-  }
-  /* Touch every page of both buffers first, so page faults are not timed. */
-  for (size_t i = 0; i < bytes; i++) src[i] = (unsigned char)(i * 131u);
-  memset(dst, 1, bytes);
-  memcpy_arg a = {dst, src, bytes};
-  bu_timing t = bu_measure(do_memcpy, &a, min_time_s, 3);
-  free(src);
-  free(dst);
+  bu_memcpy_buf m;
+  if (bytes == 0 || !bu_memcpy_buf_init(&m, bytes)) return 0;
+  bu_timing t = bu_measure(bu_memcpy_run, &m, min_time_s, 3);
+  bu_memcpy_buf_free(&m);
   return (double)bytes / t.median_s / 1e9;
 }
 

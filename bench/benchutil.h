@@ -54,6 +54,18 @@ bu_timing bu_measure_reported(bu_timed_fn fn, void *arg, int warmup,
  * `min_time_s`. Returns 0 if the buffers cannot be allocated. */
 double bu_memcpy_gbps(size_t bytes, double min_time_s);
 
+/* The buffers of that measurement, for a caller that times the memcpy
+ * itself (interleaved with its subject, bench_engine's allreduce): init
+ * allocates and touches both (false when out of memory), bu_memcpy_run is
+ * one copy (a bu_fn), free releases them. */
+typedef struct bu_memcpy_buf {
+  unsigned char *src, *dst;
+  size_t bytes;
+} bu_memcpy_buf;
+bool bu_memcpy_buf_init(bu_memcpy_buf *m, size_t bytes);
+void bu_memcpy_run(void *m);
+void bu_memcpy_buf_free(bu_memcpy_buf *m);
+
 /* True when quick mode was asked for: PARADEV_BENCH_QUICK set to a non-empty
  * value other than "0", or "--quick" among argv. */
 bool bu_quick(int argc, char **argv);

@@ -291,15 +291,25 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
     ops += used;
     n -= used;
     if (k == 0) continue;
-    /* How many of the batch each device receives: only the devices of an
-     * op's set run it (issue #17). */
-    size_t per[PD_MAX_DEVICES] = {0};
+    /* Each device's ops of the batch, in batch order (their indices in
+     * go[]): only the devices of an op's set run it (issue #17). Every
+     * list is made here, before the first push: once an op is pushed to
+     * the last of its devices it may run there, finish on all of them and
+     * go back to the free list (dev__op_recycle), where another thread's
+     * prepare may take it and give it another set. Reading its set after
+     * a push would then hand a device an op that is not its own, out of
+     * order: a collective whose peers wait in another op. */
+    uint8_t mine_i[PD_MAX_DEVICES][DEV_SUBMIT_BATCH_MAX];
+    size_t m[PD_MAX_DEVICES] = {0};
     for (int i = 0; i < k; i++)
-      for (int j = 0; j < go[i]->set.n; j++) per[go[i]->set.dev[j]]++;
+      for (int j = 0; j < go[i]->set.n; j++) {
+        const int d = go[i]->set.dev[j];
+        mine_i[d][m[d]++] = (uint8_t)i;
+      }
     pthread_mutex_lock(&e->submit_mu);
     bool room = true;
     for (int d = 0; d < e->n && room; d++)
-      if (per[d]) room = dev__exec_reserve_n(&e->execs[d], per[d]);
+      if (m[d]) room = dev__exec_reserve_n(&e->execs[d], m[d]);
     if (!room) {
       pthread_mutex_unlock(&e->submit_mu);
       for (int i = 0; i < k; i++)
@@ -323,21 +333,7 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
     /* The one-order rule: seqs were handed out above in batch order under
      * submit_mu, and each device receives its ops of the batch in that
      * order, so any two ops that share devices reach every shared device
-     * in the same relative order.
-     *
-     * Every device's list is made before the first push: once an op is
-     * pushed to the last of its devices it may run there, finish on all of
-     * them and go back to the free list (dev__op_recycle), where another
-     * thread's prepare may take it and give it another set. Reading its
-     * index[] after a push would then hand a device an op that is not its
-     * own, out of order: a collective whose peers wait in another op. */
-    uint8_t mine_i[PD_MAX_DEVICES][DEV_SUBMIT_BATCH_MAX];
-    size_t m[PD_MAX_DEVICES] = {0};
-    for (int i = 0; i < k; i++)
-      for (int j = 0; j < go[i]->set.n; j++) {
-        const int d = go[i]->set.dev[j];
-        mine_i[d][m[d]++] = (uint8_t)i;
-      }
+     * in the same relative order (the lists above). */
     uint64_t last[PD_MAX_DEVICES];
     for (int d = 0; d < e->n; d++)
       last[d] = m[d] ? go[mine_i[d][m[d] - 1]]->seq : 0;
