@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sched_int.h"
+#include "sched_testutil.h"
 #include "testutil.h"
 
 #define NDEV 4
@@ -56,29 +57,10 @@ static sched_session *open_with(sched *s, uint64_t quota, const char *tenant,
   return ss;
 }
 
-/* Uploads float32 [n] by `kind` on `devices` (NULL: the default). */
-static pd_code upload(sched_session *ss, uint64_t id, const dev_devset *devices,
-                      dev_layout_kind kind, int n, dev_status *st) {
-  dev_shape shape = {1, {n}};
-  dev_layout lay = {kind, 0, 0};
-  float *v = calloc((size_t)n, sizeof *v);
-  for (int i = 0; i < n; i++) v[i] = (float)i;
-  sched_upload *u = NULL;
-  pd_code c = sched_upload_begin_on(ss, id, devices, PD_FLOAT32, &lay, &shape,
-                                    NULL, &u, st);
-  if (c == PD_OK) c = sched_upload_write(u, 0, 0, v, (size_t)n * 4, st);
-  if (c == PD_OK)
-    c = sched_upload_commit(u, st);
-  else
-    sched_upload_abort(u);
-  free(v);
-  return c;
-}
-
 static void upload_ok(sched_session *ss, uint64_t id, const dev_devset *devices,
                       dev_layout_kind kind, int n) {
   dev_status st = DEV_STATUS_INIT;
-  pd_code c = upload(ss, id, devices, kind, n, &st);
+  pd_code c = tu_sched_upload_on(ss, id, devices, kind, n, &st);
   if (c != PD_OK)
     print_error("upload %llu: %s\n", (unsigned long long)id, st.msg);
   assert_int_equal(c, PD_OK);
@@ -180,7 +162,7 @@ static void test_pack_loop_meets_quota(void **state) {
   del(ss, 2);
   expect_bytes(s, ss, (uint64_t[NDEV]){16, 16, 0, 0});
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(upload(ss, 4, &d0, DEV_LAYOUT_MIRRORED, 4, &st),
+  assert_int_equal(tu_sched_upload_on(ss, 4, &d0, DEV_LAYOUT_MIRRORED, 4, &st),
                    PD_RESOURCE_EXHAUSTED);
   assert_contains(st.msg,
                   "session memory quota exceeded: 32 bytes held + 16 "
@@ -214,7 +196,7 @@ static void test_reshape_loop_meets_quota(void **state) {
     expect_bytes(s, ss, (uint64_t[NDEV]){0, 0, 16 * (it + 1), 0});
   }
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(upload(ss, 21, &d2, DEV_LAYOUT_MIRRORED, 4, &st),
+  assert_int_equal(tu_sched_upload_on(ss, 21, &d2, DEV_LAYOUT_MIRRORED, 4, &st),
                    PD_RESOURCE_EXHAUSTED);
   sync_all(ss);
   sched_session_put(ss);

@@ -20,6 +20,7 @@
 
 #include "device_int.h"
 #include "sched_int.h"
+#include "sched_testutil.h"
 #include "testutil.h"
 
 #define NDEV 4
@@ -146,26 +147,6 @@ static sched_session *open_on(sched *s, const dev_devset *devices) {
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(create(s, devices, NULL, &ss, &info, &st), PD_OK);
   return ss;
-}
-
-/* Uploads float32 [n] (values 0..n-1) by `lay` on `devices` (NULL: the
- * session's default) under `id`. */
-static pd_code upload(sched_session *ss, uint64_t id, const dev_devset *devices,
-                      dev_layout_kind kind, int n, dev_status *st) {
-  dev_shape shape = {1, {n}};
-  dev_layout lay = {kind, 0, 0};
-  float *v = calloc((size_t)n, sizeof *v);
-  for (int i = 0; i < n; i++) v[i] = (float)i;
-  sched_upload *u = NULL;
-  pd_code c = sched_upload_begin_on(ss, id, devices, PD_FLOAT32, &lay, &shape,
-                                    NULL, &u, st);
-  if (c == PD_OK) c = sched_upload_write(u, 0, 0, v, (size_t)n * 4, st);
-  if (c == PD_OK)
-    c = sched_upload_commit(u, st);
-  else
-    sched_upload_abort(u);
-  free(v);
-  return c;
 }
 
 /* Queues `count` ops Neg(in) -> first_id, first_id + 1, ... in one
@@ -320,13 +301,13 @@ static void test_placements_refused(void **state) {
   sched_session *ss = open_on(s, &half);
   dev_status st = DEV_STATUS_INIT;
   /* Uploads. */
-  assert_int_equal(upload(ss, 1, &far, DEV_LAYOUT_MIRRORED, 4, &st),
+  assert_int_equal(tu_sched_upload_on(ss, 1, &far, DEV_LAYOUT_MIRRORED, 4, &st),
                    PD_PERMISSION_DENIED);
   assert_string_equal(
       st.msg,
       "devices [2, 3] are outside the session's allowed devices [0, 1]");
   st = (dev_status)DEV_STATUS_INIT;
-  assert_int_equal(upload(ss, 1, &bad, DEV_LAYOUT_MIRRORED, 4, &st),
+  assert_int_equal(tu_sched_upload_on(ss, 1, &bad, DEV_LAYOUT_MIRRORED, 4, &st),
                    PD_INVALID_ARGUMENT);
   /* An op without inputs placed outside. */
   const int64_t dims[1] = {4};
@@ -383,7 +364,7 @@ static void test_copy_target_refused(void **state) {
   dev_devset half = SET(0, 1);
   sched_session *ss = open_on(s, &half);
   dev_status st = DEV_STATUS_INIT;
-  pd_code c = upload(ss, 1, NULL, DEV_LAYOUT_MIRRORED, 4, &st);
+  pd_code c = tu_sched_upload_on(ss, 1, NULL, DEV_LAYOUT_MIRRORED, 4, &st);
   if (c != PD_OK) {
     sched_session_put(ss);
     sched_destroy(s);
@@ -421,7 +402,7 @@ static void test_default_placement(void **state) {
   dev_devset half = SET(2, 3);
   sched_session *ss = open_on(s, &half);
   dev_status st = DEV_STATUS_INIT;
-  pd_code c = upload(ss, 1, NULL, DEV_LAYOUT_SHARDED, 8, &st);
+  pd_code c = tu_sched_upload_on(ss, 1, NULL, DEV_LAYOUT_SHARDED, 8, &st);
   if (c != PD_OK) {
     sched_session_put(ss);
     sched_destroy(s);
@@ -466,9 +447,11 @@ static void test_bytes_per_device_whole_mesh(void **state) {
   sched *s = new_sched(0);
   sched_session *ss = open_on(s, NULL);
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(upload(ss, 1, NULL, DEV_LAYOUT_MIRRORED, 8, &st), PD_OK);
+  assert_int_equal(tu_sched_upload_on(ss, 1, NULL, DEV_LAYOUT_MIRRORED, 8, &st),
+                   PD_OK);
   expect_bytes(s, ss, (uint64_t[NDEV]){32, 32, 32, 32});
-  assert_int_equal(upload(ss, 2, NULL, DEV_LAYOUT_SHARDED, 8, &st), PD_OK);
+  assert_int_equal(tu_sched_upload_on(ss, 2, NULL, DEV_LAYOUT_SHARDED, 8, &st),
+                   PD_OK);
   expect_bytes(s, ss, (uint64_t[NDEV]){40, 40, 40, 40});
   assert_int_equal(queue_neg(ss, 2, 3, 1, &st), PD_OK);
   sync_all(ss);
@@ -491,7 +474,7 @@ static void test_bytes_disjoint_halves(void **state) {
   dev_devset lo = SET(0, 1), hi = SET(2, 3);
   sched_session *a = open_on(s, &lo), *b = open_on(s, &hi);
   dev_status st = DEV_STATUS_INIT;
-  pd_code c = upload(a, 1, NULL, DEV_LAYOUT_MIRRORED, 4, &st);
+  pd_code c = tu_sched_upload_on(a, 1, NULL, DEV_LAYOUT_MIRRORED, 4, &st);
   if (c != PD_OK) {
     sched_session_put(a);
     sched_session_put(b);
@@ -499,8 +482,10 @@ static void test_bytes_disjoint_halves(void **state) {
     skip_unless_placed(c, &st);
   }
   assert_int_equal(c, PD_OK);
-  assert_int_equal(upload(a, 2, NULL, DEV_LAYOUT_SHARDED, 8, &st), PD_OK);
-  assert_int_equal(upload(b, 1, NULL, DEV_LAYOUT_SHARDED, 6, &st), PD_OK);
+  assert_int_equal(tu_sched_upload_on(a, 2, NULL, DEV_LAYOUT_SHARDED, 8, &st),
+                   PD_OK);
+  assert_int_equal(tu_sched_upload_on(b, 1, NULL, DEV_LAYOUT_SHARDED, 6, &st),
+                   PD_OK);
   assert_int_equal(queue_neg(b, 1, 2, 1, &st), PD_OK);
   sync_all(b);
   expect_bytes(s, a, (uint64_t[NDEV]){32, 32, 0, 0});
@@ -525,7 +510,8 @@ static void test_pack_unpack_charged_once(void **state) {
   sched *s = new_sched(0);
   sched_session *ss = open_on(s, NULL);
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(upload(ss, 1, NULL, DEV_LAYOUT_SHARDED, 8, &st), PD_OK);
+  assert_int_equal(tu_sched_upload_on(ss, 1, NULL, DEV_LAYOUT_SHARDED, 8, &st),
+                   PD_OK);
   const uint64_t in[1] = {1}, parts[NDEV] = {2, 3, 4, 5};
   uint64_t packed = 6;
   sched_op ops[2] = {{.op_name = "ParallelUnpack",
@@ -567,7 +553,7 @@ static void test_gradient_on_its_set(void **state) {
   dev_devset odd = SET(1, 3);
   sched_session *ss = open_on(s, &odd);
   dev_status st = DEV_STATUS_INIT;
-  pd_code c = upload(ss, 1, NULL, DEV_LAYOUT_SHARDED, 4, &st);
+  pd_code c = tu_sched_upload_on(ss, 1, NULL, DEV_LAYOUT_SHARDED, 4, &st);
   if (c != PD_OK) {
     sched_session_put(ss);
     sched_destroy(s);
@@ -695,7 +681,7 @@ static void test_dispatch_disjoint_not_held_back(void **state) {
   dev_devset lo = SET(0, 1), hi = SET(2, 3);
   sched_session *a = open_on(s, &lo), *b = open_on(s, &hi);
   dev_status st = DEV_STATUS_INIT;
-  pd_code c = upload(a, 1, NULL, DEV_LAYOUT_MIRRORED, 100, &st);
+  pd_code c = tu_sched_upload_on(a, 1, NULL, DEV_LAYOUT_MIRRORED, 100, &st);
   if (c != PD_OK) {
     sched_session_put(a);
     sched_session_put(b);
@@ -703,7 +689,8 @@ static void test_dispatch_disjoint_not_held_back(void **state) {
     skip_unless_placed(c, &st);
   }
   assert_int_equal(c, PD_OK);
-  assert_int_equal(upload(b, 1, NULL, DEV_LAYOUT_MIRRORED, 100, &st), PD_OK);
+  assert_int_equal(
+      tu_sched_upload_on(b, 1, NULL, DEV_LAYOUT_MIRRORED, 100, &st), PD_OK);
   hold_devices(0, 2, true);
   assert_int_equal(queue_neg(a, 1, 100, 50, &st), PD_OK);
   wait_logged(3);
@@ -736,7 +723,7 @@ static void test_fair_overlapping_sets(void **state) {
   dev_devset x = SET(0, 1), y = SET(1, 2);
   sched_session *a = open_on(s, &x), *b = open_on(s, &y);
   dev_status st = DEV_STATUS_INIT;
-  pd_code c = upload(a, 1, NULL, DEV_LAYOUT_MIRRORED, 10, &st);
+  pd_code c = tu_sched_upload_on(a, 1, NULL, DEV_LAYOUT_MIRRORED, 10, &st);
   if (c != PD_OK) {
     sched_session_put(a);
     sched_session_put(b);
@@ -744,7 +731,8 @@ static void test_fair_overlapping_sets(void **state) {
     skip_unless_placed(c, &st);
   }
   assert_int_equal(c, PD_OK);
-  assert_int_equal(upload(b, 1, NULL, DEV_LAYOUT_MIRRORED, 10, &st), PD_OK);
+  assert_int_equal(tu_sched_upload_on(b, 1, NULL, DEV_LAYOUT_MIRRORED, 10, &st),
+                   PD_OK);
   sched_pause(s, true);
   assert_int_equal(queue_neg(a, 1, 100, 200, &st), PD_OK);
   assert_int_equal(queue_neg(b, 1, 100, 200, &st), PD_OK);
