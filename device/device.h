@@ -360,12 +360,16 @@ typedef struct dev_engine_config {
   /* cpu: OpenBLAS threads for the process; 0: the cores divided by the
    * devices (at least 1), so the executors' sgemms do not oversubscribe. */
   int blas_threads;
+  /* A mesh across machines (issue #16, dev_mesh.h): this engine's rank,
+   * the world size and the hooks; NULL (or world_size 1): no mesh. The
+   * engine copies it. */
+  const struct dev_mesh_config *mesh_config;
 } dev_engine_config;
 
 #define DEV_ENGINE_CONFIG_INITIALIZER                                          \
   {                                                                            \
     sizeof(dev_engine_config), NULL, 4, 0, NULL, false, UINT64_MAX, 0,         \
-        DEV_CUDA_COLL_AUTO, UINT64_MAX, 0                                      \
+        DEV_CUDA_COLL_AUTO, UINT64_MAX, 0, NULL                                \
   }
 
 /* The thread count of the process's OpenBLAS pool (openblas_get_num_threads;
@@ -786,6 +790,10 @@ pd_code dev_execute_on(dev_engine *e, const dev_devset *set,
 
 /* Device sets and the placement creators: dev_devset.h (issue #17). */
 #include "dev_devset.h"
+
+/* A mesh across machines (dev_engine_mesh_*, hooks, transport): dev_mesh.h
+ * (issue #16). */
+#include "dev_mesh.h"
 
 #ifdef __cplusplus
 }

@@ -225,6 +225,8 @@ struct srv {
   /* TLS of the TCP listeners (tls.h); NULL without [tls] cert_file. Made
    * and freed by rpc.c, reloaded on SIGHUP by main.c. */
   struct srv_tls *tls;
+  /* A mesh across machines (mesh.h, issue #16); NULL for one daemon. */
+  struct srv_mesh *mesh;
 };
 
 /* --- daemon.c ----------------------------------------------------------------- */
