@@ -1086,6 +1086,16 @@ static void lone_done(void *arg, int device, uint64_t seq, pd_code code,
   atomic_store(&lone_last, seq);
 }
 
+/* Waits (bounded) until local_done reported `seq`: it comes after the
+ * publish that wakes readers. */
+static void wait_lone(uint64_t seq) {
+  for (int i = 0; i < WAIT_S * 1000 && atomic_load(&lone_last) != seq; i++) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  assert_int_equal(atomic_load(&lone_last), seq);
+}
+
 /* dev_op_submit_seq jumps to the coordinator's seq and refuses an old one;
  * dev_engine_advance_seq moves the next seq above a given one. */
 static void test_submit_seq(void **state) {
@@ -1113,7 +1123,7 @@ static void test_submit_seq(void **state) {
   double got[3], want[3] = {7, 7, 7};
   assert_int_equal(tu_read(a, 0, got, 3), 3);
   tu_assert_close(got, want, 3, 0, 0);
-  assert_int_equal(atomic_load(&lone_last), 100);
+  wait_lone(100);
   assert_int_equal(dev_op_prepare_on(e, &s2, "Fill", NULL, 0, fa, 2, &op, &st), PD_OK);
   dev_tensor *b = dev_op_output(op, 0);
   dev_tensor_retain(b);
@@ -1127,7 +1137,7 @@ static void test_submit_seq(void **state) {
   dev_tensor *c = tu_exec(e, "Neg", &a, 1, NULL, 0, 0);
   assert_int_equal(tu_read(c, 0, got, 3), 3);
   assert_int_equal(dev_engine_last_seq(e), 501);
-  assert_int_equal(atomic_load(&lone_last), 501);
+  wait_lone(501);
   /* An op on a remote device runs nothing here and cannot be read. */
   int64_t d0[1] = {0};
   dev_devset s0;
