@@ -1183,6 +1183,92 @@ static void test_no_transport(void **state) {
   h_stop(h);
 }
 
+/* A pending tensor (a checkpoint load) across ranks: created, written in
+ * chunks, completed, read by ops there; one completed with an error fails
+ * its consumers on every device with that error. */
+static void test_pending_load(void **state) {
+  (void)state;
+  harness *h = h_start(2, 2, 0, true);
+  dev_engine *e0 = h->e[0];
+  dev_status st = DEV_STATUS_INIT;
+  int64_t dims[2] = {4, 2};
+  dev_shape hs;
+  assert_int_equal(dev_shape_make(2, dims, &hs, &st), PD_OK);
+  dev_layout sh = {DEV_LAYOUT_SHARDED, 0, 0};
+  dev_tensor *p = NULL;
+  assert_int_equal(
+      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &p, &st), PD_OK);
+  float v[8];
+  for (int i = 0; i < 8; i++) v[i] = (float)(i * i) - 4.0f;
+  for (int off = 0; off < 8; off += 3) { /* chunks across components */
+    int len = 8 - off < 3 ? 8 - off : 3;
+    assert_int_equal(dev_tensor_write(p, &sh, 0, (uint64_t)off * 4, v + off,
+                                      (size_t)len * 4, &st),
+                     PD_OK);
+  }
+  dev_tensor_complete(p, PD_OK, NULL);
+  dev_tensor *y = tu_exec(e0, "Neg", &p, 1, NULL, 0, 0);
+  float got[8];
+  assert_int_equal(dev_tensor_to_host(y, &sh, 0, got, sizeof got, &st), PD_OK);
+  for (int i = 0; i < 8; i++) assert_true(got[i] == -v[i]);
+  dev_tensor *q = NULL;
+  assert_int_equal(
+      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &q, &st), PD_OK);
+  dev_tensor_complete(q, PD_DATA_LOSS, "checkpoint shard 3 is damaged");
+  dev_tensor *z = tu_exec(e0, "Neg", &q, 1, NULL, 0, 0);
+  const char *msg;
+  for (int d = 0; d < 4; d++) {
+    assert_int_equal(comp_code(z, d, &msg), PD_DATA_LOSS);
+    assert_non_null(strstr(msg, "damaged"));
+  }
+  dev_tensor_release(p);
+  dev_tensor_release(q);
+  dev_tensor_release(y);
+  dev_tensor_release(z);
+  h_stop(h);
+}
+
+/* Three engines: a sharded elementwise op, AllGather and ReduceScatter over
+ * six devices. */
+static void test_three_engines(void **state) {
+  (void)state;
+  harness *h = h_start(3, 2, 0, true);
+  dev_engine *e0 = h->e[0];
+  dev_status st = DEV_STATUS_INIT;
+  int64_t dims[2] = {12, 2};
+  double vals[24];
+  for (int i = 0; i < 24; i++) vals[i] = i - 7.5;
+  dev_tensor *x = tu_sharded(e0, PD_FLOAT32, 2, dims, 0, vals);
+  dev_tensor *xx[2] = {x, x};
+  dev_tensor *y = tu_exec(e0, "Mul", xx, 2, NULL, 0, 0);
+  dev_layout sh = {DEV_LAYOUT_SHARDED, 0, 0};
+  float got[24];
+  assert_int_equal(dev_tensor_to_host(y, &sh, 0, got, sizeof got, &st), PD_OK);
+  for (int i = 0; i < 24; i++) assert_true(got[i] == (float)(vals[i] * vals[i]));
+  dev_attr a0 = dev_attr_int("axis", 0);
+  dev_tensor *g = tu_exec(e0, "AllGather", &y, 1, &a0, 1, 0);
+  double all[24];
+  for (int d = 0; d < 6; d++) {
+    assert_int_equal(tu_read(g, d, all, 24), 24);
+    for (int i = 0; i < 24; i++) assert_true(all[i] == vals[i] * vals[i]);
+  }
+  dev_attr sum = dev_attr_string("reduction", "sum");
+  dev_tensor *rs = tu_exec(e0, "ReduceScatter", &g, 1, &sum, 1, 0);
+  for (int d = 0; d < 6; d++) { /* 12 rows over 6: rows 2d, 2d + 1 */
+    double part[4];
+    assert_int_equal(tu_read(rs, d, part, 4), 4);
+    for (int i = 0; i < 4; i++) {
+      double w = vals[4 * d + i] * vals[4 * d + i] * 6;
+      assert_true(part[i] == w);
+    }
+  }
+  dev_tensor_release(x);
+  dev_tensor_release(y);
+  dev_tensor_release(g);
+  dev_tensor_release(rs);
+  h_stop(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_elementwise_sharded),
@@ -1196,6 +1282,8 @@ int main(void) {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_submit_seq),
       cmocka_unit_test(test_no_transport),
+      cmocka_unit_test(test_pending_load),
+      cmocka_unit_test(test_three_engines),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
