@@ -60,7 +60,10 @@ typedef struct ftrans {
   pthread_mutex_t mu;
   fgroup *groups;
   atomic_int refs;
+  atomic_bool fail_data; /* all_reduce of more than one element fails */
 } ftrans;
+
+static ftrans *the_ftrans; /* the last one made (tests that break it) */
 
 /* All n participants meet; false after WAIT_S seconds. */
 static bool fbarrier(fgroup *g) {
@@ -131,6 +134,9 @@ static pd_code f_all_reduce(dev_mesh_transport *t, void *group, void *buf,
                             dev_status *st) {
   fpart *p = group;
   fgroup *g = p->g;
+  if (count > 1 && atomic_load(&((ftrans *)t->impl)->fail_data))
+    return dev_error(st, PD_UNAVAILABLE,
+                     "fake transport: rank 1 closed its connection");
   g->ptr[p->index] = buf;
   if (!fbarrier(g)) return f_timeout(st);
   double *acc = malloc((count ? count : 1) * sizeof *acc);
@@ -212,6 +218,7 @@ static dev_mesh_transport *ftrans_new(void) {
       .retain = f_retain,
       .release = f_release,
   };
+  the_ftrans = f;
   return &f->t;
 }
 
@@ -1269,6 +1276,39 @@ static void test_three_engines(void **state) {
   h_stop(h);
 }
 
+/* A transport error fails the outputs with its code and message on every
+ * device; a transport taken away (degraded) makes the next collective
+ * fail with UNAVAILABLE. */
+static void test_transport_error(void **state) {
+  (void)state;
+  harness *h = h_start(2, 2, 0, true);
+  int64_t dims[1] = {4};
+  dev_tensor *x = components(h->e[0], PD_FLOAT32, 1, dims, f_lin);
+  dev_attr a = dev_attr_string("reduction", "sum");
+  atomic_store(&the_ftrans->fail_data, true);
+  dev_tensor *y = tu_exec(h->e[0], "AllReduce", &x, 1, &a, 1, 0);
+  const char *msg;
+  for (int d = 0; d < 4; d++) {
+    assert_int_equal(comp_code(y, d, &msg), PD_UNAVAILABLE);
+    if (!strstr(msg, "closed its connection")) fail_msg("component %d: %s", d, msg);
+  }
+  atomic_store(&the_ftrans->fail_data, false);
+  dev_tensor *ok = tu_exec(h->e[0], "AllReduce", &x, 1, &a, 1, 0);
+  double got[4], want[4];
+  for (int i = 0; i < 4; i++) want[i] = 100.0 + 4 * i; /* 10+20+30+40 + 4i */
+  assert_int_equal(tu_read(ok, 2, got, 4), 4);
+  tu_assert_close(got, want, 4, 0, 0);
+  for (int r = 0; r < 2; r++) dev_engine_mesh_set_transport(h->e[r], NULL);
+  dev_tensor *z = tu_exec(h->e[0], "AllReduce", &x, 1, &a, 1, 0);
+  for (int d = 0; d < 4; d++)
+    assert_int_equal(comp_code(z, d, &msg), PD_UNAVAILABLE);
+  dev_tensor_release(x);
+  dev_tensor_release(y);
+  dev_tensor_release(ok);
+  dev_tensor_release(z);
+  h_stop(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_elementwise_sharded),
@@ -1284,6 +1324,7 @@ int main(void) {
       cmocka_unit_test(test_no_transport),
       cmocka_unit_test(test_pending_load),
       cmocka_unit_test(test_three_engines),
+      cmocka_unit_test(test_transport_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
