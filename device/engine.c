@@ -101,17 +101,22 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
                               sizeof cfg->mesh_config
           ? cfg->mesh_config
           : NULL;
-  if (mc && mc->world_size > 1) { /* issue #16: a mesh across machines */
-    dev_backend *w;
-    dev__mesh *m;
-    rc = dev__mesh_backend_create(b, mc, &w, &m, st);
-    if (rc != PD_OK) {
-      b->destroy(b);
-      return rc;
-    }
-    return engine_create(w, m, out, st);
-  }
+  if (mc && mc->world_size > 1) /* issue #16: a mesh across machines */
+    return dev__engine_create_mesh_with_backend(b, mc, out, st);
   return engine_create(b, NULL, out, st);
+}
+
+pd_code dev__engine_create_mesh_with_backend(dev_backend *b,
+                                             const dev_mesh_config *mc,
+                                             dev_engine **out, dev_status *st) {
+  dev_backend *w;
+  dev__mesh *m;
+  pd_code rc = dev__mesh_backend_create(b, mc, &w, &m, st);
+  if (rc != PD_OK) {
+    b->destroy(b);
+    return rc;
+  }
+  return engine_create(w, m, out, st);
 }
 
 /* Stops and joins the threads of execs[0..n) (executors first, so that the

@@ -625,6 +625,51 @@ static void h_drain(harness *h) {
   }
 }
 
+/* Fences that are done when recorded (a fenced CPU backend): ops then
+ * complete through each device's completion thread (device/complete.c). */
+static atomic_int fences_recorded;
+static pd_code fx_record(dev_backend *b, int device, void **fence,
+                         dev_status *st) {
+  (void)b;
+  (void)device;
+  (void)st;
+  *fence = malloc(1);
+  atomic_fetch_add(&fences_recorded, 1);
+  return PD_OK;
+}
+static pd_code fx_wait(dev_backend *b, int device, void *fence,
+                       dev_status *st) {
+  (void)b;
+  (void)device;
+  (void)fence;
+  (void)st;
+  return PD_OK;
+}
+static void fx_release(dev_backend *b, int device, void *fence) {
+  (void)b;
+  (void)device;
+  free(fence);
+}
+
+static bool g_fenced; /* h_start makes fenced engines */
+
+static dev_engine *fenced_mesh_engine(const dev_mesh_config *mc, int n,
+                                      uint64_t limit) {
+  dev_cpu_config cc = DEV_CPU_CONFIG_INITIALIZER;
+  cc.num_devices = n;
+  cc.memory_limit = limit;
+  dev_backend *b = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_cpu_backend_create(&cc, &b, &st), PD_OK);
+  b->fence_record = fx_record;
+  b->fence_wait = fx_wait;
+  b->fence_release = fx_release;
+  dev_engine *e = NULL;
+  if (dev__engine_create_mesh_with_backend(b, mc, &e, &st) != PD_OK)
+    fail_msg("fenced engine: %s", st.msg);
+  return e;
+}
+
 /* W engines of n CPU devices each (rank 1's devices limited to
  * rank1_limit bytes when not 0), with the fake transport when `transport`. */
 static harness *h_start(int W, int n, uint64_t rank1_limit, bool transport) {
@@ -655,7 +700,9 @@ static harness *h_start(int W, int n, uint64_t rank1_limit, bool transport) {
     cfg.memory_limit = r == 1 ? rank1_limit : 0;
     cfg.mesh_config = &mc;
     dev_status st = DEV_STATUS_INIT;
-    if (dev_engine_create(&cfg, &h->e[r], &st) != PD_OK)
+    if (g_fenced)
+      h->e[r] = fenced_mesh_engine(&mc, n, cfg.memory_limit);
+    else if (dev_engine_create(&cfg, &h->e[r], &st) != PD_OK)
       fail_msg("engine of rank %d: %s", r, st.msg);
     if (t) dev_engine_mesh_set_transport(h->e[r], t);
     rankq *q = &h->q[r];
@@ -1309,6 +1356,19 @@ static void test_transport_error(void **state) {
   h_stop(h);
 }
 
+/* The same paths on a backend with fences: ranks report from the
+ * completion threads, remote devices record no fence. */
+static void test_fenced(void **state) {
+  g_fenced = true;
+  atomic_store(&fences_recorded, 0);
+  test_elementwise_sharded(state);
+  test_all_reduce(state);
+  test_failed_input_fails_everywhere(state);
+  test_refusals(state);
+  g_fenced = false;
+  assert_true(atomic_load(&fences_recorded) > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_elementwise_sharded),
@@ -1325,6 +1385,7 @@ int main(void) {
       cmocka_unit_test(test_pending_load),
       cmocka_unit_test(test_three_engines),
       cmocka_unit_test(test_transport_error),
+      cmocka_unit_test(test_fenced),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
