@@ -275,6 +275,8 @@ pd_code dev__mesh_backend_create(dev_backend *inner,
   m->n_local = n;
   m->first = cfg->rank * n;
   m->inner = inner;
+  const char *knob = getenv("PARADEV_MESH_STAGED");
+  m->staged = inner->kind != DEV_BACKEND_CPU || (knob && strcmp(knob, "1") == 0);
   pthread_mutex_init(&m->tmu, NULL);
   for (int d = 0; d < w * n; d++)
     snprintf(m->names[d], sizeof m->names[d], "rank %d device %d (remote)",

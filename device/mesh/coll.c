@@ -19,7 +19,8 @@
  * Bool reductions are logical (sum, max, mean: or; prod, min: and), as the
  * local collectives'. The CPU backend's buffers are host memory and go to
  * the transport directly; other backends' are staged through host buffers
- * (copy_d2h after synchronize, copy_h2d). Without a transport every local
+ * (copy_d2h after synchronize, copy_h2d; on the CPU too with
+ * PARADEV_MESH_STAGED=1 at the engine's creation, so tests cover it). Without a transport every local
  * participant fails at once with UNAVAILABLE; a transport error fails the
  * outputs with its code and message. */
 #include <stdio.h>
@@ -82,7 +83,7 @@ static pd_code stage_in(xfer *x, dev_status *st) {
   x->in_bytes = (size_t)dev_num_elems(&c->in_shape[0]) * es;
   x->out_bytes = (size_t)dev_num_elems(&c->out_shape[0]) *
                  pd_dtype_size(c->out_dtype[0]);
-  x->staged = x->m->inner->kind != DEV_BACKEND_CPU;
+  x->staged = x->m->staged;
   if (!x->staged) {
     x->in = c->in_data[0];
     x->out = c->out_data[0];

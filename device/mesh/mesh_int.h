@@ -42,6 +42,9 @@ typedef struct dev__mesh {
   /* Bytes of placeholder components per engine device (remote ones). */
   _Atomic uint64_t remote_bytes[PD_MAX_DEVICES];
   char names[PD_MAX_DEVICES][48]; /* remote devices' names */
+  /* Cross-rank collectives stage through host buffers: every backend but
+   * the CPU's, or any with PARADEV_MESH_STAGED=1 at creation (a test knob). */
+  bool staged;
 } dev__mesh;
 
 /* True when engine device `d` of a mesh engine is remote. */

@@ -1369,6 +1369,17 @@ static void test_fenced(void **state) {
   assert_true(atomic_load(&fences_recorded) > 0);
 }
 
+/* The collectives staged through host buffers, as on a GPU backend
+ * (PARADEV_MESH_STAGED=1: copy_d2h, the transport, copy_h2d). */
+static void test_staged(void **state) {
+  setenv("PARADEV_MESH_STAGED", "1", 1);
+  test_all_reduce(state);
+  test_broadcast(state);
+  test_all_gather(state);
+  test_reduce_scatter(state);
+  unsetenv("PARADEV_MESH_STAGED");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_elementwise_sharded),
@@ -1386,6 +1397,7 @@ int main(void) {
       cmocka_unit_test(test_three_engines),
       cmocka_unit_test(test_transport_error),
       cmocka_unit_test(test_fenced),
+      cmocka_unit_test(test_staged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
