@@ -894,8 +894,9 @@ static void test_all_reduce(void **state) {
     harness *h = h_start(W, 2, 0, true);
     const int n = 2 * W;
     int64_t dims[2] = {3, 5};
-    for (int k = 0; k < 2; k++) {
-      pd_dtype dt = k ? PD_INT32 : PD_FLOAT32;
+    for (int k = 0; k < 3; k++) {
+      static const pd_dtype dts[3] = {PD_FLOAT32, PD_INT32, PD_FLOAT64};
+      pd_dtype dt = dts[k];
       dev_tensor *x = components(h->e[0], dt, 2, dims, f_mix);
       for (int r = 0; r < 4; r++) {
         dev_attr a = dev_attr_string("reduction", reds[r]);
@@ -1163,6 +1164,13 @@ static void test_submit_seq(void **state) {
   cfg.mesh_config = &mc;
   dev_engine *e = NULL;
   dev_status st = DEV_STATUS_INIT;
+  mc.rank = 2; /* not a rank of a mesh of 2 */
+  assert_int_equal(dev_engine_create(&cfg, &e, &st), PD_INVALID_ARGUMENT);
+  assert_non_null(strstr(st.msg, "rank 2 of world size 2"));
+  mc.rank = 1;
+  cfg.num_devices = 40; /* 80 devices: over PD_MAX_DEVICES */
+  assert_int_equal(dev_engine_create(&cfg, &e, &st), PD_INVALID_ARGUMENT);
+  cfg.num_devices = 2;
   assert_int_equal(dev_engine_create(&cfg, &e, &st), PD_OK);
   int64_t d2[1] = {2}, dims[1] = {3};
   dev_devset s2;
