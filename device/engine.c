@@ -97,8 +97,8 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
   }
   if (rc != PD_OK) return rc;
   const dev_mesh_config *mc =
-      cfg->struct_size >= offsetof(dev_engine_config, mesh_config) +
-                              sizeof cfg->mesh_config
+      cfg->struct_size >=
+              offsetof(dev_engine_config, mesh_config) + sizeof cfg->mesh_config
           ? cfg->mesh_config
           : NULL;
   if (mc && mc->world_size > 1) /* issue #16: a mesh across machines */

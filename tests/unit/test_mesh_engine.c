@@ -170,8 +170,7 @@ static pd_code f_broadcast(dev_mesh_transport *t, void *group, void *buf,
 }
 
 static pd_code f_all_gather(dev_mesh_transport *t, void *group, const void *in,
-                            const size_t *in_bytes, void *out,
-                            dev_status *st) {
+                            const size_t *in_bytes, void *out, dev_status *st) {
   fpart *p = group;
   fgroup *g = p->g;
   g->ptr[p->index] = (void *)in;
@@ -321,7 +320,8 @@ static void cmd_free(cmd *c) {
 
 static void replay_failed(harness *h, const char *what, const char *msg) {
   if (atomic_fetch_add(&h->replay_errors, 1) == 0)
-    snprintf(h->replay_error, sizeof h->replay_error, "%.100s: %.400s", what, msg);
+    snprintf(h->replay_error, sizeof h->replay_error, "%.100s: %.400s", what,
+             msg);
 }
 
 static void progress(harness *h, int device, uint64_t seq, pd_code code,
@@ -451,7 +451,8 @@ static void h_tensor_completed(void *arg, const dev_tensor *t, pd_code code,
 
 static void h_tensor_released(void *arg, const dev_tensor *t) {
   harness *h = arg;
-  for (int r = 1; r < h->W; r++) enqueue(h, r, cmd_new(C_RELEASE, dev_tensor_id(t)));
+  for (int r = 1; r < h->W; r++)
+    enqueue(h, r, cmd_new(C_RELEASE, dev_tensor_id(t)));
 }
 
 /* Copies the op's resolved attributes back into dev_attr (strings and
@@ -494,9 +495,11 @@ static void h_op_submitted(void *arg, const dev_op *op) {
     c->seq = dev_op_seq(op);
     c->set = *dev_op_devset(op);
     c->nin = dev_op_num_inputs(op);
-    for (int i = 0; i < c->nin; i++) c->in_ids[i] = dev_tensor_id(dev_op_input(op, i));
+    for (int i = 0; i < c->nin; i++)
+      c->in_ids[i] = dev_tensor_id(dev_op_input(op, i));
     c->nout = dev_op_num_outputs(op);
-    for (int i = 0; i < c->nout; i++) c->out_ids[i] = dev_tensor_id(dev_op_output(op, i));
+    for (int i = 0; i < c->nout; i++)
+      c->out_ids[i] = dev_tensor_id(dev_op_output(op, i));
     copy_attrs(c, op);
     enqueue(h, r, c);
   }
@@ -710,7 +713,8 @@ static harness *h_start(int W, int n, uint64_t rank1_limit, bool transport) {
     q->rank = r;
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
-    if (r > 0) assert_int_equal(pthread_create(&q->th, NULL, replay_main, q), 0);
+    if (r > 0)
+      assert_int_equal(pthread_create(&q->th, NULL, replay_main, q), 0);
   }
   if (t) t->release(t); /* the engines hold theirs */
   return h;
@@ -775,9 +779,12 @@ static dev_tensor *components(dev_engine *e, pd_dtype dt, int rank,
     datas[d] = malloc((size_t)(count ? count : 1) * pd_dtype_size(dt));
     for (int64_t i = 0; i < count; i++) {
       double v = f(d, i);
-      if (dt == PD_FLOAT32) ((float *)datas[d])[i] = (float)v;
-      else if (dt == PD_INT32) ((int32_t *)datas[d])[i] = (int32_t)v;
-      else ((double *)datas[d])[i] = v;
+      if (dt == PD_FLOAT32)
+        ((float *)datas[d])[i] = (float)v;
+      else if (dt == PD_INT32)
+        ((int32_t *)datas[d])[i] = (int32_t)v;
+      else
+        ((double *)datas[d])[i] = v;
     }
   }
   dev_tensor *t = NULL;
@@ -821,8 +828,10 @@ static void test_elementwise_sharded(void **state) {
   assert_true(dev_engine_device_is_local(e0, 1));
   assert_false(dev_engine_device_is_local(e0, 2));
   assert_true(dev_engine_device_is_local(e1, 3));
-  assert_string_equal(dev_engine_device_name(e0, 3), "rank 1 device 1 (remote)");
-  assert_string_equal(dev_engine_device_name(e1, 0), "rank 0 device 0 (remote)");
+  assert_string_equal(dev_engine_device_name(e0, 3),
+                      "rank 1 device 1 (remote)");
+  assert_string_equal(dev_engine_device_name(e1, 0),
+                      "rank 0 device 0 (remote)");
   assert_true(dev_engine_device_healthy(e0, 2));
 
   int64_t dims[2] = {8, 3};
@@ -832,7 +841,8 @@ static void test_elementwise_sharded(void **state) {
     want[i] = vals[i] * vals[i] + vals[i];
   }
   dev_tensor *x = tu_sharded(e0, PD_FLOAT32, 2, dims, 0, vals);
-  dev_memory_stats ms = {.struct_size = sizeof ms}, l0 = {.struct_size = sizeof l0};
+  dev_memory_stats ms = {.struct_size = sizeof ms},
+                   l0 = {.struct_size = sizeof l0};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(dev_engine_memory_stats(e0, 2, &ms, &st), PD_OK);
   assert_int_equal(dev_engine_memory_stats(e0, 0, &l0, &st), PD_OK);
@@ -967,7 +977,8 @@ static void test_all_gather(void **state) {
   }
   dev_tensor *x = NULL;
   assert_int_equal(
-      dev_tensor_from_components(e0, PD_FLOAT32, shapes, datas, &x, &st), PD_OK);
+      dev_tensor_from_components(e0, PD_FLOAT32, shapes, datas, &x, &st),
+      PD_OK);
   dev_attr a0 = dev_attr_int("axis", 0);
   dev_tensor *y = tu_exec(e0, "AllGather", &x, 1, &a0, 1, 0);
   double got[24];
@@ -985,7 +996,8 @@ static void test_all_gather(void **state) {
   double want1[24];
   for (int r = 0; r < 2; r++)
     for (int d = 0; d < 4; d++)
-      for (int j = 0; j < 3; j++) want1[r * 12 + d * 3 + j] = f_lin(d, r * 3 + j);
+      for (int j = 0; j < 3; j++)
+        want1[r * 12 + d * 3 + j] = f_lin(d, r * 3 + j);
   for (int d = 0; d < 4; d++) {
     assert_int_equal(tu_read(y, d, got, 24), 24);
     tu_assert_close(got, want1, 24, 0, 0);
@@ -1038,7 +1050,8 @@ static void test_failed_input_fails_everywhere(void **state) {
   (void)state;
   harness *h = h_start(2, 2, 4096, true);
   int64_t big[1] = {2048}; /* 8 KiB of float32 per device */
-  dev_attr fa[2] = {dev_attr_shape("shape", 1, big), dev_attr_float("value", 1)};
+  dev_attr fa[2] = {dev_attr_shape("shape", 1, big),
+                    dev_attr_float("value", 1)};
   dev_tensor *f = tu_exec(h->e[0], "Fill", NULL, 0, fa, 2, 0);
   dev_attr a = dev_attr_string("reduction", "sum");
   dev_tensor *y = tu_exec(h->e[0], "AllReduce", &f, 1, &a, 1, 0);
@@ -1112,13 +1125,17 @@ static void test_refusals(void **state) {
   dev_layout mir = {DEV_LAYOUT_MIRRORED, 0, 0};
   dev_tensor *x0 = NULL, *x2 = NULL;
   assert_int_equal(
-      dev_tensor_from_host_on(e0, &s0, PD_FLOAT32, &mir, &shp, v, &x0, &st), PD_OK);
+      dev_tensor_from_host_on(e0, &s0, PD_FLOAT32, &mir, &shp, v, &x0, &st),
+      PD_OK);
   assert_int_equal(
-      dev_tensor_from_host_on(e0, &s2, PD_FLOAT32, &mir, &shp, v, &x2, &st), PD_OK);
+      dev_tensor_from_host_on(e0, &s2, PD_FLOAT32, &mir, &shp, v, &x2, &st),
+      PD_OK);
   dev_attr to2 = dev_attr_int_list("devices", d2, 1);
-  tu_exec_fails(e0, "CopyToDevices", &x0, 1, &to2, 1, PD_UNIMPLEMENTED, "rank 1");
+  tu_exec_fails(e0, "CopyToDevices", &x0, 1, &to2, 1, PD_UNIMPLEMENTED,
+                "rank 1");
   dev_tensor *pair[2] = {x0, x2};
-  tu_exec_fails(e0, "ParallelPack", pair, 2, NULL, 0, PD_UNIMPLEMENTED, "span ranks");
+  tu_exec_fails(e0, "ParallelPack", pair, 2, NULL, 0, PD_UNIMPLEMENTED,
+                "span ranks");
   dev_attr to3 = dev_attr_int_list("devices", d3, 1);
   dev_tensor *y = tu_exec(e0, "CopyToDevices", &x2, 1, &to3, 1, 0);
   double got[3], want[3] = {1.5, -2.0, 4.0};
@@ -1175,9 +1192,11 @@ static void test_submit_seq(void **state) {
   int64_t d2[1] = {2}, dims[1] = {3};
   dev_devset s2;
   assert_int_equal(dev_devset_make(e, d2, 1, &s2, &st), PD_OK);
-  dev_attr fa[2] = {dev_attr_shape("shape", 1, dims), dev_attr_float("value", 7)};
+  dev_attr fa[2] = {dev_attr_shape("shape", 1, dims),
+                    dev_attr_float("value", 7)};
   dev_op *op = NULL;
-  assert_int_equal(dev_op_prepare_on(e, &s2, "Fill", NULL, 0, fa, 2, &op, &st), PD_OK);
+  assert_int_equal(dev_op_prepare_on(e, &s2, "Fill", NULL, 0, fa, 2, &op, &st),
+                   PD_OK);
   dev_tensor *a = dev_op_output(op, 0);
   dev_tensor_retain(a);
   assert_int_equal(dev_op_submit_seq(e, op, 100, &st), PD_OK);
@@ -1186,7 +1205,8 @@ static void test_submit_seq(void **state) {
   assert_int_equal(tu_read(a, 0, got, 3), 3);
   tu_assert_close(got, want, 3, 0, 0);
   wait_lone(100);
-  assert_int_equal(dev_op_prepare_on(e, &s2, "Fill", NULL, 0, fa, 2, &op, &st), PD_OK);
+  assert_int_equal(dev_op_prepare_on(e, &s2, "Fill", NULL, 0, fa, 2, &op, &st),
+                   PD_OK);
   dev_tensor *b = dev_op_output(op, 0);
   dev_tensor_retain(b);
   assert_int_equal(dev_op_submit_seq(e, op, 50, &st), PD_INVALID_ARGUMENT);
@@ -1204,7 +1224,8 @@ static void test_submit_seq(void **state) {
   int64_t d0[1] = {0};
   dev_devset s0;
   assert_int_equal(dev_devset_make(e, d0, 1, &s0, &st), PD_OK);
-  assert_int_equal(dev_op_prepare_on(e, &s0, "Fill", NULL, 0, fa, 2, &op, &st), PD_OK);
+  assert_int_equal(dev_op_prepare_on(e, &s0, "Fill", NULL, 0, fa, 2, &op, &st),
+                   PD_OK);
   dev_tensor *r = dev_op_output(op, 0);
   dev_tensor_retain(r);
   assert_int_equal(dev_op_submit_seq(e, op, 600, &st), PD_OK);
@@ -1232,8 +1253,9 @@ static void test_no_transport(void **state) {
   const char *msg;
   for (int d = 0; d < 4; d++) {
     assert_int_equal(comp_code(y, d, &msg), PD_UNAVAILABLE);
-    if (!strstr(msg, "the mesh has no collective transport (not formed, or "
-                     "degraded)"))
+    if (!strstr(msg,
+                "the mesh has no collective transport (not formed, or "
+                "degraded)"))
       fail_msg("component %d: %s", d, msg);
   }
   /* A collective within one rank needs none. */
@@ -1259,7 +1281,8 @@ static void test_pending_load(void **state) {
   dev_layout sh = {DEV_LAYOUT_SHARDED, 0, 0};
   dev_tensor *p = NULL;
   assert_int_equal(
-      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &p, &st), PD_OK);
+      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &p, &st),
+      PD_OK);
   float v[8];
   for (int i = 0; i < 8; i++) v[i] = (float)(i * i) - 4.0f;
   for (int off = 0; off < 8; off += 3) { /* chunks across components */
@@ -1275,7 +1298,8 @@ static void test_pending_load(void **state) {
   for (int i = 0; i < 8; i++) assert_true(got[i] == -v[i]);
   dev_tensor *q = NULL;
   assert_int_equal(
-      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &q, &st), PD_OK);
+      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &q, &st),
+      PD_OK);
   dev_tensor_complete(q, PD_DATA_LOSS, "checkpoint shard 3 is damaged");
   dev_tensor *z = tu_exec(e0, "Neg", &q, 1, NULL, 0, 0);
   const char *msg;
@@ -1306,7 +1330,8 @@ static void test_three_engines(void **state) {
   dev_layout sh = {DEV_LAYOUT_SHARDED, 0, 0};
   float got[24];
   assert_int_equal(dev_tensor_to_host(y, &sh, 0, got, sizeof got, &st), PD_OK);
-  for (int i = 0; i < 24; i++) assert_true(got[i] == (float)(vals[i] * vals[i]));
+  for (int i = 0; i < 24; i++)
+    assert_true(got[i] == (float)(vals[i] * vals[i]));
   dev_attr a0 = dev_attr_int("axis", 0);
   dev_tensor *g = tu_exec(e0, "AllGather", &y, 1, &a0, 1, 0);
   double all[24];
@@ -1345,7 +1370,8 @@ static void test_transport_error(void **state) {
   const char *msg;
   for (int d = 0; d < 4; d++) {
     assert_int_equal(comp_code(y, d, &msg), PD_UNAVAILABLE);
-    if (!strstr(msg, "closed its connection")) fail_msg("component %d: %s", d, msg);
+    if (!strstr(msg, "closed its connection"))
+      fail_msg("component %d: %s", d, msg);
   }
   atomic_store(&the_ftrans->fail_data, false);
   dev_tensor *ok = tu_exec(h->e[0], "AllReduce", &x, 1, &a, 1, 0);
