@@ -329,10 +329,20 @@ pd_code dev_op_submit_seq(dev_engine *e, dev_op *op, uint64_t seq,
     return dev_error(st, PD_INVALID_ARGUMENT, "op seq 0; expected 1 or more");
   }
   if (dev_op_has_pending_input(op, NULL)) { /* abandoned, as submit does */
+    static const char why[] =
+        "an input of the op is still loading (a pending tensor); complete "
+        "it before the op";
+    const dev_devset set = op->set;
     dev__refuse_pending(op);
-    return dev_error(st, PD_FAILED_PRECONDITION,
-                     "an input of the op is still loading (a pending "
-                     "tensor); complete it before the op");
+    /* The coordinator waits for this seq on the local devices: report it
+     * (the seq is above every one reported, so in order). */
+    pthread_mutex_lock(&e->submit_mu);
+    const bool above = seq > e->seq;
+    pthread_mutex_unlock(&e->submit_mu);
+    for (int i = 0; above && e->mesh && i < set.n; i++)
+      if (dev__mesh_reports(e, set.dev[i]))
+        dev__mesh_local_done(e, set.dev[i], seq, PD_FAILED_PRECONDITION, why);
+    return dev_error(st, PD_FAILED_PRECONDITION, "%s", why);
   }
   return submit_batch(e, &op, 1, seq, st);
 }

@@ -1234,6 +1234,21 @@ static void test_submit_seq(void **state) {
   float buf[3];
   assert_int_equal(dev_tensor_to_host(r, &c0, 0, buf, sizeof buf, &st),
                    PD_FAILED_PRECONDITION);
+  /* An op reading a pending tensor is refused, and reported (the
+   * coordinator waits for its seq). */
+  dev_layout mir = {DEV_LAYOUT_MIRRORED, 0, 0};
+  dev_shape shp;
+  assert_int_equal(dev_shape_make(1, dims, &shp, &st), PD_OK);
+  dev_tensor *p = NULL;
+  assert_int_equal(dev_tensor_create_pending_on(e, &s2, PD_FLOAT32, &mir, &shp,
+                                                NULL, &p, &st),
+                   PD_OK);
+  assert_int_equal(dev_op_prepare_on(e, NULL, "Neg", &p, 1, NULL, 0, &op, &st),
+                   PD_OK);
+  assert_int_equal(dev_op_submit_seq(e, op, 700, &st), PD_FAILED_PRECONDITION);
+  wait_lone(700);
+  dev_tensor_complete(p, PD_CANCELLED, "not loaded");
+  dev_tensor_release(p);
   dev_tensor_release(a);
   dev_tensor_release(b);
   dev_tensor_release(c);
