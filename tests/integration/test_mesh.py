@@ -37,6 +37,12 @@ port a free loopback TCP port.
                 default); a new coordinator on the same mesh port: the mesh
                 forms again and computes right.
 
+ - deploy:      deploy/slurm/mesh.sbatch (bash -n, shellcheck) run for real
+                under a stand-in srun on this machine (2 tasks, CPU
+                backend, train_digits as the client); mesh-job.yaml's
+                Indexed Job, headless Service and ConfigMap (--check-config
+                with the Job's environment).
+
 The refusals of inconsistent joins (wrong world size, duplicate rank, wrong
 version) are tests/integration/test_mesh_control.py's.
 
@@ -44,7 +50,9 @@ Every wait is bounded in time and count; every daemon started here is
 stopped (SIGTERM, then SIGKILL) in a finally and at exit, even on failure.
 
 Environment (ctest sets them; tests/integration/CMakeLists.txt):
-  PARADEVD, PARADEV_LIBRARY, PARADEV_PROTO_PYTHON_DIR, TRAIN_DIGITS
+  PARADEVD, PARADEV_LIBRARY, PARADEV_PROTO_PYTHON_DIR, TRAIN_DIGITS,
+  PARADEV_CLI
+Arguments: names (or parts of names) of the checks to run; none: all.
 Exit 0: all passed; 1: a check failed; 77: skipped (a module missing).
 """
 import atexit
@@ -545,11 +553,11 @@ def check_rank_lost():
             # the second, so the kill lands while one is in flight.
             t0 = None
             for k in range(40):
-                y = s.ops.AllReduce(y, reduction="mean")
-                if k == 2:
-                    mesh.daemons[1].kill()
-                    t0 = time.monotonic()
                 try:
+                    y = s.ops.AllReduce(y, reduction="mean")
+                    if k == 2:
+                        mesh.daemons[1].kill()
+                        t0 = time.monotonic()
                     s.sync(timeout=bound)
                 except paradev.Error as e:
                     err = e
@@ -653,6 +661,145 @@ def check_coordinator_lost():
         mesh.stop()
 
 
+FAKE_SRUN = r"""#!/bin/bash
+# srun for one machine: runs the step's command once per task (--ntasks,
+# else --nodes) with SLURM_PROCID, SLURM_NTASKS and SLURM_STEP_NODELIST
+# set, forwards SIGTERM to them, exits with the first failure.
+n=1
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --ntasks=*) n=${1#--ntasks=} ;;
+    --nodes=*) [ -n "${have_ntasks:-}" ] || n=${1#--nodes=} ;;
+    --*) ;;
+    *) break ;;
+  esac
+  case "$1" in --ntasks=*) have_ntasks=1 ;; esac
+  shift
+done
+pids=()
+for ((i = 0; i < n; i++)); do
+  SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_STEP_NODELIST=localhost "$@" &
+  pids+=($!)
+done
+trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
+rc=0
+for p in "${pids[@]}"; do
+  while :; do
+    wait "$p"; r=$?
+    kill -0 "$p" 2>/dev/null || break
+  done
+  [ "$r" -eq 0 ] || rc=$r
+done
+exit "$rc"
+"""
+
+
+def check_deploy():
+    """deploy/: mesh.sbatch passes bash -n (and shellcheck when installed)
+    and runs for real on this machine under a stand-in srun (2 tasks, the
+    CPU backend): the daemons derive rank, world size and coordinator from
+    the Slurm variables, the script waits for the coordinator's health, runs
+    train_digits on the mesh, and stops the daemons. mesh-job.yaml's
+    ConfigMap passes paradevd --check-config with the Job's environment."""
+    sbatch = os.path.join(ROOT, "deploy", "slurm", "mesh.sbatch")
+    r = subprocess.run(["bash", "-n", sbatch], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, "bash -n mesh.sbatch: " + r.stderr
+    if shutil.which("shellcheck"):
+        r = subprocess.run(["shellcheck", sbatch], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, "shellcheck mesh.sbatch:\n" + r.stdout + r.stderr
+    cli = os.environ.get("PARADEV_CLI", os.path.join(BUILD, "client", "paradev"))
+    assert os.access(cli, os.X_OK), "no paradev command at %s (PARADEV_CLI)" % cli
+    tmp = _mkdtemp(prefix="paradev-sbatch-")
+    bindir = os.path.join(tmp, "bin")
+    os.mkdir(bindir)
+    with open(os.path.join(bindir, "srun"), "w") as f:
+        f.write(FAKE_SRUN)
+    with open(os.path.join(bindir, "scancel"), "w") as f:
+        f.write("#!/bin/sh\nexit 1\n")
+    for b in ("srun", "scancel"):
+        os.chmod(os.path.join(bindir, b), 0o755)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "PARADEV_MESH_", "NOTIFY_SOCKET"))}
+    # A job id whose derived mesh port is this run's own (any free one will
+    # do: the port paradevd derives is its business; the log shows it).
+    env.update({"PATH": bindir + ":" + env.get("PATH", "/usr/bin:/bin"),
+                "SLURM_JOB_ID": str(os.getpid() % 90000 + 1000),
+                "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "localhost",
+                "PARADEVD": PARADEVD, "PARADEV": cli,
+                "PARADEV_MESH_BACKEND": "cpu", "PARADEV_MESH_CPU_DEVICES": str(NDEV),
+                "PARADEV_MESH_WAIT": "120", "PARADEV_MESH_STOP_WAIT": "30",
+                "PARADEV_MESH_RUNDIR": os.path.join(tmp, "run"),
+                "PARADEV_MESH_LEASE_S": str(LEASE_S),
+                "PARADEV_MESH_COLLECTIVE_TIMEOUT_S": str(COLL_TIMEOUT_S),
+                "PARADEV_MESH_JOIN_TIMEOUT_S": "60"})
+    p = subprocess.Popen(["bash", sbatch, TRAIN_DIGITS, "--epochs", "1", "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         errors="replace", env=env, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate(timeout=30)
+        raise AssertionError("mesh.sbatch did not finish in 400 s:\n" + out)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 0, "mesh.sbatch exited with %s:\n%s" % (p.returncode, out)
+    assert "mesh.sbatch: the mesh is ready" in out, out
+    assert re.search(r"sharded over %d devices" % (2 * NDEV), out), out
+    assert re.search(r"^test accuracy [0-9.]+%", out, re.M), out
+    assert "mesh.sbatch: stopping the daemons" in out, out
+    assert not os.path.exists(os.path.join(tmp, "run")), "RUNDIR left behind"
+    # No daemon of the run is left (its sockets were in tmp).
+    left = subprocess.run(["pgrep", "-f", tmp], capture_output=True, text=True).stdout
+    assert not left.strip(), "processes left behind: " + left
+
+    try:
+        import yaml
+    except ImportError:
+        print("note: python3-yaml missing; mesh-job.yaml not checked", flush=True)
+        return
+    path = os.path.join(ROOT, "deploy", "kubernetes", "mesh-job.yaml")
+    docs = list(yaml.safe_load_all(open(path)))
+    kinds = {d["kind"]: d for d in docs}
+    svc, job = kinds["Service"], kinds["Job"]
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"], spec
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"], svc
+    assert pod["subdomain"] == svc["metadata"]["name"], pod["subdomain"]
+    cenv = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert cenv["PARADEV_MESH_WORLD_SIZE"] == str(spec["completions"]), cenv
+    coord = cenv["PARADEV_MESH_COORDINATOR"]
+    assert coord.startswith("%s-0.%s:" % (job["metadata"]["name"], svc["metadata"]["name"])), coord
+    conf = kinds["ConfigMap"]["data"]["paradevd.conf"]
+    crt, key = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
+                    "-out", crt, "-days", "2", "-subj", "/CN=paradev-mesh"],
+                   check=True, capture_output=True, timeout=60)
+    secret = os.path.join(tmp, "secret")
+    with open(secret, "wb") as f:
+        f.write(os.urandom(32))
+    os.chmod(secret, 0o400)
+    conf = (conf.replace("/etc/paradev-tls/tls.crt", crt)
+            .replace("/etc/paradev-tls/tls.key", key)
+            .replace("/etc/paradev-tls/ca.crt", crt)
+            .replace("/etc/paradev-mesh-secret/secret", secret)
+            .replace("/run/paradev-admin/", tmp + "/").replace("/run/paradev/", tmp + "/")
+            + "transport_host = 10.0.0.2\n")
+    kconf = os.path.join(tmp, "k.conf")
+    with open(kconf, "w") as f:
+        f.write(conf)
+    kenv = dict(env, JOB_COMPLETION_INDEX="1", PARADEV_MESH_WORLD_SIZE=cenv["PARADEV_MESH_WORLD_SIZE"],
+                PARADEV_MESH_COORDINATOR=coord)
+    kenv = {k: v for k, v in kenv.items() if not k.startswith("SLURM_")}
+    r = subprocess.run([PARADEVD, "--check-config", "--config", kconf],
+                       capture_output=True, text=True, timeout=60, env=kenv)
+    assert r.returncode == 0, "--check-config of mesh-job.yaml's ConfigMap:\n" + r.stdout + r.stderr
+    print("ok deploy: mesh.sbatch ran a 2-rank mesh and train_digits under a stand-in "
+          "srun; mesh-job.yaml's configuration checks", flush=True)
+
+
 def check_form_and_collectives(world):
     mesh = Mesh(world)
     try:
@@ -674,7 +821,8 @@ def main():
               ("form+collectives 3x2", lambda: check_form_and_collectives(3)),
               ("digits", check_digits),
               ("rank lost", check_rank_lost),
-              ("coordinator lost", check_coordinator_lost)]
+              ("coordinator lost", check_coordinator_lost),
+              ("deploy", check_deploy)]
     only = sys.argv[1:]
     failed = []
     for name, fn in checks:
