@@ -562,6 +562,8 @@ def check_rank_lost():
                 except paradev.Error as e:
                     err = e
                     break
+            assert t0 is not None, \
+                "the all-reduce loop failed before rank 1 was killed: %s" % err
             assert err is not None, "40 all-reduces after rank 1 was SIGKILLed succeeded"
             waited = time.monotonic() - t0
         finally:
