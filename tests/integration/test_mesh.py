@@ -123,6 +123,16 @@ def _cleanup():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _die_with_parent():
+    """preexec_fn of every child: SIGKILL when this test process dies, so
+    that no daemon outlives a test killed by ctest's timeout (Linux)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port():
     """A loopback TCP port nothing listens on now (bound, then closed)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -178,7 +188,8 @@ class Daemon:
                and k not in ("JOB_COMPLETION_INDEX", "PARADEV_LOG")}
         self.args = args
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
-                                     errors="replace", env=env)
+                                     errors="replace", env=env,
+                                     preexec_fn=_die_with_parent)
         _DAEMONS.append(self)
         self.lines = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -363,7 +374,8 @@ def check_formed(mesh, world):
     assert m.coordinator.endswith(":%d" % mesh.port), \
         "mesh.coordinator %r is not the mesh port %d" % (m.coordinator, mesh.port)
     assert m.epoch >= 1, m
-    assert sorted(r.rank for r in m.ranks) == list(range(world)), m.ranks
+    # The coordinator's view: every other rank (itself too, perhaps) attached.
+    assert set(range(1, world)) <= {r.rank for r in m.ranks}, m.ranks
     assert all(r.attached for r in m.ranks), m.ranks
     with paradev.connect(mesh.coord.target, timeout=30) as c:
         assert c.info().num_devices == n, c.info()
@@ -500,7 +512,7 @@ def check_digits():
     one = subprocess.Popen([PARADEVD, "--listen", "unix:" + sock, "--admin-socket", "",
                             "--metrics-listen", "", "--devices", "4",
                             "--grace-ms", "2000"],
-                           stderr=subprocess.DEVNULL)
+                           stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
     try:
         wait_for(lambda: one.poll() is not None or health("unix:" + sock) == "SERVING",
                  "the single daemon's health SERVING", 60)
@@ -666,7 +678,14 @@ def check_coordinator_lost():
 FAKE_SRUN = r"""#!/bin/bash
 # srun for one machine: runs the step's command once per task (--ntasks,
 # else --nodes) with SLURM_PROCID, SLURM_NTASKS and SLURM_STEP_NODELIST
-# set, forwards SIGTERM to them, exits with the first failure.
+# set, forwards SIGTERM to them, exits with the first failure. It and its
+# tasks die with their parent (setpriv --pdeathsig), so that nothing
+# outlives the test.
+if [ -z "${FAKE_SRUN_PDEATH:-}" ] && command -v setpriv >/dev/null; then
+  FAKE_SRUN_PDEATH=1 exec setpriv --pdeathsig KILL "$0" "$@"
+fi
+pd=()
+command -v setpriv >/dev/null && pd=(setpriv --pdeathsig KILL)
 n=1
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -680,7 +699,7 @@ while [ "$#" -gt 0 ]; do
 done
 pids=()
 for ((i = 0; i < n; i++)); do
-  SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_STEP_NODELIST=localhost "$@" &
+  SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_STEP_NODELIST=localhost "${pd[@]}" "$@" &
   pids+=($!)
 done
 trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
@@ -736,7 +755,8 @@ def check_deploy():
                 "PARADEV_MESH_JOIN_TIMEOUT_S": "60"})
     p = subprocess.Popen(["bash", sbatch, TRAIN_DIGITS, "--epochs", "1", "--quiet"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         errors="replace", env=env, start_new_session=True)
+                         errors="replace", env=env, start_new_session=True,
+                         preexec_fn=_die_with_parent)
     try:
         out, _ = p.communicate(timeout=400)
     except subprocess.TimeoutExpired:
