@@ -584,6 +584,10 @@ def check_rank_lost():
             except paradev.Error:
                 pass  # the session was killed with the rank: expected
             c.close()
+        assert not (err.code_name == "DEADLINE_EXCEEDED" and waited >= bound - 1), \
+            "the Sync after rank 1 died hung until the client's deadline (%d s = " \
+            "collective_timeout %d + lease %d + %d): %s\n%s" % (
+                bound, COLL_TIMEOUT_S, LEASE_S, FAIL_MARGIN_S, err.message, mesh.logs())
         assert err.code_name in ("UNAVAILABLE", "ABORTED", "DEADLINE_EXCEEDED"), \
             "the Sync after rank 1 died: %s %s" % (err.code_name, err.message)
         assert re.search(r"\brank 1\b", err.message or ""), \
