@@ -839,7 +839,13 @@ def check_form_and_collectives(world):
     mesh = Mesh(world)
     try:
         check_formed(mesh, world)
-        check_collectives(mesh.coord.target, world * NDEV, " (%d x %d)" % (world, NDEV))
+        try:
+            check_collectives(mesh.coord.target, world * NDEV, " (%d x %d)" % (world, NDEV))
+        except paradev.Error as e:
+            # A live rank counted lost ("silent for more than the lease")
+            # means the coordinator stopped hearing it: the logs say more.
+            raise AssertionError("collectives on %d x %d: %s: %s\n%s" % (
+                world, NDEV, e.code_name, e.message, mesh.logs())) from None
         rcs = [d.stop() for d in reversed(mesh.daemons)]
         assert rcs == [0] * world, "exit statuses after SIGTERM (rank %d..0): %s\n%s" % (
             world - 1, rcs, mesh.logs())
