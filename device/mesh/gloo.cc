@@ -40,6 +40,10 @@
 #include <string>
 #include <vector>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
@@ -439,6 +443,41 @@ void t_release(dev_mesh_transport *t) {
   delete tr;
 }
 
+/* Whether `host` resolves to an address this machine can listen on, as
+ * Gloo's TCP device will try (getaddrinfo, then bind each result); checked
+ * first so that the error says which, and because Gloo's own failure path
+ * leaks getaddrinfo's list. */
+pd_code check_host(const char *host, dev_status *st) {
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  struct addrinfo *res = nullptr;
+  int rc = getaddrinfo(host, nullptr, &hints, &res);
+  if (rc != 0)
+    return dev_error(st, PD_UNAVAILABLE,
+                     "the Gloo transport's host '%s' does not resolve (%s); "
+                     "expected this rank's address (an IP or a name) the "
+                     "other ranks can reach",
+                     host, gai_strerror(rc));
+  bool ok = false;
+  for (struct addrinfo *a = res; a && !ok; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0)
+      continue;
+    ok = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  if (!ok)
+    return dev_error(st, PD_UNAVAILABLE,
+                     "the Gloo transport cannot listen on '%s': none of its "
+                     "addresses belongs to this machine; expected this "
+                     "rank's own address (transport_host)",
+                     host);
+  return PD_OK;
+}
+
 } // namespace
 
 extern "C" bool dev_gloo_available(void) { return true; }
@@ -463,6 +502,9 @@ extern "C" pd_code dev_gloo_transport_create(const dev_mesh_kv *kv,
                      "dev_gloo_transport_create: empty hostname; expected "
                      "this rank's address (an IP or a name) the other ranks "
                      "can reach");
+  pd_code hc = check_host(hostname, st);
+  if (hc != PD_OK)
+    return hc;
   std::unique_ptr<Transport> tr;
   try {
     tr.reset(new Transport());
