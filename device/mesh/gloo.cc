@@ -55,12 +55,12 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
-extern "C" {
+/* The engine's headers wrap their declarations in extern "C" themselves
+ * (after their own #includes, which C++ must see as C++). */
 #include "dev_backend.h"
 #include "dev_gloo.h"
 #include "dev_mesh.h"
 #include "device.h"
-}
 
 namespace {
 
