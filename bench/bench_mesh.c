@@ -9,6 +9,8 @@
  *            AllReduce (sum) through libparadev over a mirrored 4-component
  *            float32 tensor of the same per-device sizes, timed to its Sync;
  *            busbw with n = 4, median of 5; ratio against the baseline.
+ *            The warm-up's result is checked on components 0 (rank 0) and
+ *            3 (rank 1): 4 times the input.
  *  tiny_add  the per-op cost of an Add of two float32 scalars on the
  *            2-daemon mesh (2,000 ops pipelined on one stream, then one
  *            sync) beside one daemon with 4 devices; ratio mesh / single.
@@ -329,9 +331,31 @@ static void die(const char *what) {
   exit(1);
 }
 
-/* Seconds of one AllReduce (sum) of `x`, to its Sync, median of REPS after
- * one warm-up. */
-static double allreduce_s(pd_session *s, uint64_t x) {
+/* Value i of the bench's input (exact in float32, and 4 times it too). */
+static float input_at(size_t i) { return (float)(i % 13); }
+
+/* The AllReduce's output `out` (n elements) on component c is 4 times the
+ * input everywhere; exits 1 naming the first wrong element. */
+static void check_sum(pd_session *s, uint64_t out, size_t n, int c) {
+  float *got = bu_xmalloc(n * sizeof(float));
+  if (pd_download(s, out, pd_layout_component(c), got, n * sizeof(float),
+                  NULL, NULL, NULL, st) != PD_OK)
+    die("Download");
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != 4.0f * input_at(i)) {
+      fprintf(stderr,
+              "bench_mesh: AllReduce component %d element %zu is %g; "
+              "expected %g (4 devices x %g)\n",
+              c, i, got[i], 4.0 * input_at(i), (double)input_at(i));
+      exit(1);
+    }
+  free(got);
+}
+
+/* Seconds of one AllReduce (sum) of `x` (n elements per device), to its
+ * Sync, median of REPS after one warm-up, whose result is checked on a
+ * device of each rank (components 0 and 3). */
+static double allreduce_s(pd_session *s, uint64_t x, size_t n) {
   pd_attrs *a = pd_attrs_new();
   pd_attrs_set_string(a, "reduction", "sum");
   double t[REPS];
@@ -342,6 +366,10 @@ static double allreduce_s(pd_session *s, uint64_t x) {
       die("AllReduce");
     if (pd_sync(s, &out, 1, NULL, NULL, st) != PD_OK) die("Sync");
     if (r >= 0) t[r] = bu_now() - t0;
+    if (r < 0) {
+      check_sum(s, out, n, 0);
+      check_sum(s, out, n, 3);
+    }
     if (pd_delete(s, &out, 1, NULL, st) != PD_OK) die("Delete");
   }
   pd_attrs_delete(a);
@@ -436,14 +464,14 @@ int main(int argc, char **argv) {
   for (int k = 0; k < nsizes; k++) {
     size_t n = k_sizes[k] / sizeof(float);
     float *host = bu_xmalloc(k_sizes[k]);
-    for (size_t i = 0; i < n; i++) host[i] = (float)(i % 13);
+    for (size_t i = 0; i < n; i++) host[i] = input_at(i);
     const int64_t dims[1] = {(int64_t)n};
     uint64_t x = pd_session_new_id(s);
     if (pd_upload(s, x, PD_FLOAT32, dims, 1, host, k_sizes[k],
                   pd_layout_mirrored(), NULL, NULL, st) != PD_OK)
       die("Upload");
     free(host);
-    double t = allreduce_s(s, x);
+    double t = allreduce_s(s, x, n);
     if (pd_delete(s, &x, 1, NULL, st) != PD_OK) die("Delete");
     double gbps = 2.0 * 3.0 / 4.0 * (double)k_sizes[k] / t / 1e9;
     char params[128], sz[32];
