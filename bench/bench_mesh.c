@@ -68,8 +68,8 @@ static void kv_path(const char *dir, const char *key, char *out, size_t cap) {
   out[n] = 0;
 }
 
-static pd_code kv_set(void *arg, const char *key, const void *value,
-                      size_t len, dev_status *st) {
+static pd_code kv_set(void *arg, const char *key, const void *value, size_t len,
+                      dev_status *st) {
   char path[512], tmp[600];
   kv_path(arg, key, path, sizeof path);
   snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
@@ -131,20 +131,17 @@ static void gloo_child(int me, const char *dir, int nsizes, int fd) {
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 13);
     for (int r = -1; r < REPS; r++) {
       float bar = 0;
-      if (t->all_reduce(t, g, &bar, 1, PD_FLOAT32, DEV_RED_SUM, &st))
-        goto fail;
+      if (t->all_reduce(t, g, &bar, 1, PD_FLOAT32, DEV_RED_SUM, &st)) goto fail;
       double t0 = bu_now();
-      if (t->all_reduce(t, g, buf, n, PD_FLOAT32, DEV_RED_SUM, &st))
-        goto fail;
+      if (t->all_reduce(t, g, buf, n, PD_FLOAT32, DEV_RED_SUM, &st)) goto fail;
       if (r >= 0) times[s * REPS + r] = bu_now() - t0;
     }
     free(buf);
   }
   t->release(t);
-  if (write(fd, times, sizeof(double) * (size_t)(nsizes * REPS)) < 0)
-    _exit(3);
+  if (write(fd, times, sizeof(double) * (size_t)(nsizes * REPS)) < 0) _exit(3);
   _exit(0);
-fail: {
+fail : {
   double bad = -1;
   if (write(fd, &bad, sizeof bad) < 0 || write(fd, st.msg, strlen(st.msg)) < 0)
     _exit(3);
@@ -187,7 +184,8 @@ static bool gloo_baseline(int nsizes, double *gbps, char *why, size_t cap) {
   bool ok = got == want && times[0] >= 0;
   if (!ok) {
     if (got >= sizeof(double) && times[0] < 0) {
-      size_t m = got - sizeof(double) < cap - 1 ? got - sizeof(double) : cap - 1;
+      size_t m =
+          got - sizeof(double) < cap - 1 ? got - sizeof(double) : cap - 1;
       memcpy(why, p + sizeof(double), m);
       why[m] = 0;
     } else {
@@ -202,7 +200,8 @@ static bool gloo_baseline(int nsizes, double *gbps, char *why, size_t cap) {
   }
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "bench_mesh: could not remove %s\n", dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "bench_mesh: could not remove %s\n", dir);
   if (!ok) return false;
   for (int s = 0; s < nsizes; s++) {
     double t = median(&times[s * REPS], REPS);
@@ -233,7 +232,8 @@ static void mesh_stop(void) {
   if (mesh_dir[0]) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", mesh_dir);
-    if (system(cmd) != 0) fprintf(stderr, "bench_mesh: could not remove %s\n", mesh_dir);
+    if (system(cmd) != 0)
+      fprintf(stderr, "bench_mesh: could not remove %s\n", mesh_dir);
     mesh_dir[0] = 0;
   }
 }
@@ -320,7 +320,8 @@ static pd_client *mesh_start(const char *paradevd, char *why, size_t cap) {
     }
     usleep(100000);
   }
-  snprintf(why, cap, "the 2 daemons did not serve a mesh of 4 devices within 60 s");
+  snprintf(why, cap,
+           "the 2 daemons did not serve a mesh of 4 devices within 60 s");
   if (c) pd_client_delete(c);
   return NULL;
 }
@@ -338,8 +339,8 @@ static float input_at(size_t i) { return (float)(i % 13); }
  * input everywhere; exits 1 naming the first wrong element. */
 static void check_sum(pd_session *s, uint64_t out, size_t n, int c) {
   float *got = bu_xmalloc(n * sizeof(float));
-  if (pd_download(s, out, pd_layout_component(c), got, n * sizeof(float),
-                  NULL, NULL, NULL, st) != PD_OK)
+  if (pd_download(s, out, pd_layout_component(c), got, n * sizeof(float), NULL,
+                  NULL, NULL, st) != PD_OK)
     die("Download");
   for (size_t i = 0; i < n; i++)
     if (got[i] != 4.0f * input_at(i)) {
@@ -397,7 +398,8 @@ static double tiny_add_us(pd_client *c, int ops) {
     for (int i = 0; i < ops; i++) {
       const uint64_t in[2] = {x, x};
       ids[i] = 0;
-      if (pd_stream_execute(t, "Add", in, 2, NULL, &ids[i], 1, NULL, st) != PD_OK)
+      if (pd_stream_execute(t, "Add", in, 2, NULL, &ids[i], 1, NULL, st) !=
+          PD_OK)
         die("Add");
     }
     if (pd_stream_wait(t, PD_TIMEOUT_NONE, st) != PD_OK) die("stream");
@@ -427,8 +429,9 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   if (!dev_gloo_available()) {
-    printf("mesh: skipped: this build has no Gloo (libgloo-dev not found at "
-           "configure time): no collectives across machines\n");
+    printf(
+        "mesh: skipped: this build has no Gloo (libgloo-dev not found at "
+        "configure time): no collectives across machines\n");
     return 0;
   }
   int nsizes = quick ? 1 : 3;
@@ -441,7 +444,8 @@ int main(int argc, char **argv) {
   }
   for (int k = 0; k < nsizes; k++) {
     char params[96], sz[32];
-    snprintf(params, sizeof params, "\"bytes\": %zu, \"processes\": 2", k_sizes[k]);
+    snprintf(params, sizeof params, "\"bytes\": %zu, \"processes\": 2",
+             k_sizes[k]);
     bu_record("gloo_allreduce", params, "busbw_GBps", base[k], NULL, 0);
     printf("mesh: Gloo 2 processes, %-8s float32: busbw %6.2f GB/s\n",
            bu_size_str(k_sizes[k], sz, sizeof sz), base[k]);
@@ -451,8 +455,10 @@ int main(int argc, char **argv) {
   atexit(mesh_stop);
   pd_client *mc = mesh_start(path, why, sizeof why);
   if (!mc) {
-    printf("mesh: skipped: the daemons could not form a mesh: %s (needs "
-           "paradevd's --world-size/--rank/--coordinator)\n", why);
+    printf(
+        "mesh: skipped: the daemons could not form a mesh: %s (needs "
+        "paradevd's --world-size/--rank/--coordinator)\n",
+        why);
     mesh_stop();
     bu_print_table();
     return 0;
@@ -480,9 +486,10 @@ int main(int argc, char **argv) {
              k_sizes[k]);
     bu_record("mesh_allreduce", params, "busbw_GBps", gbps,
               "gloo_2proc_busbw_GBps", base[k]);
-    printf("mesh: AllReduce 2 daemons x 2 devices, %-8s per device: busbw "
-           "%6.2f GB/s (%.2fx Gloo's)\n",
-           bu_size_str(k_sizes[k], sz, sizeof sz), gbps, gbps / base[k]);
+    printf(
+        "mesh: AllReduce 2 daemons x 2 devices, %-8s per device: busbw "
+        "%6.2f GB/s (%.2fx Gloo's)\n",
+        bu_size_str(k_sizes[k], sz, sizeof sz), gbps, gbps / base[k]);
   }
   pd_session_close(s, NULL, NULL);
   pd_session_delete(s);
@@ -496,12 +503,14 @@ int main(int argc, char **argv) {
   pd_client_delete(one);
   bench_daemon_stop();
   char params[96];
-  snprintf(params, sizeof params, "\"ops\": %d, \"devices\": 4, \"ranks\": 2", ops);
+  snprintf(params, sizeof params, "\"ops\": %d, \"devices\": 4, \"ranks\": 2",
+           ops);
   bu_record("mesh_tiny_add", params, "us_per_op", mesh_us,
             "one_daemon_4dev_us_per_op", one_us);
-  printf("mesh: tiny Add on 2 daemons x 2 devices %8.1f us/op, one daemon x 4 "
-         "devices %8.1f us/op (%.2fx)\n",
-         mesh_us, one_us, mesh_us / one_us);
+  printf(
+      "mesh: tiny Add on 2 daemons x 2 devices %8.1f us/op, one daemon x 4 "
+      "devices %8.1f us/op (%.2fx)\n",
+      mesh_us, one_us, mesh_us / one_us);
   pd_status_delete(st);
   return bu_print_table();
 }

@@ -34,6 +34,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <new>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -77,7 +78,7 @@ struct KvError : public std::runtime_error {
  * wait for keys up to the transport's timeout (wait's own timeout when it
  * is given and shorter). One per group creation; not shared. */
 class KvStore : public gloo::rendezvous::Store {
-public:
+ public:
   KvStore(const dev_mesh_kv &kv, double timeout_s)
       : kv_(kv), timeout_s_(timeout_s) {}
 
@@ -85,8 +86,8 @@ public:
     dev_status st = DEV_STATUS_INIT;
     pd_code c = kv_.set(kv_.arg, key.c_str(), data.data(), data.size(), &st);
     if (c != PD_OK)
-      throw KvError(c, "rendezvous: setting key '" + key + "' failed: " +
-                           st.msg);
+      throw KvError(c,
+                    "rendezvous: setting key '" + key + "' failed: " + st.msg);
   }
 
   std::vector<char> get(const std::string &key) override {
@@ -102,8 +103,8 @@ public:
     double limit = timeout_s_;
     if (timeout.count() > 0 && timeout.count() / 1000.0 < limit)
       limit = timeout.count() / 1000.0;
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration<double>(limit);
+    auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
     for (const auto &k : keys) {
       std::chrono::duration<double> left =
           deadline - std::chrono::steady_clock::now();
@@ -111,13 +112,12 @@ public:
     }
   }
 
-private:
+ private:
   /* The value of `key`, waiting up to timeout_s; kept, since the
    * rendezvous waits for a key and then gets it. */
   std::vector<char> fetch(const std::string &key, double timeout_s) {
     auto it = seen_.find(key);
-    if (it != seen_.end())
-      return it->second;
+    if (it != seen_.end()) return it->second;
     dev_status st = DEV_STATUS_INIT;
     void *value = nullptr;
     size_t len = 0;
@@ -128,8 +128,8 @@ private:
                         "' within " + std::to_string(timeout_s) +
                         " s (it has not joined the set): " + st.msg);
     if (c != PD_OK)
-      throw KvError(c, "rendezvous: reading key '" + key + "' failed: " +
-                           st.msg);
+      throw KvError(c,
+                    "rendezvous: reading key '" + key + "' failed: " + st.msg);
     std::vector<char> v(static_cast<char *>(value),
                         static_cast<char *>(value) + len);
     free(value);
@@ -169,8 +169,7 @@ Transport *impl(dev_mesh_transport *t) {
 std::string set_key(const dev_devset *set, const char *sep = ",") {
   std::string s;
   for (int i = 0; i < set->n; i++) {
-    if (i)
-      s += sep;
+    if (i) s += sep;
     s += std::to_string(set->dev[i]);
   }
   return s;
@@ -224,10 +223,10 @@ void bf16_reduce(void *c_, const void *a_, const void *b_, size_t n) {
     float x = dev_bfloat16_to_float(a[i]), y = dev_bfloat16_to_float(b[i]);
     float r;
     switch (Red) {
-    case DEV_RED_SUM: r = x + y; break;
-    case DEV_RED_PROD: r = x * y; break;
-    case DEV_RED_MAX: r = (x != x || x > y) ? x : y; break;
-    default: r = (x != x || x < y) ? x : y; break;
+      case DEV_RED_SUM: r = x + y; break;
+      case DEV_RED_PROD: r = x * y; break;
+      case DEV_RED_MAX: r = (x != x || x > y) ? x : y; break;
+      default: r = (x != x || x < y) ? x : y; break;
     }
     c[i] = dev_float_to_bfloat16(r);
   }
@@ -237,63 +236,86 @@ void bool_or(void *c_, const void *a_, const void *b_, size_t n) {
   uint8_t *c = static_cast<uint8_t *>(c_);
   const uint8_t *a = static_cast<const uint8_t *>(a_);
   const uint8_t *b = static_cast<const uint8_t *>(b_);
-  for (size_t i = 0; i < n; i++)
-    c[i] = (a[i] || b[i]) ? 1 : 0;
+  for (size_t i = 0; i < n; i++) c[i] = (a[i] || b[i]) ? 1 : 0;
 }
 
 void bool_and(void *c_, const void *a_, const void *b_, size_t n) {
   uint8_t *c = static_cast<uint8_t *>(c_);
   const uint8_t *a = static_cast<const uint8_t *>(a_);
   const uint8_t *b = static_cast<const uint8_t *>(b_);
-  for (size_t i = 0; i < n; i++)
-    c[i] = (a[i] && b[i]) ? 1 : 0;
+  for (size_t i = 0; i < n; i++) c[i] = (a[i] && b[i]) ? 1 : 0;
 }
 
 using ReduceFn = void (*)(void *, const void *, const void *, size_t);
 
 /* Gloo's typed reductions (gloo/math.h) for T. */
-template <typename T> ReduceFn gloo_reduce(int red) {
+template <typename T>
+ReduceFn gloo_reduce(int red) {
   switch (red) {
-  case DEV_RED_SUM: return static_cast<ReduceFn>(&gloo::sum<T>);
-  case DEV_RED_PROD: return static_cast<ReduceFn>(&gloo::product<T>);
-  case DEV_RED_MAX: return static_cast<ReduceFn>(&gloo::max<T>);
-  case DEV_RED_MIN: return static_cast<ReduceFn>(&gloo::min<T>);
-  default: return nullptr;
+    case DEV_RED_SUM: return static_cast<ReduceFn>(&gloo::sum<T>);
+    case DEV_RED_PROD: return static_cast<ReduceFn>(&gloo::product<T>);
+    case DEV_RED_MAX: return static_cast<ReduceFn>(&gloo::max<T>);
+    case DEV_RED_MIN: return static_cast<ReduceFn>(&gloo::min<T>);
+    default: return nullptr;
   }
 }
 
 ReduceFn bf16_fn(int red) {
   switch (red) {
-  case DEV_RED_SUM: return &bf16_reduce<DEV_RED_SUM>;
-  case DEV_RED_PROD: return &bf16_reduce<DEV_RED_PROD>;
-  case DEV_RED_MAX: return &bf16_reduce<DEV_RED_MAX>;
-  case DEV_RED_MIN: return &bf16_reduce<DEV_RED_MIN>;
-  default: return nullptr;
+    case DEV_RED_SUM: return &bf16_reduce<DEV_RED_SUM>;
+    case DEV_RED_PROD: return &bf16_reduce<DEV_RED_PROD>;
+    case DEV_RED_MAX: return &bf16_reduce<DEV_RED_MAX>;
+    case DEV_RED_MIN: return &bf16_reduce<DEV_RED_MIN>;
+    default: return nullptr;
   }
 }
 
 ReduceFn bool_fn(int red) {
   switch (red) {
-  case DEV_RED_SUM:
-  case DEV_RED_MAX: return &bool_or;
-  case DEV_RED_PROD:
-  case DEV_RED_MIN: return &bool_and;
-  default: return nullptr;
+    case DEV_RED_SUM:
+    case DEV_RED_MAX: return &bool_or;
+    case DEV_RED_PROD:
+    case DEV_RED_MIN: return &bool_and;
+    default: return nullptr;
   }
 }
 
 /* The element size and reduction of (dtype, red); false when unsupported. */
 bool reduction_for(pd_dtype dt, int red, size_t *elem, ReduceFn *fn) {
   switch (dt) {
-  case PD_FLOAT32: *elem = 4; *fn = gloo_reduce<float>(red); break;
-  case PD_FLOAT64: *elem = 8; *fn = gloo_reduce<double>(red); break;
-  case PD_FLOAT16: *elem = 2; *fn = gloo_reduce<gloo::float16>(red); break;
-  case PD_INT32: *elem = 4; *fn = gloo_reduce<int32_t>(red); break;
-  case PD_INT64: *elem = 8; *fn = gloo_reduce<int64_t>(red); break;
-  case PD_UINT8: *elem = 1; *fn = gloo_reduce<uint8_t>(red); break;
-  case PD_BFLOAT16: *elem = 2; *fn = bf16_fn(red); break;
-  case PD_BOOL: *elem = 1; *fn = bool_fn(red); break;
-  default: return false;
+    case PD_FLOAT32:
+      *elem = 4;
+      *fn = gloo_reduce<float>(red);
+      break;
+    case PD_FLOAT64:
+      *elem = 8;
+      *fn = gloo_reduce<double>(red);
+      break;
+    case PD_FLOAT16:
+      *elem = 2;
+      *fn = gloo_reduce<gloo::float16>(red);
+      break;
+    case PD_INT32:
+      *elem = 4;
+      *fn = gloo_reduce<int32_t>(red);
+      break;
+    case PD_INT64:
+      *elem = 8;
+      *fn = gloo_reduce<int64_t>(red);
+      break;
+    case PD_UINT8:
+      *elem = 1;
+      *fn = gloo_reduce<uint8_t>(red);
+      break;
+    case PD_BFLOAT16:
+      *elem = 2;
+      *fn = bf16_fn(red);
+      break;
+    case PD_BOOL:
+      *elem = 1;
+      *fn = bool_fn(red);
+      break;
+    default: return false;
   }
   return *fn != nullptr;
 }
@@ -304,8 +326,8 @@ std::chrono::milliseconds timeout_ms(double s) {
 
 /* --- The dev_mesh_transport functions --------------------------------------- */
 
-pd_code t_group_get(dev_mesh_transport *t, const dev_devset *set, int index,
-                    void **group, dev_status *st) {
+pd_code t_group_get_body(dev_mesh_transport *t, const dev_devset *set,
+                         int index, void **group, dev_status *st) {
   Transport *tr = impl(t);
   if (!set || set->n < 1 || index < 0 || index >= set->n)
     return dev_error(st, PD_INVALID_ARGUMENT,
@@ -326,22 +348,20 @@ pd_code t_group_get(dev_mesh_transport *t, const dev_devset *set, int index,
   g->index = index;
   g->size = set->n;
   g->who = "participant " + std::to_string(index) + " (device " +
-           std::to_string(set->dev[index]) + ") of set [" +
-           set_key(set, ", ") + "]";
+           std::to_string(set->dev[index]) + ") of set [" + set_key(set, ", ") +
+           "]";
   if (set->n == 1) {
     /* A set of one: no peers, every collective is the identity. */
   } else {
     pd_code c = guarded(g->who, "joining the set's Gloo group", st, [&] {
       KvStore base(tr->kv, tr->timeout_s);
-      gloo::rendezvous::PrefixStore store(tr->prefix + "set/" + members,
-                                          base);
+      gloo::rendezvous::PrefixStore store(tr->prefix + "set/" + members, base);
       auto ctx = std::make_shared<gloo::rendezvous::Context>(index, set->n);
       ctx->setTimeout(timeout_ms(tr->timeout_s));
       ctx->connectFullMesh(store, tr->device);
       g->ctx = std::move(ctx);
     });
-    if (c != PD_OK)
-      return c;
+    if (c != PD_OK) return c;
   }
   std::lock_guard<std::mutex> lk(tr->mu);
   auto &slot = tr->groups[key];
@@ -351,43 +371,42 @@ pd_code t_group_get(dev_mesh_transport *t, const dev_devset *set, int index,
   return PD_OK;
 }
 
-pd_code t_all_reduce(dev_mesh_transport *t, void *group, void *buf,
-                     size_t count, pd_dtype dtype, int red, dev_status *st) {
+pd_code t_all_reduce_body(dev_mesh_transport *t, void *group, void *buf,
+                          size_t count, pd_dtype dtype, int red,
+                          dev_status *st) {
   Group *g = static_cast<Group *>(group);
   size_t elem = 0;
   ReduceFn fn = nullptr;
   if (!reduction_for(dtype, red, &elem, &fn))
     return dev_error(st, PD_INVALID_ARGUMENT,
-                     "%s: all_reduce of dtype %d with reduction %d: expected "
+                     "%s: all_reduce of %s with reduction %d: expected "
                      "float32, float64, float16, bfloat16, int32, int64, "
-                     "uint8 or bool with SUM, PROD, MAX or MIN",
-                     g->who.c_str(), (int)dtype, red);
-  if (!g->ctx || count == 0)
-    return PD_OK;
+                     "uint8 or bool with SUM, PROD, MAX or MIN (0..3)",
+                     g->who.c_str(), pd_dtype_name(dtype), red);
+  if (!g->ctx || count == 0) return PD_OK;
   char what[96];
   snprintf(what, sizeof what, "all_reduce of %zu elements", count);
   return guarded(g->who, what, st, [&] {
     gloo::AllreduceOptions opts(g->ctx);
     switch (elem) {
-    case 1: opts.setOutput(static_cast<uint8_t *>(buf), count); break;
-    case 2: opts.setOutput(static_cast<uint16_t *>(buf), count); break;
-    case 4: opts.setOutput(static_cast<uint32_t *>(buf), count); break;
-    default: opts.setOutput(static_cast<uint64_t *>(buf), count); break;
+      case 1: opts.setOutput(static_cast<uint8_t *>(buf), count); break;
+      case 2: opts.setOutput(static_cast<uint16_t *>(buf), count); break;
+      case 4: opts.setOutput(static_cast<uint32_t *>(buf), count); break;
+      default: opts.setOutput(static_cast<uint64_t *>(buf), count); break;
     }
     opts.setReduceFunction(fn);
     gloo::allreduce(opts);
   });
 }
 
-pd_code t_broadcast(dev_mesh_transport *t, void *group, void *buf,
-                    size_t bytes, int root, dev_status *st) {
+pd_code t_broadcast_body(dev_mesh_transport *t, void *group, void *buf,
+                         size_t bytes, int root, dev_status *st) {
   Group *g = static_cast<Group *>(group);
   if (root < 0 || root >= g->size)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "%s: broadcast from participant %d; expected 0..%d",
                      g->who.c_str(), root, g->size - 1);
-  if (!g->ctx || bytes == 0)
-    return PD_OK;
+  if (!g->ctx || bytes == 0) return PD_OK;
   char what[96];
   snprintf(what, sizeof what, "broadcast of %zu bytes from participant %d",
            bytes, root);
@@ -399,20 +418,17 @@ pd_code t_broadcast(dev_mesh_transport *t, void *group, void *buf,
   });
 }
 
-pd_code t_all_gather(dev_mesh_transport *t, void *group, const void *in,
-                     const size_t *in_bytes, void *out, dev_status *st) {
+pd_code t_all_gather_body(dev_mesh_transport *t, void *group, const void *in,
+                          const size_t *in_bytes, void *out, dev_status *st) {
   Group *g = static_cast<Group *>(group);
   std::vector<size_t> counts(in_bytes, in_bytes + g->size);
   size_t total = 0;
-  for (size_t c : counts)
-    total += c;
+  for (size_t c : counts) total += c;
   if (!g->ctx) {
-    if (in_bytes[0])
-      memcpy(out, in, in_bytes[0]);
+    if (in_bytes[0]) memcpy(out, in, in_bytes[0]);
     return PD_OK;
   }
-  if (total == 0)
-    return PD_OK;
+  if (total == 0) return PD_OK;
   char what[96];
   snprintf(what, sizeof what, "all_gather of %zu bytes", total);
   return guarded(g->who, what, st, [&] {
@@ -424,16 +440,58 @@ pd_code t_all_gather(dev_mesh_transport *t, void *group, const void *in,
   });
 }
 
+/* The entry points: the bodies above, with nothing thrown past them (their
+ * own bookkeeping may run out of memory; Gloo's calls are guarded inside). */
+template <typename Fn>
+pd_code no_throw(const char *what, dev_status *st, Fn fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc &) {
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "the Gloo transport's %s: out of host memory", what);
+  } catch (const std::exception &e) {
+    return dev_error(st, PD_INTERNAL, "the Gloo transport's %s: %s", what,
+                     e.what());
+  } catch (...) {
+    return dev_error(st, PD_INTERNAL, "the Gloo transport's %s failed", what);
+  }
+}
+
+pd_code t_group_get(dev_mesh_transport *t, const dev_devset *set, int index,
+                    void **group, dev_status *st) {
+  return no_throw("group_get", st,
+                  [&] { return t_group_get_body(t, set, index, group, st); });
+}
+
+pd_code t_all_reduce(dev_mesh_transport *t, void *group, void *buf,
+                     size_t count, pd_dtype dtype, int red, dev_status *st) {
+  return no_throw("all_reduce", st, [&] {
+    return t_all_reduce_body(t, group, buf, count, dtype, red, st);
+  });
+}
+
+pd_code t_broadcast(dev_mesh_transport *t, void *group, void *buf, size_t bytes,
+                    int root, dev_status *st) {
+  return no_throw("broadcast", st, [&] {
+    return t_broadcast_body(t, group, buf, bytes, root, st);
+  });
+}
+
+pd_code t_all_gather(dev_mesh_transport *t, void *group, const void *in,
+                     const size_t *in_bytes, void *out, dev_status *st) {
+  return no_throw("all_gather", st, [&] {
+    return t_all_gather_body(t, group, in, in_bytes, out, st);
+  });
+}
+
 void t_retain(dev_mesh_transport *t) {
   impl(t)->refs.fetch_add(1, std::memory_order_relaxed);
 }
 
 void t_release(dev_mesh_transport *t) {
-  if (!t)
-    return;
+  if (!t) return;
   Transport *tr = impl(t);
-  if (tr->refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
-    return;
+  if (tr->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   try {
     tr->groups.clear(); /* closes the contexts' pairs */
     tr->device.reset();
@@ -463,8 +521,7 @@ pd_code check_host(const char *host, dev_status *st) {
   bool ok = false;
   for (struct addrinfo *a = res; a && !ok; a = a->ai_next) {
     int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0)
-      continue;
+    if (fd < 0) continue;
     ok = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
     close(fd);
   }
@@ -478,16 +535,13 @@ pd_code check_host(const char *host, dev_status *st) {
   return PD_OK;
 }
 
-} // namespace
+}  // namespace
 
 extern "C" bool dev_gloo_available(void) { return true; }
 
-extern "C" pd_code dev_gloo_transport_create(const dev_mesh_kv *kv,
-                                             const char *prefix,
-                                             const char *hostname,
-                                             double timeout_s,
-                                             dev_mesh_transport **out,
-                                             dev_status *st) {
+extern "C" pd_code dev_gloo_transport_create(
+    const dev_mesh_kv *kv, const char *prefix, const char *hostname,
+    double timeout_s, dev_mesh_transport **out, dev_status *st) {
   if (!kv || !kv->set || !kv->get || !out)
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "dev_gloo_transport_create: expected a key-value store "
@@ -503,8 +557,7 @@ extern "C" pd_code dev_gloo_transport_create(const dev_mesh_kv *kv,
                      "this rank's address (an IP or a name) the other ranks "
                      "can reach");
   pd_code hc = check_host(hostname, st);
-  if (hc != PD_OK)
-    return hc;
+  if (hc != PD_OK) return hc;
   std::unique_ptr<Transport> tr;
   try {
     tr.reset(new Transport());

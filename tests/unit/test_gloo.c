@@ -56,8 +56,7 @@ typedef struct mem_kv {
 
 static kv_entry *mem_find(mem_kv *m, const char *key) {
   for (kv_entry *e = m->head; e; e = e->next)
-    if (strcmp(e->key, key) == 0)
-      return e;
+    if (strcmp(e->key, key) == 0) return e;
   return NULL;
 }
 
@@ -128,8 +127,7 @@ static void mem_free(mem_kv *m) {
 
 /* --- A file-backed key-value store: one file per key in a directory ------- */
 
-static void file_path(const char *dir, const char *key, char *out,
-                      size_t cap) {
+static void file_path(const char *dir, const char *key, char *out, size_t cap) {
   int n = snprintf(out, cap, "%s/", dir);
   for (const char *k = key; *k && n + 2 < (int)cap; k++)
     out[n++] = *k == '/' ? '!' : *k;
@@ -150,8 +148,7 @@ static pd_code file_set(void *arg, const char *key, const void *value,
   if (fclose(f) != 0 || w != len)
     return dev_error(st, PD_UNAVAILABLE, "short write to %s", tmp);
   if (rename(tmp, path) != 0)
-    return dev_error(st, PD_UNAVAILABLE, "rename %s: %s", tmp,
-                     strerror(errno));
+    return dev_error(st, PD_UNAVAILABLE, "rename %s: %s", tmp, strerror(errno));
   return PD_OK;
 }
 
@@ -190,11 +187,9 @@ static pd_code file_get(void *arg, const char *key, double timeout_s,
 /* Participant i's element j for dtype dt: small integers, so float16 and
  * bfloat16 hold them, every partial product too (at most 6*7*8*9). */
 static double value_of(pd_dtype dt, int i, int j) {
-  if (dt == PD_BOOL)
-    return j == 5 ? 0 : (i != j);
+  if (dt == PD_BOOL) return j == 5 ? 0 : (i != j);
   double v = i + 1 + j;
-  if (dt != PD_UINT8 && (j & 1))
-    v = -v;
+  if (dt != PD_UINT8 && (j & 1)) v = -v;
   return v;
 }
 
@@ -213,14 +208,13 @@ static double reference(pd_dtype dt, int red, int n, int j) {
     else
       r = v < r ? v : r;
   }
-  if (dt == PD_UINT8)
-    r = fmod(r, 256.0); /* uint8 wraps (the products) */
+  if (dt == PD_UINT8) r = fmod(r, 256.0); /* uint8 wraps (the products) */
   return r;
 }
 
-static const pd_dtype k_dtypes[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16,
-                                    PD_BFLOAT16, PD_INT32, PD_INT64,
-                                    PD_UINT8, PD_BOOL};
+static const pd_dtype k_dtypes[] = {PD_FLOAT32,  PD_FLOAT64, PD_FLOAT16,
+                                    PD_BFLOAT16, PD_INT32,   PD_INT64,
+                                    PD_UINT8,    PD_BOOL};
 static const int k_reds[] = {DEV_RED_SUM, DEV_RED_PROD, DEV_RED_MAX,
                              DEV_RED_MIN};
 #define NELEM 6
@@ -236,8 +230,7 @@ typedef struct part {
 
 #define PFAIL(p, ...)                                                          \
   do {                                                                         \
-    if (!(p)->fail[0])                                                         \
-      snprintf((p)->fail, sizeof (p)->fail, __VA_ARGS__);                      \
+    if (!(p)->fail[0]) snprintf((p)->fail, sizeof(p)->fail, __VA_ARGS__);      \
   } while (0)
 
 static void *participant(void *arg) {
@@ -260,8 +253,7 @@ static void *participant(void *arg) {
       for (int j = 0; j < NELEM; j++)
         dev_store_f64(dt, buf, j, value_of(dt, me, j));
       if (t->all_reduce(t, g, buf, NELEM, dt, k_reds[r], &st) != PD_OK) {
-        PFAIL(p, "all_reduce dtype %d red %d: %s", (int)dt, k_reds[r],
-              st.msg);
+        PFAIL(p, "all_reduce dtype %d red %d: %s", (int)dt, k_reds[r], st.msg);
         return NULL;
       }
       for (int j = 0; j < NELEM; j++) {
@@ -276,8 +268,7 @@ static void *participant(void *arg) {
   /* A large float32 sum: many of Gloo's segments. */
   size_t big = 300001;
   float *fb = malloc(big * sizeof *fb);
-  for (size_t j = 0; j < big; j++)
-    fb[j] = (float)((j % 1000) * (me + 1));
+  for (size_t j = 0; j < big; j++) fb[j] = (float)((j % 1000) * (me + 1));
   if (t->all_reduce(t, g, fb, big, PD_FLOAT32, DEV_RED_SUM, &st) != PD_OK)
     PFAIL(p, "large all_reduce: %s", st.msg);
   for (size_t j = 0; j < big; j++) {
@@ -291,8 +282,7 @@ static void *participant(void *arg) {
   free(fb);
   /* Broadcast from participant 2. */
   uint8_t bc[1000];
-  for (int j = 0; j < 1000; j++)
-    bc[j] = me == 2 ? (uint8_t)(j * 7 + 3) : 0;
+  for (int j = 0; j < 1000; j++) bc[j] = me == 2 ? (uint8_t)(j * 7 + 3) : 0;
   if (t->broadcast(t, g, bc, sizeof bc, 2, &st) != PD_OK)
     PFAIL(p, "broadcast: %s", st.msg);
   for (int j = 0; j < 1000; j++) {
@@ -307,8 +297,7 @@ static void *participant(void *arg) {
    * sizes[i] bytes of value 10*i + k. */
   size_t sizes[NPART] = {3, 0, 5, 1};
   uint8_t in[8], out[9];
-  for (size_t k = 0; k < sizes[me]; k++)
-    in[k] = (uint8_t)(10 * me + k);
+  for (size_t k = 0; k < sizes[me]; k++) in[k] = (uint8_t)(10 * me + k);
   memset(out, 0xee, sizeof out);
   if (t->all_gather(t, g, in, sizes, out, &st) != PD_OK)
     PFAIL(p, "all_gather: %s", st.msg);
@@ -328,8 +317,7 @@ static void *participant(void *arg) {
     }
     if (t->group_get(t, &pair, idx, &h_again, &st) != PD_OK || h_again != h)
       PFAIL(p, "group_get [2, 0] again: another group (%p, %p)", h, h_again);
-    if (h == g)
-      PFAIL(p, "sets [0, 1, 2, 3] and [2, 0] share a group");
+    if (h == g) PFAIL(p, "sets [0, 1, 2, 3] and [2, 0] share a group");
     int64_t v = idx == 0 ? 40 : 2;
     if (t->all_reduce(t, h, &v, 1, PD_INT64, DEV_RED_SUM, &st) != PD_OK)
       PFAIL(p, "all_reduce on [2, 0]: %s", st.msg);
@@ -343,22 +331,20 @@ static void *participant(void *arg) {
   if (t->all_reduce(t, g_again, &m, 1, PD_FLOAT64, DEV_RED_MAX, &st) != PD_OK)
     PFAIL(p, "reused all_reduce: %s", st.msg);
   p->checks++;
-  if (m != 3.0)
-    PFAIL(p, "reused all_reduce: got %g, want 3", m);
+  if (m != 3.0) PFAIL(p, "reused all_reduce: got %g, want 3", m);
   return NULL;
 }
 
 static void test_threads_one_process(void **state) {
-  if (!dev_gloo_available())
-    skip();
+  if (!dev_gloo_available()) skip();
   mem_kv kv;
   mem_init(&kv);
   dev_mesh_kv mk = {&kv, mem_set, mem_get};
   dev_mesh_transport *t = NULL;
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(dev_gloo_transport_create(&mk, "epoch/1/", "127.0.0.1",
-                                             20.0, &t, &st),
-                   PD_OK);
+  assert_int_equal(
+      dev_gloo_transport_create(&mk, "epoch/1/", "127.0.0.1", 20.0, &t, &st),
+      PD_OK);
   assert_non_null(t);
   assert_int_equal(t->struct_size, DEV_MESH_TRANSPORT_STRUCT_SIZE);
   part parts[NPART];
@@ -369,15 +355,12 @@ static void test_threads_one_process(void **state) {
     parts[i].device = i;
     assert_int_equal(pthread_create(&th[i], NULL, participant, &parts[i]), 0);
   }
-  for (int i = 0; i < NPART; i++)
-    pthread_join(th[i], NULL);
+  for (int i = 0; i < NPART; i++) pthread_join(th[i], NULL);
   for (int i = 0; i < NPART; i++) {
-    if (parts[i].fail[0])
-      fail_msg("participant %d: %s", i, parts[i].fail);
+    if (parts[i].fail[0]) fail_msg("participant %d: %s", i, parts[i].fail);
     /* 8 dtypes x 4 reductions x 6 + 300001 + 1000 + 9 + 1 (+ 1 on [2, 0]) */
-    assert_int_equal(parts[i].checks,
-                     8 * 4 * NELEM + 300001 + 1000 + 9 + 1 +
-                         (i == 0 || i == 2));
+    assert_int_equal(parts[i].checks, 8 * 4 * NELEM + 300001 + 1000 + 9 + 1 +
+                                          (i == 0 || i == 2));
   }
   /* The keys live under the prefix and the set. */
   pthread_mutex_lock(&kv.mu);
@@ -397,30 +380,28 @@ static void test_threads_one_process(void **state) {
 /* --- A peer that never joins; argument errors ------------------------------ */
 
 static void test_rendezvous_timeout_and_arguments(void **state) {
-  if (!dev_gloo_available())
-    skip();
+  if (!dev_gloo_available()) skip();
   mem_kv kv;
   mem_init(&kv);
   dev_mesh_kv mk = {&kv, mem_set, mem_get};
   dev_mesh_transport *t = NULL;
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(dev_gloo_transport_create(&mk, "e/", "127.0.0.1", 0, &t,
-                                             &st),
-                   PD_INVALID_ARGUMENT);
+  assert_int_equal(
+      dev_gloo_transport_create(&mk, "e/", "127.0.0.1", 0, &t, &st),
+      PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "timeout"));
   assert_int_equal(dev_gloo_transport_create(&mk, "e/", "", 1.0, &t, &st),
                    PD_INVALID_ARGUMENT);
   assert_non_null(strstr(st.msg, "hostname"));
   /* TEST-NET-1 (RFC 5737): no interface of this machine has it. */
-  assert_int_equal(dev_gloo_transport_create(&mk, "e/", "192.0.2.1", 1.0, &t,
-                                             &st),
-                   PD_UNAVAILABLE);
+  assert_int_equal(
+      dev_gloo_transport_create(&mk, "e/", "192.0.2.1", 1.0, &t, &st),
+      PD_UNAVAILABLE);
   assert_non_null(strstr(st.msg, "192.0.2.1"));
   assert_null(t);
 
-  assert_int_equal(dev_gloo_transport_create(&mk, "e/", "127.0.0.1", 1.0, &t,
-                                             &st),
-                   PD_OK);
+  assert_int_equal(
+      dev_gloo_transport_create(&mk, "e/", "127.0.0.1", 1.0, &t, &st), PD_OK);
   dev_devset s = {2, {0, 1}};
   void *g = NULL;
   assert_int_equal(t->group_get(t, &s, 2, &g, &st), PD_INVALID_ARGUMENT);
@@ -447,9 +428,9 @@ static void test_rendezvous_timeout_and_arguments(void **state) {
 
 /* What child `me` (0 or 1, device `me`) reports on its pipe. */
 typedef struct proc_report {
-  int ok_sum;            /* the first all_reduce on each set was right */
-  pd_code stall_code;    /* participant 0: all_reduce while 1 stalls */
-  pd_code dead_code;     /* participant 0: all_reduce after 1 exited */
+  int ok_sum;         /* the first all_reduce on each set was right */
+  pd_code stall_code; /* participant 0: all_reduce while 1 stalls */
+  pd_code dead_code;  /* participant 0: all_reduce after 1 exited */
   double stall_s, dead_s;
   char msg[DEV_STATUS_MSG_MAX + 16];
   char stall_msg[DEV_STATUS_MSG_MAX];
@@ -504,14 +485,12 @@ static void run_child(int me, const char *dir, int report_fd, int go_rd,
   rep.dead_s = now_s() - t0;
   snprintf(rep.msg, sizeof rep.msg, "%s", st.msg);
 out:
-  if (write(report_fd, &rep, sizeof rep) != (ssize_t)sizeof rep)
-    _exit(3);
+  if (write(report_fd, &rep, sizeof rep) != (ssize_t)sizeof rep) _exit(3);
   _exit(0);
 }
 
 static void test_two_processes(void **state) {
-  if (!dev_gloo_available())
-    skip();
+  if (!dev_gloo_available()) skip();
   char dir[] = "/tmp/paradev_gloo_kv_XXXXXX";
   assert_non_null(mkdtemp(dir));
   int rep[2], go[2];
@@ -546,17 +525,16 @@ static void test_two_processes(void **state) {
   close(go[1]);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0)
-    print_message("could not remove %s\n", dir);
+  if (system(cmd) != 0) print_message("could not remove %s\n", dir);
   assert_true(got);
-  if (!r.ok_sum)
-    fail_msg("the collectives across processes: %s", r.msg);
+  if (!r.ok_sum) fail_msg("the collectives across processes: %s", r.msg);
   print_message("stalled peer: %s after %.2f s: %s\n",
                 pd_code_name(r.stall_code), r.stall_s, r.stall_msg);
   print_message("dead peer: %s after %.2f s: %s\n", pd_code_name(r.dead_code),
                 r.dead_s, r.msg);
   assert_int_equal(r.stall_code, PD_DEADLINE_EXCEEDED);
-  assert_non_null(strstr(r.stall_msg, "participant 1 (device 0) of set [1, 0]"));
+  assert_non_null(
+      strstr(r.stall_msg, "participant 1 (device 0) of set [1, 0]"));
   assert_true(r.dead_code == PD_UNAVAILABLE ||
               r.dead_code == PD_DEADLINE_EXCEEDED);
   assert_non_null(strstr(r.msg, "of set [0, 1]"));
@@ -567,8 +545,9 @@ static void test_two_processes(void **state) {
 
 int main(void) {
   if (!dev_gloo_available())
-    print_message("SKIP: built without Gloo (libgloo-dev not found at "
-                  "configure time): no transport to test\n");
+    print_message(
+        "SKIP: built without Gloo (libgloo-dev not found at "
+        "configure time): no transport to test\n");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_processes),
       cmocka_unit_test(test_threads_one_process),
