@@ -27,6 +27,7 @@ BENCHES=(
   bench_checkpoint
   bench_auth
   bench_placement
+  bench_mesh
 )
 # Optional: run when built (bench_gpu needs the CUDA backend), never missed.
 OPTIONAL_BENCHES=(

@@ -18,6 +18,7 @@ PKGS=(
   libssl-dev             # SHA-256 of bearer tokens (libcrypto's EVP)
   python3-cffi python3-pytest  # the Python client and its tests
   python3-venv           # a venv for what Debian lacks (safetensors)
+  libgloo-dev            # collectives across machines (a mesh of daemons, CPU backend)
 )
 
 missing=()
