@@ -1,0 +1,853 @@
+/* A rank's data plane (issue #16, server/mesh.h): the coordinator's
+ * MeshCommands replayed on this rank's engine in the order they came, and
+ * the engine's local_done turned into MeshProgress for the coordinator.
+ *
+ * Tensors. A table id -> dev_tensor (the coordinator's engine ids, which
+ * every rank shares): uploads made by create / write / complete, op outputs
+ * recorded when the op is submitted, entries dropped by release. An id
+ * whose making failed here (a refused op, a create over the memory limit, a
+ * command naming an id this rank never saw) is kept as a failed entry with
+ * its code and message, so every later op that reads it fails the same way
+ * and reports it.
+ *
+ * Failed commands and the coordinator's view. The coordinator waits, for
+ * every op on each of this rank's devices, until our MeshProgress says the
+ * device has done that seq (done_seq >= seq) and takes the failure we list
+ * for it, if any. An op that never reaches the engine (refused) has no
+ * local_done, so we make one: a MeshFailure for its seq on each local device
+ * of its set. It must not come early: done_seq = S promises every op <= S on
+ * the device finished (the coordinator's executor takes the outcome of
+ * earlier ops from it), so the failure of seq S on device d waits until
+ * local_done reported the last op submitted to d before it (`after`);
+ * earlier ops still running keep their own outcomes. Ops the engine ran
+ * after it on d have higher seqs and report after `after`, so the order per
+ * device holds. (ap_defer, ap_local_done.)
+ *
+ * Progress is coalesced by a sender thread: local_done (an engine thread)
+ * only records under a short lock and wakes the sender when it sleeps; the
+ * sender sends at once when it has been idle, at most every AP_SEND_GAP_NS
+ * when busy, one packed RankMessage with every device that moved.
+ *
+ * Reads are answered by a worker thread (dev_tensor_wait, then
+ * dev_tensor_read of the component), so a large read does not hold up later
+ * commands. drop_all bumps a generation: answers of reads queued before it
+ * are dropped.
+ *
+ * Locks: `mu` (the table), `pmu` (progress), `rmu` (the read queue); none
+ * nests another, and none is held across a call into the engine that can
+ * block or a send. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "convert.h"
+#include "log.h"
+#include "mesh.h"
+#include "server.h"
+
+#define AP_SEND_GAP_NS 60000u /* the sender's gap when busy */
+#define AP_ARENA_BYTES (64u << 10)
+#define AP_LOG_LIMIT 20 /* warnings of failed commands before debug */
+
+typedef struct ap_slot {
+  uint64_t id; /* 0: empty */
+  dev_tensor *t; /* NULL: failed here, with code and msg */
+  pd_code code;
+  char *msg;
+} ap_slot;
+
+typedef struct ap_fail {
+  uint64_t seq, after;
+  pd_code code;
+  char *msg;
+} ap_fail;
+
+typedef struct ap_fails {
+  ap_fail *v;
+  size_t n, cap;
+} ap_fails;
+
+typedef struct ap_dev {
+  uint64_t engine_done; /* the last seq local_done reported */
+  uint64_t last_sub;    /* the last seq submitted to it (apply thread) */
+  uint64_t report;      /* the done_seq to send */
+  bool dirty;
+  ap_fails out;      /* failures to send */
+  ap_fails deferred; /* refused ops waiting for `after` */
+} ap_dev;
+
+typedef struct ap_read {
+  struct ap_read *next;
+  uint64_t request, gen, offset, length;
+  int component;
+  dev_tensor *t; /* NULL: answer code / msg */
+  pd_code code;
+  char msg[DEV_STATUS_MSG_MAX];
+} ap_read;
+
+/* protobuf-c's allocator for unpacking one command: a bump arena, big
+ * blocks malloc'd and freed at the reset. */
+typedef struct ap_arena {
+  uint8_t buf[AP_ARENA_BYTES];
+  size_t used;
+  void **big;
+  size_t nbig, capbig;
+} ap_arena;
+
+typedef struct apply {
+  srv_mesh *m;
+  int first, count; /* local devices */
+  pthread_mutex_t mu;
+  ap_slot *slots;
+  size_t cap, used, ntensors;
+  unsigned logged;
+
+  pthread_mutex_t pmu;
+  pthread_cond_t pcv;
+  ap_dev *dev;
+  bool stop, idle;
+  uint64_t last_send_ns;
+  pthread_t sender;
+
+  pthread_mutex_t rmu;
+  pthread_cond_t rcv;
+  ap_read *rhead, *rtail;
+  uint64_t gen;
+  bool rstop;
+  pthread_t reader;
+
+  ap_arena arena; /* the receive thread's */
+  uint64_t ops, op_ns;
+} apply;
+
+static uint64_t ap_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static dev_engine *ap_engine(apply *a) {
+  srv *s = srv_mesh_server(a->m);
+  return s ? s->engine : NULL;
+}
+
+/* --- the table --------------------------------------------------------------- */
+
+static size_t ap_hash(uint64_t id, size_t cap) {
+  return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+}
+
+static ap_slot *ap_find(apply *a, uint64_t id) {
+  if (!a->cap) return NULL;
+  for (size_t i = ap_hash(id, a->cap);; i = (i + 1) & (a->cap - 1)) {
+    if (a->slots[i].id == id) return &a->slots[i];
+    if (!a->slots[i].id) return NULL;
+  }
+}
+
+static bool ap_grow(apply *a) {
+  size_t nc = a->cap ? a->cap * 2 : 1024;
+  ap_slot *ns = calloc(nc, sizeof *ns);
+  if (!ns) return false;
+  for (size_t i = 0; i < a->cap; i++) {
+    if (!a->slots[i].id) continue;
+    size_t j = ap_hash(a->slots[i].id, nc);
+    while (ns[j].id) j = (j + 1) & (nc - 1);
+    ns[j] = a->slots[i];
+  }
+  free(a->slots);
+  a->slots = ns;
+  a->cap = nc;
+  return true;
+}
+
+/* Removes slot `s` (backward-shift deletion: no tombstones). */
+static void ap_erase(apply *a, ap_slot *s) {
+  size_t i = (size_t)(s - a->slots);
+  a->slots[i] = (ap_slot){0};
+  a->used--;
+  for (size_t j = (i + 1) & (a->cap - 1); a->slots[j].id;
+       j = (j + 1) & (a->cap - 1)) {
+    size_t h = ap_hash(a->slots[j].id, a->cap);
+    /* Slot j may move to the hole i when its home is not in (i, j]. */
+    if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
+      a->slots[i] = a->slots[j];
+      a->slots[j] = (ap_slot){0};
+      i = j;
+    }
+  }
+}
+
+/* Drops what slot `s` holds (its tensor or failure) and frees the slot. */
+static void ap_slot_drop(apply *a, ap_slot *s, dev_tensor **release) {
+  *release = s->t;
+  if (s->t) a->ntensors--;
+  free(s->msg);
+  ap_erase(a, s);
+}
+
+/* id -> tensor `t` (taking the caller's reference) or, with t NULL, the
+ * failure code / msg. A former entry of the id is dropped. */
+static void ap_put(apply *a, uint64_t id, dev_tensor *t, pd_code code,
+                   const char *msg) {
+  dev_tensor *old = NULL;
+  pthread_mutex_lock(&a->mu);
+  ap_slot *s = ap_find(a, id);
+  if (s) ap_slot_drop(a, s, &old);
+  if ((a->used + 1) * 10 > a->cap * 7 && !ap_grow(a)) {
+    pthread_mutex_unlock(&a->mu);
+    SRV_ERROR("mesh: out of memory recording tensor %llu",
+              (unsigned long long)id);
+    dev_tensor_release(t);
+    dev_tensor_release(old);
+    return;
+  }
+  size_t i = ap_hash(id, a->cap);
+  while (a->slots[i].id) i = (i + 1) & (a->cap - 1);
+  a->slots[i] = (ap_slot){id, t, code, t ? NULL : strdup(msg ? msg : "")};
+  a->used++;
+  if (t) a->ntensors++;
+  pthread_mutex_unlock(&a->mu);
+  dev_tensor_release(old);
+}
+
+/* The tensor of `id` with a reference for the caller, or its failure in
+ * `st` (NOT_FOUND-like INTERNAL for an id this rank never saw). */
+static dev_tensor *ap_get(apply *a, uint64_t id, dev_status *st) {
+  pthread_mutex_lock(&a->mu);
+  ap_slot *s = ap_find(a, id);
+  dev_tensor *t = s ? s->t : NULL;
+  if (t)
+    dev_tensor_retain(t);
+  else if (s)
+    dev_error(st, s->code, "%s", s->msg ? s->msg : "failed");
+  else
+    dev_error(st, PD_INTERNAL,
+              "rank %d holds no tensor %llu (the coordinator's commands "
+              "and this rank's tensors disagree)",
+              srv_mesh_rank(a->m), (unsigned long long)id);
+  pthread_mutex_unlock(&a->mu);
+  return t;
+}
+
+/* --- progress --------------------------------------------------------------- */
+
+static bool ap_fails_push(ap_fails *f, uint64_t seq, uint64_t after,
+                          pd_code code, const char *msg) {
+  if (f->n == f->cap) {
+    size_t c = f->cap ? f->cap * 2 : 4;
+    ap_fail *nv = realloc(f->v, sizeof(*nv) * c);
+    if (!nv) return false;
+    f->v = nv;
+    f->cap = c;
+  }
+  f->v[f->n++] = (ap_fail){seq, after, code, strdup(msg ? msg : "")};
+  return true;
+}
+
+static void ap_fails_clear(ap_fails *f) {
+  for (size_t i = 0; i < f->n; i++) free(f->v[i].msg);
+  f->n = 0;
+}
+
+/* Under pmu: device `d` moved; wake the sender if it sleeps. */
+static void ap_touch(apply *a, ap_dev *d) {
+  d->dirty = true;
+  if (a->idle) pthread_cond_signal(&a->pcv);
+}
+
+/* Under pmu: the deferred failures of `d` whose `after` has finished. */
+static void ap_release_deferred(ap_dev *d) {
+  size_t k = 0;
+  while (k < d->deferred.n && d->deferred.v[k].after <= d->engine_done) {
+    ap_fail *f = &d->deferred.v[k];
+    ap_fails_push(&d->out, f->seq, 0, f->code, f->msg);
+    if (f->seq > d->report) d->report = f->seq;
+    free(f->msg);
+    k++;
+  }
+  if (k) {
+    memmove(d->deferred.v, d->deferred.v + k,
+            sizeof(*d->deferred.v) * (d->deferred.n - k));
+    d->deferred.n -= k;
+  }
+}
+
+static void ap_local_done(void *arg, int device, uint64_t seq, pd_code code,
+                          const char *msg) {
+  apply *a = srv_mesh_data((srv_mesh *)arg);
+  if (!a || device < a->first || device >= a->first + a->count) return;
+  ap_dev *d = &a->dev[device - a->first];
+  pthread_mutex_lock(&a->pmu);
+  if (seq > d->engine_done) d->engine_done = seq;
+  if (code != PD_OK) ap_fails_push(&d->out, seq, 0, code, msg);
+  if (seq > d->report) d->report = seq;
+  ap_release_deferred(d);
+  ap_touch(a, d);
+  pthread_mutex_unlock(&a->pmu);
+}
+
+/* Op `seq`, which never reached the engine, failed with `st` on each local
+ * device of `set`: reported once the device finished what came before it
+ * (see the header comment). */
+static void ap_defer(apply *a, const dev_devset *set, uint64_t seq,
+                     const dev_status *st) {
+  pthread_mutex_lock(&a->pmu);
+  for (int i = 0; set && i < set->n; i++) {
+    int dv = set->dev[i];
+    if (dv < a->first || dv >= a->first + a->count) continue;
+    ap_dev *d = &a->dev[dv - a->first];
+    ap_fails_push(&d->deferred, seq, d->last_sub, st->code, st->msg);
+    ap_release_deferred(d);
+    ap_touch(a, d);
+  }
+  pthread_mutex_unlock(&a->pmu);
+}
+
+/* One RankMessage with every device that moved; sent outside pmu. */
+static void ap_send_progress(apply *a) {
+  Paradev__V1__MeshProgress prog[PD_MAX_DEVICES], *pp[PD_MAX_DEVICES];
+  ap_fails taken[PD_MAX_DEVICES];
+  size_t np = 0;
+  for (int i = 0; i < a->count && i < PD_MAX_DEVICES; i++) {
+    ap_dev *d = &a->dev[i];
+    if (!d->dirty) continue;
+    d->dirty = false;
+    paradev__v1__mesh_progress__init(&prog[np]);
+    prog[np].device = (uint32_t)(a->first + i);
+    prog[np].done_seq = d->report;
+    taken[np] = d->out;
+    d->out = (ap_fails){0};
+    pp[np] = &prog[np];
+    np++;
+  }
+  if (!np) return;
+  pthread_mutex_unlock(&a->pmu);
+  size_t nf = 0;
+  for (size_t i = 0; i < np; i++) nf += taken[i].n;
+  Paradev__V1__MeshFailure *fl = nf ? calloc(nf, sizeof *fl) : NULL;
+  Paradev__V1__MeshFailure **flp = nf ? calloc(nf, sizeof *flp) : NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < np && fl && flp; i++) {
+    if (!taken[i].n) continue;
+    prog[i].failures = flp + k;
+    for (size_t j = 0; j < taken[i].n; j++, k++) {
+      paradev__v1__mesh_failure__init(&fl[k]);
+      fl[k].seq = taken[i].v[j].seq;
+      fl[k].code = (int32_t)taken[i].v[j].code;
+      fl[k].message = taken[i].v[j].msg;
+      flp[k] = &fl[k];
+    }
+    prog[i].n_failures = taken[i].n;
+  }
+  if (nf && (!fl || !flp))
+    SRV_ERROR("mesh: out of memory reporting %zu failures", nf);
+  Paradev__V1__RankMessage msg;
+  paradev__v1__rank_message__init(&msg);
+  msg.n_progress = np;
+  msg.progress = pp;
+  size_t len = paradev__v1__rank_message__get_packed_size(&msg);
+  uint8_t local[1024], *buf = len <= sizeof local ? local : malloc(len);
+  if (buf) {
+    paradev__v1__rank_message__pack(&msg, buf);
+    srv_mesh_send_to_coordinator(a->m, buf, len);
+    if (buf != local) free(buf);
+  }
+  for (size_t i = 0; i < np; i++) {
+    ap_fails_clear(&taken[i]);
+    free(taken[i].v);
+  }
+  free(fl);
+  free(flp);
+  pthread_mutex_lock(&a->pmu);
+}
+
+static bool ap_any_dirty(const apply *a) {
+  for (int i = 0; i < a->count; i++)
+    if (a->dev[i].dirty) return true;
+  return false;
+}
+
+static void *ap_sender_main(void *arg) {
+  apply *a = arg;
+  pthread_mutex_lock(&a->pmu);
+  while (!a->stop) {
+    if (!ap_any_dirty(a)) {
+      a->idle = true;
+      pthread_cond_wait(&a->pcv, &a->pmu);
+      a->idle = false;
+      continue;
+    }
+    uint64_t now = ap_now_ns();
+    if (now - a->last_send_ns < AP_SEND_GAP_NS) {
+      /* Busy: let more progress gather. */
+      uint64_t left = AP_SEND_GAP_NS - (now - a->last_send_ns);
+      pthread_mutex_unlock(&a->pmu);
+      struct timespec ts = {0, (long)left};
+      nanosleep(&ts, NULL);
+      pthread_mutex_lock(&a->pmu);
+    }
+    a->last_send_ns = ap_now_ns();
+    ap_send_progress(a);
+  }
+  pthread_mutex_unlock(&a->pmu);
+  return NULL;
+}
+
+/* --- reads ------------------------------------------------------------------- */
+
+static void ap_answer(apply *a, ap_read *r) {
+  dev_status st = DEV_STATUS_INIT;
+  uint8_t *buf = NULL;
+  if (r->t) {
+    dev_layout lay = {DEV_LAYOUT_COMPONENT, 0, r->component};
+    if (!(buf = malloc(r->length ? r->length : 1)))
+      dev_error(&st, PD_RESOURCE_EXHAUSTED,
+                "rank %d: out of memory reading %llu bytes",
+                srv_mesh_rank(a->m), (unsigned long long)r->length);
+    else if (dev_tensor_wait(r->t, &st) == PD_OK)
+      dev_tensor_read(r->t, &lay, r->component, r->offset, buf,
+                      (size_t)r->length, &st);
+  } else {
+    dev_error(&st, r->code, "%s", r->msg);
+  }
+  Paradev__V1__MeshReadResult res;
+  paradev__v1__mesh_read_result__init(&res);
+  res.request = r->request;
+  res.code = (int32_t)st.code;
+  res.message = st.msg;
+  if (st.code == PD_OK) {
+    res.data.data = buf;
+    res.data.len = (size_t)r->length;
+  }
+  Paradev__V1__MeshReadResult *rp = &res;
+  Paradev__V1__RankMessage msg;
+  paradev__v1__rank_message__init(&msg);
+  msg.n_read_results = 1;
+  msg.read_results = &rp;
+  size_t len = paradev__v1__rank_message__get_packed_size(&msg);
+  uint8_t *out = malloc(len ? len : 1);
+  if (out) {
+    paradev__v1__rank_message__pack(&msg, out);
+    pthread_mutex_lock(&a->rmu);
+    bool current = r->gen == a->gen;
+    pthread_mutex_unlock(&a->rmu);
+    if (current) srv_mesh_send_to_coordinator(a->m, out, len);
+  } else {
+    SRV_ERROR("mesh: out of memory answering read %llu",
+              (unsigned long long)r->request);
+  }
+  free(out);
+  free(buf);
+}
+
+static void *ap_reader_main(void *arg) {
+  apply *a = arg;
+  pthread_mutex_lock(&a->rmu);
+  while (!a->rstop) {
+    ap_read *r = a->rhead;
+    if (!r) {
+      pthread_cond_wait(&a->rcv, &a->rmu);
+      continue;
+    }
+    if (!(a->rhead = r->next)) a->rtail = NULL;
+    pthread_mutex_unlock(&a->rmu);
+    ap_answer(a, r);
+    dev_tensor_release(r->t);
+    free(r);
+    pthread_mutex_lock(&a->rmu);
+  }
+  pthread_mutex_unlock(&a->rmu);
+  return NULL;
+}
+
+/* --- commands ------------------------------------------------------------------ */
+
+static void *ap_arena_alloc(void *data, size_t size) {
+  ap_arena *ar = data;
+  size = (size + 15) & ~(size_t)15;
+  if (size <= sizeof ar->buf - ar->used) {
+    void *p = ar->buf + ar->used;
+    ar->used += size;
+    return p;
+  }
+  if (ar->nbig == ar->capbig) {
+    size_t c = ar->capbig ? ar->capbig * 2 : 8;
+    void **nb = realloc(ar->big, sizeof(*nb) * c);
+    if (!nb) return NULL;
+    ar->big = nb;
+    ar->capbig = c;
+  }
+  void *p = malloc(size);
+  if (p) ar->big[ar->nbig++] = p;
+  return p;
+}
+
+static void ap_arena_free(void *data, void *p) {
+  (void)data;
+  (void)p; /* freed at the reset */
+}
+
+static void ap_arena_reset(ap_arena *ar) {
+  for (size_t i = 0; i < ar->nbig; i++) free(ar->big[i]);
+  ar->nbig = 0;
+  ar->used = 0;
+}
+
+/* A failed command's log line: the first AP_LOG_LIMIT as warnings. */
+static void ap_log(apply *a, const char *what, uint64_t n, const char *msg) {
+  if (a->logged++ < AP_LOG_LIMIT)
+    SRV_WARN("mesh: %s %llu failed on rank %d: %s%s", what,
+             (unsigned long long)n, srv_mesh_rank(a->m), msg,
+             a->logged == AP_LOG_LIMIT ? " (further ones at debug)" : "");
+  else
+    SRV_DEBUG("mesh: %s %llu failed on rank %d: %s", what,
+              (unsigned long long)n, srv_mesh_rank(a->m), msg);
+}
+
+static bool ap_devset(dev_engine *e, const uint32_t *devs, size_t n,
+                      dev_devset *out, dev_status *st) {
+  int nd = dev_engine_num_devices(e);
+  if (n < 1 || n > PD_MAX_DEVICES) {
+    dev_error(st, PD_INTERNAL, "a device set of %zu devices", n);
+    return false;
+  }
+  out->n = (int)n;
+  for (size_t i = 0; i < n; i++) {
+    if ((int)devs[i] >= nd) {
+      dev_error(st, PD_INTERNAL, "device %u: the mesh has %d", devs[i], nd);
+      return false;
+    }
+    out->dev[i] = (uint8_t)devs[i];
+  }
+  return true;
+}
+
+static void ap_op(apply *a, dev_engine *e, const Paradev__V1__MeshOp *c) {
+  uint64_t t0 = ap_now_ns();
+  dev_status st = DEV_STATUS_INIT;
+  dev_devset set;
+  dev_tensor *ins[DEV_MAX_INPUTS];
+  dev_attr attrs[DEV_MAX_ATTRS];
+  size_t ni = 0;
+  dev_op *op = NULL;
+  bool have_set = ap_devset(e, c->devices, c->n_devices, &set, &st);
+  const char *name = c->op ? c->op : "";
+  if (!have_set) goto failed;
+  if (c->n_inputs > DEV_MAX_INPUTS) {
+    dev_error(&st, PD_INTERNAL, "%zu inputs", c->n_inputs);
+    goto failed;
+  }
+  for (; ni < c->n_inputs; ni++)
+    if (!(ins[ni] = ap_get(a, c->inputs[ni], &st))) goto failed;
+  srv_req_limits lim = {1 << 20, 4096, dev_engine_num_devices(e)};
+  if (srv_attrs_from_pb(&lim, "op", (int)c->seq, name, c->attrs, c->n_attrs,
+                        attrs, &st) != PD_OK)
+    goto failed;
+  if (dev_op_prepare_on(e, &set, name, ins, (int)ni, attrs, (int)c->n_attrs,
+                        &op, &st) != PD_OK)
+    goto failed;
+  if ((size_t)dev_op_num_outputs(op) != c->n_outputs) {
+    dev_error(&st, PD_INTERNAL,
+              "%s made %d outputs here; the coordinator's made %zu", name,
+              dev_op_num_outputs(op), c->n_outputs);
+    dev_op_abandon(op, st.code, st.msg);
+    goto failed;
+  }
+  set = *dev_op_devset(op);
+  for (size_t i = 0; i < c->n_outputs; i++) {
+    dev_tensor *t = dev_op_output(op, (int)i);
+    dev_tensor_retain(t);
+    ap_put(a, c->outputs[i], t, PD_OK, NULL);
+  }
+  if (dev_op_submit_seq(e, op, c->seq, &st) != PD_OK) {
+    /* Abandoned by the engine: its outputs (recorded) fail with st. */
+    ap_log(a, "op", c->seq, st.msg);
+    ap_defer(a, &set, c->seq, &st);
+  } else {
+    for (int i = 0; i < set.n; i++)
+      if (set.dev[i] >= a->first && set.dev[i] < a->first + a->count)
+        a->dev[set.dev[i] - a->first].last_sub = c->seq;
+  }
+  for (size_t i = 0; i < ni; i++) dev_tensor_release(ins[i]);
+  a->ops++;
+  a->op_ns += ap_now_ns() - t0;
+  return;
+failed:
+  for (size_t i = 0; i < ni; i++) dev_tensor_release(ins[i]);
+  ap_log(a, "op", c->seq, st.msg);
+  for (size_t i = 0; i < c->n_outputs; i++)
+    ap_put(a, c->outputs[i], NULL, st.code, st.msg);
+  if (have_set) ap_defer(a, &set, c->seq, &st);
+}
+
+static void ap_create(apply *a, dev_engine *e,
+                      const Paradev__V1__MeshCreateTensor *c) {
+  dev_status st = DEV_STATUS_INIT;
+  dev_devset set;
+  dev_shape comps[PD_MAX_DEVICES];
+  pd_dtype dt = PD_DTYPE_INVALID;
+  dev_tensor *t = NULL;
+  if (!ap_devset(e, c->devices, c->n_devices, &set, &st)) goto failed;
+  if (c->n_component_shapes != c->n_devices) {
+    dev_error(&st, PD_INTERNAL, "%zu component shapes for %zu devices",
+              c->n_component_shapes, c->n_devices);
+    goto failed;
+  }
+  if (srv_dtype_from_pb((int)c->dtype, "dtype", &dt, &st) != PD_OK)
+    goto failed;
+  for (size_t i = 0; i < c->n_devices; i++)
+    if (srv_shape_from_pb(c->component_shapes[i], "component shape",
+                          &comps[i], &st) != PD_OK)
+      goto failed;
+  dev_layout per = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
+  pd_code rc = c->pending ? dev_tensor_create_pending_on(e, &set, dt, &per,
+                                                         NULL, comps, &t, &st)
+                          : dev_tensor_create_on(e, &set, dt, comps, &t, &st);
+  if (rc != PD_OK) goto failed;
+  dev_tensor_set_layout_marks(t, c->not_mirrored, (int)c->shard_axis_p1);
+  ap_put(a, c->id, t, PD_OK, NULL);
+  return;
+failed:
+  ap_log(a, "tensor", c->id, st.msg);
+  ap_put(a, c->id, NULL, st.code, st.msg);
+}
+
+static void ap_write(apply *a, const Paradev__V1__MeshWrite *w) {
+  dev_status st = DEV_STATUS_INIT;
+  dev_tensor *t = ap_get(a, w->id, &st);
+  if (!t) return; /* failed already (logged then) */
+  dev_layout per = {DEV_LAYOUT_PER_COMPONENT, 0, (int)w->component};
+  if (dev_tensor_write(t, &per, (int)w->component, w->offset, w->data.data,
+                       w->data.len, &st) != PD_OK) {
+    ap_log(a, "write to tensor", w->id, st.msg);
+    ap_put(a, w->id, NULL, st.code, st.msg);
+  }
+  dev_tensor_release(t);
+}
+
+static void ap_complete(apply *a, const Paradev__V1__MeshComplete *c) {
+  dev_status st = DEV_STATUS_INIT;
+  dev_tensor *t = ap_get(a, c->id, &st);
+  if (!t) return;
+  dev_tensor_complete(t, (pd_code)c->code, c->message ? c->message : "");
+  dev_tensor_release(t);
+}
+
+static void ap_release(apply *a, const Paradev__V1__MeshRelease *r) {
+  for (size_t i = 0; i < r->n_ids; i++) {
+    dev_tensor *t = NULL;
+    pthread_mutex_lock(&a->mu);
+    ap_slot *s = ap_find(a, r->ids[i]);
+    if (s) ap_slot_drop(a, s, &t);
+    pthread_mutex_unlock(&a->mu);
+    if (!s)
+      SRV_DEBUG("mesh: release of tensor %llu, which rank %d does not hold",
+                (unsigned long long)r->ids[i], srv_mesh_rank(a->m));
+    dev_tensor_release(t);
+  }
+}
+
+static void ap_read_cmd(apply *a, const Paradev__V1__MeshRead *c) {
+  ap_read *r = calloc(1, sizeof *r);
+  if (!r) {
+    SRV_ERROR("mesh: out of memory queueing read %llu",
+              (unsigned long long)c->request);
+    return; /* the coordinator's read waits until the rank is lost */
+  }
+  dev_status st = DEV_STATUS_INIT;
+  r->request = c->request;
+  r->component = (int)c->component;
+  r->offset = c->offset;
+  r->length = c->length;
+  if (!(r->t = ap_get(a, c->id, &st))) {
+    r->code = st.code;
+    snprintf(r->msg, sizeof r->msg, "%s", st.msg);
+  }
+  pthread_mutex_lock(&a->rmu);
+  r->gen = a->gen;
+  if (a->rtail)
+    a->rtail->next = r;
+  else
+    a->rhead = r;
+  a->rtail = r;
+  pthread_cond_signal(&a->rcv);
+  pthread_mutex_unlock(&a->rmu);
+}
+
+void srv_mesh_apply_commands(srv_mesh *m, const ProtobufCBinaryData *cmds,
+                             size_t n) {
+  apply *a = srv_mesh_data(m);
+  dev_engine *e = a ? ap_engine(a) : NULL;
+  if (!e) return;
+  ProtobufCAllocator alloc = {ap_arena_alloc, ap_arena_free, &a->arena};
+  for (size_t i = 0; i < n; i++) {
+    Paradev__V1__MeshCommand *c =
+        paradev__v1__mesh_command__unpack(&alloc, cmds[i].len, cmds[i].data);
+    if (!c) {
+      SRV_ERROR("mesh: rank %d got a command of %zu bytes that does not "
+                "parse; dropped",
+                srv_mesh_rank(m), cmds[i].len);
+      ap_arena_reset(&a->arena);
+      continue;
+    }
+    switch (c->kind_case) {
+      case PARADEV__V1__MESH_COMMAND__KIND_OP: ap_op(a, e, c->op); break;
+      case PARADEV__V1__MESH_COMMAND__KIND_CREATE:
+        ap_create(a, e, c->create);
+        break;
+      case PARADEV__V1__MESH_COMMAND__KIND_WRITE: ap_write(a, c->write); break;
+      case PARADEV__V1__MESH_COMMAND__KIND_COMPLETE:
+        ap_complete(a, c->complete);
+        break;
+      case PARADEV__V1__MESH_COMMAND__KIND_RELEASE:
+        ap_release(a, c->release);
+        break;
+      case PARADEV__V1__MESH_COMMAND__KIND_READ: ap_read_cmd(a, c->read); break;
+      case PARADEV__V1__MESH_COMMAND__KIND_DROP_ALL:
+        srv_mesh_apply_drop_all(m, c->drop_all->reason ? c->drop_all->reason
+                                                        : "the coordinator "
+                                                          "asked");
+        break;
+      default:
+        SRV_WARN("mesh: rank %d got a command of an unknown kind (%d); "
+                 "ignored",
+                 srv_mesh_rank(m), (int)c->kind_case);
+    }
+    ap_arena_reset(&a->arena);
+  }
+}
+
+void srv_mesh_apply_drop_all(srv_mesh *m, const char *why) {
+  apply *a = srv_mesh_data(m);
+  if (!a) return;
+  pthread_mutex_lock(&a->mu);
+  ap_slot *slots = a->slots;
+  size_t cap = a->cap, nt = a->ntensors;
+  a->slots = NULL;
+  a->cap = a->used = a->ntensors = 0;
+  pthread_mutex_unlock(&a->mu);
+  pthread_mutex_lock(&a->rmu);
+  a->gen++;
+  ap_read *q = a->rhead;
+  a->rhead = a->rtail = NULL;
+  pthread_mutex_unlock(&a->rmu);
+  while (q) {
+    ap_read *nx = q->next;
+    dev_tensor_release(q->t);
+    free(q);
+    q = nx;
+  }
+  pthread_mutex_lock(&a->pmu);
+  for (int i = 0; i < a->count; i++) {
+    ap_fails_clear(&a->dev[i].out);
+    ap_fails_clear(&a->dev[i].deferred);
+  }
+  pthread_mutex_unlock(&a->pmu);
+  for (size_t i = 0; i < cap; i++) {
+    free(slots[i].msg);
+    dev_tensor_release(slots[i].t);
+  }
+  free(slots);
+  SRV_WARN("mesh: rank %d dropped its %zu tensors: %s", srv_mesh_rank(m), nt,
+           why ? why : "");
+}
+
+size_t srv_mesh_apply_tensors(srv_mesh *m) {
+  apply *a = srv_mesh_data(m);
+  if (!a) return 0;
+  pthread_mutex_lock(&a->mu);
+  size_t n = a->ntensors;
+  pthread_mutex_unlock(&a->mu);
+  return n;
+}
+
+/* --- life ------------------------------------------------------------------- */
+
+void srv_mesh_apply_hooks(srv_mesh *m, dev_mesh_config *cfg) {
+  cfg->arg = m;
+  cfg->local_done = ap_local_done;
+}
+
+int srv_mesh_apply_create(srv_mesh *m) {
+  apply *a = calloc(1, sizeof *a);
+  int per = srv_mesh_devices_per_rank(m);
+  if (!a || per < 1 || per > PD_MAX_DEVICES) {
+    free(a);
+    SRV_ERROR("mesh: cannot make rank %d's data plane (%d devices)",
+              srv_mesh_rank(m), per);
+    return -1;
+  }
+  a->m = m;
+  a->first = srv_mesh_rank(m) * per;
+  a->count = per;
+  if (!(a->dev = calloc((size_t)per, sizeof *a->dev))) {
+    free(a);
+    SRV_ERROR("mesh: out of memory making rank %d's data plane",
+              srv_mesh_rank(m));
+    return -1;
+  }
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_mutex_init(&a->pmu, NULL);
+  pthread_cond_init(&a->pcv, NULL);
+  pthread_mutex_init(&a->rmu, NULL);
+  pthread_cond_init(&a->rcv, NULL);
+  srv_mesh_set_data(m, a);
+  if (pthread_create(&a->sender, NULL, ap_sender_main, a) != 0) goto nothreads;
+  if (pthread_create(&a->reader, NULL, ap_reader_main, a) != 0) {
+    pthread_mutex_lock(&a->pmu);
+    a->stop = true;
+    pthread_cond_signal(&a->pcv);
+    pthread_mutex_unlock(&a->pmu);
+    pthread_join(a->sender, NULL);
+    goto nothreads;
+  }
+  return 0;
+nothreads:
+  srv_mesh_set_data(m, NULL);
+  free(a->dev);
+  free(a);
+  SRV_ERROR("mesh: cannot start rank %d's data plane threads",
+            srv_mesh_rank(m));
+  return -1;
+}
+
+void srv_mesh_apply_destroy(srv_mesh *m) {
+  apply *a = srv_mesh_data(m);
+  if (!a) return;
+  if (a->ops)
+    SRV_INFO("mesh: rank %d applied %llu ops, %.2f us each to unpack, "
+             "prepare and submit",
+             srv_mesh_rank(m), (unsigned long long)a->ops,
+             (double)a->op_ns / (double)a->ops / 1e3);
+  pthread_mutex_lock(&a->pmu);
+  a->stop = true;
+  pthread_cond_signal(&a->pcv);
+  pthread_mutex_unlock(&a->pmu);
+  pthread_join(a->sender, NULL);
+  pthread_mutex_lock(&a->rmu);
+  a->rstop = true;
+  pthread_cond_signal(&a->rcv);
+  pthread_mutex_unlock(&a->rmu);
+  pthread_join(a->reader, NULL);
+  srv_mesh_apply_drop_all(m, "the daemon stops");
+  for (int i = 0; i < a->count; i++) {
+    ap_fails_clear(&a->dev[i].out);
+    ap_fails_clear(&a->dev[i].deferred);
+    free(a->dev[i].out.v);
+    free(a->dev[i].deferred.v);
+  }
+  ap_arena_reset(&a->arena);
+  free(a->arena.big);
+  pthread_mutex_destroy(&a->mu);
+  pthread_mutex_destroy(&a->pmu);
+  pthread_cond_destroy(&a->pcv);
+  pthread_mutex_destroy(&a->rmu);
+  pthread_cond_destroy(&a->rcv);
+  free(a->dev);
+  free(a);
+  srv_mesh_set_data(m, NULL);
+}

@@ -1,0 +1,754 @@
+/* The coordinator's data plane (issue #16, server/mesh.h): the engine's
+ * dev_mesh_config hooks turned into packed MeshCommands for the ranks, and
+ * the ranks' MeshProgress and MeshReadResults turned back into the outcomes
+ * of remote_wait and component_read.
+ *
+ * Ordering. Commands to one rank go out in the order their hooks ran:
+ * op_submitted runs under the engine's submit lock (so ops go in seq
+ * order), and a tensor's create and writes happen before any op can name it
+ * (the upload finishes first), its release after every op reading it was
+ * forwarded (dev_mesh.h). srv_mesh_send_command keeps that order per rank.
+ *
+ * Progress. Per global device, done_seq (every op <= it finished there) and
+ * the failures the rank reported among them, in seq order. A remote
+ * device's executor waits in seq order, so a failure record below the seq it
+ * waits for was never its own and is dropped; the one it finds is taken.
+ * Memory stays bounded by the ops in flight.
+ *
+ * Loss. srv_mesh_fwd_rank_lost marks the rank lost and remembers the last
+ * seq forwarded so far (fail_upto): every wait on its devices up to that seq
+ * fails with UNAVAILABLE and `why`, now and after the rank attached again
+ * (a new incarnation never saw those ops); so do ops the control plane
+ * refused to queue (srv_mesh_send_command false).
+ *
+ * Locks: `mu` guards progress, ranks and reads; it nests nothing (sends
+ * happen outside it). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "mesh.h"
+
+/* Writes and reads move at most this many bytes per message. */
+#define FWD_CHUNK ((size_t)4 << 20)
+#define FWD_WHY_MAX 256
+/* Read requests a component_read keeps on its stack before it allocates. */
+#define FWD_READS_INLINE 8
+
+typedef struct fwd_fail {
+  uint64_t seq;
+  pd_code code;
+  char *msg;
+} fwd_fail;
+
+typedef struct fwd_dev {
+  uint64_t done_seq;
+  fwd_fail *fails; /* ascending seq */
+  size_t nfails, capfails;
+  pthread_cond_t cv;
+  bool waiting;
+} fwd_dev;
+
+typedef struct fwd_rank {
+  bool lost;
+  uint64_t fail_upto; /* waits up to this seq fail with `why` */
+  uint64_t inc;
+  char why[FWD_WHY_MAX];
+} fwd_rank;
+
+/* One outstanding MeshRead, on the reader's stack. */
+typedef struct fwd_read {
+  struct fwd_read *next;
+  uint64_t request;
+  uint8_t *dst;
+  size_t len;
+  bool done, busy; /* busy: a result is being copied into dst */
+  pd_code code;
+  char msg[DEV_STATUS_MSG_MAX];
+} fwd_read;
+
+typedef struct fwd {
+  srv_mesh *m;
+  int world, per_rank, ndev;
+  pthread_mutex_t mu;
+  pthread_cond_t read_cv;
+  fwd_dev *dev;   /* [ndev] */
+  fwd_rank *rank; /* [world] */
+  fwd_read *reads;
+  uint64_t next_request;
+  _Atomic uint64_t last_seq; /* the last op forwarded (or being) */
+  /* op_submitted's buffer: only the submit lock's holder touches it. */
+  uint8_t *opbuf;
+  size_t opcap;
+  _Atomic uint64_t ops, op_ns, op_bytes;
+} fwd;
+
+static uint64_t fwd_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static fwd *fwd_of(void *arg) { return srv_mesh_data((srv_mesh *)arg); }
+
+/* The ranks other than 0 owning a device of `set`, as a bit mask. */
+static uint64_t fwd_ranks_of(const fwd *f, const dev_devset *set) {
+  uint64_t mask = 0;
+  for (int i = 0; i < set->n; i++) {
+    int r = srv_mesh_device_rank(f->m, set->dev[i]);
+    if (r > 0 && r < 64) mask |= (uint64_t)1 << r;
+  }
+  return mask;
+}
+
+/* A send the control plane refused: the rank is gone, so every op up to
+ * `seq` on its devices fails (the rank's `why`, or a plain one). */
+static void fwd_refused(fwd *f, int rank, uint64_t seq) {
+  pthread_mutex_lock(&f->mu);
+  fwd_rank *r = &f->rank[rank];
+  if (seq > r->fail_upto) r->fail_upto = seq;
+  if (!r->why[0])
+    snprintf(r->why, sizeof r->why,
+             "the mesh lost rank %d: it is not attached", rank);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Packs `cmd` into `buf` (grown as needed; *cap its size); the length. */
+static size_t fwd_pack(const Paradev__V1__MeshCommand *cmd, uint8_t **buf,
+                       size_t *cap) {
+  size_t n = paradev__v1__mesh_command__get_packed_size(cmd);
+  if (n > *cap) {
+    size_t c = *cap ? *cap : 4096;
+    while (c < n) c *= 2;
+    uint8_t *nb = realloc(*buf, c);
+    if (!nb) return 0;
+    *buf = nb;
+    *cap = c;
+  }
+  return paradev__v1__mesh_command__pack(cmd, *buf);
+}
+
+/* Packs `cmd` once and queues it to every rank of `mask`; false when a rank
+ * refused (*refused gets the first). */
+static bool fwd_send_mask(fwd *f, uint64_t mask,
+                          const Paradev__V1__MeshCommand *cmd, int *refused) {
+  uint8_t local[512], *buf = local;
+  size_t n = paradev__v1__mesh_command__get_packed_size(cmd);
+  if (n > sizeof local && !(buf = malloc(n))) {
+    *refused = -1;
+    return false;
+  }
+  paradev__v1__mesh_command__pack(cmd, buf);
+  bool ok = true;
+  for (int r = 1; r < f->world && r < 64; r++)
+    if ((mask >> r & 1) && !srv_mesh_send_command(f->m, r, buf, n)) {
+      if (ok) *refused = r;
+      ok = false;
+    }
+  if (buf != local) free(buf);
+  return ok;
+}
+
+/* --- op_submitted -------------------------------------------------------- */
+
+/* Room for one op's attributes as proto messages, on the stack. */
+typedef struct fwd_attrs {
+  Paradev__V1__Attr attr[DEV_MAX_ATTRS];
+  Paradev__V1__Attr *ptr[DEV_MAX_ATTRS];
+  Paradev__V1__AttrValue val[DEV_MAX_ATTRS];
+  Paradev__V1__Shape shape[DEV_MAX_ATTRS];
+  Paradev__V1__IntList il[DEV_MAX_ATTRS];
+  Paradev__V1__FloatList fl[DEV_MAX_ATTRS];
+  char str[DEV_MAX_ATTRS][DEV_ATTR_STRING_MAX + 1];
+} fwd_attrs;
+
+/* Value `v` into slot `k` of `room` (strings copied, NUL-terminated: the
+ * engine's are (ptr, len); lists and shapes point at the op's storage).
+ * False for an absent value. */
+static bool fwd_attr_value(fwd_attrs *room, int k, const dev_attr_value *v) {
+  Paradev__V1__AttrValue *pb = &room->val[k];
+  paradev__v1__attr_value__init(pb);
+  switch (v->type) {
+    case DEV_ATTR_INT:
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_I;
+      pb->i = v->u.i;
+      return true;
+    case DEV_ATTR_FLOAT:
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_F;
+      pb->f = v->u.f;
+      return true;
+    case DEV_ATTR_BOOL:
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_B;
+      pb->b = v->u.b;
+      return true;
+    case DEV_ATTR_STRING: {
+      size_t len = v->u.s.len < DEV_ATTR_STRING_MAX ? v->u.s.len
+                                                     : DEV_ATTR_STRING_MAX;
+      if (len) memcpy(room->str[k], v->u.s.ptr, len);
+      room->str[k][len] = '\0';
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_S;
+      pb->s = room->str[k];
+      return true;
+    }
+    case DEV_ATTR_DTYPE:
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_DTYPE;
+      pb->dtype = (Paradev__V1__DType)v->u.dtype;
+      return true;
+    case DEV_ATTR_SHAPE:
+      paradev__v1__shape__init(&room->shape[k]);
+      room->shape[k].n_dims = (size_t)v->u.shape.rank;
+      room->shape[k].dims = (int64_t *)v->u.shape.dims;
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_SHAPE;
+      pb->shape = &room->shape[k];
+      return true;
+    case DEV_ATTR_INT_LIST:
+      paradev__v1__int_list__init(&room->il[k]);
+      room->il[k].n_values = (size_t)v->u.ilist.n;
+      room->il[k].values = (int64_t *)v->u.ilist.v;
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_INT_LIST;
+      pb->int_list = &room->il[k];
+      return true;
+    case DEV_ATTR_FLOAT_LIST:
+      paradev__v1__float_list__init(&room->fl[k]);
+      room->fl[k].n_values = (size_t)v->u.flist.n;
+      room->fl[k].values = (double *)v->u.flist.v;
+      pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_FLOAT_LIST;
+      pb->float_list = &room->fl[k];
+      return true;
+    case DEV_ATTR_NONE: break;
+  }
+  return false;
+}
+
+/* The op's declared attributes that have a value, in declaration order;
+ * the count. */
+static size_t fwd_attrs_fill(fwd_attrs *room, const dev_op *op) {
+  const dev_op_def *def = dev_op_definition(op);
+  const dev_attr_value *vals = dev_op_attr_values(op);
+  int na = def ? dev_op_def_num_attrs(def) : 0;
+  size_t k = 0;
+  for (int i = 0; i < na && i < DEV_MAX_ATTRS && vals; i++) {
+    dev_op_attr_info info;
+    if (!dev_op_def_attr(def, i, &info)) continue;
+    if (!fwd_attr_value(room, (int)k, &vals[i])) continue;
+    paradev__v1__attr__init(&room->attr[k]);
+    room->attr[k].name = (char *)info.name;
+    room->attr[k].value = &room->val[k];
+    room->ptr[k] = &room->attr[k];
+    k++;
+  }
+  return k;
+}
+
+static void fwd_op_submitted(void *arg, const dev_op *op) {
+  fwd *f = fwd_of(arg);
+  if (!f) return;
+  uint64_t t0 = fwd_now_ns();
+  const dev_devset *set = dev_op_devset(op);
+  uint64_t mask = fwd_ranks_of(f, set);
+  if (!mask) return; /* the coordinator's own devices only */
+  uint64_t seq = dev_op_seq(op);
+  /* Before the sends: a rank lost from here on fails this op too (see
+   * srv_mesh_fwd_rank_lost). */
+  atomic_store(&f->last_seq, seq);
+
+  fwd_attrs room;
+  uint64_t ins[DEV_MAX_INPUTS], outs_local[DEV_MAX_OUTPUTS], *outs = outs_local;
+  uint32_t devs[PD_MAX_DEVICES];
+  int ni = dev_op_num_inputs(op), no = dev_op_num_outputs(op);
+  if (ni > DEV_MAX_INPUTS) ni = DEV_MAX_INPUTS;
+  if (no > DEV_MAX_OUTPUTS && !(outs = malloc(sizeof(*outs) * (size_t)no))) {
+    SRV_ERROR("mesh: op %llu (%s): out of memory forwarding it",
+              (unsigned long long)seq, dev_op_name(op));
+    for (int r = 1; r < f->world && r < 64; r++)
+      if (mask >> r & 1) fwd_refused(f, r, seq);
+    return;
+  }
+  for (int i = 0; i < ni; i++) ins[i] = dev_tensor_id(dev_op_input(op, i));
+  for (int i = 0; i < no; i++) outs[i] = dev_tensor_id(dev_op_output(op, i));
+  for (int i = 0; i < set->n; i++) devs[i] = set->dev[i];
+
+  Paradev__V1__MeshOp mop;
+  paradev__v1__mesh_op__init(&mop);
+  mop.seq = seq;
+  mop.op = (char *)dev_op_name(op);
+  mop.n_attrs = fwd_attrs_fill(&room, op);
+  mop.attrs = room.ptr;
+  mop.n_inputs = (size_t)ni;
+  mop.inputs = ins;
+  mop.n_outputs = (size_t)no;
+  mop.outputs = outs;
+  mop.n_devices = (size_t)set->n;
+  mop.devices = devs;
+  Paradev__V1__MeshCommand cmd;
+  paradev__v1__mesh_command__init(&cmd);
+  cmd.kind_case = PARADEV__V1__MESH_COMMAND__KIND_OP;
+  cmd.op = &mop;
+  size_t len = fwd_pack(&cmd, &f->opbuf, &f->opcap);
+  if (outs != outs_local) free(outs);
+  for (int r = 1; r < f->world && r < 64; r++) {
+    if (!(mask >> r & 1)) continue;
+    if (!len || !srv_mesh_send_command(f->m, r, f->opbuf, len))
+      fwd_refused(f, r, seq);
+  }
+  atomic_fetch_add_explicit(&f->ops, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&f->op_bytes, len, memory_order_relaxed);
+  atomic_fetch_add_explicit(&f->op_ns, fwd_now_ns() - t0,
+                            memory_order_relaxed);
+}
+
+/* --- tensors --------------------------------------------------------------- */
+
+static void fwd_tensor_created(void *arg, const dev_tensor *t) {
+  fwd *f = fwd_of(arg);
+  if (!f) return;
+  const dev_devset *set = dev_tensor_devset(t);
+  uint64_t mask = fwd_ranks_of(f, set);
+  if (!mask) return;
+  uint32_t devs[PD_MAX_DEVICES];
+  Paradev__V1__Shape shapes[PD_MAX_DEVICES], *sp[PD_MAX_DEVICES];
+  for (int i = 0; i < set->n; i++) {
+    const dev_shape *s = dev_tensor_component_shape(t, i);
+    devs[i] = set->dev[i];
+    paradev__v1__shape__init(&shapes[i]);
+    shapes[i].n_dims = s ? (size_t)s->rank : 0;
+    shapes[i].dims = s ? (int64_t *)s->dims : NULL;
+    sp[i] = &shapes[i];
+  }
+  bool nm = false;
+  int axis_p1 = 0;
+  dev_tensor_layout_marks(t, &nm, &axis_p1);
+  Paradev__V1__MeshCreateTensor c;
+  paradev__v1__mesh_create_tensor__init(&c);
+  c.id = dev_tensor_id(t);
+  c.dtype = (Paradev__V1__DType)dev_tensor_dtype(t);
+  c.n_devices = (size_t)set->n;
+  c.devices = devs;
+  c.n_component_shapes = (size_t)set->n;
+  c.component_shapes = sp;
+  c.pending = dev_tensor_is_pending(t);
+  c.not_mirrored = nm;
+  c.shard_axis_p1 = (uint32_t)(axis_p1 > 0 ? axis_p1 : 0);
+  Paradev__V1__MeshCommand cmd;
+  paradev__v1__mesh_command__init(&cmd);
+  cmd.kind_case = PARADEV__V1__MESH_COMMAND__KIND_CREATE;
+  cmd.create = &c;
+  int refused = 0;
+  if (!fwd_send_mask(f, mask, &cmd, &refused))
+    SRV_DEBUG("mesh: tensor %llu not created on rank %d (not attached)",
+              (unsigned long long)c.id, refused);
+}
+
+/* The error of a rank that is lost or refused a command. */
+static pd_code fwd_rank_error(fwd *f, int rank, dev_status *st) {
+  pthread_mutex_lock(&f->mu);
+  char why[FWD_WHY_MAX];
+  snprintf(why, sizeof why, "%s", f->rank[rank].why);
+  pthread_mutex_unlock(&f->mu);
+  if (why[0]) return dev_error(st, PD_UNAVAILABLE, "%s", why);
+  return dev_error(st, PD_UNAVAILABLE,
+                   "the mesh lost rank %d: it is not attached", rank);
+}
+
+static pd_code fwd_component_write(void *arg, const dev_tensor *t,
+                                   int component, uint64_t offset,
+                                   const void *data, size_t len,
+                                   dev_status *st) {
+  fwd *f = fwd_of(arg);
+  const dev_devset *set = dev_tensor_devset(t);
+  if (!f || component < 0 || component >= set->n)
+    return dev_error(st, PD_INTERNAL,
+                     "mesh: a write to component %d of a tensor of %d",
+                     component, set->n);
+  int rank = srv_mesh_device_rank(f->m, set->dev[component]);
+  uint8_t *buf = NULL;
+  size_t cap = 0;
+  pd_code rc = PD_OK;
+  size_t done = 0;
+  do {
+    size_t n = len - done < FWD_CHUNK ? len - done : FWD_CHUNK;
+    Paradev__V1__MeshWrite w;
+    paradev__v1__mesh_write__init(&w);
+    w.id = dev_tensor_id(t);
+    w.component = (uint32_t)component;
+    w.offset = offset + done;
+    w.data.data = (uint8_t *)data + done;
+    w.data.len = n;
+    Paradev__V1__MeshCommand cmd;
+    paradev__v1__mesh_command__init(&cmd);
+    cmd.kind_case = PARADEV__V1__MESH_COMMAND__KIND_WRITE;
+    cmd.write = &w;
+    size_t pl = fwd_pack(&cmd, &buf, &cap);
+    if (!pl) {
+      rc = dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "mesh: out of memory packing a write of %zu bytes", n);
+      break;
+    }
+    if (!srv_mesh_send_command(f->m, rank, buf, pl)) {
+      rc = fwd_rank_error(f, rank, st);
+      break;
+    }
+    done += n;
+  } while (done < len);
+  free(buf);
+  return rc;
+}
+
+/* A one-field command (complete, release) to the ranks of `t`. */
+static void fwd_send_tensor(fwd *f, const dev_tensor *t,
+                            const Paradev__V1__MeshCommand *cmd,
+                            const char *what) {
+  uint64_t mask = fwd_ranks_of(f, dev_tensor_devset(t));
+  int refused = 0;
+  if (mask && !fwd_send_mask(f, mask, cmd, &refused))
+    SRV_DEBUG("mesh: %s of tensor %llu not sent to rank %d", what,
+              (unsigned long long)dev_tensor_id(t), refused);
+}
+
+static void fwd_tensor_completed(void *arg, const dev_tensor *t, pd_code code,
+                                 const char *msg) {
+  fwd *f = fwd_of(arg);
+  if (!f) return;
+  Paradev__V1__MeshComplete c;
+  paradev__v1__mesh_complete__init(&c);
+  c.id = dev_tensor_id(t);
+  c.code = (int32_t)code;
+  c.message = (char *)(msg ? msg : "");
+  Paradev__V1__MeshCommand cmd;
+  paradev__v1__mesh_command__init(&cmd);
+  cmd.kind_case = PARADEV__V1__MESH_COMMAND__KIND_COMPLETE;
+  cmd.complete = &c;
+  fwd_send_tensor(f, t, &cmd, "the completion");
+}
+
+static void fwd_tensor_released(void *arg, const dev_tensor *t) {
+  fwd *f = fwd_of(arg);
+  if (!f) return;
+  uint64_t id = dev_tensor_id(t);
+  Paradev__V1__MeshRelease r;
+  paradev__v1__mesh_release__init(&r);
+  r.n_ids = 1;
+  r.ids = &id;
+  Paradev__V1__MeshCommand cmd;
+  paradev__v1__mesh_command__init(&cmd);
+  cmd.kind_case = PARADEV__V1__MESH_COMMAND__KIND_RELEASE;
+  cmd.release = &r;
+  fwd_send_tensor(f, t, &cmd, "the release");
+}
+
+/* --- reads ---------------------------------------------------------------- */
+
+static void fwd_reads_unlink(fwd *f, fwd_read *rq, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    for (fwd_read **p = &f->reads; *p; p = &(*p)->next)
+      if (*p == &rq[i]) {
+        *p = rq[i].next;
+        break;
+      }
+}
+
+static pd_code fwd_component_read(void *arg, const dev_tensor *t,
+                                  int component, uint64_t offset, void *data,
+                                  size_t len, dev_status *st) {
+  fwd *f = fwd_of(arg);
+  const dev_devset *set = dev_tensor_devset(t);
+  if (!f || component < 0 || component >= set->n)
+    return dev_error(st, PD_INTERNAL,
+                     "mesh: a read of component %d of a tensor of %d",
+                     component, set->n);
+  if (!len) return PD_OK;
+  int rank = srv_mesh_device_rank(f->m, set->dev[component]);
+  size_t n = (len + FWD_CHUNK - 1) / FWD_CHUNK;
+  fwd_read local[FWD_READS_INLINE], *rq = local;
+  if (n > FWD_READS_INLINE && !(rq = calloc(n, sizeof *rq)))
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "mesh: out of memory reading %zu bytes", len);
+  memset(rq, 0, sizeof(*rq) * n);
+  pthread_mutex_lock(&f->mu);
+  if (f->rank[rank].lost) {
+    pthread_mutex_unlock(&f->mu);
+    if (rq != local) free(rq);
+    return fwd_rank_error(f, rank, st);
+  }
+  for (size_t i = 0; i < n; i++) {
+    rq[i].request = ++f->next_request;
+    rq[i].dst = (uint8_t *)data + i * FWD_CHUNK;
+    rq[i].len = i + 1 < n ? FWD_CHUNK : len - i * FWD_CHUNK;
+    rq[i].next = f->reads;
+    f->reads = &rq[i];
+  }
+  pthread_mutex_unlock(&f->mu);
+
+  bool sent = true;
+  for (size_t i = 0; i < n && sent; i++) {
+    Paradev__V1__MeshRead r;
+    paradev__v1__mesh_read__init(&r);
+    r.request = rq[i].request;
+    r.id = dev_tensor_id(t);
+    r.component = (uint32_t)component;
+    r.offset = offset + i * FWD_CHUNK;
+    r.length = rq[i].len;
+    Paradev__V1__MeshCommand cmd;
+    paradev__v1__mesh_command__init(&cmd);
+    cmd.kind_case = PARADEV__V1__MESH_COMMAND__KIND_READ;
+    cmd.read = &r;
+    uint8_t buf[128];
+    size_t pl = paradev__v1__mesh_command__pack(&cmd, buf);
+    sent = srv_mesh_send_command(f->m, rank, buf, pl);
+  }
+
+  pthread_mutex_lock(&f->mu);
+  pd_code rc = PD_OK;
+  for (;;) {
+    size_t done = 0, busy = 0;
+    for (size_t i = 0; i < n; i++) {
+      done += rq[i].done;
+      busy += rq[i].busy;
+    }
+    bool gone = !sent || f->rank[rank].lost;
+    if (done == n || (gone && !busy)) break;
+    pthread_cond_wait(&f->read_cv, &f->mu);
+  }
+  fwd_reads_unlink(f, rq, n);
+  size_t bad = n;
+  for (size_t i = 0; i < n; i++)
+    if (!rq[i].done || rq[i].code != PD_OK) {
+      bad = i;
+      break;
+    }
+  pthread_mutex_unlock(&f->mu);
+  if (bad < n) {
+    if (!rq[bad].done)
+      rc = fwd_rank_error(f, rank, st);
+    else
+      rc = dev_error(st, rq[bad].code, "rank %d: %s", rank, rq[bad].msg);
+  }
+  if (rq != local) free(rq);
+  return rc;
+}
+
+/* --- remote_wait ------------------------------------------------------------- */
+
+static pd_code fwd_remote_wait(void *arg, int device, uint64_t seq,
+                               dev_status *st) {
+  fwd *f = fwd_of(arg);
+  if (!f || device < 0 || device >= f->ndev)
+    return dev_error(st, PD_INTERNAL, "mesh: a wait on device %d of %d",
+                     device, f ? f->ndev : 0);
+  int rank = srv_mesh_device_rank(f->m, device);
+  fwd_dev *d = &f->dev[device];
+  pthread_mutex_lock(&f->mu);
+  for (;;) {
+    fwd_rank *r = &f->rank[rank];
+    if (r->lost || seq <= r->fail_upto) {
+      pd_code rc = dev_error(st, PD_UNAVAILABLE, "%s",
+                             r->why[0] ? r->why : "the mesh lost the rank");
+      pthread_mutex_unlock(&f->mu);
+      return rc;
+    }
+    size_t k = 0; /* records below seq were never this executor's */
+    while (k < d->nfails && d->fails[k].seq < seq) free(d->fails[k++].msg);
+    if (k) {
+      memmove(d->fails, d->fails + k, sizeof(*d->fails) * (d->nfails - k));
+      d->nfails -= k;
+    }
+    if (d->nfails && d->fails[0].seq == seq) {
+      fwd_fail fl = d->fails[0];
+      memmove(d->fails, d->fails + 1, sizeof(*d->fails) * --d->nfails);
+      pthread_mutex_unlock(&f->mu);
+      pd_code rc = dev_error(st, fl.code, "rank %d: %s", rank,
+                             fl.msg ? fl.msg : "failed");
+      free(fl.msg);
+      return rc;
+    }
+    if (d->done_seq >= seq) {
+      pthread_mutex_unlock(&f->mu);
+      return PD_OK;
+    }
+    d->waiting = true;
+    pthread_cond_wait(&d->cv, &f->mu);
+  }
+}
+
+/* --- from the ranks ----------------------------------------------------------- */
+
+static void fwd_progress(fwd *f, int rank, const Paradev__V1__MeshProgress *p) {
+  int dv = (int)p->device;
+  if (dv < 0 || dv >= f->ndev || srv_mesh_device_rank(f->m, dv) != rank) {
+    SRV_WARN("mesh: rank %d reported progress of device %u, not its own",
+             rank, p->device);
+    return;
+  }
+  fwd_dev *d = &f->dev[dv];
+  for (size_t i = 0; i < p->n_failures; i++) {
+    const Paradev__V1__MeshFailure *fl = p->failures[i];
+    if (fl->seq <= d->done_seq ||
+        (d->nfails && fl->seq <= d->fails[d->nfails - 1].seq))
+      continue; /* old or out of order: already settled */
+    if (d->nfails == d->capfails) {
+      size_t c = d->capfails ? d->capfails * 2 : 8;
+      fwd_fail *nf = realloc(d->fails, sizeof(*nf) * c);
+      if (!nf) continue;
+      d->fails = nf;
+      d->capfails = c;
+    }
+    pd_code code = fl->code > 0 ? (pd_code)fl->code : PD_INTERNAL;
+    d->fails[d->nfails++] = (fwd_fail){
+        fl->seq, code, strdup(fl->message ? fl->message : "")};
+  }
+  if (p->done_seq > d->done_seq) d->done_seq = p->done_seq;
+  if (d->waiting) {
+    d->waiting = false;
+    pthread_cond_broadcast(&d->cv);
+  }
+}
+
+static void fwd_read_result(fwd *f, int rank,
+                            const Paradev__V1__MeshReadResult *res) {
+  fwd_read *rq = f->reads;
+  while (rq && rq->request != res->request) rq = rq->next;
+  if (!rq || rq->done) return; /* given up on (the rank was lost) */
+  if (res->code != PD_OK) {
+    rq->code = (pd_code)res->code;
+    snprintf(rq->msg, sizeof rq->msg, "%s", res->message ? res->message : "");
+  } else if (res->data.len != rq->len) {
+    rq->code = PD_DATA_LOSS;
+    snprintf(rq->msg, sizeof rq->msg,
+             "a read answered %zu bytes; %zu were asked", res->data.len,
+             rq->len);
+  } else {
+    /* Copy without the lock: the waiter stays until busy is cleared. */
+    rq->busy = true;
+    pthread_mutex_unlock(&f->mu);
+    memcpy(rq->dst, res->data.data, rq->len);
+    pthread_mutex_lock(&f->mu);
+    rq->busy = false;
+    rq->code = PD_OK;
+  }
+  (void)rank;
+  rq->done = true;
+  pthread_cond_broadcast(&f->read_cv);
+}
+
+void srv_mesh_fwd_on_message(srv_mesh *m, int rank,
+                             const Paradev__V1__RankMessage *msg) {
+  fwd *f = srv_mesh_data(m);
+  if (!f || rank <= 0 || rank >= f->world) return;
+  pthread_mutex_lock(&f->mu);
+  for (size_t i = 0; i < msg->n_progress; i++)
+    fwd_progress(f, rank, msg->progress[i]);
+  for (size_t i = 0; i < msg->n_read_results; i++)
+    fwd_read_result(f, rank, msg->read_results[i]);
+  pthread_mutex_unlock(&f->mu);
+}
+
+void srv_mesh_fwd_rank_attached(srv_mesh *m, int rank, uint64_t inc,
+                                uint64_t last_seq) {
+  fwd *f = srv_mesh_data(m);
+  if (!f || rank <= 0 || rank >= f->world) return;
+  pthread_mutex_lock(&f->mu);
+  f->rank[rank].lost = false;
+  f->rank[rank].inc = inc;
+  for (int i = 0; i < f->per_rank; i++) {
+    fwd_dev *d = &f->dev[rank * f->per_rank + i];
+    for (size_t k = 0; k < d->nfails; k++) free(d->fails[k].msg);
+    d->nfails = 0;
+    d->done_seq = last_seq;
+  }
+  pthread_mutex_unlock(&f->mu);
+}
+
+void srv_mesh_fwd_rank_lost(srv_mesh *m, int rank, const char *why) {
+  fwd *f = srv_mesh_data(m);
+  if (!f || rank <= 0 || rank >= f->world) return;
+  pthread_mutex_lock(&f->mu);
+  fwd_rank *r = &f->rank[rank];
+  r->lost = true;
+  uint64_t last = atomic_load(&f->last_seq);
+  if (last > r->fail_upto) r->fail_upto = last;
+  if (why && why[0])
+    snprintf(r->why, sizeof r->why, "%s", why);
+  else
+    snprintf(r->why, sizeof r->why, "the mesh lost rank %d", rank);
+  for (int i = 0; i < f->per_rank; i++) {
+    fwd_dev *d = &f->dev[rank * f->per_rank + i];
+    d->waiting = false;
+    pthread_cond_broadcast(&d->cv);
+  }
+  pthread_cond_broadcast(&f->read_cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* --- life ------------------------------------------------------------------- */
+
+void srv_mesh_fwd_hooks(srv_mesh *m, dev_mesh_config *cfg) {
+  cfg->arg = m;
+  cfg->op_submitted = fwd_op_submitted;
+  cfg->tensor_created = fwd_tensor_created;
+  cfg->component_write = fwd_component_write;
+  cfg->component_read = fwd_component_read;
+  cfg->tensor_completed = fwd_tensor_completed;
+  cfg->tensor_released = fwd_tensor_released;
+  cfg->remote_wait = fwd_remote_wait;
+  cfg->local_done = NULL;
+}
+
+int srv_mesh_fwd_create(srv_mesh *m) {
+  int world = srv_mesh_world_size(m), per = srv_mesh_devices_per_rank(m);
+  if (world < 1 || world > 64 || per < 1 || world * per > PD_MAX_DEVICES) {
+    SRV_ERROR("mesh: %d ranks of %d devices: the mesh takes at most %d "
+              "devices",
+              world, per, PD_MAX_DEVICES);
+    return -1;
+  }
+  fwd *f = calloc(1, sizeof *f);
+  if (!f) goto oom;
+  f->m = m;
+  f->world = world;
+  f->per_rank = per;
+  f->ndev = world * per;
+  f->dev = calloc((size_t)f->ndev, sizeof *f->dev);
+  f->rank = calloc((size_t)world, sizeof *f->rank);
+  if (!f->dev || !f->rank) goto oom;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->read_cv, NULL);
+  for (int i = 0; i < f->ndev; i++) pthread_cond_init(&f->dev[i].cv, NULL);
+  srv_mesh_set_data(m, f);
+  return 0;
+oom:
+  if (f) {
+    free(f->dev);
+    free(f->rank);
+    free(f);
+  }
+  SRV_ERROR("mesh: out of memory making the coordinator's data plane");
+  return -1;
+}
+
+void srv_mesh_fwd_destroy(srv_mesh *m) {
+  fwd *f = srv_mesh_data(m);
+  if (!f) return;
+  uint64_t ops = atomic_load(&f->ops);
+  if (ops)
+    SRV_INFO("mesh: forwarded %llu ops, %.2f us and %.0f bytes each to pack "
+             "and queue",
+             (unsigned long long)ops,
+             (double)atomic_load(&f->op_ns) / (double)ops / 1e3,
+             (double)atomic_load(&f->op_bytes) / (double)ops);
+  for (int i = 0; i < f->ndev; i++) {
+    for (size_t k = 0; k < f->dev[i].nfails; k++) free(f->dev[i].fails[k].msg);
+    free(f->dev[i].fails);
+    pthread_cond_destroy(&f->dev[i].cv);
+  }
+  pthread_cond_destroy(&f->read_cv);
+  pthread_mutex_destroy(&f->mu);
+  free(f->opbuf);
+  free(f->dev);
+  free(f->rank);
+  free(f);
+  srv_mesh_set_data(m, NULL);
+}
