@@ -752,8 +752,12 @@ void srv_mesh_apply_drop_all(srv_mesh *m, const char *why) {
     dev_tensor_release(slots[i].t);
   }
   free(slots);
-  SRV_WARN("mesh: rank %d dropped its %zu tensors: %s", srv_mesh_rank(m), nt,
-           why ? why : "");
+  if (nt)
+    SRV_WARN("mesh: rank %d dropped its %zu tensors: %s", srv_mesh_rank(m),
+             nt, why ? why : "");
+  else
+    SRV_DEBUG("mesh: rank %d holds no tensors to drop: %s", srv_mesh_rank(m),
+              why ? why : "");
 }
 
 size_t srv_mesh_apply_tensors(srv_mesh *m) {

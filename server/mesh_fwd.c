@@ -38,6 +38,10 @@
 #define FWD_WHY_MAX 256
 /* Read requests a component_read keeps on its stack before it allocates. */
 #define FWD_READS_INLINE 8
+/* Releases wait at most this long to be sent with others, and are sent at
+ * once when this many gathered for a rank. */
+#define FWD_RELEASE_DELAY_NS 200000
+#define FWD_RELEASE_BATCH 1024
 
 typedef struct fwd_fail {
   uint64_t seq;
@@ -85,6 +89,14 @@ typedef struct fwd {
   uint8_t *opbuf;
   size_t opcap;
   _Atomic uint64_t ops, op_ns, op_bytes;
+  /* Releases waiting for the flusher, per rank (see fwd_tensor_released). */
+  pthread_mutex_t rel_mu;
+  pthread_cond_t rel_cv;
+  uint64_t **rel;
+  size_t *nrel, *caprel;
+  bool rel_pending, rel_stop;
+  pthread_t rel_thread;
+  _Atomic uint64_t releases, release_msgs;
 } fwd;
 
 static uint64_t fwd_now_ns(void) {
@@ -425,19 +437,101 @@ static void fwd_tensor_completed(void *arg, const dev_tensor *t, pd_code code,
   fwd_send_tensor(f, t, &cmd, "the completion");
 }
 
-static void fwd_tensor_released(void *arg, const dev_tensor *t) {
-  fwd *f = fwd_of(arg);
-  if (!f) return;
-  uint64_t id = dev_tensor_id(t);
-  Paradev__V1__MeshRelease r;
-  paradev__v1__mesh_release__init(&r);
-  r.n_ids = 1;
-  r.ids = &id;
+/* Sends rank r's batch of releases (ids[0..n)). */
+static void fwd_send_releases(fwd *f, int r, uint64_t *ids, size_t n) {
+  Paradev__V1__MeshRelease rel;
+  paradev__v1__mesh_release__init(&rel);
+  rel.n_ids = n;
+  rel.ids = ids;
   Paradev__V1__MeshCommand cmd;
   paradev__v1__mesh_command__init(&cmd);
   cmd.kind_case = PARADEV__V1__MESH_COMMAND__KIND_RELEASE;
-  cmd.release = &r;
-  fwd_send_tensor(f, t, &cmd, "the release");
+  cmd.release = &rel;
+  int refused = 0;
+  if (!fwd_send_mask(f, (uint64_t)1 << r, &cmd, &refused))
+    SRV_DEBUG("mesh: %zu releases not sent to rank %d", n, r);
+  atomic_fetch_add_explicit(&f->release_msgs, 1, memory_order_relaxed);
+}
+
+/* Takes every rank's batch under rel_mu and sends them outside it. */
+static void fwd_flush_releases(fwd *f) {
+  for (int r = 1; r < f->world; r++) {
+    pthread_mutex_lock(&f->rel_mu);
+    uint64_t *ids = f->rel[r];
+    size_t n = f->nrel[r];
+    f->rel[r] = NULL;
+    f->nrel[r] = f->caprel[r] = 0;
+    pthread_mutex_unlock(&f->rel_mu);
+    if (n) fwd_send_releases(f, r, ids, n);
+    free(ids);
+  }
+}
+
+/* The flusher: once releases are pending, waits FWD_RELEASE_DELAY_NS for
+ * more to gather, then sends one MeshRelease per rank. */
+static void *fwd_release_main(void *arg) {
+  fwd *f = arg;
+  pthread_mutex_lock(&f->rel_mu);
+  while (!f->rel_stop) {
+    if (!f->rel_pending) {
+      pthread_cond_wait(&f->rel_cv, &f->rel_mu);
+      continue;
+    }
+    f->rel_pending = false;
+    pthread_mutex_unlock(&f->rel_mu);
+    struct timespec ts = {0, FWD_RELEASE_DELAY_NS};
+    nanosleep(&ts, NULL);
+    fwd_flush_releases(f);
+    pthread_mutex_lock(&f->rel_mu);
+  }
+  pthread_mutex_unlock(&f->rel_mu);
+  return NULL;
+}
+
+/* Releases are batched per rank: a release can wait, since the coordinator
+ * never names the id again (ids are not reused) and every op reading it
+ * was forwarded before (dev_mesh.h). The flusher sends a batch within
+ * FWD_RELEASE_DELAY_NS, or this thread at once when one reaches
+ * FWD_RELEASE_BATCH ids. */
+static void fwd_tensor_released(void *arg, const dev_tensor *t) {
+  fwd *f = fwd_of(arg);
+  if (!f) return;
+  uint64_t mask = fwd_ranks_of(f, dev_tensor_devset(t));
+  if (!mask) return;
+  uint64_t id = dev_tensor_id(t);
+  atomic_fetch_add_explicit(&f->releases, 1, memory_order_relaxed);
+  for (int r = 1; r < f->world && r < 64; r++) {
+    if (!(mask >> r & 1)) continue;
+    uint64_t *full = NULL, one = id;
+    size_t nfull = 0;
+    pthread_mutex_lock(&f->rel_mu);
+    if (f->nrel[r] == f->caprel[r]) {
+      size_t c = f->caprel[r] ? f->caprel[r] * 2 : 64;
+      uint64_t *nv = realloc(f->rel[r], sizeof(*nv) * c);
+      if (nv) {
+        f->rel[r] = nv;
+        f->caprel[r] = c;
+      }
+    }
+    if (f->nrel[r] < f->caprel[r]) {
+      f->rel[r][f->nrel[r]++] = id;
+      if (f->nrel[r] >= FWD_RELEASE_BATCH) {
+        full = f->rel[r];
+        nfull = f->nrel[r];
+        f->rel[r] = NULL;
+        f->nrel[r] = f->caprel[r] = 0;
+      } else if (!f->rel_pending) {
+        f->rel_pending = true;
+        pthread_cond_signal(&f->rel_cv);
+      }
+    } else {
+      full = &one; /* out of memory: send it alone */
+      nfull = 1;
+    }
+    pthread_mutex_unlock(&f->rel_mu);
+    if (nfull) fwd_send_releases(f, r, full, nfull);
+    if (full != &one) free(full);
+  }
 }
 
 /* --- reads ---------------------------------------------------------------- */
@@ -560,8 +654,10 @@ static pd_code fwd_remote_wait(void *arg, int device, uint64_t seq,
       fwd_fail fl = d->fails[0];
       memmove(d->fails, d->fails + 1, sizeof(*d->fails) * --d->nfails);
       pthread_mutex_unlock(&f->mu);
-      pd_code rc = dev_error(st, fl.code, "rank %d: %s", rank,
-                             fl.msg ? fl.msg : "failed");
+      /* The rank's engine names its backend's device (cpu:0); say which
+       * of the mesh's it is. */
+      pd_code rc = dev_error(st, fl.code, "rank %d (device %d): %s", rank,
+                             device, fl.msg ? fl.msg : "failed");
       free(fl.msg);
       return rc;
     }
@@ -713,7 +809,17 @@ int srv_mesh_fwd_create(srv_mesh *m) {
   f->ndev = world * per;
   f->dev = calloc((size_t)f->ndev, sizeof *f->dev);
   f->rank = calloc((size_t)world, sizeof *f->rank);
-  if (!f->dev || !f->rank) goto oom;
+  f->rel = calloc((size_t)world, sizeof *f->rel);
+  f->nrel = calloc((size_t)world, sizeof *f->nrel);
+  f->caprel = calloc((size_t)world, sizeof *f->caprel);
+  if (!f->dev || !f->rank || !f->rel || !f->nrel || !f->caprel) goto oom;
+  pthread_mutex_init(&f->rel_mu, NULL);
+  pthread_cond_init(&f->rel_cv, NULL);
+  if (pthread_create(&f->rel_thread, NULL, fwd_release_main, f) != 0) {
+    pthread_mutex_destroy(&f->rel_mu);
+    pthread_cond_destroy(&f->rel_cv);
+    goto oom;
+  }
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->read_cv, NULL);
   for (int i = 0; i < f->ndev; i++) pthread_cond_init(&f->dev[i].cv, NULL);
@@ -723,15 +829,30 @@ oom:
   if (f) {
     free(f->dev);
     free(f->rank);
+    free(f->rel);
+    free(f->nrel);
+    free(f->caprel);
     free(f);
   }
-  SRV_ERROR("mesh: out of memory making the coordinator's data plane");
+  SRV_ERROR("mesh: out of memory (or threads) making the coordinator's "
+            "data plane");
   return -1;
 }
 
 void srv_mesh_fwd_destroy(srv_mesh *m) {
   fwd *f = srv_mesh_data(m);
   if (!f) return;
+  pthread_mutex_lock(&f->rel_mu);
+  f->rel_stop = true;
+  pthread_cond_signal(&f->rel_cv);
+  pthread_mutex_unlock(&f->rel_mu);
+  pthread_join(f->rel_thread, NULL);
+  fwd_flush_releases(f);
+  uint64_t rels = atomic_load(&f->releases);
+  if (rels)
+    SRV_INFO("mesh: forwarded %llu releases in %llu messages",
+             (unsigned long long)rels,
+             (unsigned long long)atomic_load(&f->release_msgs));
   uint64_t ops = atomic_load(&f->ops);
   if (ops)
     SRV_INFO("mesh: forwarded %llu ops, %.2f us and %.0f bytes each to pack "
@@ -746,6 +867,11 @@ void srv_mesh_fwd_destroy(srv_mesh *m) {
   }
   pthread_cond_destroy(&f->read_cv);
   pthread_mutex_destroy(&f->mu);
+  pthread_cond_destroy(&f->rel_cv);
+  pthread_mutex_destroy(&f->rel_mu);
+  free(f->rel);
+  free(f->nrel);
+  free(f->caprel);
   free(f->opbuf);
   free(f->dev);
   free(f->rank);
