@@ -33,9 +33,21 @@
  * commands. drop_all bumps a generation: answers of reads queued before it
  * are dropped.
  *
- * Locks: `mu` (the table), `pmu` (progress), `rmu` (the read queue); none
+ * Progress and reads are in mesh_apply_progress.c, the state in
+ * mesh_data.h. Locks: `mu` (the table), `pmu` (progress), `rmu` (the read
+ * queue); none
  * nests another, and none is held across a call into the engine that can
  * block or a send. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "log.h"
+#include "mesh_data.h"
+#include "server.h"
+
+#define AP_LOG_LIMIT 20 /* warnings of failed commands before debug */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,88 +60,7 @@
 #include "mesh.h"
 #include "server.h"
 
-#define AP_SEND_GAP_NS 60000u /* the sender's gap when busy */
-#define AP_ARENA_BYTES (64u << 10)
-#define AP_LOG_LIMIT 20 /* warnings of failed commands before debug */
-
-typedef struct ap_slot {
-  uint64_t id; /* 0: empty */
-  dev_tensor *t; /* NULL: failed here, with code and msg */
-  pd_code code;
-  char *msg;
-} ap_slot;
-
-typedef struct ap_fail {
-  uint64_t seq, after;
-  pd_code code;
-  char *msg;
-} ap_fail;
-
-typedef struct ap_fails {
-  ap_fail *v;
-  size_t n, cap;
-} ap_fails;
-
-typedef struct ap_dev {
-  uint64_t engine_done; /* the last seq local_done reported */
-  uint64_t last_sub;    /* the last seq submitted to it (apply thread) */
-  uint64_t report;      /* the done_seq to send */
-  bool dirty;
-  ap_fails out;      /* failures to send */
-  ap_fails deferred; /* refused ops waiting for `after` */
-} ap_dev;
-
-typedef struct ap_read {
-  struct ap_read *next;
-  uint64_t request, gen, offset, length;
-  int component;
-  dev_tensor *t; /* NULL: answer code / msg */
-  pd_code code;
-  char msg[DEV_STATUS_MSG_MAX];
-} ap_read;
-
-/* protobuf-c's allocator for unpacking one command: a bump arena, big
- * blocks malloc'd and freed at the reset. */
-typedef struct ap_arena {
-  uint8_t buf[AP_ARENA_BYTES];
-  size_t used;
-  void **big;
-  size_t nbig, capbig;
-} ap_arena;
-
-typedef struct apply {
-  srv_mesh *m;
-  int first, count; /* local devices */
-  pthread_mutex_t mu;
-  ap_slot *slots;
-  size_t cap, used, ntensors;
-  unsigned logged;
-
-  pthread_mutex_t pmu;
-  pthread_cond_t pcv;
-  ap_dev *dev;
-  bool stop, idle;
-  uint64_t last_send_ns;
-  pthread_t sender;
-
-  pthread_mutex_t rmu;
-  pthread_cond_t rcv;
-  ap_read *rhead, *rtail;
-  uint64_t gen;
-  bool rstop;
-  pthread_t reader;
-
-  ap_arena arena; /* the receive thread's */
-  uint64_t ops, op_ns;
-} apply;
-
-static uint64_t ap_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static dev_engine *ap_engine(apply *a) {
+    static dev_engine *ap_engine(apply *a) {
   srv *s = srv_mesh_server(a->m);
   return s ? s->engine : NULL;
 }
@@ -231,237 +162,6 @@ static dev_tensor *ap_get(apply *a, uint64_t id, dev_status *st) {
               srv_mesh_rank(a->m), (unsigned long long)id);
   pthread_mutex_unlock(&a->mu);
   return t;
-}
-
-/* --- progress --------------------------------------------------------------- */
-
-static bool ap_fails_push(ap_fails *f, uint64_t seq, uint64_t after,
-                          pd_code code, const char *msg) {
-  if (f->n == f->cap) {
-    size_t c = f->cap ? f->cap * 2 : 4;
-    ap_fail *nv = realloc(f->v, sizeof(*nv) * c);
-    if (!nv) return false;
-    f->v = nv;
-    f->cap = c;
-  }
-  f->v[f->n++] = (ap_fail){seq, after, code, strdup(msg ? msg : "")};
-  return true;
-}
-
-static void ap_fails_clear(ap_fails *f) {
-  for (size_t i = 0; i < f->n; i++) free(f->v[i].msg);
-  f->n = 0;
-}
-
-/* Under pmu: device `d` moved; wake the sender if it sleeps. */
-static void ap_touch(apply *a, ap_dev *d) {
-  d->dirty = true;
-  if (a->idle) pthread_cond_signal(&a->pcv);
-}
-
-/* Under pmu: the deferred failures of `d` whose `after` has finished. */
-static void ap_release_deferred(ap_dev *d) {
-  size_t k = 0;
-  while (k < d->deferred.n && d->deferred.v[k].after <= d->engine_done) {
-    ap_fail *f = &d->deferred.v[k];
-    ap_fails_push(&d->out, f->seq, 0, f->code, f->msg);
-    if (f->seq > d->report) d->report = f->seq;
-    free(f->msg);
-    k++;
-  }
-  if (k) {
-    memmove(d->deferred.v, d->deferred.v + k,
-            sizeof(*d->deferred.v) * (d->deferred.n - k));
-    d->deferred.n -= k;
-  }
-}
-
-static void ap_local_done(void *arg, int device, uint64_t seq, pd_code code,
-                          const char *msg) {
-  apply *a = srv_mesh_data((srv_mesh *)arg);
-  if (!a || device < a->first || device >= a->first + a->count) return;
-  ap_dev *d = &a->dev[device - a->first];
-  pthread_mutex_lock(&a->pmu);
-  if (seq > d->engine_done) d->engine_done = seq;
-  if (code != PD_OK) ap_fails_push(&d->out, seq, 0, code, msg);
-  if (seq > d->report) d->report = seq;
-  ap_release_deferred(d);
-  ap_touch(a, d);
-  pthread_mutex_unlock(&a->pmu);
-}
-
-/* Op `seq`, which never reached the engine, failed with `st` on each local
- * device of `set`: reported once the device finished what came before it
- * (see the header comment). */
-static void ap_defer(apply *a, const dev_devset *set, uint64_t seq,
-                     const dev_status *st) {
-  pthread_mutex_lock(&a->pmu);
-  for (int i = 0; set && i < set->n; i++) {
-    int dv = set->dev[i];
-    if (dv < a->first || dv >= a->first + a->count) continue;
-    ap_dev *d = &a->dev[dv - a->first];
-    ap_fails_push(&d->deferred, seq, d->last_sub, st->code, st->msg);
-    ap_release_deferred(d);
-    ap_touch(a, d);
-  }
-  pthread_mutex_unlock(&a->pmu);
-}
-
-/* One RankMessage with every device that moved; sent outside pmu. */
-static void ap_send_progress(apply *a) {
-  Paradev__V1__MeshProgress prog[PD_MAX_DEVICES], *pp[PD_MAX_DEVICES];
-  ap_fails taken[PD_MAX_DEVICES];
-  size_t np = 0;
-  for (int i = 0; i < a->count && i < PD_MAX_DEVICES; i++) {
-    ap_dev *d = &a->dev[i];
-    if (!d->dirty) continue;
-    d->dirty = false;
-    paradev__v1__mesh_progress__init(&prog[np]);
-    prog[np].device = (uint32_t)(a->first + i);
-    prog[np].done_seq = d->report;
-    taken[np] = d->out;
-    d->out = (ap_fails){0};
-    pp[np] = &prog[np];
-    np++;
-  }
-  if (!np) return;
-  pthread_mutex_unlock(&a->pmu);
-  size_t nf = 0;
-  for (size_t i = 0; i < np; i++) nf += taken[i].n;
-  Paradev__V1__MeshFailure *fl = nf ? calloc(nf, sizeof *fl) : NULL;
-  Paradev__V1__MeshFailure **flp = nf ? calloc(nf, sizeof *flp) : NULL;
-  size_t k = 0;
-  for (size_t i = 0; i < np && fl && flp; i++) {
-    if (!taken[i].n) continue;
-    prog[i].failures = flp + k;
-    for (size_t j = 0; j < taken[i].n; j++, k++) {
-      paradev__v1__mesh_failure__init(&fl[k]);
-      fl[k].seq = taken[i].v[j].seq;
-      fl[k].code = (int32_t)taken[i].v[j].code;
-      fl[k].message = taken[i].v[j].msg;
-      flp[k] = &fl[k];
-    }
-    prog[i].n_failures = taken[i].n;
-  }
-  if (nf && (!fl || !flp))
-    SRV_ERROR("mesh: out of memory reporting %zu failures", nf);
-  Paradev__V1__RankMessage msg;
-  paradev__v1__rank_message__init(&msg);
-  msg.n_progress = np;
-  msg.progress = pp;
-  size_t len = paradev__v1__rank_message__get_packed_size(&msg);
-  uint8_t local[1024], *buf = len <= sizeof local ? local : malloc(len);
-  if (buf) {
-    paradev__v1__rank_message__pack(&msg, buf);
-    srv_mesh_send_to_coordinator(a->m, buf, len);
-    if (buf != local) free(buf);
-  }
-  for (size_t i = 0; i < np; i++) {
-    ap_fails_clear(&taken[i]);
-    free(taken[i].v);
-  }
-  free(fl);
-  free(flp);
-  pthread_mutex_lock(&a->pmu);
-}
-
-static bool ap_any_dirty(const apply *a) {
-  for (int i = 0; i < a->count; i++)
-    if (a->dev[i].dirty) return true;
-  return false;
-}
-
-static void *ap_sender_main(void *arg) {
-  apply *a = arg;
-  pthread_mutex_lock(&a->pmu);
-  while (!a->stop) {
-    if (!ap_any_dirty(a)) {
-      a->idle = true;
-      pthread_cond_wait(&a->pcv, &a->pmu);
-      a->idle = false;
-      continue;
-    }
-    uint64_t now = ap_now_ns();
-    if (now - a->last_send_ns < AP_SEND_GAP_NS) {
-      /* Busy: let more progress gather. */
-      uint64_t left = AP_SEND_GAP_NS - (now - a->last_send_ns);
-      pthread_mutex_unlock(&a->pmu);
-      struct timespec ts = {0, (long)left};
-      nanosleep(&ts, NULL);
-      pthread_mutex_lock(&a->pmu);
-    }
-    a->last_send_ns = ap_now_ns();
-    ap_send_progress(a);
-  }
-  pthread_mutex_unlock(&a->pmu);
-  return NULL;
-}
-
-/* --- reads ------------------------------------------------------------------- */
-
-static void ap_answer(apply *a, ap_read *r) {
-  dev_status st = DEV_STATUS_INIT;
-  uint8_t *buf = NULL;
-  if (r->t) {
-    dev_layout lay = {DEV_LAYOUT_COMPONENT, 0, r->component};
-    if (!(buf = malloc(r->length ? r->length : 1)))
-      dev_error(&st, PD_RESOURCE_EXHAUSTED,
-                "rank %d: out of memory reading %llu bytes",
-                srv_mesh_rank(a->m), (unsigned long long)r->length);
-    else if (dev_tensor_wait(r->t, &st) == PD_OK)
-      dev_tensor_read(r->t, &lay, r->component, r->offset, buf,
-                      (size_t)r->length, &st);
-  } else {
-    dev_error(&st, r->code, "%s", r->msg);
-  }
-  Paradev__V1__MeshReadResult res;
-  paradev__v1__mesh_read_result__init(&res);
-  res.request = r->request;
-  res.code = (int32_t)st.code;
-  res.message = st.msg;
-  if (st.code == PD_OK) {
-    res.data.data = buf;
-    res.data.len = (size_t)r->length;
-  }
-  Paradev__V1__MeshReadResult *rp = &res;
-  Paradev__V1__RankMessage msg;
-  paradev__v1__rank_message__init(&msg);
-  msg.n_read_results = 1;
-  msg.read_results = &rp;
-  size_t len = paradev__v1__rank_message__get_packed_size(&msg);
-  uint8_t *out = malloc(len ? len : 1);
-  if (out) {
-    paradev__v1__rank_message__pack(&msg, out);
-    pthread_mutex_lock(&a->rmu);
-    bool current = r->gen == a->gen;
-    pthread_mutex_unlock(&a->rmu);
-    if (current) srv_mesh_send_to_coordinator(a->m, out, len);
-  } else {
-    SRV_ERROR("mesh: out of memory answering read %llu",
-              (unsigned long long)r->request);
-  }
-  free(out);
-  free(buf);
-}
-
-static void *ap_reader_main(void *arg) {
-  apply *a = arg;
-  pthread_mutex_lock(&a->rmu);
-  while (!a->rstop) {
-    ap_read *r = a->rhead;
-    if (!r) {
-      pthread_cond_wait(&a->rcv, &a->rmu);
-      continue;
-    }
-    if (!(a->rhead = r->next)) a->rtail = NULL;
-    pthread_mutex_unlock(&a->rmu);
-    ap_answer(a, r);
-    dev_tensor_release(r->t);
-    free(r);
-    pthread_mutex_lock(&a->rmu);
-  }
-  pthread_mutex_unlock(&a->rmu);
-  return NULL;
 }
 
 /* --- commands ------------------------------------------------------------------ */
@@ -566,7 +266,7 @@ static void ap_op(apply *a, dev_engine *e, const Paradev__V1__MeshOp *c) {
   if (dev_op_submit_seq(e, op, c->seq, &st) != PD_OK) {
     /* Abandoned by the engine: its outputs (recorded) fail with st. */
     ap_log(a, "op", c->seq, st.msg);
-    ap_defer(a, &set, c->seq, &st);
+    srv_mapp_defer(a, &set, c->seq, &st);
   } else {
     for (int i = 0; i < set.n; i++)
       if (set.dev[i] >= a->first && set.dev[i] < a->first + a->count)
@@ -581,7 +281,7 @@ failed:
   ap_log(a, "op", c->seq, st.msg);
   for (size_t i = 0; i < c->n_outputs; i++)
     ap_put(a, c->outputs[i], NULL, st.code, st.msg);
-  if (have_set) ap_defer(a, &set, c->seq, &st);
+  if (have_set) srv_mapp_defer(a, &set, c->seq, &st);
 }
 
 static void ap_create(apply *a, dev_engine *e,
@@ -597,11 +297,10 @@ static void ap_create(apply *a, dev_engine *e,
               c->n_component_shapes, c->n_devices);
     goto failed;
   }
-  if (srv_dtype_from_pb((int)c->dtype, "dtype", &dt, &st) != PD_OK)
-    goto failed;
+  if (srv_dtype_from_pb((int)c->dtype, "dtype", &dt, &st) != PD_OK) goto failed;
   for (size_t i = 0; i < c->n_devices; i++)
-    if (srv_shape_from_pb(c->component_shapes[i], "component shape",
-                          &comps[i], &st) != PD_OK)
+    if (srv_shape_from_pb(c->component_shapes[i], "component shape", &comps[i],
+                          &st) != PD_OK)
       goto failed;
   dev_layout per = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
   pd_code rc = c->pending ? dev_tensor_create_pending_on(e, &set, dt, &per,
@@ -688,9 +387,10 @@ void srv_mesh_apply_commands(srv_mesh *m, const ProtobufCBinaryData *cmds,
     Paradev__V1__MeshCommand *c =
         paradev__v1__mesh_command__unpack(&alloc, cmds[i].len, cmds[i].data);
     if (!c) {
-      SRV_ERROR("mesh: rank %d got a command of %zu bytes that does not "
-                "parse; dropped",
-                srv_mesh_rank(m), cmds[i].len);
+      SRV_ERROR(
+          "mesh: rank %d got a command of %zu bytes that does not "
+          "parse; dropped",
+          srv_mesh_rank(m), cmds[i].len);
       ap_arena_reset(&a->arena);
       continue;
     }
@@ -709,13 +409,14 @@ void srv_mesh_apply_commands(srv_mesh *m, const ProtobufCBinaryData *cmds,
       case PARADEV__V1__MESH_COMMAND__KIND_READ: ap_read_cmd(a, c->read); break;
       case PARADEV__V1__MESH_COMMAND__KIND_DROP_ALL:
         srv_mesh_apply_drop_all(m, c->drop_all->reason ? c->drop_all->reason
-                                                        : "the coordinator "
-                                                          "asked");
+                                                       : "the coordinator "
+                                                         "asked");
         break;
       default:
-        SRV_WARN("mesh: rank %d got a command of an unknown kind (%d); "
-                 "ignored",
-                 srv_mesh_rank(m), (int)c->kind_case);
+        SRV_WARN(
+            "mesh: rank %d got a command of an unknown kind (%d); "
+            "ignored",
+            srv_mesh_rank(m), (int)c->kind_case);
     }
     ap_arena_reset(&a->arena);
   }
@@ -743,8 +444,8 @@ void srv_mesh_apply_drop_all(srv_mesh *m, const char *why) {
   }
   pthread_mutex_lock(&a->pmu);
   for (int i = 0; i < a->count; i++) {
-    ap_fails_clear(&a->dev[i].out);
-    ap_fails_clear(&a->dev[i].deferred);
+    srv_mapp_fails_clear(&a->dev[i].out);
+    srv_mapp_fails_clear(&a->dev[i].deferred);
   }
   pthread_mutex_unlock(&a->pmu);
   for (size_t i = 0; i < cap; i++) {
@@ -753,8 +454,8 @@ void srv_mesh_apply_drop_all(srv_mesh *m, const char *why) {
   }
   free(slots);
   if (nt)
-    SRV_WARN("mesh: rank %d dropped its %zu tensors: %s", srv_mesh_rank(m),
-             nt, why ? why : "");
+    SRV_WARN("mesh: rank %d dropped its %zu tensors: %s", srv_mesh_rank(m), nt,
+             why ? why : "");
   else
     SRV_DEBUG("mesh: rank %d holds no tensors to drop: %s", srv_mesh_rank(m),
               why ? why : "");
@@ -773,7 +474,7 @@ size_t srv_mesh_apply_tensors(srv_mesh *m) {
 
 void srv_mesh_apply_hooks(srv_mesh *m, dev_mesh_config *cfg) {
   cfg->arg = m;
-  cfg->local_done = ap_local_done;
+  cfg->local_done = srv_mapp_local_done;
 }
 
 int srv_mesh_apply_create(srv_mesh *m) {
@@ -800,8 +501,9 @@ int srv_mesh_apply_create(srv_mesh *m) {
   pthread_mutex_init(&a->rmu, NULL);
   pthread_cond_init(&a->rcv, NULL);
   srv_mesh_set_data(m, a);
-  if (pthread_create(&a->sender, NULL, ap_sender_main, a) != 0) goto nothreads;
-  if (pthread_create(&a->reader, NULL, ap_reader_main, a) != 0) {
+  if (pthread_create(&a->sender, NULL, srv_mapp_sender_main, a) != 0)
+    goto nothreads;
+  if (pthread_create(&a->reader, NULL, srv_mapp_reader_main, a) != 0) {
     pthread_mutex_lock(&a->pmu);
     a->stop = true;
     pthread_cond_signal(&a->pcv);
@@ -823,10 +525,11 @@ void srv_mesh_apply_destroy(srv_mesh *m) {
   apply *a = srv_mesh_data(m);
   if (!a) return;
   if (a->ops)
-    SRV_INFO("mesh: rank %d applied %llu ops, %.2f us each to unpack, "
-             "prepare and submit",
-             srv_mesh_rank(m), (unsigned long long)a->ops,
-             (double)a->op_ns / (double)a->ops / 1e3);
+    SRV_INFO(
+        "mesh: rank %d applied %llu ops, %.2f us each to unpack, "
+        "prepare and submit",
+        srv_mesh_rank(m), (unsigned long long)a->ops,
+        (double)a->op_ns / (double)a->ops / 1e3);
   pthread_mutex_lock(&a->pmu);
   a->stop = true;
   pthread_cond_signal(&a->pcv);
@@ -839,8 +542,8 @@ void srv_mesh_apply_destroy(srv_mesh *m) {
   pthread_join(a->reader, NULL);
   srv_mesh_apply_drop_all(m, "the daemon stops");
   for (int i = 0; i < a->count; i++) {
-    ap_fails_clear(&a->dev[i].out);
-    ap_fails_clear(&a->dev[i].deferred);
+    srv_mapp_fails_clear(&a->dev[i].out);
+    srv_mapp_fails_clear(&a->dev[i].deferred);
     free(a->dev[i].out.v);
     free(a->dev[i].deferred.v);
   }

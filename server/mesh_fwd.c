@@ -21,91 +21,21 @@
  * (a new incarnation never saw those ops); so do ops the control plane
  * refused to queue (srv_mesh_send_command false).
  *
- * Locks: `mu` guards progress, ranks and reads; it nests nothing (sends
- * happen outside it). */
-#include <pthread.h>
-#include <stdatomic.h>
+ * Progress, waits, reads and loss are in mesh_fwd_wait.c; the state in
+ * mesh_data.h. Locks: `mu` guards progress, ranks and reads; `rel_mu` the
+ * release batches; neither nests anything (sends happen outside them). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "log.h"
-#include "mesh.h"
-
-/* Writes and reads move at most this many bytes per message. */
-#define FWD_CHUNK ((size_t)4 << 20)
-#define FWD_WHY_MAX 256
-/* Read requests a component_read keeps on its stack before it allocates. */
-#define FWD_READS_INLINE 8
-/* Releases wait at most this long to be sent with others, and are sent at
- * once when this many gathered for a rank. */
-#define FWD_RELEASE_DELAY_NS 200000
-#define FWD_RELEASE_BATCH 1024
-
-typedef struct fwd_fail {
-  uint64_t seq;
-  pd_code code;
-  char *msg;
-} fwd_fail;
-
-typedef struct fwd_dev {
-  uint64_t done_seq;
-  fwd_fail *fails; /* ascending seq */
-  size_t nfails, capfails;
-  pthread_cond_t cv;
-  bool waiting;
-} fwd_dev;
-
-typedef struct fwd_rank {
-  bool lost;
-  uint64_t fail_upto; /* waits up to this seq fail with `why` */
-  uint64_t inc;
-  char why[FWD_WHY_MAX];
-} fwd_rank;
-
-/* One outstanding MeshRead, on the reader's stack. */
-typedef struct fwd_read {
-  struct fwd_read *next;
-  uint64_t request;
-  uint8_t *dst;
-  size_t len;
-  bool done, busy; /* busy: a result is being copied into dst */
-  pd_code code;
-  char msg[DEV_STATUS_MSG_MAX];
-} fwd_read;
-
-typedef struct fwd {
-  srv_mesh *m;
-  int world, per_rank, ndev;
-  pthread_mutex_t mu;
-  pthread_cond_t read_cv;
-  fwd_dev *dev;   /* [ndev] */
-  fwd_rank *rank; /* [world] */
-  fwd_read *reads;
-  uint64_t next_request;
-  _Atomic uint64_t last_seq; /* the last op forwarded (or being) */
-  /* op_submitted's buffer: only the submit lock's holder touches it. */
-  uint8_t *opbuf;
-  size_t opcap;
-  _Atomic uint64_t ops, op_ns, op_bytes;
-  /* Releases waiting for the flusher, per rank (see fwd_tensor_released). */
-  pthread_mutex_t rel_mu;
-  pthread_cond_t rel_cv;
-  uint64_t **rel;
-  size_t *nrel, *caprel;
-  bool rel_pending, rel_stop;
-  pthread_t rel_thread;
-  _Atomic uint64_t releases, release_msgs;
-} fwd;
+#include "mesh_data.h"
 
 static uint64_t fwd_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
-
-static fwd *fwd_of(void *arg) { return srv_mesh_data((srv_mesh *)arg); }
 
 /* The ranks other than 0 owning a device of `set`, as a bit mask. */
 static uint64_t fwd_ranks_of(const fwd *f, const dev_devset *set) {
@@ -115,18 +45,6 @@ static uint64_t fwd_ranks_of(const fwd *f, const dev_devset *set) {
     if (r > 0 && r < 64) mask |= (uint64_t)1 << r;
   }
   return mask;
-}
-
-/* A send the control plane refused: the rank is gone, so every op up to
- * `seq` on its devices fails (the rank's `why`, or a plain one). */
-static void fwd_refused(fwd *f, int rank, uint64_t seq) {
-  pthread_mutex_lock(&f->mu);
-  fwd_rank *r = &f->rank[rank];
-  if (seq > r->fail_upto) r->fail_upto = seq;
-  if (!r->why[0])
-    snprintf(r->why, sizeof r->why,
-             "the mesh lost rank %d: it is not attached", rank);
-  pthread_mutex_unlock(&f->mu);
 }
 
 /* Packs `cmd` into `buf` (grown as needed; *cap its size); the length. */
@@ -198,8 +116,8 @@ static bool fwd_attr_value(fwd_attrs *room, int k, const dev_attr_value *v) {
       pb->b = v->u.b;
       return true;
     case DEV_ATTR_STRING: {
-      size_t len = v->u.s.len < DEV_ATTR_STRING_MAX ? v->u.s.len
-                                                     : DEV_ATTR_STRING_MAX;
+      size_t len =
+          v->u.s.len < DEV_ATTR_STRING_MAX ? v->u.s.len : DEV_ATTR_STRING_MAX;
       if (len) memcpy(room->str[k], v->u.s.ptr, len);
       room->str[k][len] = '\0';
       pb->value_case = PARADEV__V1__ATTR_VALUE__VALUE_S;
@@ -277,7 +195,7 @@ static void fwd_op_submitted(void *arg, const dev_op *op) {
     SRV_ERROR("mesh: op %llu (%s): out of memory forwarding it",
               (unsigned long long)seq, dev_op_name(op));
     for (int r = 1; r < f->world && r < 64; r++)
-      if (mask >> r & 1) fwd_refused(f, r, seq);
+      if (mask >> r & 1) srv_mfwd_refused(f, r, seq);
     return;
   }
   for (int i = 0; i < ni; i++) ins[i] = dev_tensor_id(dev_op_input(op, i));
@@ -302,15 +220,17 @@ static void fwd_op_submitted(void *arg, const dev_op *op) {
   cmd.op = &mop;
   size_t len = fwd_pack(&cmd, &f->opbuf, &f->opcap);
   if (outs != outs_local) free(outs);
+  uint64_t t1 = fwd_now_ns();
   for (int r = 1; r < f->world && r < 64; r++) {
     if (!(mask >> r & 1)) continue;
     if (!len || !srv_mesh_send_command(f->m, r, f->opbuf, len))
-      fwd_refused(f, r, seq);
+      srv_mfwd_refused(f, r, seq);
   }
   atomic_fetch_add_explicit(&f->ops, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&f->op_bytes, len, memory_order_relaxed);
-  atomic_fetch_add_explicit(&f->op_ns, fwd_now_ns() - t0,
-                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&f->pack_ns, t1 - t0, memory_order_relaxed);
+  if (!f->pack_min_ns || t1 - t0 < f->pack_min_ns) f->pack_min_ns = t1 - t0;
+  atomic_fetch_add_explicit(&f->op_ns, fwd_now_ns() - t0, memory_order_relaxed);
 }
 
 /* --- tensors --------------------------------------------------------------- */
@@ -355,17 +275,6 @@ static void fwd_tensor_created(void *arg, const dev_tensor *t) {
               (unsigned long long)c.id, refused);
 }
 
-/* The error of a rank that is lost or refused a command. */
-static pd_code fwd_rank_error(fwd *f, int rank, dev_status *st) {
-  pthread_mutex_lock(&f->mu);
-  char why[FWD_WHY_MAX];
-  snprintf(why, sizeof why, "%s", f->rank[rank].why);
-  pthread_mutex_unlock(&f->mu);
-  if (why[0]) return dev_error(st, PD_UNAVAILABLE, "%s", why);
-  return dev_error(st, PD_UNAVAILABLE,
-                   "the mesh lost rank %d: it is not attached", rank);
-}
-
 static pd_code fwd_component_write(void *arg, const dev_tensor *t,
                                    int component, uint64_t offset,
                                    const void *data, size_t len,
@@ -401,7 +310,7 @@ static pd_code fwd_component_write(void *arg, const dev_tensor *t,
       break;
     }
     if (!srv_mesh_send_command(f->m, rank, buf, pl)) {
-      rc = fwd_rank_error(f, rank, st);
+      rc = srv_mfwd_rank_error(f, rank, st);
       break;
     }
     done += n;
@@ -534,251 +443,6 @@ static void fwd_tensor_released(void *arg, const dev_tensor *t) {
   }
 }
 
-/* --- reads ---------------------------------------------------------------- */
-
-static void fwd_reads_unlink(fwd *f, fwd_read *rq, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    for (fwd_read **p = &f->reads; *p; p = &(*p)->next)
-      if (*p == &rq[i]) {
-        *p = rq[i].next;
-        break;
-      }
-}
-
-static pd_code fwd_component_read(void *arg, const dev_tensor *t,
-                                  int component, uint64_t offset, void *data,
-                                  size_t len, dev_status *st) {
-  fwd *f = fwd_of(arg);
-  const dev_devset *set = dev_tensor_devset(t);
-  if (!f || component < 0 || component >= set->n)
-    return dev_error(st, PD_INTERNAL,
-                     "mesh: a read of component %d of a tensor of %d",
-                     component, set->n);
-  if (!len) return PD_OK;
-  int rank = srv_mesh_device_rank(f->m, set->dev[component]);
-  size_t n = (len + FWD_CHUNK - 1) / FWD_CHUNK;
-  fwd_read local[FWD_READS_INLINE], *rq = local;
-  if (n > FWD_READS_INLINE && !(rq = calloc(n, sizeof *rq)))
-    return dev_error(st, PD_RESOURCE_EXHAUSTED,
-                     "mesh: out of memory reading %zu bytes", len);
-  memset(rq, 0, sizeof(*rq) * n);
-  pthread_mutex_lock(&f->mu);
-  if (f->rank[rank].lost) {
-    pthread_mutex_unlock(&f->mu);
-    if (rq != local) free(rq);
-    return fwd_rank_error(f, rank, st);
-  }
-  for (size_t i = 0; i < n; i++) {
-    rq[i].request = ++f->next_request;
-    rq[i].dst = (uint8_t *)data + i * FWD_CHUNK;
-    rq[i].len = i + 1 < n ? FWD_CHUNK : len - i * FWD_CHUNK;
-    rq[i].next = f->reads;
-    f->reads = &rq[i];
-  }
-  pthread_mutex_unlock(&f->mu);
-
-  bool sent = true;
-  for (size_t i = 0; i < n && sent; i++) {
-    Paradev__V1__MeshRead r;
-    paradev__v1__mesh_read__init(&r);
-    r.request = rq[i].request;
-    r.id = dev_tensor_id(t);
-    r.component = (uint32_t)component;
-    r.offset = offset + i * FWD_CHUNK;
-    r.length = rq[i].len;
-    Paradev__V1__MeshCommand cmd;
-    paradev__v1__mesh_command__init(&cmd);
-    cmd.kind_case = PARADEV__V1__MESH_COMMAND__KIND_READ;
-    cmd.read = &r;
-    uint8_t buf[128];
-    size_t pl = paradev__v1__mesh_command__pack(&cmd, buf);
-    sent = srv_mesh_send_command(f->m, rank, buf, pl);
-  }
-
-  pthread_mutex_lock(&f->mu);
-  pd_code rc = PD_OK;
-  for (;;) {
-    size_t done = 0, busy = 0;
-    for (size_t i = 0; i < n; i++) {
-      done += rq[i].done;
-      busy += rq[i].busy;
-    }
-    bool gone = !sent || f->rank[rank].lost;
-    if (done == n || (gone && !busy)) break;
-    pthread_cond_wait(&f->read_cv, &f->mu);
-  }
-  fwd_reads_unlink(f, rq, n);
-  size_t bad = n;
-  for (size_t i = 0; i < n; i++)
-    if (!rq[i].done || rq[i].code != PD_OK) {
-      bad = i;
-      break;
-    }
-  pthread_mutex_unlock(&f->mu);
-  if (bad < n) {
-    if (!rq[bad].done)
-      rc = fwd_rank_error(f, rank, st);
-    else
-      rc = dev_error(st, rq[bad].code, "rank %d: %s", rank, rq[bad].msg);
-  }
-  if (rq != local) free(rq);
-  return rc;
-}
-
-/* --- remote_wait ------------------------------------------------------------- */
-
-static pd_code fwd_remote_wait(void *arg, int device, uint64_t seq,
-                               dev_status *st) {
-  fwd *f = fwd_of(arg);
-  if (!f || device < 0 || device >= f->ndev)
-    return dev_error(st, PD_INTERNAL, "mesh: a wait on device %d of %d",
-                     device, f ? f->ndev : 0);
-  int rank = srv_mesh_device_rank(f->m, device);
-  fwd_dev *d = &f->dev[device];
-  pthread_mutex_lock(&f->mu);
-  for (;;) {
-    fwd_rank *r = &f->rank[rank];
-    if (r->lost || seq <= r->fail_upto) {
-      pd_code rc = dev_error(st, PD_UNAVAILABLE, "%s",
-                             r->why[0] ? r->why : "the mesh lost the rank");
-      pthread_mutex_unlock(&f->mu);
-      return rc;
-    }
-    size_t k = 0; /* records below seq were never this executor's */
-    while (k < d->nfails && d->fails[k].seq < seq) free(d->fails[k++].msg);
-    if (k) {
-      memmove(d->fails, d->fails + k, sizeof(*d->fails) * (d->nfails - k));
-      d->nfails -= k;
-    }
-    if (d->nfails && d->fails[0].seq == seq) {
-      fwd_fail fl = d->fails[0];
-      memmove(d->fails, d->fails + 1, sizeof(*d->fails) * --d->nfails);
-      pthread_mutex_unlock(&f->mu);
-      /* The rank's engine names its backend's device (cpu:0); say which
-       * of the mesh's it is. */
-      pd_code rc = dev_error(st, fl.code, "rank %d (device %d): %s", rank,
-                             device, fl.msg ? fl.msg : "failed");
-      free(fl.msg);
-      return rc;
-    }
-    if (d->done_seq >= seq) {
-      pthread_mutex_unlock(&f->mu);
-      return PD_OK;
-    }
-    d->waiting = true;
-    pthread_cond_wait(&d->cv, &f->mu);
-  }
-}
-
-/* --- from the ranks ----------------------------------------------------------- */
-
-static void fwd_progress(fwd *f, int rank, const Paradev__V1__MeshProgress *p) {
-  int dv = (int)p->device;
-  if (dv < 0 || dv >= f->ndev || srv_mesh_device_rank(f->m, dv) != rank) {
-    SRV_WARN("mesh: rank %d reported progress of device %u, not its own",
-             rank, p->device);
-    return;
-  }
-  fwd_dev *d = &f->dev[dv];
-  for (size_t i = 0; i < p->n_failures; i++) {
-    const Paradev__V1__MeshFailure *fl = p->failures[i];
-    if (fl->seq <= d->done_seq ||
-        (d->nfails && fl->seq <= d->fails[d->nfails - 1].seq))
-      continue; /* old or out of order: already settled */
-    if (d->nfails == d->capfails) {
-      size_t c = d->capfails ? d->capfails * 2 : 8;
-      fwd_fail *nf = realloc(d->fails, sizeof(*nf) * c);
-      if (!nf) continue;
-      d->fails = nf;
-      d->capfails = c;
-    }
-    pd_code code = fl->code > 0 ? (pd_code)fl->code : PD_INTERNAL;
-    d->fails[d->nfails++] = (fwd_fail){
-        fl->seq, code, strdup(fl->message ? fl->message : "")};
-  }
-  if (p->done_seq > d->done_seq) d->done_seq = p->done_seq;
-  if (d->waiting) {
-    d->waiting = false;
-    pthread_cond_broadcast(&d->cv);
-  }
-}
-
-static void fwd_read_result(fwd *f, int rank,
-                            const Paradev__V1__MeshReadResult *res) {
-  fwd_read *rq = f->reads;
-  while (rq && rq->request != res->request) rq = rq->next;
-  if (!rq || rq->done) return; /* given up on (the rank was lost) */
-  if (res->code != PD_OK) {
-    rq->code = (pd_code)res->code;
-    snprintf(rq->msg, sizeof rq->msg, "%s", res->message ? res->message : "");
-  } else if (res->data.len != rq->len) {
-    rq->code = PD_DATA_LOSS;
-    snprintf(rq->msg, sizeof rq->msg,
-             "a read answered %zu bytes; %zu were asked", res->data.len,
-             rq->len);
-  } else {
-    /* Copy without the lock: the waiter stays until busy is cleared. */
-    rq->busy = true;
-    pthread_mutex_unlock(&f->mu);
-    memcpy(rq->dst, res->data.data, rq->len);
-    pthread_mutex_lock(&f->mu);
-    rq->busy = false;
-    rq->code = PD_OK;
-  }
-  (void)rank;
-  rq->done = true;
-  pthread_cond_broadcast(&f->read_cv);
-}
-
-void srv_mesh_fwd_on_message(srv_mesh *m, int rank,
-                             const Paradev__V1__RankMessage *msg) {
-  fwd *f = srv_mesh_data(m);
-  if (!f || rank <= 0 || rank >= f->world) return;
-  pthread_mutex_lock(&f->mu);
-  for (size_t i = 0; i < msg->n_progress; i++)
-    fwd_progress(f, rank, msg->progress[i]);
-  for (size_t i = 0; i < msg->n_read_results; i++)
-    fwd_read_result(f, rank, msg->read_results[i]);
-  pthread_mutex_unlock(&f->mu);
-}
-
-void srv_mesh_fwd_rank_attached(srv_mesh *m, int rank, uint64_t inc,
-                                uint64_t last_seq) {
-  fwd *f = srv_mesh_data(m);
-  if (!f || rank <= 0 || rank >= f->world) return;
-  pthread_mutex_lock(&f->mu);
-  f->rank[rank].lost = false;
-  f->rank[rank].inc = inc;
-  for (int i = 0; i < f->per_rank; i++) {
-    fwd_dev *d = &f->dev[rank * f->per_rank + i];
-    for (size_t k = 0; k < d->nfails; k++) free(d->fails[k].msg);
-    d->nfails = 0;
-    d->done_seq = last_seq;
-  }
-  pthread_mutex_unlock(&f->mu);
-}
-
-void srv_mesh_fwd_rank_lost(srv_mesh *m, int rank, const char *why) {
-  fwd *f = srv_mesh_data(m);
-  if (!f || rank <= 0 || rank >= f->world) return;
-  pthread_mutex_lock(&f->mu);
-  fwd_rank *r = &f->rank[rank];
-  r->lost = true;
-  uint64_t last = atomic_load(&f->last_seq);
-  if (last > r->fail_upto) r->fail_upto = last;
-  if (why && why[0])
-    snprintf(r->why, sizeof r->why, "%s", why);
-  else
-    snprintf(r->why, sizeof r->why, "the mesh lost rank %d", rank);
-  for (int i = 0; i < f->per_rank; i++) {
-    fwd_dev *d = &f->dev[rank * f->per_rank + i];
-    d->waiting = false;
-    pthread_cond_broadcast(&d->cv);
-  }
-  pthread_cond_broadcast(&f->read_cv);
-  pthread_mutex_unlock(&f->mu);
-}
-
 /* --- life ------------------------------------------------------------------- */
 
 void srv_mesh_fwd_hooks(srv_mesh *m, dev_mesh_config *cfg) {
@@ -786,19 +450,20 @@ void srv_mesh_fwd_hooks(srv_mesh *m, dev_mesh_config *cfg) {
   cfg->op_submitted = fwd_op_submitted;
   cfg->tensor_created = fwd_tensor_created;
   cfg->component_write = fwd_component_write;
-  cfg->component_read = fwd_component_read;
+  cfg->component_read = srv_mfwd_component_read;
   cfg->tensor_completed = fwd_tensor_completed;
   cfg->tensor_released = fwd_tensor_released;
-  cfg->remote_wait = fwd_remote_wait;
+  cfg->remote_wait = srv_mfwd_remote_wait;
   cfg->local_done = NULL;
 }
 
 int srv_mesh_fwd_create(srv_mesh *m) {
   int world = srv_mesh_world_size(m), per = srv_mesh_devices_per_rank(m);
   if (world < 1 || world > 64 || per < 1 || world * per > PD_MAX_DEVICES) {
-    SRV_ERROR("mesh: %d ranks of %d devices: the mesh takes at most %d "
-              "devices",
-              world, per, PD_MAX_DEVICES);
+    SRV_ERROR(
+        "mesh: %d ranks of %d devices: the mesh takes at most %d "
+        "devices",
+        world, per, PD_MAX_DEVICES);
     return -1;
   }
   fwd *f = calloc(1, sizeof *f);
@@ -834,8 +499,9 @@ oom:
     free(f->caprel);
     free(f);
   }
-  SRV_ERROR("mesh: out of memory (or threads) making the coordinator's "
-            "data plane");
+  SRV_ERROR(
+      "mesh: out of memory (or threads) making the coordinator's "
+      "data plane");
   return -1;
 }
 
@@ -855,11 +521,14 @@ void srv_mesh_fwd_destroy(srv_mesh *m) {
              (unsigned long long)atomic_load(&f->release_msgs));
   uint64_t ops = atomic_load(&f->ops);
   if (ops)
-    SRV_INFO("mesh: forwarded %llu ops, %.2f us and %.0f bytes each to pack "
-             "and queue",
-             (unsigned long long)ops,
-             (double)atomic_load(&f->op_ns) / (double)ops / 1e3,
-             (double)atomic_load(&f->op_bytes) / (double)ops);
+    SRV_INFO(
+        "mesh: forwarded %llu ops: %.2f us each to pack (%.2f at "
+        "least), %.2f us with the queueing, %.0f bytes each",
+        (unsigned long long)ops,
+        (double)atomic_load(&f->pack_ns) / (double)ops / 1e3,
+        (double)f->pack_min_ns / 1e3,
+        (double)atomic_load(&f->op_ns) / (double)ops / 1e3,
+        (double)atomic_load(&f->op_bytes) / (double)ops);
   for (int i = 0; i < f->ndev; i++) {
     for (size_t k = 0; k < f->dev[i].nfails; k++) free(f->dev[i].fails[k].msg);
     free(f->dev[i].fails);
