@@ -540,7 +540,19 @@ void srv_mesh_apply_destroy(srv_mesh *m) {
   pthread_cond_signal(&a->rcv);
   pthread_mutex_unlock(&a->rmu);
   pthread_join(a->reader, NULL);
-  srv_mesh_apply_drop_all(m, "the daemon stops");
+  /* The engine is gone by now (mesh.h's order): its tensors must have been
+   * dropped before it (srv_mesh_stop), so none is released here. */
+  if (a->ntensors)
+    SRV_ERROR("mesh: rank %d still holds %zu tensors at its end (they "
+              "should have been dropped before the engine stopped); left "
+              "as they are",
+              srv_mesh_rank(m), a->ntensors);
+  for (size_t i = 0; i < a->cap; i++) free(a->slots[i].msg);
+  free(a->slots);
+  for (ap_read *q = a->rhead, *nx; q; q = nx) {
+    nx = q->next;
+    free(q);
+  }
   for (int i = 0; i < a->count; i++) {
     srv_mapp_fails_clear(&a->dev[i].out);
     srv_mapp_fails_clear(&a->dev[i].deferred);
