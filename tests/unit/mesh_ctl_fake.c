@@ -131,8 +131,7 @@ fake_world *fake_world_create(int world, int per_rank) {
   w->detached = calloc((size_t)world, sizeof *w->detached);
   w->sent = calloc((size_t)world, sizeof *w->sent);
   w->threads = calloc((size_t)world, sizeof *w->threads);
-  if (!w->m || !w->q || !w->paused || !w->detached || !w->sent ||
-      !w->threads)
+  if (!w->m || !w->q || !w->paused || !w->detached || !w->sent || !w->threads)
     abort();
   for (int r = 0; r < world; r++) {
     if (!(w->m[r] = calloc(1, sizeof *w->m[r]))) abort();

@@ -104,8 +104,8 @@ static dev_tensor *run1(mesh *t, const dev_devset *set, const char *op,
   dev_tensor *ins[2] = {a, b}, *out = NULL;
   int nout = 1;
   dev_status st = DEV_STATUS_INIT;
-  pd_code rc = dev_execute_on(t->e[0], set, op, ins, a ? (b ? 2 : 1) : 0,
-                              attrs, na, &out, &nout, &st);
+  pd_code rc = dev_execute_on(t->e[0], set, op, ins, a ? (b ? 2 : 1) : 0, attrs,
+                              na, &out, &nout, &st);
   if (rc != PD_OK) fail_msg("%s: %s", op, st.msg);
   return out;
 }
@@ -141,8 +141,7 @@ static void test_sharded(void **state) {
   dev_tensor *z = run1(&t, NULL, "Add", y, xt, NULL, 0);
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(wait_for(z, &st), PD_OK);
-  assert_int_equal(dev_tensor_to_host(z, &sh0, 0, out, sizeof out, &st),
-                   PD_OK);
+  assert_int_equal(dev_tensor_to_host(z, &sh0, 0, out, sizeof out, &st), PD_OK);
   for (int i = 0; i < 36; i++) {
     double v = (double)x[i];
     assert_float_equal(out[i], v * v + v, 1e-6);
@@ -150,8 +149,7 @@ static void test_sharded(void **state) {
   /* Component 5 (device 5, rank 2): rows 10 and 11. */
   float c5[6];
   dev_layout comp = {DEV_LAYOUT_COMPONENT, 0, 5};
-  assert_int_equal(dev_tensor_to_host(z, &comp, 5, c5, sizeof c5, &st),
-                   PD_OK);
+  assert_int_equal(dev_tensor_to_host(z, &comp, 5, c5, sizeof c5, &st), PD_OK);
   for (int i = 0; i < 6; i++) {
     double v = (double)x[30 + i];
     assert_float_equal(c5[i], v * v + v, 1e-6);
@@ -461,8 +459,9 @@ static void test_large_transfer(void **state) {
   dev_tensor *xt = upload(&t, &sh0, 1, &total, h);
   dev_tensor *y = run1(&t, NULL, "Add", xt, xt, NULL, 0);
   dev_status st = DEV_STATUS_INIT;
-  assert_int_equal(dev_tensor_to_host(y, &sh0, 0, o, sizeof(float) *
-                                      (size_t)total, &st), PD_OK);
+  assert_int_equal(
+      dev_tensor_to_host(y, &sh0, 0, o, sizeof(float) * (size_t)total, &st),
+      PD_OK);
   for (int64_t i = 0; i < total; i++)
     if (o[i] != 2 * h[i]) fail_msg("element %lld", (long long)i);
   free(h);
@@ -494,11 +493,113 @@ static void test_per_op_cost(void **state) {
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(wait_for(last, &st), PD_OK);
   double t2 = dev_monotonic_now();
-  printf("# %d ops over 3 ranks x %d devices: %.2f us per op to submit "
-         "(hooks included), %.2f us per op until the last was done\n",
-         N, PER, (t1 - t0) / N * 1e6, (t2 - t0) / N * 1e6);
+  printf(
+      "# %d ops over 3 ranks x %d devices: %.2f us per op to submit "
+      "(hooks included), %.2f us per op until the last was done\n",
+      N, PER, (t1 - t0) / N * 1e6, (t2 - t0) / N * 1e6);
   dev_tensor_release(last);
   dev_tensor_release(xt);
+  mesh_down(&t);
+}
+
+/* Attributes of every kind reach the ranks: AllReduce's string (a
+ * collective within rank 1's devices and within rank 2's, run there by the
+ * backend), Transpose's int list, Cast's dtype and bool. */
+static void test_attr_kinds(void **state) {
+  (void)state;
+  mesh t;
+  mesh_up(&t, 3, 0);
+  dev_status st = DEV_STATUS_INIT;
+  for (int r = 1; r < 3; r++) {
+    int64_t devs[2] = {2 * r, 2 * r + 1};
+    dev_devset set;
+    assert_int_equal(dev_devset_make(t.e[0], devs, 2, &set, &st), PD_OK);
+    /* Components [[1, 2, 3], [4, 5, 6]] * (r) and * (10 r). */
+    float c0[6], c1[6];
+    for (int i = 0; i < 6; i++) {
+      c0[i] = (float)((i + 1) * r);
+      c1[i] = (float)((i % 2 ? -10 : 10) * (i + 1) * r);
+    }
+    dev_shape shp[2];
+    int64_t d23[2] = {2, 3};
+    dev_shape_make(2, d23, &shp[0], &st);
+    shp[1] = shp[0];
+    const void *datas[2] = {c0, c1};
+    dev_tensor *x = NULL;
+    assert_int_equal(dev_tensor_from_components_on(t.e[0], &set, PD_FLOAT32,
+                                                   shp, datas, &x, &st),
+                     PD_OK);
+    dev_attr red = dev_attr_string("reduction", "max");
+    dev_tensor *mx = run1(&t, NULL, "AllReduce", x, NULL, &red, 1);
+    int64_t perm[2] = {1, 0};
+    dev_attr pa = dev_attr_int_list("perm", perm, 2);
+    dev_tensor *tr = run1(&t, NULL, "Transpose", mx, NULL, &pa, 1);
+    dev_attr ca[2] = {dev_attr_dtype("DstT", PD_FLOAT64),
+                      dev_attr_bool("Truncate", true)};
+    dev_tensor *cd = run1(&t, NULL, "Cast", tr, NULL, ca, 2);
+    assert_int_equal(wait_for(cd, &st), PD_OK);
+    for (int k = 0; k < 2; k++) {
+      double out[6];
+      dev_layout c = {DEV_LAYOUT_COMPONENT, 0, k};
+      assert_int_equal(dev_tensor_to_host(cd, &c, k, out, sizeof out, &st),
+                       PD_OK);
+      /* out[j][i] = max(c0[i][j], c1[i][j]), shape [3, 2]. */
+      for (int j = 0; j < 3; j++)
+        for (int i = 0; i < 2; i++) {
+          double a = c0[i * 3 + j], b = c1[i * 3 + j];
+          assert_float_equal(out[j * 2 + i], a > b ? a : b, 0);
+        }
+    }
+    dev_tensor_release(cd);
+    dev_tensor_release(tr);
+    dev_tensor_release(mx);
+    dev_tensor_release(x);
+  }
+  mesh_down(&t);
+}
+
+/* A pending tensor (a checkpoint load's): created, written per component,
+ * completed; an op on it afterwards. A failed completion fails its
+ * readers. */
+static void test_pending(void **state) {
+  (void)state;
+  mesh t;
+  mesh_up(&t, 2, 0);
+  dev_status st = DEV_STATUS_INIT;
+  dev_shape comps[4];
+  int64_t d3 = 3;
+  for (int k = 0; k < 4; k++) dev_shape_make(1, &d3, &comps[k], &st);
+  dev_layout per = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
+  dev_tensor *p = NULL, *q = NULL;
+  assert_int_equal(dev_tensor_create_pending_on(t.e[0], NULL, PD_FLOAT32, &per,
+                                                NULL, comps, &p, &st),
+                   PD_OK);
+  assert_int_equal(dev_tensor_create_pending_on(t.e[0], NULL, PD_FLOAT32, &per,
+                                                NULL, comps, &q, &st),
+                   PD_OK);
+  for (int k = 0; k < 4; k++) {
+    float v[3] = {(float)k, (float)(k * k), -1.0f};
+    dev_layout pc = {DEV_LAYOUT_PER_COMPONENT, 0, k};
+    assert_int_equal(dev_tensor_write(p, &pc, k, 0, v, sizeof v, &st), PD_OK);
+  }
+  dev_tensor_complete(p, PD_OK, "");
+  dev_tensor_complete(q, PD_DATA_LOSS, "the checkpoint is cut short");
+  dev_tensor *y = run1(&t, NULL, "Add", p, p, NULL, 0);
+  for (int k = 0; k < 4; k++) {
+    float out[3];
+    dev_layout c = {DEV_LAYOUT_COMPONENT, 0, k};
+    assert_int_equal(dev_tensor_to_host(y, &c, k, out, sizeof out, &st), PD_OK);
+    assert_float_equal(out[0], 2.0 * k, 0);
+    assert_float_equal(out[1], 2.0 * k * k, 0);
+    assert_float_equal(out[2], -2.0, 0);
+  }
+  dev_tensor *z = run1(&t, NULL, "Add", q, q, NULL, 0);
+  assert_int_equal(wait_for(z, &st), PD_DATA_LOSS);
+  dev_tensor_release(z);
+  dev_tensor_release(y);
+  dev_tensor_release(q);
+  dev_tensor_release(p);
+  assert_int_equal(wait_tensors(&t, 1, 0), 0);
   mesh_down(&t);
 }
 
@@ -510,6 +611,8 @@ int main(void) {
       cmocka_unit_test(test_sharded),
       cmocka_unit_test(test_mirrored_and_attrs),
       cmocka_unit_test(test_device_id),
+      cmocka_unit_test(test_attr_kinds),
+      cmocka_unit_test(test_pending),
       cmocka_unit_test(test_rank_out_of_memory),
       cmocka_unit_test(test_rank_lost),
       cmocka_unit_test(test_drop_all),
