@@ -323,6 +323,12 @@ pd_code dev_op_submit_seq(dev_engine *e, dev_op *op, uint64_t seq,
     dev_op_abandon(op, PD_INVALID_ARGUMENT, "op seq 0; expected 1 or more");
     return dev_error(st, PD_INVALID_ARGUMENT, "op seq 0; expected 1 or more");
   }
+  if (dev_op_has_pending_input(op, NULL)) { /* abandoned, as submit does */
+    dev__refuse_pending(op);
+    return dev_error(st, PD_FAILED_PRECONDITION,
+                     "an input of the op is still loading (a pending "
+                     "tensor); complete it before the op");
+  }
   return submit_batch(e, &op, 1, seq, st);
 }
 

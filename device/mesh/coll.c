@@ -3,8 +3,9 @@
  * through the mesh's dev_mesh_transport. Every participant first
  * all-reduces (MAX) an int32 failure flag, ((n - index) << 5) | code for a
  * participant whose inputs failed, else 0: the largest names the failed
- * participant with the lowest index and its code, so a failed input
- * anywhere fails the output everywhere, naming the device. Then the data:
+ * participant with the lowest index and its code, which then broadcasts
+ * its message (256 bytes), so a failed input anywhere fails the output
+ * everywhere with its code, naming the device and why. Then the data:
  *   AllReduce      the input copied to the output, all_reduce in place
  *                  (mean: sum, then a division by n);
  *   Broadcast      the root (attr root: an index in the set) copies its
@@ -264,17 +265,24 @@ pd_code dev__mesh_coll_run(dev__mesh *m, const dev__mesh_coll *mc,
     goto out;
   }
   if (flag != 0) {
+    /* The failed participant with the lowest index tells its message. */
     const int who = n - (flag >> 5);
     const pd_code code = (pd_code)(flag & 31);
     const int dev = mc->set.dev[who];
+    char why[256] = {0};
+    if (who == me && failed) snprintf(why, sizeof why, "%.255s", failed->msg);
+    if (t->broadcast(t, g, why, sizeof why, who, &ts) != PD_OK) {
+      rc = transport_error(ctx, "failure message", &ts, st);
+      goto out;
+    }
+    why[sizeof why - 1] = '\0';
     if (who == me && failed)
-      rc = dev_error(st, failed->code, "%s (on mesh device %d, rank %d)",
-                     failed->msg, dev, m->rank);
+      rc = dev_error(st, failed->code, "%s", failed->msg);
     else
       rc = dev_error(st, code == PD_OK ? PD_UNKNOWN : code,
                      "%s: cancelled because its input failed on device %d "
-                     "(rank %d of the mesh)",
-                     ctx->op->name, dev, dev__mesh_rank_of(m, dev));
+                     "(rank %d of the mesh): %s",
+                     ctx->op->name, dev, dev__mesh_rank_of(m, dev), why);
     goto out;
   }
   rc = stage_in(&x, st);

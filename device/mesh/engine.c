@@ -125,8 +125,9 @@ pd_code dev__mesh_done_info(const dev_op *op, int d, char *msg, size_t len) {
     if (ci < 0) continue;
     const dev_component *c = &op->outputs[i]->comps[ci];
     pd_code code = atomic_load(&c->code);
-    if (code != PD_OK) {
-      snprintf(msg, len, "%s", c->msg ? c->msg : "");
+    if (code != PD_OK) { /* named globally: the backend names its own */
+      snprintf(msg, len, "mesh device %d (rank %d): %s", d,
+               op->engine->mesh->rank, c->msg ? c->msg : "");
       return code;
     }
   }
