@@ -152,10 +152,15 @@ pd_code srv_mfwd_remote_wait(void *arg, int device, uint64_t seq,
       fwd_fail fl = d->fails[0];
       memmove(d->fails, d->fails + 1, sizeof(*d->fails) * --d->nfails);
       pthread_mutex_unlock(&f->mu);
-      /* The rank's engine names its backend's device (cpu:0); say which
-       * of the mesh's it is. */
-      pd_code rc = dev_error(st, fl.code, "rank %d (device %d): %s", rank,
-                             device, fl.msg ? fl.msg : "failed");
+      /* The rank's engine names the mesh's device and the rank ("mesh
+       * device 4 (rank 2): ..."); a message that does not is prefixed. */
+      const char *msg = fl.msg ? fl.msg : "failed";
+      char who[32];
+      snprintf(who, sizeof who, "rank %d", rank);
+      pd_code rc =
+          strstr(msg, who)
+              ? dev_error(st, fl.code, "%s", msg)
+              : dev_error(st, fl.code, "%s (device %d): %s", who, device, msg);
       free(fl.msg);
       return rc;
     }

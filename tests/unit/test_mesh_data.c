@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "dev_backend.h"
 #include "device.h"
 #include "log.h"
 #include "mesh.h"
@@ -603,6 +604,204 @@ static void test_pending(void **state) {
   mesh_down(&t);
 }
 
+/* --- a transport for collectives across ranks (in-process) -------------------
+ * Every engine of the test shares one: a participant per device meets the
+ * others of its set at a barrier (bounded), and all_reduce combines their
+ * buffers in float64. (A trimmed copy of tests/unit/test_mesh_engine.c's.) */
+
+typedef struct tgroup {
+  dev_devset set;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int arrived;
+  unsigned gen;
+  void *ptr[PD_MAX_DEVICES];
+  int index[PD_MAX_DEVICES];
+  struct tgroup *next;
+} tgroup;
+
+typedef struct ttrans {
+  dev_mesh_transport t;
+  pthread_mutex_t mu;
+  tgroup *groups;
+  int refs;
+} ttrans;
+
+static bool tbarrier(tgroup *g) {
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += 30;
+  pthread_mutex_lock(&g->mu);
+  unsigned gen = g->gen;
+  bool ok = true;
+  if (++g->arrived == g->set.n) {
+    g->arrived = 0;
+    g->gen++;
+    pthread_cond_broadcast(&g->cv);
+  } else {
+    while (gen == g->gen && ok)
+      ok = pthread_cond_timedwait(&g->cv, &g->mu, &dl) == 0 || gen != g->gen;
+  }
+  pthread_mutex_unlock(&g->mu);
+  return ok;
+}
+
+static pd_code t_group_get(dev_mesh_transport *t, const dev_devset *set,
+                           int index, void **group, dev_status *st) {
+  ttrans *f = t->impl;
+  pthread_mutex_lock(&f->mu);
+  tgroup *g = f->groups;
+  while (g && !dev_devset_equal(&g->set, set)) g = g->next;
+  if (!g && (g = calloc(1, sizeof *g))) {
+    g->set = *set;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    for (int i = 0; i < set->n; i++) g->index[i] = i;
+    g->next = f->groups;
+    f->groups = g;
+  }
+  pthread_mutex_unlock(&f->mu);
+  if (!g) return dev_error(st, PD_RESOURCE_EXHAUSTED, "test transport");
+  *group = &g->index[index];
+  return PD_OK;
+}
+
+static tgroup *t_group_of(int *part) {
+  return (tgroup *)((char *)(part - *part) - offsetof(tgroup, index));
+}
+
+static pd_code t_all_reduce(dev_mesh_transport *t, void *group, void *buf,
+                            size_t count, pd_dtype dt, int red,
+                            dev_status *st) {
+  int *part = group;
+  tgroup *g = t_group_of(part);
+  g->ptr[*part] = buf;
+  if (!tbarrier(g))
+    return dev_error(st, PD_DEADLINE_EXCEEDED, "test transport: timeout");
+  double *acc = malloc((count ? count : 1) * sizeof *acc);
+  assert_non_null(acc);
+  for (size_t i = 0; i < count; i++) {
+    double a = dev_load_f64(dt, g->ptr[0], (int64_t)i);
+    for (int k = 1; k < g->set.n; k++) {
+      double v = dev_load_f64(dt, g->ptr[k], (int64_t)i);
+      a = red == DEV_RED_SUM    ? a + v
+          : red == DEV_RED_PROD ? a * v
+          : red == DEV_RED_MAX  ? (v > a ? v : a)
+                                : (v < a ? v : a);
+    }
+    acc[i] = a;
+  }
+  bool ok = tbarrier(g); /* every participant has read every buffer */
+  for (size_t i = 0; i < count; i++) dev_store_f64(dt, buf, (int64_t)i, acc[i]);
+  free(acc);
+  (void)t;
+  return ok ? PD_OK
+            : dev_error(st, PD_DEADLINE_EXCEEDED, "test transport: timeout");
+}
+
+static pd_code t_unsupported(dev_status *st) {
+  return dev_error(st, PD_UNIMPLEMENTED, "test transport: all_reduce only");
+}
+static pd_code t_broadcast(dev_mesh_transport *t, void *group, void *buf,
+                           size_t bytes, int root, dev_status *st) {
+  (void)t, (void)group, (void)buf, (void)bytes, (void)root;
+  return t_unsupported(st);
+}
+static pd_code t_all_gather(dev_mesh_transport *t, void *group, const void *in,
+                            const size_t *in_bytes, void *out, dev_status *st) {
+  (void)t, (void)group, (void)in, (void)in_bytes, (void)out;
+  return t_unsupported(st);
+}
+
+static void t_retain(dev_mesh_transport *t) {
+  ttrans *f = t->impl;
+  __atomic_fetch_add(&f->refs, 1, __ATOMIC_SEQ_CST);
+}
+
+static void t_release(dev_mesh_transport *t) {
+  ttrans *f = t->impl;
+  if (__atomic_fetch_sub(&f->refs, 1, __ATOMIC_SEQ_CST) != 1) return;
+  while (f->groups) {
+    tgroup *g = f->groups;
+    f->groups = g->next;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+  }
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+}
+
+static dev_mesh_transport *ttrans_new(void) {
+  ttrans *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  pthread_mutex_init(&f->mu, NULL);
+  f->refs = 1;
+  f->t = (dev_mesh_transport){
+      .struct_size = sizeof f->t,
+      .impl = f,
+      .group_get = t_group_get,
+      .all_reduce = t_all_reduce,
+      .broadcast = t_broadcast,
+      .all_gather = t_all_gather,
+      .retain = t_retain,
+      .release = t_release,
+  };
+  return &f->t;
+}
+
+/* AllReduce over the 6 devices of 3 ranks (sum and max), forwarded by the
+ * data plane, run by every rank's engine for its devices through the
+ * transport: every component gets the result. */
+static void test_collective_across_ranks(void **state) {
+  (void)state;
+  mesh t;
+  mesh_up(&t, 3, 0);
+  dev_mesh_transport *tr = ttrans_new();
+  for (int r = 0; r < 3; r++) dev_engine_mesh_set_transport(t.e[r], tr);
+  tr->release(tr); /* the engines hold it */
+  dev_status st = DEV_STATUS_INIT;
+  float c[6][4];
+  dev_shape shp[6];
+  const void *datas[6];
+  int64_t d4 = 4;
+  for (int k = 0; k < 6; k++) {
+    for (int i = 0; i < 4; i++) c[k][i] = (float)((k + 1) * (i - 1.5) + k * k);
+    dev_shape_make(1, &d4, &shp[k], &st);
+    datas[k] = c[k];
+  }
+  dev_tensor *x = NULL;
+  assert_int_equal(dev_tensor_from_components_on(t.e[0], NULL, PD_FLOAT32, shp,
+                                                 datas, &x, &st),
+                   PD_OK);
+  dev_attr rsum = dev_attr_string("reduction", "sum");
+  dev_attr rmax = dev_attr_string("reduction", "max");
+  dev_tensor *s = run1(&t, NULL, "AllReduce", x, NULL, &rsum, 1);
+  dev_tensor *m = run1(&t, NULL, "AllReduce", x, NULL, &rmax, 1);
+  if (wait_for(s, &st) != PD_OK) fail_msg("AllReduce sum: %s", st.msg);
+  assert_int_equal(wait_for(m, &st), PD_OK);
+  for (int k = 0; k < 6; k++) {
+    float os[4], om[4];
+    dev_layout cl = {DEV_LAYOUT_COMPONENT, 0, k};
+    assert_int_equal(dev_tensor_to_host(s, &cl, k, os, sizeof os, &st), PD_OK);
+    assert_int_equal(dev_tensor_to_host(m, &cl, k, om, sizeof om, &st), PD_OK);
+    for (int i = 0; i < 4; i++) {
+      double sum = 0, mx = -1e300;
+      for (int j = 0; j < 6; j++) {
+        sum += c[j][i];
+        if (c[j][i] > mx) mx = c[j][i];
+      }
+      assert_float_equal(os[i], sum, 1e-4);
+      assert_float_equal(om[i], mx, 0);
+    }
+  }
+  dev_tensor_release(m);
+  dev_tensor_release(s);
+  dev_tensor_release(x);
+  for (int r = 0; r < 3; r++) dev_engine_mesh_set_transport(t.e[r], NULL);
+  mesh_down(&t);
+}
+
 int main(void) {
   int levels[SRV_SUB_COUNT];
   for (int i = 0; i < SRV_SUB_COUNT; i++) levels[i] = SRV_LOG_INFO;
@@ -612,6 +811,7 @@ int main(void) {
       cmocka_unit_test(test_mirrored_and_attrs),
       cmocka_unit_test(test_device_id),
       cmocka_unit_test(test_attr_kinds),
+      cmocka_unit_test(test_collective_across_ranks),
       cmocka_unit_test(test_pending),
       cmocka_unit_test(test_rank_out_of_memory),
       cmocka_unit_test(test_rank_lost),
