@@ -169,8 +169,8 @@ typedef struct apply {
   bool rstop;
   pthread_t reader;
 
-  ap_arena arena; /* the receive thread's */
-  uint64_t ops, op_ns;
+  ap_arena arena;                            /* the receive thread's */
+  uint64_t ops, unpack_ns, op_ns, op_min_ns; /* the receive thread's */
 } apply;
 
 static inline uint64_t ap_now_ns(void) {
