@@ -44,6 +44,7 @@ typedef struct fwd_dev {
 typedef struct fwd_rank {
   bool lost;
   uint64_t fail_upto; /* waits up to this seq fail with `why` */
+  uint64_t losses;    /* times lost: a read sent before a loss never ends */
   uint64_t inc;
   char why[FWD_WHY_MAX];
 } fwd_rank;

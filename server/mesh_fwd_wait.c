@@ -66,6 +66,7 @@ pd_code srv_mfwd_component_read(void *arg, const dev_tensor *t, int component,
     if (rq != local) free(rq);
     return srv_mfwd_rank_error(f, rank, st);
   }
+  uint64_t losses = f->rank[rank].losses;
   for (size_t i = 0; i < n; i++) {
     rq[i].request = ++f->next_request;
     rq[i].dst = (uint8_t *)data + i * FWD_CHUNK;
@@ -101,7 +102,8 @@ pd_code srv_mfwd_component_read(void *arg, const dev_tensor *t, int component,
       done += rq[i].done;
       busy += rq[i].busy;
     }
-    bool gone = !sent || f->rank[rank].lost;
+    /* Lost, even if it attached again since: its answers will not come. */
+    bool gone = !sent || f->rank[rank].lost || f->rank[rank].losses != losses;
     if (done == n || (gone && !busy)) break;
     pthread_cond_wait(&f->read_cv, &f->mu);
   }
@@ -267,6 +269,7 @@ void srv_mesh_fwd_rank_lost(srv_mesh *m, int rank, const char *why) {
   pthread_mutex_lock(&f->mu);
   fwd_rank *r = &f->rank[rank];
   r->lost = true;
+  r->losses++;
   uint64_t last = atomic_load(&f->last_seq);
   if (last > r->fail_upto) r->fail_upto = last;
   if (why && why[0])

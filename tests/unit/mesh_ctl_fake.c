@@ -192,6 +192,14 @@ void fake_world_detach(fake_world *w, int rank) {
   pthread_mutex_unlock(&w->mu);
 }
 
+void fake_world_reattach(fake_world *w, int rank) {
+  pthread_mutex_lock(&w->mu);
+  w->detached[rank] = false;
+  w->paused[rank] = false;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
 bool fake_world_quiet(fake_world *w, double timeout_s) {
   struct timespec dl;
   clock_gettime(CLOCK_REALTIME, &dl);

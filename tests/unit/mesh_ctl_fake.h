@@ -29,6 +29,9 @@ void fake_world_pause(fake_world *w, int rank, bool paused);
 /* The rank's stream ended: its queued commands are dropped and further
  * sends to it, and from it, return false. */
 void fake_world_detach(fake_world *w, int rank);
+/* A new stream of the rank: sends to and from it work again (delivery
+ * resumed). */
+void fake_world_reattach(fake_world *w, int rank);
 /* Waits until nothing is queued or being delivered anywhere (paused ranks
  * excepted), at most `timeout_s`; false when the time passed. */
 bool fake_world_quiet(fake_world *w, double timeout_s);

@@ -319,6 +319,20 @@ static void test_rank_lost(void **state) {
   assert_int_equal(dev_tensor_to_host(f, &c1, 1, fv, sizeof fv, &st), PD_OK);
   assert_float_equal(fv[0], -7.0, 0);
   assert_float_equal(fv[1], -7.0, 0);
+  /* Rank 1 attaches again (its engine's last seq): new ops run there,
+   * the ones from before the loss stay failed. */
+  fake_world_reattach(t.w, 1);
+  srv_mesh_fwd_rank_attached(fake_world_mesh(t.w, 0), 1, 2,
+                             dev_engine_last_seq(t.e[1]));
+  float x2[3] = {-1, 0.5f, 4}, o2[3];
+  dev_tensor *xt2 = upload(&t, &mir, 1, &d3, x2);
+  dev_tensor *y2 = run1(&t, NULL, "Mul", xt2, xt2, NULL, 0);
+  assert_int_equal(dev_tensor_to_host(y2, &c2, 2, o2, sizeof o2, &st), PD_OK);
+  for (int i = 0; i < 3; i++)
+    assert_float_equal(o2[i], (double)x2[i] * x2[i], 0);
+  assert_int_equal(wait_for(y, &st), PD_UNAVAILABLE);
+  dev_tensor_release(y2);
+  dev_tensor_release(xt2);
   dev_tensor_release(f);
   dev_tensor_release(z);
   dev_tensor_release(y);
