@@ -370,7 +370,7 @@ static void ap_read_cmd(apply *a, const Paradev__V1__MeshRead *c) {
   else
     a->rhead = r;
   a->rtail = r;
-  pthread_cond_signal(&a->rcv);
+  pthread_cond_broadcast(&a->rcv);
   pthread_mutex_unlock(&a->rmu);
 }
 
@@ -442,6 +442,9 @@ void srv_mesh_apply_drop_all(srv_mesh *m, const char *why) {
   a->gen++;
   ap_read *q = a->rhead;
   a->rhead = a->rtail = NULL;
+  /* A read being answered holds its tensor until it is read (bounded by
+   * AP_READ_WAIT_S): after drop_all the rank holds none. */
+  while (a->reading) pthread_cond_wait(&a->rcv, &a->rmu);
   pthread_mutex_unlock(&a->rmu);
   while (q) {
     ap_read *nx = q->next;
@@ -545,7 +548,7 @@ void srv_mesh_apply_destroy(srv_mesh *m) {
   pthread_join(a->sender, NULL);
   pthread_mutex_lock(&a->rmu);
   a->rstop = true;
-  pthread_cond_signal(&a->rcv);
+  pthread_cond_broadcast(&a->rcv);
   pthread_mutex_unlock(&a->rmu);
   pthread_join(a->reader, NULL);
   /* The engine is gone by now (mesh.h's order): its tensors must have been

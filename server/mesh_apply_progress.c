@@ -11,6 +11,9 @@
 #include "mesh_data.h"
 
 #define AP_SEND_GAP_NS 60000u /* the sender's gap when busy */
+/* A read waits at most this long for its tensor (the coordinator reads only
+ * what this rank has finished, so it never should). */
+#define AP_READ_WAIT_S 60.0
 
 /* --- progress --------------------------------------------------------------- */
 
@@ -187,9 +190,14 @@ static void ap_answer(apply *a, ap_read *r) {
       dev_error(&st, PD_RESOURCE_EXHAUSTED,
                 "rank %d: out of memory reading %llu bytes",
                 srv_mesh_rank(a->m), (unsigned long long)r->length);
-    else if (dev_tensor_wait(r->t, &st) == PD_OK)
+    else if (dev_tensor_wait_until(r->t, dev_monotonic_now() + AP_READ_WAIT_S,
+                                   &st) == PD_OK)
       dev_tensor_read(r->t, &lay, r->component, r->offset, buf,
                       (size_t)r->length, &st);
+    /* Before the answer: once the coordinator has it, it may release the
+     * tensor and end, and this rank's engine may stop. */
+    dev_tensor_release(r->t);
+    r->t = NULL;
   } else {
     dev_error(&st, r->code, "%s", r->msg);
   }
@@ -233,11 +241,13 @@ void *srv_mapp_reader_main(void *arg) {
       continue;
     }
     if (!(a->rhead = r->next)) a->rtail = NULL;
+    a->reading = true;
     pthread_mutex_unlock(&a->rmu);
     ap_answer(a, r);
-    dev_tensor_release(r->t);
     free(r);
     pthread_mutex_lock(&a->rmu);
+    a->reading = false;
+    pthread_cond_broadcast(&a->rcv);
   }
   pthread_mutex_unlock(&a->rmu);
   return NULL;

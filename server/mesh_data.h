@@ -168,6 +168,7 @@ typedef struct apply {
   ap_read *rhead, *rtail;
   uint64_t gen;
   bool rstop;
+  bool reading; /* the worker holds a tensor (drop_all waits for it) */
   pthread_t reader;
 
   ap_arena arena;                            /* the receive thread's */

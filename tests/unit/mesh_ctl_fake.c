@@ -148,13 +148,18 @@ fake_world *fake_world_create(int world, int per_rank) {
   return w;
 }
 
-void fake_world_destroy(fake_world *w) {
-  if (!w) return;
+void fake_world_stop(fake_world *w) {
   pthread_mutex_lock(&w->mu);
   w->stop = true;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
+  w->nthreads = 0;
+}
+
+void fake_world_destroy(fake_world *w) {
+  if (!w) return;
+  fake_world_stop(w);
   for (int r = 0; r < w->world; r++) {
     fake_free_list(w->q[r].head);
     free(w->m[r]);

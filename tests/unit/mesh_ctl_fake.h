@@ -20,6 +20,9 @@ fake_world *fake_world_create(int world, int per_rank);
 /* Stops the delivery threads (queued bytes are dropped) and frees the
  * world; the data planes and engines must be gone already. */
 void fake_world_destroy(fake_world *w);
+/* Stops the delivery threads (joined; what is queued stays undelivered):
+ * the daemon's srv_mesh_stop, after which no command reaches a rank. */
+void fake_world_stop(fake_world *w);
 srv_mesh *fake_world_mesh(fake_world *w, int rank);
 /* The engine srv_mesh_server(m)->engine gives for `rank`. */
 void fake_world_set_engine(fake_world *w, int rank, dev_engine *e);

@@ -78,6 +78,7 @@ static void mesh_down(mesh *t) {
     srv_mesh_apply_drop_all(m, "the test ends");
   }
   fake_world_quiet(t->w, 10);
+  fake_world_stop(t->w); /* no command reaches a rank from here on */
   for (int r = 1; r < t->world; r++) {
     dev_engine_destroy(t->e[r]);
     srv_mesh_apply_destroy(fake_world_mesh(t->w, r));
