@@ -185,7 +185,8 @@ static void exec_complete(dev_exec *x, dev_inflight *f) {
   /* A rank's report (issue #16), read before the op may be freed. */
   const bool report = x->engine->mesh && dev__mesh_reports(x->engine, d);
   char dmsg[DEV_STATUS_MSG_MAX];
-  pd_code dcode = report ? dev__mesh_done_info(op, d, dmsg, sizeof dmsg) : PD_OK;
+  pd_code dcode =
+      report ? dev__mesh_done_info(op, d, dmsg, sizeof dmsg) : PD_OK;
   op_unhold(op);
   dev__ready_publish(&x->ready, seq);
   if (report) dev__mesh_local_done(x->engine, d, seq, dcode, dmsg);

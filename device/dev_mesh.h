@@ -24,7 +24,11 @@
  * has run the op there, and takes that outcome as its component's. So the
  * coordinator's readiness, waits, Sync, errors and dispatch bounds follow
  * the ranks' real progress. On the other ranks a remote device's executor
- * does nothing (no wait): each rank runs only its own components.
+ * does nothing (no wait): each rank runs only its own components. The
+ * executors of remote devices are still there (every op is pushed to every
+ * device of its set on every rank; the remote ones run nothing), and
+ * dev_engine_watch never reads a remote device as quiet (its own rank
+ * watches it).
  *
  * Collectives whose device set lies within one rank run as before (the
  * backend's own, issue #17). Collectives whose set spans ranks go through a

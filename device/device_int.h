@@ -353,6 +353,14 @@ void dev__op_pool_free(dev_engine *e);
  * made the backend. For tests that wrap a backend (a fenced CPU backend). */
 pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out,
                                        dev_status *st);
+/* The same for a mesh across machines (issue #16; world_size > 1): `b`
+ * holds the rank's local devices and is wrapped as dev_engine_create does
+ * (mesh/backend.c). Errors: the wrapper's (INVALID_ARGUMENT for a bad rank
+ * or world size; b is destroyed), the engine's. For tests (a fenced CPU
+ * backend on a mesh). */
+pd_code dev__engine_create_mesh_with_backend(dev_backend *b,
+                                             const dev_mesh_config *mc,
+                                             dev_engine **out, dev_status *st);
 
 /* Readiness (ready.c). Largest sequence number that `device` has finished
  * (on a backend with fences, finished on the device). */

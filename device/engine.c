@@ -97,21 +97,26 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
   }
   if (rc != PD_OK) return rc;
   const dev_mesh_config *mc =
-      cfg->struct_size >= offsetof(dev_engine_config, mesh_config) +
-                              sizeof cfg->mesh_config
+      cfg->struct_size >=
+              offsetof(dev_engine_config, mesh_config) + sizeof cfg->mesh_config
           ? cfg->mesh_config
           : NULL;
-  if (mc && mc->world_size > 1) { /* issue #16: a mesh across machines */
-    dev_backend *w;
-    dev__mesh *m;
-    rc = dev__mesh_backend_create(b, mc, &w, &m, st);
-    if (rc != PD_OK) {
-      b->destroy(b);
-      return rc;
-    }
-    return engine_create(w, m, out, st);
-  }
+  if (mc && mc->world_size > 1) /* issue #16: a mesh across machines */
+    return dev__engine_create_mesh_with_backend(b, mc, out, st);
   return engine_create(b, NULL, out, st);
+}
+
+pd_code dev__engine_create_mesh_with_backend(dev_backend *b,
+                                             const dev_mesh_config *mc,
+                                             dev_engine **out, dev_status *st) {
+  dev_backend *w;
+  dev__mesh *m;
+  pd_code rc = dev__mesh_backend_create(b, mc, &w, &m, st);
+  if (rc != PD_OK) {
+    b->destroy(b);
+    return rc;
+  }
+  return engine_create(w, m, out, st);
 }
 
 /* Stops and joins the threads of execs[0..n) (executors first, so that the
@@ -324,10 +329,20 @@ pd_code dev_op_submit_seq(dev_engine *e, dev_op *op, uint64_t seq,
     return dev_error(st, PD_INVALID_ARGUMENT, "op seq 0; expected 1 or more");
   }
   if (dev_op_has_pending_input(op, NULL)) { /* abandoned, as submit does */
+    static const char why[] =
+        "an input of the op is still loading (a pending tensor); complete "
+        "it before the op";
+    const dev_devset set = op->set;
     dev__refuse_pending(op);
-    return dev_error(st, PD_FAILED_PRECONDITION,
-                     "an input of the op is still loading (a pending "
-                     "tensor); complete it before the op");
+    /* The coordinator waits for this seq on the local devices: report it
+     * (the seq is above every one reported, so in order). */
+    pthread_mutex_lock(&e->submit_mu);
+    const bool above = seq > e->seq;
+    pthread_mutex_unlock(&e->submit_mu);
+    for (int i = 0; above && e->mesh && i < set.n; i++)
+      if (dev__mesh_reports(e, set.dev[i]))
+        dev__mesh_local_done(e, set.dev[i], seq, PD_FAILED_PRECONDITION, why);
+    return dev_error(st, PD_FAILED_PRECONDITION, "%s", why);
   }
   return submit_batch(e, &op, 1, seq, st);
 }

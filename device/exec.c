@@ -234,7 +234,7 @@ static bool run_remote(dev_exec *x, dev_op *op) {
     alloc_outputs(e->backend, d, op, &a, failed, &st); /* placeholders */
   } else if (!failed && op->def->placement != DEV_PLACE_COPY) {
     dev__place_run(op, d, &st); /* shares the placeholders */
-  } else if (!failed) { /* CopyToDevices within the remote rank */
+  } else if (!failed) {         /* CopyToDevices within the remote rank */
     const int j = dev__slot(op->outputs[0], d);
     if (j >= 0)
       dev__buffer_alloc(e->backend, d, op->outputs[0]->comps[j].bytes,
@@ -345,10 +345,12 @@ void *dev__exec_main(void *arg) {
       if (sink) __atomic_fetch_add(sink, ran_ns, __ATOMIC_RELAXED);
       uint64_t seq = op->seq;
       /* A rank's report (issue #16), read before the op may be freed. */
-      const bool report = x->engine->mesh && dev__mesh_reports(x->engine, x->device);
+      const bool report =
+          x->engine->mesh && dev__mesh_reports(x->engine, x->device);
       char dmsg[DEV_STATUS_MSG_MAX];
       pd_code dcode =
-          report ? dev__mesh_done_info(op, x->device, dmsg, sizeof dmsg) : PD_OK;
+          report ? dev__mesh_done_info(op, x->device, dmsg, sizeof dmsg)
+                 : PD_OK;
       if (atomic_fetch_sub(&op->pending, 1) == 1) {
         dev__exec_release_failed(x->engine, op);
         dev__op_free(op);

@@ -152,6 +152,10 @@ double dev_engine_watch(dev_engine *e, int device, dev_progress *p,
                              : run > done ? DEV_PROGRESS_RUNNING
                                           : DEV_PROGRESS_WAITING;
   bool moved = done != p->done || run != p->run || beats != p->beats;
+  /* A remote device (issue #16) only waits for its rank, whose daemon
+   * watches the device itself: never quiet here, so a long op there does
+   * not read as a stall of this engine. */
+  moved = moved || dev__mesh_remote(e->mesh, device);
   if (state == DEV_PROGRESS_IDLE || p->state == DEV_PROGRESS_IDLE || moved)
     p->since = now; /* idle, work that just came, or progress */
   p->done = done;

@@ -68,7 +68,8 @@ pd_code dev__tensor_new(dev_engine *e, const dev_devset *set, pd_dtype dtype,
   atomic_init(&t->refs, 1);
   atomic_init(&t->pending, false);
   t->engine = e;
-  t->id = atomic_fetch_add_explicit(&e->tensor_ids, 1, memory_order_relaxed) + 1;
+  t->id =
+      atomic_fetch_add_explicit(&e->tensor_ids, 1, memory_order_relaxed) + 1;
   t->dtype = dtype;
   t->n = n;
   t->set = *set;

@@ -34,8 +34,8 @@ pd_code dev_tensor_create_for_layout_on(dev_engine *e, const dev_devset *set,
                                         const dev_shape *host_shape,
                                         const dev_shape *component_shapes,
                                         dev_tensor **out, dev_status *st) {
-  PD_TRY(create_for_layout(e, set, dtype, layout, host_shape,
-                           component_shapes, out, st));
+  PD_TRY(create_for_layout(e, set, dtype, layout, host_shape, component_shapes,
+                           out, st));
   if (e->mesh) dev__mesh_tensor_created(*out);
   return PD_OK;
 }

@@ -191,8 +191,7 @@ static void w_host_unregister(dev_backend *b, void *p) {
   m->inner->host_unregister(m->inner, p);
 }
 
-static pd_code w_fence_record(dev_backend *b, int d, void **f,
-                              dev_status *st) {
+static pd_code w_fence_record(dev_backend *b, int d, void **f, dev_status *st) {
   dev__mesh *m = M(b);
   if (dev__mesh_remote(m, d)) {
     *f = NULL; /* never issued there (exec.c) */
@@ -238,7 +237,8 @@ static pd_code w_graph_launch(dev_backend *b, int d, void *g, dev_status *st) {
 
 static void w_graph_destroy(dev_backend *b, int d, void *g) {
   dev__mesh *m = M(b);
-  if (!dev__mesh_remote(m, d)) m->inner->graph_destroy(m->inner, d - m->first, g);
+  if (!dev__mesh_remote(m, d))
+    m->inner->graph_destroy(m->inner, d - m->first, g);
 }
 
 static int w_device_gpu(dev_backend *b, int d) {
@@ -248,9 +248,9 @@ static int w_device_gpu(dev_backend *b, int d) {
   return m->inner->device_gpu(m->inner, d - m->first);
 }
 
-pd_code dev__mesh_backend_create(dev_backend *inner,
-                                 const dev_mesh_config *cfg, dev_backend **out,
-                                 dev__mesh **mesh, dev_status *st) {
+pd_code dev__mesh_backend_create(dev_backend *inner, const dev_mesh_config *cfg,
+                                 dev_backend **out, dev__mesh **mesh,
+                                 dev_status *st) {
   const int n = inner->num_devices, w = cfg->world_size;
   if (w < 2 || cfg->rank < 0 || cfg->rank >= w)
     return dev_error(st, PD_INVALID_ARGUMENT,
@@ -275,6 +275,9 @@ pd_code dev__mesh_backend_create(dev_backend *inner,
   m->n_local = n;
   m->first = cfg->rank * n;
   m->inner = inner;
+  const char *knob = getenv("PARADEV_MESH_STAGED");
+  m->staged =
+      inner->kind != DEV_BACKEND_CPU || (knob && strcmp(knob, "1") == 0);
   pthread_mutex_init(&m->tmu, NULL);
   for (int d = 0; d < w * n; d++)
     snprintf(m->names[d], sizeof m->names[d], "rank %d device %d (remote)",

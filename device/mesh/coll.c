@@ -19,7 +19,8 @@
  * Bool reductions are logical (sum, max, mean: or; prod, min: and), as the
  * local collectives'. The CPU backend's buffers are host memory and go to
  * the transport directly; other backends' are staged through host buffers
- * (copy_d2h after synchronize, copy_h2d). Without a transport every local
+ * (copy_d2h after synchronize, copy_h2d; on the CPU too with
+ * PARADEV_MESH_STAGED=1 at the engine's creation, so tests cover it). Without a transport every local
  * participant fails at once with UNAVAILABLE; a transport error fails the
  * outputs with its code and message. */
 #include <stdio.h>
@@ -44,7 +45,9 @@ static void divide(void *buf, size_t count, pd_dtype dt, int n) {
       case PD_FLOAT64: ((double *)buf)[i] /= (double)n; break;
       case PD_INT32: ((int32_t *)buf)[i] /= n; break;
       case PD_INT64: ((int64_t *)buf)[i] /= n; break;
-      case PD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(((uint8_t *)buf)[i] / n); break;
+      case PD_UINT8:
+        ((uint8_t *)buf)[i] = (uint8_t)(((uint8_t *)buf)[i] / n);
+        break;
       case PD_FLOAT16: {
         uint16_t *h = buf;
         h[i] = dev_float_to_half(dev_half_to_float(h[i]) / (float)n);
@@ -62,7 +65,8 @@ static void divide(void *buf, size_t count, pd_dtype dt, int n) {
 /* The reduction the transport runs for `red` on `dt` (mean: sum). */
 static int transport_red(int red, pd_dtype dt) {
   if (dt == PD_BOOL)
-    return red == DEV_RED_PROD || red == DEV_RED_MIN ? DEV_RED_MIN : DEV_RED_MAX;
+    return red == DEV_RED_PROD || red == DEV_RED_MIN ? DEV_RED_MIN
+                                                     : DEV_RED_MAX;
   return red == DEV_RED_MEAN ? DEV_RED_SUM : red;
 }
 
@@ -80,9 +84,9 @@ static pd_code stage_in(xfer *x, dev_status *st) {
   dev_kernel_ctx *c = x->ctx;
   const size_t es = pd_dtype_size(c->in_dtype[0]);
   x->in_bytes = (size_t)dev_num_elems(&c->in_shape[0]) * es;
-  x->out_bytes = (size_t)dev_num_elems(&c->out_shape[0]) *
-                 pd_dtype_size(c->out_dtype[0]);
-  x->staged = x->m->inner->kind != DEV_BACKEND_CPU;
+  x->out_bytes =
+      (size_t)dev_num_elems(&c->out_shape[0]) * pd_dtype_size(c->out_dtype[0]);
+  x->staged = x->m->staged;
   if (!x->staged) {
     x->in = c->in_data[0];
     x->out = c->out_data[0];
@@ -120,8 +124,7 @@ static pd_code transport_error(const dev_kernel_ctx *c, const char *what,
                    dev_devset_str(c->devset, sb, sizeof sb), what, ts->msg);
 }
 
-static pd_code gather(dev_mesh_transport *t, void *g, xfer *x,
-                      dev_status *st) {
+static pd_code gather(dev_mesh_transport *t, void *g, xfer *x, dev_status *st) {
   dev_kernel_ctx *c = x->ctx;
   const int n = c->devset->n;
   dev_status ts = DEV_STATUS_INIT;
@@ -184,8 +187,8 @@ static pd_code run_data(dev_mesh_transport *t, void *g, xfer *x,
   dev_status ts = DEV_STATUS_INIT;
   switch ((dev_collective_kind)c->op->collective) {
     case DEV_COLL_ALL_REDUCE: {
-      const int red = dev_reduction_from_name(c->attrs[0].u.s.ptr,
-                                              c->attrs[0].u.s.len);
+      const int red =
+          dev_reduction_from_name(c->attrs[0].u.s.ptr, c->attrs[0].u.s.len);
       if (x->in_bytes) memcpy(x->out, x->in, x->in_bytes);
       const size_t count = x->in_bytes / es;
       if (t->all_reduce(t, g, x->out, count, dt, transport_red(red, dt), &ts) !=
@@ -203,8 +206,8 @@ static pd_code run_data(dev_mesh_transport *t, void *g, xfer *x,
     }
     case DEV_COLL_ALL_GATHER: return gather(t, g, x, st);
     case DEV_COLL_REDUCE_SCATTER: {
-      const int red = dev_reduction_from_name(c->attrs[0].u.s.ptr,
-                                              c->attrs[0].u.s.len);
+      const int red =
+          dev_reduction_from_name(c->attrs[0].u.s.ptr, c->attrs[0].u.s.len);
       const dev_shape *s = &c->in_shape[0];
       const int64_t rows = s->rank > 0 ? s->dims[0] : 1;
       const size_t count = x->in_bytes / es;
@@ -258,8 +261,8 @@ pd_code dev__mesh_coll_run(dev__mesh *m, const dev__mesh_coll *mc,
     rc = transport_error(ctx, "joining its group", &ts, st);
     goto out;
   }
-  int32_t flag = failed ? (int32_t)(((n - me) << 5) | ((int)failed->code & 31))
-                        : 0;
+  int32_t flag =
+      failed ? (int32_t)(((n - me) << 5) | ((int)failed->code & 31)) : 0;
   if (t->all_reduce(t, g, &flag, 1, PD_INT32, DEV_RED_MAX, &ts) != PD_OK) {
     rc = transport_error(ctx, "failure flag", &ts, st);
     goto out;

@@ -157,8 +157,8 @@ pd_code dev__mesh_check_placement(const dev_engine *e, const dev_op_def *def,
                      "machines are not available yet: keep ParallelPack, "
                      "ParallelUnpack and CopyToDevices within one rank's "
                      "devices (%d per rank)",
-                     def->name, dev_devset_str(set, sb, sizeof sb),
-                     set->dev[0], r0, set->dev[i], r, m->n_local);
+                     def->name, dev_devset_str(set, sb, sizeof sb), set->dev[0],
+                     r0, set->dev[i], r, m->n_local);
   }
   return PD_OK;
 }
@@ -186,6 +186,4 @@ int dev_op_num_inputs(const dev_op *op) { return op->num_inputs; }
 dev_tensor *dev_op_input(const dev_op *op, int i) {
   return i >= 0 && i < op->num_inputs ? op->inputs[i] : NULL;
 }
-const dev_attr_value *dev_op_attr_values(const dev_op *op) {
-  return op->attrs;
-}
+const dev_attr_value *dev_op_attr_values(const dev_op *op) { return op->attrs; }

@@ -42,6 +42,9 @@ typedef struct dev__mesh {
   /* Bytes of placeholder components per engine device (remote ones). */
   _Atomic uint64_t remote_bytes[PD_MAX_DEVICES];
   char names[PD_MAX_DEVICES][48]; /* remote devices' names */
+  /* Cross-rank collectives stage through host buffers: every backend but
+   * the CPU's, or any with PARADEV_MESH_STAGED=1 at creation (a test knob). */
+  bool staged;
 } dev__mesh;
 
 /* True when engine device `d` of a mesh engine is remote. */
@@ -71,9 +74,9 @@ typedef struct dev__mesh_coll {
  * its destroy); on failure (INVALID_ARGUMENT for a bad rank, world size or
  * more than PD_MAX_DEVICES devices; RESOURCE_EXHAUSTED) inner is left to
  * the caller. */
-pd_code dev__mesh_backend_create(dev_backend *inner,
-                                 const dev_mesh_config *cfg, dev_backend **out,
-                                 dev__mesh **mesh, dev_status *st);
+pd_code dev__mesh_backend_create(dev_backend *inner, const dev_mesh_config *cfg,
+                                 dev_backend **out, dev__mesh **mesh,
+                                 dev_status *st);
 
 /* Device ctx->index's part of a CROSS collective (coll.c): on the
  * participant's executor, through the current transport. */
@@ -93,10 +96,9 @@ void dev__mesh_tensor_released(dev_tensor *t);
  * calls its hook; another rank skips a write (OK) and refuses a read
  * (FAILED_PRECONDITION naming the device and its rank). */
 pd_code dev__mesh_component_write(dev_tensor *t, int c, uint64_t off,
-                                  const void *data, size_t len,
-                                  dev_status *st);
-pd_code dev__mesh_component_read(dev_tensor *t, int c, uint64_t off,
-                                 void *data, size_t len, dev_status *st);
+                                  const void *data, size_t len, dev_status *st);
+pd_code dev__mesh_component_read(dev_tensor *t, int c, uint64_t off, void *data,
+                                 size_t len, dev_status *st);
 /* Coordinator: remote device d's executor reached op `seq` (OK elsewhere). */
 pd_code dev__mesh_remote_wait(dev_engine *e, int d, uint64_t seq,
                               dev_status *st);

@@ -170,8 +170,7 @@ static pd_code f_broadcast(dev_mesh_transport *t, void *group, void *buf,
 }
 
 static pd_code f_all_gather(dev_mesh_transport *t, void *group, const void *in,
-                            const size_t *in_bytes, void *out,
-                            dev_status *st) {
+                            const size_t *in_bytes, void *out, dev_status *st) {
   fpart *p = group;
   fgroup *g = p->g;
   g->ptr[p->index] = (void *)in;
@@ -321,7 +320,8 @@ static void cmd_free(cmd *c) {
 
 static void replay_failed(harness *h, const char *what, const char *msg) {
   if (atomic_fetch_add(&h->replay_errors, 1) == 0)
-    snprintf(h->replay_error, sizeof h->replay_error, "%.100s: %.400s", what, msg);
+    snprintf(h->replay_error, sizeof h->replay_error, "%.100s: %.400s", what,
+             msg);
 }
 
 static void progress(harness *h, int device, uint64_t seq, pd_code code,
@@ -451,7 +451,8 @@ static void h_tensor_completed(void *arg, const dev_tensor *t, pd_code code,
 
 static void h_tensor_released(void *arg, const dev_tensor *t) {
   harness *h = arg;
-  for (int r = 1; r < h->W; r++) enqueue(h, r, cmd_new(C_RELEASE, dev_tensor_id(t)));
+  for (int r = 1; r < h->W; r++)
+    enqueue(h, r, cmd_new(C_RELEASE, dev_tensor_id(t)));
 }
 
 /* Copies the op's resolved attributes back into dev_attr (strings and
@@ -494,9 +495,11 @@ static void h_op_submitted(void *arg, const dev_op *op) {
     c->seq = dev_op_seq(op);
     c->set = *dev_op_devset(op);
     c->nin = dev_op_num_inputs(op);
-    for (int i = 0; i < c->nin; i++) c->in_ids[i] = dev_tensor_id(dev_op_input(op, i));
+    for (int i = 0; i < c->nin; i++)
+      c->in_ids[i] = dev_tensor_id(dev_op_input(op, i));
     c->nout = dev_op_num_outputs(op);
-    for (int i = 0; i < c->nout; i++) c->out_ids[i] = dev_tensor_id(dev_op_output(op, i));
+    for (int i = 0; i < c->nout; i++)
+      c->out_ids[i] = dev_tensor_id(dev_op_output(op, i));
     copy_attrs(c, op);
     enqueue(h, r, c);
   }
@@ -625,6 +628,51 @@ static void h_drain(harness *h) {
   }
 }
 
+/* Fences that are done when recorded (a fenced CPU backend): ops then
+ * complete through each device's completion thread (device/complete.c). */
+static atomic_int fences_recorded;
+static pd_code fx_record(dev_backend *b, int device, void **fence,
+                         dev_status *st) {
+  (void)b;
+  (void)device;
+  (void)st;
+  *fence = malloc(1);
+  atomic_fetch_add(&fences_recorded, 1);
+  return PD_OK;
+}
+static pd_code fx_wait(dev_backend *b, int device, void *fence,
+                       dev_status *st) {
+  (void)b;
+  (void)device;
+  (void)fence;
+  (void)st;
+  return PD_OK;
+}
+static void fx_release(dev_backend *b, int device, void *fence) {
+  (void)b;
+  (void)device;
+  free(fence);
+}
+
+static bool g_fenced; /* h_start makes fenced engines */
+
+static dev_engine *fenced_mesh_engine(const dev_mesh_config *mc, int n,
+                                      uint64_t limit) {
+  dev_cpu_config cc = DEV_CPU_CONFIG_INITIALIZER;
+  cc.num_devices = n;
+  cc.memory_limit = limit;
+  dev_backend *b = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  assert_int_equal(dev_cpu_backend_create(&cc, &b, &st), PD_OK);
+  b->fence_record = fx_record;
+  b->fence_wait = fx_wait;
+  b->fence_release = fx_release;
+  dev_engine *e = NULL;
+  if (dev__engine_create_mesh_with_backend(b, mc, &e, &st) != PD_OK)
+    fail_msg("fenced engine: %s", st.msg);
+  return e;
+}
+
 /* W engines of n CPU devices each (rank 1's devices limited to
  * rank1_limit bytes when not 0), with the fake transport when `transport`. */
 static harness *h_start(int W, int n, uint64_t rank1_limit, bool transport) {
@@ -655,7 +703,9 @@ static harness *h_start(int W, int n, uint64_t rank1_limit, bool transport) {
     cfg.memory_limit = r == 1 ? rank1_limit : 0;
     cfg.mesh_config = &mc;
     dev_status st = DEV_STATUS_INIT;
-    if (dev_engine_create(&cfg, &h->e[r], &st) != PD_OK)
+    if (g_fenced)
+      h->e[r] = fenced_mesh_engine(&mc, n, cfg.memory_limit);
+    else if (dev_engine_create(&cfg, &h->e[r], &st) != PD_OK)
       fail_msg("engine of rank %d: %s", r, st.msg);
     if (t) dev_engine_mesh_set_transport(h->e[r], t);
     rankq *q = &h->q[r];
@@ -663,7 +713,8 @@ static harness *h_start(int W, int n, uint64_t rank1_limit, bool transport) {
     q->rank = r;
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
-    if (r > 0) assert_int_equal(pthread_create(&q->th, NULL, replay_main, q), 0);
+    if (r > 0)
+      assert_int_equal(pthread_create(&q->th, NULL, replay_main, q), 0);
   }
   if (t) t->release(t); /* the engines hold theirs */
   return h;
@@ -728,9 +779,12 @@ static dev_tensor *components(dev_engine *e, pd_dtype dt, int rank,
     datas[d] = malloc((size_t)(count ? count : 1) * pd_dtype_size(dt));
     for (int64_t i = 0; i < count; i++) {
       double v = f(d, i);
-      if (dt == PD_FLOAT32) ((float *)datas[d])[i] = (float)v;
-      else if (dt == PD_INT32) ((int32_t *)datas[d])[i] = (int32_t)v;
-      else ((double *)datas[d])[i] = v;
+      if (dt == PD_FLOAT32)
+        ((float *)datas[d])[i] = (float)v;
+      else if (dt == PD_INT32)
+        ((int32_t *)datas[d])[i] = (int32_t)v;
+      else
+        ((double *)datas[d])[i] = v;
     }
   }
   dev_tensor *t = NULL;
@@ -774,8 +828,10 @@ static void test_elementwise_sharded(void **state) {
   assert_true(dev_engine_device_is_local(e0, 1));
   assert_false(dev_engine_device_is_local(e0, 2));
   assert_true(dev_engine_device_is_local(e1, 3));
-  assert_string_equal(dev_engine_device_name(e0, 3), "rank 1 device 1 (remote)");
-  assert_string_equal(dev_engine_device_name(e1, 0), "rank 0 device 0 (remote)");
+  assert_string_equal(dev_engine_device_name(e0, 3),
+                      "rank 1 device 1 (remote)");
+  assert_string_equal(dev_engine_device_name(e1, 0),
+                      "rank 0 device 0 (remote)");
   assert_true(dev_engine_device_healthy(e0, 2));
 
   int64_t dims[2] = {8, 3};
@@ -785,7 +841,8 @@ static void test_elementwise_sharded(void **state) {
     want[i] = vals[i] * vals[i] + vals[i];
   }
   dev_tensor *x = tu_sharded(e0, PD_FLOAT32, 2, dims, 0, vals);
-  dev_memory_stats ms = {.struct_size = sizeof ms}, l0 = {.struct_size = sizeof l0};
+  dev_memory_stats ms = {.struct_size = sizeof ms},
+                   l0 = {.struct_size = sizeof l0};
   dev_status st = DEV_STATUS_INIT;
   assert_int_equal(dev_engine_memory_stats(e0, 2, &ms, &st), PD_OK);
   assert_int_equal(dev_engine_memory_stats(e0, 0, &l0, &st), PD_OK);
@@ -847,8 +904,9 @@ static void test_all_reduce(void **state) {
     harness *h = h_start(W, 2, 0, true);
     const int n = 2 * W;
     int64_t dims[2] = {3, 5};
-    for (int k = 0; k < 2; k++) {
-      pd_dtype dt = k ? PD_INT32 : PD_FLOAT32;
+    for (int k = 0; k < 3; k++) {
+      static const pd_dtype dts[3] = {PD_FLOAT32, PD_INT32, PD_FLOAT64};
+      pd_dtype dt = dts[k];
       dev_tensor *x = components(h->e[0], dt, 2, dims, f_mix);
       for (int r = 0; r < 4; r++) {
         dev_attr a = dev_attr_string("reduction", reds[r]);
@@ -919,7 +977,8 @@ static void test_all_gather(void **state) {
   }
   dev_tensor *x = NULL;
   assert_int_equal(
-      dev_tensor_from_components(e0, PD_FLOAT32, shapes, datas, &x, &st), PD_OK);
+      dev_tensor_from_components(e0, PD_FLOAT32, shapes, datas, &x, &st),
+      PD_OK);
   dev_attr a0 = dev_attr_int("axis", 0);
   dev_tensor *y = tu_exec(e0, "AllGather", &x, 1, &a0, 1, 0);
   double got[24];
@@ -937,7 +996,8 @@ static void test_all_gather(void **state) {
   double want1[24];
   for (int r = 0; r < 2; r++)
     for (int d = 0; d < 4; d++)
-      for (int j = 0; j < 3; j++) want1[r * 12 + d * 3 + j] = f_lin(d, r * 3 + j);
+      for (int j = 0; j < 3; j++)
+        want1[r * 12 + d * 3 + j] = f_lin(d, r * 3 + j);
   for (int d = 0; d < 4; d++) {
     assert_int_equal(tu_read(y, d, got, 24), 24);
     tu_assert_close(got, want1, 24, 0, 0);
@@ -990,7 +1050,8 @@ static void test_failed_input_fails_everywhere(void **state) {
   (void)state;
   harness *h = h_start(2, 2, 4096, true);
   int64_t big[1] = {2048}; /* 8 KiB of float32 per device */
-  dev_attr fa[2] = {dev_attr_shape("shape", 1, big), dev_attr_float("value", 1)};
+  dev_attr fa[2] = {dev_attr_shape("shape", 1, big),
+                    dev_attr_float("value", 1)};
   dev_tensor *f = tu_exec(h->e[0], "Fill", NULL, 0, fa, 2, 0);
   dev_attr a = dev_attr_string("reduction", "sum");
   dev_tensor *y = tu_exec(h->e[0], "AllReduce", &f, 1, &a, 1, 0);
@@ -1064,13 +1125,17 @@ static void test_refusals(void **state) {
   dev_layout mir = {DEV_LAYOUT_MIRRORED, 0, 0};
   dev_tensor *x0 = NULL, *x2 = NULL;
   assert_int_equal(
-      dev_tensor_from_host_on(e0, &s0, PD_FLOAT32, &mir, &shp, v, &x0, &st), PD_OK);
+      dev_tensor_from_host_on(e0, &s0, PD_FLOAT32, &mir, &shp, v, &x0, &st),
+      PD_OK);
   assert_int_equal(
-      dev_tensor_from_host_on(e0, &s2, PD_FLOAT32, &mir, &shp, v, &x2, &st), PD_OK);
+      dev_tensor_from_host_on(e0, &s2, PD_FLOAT32, &mir, &shp, v, &x2, &st),
+      PD_OK);
   dev_attr to2 = dev_attr_int_list("devices", d2, 1);
-  tu_exec_fails(e0, "CopyToDevices", &x0, 1, &to2, 1, PD_UNIMPLEMENTED, "rank 1");
+  tu_exec_fails(e0, "CopyToDevices", &x0, 1, &to2, 1, PD_UNIMPLEMENTED,
+                "rank 1");
   dev_tensor *pair[2] = {x0, x2};
-  tu_exec_fails(e0, "ParallelPack", pair, 2, NULL, 0, PD_UNIMPLEMENTED, "span ranks");
+  tu_exec_fails(e0, "ParallelPack", pair, 2, NULL, 0, PD_UNIMPLEMENTED,
+                "span ranks");
   dev_attr to3 = dev_attr_int_list("devices", d3, 1);
   dev_tensor *y = tu_exec(e0, "CopyToDevices", &x2, 1, &to3, 1, 0);
   double got[3], want[3] = {1.5, -2.0, 4.0};
@@ -1116,13 +1181,22 @@ static void test_submit_seq(void **state) {
   cfg.mesh_config = &mc;
   dev_engine *e = NULL;
   dev_status st = DEV_STATUS_INIT;
+  mc.rank = 2; /* not a rank of a mesh of 2 */
+  assert_int_equal(dev_engine_create(&cfg, &e, &st), PD_INVALID_ARGUMENT);
+  assert_non_null(strstr(st.msg, "rank 2 of world size 2"));
+  mc.rank = 1;
+  cfg.num_devices = 40; /* 80 devices: over PD_MAX_DEVICES */
+  assert_int_equal(dev_engine_create(&cfg, &e, &st), PD_INVALID_ARGUMENT);
+  cfg.num_devices = 2;
   assert_int_equal(dev_engine_create(&cfg, &e, &st), PD_OK);
   int64_t d2[1] = {2}, dims[1] = {3};
   dev_devset s2;
   assert_int_equal(dev_devset_make(e, d2, 1, &s2, &st), PD_OK);
-  dev_attr fa[2] = {dev_attr_shape("shape", 1, dims), dev_attr_float("value", 7)};
+  dev_attr fa[2] = {dev_attr_shape("shape", 1, dims),
+                    dev_attr_float("value", 7)};
   dev_op *op = NULL;
-  assert_int_equal(dev_op_prepare_on(e, &s2, "Fill", NULL, 0, fa, 2, &op, &st), PD_OK);
+  assert_int_equal(dev_op_prepare_on(e, &s2, "Fill", NULL, 0, fa, 2, &op, &st),
+                   PD_OK);
   dev_tensor *a = dev_op_output(op, 0);
   dev_tensor_retain(a);
   assert_int_equal(dev_op_submit_seq(e, op, 100, &st), PD_OK);
@@ -1131,7 +1205,8 @@ static void test_submit_seq(void **state) {
   assert_int_equal(tu_read(a, 0, got, 3), 3);
   tu_assert_close(got, want, 3, 0, 0);
   wait_lone(100);
-  assert_int_equal(dev_op_prepare_on(e, &s2, "Fill", NULL, 0, fa, 2, &op, &st), PD_OK);
+  assert_int_equal(dev_op_prepare_on(e, &s2, "Fill", NULL, 0, fa, 2, &op, &st),
+                   PD_OK);
   dev_tensor *b = dev_op_output(op, 0);
   dev_tensor_retain(b);
   assert_int_equal(dev_op_submit_seq(e, op, 50, &st), PD_INVALID_ARGUMENT);
@@ -1149,7 +1224,8 @@ static void test_submit_seq(void **state) {
   int64_t d0[1] = {0};
   dev_devset s0;
   assert_int_equal(dev_devset_make(e, d0, 1, &s0, &st), PD_OK);
-  assert_int_equal(dev_op_prepare_on(e, &s0, "Fill", NULL, 0, fa, 2, &op, &st), PD_OK);
+  assert_int_equal(dev_op_prepare_on(e, &s0, "Fill", NULL, 0, fa, 2, &op, &st),
+                   PD_OK);
   dev_tensor *r = dev_op_output(op, 0);
   dev_tensor_retain(r);
   assert_int_equal(dev_op_submit_seq(e, op, 600, &st), PD_OK);
@@ -1158,6 +1234,21 @@ static void test_submit_seq(void **state) {
   float buf[3];
   assert_int_equal(dev_tensor_to_host(r, &c0, 0, buf, sizeof buf, &st),
                    PD_FAILED_PRECONDITION);
+  /* An op reading a pending tensor is refused, and reported (the
+   * coordinator waits for its seq). */
+  dev_layout mir = {DEV_LAYOUT_MIRRORED, 0, 0};
+  dev_shape shp;
+  assert_int_equal(dev_shape_make(1, dims, &shp, &st), PD_OK);
+  dev_tensor *p = NULL;
+  assert_int_equal(dev_tensor_create_pending_on(e, &s2, PD_FLOAT32, &mir, &shp,
+                                                NULL, &p, &st),
+                   PD_OK);
+  assert_int_equal(dev_op_prepare_on(e, NULL, "Neg", &p, 1, NULL, 0, &op, &st),
+                   PD_OK);
+  assert_int_equal(dev_op_submit_seq(e, op, 700, &st), PD_FAILED_PRECONDITION);
+  wait_lone(700);
+  dev_tensor_complete(p, PD_CANCELLED, "not loaded");
+  dev_tensor_release(p);
   dev_tensor_release(a);
   dev_tensor_release(b);
   dev_tensor_release(c);
@@ -1177,8 +1268,9 @@ static void test_no_transport(void **state) {
   const char *msg;
   for (int d = 0; d < 4; d++) {
     assert_int_equal(comp_code(y, d, &msg), PD_UNAVAILABLE);
-    if (!strstr(msg, "the mesh has no collective transport (not formed, or "
-                     "degraded)"))
+    if (!strstr(msg,
+                "the mesh has no collective transport (not formed, or "
+                "degraded)"))
       fail_msg("component %d: %s", d, msg);
   }
   /* A collective within one rank needs none. */
@@ -1204,7 +1296,8 @@ static void test_pending_load(void **state) {
   dev_layout sh = {DEV_LAYOUT_SHARDED, 0, 0};
   dev_tensor *p = NULL;
   assert_int_equal(
-      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &p, &st), PD_OK);
+      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &p, &st),
+      PD_OK);
   float v[8];
   for (int i = 0; i < 8; i++) v[i] = (float)(i * i) - 4.0f;
   for (int off = 0; off < 8; off += 3) { /* chunks across components */
@@ -1220,7 +1313,8 @@ static void test_pending_load(void **state) {
   for (int i = 0; i < 8; i++) assert_true(got[i] == -v[i]);
   dev_tensor *q = NULL;
   assert_int_equal(
-      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &q, &st), PD_OK);
+      dev_tensor_create_pending(e0, PD_FLOAT32, &sh, &hs, NULL, &q, &st),
+      PD_OK);
   dev_tensor_complete(q, PD_DATA_LOSS, "checkpoint shard 3 is damaged");
   dev_tensor *z = tu_exec(e0, "Neg", &q, 1, NULL, 0, 0);
   const char *msg;
@@ -1251,7 +1345,8 @@ static void test_three_engines(void **state) {
   dev_layout sh = {DEV_LAYOUT_SHARDED, 0, 0};
   float got[24];
   assert_int_equal(dev_tensor_to_host(y, &sh, 0, got, sizeof got, &st), PD_OK);
-  for (int i = 0; i < 24; i++) assert_true(got[i] == (float)(vals[i] * vals[i]));
+  for (int i = 0; i < 24; i++)
+    assert_true(got[i] == (float)(vals[i] * vals[i]));
   dev_attr a0 = dev_attr_int("axis", 0);
   dev_tensor *g = tu_exec(e0, "AllGather", &y, 1, &a0, 1, 0);
   double all[24];
@@ -1290,7 +1385,8 @@ static void test_transport_error(void **state) {
   const char *msg;
   for (int d = 0; d < 4; d++) {
     assert_int_equal(comp_code(y, d, &msg), PD_UNAVAILABLE);
-    if (!strstr(msg, "closed its connection")) fail_msg("component %d: %s", d, msg);
+    if (!strstr(msg, "closed its connection"))
+      fail_msg("component %d: %s", d, msg);
   }
   atomic_store(&the_ftrans->fail_data, false);
   dev_tensor *ok = tu_exec(h->e[0], "AllReduce", &x, 1, &a, 1, 0);
@@ -1309,6 +1405,30 @@ static void test_transport_error(void **state) {
   h_stop(h);
 }
 
+/* The same paths on a backend with fences: ranks report from the
+ * completion threads, remote devices record no fence. */
+static void test_fenced(void **state) {
+  g_fenced = true;
+  atomic_store(&fences_recorded, 0);
+  test_elementwise_sharded(state);
+  test_all_reduce(state);
+  test_failed_input_fails_everywhere(state);
+  test_refusals(state);
+  g_fenced = false;
+  assert_true(atomic_load(&fences_recorded) > 0);
+}
+
+/* The collectives staged through host buffers, as on a GPU backend
+ * (PARADEV_MESH_STAGED=1: copy_d2h, the transport, copy_h2d). */
+static void test_staged(void **state) {
+  setenv("PARADEV_MESH_STAGED", "1", 1);
+  test_all_reduce(state);
+  test_broadcast(state);
+  test_all_gather(state);
+  test_reduce_scatter(state);
+  unsetenv("PARADEV_MESH_STAGED");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_elementwise_sharded),
@@ -1325,6 +1445,8 @@ int main(void) {
       cmocka_unit_test(test_pending_load),
       cmocka_unit_test(test_three_engines),
       cmocka_unit_test(test_transport_error),
+      cmocka_unit_test(test_fenced),
+      cmocka_unit_test(test_staged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
