@@ -262,7 +262,10 @@ static void ap_op(apply *a, dev_engine *e, const Paradev__V1__MeshOp *c) {
     dev_tensor_retain(t);
     ap_put(a, c->outputs[i], t, PD_OK, NULL);
   }
-  if (dev_op_submit_seq(e, op, c->seq, &st) != PD_OK) {
+  srv_mapp_in_submit = true;
+  pd_code rc = dev_op_submit_seq(e, op, c->seq, &st);
+  srv_mapp_in_submit = false;
+  if (rc != PD_OK) {
     /* Abandoned by the engine: its outputs (recorded) fail with st. */
     ap_log(a, "op", c->seq, st.msg);
     srv_mapp_defer(a, &set, c->seq, &st);

@@ -58,10 +58,17 @@ static void ap_release_deferred(ap_dev *d) {
   }
 }
 
+_Thread_local bool srv_mapp_in_submit;
+
 void srv_mapp_local_done(void *arg, int device, uint64_t seq, pd_code code,
                          const char *msg) {
   apply *a = srv_mesh_data((srv_mesh *)arg);
   if (!a || device < a->first || device >= a->first + a->count) return;
+  /* Called from inside dev_op_submit_seq on the apply thread: the engine
+   * refusing the op (a pending input) reports it at once, possibly ahead of
+   * earlier ops still running on the device, which done_seq must not pass.
+   * The refusal is reported by srv_mapp_defer, in order. */
+  if (srv_mapp_in_submit) return;
   ap_dev *d = &a->dev[device - a->first];
   pthread_mutex_lock(&a->pmu);
   if (seq > d->engine_done) d->engine_done = seq;

@@ -181,7 +181,10 @@ static inline uint64_t ap_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* mesh_apply_progress.c. The local_done hook (dev_mesh.h). */
+/* mesh_apply_progress.c. The local_done hook (dev_mesh.h). It ignores calls
+ * made while srv_mapp_in_submit is set (the apply thread's, around
+ * dev_op_submit_seq: a refusal the data plane reports itself). */
+extern _Thread_local bool srv_mapp_in_submit;
 void srv_mapp_local_done(void *arg, int device, uint64_t seq, pd_code code,
                          const char *msg);
 /* Op `seq`, which never reached the engine, failed with `st` on each local
