@@ -102,6 +102,12 @@ void srv_mesh_fwd_rank_lost(srv_mesh *m, int rank, const char *why);
 
 /* The ranks' dev_mesh_config hooks (local_done). */
 void srv_mesh_apply_hooks(srv_mesh *m, dev_mesh_config *cfg);
+/* Makes the rank's data state (before the engine) and its two threads (the
+ * progress sender, the read worker). srv_mesh_apply_destroy (after the
+ * engine) frees it; the rank's tensors must have been dropped before the
+ * engine was destroyed (srv_mesh_apply_drop_all in srv_mesh_stop, once the
+ * link delivers no more commands), since the engine needs every tensor
+ * released. */
 int srv_mesh_apply_create(srv_mesh *m);
 void srv_mesh_apply_destroy(srv_mesh *m);
 /* Applies the packed MeshCommands of one CoordinatorMessage, in order, on
