@@ -66,6 +66,10 @@ struct srv_mesh {
   atomic_bool a_formed, a_degraded;
   _Atomic uint64_t a_epoch;
 
+  /* The send paths (mesh_state.c calls them): the coordinator's queues
+   * (mesh_ctl.c) and a rank's link (mesh_link.c, while it runs). */
+  bool (*send_down)(srv_mesh *m, int rank, const uint8_t *packed, size_t len);
+  bool (*_Atomic send_up)(srv_mesh *m, const uint8_t *packed, size_t len);
   dev_mesh_config cfg;
   void *data; /* the data plane's */
   srv_mesh_kv *kv;     /* the coordinator's store */

@@ -128,8 +128,7 @@ static bool srv_link_send_msg(srv_mesh_link *L,
   return ok;
 }
 
-bool srv_mesh_send_to_coordinator(srv_mesh *m, const uint8_t *packed,
-                                  size_t len) {
+static bool srv_link_send_up(srv_mesh *m, const uint8_t *packed, size_t len) {
   srv_mesh_link *L = m->link;
   if (!L) return false;
   pthread_mutex_lock(&L->mu);
@@ -612,6 +611,7 @@ int srv_mesh_link_start(srv_mesh *m) {
   grpc_channel_credentials_release(creds);
   L->cq = grpc_completion_queue_create_for_next(NULL);
   m->link = L;
+  atomic_store(&m->send_up, srv_link_send_up);
   if (pthread_create(&L->thread, NULL, srv_link_main, L) != 0) {
     SRV_ERROR("mesh: cannot start the link thread");
     srv_mesh_link_stop(m);
@@ -648,6 +648,7 @@ void srv_mesh_link_stop(srv_mesh *m) {
   srv_mesh_link *L = m->link;
   if (!L) return;
   atomic_store(&L->stop, true);
+  atomic_store(&m->send_up, NULL);
   if (L->thread_started) pthread_join(L->thread, NULL);
   L->thread_started = false;
   if (L->cq) {

@@ -409,6 +409,7 @@ static void srv_render_mesh(srv_buf *b, srv *s) {
     return;
   }
   srv_mesh_info(s->mesh, v);
+  if (v->rank != 0) v->tensors = srv_mesh_apply_tensors(s->mesh);
   static const struct {
     const char *name, *help;
   } g[] = {

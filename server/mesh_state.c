@@ -1,0 +1,161 @@
+/* The mesh's state that every part reads (issue #16; mesh.h, mesh_int.h):
+ * the accessors, the lock-free flags health, metrics and the methods read,
+ * the checks the methods ask (refusals at ranks, of graph functions, of
+ * sessions on a broken mesh), the snapshot for GetServerInfo and /metrics,
+ * the collective transport of an epoch, and the two send paths, which go
+ * to the coordinator's queues (mesh_ctl.c) or the rank's link
+ * (mesh_link.c) through the functions those set in srv_mesh (so that
+ * calls go one way: the data plane and the methods call here, never into
+ * mesh_ctl.c or mesh_link.c). Calls nothing else of server/ but log.c. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SRV_LOG_SUB SRV_SUB_CORE
+#include "log.h"
+#include "mesh_int.h"
+
+double srv_mesh_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void srv_mesh_publish(srv_mesh *m) {
+  atomic_store(&m->a_formed, m->formed);
+  atomic_store(&m->a_degraded, m->degraded);
+  atomic_store(&m->a_epoch, m->epoch);
+}
+
+srv *srv_mesh_server(srv_mesh *m) { return m->s; }
+void *srv_mesh_data(srv_mesh *m) { return m->data; }
+void srv_mesh_set_data(srv_mesh *m, void *data) { m->data = data; }
+int srv_mesh_rank(const srv_mesh *m) { return m->rank; }
+int srv_mesh_world_size(const srv_mesh *m) { return m->world; }
+int srv_mesh_devices_per_rank(const srv_mesh *m) { return m->per_rank; }
+int srv_mesh_device_rank(const srv_mesh *m, int device) {
+  return m->per_rank > 0 ? device / m->per_rank : 0;
+}
+bool srv_mesh_formed(const srv_mesh *m) { return atomic_load(&m->a_formed); }
+bool srv_mesh_degraded(const srv_mesh *m) {
+  return atomic_load(&m->a_degraded);
+}
+
+bool srv_mesh_send_command(srv_mesh *m, int rank, const uint8_t *packed,
+                           size_t len) {
+  return m->send_down && m->send_down(m, rank, packed, len);
+}
+
+bool srv_mesh_send_to_coordinator(srv_mesh *m, const uint8_t *packed,
+                                  size_t len) {
+  bool (*up)(srv_mesh *, const uint8_t *, size_t) = atomic_load(&m->send_up);
+  return up && up(m, packed, len);
+}
+
+/* --- transports ------------------------------------------------------------ */
+
+bool srv_mesh_build_transport(srv_mesh *m, uint64_t epoch, char *err,
+                              size_t errlen) {
+  char prefix[48];
+  snprintf(prefix, sizeof prefix, "epoch/%" PRIu64 "/", epoch);
+  dev_mesh_transport *t = NULL;
+  dev_status st = DEV_STATUS_INIT;
+  if (dev_gloo_transport_create(&m->kv_iface, prefix, m->transport_host,
+                                m->coll_timeout_s, &t, &st) != PD_OK) {
+    snprintf(err, errlen, "%s", st.msg);
+    SRV_WARN("mesh: epoch %" PRIu64
+             ": no collective transport on this rank (%s): collectives "
+             "across ranks fail with UNAVAILABLE",
+             epoch, st.msg);
+    dev_engine_mesh_set_transport(m->s->engine, NULL);
+    return false;
+  }
+  dev_engine_mesh_set_transport(m->s->engine, t); /* takes a reference */
+  t->release(t);
+  SRV_INFO("mesh: epoch %" PRIu64 ": collective transport built (%s, %s)",
+           epoch, m->transport_host, prefix);
+  return true;
+}
+
+void srv_mesh_drop_transport(srv_mesh *m) {
+  if (m->s->engine) dev_engine_mesh_set_transport(m->s->engine, NULL);
+}
+
+/* --- what the methods ask ---------------------------------------------------- */
+
+pd_code srv_mesh_check_client(const srv_mesh *m, const char *path,
+                              dev_status *st) {
+  static const char pd[] = "/paradev.v1.ParallelDevice/";
+  if (!m || m->rank == 0 || strncmp(path, pd, sizeof pd - 1) != 0 ||
+      strcmp(path + sizeof pd - 1, "GetServerInfo") == 0)
+    return PD_OK;
+  return dev_error(st, PD_FAILED_PRECONDITION,
+                   "this daemon is rank %d of a mesh of %d; clients connect "
+                   "to the coordinator (rank 0) on %s",
+                   m->rank, m->world, m->coord_host);
+}
+
+pd_code srv_mesh_check_functions(const srv_mesh *m, dev_status *st) {
+  if (!m) return PD_OK;
+  return dev_error(st, PD_UNIMPLEMENTED,
+                   "graph functions are not available on a mesh across "
+                   "machines yet; run the ops eagerly");
+}
+
+pd_code srv_mesh_check_whole(srv_mesh *m, dev_status *st) {
+  if (!m || m->rank != 0) return PD_OK;
+  pthread_mutex_lock(&m->mu);
+  bool whole = m->formed && !m->degraded;
+  char reason[512];
+  snprintf(reason, sizeof reason, "%s", m->reason);
+  pthread_mutex_unlock(&m->mu);
+  if (whole) return PD_OK;
+  return dev_error(st, PD_UNAVAILABLE,
+                   "the mesh is not whole (%s); open a session once every "
+                   "rank has attached again",
+                   reason);
+}
+
+void srv_mesh_explain_session(srv_mesh *m, dev_status *st) {
+  if (!m || m->rank != 0 || st->code != PD_NOT_FOUND) return;
+  pthread_mutex_lock(&m->mu);
+  char loss[512];
+  snprintf(loss, sizeof loss, "%s", m->loss_msg);
+  pthread_mutex_unlock(&m->mu);
+  if (!loss[0]) return;
+  char was[sizeof st->msg];
+  snprintf(was, sizeof was, "%s", st->msg);
+  dev_error(st, PD_UNAVAILABLE,
+            "%s; every session open then was ended: %s", was, loss);
+}
+
+void srv_mesh_info(srv_mesh *m, srv_mesh_view *v) {
+  memset(v, 0, sizeof *v);
+  double now = srv_mesh_now();
+  pthread_mutex_lock(&m->mu);
+  v->world = m->world;
+  v->rank = m->rank;
+  v->per_rank = m->per_rank;
+  v->formed = m->formed;
+  v->degraded = m->degraded;
+  v->epoch = m->epoch;
+  snprintf(v->reason, sizeof v->reason, "%s", m->reason);
+  snprintf(v->coordinator, sizeof v->coordinator, "%s", m->coordinator);
+  for (int r = 0; r < m->world; r++) {
+    srv_mesh_peer_view *p = &v->ranks[r];
+    if (m->rank != 0) break;
+    p->attached = r == 0 || m->peer[r].attached;
+    snprintf(p->host, sizeof p->host, "%s",
+             r == 0 ? m->transport_host : m->peer[r].host);
+    p->incarnation = r == 0 ? m->s->incarnation : m->peer[r].incarnation;
+    p->last_seen_s =
+        r == 0 || !m->peer[r].ever ? 0 : now - m->peer[r].last_seen;
+    if (r > 0 && !m->peer[r].attached) v->missing[v->n_missing++] = r;
+  }
+  v->sessions_killed = atomic_load(&m->sessions_killed);
+  v->losses = atomic_load(&m->losses);
+  v->formations = atomic_load(&m->formations);
+  pthread_mutex_unlock(&m->mu);
+}
