@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "exec_int.h"
+#include "mesh/mesh_int.h"
 
 /* Drops one of a fenced op's `inflight` holds; frees it at zero. */
 static void op_unhold(dev_op *op) {
@@ -181,8 +182,13 @@ static void exec_complete(dev_exec *x, dev_inflight *f) {
     if (sink) __atomic_fetch_add(sink, now - from, __ATOMIC_RELAXED);
   }
   x->last_done_ns = now;
+  /* A rank's report (issue #16), read before the op may be freed. */
+  const bool report = x->engine->mesh && dev__mesh_reports(x->engine, d);
+  char dmsg[DEV_STATUS_MSG_MAX];
+  pd_code dcode = report ? dev__mesh_done_info(op, d, dmsg, sizeof dmsg) : PD_OK;
   op_unhold(op);
   dev__ready_publish(&x->ready, seq);
+  if (report) dev__mesh_local_done(x->engine, d, seq, dcode, dmsg);
 }
 
 void *dev__complete_main(void *arg) {

@@ -785,14 +785,11 @@ pd_code dev_execute_on(dev_engine *e, const dev_devset *set,
 /* The gradient tape (dev_tape_*): dev_tape.h, part of this interface. */
 #include "dev_tape.h"
 
-/* Graph functions (dev_fn_*): dev_function.h, part of this interface. */
+/* Part of this interface: graph functions (dev_fn_*, dev_function.h), device
+ * sets and the placement creators (dev_devset.h, issue #17), a mesh across
+ * machines (dev_engine_mesh_*, hooks, transport: dev_mesh.h, issue #16). */
 #include "dev_function.h"
-
-/* Device sets and the placement creators: dev_devset.h (issue #17). */
 #include "dev_devset.h"
-
-/* A mesh across machines (dev_engine_mesh_*, hooks, transport): dev_mesh.h
- * (issue #16). */
 #include "dev_mesh.h"
 
 #ifdef __cplusplus

@@ -99,6 +99,12 @@ struct dev_tensor {
    * set.n. */
   dev_devset set;
   int8_t slot[PD_MAX_DEVICES];
+  /* dev_tensor_id: 1, 2, ... per engine (tensor.c). */
+  uint64_t id;
+  /* Coordinator of a mesh: the hooks announced it (tensor_created, or an
+   * output of an op given to op_submitted), so tensor_released tells of
+   * its end; never set elsewhere. */
+  bool mesh_known;
   dev_component comps[];
 };
 
@@ -126,6 +132,10 @@ struct dev_engine {
   struct dev_op *op_free;
   int op_nfree;
   dev_devset all; /* the whole mesh, [0..n) */
+  /* A mesh across machines (issue #16, mesh/mesh_int.h), NULL without one
+   * (world size 1): owned by the backend (a wrapper, mesh/backend.c). */
+  struct dev__mesh *mesh;
+  _Atomic uint64_t tensor_ids; /* the last dev_tensor_id handed out */
 };
 
 /* The placement of ops without inputs that a gradient tape runs while it
@@ -237,6 +247,12 @@ void dev__tensor_unref(dev_tensor *t);
 pd_code dev__tensor_new(dev_engine *e, const dev_devset *set, pd_dtype dtype,
                         const dev_shape *shapes, dev_tensor **out,
                         dev_status *st);
+/* dev_tensor_create_on without the coordinator's tensor_created hook
+ * (tensor.c): for creators that set marks or the pending state first and
+ * then call dev__mesh_tensor_created themselves. */
+pd_code dev__tensor_create_on(dev_engine *e, const dev_devset *set,
+                              pd_dtype dtype, const dev_shape *shapes,
+                              dev_tensor **out, dev_status *st);
 /* Checks that `set` is a set of e's devices (INVALID_ARGUMENT naming the
  * entry); NULL is the whole mesh. Writes the set to use into *out. */
 pd_code dev__devset_check(const dev_engine *e, const dev_devset *set,

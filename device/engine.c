@@ -10,11 +10,13 @@
  * dev_op_submit (here) -> dev__exec_main/run_op (exec.c) -> kernel ->
  * dev__ready_publish (ready.c), via dev__complete_main (complete.c) on CUDA. */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dev_cuda.h"
 #include "exec_int.h"
+#include "mesh/mesh_int.h"
 
 int dev_engine_num_devices(const dev_engine *e) { return e->n; }
 dev_backend *dev_engine_backend(dev_engine *e) { return e->backend; }
@@ -38,6 +40,9 @@ bool dev_engine_device_healthy(dev_engine *e, int device) {
       b->healthy;
   return !has || b->healthy(b, device);
 }
+
+static pd_code engine_create(dev_backend *b, dev__mesh *mesh, dev_engine **out,
+                             dev_status *st);
 
 pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
                           dev_status *st) {
@@ -91,7 +96,22 @@ pd_code dev_engine_create(const dev_engine_config *cfg, dev_engine **out,
                    "unknown backend '%s'; expected cpu or cuda", name);
   }
   if (rc != PD_OK) return rc;
-  return dev_engine_create_with_backend(b, out, st);
+  const dev_mesh_config *mc =
+      cfg->struct_size >= offsetof(dev_engine_config, mesh_config) +
+                              sizeof cfg->mesh_config
+          ? cfg->mesh_config
+          : NULL;
+  if (mc && mc->world_size > 1) { /* issue #16: a mesh across machines */
+    dev_backend *w;
+    dev__mesh *m;
+    rc = dev__mesh_backend_create(b, mc, &w, &m, st);
+    if (rc != PD_OK) {
+      b->destroy(b);
+      return rc;
+    }
+    return engine_create(w, m, out, st);
+  }
+  return engine_create(b, NULL, out, st);
 }
 
 /* Stops and joins the threads of execs[0..n) (executors first, so that the
@@ -136,6 +156,13 @@ static void engine_free_execs(dev_engine *e, int n) {
 
 pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out,
                                        dev_status *st) {
+  return engine_create(b, NULL, out, st);
+}
+
+/* dev_engine_create_with_backend, with the mesh state of a wrapper backend
+ * (mesh/backend.c) or NULL, set before the threads start. */
+static pd_code engine_create(dev_backend *b, dev__mesh *mesh, dev_engine **out,
+                             dev_status *st) {
   dev_registry_init();
   bool fenced = b->struct_size >= offsetof(dev_backend, fence_release) +
                                       sizeof b->fence_release &&
@@ -143,6 +170,7 @@ pd_code dev_engine_create_with_backend(dev_backend *b, dev_engine **out,
   dev_engine *e = calloc(1, sizeof *e);
   if (!e) goto fail_backend;
   e->backend = b;
+  e->mesh = mesh;
   e->n = b->num_devices;
   dev_devset_all(e, &e->all);
   e->fenced = fenced;
@@ -279,7 +307,33 @@ void dev_op_submit(dev_engine *e, dev_op *op) {
 
 /* --- batch submission (issue #15) ---------------------------------------- */
 
+/* dev_op_submit_batch; with `seq` (not 0) the batch is one op given that
+ * seq (dev_op_submit_seq): refused with INVALID_ARGUMENT when it is not
+ * above the last one. */
+static pd_code submit_batch(dev_engine *e, dev_op *const *ops, int n,
+                            uint64_t seq, dev_status *st);
+
 void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
+  submit_batch(e, ops, n, 0, NULL);
+}
+
+pd_code dev_op_submit_seq(dev_engine *e, dev_op *op, uint64_t seq,
+                          dev_status *st) {
+  if (seq == 0) {
+    dev_op_abandon(op, PD_INVALID_ARGUMENT, "op seq 0; expected 1 or more");
+    return dev_error(st, PD_INVALID_ARGUMENT, "op seq 0; expected 1 or more");
+  }
+  if (dev_op_has_pending_input(op, NULL)) { /* abandoned, as submit does */
+    dev__refuse_pending(op);
+    return dev_error(st, PD_FAILED_PRECONDITION,
+                     "an input of the op is still loading (a pending "
+                     "tensor); complete it before the op");
+  }
+  return submit_batch(e, &op, 1, seq, st);
+}
+
+static pd_code submit_batch(dev_engine *e, dev_op *const *ops, int n,
+                            uint64_t seq, dev_status *st) {
   /* Ops with a pending input are refused one by one (dev__refuse_pending);
    * the rest go out in one reservation and one push per device. Up to
    * DEV_SUBMIT_BATCH_MAX at a time (the arrays below). */
@@ -307,6 +361,18 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
         mine_i[d][m[d]++] = (uint8_t)i;
       }
     pthread_mutex_lock(&e->submit_mu);
+    if (seq && seq <= e->seq) { /* a rank's replay: the seq must go up */
+      const uint64_t last = e->seq;
+      pthread_mutex_unlock(&e->submit_mu);
+      char msg[160];
+      snprintf(msg, sizeof msg,
+               "op seq %llu is not above the engine's last seq %llu; "
+               "expected the coordinator's seqs in increasing order",
+               (unsigned long long)seq, (unsigned long long)last);
+      dev_op_abandon(go[0], PD_INVALID_ARGUMENT, msg);
+      return dev_error(st, PD_INVALID_ARGUMENT, "%s", msg);
+    }
+    if (seq) e->seq = seq - 1;
     bool room = true;
     for (int d = 0; d < e->n && room; d++)
       if (m[d]) room = dev__exec_reserve_n(&e->execs[d], m[d]);
@@ -315,6 +381,9 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
       for (int i = 0; i < k; i++)
         dev_op_abandon(go[i], PD_RESOURCE_EXHAUSTED,
                        "host out of memory while queueing the op");
+      if (seq)
+        return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                         "host out of memory while queueing the op");
       continue;
     }
     for (int i = 0; i < k; i++) {
@@ -328,6 +397,8 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
       for (int o = 0; o < op->num_outputs; o++)
         for (int d = 0; d < op->outputs[o]->n; d++)
           atomic_store(&op->outputs[o]->comps[d].ready_seq, op->seq);
+      /* The coordinator's hook, in seq order, before any push. */
+      if (e->mesh) dev__mesh_op_submitted(e, op);
     }
     atomic_store_explicit(&e->last_seq, e->seq, memory_order_relaxed);
     /* The one-order rule: seqs were handed out above in batch order under
@@ -347,6 +418,7 @@ void dev_op_submit_batch(dev_engine *e, dev_op *const *ops, int n) {
     }
     pthread_mutex_unlock(&e->submit_mu);
   }
+  return PD_OK;
 }
 
 pd_code dev_execute(dev_engine *e, const char *op_name,

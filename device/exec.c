@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "exec_int.h"
+#include "mesh/mesh_int.h"
 
 /* The arguments of one device's part of an op, as its kernel sees them. */
 typedef struct run_args {
@@ -214,6 +215,45 @@ static bool run_op(dev_exec *x, dev_op *op, uint64_t *deps, int *ndeps) {
   return issued && !failed;
 }
 
+/* A remote device's part of `op` (issue #16, mesh/mesh_int.h): no kernel,
+ * no memory. Its output components get placeholders (the wrapper backend
+ * counts their bytes; aliasing and ParallelPack / ParallelUnpack share them
+ * as buffers), and on the coordinator the outcome of the op on the rank
+ * owning the device (remote_wait), so readiness, waits and errors follow
+ * that rank's progress. On other ranks nothing waits: each runs its own
+ * components. Never issues work. */
+static bool run_remote(dev_exec *x, dev_op *op) {
+  const int d = x->device;
+  dev_engine *e = x->engine;
+  dev_status st = DEV_STATUS_INIT;
+  run_args a;
+  uint64_t deps[DEV_MAX_INPUTS];
+  int ndeps = 0;
+  bool failed = !read_inputs(x, op, &a, deps, &ndeps, &st);
+  if (!(op->def->flags & DEV_OP_PLACEMENT)) {
+    alloc_outputs(e->backend, d, op, &a, failed, &st); /* placeholders */
+  } else if (!failed && op->def->placement != DEV_PLACE_COPY) {
+    dev__place_run(op, d, &st); /* shares the placeholders */
+  } else if (!failed) { /* CopyToDevices within the remote rank */
+    const int j = dev__slot(op->outputs[0], d);
+    if (j >= 0)
+      dev__buffer_alloc(e->backend, d, op->outputs[0]->comps[j].bytes,
+                        &op->outputs[0]->comps[j].buf, &st);
+  }
+  dev_status rst = DEV_STATUS_INIT;
+  if (dev__mesh_remote_wait(e, d, op->seq, &rst) != PD_OK) {
+    failed = true;
+    st = rst; /* the rank's outcome is the component's */
+  }
+  if (failed)
+    for (int i = 0; i < op->num_outputs; i++) {
+      const int ci = dev__slot(op->outputs[i], d);
+      if (ci >= 0)
+        dev__component_set_error(&op->outputs[i]->comps[ci], st.code, st.msg);
+    }
+  return false;
+}
+
 /* Device d is done with op: its hold on its component of every input and
  * output goes (a collective's peers may read each other's components until
  * all are done, so its holds go with the op). */
@@ -291,7 +331,9 @@ void *dev__exec_main(void *arg) {
       atomic_store_explicit(&x->run_seq, op->seq, memory_order_relaxed);
       uint64_t deps[DEV_MAX_INPUTS];
       int ndeps = 0;
-      bool issued = run_op(x, op, deps, &ndeps);
+      bool issued = dev__mesh_remote(x->engine->mesh, x->device)
+                        ? run_remote(x, op)
+                        : run_op(x, op, deps, &ndeps);
       drop_holds(op, x->device);
       if (x->fenced) {
         dev__complete_queue(x, op, issued, t0, deps, ndeps);
@@ -302,11 +344,17 @@ void *dev__exec_main(void *arg) {
       uint64_t *sink = dev__op_time_sink(op, x->device); /* before the free */
       if (sink) __atomic_fetch_add(sink, ran_ns, __ATOMIC_RELAXED);
       uint64_t seq = op->seq;
+      /* A rank's report (issue #16), read before the op may be freed. */
+      const bool report = x->engine->mesh && dev__mesh_reports(x->engine, x->device);
+      char dmsg[DEV_STATUS_MSG_MAX];
+      pd_code dcode =
+          report ? dev__mesh_done_info(op, x->device, dmsg, sizeof dmsg) : PD_OK;
       if (atomic_fetch_sub(&op->pending, 1) == 1) {
         dev__exec_release_failed(x->engine, op);
         dev__op_free(op);
       }
       dev__ready_publish(&x->ready, seq);
+      if (report) dev__mesh_local_done(x->engine, x->device, seq, dcode, dmsg);
     }
   }
 }

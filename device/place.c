@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "exec_int.h"
+#include "mesh/mesh_int.h"
 
 pd_code dev_op_prepare(dev_engine *e, const char *op_name,
                        dev_tensor *const *inputs, int num_inputs,
@@ -176,6 +177,8 @@ static pd_code place_prepare(dev_engine *e, const dev_op_def *def,
     case DEV_PLACE_UNPACK: rc = prepare_unpack(e, op, inputs[0], st); break;
     default: rc = prepare_copy(e, op, inputs[0], st); break;
   }
+  if (rc == PD_OK && e->mesh) /* issue #16: not across machines yet */
+    rc = dev__mesh_check_placement(e, def, &op->set, st);
   if (rc != PD_OK) goto fail;
   if (set && !dev_devset_equal(set, &op->outputs[0]->set) &&
       !dev_devset_equal(set, &op->set)) {

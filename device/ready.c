@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "exec_int.h"
+#include "mesh/mesh_int.h"
 
 /* A dev_tensor_notify registration: one group per call, with one waiter per
  * device that had not finished when it was made. Each waiter leaves its
@@ -385,6 +386,10 @@ void dev_tensor_complete(dev_tensor *t, pd_code code, const char *msg) {
   if (code != PD_OK)
     for (int d = 0; d < t->n; d++)
       dev__component_set_error(&t->comps[d], code, msg);
+  /* The coordinator's hook before anyone can see it complete: an op
+   * reading it (submitted once pending reads false) reaches the ranks after
+   * the completion. */
+  if (t->engine->mesh) dev__mesh_tensor_completed(t, code, msg);
   /* Release order: whoever sees pending false sees the codes above. */
   atomic_store_explicit(&t->pending, false, memory_order_release);
   dev__pending_reg *r = p->regs;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "device_int.h"
+#include "mesh/mesh_int.h"
 
 pd_code dev__buffer_alloc(dev_backend *b, int device, size_t bytes,
                           dev_buffer **out, dev_status *st) {
@@ -67,6 +68,7 @@ pd_code dev__tensor_new(dev_engine *e, const dev_devset *set, pd_dtype dtype,
   atomic_init(&t->refs, 1);
   atomic_init(&t->pending, false);
   t->engine = e;
+  t->id = atomic_fetch_add_explicit(&e->tensor_ids, 1, memory_order_relaxed) + 1;
   t->dtype = dtype;
   t->n = n;
   t->set = *set;
@@ -101,6 +103,14 @@ pd_code dev_tensor_create(dev_engine *e, pd_dtype dtype,
 pd_code dev_tensor_create_on(dev_engine *e, const dev_devset *set,
                              pd_dtype dtype, const dev_shape *shapes,
                              dev_tensor **out, dev_status *st) {
+  PD_TRY(dev__tensor_create_on(e, set, dtype, shapes, out, st));
+  if (e->mesh) dev__mesh_tensor_created(*out);
+  return PD_OK;
+}
+
+pd_code dev__tensor_create_on(dev_engine *e, const dev_devset *set,
+                              pd_dtype dtype, const dev_shape *shapes,
+                              dev_tensor **out, dev_status *st) {
   dev_devset s;
   PD_TRY(dev__devset_check(e, set, &s, st));
   dev_tensor *t;
@@ -156,6 +166,7 @@ void dev__tensor_drop_component(dev_tensor *t, int d) {
 
 void dev__tensor_unref(dev_tensor *t) {
   if (atomic_fetch_sub(&t->refs, 1) != 1) return;
+  if (t->mesh_known) dev__mesh_tensor_released(t); /* the coordinator's */
   for (int d = 0; d < t->n; d++) {
     dev__buffer_release(t->comps[d].buf); /* NULL unless holds remain */
     free(t->comps[d].msg);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "device_int.h"
+#include "mesh/mesh_int.h"
 
 pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
                                      const dev_layout *layout,
@@ -20,12 +21,30 @@ pd_code dev_tensor_create_for_layout(dev_engine *e, pd_dtype dtype,
                                          component_shapes, out, st);
 }
 
+/* dev_tensor_create_for_layout_on without the coordinator's hook. */
+static pd_code create_for_layout(dev_engine *e, const dev_devset *set,
+                                 pd_dtype dtype, const dev_layout *layout,
+                                 const dev_shape *host_shape,
+                                 const dev_shape *component_shapes,
+                                 dev_tensor **out, dev_status *st);
+
 pd_code dev_tensor_create_for_layout_on(dev_engine *e, const dev_devset *set,
                                         pd_dtype dtype,
                                         const dev_layout *layout,
                                         const dev_shape *host_shape,
                                         const dev_shape *component_shapes,
                                         dev_tensor **out, dev_status *st) {
+  PD_TRY(create_for_layout(e, set, dtype, layout, host_shape,
+                           component_shapes, out, st));
+  if (e->mesh) dev__mesh_tensor_created(*out);
+  return PD_OK;
+}
+
+static pd_code create_for_layout(dev_engine *e, const dev_devset *set,
+                                 pd_dtype dtype, const dev_layout *layout,
+                                 const dev_shape *host_shape,
+                                 const dev_shape *component_shapes,
+                                 dev_tensor **out, dev_status *st) {
   dev_devset sset;
   PD_TRY(dev__devset_check(e, set, &sset, st));
   int n = sset.n;
@@ -64,7 +83,7 @@ pd_code dev_tensor_create_for_layout_on(dev_engine *e, const dev_devset *set,
                      "sharded or per-component",
                      (int)layout->kind);
   }
-  if (rc == PD_OK) rc = dev_tensor_create_on(e, &sset, dtype, shapes, out, st);
+  if (rc == PD_OK) rc = dev__tensor_create_on(e, &sset, dtype, shapes, out, st);
   if (rc == PD_OK) {
     (*out)->not_mirrored = layout->kind != DEV_LAYOUT_MIRRORED;
     if (layout->kind == DEV_LAYOUT_SHARDED)
@@ -89,13 +108,14 @@ pd_code dev_tensor_create_pending_on(dev_engine *e, const dev_devset *set,
                                      const dev_shape *component_shapes,
                                      dev_tensor **out, dev_status *st) {
   dev_tensor *t = NULL;
-  PD_TRY(dev_tensor_create_for_layout_on(e, set, dtype, layout, host_shape,
-                                         component_shapes, &t, st));
+  PD_TRY(create_for_layout(e, set, dtype, layout, host_shape, component_shapes,
+                           &t, st));
   pd_code rc = dev__tensor_set_pending(t, st);
   if (rc != PD_OK) {
     dev_tensor_release(t);
     return rc;
   }
+  if (e->mesh) dev__mesh_tensor_created(t);
   *out = t;
   return PD_OK;
 }
@@ -171,6 +191,8 @@ static pd_code walk_concat(dev_tensor *t, const span_map *m, uint64_t offset,
 static pd_code write_span(dev_tensor *t, int c, uint64_t off, void *host,
                           size_t len, dev_status *st) {
   dev_backend *b = t->engine->backend;
+  if (dev__mesh_remote(t->engine->mesh, dev__comp_device(t, c)))
+    return dev__mesh_component_write(t, c, off, host, len, st);
   return b->copy_h2d(b, dev__comp_device(t, c),
                      (char *)t->comps[c].buf->data + off, host, len, st);
 }
@@ -178,6 +200,8 @@ static pd_code write_span(dev_tensor *t, int c, uint64_t off, void *host,
 static pd_code read_span(dev_tensor *t, int c, uint64_t off, void *host,
                          size_t len, dev_status *st) {
   dev_backend *b = t->engine->backend;
+  if (dev__mesh_remote(t->engine->mesh, dev__comp_device(t, c)))
+    return dev__mesh_component_read(t, c, off, host, len, st);
   return b->copy_d2h(b, dev__comp_device(t, c), host,
                      (char *)t->comps[c].buf->data + off, len, st);
 }
@@ -340,8 +364,11 @@ pd_code dev_tensor_read(dev_tensor *t, const dev_layout *layout, int component,
     if (code != PD_OK)
       return dev_error(st, code, "%s", t->comps[d].msg ? t->comps[d].msg : "");
   }
+  /* A remote component (issue #16) is read through the mesh, wherever its
+   * placeholder is. */
   for (int d = 0; d < t->n; d++)
-    if (!t->comps[d].buf)
+    if (!t->comps[d].buf &&
+        !dev__mesh_remote(t->engine->mesh, dev__comp_device(t, d)))
       return dev_error(st, PD_FAILED_PRECONDITION, "tensor is not ready");
   if (layout->kind == DEV_LAYOUT_SHARDED) {
     span_map m;
@@ -396,8 +423,9 @@ pd_code dev_tensor_from_components_on(dev_engine *e, const dev_devset *set,
                                       const void *const *datas,
                                       dev_tensor **out, dev_status *st) {
   dev_tensor *t;
-  PD_TRY(dev_tensor_create_on(e, set, dtype, shapes, &t, st));
+  PD_TRY(dev__tensor_create_on(e, set, dtype, shapes, &t, st));
   t->not_mirrored = true;
+  if (e->mesh) dev__mesh_tensor_created(t);
   dev_layout lay = {DEV_LAYOUT_PER_COMPONENT, 0, 0};
   for (int d = 0; d < t->n; d++) {
     pd_code rc =

@@ -227,6 +227,10 @@ static pd_code call_set(const dev_fn_lib *lib, const dev_devset *set,
 pd_code dev_fn_prepare_call_on(dev_fn_lib *lib, const dev_devset *set,
                                const char *name, dev_tensor *const *inputs,
                                int num_inputs, dev_op **out, dev_status *st) {
+  if (dev_engine_mesh_world_size(lib->engine) > 1) /* issue #16 */
+    return dev_error(st, PD_UNIMPLEMENTED,
+                     "graph functions are not available on a mesh across "
+                     "machines yet; run the ops eagerly");
   dev_devset cs;
   PD_TRY(call_set(lib, set, name, inputs, num_inputs, &cs, st));
   pthread_mutex_lock(&lib->mu);

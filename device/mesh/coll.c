@@ -1,0 +1,296 @@
+/* Collectives whose device set spans ranks (issue #16): one participant
+ * per device of the set (ctx->index), each on its own executor thread,
+ * through the mesh's dev_mesh_transport. Every participant first
+ * all-reduces (MAX) an int32 failure flag, ((n - index) << 5) | code for a
+ * participant whose inputs failed, else 0: the largest names the failed
+ * participant with the lowest index and its code, which then broadcasts
+ * its message (256 bytes), so a failed input anywhere fails the output
+ * everywhere with its code, naming the device and why. Then the data:
+ *   AllReduce      the input copied to the output, all_reduce in place
+ *                  (mean: sum, then a division by n);
+ *   Broadcast      the root (attr root: an index in the set) copies its
+ *                  input to its output, broadcast in place;
+ *   AllGather      each participant's byte count gathered first (the
+ *                  components may differ along the axis), then the bytes,
+ *                  rearranged for an axis other than the outermost;
+ *   ReduceScatter  all_reduce of a copy of the input, then this
+ *                  participant's rows of axis 0 (the local collectives'
+ *                  split: the first rows % n participants one more).
+ * Bool reductions are logical (sum, max, mean: or; prod, min: and), as the
+ * local collectives'. The CPU backend's buffers are host memory and go to
+ * the transport directly; other backends' are staged through host buffers
+ * (copy_d2h after synchronize, copy_h2d). Without a transport every local
+ * participant fails at once with UNAVAILABLE; a transport error fails the
+ * outputs with its code and message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mesh_int.h"
+
+static dev_mesh_transport *transport_take(dev__mesh *m) {
+  pthread_mutex_lock(&m->tmu);
+  dev_mesh_transport *t = m->transport;
+  if (t) t->retain(t);
+  pthread_mutex_unlock(&m->tmu);
+  return t;
+}
+
+/* buf[0..count) /= n, in its dtype (integers truncate, as the local
+ * collectives' mean does; 16-bit floats through float32). */
+static void divide(void *buf, size_t count, pd_dtype dt, int n) {
+  for (size_t i = 0; i < count; i++) switch (dt) {
+      case PD_FLOAT32: ((float *)buf)[i] /= (float)n; break;
+      case PD_FLOAT64: ((double *)buf)[i] /= (double)n; break;
+      case PD_INT32: ((int32_t *)buf)[i] /= n; break;
+      case PD_INT64: ((int64_t *)buf)[i] /= n; break;
+      case PD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(((uint8_t *)buf)[i] / n); break;
+      case PD_FLOAT16: {
+        uint16_t *h = buf;
+        h[i] = dev_float_to_half(dev_half_to_float(h[i]) / (float)n);
+        break;
+      }
+      case PD_BFLOAT16: {
+        uint16_t *h = buf;
+        h[i] = dev_float_to_bfloat16(dev_bfloat16_to_float(h[i]) / (float)n);
+        break;
+      }
+      default: return; /* bool: a logical or, nothing to divide */
+    }
+}
+
+/* The reduction the transport runs for `red` on `dt` (mean: sum). */
+static int transport_red(int red, pd_dtype dt) {
+  if (dt == PD_BOOL)
+    return red == DEV_RED_PROD || red == DEV_RED_MIN ? DEV_RED_MIN : DEV_RED_MAX;
+  return red == DEV_RED_MEAN ? DEV_RED_SUM : red;
+}
+
+typedef struct xfer {
+  dev__mesh *m;
+  dev_kernel_ctx *ctx;
+  bool staged;
+  const void *in; /* host view of the input */
+  void *out;      /* host view of the output */
+  size_t in_bytes, out_bytes;
+  void *hin, *hout; /* staging buffers */
+} xfer;
+
+static pd_code stage_in(xfer *x, dev_status *st) {
+  dev_kernel_ctx *c = x->ctx;
+  const size_t es = pd_dtype_size(c->in_dtype[0]);
+  x->in_bytes = (size_t)dev_num_elems(&c->in_shape[0]) * es;
+  x->out_bytes = (size_t)dev_num_elems(&c->out_shape[0]) *
+                 pd_dtype_size(c->out_dtype[0]);
+  x->staged = x->m->inner->kind != DEV_BACKEND_CPU;
+  if (!x->staged) {
+    x->in = c->in_data[0];
+    x->out = c->out_data[0];
+    return PD_OK;
+  }
+  dev_backend *b = x->m->inner;
+  const int dl = c->device - x->m->first;
+  x->hin = malloc(x->in_bytes ? x->in_bytes : 1);
+  x->hout = malloc(x->out_bytes ? x->out_bytes : 1);
+  if (!x->hin || !x->hout)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "%s: cannot allocate %zu bytes of host staging",
+                     c->op->name, x->in_bytes + x->out_bytes);
+  PD_TRY(b->synchronize(b, dl, st));
+  if (x->in_bytes)
+    PD_TRY(b->copy_d2h(b, dl, x->hin, c->in_data[0], x->in_bytes, st));
+  x->in = x->hin;
+  x->out = x->hout;
+  return PD_OK;
+}
+
+static pd_code stage_out(xfer *x, dev_status *st) {
+  if (!x->staged || !x->out_bytes) return PD_OK;
+  dev_backend *b = x->m->inner;
+  return b->copy_h2d(b, x->ctx->device - x->m->first, x->ctx->out_data[0],
+                     x->hout, x->out_bytes, st);
+}
+
+/* Moves t's status into *st, naming the collective. */
+static pd_code transport_error(const dev_kernel_ctx *c, const char *what,
+                               const dev_status *ts, dev_status *st) {
+  char sb[DEV_DEVSET_STR_MAX];
+  return dev_error(st, ts->code == PD_OK ? PD_UNKNOWN : ts->code,
+                   "%s over devices %s (%s): %s", c->op->name,
+                   dev_devset_str(c->devset, sb, sizeof sb), what, ts->msg);
+}
+
+static pd_code gather(dev_mesh_transport *t, void *g, xfer *x,
+                      dev_status *st) {
+  dev_kernel_ctx *c = x->ctx;
+  const int n = c->devset->n;
+  dev_status ts = DEV_STATUS_INIT;
+  uint64_t mine = x->in_bytes, sizes[PD_MAX_DEVICES];
+  size_t eight[PD_MAX_DEVICES], in_bytes[PD_MAX_DEVICES];
+  for (int i = 0; i < n; i++) eight[i] = sizeof(uint64_t);
+  if (t->all_gather(t, g, &mine, eight, sizes, &ts) != PD_OK)
+    return transport_error(c, "sizes", &ts, st);
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += in_bytes[i] = (size_t)sizes[i];
+  if (total != x->out_bytes)
+    return dev_error(st, PD_INTERNAL,
+                     "%s: the participants send %zu bytes in all; the output "
+                     "holds %zu",
+                     c->op->name, total, x->out_bytes);
+  const dev_shape *s = &c->in_shape[0];
+  int axis = (int)c->attrs[0].u.i;
+  if (axis < 0) axis += s->rank;
+  int64_t outer = 1;
+  for (int i = 0; i < axis; i++) outer *= s->dims[i];
+  if (outer <= 1) { /* participant-major is the output's order */
+    if (t->all_gather(t, g, x->in, in_bytes, x->out, &ts) != PD_OK)
+      return transport_error(c, "data", &ts, st);
+    return PD_OK;
+  }
+  char *tmp = malloc(total ? total : 1);
+  if (!tmp)
+    return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                     "%s: cannot allocate %zu bytes to gather into",
+                     c->op->name, total);
+  pd_code rc = t->all_gather(t, g, x->in, in_bytes, tmp, &ts);
+  if (rc != PD_OK) {
+    free(tmp);
+    return transport_error(c, "data", &ts, st);
+  }
+  /* Participant p's block is [outer, rows_p * inner] bytes: row x of the
+   * output is each participant's row x, in order. */
+  size_t off[PD_MAX_DEVICES + 1] = {0}, out_row = total / (size_t)outer;
+  for (int p = 0; p < n; p++) off[p + 1] = off[p] + in_bytes[p];
+  char *o = x->out;
+  for (int64_t r = 0; r < outer; r++) {
+    size_t at = (size_t)r * out_row;
+    for (int p = 0; p < n; p++) {
+      size_t run = in_bytes[p] / (size_t)outer;
+      if (run) memcpy(o + at, tmp + off[p] + (size_t)r * run, run);
+      at += run;
+    }
+  }
+  free(tmp);
+  return PD_OK;
+}
+
+/* The data part of the collective (the failure flag said none failed). */
+static pd_code run_data(dev_mesh_transport *t, void *g, xfer *x,
+                        dev_status *st) {
+  dev_kernel_ctx *c = x->ctx;
+  const int n = c->devset->n, me = c->index;
+  const pd_dtype dt = c->in_dtype[0];
+  const size_t es = pd_dtype_size(dt);
+  dev_status ts = DEV_STATUS_INIT;
+  switch ((dev_collective_kind)c->op->collective) {
+    case DEV_COLL_ALL_REDUCE: {
+      const int red = dev_reduction_from_name(c->attrs[0].u.s.ptr,
+                                              c->attrs[0].u.s.len);
+      if (x->in_bytes) memcpy(x->out, x->in, x->in_bytes);
+      const size_t count = x->in_bytes / es;
+      if (t->all_reduce(t, g, x->out, count, dt, transport_red(red, dt), &ts) !=
+          PD_OK)
+        return transport_error(c, "all-reduce", &ts, st);
+      if (red == DEV_RED_MEAN) divide(x->out, count, dt, n);
+      return PD_OK;
+    }
+    case DEV_COLL_BROADCAST: {
+      const int root = (int)c->attrs[0].u.i;
+      if (me == root && x->in_bytes) memcpy(x->out, x->in, x->out_bytes);
+      if (t->broadcast(t, g, x->out, x->out_bytes, root, &ts) != PD_OK)
+        return transport_error(c, "broadcast", &ts, st);
+      return PD_OK;
+    }
+    case DEV_COLL_ALL_GATHER: return gather(t, g, x, st);
+    case DEV_COLL_REDUCE_SCATTER: {
+      const int red = dev_reduction_from_name(c->attrs[0].u.s.ptr,
+                                              c->attrs[0].u.s.len);
+      const dev_shape *s = &c->in_shape[0];
+      const int64_t rows = s->rank > 0 ? s->dims[0] : 1;
+      const size_t count = x->in_bytes / es;
+      const size_t row_bytes = rows ? x->in_bytes / (size_t)rows : 0;
+      void *tmp = malloc(x->in_bytes ? x->in_bytes : 1);
+      if (!tmp)
+        return dev_error(st, PD_RESOURCE_EXHAUSTED,
+                         "%s: cannot allocate %zu bytes to reduce into",
+                         c->op->name, x->in_bytes);
+      if (x->in_bytes) memcpy(tmp, x->in, x->in_bytes);
+      if (t->all_reduce(t, g, tmp, count, dt, transport_red(red, dt), &ts) !=
+          PD_OK) {
+        free(tmp);
+        return transport_error(c, "all-reduce", &ts, st);
+      }
+      const int64_t q = rows / n, r = rows % n;
+      const int64_t first = me * q + (me < r ? me : r);
+      const int64_t mine = q + (me < r ? 1 : 0);
+      char *from = (char *)tmp + (size_t)first * row_bytes;
+      if (red == DEV_RED_MEAN)
+        divide(from, (size_t)mine * row_bytes / es, dt, n);
+      if (mine * (int64_t)row_bytes > 0)
+        memcpy(x->out, from, (size_t)mine * row_bytes);
+      free(tmp);
+      return PD_OK;
+    }
+    case DEV_COLL_NONE: break;
+  }
+  return dev_error(st, PD_INTERNAL, "%s: unknown collective kind %d",
+                   c->op->name, c->op->collective);
+}
+
+pd_code dev__mesh_coll_run(dev__mesh *m, const dev__mesh_coll *mc,
+                           dev_kernel_ctx *ctx, const dev_status *failed,
+                           dev_status *st) {
+  const int n = mc->set.n, me = ctx->index;
+  dev_mesh_transport *t = transport_take(m);
+  if (!t) {
+    if (failed) return dev_error(st, failed->code, "%s", failed->msg);
+    char sb[DEV_DEVSET_STR_MAX];
+    return dev_error(st, PD_UNAVAILABLE,
+                     "%s over devices %s: the mesh has no collective "
+                     "transport (not formed, or degraded)",
+                     ctx->op->name, dev_devset_str(&mc->set, sb, sizeof sb));
+  }
+  void *g = NULL;
+  dev_status ts = DEV_STATUS_INIT;
+  pd_code rc = PD_OK;
+  xfer x = {.m = m, .ctx = ctx};
+  if (t->group_get(t, &mc->set, me, &g, &ts) != PD_OK) {
+    rc = transport_error(ctx, "joining its group", &ts, st);
+    goto out;
+  }
+  int32_t flag = failed ? (int32_t)(((n - me) << 5) | ((int)failed->code & 31))
+                        : 0;
+  if (t->all_reduce(t, g, &flag, 1, PD_INT32, DEV_RED_MAX, &ts) != PD_OK) {
+    rc = transport_error(ctx, "failure flag", &ts, st);
+    goto out;
+  }
+  if (flag != 0) {
+    /* The failed participant with the lowest index tells its message. */
+    const int who = n - (flag >> 5);
+    const pd_code code = (pd_code)(flag & 31);
+    const int dev = mc->set.dev[who];
+    char why[256] = {0};
+    if (who == me && failed) snprintf(why, sizeof why, "%.255s", failed->msg);
+    if (t->broadcast(t, g, why, sizeof why, who, &ts) != PD_OK) {
+      rc = transport_error(ctx, "failure message", &ts, st);
+      goto out;
+    }
+    why[sizeof why - 1] = '\0';
+    if (who == me && failed)
+      rc = dev_error(st, failed->code, "%s", failed->msg);
+    else
+      rc = dev_error(st, code == PD_OK ? PD_UNKNOWN : code,
+                     "%s: cancelled because its input failed on device %d "
+                     "(rank %d of the mesh): %s",
+                     ctx->op->name, dev, dev__mesh_rank_of(m, dev), why);
+    goto out;
+  }
+  rc = stage_in(&x, st);
+  if (rc == PD_OK) rc = run_data(t, g, &x, st);
+  if (rc == PD_OK) rc = stage_out(&x, st);
+out:
+  free(x.hin);
+  free(x.hout);
+  t->release(t);
+  return rc;
+}
