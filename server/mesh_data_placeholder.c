@@ -1,9 +1,9 @@
 /* PLACEHOLDER (helper C's branch only; the lead deletes this file at the
  * merge): no-op versions of the data plane (helper D: mesh_fwd.c,
- * mesh_apply.c), of the engine's mesh functions (helper E) and of the Gloo
- * transport (helper G), so that the control plane builds and its tests run
- * before those merge. Every definition is weak: the real ones win. The
- * hooks stay NULL; the transport is UNIMPLEMENTED. */
+ * mesh_apply.c) and of the Gloo transport (helper G; the engine's mesh
+ * functions came with the merge of wt-engine), so that the control plane
+ * builds and its tests run before those merge. Every definition is weak.
+ * The hooks stay NULL; the transport is UNIMPLEMENTED. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -63,26 +63,6 @@ SRV_WEAK void srv_mesh_apply_drop_all(srv_mesh *m, const char *why) {
 SRV_WEAK size_t srv_mesh_apply_tensors(srv_mesh *m) {
   (void)m;
   return 0;
-}
-
-/* The engine's (helper E). */
-SRV_WEAK void dev_engine_mesh_set_transport(dev_engine *e,
-                                            dev_mesh_transport *t) {
-  (void)e;
-  (void)t;
-}
-SRV_WEAK uint64_t dev_engine_last_seq(dev_engine *e) {
-  (void)e;
-  return 0;
-}
-SRV_WEAK void dev_engine_advance_seq(dev_engine *e, uint64_t seq) {
-  (void)e;
-  (void)seq;
-}
-SRV_WEAK void dev_engine_local_devices(const dev_engine *e, int *first,
-                                       int *count) {
-  *first = 0;
-  *count = dev_engine_num_devices(e);
 }
 
 /* Gloo's (helper G). */
