@@ -729,7 +729,9 @@ void srv_mesh_stop(srv *s) {
   if (!m) return;
   atomic_store(&m->stopping, true);
   if (m->rank != 0) {
-    srv_mesh_link_stop(m);
+    srv_mesh_link_stop(m); /* no more commands come */
+    /* The engine needs every tensor released before it stops (mesh.h). */
+    srv_mesh_apply_drop_all(m, "the rank's daemon is stopping");
     return;
   }
   pthread_mutex_lock(&m->mu);
