@@ -496,7 +496,8 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
       case SRV_K_IDLIST: size = 0; break; /* reloadable */
       case SRV_K_TRISTATE: size = sizeof(int); break;
       case SRV_K_PLUGINS: size = (size_t)k->max; break;
-      case SRV_K_ONLOSS: size = sizeof(int); break;
+      case SRV_K_ONLOSS:
+      case SRV_K_OPTINT: size = sizeof(int); break;
       case SRV_K_HOST: size = SRV_ADDR_MAX; break;
     }
     bool differ = memcmp((const char *)old + k->off, (const char *)now + k->off,

@@ -35,6 +35,8 @@ typedef enum srv_key_type {
   SRV_K_PLUGINS,     /* a comma list of absolute paths (SRV_AUTH_LIST_MAX) */
   SRV_K_ONLOSS,      /* wait|exit, as SRV_MESH_LOSS_* */
   SRV_K_HOST,        /* a host name or address (no port), or empty */
+  SRV_K_OPTINT,      /* like SRV_K_INT, or empty: not given (the default
+                        stays, for the environment to fill) */
 } srv_key_type;
 
 typedef struct srv_key {

@@ -164,9 +164,9 @@ const srv_key srv_keys[] = {
      SRV_AUTH_LIST_MAX, false},
     /* [mesh] (issue #16). The first three keys' sources are logged
      * (srv_options.mesh_src, in this order). */
-    {"mesh", "world_size", "--world-size", SRV_K_INT, OFF(mesh_world_size), 1,
-     SRV_MESH_MAX_RANKS, false},
-    {"mesh", "rank", "--rank", SRV_K_INT, OFF(mesh_rank), 0,
+    {"mesh", "world_size", "--world-size", SRV_K_OPTINT, OFF(mesh_world_size),
+     1, SRV_MESH_MAX_RANKS, false},
+    {"mesh", "rank", "--rank", SRV_K_OPTINT, OFF(mesh_rank), 0,
      SRV_MESH_MAX_RANKS - 1, false},
     {"mesh", "coordinator", "--coordinator", SRV_K_HOSTPORT,
      OFF(mesh_coordinator), 0, 0, false},
@@ -491,7 +491,7 @@ static bool srv_set_int(const srv_key *k, char *field, const char *value,
              (unsigned long long)k->min, (unsigned long long)k->max);
     return false;
   }
-  if (k->type == SRV_K_INT)
+  if (k->type == SRV_K_INT || k->type == SRV_K_OPTINT)
     *(int *)(void *)field = (int)v;
   else
     *(uint32_t *)(void *)field = (uint32_t)v;
@@ -761,6 +761,9 @@ bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
     case SRV_K_PLUGINS: return srv_set_plugins(k, field, value, err, errlen);
     case SRV_K_ONLOSS: return srv_set_onloss(field, value, err, errlen);
     case SRV_K_HOST: return srv_set_host(field, value, err, errlen);
+    case SRV_K_OPTINT:
+      if (!*value) return true; /* not given: the environment may say */
+      return srv_set_int(k, field, value, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;
