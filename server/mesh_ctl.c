@@ -288,6 +288,11 @@ static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
   p->call = NULL;
   srv_peer_clear(p);
   p->send_formed = p->send_state = p->send_hb = p->wake_pending = false;
+  if (atomic_load(&m->stopping)) { /* the coordinator's own shutdown */
+    pthread_mutex_unlock(&m->mu);
+    srv_call_unref(c);
+    return;
+  }
   bool was = m->formed || m->forming || m->ever_formed;
   m->formed = m->forming = false;
   m->build_pending = false;
@@ -333,6 +338,9 @@ static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
 typedef struct srv_attach {
   srv_mesh *m;
   int rank; /* -1 until its hello was accepted */
+  /* The timer counted the rank as lost: end the stream (m->mu). */
+  bool end;
+  char end_msg[512];
 } srv_attach;
 
 static void srv_attach_refuse(srv_call *c, const char *fmt, ...)
@@ -525,19 +533,32 @@ static void srv_attach_wake(srv_call *c) {
   char reason[512];
   ProtobufCBinaryData *cmds = NULL;
   size_t n_cmds = 0;
-  bool any = false, end = false;
+  bool any = false;
   char end_msg[512] = "";
   pthread_mutex_lock(&m->mu);
   srv_mesh_peer *p = &m->peer[a->rank];
-  if (p->call != c) {
+  bool mine = p->call == c;
+  if (a->end || (mine && p->end)) {
+    /* Lost (the timer detached it already) or the coordinator stops (it
+     * is detached here, quietly): the stream ends. */
+    snprintf(end_msg, sizeof end_msg, "%s", a->end ? a->end_msg : p->end_msg);
+    a->end = false;
+    if (mine) {
+      p->attached = false;
+      p->call = NULL;
+      srv_peer_clear(p);
+      p->end = p->wake_pending = false;
+    }
+    pthread_mutex_unlock(&m->mu);
+    srv_call_finish(c, PD_UNAVAILABLE, "%s", end_msg);
+    if (mine) srv_call_unref(c); /* the peer's; the wake-up holds its own */
+    return;
+  }
+  if (!mine) {
     pthread_mutex_unlock(&m->mu);
     return;
   }
   p->wake_pending = false;
-  if (p->end) {
-    end = true;
-    snprintf(end_msg, sizeof end_msg, "%s", p->end_msg);
-  }
   if (p->send_formed) {
     f.epoch = m->epoch;
     for (int r = 0; r < m->world; r++) {
@@ -578,11 +599,7 @@ static void srv_attach_wake(srv_call *c) {
   p->send_formed = p->send_state = p->send_hb = false;
   if (any) p->last_sent = srv_mesh_now();
   pthread_mutex_unlock(&m->mu);
-  if (end) {
-    srv_call_finish(c, PD_UNAVAILABLE, "%s", end_msg);
-  } else if (any) {
-    srv_call_write(c, &out.base);
-  }
+  if (any) srv_call_write(c, &out.base);
   for (size_t i = 0; i < n_cmds; i++) free(cmds[i].data);
   free(cmds);
 }
@@ -638,12 +655,13 @@ static void *srv_mesh_timer_main(void *arg) {
         lost = r;
         lost_call = p->call;
         srv_call_ref(lost_call);
-        p->end = true;
-        snprintf(p->end_msg, sizeof p->end_msg,
+        srv_attach *a = lost_call->user;
+        a->end = true;
+        snprintf(a->end_msg, sizeof a->end_msg,
                  "the coordinator heard nothing from rank %d for %.0f s "
                  "([mesh] lease_s): counted as lost",
                  r, m->lease_s);
-        srv_peer_wake(p);
+        srv_call_wake(lost_call); /* ends it (srv_attach_wake) */
       } else if (now - p->last_sent >= hb) {
         p->send_hb = true;
         srv_peer_wake(p);

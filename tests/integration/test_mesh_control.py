@@ -314,6 +314,18 @@ def test_silence_and_secret():
     check(d0.stop() == 0, d0.log())
 
 
+def test_exit_on_coordinator_loss():
+    conf = write_conf("exit.conf", "[mesh]\nlease_s = %d\njoin_timeout_s = "
+                      "20\non_coordinator_loss = exit\n" % LEASE)
+    port = free_port()
+    d0 = Daemon(0, 2, port, tag="exit-r0")
+    d1 = Daemon(1, 2, port, conf=conf, tag="exit-r1")
+    wait_for("formed", lambda: formed(d0, 1), 30, d0)
+    d0.kill()
+    check(d1.wait_exit(LEASE + 5) != 0, "the rank's exit status")
+    check("exiting ([mesh] on_coordinator_loss = exit)" in d1.log(), d1.log())
+
+
 def test_three_ranks():
     port = free_port()
     ds = [Daemon(r, 3, port, tag="three-r%d" % r) for r in (2, 0, 1)]
@@ -327,10 +339,15 @@ def test_three_ranks():
     check(m["paradev_mesh_world_size"] == 3, m)
     rc, out = ds[0].cli("ops")
     check(rc != 0 and "this daemon is rank 2 of a mesh of 3" in out, out)
-    for d in ds:  # the ranks first: the coordinator's stop is then quiet
-        if d is not d0:
-            check(d.stop() == 0, d.log())
+    # The coordinator stops first (SIGTERM): it ends the ranks' streams,
+    # saying so, and exits 0; the ranks drop their state and wait.
     check(d0.stop() == 0, d0.log())
+    for d in ds:
+        if d is not d0:
+            wait_for("rank %d saw the coordinator stop" % d.rank,
+                     lambda: "the coordinator is stopping" in d.log(), 10, d)
+            check(d.alive(), d.log())
+            check(d.stop() == 0, d.log())
 
 
 def test_join_timeouts():
@@ -382,7 +399,8 @@ def test_check_config():
 
 def main():
     tests = [test_check_config, test_two_ranks_lifecycle, test_three_ranks,
-             test_join_timeouts, test_silence_and_secret]
+             test_join_timeouts, test_silence_and_secret,
+             test_exit_on_coordinator_loss]
     failed = 0
     for t in tests:
         t0 = time.monotonic()
