@@ -215,7 +215,7 @@ static void srv_mesh_maybe_form(srv_mesh *m) {
   uint64_t top = 0;
   for (int r = 1; r < m->world; r++)
     if (m->peer[r].last_seq > top) top = m->peer[r].last_seq;
-  dev_engine_advance_seq(m->s->engine, top);
+  m->form_top = top; /* the timer advances the engine's seq (no lock) */
   m->epoch++;
   m->forming = true;
   m->build_pending = true;
@@ -635,8 +635,11 @@ static void *srv_mesh_timer_main(void *arg) {
     double now = srv_mesh_now();
     if (m->build_pending) {
       m->build_pending = false;
-      uint64_t e = m->epoch;
+      uint64_t e = m->epoch, top = m->form_top;
       pthread_mutex_unlock(&m->mu);
+      /* Outside mu: the engine's submit lock is taken before mu (the
+       * hooks queue commands under it). */
+      dev_engine_advance_seq(m->s->engine, top);
       char err[256];
       srv_mesh_build_transport(m, e, err, sizeof err);
       pthread_mutex_lock(&m->mu);

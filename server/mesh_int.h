@@ -56,6 +56,7 @@ struct srv_mesh {
   uint64_t own_ready;  /* the coordinator's own transport's epoch */
   bool forming, formed, degraded, ever_formed;
   bool build_pending; /* the timer thread builds the coordinator's transport */
+  uint64_t form_top;  /* the ranks' highest last_seq at this formation */
   char reason[512];   /* why not whole ("" when formed) */
   char loss_msg[512]; /* the last loss (sessions' refusals name it) */
   atomic_bool stopping;
