@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -710,6 +711,10 @@ int srv_mesh_start(srv *s) {
   int first = 0, count = 0;
   dev_engine_local_devices(s->engine, &first, &count);
   if (count > 0) m->per_rank = count;
+  /* READY=1 comes from main.c once this returns: only once formed. */
+  sd_notifyf(0, "STATUS=joining the mesh: rank %d of %d, coordinator %s (up "
+             "to %.0f s)", m->rank, m->world, m->coordinator,
+             m->join_timeout_s);
   if (m->rank != 0) return srv_mesh_link_start(m);
   if (pthread_create(&m->timer, NULL, srv_mesh_timer_main, m) != 0) {
     SRV_ERROR("mesh: cannot start the coordinator's timer thread");
