@@ -10,7 +10,6 @@
  *
  * Source: JAX's coordination service (one coordinator, heartbeats, a
  * barrier at start), torch.distributed's TCPStore on rank 0. */
-#include <errno.h>
 #include <inttypes.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -23,39 +22,12 @@
 #define SRV_LOG_SUB SRV_SUB_CORE
 #include "log.h"
 #include "mesh_int.h"
-#include "secfile.h"
 
 
 static bool srv_ctl_send_command(srv_mesh *m, int rank,
                                  const uint8_t *packed, size_t len);
 
 /* --- the state ------------------------------------------------------------ */
-
-static bool srv_is_loopback(const char *host) {
-  return strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
-         strcmp(host, "::1") == 0 || strcmp(host, "[::1]") == 0;
-}
-
-static int srv_mesh_read_secret(srv_mesh *m, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    SRV_ERROR("mesh: cannot read [mesh] secret_file %s: %s", path,
-              strerror(errno));
-    return -1;
-  }
-  size_t n = fread(m->secret, 1, sizeof m->secret, f);
-  bool more = fgetc(f) != EOF;
-  fclose(f);
-  while (n && (m->secret[n - 1] == '\n' || m->secret[n - 1] == '\r')) n--;
-  if (more || n == 0) {
-    SRV_ERROR("mesh: [mesh] secret_file %s: expected 1 to %zu bytes, %s",
-              path, sizeof m->secret, n == 0 ? "it is empty" : "it is longer");
-    return -1;
-  }
-  m->secret_len = n;
-  m->has_secret = true;
-  return 0;
-}
 
 int srv_mesh_create(srv *s) {
   const srv_options *o = &s->opt;
@@ -80,7 +52,7 @@ int srv_mesh_create(srv *s) {
   if (o->mesh_transport_host[0])
     snprintf(m->transport_host, sizeof m->transport_host, "%s",
              o->mesh_transport_host);
-  else if (srv_is_loopback(m->coord_host))
+  else if (srv_mesh_is_loopback(m->coord_host))
     snprintf(m->transport_host, sizeof m->transport_host, "127.0.0.1");
   else if (gethostname(m->transport_host, sizeof m->transport_host - 1) != 0)
     snprintf(m->transport_host, sizeof m->transport_host, "localhost");

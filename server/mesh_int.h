@@ -88,6 +88,11 @@ void srv_mesh_publish(srv_mesh *m);
  * warning when it cannot be built); true when built. No lock held. */
 bool srv_mesh_build_transport(srv_mesh *m, uint64_t epoch, char *err,
                               size_t errlen);
+/* localhost, 127.x, ::1. */
+bool srv_mesh_is_loopback(const char *host);
+/* Reads [mesh] secret_file (1 .. 512 bytes, trailing newlines not part of
+ * it) into m->secret; 0, or -1 after logging why. */
+int srv_mesh_read_secret(srv_mesh *m, const char *path);
 /* Drops the engine's transport (loss, a coordinator gone). */
 void srv_mesh_drop_transport(srv_mesh *m);
 

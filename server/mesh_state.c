@@ -7,15 +7,18 @@
  * (mesh_link.c) through the functions those set in srv_mesh (so that
  * calls go one way: the data plane and the methods call here, never into
  * mesh_ctl.c or mesh_link.c). Calls nothing else of server/ but log.c. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SRV_LOG_SUB SRV_SUB_CORE
 #include "log.h"
 #include "mesh_int.h"
+#include "secfile.h"
 
 double srv_mesh_now(void) {
   struct timespec ts;
@@ -159,3 +162,44 @@ void srv_mesh_info(srv_mesh *m, srv_mesh_view *v) {
   v->formations = atomic_load(&m->formations);
   pthread_mutex_unlock(&m->mu);
 }
+
+/* --- the options' parts read at start --------------------------------------- */
+
+bool srv_mesh_is_loopback(const char *host) {
+  return strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+         strcmp(host, "::1") == 0 || strcmp(host, "[::1]") == 0;
+}
+
+int srv_mesh_read_secret(srv_mesh *m, const char *path) {
+  /* A secret: a regular file, opened without blocking, that no other user
+   * could have written (whoever may write it may attach as a rank). */
+  srv_file_rules rules = {"[mesh] secret_file", true, false,
+                          "another user could attach daemons to the mesh"};
+  int fd = -1;
+  struct stat sb;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_file_open(path, &rules, &fd, &sb, &st) != PD_OK) {
+    SRV_ERROR("mesh: %s", st.msg);
+    return -1;
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    SRV_ERROR("mesh: cannot read [mesh] secret_file %s: %s", path,
+              strerror(errno));
+    return -1;
+  }
+  size_t n = fread(m->secret, 1, sizeof m->secret, f);
+  bool more = fgetc(f) != EOF;
+  fclose(f);
+  while (n && (m->secret[n - 1] == '\n' || m->secret[n - 1] == '\r')) n--;
+  if (more || n == 0) {
+    SRV_ERROR("mesh: [mesh] secret_file %s: expected 1 to %zu bytes, %s",
+              path, sizeof m->secret, n == 0 ? "it is empty" : "it is longer");
+    return -1;
+  }
+  m->secret_len = n;
+  m->has_secret = true;
+  return 0;
+}
+
