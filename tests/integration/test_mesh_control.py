@@ -405,7 +405,14 @@ def main():
     for t in tests:
         t0 = time.monotonic()
         try:
+            first = len(DAEMONS)
             t()
+            for d in DAEMONS[first:]:  # a sanitizer build's reports
+                d.kill()
+                log = d.log()
+                check("AddressSanitizer" not in log and
+                      "runtime error:" not in log and
+                      "LeakSanitizer" not in log, "%s:\n%s" % (d.tag, log))
             print("ok   %s (%.1f s)" % (t.__name__, time.monotonic() - t0))
         except Exception:
             failed += 1
