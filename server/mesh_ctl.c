@@ -11,7 +11,6 @@
  * Source: JAX's coordination service (one coordinator, heartbeats, a
  * barrier at start), torch.distributed's TCPStore on rank 0. */
 #include <inttypes.h>
-#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,16 +327,6 @@ static void srv_attach_refuse(srv_call *c, const char *fmt, ...) {
   srv_call_finish(c, PD_FAILED_PRECONDITION, "%s", msg);
 }
 
-static bool srv_secret_ok(const srv_mesh *m, ProtobufCBinaryData got) {
-  if (!m->has_secret) return true;
-  uint8_t pad[sizeof m->secret] = {0};
-  size_t n = got.len < sizeof pad ? got.len : sizeof pad;
-  if (n) memcpy(pad, got.data, n);
-  uint8_t want[sizeof m->secret] = {0};
-  memcpy(want, m->secret, m->secret_len);
-  return (CRYPTO_memcmp(pad, want, sizeof pad) == 0) &
-         (got.len == m->secret_len);
-}
 
 static void srv_attach_hello(srv_call *c, srv_attach *a,
                              const Paradev__V1__RankHello *h) {
@@ -345,7 +334,7 @@ static void srv_attach_hello(srv_call *c, srv_attach *a,
   const char *backend = dev_engine_backend_name(m->s->engine);
   char host[SRV_LOG_QUOTED(128)];
   srv_log_quote(h->host ? h->host : "", host, sizeof host);
-  if (!srv_secret_ok(m, h->secret)) {
+  if (!srv_mesh_secret_ok(m, h->secret.data, h->secret.len)) {
     srv_attach_refuse(c,
                       "rank %u (%s): the mesh's shared secret does not match "
                       "([mesh] secret_file must hold the same bytes on every "

@@ -88,6 +88,11 @@ void srv_mesh_publish(srv_mesh *m);
  * warning when it cannot be built); true when built. No lock held. */
 bool srv_mesh_build_transport(srv_mesh *m, uint64_t epoch, char *err,
                               size_t errlen);
+/* The shared secret's check, in constant time (true without one): a
+ * hello's bytes, or a KvSet / KvGet call's SRV_MESH_SECRET_MD metadata. */
+#define SRV_MESH_SECRET_MD "paradev-mesh-secret-bin"
+bool srv_mesh_secret_ok(const srv_mesh *m, const uint8_t *got, size_t len);
+bool srv_mesh_call_secret_ok(const srv_mesh *m, const grpc_metadata_array *md);
 /* localhost, 127.x, ::1. */
 bool srv_mesh_is_loopback(const char *host);
 /* Reads [mesh] secret_file (1 .. 512 bytes, trailing newlines not part of

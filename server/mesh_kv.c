@@ -196,17 +196,32 @@ void srv_mesh_kv_close(srv_mesh_kv *kv) {
 
 /* --- the methods --------------------------------------------------------------- */
 
+/* The store, for a call that carries the mesh's secret (when it has one);
+ * NULL after ending the call. */
 static srv_mesh_kv *srv_kv_of(srv_call *c) {
-  return c->s->mesh && c->s->mesh->kv ? c->s->mesh->kv : NULL;
+  srv_mesh *m = c->s->mesh;
+  if (!m || !m->kv) {
+    srv_call_finish(c, PD_FAILED_PRECONDITION,
+                    "this daemon is not a mesh's coordinator");
+    return NULL;
+  }
+  if (!srv_mesh_call_secret_ok(m, &c->md)) {
+    SRV_WARN("mesh: refused a key-value call without the mesh's secret");
+    srv_call_finish(c, PD_PERMISSION_DENIED,
+                    "the mesh's key-value store needs the mesh's shared "
+                    "secret ([mesh] secret_file)");
+    return NULL;
+  }
+  return m->kv;
 }
 
 static void srv_kvset(srv_call *c, const ProtobufCMessage *msg) {
   const Paradev__V1__KvSetRequest *r = (const void *)msg;
   srv_mesh_kv *kv = srv_kv_of(c);
   dev_status st = DEV_STATUS_INIT;
-  if (!kv || !r->key || !r->key[0]) {
-    srv_call_finish(c, PD_INVALID_ARGUMENT,
-                    kv ? "KvSet: the key is empty" : "no mesh store here");
+  if (!kv) return;
+  if (!r->key || !r->key[0]) {
+    srv_call_finish(c, PD_INVALID_ARGUMENT, "KvSet: the key is empty");
     return;
   }
   if (srv_kv_put(kv, r->key, r->value.data, r->value.len, &st) != PD_OK) {
@@ -256,9 +271,9 @@ static bool srv_kvget_try(srv_call *c, srv_kv_wait *w) {
 static void srv_kvget(srv_call *c, const ProtobufCMessage *msg) {
   const Paradev__V1__KvGetRequest *r = (const void *)msg;
   srv_mesh_kv *kv = srv_kv_of(c);
-  if (!kv || !r->key || !r->key[0]) {
-    srv_call_finish(c, PD_INVALID_ARGUMENT,
-                    kv ? "KvGet: the key is empty" : "no mesh store here");
+  if (!kv) return;
+  if (!r->key || !r->key[0]) {
+    srv_call_finish(c, PD_INVALID_ARGUMENT, "KvGet: the key is empty");
     return;
   }
   srv_kv_wait *w = calloc(1, sizeof *w);

@@ -176,8 +176,17 @@ static pd_code srv_link_unary(srv_mesh *m, const char *method,
   grpc_slice details = grpc_empty_slice();
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
+  grpc_metadata sec;
+  memset(&sec, 0, sizeof sec);
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY;
+  if (m->has_secret) { /* the store checks it, as the hello's */
+    sec.key = grpc_slice_from_static_string(SRV_MESH_SECRET_MD);
+    sec.value = grpc_slice_from_copied_buffer((const char *)m->secret,
+                                              m->secret_len);
+    ops[0].data.send_initial_metadata.count = 1;
+    ops[0].data.send_initial_metadata.metadata = &sec;
+  }
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = out;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -219,6 +228,7 @@ static pd_code srv_link_unary(srv_mesh *m, const char *method,
   grpc_metadata_array_destroy(&md);
   grpc_metadata_array_destroy(&tr);
   grpc_slice_unref(details);
+  if (m->has_secret) grpc_slice_unref(sec.value);
 done:
   grpc_call_unref(call);
   grpc_completion_queue_shutdown(cq);

@@ -8,6 +8,8 @@
  * calls go one way: the data plane and the methods call here, never into
  * mesh_ctl.c or mesh_link.c). Calls nothing else of server/ but log.c. */
 #include <errno.h>
+#include <grpc/grpc.h>
+#include <openssl/crypto.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,3 +205,25 @@ int srv_mesh_read_secret(srv_mesh *m, const char *path) {
   return 0;
 }
 
+
+bool srv_mesh_secret_ok(const srv_mesh *m, const uint8_t *got, size_t len) {
+  if (!m->has_secret) return true;
+  uint8_t pad[sizeof m->secret] = {0}, want[sizeof m->secret] = {0};
+  size_t n = len < sizeof pad ? len : sizeof pad;
+  if (n) memcpy(pad, got, n);
+  memcpy(want, m->secret, m->secret_len);
+  return (CRYPTO_memcmp(pad, want, sizeof pad) == 0) & (len == m->secret_len);
+}
+
+bool srv_mesh_call_secret_ok(const srv_mesh *m, const grpc_metadata_array *md) {
+  if (!m->has_secret) return true;
+  for (size_t i = 0; i < md->count; i++) {
+    const grpc_metadata *e = &md->metadata[i];
+    if (GRPC_SLICE_LENGTH(e->key) == strlen(SRV_MESH_SECRET_MD) &&
+        memcmp(GRPC_SLICE_START_PTR(e->key), SRV_MESH_SECRET_MD,
+               strlen(SRV_MESH_SECRET_MD)) == 0)
+      return srv_mesh_secret_ok(m, GRPC_SLICE_START_PTR(e->value),
+                                GRPC_SLICE_LENGTH(e->value));
+  }
+  return false;
+}
