@@ -42,6 +42,10 @@ int srv_mesh_create(srv *s);
 void srv_mesh_engine_config(srv_mesh *m, dev_engine_config *ec);
 /* Starts the mesh once the engine and scheduler exist (see above). */
 int srv_mesh_start(srv *s);
+/* A SIGTERM or SIGINT (main.c's signal thread): a srv_mesh_start still
+ * waiting for the mesh gives up (-1, logged), so a stop never waits for
+ * join_timeout_s. Any thread; accepts NULL. */
+void srv_mesh_interrupt(srv_mesh *m);
 void srv_mesh_stop(srv *s);
 void srv_mesh_destroy(srv *s);
 

@@ -689,15 +689,19 @@ int srv_mesh_start(srv *s) {
   struct timespec ts;
   srv_mesh_abs(&ts, deadline);
   pthread_mutex_lock(&m->mu);
-  while (!m->formed && !atomic_load(&m->stopping) &&
+  while (!m->formed && !atomic_load(&m->stopping) && !m->interrupted &&
          srv_mesh_now() < deadline)
     pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-  bool formed = m->formed;
+  bool formed = m->formed, interrupted = m->interrupted;
   char miss[256];
   int n = srv_missing(m, miss, sizeof miss);
   pthread_mutex_unlock(&m->mu);
   if (formed) return 0;
-  if (n)
+  if (interrupted)
+    SRV_ERROR("mesh: stopped (a signal) while waiting for rank%s %s to "
+              "attach",
+              n > 1 ? "s" : "", miss);
+  else if (n)
     SRV_ERROR("mesh: rank%s %s did not attach within [mesh] join_timeout_s "
               "(%.0f s): giving up (start them with --world-size %d "
               "--coordinator %s and their --rank)",

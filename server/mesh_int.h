@@ -60,6 +60,7 @@ struct srv_mesh {
   char reason[512];   /* why not whole ("" when formed) */
   char loss_msg[512]; /* the last loss (sessions' refusals name it) */
   atomic_bool stopping;
+  bool interrupted; /* srv_mesh_interrupt (mu) */
   pthread_t timer;
   bool timer_started;
   /* Sessions killed, losses, formations (metrics). */

@@ -634,16 +634,20 @@ int srv_mesh_link_start(srv_mesh *m) {
   struct timespec ts = {(time_t)deadline,
                         (long)((deadline - (double)(time_t)deadline) * 1e9)};
   pthread_mutex_lock(&m->mu);
-  while (!m->formed && !m->join_fatal && srv_mesh_now() < deadline)
+  while (!m->formed && !m->join_fatal && !m->interrupted &&
+         srv_mesh_now() < deadline)
     pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-  bool formed = m->formed;
+  bool formed = m->formed, interrupted = m->interrupted;
   L->join_done = true;
   char err[sizeof m->join_error];
   snprintf(err, sizeof err, "%s", m->join_error);
   bool fatal = m->join_fatal;
   pthread_mutex_unlock(&m->mu);
   if (formed) return 0;
-  if (!fatal)
+  if (interrupted)
+    SRV_ERROR("mesh: stopped (a signal) while joining the mesh%s%s",
+              err[0] ? ": " : "", err);
+  else if (!fatal)
     SRV_ERROR("mesh: could not join the mesh within [mesh] join_timeout_s "
               "(%.0f s): %s",
               m->join_timeout_s,

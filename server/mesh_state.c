@@ -227,3 +227,11 @@ bool srv_mesh_call_secret_ok(const srv_mesh *m, const grpc_metadata_array *md) {
   }
   return false;
 }
+
+void srv_mesh_interrupt(srv_mesh *m) {
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  m->interrupted = true;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}

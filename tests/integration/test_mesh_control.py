@@ -363,6 +363,14 @@ def test_join_timeouts():
     log = r.log()
     check("could not join the mesh within [mesh] join_timeout_s (2 s)" in log
           and "cannot attach to the coordinator at 127.0.0.1:" in log, log)
+    # A SIGTERM while waiting for the mesh (join_timeout_s 20) stops at once.
+    w = Daemon(0, 2, free_port(), tag="jt-term")
+    wait_for("waiting", lambda: "waiting up to 20 s for ranks" in w.log(), 20,
+             w)
+    w.p.send_signal(signal.SIGTERM)
+    check(w.wait_exit(10) != 0, "exit status after SIGTERM while joining")
+    check("stopped (a signal) while waiting for rank 1 to attach" in w.log(),
+          w.log())
 
 
 def test_check_config():
@@ -404,8 +412,8 @@ def main():
     failed = 0
     for t in tests:
         t0 = time.monotonic()
+        first = len(DAEMONS)
         try:
-            first = len(DAEMONS)
             t()
             for d in DAEMONS[first:]:  # a sanitizer build's reports
                 d.kill()
@@ -418,6 +426,8 @@ def main():
             failed += 1
             print("FAIL %s" % t.__name__)
             traceback.print_exc()
+            for d in DAEMONS[first:]:
+                print("--- %s (rank %d) log:\n%s" % (d.tag, d.rank, d.log()))
         finally:
             for d in DAEMONS:
                 d.kill()
