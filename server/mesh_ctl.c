@@ -500,20 +500,22 @@ static void srv_attach_wake(srv_call *c) {
   pthread_mutex_lock(&m->mu);
   srv_mesh_peer *p = &m->peer[a->rank];
   bool mine = p->call == c;
-  if (a->end || (mine && p->end)) {
-    /* Lost (the timer detached it already) or the coordinator stops (it
-     * is detached here, quietly): the stream ends. */
-    snprintf(end_msg, sizeof end_msg, "%s", a->end ? a->end_msg : p->end_msg);
+  if (a->end) { /* lost to the timer, which detaches it (rank_gone) */
+    snprintf(end_msg, sizeof end_msg, "%s", a->end_msg);
     a->end = false;
-    if (mine) {
-      p->attached = false;
-      p->call = NULL;
-      srv_peer_clear(p);
-      p->end = p->wake_pending = false;
-    }
     pthread_mutex_unlock(&m->mu);
     srv_call_finish(c, PD_UNAVAILABLE, "%s", end_msg);
-    if (mine) srv_call_unref(c); /* the peer's; the wake-up holds its own */
+    return;
+  }
+  if (mine && p->end) { /* the coordinator stops: detached here, quietly */
+    snprintf(end_msg, sizeof end_msg, "%s", p->end_msg);
+    p->attached = false;
+    p->call = NULL;
+    srv_peer_clear(p);
+    p->end = p->wake_pending = false;
+    pthread_mutex_unlock(&m->mu);
+    srv_call_finish(c, PD_UNAVAILABLE, "%s", end_msg);
+    srv_call_unref(c); /* the peer's; the wake-up holds its own */
     return;
   }
   if (!mine) {
