@@ -16,7 +16,11 @@ gRPC library: /metrics over HTTP and the `paradev` CLI.
 
 Every wait is bounded; every daemon started is stopped (atexit as well).
 
-Usage: test_mesh_control.py PARADEVD PARADEV_CLI
+GetServerInfo.mesh is read with python3-grpcio and the protoc message
+classes when PYTHON_PROTO_DIR is given and grpcio is installed (skipped
+otherwise, the rest still runs).
+
+Usage: test_mesh_control.py PARADEVD PARADEV_CLI [PYTHON_PROTO_DIR]
 Exit 0: all passed; 1: a check failed.
 """
 import atexit
@@ -33,10 +37,19 @@ import traceback
 import urllib.error
 import urllib.request
 
-if len(sys.argv) != 3:
+if len(sys.argv) not in (3, 4):
     print(__doc__)
     sys.exit(2)
 PARADEVD, CLI = sys.argv[1], sys.argv[2]
+pb = grpc = None
+if len(sys.argv) == 4:
+    sys.path.insert(0, sys.argv[3])
+    try:
+        import grpc
+        from paradev.v1 import paradev_pb2 as pb
+    except ImportError as e:
+        print("note: GetServerInfo.mesh not checked (%s)" % e)
+        pb = grpc = None
 TMP = tempfile.mkdtemp(prefix="pd-mesh-ctl-")
 LEASE = 4
 DAEMONS = []
@@ -156,6 +169,17 @@ class Daemon:
         return r.returncode, r.stdout + r.stderr
 
 
+def server_info(d):
+    """GetServerInfo over the daemon's Unix socket; None without grpcio."""
+    if not pb:
+        return None
+    with grpc.insecure_channel("unix:" + d.sock) as ch:
+        f = ch.unary_unary("/paradev.v1.ParallelDevice/GetServerInfo",
+                           request_serializer=lambda m: m.SerializeToString(),
+                           response_deserializer=pb.GetServerInfoResponse.FromString)
+        return f(pb.GetServerInfoRequest(), timeout=10)
+
+
 def wait_for(what, fn, timeout, d=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -202,6 +226,18 @@ def test_two_ranks_lifecycle():
     check(d0.ready()[0] == 200, d0.ready())
     check(d1.ready()[0] == 200, d1.ready())
     check("mesh: formed: epoch 1, 2 ranks of 2 devices" in d0.log(), d0.log())
+    info = server_info(d0)
+    if info:
+        mi = info.mesh
+        check(mi.world_size == 2 and mi.rank == 0 and mi.devices_per_rank == 2
+              and mi.formed and not mi.degraded and mi.epoch == 1
+              and list(mi.missing_ranks) == [] and mi.reason == ""
+              and mi.coordinator == "127.0.0.1:%d" % port, mi)
+        check([(r.rank, r.attached, r.host) for r in mi.ranks] ==
+              [(0, True, "127.0.0.1"), (1, True, "127.0.0.1")], mi)
+        check(len(info.devices) == 4, info.devices)  # 2 ranks x 2
+        i1 = server_info(d1).mesh
+        check(i1.rank == 1 and i1.world_size == 2 and i1.formed, i1)
 
     # Clients: GetServerInfo at a rank works, anything else is refused.
     rc, out = d1.cli("info")
@@ -245,6 +281,11 @@ def test_two_ranks_lifecycle():
     check(m['paradev_mesh_rank_attached{rank="1"}'] == 0, m)
     code, text = d0.ready()
     check(code == 503 and "mesh degraded" in text, (code, text))
+    info = server_info(d0)
+    if info:
+        mi = info.mesh
+        check(mi.degraded and not mi.formed and list(mi.missing_ranks) == [1]
+              and "rank 1" in mi.reason and not mi.ranks[1].attached, mi)
     rc, out = d0.cli("function", "check", FN_JSON)
     check(rc != 0 and "the mesh is not whole" in out and "1 missing" in out,
           out)
