@@ -16,6 +16,7 @@
 #define SRV_LOG_SUB SRV_SUB_RPC
 #include "auth.h"
 #include "log.h"
+#include "mesh.h"
 #include "server.h"
 
 /* A bidi stream stops reading while this many replies wait to be sent, and
@@ -181,12 +182,22 @@ void srv__call_begin(srv_call *c) {
   atomic_fetch_add(&srv_started_calls, 1);
   srv_live_add(c);
   SRV_DEBUG("call %s", m->path);
-  /* Who is calling, before anything of the request is looked at: health
-   * probes alone need no identity (an orchestrator's kubelet has none). */
+  /* Who is calling, before anything of the request is looked at. */
   const srv_identity *id = NULL;
   dev_status ast = DEV_STATUS_INIT;
+  /* Health probes need no identity (an orchestrator's kubelet has none),
+   * nor do the other ranks' daemons on the coordinator's mesh port (issue
+   * #16: [mesh] secret_file is their proof, checked in their hello). */
   if (strncmp(m->path, "/grpc.health.v1.", 16) != 0 &&
+      strncmp(m->path, "/paradev.v1.Mesh/", 17) != 0 &&
       srv_call_identity(c, &id, &ast) != PD_OK) {
+    if (!srv_unary_like(c) || m->kind == SRV_SERVER_STREAM || m->h->early_close)
+      srv_start_close(c);
+    srv_call_fail(c, &ast);
+    return;
+  }
+  /* A mesh's ranks other than 0 serve no client (issue #16). */
+  if (srv_mesh_check_client(c->s->mesh, m->path, &ast) != PD_OK) {
     if (!srv_unary_like(c) || m->kind == SRV_SERVER_STREAM || m->h->early_close)
       srv_start_close(c);
     srv_call_fail(c, &ast);
@@ -594,6 +605,7 @@ sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token) {
   if (srv_call_identity(c, &id, &st) != PD_OK ||
       sched_session_open(c->s->sched, token.data, token.len, &ss, &st) !=
           PD_OK) {
+    srv_mesh_explain_session(c->s->mesh, &st);
     srv_call_fail(c, &st);
     return NULL;
   }

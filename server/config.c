@@ -364,6 +364,8 @@ static int srv_check_options(const srv_options *o,
 
 srv_config_plugin_check_fn srv_config_plugin_check;
 
+static const char *srv_getenv(const char *name) { return getenv(name); }
+
 srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
                                   bool *check, srv_config_report_fn report) {
   srv_options o;
@@ -398,6 +400,12 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
     }
   }
   int errors = srv_config_read_file(&o, report);
+  if (o.mesh_world_size > 0)
+    snprintf(o.mesh_src[0], sizeof o.mesh_src[0], "[mesh] world_size");
+  if (o.mesh_rank >= 0)
+    snprintf(o.mesh_src[1], sizeof o.mesh_src[1], "[mesh] rank");
+  if (o.mesh_coordinator[0])
+    snprintf(o.mesh_src[2], sizeof o.mesh_src[2], "[mesh] coordinator");
   const char *env = getenv("PARADEV_LOG");
   if (env && *env) {
     char err[512], msg[700];
@@ -408,7 +416,9 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
   }
   errors += srv_apply_flags(argc, argv, &o, report);
   srv_default_paths(&o);
+  errors += srv_mesh_options_from_env(&o, srv_getenv, report);
   if (errors == 0) errors += srv_check_options(&o, report);
+  if (errors == 0) errors += srv_check_mesh(&o, *check, report);
   if (errors == 0) errors += srv_check_roots(&o, *check, report);
   if (errors == 0) errors += srv_check_tenants(&o, report);
   if (errors == 0) errors += srv_check_tls(&o, *check, report);
@@ -440,6 +450,9 @@ srv_config_action srv_config_load(int argc, char **argv, srv_options *out,
     char fns[1024];
     srv_config_describe_functions(&o, fns, sizeof(fns));
     printf("paradevd: functions: %s\n", fns);
+    char mesh[1024];
+    srv_config_describe_mesh(&o, mesh, sizeof mesh);
+    printf("paradevd: mesh: %s\n", mesh);
     char about[512], why[2 * SRV_FILE_MAX + 256];
     if (o.tls_cert_file[0] &&
         srv_tls_check_files(&o, about, sizeof(about), why, sizeof(why)))
@@ -483,6 +496,9 @@ int srv_config_restart_keys(const srv_options *old, const srv_options *now,
       case SRV_K_IDLIST: size = 0; break; /* reloadable */
       case SRV_K_TRISTATE: size = sizeof(int); break;
       case SRV_K_PLUGINS: size = (size_t)k->max; break;
+      case SRV_K_ONLOSS:
+      case SRV_K_OPTINT: size = sizeof(int); break;
+      case SRV_K_HOST: size = SRV_ADDR_MAX; break;
     }
     bool differ = memcmp((const char *)old + k->off, (const char *)now + k->off,
                          size) != 0;

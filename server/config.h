@@ -179,10 +179,59 @@ typedef struct srv_options {
   char fn_plugins[SRV_AUTH_LIST_MAX]; /* "/a.so,/b.so": optimizer plugins */
   bool config_explicit; /* --config given: a missing file is an error */
   bool config_loaded;   /* a file was read */
+  /* [mesh] (issue #16): one mesh of daemons across machines. world_size 1
+   * (the default): no mesh. mesh_world_size 0 and mesh_rank -1 mean "not
+   * given" until srv_config_load applies the environment and defaults. */
+  int mesh_world_size;
+  int mesh_rank;
+  char mesh_coordinator[SRV_ADDR_MAX]; /* host:port of the mesh port */
+  uint32_t mesh_join_timeout_s;
+  uint32_t mesh_lease_s;
+  uint32_t mesh_collective_timeout_s;
+  int mesh_on_loss; /* SRV_MESH_LOSS_WAIT or _EXIT */
+  char mesh_transport_host[SRV_ADDR_MAX]; /* "": derived at start */
+  char mesh_secret_file[SRV_FILE_MAX];    /* "": no shared secret */
+  /* Where world_size, rank and coordinator came from ("--rank",
+   * "[mesh] rank", "SLURM_PROCID", "default"), for the start-up log. */
+  char mesh_src[3][64];
 } srv_options;
+
+#define SRV_MESH_LOSS_WAIT 0
+#define SRV_MESH_LOSS_EXIT 1
+#define SRV_MESH_MAX_RANKS PD_MAX_DEVICES
+
+
 
 /* Receives one error or warning line (without a trailing newline). */
 typedef void (*srv_config_report_fn)(bool error, const char *msg);
+
+/* Reads a getenv-like source (tests pass their own). */
+typedef const char *(*srv_getenv_fn)(const char *name);
+
+/* The mesh's values the flags and the file left unset (world size, rank,
+ * coordinator), from the launcher's environment through `env`: Slurm
+ * (SLURM_PROCID, SLURM_NTASKS, the first host of SLURM_STEP_NODELIST else
+ * SLURM_JOB_NODELIST, port SLURM_JOB_ID % 4096 + 61440 as JAX's
+ * SlurmCluster), Kubernetes (JOB_COMPLETION_INDEX, PARADEV_MESH_WORLD_SIZE,
+ * PARADEV_MESH_COORDINATOR); then the defaults (1, 0, none). Records each
+ * value's source in o->mesh_src. Returns the errors reported (a variable
+ * that is not a number, a node list it cannot read). config_mesh.c. */
+int srv_mesh_options_from_env(srv_options *o, srv_getenv_fn env,
+                              srv_config_report_fn report);
+/* The first host of a Slurm node list ("node[01-04,07],gpu3" -> "node01");
+ * false when it cannot be read or does not fit `len`. */
+bool srv_slurm_first_host(const char *nodelist, char *out, size_t len);
+/* The mesh port of a Slurm job (JAX's rule): id % 4096 + 61440. */
+int srv_slurm_port(uint64_t job_id);
+/* The checks of [mesh] between keys (rank in range, a coordinator with a
+ * port for world_size > 1, the devices of the whole mesh within
+ * PD_MAX_DEVICES; with `check`, the secret file readable). Returns the
+ * errors reported. */
+int srv_check_mesh(const srv_options *o, bool check,
+                   srv_config_report_fn report);
+/* "world size 2 (--world-size), rank 1 (SLURM_PROCID), coordinator
+ * node01:61442 ([mesh] coordinator)" for the log and --check-config. */
+void srv_config_describe_mesh(const srv_options *o, char *buf, size_t len);
 
 typedef enum srv_config_action {
   SRV_CONFIG_RUN = 0,  /* options loaded: start the daemon */

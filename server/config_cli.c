@@ -67,6 +67,13 @@ const char srv_usage[] =
     "  --grace-ms N           shutdown grace period for calls (default 5000)\n"
     "  --drain-timeout S      seconds queued work may take after SIGTERM\n"
     "                         (default 30)\n"
+    "  --world-size W         ranks of a mesh across machines ([mesh];\n"
+    "                         default 1: no mesh; also SLURM_NTASKS,\n"
+    "                         PARADEV_MESH_WORLD_SIZE)\n"
+    "  --rank R               this daemon's rank, 0..W-1 (0: the\n"
+    "                         coordinator; also SLURM_PROCID,\n"
+    "                         JOB_COMPLETION_INDEX)\n"
+    "  --coordinator HOST:PORT  rank 0's mesh port (rank 0 listens there)\n"
     "  --log SPEC             log levels: error|warn|info|debug, optionally\n"
     "                         per subsystem: info,sched=debug (also\n"
     "                         PARADEV_LOG; subsystems: core config rpc sched\n"
@@ -143,6 +150,8 @@ int srv_apply_flags(int argc, char **argv, srv_options *o,
       srv_report_flag(report, "%s '%s': %s", a,
                       srv_log_printable(val, cv, sizeof cv), err);
       errors++;
+    } else {
+      srv_mesh_note_source(o, k, a);
     }
   }
   return errors;

@@ -33,6 +33,10 @@ typedef enum srv_key_type {
   SRV_K_IDLIST,      /* a comma list of identities (SRV_AUTH_LIST_MAX) */
   SRV_K_TRISTATE,    /* on|off|default, as dev_tristate (an int) */
   SRV_K_PLUGINS,     /* a comma list of absolute paths (SRV_AUTH_LIST_MAX) */
+  SRV_K_ONLOSS,      /* wait|exit, as SRV_MESH_LOSS_* */
+  SRV_K_HOST,        /* a host name or address (no port), or empty */
+  SRV_K_OPTINT,      /* like SRV_K_INT, or empty: not given (the default
+                        stays, for the environment to fill) */
 } srv_key_type;
 
 typedef struct srv_key {
@@ -91,5 +95,9 @@ void srv_report_flag(srv_config_report_fn report, const char *fmt, ...)
 /* Splits "--name=value" (into buf); *val is NULL when there is no '='. */
 const char *srv_flag_name(const char *a, char *buf, size_t len,
                           const char **val);
+
+/* [mesh]: records that key `k` (world_size, rank or coordinator; others
+ * are ignored) was set by `src` (config_mesh.c). */
+void srv_mesh_note_source(srv_options *o, const srv_key *k, const char *src);
 
 #endif /* PARADEV_SERVER_CONFIG_INT_H */

@@ -162,6 +162,25 @@ const srv_key srv_keys[] = {
      1, 600000, false},
     {"functions", "optimizer_plugins", NULL, SRV_K_PLUGINS, OFF(fn_plugins), 0,
      SRV_AUTH_LIST_MAX, false},
+    /* [mesh] (issue #16). The first three keys' sources are logged
+     * (srv_options.mesh_src, in this order). */
+    {"mesh", "world_size", "--world-size", SRV_K_OPTINT, OFF(mesh_world_size),
+     1, SRV_MESH_MAX_RANKS, false},
+    {"mesh", "rank", "--rank", SRV_K_OPTINT, OFF(mesh_rank), 0,
+     SRV_MESH_MAX_RANKS - 1, false},
+    {"mesh", "coordinator", "--coordinator", SRV_K_HOSTPORT,
+     OFF(mesh_coordinator), 0, 0, false},
+    {"mesh", "join_timeout_s", NULL, SRV_K_U32, OFF(mesh_join_timeout_s), 1,
+     86400, false},
+    {"mesh", "lease_s", NULL, SRV_K_U32, OFF(mesh_lease_s), 1, 3600, false},
+    {"mesh", "collective_timeout_s", NULL, SRV_K_U32,
+     OFF(mesh_collective_timeout_s), 1, 86400, false},
+    {"mesh", "on_coordinator_loss", NULL, SRV_K_ONLOSS, OFF(mesh_on_loss), 0,
+     0, false},
+    {"mesh", "transport_host", NULL, SRV_K_HOST, OFF(mesh_transport_host), 0,
+     0, false},
+    {"mesh", "secret_file", NULL, SRV_K_FILE, OFF(mesh_secret_file), 0,
+     SRV_FILE_MAX, false},
 };
 const size_t srv_num_keys = sizeof(srv_keys) / sizeof(srv_keys[0]);
 _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
@@ -169,7 +188,7 @@ _Static_assert(sizeof(srv_keys) / sizeof(srv_keys[0]) <= SRV_MAX_KEYS,
 
 const char *const srv_sections[] = {
     "daemon",  "devices", "cuda", "limits", "scheduler", "sessions",
-    "storage", "auth",    "tls",  "log",    "functions"};
+    "storage", "auth",    "tls",  "log",    "functions", "mesh"};
 
 const char *const srv_collectives[] = {"auto", "nccl", "copy"};
 const size_t srv_num_collectives = 3;
@@ -221,6 +240,12 @@ void srv_defaults(srv_options *o) {
   o->fn_inst_max_ms = DEV_FN_DEFAULT_INST_MAX_MS;
   for (int i = 0; i < SRV_SUB_COUNT; i++) o->log_levels[i] = SRV_LOG_INFO;
   snprintf(o->config_path, sizeof(o->config_path), "%s", SRV_DEFAULT_CONFIG);
+  o->mesh_world_size = 0; /* not given (srv_mesh_options_from_env) */
+  o->mesh_rank = -1;
+  o->mesh_join_timeout_s = 60;
+  o->mesh_lease_s = 10;
+  o->mesh_collective_timeout_s = 30;
+  o->mesh_on_loss = SRV_MESH_LOSS_WAIT;
 }
 
 void srv_tmp_socket_dir(char *out, size_t len) {
@@ -466,7 +491,7 @@ static bool srv_set_int(const srv_key *k, char *field, const char *value,
              (unsigned long long)k->min, (unsigned long long)k->max);
     return false;
   }
-  if (k->type == SRV_K_INT)
+  if (k->type == SRV_K_INT || k->type == SRV_K_OPTINT)
     *(int *)(void *)field = (int)v;
   else
     *(uint32_t *)(void *)field = (uint32_t)v;
@@ -673,6 +698,39 @@ static bool srv_set_plugins(const srv_key *k, char *field, const char *value,
   return true;
 }
 
+static bool srv_set_onloss(char *field, const char *value, char *err,
+                           size_t errlen) {
+  if (strcmp(value, "wait") == 0 || strcmp(value, "exit") == 0) {
+    *(int *)(void *)field =
+        value[0] == 'w' ? SRV_MESH_LOSS_WAIT : SRV_MESH_LOSS_EXIT;
+    return true;
+  }
+  snprintf(err, errlen,
+           "expected wait (drop the coordinator's tensors and attach again "
+           "when it is back) or exit");
+  return false;
+}
+
+/* A host name or IP address the other ranks can reach (no port). */
+static bool srv_set_host(char *field, const char *value, char *err,
+                         size_t errlen) {
+  size_t n = strlen(value);
+  bool ok = n < 254;
+  for (size_t i = 0; ok && i < n; i++) {
+    unsigned char ch = (unsigned char)value[i];
+    ok = ch > 0x20 && ch < 0x7f && ch != '/' && ch != ',';
+  }
+  if (!ok || (n && strchr(value, ':') && value[0] != '[' &&
+              strchr(value, ':') == strrchr(value, ':'))) {
+    snprintf(err, errlen,
+             "expected a host name or IP address without a port (such as "
+             "node01 or 10.0.0.5), or nothing for the default");
+    return false;
+  }
+  snprintf(field, SRV_ADDR_MAX, "%s", value);
+  return true;
+}
+
 /* Sets key `k` from text. On error writes what was expected into err. */
 bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
                  size_t errlen) {
@@ -701,6 +759,11 @@ bool srv_key_set(const srv_key *k, srv_options *o, const char *value, char *err,
       return srv_idlist_parse(value, field, k->max, err, errlen);
     case SRV_K_TRISTATE: return srv_set_tristate(field, value, err, errlen);
     case SRV_K_PLUGINS: return srv_set_plugins(k, field, value, err, errlen);
+    case SRV_K_ONLOSS: return srv_set_onloss(field, value, err, errlen);
+    case SRV_K_HOST: return srv_set_host(field, value, err, errlen);
+    case SRV_K_OPTINT:
+      if (!*value) return true; /* not given: the environment may say */
+      return srv_set_int(k, field, value, err, errlen);
   }
   snprintf(err, errlen, "internal: unknown key type");
   return false;

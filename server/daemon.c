@@ -21,6 +21,7 @@
 #include "check.h"
 #include "jobs.h"
 #include "log.h"
+#include "mesh.h"
 #include "optimizer.h"
 #include "server.h"
 
@@ -114,6 +115,7 @@ static int srv_engine_start(srv *s) {
   ec.cuda_pool_release_threshold = o->cuda_pool_release_threshold;
   ec.cuda_collective_timeout_ms = o->cuda_collective_timeout_ms;
   ec.cuda_collectives = (dev_cuda_collectives)o->cuda_collectives;
+  if (s->mesh) srv_mesh_engine_config(s->mesh, &ec);
   char devs[512];
   srv_config_describe_devices(o, devs, sizeof(devs));
   SRV_LOG_AT(SRV_SUB_CONFIG, SRV_LOG_INFO, "devices: %s", devs);
@@ -285,7 +287,8 @@ int srv_daemon_start(srv *s) {
   clock_gettime(CLOCK_REALTIME, &now);
   s->start_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 
-  if (srv_engine_start(s) != 0) goto fail;
+  if (srv_mesh_create(s) != 0) goto fail;
+  if (srv_engine_start(s) != 0) goto fail_mesh;
   if (srv_storage_init(s) != 0) goto fail_engine;
   if (srv_sched_start(s) != 0) goto fail_storage;
   if (srv_auth_init(s) != 0) goto fail_sched;
@@ -297,8 +300,14 @@ int srv_daemon_start(srv *s) {
   if (srv_jobs_start(s) != 0) goto fail_health;
   if (srv_rpc_start(s) != 0) goto fail_jobs;
   if (srv_http_start(s) != 0) goto fail_rpc;
+  /* The mesh (issue #16) once its port or link can be served: returns
+   * when the mesh formed, or after join_timeout_s. */
+  if (srv_mesh_start(s) != 0) goto fail_http;
   return 0;
 
+fail_http:
+  srv_mesh_stop(s);
+  srv_http_stop(s);
 fail_rpc:
   srv_rpc_stop(s);
 fail_jobs:
@@ -319,12 +328,16 @@ fail_engine:
   dev_engine_destroy(s->engine);
   s->engine = NULL;
   srv_optimizer_unload(); /* after every function library and call */
+fail_mesh:
+  srv_mesh_destroy(s);
 fail:
   sd_notify(0, "STATUS=failed to start (see the log)");
   return -1;
 }
 
 void srv_daemon_stop_serving(srv *s, void (*phase)(const char *what)) {
+  phase("stopping the mesh (srv_mesh_stop: its streams end)");
+  srv_mesh_stop(s); /* before the listeners: its streams never end alone */
   srv_health_update(s);
   srv_health_close(s);
   phase(
@@ -352,6 +365,7 @@ void srv_daemon_stop_devices(srv *s, void (*phase)(const char *what)) {
   phase("stopping the engine (dev_engine_destroy)");
   dev_engine_destroy(s->engine);
   s->engine = NULL;
+  srv_mesh_destroy(s); /* after the engine, whose hooks it served */
   phase("unloading the optimizer plugins");
   srv_optimizer_unload(); /* the sessions' function libraries are gone */
 }

@@ -13,6 +13,7 @@
 #define SRV_LOG_SUB SRV_SUB_RPC
 #include "check.h"
 #include "log.h"
+#include "mesh.h"
 #include "server.h"
 #include "srv_int.h"
 
@@ -244,7 +245,9 @@ static void srv_enqueue_msg(srv_call *c, const ProtobufCMessage *m) {
   } else if (req->item_case ==
              PARADEV__V1__ENQUEUE_REQUEST__ITEM_REGISTER_FUNCTION) {
     /* Done before the next item is read: the calls behind it find it. */
-    srv_register_function_item(&l, e->ss, req->register_function, NULL, &st);
+    if (srv_mesh_check_functions(c->s->mesh, &st) == PD_OK)
+      srv_register_function_item(&l, e->ss, req->register_function, NULL,
+                                 &st);
     srv_enqueue_reply(c, index, &st, NULL, 0);
   } else if (req->item_case == PARADEV__V1__ENQUEUE_REQUEST__ITEM_DELETE) {
     const Paradev__V1__DeleteItem *di = req->delete_;

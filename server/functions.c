@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "convert.h"
+#include "mesh.h"
 #include "paradev/v1/paradev.pb-c.h"
 #include "srv_int.h"
 
@@ -26,10 +27,14 @@ pd_code srv_register_function_item(
 
 static void srv_register_function(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__RegisterFunctionRequest *req = (const void *)m;
+  dev_status st = DEV_STATUS_INIT;
+  if (srv_mesh_check_functions(c->s->mesh, &st) != PD_OK) {
+    srv_call_fail(c, &st);
+    return;
+  }
   srv_req_limits l = srv_call_limits(c);
   sched_session *ss = srv_call_session(c, req->session_token);
   if (!ss) return;
-  dev_status st = DEV_STATUS_INIT;
   bool existed = false;
   if (srv_register_function_item(&l, ss, req, &existed, &st) != PD_OK) {
     srv_call_fail(c, &st);

@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "mesh.h"
 #include "server.h"
 
 /* --- the request deadline ---------------------------------------------- */
@@ -307,7 +308,9 @@ static enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *conn,
     snprintf(msg, sizeof(msg), "not ready: %s\n",
              why                       ? cause
              : !atomic_load(&s->ready) ? "starting"
-                                       : "draining");
+             : atomic_load(&s->draining) ? "draining"
+             : s->mesh && srv_mesh_degraded(s->mesh) ? "mesh degraded"
+                                                     : "mesh not formed");
     return srv_http_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, msg);
   }
   return srv_http_text(conn, MHD_HTTP_NOT_FOUND,

@@ -7,6 +7,7 @@
 
 #define SRV_LOG_SUB SRV_SUB_RPC
 #include "log.h"
+#include "mesh.h"
 #include "server.h"
 #include "tls.h"
 
@@ -143,7 +144,43 @@ static void srv_get_server_info(srv_call *c, const ProtobufCMessage *m) {
   resp.warnings = warnings;
   Paradev__V1__FunctionsInfo fi;
   if (srv_functions_info(s, &a, &fi)) resp.functions = &fi;
+  /* A mesh across machines (issue #16). */
+  Paradev__V1__MeshInfo mi = PARADEV__V1__MESH_INFO__INIT;
+  Paradev__V1__MeshRankInfo ri[64], *rip[64];
+  uint32_t missing[64];
+  srv_mesh_view *mv = s->mesh ? malloc(sizeof *mv) : NULL;
+  if (mv) {
+    srv_mesh_info(s->mesh, mv);
+    mi.world_size = (uint32_t)mv->world;
+    mi.rank = (uint32_t)mv->rank;
+    mi.devices_per_rank = (uint32_t)mv->per_rank;
+    mi.formed = mv->formed;
+    mi.degraded = mv->degraded;
+    mi.epoch = mv->epoch;
+    mi.coordinator = mv->coordinator;
+    mi.reason = mv->reason;
+    for (int i = 0; i < mv->n_missing; i++)
+      missing[i] = (uint32_t)mv->missing[i];
+    mi.n_missing_ranks = (size_t)mv->n_missing;
+    mi.missing_ranks = missing;
+    if (mv->rank == 0) {
+      for (int r = 0; r < mv->world && r < 64; r++) {
+        Paradev__V1__MeshRankInfo x = PARADEV__V1__MESH_RANK_INFO__INIT;
+        x.rank = (uint32_t)r;
+        x.host = mv->ranks[r].host;
+        x.incarnation = mv->ranks[r].incarnation;
+        x.attached = mv->ranks[r].attached;
+        x.last_seen_ms_ago = (uint64_t)(mv->ranks[r].last_seen_s * 1000);
+        ri[r] = x;
+        rip[r] = &ri[r];
+      }
+      mi.n_ranks = (size_t)mv->world;
+      mi.ranks = rip;
+    }
+    resp.mesh = &mi;
+  }
   srv_call_reply(c, &resp.base);
+  free(mv);
   srv_arena_free(&a);
 }
 

@@ -50,6 +50,7 @@
 
 #include "auth.h"
 #include "log.h"
+#include "mesh.h"
 #include "server.h"
 #include "tokens.h"
 #include "tls.h"
@@ -197,6 +198,7 @@ static void *srv_signal_main(void *arg) {
         /* Even if the main loop never gets to it (stuck), the shutdown
          * ends in time. */
         srv_set_deadline(srv_shutdown_ms(s, true), true);
+        srv_mesh_interrupt(s->mesh); /* a start waiting for its mesh */
       }
       ssize_t w = write(srv_evt_pipe[1], &b, 1);
       (void)w;

@@ -42,6 +42,10 @@ int srv_mesh_create(srv *s);
 void srv_mesh_engine_config(srv_mesh *m, dev_engine_config *ec);
 /* Starts the mesh once the engine and scheduler exist (see above). */
 int srv_mesh_start(srv *s);
+/* A SIGTERM or SIGINT (main.c's signal thread): a srv_mesh_start still
+ * waiting for the mesh gives up (-1, logged), so a stop never waits for
+ * join_timeout_s. Any thread; accepts NULL. */
+void srv_mesh_interrupt(srv_mesh *m);
 void srv_mesh_stop(srv *s);
 void srv_mesh_destroy(srv *s);
 
@@ -61,6 +65,42 @@ int srv_mesh_device_rank(const srv_mesh *m, int device);
 bool srv_mesh_formed(const srv_mesh *m);
 /* The coordinator lost a rank and it has not come back. */
 bool srv_mesh_degraded(const srv_mesh *m);
+
+/* What the methods ask (mesh_ctl.c; each accepts m NULL: PD_OK, no mesh).
+ * srv_mesh_check_client: on ranks other than 0 every ParallelDevice method
+ * but GetServerInfo (`path` "/paradev.v1.ParallelDevice/Execute") is
+ * FAILED_PRECONDITION naming the rank and the coordinator's host.
+ * srv_mesh_check_functions: RegisterFunction on a mesh, UNIMPLEMENTED.
+ * srv_mesh_check_whole: CreateSession on a coordinator whose mesh is not
+ * formed or degraded, UNAVAILABLE naming the missing ranks.
+ * srv_mesh_explain_session: a NOT_FOUND session on a coordinator that lost
+ * a rank becomes UNAVAILABLE naming the loss (its sessions were killed). */
+pd_code srv_mesh_check_client(const srv_mesh *m, const char *path,
+                              dev_status *st);
+pd_code srv_mesh_check_functions(const srv_mesh *m, dev_status *st);
+pd_code srv_mesh_check_whole(srv_mesh *m, dev_status *st);
+void srv_mesh_explain_session(srv_mesh *m, dev_status *st);
+
+/* A snapshot of the mesh for GetServerInfo and /metrics. */
+typedef struct srv_mesh_peer_view {
+  bool attached;
+  char host[256];
+  uint64_t incarnation;
+  double last_seen_s; /* since its last message (0: rank 0, or never) */
+} srv_mesh_peer_view;
+typedef struct srv_mesh_view {
+  int world, rank, per_rank;
+  bool formed, degraded;
+  uint64_t epoch;
+  char reason[512];
+  char coordinator[256];
+  int missing[64];
+  int n_missing;
+  srv_mesh_peer_view ranks[64]; /* the coordinator's view; zero elsewhere */
+  uint64_t sessions_killed, losses, formations;
+  size_t tensors; /* ranks: srv_mesh_apply_tensors */
+} srv_mesh_view;
+void srv_mesh_info(srv_mesh *m, srv_mesh_view *v);
 
 /* Coordinator: queues one packed MeshCommand (bytes copied) for rank
  * `rank`'s stream, after every command queued for it before. Never blocks

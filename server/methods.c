@@ -8,6 +8,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "paradev/v1/admin.pb-c.h"
+#include "paradev/v1/mesh.pb-c.h"
 #include "paradev/v1/methods.h"
 #include "paradev/v1/paradev.pb-c.h"
 #include "server.h"
@@ -32,11 +33,14 @@ PD_ALL_METHODS(SRV_DEFINE)
 srv_method *const srv_methods[] = {PD_PARALLEL_DEVICE_METHODS(SRV_ENTRY)
                                        PD_HEALTH_METHODS(SRV_ENTRY) NULL};
 srv_method *const srv_admin_methods[] = {PD_ADMIN_METHODS(SRV_ENTRY) NULL};
+srv_method *const srv_mesh_methods[] = {PD_MESH_METHODS(SRV_ENTRY) NULL};
 #undef SRV_ENTRY
 
 const srv_method *srv_method_find(const char *path) {
-  for (int k = 0; k < 2; k++) {
-    srv_method *const *table = k == 0 ? srv_methods : srv_admin_methods;
+  for (int k = 0; k < 3; k++) {
+    srv_method *const *table = k == 0   ? srv_methods
+                               : k == 1 ? srv_admin_methods
+                                        : srv_mesh_methods;
     for (int i = 0; table[i]; i++)
       if (strcmp(table[i]->path, path) == 0) return table[i];
   }

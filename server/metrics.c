@@ -13,6 +13,7 @@
 
 #include "auth.h"
 #include "log.h"
+#include "mesh.h"
 #include "server.h"
 
 typedef struct srv_buf {
@@ -81,8 +82,10 @@ static void srv_split_path(const char *path, char *svc, size_t slen,
 static void srv_render_rpcs(srv_buf *b, srv *s) {
   srv_family(b, "paradev_rpcs_total", "counter",
              "gRPC calls finished, by service, method and status code.");
-  for (int k = 0; k < 2; k++) {
-    srv_method *const *table = k == 0 ? srv_methods : srv_admin_methods;
+  for (int k = 0; k < 3; k++) {
+    srv_method *const *table = k == 0   ? srv_methods
+                               : k == 1 ? srv_admin_methods
+                                        : srv_mesh_methods;
     for (int i = 0; table[i]; i++) {
       char svc[128];
       const char *method;
@@ -397,6 +400,59 @@ static void srv_render_functions(srv_buf *b, srv *s) {
   }
 }
 
+/* A mesh across machines (issue #16); nothing without one. */
+static void srv_render_mesh(srv_buf *b, srv *s) {
+  if (!s->mesh) return;
+  srv_mesh_view *v = malloc(sizeof *v);
+  if (!v) {
+    b->oom = true;
+    return;
+  }
+  srv_mesh_info(s->mesh, v);
+  if (v->rank != 0) v->tensors = srv_mesh_apply_tensors(s->mesh);
+  static const struct {
+    const char *name, *help;
+  } g[] = {
+      {"paradev_mesh_world_size", "Ranks (daemons) of the mesh."},
+      {"paradev_mesh_rank", "This daemon's rank (0: the coordinator)."},
+      {"paradev_mesh_formed",
+       "1 while every rank is attached and the epoch's transports are built "
+       "(a rank: joined)."},
+      {"paradev_mesh_degraded", "1 while a lost rank has not come back."},
+      {"paradev_mesh_epoch", "The mesh's epoch (grows at each formation)."},
+  };
+  uint64_t val[5] = {(uint64_t)v->world, (uint64_t)v->rank, v->formed,
+                     v->degraded, v->epoch};
+  for (int i = 0; i < 5; i++) {
+    srv_family(b, g[i].name, "gauge", g[i].help);
+    srv_buf_printf(b, "%s %" PRIu64 "\n", g[i].name, val[i]);
+  }
+  if (v->rank == 0) {
+    srv_family(b, "paradev_mesh_rank_attached", "gauge",
+               "1 while the rank's Attach stream is open (rank 0: itself).");
+    for (int r = 0; r < v->world; r++)
+      srv_buf_printf(b, "paradev_mesh_rank_attached{rank=\"%d\"} %d\n", r,
+                     v->ranks[r].attached ? 1 : 0);
+    srv_family(b, "paradev_mesh_rank_last_seen_seconds", "gauge",
+               "Seconds since the rank's last message (0 for rank 0 and "
+               "ranks never seen).");
+    for (int r = 0; r < v->world; r++)
+      srv_buf_printf(b,
+                     "paradev_mesh_rank_last_seen_seconds{rank=\"%d\"} "
+                     "%.3f\n",
+                     r, v->ranks[r].last_seen_s);
+    srv_family(b, "paradev_mesh_sessions_killed_total", "counter",
+               "Sessions ended because the mesh lost a rank.");
+    srv_buf_printf(b, "paradev_mesh_sessions_killed_total %" PRIu64 "\n",
+                   v->sessions_killed);
+  } else {
+    srv_family(b, "paradev_mesh_tensors", "gauge",
+               "Tensors this rank holds for the coordinator.");
+    srv_buf_printf(b, "paradev_mesh_tensors %zu\n", v->tensors);
+  }
+  free(v);
+}
+
 char *srv_metrics_render(srv *s, size_t *len) {
   srv_buf b = {malloc(16384), 0, 16384, false};
   if (!b.p) return NULL;
@@ -459,6 +515,7 @@ char *srv_metrics_render(srv *s, size_t *len) {
   srv_render_storage(&b, s);
   srv_render_auth(&b, s);
   srv_render_functions(&b, s);
+  srv_render_mesh(&b, s);
   if (b.oom) {
     free(b.p);
     return NULL;

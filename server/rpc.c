@@ -22,6 +22,7 @@
 #define SRV_LOG_SUB SRV_SUB_RPC
 #include "auth.h"
 #include "log.h"
+#include "mesh.h"
 #include "server.h"
 #include "tls.h"
 
@@ -325,10 +326,15 @@ static void srv_servers_create(srv *s) {
   s->server = grpc_server_create(&chargs, NULL);
   if (s->opt.admin_socket[0])
     s->admin_server = grpc_server_create(&admin_args, NULL);
+  /* The coordinator's mesh port (issue #16): paradev.v1.Mesh only. */
+  if (s->mesh && srv_mesh_rank(s->mesh) == 0)
+    s->mesh_server = grpc_server_create(&chargs, NULL);
   s->num_cqs = s->opt.num_threads;
   for (int i = 0; i < s->num_cqs; i++) {
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);
+    if (s->mesh_server)
+      grpc_server_register_completion_queue(s->mesh_server, s->cqs[i], NULL);
     if (s->admin_server)
       grpc_server_register_completion_queue(s->admin_server, s->cqs[i], NULL);
   }
@@ -444,6 +450,44 @@ static int srv_tls_start(srv *s) {
     SRV_ERROR("cannot serve TLS: [tls] %s", err);
     return -1;
   }
+  return 0;
+}
+
+/* The coordinator's mesh port: [mesh] coordinator's port on every address
+ * (0.0.0.0), or on its host when that is an IP address or localhost. The
+ * other ranks' daemons alone call it; it serves paradev.v1.Mesh only, in
+ * plaintext ([mesh] secret_file: a shared secret in every RankHello). 0,
+ * or -1 (logged). */
+static int srv_mesh_listen(srv *s) {
+  if (!s->mesh_server) return 0;
+  const char *coord = s->opt.mesh_coordinator;
+  const char *colon = strrchr(coord, ':');
+  char host[SRV_ADDR_MAX], addr[SRV_ADDR_MAX + 16];
+  snprintf(host, sizeof host, "%.*s", (int)(colon - coord), coord);
+  bool literal = strcmp(host, "localhost") == 0 || host[0] == '[';
+  if (!literal) {
+    literal = host[0] != '\0';
+    for (const char *p = host; *p; p++)
+      if (!((*p >= '0' && *p <= '9') || *p == '.')) literal = false;
+  }
+  snprintf(addr, sizeof addr, "%s:%s", literal ? host : "0.0.0.0", colon + 1);
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(s->mesh_server, addr, creds);
+  grpc_server_credentials_release(creds);
+  if (port == 0) {
+    SRV_ERROR(
+        "mesh: cannot listen on the mesh port %s ([mesh] coordinator %s): "
+        "address in use, bad address, or no permission",
+        addr, coord);
+    return -1;
+  }
+  SRV_NOTICE("mesh: the mesh port listens on %s (paradev.v1.Mesh, for the "
+             "other ranks)%s",
+             addr,
+             s->opt.mesh_secret_file[0]
+                 ? ""
+                 : "; no [mesh] secret_file: any host that reaches the port "
+                   "may attach as a rank");
   return 0;
 }
 
@@ -587,7 +631,13 @@ static int srv_threads_start(srv *s) {
 static void srv_servers_serve(srv *s) {
   grpc_server_start(s->server);
   if (s->admin_server) grpc_server_start(s->admin_server);
+  if (s->mesh_server) grpc_server_start(s->mesh_server);
   for (int i = 0; i < s->num_cqs; i++) {
+    if (s->mesh_server) {
+      for (int j = 0; srv_mesh_methods[j]; j++)
+        srv_arm(s, srv_mesh_methods[j], s->mesh_server, i);
+      srv_arm(s, NULL, s->mesh_server, i);
+    }
     for (int j = 0; srv_methods[j]; j++)
       srv_arm(s, srv_methods[j], s->server, i);
     for (int j = 0; srv_admin_methods[j]; j++) /* operators' identities */
@@ -632,6 +682,8 @@ static void srv_servers_end(srv *s) {
   s->server = NULL;
   srv_server_abandon(s->admin_server);
   s->admin_server = NULL;
+  srv_server_abandon(s->mesh_server);
+  s->mesh_server = NULL;
 }
 
 int srv_rpc_start(srv *s) {
@@ -642,11 +694,13 @@ int srv_rpc_start(srv *s) {
    * identities listed as operators pass admin.c's check. */
   if (srv_methods_register(s->server, srv_methods, false) != 0 ||
       srv_methods_register(s->admin_server, srv_admin_methods, false) != 0 ||
-      srv_methods_register(s->server, srv_admin_methods, true) != 0)
+      srv_methods_register(s->server, srv_admin_methods, true) != 0 ||
+      srv_methods_register(s->mesh_server, srv_mesh_methods, false) != 0)
     goto fail_servers;
   for (int i = 0; i < s->opt.num_listen; i++)
     if (srv_listen_one(s, s->opt.listen[i]) != 0) goto fail_servers;
   if (srv_admin_listen(s) != 0) goto fail_servers;
+  if (srv_mesh_listen(s) != 0) goto fail_servers;
   if (srv_threads_start(s) != 0) goto fail_threads;
   srv_servers_serve(s);
   if (srv_unix_serve() != 0) goto fail_threads;
@@ -669,15 +723,15 @@ bool srv_rpc_stop(srv *s) {
   atomic_store(&s->shutting_down, true);
   srv_unix_stop(); /* no new Unix connections */
   grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
-  int tags[2];
-  grpc_server *servers[2] = {s->server, s->admin_server};
-  for (int k = 0; k < 2; k++)
+  int tags[3];
+  grpc_server *servers[3] = {s->server, s->admin_server, s->mesh_server};
+  for (int k = 0; k < 3; k++)
     if (servers[k]) grpc_server_shutdown_and_notify(servers[k], scq, &tags[k]);
   gpr_timespec grace =
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                    gpr_time_from_millis(s->opt.grace_ms, GPR_TIMESPAN));
   bool ended = false;
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 3; k++) {
     if (!servers[k]) continue;
     grpc_event ev = grpc_completion_queue_pluck(scq, &tags[k], grace, NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT && !ended) {
@@ -725,6 +779,8 @@ bool srv_rpc_stop(srv *s) {
   s->server = NULL;
   if (s->admin_server) grpc_server_destroy(s->admin_server);
   s->admin_server = NULL;
+  if (s->mesh_server) grpc_server_destroy(s->mesh_server);
+  s->mesh_server = NULL;
   for (int i = 0; i < s->num_cqs; i++)
     grpc_completion_queue_shutdown(s->cqs[i]);
   for (int i = 0; i < srv_num_threads; i++) pthread_join(srv_threads[i], NULL);

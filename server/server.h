@@ -227,6 +227,8 @@ struct srv {
   struct srv_tls *tls;
   /* A mesh across machines (mesh.h, issue #16); NULL for one daemon. */
   struct srv_mesh *mesh;
+  /* The coordinator's mesh port (paradev.v1.Mesh only); NULL elsewhere. */
+  grpc_server *mesh_server;
 };
 
 /* --- daemon.c ----------------------------------------------------------------- */
@@ -398,6 +400,8 @@ grpc_byte_buffer *srv_pack(const ProtobufCMessage *m);
  * admin.c checks) on the listen addresses too. */
 extern srv_method *const srv_methods[];
 extern srv_method *const srv_admin_methods[];
+/* paradev.v1.Mesh (issue #16), on the coordinator's mesh port only. */
+extern srv_method *const srv_mesh_methods[];
 /* The method of a path ("/paradev.v1.Admin/Drain"), or NULL. */
 const srv_method *srv_method_find(const char *path);
 

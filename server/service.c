@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "log.h"
+#include "mesh.h"
 #include "server.h"
 
 /* Why a device counts against liveness. */
@@ -86,7 +87,10 @@ bool srv_alive(srv *s) {
 }
 
 bool srv_serving(srv *s) {
-  return atomic_load(&s->ready) && !atomic_load(&s->draining) && srv_alive(s);
+  /* A mesh (issue #16): only while it is formed and whole. */
+  return atomic_load(&s->ready) && !atomic_load(&s->draining) &&
+         srv_alive(s) &&
+         (!s->mesh || (srv_mesh_formed(s->mesh) && !srv_mesh_degraded(s->mesh)));
 }
 
 const char *srv_liveness_cause(srv *s) {
@@ -109,6 +113,10 @@ static const char *srv_why_not(srv *s) {
   if (!atomic_load(&s->devices_ok)) return "a device is unhealthy";
   if (atomic_load(&s->stalled)) return srv_liveness_cause(s);
   if (!atomic_load(&s->ready)) return "not ready";
+  if (s->mesh && srv_mesh_degraded(s->mesh))
+    return "the mesh is degraded (a rank was lost; see the mesh log lines)";
+  if (s->mesh && !srv_mesh_formed(s->mesh))
+    return "the mesh is not formed (ranks missing, or the coordinator gone)";
   return atomic_load(&s->exiting) ? "draining to exit" : "draining";
 }
 

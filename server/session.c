@@ -12,6 +12,7 @@
 #include "check.h"
 #include "jobs.h"
 #include "log.h"
+#include "mesh.h"
 #include "ratelimit.h"
 #include "server.h"
 
@@ -223,7 +224,8 @@ static pd_code srv_session_recheck(srv_call *c,
 static void srv_create_session(srv_call *c, const ProtobufCMessage *m) {
   const Paradev__V1__CreateSessionRequest *req = (const void *)m;
   dev_status ck = DEV_STATUS_INIT;
-  if (srv_check_accepting(c->s, "CreateSession", &ck) != PD_OK) {
+  if (srv_check_accepting(c->s, "CreateSession", &ck) != PD_OK ||
+      srv_mesh_check_whole(c->s->mesh, &ck) != PD_OK) {
     srv_call_fail(c, &ck);
     return;
   }

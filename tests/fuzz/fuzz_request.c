@@ -17,6 +17,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
 #include "paradev/v1/admin.pb-c.h"
+#include "paradev/v1/mesh.pb-c.h"
 #include "paradev/v1/methods.h"
 #include "paradev/v1/paradev.pb-c.h"
 #include "server.h"

@@ -580,7 +580,7 @@ def check_config():
             example[section].add(line.split("=")[0].strip())
     assert set(example) == {"daemon", "devices", "cuda", "limits", "scheduler",
                             "sessions", "storage", "auth", "tls", "log",
-                            "functions"}, example
+                            "functions", "mesh"}, example
     for section, keys in example.items():
         err = bad("probe-%s.conf" % section, "[%s]\nno_such_key = 1\n" % section)
         m = re.search(r"expected one of: ([a-z0-9_, ]+)\)", err)

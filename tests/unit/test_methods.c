@@ -2,7 +2,7 @@
  * .proto files and the daemon's method table, in both directions:
  *
  *  - every method of protobuf-c's service descriptors (ParallelDevice,
- *    Admin, grpc.health.v1.Health) is listed, with its input and output
+ *    Admin, grpc.health.v1.Health, Mesh) is listed, with its input and output
  *    message types, and its streaming kind as the .proto's `stream` keywords
  *    say (protobuf-c's descriptors carry no streaming flags, so the test
  *    reads the .proto files themselves);
@@ -25,6 +25,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "paradev/v1/admin.pb-c.h"
+#include "paradev/v1/mesh.pb-c.h"
 #include "paradev/v1/methods.h"
 #include "paradev/v1/paradev.pb-c.h"
 #include "server.h"
@@ -59,6 +60,7 @@ static const service services[] = {
     {&paradev__v1__parallel_device__descriptor, PD_TEST_PARADEV_PROTO},
     {&paradev__v1__admin__descriptor, PD_TEST_ADMIN_PROTO},
     {&grpc__health__v1__health__descriptor, PD_TEST_HEALTH_PROTO},
+    {&paradev__v1__mesh__descriptor, PD_TEST_MESH_PROTO},
 };
 #define N_SERVICES (sizeof(services) / sizeof(services[0]))
 
@@ -192,7 +194,10 @@ static void test_daemon_serves_every_method(void **state) {
       fail_msg("%s has no on_message", m->path);
     /* Admin only on the admin socket, the rest on the listen addresses. */
     bool admin = strcmp(methods[i].service, PD_SVC_ADMIN) == 0;
-    srv_method *const *table = admin ? srv_admin_methods : srv_methods;
+    bool mesh = strcmp(methods[i].service, PD_SVC_MESH) == 0;
+    srv_method *const *table = admin  ? srv_admin_methods
+                               : mesh ? srv_mesh_methods
+                                      : srv_methods;
     bool found = false;
     for (size_t j = 0; table[j]; j++) found |= table[j] == m;
     if (!found) fail_msg("%s is served on the wrong server", m->path);
@@ -200,6 +205,7 @@ static void test_daemon_serves_every_method(void **state) {
   size_t n = 0;
   for (size_t j = 0; srv_methods[j]; j++) n++;
   for (size_t j = 0; srv_admin_methods[j]; j++) n++;
+  for (size_t j = 0; srv_mesh_methods[j]; j++) n++;
   assert_int_equal(n, N_LISTED);
   assert_null(srv_method_find("/paradev.v1.ParallelDevice/NoSuchMethod"));
 }

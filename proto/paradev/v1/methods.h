@@ -24,6 +24,7 @@
 #define PD_SVC_PARALLEL_DEVICE "paradev.v1.ParallelDevice"
 #define PD_SVC_ADMIN "paradev.v1.Admin"
 #define PD_SVC_HEALTH "grpc.health.v1.Health"
+#define PD_SVC_MESH "paradev.v1.Mesh"
 
 /* "/<service>/<method>": the path a call carries. */
 #define PD_METHOD_PATH(SERVICE, METHOD) "/" SERVICE "/" #METHOD
@@ -114,8 +115,19 @@
     grpc__health__v1__health_check_request,                                    \
     grpc__health__v1__health_check_response)
 
+/* The daemon-to-daemon service of a mesh across machines (issue #16,
+ * mesh.proto): served by the coordinator on its mesh port only. */
+#define PD_MESH_METHODS(X)                                                     \
+  X(PD_SVC_MESH, Attach, BIDI, paradev__v1__rank_message,                      \
+    paradev__v1__coordinator_message)                                          \
+  X(PD_SVC_MESH, KvSet, UNARY, paradev__v1__kv_set_request,                    \
+    paradev__v1__kv_set_response)                                              \
+  X(PD_SVC_MESH, KvGet, UNARY, paradev__v1__kv_get_request,                    \
+    paradev__v1__kv_get_response)
+
 /* Every method of every service. */
 #define PD_ALL_METHODS(X)                                                      \
-  PD_PARALLEL_DEVICE_METHODS(X) PD_ADMIN_METHODS(X) PD_HEALTH_METHODS(X)
+  PD_PARALLEL_DEVICE_METHODS(X) PD_ADMIN_METHODS(X) PD_HEALTH_METHODS(X)      \
+      PD_MESH_METHODS(X)
 
 #endif /* PARADEV_PROTO_METHODS_H */
