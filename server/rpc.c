@@ -26,7 +26,7 @@
 #include "server.h"
 #include "tls.h"
 
-static pthread_t srv_threads[SRV_MAX_THREADS];
+static pthread_t srv_threads[SRV_MAX_THREADS + SRV_MESH_THREADS];
 static int srv_num_threads; /* started and not yet joined */
 
 static void srv_on_request(srv_call *c, bool ok);
@@ -141,7 +141,7 @@ typedef struct srv_cq_state {
   bool stop;    /* the owner wants it back */
 } srv_cq_state;
 
-static srv_cq_state srv_cq_states[SRV_MAX_THREADS];
+static srv_cq_state srv_cq_states[SRV_MAX_THREADS + SRV_MESH_THREADS];
 static pthread_t srv_lender;
 static bool srv_lender_started;
 static atomic_bool srv_lender_stop;
@@ -329,12 +329,15 @@ static void srv_servers_create(srv *s) {
   /* The coordinator's mesh port (issue #16): paradev.v1.Mesh only. */
   if (s->mesh && srv_mesh_rank(s->mesh) == 0)
     s->mesh_server = grpc_server_create(&chargs, NULL);
-  s->num_cqs = s->opt.num_threads;
+  s->mesh_cq_first = s->opt.num_threads;
+  s->num_cqs = s->mesh_cq_first + (s->mesh_server ? SRV_MESH_THREADS : 0);
   for (int i = 0; i < s->num_cqs; i++) {
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
-    grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);
-    if (s->mesh_server)
+    if (i >= s->mesh_cq_first) { /* the mesh port's own queues */
       grpc_server_register_completion_queue(s->mesh_server, s->cqs[i], NULL);
+      continue;
+    }
+    grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);
     if (s->admin_server)
       grpc_server_register_completion_queue(s->admin_server, s->cqs[i], NULL);
   }
@@ -632,12 +635,12 @@ static void srv_servers_serve(srv *s) {
   grpc_server_start(s->server);
   if (s->admin_server) grpc_server_start(s->admin_server);
   if (s->mesh_server) grpc_server_start(s->mesh_server);
-  for (int i = 0; i < s->num_cqs; i++) {
-    if (s->mesh_server) {
-      for (int j = 0; srv_mesh_methods[j]; j++)
-        srv_arm(s, srv_mesh_methods[j], s->mesh_server, i);
-      srv_arm(s, NULL, s->mesh_server, i);
-    }
+  for (int i = s->mesh_cq_first; i < s->num_cqs; i++) {
+    for (int j = 0; srv_mesh_methods[j]; j++)
+      srv_arm(s, srv_mesh_methods[j], s->mesh_server, i);
+    srv_arm(s, NULL, s->mesh_server, i);
+  }
+  for (int i = 0; i < s->mesh_cq_first; i++) {
     for (int j = 0; srv_methods[j]; j++)
       srv_arm(s, srv_methods[j], s->server, i);
     for (int j = 0; srv_admin_methods[j]; j++) /* operators' identities */

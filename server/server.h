@@ -44,6 +44,8 @@
 #include "scheduler.h"
 
 #define SRV_NUM_CODES 17 /* gRPC status codes 0..16 */
+/* Completion-queue threads of the coordinator's mesh port (rpc.c). */
+#define SRV_MESH_THREADS 2
 
 typedef struct srv srv;
 typedef struct srv_call srv_call;
@@ -188,8 +190,14 @@ struct srv {
   grpc_server *server;       /* ParallelDevice, Health */
   grpc_server *admin_server; /* Admin, on the admin socket; may be NULL */
   srv_jobs *jobs;            /* job tokens (jobs.h) */
-  grpc_completion_queue *cqs[SRV_MAX_THREADS];
+  /* cqs[0, mesh_cq_first) serve the client-facing servers (ParallelDevice,
+   * Health, Admin); cqs[mesh_cq_first, num_cqs) the coordinator's mesh port
+   * alone (SRV_MESH_THREADS of them, issue #16), so a client call that
+   * waits on a rank (a Download reading a remote component) can never hold
+   * up the Attach streams whose messages end that wait. */
+  grpc_completion_queue *cqs[SRV_MAX_THREADS + SRV_MESH_THREADS];
   int num_cqs;
+  int mesh_cq_first;
   atomic_bool shutting_down;
   atomic_int active_calls; /* calls created and not yet destroyed */
   /* Service state. */

@@ -273,9 +273,12 @@ def test_two_ranks_lifecycle():
     wait_for("degraded", lambda: gauge(d0, "paradev_mesh_degraded") == 1,
              LEASE + 2, d0)
     check(time.monotonic() - t0 <= LEASE + 2, "degraded late")
-    log = d0.log()
-    check(re.search(r"mesh: rank 1 \(127\.0\.0\.1\) lost: .*; mesh "
-                    r"degraded; \d+ sessions? killed", log), log)
+    # The gauge moves before the log line reaches the daemon's stderr (and
+    # our reader of it): wait for the line, bounded.
+    lost_re = (r"mesh: rank 1 \(127\.0\.0\.1\) lost: .*; mesh "
+               r"degraded; \d+ sessions? killed")
+    wait_for("the loss's log line", lambda: re.search(lost_re, d0.log()), 10,
+             d0)
     m = d0.metrics()
     check(m["paradev_mesh_formed"] == 0, m)
     check(m['paradev_mesh_rank_attached{rank="1"}'] == 0, m)
