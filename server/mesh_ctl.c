@@ -563,7 +563,29 @@ static void srv_attach_wake(srv_call *c) {
   p->send_formed = p->send_state = p->send_hb = false;
   if (any) p->last_sent = srv_mesh_now();
   pthread_mutex_unlock(&m->mu);
-  if (any) srv_call_write(c, &out.base);
+  /* The commands queued since the last wake-up go out in messages of at
+   * most SRV_MESH_BATCH_BYTES each (every command is at most a 4 MiB write
+   * or read, mesh_fwd.c): uploads queue writes faster than a stream drains,
+   * and one message of all of them passed gRPC's 64 MiB limit, which broke
+   * the stream and lost a live rank (trial finding A4). srv_call_write packs
+   * at once, so the commands are freed after. */
+  size_t next = 0;
+  while (any) {
+    size_t bytes = 0, k = next;
+    while (k < n_cmds && (k == next || bytes + cmds[k].len + 16 <=
+                                           SRV_MESH_BATCH_BYTES)) {
+      bytes += cmds[k].len + 16;
+      k++;
+    }
+    out.commands = n_cmds ? cmds + next : NULL;
+    out.n_commands = k - next;
+    srv_call_write(c, &out.base);
+    out.formed = NULL;
+    out.state = NULL;
+    out.heartbeat = false;
+    next = k;
+    if (next >= n_cmds) break;
+  }
   for (size_t i = 0; i < n_cmds; i++) free(cmds[i].data);
   free(cmds);
 }

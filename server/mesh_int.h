@@ -92,6 +92,10 @@ bool srv_mesh_build_transport(srv_mesh *m, uint64_t epoch, char *err,
 /* The shared secret's check, in constant time (true without one): a
  * hello's bytes, or a KvSet / KvGet call's SRV_MESH_SECRET_MD metadata. */
 #define SRV_MESH_SECRET_MD "paradev-mesh-secret-bin"
+
+/* The most bytes of commands in one CoordinatorMessage (mesh_ctl.c): well
+ * under the 64 MiB gRPC message limit ranks receive with. */
+#define SRV_MESH_BATCH_BYTES (16u << 20)
 bool srv_mesh_secret_ok(const srv_mesh *m, const uint8_t *got, size_t len);
 bool srv_mesh_call_secret_ok(const srv_mesh *m, const grpc_metadata_array *md);
 /* localhost, 127.x, ::1. */
