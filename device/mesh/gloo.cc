@@ -39,6 +39,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <netdb.h>
@@ -248,14 +249,48 @@ void bool_and(void *c_, const void *a_, const void *b_, size_t n) {
 
 using ReduceFn = void (*)(void *, const void *, const void *, size_t);
 
-/* Gloo's typed reductions (gloo/math.h) for T. */
+/* Max and min of floating types that propagate NaN, as the engine's own
+ * collectives and the Maximum / Minimum ops do: gloo::max / gloo::min are
+ * std::max / std::min, which keep whichever operand a comparison with NaN
+ * leaves, so a NaN on one device vanished, or took its neighbours' values
+ * with it, on a mesh only (trial finding B9). */
+inline bool is_nan(float x) { return x != x; }
+inline bool is_nan(double x) { return x != x; }
+inline bool is_nan(const gloo::float16 &x) {
+  float f = gloo::cpu_half2float(x);
+  return f != f;
+}
+
+template <typename T, bool Max>
+void nan_extreme(void *c_, const void *a_, const void *b_, size_t n) {
+  T *c = static_cast<T *>(c_);
+  const T *a = static_cast<const T *>(a_);
+  const T *b = static_cast<const T *>(b_);
+  for (size_t i = 0; i < n; i++) {
+    if (is_nan(a[i]))
+      c[i] = a[i];
+    else if (is_nan(b[i]))
+      c[i] = b[i];
+    else
+      c[i] = Max ? (b[i] < a[i] ? a[i] : b[i]) : (a[i] < b[i] ? a[i] : b[i]);
+  }
+}
+
+/* Gloo's typed reductions (gloo/math.h) for T; for floating T, max and min
+ * that propagate NaN. */
 template <typename T>
 ReduceFn gloo_reduce(int red) {
+  constexpr bool floating = std::is_floating_point<T>::value ||
+                            std::is_same<T, gloo::float16>::value;
   switch (red) {
     case DEV_RED_SUM: return static_cast<ReduceFn>(&gloo::sum<T>);
     case DEV_RED_PROD: return static_cast<ReduceFn>(&gloo::product<T>);
-    case DEV_RED_MAX: return static_cast<ReduceFn>(&gloo::max<T>);
-    case DEV_RED_MIN: return static_cast<ReduceFn>(&gloo::min<T>);
+    case DEV_RED_MAX:
+      if constexpr (floating) return &nan_extreme<T, true>;
+      return static_cast<ReduceFn>(&gloo::max<T>);
+    case DEV_RED_MIN:
+      if constexpr (floating) return &nan_extreme<T, false>;
+      return static_cast<ReduceFn>(&gloo::min<T>);
     default: return nullptr;
   }
 }

@@ -265,6 +265,30 @@ static void *participant(void *arg) {
                 (int)dt, k_reds[r], j, got, want);
       }
     }
+  /* NaN propagates through max and min (float32, float64, float16), as
+   * in the engine's own collectives: participant 2 holds NaN at element 0;
+   * element 1 holds 10 * (participant + 1) everywhere. So max is NaN, 40
+   * and min NaN, 10, whichever participant's value a comparison meets
+   * first (trial finding B9: std::max kept 0 or a neighbour's value). */
+  {
+    const pd_dtype fdt[] = {PD_FLOAT32, PD_FLOAT64, PD_FLOAT16, PD_BFLOAT16};
+    for (size_t d = 0; d < 4; d++)
+      for (int mx = 0; mx < 2; mx++) {
+        uint8_t nb[2 * 8];
+        dev_store_f64(fdt[d], nb, 0, me == 2 ? NAN : (double)me);
+        dev_store_f64(fdt[d], nb, 1, 10.0 * (me + 1));
+        int red = mx ? DEV_RED_MAX : DEV_RED_MIN;
+        if (t->all_reduce(t, g, nb, 2, fdt[d], red, &st) != PD_OK) {
+          PFAIL(p, "NaN all_reduce dtype %d: %s", (int)fdt[d], st.msg);
+          break;
+        }
+        double e0 = dev_load_f64(fdt[d], nb, 0), e1 = dev_load_f64(fdt[d], nb, 1);
+        p->checks += 2;
+        if (!isnan(e0) || e1 != (mx ? 40.0 : 10.0))
+          PFAIL(p, "NaN %s dtype %d: got %g, %g; want nan, %g",
+                mx ? "max" : "min", (int)fdt[d], e0, e1, mx ? 40.0 : 10.0);
+      }
+  }
   /* A large float32 sum: many of Gloo's segments. */
   size_t big = 300001;
   float *fb = malloc(big * sizeof *fb);
@@ -358,9 +382,10 @@ static void test_threads_one_process(void **state) {
   for (int i = 0; i < NPART; i++) pthread_join(th[i], NULL);
   for (int i = 0; i < NPART; i++) {
     if (parts[i].fail[0]) fail_msg("participant %d: %s", i, parts[i].fail);
-    /* 8 dtypes x 4 reductions x 6 + 300001 + 1000 + 9 + 1 (+ 1 on [2, 0]) */
-    assert_int_equal(parts[i].checks, 8 * 4 * NELEM + 300001 + 1000 + 9 + 1 +
-                                          (i == 0 || i == 2));
+    /* 8 dtypes x 4 reductions x 6 + 4 floating dtypes x max, min x 2 (NaN)
+     * + 300001 + 1000 + 9 + 1 (+ 1 on [2, 0]) */
+    assert_int_equal(parts[i].checks, 8 * 4 * NELEM + 4 * 2 * 2 + 300001 +
+                                          1000 + 9 + 1 + (i == 0 || i == 2));
   }
   /* The keys live under the prefix and the set. */
   pthread_mutex_lock(&kv.mu);
