@@ -143,12 +143,56 @@ class KvStore : public gloo::rendezvous::Store {
   std::map<std::string, std::vector<char>> seen_;
 };
 
+/* One participant's Gloo context for one set. Every call on it takes the
+ * next tag (`calls`), the same on every participant while they make the
+ * same calls in the same order (the engine's one-order rule), so each
+ * collective has slots of its own: after a failure, when participants may
+ * no longer agree on which call comes next (one gave up on the failure
+ * flag, a peer went on to the data), a message of one call can never land
+ * in another's buffer. That was an uncaught gloo::EnforceNotMet in Gloo's
+ * network thread ("op.preamble.length <= op.nbytes. 88 vs 4"), which
+ * aborted surviving daemons when a rank died mid-AllReduce (trial finding
+ * B11). After a failure the group is `poisoned`: its context is destroyed
+ * at once (its peers' calls then fail at once with a closed connection
+ * instead of waiting for the timeout or receiving strays) and every later
+ * call fails fast with the first error until the mesh re-forms (a new
+ * epoch, a new transport). */
 struct Group {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::string who; /* "participant 1 (device 1) of set [0, 1, 2, 3]" */
   int index;
   int size;
+  uint32_t calls = 0;
+  bool poisoned = false;
+  pd_code poison_code = PD_OK;
+  std::string poison_msg;
 };
+
+/* The next call's tag, or the group's first failure (false). */
+bool group_begin(Group *g, uint32_t *tag, dev_status *st) {
+  if (g->poisoned) {
+    dev_error(st, g->poison_code,
+              "%s: this set's collectives failed earlier in this epoch of "
+              "the mesh (%s); they work again once the mesh re-forms",
+              g->who.c_str(), g->poison_msg.c_str());
+    return false;
+  }
+  *tag = ++g->calls;
+  return true;
+}
+
+/* Records a failed call: poisons the group (above). Returns `rc`. */
+pd_code group_failed(Group *g, pd_code rc, const dev_status *st) {
+  if (rc == PD_OK || g->poisoned) return rc;
+  g->poisoned = true;
+  g->poison_code = rc == PD_INVALID_ARGUMENT ? PD_UNAVAILABLE : rc;
+  g->poison_msg = st->msg;
+  try {
+    g->ctx.reset(); /* closes its connections */
+  } catch (...) {
+  }
+  return rc;
+}
 
 struct Transport {
   dev_mesh_transport pub;
@@ -418,11 +462,14 @@ pd_code t_all_reduce_body(dev_mesh_transport *t, void *group, void *buf,
                      "float32, float64, float16, bfloat16, int32, int64, "
                      "uint8 or bool with SUM, PROD, MAX or MIN (0..3)",
                      g->who.c_str(), pd_dtype_name(dtype), red);
+  uint32_t tag = 0;
+  if (!group_begin(g, &tag, st)) return st->code;
   if (!g->ctx || count == 0) return PD_OK;
   char what[96];
   snprintf(what, sizeof what, "all_reduce of %zu elements", count);
-  return guarded(g->who, what, st, [&] {
+  return group_failed(g, guarded(g->who, what, st, [&] {
     gloo::AllreduceOptions opts(g->ctx);
+    opts.setTag(tag);
     switch (elem) {
       case 1: opts.setOutput(static_cast<uint8_t *>(buf), count); break;
       case 2: opts.setOutput(static_cast<uint16_t *>(buf), count); break;
@@ -431,7 +478,7 @@ pd_code t_all_reduce_body(dev_mesh_transport *t, void *group, void *buf,
     }
     opts.setReduceFunction(fn);
     gloo::allreduce(opts);
-  });
+  }), st);
 }
 
 pd_code t_broadcast_body(dev_mesh_transport *t, void *group, void *buf,
@@ -441,21 +488,26 @@ pd_code t_broadcast_body(dev_mesh_transport *t, void *group, void *buf,
     return dev_error(st, PD_INVALID_ARGUMENT,
                      "%s: broadcast from participant %d; expected 0..%d",
                      g->who.c_str(), root, g->size - 1);
+  uint32_t tag = 0;
+  if (!group_begin(g, &tag, st)) return st->code;
   if (!g->ctx || bytes == 0) return PD_OK;
   char what[96];
   snprintf(what, sizeof what, "broadcast of %zu bytes from participant %d",
            bytes, root);
-  return guarded(g->who, what, st, [&] {
+  return group_failed(g, guarded(g->who, what, st, [&] {
     gloo::BroadcastOptions opts(g->ctx);
+    opts.setTag(tag);
     opts.setOutput(static_cast<uint8_t *>(buf), bytes);
     opts.setRoot(root);
     gloo::broadcast(opts);
-  });
+  }), st);
 }
 
 pd_code t_all_gather_body(dev_mesh_transport *t, void *group, const void *in,
                           const size_t *in_bytes, void *out, dev_status *st) {
   Group *g = static_cast<Group *>(group);
+  uint32_t tag = 0;
+  if (!group_begin(g, &tag, st)) return st->code;
   std::vector<size_t> counts(in_bytes, in_bytes + g->size);
   size_t total = 0;
   for (size_t c : counts) total += c;
@@ -466,13 +518,14 @@ pd_code t_all_gather_body(dev_mesh_transport *t, void *group, const void *in,
   if (total == 0) return PD_OK;
   char what[96];
   snprintf(what, sizeof what, "all_gather of %zu bytes", total);
-  return guarded(g->who, what, st, [&] {
+  return group_failed(g, guarded(g->who, what, st, [&] {
     gloo::AllgathervOptions opts(g->ctx);
+    opts.setTag(tag);
     opts.setInput(static_cast<uint8_t *>(const_cast<void *>(in)),
                   counts[g->index]);
     opts.setOutput(static_cast<uint8_t *>(out), counts);
     gloo::allgatherv(opts);
-  });
+  }), st);
 }
 
 /* The entry points: the bodies above, with nothing thrown past them (their
