@@ -1,26 +1,37 @@
-/* Collectives whose device set spans ranks (issue #16): one participant
- * per device of the set (ctx->index), each on its own executor thread,
- * through the mesh's dev_mesh_transport. Every participant first
- * all-reduces (MAX) an int32 failure flag, ((n - index) << 5) | code for a
+/* Collectives whose device set spans ranks (issue #16), through the
+ * mesh's dev_mesh_transport. AllReduce and ReduceScatter are hierarchical
+ * (hier_run below): one transport participant per rank, the rank's own
+ * participants meeting in-process. The others (and those two with
+ * PARADEV_MESH_FLAT_ALLREDUCE=1, a test knob) run one participant per
+ * device of the set (ctx->index), each on its own executor thread.
+ * Every transport participant (a rank's leader, which first takes the
+ * largest of its rank's flags) first all-reduces (MAX) an int32 failure
+ * flag, ((n - index) << 5) | code for a
  * participant whose inputs failed, else 0: the largest names the failed
  * participant with the lowest index and its code, which then broadcasts
  * its message (256 bytes), so a failed input anywhere fails the output
  * everywhere with its code, naming the device and why. Then the data:
  *   AllReduce      the input copied to the output, all_reduce in place
- *                  (mean: sum, then a division by n);
+ *                  (mean: sum, then a division by n; hierarchical: the
+ *                  rank's inputs reduced into its leader's output first,
+ *                  which the leader all-reduces with the other ranks'
+ *                  leaders, then copied to the rank's other outputs);
  *   Broadcast      the root (attr root: an index in the set) copies its
  *                  input to its output, broadcast in place;
  *   AllGather      each participant's byte count gathered first (the
  *                  components may differ along the axis), then the bytes,
  *                  rearranged for an axis other than the outermost;
- *   ReduceScatter  all_reduce of a copy of the input, then this
- *                  participant's rows of axis 0 (the local collectives'
+ *   ReduceScatter  all_reduce of a copy of the input (hierarchical: of
+ *                  the rank's reduced inputs, in a buffer of the
+ *                  leader's), then this participant's rows of axis 0 (the local collectives'
  *                  split: the first rows % n participants one more).
  * Bool reductions are logical (sum, max, mean: or; prod, min: and), as the
  * local collectives'. The CPU backend's buffers are host memory and go to
  * the transport directly; other backends' are staged through host buffers
  * (copy_d2h after synchronize, copy_h2d; on the CPU too with
- * PARADEV_MESH_STAGED=1 at the engine's creation, so tests cover it). Without a transport every local
+ * PARADEV_MESH_STAGED=1 at the engine's creation, so tests cover it;
+ * hierarchical: each participant stages its own input, the transport sees
+ * the leader's one host buffer). Without a transport every local
  * participant fails at once with UNAVAILABLE; a transport error fails the
  * outputs with its code and message. */
 #include <stdio.h>
@@ -242,7 +253,9 @@ static pd_code run_data(dev_mesh_transport *t, void *g, xfer *x,
 
 /* --- AllReduce and ReduceScatter, one participant per rank ----------------- */
 
-/* The transport moves the data in chunks of this many bytes, so the local
+/* The transport moves the data in chunks of at least this many bytes (an
+ * eighth of the buffer when that is more: each of Gloo's calls costs a few
+ * round trips, 1 MiB chunks ran at 0.6x of one call here), so the local
  * reduction of the next chunk and the copies of the last overlap it. */
 #define CHUNK_BYTES ((size_t)4 << 20)
 
@@ -263,22 +276,22 @@ struct dev__mesh_hier {
   pthread_cond_t cv;
   int arrived, finished;
   hphase phase;
-  int who;         /* H_FLAG: the failed participant (set index) ... */
-  pd_code code;    /* ... its code ... */
-  char why[256];   /* ... and its message */
-  dev_status err;  /* H_NOTRANS, H_ERR, or `aborted`: the error */
-  char *buf;       /* H_DATA: the leader's buffer the transport reduces */
+  int who;        /* H_FLAG: the failed participant (set index) ... */
+  pd_code code;   /* ... its code ... */
+  char why[256];  /* ... and its message */
+  dev_status err; /* H_NOTRANS, H_ERR, or `aborted`: the error */
+  char *buf;      /* H_DATA: the leader's buffer the transport reduces */
   size_t count, chunk;
   int nch, transported;
-  bool aborted;    /* the transport failed during the data */
+  bool aborted;                /* the transport failed during the data */
   int reduced[PD_MAX_DEVICES]; /* chunks reduced, per helper */
-  hslot slot[];    /* nloc, in set order */
+  hslot slot[];                /* nloc, in set order */
 };
 
 bool dev__mesh_hier_init(dev__mesh *m, dev__mesh_coll *mc) {
   mc->hier = NULL;
-  if (m->flat || (mc->kind != DEV_COLL_ALL_REDUCE &&
-                  mc->kind != DEV_COLL_REDUCE_SCATTER))
+  if (m->flat ||
+      (mc->kind != DEV_COLL_ALL_REDUCE && mc->kind != DEV_COLL_REDUCE_SCATTER))
     return true;
   const dev_devset *set = &mc->set;
   int nloc = 0;
@@ -356,8 +369,8 @@ static pd_code rs_take(xfer *x, const char *buf, int red, dev_status *st) {
 }
 
 /* The leader: the flag and the data over the transport, among leaders. */
-static pd_code h_lead(dev__mesh *m, const dev__mesh_coll *mc,
-                      dev__mesh_hier *h, xfer *x, int red, dev_status *st) {
+static pd_code h_lead(dev__mesh *m, const dev__mesh_coll *mc, dev__mesh_hier *h,
+                      xfer *x, int red, dev_status *st) {
   dev_kernel_ctx *c = x->ctx;
   const int n = mc->set.n, nhelp = h->nloc - 1;
   const pd_dtype dt = c->in_dtype[0];
@@ -374,7 +387,8 @@ static pd_code h_lead(dev__mesh *m, const dev__mesh_coll *mc,
   if (!h->slot[0].flag) {
     h->buf = ar ? x->out : (own = malloc(x->in_bytes ? x->in_bytes : 1));
     if (!h->buf) {
-      h->slot[0].flag = (int32_t)(((n - c->index) << 5) | PD_RESOURCE_EXHAUSTED);
+      h->slot[0].flag =
+          (int32_t)(((n - c->index) << 5) | PD_RESOURCE_EXHAUSTED);
       dev_error(&h->slot[0].fail, PD_RESOURCE_EXHAUSTED,
                 "%s: cannot allocate %zu bytes to reduce into", c->op->name,
                 x->in_bytes);
@@ -419,7 +433,9 @@ static pd_code h_lead(dev__mesh *m, const dev__mesh_coll *mc,
     h_publish(h, H_FLAG);
     return h_outcome(m, mc, h, 0, c, st);
   }
-  h->chunk = nhelp ? (CHUNK_BYTES / es ? CHUNK_BYTES / es : 1) : h->count;
+  const size_t cb =
+      x->in_bytes / 8 > CHUNK_BYTES ? x->in_bytes / 8 : CHUNK_BYTES;
+  h->chunk = nhelp ? (cb / es ? cb / es : 1) : h->count;
   h->nch = h->count ? (int)((h->count + h->chunk - 1) / h->chunk) : 0;
   if (!nhelp && x->in_bytes && h->buf != x->in)
     memcpy(h->buf, x->in, x->in_bytes);
@@ -465,8 +481,8 @@ terr:
 
 /* A helper (local slot li >= 1): reduces its part of each chunk of every
  * local input into the leader's buffer, then takes the result. */
-static pd_code h_help(dev__mesh *m, dev__mesh_hier *h, int li, xfer *x,
-                      int red, dev_status *st) {
+static pd_code h_help(dev__mesh *m, dev__mesh_hier *h, int li, xfer *x, int red,
+                      dev_status *st) {
   dev_kernel_ctx *c = x->ctx;
   const int nhelp = h->nloc - 1, k = li - 1;
   const pd_dtype dt = c->in_dtype[0];
