@@ -1,14 +1,18 @@
 /* bench_mesh: a mesh across machines (issue #16) on one host, against Gloo.
  *
  *  gloo      the baseline: Gloo's own all-reduce (device/mesh/gloo.cc, the
- *            transport the daemons use) between 2 processes over loopback,
+ *            transport the daemons use) between 2 processes over loopback
+ *            (forked at the start, before any gRPC thread, and kept),
  *            float32 buffers of 16, 64 and 256 MiB; busbw_GBps =
- *            2 (n-1)/n * bytes / time with n = 2, median of 5.
+ *            2 (n-1)/n * bytes / time with n = 2, median of 3.
  *  allreduce the subject: 2 daemons x 2 CPU devices (paradevd --world-size
  *            2 --rank R --coordinator 127.0.0.1:PORT --devices 2), a client
  *            AllReduce (sum) through libparadev over a mirrored 4-component
  *            float32 tensor of the same per-device sizes, timed to its Sync;
- *            busbw with n = 4, median of 5; ratio against the baseline.
+ *            busbw with n = 4, median of 3. Subject and baseline are
+ *            measured in 7 pairs, interleaved (alternating which goes
+ *            first) so noise on a shared machine moves both; the row is the
+ *            median pair by ratio, with the ratio's range.
  *            The warm-up's result is checked on components 0 (rank 0) and
  *            3 (rank 1): 4 times the input.
  *  tiny_add  the per-op cost of an Add of two float32 scalars on the
@@ -44,7 +48,8 @@
 #define PARADEVD_PATH "paradevd"
 #endif
 
-#define REPS 5
+#define REPS 3
+#define PAIRS 7
 #define MIB (1024.0 * 1024.0)
 
 static const size_t k_sizes[3] = {16u << 20, 64u << 20, 256u << 20};
@@ -108,38 +113,49 @@ static pd_code kv_get(void *arg, const char *key, double timeout_s,
   }
 }
 
-/* Child `me` of the baseline: all-reduces each size REPS times (after one
- * warm-up and a 1-element barrier before each), writes its seconds per
- * rep (REPS doubles per size) or a negative first value and a message. */
-static void gloo_child(int me, const char *dir, int nsizes, int fd) {
+/* Child `me` of the baseline: joins the 2-process group, then for each
+ * size index read from `cmd` (-1: exit) all-reduces that size REPS times
+ * (after one warm-up the first time and a 1-element barrier before each)
+ * and writes the median seconds, or a negative value and a message. */
+static void gloo_child(int me, const char *dir, int cmd, int fd) {
   dev_mesh_kv kv = {(void *)dir, kv_set, kv_get};
   dev_mesh_transport *t = NULL;
   dev_status st = DEV_STATUS_INIT;
   dev_devset set = {2, {0, 1}};
   void *g = NULL;
-  double times[3 * REPS];
+  float *buf = NULL;
+  int have = -1;
   if (dev_gloo_transport_create(&kv, "bench/", "127.0.0.1", 60.0, &t, &st) ||
       t->group_get(t, &set, me, &g, &st))
     goto fail;
-  for (int s = 0; s < nsizes; s++) {
+  for (;;) {
+    int s;
+    if (read(cmd, &s, sizeof s) != (ssize_t)sizeof s || s < 0 || s > 2) break;
     size_t n = k_sizes[s] / sizeof(float);
-    float *buf = malloc(k_sizes[s]);
-    if (!buf) {
-      dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of memory");
-      goto fail;
+    bool warm = s != have;
+    if (warm) {
+      free(buf);
+      buf = malloc(k_sizes[s]);
+      if (!buf) {
+        dev_error(&st, PD_RESOURCE_EXHAUSTED, "out of memory");
+        goto fail;
+      }
+      for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 13);
+      have = s;
     }
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 13);
-    for (int r = -1; r < REPS; r++) {
+    double times[REPS];
+    for (int r = warm ? -1 : 0; r < REPS; r++) {
       float bar = 0;
       if (t->all_reduce(t, g, &bar, 1, PD_FLOAT32, DEV_RED_SUM, &st)) goto fail;
       double t0 = bu_now();
       if (t->all_reduce(t, g, buf, n, PD_FLOAT32, DEV_RED_SUM, &st)) goto fail;
-      if (r >= 0) times[s * REPS + r] = bu_now() - t0;
+      if (r >= 0) times[r] = bu_now() - t0;
     }
-    free(buf);
+    double m = median(times, REPS);
+    if (write(fd, &m, sizeof m) != (ssize_t)sizeof m) _exit(3);
   }
+  free(buf);
   t->release(t);
-  if (write(fd, times, sizeof(double) * (size_t)(nsizes * REPS)) < 0) _exit(3);
   _exit(0);
 fail : {
   double bad = -1;
@@ -149,65 +165,91 @@ fail : {
 }
 }
 
-/* Fills gbps[s] with the 2-process busbw per size; false (and a message)
- * when the baseline could not run. */
-static bool gloo_baseline(int nsizes, double *gbps, char *why, size_t cap) {
-  char dir[] = "/tmp/bench-mesh-kv-XXXXXX";
-  if (!mkdtemp(dir)) {
+/* The baseline's two processes: their command pipes, result pipes, pids. */
+static int g_cmd[2] = {-1, -1}, g_res[2] = {-1, -1};
+static pid_t g_pid[2];
+static char g_dir[] = "/tmp/bench-mesh-kv-XXXXXX";
+static bool g_dir_made;
+
+static void gloo_stop(void) {
+  for (int me = 0; me < 2; me++) {
+    if (g_pid[me] <= 0) continue;
+    int stop = -1, status;
+    if (write(g_cmd[me], &stop, sizeof stop) < 0) kill(g_pid[me], SIGKILL);
+    close(g_cmd[me]);
+    close(g_res[me]);
+    for (int i = 0; i < 100 && waitpid(g_pid[me], &status, WNOHANG) == 0; i++)
+      usleep(50000);
+    if (waitpid(g_pid[me], &status, WNOHANG) == 0) {
+      kill(g_pid[me], SIGKILL);
+      waitpid(g_pid[me], &status, 0);
+    }
+    g_pid[me] = 0;
+  }
+  if (g_dir_made) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0)
+      fprintf(stderr, "bench_mesh: could not remove %s\n", g_dir);
+    g_dir_made = false;
+  }
+}
+
+/* Forks the baseline's 2 processes; false (and a message) on failure. */
+static bool gloo_start(char *why, size_t cap) {
+  if (!mkdtemp(g_dir)) {
     snprintf(why, cap, "mkdtemp: %s", strerror(errno));
     return false;
   }
-  int fds[2][2];
-  pid_t pid[2];
+  g_dir_made = true;
   for (int me = 0; me < 2; me++) {
-    if (pipe(fds[me]) != 0) {
+    int c[2], r[2];
+    if (pipe(c) != 0 || pipe(r) != 0) {
       snprintf(why, cap, "pipe: %s", strerror(errno));
       return false;
     }
-    pid[me] = fork();
-    if (pid[me] == 0) {
-      alarm(600);
-      close(fds[me][0]);
-      gloo_child(me, dir, nsizes, fds[me][1]);
+    g_pid[me] = fork();
+    if (g_pid[me] == 0) {
+      alarm(1800);
+      close(c[1]);
+      close(r[0]);
+      if (me == 1) {
+        close(g_cmd[0]);
+        close(g_res[0]);
+      }
+      gloo_child(me, g_dir, c[0], r[1]);
     }
-    close(fds[me][1]);
-  }
-  double times[3 * REPS];
-  size_t want = sizeof(double) * (size_t)(nsizes * REPS), got = 0;
-  char *p = (char *)times;
-  struct pollfd pf = {fds[0][0], POLLIN, 0};
-  while (got < want && poll(&pf, 1, 600000) == 1) {
-    ssize_t r = read(fds[0][0], p + got, want - got);
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  bool ok = got == want && times[0] >= 0;
-  if (!ok) {
-    if (got >= sizeof(double) && times[0] < 0) {
-      size_t m =
-          got - sizeof(double) < cap - 1 ? got - sizeof(double) : cap - 1;
-      memcpy(why, p + sizeof(double), m);
-      why[m] = 0;
-    } else {
-      snprintf(why, cap, "the Gloo processes did not report");
-    }
-  }
-  for (int me = 0; me < 2; me++) {
-    close(fds[me][0]);
-    if (!ok) kill(pid[me], SIGKILL);
-    int status;
-    waitpid(pid[me], &status, 0);
-  }
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "bench_mesh: could not remove %s\n", dir);
-  if (!ok) return false;
-  for (int s = 0; s < nsizes; s++) {
-    double t = median(&times[s * REPS], REPS);
-    gbps[s] = (double)k_sizes[s] / t / 1e9; /* 2 (n-1)/n = 1 for n = 2 */
+    close(c[0]);
+    close(r[1]);
+    g_cmd[me] = c[1];
+    g_res[me] = r[0];
   }
   return true;
+}
+
+/* Seconds of one Gloo all-reduce of size index s between the 2 processes
+ * (process 0's median of REPS); negative (and a message) on failure. */
+static double gloo_measure(int s, char *why, size_t cap) {
+  for (int me = 0; me < 2; me++)
+    if (write(g_cmd[me], &s, sizeof s) != (ssize_t)sizeof s) {
+      snprintf(why, cap, "the Gloo process %d is gone", me);
+      return -1;
+    }
+  double t[2] = {-1, -1};
+  for (int me = 0; me < 2; me++) {
+    struct pollfd pf = {g_res[me], POLLIN, 0};
+    if (poll(&pf, 1, 600000) != 1 ||
+        read(g_res[me], &t[me], sizeof t[me]) != (ssize_t)sizeof t[me]) {
+      snprintf(why, cap, "the Gloo process %d did not report", me);
+      return -1;
+    }
+    if (t[me] < 0) {
+      ssize_t n = read(g_res[me], why, cap - 1);
+      why[n > 0 ? n : 0] = 0;
+      return -1;
+    }
+  }
+  return t[0];
 }
 
 /* --- The subject: daemons ---------------------------------------------------- */
@@ -354,13 +396,13 @@ static void check_sum(pd_session *s, uint64_t out, size_t n, int c) {
 }
 
 /* Seconds of one AllReduce (sum) of `x` (n elements per device), to its
- * Sync, median of REPS after one warm-up, whose result is checked on a
- * device of each rank (components 0 and 3). */
-static double allreduce_s(pd_session *s, uint64_t x, size_t n) {
+ * Sync, median of REPS; with `warm`, after one warm-up whose result is
+ * checked on a device of each rank (components 0 and 3). */
+static double allreduce_s(pd_session *s, uint64_t x, size_t n, bool warm) {
   pd_attrs *a = pd_attrs_new();
   pd_attrs_set_string(a, "reduction", "sum");
   double t[REPS];
-  for (int r = -1; r < REPS; r++) {
+  for (int r = warm ? -1 : 0; r < REPS; r++) {
     uint64_t out = 0;
     double t0 = bu_now();
     if (pd_execute(s, "AllReduce", &x, 1, a, &out, 1, NULL, NULL, st) != PD_OK)
@@ -435,20 +477,13 @@ int main(int argc, char **argv) {
     return 0;
   }
   int nsizes = quick ? 1 : 3;
-  double base[3];
   char why[DEV_STATUS_MSG_MAX + 64] = "";
-  /* The baseline first, before this process has any gRPC threads. */
-  if (!gloo_baseline(nsizes, base, why, sizeof why)) {
+  /* The baseline's processes first, before this process has any gRPC
+   * threads; they stay for the interleaved pairs. */
+  atexit(gloo_stop);
+  if (!gloo_start(why, sizeof why)) {
     printf("mesh: skipped: the Gloo baseline failed: %s\n", why);
     return 0;
-  }
-  for (int k = 0; k < nsizes; k++) {
-    char params[96], sz[32];
-    snprintf(params, sizeof params, "\"bytes\": %zu, \"processes\": 2",
-             k_sizes[k]);
-    bu_record("gloo_allreduce", params, "busbw_GBps", base[k], NULL, 0);
-    printf("mesh: Gloo 2 processes, %-8s float32: busbw %6.2f GB/s\n",
-           bu_size_str(k_sizes[k], sz, sizeof sz), base[k]);
   }
 
   st = pd_status_new();
@@ -460,6 +495,22 @@ int main(int argc, char **argv) {
         "paradevd's --world-size/--rank/--coordinator)\n",
         why);
     mesh_stop();
+    for (int k = 0; k < nsizes; k++) { /* the baseline alone */
+      double t = gloo_measure(k, why, sizeof why);
+      if (t < 0) {
+        printf("mesh: skipped: the Gloo baseline failed: %s\n", why);
+        break;
+      }
+      char params[96], sz[32];
+      snprintf(params, sizeof params, "\"bytes\": %zu, \"processes\": 2",
+               k_sizes[k]);
+      bu_record("gloo_allreduce", params, "busbw_GBps",
+                (double)k_sizes[k] / t / 1e9, NULL, 0);
+      printf("mesh: Gloo 2 processes, %-8s float32: busbw %6.2f GB/s\n",
+             bu_size_str(k_sizes[k], sz, sizeof sz),
+             (double)k_sizes[k] / t / 1e9);
+    }
+    gloo_stop();
     bu_print_table();
     return 0;
   }
@@ -477,20 +528,62 @@ int main(int argc, char **argv) {
                   pd_layout_mirrored(), NULL, NULL, st) != PD_OK)
       die("Upload");
     free(host);
-    double t = allreduce_s(s, x, n);
+    /* PAIRS pairs of one subject and one baseline measurement, back to
+     * back in alternating order; busbw: n = 4 (2 (n-1)/n = 1.5) for the
+     * subject, n = 2 (1) for the baseline. */
+    double ratio[PAIRS], bw[PAIRS], gb[PAIRS];
+    for (int p = 0; p < PAIRS; p++) {
+      double ts = 0, tg = 0;
+      for (int half = 0; half < 2; half++) {
+        if ((half == 0) == (p % 2 == 0)) {
+          ts = allreduce_s(s, x, n, p == 0);
+        } else if ((tg = gloo_measure(k, why, sizeof why)) < 0) {
+          fprintf(stderr, "bench_mesh: the Gloo baseline failed: %s\n", why);
+          exit(1);
+        }
+      }
+      bw[p] = 1.5 * (double)k_sizes[k] / ts / 1e9;
+      gb[p] = (double)k_sizes[k] / tg / 1e9;
+      ratio[p] = bw[p] / gb[p];
+    }
     if (pd_delete(s, &x, 1, NULL, st) != PD_OK) die("Delete");
-    double gbps = 2.0 * 3.0 / 4.0 * (double)k_sizes[k] / t / 1e9;
-    char params[128], sz[32];
-    snprintf(params, sizeof params,
-             "\"bytes_per_device\": %zu, \"ranks\": 2, \"devices_per_rank\": 2",
+    int mid = 0;
+    for (int i = 0; i < PAIRS; i++) { /* the median pair by ratio */
+      int below = 0, equal = 0;
+      for (int j = 0; j < PAIRS; j++) {
+        below += ratio[j] < ratio[i];
+        equal += ratio[j] == ratio[i];
+      }
+      if (below <= PAIRS / 2 && below + equal > PAIRS / 2) {
+        mid = i;
+        break;
+      }
+    }
+    double lo = ratio[0], hi = ratio[0];
+    for (int p = 1; p < PAIRS; p++) {
+      lo = ratio[p] < lo ? ratio[p] : lo;
+      hi = ratio[p] > hi ? ratio[p] : hi;
+    }
+    char params[256], sz[32];
+    snprintf(params, sizeof params, "\"bytes\": %zu, \"processes\": 2",
              k_sizes[k]);
-    bu_record("mesh_allreduce", params, "busbw_GBps", gbps,
-              "gloo_2proc_busbw_GBps", base[k]);
+    bu_record("gloo_allreduce", params, "busbw_GBps", gb[mid], NULL, 0);
+    snprintf(params, sizeof params,
+             "\"bytes_per_device\": %zu, \"ranks\": 2, \"devices_per_rank\": "
+             "2, \"pairs\": %d, \"statistic\": \"median pair, interleaved\", "
+             "\"ratio_min\": %.4f, \"ratio_max\": %.4f",
+             k_sizes[k], PAIRS, lo, hi);
+    bu_record("mesh_allreduce", params, "busbw_GBps", bw[mid],
+              "gloo_2proc_busbw_GBps", gb[mid]);
     printf(
         "mesh: AllReduce 2 daemons x 2 devices, %-8s per device: busbw "
-        "%6.2f GB/s (%.2fx Gloo's)\n",
-        bu_size_str(k_sizes[k], sz, sizeof sz), gbps, gbps / base[k]);
+        "%6.2f GB/s, Gloo 2 processes %6.2f GB/s: %.2fx (pairs %d, ratio "
+        "%.2f-%.2f)\n",
+        bu_size_str(k_sizes[k], sz, sizeof sz), bw[mid], gb[mid], ratio[mid],
+        PAIRS, lo, hi);
+    fflush(stdout);
   }
+  gloo_stop();
   pd_session_close(s, NULL, NULL);
   pd_session_delete(s);
   int ops = quick ? 200 : 2000;

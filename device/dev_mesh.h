@@ -33,7 +33,9 @@
  * Collectives whose device set lies within one rank run as before (the
  * backend's own, issue #17). Collectives whose set spans ranks go through a
  * dev_mesh_transport (Gloo on the CPU backend, device/mesh/gloo.cc): each
- * local device of the set is one participant (its index in the set), with
+ * local device of the set is one participant (its index in the set), or,
+ * for AllReduce and ReduceScatter, each rank's first device of the set is
+ * (its rank's devices reduce in-process first; mesh/coll.c), with
  * host buffers (the CPU backend's device memory; other backends are staged
  * through host memory). Every participant first all-reduces a failure flag,
  * so a device whose inputs failed makes the collective fail on every device

@@ -91,6 +91,10 @@ static void *w_coll_create(dev_backend *b, dev_collective_kind kind,
     one &= dev__mesh_rank_of(m, set->dev[i]) == r0;
   if (!one) {
     mc->mode = DEV__MC_CROSS;
+    if (!dev__mesh_hier_init(m, mc)) {
+      free(mc);
+      return NULL;
+    }
   } else if (r0 != m->rank) {
     mc->mode = DEV__MC_ELSEWHERE;
   } else {
@@ -132,6 +136,7 @@ static void w_coll_release(dev_backend *b, void *coll) {
   if (!mc) return;
   if (mc->mode == DEV__MC_LOCAL && m->inner->collective_release)
     m->inner->collective_release(m->inner, mc->inner);
+  dev__mesh_hier_free(mc);
   free(mc);
 }
 
@@ -278,6 +283,8 @@ pd_code dev__mesh_backend_create(dev_backend *inner, const dev_mesh_config *cfg,
   const char *knob = getenv("PARADEV_MESH_STAGED");
   m->staged =
       inner->kind != DEV_BACKEND_CPU || (knob && strcmp(knob, "1") == 0);
+  const char *flat = getenv("PARADEV_MESH_FLAT_ALLREDUCE");
+  m->flat = flat && strcmp(flat, "1") == 0;
   pthread_mutex_init(&m->tmu, NULL);
   for (int d = 0; d < w * n; d++)
     snprintf(m->names[d], sizeof m->names[d], "rank %d device %d (remote)",

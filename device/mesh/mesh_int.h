@@ -45,6 +45,10 @@ typedef struct dev__mesh {
   /* Cross-rank collectives stage through host buffers: every backend but
    * the CPU's, or any with PARADEV_MESH_STAGED=1 at creation (a test knob). */
   bool staged;
+  /* Cross-rank AllReduce / ReduceScatter run one transport participant
+   * per device instead of one per rank (PARADEV_MESH_FLAT_ALLREDUCE=1 at
+   * creation: a test knob, so tests cover both paths). */
+  bool flat;
 } dev__mesh;
 
 /* True when engine device `d` of a mesh engine is remote. */
@@ -60,6 +64,7 @@ static inline int dev__mesh_rank_of(const dev__mesh *m, int d) {
  * this rank (the real backend's collective over `tset`); ELSEWHERE, within
  * another rank (nothing runs here: its devices are remote); CROSS, a set
  * spanning ranks (coll.c, through the transport). */
+typedef struct dev__mesh_hier dev__mesh_hier; /* coll.c's */
 typedef enum { DEV__MC_LOCAL, DEV__MC_ELSEWHERE, DEV__MC_CROSS } dev__mc_mode;
 typedef struct dev__mesh_coll {
   dev__mc_mode mode;
@@ -67,6 +72,9 @@ typedef struct dev__mesh_coll {
   dev_devset set;  /* engine devices */
   dev_devset tset; /* LOCAL: the real backend's devices */
   void *inner;     /* LOCAL: the real backend's collective */
+  /* CROSS AllReduce / ReduceScatter with local participants, unless
+   * m->flat: the rendezvous of this engine's participants (coll.c). */
+  dev__mesh_hier *hier;
 } dev__mesh_coll;
 
 /* Wraps `inner` (n local devices) in a backend of world*n devices for the
@@ -83,6 +91,18 @@ pd_code dev__mesh_backend_create(dev_backend *inner, const dev_mesh_config *cfg,
 pd_code dev__mesh_coll_run(dev__mesh *m, const dev__mesh_coll *mc,
                            dev_kernel_ctx *ctx, const dev_status *failed,
                            dev_status *st);
+
+/* The hierarchical state of CROSS collective `mc` (coll.c): sets
+ * mc->hier for an AllReduce or ReduceScatter with a participant on this
+ * rank (unless m->flat). False when out of memory. hier_free frees it. */
+bool dev__mesh_hier_init(dev__mesh *m, dev__mesh_coll *mc);
+void dev__mesh_hier_free(dev__mesh_coll *mc);
+
+/* out[lo, hi) = in[0] op in[1] op ... op in[nin-1] over [lo, hi), element
+ * indices, `red` a transport reduction (SUM, PROD, MAX, MIN; reduce.c). out
+ * may be one of the inputs. False for a dtype it does not take. */
+bool dev__mesh_reduce(pd_dtype dt, int red, int nin, const void *const *in,
+                      void *out, size_t lo, size_t hi);
 
 /* --- what the engine's files call (mesh/engine.c) -------------------------- */
 

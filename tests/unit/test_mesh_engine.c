@@ -1405,6 +1405,132 @@ static void test_transport_error(void **state) {
   h_stop(h);
 }
 
+/* Three engines and an uneven share of a subset set: [0, 2, 3, 4] puts one
+ * participant on rank 0, two on rank 1 (device 3 is not its leader) and
+ * one on rank 2. AllReduce sum / mean / max / min and ReduceScatter (sum,
+ * mean) against sums computed here; then an input failed on device 3 alone
+ * (over rank 1's 4 KiB limit there, while device 2 fits) fails the
+ * AllReduce on every device of the set on every engine, naming device 3. */
+static void test_uneven_subset(void **state) {
+  (void)state;
+  harness *h = h_start(3, 2, 4096, true);
+  dev_engine *e0 = h->e[0];
+  dev_status st = DEV_STATUS_INIT;
+  const int64_t ids[4] = {0, 2, 3, 4};
+  dev_devset set;
+  assert_int_equal(dev_devset_make(e0, ids, 4, &set, &st), PD_OK);
+  int64_t dims[2] = {5, 2};
+  dev_shape shapes[4];
+  float data[4][10];
+  const void *datas[4];
+  for (int c = 0; c < 4; c++) {
+    assert_int_equal(dev_shape_make(2, dims, &shapes[c], &st), PD_OK);
+    for (int i = 0; i < 10; i++) data[c][i] = (float)f_mix((int)ids[c], i);
+    datas[c] = data[c];
+  }
+  dev_tensor *x = NULL;
+  assert_int_equal(dev_tensor_from_components_on(e0, &set, PD_FLOAT32, shapes,
+                                                 datas, &x, &st),
+                   PD_OK);
+  static const char *reds[] = {"sum", "mean", "max", "min"};
+  for (int r = 0; r < 4; r++) {
+    dev_attr a = dev_attr_string("reduction", reds[r]);
+    dev_tensor *y = tu_exec(e0, "AllReduce", &x, 1, &a, 1, 0);
+    double want[10], got[10];
+    for (int i = 0; i < 10; i++) {
+      double s = 0, mx = -1e300, mn = 1e300;
+      for (int c = 0; c < 4; c++) {
+        s += data[c][i];
+        mx = data[c][i] > mx ? data[c][i] : mx;
+        mn = data[c][i] < mn ? data[c][i] : mn;
+      }
+      want[i] = r == 0 ? s : r == 1 ? s / 4 : r == 2 ? mx : mn;
+    }
+    for (int c = 0; c < 4; c++) {
+      assert_int_equal(tu_read(y, c, got, 10), 10);
+      tu_assert_close(got, want, 10, 1e-6, 0);
+    }
+    dev_tensor_release(y);
+  }
+  for (int r = 0; r < 2; r++) { /* 5 rows over 4: component 0 gets two */
+    dev_attr a = dev_attr_string("reduction", reds[r]);
+    dev_tensor *y = tu_exec(e0, "ReduceScatter", &x, 1, &a, 1, 0);
+    static const int first_row[4] = {0, 2, 3, 4}, rows[4] = {2, 1, 1, 1};
+    for (int c = 0; c < 4; c++) {
+      double got[4], want[4];
+      assert_int_equal(tu_read(y, c, got, 4), 2 * rows[c]);
+      for (int i = 0; i < 2 * rows[c]; i++) {
+        double s = 0;
+        for (int p = 0; p < 4; p++) s += data[p][first_row[c] * 2 + i];
+        want[i] = r ? s / 4 : s;
+      }
+      tu_assert_close(got, want, 2 * rows[c], 1e-6, 0);
+    }
+    dev_tensor_release(y);
+  }
+  dev_tensor_release(x);
+  /* 1 KiB inputs everywhere, then 2.5 KiB held on device 3 only: the
+   * AllReduce's 1 KiB output fits on device 2 (the leader) and not on
+   * device 3, whose part then arrives failed. */
+  const int64_t d3[1] = {3}, hog_dims[1] = {640}, in_dims[1] = {256};
+  dev_attr fa[2] = {dev_attr_shape("shape", 1, in_dims),
+                    dev_attr_float("value", 1)};
+  dev_op *op = NULL;
+  assert_int_equal(
+      dev_op_prepare_on(e0, &set, "Fill", NULL, 0, fa, 2, &op, &st), PD_OK);
+  dev_tensor *f = dev_op_output(op, 0);
+  dev_tensor_retain(f);
+  dev_op_submit(e0, op);
+  dev_devset s3;
+  assert_int_equal(dev_devset_make(e0, d3, 1, &s3, &st), PD_OK);
+  float *zeros = calloc(640, sizeof(float));
+  dev_shape hs;
+  assert_int_equal(dev_shape_make(1, hog_dims, &hs, &st), PD_OK);
+  dev_layout mir = {DEV_LAYOUT_MIRRORED, 0, 0};
+  dev_tensor *hog = NULL;
+  assert_int_equal(
+      dev_tensor_from_host_on(e0, &s3, PD_FLOAT32, &mir, &hs, zeros, &hog, &st),
+      PD_OK);
+  free(zeros);
+  dev_attr a = dev_attr_string("reduction", "sum");
+  dev_tensor *y = tu_exec(e0, "AllReduce", &f, 1, &a, 1, 0);
+  const char *msg = NULL;
+  for (int c = 0; c < 4; c++) {
+    assert_int_equal(comp_code(f, c, &msg), PD_OK);
+    assert_int_equal(comp_code(y, c, &msg), PD_RESOURCE_EXHAUSTED);
+    if (!strstr(msg, "device 3")) fail_msg("component %d: %s", c, msg);
+  }
+  h_drain(h);
+  for (int r = 1; r < 3; r++) { /* rank 1: components 1, 2; rank 2: 3 */
+    dev_tensor *yr = h->q[r].map[dev_tensor_id(y)];
+    assert_non_null(yr);
+    for (int c = r == 1 ? 1 : 3; c <= (r == 1 ? 2 : 3); c++) {
+      assert_int_equal(comp_code(yr, c, &msg), PD_RESOURCE_EXHAUSTED);
+      if (!strstr(msg, "device 3") && !strstr(msg, "cpu:1 is out of memory"))
+        fail_msg("rank %d component %d: %s", r, c, msg);
+    }
+  }
+  dev_tensor_release(hog);
+  dev_tensor_release(f);
+  dev_tensor_release(y);
+  h_stop(h);
+}
+
+/* The cross-rank AllReduce / ReduceScatter with one transport participant
+ * per device (PARADEV_MESH_FLAT_ALLREDUCE=1), as before the hierarchical
+ * path: the same results and errors. */
+static void test_flat(void **state) {
+  setenv("PARADEV_MESH_FLAT_ALLREDUCE", "1", 1);
+  test_all_reduce(state);
+  test_reduce_scatter(state);
+  test_failed_input_fails_everywhere(state);
+  test_no_transport(state);
+  test_three_engines(state);
+  test_transport_error(state);
+  test_uneven_subset(state);
+  unsetenv("PARADEV_MESH_FLAT_ALLREDUCE");
+}
+
 /* The same paths on a backend with fences: ranks report from the
  * completion threads, remote devices record no fence. */
 static void test_fenced(void **state) {
@@ -1426,6 +1552,8 @@ static void test_staged(void **state) {
   test_broadcast(state);
   test_all_gather(state);
   test_reduce_scatter(state);
+  test_uneven_subset(state);
+  test_failed_input_fails_everywhere(state);
   unsetenv("PARADEV_MESH_STAGED");
 }
 
@@ -1445,6 +1573,8 @@ int main(void) {
       cmocka_unit_test(test_pending_load),
       cmocka_unit_test(test_three_engines),
       cmocka_unit_test(test_transport_error),
+      cmocka_unit_test(test_uneven_subset),
+      cmocka_unit_test(test_flat),
       cmocka_unit_test(test_fenced),
       cmocka_unit_test(test_staged),
   };
