@@ -664,11 +664,12 @@ static void *srv_mesh_timer_main(void *arg) {
   srv_mesh *m = arg;
   const double hb = m->lease_s / 4;
   const double stall = hb > 0.25 ? hb : 0.25;
-  double waited_at = 0; /* when the last wait began (0: work since) */
+  double tick_at = 0; /* the last pass's start (0: work in between) */
   pthread_mutex_lock(&m->mu);
   while (!atomic_load(&m->stopping)) {
     double now = srv_mesh_now();
     if (m->build_pending) {
+      tick_at = 0; /* this thread's own work: the others ran meanwhile */
       m->build_pending = false;
       uint64_t e = m->epoch, top = m->form_top;
       pthread_mutex_unlock(&m->mu);
@@ -698,15 +699,15 @@ static void *srv_mesh_timer_main(void *arg) {
      * daemon was stopped (SIGSTOP) or starved, and the streams' threads no
      * more than it: the ranks' silence over that gap is the coordinator's,
      * so their silence clocks restart (trial findings A5, A6). */
-    if (waited_at > 0 && now - waited_at > stall) {
+    if (tick_at > 0 && now - tick_at > stall) {
       SRV_WARN("mesh: the coordinator's timer did not run for %.1f s (the "
                "daemon was stopped or starved): the ranks' silence clocks "
                "restart",
-               now - waited_at);
+               now - tick_at);
       for (int r = 1; r < m->world; r++)
         if (m->peer[r].attached) m->peer[r].last_seen = now;
     }
-    waited_at = 0;
+    tick_at = now;
     int lost = 0;
     uint64_t lost_gen = 0;
     srv_call *lost_call = NULL;
@@ -731,6 +732,7 @@ static void *srv_mesh_timer_main(void *arg) {
       }
     }
     if (lost) {
+      tick_at = 0;
       pthread_mutex_unlock(&m->mu);
       char why[128];
       snprintf(why, sizeof why, "silent for more than the %.0f s lease",
@@ -750,10 +752,8 @@ static void *srv_mesh_timer_main(void *arg) {
       ts.tv_sec++;
       ts.tv_nsec -= 1000000000L;
     }
-    if (!m->build_pending && !atomic_load(&m->stopping)) {
-      waited_at = srv_mesh_now();
+    if (!m->build_pending && !atomic_load(&m->stopping))
       pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-    }
   }
   pthread_mutex_unlock(&m->mu);
   return NULL;
