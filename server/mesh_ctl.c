@@ -409,6 +409,27 @@ static void srv_attach_hello(srv_call *c, srv_attach *a,
   }
   pthread_mutex_lock(&m->mu);
   srv_mesh_peer *p = &m->peer[h->rank];
+  if (p->attached && p->call && p->incarnation == h->incarnation) {
+    /* The same daemon attaches again: it gave its old stream up (it heard
+     * nothing for a lease: this coordinator was stopped, or the network
+     * stalled) before that stream's end reached here. The old stream is
+     * lost now, its consequences applied, then this one attaches. */
+    srv_call *old = p->call;
+    uint64_t old_gen = p->gen;
+    srv_call_ref(old);
+    srv_attach *oa = old->user;
+    if (oa) {
+      oa->end = true;
+      snprintf(oa->end_msg, sizeof oa->end_msg,
+               "this stream was superseded by a new Attach of rank %u", h->rank);
+    }
+    srv_call_wake(old); /* ends it (srv_attach_wake) */
+    pthread_mutex_unlock(&m->mu);
+    srv_mesh_rank_gone(m, (int)h->rank, old, old_gen,
+                       "it attached again, giving its old stream up");
+    srv_call_unref(old);
+    pthread_mutex_lock(&m->mu);
+  }
   if (p->attached) {
     char other[256];
     snprintf(other, sizeof other, "%s", p->host);
