@@ -245,14 +245,16 @@ static int srv_mesh_kill_sessions(srv_mesh *m) {
   return killed;
 }
 
-/* Rank `rank`'s stream `c` is gone (`why`): detaches it once (a stream
- * that is not the rank's current one changes nothing). Any thread, no lock
- * held. */
+/* Rank `rank`'s stream `c` of attach `gen` is gone (`why`): detaches it
+ * once (a stream that is not the rank's current one changes nothing). The
+ * consequences (the data plane, sessions, the transport) are applied with
+ * p->gone_busy set, which holds the rank's next attach, and with it any
+ * re-formation, until they are done. Any thread, no lock held. */
 static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
-                               const char *why) {
+                               uint64_t gen, const char *why) {
   pthread_mutex_lock(&m->mu);
   srv_mesh_peer *p = &m->peer[rank];
-  if (!p->attached || p->call != c) {
+  if (!p->attached || p->call != c || p->gen != gen) {
     pthread_mutex_unlock(&m->mu);
     return;
   }
@@ -266,6 +268,7 @@ static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
     return;
   }
   bool was = m->formed || m->forming || m->ever_formed;
+  p->gone_busy = true;
   m->formed = m->forming = false;
   m->build_pending = false;
   if (was) m->degraded = true;
@@ -302,6 +305,9 @@ static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
     SRV_WARN("mesh: rank %d (%s) detached before the mesh formed: %s", rank,
              host, why);
   srv_health_update(m->s);
+  pthread_mutex_lock(&m->mu);
+  p->gone_busy = false; /* the rank may attach again */
+  pthread_mutex_unlock(&m->mu);
   srv_call_unref(c);
 }
 
@@ -310,19 +316,30 @@ static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
 typedef struct srv_attach {
   srv_mesh *m;
   int rank; /* -1 until its hello was accepted */
+  uint64_t gen; /* its attach's (srv_mesh_peer.gen) */
   /* The timer counted the rank as lost: end the stream (m->mu). */
   bool end;
   char end_msg[512];
 } srv_attach;
 
-static void srv_attach_refuse(srv_call *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void srv_attach_refuse(srv_call *c, const char *fmt, ...) {
+/* Refuses an Attach; `rank` (the hello's, when in range) remembers why,
+ * for the join timeout's message. */
+static void srv_attach_refuse(srv_mesh *m, uint32_t rank, srv_call *c,
+                              const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void srv_attach_refuse(srv_mesh *m, uint32_t rank, srv_call *c,
+                              const char *fmt, ...) {
   char msg[768];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (m && rank > 0 && (int)rank < m->world) {
+    pthread_mutex_lock(&m->mu);
+    snprintf(m->peer[rank].refused, sizeof m->peer[rank].refused, "%.300s",
+             msg);
+    pthread_mutex_unlock(&m->mu);
+  }
   SRV_WARN("mesh: refused an Attach: %s", msg);
   srv_call_finish(c, PD_FAILED_PRECONDITION, "%s", msg);
 }
@@ -335,43 +352,56 @@ static void srv_attach_hello(srv_call *c, srv_attach *a,
   char host[SRV_LOG_QUOTED(128)];
   srv_log_quote(h->host ? h->host : "", host, sizeof host);
   if (!srv_mesh_secret_ok(m, h->secret.data, h->secret.len)) {
-    srv_attach_refuse(c,
-                      "rank %u (%s): the mesh's shared secret does not match "
-                      "([mesh] secret_file must hold the same bytes on every "
-                      "rank)",
-                      h->rank, host);
+    if (h->secret.len == 0)
+      srv_attach_refuse(m, h->rank, c,
+                        "rank %u (%s) sent no shared secret; this coordinator "
+                        "requires one (set [mesh] secret_file on every rank, "
+                        "holding the same bytes)",
+                        h->rank, host);
+    else
+      srv_attach_refuse(m, h->rank, c,
+                        "rank %u (%s): the mesh's shared secret does not match "
+                        "([mesh] secret_file must hold the same bytes on every "
+                        "rank)",
+                        h->rank, host);
     return;
   }
+  if (!m->has_secret && h->secret.len > 0)
+    SRV_WARN("mesh: rank %u (%s) offered a shared secret, but this "
+             "coordinator has no [mesh] secret_file and does not check it: "
+             "any host that reaches the mesh port may attach (set the same "
+             "secret_file here)",
+             h->rank, host);
   if ((int)h->world_size != m->world) {
-    srv_attach_refuse(c,
+    srv_attach_refuse(m, h->rank, c,
                       "rank %u (%s) has world size %u; this mesh has %d "
                       "ranks (set the same --world-size on every rank)",
                       h->rank, host, h->world_size, m->world);
     return;
   }
   if (h->rank == 0 || (int)h->rank >= m->world) {
-    srv_attach_refuse(c,
+    srv_attach_refuse(m, h->rank, c,
                       "rank %u (%s) is out of range: the other ranks of a "
                       "mesh of %d are 1 to %d (rank 0 is the coordinator)",
                       h->rank, host, m->world, m->world - 1);
     return;
   }
   if (strcmp(h->version ? h->version : "", SRV_VERSION) != 0) {
-    srv_attach_refuse(c,
+    srv_attach_refuse(m, h->rank, c,
                       "rank %u (%s) runs paradevd %s; the coordinator runs %s "
                       "(every rank must run the same version)",
                       h->rank, host, h->version ? h->version : "", SRV_VERSION);
     return;
   }
   if (strcmp(h->backend ? h->backend : "", backend) != 0) {
-    srv_attach_refuse(c,
+    srv_attach_refuse(m, h->rank, c,
                       "rank %u (%s) has backend %s; the coordinator has %s "
                       "(every rank must have the same backend)",
                       h->rank, host, h->backend ? h->backend : "", backend);
     return;
   }
   if ((int)h->num_devices != m->per_rank) {
-    srv_attach_refuse(c,
+    srv_attach_refuse(m, h->rank, c,
                       "rank %u (%s) has %u devices; every rank of this mesh "
                       "has %d (the coordinator's)",
                       h->rank, host, h->num_devices, m->per_rank);
@@ -379,12 +409,33 @@ static void srv_attach_hello(srv_call *c, srv_attach *a,
   }
   pthread_mutex_lock(&m->mu);
   srv_mesh_peer *p = &m->peer[h->rank];
+  if (p->attached && p->call && p->incarnation == h->incarnation) {
+    /* The same daemon attaches again: it gave its old stream up (it heard
+     * nothing for a lease: this coordinator was stopped, or the network
+     * stalled) before that stream's end reached here. The old stream is
+     * lost now, its consequences applied, then this one attaches. */
+    srv_call *old = p->call;
+    uint64_t old_gen = p->gen;
+    srv_call_ref(old);
+    srv_attach *oa = old->user;
+    if (oa) {
+      oa->end = true;
+      snprintf(oa->end_msg, sizeof oa->end_msg,
+               "this stream was superseded by a new Attach of rank %u", h->rank);
+    }
+    srv_call_wake(old); /* ends it (srv_attach_wake) */
+    pthread_mutex_unlock(&m->mu);
+    srv_mesh_rank_gone(m, (int)h->rank, old, old_gen,
+                       "it attached again, giving its old stream up");
+    srv_call_unref(old);
+    pthread_mutex_lock(&m->mu);
+  }
   if (p->attached) {
     char other[256];
     snprintf(other, sizeof other, "%s", p->host);
     uint64_t inc = p->incarnation;
     pthread_mutex_unlock(&m->mu);
-    srv_attach_refuse(c,
+    srv_attach_refuse(m, h->rank, c,
                       "rank %u (%s) is already attached (incarnation "
                       "%016" PRIx64 " from %s): two daemons were given the "
                       "same rank",
@@ -396,8 +447,21 @@ static void srv_attach_hello(srv_call *c, srv_attach *a,
     srv_call_finish(c, PD_UNAVAILABLE, "the coordinator is stopping");
     return;
   }
+  if (p->gone_busy) { /* its last stream's loss is still being applied */
+    pthread_mutex_unlock(&m->mu);
+    SRV_INFO("mesh: rank %u (%s) attaches again while the loss of its "
+             "previous stream is still being applied: asked to retry",
+             h->rank, host);
+    srv_call_finish(c, PD_UNAVAILABLE,
+                    "the coordinator is still applying the loss of this "
+                    "rank's previous stream; attach again");
+    return;
+  }
   bool again = p->ever;
   p->attached = p->ever = true;
+  p->gen++;
+  p->refused[0] = '\0';
+  a->gen = p->gen;
   srv_call_ref(c);
   p->call = c;
   p->incarnation = h->incarnation;
@@ -446,14 +510,14 @@ static void srv_attach_message(srv_call *c, const ProtobufCMessage *msg) {
   srv_mesh *m = a->m;
   if (!msg) {
     if (a->rank > 0)
-      srv_mesh_rank_gone(m, a->rank, c, "its stream ended (the rank stopped, or its connection closed)");
+      srv_mesh_rank_gone(m, a->rank, c, a->gen, "its stream ended (the rank stopped, or its connection closed)");
     srv_call_finish(c, PD_OK, "%s", "the stream ended");
     return;
   }
   const Paradev__V1__RankMessage *rm = (const void *)msg;
   if (a->rank < 0) {
     if (!rm->hello) {
-      srv_attach_refuse(c, "the first message of an Attach stream must be a "
+      srv_attach_refuse(NULL, 0, c, "the first message of an Attach stream must be a "
                            "RankHello");
       return;
     }
@@ -462,10 +526,14 @@ static void srv_attach_message(srv_call *c, const ProtobufCMessage *msg) {
   }
   pthread_mutex_lock(&m->mu);
   srv_mesh_peer *p = &m->peer[a->rank];
-  if (p->call == c) p->last_seen = srv_mesh_now();
-  if (p->call == c && (rm->transport_ready || rm->transport_error)) {
+  bool mine = p->attached && p->call == c && p->gen == a->gen;
+  if (mine) p->last_seen = srv_mesh_now();
+  if (mine && (rm->transport_ready || rm->transport_error)) {
     uint64_t e = rm->transport_ready;
     if (!e) e = m->epoch; /* an error answers the current epoch */
+    /* A stale epoch's answer never stands for a newer one's; an epoch the
+     * coordinator has not formed is no answer at all. */
+    if (e < p->ready_epoch || e > m->epoch) e = p->ready_epoch;
     if (rm->transport_error)
       SRV_WARN("mesh: rank %d could not build its collective transport for "
                "epoch %" PRIu64 ": %s",
@@ -499,7 +567,7 @@ static void srv_attach_wake(srv_call *c) {
   char end_msg[512] = "";
   pthread_mutex_lock(&m->mu);
   srv_mesh_peer *p = &m->peer[a->rank];
-  bool mine = p->call == c;
+  bool mine = p->call == c && p->gen == a->gen;
   if (a->end) { /* lost to the timer, which detaches it (rank_gone) */
     snprintf(end_msg, sizeof end_msg, "%s", a->end_msg);
     a->end = false;
@@ -593,7 +661,7 @@ static void srv_attach_wake(srv_call *c) {
 static void srv_attach_cancel(srv_call *c) {
   srv_attach *a = c->user;
   if (a && a->rank > 0)
-    srv_mesh_rank_gone(a->m, a->rank, c,
+    srv_mesh_rank_gone(a->m, a->rank, c, a->gen,
                        "its stream broke (the connection closed: the rank "
                        "ended or its machine went away)");
 }
@@ -616,10 +684,13 @@ const srv_handlers srv_h_Attach = {
 static void *srv_mesh_timer_main(void *arg) {
   srv_mesh *m = arg;
   const double hb = m->lease_s / 4;
+  const double stall = hb > 0.25 ? hb : 0.25;
+  double tick_at = 0; /* the last pass's start (0: work in between) */
   pthread_mutex_lock(&m->mu);
   while (!atomic_load(&m->stopping)) {
     double now = srv_mesh_now();
     if (m->build_pending) {
+      tick_at = 0; /* this thread's own work: the others ran meanwhile */
       m->build_pending = false;
       uint64_t e = m->epoch, top = m->form_top;
       pthread_mutex_unlock(&m->mu);
@@ -632,16 +703,41 @@ static void *srv_mesh_timer_main(void *arg) {
       if (m->epoch == e && m->forming) {
         m->own_ready = e;
         srv_mesh_maybe_formed(m);
+      } else if (!m->formed) {
+        /* A rank was lost while it was built: it must not stay the
+         * engine's (only this thread builds, and the mesh forms only after
+         * it did: no newer epoch's transport is undone here). */
+        pthread_mutex_unlock(&m->mu);
+        srv_mesh_drop_transport(m);
+        SRV_INFO("mesh: epoch %" PRIu64 ": the mesh changed while its "
+                 "collective transport was built: dropped",
+                 e);
+        pthread_mutex_lock(&m->mu);
       }
       continue;
     }
+    /* The timer did not run for longer than a heartbeat's period: this
+     * daemon was stopped (SIGSTOP) or starved, and the streams' threads no
+     * more than it: the ranks' silence over that gap is the coordinator's,
+     * so their silence clocks restart (trial findings A5, A6). */
+    if (tick_at > 0 && now - tick_at > stall) {
+      SRV_WARN("mesh: the coordinator's timer did not run for %.1f s (the "
+               "daemon was stopped or starved): the ranks' silence clocks "
+               "restart",
+               now - tick_at);
+      for (int r = 1; r < m->world; r++)
+        if (m->peer[r].attached) m->peer[r].last_seen = now;
+    }
+    tick_at = now;
     int lost = 0;
+    uint64_t lost_gen = 0;
     srv_call *lost_call = NULL;
     for (int r = 1; r < m->world && !lost; r++) {
       srv_mesh_peer *p = &m->peer[r];
       if (!p->attached) continue;
       if (now - p->last_seen > m->lease_s) {
         lost = r;
+        lost_gen = p->gen;
         lost_call = p->call;
         srv_call_ref(lost_call);
         srv_attach *a = lost_call->user;
@@ -657,11 +753,12 @@ static void *srv_mesh_timer_main(void *arg) {
       }
     }
     if (lost) {
+      tick_at = 0;
       pthread_mutex_unlock(&m->mu);
       char why[128];
       snprintf(why, sizeof why, "silent for more than the %.0f s lease",
                m->lease_s);
-      srv_mesh_rank_gone(m, lost, lost_call, why);
+      srv_mesh_rank_gone(m, lost, lost_call, lost_gen, why);
       srv_call_unref(lost_call);
       pthread_mutex_lock(&m->mu);
       continue;
@@ -719,18 +816,35 @@ int srv_mesh_start(srv *s) {
   bool formed = m->formed, interrupted = m->interrupted;
   char miss[256];
   int n = srv_missing(m, miss, sizeof miss);
+  /* The missing ranks the coordinator refused: why, last (a wrong secret,
+   * version... is not fixed by --world-size). */
+  char refused[1024] = "";
+  size_t at = 0;
+  int n_refused = 0;
+  for (int r = 1; r < m->world; r++)
+    if (!m->peer[r].attached && m->peer[r].refused[0]) {
+      int k = snprintf(refused + at, at < sizeof refused ? sizeof refused - at
+                                                         : 0,
+                       "; rank %d was refused: %s", r, m->peer[r].refused);
+      if (k > 0) at += (size_t)k;
+      n_refused++;
+    }
   pthread_mutex_unlock(&m->mu);
   if (formed) return 0;
   if (interrupted)
     SRV_ERROR("mesh: stopped (a signal) while waiting for rank%s %s to "
               "attach",
               n > 1 ? "s" : "", miss);
+  else if (n && n_refused == n)
+    SRV_ERROR("mesh: rank%s %s did not attach within [mesh] join_timeout_s "
+              "(%.0f s): giving up%s",
+              n > 1 ? "s" : "", miss, m->join_timeout_s, refused);
   else if (n)
     SRV_ERROR("mesh: rank%s %s did not attach within [mesh] join_timeout_s "
               "(%.0f s): giving up (start them with --world-size %d "
-              "--coordinator %s and their --rank)",
+              "--coordinator %s and their --rank)%s",
               n > 1 ? "s" : "", miss, m->join_timeout_s, m->world,
-              m->coordinator);
+              m->coordinator, refused);
   else
     SRV_ERROR("mesh: every rank attached but the mesh did not form within "
               "[mesh] join_timeout_s (%.0f s): the collective transports "

@@ -35,6 +35,15 @@ typedef struct srv_mesh_peer {
   bool end;          /* end the stream with UNAVAILABLE end_msg */
   char end_msg[512];
   bool ever; /* attached at least once */
+  /* Each attach's number (srv_attach.gen): a loss, a silence, a transport
+   * answer counts only for the stream of the rank's current attach. */
+  uint64_t gen;
+  /* A loss of this rank is being applied (the data plane told, sessions
+   * killed, the transport dropped, outside mu): a new attach waits for it
+   * (refused with UNAVAILABLE; the rank tries again), so that the loss's
+   * consequences never land on the re-formed mesh (trial finding A7). */
+  bool gone_busy;
+  char refused[320]; /* the last refusal of an Attach for this rank */
 } srv_mesh_peer;
 
 struct srv_mesh {

@@ -62,6 +62,8 @@ struct srv_mesh_link {
   uint64_t coord_incarnation;
   bool ever_formed;
   bool join_done; /* srv_mesh_link_start stopped waiting */
+  /* The last MeshFormed built, and its coordinator's incarnation. */
+  uint64_t formed_epoch, formed_inc;
 };
 
 /* --- sending --------------------------------------------------------------- */
@@ -312,6 +314,16 @@ static void srv_link_hello(srv_mesh_link *L) {
 
 static void srv_link_formed(srv_mesh_link *L, const Paradev__V1__MeshFormed *f) {
   srv_mesh *m = L->m;
+  if (L->formed_inc == L->coord_incarnation && f->epoch <= L->formed_epoch) {
+    /* A coordinator's epochs only grow: an old one never replaces the
+     * transport of a newer one. */
+    SRV_WARN("mesh: the coordinator sent epoch %" PRIu64 " after epoch "
+             "%" PRIu64 ": ignored",
+             f->epoch, L->formed_epoch);
+    return;
+  }
+  L->formed_epoch = f->epoch;
+  L->formed_inc = L->coord_incarnation;
   SRV_INFO("mesh: the coordinator formed epoch %" PRIu64
            " (%zu ranks): building this rank's collective transport",
            f->epoch, f->n_ranks);
@@ -435,6 +447,8 @@ static bool srv_link_attempt(srv_mesh_link *L) {
   bool recv_pending = srv_link_recv(L), cancelled = false, welcomed = false;
   L->last_heard = srv_mesh_now();
   const double hb = m->lease_s / 4;
+  const double stall = hb > 0.25 ? hb : 0.25;
+  double prev = L->last_heard; /* when the queue last answered */
   for (;;) {
     pthread_mutex_lock(&L->mu);
     bool sending = L->sending;
@@ -449,6 +463,11 @@ static bool srv_link_attempt(srv_mesh_link *L) {
                      gpr_time_from_millis(50, GPR_TIMESPAN)),
         NULL);
     double now = srv_mesh_now();
+    /* This thread did not run for longer than a heartbeat's period (the
+     * daemon was stopped, or it built a transport): the silence over that
+     * gap is this rank's own, not the coordinator's; its clock restarts. */
+    if (now - prev > stall && !cancelled) L->last_heard = now;
+    prev = now;
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
       if (cancelled || status_pending == false) continue;
       if (atomic_load(&L->stop)) {

@@ -11,14 +11,17 @@ coordinator degraded within lease + 2 s, naming the rank; sessions refused
 while it is), the rank restarted (re-formed, epoch 2), the coordinator
 SIGKILLed (the rank drops its state and waits; a new coordinator and the
 rank form again), client calls at a rank refused, graph functions refused
-on a mesh, and --check-config's mesh line from a Slurm environment. Uses no
-gRPC library: /metrics over HTTP and the `paradev` CLI.
+on a mesh, --check-config's mesh line from a Slurm environment, the shared
+secret's messages (none sent, a wrong one, one not checked, a refusal named
+in the join timeout), and the coordinator SIGSTOPped for 1.5 leases (not
+blamed on the ranks; whole again, with a working cross-rank collective).
+Uses /metrics over HTTP and the `paradev` CLI.
 
 Every wait is bounded; every daemon started is stopped (atexit as well).
 
-GetServerInfo.mesh is read with python3-grpcio and the protoc message
-classes when PYTHON_PROTO_DIR is given and grpcio is installed (skipped
-otherwise, the rest still runs).
+GetServerInfo.mesh and the collective (AllReduce of DeviceId) are run with
+python3-grpcio and the protoc message classes when PYTHON_PROTO_DIR is
+given and grpcio is installed (skipped otherwise, the rest still runs).
 
 Usage: test_mesh_control.py PARADEVD PARADEV_CLI [PYTHON_PROTO_DIR]
 Exit 0: all passed; 1: a check failed.
@@ -29,6 +32,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -81,6 +85,9 @@ def write_conf(name, text):
 
 CONF = write_conf("mesh.conf", "[mesh]\nlease_s = %d\njoin_timeout_s = 20\n"
                   % LEASE)
+SECRET = write_conf("secret", "s3cr3t\n")
+SECRET_CONF = write_conf("secret.conf", "[mesh]\nlease_s = %d\njoin_timeout_s "
+                         "= 20\nsecret_file = %s\n" % (LEASE, SECRET))
 
 
 class Daemon:
@@ -178,6 +185,46 @@ def server_info(d):
                            request_serializer=lambda m: m.SerializeToString(),
                            response_deserializer=pb.GetServerInfoResponse.FromString)
         return f(pb.GetServerInfoRequest(), timeout=10)
+
+
+def grpc_call(d, method, req, resp_cls, stream=False, timeout=30):
+    with grpc.insecure_channel("unix:" + d.sock) as ch:
+        mk = ch.unary_stream if stream else ch.unary_unary
+        f = mk("/paradev.v1.ParallelDevice/" + method,
+               request_serializer=lambda m: m.SerializeToString(),
+               response_deserializer=resp_cls.FromString)
+        r = f(req, timeout=timeout)
+        return list(r) if stream else r
+
+
+def device_id_sum(d):
+    """AllReduce(sum) of DeviceId over every device of a new session on the
+    coordinator `d`, downloaded: the sum of the global device indices (a
+    cross-rank collective through the mesh's transport). None without
+    grpcio."""
+    if not pb:
+        return None
+    tok = grpc_call(d, "CreateSession",
+                    pb.CreateSessionRequest(client_name="mesh-ctl"),
+                    pb.CreateSessionResponse).session_token
+    try:
+        red = pb.Attr(name="reduction", value=pb.AttrValue(s="sum"))
+        grpc_call(d, "Execute", pb.ExecuteRequest(session_token=tok, ops=[
+            pb.Operation(op="DeviceId", output_ids=[1]),
+            pb.Operation(op="AllReduce", inputs=[1], output_ids=[2],
+                         attrs=[red])]), pb.ExecuteResponse)
+        msgs = grpc_call(d, "Download", pb.DownloadRequest(
+            session_token=tok, id=2,
+            layout=pb.Layout(kind=pb.LAYOUT_MIRRORED)),
+            pb.DownloadResponse, stream=True)
+        hdr = msgs[0].header
+        data = b"".join(m.chunk.data for m in msgs[1:])
+        fmt = {pb.DTYPE_INT32: "<i", pb.DTYPE_INT64: "<q",
+               pb.DTYPE_FLOAT32: "<f"}[hdr.dtype]
+        return struct.unpack(fmt, data)[0]
+    finally:
+        grpc_call(d, "CloseSession", pb.CloseSessionRequest(session_token=tok),
+                  pb.CloseSessionResponse)
 
 
 def wait_for(what, fn, timeout, d=None):
@@ -326,13 +373,19 @@ def test_silence_and_secret():
     """Heartbeats: a stopped (SIGSTOP) rank is lost after the lease, and a
     stopped coordinator is lost to its rank after the lease; the shared
     secret."""
-    secret = write_conf("secret", "s3cr3t\n")
-    conf = write_conf("secret.conf", "[mesh]\nlease_s = %d\njoin_timeout_s = "
-                      "20\nsecret_file = %s\n" % (LEASE, secret))
+    conf = SECRET_CONF
     port = free_port()
     d0 = Daemon(0, 2, port, conf=conf, tag="sil-r0")
     bad = Daemon(1, 2, port, tag="sil-nosecret")
     check(bad.wait_exit(20) != 0, "a rank without the secret")
+    check("rank 1 (127.0.0.1) sent no shared secret; this coordinator "
+          "requires one (set [mesh] secret_file on every rank" in bad.log(),
+          bad.log())
+    wrong = write_conf("wrong", "other\n")
+    wconf = write_conf("wrong.conf", "[mesh]\nlease_s = %d\njoin_timeout_s "
+                       "= 20\nsecret_file = %s\n" % (LEASE, wrong))
+    bad = Daemon(1, 2, port, conf=wconf, tag="sil-wrongsecret")
+    check(bad.wait_exit(20) != 0, "a rank with the wrong secret")
     check("the mesh's shared secret does not match" in bad.log(), bad.log())
     d1 = Daemon(1, 2, port, conf=conf, tag="sil-r1")
     wait_for("formed", lambda: formed(d0, 1), 30, d0)
@@ -372,9 +425,14 @@ def test_exit_on_coordinator_loss():
 
 def test_three_ranks():
     port = free_port()
-    ds = [Daemon(r, 3, port, tag="three-r%d" % r) for r in (2, 0, 1)]
+    ds = [Daemon(r, 3, port, tag="three-r%d" % r,
+                 conf=SECRET_CONF if r == 1 else CONF) for r in (2, 0, 1)]
     d0 = ds[1]
     wait_for("3 ranks formed", lambda: formed(d0, 1), 30, d0)
+    # Rank 1's secret is not checked by a coordinator without one: it says so.
+    check("rank 1 (127.0.0.1) offered a shared secret, but this coordinator "
+          "has no [mesh] secret_file and does not check it" in d0.log(),
+          d0.log())
     for d in ds:
         wait_for("rank %d joined" % d.rank, lambda: formed(d, 1), 30, d)
     m = d0.metrics()
@@ -402,6 +460,21 @@ def test_join_timeouts():
     check(c.wait_exit(20) != 0, "coordinator exit status")
     check("rank 1 did not attach within [mesh] join_timeout_s (2 s)"
           in c.log(), c.log())
+    # A missing rank that was refused (no secret): the timeout names why,
+    # not --world-size.
+    sconf = write_conf("short-secret.conf", "[mesh]\nlease_s = %d\n"
+                       "join_timeout_s = 4\nsecret_file = %s\n"
+                       % (LEASE, SECRET))
+    port = free_port()
+    c = Daemon(0, 2, port, conf=sconf, tag="jt-secret")
+    wait_for("the mesh port", lambda: "waiting up to 4 s" in c.log(), 10, c)
+    r = Daemon(1, 2, port, conf=conf, tag="jt-nosecret")
+    check(r.wait_exit(20) != 0, "rank without the secret exit status")
+    check(c.wait_exit(20) != 0, "coordinator exit status")
+    log = c.log()
+    check("rank 1 did not attach within [mesh] join_timeout_s (4 s): giving "
+          "up; rank 1 was refused: rank 1 (127.0.0.1) sent no shared secret"
+          in log and "--world-size" not in log.split("giving up")[-1], log)
     r = Daemon(1, 2, free_port(), conf=conf, tag="jt-rank")
     check(r.wait_exit(20) != 0, "rank exit status")
     log = r.log()
@@ -415,6 +488,56 @@ def test_join_timeouts():
     check(w.wait_exit(10) != 0, "exit status after SIGTERM while joining")
     check("stopped (a signal) while waiting for rank 1 to attach" in w.log(),
           w.log())
+
+
+def test_coordinator_stopped():
+    """The coordinator SIGSTOPped for 1.5 leases, twice, on a 3-rank mesh
+    (trial finding A7): its own stall is not blamed on the ranks (their
+    silence clocks restart), the ranks' broken streams are lost and
+    re-attach, and within a bound the mesh is formed, not degraded, every
+    rank in the coordinator's epoch, with no loss applied after the
+    re-formation, and a cross-rank collective computes the sum of the
+    device indices (0 + 1 + ... + 5)."""
+    conf = write_conf("stop.conf", "[mesh]\nlease_s = %d\njoin_timeout_s = "
+                      "20\ncollective_timeout_s = 10\n" % LEASE)
+    port = free_port()
+    ds = [Daemon(r, 3, port, conf=conf, tag="stop-r%d" % r) for r in (0, 1, 2)]
+    d0 = ds[0]
+    for d in ds:
+        wait_for("rank %d formed" % d.rank, lambda: formed(d, 1), 30, d)
+    v = device_id_sum(d0)
+    check(v is None or v == 15, "AllReduce of DeviceId before: %r" % v)
+    for cycle in range(2):
+        d0.p.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.5 * LEASE)
+        finally:
+            d0.p.send_signal(signal.SIGCONT)
+
+        def whole():
+            m = d0.metrics()
+            if not (m.get("paradev_mesh_formed") == 1 and
+                    m.get("paradev_mesh_degraded") == 0):
+                return False
+            e = m.get("paradev_mesh_epoch")
+            return all(formed(d, e) for d in ds[1:]) and e
+        epoch = wait_for("whole again after the stop", whole, 4 * LEASE + 20,
+                         d0)
+        log = d0.log()
+        check("the coordinator's timer did not run for" in log, log)
+        check("silent for more than" not in log, log)
+        check(d0.ready()[0] == 200, d0.ready())
+        # The re-formation of this epoch came after every loss (none of an
+        # older stream landed on it).
+        last_form = log.rfind("epoch %d, 3 ranks of 2 devices" % epoch)
+        check(last_form >= 0 and not re.search(r"mesh: rank \d .* lost",
+                                               log[last_form:]), log)
+        v = device_id_sum(d0)
+        check(v is None or v == 15, "AllReduce of DeviceId after stop %d: %r"
+              % (cycle, v))
+        check(formed(d0, epoch), "the collective left the mesh as it was")
+    for d in ds[1:] + [d0]:
+        check(d.stop() == 0, d.log())
 
 
 def test_check_config():
@@ -452,7 +575,7 @@ def test_check_config():
 def main():
     tests = [test_check_config, test_two_ranks_lifecycle, test_three_ranks,
              test_join_timeouts, test_silence_and_secret,
-             test_exit_on_coordinator_loss]
+             test_exit_on_coordinator_loss, test_coordinator_stopped]
     failed = 0
     for t in tests:
         t0 = time.monotonic()
