@@ -605,7 +605,6 @@ sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token) {
   if (srv_call_identity(c, &id, &st) != PD_OK ||
       sched_session_open(c->s->sched, token.data, token.len, &ss, &st) !=
           PD_OK) {
-    srv_mesh_explain_session(c->s->mesh, &st);
     srv_call_fail(c, &st);
     return NULL;
   }

@@ -228,9 +228,10 @@ static void srv_mesh_maybe_formed(srv_mesh *m) {
   pthread_cond_broadcast(&m->cv);
 }
 
-/* Ends every open session: their tensors had components on the lost rank.
- * Returns how many. No mesh lock held. */
-static int srv_mesh_kill_sessions(srv_mesh *m) {
+/* Ends every open session: their tensors had components on the lost rank;
+ * their queued ops, and later calls with their tokens, fail with
+ * UNAVAILABLE and `why` (the loss). Returns how many. No mesh lock held. */
+static int srv_mesh_kill_sessions(srv_mesh *m, const char *why) {
   if (!m->s->sched) return 0;
   sched_session_view *v = NULL;
   int n = sched_list_sessions(m->s->sched, NULL, &v), killed = 0;
@@ -238,7 +239,9 @@ static int srv_mesh_kill_sessions(srv_mesh *m) {
     sched_kill_target t = {NULL, 0, NULL, v[i].seq};
     sched_kill_result r;
     dev_status st = DEV_STATUS_INIT;
-    if (sched_kill(m->s->sched, &t, &r, &st) == PD_OK) killed += r.sessions;
+    if (sched_kill_because(m->s->sched, &t, PD_UNAVAILABLE, why, &r, &st) ==
+        PD_OK)
+      killed += r.sessions;
   }
   free(v);
   atomic_fetch_add(&m->sessions_killed, (uint64_t)killed);
@@ -281,7 +284,6 @@ static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
   snprintf(m->reason, sizeof m->reason, "%s rank%s %s missing (rank %d: %s)",
            was ? "degraded:" : "not formed:", strchr(miss, ',') ? "s" : "",
            miss, rank, why);
-  if (was) snprintf(m->loss_msg, sizeof m->loss_msg, "%s", msg);
   for (int r = 1; r < m->world; r++)
     if (m->peer[r].attached) {
       m->peer[r].send_state = true;
@@ -292,7 +294,7 @@ static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
 
   atomic_fetch_add(&m->losses, 1);
   srv_mesh_fwd_rank_lost(m, rank, msg);
-  int killed = was ? srv_mesh_kill_sessions(m) : 0;
+  int killed = was ? srv_mesh_kill_sessions(m, msg) : 0;
   if (was) srv_mesh_drop_transport(m);
   if (was)
     SRV_ERROR("mesh: rank %d (%s) lost: %s; mesh degraded; %d session%s "
