@@ -141,6 +141,12 @@ static pd_code sched_kill_as(sched *s, const sched_kill_target *t,
     sched_session *ss = victims;
     victims = ss->next;
     uint64_t bytes = 0;
+    if (why) {
+      pthread_mutex_lock(&ss->mu);
+      ss->end_code = code;
+      snprintf(ss->end_msg, sizeof ss->end_msg, "%s", why);
+      pthread_mutex_unlock(&ss->mu);
+    }
     r.handles += sched_end_session(
         ss, why ? SCHED_END_FAILED : SCHED_END_KILLED,
         why ? code : PD_CANCELLED,

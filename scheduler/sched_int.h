@@ -332,6 +332,10 @@ struct sched_session {
 
   pthread_mutex_t mu; /* lock 2: guards closed .. attached */
   bool closed;        /* ended: handles released, nothing attaches */
+  /* Set (under mu) before the session ends by sched_kill_because: the
+   * code and reason calls in flight then get (PD_OK: other ends). */
+  pd_code end_code;
+  char end_msg[512];
   sched_htab handles;
   uint64_t bytes;
   /* The same bytes per engine device (written under mu, read by listings
@@ -594,7 +598,7 @@ void sched_set_load_hook(sched *s, sched_load_hook_fn fn, void *arg,
 
 /* --- handles.c ------------------------------------------------------------- */
 
-pd_code sched_closed_error(dev_status *st);
+pd_code sched_closed_error(const struct sched_session *ss, dev_status *st);
 
 /* functions.c: prepares op `name` of the session -- a call of one of its
  * functions (dev_fn_prepare_call_on) or else a registered op

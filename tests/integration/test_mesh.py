@@ -587,6 +587,23 @@ def check_rank_lost():
                 "the all-reduce loop failed before rank 1 was killed: %s" % err
             assert err is not None, "40 all-reduces after rank 1 was SIGKILLed succeeded"
             waited = time.monotonic() - t0
+            # The loss ends the session (logged after it): its ops and its
+            # token then get UNAVAILABLE naming the loss, and the log says
+            # why it ended, not "killed by an operator" (trial B2, A5).
+            wait_for(lambda: mesh.coord.find(r"mesh: rank 1 .* lost: .* session"),
+                     "the coordinator's loss line", LEASE_S + FAIL_MARGIN_S,
+                     mesh.logs)
+            ended = None
+            try:
+                s.ops.Fill(shape=(4,), value=1.0, dtype="float32").numpy(
+                    paradev.component(0))
+            except paradev.Error as e:
+                ended = e
+            assert ended is not None and ended.code_name == "UNAVAILABLE" and \
+                "the mesh lost rank 1" in (ended.message or ""), \
+                "a call on the session the loss ended: %r" % ended
+            assert mesh.coord.find(r"\) ended: the mesh lost rank 1 "), mesh.logs()
+            assert not mesh.coord.find(r"killed by an operator"), mesh.logs()
         finally:
             try:
                 s.close()

@@ -962,6 +962,11 @@ static void test_kill_because(void **state) {
   assert_int_equal(
       sched_session_open(s, ib.token, SCHED_TOKEN_BYTES, &z, &st),
       PD_NOT_FOUND);
+  /* A call in flight (it opened the session first) learns it too. */
+  dev_status ce = DEV_STATUS_INIT;
+  assert_int_equal(sched_handle_get(a, 1, &ta, &ce), PD_UNAVAILABLE);
+  if (!strstr(ce.msg, "it was ended: the mesh lost rank 1"))
+    fail_msg("%s", ce.msg);
   sched_stats ss = {.struct_size = sizeof(ss)};
   sched_get_stats(s, &ss);
   assert_int_equal(ss.sessions_killed, 2);
