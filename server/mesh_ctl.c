@@ -409,6 +409,14 @@ static void srv_attach_hello(srv_call *c, srv_attach *a,
   p->ready_epoch = 0;
   p->end = false;
   a->rank = (int)h->rank;
+  /* Its devices' names and memory as it reported them (B6, B7): the
+   * coordinator's info, quotas' shares and placement names use them. */
+  for (int i = 0; i < m->per_rank; i++)
+    dev_engine_mesh_set_remote_device(
+        m->s->engine, (int)h->rank * m->per_rank + i,
+        i < (int)h->n_device_names ? h->device_names[i] : NULL,
+        i < (int)h->n_device_memory_limits ? h->device_memory_limits[i] : 0,
+        i < (int)h->n_device_memory_totals ? h->device_memory_totals[i] : 0);
   char miss[256];
   int n_miss = srv_missing(m, miss, sizeof miss);
   if (!m->formed && !m->forming && n_miss)
@@ -416,6 +424,10 @@ static void srv_attach_hello(srv_call *c, srv_attach *a,
              m->degraded ? "degraded" : "not formed", n_miss > 1 ? "s" : "",
              miss);
   pthread_mutex_unlock(&m->mu);
+  /* A default quota that is a share of the mesh's memory was worked out
+   * before the ranks attached: again, with this rank's real limits. */
+  atomic_store(&m->s->rt.default_memory_quota,
+               srv_default_quota(&m->s->opt, m->s->engine));
 
   Paradev__V1__CoordinatorMessage out = PARADEV__V1__COORDINATOR_MESSAGE__INIT;
   Paradev__V1__MeshWelcome w = PARADEV__V1__MESH_WELCOME__INIT;
