@@ -197,6 +197,19 @@ bool dev_engine_device_is_local(const dev_engine *e, int device);
  * old one until they end. Thread-safe. */
 void dev_engine_mesh_set_transport(dev_engine *e, dev_mesh_transport *t);
 
+/* What the rank owning remote engine device `device` said of it when it
+ * attached (the coordinator, server/mesh_ctl.c): its name on that rank
+ * (the engine names the device "r<R>/<name>", e.g. "r1/cpu:0"; until then
+ * "r<R>/dev:<i>"; NULL or "": unchanged) and its memory limit and total in
+ * bytes (0: unknown: local device 0's figures stand in), which
+ * memory_stats reports from then on (info, quotas' shares). A local
+ * device, an engine without a mesh or a device out of range: ignored.
+ * Thread-safe (a reader of the name may see the old one while it changes,
+ * which happens only at a rank's first attach). */
+void dev_engine_mesh_set_remote_device(dev_engine *e, int device,
+                                       const char *name, uint64_t bytes_limit,
+                                       uint64_t bytes_total);
+
 /* The last seq the engine handed out (0 before any op). Thread-safe. */
 uint64_t dev_engine_last_seq(dev_engine *e);
 /* Coordinator: the next op's seq will be above `seq` (no-op when it is

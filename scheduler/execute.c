@@ -418,7 +418,7 @@ pd_code sched_execute(sched_session *ss, const sched_op *ops, int n,
   dev_status inner = DEV_STATUS_INIT;
   int bad = -1; /* the op an error names; -1: the request's error, in st */
   pthread_mutex_lock(&ss->mu);
-  pd_code c = ss->closed ? sched_closed_error(st) : PD_OK;
+  pd_code c = ss->closed ? sched_closed_error(ss, st) : PD_OK;
   for (int i = 0; c == PD_OK && i < n; i++)
     if ((c = exec_prepare_op(&x, i, &results[i], &inner)) != PD_OK) bad = i;
   if (c == PD_OK) c = exec_reserve_locked(&x, tag, st);

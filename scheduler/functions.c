@@ -31,7 +31,7 @@ pd_code sched_register_function(sched_session *ss, const dev_fn_def *def,
   pthread_mutex_lock(&ss->mu);
   dev_fn_lib *lib = NULL;
   pd_code c =
-      ss->closed ? sched_closed_error(st) : fns_get_locked(ss, &lib, st);
+      ss->closed ? sched_closed_error(ss, st) : fns_get_locked(ss, &lib, st);
   /* The engine bounds it too; the message here names the limit whatever
    * the engine's words. A name already there is the engine's to judge
    * (identical: a no-op; else ALREADY_EXISTS). */
@@ -56,7 +56,7 @@ pd_code sched_describe_function(sched_session *ss, const char *name,
   pthread_mutex_lock(&ss->mu);
   pd_code c = PD_OK;
   if (ss->closed)
-    c = sched_closed_error(st);
+    c = sched_closed_error(ss, st);
   else if (!ss->fns || !dev_fn_lib_has(ss->fns, name))
     c = dev_error(st, PD_NOT_FOUND,
                   "no function '%.128s' in this session (RegisterFunction "

@@ -7,7 +7,10 @@
 
 #include "sched_int.h"
 
-pd_code sched_closed_error(dev_status *st) {
+pd_code sched_closed_error(const sched_session *ss, dev_status *st) {
+  if (ss->end_code != PD_OK) /* the daemon ended it: say why */
+    return dev_error(st, ss->end_code, "session not found: it was ended: %s",
+                     ss->end_msg);
   return dev_error(st, PD_NOT_FOUND,
                    "session not found: closed or lease expired during the "
                    "call");
@@ -26,7 +29,7 @@ pd_code sched_handle_get(sched_session *ss, uint64_t id, dev_tensor **out,
   pd_code c = PD_OK;
   sched_slot *sl = NULL;
   if (ss->closed) {
-    c = sched_closed_error(st);
+    c = sched_closed_error(ss, st);
   } else if ((sl = sched_htab_find(&ss->handles, id)) == NULL) {
     c = sched_not_found(id, st);
   } else {
@@ -40,7 +43,7 @@ pd_code sched_handle_get(sched_session *ss, uint64_t id, dev_tensor **out,
 /* Every id live and none twice (ss->mu held). */
 static pd_code sched_check_delete_locked(sched_session *ss, const uint64_t *ids,
                                          int n, dev_status *st) {
-  if (ss->closed) return sched_closed_error(st);
+  if (ss->closed) return sched_closed_error(ss, st);
   for (int i = 0; i < n; i++) {
     if (!sched_htab_find(&ss->handles, ids[i]))
       return sched_not_found(ids[i], st);
@@ -234,7 +237,7 @@ pd_code sched_collect(sched_session *ss, const uint64_t *ids, int n,
   pthread_mutex_lock(&ss->mu);
   if (ss->closed) {
     pthread_mutex_unlock(&ss->mu);
-    return sched_closed_error(st);
+    return sched_closed_error(ss, st);
   }
   size_t cnt = n > 0 ? (size_t)n : ss->handles.live;
   sched_ref *list = calloc(cnt ? cnt : 1, sizeof(*list));

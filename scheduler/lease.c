@@ -33,7 +33,7 @@ static void sched_expire(sched *s, sched_session *expired) {
   while (expired) {
     sched_session *ss = expired;
     expired = ss->next;
-    sched_end_session(ss, SCHED_END_EXPIRED,
+    sched_end_session(ss, SCHED_END_EXPIRED, PD_CANCELLED,
                       "the session's lease expired before the op ran", NULL);
     atomic_fetch_add(&s->n_expired, 1);
     sched_session_put(ss); /* the table's reference */

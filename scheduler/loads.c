@@ -564,7 +564,7 @@ static pd_code load_plan(load *ld, const sched_load_request *req,
 /* The session is open, no id is live, and the tensors fit (ss->mu held). */
 static pd_code load_room_locked(load *ld, uint64_t bytes, dev_status *st) {
   sched_session *ss = ld->ss;
-  if (ss->closed) return sched_closed_error(st);
+  if (ss->closed) return sched_closed_error(ss, st);
   for (int i = 0; i < ld->n_tensors; i++)
     if (sched_htab_find(&ss->handles, ld->tensors[i].id))
       return dev_error(st, PD_ALREADY_EXISTS,
@@ -710,7 +710,7 @@ pd_code sched_load_new(sched_session *ss, const sched_load_request *req,
   pthread_mutex_unlock(&ss->mu);
   if (closed) {
     load_free(&ld->io);
-    return sched_closed_error(st);
+    return sched_closed_error(ss, st);
   }
   sched_io_begin(ss->owner);
   *out = &ld->io;

@@ -11,6 +11,7 @@ const char *sched_end_reason_name(sched_end_reason why) {
     case SCHED_END_EXPIRED: return "expired";
     case SCHED_END_KILLED: return "killed";
     case SCHED_END_STOPPED: return "stopped";
+    case SCHED_END_FAILED: return "failed";
   }
   return "unknown";
 }
@@ -52,10 +53,10 @@ void *sched_session_attached(sched_session *ss, int key) {
   return state;
 }
 
-void sched_notify_end(sched_session *ss, sched_end_reason why, uint64_t handles,
-                      void *const *states) {
+void sched_notify_end(sched_session *ss, sched_end_reason why, const char *msg,
+                      uint64_t handles, void *const *states) {
   sched *s = ss->owner;
-  sched_end_info info = {ss->seq, ss->client, ss->job, why, handles};
+  sched_end_info info = {ss->seq, ss->client, ss->job, why, handles, msg};
   for (int k = 0; k < s->num_observers; k++)
     if (s->observers[k].on_end)
       s->observers[k].on_end(s->observers[k].arg, &info, states[k]);

@@ -1,5 +1,7 @@
 /* Operators' view of sessions: listing them (admin "sessions") and killing
- * them by token, number or job (SCHED_END_KILLED). */
+ * them by token, number or job (SCHED_END_KILLED); the daemon's own kills
+ * (sched_kill_because, SCHED_END_FAILED), remembered for later calls. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,8 +101,24 @@ static pd_code sched_take_victims_locked(sched *s, const sched_kill_target *t,
   return PD_OK;
 }
 
-pd_code sched_kill(sched *s, const sched_kill_target *t, sched_kill_result *out,
-                   dev_status *st) {
+/* Remembers the victims' tokens under a new reason (sched.mu held). */
+static void sched_remember_locked(sched *s, sched_session *victims,
+                                  pd_code code, const char *why) {
+  uint64_t r = s->n_reasons++;
+  s->reasons[r % SCHED_REASONS_KEPT].code = code;
+  snprintf(s->reasons[r % SCHED_REASONS_KEPT].why,
+           sizeof s->reasons[0].why, "%s", why);
+  for (sched_session *ss = victims; ss; ss = ss->next) {
+    uint64_t k = s->n_ended++ % SCHED_ENDED_KEPT;
+    memcpy(s->ended[k].token, ss->token, SCHED_TOKEN_BYTES);
+    s->ended[k].reason = r;
+  }
+}
+
+/* sched_kill and sched_kill_because: an operator's kill when why is NULL. */
+static pd_code sched_kill_as(sched *s, const sched_kill_target *t,
+                             pd_code code, const char *why,
+                             sched_kill_result *out, dev_status *st) {
   int given = (t->token != NULL || t->token_len != 0) + (t->job != NULL) +
               (t->seq != 0);
   if (given != 1)
@@ -115,6 +133,7 @@ pd_code sched_kill(sched *s, const sched_kill_target *t, sched_kill_result *out,
   sched_session *victims = NULL;
   pthread_mutex_lock(&s->mu);
   pd_code c = sched_take_victims_locked(s, t, &victims, st);
+  if (c == PD_OK && why) sched_remember_locked(s, victims, code, why);
   pthread_mutex_unlock(&s->mu);
   if (c != PD_OK) return c;
   sched_kill_result r = {0, 0, 0};
@@ -122,9 +141,17 @@ pd_code sched_kill(sched *s, const sched_kill_target *t, sched_kill_result *out,
     sched_session *ss = victims;
     victims = ss->next;
     uint64_t bytes = 0;
+    if (why) {
+      pthread_mutex_lock(&ss->mu);
+      ss->end_code = code;
+      snprintf(ss->end_msg, sizeof ss->end_msg, "%s", why);
+      pthread_mutex_unlock(&ss->mu);
+    }
     r.handles += sched_end_session(
-        ss, SCHED_END_KILLED,
-        "the session was killed by an operator before the op ran", &bytes);
+        ss, why ? SCHED_END_FAILED : SCHED_END_KILLED,
+        why ? code : PD_CANCELLED,
+        why ? why : "the session was killed by an operator before the op ran",
+        &bytes);
     r.bytes += bytes;
     r.sessions++;
     atomic_fetch_add(&s->n_killed, 1);
@@ -132,4 +159,18 @@ pd_code sched_kill(sched *s, const sched_kill_target *t, sched_kill_result *out,
   }
   if (out) *out = r;
   return PD_OK;
+}
+
+pd_code sched_kill(sched *s, const sched_kill_target *t, sched_kill_result *out,
+                   dev_status *st) {
+  return sched_kill_as(s, t, PD_CANCELLED, NULL, out, st);
+}
+
+pd_code sched_kill_because(sched *s, const sched_kill_target *t, pd_code code,
+                           const char *why, sched_kill_result *out,
+                           dev_status *st) {
+  if (code == PD_OK || !why || !*why)
+    return dev_error(st, PD_INVALID_ARGUMENT,
+                     "sched_kill_because: give an error code and a reason");
+  return sched_kill_as(s, t, code, why, out, st);
 }

@@ -99,7 +99,7 @@ static sched_qop *sched_unqueue_locked(sched_session *ss, bool all,
 }
 
 /* Abandons dropped ops in queue order (the list is reversed). */
-static void sched_abandon_list(sched_qop *q, const char *why) {
+static void sched_abandon_list(sched_qop *q, pd_code code, const char *why) {
   sched_qop *rev = NULL;
   while (q) {
     sched_qop *next = q->next;
@@ -109,8 +109,8 @@ static void sched_abandon_list(sched_qop *q, const char *why) {
   }
   while (rev) {
     sched_qop *next = rev->next;
-    dev_op_abandon(rev->op, PD_CANCELLED, why);
-    sched_count_outcome(rev->owner, rev->op_index, PD_CANCELLED);
+    dev_op_abandon(rev->op, code, why);
+    sched_count_outcome(rev->owner, rev->op_index, code);
     atomic_fetch_add(&rev->owner->n_dropped, 1);
     sched_qop_free(rev->owner, rev);
     rev = next;
@@ -119,10 +119,10 @@ static void sched_abandon_list(sched_qop *q, const char *why) {
 
 /* Abandons dropped ops, then lets waiters on them go. */
 static void sched_finish_drop(sched_session *ss, sched_qop *dropped, int n,
-                              const char *why) {
+                              pd_code code, const char *why) {
   if (n == 0) return;
   sched *s = ss->owner;
-  sched_abandon_list(dropped, why);
+  sched_abandon_list(dropped, code, why);
   pthread_mutex_lock(&s->qmu);
   ss->dropping -= n;
   sched_dwait *w = sched_take_waiters_locked(ss);
@@ -132,7 +132,7 @@ static void sched_finish_drop(sched_session *ss, sched_qop *dropped, int n,
 }
 
 /* Unqueues (all, or those with `tag`) and drops; returns how many. */
-static int sched_drop(sched_session *ss, bool all, uint64_t tag,
+static int sched_drop(sched_session *ss, bool all, uint64_t tag, pd_code code,
                       const char *why) {
   sched *s = ss->owner;
   int n = 0;
@@ -148,18 +148,18 @@ static int sched_drop(sched_session *ss, bool all, uint64_t tag,
   /* Their outputs fail before qmu is let go: an op left in the queue that
    * reads one (another tag's) may be submitted as soon as it is, and must
    * find the error there, not a buffer never allocated. */
-  sched_abandon_list(d, why);
+  sched_abandon_list(d, code, why);
   pthread_mutex_unlock(&s->qmu);
-  sched_finish_drop(ss, NULL, n, why);
+  sched_finish_drop(ss, NULL, n, code, why);
   return n;
 }
 
-void sched_drop_queue(sched_session *ss, const char *why) {
-  sched_drop(ss, true, 0, why);
+void sched_drop_queue(sched_session *ss, pd_code code, const char *why) {
+  sched_drop(ss, true, 0, code, why);
 }
 
 int sched_cancel(sched_session *ss, uint64_t tag) {
-  return sched_drop(ss, false, tag,
+  return sched_drop(ss, false, tag, PD_CANCELLED,
                     "the call that queued the op was cancelled");
 }
 

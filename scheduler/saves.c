@@ -377,7 +377,7 @@ static pd_code save_check_request(sched *s, const sched_save_request *req,
 static pd_code save_register(save *sv, dev_status *st) {
   sched_session *ss = sv->ss;
   pthread_mutex_lock(&ss->mu);
-  pd_code c = ss->closed ? sched_closed_error(st) : PD_OK;
+  pd_code c = ss->closed ? sched_closed_error(ss, st) : PD_OK;
   if (c == PD_OK) sched_io_add_locked(ss, &sv->io);
   pthread_mutex_unlock(&ss->mu);
   return c;

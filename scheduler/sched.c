@@ -177,7 +177,7 @@ static void sched_drain_ready(sched *s) {
     if (ss) ss->in_ready = false;
     pthread_mutex_unlock(&s->qmu);
     if (!ss) return;
-    sched_drop_queue(ss, "the daemon shut down before the op ran");
+    sched_drop_queue(ss, PD_CANCELLED, "the daemon shut down before the op ran");
     sched_session_put(ss);
   }
 }
@@ -194,7 +194,7 @@ static void sched_end_all(sched *s) {
     sched_session *ss = open;
     open = ss->next;
     ss->next = NULL;
-    sched_end_session(ss, SCHED_END_STOPPED,
+    sched_end_session(ss, SCHED_END_STOPPED, PD_CANCELLED,
                       "the daemon shut down before the op ran", NULL);
     sched_session_put(ss); /* the table's reference */
   }

@@ -332,6 +332,10 @@ struct sched_session {
 
   pthread_mutex_t mu; /* lock 2: guards closed .. attached */
   bool closed;        /* ended: handles released, nothing attaches */
+  /* Set (under mu) before the session ends by sched_kill_because: the
+   * code and reason calls in flight then get (PD_OK: other ends). */
+  pd_code end_code;
+  char end_msg[512];
   sched_htab handles;
   uint64_t bytes;
   /* The same bytes per engine device (written under mu, read by listings
@@ -387,6 +391,8 @@ typedef struct sched_limits {
 
 #define SCHED_LIM(s, f) atomic_load_explicit(&(s)->lim.f, memory_order_relaxed)
 
+#define SCHED_REASONS_KEPT 4
+
 struct sched {
   dev_engine *engine;
   sched_config cfg; /* incarnation, lease_check_ms, callbacks */
@@ -396,6 +402,20 @@ struct sched {
   int num_sessions;
   sched_tenant *tenants; /* tenants' accounts (tenants.c) */
   uint64_t next_seq;
+  /* Sessions sched_kill_because ended (a ring under mu, n_ended written
+   * ever): a later call with such a token learns why (sched_find_locked).
+   * Each names one of the last SCHED_REASONS_KEPT reasons (reason: its
+   * number, n_reasons written ever). */
+  struct {
+    uint8_t token[SCHED_TOKEN_BYTES];
+    uint64_t reason;
+  } ended[SCHED_ENDED_KEPT];
+  uint64_t n_ended;
+  struct {
+    pd_code code;
+    char why[512];
+  } reasons[SCHED_REASONS_KEPT];
+  uint64_t n_reasons;
   bool stopping;
   pthread_cond_t cv;
   pthread_t lease_thread;
@@ -523,8 +543,8 @@ uint64_t sched_estimate_ns(sched *s, const dev_op *op, int op_index,
 
 /* Tells every observer that `ss` ended, with states[k] for observer k (no
  * lock held). */
-void sched_notify_end(sched_session *ss, sched_end_reason why, uint64_t handles,
-                      void *const *states);
+void sched_notify_end(sched_session *ss, sched_end_reason why, const char *msg,
+                      uint64_t handles, void *const *states);
 
 /* --- workers.c -------------------------------------------------------------- */
 
@@ -578,7 +598,7 @@ void sched_set_load_hook(sched *s, sched_load_hook_fn fn, void *arg,
 
 /* --- handles.c ------------------------------------------------------------- */
 
-pd_code sched_closed_error(dev_status *st);
+pd_code sched_closed_error(const struct sched_session *ss, dev_status *st);
 
 /* functions.c: prepares op `name` of the session -- a call of one of its
  * functions (dev_fn_prepare_call_on) or else a registered op
@@ -671,7 +691,7 @@ void sched_qop_free(sched *s, sched_qop *q);
 /* Frees the free list (sched_destroy). */
 void sched_qop_pool_free(sched *s);
 /* Drops every queued op of a session being ended (no lock held). */
-void sched_drop_queue(sched_session *ss, const char *why);
+void sched_drop_queue(sched_session *ss, pd_code code, const char *why);
 /* Deadlines. Unlinks the queued ops of ss whose deadline passed by `now`
  * into a list (returned; *n of them), counted as `dropping` until
  * sched_finish_expire; *next_dl gets the earliest deadline of the ops left
@@ -708,9 +728,11 @@ void sched_unlink_locked(sched *s, sched_session *ss);
  * its handles, drops its queue, waits for what the dispatcher took of it and
  * gives its tenant's session slot back (takes sched.mu briefly) and tells
  * the observers. The caller then drops the table's reference.
- * *bytes (may be NULL) gets its accounted bytes. Returns the handles freed. */
+ * Its queued ops fail with `code` and `msg` (which observers see as
+ * sched_end_info.message). *bytes (may be NULL) gets its accounted bytes.
+ * Returns the handles freed. */
 uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
-                           const char *msg, uint64_t *bytes);
+                           pd_code code, const char *msg, uint64_t *bytes);
 
 /* --- lease.c, dispatch.c: the threads ------------------------------------ */
 

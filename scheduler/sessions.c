@@ -208,6 +208,18 @@ pd_code sched_find_locked(sched *s, const void *token, size_t len,
       return PD_OK;
     }
   }
+  /* Ended by the daemon (sched_kill_because): say why, newest first. */
+  uint64_t kept = s->n_ended < SCHED_ENDED_KEPT ? s->n_ended : SCHED_ENDED_KEPT;
+  for (uint64_t i = 0; i < kept; i++) {
+    uint64_t k = (s->n_ended - 1 - i) % SCHED_ENDED_KEPT;
+    uint64_t r = s->ended[k].reason;
+    if (!sched_token_eq(s->ended[k].token, token)) continue;
+    if (s->n_reasons - r > SCHED_REASONS_KEPT) break; /* forgotten */
+    r %= SCHED_REASONS_KEPT;
+    return dev_error(st, s->reasons[r].code,
+                     "session not found: it was ended: %s",
+                     s->reasons[r].why);
+  }
   return dev_error(st, PD_NOT_FOUND,
                    "session not found: closed, lease expired, or never "
                    "created");
@@ -239,7 +251,7 @@ void sched_unlink_locked(sched *s, sched_session *ss) {
 }
 
 uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
-                           const char *msg, uint64_t *bytes) {
+                           pd_code code, const char *msg, uint64_t *bytes) {
   void *states[SCHED_MAX_OBSERVERS];
   pthread_mutex_lock(&ss->mu);
   if (bytes) *bytes = ss->bytes;
@@ -251,7 +263,7 @@ uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
   /* Its functions go with it; calls already queued hold what they need. */
   dev_fn_lib_destroy(fns);
   sched_io_cancel_session(ss); /* its loads and saves: CANCELLED */
-  sched_drop_queue(ss, msg);
+  sched_drop_queue(ss, code, msg);
   sched_wait_dispatched(ss);
   /* Every end (close, expiry, kill by token, number or job, stop) passes
    * here once: the tenant's slot is given back here and nowhere else, after
@@ -261,7 +273,7 @@ uint64_t sched_end_session(sched_session *ss, sched_end_reason why,
   if (ss->in_tenant) sched_tenant_leave_locked(ss->tn);
   ss->in_tenant = false;
   pthread_mutex_unlock(&s->mu);
-  sched_notify_end(ss, why, n, states);
+  sched_notify_end(ss, why, msg, n, states);
   return n;
 }
 
@@ -274,7 +286,7 @@ pd_code sched_session_close(sched *s, const void *token, size_t len,
   pthread_mutex_unlock(&s->mu);
   if (c != PD_OK) return c;
   uint64_t n = sched_end_session(
-      ss, SCHED_END_CLOSED, "the session was closed before the op ran", NULL);
+      ss, SCHED_END_CLOSED, PD_CANCELLED, "the session was closed before the op ran", NULL);
   atomic_fetch_add(&s->n_closed, 1);
   sched_session_put(ss);
   if (handles_freed) *handles_freed = n;

@@ -21,7 +21,7 @@ static sched_tape_ent *sched_tape_find_locked(sched_session *ss, uint64_t id,
 /* Room in ss->tapes for one more tape `tape_id` (ss->mu held). */
 static pd_code sched_tape_room_locked(sched_session *ss, uint64_t tape_id,
                                       dev_status *st) {
-  if (ss->closed) return sched_closed_error(st);
+  if (ss->closed) return sched_closed_error(ss, st);
   for (int i = 0; i < ss->num_tapes; i++)
     if (ss->tapes[i].id == tape_id)
       return dev_error(st, PD_ALREADY_EXISTS,
@@ -83,7 +83,7 @@ pd_code sched_tape_watch(sched_session *ss, uint64_t tape_id,
   pd_code c = PD_OK;
   sched_tape_ent *te = NULL;
   if (ss->closed)
-    c = sched_closed_error(st);
+    c = sched_closed_error(ss, st);
   else if ((te = sched_tape_find_locked(ss, tape_id, st)) == NULL)
     c = PD_NOT_FOUND;
   else
@@ -97,7 +97,7 @@ pd_code sched_tape_delete(sched_session *ss, uint64_t tape_id, dev_status *st) {
   pd_code c = PD_OK;
   sched_tape_ent *te = NULL;
   if (ss->closed) {
-    c = sched_closed_error(st);
+    c = sched_closed_error(ss, st);
   } else if ((te = sched_tape_find_locked(ss, tape_id, st)) == NULL) {
     c = PD_NOT_FOUND;
   } else {
@@ -272,7 +272,7 @@ static pd_code sched_grad_resolve_locked(sched_session *ss,
                                          const sched_gradient *g,
                                          sched_grad_args *a, dev_status *st) {
   int n = g->num_sources;
-  if (ss->closed) return sched_closed_error(st);
+  if (ss->closed) return sched_closed_error(ss, st);
   if ((a->te = sched_tape_find_locked(ss, g->tape_id, st)) == NULL)
     return PD_NOT_FOUND;
   for (int i = 0; i < n; i++)

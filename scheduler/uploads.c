@@ -15,7 +15,7 @@ struct sched_upload {
 /* The session is open, `id` free, and `bytes` more fit (ss->mu held). */
 static pd_code sched_upload_check_locked(sched_session *ss, uint64_t id,
                                          uint64_t bytes, dev_status *st) {
-  if (ss->closed) return sched_closed_error(st);
+  if (ss->closed) return sched_closed_error(ss, st);
   if (sched_htab_find(&ss->handles, id))
     return dev_error(st, PD_ALREADY_EXISTS,
                      "handle %llu is already live in this session",

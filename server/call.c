@@ -53,6 +53,7 @@ srv_call *srv__call_new(srv *s, const srv_method *m, grpc_server *gs, int cqi,
   c->cq_index = cqi;
   atomic_init(&c->refs, 1);
   atomic_init(&c->cancelled, false);
+  pthread_mutex_init(&c->run_mu, NULL);
   grpc_metadata_array_init(&c->md);
   c->t_req = (struct srv_tag){on_request, c};
   c->t_recv = (struct srv_tag){srv_on_recv, c};
@@ -128,6 +129,7 @@ static void srv_call_destroy(srv_call *c) {
   if (c->call) grpc_call_unref(c->call);
   free(c->fin_msg);
   free(c->identity);
+  pthread_mutex_destroy(&c->run_mu);
   atomic_fetch_sub(&c->s->active_calls, 1);
   free(c);
 }
@@ -605,7 +607,6 @@ sched_session *srv_call_session(srv_call *c, ProtobufCBinaryData token) {
   if (srv_call_identity(c, &id, &st) != PD_OK ||
       sched_session_open(c->s->sched, token.data, token.len, &ss, &st) !=
           PD_OK) {
-    srv_mesh_explain_session(c->s->mesh, &st);
     srv_call_fail(c, &st);
     return NULL;
   }

@@ -173,18 +173,30 @@ int srv_mesh_options_from_env(srv_options *o, srv_getenv_fn env,
   return errors;
 }
 
+/* The prefix of a message about the values from sources a and b
+ * (SRV_SRC_*): "<config file>: [mesh] " when one came from the file, else
+ * "" (the sources in parentheses say where: "--rank", "SLURM_PROCID"). */
+static void srv_mesh_where(const srv_options *o, int a, int b, char *buf,
+                           size_t len) {
+  bool file = o->config_loaded &&
+              (o->mesh_src[a][0] == '[' || o->mesh_src[b][0] == '[');
+  snprintf(buf, len, "%s%s", file ? o->config_path : "",
+           file ? ": [mesh] " : "");
+}
+
 int srv_check_mesh(const srv_options *o, bool check,
                    srv_config_report_fn report) {
   int errors = 0;
-  char msg[2 * SRV_FILE_MAX + 512];
+  char msg[2 * SRV_FILE_MAX + 512], at[SRV_FILE_MAX + 16];
   const char *where = o->config_loaded ? o->config_path : "configuration";
   const int w = o->mesh_world_size, r = o->mesh_rank;
   if (w <= 1) {
     if (r > 0) {
+      srv_mesh_where(o, SRV_SRC_RANK, SRV_SRC_WS, at, sizeof at);
       snprintf(msg, sizeof msg,
-               "%s: [mesh] rank %d (%s) without a mesh: world_size is 1 "
+               "%srank %d (%s) without a mesh: world_size is 1 "
                "(%s); expected rank 0, or world_size > %d",
-               where, r, o->mesh_src[SRV_SRC_RANK], o->mesh_src[SRV_SRC_WS],
+               at, r, o->mesh_src[SRV_SRC_RANK], o->mesh_src[SRV_SRC_WS],
                r);
       report(true, msg);
       errors++;
@@ -192,30 +204,33 @@ int srv_check_mesh(const srv_options *o, bool check,
     return errors;
   }
   if (r < 0 || r >= w) {
+    srv_mesh_where(o, SRV_SRC_RANK, SRV_SRC_WS, at, sizeof at);
     snprintf(msg, sizeof msg,
-             "%s: [mesh] rank %d (%s) is out of range for a mesh of %d ranks "
+             "%srank %d (%s) is out of range for a mesh of %d ranks "
              "(%s): expected 0 to %d",
-             where, r, o->mesh_src[SRV_SRC_RANK], w, o->mesh_src[SRV_SRC_WS],
+             at, r, o->mesh_src[SRV_SRC_RANK], w, o->mesh_src[SRV_SRC_WS],
              w - 1);
     report(true, msg);
     errors++;
   }
   if (!o->mesh_coordinator[0]) {
+    srv_mesh_where(o, SRV_SRC_WS, SRV_SRC_WS, at, sizeof at);
     snprintf(msg, sizeof msg,
-             "%s: [mesh] world_size %d (%s) needs a coordinator: set [mesh] "
+             "%sworld_size %d (%s) needs a coordinator: set [mesh] "
              "coordinator or --coordinator HOST:PORT (rank 0's host and its "
              "mesh port), or run under Slurm or a Kubernetes Job that sets "
              "PARADEV_MESH_COORDINATOR",
-             where, w, o->mesh_src[SRV_SRC_WS]);
+             at, w, o->mesh_src[SRV_SRC_WS]);
     report(true, msg);
     errors++;
   } else {
     const char *colon = strrchr(o->mesh_coordinator, ':');
     if (!colon || strcmp(colon, ":0") == 0) {
+      srv_mesh_where(o, SRV_SRC_COORD, SRV_SRC_COORD, at, sizeof at);
       snprintf(msg, sizeof msg,
-               "%s: [mesh] coordinator %s (%s): expected HOST:PORT with a "
+               "%scoordinator %s (%s): expected HOST:PORT with a "
                "port from 1 to 65535 (every rank must know it in advance)",
-               where, o->mesh_coordinator, o->mesh_src[SRV_SRC_COORD]);
+               at, o->mesh_coordinator, o->mesh_src[SRV_SRC_COORD]);
       report(true, msg);
       errors++;
     }

@@ -68,10 +68,16 @@ static void srv_log_session_end(void *arg, const sched_end_info *info,
       [SCHED_END_KILLED] = "killed by an operator",
       [SCHED_END_STOPPED] = "ended with the daemon",
   };
+  char failed[600];
   const char *why =
       (unsigned)info->why < sizeof(how) / sizeof(how[0]) && how[info->why]
           ? how[info->why]
           : sched_end_reason_name(info->why);
+  if (info->why == SCHED_END_FAILED && info->message) {
+    /* The daemon's own end (the mesh lost a rank): its reason. */
+    snprintf(failed, sizeof failed, "ended: %s", info->message);
+    why = failed;
+  }
   char cn[SRV_LOG_QUOTED(64)], job[SRV_LOG_QUOTED(64)];
   SRV_LOG_AT(SRV_SUB_SCHED, SRV_LOG_INFO,
              "session %" PRIu64 " (client \"%s\" job \"%s\") %s: %" PRIu64

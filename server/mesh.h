@@ -72,14 +72,13 @@ bool srv_mesh_degraded(const srv_mesh *m);
  * FAILED_PRECONDITION naming the rank and the coordinator's host.
  * srv_mesh_check_functions: RegisterFunction on a mesh, UNIMPLEMENTED.
  * srv_mesh_check_whole: CreateSession on a coordinator whose mesh is not
- * formed or degraded, UNAVAILABLE naming the missing ranks.
- * srv_mesh_explain_session: a NOT_FOUND session on a coordinator that lost
- * a rank becomes UNAVAILABLE naming the loss (its sessions were killed). */
+ * formed or degraded, UNAVAILABLE naming the missing ranks. (Sessions the
+ * loss of a rank ended: calls with their tokens get UNAVAILABLE naming the
+ * loss from the scheduler, sched_kill_because.) */
 pd_code srv_mesh_check_client(const srv_mesh *m, const char *path,
                               dev_status *st);
 pd_code srv_mesh_check_functions(const srv_mesh *m, dev_status *st);
 pd_code srv_mesh_check_whole(srv_mesh *m, dev_status *st);
-void srv_mesh_explain_session(srv_mesh *m, dev_status *st);
 
 /* A snapshot of the mesh for GetServerInfo and /metrics. */
 typedef struct srv_mesh_peer_view {

@@ -228,9 +228,10 @@ static void srv_mesh_maybe_formed(srv_mesh *m) {
   pthread_cond_broadcast(&m->cv);
 }
 
-/* Ends every open session: their tensors had components on the lost rank.
- * Returns how many. No mesh lock held. */
-static int srv_mesh_kill_sessions(srv_mesh *m) {
+/* Ends every open session: their tensors had components on the lost rank;
+ * their queued ops, and later calls with their tokens, fail with
+ * UNAVAILABLE and `why` (the loss). Returns how many. No mesh lock held. */
+static int srv_mesh_kill_sessions(srv_mesh *m, const char *why) {
   if (!m->s->sched) return 0;
   sched_session_view *v = NULL;
   int n = sched_list_sessions(m->s->sched, NULL, &v), killed = 0;
@@ -238,7 +239,9 @@ static int srv_mesh_kill_sessions(srv_mesh *m) {
     sched_kill_target t = {NULL, 0, NULL, v[i].seq};
     sched_kill_result r;
     dev_status st = DEV_STATUS_INIT;
-    if (sched_kill(m->s->sched, &t, &r, &st) == PD_OK) killed += r.sessions;
+    if (sched_kill_because(m->s->sched, &t, PD_UNAVAILABLE, why, &r, &st) ==
+        PD_OK)
+      killed += r.sessions;
   }
   free(v);
   atomic_fetch_add(&m->sessions_killed, (uint64_t)killed);
@@ -284,7 +287,6 @@ static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
   snprintf(m->reason, sizeof m->reason, "%s rank%s %s missing (rank %d: %s)",
            was ? "degraded:" : "not formed:", strchr(miss, ',') ? "s" : "",
            miss, rank, why);
-  if (was) snprintf(m->loss_msg, sizeof m->loss_msg, "%s", msg);
   for (int r = 1; r < m->world; r++)
     if (m->peer[r].attached) {
       m->peer[r].send_state = true;
@@ -295,7 +297,7 @@ static void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c,
 
   atomic_fetch_add(&m->losses, 1);
   srv_mesh_fwd_rank_lost(m, rank, msg);
-  int killed = was ? srv_mesh_kill_sessions(m) : 0;
+  int killed = was ? srv_mesh_kill_sessions(m, msg) : 0;
   if (was) srv_mesh_drop_transport(m);
   if (was)
     SRV_ERROR("mesh: rank %d (%s) lost: %s; mesh degraded; %d session%s "
@@ -471,6 +473,14 @@ static void srv_attach_hello(srv_call *c, srv_attach *a,
   p->ready_epoch = 0;
   p->end = false;
   a->rank = (int)h->rank;
+  /* Its devices' names and memory as it reported them (B6, B7): the
+   * coordinator's info, quotas' shares and placement names use them. */
+  for (int i = 0; i < m->per_rank; i++)
+    dev_engine_mesh_set_remote_device(
+        m->s->engine, (int)h->rank * m->per_rank + i,
+        i < (int)h->n_device_names ? h->device_names[i] : NULL,
+        i < (int)h->n_device_memory_limits ? h->device_memory_limits[i] : 0,
+        i < (int)h->n_device_memory_totals ? h->device_memory_totals[i] : 0);
   char miss[256];
   int n_miss = srv_missing(m, miss, sizeof miss);
   if (!m->formed && !m->forming && n_miss)
@@ -478,6 +488,10 @@ static void srv_attach_hello(srv_call *c, srv_attach *a,
              m->degraded ? "degraded" : "not formed", n_miss > 1 ? "s" : "",
              miss);
   pthread_mutex_unlock(&m->mu);
+  /* A default quota that is a share of the mesh's memory was worked out
+   * before the ranks attached: again, with this rank's real limits. */
+  atomic_store(&m->s->rt.default_memory_quota,
+               srv_default_quota(&m->s->opt, m->s->engine));
 
   Paradev__V1__CoordinatorMessage out = PARADEV__V1__COORDINATOR_MESSAGE__INIT;
   Paradev__V1__MeshWelcome w = PARADEV__V1__MESH_WELCOME__INIT;

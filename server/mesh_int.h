@@ -67,7 +67,6 @@ struct srv_mesh {
   bool build_pending; /* the timer thread builds the coordinator's transport */
   uint64_t form_top;  /* the ranks' highest last_seq at this formation */
   char reason[512];   /* why not whole ("" when formed) */
-  char loss_msg[512]; /* the last loss (sessions' refusals name it) */
   atomic_bool stopping;
   bool interrupted; /* srv_mesh_interrupt (mu) */
   pthread_t timer;

@@ -298,10 +298,19 @@ static void srv_link_hello(srv_mesh_link *L) {
   int first = 0, count = 0;
   dev_engine_local_devices(s->engine, &first, &count);
   char *names[PD_MAX_DEVICES];
-  for (int i = 0; i < count && i < PD_MAX_DEVICES; i++)
+  uint64_t limits[PD_MAX_DEVICES], totals[PD_MAX_DEVICES];
+  for (int i = 0; i < count && i < PD_MAX_DEVICES; i++) {
     names[h.n_device_names++] =
         (char *)dev_engine_device_name(s->engine, first + i);
+    dev_memory_stats ms = {.struct_size = sizeof ms};
+    if (dev_engine_memory_stats(s->engine, first + i, &ms, NULL) != PD_OK)
+      ms.bytes_limit = ms.bytes_total = 0; /* unknown */
+    limits[h.n_device_memory_limits++] = ms.bytes_limit;
+    totals[h.n_device_memory_totals++] = ms.bytes_total;
+  }
   h.device_names = names;
+  h.device_memory_limits = limits;
+  h.device_memory_totals = totals;
   h.last_seq = dev_engine_last_seq(s->engine);
   h.host = m->transport_host;
   if (m->has_secret) {

@@ -123,19 +123,6 @@ pd_code srv_mesh_check_whole(srv_mesh *m, dev_status *st) {
                    reason);
 }
 
-void srv_mesh_explain_session(srv_mesh *m, dev_status *st) {
-  if (!m || m->rank != 0 || st->code != PD_NOT_FOUND) return;
-  pthread_mutex_lock(&m->mu);
-  char loss[512];
-  snprintf(loss, sizeof loss, "%s", m->loss_msg);
-  pthread_mutex_unlock(&m->mu);
-  if (!loss[0]) return;
-  char was[sizeof st->msg];
-  snprintf(was, sizeof was, "%s", st->msg);
-  dev_error(st, PD_UNAVAILABLE,
-            "%s; every session open then was ended: %s", was, loss);
-}
-
 void srv_mesh_info(srv_mesh *m, srv_mesh_view *v) {
   memset(v, 0, sizeof *v);
   double now = srv_mesh_now();

@@ -165,7 +165,16 @@ static bool srv_cq_step(srv_cq_state *q, gpr_timespec deadline, bool owner) {
     pthread_mutex_unlock(&q->mu);
   }
   struct srv_tag *t = ev.tag;
-  t->fn(t->c, ev.success != 0);
+  srv_call *c = t->c;
+  /* One event of a call at a time, even on a lent queue (the helper may
+   * get an event of the call the owner is running: trial B10, a second
+   * batch started on a Download whose read blocked on a stalled rank). The
+   * reference keeps the lock alive when the event drops the last one. */
+  srv_call_ref(c);
+  pthread_mutex_lock(&c->run_mu);
+  t->fn(c, ev.success != 0);
+  pthread_mutex_unlock(&c->run_mu);
+  srv_call_unref(c);
   if (owner) { /* take the queue back before driving it again */
     pthread_mutex_lock(&q->mu);
     q->busy = false;

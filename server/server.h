@@ -142,6 +142,12 @@ struct srv_call {
     srv_call *c;
   } t_req, t_recv, t_send, t_close, t_final, t_wake;
   int close_cancelled;
+  /* Held while one of the call's events runs (rpc.c's srv_cq_step): a lent
+   * queue's helper thread may get an event of a call whose handler still
+   * holds the owner thread (a Download's read of a silent rank's component
+   * blocks until the lease ends), and must wait for it, so one call's
+   * events still run one at a time. */
+  pthread_mutex_t run_mu;
 };
 
 /* Values SIGHUP may change, read by any thread. */

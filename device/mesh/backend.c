@@ -154,13 +154,36 @@ static pd_code w_memory_stats(dev_backend *b, int d, dev_memory_stats *out,
   dev_memory_stats local = {.struct_size = sizeof local};
   PD_TRY(m->inner->memory_stats(m->inner, 0, &local, st));
   uint64_t used = atomic_load(&m->remote_bytes[d]);
+  uint64_t limit = atomic_load(&m->remote_limit[d]);
+  uint64_t total = atomic_load(&m->remote_total[d]);
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
   out->bytes_in_use = used;
   out->peak_bytes_in_use = used;
-  out->bytes_limit = local.bytes_limit;
-  out->bytes_total = local.bytes_total;
+  /* The rank's own figures once it attached; before, local device 0's. */
+  out->bytes_limit = limit ? limit : local.bytes_limit;
+  out->bytes_total = total ? total : limit ? limit : local.bytes_total;
   return PD_OK;
+}
+
+void dev_engine_mesh_set_remote_device(dev_engine *e, int device,
+                                       const char *name, uint64_t bytes_limit,
+                                       uint64_t bytes_total) {
+  dev__mesh *m = e ? e->mesh : NULL;
+  if (!m || device < 0 || device >= m->world * m->n_local ||
+      !dev__mesh_remote(m, device))
+    return;
+  atomic_store(&m->remote_limit[device], bytes_limit);
+  atomic_store(&m->remote_total[device], bytes_total);
+  if (!name || !*name) return;
+  char buf[sizeof m->names[0]];
+  snprintf(buf, sizeof buf, "r%d/%s", device / m->n_local, name);
+  /* Written once per attach and the same text every time a rank with the
+   * same backend attaches again: only when it changed. */
+  pthread_mutex_lock(&m->tmu);
+  if (strcmp(buf, m->names[device]) != 0)
+    memcpy(m->names[device], buf, sizeof buf);
+  pthread_mutex_unlock(&m->tmu);
 }
 
 static const char *w_device_name(dev_backend *b, int d) {
@@ -287,8 +310,7 @@ pd_code dev__mesh_backend_create(dev_backend *inner, const dev_mesh_config *cfg,
   m->flat = flat && strcmp(flat, "1") == 0;
   pthread_mutex_init(&m->tmu, NULL);
   for (int d = 0; d < w * n; d++)
-    snprintf(m->names[d], sizeof m->names[d], "rank %d device %d (remote)",
-             d / n, d % n);
+    snprintf(m->names[d], sizeof m->names[d], "r%d/dev:%d", d / n, d % n);
   b->struct_size = sizeof *b;
   b->name = inner->name;
   b->kind = inner->kind;

@@ -42,6 +42,10 @@ typedef struct dev__mesh {
   /* Bytes of placeholder components per engine device (remote ones). */
   _Atomic uint64_t remote_bytes[PD_MAX_DEVICES];
   char names[PD_MAX_DEVICES][48]; /* remote devices' names */
+  /* Remote devices' memory limit and total as their rank reported them
+   * (dev_engine_mesh_set_remote_device; 0: unknown). */
+  _Atomic uint64_t remote_limit[PD_MAX_DEVICES];
+  _Atomic uint64_t remote_total[PD_MAX_DEVICES];
   /* Cross-rank collectives stage through host buffers: every backend but
    * the CPU's, or any with PARADEV_MESH_STAGED=1 at creation (a test knob). */
   bool staged;

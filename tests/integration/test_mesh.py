@@ -587,6 +587,23 @@ def check_rank_lost():
                 "the all-reduce loop failed before rank 1 was killed: %s" % err
             assert err is not None, "40 all-reduces after rank 1 was SIGKILLed succeeded"
             waited = time.monotonic() - t0
+            # The loss ends the session (logged after it): its ops and its
+            # token then get UNAVAILABLE naming the loss, and the log says
+            # why it ended, not "killed by an operator" (trial B2, A5).
+            wait_for(lambda: mesh.coord.find(r"mesh: rank 1 .* lost: .* session"),
+                     "the coordinator's loss line", LEASE_S + FAIL_MARGIN_S,
+                     mesh.logs)
+            ended = None
+            try:
+                s.ops.Fill(shape=(4,), value=1.0, dtype="float32").numpy(
+                    paradev.component(0))
+            except paradev.Error as e:
+                ended = e
+            assert ended is not None and ended.code_name == "UNAVAILABLE" and \
+                "the mesh lost rank 1" in (ended.message or ""), \
+                "a call on the session the loss ended: %r" % ended
+            assert mesh.coord.find(r"\) ended: the mesh lost rank 1 "), mesh.logs()
+            assert not mesh.coord.find(r"killed by an operator"), mesh.logs()
         finally:
             try:
                 s.close()
@@ -622,6 +639,56 @@ def check_rank_lost():
         allreduce_right(mesh.coord.target, n, mesh.logs)
         print("ok re-formed: epoch %d -> %d, all-reduce right" % (epoch0, i.mesh.epoch),
               flush=True)
+    finally:
+        mesh.stop()
+
+
+def check_rank_stalled_download():
+    """Rank 1 stopped (SIGSTOP) while the coordinator streams a Download of
+    a sharded tensor over gRPC: the download fails with UNAVAILABLE naming
+    rank 1 after the lease, and the coordinator's call machinery starts no
+    second batch on the call (trial B10: a lent queue's helper ran the
+    call's send completion while its owner was blocked in the read)."""
+    mesh = Mesh(2)
+    try:
+        mesh.wait_formed()
+        bound = LEASE_S + FAIL_MARGIN_S
+        c = paradev.connect(mesh.coord.target, timeout=bound + 30)
+        s = c.session("mesh-stall", prefer_shared_memory=False)
+        n = 12 << 20  # 48 MiB of float32 per device
+        b = np.ones(2 * NDEV * n, np.float32)
+        res = {}
+
+        def work():
+            try:
+                for k in range(200):
+                    x = s.upload(b, paradev.sharded(0))
+                    r = x.numpy(paradev.concat(0))
+                    assert r.shape == b.shape and float(r[-1]) == 1.0
+                    res["iters"] = k + 1
+                    del x, r
+            except paradev.Error as e:
+                res["err"] = e
+        th = threading.Thread(target=work, daemon=True)
+        th.start()
+        wait_for(lambda: res.get("iters") or res.get("err"), "a first download",
+                 bound, mesh.logs)
+        mesh.daemons[1].proc.send_signal(signal.SIGSTOP)
+        try:
+            th.join(bound)
+        finally:
+            mesh.daemons[1].proc.send_signal(signal.SIGCONT)
+        assert not th.is_alive(), "the download loop hung after SIGSTOP"
+        err = res.get("err")
+        assert err is not None and err.code_name == "UNAVAILABLE" and \
+            re.search(r"\brank 1\b", err.message or ""), repr(err)
+        assert not mesh.coord.find(r"grpc_call_start_batch failed"), mesh.logs()
+        print("ok rank stalled mid-download: %s" % err.message, flush=True)
+        try:
+            s.close()
+        except paradev.Error:
+            pass
+        c.close()
     finally:
         mesh.stop()
 
@@ -862,6 +929,7 @@ def main():
               ("form+collectives 3x2", lambda: check_form_and_collectives(3)),
               ("digits", check_digits),
               ("rank lost", check_rank_lost),
+              ("rank stalled mid-download", check_rank_stalled_download),
               ("coordinator lost", check_coordinator_lost),
               ("deploy", check_deploy)]
     only = sys.argv[1:]

@@ -93,7 +93,8 @@ SECRET_CONF = write_conf("secret.conf", "[mesh]\nlease_s = %d\njoin_timeout_s "
 class Daemon:
     n = 0
 
-    def __init__(self, rank, world, port, conf=CONF, env=None, tag=None):
+    def __init__(self, rank, world, port, conf=CONF, env=None, tag=None,
+                 extra=()):
         Daemon.n += 1
         self.tag = tag or "r%d-%d" % (rank, Daemon.n)
         self.rank = rank
@@ -104,7 +105,7 @@ class Daemon:
                 "--world-size", str(world), "--rank", str(rank),
                 "--coordinator", "127.0.0.1:%d" % port,
                 "--listen", "unix:" + self.sock, "--admin-socket", "",
-                "--metrics-listen", "127.0.0.1:%d" % self.mport]
+                "--metrics-listen", "127.0.0.1:%d" % self.mport] + list(extra)
         e = dict(os.environ)
         for k in list(e):
             if k.startswith("SLURM_") or k.startswith("PARADEV_MESH_"):
@@ -260,7 +261,9 @@ FN_JSON = write_conf("fn.json", '{"name": "c", "args": [{"name": "x", '
 def test_two_ranks_lifecycle():
     port = free_port()
     d0 = Daemon(0, 2, port, tag="two-r0")
-    d1 = Daemon(1, 2, port, tag="two-r1")
+    # Rank 1 with a smaller memory limit: the coordinator shows rank 1's
+    # own limit for its devices (trial B7).
+    d1 = Daemon(1, 2, port, tag="two-r1", extra=["--memory-limit", "16MiB"])
     wait_for("rank 0 formed", lambda: formed(d0, 1), 30, d0)
     wait_for("rank 1 joined", lambda: formed(d1, 1), 30, d1)
     m = d0.metrics()
@@ -283,6 +286,13 @@ def test_two_ranks_lifecycle():
         check([(r.rank, r.attached, r.host) for r in mi.ranks] ==
               [(0, True, "127.0.0.1"), (1, True, "127.0.0.1")], mi)
         check(len(info.devices) == 4, info.devices)  # 2 ranks x 2
+        # Remote devices: "r1/<rank 1's name>", usable as names (B6).
+        names = [d.name for d in info.devices]
+        check(names[2:] == ["r1/" + names[0], "r1/" + names[1]] and
+              not any(" " in n for n in names[2:]), names)
+        check([d.memory_limit_bytes for d in info.devices[2:]] ==
+              [16 << 20, 16 << 20] and
+              info.devices[0].memory_limit_bytes > 16 << 20, info.devices)
         i1 = server_info(d1).mesh
         check(i1.rank == 1 and i1.world_size == 2 and i1.formed, i1)
 

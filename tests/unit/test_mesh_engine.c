@@ -828,10 +828,9 @@ static void test_elementwise_sharded(void **state) {
   assert_true(dev_engine_device_is_local(e0, 1));
   assert_false(dev_engine_device_is_local(e0, 2));
   assert_true(dev_engine_device_is_local(e1, 3));
-  assert_string_equal(dev_engine_device_name(e0, 3),
-                      "rank 1 device 1 (remote)");
-  assert_string_equal(dev_engine_device_name(e1, 0),
-                      "rank 0 device 0 (remote)");
+  /* Remote devices: "r<R>/dev:<i>" until their rank says its names. */
+  assert_string_equal(dev_engine_device_name(e0, 3), "r1/dev:1");
+  assert_string_equal(dev_engine_device_name(e1, 0), "r0/dev:0");
   assert_true(dev_engine_device_healthy(e0, 2));
 
   int64_t dims[2] = {8, 3};
@@ -848,6 +847,21 @@ static void test_elementwise_sharded(void **state) {
   assert_int_equal(dev_engine_memory_stats(e0, 0, &l0, &st), PD_OK);
   assert_true(ms.bytes_in_use >= 2 * 3 * 4); /* x's rows 4..5, no memory */
   assert_int_equal(ms.bytes_limit, l0.bytes_limit);
+  /* What rank 1 reports when it attaches (B6, B7): its own name and its
+   * own limit; local devices and devices out of range are left alone. */
+  dev_engine_mesh_set_remote_device(e0, 3, "cpu:1", 16u << 20, 0);
+  dev_engine_mesh_set_remote_device(e0, 0, "cpu:9", 5, 5);
+  dev_engine_mesh_set_remote_device(e0, 9, "cpu:9", 5, 5);
+  assert_string_equal(dev_engine_device_name(e0, 3), "r1/cpu:1");
+  assert_string_equal(dev_engine_device_name(e0, 2), "r1/dev:0");
+  assert_string_equal(dev_engine_device_name(e0, 0),
+                      dev_engine_device_name(e1, 2)); /* both "cpu:0" */
+  dev_memory_stats m3 = {.struct_size = sizeof m3};
+  assert_int_equal(dev_engine_memory_stats(e0, 3, &m3, &st), PD_OK);
+  assert_int_equal(m3.bytes_limit, 16u << 20);
+  assert_int_equal(m3.bytes_total, 16u << 20);
+  assert_int_equal(dev_engine_memory_stats(e0, 0, &m3, &st), PD_OK);
+  assert_int_equal(m3.bytes_limit, l0.bytes_limit);
   assert_int_equal(dev_tensor_device_bytes(x, 2), 2 * 3 * 4);
   dev_tensor *ins[2] = {x, x};
   dev_tensor *y = tu_exec(e0, "Mul", ins, 2, NULL, 0, 0);

@@ -896,6 +896,86 @@ static void test_session_end_events(void **state) {
   assert_string_equal(sched_end_reason_name(SCHED_END_STOPPED), "stopped");
 }
 
+/* The daemon's own kill (a mesh lost a rank): queued ops fail with its code
+ * and text, not an operator's CANCELLED; observers hear SCHED_END_FAILED
+ * with the text; the session's token then gets the code and the reason;
+ * an operator's kill keeps its CANCELLED text. */
+static char kb_msg[600];
+static sched_end_reason kb_why;
+static void on_end_msg(void *arg, const sched_end_info *info, void *state) {
+  (void)arg;
+  (void)state;
+  kb_why = info->why;
+  snprintf(kb_msg, sizeof kb_msg, "%s", info->message ? info->message : "");
+}
+
+static void test_kill_because(void **state) {
+  (void)state;
+  sched_observer ob = {"msg", on_end_msg, NULL};
+  sched *s = new_sched(20, &ob);
+  dev_status st = DEV_STATUS_INIT;
+  sched_session_info ia, ib;
+  sched_session *a = open_new(s, "lost", 0, 0, &ia);
+  sched_session *b = open_new(s, "op", 0, 0, &ib);
+  const float x[2] = {1, 2};
+  assert_int_equal(upload(a, 1, 2, x, &st), PD_OK);
+  assert_int_equal(upload(b, 1, 2, x, &st), PD_OK);
+  sched_pause(s, true);
+  uint64_t in[2] = {1, 1}, out = 2;
+  sched_op o = op1("Add", in, 2, &out);
+  sched_op_result res;
+  int failed = -1;
+  dev_tensor *ta = NULL, *tb = NULL;
+  assert_int_equal(sched_execute(a, &o, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_handle_get(a, 2, &ta, &st), PD_OK);
+  assert_int_equal(sched_execute(b, &o, 1, 0, &res, &failed, &st), PD_OK);
+  assert_int_equal(sched_handle_get(b, 2, &tb, &st), PD_OK);
+  const char *why = "the mesh lost rank 1 (h): its stream broke";
+  sched_kill_target kt = {NULL, 0, NULL, ia.seq};
+  sched_kill_result kr;
+  assert_int_equal(sched_kill_because(s, &kt, PD_OK, why, &kr, &st),
+                   PD_INVALID_ARGUMENT);
+  assert_int_equal(sched_kill_because(s, &kt, PD_UNAVAILABLE, why, &kr, &st),
+                   PD_OK);
+  assert_int_equal(kr.sessions, 1);
+  assert_int_equal(kb_why, SCHED_END_FAILED);
+  assert_string_equal(kb_msg, why);
+  sched_kill_target kb = {NULL, 0, NULL, ib.seq};
+  assert_int_equal(sched_kill(s, &kb, &kr, &st), PD_OK);
+  assert_int_equal(kb_why, SCHED_END_KILLED);
+  sched_pause(s, false);
+  dev_status wa = DEV_STATUS_INIT, wb = DEV_STATUS_INIT;
+  assert_int_equal(dev_tensor_wait(ta, &wa), PD_UNAVAILABLE);
+  if (!strstr(wa.msg, why)) fail_msg("queued op's error: %s", wa.msg);
+  assert_int_equal(dev_tensor_wait(tb, &wb), PD_CANCELLED);
+  if (!strstr(wb.msg, "killed by an operator")) fail_msg("%s", wb.msg);
+  dev_tensor_release(ta);
+  dev_tensor_release(tb);
+  /* Later calls: the loss for a's token, plain NOT_FOUND for b's. */
+  sched_session *z = NULL;
+  assert_int_equal(
+      sched_session_open(s, ia.token, SCHED_TOKEN_BYTES, &z, &st),
+      PD_UNAVAILABLE);
+  assert_string_equal(st.msg,
+                      "session not found: it was ended: the mesh lost rank 1 "
+                      "(h): its stream broke");
+  assert_int_equal(
+      sched_session_open(s, ib.token, SCHED_TOKEN_BYTES, &z, &st),
+      PD_NOT_FOUND);
+  /* A call in flight (it opened the session first) learns it too. */
+  dev_status ce = DEV_STATUS_INIT;
+  assert_int_equal(sched_handle_get(a, 1, &ta, &ce), PD_UNAVAILABLE);
+  if (!strstr(ce.msg, "it was ended: the mesh lost rank 1"))
+    fail_msg("%s", ce.msg);
+  sched_stats ss = {.struct_size = sizeof(ss)};
+  sched_get_stats(s, &ss);
+  assert_int_equal(ss.sessions_killed, 2);
+  assert_string_equal(sched_end_reason_name(SCHED_END_FAILED), "failed");
+  sched_session_put(a);
+  sched_session_put(b);
+  sched_destroy(s);
+}
+
 /* At most SCHED_MAX_OBSERVERS observers. */
 static void test_observer_slots(void **state) {
   sched *s = new_sched(500, NULL);
@@ -1091,6 +1171,7 @@ int main(void) {
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_tapes),
       cmocka_unit_test(test_session_end_events),
+      cmocka_unit_test(test_kill_because),
       cmocka_unit_test(test_observer_slots),
       cmocka_unit_test(test_deadlines),
       cmocka_unit_test(test_stress),

@@ -215,6 +215,9 @@ static void test_refusals(void **state) {
   char *a1[] = {"paradevd", "--config", empty_conf, "--world-size",
                 "2", "--rank", "2", "--coordinator", "h:7479", NULL};
   expect_refused(a1, 9, "rank 2 (--rank) is out of range for a mesh of 2");
+  /* Both values came from flags: the (empty) file is not blamed (A3). */
+  if (strstr(reported, empty_conf))
+    fail_msg("the file is blamed for flags' values: %s", reported);
   char *a2[] = {"paradevd", "--config", empty_conf, "--world-size",
                 "2", NULL};
   expect_refused(a2, 5, "needs a coordinator");
