@@ -115,6 +115,51 @@ bool pdc_call_request(pdc_call *k, grpc_byte_buffer *send,
   return pdc_call_batch(k, ops, recv ? 5 : 4, &k->md_initial);
 }
 
+/* Whether `needle` occurs in the first n bytes of d (not NUL-terminated). */
+static bool pdc_has_n(const char *d, size_t n, const char *needle) {
+  size_t m = strlen(needle);
+  for (size_t i = 0; m <= n && i + m <= n; i++)
+    if (memcmp(d + i, needle, m) == 0) return true;
+  return false;
+}
+
+/* Whether a non-OK status is the daemon's own answer (a handler's
+ * srv_call_finish, or the server's gRPC core) rather than one gRPC made up
+ * on this side for a connection that failed or broke. The signal: gRPC core
+ * (src/core/lib/surface/call.cc) builds the error of a status it read from
+ * the peer's trailers as "Error received from peer ADDRESS", and that error
+ * is what RECV_STATUS_ON_CLIENT's error_string shows (gRPC 1.51: "UNKNOWN:
+ * Error received from peer unix:/run/x.sock {grpc_message:"the mesh is not
+ * whole ...", grpc_status:14, ...}"); a status made on this side ("UNKNOWN:
+ * failed to connect to all addresses; last error: ...", Socket closed, a
+ * deadline) never says it. Without
+ * an error string (never seen), the details: gRPC's transport failures come
+ * with details like "failed to connect to all addresses", "Socket closed",
+ * "Connection refused", "No such file or directory", or none; the daemon
+ * always writes a sentence of its own. */
+static bool pdc_status_from_daemon(const pdc_call *k, const char *d, int dlen) {
+  if (k->error_string)
+    return strstr(k->error_string, "Error received from peer") != NULL;
+  static const char *const transport[] = {"failed to connect",
+                                          "Socket closed",
+                                          "Connection refused",
+                                          "Connection reset",
+                                          "No such file or directory",
+                                          "connections to all",
+                                          "Broken pipe",
+                                          "Transport closed",
+                                          "GOAWAY",
+                                          "Handshake",
+                                          "handshake",
+                                          "Deadline Exceeded",
+                                          "DNS resolution failed",
+                                          "Cancelled"};
+  if (dlen <= 0) return false;
+  for (size_t i = 0; i < sizeof(transport) / sizeof(transport[0]); i++)
+    if (pdc_has_n(d, (size_t)dlen, transport[i])) return false;
+  return true;
+}
+
 pd_code pdc_call_status(pdc_call *k, pd_status *st) {
   const char *path = pdc_method_paths[k->method];
   const char *method = strrchr(path, '/') + 1;
@@ -131,9 +176,14 @@ pd_code pdc_call_status(pdc_call *k, pd_status *st) {
   if (code == PD_DEADLINE_EXCEEDED && k->timeout_ms >= 0)
     return pdc_error(st, code, "%s: deadline of %lld ms exceeded (%.*s)",
                      method, (long long)k->timeout_ms, dlen, d);
-  /* The daemon's own UNAVAILABLE (it is draining) says what happened; a
-   * transport's does not name the daemon. */
+  /* The daemon's own UNAVAILABLE (it is draining, its mesh across machines
+   * is not whole, a session the mesh ended, a storage URL it could not
+   * fetch) says what happened in its words: it was reached. Only a
+   * transport's is framed "cannot reach TARGET" (pd_status_hint then gives
+   * the connectivity advice). */
   if (code == PD_UNAVAILABLE && dlen > 9 && memcmp(d, "paradevd ", 9) == 0)
+    return pdc_error(st, code, "%.*s", dlen, d);
+  if (code == PD_UNAVAILABLE && dlen > 0 && pdc_status_from_daemon(k, d, dlen))
     return pdc_error(st, code, "%.*s", dlen, d);
   char why[PDC_MSG_MAX];
   if (code == PD_UNAVAILABLE &&
