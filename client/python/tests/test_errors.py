@@ -228,6 +228,14 @@ def test_hint_follows_the_message():
         (14, b"paradevd is draining for maintenance: it takes no new work",
          "paradevd takes no new work while it drains"),
         (14, b"connection refused", "check that paradevd runs"),
+        (14, b"cannot reach unix:/x.sock: failed to connect to all "
+             b"addresses", "check that paradevd runs"),
+        # the daemon's own UNAVAILABLE: it was reached (trial finding A2)
+        (14, b"the mesh is not whole (degraded: rank 1 missing); open a "
+             b"session once every rank has attached again",
+         "the daemon's mesh across machines is not whole"),
+        (14, b"GET 'http://h/x.npy': Connection refused",
+         "the daemon answered that it cannot do this now"),
         (5, b"session not found", "the session or handle does not exist"),
     ]
     for code, msg, want in cases:
