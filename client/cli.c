@@ -318,7 +318,7 @@ out:
 
 /* Why the daemon is NOT_SERVING, when it says so: on a mesh across
  * machines that is not whole (issue #16), GetServerInfo.mesh.reason
- * ("mesh: degraded: rank 1 missing ..."). The health reply has no reason
+ * ("degraded: rank 1 missing (...)"). The health reply has no reason
  * field; liveness ("paradev.liveness") does not follow the mesh, so none
  * for it. `out` is "" when there is nothing to say. */
 static void cli_health_reason(pd_client *c, const char *service, char *out,
