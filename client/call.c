@@ -115,48 +115,80 @@ bool pdc_call_request(pdc_call *k, grpc_byte_buffer *send,
   return pdc_call_batch(k, ops, recv ? 5 : 4, &k->md_initial);
 }
 
-/* Whether `needle` occurs in the first n bytes of d (not NUL-terminated). */
-static bool pdc_has_n(const char *d, size_t n, const char *needle) {
+/* Whether `needle` occurs in the first n bytes of d (not NUL-terminated),
+ * anywhere or (`at_start`) at its start. */
+static bool pdc_has_n(const char *d, size_t n, const char *needle,
+                      bool at_start) {
   size_t m = strlen(needle);
-  for (size_t i = 0; m <= n && i + m <= n; i++)
+  for (size_t i = 0; m <= n && i + m <= n; i++) {
     if (memcmp(d + i, needle, m) == 0) return true;
+    if (at_start) break;
+  }
   return false;
 }
 
+/* What gRPC's transport writes as a status's details when a connection
+ * fails or breaks (its own error descriptions, strerror's words); never the
+ * start of a sentence the daemon writes. */
+static const char *const pdc_transport_details[] = {"failed to connect",
+                                                    "Socket closed",
+                                                    "Broken pipe",
+                                                    "Connection reset",
+                                                    "Connection refused",
+                                                    "Connection closed",
+                                                    "Connection aborted",
+                                                    "Connection timed out",
+                                                    "No such file or directory",
+                                                    "Endpoint",
+                                                    "FD shutdown",
+                                                    "Transport closed",
+                                                    "GOAWAY",
+                                                    "keepalive",
+                                                    "Keepalive",
+                                                    "Stream removed",
+                                                    "Stream closed",
+                                                    "Delayed close",
+                                                    "OS Error",
+                                                    "recvmsg",
+                                                    "sendmsg",
+                                                    "Handshake",
+                                                    "Ssl handshake",
+                                                    "Cancelling all calls",
+                                                    "Timeout occurred",
+                                                    "Too many pings",
+                                                    "Server shutdown",
+                                                    "Failed parsing HTTP/2",
+                                                    "connections to all"};
+
 /* Whether a non-OK status is the daemon's own answer (a handler's
- * srv_call_finish, or the server's gRPC core) rather than one gRPC made up
- * on this side for a connection that failed or broke. The signal: gRPC core
- * (src/core/lib/surface/call.cc) builds the error of a status it read from
- * the peer's trailers as "Error received from peer ADDRESS", and that error
- * is what RECV_STATUS_ON_CLIENT's error_string shows (gRPC 1.51: "UNKNOWN:
- * Error received from peer unix:/run/x.sock {grpc_message:"the mesh is not
- * whole ...", grpc_status:14, ...}"); a status made on this side ("UNKNOWN:
- * failed to connect to all addresses; last error: ...", Socket closed, a
- * deadline) never says it. Without
- * an error string (never seen), the details: gRPC's transport failures come
- * with details like "failed to connect to all addresses", "Socket closed",
- * "Connection refused", "No such file or directory", or none; the daemon
- * always writes a sentence of its own. */
+ * srv_call_finish) rather than one gRPC made for a connection that failed
+ * or broke. Two signals, both needed:
+ *  - gRPC core (src/core/lib/surface/call.cc) builds the error of a status
+ *    it found in the call's trailers as "Error received from peer ADDRESS",
+ *    and RECV_STATUS_ON_CLIENT's error_string shows it (gRPC 1.51:
+ *    "UNKNOWN:Error received from peer unix:/run/x.sock {grpc_message:"the
+ *    mesh is not whole ...", grpc_status:14, ...}"); a status made on this
+ *    side before any trailers ("UNKNOWN:failed to connect to all addresses;
+ *    last error: ...") never says it.
+ *  - But the HTTP/2 transport fakes trailers for a stream its connection
+ *    broke (grpc_chttp2_fake_status: details "Broken pipe", "Socket
+ *    closed", ...), which then read as the peer's too: so details that
+ *    start with gRPC's transport words (pdc_transport_details) are the
+ *    transport's, whatever the error string says. The daemon's own text is
+ *    a sentence of its own (a strerror it quotes comes after a prefix:
+ *    "GET 'URL': Connection refused").
+ * Without an error string (not seen with gRPC 1.51) the transport's words
+ * anywhere in the details, or none, mean the transport. */
 static bool pdc_status_from_daemon(const pdc_call *k, const char *d, int dlen) {
+  size_t n = dlen > 0 ? (size_t)dlen : 0;
+  if (n == 0) return false;
+  size_t nt = sizeof(pdc_transport_details) / sizeof(pdc_transport_details[0]);
+  for (size_t i = 0; i < nt; i++)
+    if (pdc_has_n(d, n, pdc_transport_details[i], true)) return false;
   if (k->error_string)
     return strstr(k->error_string, "Error received from peer") != NULL;
-  static const char *const transport[] = {"failed to connect",
-                                          "Socket closed",
-                                          "Connection refused",
-                                          "Connection reset",
-                                          "No such file or directory",
-                                          "connections to all",
-                                          "Broken pipe",
-                                          "Transport closed",
-                                          "GOAWAY",
-                                          "Handshake",
-                                          "handshake",
-                                          "Deadline Exceeded",
-                                          "DNS resolution failed",
-                                          "Cancelled"};
-  if (dlen <= 0) return false;
-  for (size_t i = 0; i < sizeof(transport) / sizeof(transport[0]); i++)
-    if (pdc_has_n(d, (size_t)dlen, transport[i])) return false;
+  for (size_t i = 0; i < nt; i++)
+    if (pdc_has_n(d, n, pdc_transport_details[i], false)) return false;
   return true;
 }
 
