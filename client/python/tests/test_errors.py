@@ -150,8 +150,11 @@ def test_killed_daemon_gives_a_clear_error():
         d.proc.wait(20)
         for call in (lambda: x + x, lambda: x.numpy(paradev.mirrored()),
                      c.info, s.sync):
-            with pytest.raises(paradev.Unavailable, match="cannot reach"):
+            with pytest.raises(paradev.Unavailable, match="cannot reach") as e:
                 call()
+            # a Unix socket: never a TLS hint (trial finding A5)
+            assert "tls://" not in str(e.value), str(e.value)
+            assert "check that paradevd runs" in e.value.hint, e.value.hint
         with pytest.raises(paradev.Unavailable, match="cannot reach"):
             with s.pipeline():
                 x * x
