@@ -115,6 +115,83 @@ bool pdc_call_request(pdc_call *k, grpc_byte_buffer *send,
   return pdc_call_batch(k, ops, recv ? 5 : 4, &k->md_initial);
 }
 
+/* Whether `needle` occurs in the first n bytes of d (not NUL-terminated),
+ * anywhere or (`at_start`) at its start. */
+static bool pdc_has_n(const char *d, size_t n, const char *needle,
+                      bool at_start) {
+  size_t m = strlen(needle);
+  for (size_t i = 0; m <= n && i + m <= n; i++) {
+    if (memcmp(d + i, needle, m) == 0) return true;
+    if (at_start) break;
+  }
+  return false;
+}
+
+/* What gRPC's transport writes as a status's details when a connection
+ * fails or breaks (its own error descriptions, strerror's words); never the
+ * start of a sentence the daemon writes. */
+static const char *const pdc_transport_details[] = {"failed to connect",
+                                                    "Socket closed",
+                                                    "Broken pipe",
+                                                    "Connection reset",
+                                                    "Connection refused",
+                                                    "Connection closed",
+                                                    "Connection aborted",
+                                                    "Connection timed out",
+                                                    "No such file or directory",
+                                                    "Endpoint",
+                                                    "FD shutdown",
+                                                    "Transport closed",
+                                                    "GOAWAY",
+                                                    "keepalive",
+                                                    "Keepalive",
+                                                    "Stream removed",
+                                                    "Stream closed",
+                                                    "Delayed close",
+                                                    "OS Error",
+                                                    "recvmsg",
+                                                    "sendmsg",
+                                                    "Handshake",
+                                                    "Ssl handshake",
+                                                    "Cancelling all calls",
+                                                    "Timeout occurred",
+                                                    "Too many pings",
+                                                    "Server shutdown",
+                                                    "Failed parsing HTTP/2",
+                                                    "connections to all"};
+
+/* Whether a non-OK status is the daemon's own answer (a handler's
+ * srv_call_finish) rather than one gRPC made for a connection that failed
+ * or broke. Two signals, both needed:
+ *  - gRPC core (src/core/lib/surface/call.cc) builds the error of a status
+ *    it found in the call's trailers as "Error received from peer ADDRESS",
+ *    and RECV_STATUS_ON_CLIENT's error_string shows it (gRPC 1.51:
+ *    "UNKNOWN:Error received from peer unix:/run/x.sock {grpc_message:"the
+ *    mesh is not whole ...", grpc_status:14, ...}"); a status made on this
+ *    side before any trailers ("UNKNOWN:failed to connect to all addresses;
+ *    last error: ...") never says it.
+ *  - But the HTTP/2 transport fakes trailers for a stream its connection
+ *    broke (grpc_chttp2_fake_status: details "Broken pipe", "Socket
+ *    closed", ...), which then read as the peer's too: so details that
+ *    start with gRPC's transport words (pdc_transport_details) are the
+ *    transport's, whatever the error string says. The daemon's own text is
+ *    a sentence of its own (a strerror it quotes comes after a prefix:
+ *    "GET 'URL': Connection refused").
+ * Without an error string (not seen with gRPC 1.51) the transport's words
+ * anywhere in the details, or none, mean the transport. */
+static bool pdc_status_from_daemon(const pdc_call *k, const char *d, int dlen) {
+  size_t n = dlen > 0 ? (size_t)dlen : 0;
+  if (n == 0) return false;
+  size_t nt = sizeof(pdc_transport_details) / sizeof(pdc_transport_details[0]);
+  for (size_t i = 0; i < nt; i++)
+    if (pdc_has_n(d, n, pdc_transport_details[i], true)) return false;
+  if (k->error_string)
+    return strstr(k->error_string, "Error received from peer") != NULL;
+  for (size_t i = 0; i < nt; i++)
+    if (pdc_has_n(d, n, pdc_transport_details[i], false)) return false;
+  return true;
+}
+
 pd_code pdc_call_status(pdc_call *k, pd_status *st) {
   const char *path = pdc_method_paths[k->method];
   const char *method = strrchr(path, '/') + 1;
@@ -131,9 +208,14 @@ pd_code pdc_call_status(pdc_call *k, pd_status *st) {
   if (code == PD_DEADLINE_EXCEEDED && k->timeout_ms >= 0)
     return pdc_error(st, code, "%s: deadline of %lld ms exceeded (%.*s)",
                      method, (long long)k->timeout_ms, dlen, d);
-  /* The daemon's own UNAVAILABLE (it is draining) says what happened; a
-   * transport's does not name the daemon. */
+  /* The daemon's own UNAVAILABLE (it is draining, its mesh across machines
+   * is not whole, a session the mesh ended, a storage URL it could not
+   * fetch) says what happened in its words: it was reached. Only a
+   * transport's is framed "cannot reach TARGET" (pd_status_hint then gives
+   * the connectivity advice). */
   if (code == PD_UNAVAILABLE && dlen > 9 && memcmp(d, "paradevd ", 9) == 0)
+    return pdc_error(st, code, "%.*s", dlen, d);
+  if (code == PD_UNAVAILABLE && dlen > 0 && pdc_status_from_daemon(k, d, dlen))
     return pdc_error(st, code, "%.*s", dlen, d);
   char why[PDC_MSG_MAX];
   if (code == PD_UNAVAILABLE &&

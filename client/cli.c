@@ -92,11 +92,15 @@ static const char cli_info_usage[] =
     "and the physical GPU it runs on, as Slurm's SLURM_JOB_GPUS numbers\n"
     "them; '-' for none) with memory total/limit/used/free/peak, the "
     "limits\n"
-    "it puts on clients and its storage roots (GetServerInfo).\n";
+    "it puts on clients and its storage roots (GetServerInfo); on a mesh\n"
+    "across machines, a mesh: block (world size, this rank, coordinator,\n"
+    "epoch, formed or degraded, the missing ranks and why, every rank).\n";
 
 static const char cli_health_usage[] =
     "Usage: paradev [--target ADDR] health [--service NAME]\n"
-    "Run grpc.health.v1.Health/Check and print the serving status.\n"
+    "Run grpc.health.v1.Health/Check and print the serving status; after\n"
+    "NOT_SERVING, why, when the daemon says (a mesh across machines that is\n"
+    "not whole: GetServerInfo.mesh.reason).\n"
     "  --service NAME  \"\" (default: the whole server) or\n"
     "                  paradev.v1.ParallelDevice\n"
     "Exit status: 0 only when SERVING; 1 otherwise (or when unreachable, or\n"
@@ -166,6 +170,56 @@ static void cli_info_storage(const pd_server_info *info) {
   printf("storage roots:%s\n", n ? "" : " none (checkpoints refused)");
   for (int i = 0; i < n; i++)
     printf("  %s\n", pd_server_info_storage_root(info, i));
+}
+
+/* The mesh across machines this daemon is a rank of (issue #16), when it
+ * is on one: world size, this rank, epoch, whether formed or degraded, the
+ * missing ranks and why, and the coordinator's view of every rank. */
+static void cli_info_mesh(const pd_server_info *info) {
+  if (!pd_server_info_has_mesh(info)) return;
+  int w = pd_server_info_mesh_world_size(info);
+  int rank = pd_server_info_mesh_rank(info);
+  int formed = pd_server_info_mesh_formed(info);
+  int degraded = pd_server_info_mesh_degraded(info);
+  printf("mesh:\n");
+  printf("  world size   %d (%d devices per rank)\n", w,
+         pd_server_info_mesh_devices_per_rank(info));
+  printf("  this rank    %d%s\n", rank,
+         rank == 0 ? " (the coordinator: clients use this daemon)"
+                   : " (clients connect to the coordinator, rank 0)");
+  printf("  coordinator  %s\n", pd_server_info_mesh_coordinator(info));
+  printf("  epoch        %" PRIu64 "\n", pd_server_info_mesh_epoch(info));
+  printf("  state        %s\n",
+         degraded ? "degraded (a rank was lost)"
+         : formed ? "formed (every rank attached)"
+                  : "not formed (waiting for ranks to attach)");
+  int nm = pd_server_info_mesh_num_missing_ranks(info);
+  if (nm > 0) {
+    printf("  missing      ");
+    for (int i = 0; i < nm; i++)
+      printf("%s%d", i ? ", " : "rank ",
+             pd_server_info_mesh_missing_rank(info, i));
+    printf("\n");
+  }
+  const char *why = pd_server_info_mesh_reason(info);
+  if (why[0]) printf("  reason       %s\n", why);
+  int nr = pd_server_info_mesh_num_ranks(info);
+  if (nr > 0)
+    printf("  %-5s %-8s %-16s %-32s %s\n", "RANK", "STATE", "INCARNATION",
+           "HOST", "LAST SEEN");
+  for (int i = 0; i < nr; i++) {
+    const pd_mesh_rank_info *r = pd_server_info_mesh_rank_info(info, i);
+    char seen[32] = "-";
+    if (r->rank != 0 && r->incarnation)
+      snprintf(seen, sizeof seen, "%.1f s ago",
+               (double)r->last_seen_ms_ago / 1000.0);
+    char inc[20] = "-";
+    if (r->incarnation)
+      snprintf(inc, sizeof inc, "%016" PRIx64, r->incarnation);
+    printf("  %-5d %-8s %-16s %-32s %s\n", r->rank,
+           r->attached ? "attached" : "missing", inc,
+           r->host[0] ? r->host : "-", seen);
+  }
 }
 
 static int cli_info(const cli_opts *o, int argc, char **argv) {
@@ -252,6 +306,7 @@ static int cli_info(const cli_opts *o, int argc, char **argv) {
   printf("  lease_seconds            %u default, %u max\n",
          l->default_lease_seconds, l->max_lease_seconds);
   cli_info_storage(info);
+  cli_info_mesh(info);
   pd_server_info_delete(info);
 out:
   pd_client_delete(c);
@@ -260,6 +315,27 @@ out:
 }
 
 /* --- health --------------------------------------------------------------------- */
+
+/* Why the daemon is NOT_SERVING, when it says so: on a mesh across
+ * machines that is not whole (issue #16), GetServerInfo.mesh.reason
+ * ("degraded: rank 1 missing (...)"). The health reply has no reason
+ * field; liveness ("paradev.liveness") does not follow the mesh, so none
+ * for it. `out` is "" when there is nothing to say. */
+static void cli_health_reason(pd_client *c, const char *service, char *out,
+                              size_t cap) {
+  out[0] = '\0';
+  if (strcmp(service, "paradev.liveness") == 0) return;
+  pd_status *st = pd_status_new();
+  pd_server_info *info = st ? pd_client_get_server_info(c, NULL, st) : NULL;
+  if (info && pd_server_info_has_mesh(info) &&
+      (!pd_server_info_mesh_formed(info) ||
+       pd_server_info_mesh_degraded(info)) &&
+      pd_server_info_mesh_reason(info)[0])
+    snprintf(out, cap, "the mesh is not whole (%s)",
+             pd_server_info_mesh_reason(info));
+  pd_server_info_delete(info);
+  pd_status_delete(st);
+}
 
 static int cli_health(const cli_opts *o, int argc, char **argv) {
   const char *service = "";
@@ -296,7 +372,9 @@ static int cli_health(const cli_opts *o, int argc, char **argv) {
   } else {
     static const char *const names[] = {"UNKNOWN", "SERVING", "NOT_SERVING",
                                         "SERVICE_UNKNOWN"};
-    printf("%s\n", names[s]);
+    char why[1024] = "";
+    if (s == PD_NOT_SERVING) cli_health_reason(c, service, why, sizeof why);
+    printf("%s%s%s\n", names[s], why[0] ? ": " : "", why);
     rc = s == PD_SERVING ? 0 : 1;
   }
   pd_client_delete(c);

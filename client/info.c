@@ -65,6 +65,8 @@ struct pd_server_info {
   pd_device_info *devices;
   int num_devices;
   pd_limits limits;
+  pd_mesh_rank_info *mesh_ranks; /* GetServerInfo.mesh.ranks, or NULL */
+  int num_mesh_ranks;
 };
 
 static uint64_t pdc_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
@@ -98,6 +100,29 @@ pd_server_info *pd_client_get_server_info(pd_client *c,
   }
   info->pb = resp;
   info->num_devices = (int)nd;
+  const Paradev__V1__MeshInfo *mi = resp->mesh;
+  size_t nr = mi ? mi->n_ranks : 0;
+  if (nr > PD_MAX_DEVICES ||
+      (nr && !(info->mesh_ranks = calloc(nr, sizeof(pd_mesh_rank_info))))) {
+    if (nr > PD_MAX_DEVICES)
+      pdc_error(st, PD_INTERNAL,
+                "GetServerInfo: a mesh of %zu ranks; at most %d", nr,
+                PD_MAX_DEVICES);
+    else
+      pdc_error(st, PD_RESOURCE_EXHAUSTED, "out of host memory");
+    pd_server_info_delete(info);
+    return NULL;
+  }
+  info->num_mesh_ranks = (int)nr;
+  for (size_t i = 0; i < nr; i++) {
+    const Paradev__V1__MeshRankInfo *r = mi->ranks[i];
+    pd_mesh_rank_info *o = &info->mesh_ranks[i];
+    o->rank = (int)r->rank;
+    o->host = r->host ? r->host : "";
+    o->incarnation = r->incarnation;
+    o->attached = r->attached ? 1 : 0;
+    o->last_seen_ms_ago = r->last_seen_ms_ago;
+  }
   for (size_t i = 0; i < nd; i++) {
     const Paradev__V1__DeviceInfo *d = resp->devices[i];
     pd_device_info *o = &info->devices[i];
@@ -143,6 +168,7 @@ void pd_server_info_delete(pd_server_info *info) {
   if (!info) return;
   protobuf_c_message_free_unpacked(&info->pb->base, NULL);
   free(info->devices);
+  free(info->mesh_ranks);
   free(info);
 }
 
@@ -192,6 +218,57 @@ const char *pd_server_info_warning(const pd_server_info *info, int i) {
   return info && i >= 0 && (size_t)i < info->pb->n_warnings
              ? info->pb->warnings[i]
              : NULL;
+}
+
+/* --- GetServerInfo.mesh (issue #16) --- */
+
+int pd_server_info_has_mesh(const pd_server_info *info) {
+  return info && info->pb->mesh ? 1 : 0;
+}
+int pd_server_info_mesh_world_size(const pd_server_info *info) {
+  return info && info->pb->mesh ? (int)info->pb->mesh->world_size : 1;
+}
+int pd_server_info_mesh_rank(const pd_server_info *info) {
+  return info && info->pb->mesh ? (int)info->pb->mesh->rank : 0;
+}
+int pd_server_info_mesh_devices_per_rank(const pd_server_info *info) {
+  if (!info) return 0;
+  return info->pb->mesh ? (int)info->pb->mesh->devices_per_rank
+                        : info->num_devices;
+}
+int pd_server_info_mesh_formed(const pd_server_info *info) {
+  return info && info->pb->mesh && info->pb->mesh->formed ? 1 : 0;
+}
+int pd_server_info_mesh_degraded(const pd_server_info *info) {
+  return info && info->pb->mesh && info->pb->mesh->degraded ? 1 : 0;
+}
+int pd_server_info_mesh_num_missing_ranks(const pd_server_info *info) {
+  return info && info->pb->mesh ? (int)info->pb->mesh->n_missing_ranks : 0;
+}
+int pd_server_info_mesh_missing_rank(const pd_server_info *info, int i) {
+  const Paradev__V1__MeshInfo *m = info ? info->pb->mesh : NULL;
+  return m && i >= 0 && (size_t)i < m->n_missing_ranks
+             ? (int)m->missing_ranks[i]
+             : -1;
+}
+uint64_t pd_server_info_mesh_epoch(const pd_server_info *info) {
+  return info && info->pb->mesh ? info->pb->mesh->epoch : 0;
+}
+const char *pd_server_info_mesh_coordinator(const pd_server_info *info) {
+  const Paradev__V1__MeshInfo *m = info ? info->pb->mesh : NULL;
+  return m && m->coordinator ? m->coordinator : "";
+}
+const char *pd_server_info_mesh_reason(const pd_server_info *info) {
+  const Paradev__V1__MeshInfo *m = info ? info->pb->mesh : NULL;
+  return m && m->reason ? m->reason : "";
+}
+int pd_server_info_mesh_num_ranks(const pd_server_info *info) {
+  return info ? info->num_mesh_ranks : 0;
+}
+const pd_mesh_rank_info *pd_server_info_mesh_rank_info(
+    const pd_server_info *info, int i) {
+  return info && i >= 0 && i < info->num_mesh_ranks ? &info->mesh_ranks[i]
+                                                    : NULL;
 }
 
 pd_code pdc_chunk_bytes(pd_client *c, const pd_call_options *o, size_t *out,

@@ -306,6 +306,15 @@ bool pdc_security_explain(const pd_client *c, const char *d, int dlen,
     if (!pdc_has(d, dlen, "Socket closed") &&
         !pdc_has(d, dlen, "Connection reset"))
       return false;
+    /* TLS never applies to a Unix socket (and "tls://unix:" is no
+     * target): no TLS hint there. */
+    if (strncmp(c->target, "unix:", 5) == 0 ||
+        strncmp(c->target, "unix-abstract:", 14) == 0) {
+      snprintf(out, len,
+               "cannot reach %s: the daemon closed the connection (%.*s)",
+               c->target, dlen, d);
+      return true;
+    }
     snprintf(out, len,
              "cannot reach %s: the daemon closed the connection (%.*s); if "
              "it serves TLS, connect with tls://%s or give its CA (--tls-ca, "

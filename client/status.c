@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "client_int.h"
 
@@ -99,12 +100,37 @@ static const char *pdc_unauthenticated_hint(const char *msg) {
          "$PARADEV_TLS_CERT and $PARADEV_TLS_KEY)";
 }
 
+/* Whether an UNAVAILABLE message is about reaching the daemon: libparadev
+ * frames every transport failure "cannot reach TARGET: ..." (client/call.c)
+ * and a TLS failure "TLS handshake with TARGET failed: ..."; a message set
+ * by hand (pd_status_set) may be gRPC's own words ("connection refused") or
+ * none. The daemon's own UNAVAILABLE (it was reached) reads otherwise. */
+static bool pdc_unavailable_is_transport(const char *msg) {
+  static const char *const starts[] = {
+      "connection refused", "failed to connect", "socket closed",
+      "connection reset",   "no such file",      "unavailable",
+      "broken pipe"};
+  if (!msg[0] || strstr(msg, "cannot reach ") || strstr(msg, "TLS handshake"))
+    return true;
+  for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++)
+    if (strncasecmp(msg, starts[i], strlen(starts[i])) == 0) return true;
+  return false;
+}
+
 const char *pd_status_hint(const pd_status *s) {
   pd_code code = pd_status_code(s);
   const char *msg = s ? s->msg : "";
   if (code == PD_UNAUTHENTICATED) return pdc_unauthenticated_hint(msg);
   if (code == PD_UNAVAILABLE && strstr(msg, "paradevd is draining"))
     return "paradevd takes no new work while it drains: see the message";
+  if (code == PD_UNAVAILABLE && !pdc_unavailable_is_transport(msg)) {
+    if (strstr(msg, "the mesh "))
+      return "the daemon's mesh across machines is not whole: open a new "
+             "session once every rank has attached again (paradev info "
+             "lists the missing ranks)";
+    return "the daemon answered that it cannot do this now: see the message, "
+           "then retry";
+  }
   return pd_status_str(code);
 }
 

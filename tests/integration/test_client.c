@@ -186,7 +186,23 @@ static void test_server_info(void **state) {
   assert_int_equal(l->default_lease_seconds, 60);
   assert_int_equal(pd_session_lease_seconds(e->s), 60);
   assert_int_equal(pd_session_num_devices(e->s), NDEV);
+  /* A daemon of its own: no mesh (issue #16), the accessors say so. */
+  assert_int_equal(pd_server_info_has_mesh(info), 0);
+  assert_int_equal(pd_server_info_mesh_world_size(info), 1);
+  assert_int_equal(pd_server_info_mesh_rank(info), 0);
+  assert_int_equal(pd_server_info_mesh_devices_per_rank(info), NDEV);
+  assert_int_equal(pd_server_info_mesh_formed(info), 0);
+  assert_int_equal(pd_server_info_mesh_degraded(info), 0);
+  assert_int_equal(pd_server_info_mesh_num_missing_ranks(info), 0);
+  assert_int_equal(pd_server_info_mesh_missing_rank(info, 0), -1);
+  assert_true(pd_server_info_mesh_epoch(info) == 0);
+  assert_string_equal(pd_server_info_mesh_coordinator(info), "");
+  assert_string_equal(pd_server_info_mesh_reason(info), "");
+  assert_int_equal(pd_server_info_mesh_num_ranks(info), 0);
+  assert_null(pd_server_info_mesh_rank_info(info, 0));
   pd_server_info_delete(info);
+  assert_int_equal(pd_server_info_has_mesh(NULL), 0);
+  assert_int_equal(pd_server_info_mesh_missing_rank(NULL, 0), -1);
 }
 
 static void test_health_and_echo(void **state) {
@@ -1113,7 +1129,27 @@ static void test_unreachable(void **state) {
   EXPECT_CODE(e, PD_UNAVAILABLE,
               pd_client_echo(c, "x", 1, NULL, 0, NULL, &co, e->st));
   ASSERT_MSG_HAS(e, "cannot reach unix:/nonexistent/paradevd.sock");
+  /* A transport failure gets the connectivity hint, and on a Unix socket
+   * never a TLS one (trial finding A5). */
+  assert_string_equal(
+      pd_status_hint(e->st),
+      "check that paradevd runs and listens on this address, then retry");
+  assert_null(strstr(pd_status_message(e->st), "tls://"));
   pd_client_delete(c);
+  /* The daemon's own UNAVAILABLE (it was reached: mesh not whole, a session
+   * the mesh ended, a URL it could not fetch) is not about reaching it. */
+  pd_status_set(e->st, PD_UNAVAILABLE,
+                "the mesh is not whole (degraded: rank 1 missing); open a "
+                "session once every rank has attached again");
+  assert_non_null(strstr(pd_status_hint(e->st), "mesh across machines"));
+  pd_status_set(e->st, PD_UNAVAILABLE, "GET 'http://h/x': Connection refused");
+  assert_string_equal(pd_status_hint(e->st),
+                      "the daemon answered that it cannot do this now: see "
+                      "the message, then retry");
+  pd_status_set(e->st, PD_UNAVAILABLE, "failed to connect to all addresses");
+  assert_non_null(strstr(pd_status_hint(e->st), "check that paradevd runs"));
+  pd_status_set(e->st, PD_UNAVAILABLE, "");
+  assert_non_null(strstr(pd_status_hint(e->st), "check that paradevd runs"));
   assert_null(pd_client_new("", NULL, e->st));
   assert_int_equal(pd_status_code(e->st), PD_INVALID_ARGUMENT);
   assert_null(pd_client_new("unix:", NULL, e->st));

@@ -13,7 +13,8 @@ See client/python/README.md.
 from ._lib import LIBRARY_PATH, LibraryNotFound, lib as _clib, ffi as _ffi
 from ._dtypes import bfloat16
 from .checkpoint import Load, LoadProgress
-from .client import Client, DeviceInfo, ServerInfo, connect, default_target
+from .client import (Client, DeviceInfo, MeshInfo, MeshRankInfo, ServerInfo,
+                     connect, default_target)
 from .errors import *  # noqa: F401,F403 -- Error and its subclasses
 from .errors import Error, __all__ as _error_names
 from .functions import (Function, FunctionDef, PASSES, Spec, Symbol,
@@ -30,7 +31,8 @@ library_version = _ffi.string(_clib.pd_version()).decode()
 
 __all__ = ["connect", "Client", "Session", "Tensor", "Tape", "Layout",
            "mirrored", "sharded", "per_component", "component", "concat",
-           "bfloat16", "ServerInfo", "DeviceInfo", "OpDef", "default_target",
+           "bfloat16", "ServerInfo", "DeviceInfo", "MeshInfo", "MeshRankInfo",
+           "OpDef", "default_target",
            "LibraryNotFound", "LIBRARY_PATH", "library_version", "Load",
            "LoadProgress", "Function", "FunctionDef", "Spec", "Symbol", "function",
            "gradients", "PASSES"] + \

@@ -78,6 +78,63 @@ class DeviceInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class MeshRankInfo:
+    """One rank of a mesh across machines as the coordinator sees it."""
+    rank: int
+    host: str               # its address for the mesh's transport
+    incarnation: int        # random at each start of that paradevd
+    attached: bool          # its mesh stream is up (rank 0: True)
+    last_seen_ms_ago: int   # since its last message (0: rank 0, never seen)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshInfo:
+    """The daemon's place in a mesh across machines (issue #16;
+    GetServerInfo.mesh). Rank 0 is the coordinator, the only daemon that
+    takes sessions; it serves them only while the mesh is formed and not
+    degraded (health() is NOT_SERVING otherwise, and `reason` says why)."""
+    world_size: int         # ranks (one paradevd each)
+    rank: int               # this daemon's
+    devices_per_rank: int   # rank r owns global devices [r*n, r*n+n)
+    formed: bool            # every rank attached, transports built
+    degraded: bool          # a rank was lost and has not come back
+    missing_ranks: tuple    # ranks not attached now (the coordinator's view)
+    epoch: int              # grows by one at each (re-)formation
+    coordinator: str        # HOST:PORT of the coordinator's mesh port
+    reason: str             # why degraded / not formed; "" when whole
+    ranks: tuple = ()       # MeshRankInfo per rank (on the coordinator only)
+
+    @property
+    def whole(self):
+        """Formed and not degraded: the mesh takes sessions."""
+        return self.formed and not self.degraded
+
+
+def _mesh_info(p):
+    """ServerInfo.mesh from a pd_server_info: None off a mesh (or with a
+    libparadev older than the mesh accessors)."""
+    if not _lib.has("pd_server_info_has_mesh") or \
+            not lib.pd_server_info_has_mesh(p):
+        return None
+    ranks = []
+    for i in range(lib.pd_server_info_mesh_num_ranks(p)):
+        r = lib.pd_server_info_mesh_rank_info(p, i)
+        ranks.append(MeshRankInfo(r.rank, _str(r.host), r.incarnation,
+                                  bool(r.attached), r.last_seen_ms_ago))
+    return MeshInfo(
+        lib.pd_server_info_mesh_world_size(p),
+        lib.pd_server_info_mesh_rank(p),
+        lib.pd_server_info_mesh_devices_per_rank(p),
+        bool(lib.pd_server_info_mesh_formed(p)),
+        bool(lib.pd_server_info_mesh_degraded(p)),
+        tuple(lib.pd_server_info_mesh_missing_rank(p, i) for i in
+              range(lib.pd_server_info_mesh_num_missing_ranks(p))),
+        lib.pd_server_info_mesh_epoch(p),
+        _str(lib.pd_server_info_mesh_coordinator(p)),
+        _str(lib.pd_server_info_mesh_reason(p)), tuple(ranks))
+
+
+@dataclasses.dataclass(frozen=True)
 class ServerInfo:
     version: str
     incarnation: int
@@ -95,6 +152,9 @@ class ServerInfo:
     client_cert_required: bool = False
     insecure_tcp: bool = False
     warnings: tuple = ()
+    # a mesh across machines (issue #16): MeshInfo, None on a daemon of its
+    # own
+    mesh: object = None
 
     @property
     def num_devices(self):
@@ -245,7 +305,8 @@ class Client:
     # -- calls -----------------------------------------------------------
     def info(self):
         """The daemon's version, incarnation, backend, devices (memory now)
-        limits and storage roots (GetServerInfo)."""
+        limits, storage roots and, on a mesh across machines, its place in
+        the mesh (ServerInfo.mesh) (GetServerInfo)."""
         st = _lib.status()
         p = lib.pd_client_get_server_info(self._handle(), ffi.NULL, st)
         if p == ffi.NULL:
@@ -272,7 +333,8 @@ class Client:
                 lib.pd_server_info_start_time_ms(p), tuple(devs), limits,
                 roots, bool(lib.pd_server_info_tls(p)),
                 bool(lib.pd_server_info_client_cert_required(p)),
-                bool(lib.pd_server_info_insecure_tcp(p)), warnings)
+                bool(lib.pd_server_info_insecure_tcp(p)), warnings,
+                _mesh_info(p))
         finally:
             lib.pd_server_info_delete(p)
 

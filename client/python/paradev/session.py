@@ -10,6 +10,7 @@ independently.
 """
 import collections
 import contextlib
+import logging
 import math
 import re
 import threading
@@ -20,7 +21,7 @@ import numpy as np
 
 from . import _dtypes, _lib, layouts, placement
 from ._lib import ffi, lib
-from .errors import Error, NotFound
+from .errors import Error, NotFound, Unavailable
 from .tensor import Tensor
 from ._cstr import cbytes, cint
 from ._util import (FLUSH_AT, _tensor_from_info, sliced_stream_wait,
@@ -42,6 +43,19 @@ _VARYING = {"ReduceScatter", "DeviceId", "ParallelPack"}
 # The placement ops (issue #17): their outputs' device sets follow their
 # own rules (_out_devices).
 _PACK, _UNPACK, _COPY = "ParallelPack", "ParallelUnpack", "CopyToDevices"
+
+_log = logging.getLogger("paradev")
+
+
+def _ended_by_daemon(err):
+    """Whether a close's error says the daemon itself ended the session and
+    told its calls why: the mesh across machines lost a rank and ended
+    every open session (server/mesh_state.c: UNAVAILABLE "session not
+    found: ...; every session open then was ended: the mesh lost rank
+    ..."). A plain NotFound (closed elsewhere, lease expired, daemon
+    restarted) is not: an explicit close() still raises it."""
+    return isinstance(err, Unavailable) and \
+        "session not found" in (err.message or "")
 
 
 def _cstr(s, what, arg=None, cache={}):
@@ -208,7 +222,12 @@ class Session(Transfers, Checkpoints):
         session the daemon already lost: restarted, or the lease ran out)
         unless the session was closing because of another exception. At
         the end of a `with` block a session the daemon no longer has is
-        not an error: a RuntimeWarning says so instead."""
+        not an error: a RuntimeWarning says so instead. A session the
+        daemon itself ended and said so (a mesh across machines that lost a
+        rank ends every open session: UNAVAILABLE "session not found: ...;
+        every session open then was ended: ...", which its calls raised
+        already) closes quietly: logged at debug on the "paradev" logger,
+        never raised, from close() or a `with` block."""
         if self._closed:
             return
         self._closed = True
@@ -234,7 +253,13 @@ class Session(Transfers, Checkpoints):
             lib.pd_attrs_delete(self._attrs)
             self._attrs = _NULL
         self.client._sessions.discard(self)
-        if err is None or _quiet:
+        if err is None:
+            return
+        if _ended_by_daemon(err):
+            _log.debug("session%s: closed after the daemon ended it: %s",
+                       " %r" % self.name if self.name else "", err.message)
+            return
+        if _quiet:
             return
         if _exit and isinstance(err, NotFound):
             warnings.warn("paradev: session%s was already gone on the daemon "

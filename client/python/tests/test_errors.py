@@ -150,8 +150,11 @@ def test_killed_daemon_gives_a_clear_error():
         d.proc.wait(20)
         for call in (lambda: x + x, lambda: x.numpy(paradev.mirrored()),
                      c.info, s.sync):
-            with pytest.raises(paradev.Unavailable, match="cannot reach"):
+            with pytest.raises(paradev.Unavailable, match="cannot reach") as e:
                 call()
+            # a Unix socket: never a TLS hint (trial finding A5)
+            assert "tls://" not in str(e.value), str(e.value)
+            assert "check that paradevd runs" in e.value.hint, e.value.hint
         with pytest.raises(paradev.Unavailable, match="cannot reach"):
             with s.pipeline():
                 x * x
@@ -228,6 +231,14 @@ def test_hint_follows_the_message():
         (14, b"paradevd is draining for maintenance: it takes no new work",
          "paradevd takes no new work while it drains"),
         (14, b"connection refused", "check that paradevd runs"),
+        (14, b"cannot reach unix:/x.sock: failed to connect to all "
+             b"addresses", "check that paradevd runs"),
+        # the daemon's own UNAVAILABLE: it was reached (trial finding A2)
+        (14, b"the mesh is not whole (degraded: rank 1 missing); open a "
+             b"session once every rank has attached again",
+         "the daemon's mesh across machines is not whole"),
+        (14, b"GET 'http://h/x.npy': Connection refused",
+         "the daemon answered that it cannot do this now"),
         (5, b"session not found", "the session or handle does not exist"),
     ]
     for code, msg, want in cases:
