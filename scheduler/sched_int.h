@@ -48,6 +48,9 @@
 #ifndef PARADEV_SCHED_INT_H
 #define PARADEV_SCHED_INT_H
 
+
+/* How many sessions sched_kill_because remembers (their tokens). */
+#define SCHED_ENDED_KEPT 1024
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>

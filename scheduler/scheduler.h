@@ -291,12 +291,10 @@ typedef enum sched_end_reason {
   SCHED_END_EXPIRED = 1, /* its lease ran out */
   SCHED_END_KILLED = 2,  /* an operator's KillSession */
   SCHED_END_STOPPED = 3, /* the daemon stopped (sched_destroy) */
-  SCHED_END_FAILED = 4,  /* the daemon ended it: something it needed failed
-                            (sched_kill_because: a mesh rank lost) */
+  SCHED_END_FAILED = 4,  /* the daemon's own kill (sched_kill_because) */
 } sched_end_reason;
 
-/* "closed", "expired", "killed", "stopped", "failed". */
-const char *sched_end_reason_name(sched_end_reason why);
+const char *sched_end_reason_name(sched_end_reason why); /* "closed", ... */
 
 /* What an observer learns of an ended session. Pointers valid during the call. */
 typedef struct sched_end_info {
@@ -305,9 +303,7 @@ typedef struct sched_end_info {
   const char *job_id;   /* its job id ("" if none) */
   sched_end_reason why;
   uint64_t handles_freed; /* handles it still held */
-  /* The text its queued ops failed with ("the session was closed before the
-   * op ran"; SCHED_END_FAILED: sched_kill_because's `why`). */
-  const char *message;
+  const char *message; /* what its queued ops failed with */
 } sched_end_info;
 
 /* A part of the daemon that keeps state per session or wants to hear of
@@ -703,9 +699,6 @@ typedef struct sched_session_view {
  * memory. */
 int sched_list_sessions(sched *s, const char *job, sched_session_view **out);
 
-/* How many sessions sched_kill_because remembers (their tokens). */
-#define SCHED_ENDED_KEPT 1024
-
 /* Which sessions sched_kill ends: exactly one of the three. */
 typedef struct sched_kill_target {
   const void *token; /* a session token, token_len bytes */
@@ -729,14 +722,12 @@ typedef struct sched_kill_result {
 pd_code sched_kill(sched *s, const sched_kill_target *target,
                    sched_kill_result *out, dev_status *st);
 
-/* sched_kill on the daemon's own order, not an operator's (the mesh lost a
- * rank the sessions' tensors had components on): queued ops fail with
- * `code` (not PD_OK) and `why` (copied), observers hear SCHED_END_FAILED
- * with info->message `why`, and later calls with a killed session's token
- * get `code` and "session not found: it was ended: <why>" (the last
- * SCHED_ENDED_KEPT such sessions are remembered). Counted in
- * sessions_killed. Errors as sched_kill, and INVALID_ARGUMENT (code OK or
- * no why). Thread-safe. */
+/* sched_kill on the daemon's own order (a mesh rank lost): queued ops fail
+ * with `code` (not OK) and `why`, observers hear SCHED_END_FAILED with
+ * message `why`, later calls with a killed token get `code` and "session
+ * not found: it was ended: <why>" (the last SCHED_ENDED_KEPT, sched_int.h,
+ * are remembered). Errors as sched_kill; INVALID_ARGUMENT for code OK or no
+ * why. Thread-safe. */
 pd_code sched_kill_because(sched *s, const sched_kill_target *target,
                            pd_code code, const char *why,
                            sched_kill_result *out, dev_status *st);

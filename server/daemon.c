@@ -29,16 +29,6 @@
  * shared memory registry is then left as it is too (a call may still copy). */
 static bool srv_calls_left;
 
-uint64_t srv_default_quota(const srv_options *o, dev_engine *e) {
-  const srv_limits *l = &o->limits;
-  if (l->default_memory_quota == UINT64_MAX) return 0; /* none */
-  if (l->default_memory_quota) return l->default_memory_quota;
-  uint64_t mesh = srv_mesh_bytes(e);
-  uint64_t pct = (uint64_t)l->default_memory_quota_percent;
-  uint64_t q = mesh <= UINT64_MAX / 100 ? mesh * pct / 100 : mesh / 100 * pct;
-  if (l->max_memory_quota && q > l->max_memory_quota) q = l->max_memory_quota;
-  return q;
-}
 
 void srv_daemon_sched_config(const srv_options *o, dev_engine *e,
                              sched_config *sc) {

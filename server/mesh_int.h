@@ -136,4 +136,31 @@ pd_code srv_mesh_link_kv_set(void *arg, const char *key, const void *value,
 pd_code srv_mesh_link_kv_get(void *arg, const char *key, double timeout_s,
                              void **value, size_t *len, dev_status *st);
 
+/* One Attach stream's state (srv_call.user; mesh_ctl.c, mesh_run.c). */
+typedef struct srv_attach {
+  srv_mesh *m;
+  int rank; /* -1 until its hello was accepted */
+  uint64_t gen; /* its attach's (srv_mesh_peer.gen) */
+  /* The timer counted the rank as lost: end the stream (m->mu). */
+  bool end;
+  char end_msg[512];
+} srv_attach;
+
+/* --- mesh_ctl.c's helpers that mesh_run.c (the timer, start, stop) uses */
+
+/* Wakes a peer's Attach stream to send what is queued for it (m->mu held). */
+void srv_peer_wake(srv_mesh_peer *p);
+/* Frees a peer's queued commands (m->mu held). */
+void srv_peer_clear(srv_mesh_peer *p);
+/* Writes "1, 3" (the ranks not attached) into buf; returns their count
+ * (m->mu held). */
+int srv_missing(srv_mesh *m, char *buf, size_t len);
+/* Ends the forming of the current epoch once every transport is built
+ * (m->mu held). */
+void srv_mesh_maybe_formed(srv_mesh *m);
+/* Rank `rank`'s stream `c` (attach generation `gen`) is gone: `why`. Only
+ * the rank's current stream counts (mesh_ctl.c says what follows). */
+void srv_mesh_rank_gone(srv_mesh *m, int rank, srv_call *c, uint64_t gen,
+                        const char *why);
+
 #endif /* PARADEV_SERVER_MESH_INT_H */

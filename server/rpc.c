@@ -2,8 +2,7 @@
  * the completion queues and their threads, registering and arming every
  * method of the table (methods.c), the generic UNIMPLEMENTED answer, and
  * shutdown. A call's own state machine is call.c's. See server.h for the
- * threading model and NOTES.md for
- * the C-core facts this relies on. */
+ * threading model and NOTES.md for the C-core facts this relies on. */
 #include <errno.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
@@ -126,11 +125,9 @@ static void srv_on_request(srv_call *c, bool ok) {
  * CreateSession, other sessions' calls) to the slots armed on that queue.
  * So a watcher thread lends a queue whose thread has run one event for more
  * than SRV_LEND_AFTER_S to a helper thread, which drives it until the owner
- * is done and takes it back: still one thread at a time per queue, so all
- * events of one call still run one at a time. */
+ * takes it back (a call's own events stay one at a time: srv_call.run_mu). */
 #define SRV_LEND_AFTER_S 0.05
 #define SRV_LEND_POLL_NS 20000000L
-
 typedef struct srv_cq_state {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* lent went false */
@@ -166,9 +163,7 @@ static bool srv_cq_step(srv_cq_state *q, gpr_timespec deadline, bool owner) {
   }
   struct srv_tag *t = ev.tag;
   srv_call *c = t->c;
-  /* One event of a call at a time, even on a lent queue (the helper may
-   * get an event of the call the owner is running: trial B10, a second
-   * batch started on a Download whose read blocked on a stalled rank). The
+  /* One event of a call at a time, even on a lent queue (trial B10); the
    * reference keeps the lock alive when the event drops the last one. */
   srv_call_ref(c);
   pthread_mutex_lock(&c->run_mu);

@@ -270,7 +270,7 @@ int srv_functions_check(const srv_options *o, srv_config_report_fn report);
 /* The scheduler's configuration from the options (start and SIGHUP). */
 void srv_daemon_sched_config(const srv_options *o, dev_engine *e,
                              sched_config *sc);
-/* The default session quota in bytes: [sessions] default_memory_quota, or
+/* (quota.c) The default session quota in bytes: [sessions] default_memory_quota, or
  * when that is 0, default_memory_quota_percent of the sum of the devices'
  * limits (capped at max_memory_quota); UINT64_MAX ("unlimited") is none. */
 uint64_t srv_default_quota(const srv_options *o, dev_engine *e);

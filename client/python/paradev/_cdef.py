@@ -149,27 +149,6 @@ int pd_server_info_client_cert_required(const pd_server_info *info);
 int pd_server_info_insecure_tcp(const pd_server_info *info);
 int pd_server_info_num_warnings(const pd_server_info *info);
 const char *pd_server_info_warning(const pd_server_info *info, int i);
-int pd_server_info_has_mesh(const pd_server_info *info);
-int pd_server_info_mesh_world_size(const pd_server_info *info);
-int pd_server_info_mesh_rank(const pd_server_info *info);
-int pd_server_info_mesh_devices_per_rank(const pd_server_info *info);
-int pd_server_info_mesh_formed(const pd_server_info *info);
-int pd_server_info_mesh_degraded(const pd_server_info *info);
-int pd_server_info_mesh_num_missing_ranks(const pd_server_info *info);
-int pd_server_info_mesh_missing_rank(const pd_server_info *info, int i);
-uint64_t pd_server_info_mesh_epoch(const pd_server_info *info);
-const char *pd_server_info_mesh_coordinator(const pd_server_info *info);
-const char *pd_server_info_mesh_reason(const pd_server_info *info);
-typedef struct pd_mesh_rank_info {
-int rank;
-const char *host;
-uint64_t incarnation;
-int attached;
-uint64_t last_seen_ms_ago;
-} pd_mesh_rank_info;
-int pd_server_info_mesh_num_ranks(const pd_server_info *info);
-const pd_mesh_rank_info *pd_server_info_mesh_rank_info(
-const pd_server_info *info, int i);
 typedef struct pd_session pd_session;
 typedef struct pd_session_options {
 size_t struct_size;
@@ -478,6 +457,27 @@ pd_code pd_save_tensors(pd_session *s, const char *path,
 const pd_save_spec *specs, int n,
 const pd_save_options *opts, uint64_t *bytes_written,
 const pd_call_options *call, pd_status *st);
+int pd_server_info_has_mesh(const pd_server_info *info);
+int pd_server_info_mesh_world_size(const pd_server_info *info);
+int pd_server_info_mesh_rank(const pd_server_info *info);
+int pd_server_info_mesh_devices_per_rank(const pd_server_info *info);
+int pd_server_info_mesh_formed(const pd_server_info *info);
+int pd_server_info_mesh_degraded(const pd_server_info *info);
+int pd_server_info_mesh_num_missing_ranks(const pd_server_info *info);
+int pd_server_info_mesh_missing_rank(const pd_server_info *info, int i);
+uint64_t pd_server_info_mesh_epoch(const pd_server_info *info);
+const char *pd_server_info_mesh_coordinator(const pd_server_info *info);
+const char *pd_server_info_mesh_reason(const pd_server_info *info);
+typedef struct pd_mesh_rank_info {
+int rank;
+const char *host;
+uint64_t incarnation;
+int attached;
+uint64_t last_seen_ms_ago;
+} pd_mesh_rank_info;
+int pd_server_info_mesh_num_ranks(const pd_server_info *info);
+const pd_mesh_rank_info *pd_server_info_mesh_rank_info(
+const pd_server_info *info, int i);
 typedef enum pd_attr_kind {
 PD_ATTR_KIND_INVALID = 0,
 PD_ATTR_KIND_INT = 1,
