@@ -193,8 +193,10 @@ bool dev_engine_device_is_local(const dev_engine *e, int device);
 /* Replaces the transport of cross-rank collectives (NULL: none; such a
  * collective then fails with UNAVAILABLE "the mesh has no collective
  * transport (not formed, or degraded)"). Takes a reference on `t`
- * (t->retain) and drops the old one's; collectives already running keep the
- * old one until they end. Thread-safe. */
+ * (t->retain) and drops the old one's. A collective uses the transport
+ * that was current when it was submitted (collectives submitted before
+ * the change keep the old one until they end), so an epoch's ops never
+ * run on the next epoch's groups. Thread-safe. */
 void dev_engine_mesh_set_transport(dev_engine *e, dev_mesh_transport *t);
 
 /* What the rank owning remote engine device `device` said of it when it

@@ -95,6 +95,10 @@ static void *w_coll_create(dev_backend *b, dev_collective_kind kind,
       free(mc);
       return NULL;
     }
+    pthread_mutex_lock(&m->tmu); /* the transport of this op's epoch */
+    mc->t = m->transport;
+    if (mc->t) mc->t->retain(mc->t);
+    pthread_mutex_unlock(&m->tmu);
   } else if (r0 != m->rank) {
     mc->mode = DEV__MC_ELSEWHERE;
   } else {
@@ -137,6 +141,7 @@ static void w_coll_release(dev_backend *b, void *coll) {
   if (mc->mode == DEV__MC_LOCAL && m->inner->collective_release)
     m->inner->collective_release(m->inner, mc->inner);
   dev__mesh_hier_free(mc);
+  if (mc->t) mc->t->release(mc->t);
   free(mc);
 }
 

@@ -40,11 +40,11 @@
 
 #include "mesh_int.h"
 
-static dev_mesh_transport *transport_take(dev__mesh *m) {
-  pthread_mutex_lock(&m->tmu);
-  dev_mesh_transport *t = m->transport;
+/* A reference on the op's transport (the one current at its submission,
+ * mesh_int.h dev__mesh_coll.t), or NULL. */
+static dev_mesh_transport *transport_take(const dev__mesh_coll *mc) {
+  dev_mesh_transport *t = mc->t;
   if (t) t->retain(t);
-  pthread_mutex_unlock(&m->tmu);
   return t;
 }
 
@@ -394,7 +394,7 @@ static pd_code h_lead(dev__mesh *m, const dev__mesh_coll *mc, dev__mesh_hier *h,
                 x->in_bytes);
     }
   }
-  dev_mesh_transport *t = transport_take(m);
+  dev_mesh_transport *t = transport_take(mc);
   if (!t) {
     char sb[DEV_DEVSET_STR_MAX];
     dev_error(&h->err, PD_UNAVAILABLE,
@@ -600,7 +600,7 @@ pd_code dev__mesh_coll_run(dev__mesh *m, const dev__mesh_coll *mc,
                            dev_status *st) {
   if (mc->hier) return hier_run(m, mc, ctx, failed, st);
   const int n = mc->set.n, me = ctx->index;
-  dev_mesh_transport *t = transport_take(m);
+  dev_mesh_transport *t = transport_take(mc);
   if (!t) {
     if (failed) return dev_error(st, failed->code, "%s", failed->msg);
     char sb[DEV_DEVSET_STR_MAX];

@@ -79,6 +79,14 @@ typedef struct dev__mesh_coll {
   /* CROSS AllReduce / ReduceScatter with local participants, unless
    * m->flat: the rendezvous of this engine's participants (coll.c). */
   dev__mesh_hier *hier;
+  /* CROSS: the transport current when the op was submitted (a reference,
+   * NULL when there was none). An op submitted in one epoch of the mesh
+   * never runs on the next epoch's groups: a stale op running late on a
+   * new transport desynchronised its groups' calls across ranks, and a
+   * peer's data landed in a 4-byte flag receive (an uncaught
+   * gloo::EnforceNotMet in Gloo's thread that aborted the coordinator,
+   * trial finding C4). */
+  dev_mesh_transport *t;
 } dev__mesh_coll;
 
 /* Wraps `inner` (n local devices) in a backend of world*n devices for the
